@@ -1,0 +1,30 @@
+# The user commands. The build itself is CMake's (build/, build-asan/).
+JOBS ?= $(shell nproc)
+
+.PHONY: all build test test-asan demo bench deps clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+build: deps
+	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build build -j $(JOBS)
+
+test: build
+	@cd build && ctest --output-on-failure -j $(JOBS)
+
+test-asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DOAR_SANITIZE=ON -DOAR_BUILD_BENCH=OFF >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	@./build/fashion_mnist
+
+bench: build
+	@bash bench/run.sh
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,30 @@
+/* oar: a deep learning framework in C.
+ *
+ * Tensors of every common dtype with views, broadcasting and a wide op set;
+ * eager execution with autograd to any order. Every call that can fail
+ * returns NULL (or a non-zero status) and leaves a message for
+ * oar_last_error(); an op given NULL returns NULL and keeps the first
+ * message, so a chain is checked once at its end.
+ *
+ * Memory: results belong to the innermost pool (oar_pool_push/pop); retain
+ * what must outlive it. Outside any pool, release what you get.
+ *
+ *     #include <oar/oar.h>
+ *
+ *     oar_pool *pool = oar_pool_push();
+ *     int64_t shape[2] = {2, 3};
+ *     oar_tensor *x = oar_randn(OAR_F32, 2, shape);
+ *     oar_tensor *y = oar_sum(oar_relu(oar_mul_scalar(x, 2.0)), 0, NULL, false);
+ *     if (!y) fprintf(stderr, "oar: %s\n", oar_last_error());
+ *     else printf("%f\n", oar_tensor_item(y));
+ *     oar_pool_pop(pool);               // frees x, the temporaries and y
+ */
+#ifndef OAR_OAR_H
+#define OAR_OAR_H
+
+#include <oar/tensor.h>
+#include <oar/ops.h>
+#include <oar/autograd.h>
+#include <oar/device.h>
+
+#endif

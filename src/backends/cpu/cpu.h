@@ -1,0 +1,75 @@
+/* Internal CPU backend: kernel tables and the strided iterator every
+ * elementwise kernel runs on. */
+#ifndef OARI_CPU_H
+#define OARI_CPU_H
+
+#include "../../ops/op.h"
+
+#include <complex.h>
+
+/* One kernel per dtype, indexed by oar_dtype; NULL where unsupported. Each
+ * op's table is named oari_cpu_k_<op> and defined in the group's file. */
+typedef oar_kernel_fn oari_cpu_kernels[OAR_DTYPE_COUNT];
+
+typedef float _Complex c64_t;
+typedef double _Complex c128_t;
+
+/* ---- the strided iterator ------------------------------------------------
+ * Walks n operands of one shape (out first, then inputs), with dims merged
+ * where strides allow, calling an inner loop on runs of the last dim. Runs
+ * on OpenMP threads above OARI_PARALLEL_GRAIN elements; which thread does
+ * which element never changes a result. */
+#define OARI_ITER_MAX 8
+
+/* ptrs[k]: operand k at the run's first element; strides[k]: its stride
+ * along the run in elements; n: run length. */
+typedef void (*oari_inner_fn)(char **ptrs, const int64_t *strides, int64_t n, void *ctx);
+
+typedef struct oari_iter {
+    int n_ops, ndim;
+    int64_t numel;
+    int64_t shape[OAR_MAX_DIMS];
+    int64_t strides[OARI_ITER_MAX][OAR_MAX_DIMS]; /* elements */
+    char *data[OARI_ITER_MAX];
+    int64_t elsize[OARI_ITER_MAX];
+} oari_iter;
+
+/* ops[0] gives the shape; all operands must have it (inputs broadcast by
+ * dispatch already). */
+OARI_HIDDEN void oari_iter_init(oari_iter *it, int n_ops, const oar_ktensor *const *ops);
+OARI_HIDDEN void oari_iter_run(const oari_iter *it, oari_inner_fn fn, void *ctx);
+/* Convenience for the common case: out = call->out[0], inputs = call->in[...]. */
+OARI_HIDDEN void oari_iter_call(const oar_kernel_call *call, oari_inner_fn fn, void *ctx);
+
+/* Index of the linear (row-major) element i of a strided view. */
+static inline int64_t oari_strided_index(int ndim, const int64_t *shape, const int64_t *strides,
+                                         int64_t i) {
+    int64_t off = 0;
+    for (int d = ndim - 1; d >= 0; d--) {
+        int64_t s = shape[d];
+        off += (i % s) * strides[d];
+        i /= s;
+    }
+    return off;
+}
+
+static inline bool oari_kt_contiguous(const oar_ktensor *k) {
+    int64_t s = 1;
+    for (int i = k->ndim - 1; i >= 0; i--) {
+        if (k->shape[i] != 1 && k->strides[i] != s) return false;
+        s *= k->shape[i];
+    }
+    return true;
+}
+
+static inline int64_t oari_kt_numel(const oar_ktensor *k) {
+    int64_t n = 1;
+    for (int i = 0; i < k->ndim; i++) n *= k->shape[i];
+    return n;
+}
+
+/* Half-precision load/store for kernels that handle f16/bf16 natively. */
+static inline float oari_ld_f16(const void *p) { return oari_f16_to_f32(*(const uint16_t *)p); }
+static inline float oari_ld_bf16(const void *p) { return oari_bf16_to_f32(*(const uint16_t *)p); }
+
+#endif

@@ -1,0 +1,116 @@
+/* The strided iterator under every elementwise CPU kernel. */
+#include "cpu.h"
+
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+void oari_iter_init(oari_iter *it, int n_ops, const oar_ktensor *const *ops) {
+    memset(it, 0, sizeof *it);
+    it->n_ops = n_ops;
+    const oar_ktensor *o = ops[0];
+    int nd = 0;
+    /* Drop size-1 dims, then merge dim d into d+1 when every operand's
+     * strides make them one run. */
+    int64_t shape[OAR_MAX_DIMS], strides[OARI_ITER_MAX][OAR_MAX_DIMS];
+    for (int d = 0; d < o->ndim; d++) {
+        if (o->shape[d] == 1) continue;
+        shape[nd] = o->shape[d];
+        for (int k = 0; k < n_ops; k++) strides[k][nd] = ops[k]->strides[d];
+        nd++;
+    }
+    int m = 0;
+    for (int d = 0; d < nd; d++) {
+        if (m > 0) {
+            bool merge = true;
+            for (int k = 0; k < n_ops && merge; k++)
+                merge = it->strides[k][m - 1] == strides[k][d] * shape[d];
+            if (merge) {
+                it->shape[m - 1] *= shape[d];
+                for (int k = 0; k < n_ops; k++) it->strides[k][m - 1] = strides[k][d];
+                continue;
+            }
+        }
+        it->shape[m] = shape[d];
+        for (int k = 0; k < n_ops; k++) it->strides[k][m] = strides[k][d];
+        m++;
+    }
+    if (m == 0) { /* a scalar or all size-1 dims: one run of length 1 */
+        it->shape[0] = 1;
+        for (int k = 0; k < n_ops; k++) it->strides[k][0] = 1;
+        m = 1;
+    }
+    it->ndim = m;
+    it->numel = 1;
+    for (int d = 0; d < m; d++) it->numel *= it->shape[d];
+    for (int d = 0; d < o->ndim; d++)
+        if (o->shape[d] == 0) it->numel = 0;
+    for (int k = 0; k < n_ops; k++) {
+        it->data[k] = ops[k]->data;
+        it->elsize[k] = (int64_t)oar_dtype_size((oar_dtype)ops[k]->dtype);
+    }
+}
+
+/* Runs the linear element range [begin, end). */
+static void run_range(const oari_iter *it, oari_inner_fn fn, void *ctx, int64_t begin, int64_t end) {
+    const int nd = it->ndim, last = nd - 1;
+    const int64_t run = it->shape[last];
+    int64_t idx[OAR_MAX_DIMS];
+    int64_t rem = begin;
+    for (int d = last; d >= 0; d--) {
+        idx[d] = rem % it->shape[d];
+        rem /= it->shape[d];
+    }
+    char *ptrs[OARI_ITER_MAX];
+    int64_t inner[OARI_ITER_MAX];
+    for (int k = 0; k < it->n_ops; k++) inner[k] = it->strides[k][last];
+    int64_t pos = begin;
+    while (pos < end) {
+        int64_t n = run - idx[last];
+        if (n > end - pos) n = end - pos;
+        for (int k = 0; k < it->n_ops; k++) {
+            int64_t off = 0;
+            for (int d = 0; d < nd; d++) off += idx[d] * it->strides[k][d];
+            ptrs[k] = it->data[k] + off * it->elsize[k];
+        }
+        fn(ptrs, inner, n, ctx);
+        pos += n;
+        idx[last] += n;
+        for (int d = last; d > 0 && idx[d] >= it->shape[d]; d--) {
+            idx[d] = 0;
+            idx[d - 1]++;
+        }
+    }
+}
+
+void oari_iter_run(const oari_iter *it, oari_inner_fn fn, void *ctx) {
+    const int64_t total = it->numel;
+    if (total == 0) return;
+    if (total < OARI_PARALLEL_GRAIN) {
+        run_range(it, fn, ctx, 0, total);
+        return;
+    }
+#pragma omp parallel
+    {
+#ifdef _OPENMP
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+        int nt = 1, t = 0;
+#endif
+        /* Chunks aligned to 16 elements so threads never share a cache line of f32 output. */
+        int64_t chunk = ((total + nt - 1) / nt + 15) & ~(int64_t)15;
+        int64_t b = (int64_t)t * chunk, e = b + chunk < total ? b + chunk : total;
+        if (b < e) run_range(it, fn, ctx, b, e);
+    }
+}
+
+void oari_iter_call(const oar_kernel_call *call, oari_inner_fn fn, void *ctx) {
+    const oar_ktensor *ops[OARI_ITER_MAX];
+    int n = 0;
+    ops[n++] = &call->out[0];
+    for (int i = 0; i < call->n_in && n < OARI_ITER_MAX; i++) ops[n++] = &call->in[i];
+    oari_iter it;
+    oari_iter_init(&it, n, ops);
+    oari_iter_run(&it, fn, ctx);
+}

@@ -1,0 +1,136 @@
+/* Internal core: the tensor and storage structs, error reporting, the host
+ * allocator, pools and devices. Everything under src/ includes this. */
+#ifndef OARI_CORE_H
+#define OARI_CORE_H
+
+#include <oar/device.h>
+#include <oar/tensor.h>
+#include <stdarg.h>
+
+#define OARI_HIDDEN __attribute__((visibility("hidden")))
+#define OARI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+struct oari_node;
+struct oari_dist_attr;
+
+/* A device buffer shared by every view of it. */
+typedef struct oari_storage {
+    int refcount;           /* atomic */
+    uint32_t version;       /* bumped by every in-place write; autograd checks it */
+    oar_device *device;
+    void *data;             /* device buffer (host pointer on the CPU) */
+    size_t nbytes;
+} oari_storage;
+
+struct oar_tensor {
+    int refcount;           /* atomic */
+    oar_dtype dtype;
+    int ndim;
+    int64_t shape[OAR_MAX_DIMS];
+    int64_t strides[OAR_MAX_DIMS]; /* in elements */
+    int64_t offset;                /* in elements */
+    int64_t numel;
+    oari_storage *storage;  /* NULL for symbolic (traced) tensors */
+    bool wrapped_number;    /* made by oar_scalar(): weak in type promotion */
+
+    /* autograd (src/autograd/) */
+    bool requires_grad;
+    oar_tensor *grad;              /* accumulated by oar_backward */
+    struct oari_node *grad_fn;     /* the node that made it; owned reference */
+    int output_index;              /* which output of grad_fn it is */
+
+    struct oari_dist_attr *dist;   /* distributed attribute (src/dist/), NULL if local */
+    void *trace_value;             /* symbolic value while tracing (src/graph/) */
+};
+
+/* ---- errors: one message per thread ------------------------------------ */
+OARI_HIDDEN int oari_error(int status, const char *fmt, ...) OARI_PRINTF(2, 3);
+OARI_HIDDEN int oari_verror(int status, const char *fmt, va_list ap);
+OARI_HIDDEN int oari_nomem(const char *what);   /* "out of memory: <what>" */
+/* Formats a shape as "[2, 3, 4]" into buf (size >= 200). Returns buf. */
+OARI_HIDDEN const char *oari_shape_str(char *buf, int ndim, const int64_t *shape);
+/* True while an error is pending that a NULL input should preserve. */
+OARI_HIDDEN bool oari_error_pending(void);
+
+/* ---- host allocation: every byte goes through the hook ----------------- */
+OARI_HIDDEN void *oari_malloc(size_t n);              /* NULL and error set on failure */
+OARI_HIDDEN void *oari_calloc(size_t count, size_t size);
+OARI_HIDDEN void *oari_realloc(void *p, size_t old_n, size_t new_n);
+OARI_HIDDEN void oari_free(void *p, size_t n);
+OARI_HIDDEN char *oari_strdup(const char *s);
+OARI_HIDDEN void oari_strfree(char *s);
+
+/* Cached storage blocks of the CPU device (64-byte aligned). */
+OARI_HIDDEN void *oari_cpu_block_alloc(size_t nbytes);
+OARI_HIDDEN void oari_cpu_block_free(void *p, size_t nbytes);
+
+/* ---- shapes ------------------------------------------------------------ */
+/* numel of a shape; -1 with an error naming `op` if a dim is negative or the
+ * product overflows. */
+OARI_HIDDEN int64_t oari_shape_numel(const char *op, int ndim, const int64_t *shape);
+OARI_HIDDEN void oari_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* Normalises a possibly negative dim against ndim; -1 with an error if out
+ * of range. */
+OARI_HIDDEN int oari_wrap_dim(const char *op, int64_t dim, int ndim);
+/* Broadcasts two shapes (PyTorch rules) into out; returns its ndim or -1. */
+OARI_HIDDEN int oari_broadcast_shapes(const char *op, int na, const int64_t *a, int nb,
+                                      const int64_t *b, int64_t *out);
+
+/* ---- tensors ----------------------------------------------------------- */
+/* Internal constructors return references the caller owns (refcount 1, in
+ * no pool); public functions hand results to the pool with oari_pool_adopt.
+ * A new tensor viewing `storage` (retained). strides NULL means contiguous. */
+OARI_HIDDEN oar_tensor *oari_tensor_make(oari_storage *storage, oar_dtype dtype, int ndim,
+                                         const int64_t *shape, const int64_t *strides,
+                                         int64_t offset);
+/* A fresh contiguous tensor on `device` (NULL: CPU). Uninitialised. */
+OARI_HIDDEN oar_tensor *oari_tensor_empty(oar_device *device, oar_dtype dtype, int ndim,
+                                          const int64_t *shape);
+/* A view of x's storage with new geometry (owned by the caller). */
+OARI_HIDDEN oar_tensor *oari_tensor_view(oar_tensor *x, int ndim, const int64_t *shape,
+                                         const int64_t *strides, int64_t offset);
+/* Hands an owned reference to the innermost pool (no-op outside pools) and
+ * returns it; on failure releases t and returns NULL. NULL passes through. */
+OARI_HIDDEN oar_tensor *oari_pool_adopt(oar_tensor *t);
+/* For composite ops: retains r, pops p, and adopts r into the enclosing
+ * pool. Returns r or NULL. */
+OARI_HIDDEN oar_tensor *oari_pool_return(oar_pool *p, oar_tensor *r);
+OARI_HIDDEN void oari_storage_release(oari_storage *s);
+OARI_HIDDEN void oari_storage_bump_version(oari_storage *s);
+/* Fills a kernel view of t. */
+OARI_HIDDEN void oari_ktensor(const oar_tensor *t, oar_ktensor *k);
+/* Scalar <-> element conversion for any dtype (host memory). */
+OARI_HIDDEN double oari_load_f64(const void *p, oar_dtype dt);
+OARI_HIDDEN void oari_store_f64(void *p, oar_dtype dt, double v);
+
+/* ---- f16 / bf16 ---------------------------------------------------------- */
+OARI_HIDDEN float oari_f16_to_f32(uint16_t h);
+OARI_HIDDEN uint16_t oari_f32_to_f16(float f);
+static inline float oari_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+static inline uint16_t oari_f32_to_bf16(float f) {
+    union { uint32_t u; float f; } v = {.f = f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40); /* quiet NaN */
+    uint32_t rounding = 0x7fffu + ((v.u >> 16) & 1u);        /* round to nearest even */
+    return (uint16_t)((v.u + rounding) >> 16);
+}
+
+/* ---- devices ------------------------------------------------------------- */
+struct oar_device {
+    const oar_device_iface *iface;
+    void *ctx;
+    int index;
+    int id;                 /* position in the device registry */
+    char name[32];          /* "cpu", "opencl:0" */
+};
+OARI_HIDDEN oar_device *oari_device_cpu(void);
+OARI_HIDDEN void *oari_device_alloc(oar_device *d, size_t nbytes);
+OARI_HIDDEN void oari_device_free(oar_device *d, void *p, size_t nbytes);
+
+/* ---- threads ------------------------------------------------------------- */
+/* Below this many elements a loop runs on one thread. */
+#define OARI_PARALLEL_GRAIN 32768
+
+#endif

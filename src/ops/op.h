@@ -1,0 +1,156 @@
+/* Internal op layer: the op enum, op definitions, attributes and the one
+ * dispatch entry (DESIGN.md invariants 1 and 3). */
+#ifndef OARI_OP_H
+#define OARI_OP_H
+
+#include "../core/core.h"
+#include <oar/ops.h>
+
+typedef enum oari_op {
+#define OP(name) OARI_OP_##name,
+#include "ops.def"
+#undef OP
+    OARI_OP_COUNT
+} oari_op;
+
+/* How the compiler may fuse an op (src/compiler/). */
+typedef enum oari_fusion_kind {
+    OARI_FUSE_ELEMWISE,   /* out[i] = f(in[i]) */
+    OARI_FUSE_BROADCAST,  /* elementwise over broadcast inputs */
+    OARI_FUSE_INJECTIVE,  /* each output element reads one input element (movement) */
+    OARI_FUSE_REDUCE,
+    OARI_FUSE_OPAQUE,     /* GEMM, conv, sort: library calls */
+} oari_fusion_kind;
+
+#define OARI_MAX_IATTR 40
+#define OARI_MAX_FATTR 4
+#define OARI_MAX_IN 256   /* variadic ops (concat) take at most this many */
+#define OARI_MAX_OUT 4
+
+/* Attributes of a call: plain integers and doubles, whose meaning each op
+ * documents in src/ops/defs/. They travel unchanged to kernels and graphs. */
+typedef struct oari_attrs {
+    int ni, nf;
+    int64_t i[OARI_MAX_IATTR];
+    double f[OARI_MAX_FATTR];
+} oari_attrs;
+
+typedef struct oari_meta {
+    oar_dtype dtype;
+    int ndim;
+    int64_t shape[OAR_MAX_DIMS];
+} oari_meta;
+
+/* What a shape/dtype rule reads and fills. Inputs may be symbolic (no
+ * storage): a rule reads only their dtype and shape. Before the rule runs,
+ * in_dtype[i] holds input i's dtype and kernel_dtype in[0]'s; the rule sets
+ * out[] and may change both (dispatch casts input i to in_dtype[i]). An
+ * optional input passed as NULL is allowed where the op's flags say so. */
+typedef struct oari_infer {
+    const char *op;
+    int n_in;
+    oar_tensor *const *in;
+    const oari_attrs *attrs;
+    oari_meta out[OARI_MAX_OUT];
+    oar_dtype in_dtype[OARI_MAX_IN];
+    oar_dtype kernel_dtype;
+} oari_infer;
+
+/* What a gradient rule reads and fills (src/autograd/). in[i] is the saved
+ * input (NULL unless the op's `saved` mask names it); in_meta[i] always
+ * holds its dtype and shape. out[j] likewise for outputs. gout[j] is the
+ * gradient of output j (NULL: zero). The rule sets gin[i] for every i with
+ * needs[i], to a tensor of input i's shape built with ops (so it can be
+ * differentiated again), or NULL for a zero gradient. */
+typedef struct oari_grad_ctx {
+    oari_op op;
+    const oari_attrs *attrs;
+    int n_in, n_out;
+    oar_tensor *const *in;
+    const oari_meta *in_meta;
+    oar_tensor *const *out;
+    const oari_meta *out_meta;
+    oar_tensor *const *gout;
+    const bool *needs;
+    oar_tensor **gin;
+} oari_grad_ctx;
+
+#define OARI_SAVE_IN(i) (1u << (i))
+#define OARI_SAVE_OUT(j) (1u << (16 + (j)))
+#define OARI_SAVE_ALL_IN 0xffffu
+
+enum {
+    OARI_F_BROADCAST = 1u << 0,  /* kernel sees inputs expanded to out[0]'s shape */
+    OARI_F_VIEW = 1u << 1,       /* out[0] is a view made by def->view; no kernel */
+    OARI_F_INPLACE = 1u << 2,    /* writes in[0]; returns it; no output allocated */
+    OARI_F_OPTIONAL_IN = 1u << 3, /* inputs after the first may be NULL */
+    OARI_F_RANDOM = 1u << 4,     /* not a pure function of its inputs (no CSE) */
+    OARI_F_NONDIFF = 1u << 5,    /* outputs never require grad (comparisons, argmax) */
+};
+
+typedef struct oari_op_def {
+    const char *name;
+    int n_in;                 /* -1: variadic, at least 1 */
+    int n_out;
+    oari_fusion_kind fusion;
+    unsigned flags;
+    unsigned saved;           /* OARI_SAVE_IN / OARI_SAVE_OUT bits the gradient rule needs */
+    int (*infer)(oari_infer *c);
+    /* view ops: the output as a view of in[0] (geometry only) */
+    oar_tensor *(*view)(oar_tensor *x, const oari_attrs *a);
+    /* gradient rule, written with ops; NULL: not differentiable */
+    int (*grad)(oari_grad_ctx *g);
+    /* sharding rule (src/dist/); NULL: inputs are replicated */
+    int (*shard)(void *ctx);
+} oari_op_def;
+
+/* The table of definitions, indexed by oari_op. An entry is NULL while an
+ * op has no definition yet; dispatch then reports it as unsupported. */
+OARI_HIDDEN extern const oari_op_def *const oari_op_defs[OARI_OP_COUNT];
+/* oari_op by name, -1 if none. */
+OARI_HIDDEN int oari_op_lookup(const char *name);
+OARI_HIDDEN const char *oari_op_name(oari_op op);
+
+/* The one entry for every op call (DESIGN.md invariant 3). Checks inputs,
+ * runs the shape rule, casts, traces or runs the device kernel, records on
+ * the tape. Fills out[0..n_out-1] with new references the caller owns (in
+ * no pool); returns 0, or a status with the error set and out[] NULL. */
+OARI_HIDDEN int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in,
+                              const oari_attrs *attrs, oar_tensor **out);
+/* Single-output conveniences with public semantics: the output, adopted
+ * by the innermost pool, or NULL. */
+OARI_HIDDEN oar_tensor *oari_call(oari_op op, int n_in, oar_tensor *const *in,
+                                  const oari_attrs *attrs);
+OARI_HIDDEN oar_tensor *oari_call1(oari_op op, oar_tensor *x, const oari_attrs *attrs);
+OARI_HIDDEN oar_tensor *oari_call2(oari_op op, oar_tensor *a, oar_tensor *b,
+                                   const oari_attrs *attrs);
+
+/* Attribute builders. */
+static inline oari_attrs oari_attrs_none(void) { oari_attrs a = {0}; return a; }
+OARI_HIDDEN oari_attrs oari_attrs_ints(int n, const int64_t *v);
+
+/* Shape-rule helpers shared by op groups. */
+OARI_HIDDEN void oari_meta_from(oari_meta *m, const oar_tensor *t);
+/* The dtype of an op over these inputs by PyTorch's rules: dimensioned
+ * tensors outrank 0-d ones within a category, 0-d ones outrank wrapped
+ * numbers. NULL inputs are skipped. */
+OARI_HIDDEN oar_dtype oari_result_type(int n, oar_tensor *const *in);
+/* Returns 0 if t is NULL-free etc.; reports "<op>: <what>" otherwise. */
+OARI_HIDDEN int oari_check_dtype(const char *op, const oar_tensor *t, bool ok, const char *want);
+
+/* Hooks into the layers above (autograd, graph); dispatch calls them. */
+OARI_HIDDEN bool oari_grad_mode_enabled(void);
+OARI_HIDDEN void oari_no_grad_push(void);
+OARI_HIDDEN void oari_no_grad_pop(void);
+OARI_HIDDEN int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_in,
+                                     oar_tensor *const *in, int n_out, oar_tensor **out);
+
+/* Sums a broadcast gradient g back to the shape and dtype of m (an input
+ * of the op); complex gradients of real inputs keep their real part.
+ * Result follows the pool rule. */
+OARI_HIDDEN oar_tensor *oari_sum_to(oar_tensor *g, const oari_meta *m);
+
+/* Kernel lookup through the device table, cached per (device, op, dtype). */
+OARI_HIDDEN oar_kernel_fn oari_kernel_lookup(oar_device *dev, oari_op op, oar_dtype dtype);
+
+#endif

@@ -1,0 +1,41 @@
+/* The table of op definitions, expanded from ops.def. Each definition lives
+ * in its group's file (unary.c, reduce.c, ...); a missing one is NULL here
+ * (weak reference) and dispatch reports the op as unsupported, and
+ * tests/ops/test_registry.c fails until every op is defined. */
+#include "op.h"
+
+#include <string.h>
+
+#define OP(name) extern const oari_op_def oari_def_##name __attribute__((weak));
+#include "ops.def"
+#undef OP
+
+const oari_op_def *const oari_op_defs[OARI_OP_COUNT] = {
+#define OP(name) [OARI_OP_##name] = &oari_def_##name,
+#include "ops.def"
+#undef OP
+};
+
+static const char *const op_names[OARI_OP_COUNT] = {
+#define OP(name) [OARI_OP_##name] = #name,
+#include "ops.def"
+#undef OP
+};
+
+int oari_op_lookup(const char *name) {
+    for (int i = 0; i < OARI_OP_COUNT; i++)
+        if (!strcmp(op_names[i], name)) return i;
+    return -1;
+}
+
+const char *oari_op_name(oari_op op) {
+    return (unsigned)op < OARI_OP_COUNT ? op_names[op] : "?";
+}
+
+oari_attrs oari_attrs_ints(int n, const int64_t *v) {
+    oari_attrs a = {0};
+    if (n > OARI_MAX_IATTR) n = OARI_MAX_IATTR;
+    a.ni = n;
+    if (n) memcpy(a.i, v, (size_t)n * sizeof *v);
+    return a;
+}
