@@ -104,40 +104,41 @@ static void system_free(void *p, size_t rounded) {
     alloc_fn(alloc_ctx, ((void **)p)[-1], rounded + ALIGN + sizeof(void *), 0);
 }
 
+static void count_alloc(size_t rounded) { /* under cache_lock */
+    stats.n_allocs++;
+    stats.bytes_in_use += rounded;
+    if (stats.bytes_in_use > stats.peak_bytes) stats.peak_bytes = stats.bytes_in_use;
+}
+
 void *oari_cpu_block_alloc(size_t nbytes) {
     size_t rounded;
     int cls = size_class(nbytes, &rounded);
-    void *p = NULL;
     pthread_mutex_lock(&cache_lock);
     if (cls >= 0 && free_lists[cls]) {
         free_block *b = free_lists[cls];
         free_lists[cls] = b->next;
         stats.bytes_cached -= rounded;
         stats.n_cache_hits++;
-        p = b;
+        count_alloc(rounded);
+        pthread_mutex_unlock(&cache_lock);
+        return b;
     }
     pthread_mutex_unlock(&cache_lock);
+    if (cls < 0) rounded = nbytes;
+    void *p = system_block(rounded);
     if (!p) {
-        if (cls < 0) rounded = nbytes;
+        /* Give the cache back to the system and try once more. */
+        oar_memory_empty_cache();
         p = system_block(rounded);
-        if (!p) {
-            /* Give the cache back to the system and try once more. */
-            oar_memory_empty_cache();
-            p = system_block(rounded);
-        }
-        if (!p) {
-            oari_error(OAR_ERR_NOMEM, "out of memory: cannot allocate %zu bytes of tensor storage",
-                       nbytes);
-            return NULL;
-        }
-        pthread_mutex_lock(&cache_lock);
-        stats.n_system_allocs++;
-        pthread_mutex_unlock(&cache_lock);
+    }
+    if (!p) {
+        oari_error(OAR_ERR_NOMEM, "out of memory: cannot allocate %zu bytes of tensor storage",
+                   nbytes);
+        return NULL;
     }
     pthread_mutex_lock(&cache_lock);
-    stats.n_allocs++;
-    stats.bytes_in_use += rounded;
-    if (stats.bytes_in_use > stats.peak_bytes) stats.peak_bytes = stats.bytes_in_use;
+    stats.n_system_allocs++;
+    count_alloc(rounded);
     pthread_mutex_unlock(&cache_lock);
     return p;
 }

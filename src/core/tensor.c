@@ -148,15 +148,19 @@ void oar_tensor_release(oar_tensor *t) {
 }
 
 void oari_ktensor(const oar_tensor *t, oar_ktensor *k) {
-    memset(k, 0, sizeof *k);
+    /* Hot path of every op: copy only the dims in use. */
     k->dtype = t->dtype;
     k->ndim = t->ndim;
     k->offset = t->offset;
-    memcpy(k->shape, t->shape, sizeof k->shape);
-    memcpy(k->strides, t->strides, sizeof k->strides);
+    for (int i = 0; i < t->ndim; i++) {
+        k->shape[i] = t->shape[i];
+        k->strides[i] = t->strides[i];
+    }
     if (t->storage) {
         k->buffer = t->storage->data;
         k->data = (char *)t->storage->data + t->offset * (int64_t)oar_dtype_size(t->dtype);
+    } else {
+        k->buffer = k->data = NULL;
     }
 }
 

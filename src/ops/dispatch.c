@@ -31,6 +31,7 @@ oar_kernel_fn oari_kernel_lookup(oar_device *dev, oari_op op, oar_dtype dtype) {
 /* A kernel view of t broadcast to (ndim, shape): stride 0 on expanded dims. */
 static void ktensor_expanded(const oar_tensor *t, int ndim, const int64_t *shape, oar_ktensor *k) {
     oari_ktensor(t, k);
+    if (t->ndim == ndim && !memcmp(t->shape, shape, (size_t)ndim * sizeof *shape)) return;
     int lead = ndim - t->ndim;
     k->ndim = ndim;
     for (int i = ndim - 1; i >= 0; i--) {

@@ -7,7 +7,6 @@
 #endif
 
 void oari_iter_init(oari_iter *it, int n_ops, const oar_ktensor *const *ops) {
-    memset(it, 0, sizeof *it);
     it->n_ops = n_ops;
     const oar_ktensor *o = ops[0];
     int nd = 0;

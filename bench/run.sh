@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs every benchmark under the shared peer environment, oar and its peer
+# alternating in one command, and prints oar / peer ratios.
+#   bash bench/run.sh [name ...]      (names without the bench_ prefix)
+# Each bench/bench_<name> prints lines "oar <metric> <value> <unit>"; the peer
+# bench/peer/<name>.py prints "torch <metric> <value> <unit>". Lower is
+# better for every unit we print (ns, ms, s); GFLOP/s lines carry their own
+# ratio. Peer figures need PyTorch (/usr/bin/python3 with python3-torch).
+set -u
+cd "$(dirname "$0")/.."
+here=$(pwd)
+shared=$here/../shared/bench/peer-env.sh
+[ -f "$shared" ] && . "$shared"
+py=/usr/bin/python3
+names=("$@")
+if [ ${#names[@]} -eq 0 ]; then
+    for f in build/bench_*; do names+=("$(basename "$f" | sed 's/^bench_//')"); done
+fi
+for name in "${names[@]}"; do
+    bin=build/bench_$name
+    peer=bench/peer/$name.py
+    [ -x "$bin" ] || { echo "no $bin (run make build)"; continue; }
+    echo "== $name"
+    for round in 1 2; do
+        oar_out=$("$bin")
+        echo "$oar_out"
+        if [ -f "$peer" ] && $py -c "import torch" 2>/dev/null; then
+            peer_out=$($py "$peer")
+            echo "$peer_out"
+            # ratio for each metric both printed
+            while read -r who metric value unit; do
+                [ "$who" = oar ] || continue
+                pv=$(echo "$peer_out" | awk -v m="$metric" '$2 == m {print $3}')
+                [ -n "$pv" ] && awk -v m="$metric" -v a="$value" -v b="$pv" \
+                    'BEGIN {printf "ratio %s oar/torch = %.3f (round '"$round"')\n", m, a / b}'
+            done <<< "$oar_out"
+        fi
+    done
+done
