@@ -26,5 +26,9 @@
 #include <oar/ops.h>
 #include <oar/autograd.h>
 #include <oar/device.h>
+#include <oar/nn.h>
+#include <oar/optim.h>
+#include <oar/data.h>
+#include <oar/io.h>
 
 #endif

@@ -1,7 +1,6 @@
 /* Grad mode: a per-thread counter of no_grad scopes. */
-#include "../ops/op.h"
+#include "node.h"
 
-#include <oar/autograd.h>
 
 static _Thread_local int no_grad_depth;
 
@@ -14,3 +13,9 @@ bool oar_grad_enabled(void) { return no_grad_depth == 0; }
 void oari_no_grad_push(void) { no_grad_depth++; }
 void oari_no_grad_pop(void) { no_grad_depth--; }
 bool oari_grad_mode_enabled(void) { return no_grad_depth == 0; }
+
+int oari_grad_mode_set_depth(int depth) {
+    int old = no_grad_depth;
+    no_grad_depth = depth;
+    return old;
+}

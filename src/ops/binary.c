@@ -1,12 +1,16 @@
-/* Binary (broadcasting) elementwise ops: definitions and public functions.
- * Kernels: src/backends/cpu/cpu_binary.c. */
+/* Binary (broadcasting) elementwise ops and where: definitions and public
+ * functions. Kernels: src/backends/cpu/cpu_binary.c.
+ *
+ * Integer division by zero is defined, never trapped: floor_div and
+ * remainder of integers give 0 when the divisor is 0 (PyTorch raises).
+ * Integer pow with a negative exponent follows PyTorch's tensor kernel
+ * (1 for base 1, +-1 for base -1, else 0); oar_pow_scalar rejects it as
+ * PyTorch does for a Python-number exponent. */
 #include "op.h"
 
 #include <math.h>
+#include <string.h>
 
-/* BOOTSTRAP: weak until reduce.c and movement.c land; removed at integration. */
-oar_tensor *oar_sum(oar_tensor *, int, const int64_t *, bool) __attribute__((weak));
-oar_tensor *oar_reshape(oar_tensor *, int, const int64_t *) __attribute__((weak));
 
 typedef enum {
     B_ARITH,    /* promoted dtype (add, sub, mul, maximum, ...) */
@@ -14,6 +18,12 @@ typedef enum {
     B_COMPARE,  /* compute in promoted dtype, out bool */
     B_LOGICAL,  /* any dtype, out bool */
 } binary_kind;
+
+/* bool + bool (or), bool * bool (and), maximum, minimum are defined for bool;
+ * sub, floor_div, remainder, pow are not (PyTorch). */
+static bool bool_arith_ok(const char *op) {
+    return !strcmp(op, "add") || !strcmp(op, "mul") || !strcmp(op, "maximum") || !strcmp(op, "minimum");
+}
 
 static int binary_infer(oari_infer *c, binary_kind kind, bool complex_ok) {
     const oar_tensor *a = c->in[0], *b = c->in[1];
@@ -26,11 +36,16 @@ static int binary_infer(oari_infer *c, binary_kind kind, bool complex_ok) {
                           oar_dtype_name(a->dtype), oar_dtype_name(b->dtype));
     if (kind == B_TRUEDIV && oar_dtype_is_integral(d)) d = OAR_F32;
     if (kind == B_LOGICAL) {
-        c->in_dtype[0] = c->in_dtype[1] = OAR_BOOL;
-        c->kernel_dtype = OAR_BOOL;
+        /* complex inputs are tested for z != 0 by complex kernels; others cast to bool */
+        oar_dtype k = oar_dtype_is_complex(d) ? d : OAR_BOOL;
+        c->in_dtype[0] = c->in_dtype[1] = k;
+        c->kernel_dtype = k;
         c->out[0].dtype = OAR_BOOL;
         return 0;
     }
+    if (kind == B_ARITH && d == OAR_BOOL && !bool_arith_ok(c->op))
+        return oari_error(OAR_ERR_INVALID, "%s: not defined for bool inputs; cast them to an "
+                          "integer dtype or use the logical ops", c->op);
     c->in_dtype[0] = c->in_dtype[1] = d;
     c->kernel_dtype = d;
     c->out[0].dtype = kind == B_COMPARE ? OAR_BOOL : d;
@@ -64,21 +79,179 @@ oar_tensor *oari_sum_to(oar_tensor *g, const oari_meta *m) {
     return r;
 }
 
+/* ---- gradient rules (ops only; complex: grad_in = grad_out * conj(df/dz)) ---- */
+
+static oar_tensor *cj(oar_tensor *t) { return t && oar_dtype_is_complex(t->dtype) ? oar_conj(t) : t; }
+static oar_tensor *sc(double v) { return oar_scalar(v); }
+
+/* Sets gin[i] = sum_to(v) if input i needs a gradient; v NULL is an error. */
+static int set_gin(oari_grad_ctx *g, int i, oar_tensor *v) {
+    if (!g->needs[i]) return 0;
+    g->gin[i] = oari_sum_to(v, &g->in_meta[i]);
+    return g->gin[i] ? 0 : OAR_ERR_NOMEM;
+}
+static int zero_gin(oari_grad_ctx *g) {
+    for (int i = 0; i < g->n_in; i++) {
+        if (!g->needs[i]) continue;
+        const oari_meta *m = &g->in_meta[i];
+        if (!(g->gin[i] = oar_zeros(m->dtype, m->ndim, m->shape))) return OAR_ERR_NOMEM;
+    }
+    return 0;
+}
+
 static int grad_add(oari_grad_ctx *g) {
     for (int i = 0; i < 2; i++)
         if (g->needs[i] && !(g->gin[i] = oari_sum_to(g->gout[0], &g->in_meta[i]))) return OAR_ERR_NOMEM;
     return 0;
 }
 
+static int grad_sub(oari_grad_ctx *g) {
+    int st = set_gin(g, 0, g->gout[0]);
+    return st ? st : set_gin(g, 1, g->needs[1] ? oar_neg(g->gout[0]) : NULL);
+}
+
 static int grad_mul(oari_grad_ctx *g) {
     /* d(a*b) = gy * conj(b), gy * conj(a) */
     for (int i = 0; i < 2; i++) {
         if (!g->needs[i]) continue;
-        g->gin[i] = oari_sum_to(oar_mul(g->gout[0], oar_conj(g->in[1 - i])), &g->in_meta[i]);
+        g->gin[i] = oari_sum_to(oar_mul(g->gout[0], cj(g->in[1 - i])), &g->in_meta[i]);
         if (!g->gin[i]) return OAR_ERR_NOMEM;
     }
     return 0;
 }
 
-BINARY_DEF(add, B_ARITH, true, grad_add, 0, 0)
-BINARY_DEF(mul, B_ARITH, true, grad_mul, OARI_SAVE_IN(0) | OARI_SAVE_IN(1), 0)
+static int grad_div(oari_grad_ctx *g) {
+    /* ga = gy / conj(b); gb = -ga * conj(a / b) */
+    oar_tensor *a = g->in[0], *b = g->in[1];
+    oar_tensor *ga = oar_div(g->gout[0], cj(b));
+    int st = set_gin(g, 0, ga);
+    return st ? st : set_gin(g, 1, g->needs[1] ? oar_neg(oar_mul(ga, cj(oar_div(a, b)))) : NULL);
+}
+
+static int grad_remainder(oari_grad_ctx *g) {
+    /* a - floor(a / b) * b: ga = gy, gb = -gy * floor_div(a, b) */
+    int st = set_gin(g, 0, g->gout[0]);
+    if (st || !g->needs[1]) return st;
+    return set_gin(g, 1, oar_neg(oar_mul(g->gout[0], oar_floor_div(g->in[0], g->in[1]))));
+}
+
+static int grad_pow(oari_grad_ctx *g) {
+    oar_tensor *a = g->in[0], *b = g->in[1], *gy = g->gout[0];
+    int st = 0;
+    if (g->needs[0]) {
+        /* gy * conj(b a^(b-1)), 0 where b == 0 (PyTorch) */
+        oar_tensor *d = oar_mul(b, oar_pow(a, oar_sub(b, sc(1))));
+        st = set_gin(g, 0, oar_where(oar_eq(b, sc(0)), sc(0), oar_mul(gy, cj(d))));
+    }
+    if (!st && g->needs[1]) {
+        /* gy * conj(a^b log a), 0 where a == 0 and b >= 0 (PyTorch) */
+        oar_tensor *d = oar_mul(oar_pow(a, b), oar_log(a));
+        oar_tensor *breal = oar_dtype_is_complex(b->dtype) ? oar_real(b) : b;
+        oar_tensor *mask = oar_logical_and(oar_eq(a, sc(0)), oar_ge(breal, sc(0)));
+        st = set_gin(g, 1, oar_where(mask, sc(0), oar_mul(gy, cj(d))));
+    }
+    return st;
+}
+
+static int grad_atan2(oari_grad_ctx *g) {
+    /* atan2(a, b): da = b / (a^2 + b^2), db = -a / (a^2 + b^2) */
+    oar_tensor *a = g->in[0], *b = g->in[1];
+    oar_tensor *r = oar_div(g->gout[0], oar_add(oar_square(a), oar_square(b)));
+    int st = set_gin(g, 0, g->needs[0] ? oar_mul(r, b) : NULL);
+    return st ? st : set_gin(g, 1, g->needs[1] ? oar_neg(oar_mul(r, a)) : NULL);
+}
+
+/* maximum/minimum: the gradient goes to the chosen input, split in half on
+ * ties (PyTorch). `pick` is gt for maximum, lt for minimum. */
+static int grad_extreme(oari_grad_ctx *g, oar_tensor *(*pick)(oar_tensor *, oar_tensor *)) {
+    oar_tensor *a = g->in[0], *b = g->in[1], *gy = g->gout[0];
+    oar_tensor *tie = oar_eq(a, b), *half = oar_mul(gy, sc(0.5));
+    int st = 0;
+    if (g->needs[0]) st = set_gin(g, 0, oar_where(pick(a, b), gy, oar_where(tie, half, sc(0))));
+    if (!st && g->needs[1]) st = set_gin(g, 1, oar_where(pick(b, a), gy, oar_where(tie, half, sc(0))));
+    return st;
+}
+static int grad_maximum(oari_grad_ctx *g) { return grad_extreme(g, oar_gt); }
+static int grad_minimum(oari_grad_ctx *g) { return grad_extreme(g, oar_lt); }
+
+#define SAB (OARI_SAVE_IN(0) | OARI_SAVE_IN(1))
+#define ND OARI_F_NONDIFF
+
+/*         name         kind       complex grad            saved flags */
+BINARY_DEF(add,         B_ARITH,   true,  grad_add,       0,   0)
+BINARY_DEF(sub,         B_ARITH,   true,  grad_sub,       0,   0)
+BINARY_DEF(mul,         B_ARITH,   true,  grad_mul,       SAB, 0)
+BINARY_DEF(div,         B_TRUEDIV, true,  grad_div,       SAB, 0)
+BINARY_DEF(floor_div,   B_ARITH,   false, zero_gin,       0,   0)
+BINARY_DEF(remainder,   B_ARITH,   false, grad_remainder, SAB, 0)
+BINARY_DEF(pow,         B_ARITH,   true,  grad_pow,       SAB, 0)
+BINARY_DEF(atan2,       B_TRUEDIV, false, grad_atan2,     SAB, 0)
+BINARY_DEF(maximum,     B_ARITH,   false, grad_maximum,   SAB, 0)
+BINARY_DEF(minimum,     B_ARITH,   false, grad_minimum,   SAB, 0)
+BINARY_DEF(eq,          B_COMPARE, true,  NULL,           0,   ND)
+BINARY_DEF(ne,          B_COMPARE, true,  NULL,           0,   ND)
+BINARY_DEF(lt,          B_COMPARE, false, NULL,           0,   ND)
+BINARY_DEF(le,          B_COMPARE, false, NULL,           0,   ND)
+BINARY_DEF(gt,          B_COMPARE, false, NULL,           0,   ND)
+BINARY_DEF(ge,          B_COMPARE, false, NULL,           0,   ND)
+BINARY_DEF(logical_and, B_LOGICAL, true,  NULL,           0,   ND)
+BINARY_DEF(logical_or,  B_LOGICAL, true,  NULL,           0,   ND)
+BINARY_DEF(logical_xor, B_LOGICAL, true,  NULL,           0,   ND)
+
+/* ---- where: cond ? a : b, three broadcast inputs ---- */
+
+static int infer_where(oari_infer *c) {
+    const oar_tensor *cond = c->in[0], *a = c->in[1], *b = c->in[2];
+    if (cond->dtype != OAR_BOOL)
+        return oari_error(OAR_ERR_INVALID, "where: condition must be bool, got %s; compare or "
+                          "cast it first", oar_dtype_name(cond->dtype));
+    int64_t s1[OAR_MAX_DIMS];
+    int n1 = oari_broadcast_shapes("where", cond->ndim, cond->shape, a->ndim, a->shape, s1);
+    if (n1 < 0) return OAR_ERR_INVALID;
+    int nd = oari_broadcast_shapes("where", n1, s1, b->ndim, b->shape, c->out[0].shape);
+    if (nd < 0) return OAR_ERR_INVALID;
+    c->out[0].ndim = nd;
+    oar_dtype d = oari_result_type(2, c->in + 1);
+    c->in_dtype[1] = c->in_dtype[2] = d;
+    c->kernel_dtype = d;
+    c->out[0].dtype = d;
+    return 0;
+}
+
+static int grad_where(oari_grad_ctx *g) {
+    oar_tensor *cond = g->in[0], *gy = g->gout[0];
+    int st = set_gin(g, 1, g->needs[1] ? oar_where(cond, gy, sc(0)) : NULL);
+    return st ? st : set_gin(g, 2, g->needs[2] ? oar_where(cond, sc(0), gy) : NULL);
+}
+
+const oari_op_def oari_def_where = {
+    .name = "where", .n_in = 3, .n_out = 1, .fusion = OARI_FUSE_BROADCAST,
+    .flags = OARI_F_BROADCAST, .saved = OARI_SAVE_IN(0), .infer = infer_where, .grad = grad_where,
+};
+
+oar_tensor *oar_where(oar_tensor *cond, oar_tensor *a, oar_tensor *b) {
+    oar_tensor *in[3] = {cond, a, b};
+    return oari_call(OARI_OP_where, 3, in, NULL);
+}
+
+/* ---- with a Python-number-like scalar ---- */
+
+static oar_tensor *with_scalar(oar_tensor *(*fn)(oar_tensor *, oar_tensor *), oar_tensor *x, double v) {
+    oar_pool *p = oar_pool_push();
+    oar_tensor *r = fn(x, oar_scalar(v));
+    return oari_pool_return(p, r);
+}
+
+oar_tensor *oar_add_scalar(oar_tensor *x, double v) { return with_scalar(oar_add, x, v); }
+oar_tensor *oar_sub_scalar(oar_tensor *x, double v) { return with_scalar(oar_sub, x, v); }
+oar_tensor *oar_mul_scalar(oar_tensor *x, double v) { return with_scalar(oar_mul, x, v); }
+oar_tensor *oar_div_scalar(oar_tensor *x, double v) { return with_scalar(oar_div, x, v); }
+oar_tensor *oar_pow_scalar(oar_tensor *x, double exponent) {
+    if (x && oar_dtype_is_integral(x->dtype) && exponent < 0 && exponent == floor(exponent)) {
+        oari_error(OAR_ERR_INVALID, "pow: integers to negative integer powers are not allowed "
+                   "(%s tensor ** %g); cast the tensor to a floating dtype", oar_dtype_name(x->dtype),
+                   exponent);
+        return NULL;
+    }
+    return with_scalar(oar_pow, x, exponent);
+}

@@ -145,6 +145,10 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
     c.kernel_dtype = n_in ? in[0]->dtype : OAR_F32;
     int st = def->infer(&c);
     if (st) return st;
+    if ((def->flags & OARI_F_INPLACE) && oari_grad_mode_enabled() && in[0]->requires_grad)
+        return oari_error(OAR_ERR_STATE, "%s: in-place write into a tensor that requires grad; do it "
+                          "inside oar_no_grad_push/pop (an optimizer step, an initialisation) or "
+                          "on a clone", def->name);
 
     oar_device *dev = NULL;
     for (int i = 0; i < n_in; i++) {

@@ -1,0 +1,231 @@
+/* `make demo`: trains a small CNN on Fashion-MNIST with Adam (lr 2e-3,
+ * cosine decay over the run, batch 64), evaluates it after each epoch, saves a checkpoint to
+ * demo-out/fashion-cnn.safetensors, reloads it into a fresh model and evaluates that. The last line
+ * printed is exactly "test accuracy: 0.XXXX" (the reloaded model's figure).
+ *
+ * Environment: OAR_DEMO_EPOCHS (default 4), OAR_DEMO_LIMIT (use only the
+ * first N training and test images, for quick runs), OAR_DEMO_DATA (folder
+ * of the .gz files; default /usr/share/datasets/fashion-mnist),
+ * OAR_DEMO_CHANNELS (the first conv's channels, default 16; the second has
+ * twice as many).
+ *
+ * The recipe was chosen with PyTorch on the same data: this model reaches
+ * about 91.8% after 4 epochs; without batch norm (and lr 1e-3) it needs
+ * about 5 epochs for 91%; a 32/64-channel model costs 4x the time per step
+ * and reaches only about 90% in the 2 epochs the 5-minute budget allows. */
+#include <oar/oar.h>
+#include <oar/data.h>
+#include <oar/io.h>
+#include <oar/nn.h>
+#include <oar/optim.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CKPT_DIR "demo-out"
+#define CKPT CKPT_DIR "/fashion-cnn.safetensors"
+
+/* Fashion-MNIST training-set pixel statistics (after scaling to [0, 1]). */
+#define MEAN 0.2860
+#define STD 0.3530
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int fail(const char *what) {
+    fprintf(stderr, "fashion_mnist: %s: %s\n", what, oar_last_error());
+    return 1;
+}
+
+/* conv 1->c 3x3 pad 1, batchnorm, relu, maxpool 2, conv c->2c 3x3 pad 1,
+ * batchnorm, relu, maxpool 2, flatten, linear 2c*49->128, relu,
+ * linear 128->10. */
+static oar_module *make_model(int64_t c) {
+    oar_module *features =
+        oar_sequential_new(8, (oar_module *[]){oar_conv2d_new(1, c, 3, 1, 1, 1, 1, false),
+                                               oar_batch_norm2d_new(c, 1e-5, 0.1, true),
+                                               oar_relu_new(), oar_max_pool2d_new(2, 2, 0),
+                                               oar_conv2d_new(c, 2 * c, 3, 1, 1, 1, 1, false),
+                                               oar_batch_norm2d_new(2 * c, 1e-5, 0.1, true),
+                                               oar_relu_new(), oar_max_pool2d_new(2, 2, 0)});
+    oar_module *classifier = oar_sequential_new(
+        4, (oar_module *[]){oar_flatten_new(1, -1), oar_linear_new(2 * c * 7 * 7, 128, true),
+                            oar_relu_new(), oar_linear_new(128, 10, true)});
+    return oar_sequential_new(2, (oar_module *[]){features, classifier});
+}
+
+/* Accuracy of m on ds (eval mode, no gradients), or -1 on error. */
+static double evaluate(oar_module *m, const oar_dataset *ds) {
+    oar_loader *ld = oar_loader_new(
+        ds, &(oar_loader_options){.batch_size = 500, .mean = MEAN, .std = STD, .scale = 1 / 255.0});
+    if (!ld) return -1;
+    oar_module_train(m, false);
+    oar_no_grad_push();
+    int64_t correct = 0, total = 0;
+    int r;
+    for (;;) {
+        oar_pool *p = oar_pool_push();
+        oar_tensor *x, *y;
+        r = oar_loader_next(ld, &x, &y);
+        if (r == 1) {
+            oar_tensor *pred = oar_argmax(oar_module_forward(m, x), 1, false);
+            double c = oar_tensor_item(oar_sum(oar_eq(pred, y), 0, NULL, false));
+            if (c != c)
+                r = -1;
+            else {
+                correct += (int64_t)c;
+                total += oar_tensor_shape(y)[0];
+            }
+        }
+        oar_pool_pop(p);
+        if (r != 1) break;
+    }
+    oar_no_grad_pop();
+    oar_module_train(m, true);
+    oar_loader_free(ld);
+    return r < 0 || total == 0 ? -1 : (double)correct / (double)total;
+}
+
+static void fmt_time(char *buf, size_t n, double s) {
+    if (s < 0 || s != s) s = 0;
+    snprintf(buf, n, "%d:%02d", (int)s / 60, (int)s % 60);
+}
+
+int main(void) {
+    int epochs = getenv("OAR_DEMO_EPOCHS") ? atoi(getenv("OAR_DEMO_EPOCHS")) : 4;
+    int64_t limit = getenv("OAR_DEMO_LIMIT") ? atoll(getenv("OAR_DEMO_LIMIT")) : 0;
+    const char *data_dir = getenv("OAR_DEMO_DATA");
+    int64_t channels = getenv("OAR_DEMO_CHANNELS") ? atoll(getenv("OAR_DEMO_CHANNELS")) : 16;
+    if (channels < 1 || channels > 256) channels = 16;
+    if (epochs < 1) epochs = 1;
+    bool tty = isatty(fileno(stdout));
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    oar_dataset *train = oar_fashion_mnist_load(data_dir, true);
+    oar_dataset *test = train ? oar_fashion_mnist_load(data_dir, false) : NULL;
+    if (!train || !test) return fail("loading Fashion-MNIST");
+    if (limit > 0) {
+        oar_dataset *a = oar_dataset_slice(
+            train, 0, limit < oar_dataset_size(train) ? limit : oar_dataset_size(train));
+        oar_dataset *b = oar_dataset_slice(
+            test, 0, limit < oar_dataset_size(test) ? limit : oar_dataset_size(test));
+        oar_dataset_free(train);
+        oar_dataset_free(test);
+        train = a;
+        test = b;
+        if (!train || !test) return fail("limiting the data set");
+    }
+
+    oar_manual_seed(0);
+    oar_module *model = make_model(channels);
+    if (!model) return fail("building the model");
+    oar_tensor *params[16];
+    int np = oar_module_parameters(model, params, 16);
+    oar_optimizer *opt = oar_adam_new(np, params, &(oar_adam_options){.lr = 2e-3});
+    const int64_t batch = 64;
+    oar_loader *loader = oar_loader_new(train, &(oar_loader_options){.batch_size = batch,
+                                                                     .shuffle = true,
+                                                                     .seed = 1,
+                                                                     .scale = 1 / 255.0,
+                                                                     .mean = MEAN,
+                                                                     .std = STD});
+    if (!opt || !loader) return fail("setting up training");
+    int64_t steps_per_epoch = oar_loader_num_batches(loader),
+            total_steps = steps_per_epoch * epochs;
+    oar_lr_scheduler *sched = oar_lr_cosine_new(opt, total_steps, 0);
+    if (!sched) return fail("setting up the schedule");
+
+    printf("oar fashion_mnist: %lld train / %lld test images, %lld parameters, %d epoch%s of %lld "
+           "steps (batch %lld)\n",
+           (long long)oar_dataset_size(train), (long long)oar_dataset_size(test),
+           (long long)oar_module_num_elements(model), epochs, epochs == 1 ? "" : "s",
+           (long long)steps_per_epoch, (long long)batch);
+
+    double t_start = now();
+    int64_t step = 0;
+    for (int epoch = 1; epoch <= epochs; epoch++) {
+        double t_epoch = now(), loss_sum = 0, last_log = now();
+        int64_t nloss = 0;
+        for (int64_t i = 0;; i++) {
+            oar_pool *pool = oar_pool_push();
+            oar_tensor *x, *y;
+            int r = oar_loader_next(loader, &x, &y);
+            if (r != 1) {
+                oar_pool_pop(pool);
+                if (r < 0) return fail("loading a batch");
+                break;
+            }
+            oar_tensor *logits = oar_module_forward(model, x);
+            oar_tensor *loss = oar_cross_entropy(logits, y, NULL, -100, 0.0, OAR_REDUCTION_MEAN);
+            if (!loss || oar_backward(loss, NULL) || oar_optim_step(opt)) {
+                oar_pool_pop(pool);
+                return fail("training step");
+            }
+            oar_optim_zero_grad(opt);
+            oar_lr_scheduler_step(sched);
+            double l = oar_tensor_item(loss);
+            oar_pool_pop(pool);
+            loss_sum += l;
+            nloss++;
+            step++;
+
+            double t = now(), rate = (double)(i + 1) * (double)batch / (t - t_epoch);
+            double eta = (double)(total_steps - step) * (t - t_start) / (double)step;
+            char eta_s[16];
+            fmt_time(eta_s, sizeof eta_s, eta);
+            bool last = i + 1 == steps_per_epoch;
+            if (tty) {
+                int width = 30,
+                    filled = (int)((double)width * (double)(i + 1) / (double)steps_per_epoch);
+                char bar[64];
+                for (int k = 0; k < width; k++)
+                    bar[k] = k < filled ? '#' : '.';
+                bar[width] = 0;
+                printf("\repoch %d/%d [%s] %lld/%lld loss %.4f  %.0f samples/s  ETA %s ", epoch,
+                       epochs, bar, (long long)(i + 1), (long long)steps_per_epoch,
+                       loss_sum / (double)nloss, rate, eta_s);
+                fflush(stdout);
+                if (last) printf("\n");
+            } else if (t - last_log >= 10 || last) {
+                printf("epoch %d/%d step %lld/%lld loss %.4f %.0f samples/s ETA %s\n", epoch,
+                       epochs, (long long)(i + 1), (long long)steps_per_epoch,
+                       loss_sum / (double)nloss, rate, eta_s);
+                last_log = t;
+            }
+        }
+        double acc = evaluate(model, test);
+        if (acc < 0) return fail("evaluating");
+        printf("epoch %d: train loss %.4f, test accuracy %.4f (%.1f s)\n", epoch,
+               loss_sum / (double)(nloss ? nloss : 1), acc, now() - t_epoch);
+    }
+
+    if (mkdir(CKPT_DIR, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "fashion_mnist: cannot create %s: %s\n", CKPT_DIR, strerror(errno));
+        return 1;
+    }
+    if (oar_module_save(model, CKPT)) return fail("saving the checkpoint");
+    oar_manual_seed(12345); /* the fresh model starts from different weights */
+    oar_module *fresh = make_model(channels);
+    if (!fresh || oar_module_load(fresh, CKPT)) return fail("reloading the checkpoint");
+    double acc = evaluate(fresh, test);
+    if (acc < 0) return fail("evaluating the reloaded model");
+    printf("saved %s and reloaded it into a fresh model (%.1f s in all)\n", CKPT, now() - t_start);
+
+    oar_module_free(fresh);
+    oar_module_free(model);
+    oar_lr_scheduler_free(sched);
+    oar_optim_free(opt);
+    oar_loader_free(loader);
+    oar_dataset_free(train);
+    oar_dataset_free(test);
+    printf("test accuracy: %.4f\n", acc);
+    return 0;
+}

@@ -1,0 +1,148 @@
+/* Neural-network modules: a module owns named parameters and buffers and
+ * named child modules ("features.0.weight"), has a train/eval mode and a
+ * forward function. Built-in layers (Linear, Conv2d, BatchNorm, LayerNorm,
+ * Embedding, Dropout, activations, pooling, Flatten, Sequential) and the
+ * initialisers PyTorch uses by default.
+ *
+ *     oar_module *net = oar_sequential_new(3, (oar_module *[]){
+ *         oar_linear_new(784, 128, true), oar_relu_new(), oar_linear_new(128, 10, true)});
+ *     oar_tensor *logits = oar_module_forward(net, x);   // pool-owned
+ *     oar_module_free(net);
+ *
+ * Parameters and buffers are retained by their module (not pool-owned),
+ * parameters require grad. Constructors draw their initial values from the
+ * global generator (oar_manual_seed). */
+#ifndef OAR_NN_H
+#define OAR_NN_H
+
+#include <oar/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct oar_module oar_module;
+
+/* The forward function of a module: returns a result owned as an op's
+ * result is (innermost pool), or NULL with an error set. */
+typedef oar_tensor *(*oar_module_forward_fn)(oar_module *m, oar_tensor *x);
+
+/* ---- the module system ---------------------------------------------------- */
+
+/* A new empty module of the given type name ("MyBlock"). forward may be
+ * NULL (the module then only groups children). ctx is user data; free_ctx
+ * (optional) is called on it when the module is freed. NULL on failure. */
+OAR_API oar_module *oar_module_new(const char *type_name, oar_module_forward_fn forward, void *ctx,
+                                   void (*free_ctx)(void *ctx));
+/* Frees the module, its children, and drops its references to parameters
+ * and buffers. NULL is ignored. */
+OAR_API void oar_module_free(oar_module *m);
+OAR_API const char *oar_module_type(const oar_module *m);
+OAR_API void *oar_module_ctx(const oar_module *m);
+
+/* Registers t under `name` (no dots) and retains it. Parameters are made
+ * to require grad. A NULL t, a duplicate or malformed name is an error
+ * (non-zero status); on error t is not retained. */
+OAR_API int oar_module_add_parameter(oar_module *m, const char *name, oar_tensor *t);
+OAR_API int oar_module_add_buffer(oar_module *m, const char *name, oar_tensor *t);
+/* Adds a child under `name`; the parent takes ownership of the child, even
+ * on failure (then the child is freed) -- except when the child already
+ * has a parent, which is an error that leaves it with that parent. */
+OAR_API int oar_module_add_child(oar_module *m, const char *name, oar_module *child);
+
+/* Runs m's forward function. */
+OAR_API oar_tensor *oar_module_forward(oar_module *m, oar_tensor *x);
+
+/* Sets training mode (true) or eval mode (false) on m and all children. */
+OAR_API void oar_module_train(oar_module *m, bool training);
+OAR_API bool oar_module_is_training(const oar_module *m);
+
+/* A child by name ("features" or dotted "features.0"); borrowed, NULL if
+ * absent (with an error). */
+OAR_API oar_module *oar_module_child(oar_module *m, const char *name);
+OAR_API int oar_module_num_children(const oar_module *m);
+/* The i-th direct child (borrowed), NULL if out of range. */
+OAR_API oar_module *oar_module_child_at(oar_module *m, int i);
+
+/* A parameter or buffer by dotted name ("features.0.weight"); borrowed,
+ * NULL if absent (with an error). */
+OAR_API oar_tensor *oar_module_get(oar_module *m, const char *name);
+
+/* One entry of a module's state: a parameter or a buffer with its full
+ * dotted name. */
+typedef struct oar_state_entry {
+    const char *name;
+    oar_tensor *tensor; /* borrowed */
+    bool is_parameter;
+} oar_state_entry;
+
+/* All parameters and buffers of m and its children, depth first in
+ * registration order (a module's own tensors before its children's). Sets
+ * *entries to an array owned by m, valid until m's structure changes or m
+ * is freed; returns the count, or -1 on failure. */
+OAR_API int oar_module_state(oar_module *m, const oar_state_entry **entries);
+
+/* Writes up to max borrowed parameter pointers (not buffers) to out, in
+ * state order, and returns the total number of parameters (-1 on error).
+ * Call with out NULL to count. */
+OAR_API int oar_module_parameters(oar_module *m, oar_tensor **out, int max);
+/* Total number of parameter elements. */
+OAR_API int64_t oar_module_num_elements(oar_module *m);
+
+/* Drops the gradient of every parameter (PyTorch's set_to_none). */
+OAR_API void oar_module_zero_grad(oar_module *m);
+
+/* ---- built-in modules (NULL with an error on bad arguments) ---------------- */
+
+/* y = x W^T + b; weight [out, in], bias [out]. */
+OAR_API oar_module *oar_linear_new(int64_t in_features, int64_t out_features, bool bias);
+/* weight [out, in/groups, kh, kw]; bias [out]. Square kernel, symmetric
+ * stride/padding/dilation. */
+OAR_API oar_module *oar_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel,
+                                   int64_t stride, int64_t padding, int64_t dilation,
+                                   int64_t groups, bool bias);
+/* weight, bias [C] (if affine); buffers running_mean, running_var [C],
+ * num_batches_tracked (i64 scalar). Input [N, C, H, W] (2d) or [N, C] /
+ * [N, C, L] (1d). */
+OAR_API oar_module *oar_batch_norm2d_new(int64_t num_features, double eps, double momentum,
+                                         bool affine);
+OAR_API oar_module *oar_batch_norm1d_new(int64_t num_features, double eps, double momentum,
+                                         bool affine);
+/* Normalises the last ndim dims of shape `normalized_shape`. */
+OAR_API oar_module *oar_layer_norm_new(int ndim, const int64_t *normalized_shape, double eps,
+                                       bool elementwise_affine);
+/* weight [num, dim] ~ N(0, 1); input: indices of any shape. */
+OAR_API oar_module *oar_embedding_new(int64_t num_embeddings, int64_t embedding_dim);
+OAR_API oar_module *oar_dropout_new(double p);
+OAR_API oar_module *oar_relu_new(void);
+OAR_API oar_module *oar_gelu_new(bool tanh_approx);
+OAR_API oar_module *oar_tanh_new(void);
+/* stride 0 means stride = kernel. */
+OAR_API oar_module *oar_max_pool2d_new(int64_t kernel, int64_t stride, int64_t padding);
+OAR_API oar_module *oar_avg_pool2d_new(int64_t kernel, int64_t stride, int64_t padding);
+/* Flattens dims start_dim..end_dim (PyTorch's nn.Flatten: 1, -1). */
+OAR_API oar_module *oar_flatten_new(int start_dim, int end_dim);
+/* Runs its children in order; they are named "0", "1", ... Takes ownership
+ * of the n modules (freed on failure; a NULL among them fails). */
+OAR_API oar_module *oar_sequential_new(int n, oar_module *const *mods);
+OAR_API int oar_sequential_append(oar_module *seq, oar_module *m);
+
+/* ---- initialisers (in place, without recording gradients; 0 on success) --- */
+OAR_API int oar_init_uniform_(oar_tensor *t, double low, double high);
+OAR_API int oar_init_normal_(oar_tensor *t, double mean, double std);
+OAR_API int oar_init_zeros_(oar_tensor *t);
+OAR_API int oar_init_ones_(oar_tensor *t);
+/* U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)). */
+OAR_API int oar_init_xavier_uniform_(oar_tensor *t, double gain);
+/* U(-b, b), b = sqrt(2 / (1 + a^2)) * sqrt(3 / fan_in), the leaky_relu
+ * gain (torch.nn.init.kaiming_uniform_ with mode fan_in). Linear and
+ * Conv2d weights use a = sqrt(5). */
+OAR_API int oar_init_kaiming_uniform_(oar_tensor *t, double a);
+/* fan_in and fan_out of a weight shape as PyTorch computes them
+ * (dims >= 2); 0 on success. */
+OAR_API int oar_init_fans(const oar_tensor *t, int64_t *fan_in, int64_t *fan_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

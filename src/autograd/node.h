@@ -1,0 +1,58 @@
+/* Internal autograd: the tape node (one allocation per recorded op call),
+ * saved tensors, and the grad-mode switches the engine uses. */
+#ifndef OARI_NODE_H
+#define OARI_NODE_H
+
+#include "../ops/op.h"
+
+#include <oar/autograd.h>
+
+/* Where the gradient of one input goes: the node that made it (and which
+ * of its outputs), or the leaf to accumulate into, or nowhere. */
+typedef struct oari_edge {
+    struct oari_node *fn;   /* owned reference, or NULL */
+    oar_tensor *leaf;       /* owned reference (a leaf never references the node), or NULL */
+    int index;              /* output index in fn */
+} oari_edge;
+
+/* A saved tensor: its storage (retained) and geometry, no tensor object,
+ * so saving an output makes no cycle node -> output -> node. */
+typedef struct oari_saved {
+    oari_storage *storage;  /* NULL once released (or never saved) */
+    uint32_t version;       /* storage version when saved */
+    bool wrapped_number;
+    int64_t offset;
+    int64_t strides[OAR_MAX_DIMS];
+} oari_saved;
+
+struct oari_node {
+    int refcount;            /* atomic: outputs' grad_fn, edges of later nodes, unpacked aliases */
+    int16_t op;
+    int16_t n_in, n_out;
+    bool had_saved;          /* the op saved tensors ... */
+    bool saved_released;     /* ... and they were freed by a backward */
+    int bw_slot;             /* index in a running backward, -1 otherwise */
+    struct oari_node *next;  /* free list while releasing */
+    oari_attrs attrs;
+    /* inline arrays, carved from the same allocation */
+    oari_meta *in_meta;      /* [n_in] */
+    oari_meta *out_meta;     /* [n_out] */
+    oari_edge *edges;        /* [n_in] */
+    oari_saved *saved;       /* [n_in + n_out]: inputs then outputs */
+};
+
+/* Makes a tensor for saved slot k of n (inputs 0..n_in-1, then outputs):
+ * NULL if nothing was saved there. With `graph`, the tensor carries the
+ * gradient path of the original (its grad_fn, or the leaf itself). Fails
+ * with a clear message if the storage was modified in place since, or the
+ * saved tensors were freed. Returns an owned reference in *out. */
+OARI_HIDDEN int oari_saved_unpack(struct oari_node *n, int k, bool graph, oar_tensor **out);
+/* Frees the node's saved tensors (after a backward without retain_graph). */
+OARI_HIDDEN void oari_node_release_saved(struct oari_node *n);
+OARI_HIDDEN struct oari_node *oari_node_retain(struct oari_node *n);
+OARI_HIDDEN void oari_node_release(struct oari_node *n);
+
+/* Grad mode depth, saved and forced (for create_graph inside no_grad). */
+OARI_HIDDEN int oari_grad_mode_set_depth(int depth); /* returns the previous depth */
+
+#endif

@@ -1,0 +1,684 @@
+/* CPU kernels of the convolutions (im2col/col2im + CBLAS gemm), pools and
+ * interpolation, with their backward primitives. The f32 and f64 kernels
+ * come from one template: this file includes itself with CONV_T defined
+ * (see the end of the file). f16/bf16 run through f32 (dispatch converts). */
+#ifndef CONV_T
+#include "cpu.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static int max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* Scratch buffers come from the CPU block cache: a fresh multi-megabyte
+ * malloc costs a page fault per 4 KiB on first touch, which used to
+ * dominate small convolutions. NULL with the error set on failure. */
+static void *scratch_alloc(size_t n) { return oari_cpu_block_alloc(n ? n : 1); }
+static void scratch_free(void *p, size_t n) {
+    if (p) oari_cpu_block_free(p, n ? n : 1);
+}
+
+static void copy_elems(char **p, const int64_t *s, int64_t n, void *ctx) {
+    size_t es = *(const size_t *)ctx;
+    for (int64_t i = 0; i < n; i++)
+        memcpy(p[0] + i * s[0] * (int64_t)es, p[1] + i * s[1] * (int64_t)es, es);
+}
+
+/* k's elements in row-major order: k's own data when contiguous, else a
+ * copy in *owned (size *owned_n bytes; the caller frees it). NULL when the
+ * copy cannot be allocated (error set). */
+static const void *contig(const oar_ktensor *k, void **owned, size_t *owned_n) {
+    static const double empty; /* a non-NULL pointer for tensors without elements */
+    *owned = NULL;
+    *owned_n = 0;
+    if (oari_kt_contiguous(k)) return k->data ? k->data : &empty;
+    size_t es = oar_dtype_size((oar_dtype)k->dtype);
+    int64_t n = oari_kt_numel(k);
+    void *buf = scratch_alloc((size_t)(n ? n : 1) * es);
+    if (!buf) return NULL;
+    oar_ktensor dst = *k;
+    dst.data = buf;
+    oari_contiguous_strides(k->ndim, k->shape, dst.strides);
+    const oar_ktensor *ops[2] = {&dst, k};
+    oari_iter it;
+    oari_iter_init(&it, 2, ops);
+    oari_iter_run(&it, copy_elems, &es);
+    *owned = buf;
+    *owned_n = (size_t)(n ? n : 1) * es;
+    return buf;
+}
+
+/* Conv operands: [N, C, H, W], or [N, C, L] read as H = 1. */
+typedef struct {
+    int64_t n, c, h, w;
+} dims4;
+
+static dims4 dims_of(const oar_ktensor *t) {
+    dims4 d = {t->shape[0], t->shape[1], t->ndim == 4 ? t->shape[2] : 1, t->shape[t->ndim - 1]};
+    return d;
+}
+
+/* Geometry of one 2-D convolution, from the conv's point of view: an input
+ * plane ih x iw, a kernel kh x kw, an output plane oh x ow. */
+typedef struct {
+    int64_t ih, iw, kh, kw, oh, ow;
+    int64_t sh, sw, ph, pw, dh, dw;
+} geom;
+
+/* The outputs ox in [*x0, *x1) whose input column ox * s + off lies in
+ * [0, in); n outputs in all. */
+static void valid_range(int64_t off, int64_t s, int64_t in, int64_t n, int64_t *x0, int64_t *x1) {
+    int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;             /* ceil(-off / s) */
+    int64_t hi = in - 1 - off < 0 ? 0 : (in - 1 - off) / s + 1; /* floor((in-1-off)/s) + 1 */
+    *x0 = lo < n ? lo : n;
+    *x1 = hi < n ? hi : n;
+    if (*x1 < *x0) *x1 = *x0;
+}
+
+/* Planes of a pool/interpolate operand [..., H, W]: count, height, width. */
+static void planes_of(const oar_ktensor *t, int64_t *np, int64_t *h, int64_t *w) {
+    *h = t->shape[t->ndim - 2];
+    *w = t->shape[t->ndim - 1];
+    *np = 1;
+    for (int i = 0; i < t->ndim - 2; i++)
+        *np *= t->shape[i];
+}
+
+/* PyTorch's source index of nearest-neighbour resampling (float arithmetic). */
+static int64_t nearest_src(int64_t dst, int64_t in, int64_t out) {
+    if (out == in) return dst;
+    if (out == 2 * in) return dst >> 1;
+    float scale = (float)in / (float)out;
+    int64_t s = (int64_t)floorf((float)dst * scale);
+    return s < in - 1 ? s : in - 1;
+}
+
+/* Start and end (exclusive) of adaptive pooling window o of out over in. */
+static int64_t adaptive_start(int64_t o, int64_t out, int64_t in) { return (o * in) / out; }
+static int64_t adaptive_end(int64_t o, int64_t out, int64_t in) {
+    return ((o + 1) * in + out - 1) / out;
+}
+
+#define CONV_T float
+#define CONV_SFX f32
+#define CONV_GEMM cblas_sgemm
+#include "cpu_conv.c"
+#undef CONV_T
+#undef CONV_SFX
+#undef CONV_GEMM
+
+#define CONV_T double
+#define CONV_SFX f64
+#define CONV_GEMM cblas_dgemm
+#include "cpu_conv.c"
+#undef CONV_T
+#undef CONV_SFX
+#undef CONV_GEMM
+
+#define TABLE(name)                                                                                \
+    const oari_cpu_kernels oari_cpu_k_##name = {                                                   \
+        [OAR_F32] = k_##name##_f32, [OAR_F64] = k_##name##_f64}
+TABLE(conv2d);
+TABLE(conv_transpose2d);
+TABLE(conv2d_weight_grad);
+TABLE(max_pool2d);
+TABLE(max_pool2d_backward);
+TABLE(avg_pool2d);
+TABLE(avg_pool2d_backward);
+TABLE(adaptive_avg_pool2d);
+TABLE(adaptive_avg_pool2d_backward);
+TABLE(interpolate);
+TABLE(interpolate_backward);
+
+#else /* ---- the template: CONV_T, CONV_SFX, CONV_GEMM ------------------------------- */
+
+#define CAT2(a, b) a##_##b
+#define CAT(a, b) CAT2(a, b)
+#define FN(name) CAT(name, CONV_SFX)
+typedef CONV_T FN(real);
+#define T FN(real)
+
+/* col [kh*kw*c rows ordered (c, ki, kj), oh*ow] <- input planes x [c, ih, iw]. */
+static void FN(im2col)(const T *x, int64_t c, const geom *g, T *col, int64_t ld) {
+    for (int64_t ci = 0; ci < c; ci++)
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                T *row = col + ((ci * g->kh + ki) * g->kw + kj) * ld;
+                const T *plane = x + ci * g->ih * g->iw;
+                const int64_t off = kj * g->dw - g->pw; /* ix = ox * sw + off */
+                int64_t x0, x1;
+                valid_range(off, g->sw, g->iw, g->ow, &x0, &x1);
+                for (int64_t oy = 0; oy < g->oh; oy++) {
+                    int64_t iy = oy * g->sh - g->ph + ki * g->dh;
+                    T *r = row + oy * g->ow;
+                    if (iy < 0 || iy >= g->ih || x0 >= x1) {
+                        memset(r, 0, (size_t)g->ow * sizeof(T));
+                        continue;
+                    }
+                    const T *src = plane + iy * g->iw + off;
+                    for (int64_t ox = 0; ox < x0; ox++)
+                        r[ox] = 0;
+                    if (g->sw == 1)
+                        memcpy(r + x0, src + x0, (size_t)(x1 - x0) * sizeof(T));
+                    else
+                        for (int64_t ox = x0; ox < x1; ox++)
+                            r[ox] = src[ox * g->sw];
+                    for (int64_t ox = x1; ox < g->ow; ox++)
+                        r[ox] = 0;
+                }
+            }
+}
+
+/* x [c, ih, iw] += col (the adjoint of im2col). */
+static void FN(col2im)(const T *col, int64_t c, const geom *g, T *x) {
+    const int64_t ld = g->oh * g->ow;
+    for (int64_t ci = 0; ci < c; ci++)
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                const T *row = col + ((ci * g->kh + ki) * g->kw + kj) * ld;
+                T *plane = x + ci * g->ih * g->iw;
+                const int64_t off = kj * g->dw - g->pw;
+                int64_t x0, x1;
+                valid_range(off, g->sw, g->iw, g->ow, &x0, &x1);
+                for (int64_t oy = 0; oy < g->oh; oy++) {
+                    int64_t iy = oy * g->sh - g->ph + ki * g->dh;
+                    if (iy < 0 || iy >= g->ih) continue;
+                    const T *r = row + oy * g->ow;
+                    T *dst = plane + iy * g->iw + off;
+                    for (int64_t ox = x0; ox < x1; ox++)
+                        dst[ox * g->sw] += r[ox];
+                }
+            }
+}
+
+static void FN(add_bias)(T *out, const oar_ktensor *b, int64_t o0, int64_t no, int64_t plane) {
+    if (b->dtype < 0) return;
+    for (int64_t o = 0; o < no; o++) {
+        T v = *((const T *)b->data + (o0 + o) * b->strides[0]);
+        T *p = out + o * plane;
+        for (int64_t i = 0; i < plane; i++)
+            p[i] += v;
+    }
+}
+
+/* conv2d: in x [N, C, H, W], w [O, C/g, kh, kw], bias? [O]; out [N, O, OH, OW]. */
+static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int64_t *a = c->iattr;
+    dims4 xd = dims_of(&c->in[0]), wd = dims_of(&c->in[1]), yd = dims_of(&c->out[0]);
+    const int64_t groups = a[6], cg = xd.c / groups, og = wd.n / groups;
+    geom g = {xd.h, xd.w, wd.h, wd.w, yd.h, yd.w, a[0], a[1], a[2], a[3], a[4], a[5]};
+    const int64_t K = cg * g.kh * g.kw, P = g.oh * g.ow;
+    T *y = c->out[0].data;
+    void *xo, *wo;
+    size_t xn, wn;
+    const T *x = contig(&c->in[0], &xo, &xn);
+    const T *w = x ? contig(&c->in[1], &wo, &wn) : NULL;
+    if (!w) {
+        scratch_free(xo, xn);
+        return OAR_ERR_NOMEM;
+    }
+    const bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 &&
+                        g.pw == 0 && g.ih == g.oh && g.iw == g.ow;
+    const bool par = xd.n > 1 && (double)xd.n * (double)K * (double)P * (double)wd.n > 5e5;
+    const int nt = par ? max_threads() : 1;
+    size_t coln = direct ? 0 : (size_t)(K * P) * (size_t)nt;
+    T *cols = coln ? scratch_alloc(coln * sizeof(T)) : NULL;
+    int st = coln && !cols ? OAR_ERR_NOMEM : 0;
+    if (!st) {
+#pragma omp parallel for schedule(dynamic) if (par)
+        for (int64_t n = 0; n < xd.n; n++) {
+            T *col = cols ? cols + (size_t)(par ? thread_id() : 0) * (size_t)(K * P) : NULL;
+            for (int64_t gi = 0; gi < groups; gi++) {
+                const T *xg = x + (n * xd.c + gi * cg) * g.ih * g.iw;
+                T *yg = y + (n * wd.n + gi * og) * P;
+                const T *src = xg;
+                if (!direct) {
+                    FN(im2col)(xg, cg, &g, col, P);
+                    src = col;
+                }
+                if (K == 0)
+                    memset(yg, 0, (size_t)(og * P) * sizeof(T));
+                else
+                    CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)P, (int)K, 1,
+                              w + gi * og * K, (int)K, src, (int)P, 0, yg, (int)P);
+            }
+            FN(add_bias)(y + n * wd.n * P, &c->in[2], 0, wd.n, P);
+        }
+    }
+    scratch_free(cols, coln * sizeof(T));
+    scratch_free(xo, xn);
+    scratch_free(wo, wn);
+    return st;
+}
+
+/* conv_transpose2d: in x [N, C, H, W], w [C, O/g, kh, kw], bias? [O];
+ * out [N, O, OH, OW]. The adjoint of conv2d(out-shaped, w). */
+static int FN(k_conv_transpose2d)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int64_t *a = c->iattr;
+    dims4 xd = dims_of(&c->in[0]), wd = dims_of(&c->in[1]), yd = dims_of(&c->out[0]);
+    const int64_t groups = a[8], cg = xd.c / groups, og = wd.c;
+    /* conv geometry: the conv's input is our output, its output our input */
+    geom g = {yd.h, yd.w, wd.h, wd.w, xd.h, xd.w, a[0], a[1], a[2], a[3], a[6], a[7]};
+    const int64_t K = og * g.kh * g.kw, P = g.oh * g.ow, Y = g.ih * g.iw;
+    T *y = c->out[0].data;
+    void *xo, *wo;
+    size_t xn, wn;
+    const T *x = contig(&c->in[0], &xo, &xn);
+    const T *w = x ? contig(&c->in[1], &wo, &wn) : NULL;
+    if (!w) {
+        scratch_free(xo, xn);
+        return OAR_ERR_NOMEM;
+    }
+    const bool par = xd.n > 1 && (double)xd.n * (double)K * (double)P * (double)xd.c > 5e5;
+    const int nt = par ? max_threads() : 1;
+    size_t coln = (size_t)(K * P) * (size_t)nt;
+    T *cols = scratch_alloc((coln ? coln : 1) * sizeof(T));
+    int st = cols ? 0 : OAR_ERR_NOMEM;
+    if (!st) {
+#pragma omp parallel for schedule(dynamic) if (par)
+        for (int64_t n = 0; n < xd.n; n++) {
+            T *col = cols + (size_t)(par ? thread_id() : 0) * (size_t)(K * P);
+            T *yn = y + n * yd.c * Y;
+            memset(yn, 0, (size_t)(yd.c * Y) * sizeof(T));
+            for (int64_t gi = 0; gi < groups; gi++) {
+                if (cg == 0 || K == 0) continue;
+                const T *xg = x + (n * xd.c + gi * cg) * P;
+                /* col [og*kh*kw, P] = w_g^T [K, cg] x_g [cg, P] */
+                CONV_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)P, (int)cg, 1,
+                          w + gi * cg * K, (int)K, xg, (int)P, 0, col, (int)P);
+                FN(col2im)(col, og, &g, yn + gi * og * Y);
+            }
+            FN(add_bias)(yn, &c->in[2], 0, yd.c, Y);
+        }
+    }
+    scratch_free(cols, (coln ? coln : 1) * sizeof(T));
+    scratch_free(xo, xn);
+    scratch_free(wo, wn);
+    return st;
+}
+
+/* conv2d_weight_grad: in x [N, C, H, W], gy [N, O, OH, OW]; out gw [O, C/g, kh, kw].
+ * Images are taken in fixed chunks (never depending on the thread count):
+ * im2col of a chunk side by side, then one gemm per group accumulating. */
+static int FN(k_conv2d_weight_grad)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int64_t *a = c->iattr;
+    dims4 xd = dims_of(&c->in[0]), yd = dims_of(&c->in[1]);
+    const int64_t groups = a[10], cg = a[1], og = a[0] / groups;
+    geom g = {xd.h, xd.w, a[2], a[3], yd.h, yd.w, a[4], a[5], a[6], a[7], a[8], a[9]};
+    const int64_t K = cg * g.kh * g.kw, P = g.oh * g.ow;
+    T *gw = c->out[0].data;
+    memset(gw, 0, (size_t)(a[0] * K) * sizeof(T));
+    if (K == 0 || P == 0 || xd.n == 0) return 0;
+    void *xo, *yo;
+    size_t xn, yn;
+    const T *x = contig(&c->in[0], &xo, &xn);
+    const T *gy = x ? contig(&c->in[1], &yo, &yn) : NULL;
+    if (!gy) {
+        scratch_free(xo, xn);
+        return OAR_ERR_NOMEM;
+    }
+    int64_t chunk = (int64_t)(((int64_t)1 << 22) / (K * P + og * P));
+    if (chunk < 1) chunk = 1;
+    if (chunk > xd.n) chunk = xd.n;
+    size_t coln = (size_t)(K * P * chunk), gyn = (size_t)(og * P * chunk);
+    T *col = scratch_alloc(coln * sizeof(T));
+    T *gyb = col ? scratch_alloc(gyn * sizeof(T)) : NULL;
+    int st = gyb ? 0 : OAR_ERR_NOMEM;
+    for (int64_t n0 = 0; n0 < xd.n && !st; n0 += chunk) {
+        const int64_t nb = xd.n - n0 < chunk ? xd.n - n0 : chunk, ld = nb * P;
+        for (int64_t gi = 0; gi < groups; gi++) {
+#pragma omp parallel for schedule(static) if (nb > 1 && nb * K * P > OARI_PARALLEL_GRAIN)
+            for (int64_t i = 0; i < nb; i++) {
+                int64_t n = n0 + i;
+                FN(im2col)(x + (n * xd.c + gi * cg) * g.ih * g.iw, cg, &g, col + i * P, ld);
+                for (int64_t o = 0; o < og; o++)
+                    memcpy(gyb + o * ld + i * P, gy + (n * yd.c + gi * og + o) * P,
+                           (size_t)P * sizeof(T));
+            }
+            /* gw_g [og, K] += gyb [og, ld] x col^T [ld, K] */
+            CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)og, (int)K, (int)ld, 1, gyb,
+                      (int)ld, col, (int)ld, 1, gw + gi * og * K, (int)K);
+        }
+    }
+    scratch_free(gyb, gyn * sizeof(T));
+    scratch_free(col, coln * sizeof(T));
+    scratch_free(xo, xn);
+    scratch_free(yo, yn);
+    return st;
+}
+
+/* ---- pools ------------------------------------------------------------------ */
+
+/* max_pool2d: out[0] values, out[1] i64 indices (h * W + w in the input plane). */
+static int FN(k_max_pool2d)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int64_t *a = c->iattr;
+    int64_t np, H, W, OH, OW;
+    planes_of(&c->in[0], &np, &H, &W);
+    planes_of(&c->out[0], &np, &OH, &OW);
+    void *xo;
+    size_t xn;
+    const T *x = contig(&c->in[0], &xo, &xn);
+    if (!x) return OAR_ERR_NOMEM;
+    T *y = c->out[0].data;
+    int64_t *ind = c->out[1].data;
+    const int64_t kh = a[0], kw = a[1], sh = a[2], sw = a[3], ph = a[4], pw = a[5], dh = a[6],
+                  dw = a[7];
+#pragma omp parallel for schedule(static) if (np * OH * OW * kh * kw > OARI_PARALLEL_GRAIN)
+    for (int64_t p = 0; p < np; p++) {
+        const T *xp = x + p * H * W;
+        for (int64_t oy = 0; oy < OH; oy++)
+            for (int64_t ox = 0; ox < OW; ox++) {
+                int64_t y0 = oy * sh - ph, x0 = ox * sw - pw;
+                int64_t y1 = y0 + (kh - 1) * dh + 1, x1 = x0 + (kw - 1) * dw + 1;
+                if (y1 > H) y1 = H;
+                if (x1 > W) x1 = W;
+                while (y0 < 0)
+                    y0 += dh;
+                while (x0 < 0)
+                    x0 += dw;
+                int64_t best = y0 * W + x0;
+                T m = -(T)INFINITY;
+                for (int64_t iy = y0; iy < y1; iy += dh)
+                    for (int64_t ix = x0; ix < x1; ix += dw) {
+                        T v = xp[iy * W + ix];
+                        if (v > m || isnan(v)) {
+                            m = v;
+                            best = iy * W + ix;
+                        }
+                    }
+                y[(p * OH + oy) * OW + ox] = m;
+                ind[(p * OH + oy) * OW + ox] = best;
+            }
+    }
+    scratch_free(xo, xn);
+    return 0;
+}
+
+/* max_pool2d_backward: in gy [..., OH, OW], indices; out gx [..., H, W]. */
+static int FN(k_max_pool2d_backward)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int64_t np, H, W, OH, OW;
+    planes_of(&c->out[0], &np, &H, &W);
+    planes_of(&c->in[0], &np, &OH, &OW);
+    void *go, *io;
+    size_t gn, in_;
+    const T *gy = contig(&c->in[0], &go, &gn);
+    const int64_t *ind = gy ? contig(&c->in[1], &io, &in_) : NULL;
+    if (!ind) {
+        scratch_free(go, gn);
+        return OAR_ERR_NOMEM;
+    }
+    T *gx = c->out[0].data;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (np * H * W > OARI_PARALLEL_GRAIN)
+    for (int64_t p = 0; p < np; p++) {
+        T *gp = gx + p * H * W;
+        for (int64_t i = 0; i < H * W; i++)
+            gp[i] = 0;
+        for (int64_t i = 0; i < OH * OW; i++) {
+            int64_t k = ind[p * OH * OW + i];
+            if (k >= 0 && k < H * W)
+                gp[k] += gy[p * OH * OW + i];
+            else
+                bad = 1;
+        }
+    }
+    scratch_free(go, gn);
+    scratch_free(io, in_);
+    if (bad)
+        return oari_error(OAR_ERR_INVALID,
+                          "max_pool2d_backward: index out of range of the %lld x %lld plane",
+                          (long long)H, (long long)W);
+    return 0;
+}
+
+/* The window of avg_pool2d output (oy, ox) clipped to the input, and its divisor. */
+static T FN(avg_window)(const int64_t *a, int64_t H, int64_t W, int64_t oy, int64_t ox, int64_t *y0,
+                        int64_t *y1, int64_t *x0, int64_t *x1) {
+    int64_t h0 = oy * a[2] - a[4], w0 = ox * a[3] - a[5];
+    int64_t h1 = h0 + a[0], w1 = w0 + a[1];
+    if (h1 > H + a[4]) h1 = H + a[4];
+    if (w1 > W + a[5]) w1 = W + a[5];
+    int64_t pool = (h1 - h0) * (w1 - w0);
+    if (h0 < 0) h0 = 0;
+    if (w0 < 0) w0 = 0;
+    if (h1 > H) h1 = H;
+    if (w1 > W) w1 = W;
+    *y0 = h0, *y1 = h1, *x0 = w0, *x1 = w1;
+    if (h0 >= h1 || w0 >= w1) return 0;
+    return (T)(a[7] ? pool : (h1 - h0) * (w1 - w0));
+}
+
+/* avg_pool2d: iattr kernel2, stride2, padding2, ceil_mode, count_include_pad. */
+static int FN(k_avg_pool2d)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int64_t *a = c->iattr;
+    int64_t np, H, W, OH, OW;
+    planes_of(&c->in[0], &np, &H, &W);
+    planes_of(&c->out[0], &np, &OH, &OW);
+    void *xo;
+    size_t xn;
+    const T *x = contig(&c->in[0], &xo, &xn);
+    if (!x) return OAR_ERR_NOMEM;
+    T *y = c->out[0].data;
+#pragma omp parallel for schedule(static) if (np * OH * OW * a[0] * a[1] > OARI_PARALLEL_GRAIN)
+    for (int64_t p = 0; p < np; p++) {
+        const T *xp = x + p * H * W;
+        for (int64_t oy = 0; oy < OH; oy++)
+            for (int64_t ox = 0; ox < OW; ox++) {
+                int64_t y0, y1, x0, x1;
+                T div = FN(avg_window)(a, H, W, oy, ox, &y0, &y1, &x0, &x1);
+                T s = 0;
+                for (int64_t iy = y0; iy < y1; iy++)
+                    for (int64_t ix = x0; ix < x1; ix++)
+                        s += xp[iy * W + ix];
+                y[(p * OH + oy) * OW + ox] = div != 0 ? s / div : 0;
+            }
+    }
+    scratch_free(xo, xn);
+    return 0;
+}
+
+/* avg_pool2d_backward: in gy [..., OH, OW]; iattr avg_pool2d's 8, H, W. */
+static int FN(k_avg_pool2d_backward)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int64_t *a = c->iattr;
+    int64_t np, H, W, OH, OW;
+    planes_of(&c->out[0], &np, &H, &W);
+    planes_of(&c->in[0], &np, &OH, &OW);
+    void *go;
+    size_t gn;
+    const T *gy = contig(&c->in[0], &go, &gn);
+    if (!gy) return OAR_ERR_NOMEM;
+    T *gx = c->out[0].data;
+#pragma omp parallel for schedule(static) if (np * OH * OW * a[0] * a[1] > OARI_PARALLEL_GRAIN)
+    for (int64_t p = 0; p < np; p++) {
+        T *gp = gx + p * H * W;
+        for (int64_t i = 0; i < H * W; i++)
+            gp[i] = 0;
+        for (int64_t oy = 0; oy < OH; oy++)
+            for (int64_t ox = 0; ox < OW; ox++) {
+                int64_t y0, y1, x0, x1;
+                T div = FN(avg_window)(a, H, W, oy, ox, &y0, &y1, &x0, &x1);
+                if (div == 0) continue;
+                T v = gy[(p * OH + oy) * OW + ox] / div;
+                for (int64_t iy = y0; iy < y1; iy++)
+                    for (int64_t ix = x0; ix < x1; ix++)
+                        gp[iy * W + ix] += v;
+            }
+    }
+    scratch_free(go, gn);
+    return 0;
+}
+
+static int FN(k_adaptive_avg_pool2d)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int64_t np, H, W, OH, OW;
+    planes_of(&c->in[0], &np, &H, &W);
+    planes_of(&c->out[0], &np, &OH, &OW);
+    void *xo;
+    size_t xn;
+    const T *x = contig(&c->in[0], &xo, &xn);
+    if (!x) return OAR_ERR_NOMEM;
+    T *y = c->out[0].data;
+#pragma omp parallel for schedule(static) if (np * H * W > OARI_PARALLEL_GRAIN)
+    for (int64_t p = 0; p < np; p++) {
+        const T *xp = x + p * H * W;
+        for (int64_t oy = 0; oy < OH; oy++) {
+            int64_t y0 = adaptive_start(oy, OH, H), y1 = adaptive_end(oy, OH, H);
+            for (int64_t ox = 0; ox < OW; ox++) {
+                int64_t x0 = adaptive_start(ox, OW, W), x1 = adaptive_end(ox, OW, W);
+                T s = 0;
+                for (int64_t iy = y0; iy < y1; iy++)
+                    for (int64_t ix = x0; ix < x1; ix++)
+                        s += xp[iy * W + ix];
+                y[(p * OH + oy) * OW + ox] = s / (T)((y1 - y0) * (x1 - x0));
+            }
+        }
+    }
+    scratch_free(xo, xn);
+    return 0;
+}
+
+static int FN(k_adaptive_avg_pool2d_backward)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int64_t np, H, W, OH, OW;
+    planes_of(&c->out[0], &np, &H, &W);
+    planes_of(&c->in[0], &np, &OH, &OW);
+    void *go;
+    size_t gn;
+    const T *gy = contig(&c->in[0], &go, &gn);
+    if (!gy) return OAR_ERR_NOMEM;
+    T *gx = c->out[0].data;
+#pragma omp parallel for schedule(static) if (np * H * W > OARI_PARALLEL_GRAIN)
+    for (int64_t p = 0; p < np; p++) {
+        T *gp = gx + p * H * W;
+        for (int64_t i = 0; i < H * W; i++)
+            gp[i] = 0;
+        for (int64_t oy = 0; oy < OH; oy++) {
+            int64_t y0 = adaptive_start(oy, OH, H), y1 = adaptive_end(oy, OH, H);
+            for (int64_t ox = 0; ox < OW; ox++) {
+                int64_t x0 = adaptive_start(ox, OW, W), x1 = adaptive_end(ox, OW, W);
+                T v = gy[(p * OH + oy) * OW + ox] / (T)((y1 - y0) * (x1 - x0));
+                for (int64_t iy = y0; iy < y1; iy++)
+                    for (int64_t ix = x0; ix < x1; ix++)
+                        gp[iy * W + ix] += v;
+            }
+        }
+    }
+    scratch_free(go, gn);
+    return 0;
+}
+
+/* ---- interpolation ----------------------------------------------------------- */
+
+/* Bilinear source taps along one axis: i0, i1 and weights l0, l1 (PyTorch's
+ * area_pixel_compute_source_index). */
+static void FN(linear_taps)(int64_t dst, int64_t in, int64_t out, bool align, int64_t *i0,
+                            int64_t *i1, T *l0, T *l1) {
+    T scale = align ? (out > 1 ? (T)(in - 1) / (T)(out - 1) : 0) : (T)in / (T)out;
+    T src = align ? scale * (T)dst : scale * ((T)dst + (T)0.5) - (T)0.5;
+    if (src < 0) src = 0;
+    int64_t i = (int64_t)src;
+    if (i > in - 1) i = in - 1;
+    *i0 = i;
+    *i1 = i + (i < in - 1 ? 1 : 0);
+    *l1 = src - (T)i;
+    *l0 = (T)1 - *l1;
+}
+
+/* interpolate (forward, backward = 0) or its adjoint (backward = 1): the
+ * small plane is hw x ww ... both directions share the taps. */
+static int FN(interp)(const oar_kernel_call *c, bool backward) {
+    const int64_t mode = c->iattr[0];
+    const bool align = c->iattr[3] != 0;
+    int64_t np, H, W, OH, OW;
+    /* H x W: the interpolated op's input plane; OH x OW: its output plane */
+    planes_of(backward ? &c->out[0] : &c->in[0], &np, &H, &W);
+    planes_of(backward ? &c->in[0] : &c->out[0], &np, &OH, &OW);
+    void *xo;
+    size_t xn;
+    const T *x = contig(&c->in[0], &xo, &xn);
+    if (!x) return OAR_ERR_NOMEM;
+    T *y = c->out[0].data;
+#pragma omp parallel for schedule(static) if (np * OH * OW > OARI_PARALLEL_GRAIN)
+    for (int64_t p = 0; p < np; p++) {
+        const T *src = x + p * (backward ? OH * OW : H * W);
+        T *dst = y + p * (backward ? H * W : OH * OW);
+        if (backward)
+            for (int64_t i = 0; i < H * W; i++)
+                dst[i] = 0;
+        for (int64_t oy = 0; oy < OH; oy++) {
+            int64_t y0, y1;
+            T ly0, ly1;
+            if (mode == 0) {
+                y0 = y1 = nearest_src(oy, H, OH);
+                ly0 = 1, ly1 = 0;
+            } else {
+                FN(linear_taps)(oy, H, OH, align, &y0, &y1, &ly0, &ly1);
+            }
+            for (int64_t ox = 0; ox < OW; ox++) {
+                int64_t x0, x1;
+                T lx0, lx1;
+                if (mode == 0) {
+                    x0 = x1 = nearest_src(ox, W, OW);
+                    lx0 = 1, lx1 = 0;
+                } else {
+                    FN(linear_taps)(ox, W, OW, align, &x0, &x1, &lx0, &lx1);
+                }
+                if (mode == 0 && !backward) {
+                    dst[oy * OW + ox] = src[y0 * W + x0];
+                } else if (!backward) {
+                    dst[oy * OW + ox] = ly0 * (lx0 * src[y0 * W + x0] + lx1 * src[y0 * W + x1]) +
+                                        ly1 * (lx0 * src[y1 * W + x0] + lx1 * src[y1 * W + x1]);
+                } else {
+                    T g = src[oy * OW + ox];
+                    dst[y0 * W + x0] += ly0 * lx0 * g;
+                    dst[y0 * W + x1] += ly0 * lx1 * g;
+                    dst[y1 * W + x0] += ly1 * lx0 * g;
+                    dst[y1 * W + x1] += ly1 * lx1 * g;
+                }
+            }
+        }
+    }
+    scratch_free(xo, xn);
+    return 0;
+}
+
+static int FN(k_interpolate)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    return FN(interp)(c, false);
+}
+
+static int FN(k_interpolate_backward)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    return FN(interp)(c, true);
+}
+
+#undef T
+#undef FN
+#undef CAT
+#undef CAT2
+#endif

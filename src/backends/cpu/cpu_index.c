@@ -1,0 +1,496 @@
+/* CPU kernels for the indexing and sorting ops: gather/scatter style loops
+ * (byte-generic moves, typed accumulation), one_hot, and a stable merge sort
+ * behind sort and topk. Every index is checked before anything is written. */
+#include "cpu.h"
+
+#include <omp.h>
+#include <string.h>
+
+/* A kernel view with rank >= 1 (a 0-d tensor is one element of a 1-d one). */
+static oar_ktensor kt1(const oar_ktensor *k) {
+    oar_ktensor r = *k;
+    if (r.ndim == 0) {
+        r.ndim = 1;
+        r.shape[0] = 1;
+        r.strides[0] = 0;
+    }
+    return r;
+}
+
+static int64_t elsize(const oar_ktensor *k) { return (int64_t)oar_dtype_size((oar_dtype)k->dtype); }
+
+/* Checks that every element of the (i64) index lies in [0, limit). */
+static int check_index(const char *op, const oar_ktensor *index, int64_t limit, int dim) {
+    oar_ktensor k = kt1(index);
+    int64_t n = oari_kt_numel(&k);
+    if (!n) return 0;
+    const int nd = k.ndim;
+    const int64_t last = k.shape[nd - 1], ls = k.strides[nd - 1], rows = n / last;
+    const int64_t *data = k.data;
+    int64_t first = INT64_MAX; /* linear position of the first bad index */
+#pragma omp parallel for schedule(static) reduction(min : first) if (n >= OARI_PARALLEL_GRAIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t *p = data + oari_strided_index(nd - 1, k.shape, k.strides, r);
+        for (int64_t j = 0; j < last; j++) {
+            if ((uint64_t)p[j * ls] >= (uint64_t)limit) {
+                if (r * last + j < first) first = r * last + j;
+                break;
+            }
+        }
+    }
+    if (first == INT64_MAX) return 0;
+    int64_t v = data[oari_strided_index(nd, k.shape, k.strides, first)];
+    return oari_error(OAR_ERR_INVALID, "%s: index %lld is out of range for dim %d of size %lld",
+                      op, (long long)v, dim, (long long)limit);
+}
+
+/* ---- walking slices along one dim ------------------------------------------
+ * The iteration space is `shape` (the index's); a "line" is all positions
+ * that differ only along `dim`. Each operand has its own strides over that
+ * space. Lines never share an output element in gather/scatter, so they are
+ * what threads split. */
+#define MAX_OPS 4
+
+typedef struct line_walk {
+    int ndim, dim, n_ops;
+    int64_t shape[OAR_MAX_DIMS];
+    int64_t strides[MAX_OPS][OAR_MAX_DIMS];
+    int64_t lines, len; /* number of lines; length of each (shape[dim]) */
+} line_walk;
+
+static void walk_init(line_walk *w, int ndim, const int64_t *shape, int dim) {
+    memset(w, 0, sizeof *w);
+    w->ndim = ndim;
+    w->dim = dim;
+    memcpy(w->shape, shape, (size_t)ndim * sizeof *shape);
+    w->len = shape[dim];
+    w->lines = 1;
+    for (int d = 0; d < ndim; d++)
+        if (d != dim) w->lines *= shape[d];
+}
+
+static void walk_add(line_walk *w, const int64_t *strides) {
+    memcpy(w->strides[w->n_ops++], strides, (size_t)w->ndim * sizeof *strides);
+}
+
+/* Element offsets of each operand at the start of line l. */
+static void walk_line(const line_walk *w, int64_t l, int64_t *off) {
+    for (int k = 0; k < w->n_ops; k++) off[k] = 0;
+    for (int d = w->ndim - 1; d >= 0; d--) {
+        if (d == w->dim) continue;
+        int64_t c = l % w->shape[d];
+        l /= w->shape[d];
+        for (int k = 0; k < w->n_ops; k++) off[k] += c * w->strides[k][d];
+    }
+}
+
+/* ---- the line loop ------------------------------------------------------------
+ * Threads take blocks of LINES consecutive lines (and, for gather, of JBLOCK
+ * positions along them). Within a block the loop runs along dim innermost
+ * when the output is contiguous along dim, and across lines otherwise; both
+ * orders visit each line's positions in increasing order, so results never
+ * depend on the order or the thread count. */
+typedef struct { uint64_t a, b; } u128_t;
+
+enum { LINES = 64, JBLOCK = 4096 };
+
+typedef struct line_loop {
+    const line_walk *w;
+    char *out;
+    const char *src;
+    const int64_t *idx;
+    int64_t os, ss, is;      /* strides along dim: output, source, index */
+    bool gather;             /* gather: out[j] = src[idx[j]]; scatter: out[idx[j]] op= src[j] */
+} line_loop;
+
+/* One element of line b at position j (names from line_loop_*). */
+#define GATHER_ONE(OP, b, j)                                                                    \
+    OP(o[off[b][0] + (j) * os], sp[off[b][1] + ip[off[b][2] + (j) * is] * ss])
+#define SCATTER_ONE(OP, b, j)                                                                   \
+    OP(o[off[b][0] + ip[off[b][2] + (j) * is] * os], sp[off[b][1] + (j) * ss])
+
+#define LINE_LOOP_FN(NAME, T, OP)                                                              \
+    static void line_loop_##NAME(const line_loop *L) {                                         \
+        const line_walk *w = L->w;                                                             \
+        const int64_t os = L->os, ss = L->ss, is = L->is;                                      \
+        const bool gather = L->gather, j_inner = os == 1 || w->lines == 1;                     \
+        const int64_t nlb = (w->lines + LINES - 1) / LINES;                                    \
+        /* scatter lines are walked whole by one thread (duplicates stay in order) */          \
+        const int64_t jb = gather ? JBLOCK : w->len, njb = (w->len + jb - 1) / jb;             \
+        const bool par = w->lines * w->len >= OARI_PARALLEL_GRAIN;                             \
+        _Pragma("omp parallel for schedule(static) if (par)")                                  \
+        for (int64_t t = 0; t < nlb * njb; t++) {                                              \
+            int64_t off[LINES][3];                                                             \
+            const int64_t l0 = (t / njb) * LINES, j0 = (t % njb) * jb;                        \
+            const int64_t nl = w->lines - l0 < LINES ? w->lines - l0 : LINES;                  \
+            const int64_t j1 = j0 + jb < w->len ? j0 + jb : w->len;                            \
+            for (int64_t b = 0; b < nl; b++) walk_line(w, l0 + b, off[b]);                     \
+            T *o = (T *)L->out;                                                                \
+            const T *sp = (const T *)L->src;                                                   \
+            const int64_t *ip = L->idx;                                                        \
+            if (gather) {                                                                      \
+                if (j_inner) {                                                                 \
+                    for (int64_t b = 0; b < nl; b++)                                           \
+                        for (int64_t j = j0; j < j1; j++)                                      \
+                            GATHER_ONE(OP, b, j);                                             \
+                } else {                                                                       \
+                    for (int64_t j = j0; j < j1; j++)                                          \
+                        for (int64_t b = 0; b < nl; b++)                                       \
+                            GATHER_ONE(OP, b, j);                                             \
+                }                                                                              \
+            } else {                                                                           \
+                if (j_inner) {                                                                 \
+                    for (int64_t b = 0; b < nl; b++)                                           \
+                        for (int64_t j = j0; j < j1; j++)                                      \
+                            SCATTER_ONE(OP, b, j);                                            \
+                } else {                                                                       \
+                    for (int64_t j = j0; j < j1; j++)                                          \
+                        for (int64_t b = 0; b < nl; b++)                                       \
+                            SCATTER_ONE(OP, b, j);                                            \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+#define SET(a, b) ((a) = (b))
+#define ADD(a, b) ((a) += (b))
+#define ADD_U8(a, b) ((a) = (uint8_t)((a) + (b)))
+#define ADD_I32(a, b) ((a) = (int32_t)((uint32_t)(a) + (uint32_t)(b)))
+#define ADD_I64(a, b) ((a) = (int64_t)((uint64_t)(a) + (uint64_t)(b)))
+
+LINE_LOOP_FN(set1, uint8_t, SET)
+LINE_LOOP_FN(set2, uint16_t, SET)
+LINE_LOOP_FN(set4, uint32_t, SET)
+LINE_LOOP_FN(set8, uint64_t, SET)
+LINE_LOOP_FN(set16, u128_t, SET)
+LINE_LOOP_FN(add_u8, uint8_t, ADD_U8)
+LINE_LOOP_FN(add_i32, int32_t, ADD_I32)
+LINE_LOOP_FN(add_i64, int64_t, ADD_I64)
+LINE_LOOP_FN(add_f32, float, ADD)
+LINE_LOOP_FN(add_f64, double, ADD)
+LINE_LOOP_FN(add_c64, c64_t, ADD)
+LINE_LOOP_FN(add_c128, c128_t, ADD)
+
+static void line_loop_set(const line_loop *L, int64_t es) {
+    switch (es) {
+    case 1: line_loop_set1(L); break;
+    case 2: line_loop_set2(L); break;
+    case 4: line_loop_set4(L); break;
+    case 8: line_loop_set8(L); break;
+    default: line_loop_set16(L); break;
+    }
+}
+
+static void line_loop_add(const line_loop *L, int dtype) {
+    switch (dtype) {
+    case OAR_U8: line_loop_add_u8(L); break;
+    case OAR_I32: line_loop_add_i32(L); break;
+    case OAR_I64: line_loop_add_i64(L); break;
+    case OAR_F32: line_loop_add_f32(L); break;
+    case OAR_F64: line_loop_add_f64(L); break;
+    case OAR_C64: line_loop_add_c64(L); break;
+    case OAR_C128: line_loop_add_c128(L); break;
+    default: break; /* no table entry for other dtypes */
+    }
+}
+
+/* ---- gather -----------------------------------------------------------------
+ * out[p] = x[p with p[dim] = index[p]], over index's shape (already checked). */
+static void gather_core(const oar_ktensor *out, const oar_ktensor *x, const oar_ktensor *idx,
+                        int dim) {
+    line_walk w;
+    walk_init(&w, idx->ndim, idx->shape, dim);
+    walk_add(&w, out->strides);
+    walk_add(&w, x->strides);
+    walk_add(&w, idx->strides);
+    if (!w.lines || !w.len) return;
+    line_loop L = {.w = &w, .out = out->data, .src = x->data, .idx = idx->data,
+                   .os = out->strides[dim], .ss = x->strides[dim], .is = idx->strides[dim],
+                   .gather = true};
+    line_loop_set(&L, elsize(x));
+}
+
+static int k_gather(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int dim = (int)c->iattr[0];
+    oar_ktensor out = kt1(&c->out[0]), x = kt1(&c->in[0]), idx = kt1(&c->in[1]);
+    int st = check_index(c->op, &idx, x.shape[dim], dim);
+    if (!st) gather_core(&out, &x, &idx, dim);
+    return st;
+}
+
+/* index_select is a gather whose index is broadcast over the other dims. */
+static int k_index_select(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int dim = (int)c->iattr[0];
+    oar_ktensor out = kt1(&c->out[0]), x = kt1(&c->in[0]), idx = kt1(&c->in[1]);
+    int st = check_index(c->op, &idx, x.shape[dim], dim);
+    if (st) return st;
+    oar_ktensor b = out;
+    b.data = idx.data;
+    b.dtype = OAR_I64;
+    for (int d = 0; d < b.ndim; d++) b.strides[d] = d == dim ? idx.strides[0] : 0;
+    gather_core(&out, &x, &b, dim);
+    return 0;
+}
+
+/* ---- scatter ------------------------------------------------------------------
+ * out = x, then along each line in index order out[.., index, ..] (op)= src:
+ * duplicates resolve the same way (last write wins; sums in index order) on
+ * any number of threads. */
+static void copy_run(char **p, const int64_t *s, int64_t n, void *ctx) {
+    int64_t es = *(const int64_t *)ctx;
+    if (s[0] == 1 && s[1] == 1) {
+        memcpy(p[0], p[1], (size_t)(n * es));
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0] * es, p[1] + i * s[1] * es, (size_t)es);
+}
+
+static void copy_into(const oar_ktensor *dst, const oar_ktensor *src) {
+    const oar_ktensor *ops[2] = {dst, src};
+    oari_iter it;
+    oari_iter_init(&it, 2, ops);
+    int64_t es = elsize(dst);
+    oari_iter_run(&it, copy_run, &es);
+}
+
+typedef enum { S_SET, S_ADD } scatter_mode;
+
+/* src is viewed over the index's shape (0-d src: stride 0 everywhere). */
+static void scatter_core(const oar_ktensor *out, const oar_ktensor *idx, const oar_ktensor *src,
+                         int dim, scatter_mode mode) {
+    int64_t sstr[OAR_MAX_DIMS] = {0};
+    if (src->ndim == idx->ndim) memcpy(sstr, src->strides, (size_t)idx->ndim * sizeof *sstr);
+    line_walk w;
+    walk_init(&w, idx->ndim, idx->shape, dim);
+    walk_add(&w, out->strides);
+    walk_add(&w, sstr);
+    walk_add(&w, idx->strides);
+    if (!w.lines || !w.len) return;
+    line_loop L = {.w = &w, .out = out->data, .src = src->data, .idx = idx->data,
+                   .os = out->strides[dim], .ss = sstr[dim], .is = idx->strides[dim],
+                   .gather = false};
+    if (mode == S_SET) line_loop_set(&L, elsize(out));
+    else line_loop_add(&L, out->dtype);
+}
+
+static int scatter_kernel(const oar_kernel_call *c, scatter_mode mode) {
+    int dim = (int)c->iattr[0];
+    oar_ktensor out = kt1(&c->out[0]), x = kt1(&c->in[0]), idx = kt1(&c->in[1]);
+    oar_ktensor src = c->in[2].ndim ? kt1(&c->in[2]) : c->in[2];
+    int st = check_index(c->op, &idx, out.shape[dim], dim);
+    if (st) return st;
+    copy_into(&out, &x);
+    scatter_core(&out, &idx, &src, dim, mode);
+    return 0;
+}
+
+static int k_scatter(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    return scatter_kernel(c, S_SET);
+}
+
+static int k_scatter_add(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    return scatter_kernel(c, S_ADD);
+}
+
+/* index_add is a scatter_add whose index is broadcast over src's other dims. */
+static int k_index_add(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int dim = (int)c->iattr[0];
+    oar_ktensor out = kt1(&c->out[0]), x = kt1(&c->in[0]), idx = kt1(&c->in[1]);
+    oar_ktensor src = kt1(&c->in[2]);
+    int st = check_index(c->op, &idx, out.shape[dim], dim);
+    if (st) return st;
+    copy_into(&out, &x);
+    oar_ktensor b = src;
+    b.data = idx.data;
+    b.dtype = OAR_I64;
+    for (int d = 0; d < b.ndim; d++) b.strides[d] = d == dim ? idx.strides[0] : 0;
+    scatter_core(&out, &b, &src, dim, S_ADD);
+    return 0;
+}
+
+/* ---- one_hot --------------------------------------------------------------- */
+static int k_one_hot(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int64_t classes = c->iattr[0];
+    oar_ktensor idx = c->in[0];
+    const int64_t n = oari_kt_numel(&idx);
+    int64_t *o = c->out[0].data;
+    memset(o, 0, (size_t)(n * classes) * sizeof *o);
+    const int64_t *data = idx.data;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = data[oari_strided_index(idx.ndim, idx.shape, idx.strides, i)];
+        if (v < 0)
+            return oari_error(OAR_ERR_INVALID,
+                              "one_hot: class values must be non-negative, got %lld", (long long)v);
+        if (v >= classes)
+            return oari_error(OAR_ERR_INVALID,
+                              "one_hot: index %lld is out of range for %lld classes", (long long)v,
+                              (long long)classes);
+        o[i * classes + v] = 1;
+    }
+    return 0;
+}
+
+/* ---- sort and topk -----------------------------------------------------------
+ * Each line along dim is copied into (value, position) pairs and merge
+ * sorted: stable, NaN after every number ascending and before descending,
+ * as PyTorch. topk sorts too and keeps the first k. */
+#define FLT_BEFORE_ASC(a, b) ((a) < (b) || ((b) != (b) && (a) == (a)))
+#define FLT_BEFORE_DESC(a, b) ((a) > (b) || ((a) != (a) && (b) == (b)))
+#define INT_BEFORE_ASC(a, b) ((a) < (b))
+#define INT_BEFORE_DESC(a, b) ((a) > (b))
+
+#define SORT_FNS(NAME, T, ASC, DESC)                                                          \
+    typedef struct { T v; int64_t i; } pair_##NAME;                                           \
+    static void merge_##NAME(const pair_##NAME *a, int64_t na, const pair_##NAME *b,          \
+                             int64_t nb, pair_##NAME *o, bool desc) {                         \
+        int64_t i = 0, j = 0, k = 0;                                                          \
+        if (desc) {                                                                           \
+            while (i < na && j < nb) o[k++] = DESC(b[j].v, a[i].v) ? b[j++] : a[i++];         \
+        } else {                                                                              \
+            while (i < na && j < nb) o[k++] = ASC(b[j].v, a[i].v) ? b[j++] : a[i++];          \
+        }                                                                                     \
+        while (i < na) o[k++] = a[i++];                                                       \
+        while (j < nb) o[k++] = b[j++];                                                       \
+    }                                                                                         \
+    /* Sorts buf[0..n) using tmp; returns whichever holds the result. */                      \
+    static pair_##NAME *msort_##NAME(pair_##NAME *buf, pair_##NAME *tmp, int64_t n,           \
+                                     bool desc) {                                             \
+        enum { RUN = 16 }; /* runs of RUN by stable insertion, then merges */                  \
+        for (int64_t lo = 0; lo < n; lo += RUN) {                                             \
+            int64_t hi = lo + RUN < n ? lo + RUN : n;                                         \
+            for (int64_t i = lo + 1; i < hi; i++) {                                           \
+                pair_##NAME key = buf[i];                                                     \
+                int64_t j = i;                                                                \
+                if (desc)                                                                     \
+                    for (; j > lo && DESC(key.v, buf[j - 1].v); j--) buf[j] = buf[j - 1];     \
+                else                                                                          \
+                    for (; j > lo && ASC(key.v, buf[j - 1].v); j--) buf[j] = buf[j - 1];      \
+                buf[j] = key;                                                                 \
+            }                                                                                 \
+        }                                                                                     \
+        for (int64_t w = RUN; w < n; w *= 2) {                                                \
+            for (int64_t lo = 0; lo < n; lo += 2 * w) {                                       \
+                int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;  \
+                merge_##NAME(buf + lo, mid - lo, buf + mid, hi - mid, tmp + lo, desc);        \
+            }                                                                                 \
+            pair_##NAME *t = buf;                                                             \
+            buf = tmp;                                                                        \
+            tmp = t;                                                                          \
+        }                                                                                     \
+        return buf;                                                                           \
+    }                                                                                         \
+    static void sort_lines_##NAME(const sort_job *s) {                                        \
+        const line_walk *w = &s->w;                                                           \
+        const int64_t n = w->len, k = s->k, xs = w->strides[0][w->dim],                       \
+                      vs = s->vstride, is = s->istride;                                       \
+        const bool desc = s->desc;                                                            \
+        _Pragma("omp parallel num_threads(s->nt) if (s->nt > 1)")                             \
+        {                                                                                     \
+            pair_##NAME *buf = (pair_##NAME *)s->scratch + 2 * n * omp_get_thread_num();      \
+            _Pragma("omp for schedule(static)")                                               \
+            for (int64_t l = 0; l < w->lines; l++) {                                          \
+                int64_t off[3];                                                               \
+                walk_line(w, l, off);                                                         \
+                const T *xp = (const T *)s->x + off[0];                                       \
+                for (int64_t j = 0; j < n; j++) buf[j] = (pair_##NAME){xp[j * xs], j};        \
+                pair_##NAME *r = msort_##NAME(buf, buf + n, n, desc);                         \
+                T *vp = (T *)s->v + off[1];                                                   \
+                int64_t *ip = s->ix + off[2];                                                 \
+                for (int64_t j = 0; j < k; j++) {                                             \
+                    vp[j * vs] = r[j].v;                                                      \
+                    ip[j * is] = r[j].i;                                                      \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+typedef struct sort_job {
+    line_walk w;             /* over x's shape: operands x, values, indices */
+    const void *x;
+    void *v;
+    int64_t *ix;
+    int64_t k, vstride, istride; /* kept per line; outputs' strides along dim */
+    bool desc;
+    int nt;                  /* threads; scratch holds 2 * len pairs per thread */
+    void *scratch;
+} sort_job;
+
+SORT_FNS(b8, uint8_t, INT_BEFORE_ASC, INT_BEFORE_DESC)
+SORT_FNS(i32, int32_t, INT_BEFORE_ASC, INT_BEFORE_DESC)
+SORT_FNS(i64, int64_t, INT_BEFORE_ASC, INT_BEFORE_DESC)
+SORT_FNS(f32, float, FLT_BEFORE_ASC, FLT_BEFORE_DESC)
+SORT_FNS(f64, double, FLT_BEFORE_ASC, FLT_BEFORE_DESC)
+
+/* x sorted along dim into values/indices, keeping the first k per line. */
+static int sort_kernel(const oar_kernel_call *c, int dim, int64_t k, bool desc) {
+    oar_ktensor x = kt1(&c->in[0]), v = kt1(&c->out[0]), ix = kt1(&c->out[1]);
+    sort_job s;
+    walk_init(&s.w, x.ndim, x.shape, dim);
+    walk_add(&s.w, x.strides);
+    walk_add(&s.w, v.strides);
+    walk_add(&s.w, ix.strides);
+    if (!s.w.lines || !s.w.len || !k) return 0;
+    s.x = x.data;
+    s.v = v.data;
+    s.ix = ix.data;
+    s.k = k;
+    s.vstride = v.strides[dim];
+    s.istride = ix.strides[dim];
+    s.desc = desc;
+    bool big = s.w.lines > 1 && s.w.lines * s.w.len >= OARI_PARALLEL_GRAIN;
+    s.nt = big ? omp_get_max_threads() : 1;
+    if (s.nt < 1) s.nt = 1;
+    size_t nbytes = (size_t)s.nt * (size_t)(2 * s.w.len) * 16; /* a pair is at most 16 bytes */
+    if (!(s.scratch = oari_malloc(nbytes))) return OAR_ERR_NOMEM;
+    switch (x.dtype) {
+    case OAR_BOOL:
+    case OAR_U8: sort_lines_b8(&s); break;
+    case OAR_I32: sort_lines_i32(&s); break;
+    case OAR_I64: sort_lines_i64(&s); break;
+    case OAR_F32: sort_lines_f32(&s); break;
+    case OAR_F64: sort_lines_f64(&s); break;
+    default: break; /* no table entry for other dtypes */
+    }
+    oari_free(s.scratch, nbytes);
+    return 0;
+}
+
+static int k_sort(void *ctx, const oar_kernel_call *c) { /* iattr: dim, descending, stable */
+    (void)ctx;
+    int dim = (int)c->iattr[0];
+    return sort_kernel(c, dim, c->in[0].ndim ? c->in[0].shape[dim] : 1, c->iattr[1] != 0);
+}
+
+static int k_topk(void *ctx, const oar_kernel_call *c) { /* iattr: k, dim, largest, sorted */
+    (void)ctx;
+    return sort_kernel(c, (int)c->iattr[1], c->iattr[0], c->iattr[2] != 0);
+}
+
+/* ---- tables ---------------------------------------------------------------------
+ * Order: bool u8 i32 i64 f16 bf16 f32 f64 c64 c128. NULL f16/bf16 entries
+ * run the f32 kernel on converted copies. */
+#define ALL(k) {k, k, k, k, k, k, k, k, k, k}
+const oari_cpu_kernels oari_cpu_k_gather = ALL(k_gather);
+const oari_cpu_kernels oari_cpu_k_index_select = ALL(k_index_select);
+const oari_cpu_kernels oari_cpu_k_scatter = ALL(k_scatter);
+const oari_cpu_kernels oari_cpu_k_scatter_add = {
+    [OAR_U8] = k_scatter_add, [OAR_I32] = k_scatter_add, [OAR_I64] = k_scatter_add,
+    [OAR_F32] = k_scatter_add, [OAR_F64] = k_scatter_add, [OAR_C64] = k_scatter_add,
+    [OAR_C128] = k_scatter_add,
+};
+const oari_cpu_kernels oari_cpu_k_index_add = {
+    [OAR_U8] = k_index_add, [OAR_I32] = k_index_add, [OAR_I64] = k_index_add,
+    [OAR_F32] = k_index_add, [OAR_F64] = k_index_add, [OAR_C64] = k_index_add,
+    [OAR_C128] = k_index_add,
+};
+const oari_cpu_kernels oari_cpu_k_one_hot = {[OAR_I64] = k_one_hot};
+#define SORTABLE(k) {[OAR_BOOL] = k, [OAR_U8] = k, [OAR_I32] = k, [OAR_I64] = k, \
+                     [OAR_F32] = k, [OAR_F64] = k}
+const oari_cpu_kernels oari_cpu_k_sort = SORTABLE(k_sort);
+const oari_cpu_kernels oari_cpu_k_topk = SORTABLE(k_topk);

@@ -1,0 +1,279 @@
+/* CPU kernel of matmul: CBLAS gemm for f32/f64/c64/c128 (strided operands
+ * are passed as they are when row- or column-major in their last two dims,
+ * copied otherwise), a plain loop for integers. Batches loop over gemm
+ * calls; broadcast batch dims have stride 0. */
+#include "cpu.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
+/* One operand as a batch of matrices [rows, cols] with strides (sr, sc)
+ * and per-output-batch-dim strides (0 where broadcast). */
+typedef struct {
+    const char *data;
+    int64_t rows, cols, sr, sc;
+    int64_t bstride[OAR_MAX_DIMS];
+} mat_view;
+
+typedef struct {
+    int nbatch;
+    int64_t bshape[OAR_MAX_DIMS];
+    int64_t nb;           /* number of matrices */
+    int64_t n, k, m;
+} mm_shape;
+
+/* Element offsets of batch b in a and b. */
+static void batch_offsets(const mm_shape *s, const mat_view *a, const mat_view *b, int64_t bi,
+                          int64_t *oa, int64_t *ob) {
+    int64_t offa = 0, offb = 0;
+    for (int d = s->nbatch - 1; d >= 0; d--) {
+        int64_t i = bi % s->bshape[d];
+        bi /= s->bshape[d];
+        offa += i * a->bstride[d];
+        offb += i * b->bstride[d];
+    }
+    *oa = offa;
+    *ob = offb;
+}
+
+/* The view of kernel operand t (1-D promoted as matmul does: [k] is [1, k]
+ * when left, [k, 1] when right) against the output batch dims. */
+static void make_view(const oar_ktensor *t, bool left, const mm_shape *s, mat_view *v) {
+    v->data = t->data;
+    int nd = t->ndim, nb_own;
+    if (nd == 1) {
+        if (left) v->rows = 1, v->cols = t->shape[0], v->sr = t->shape[0], v->sc = t->strides[0];
+        else v->rows = t->shape[0], v->cols = 1, v->sr = t->strides[0], v->sc = 1;
+        nb_own = 0;
+    } else {
+        v->rows = t->shape[nd - 2], v->cols = t->shape[nd - 1];
+        v->sr = t->strides[nd - 2], v->sc = t->strides[nd - 1];
+        nb_own = nd - 2;
+    }
+    for (int d = 0; d < s->nbatch; d++) {
+        int src = d - (s->nbatch - nb_own);
+        v->bstride[d] = src < 0 || t->shape[src] == 1 ? 0 : t->strides[src];
+    }
+}
+
+/* How BLAS can read a matrix: 0 row-major, 1 column-major (pass with
+ * CblasTrans), -1 neither (copy). *ld gets the leading dimension. */
+static int blas_layout(int64_t r, int64_t c, int64_t sr, int64_t sc, int64_t *ld) {
+    int64_t lr = c > 1 ? c : 1, lc = r > 1 ? r : 1;
+    if ((c == 1 || sc == 1) && (r == 1 || sr >= lr)) {
+        *ld = r == 1 ? lr : sr;
+        return 0;
+    }
+    if ((r == 1 || sr == 1) && (c == 1 || sc >= lc)) {
+        *ld = c == 1 ? lc : sc;
+        return 1;
+    }
+    return -1;
+}
+
+/* Copies the operand t into a fresh contiguous buffer (same shape) and
+ * points the kernel view *c at it. Returns the buffer, or NULL on OOM. */
+static void *pack(const oar_ktensor *t, oar_ktensor *c, size_t *nbytes) {
+    int64_t n = oari_kt_numel(t);
+    size_t es = oar_dtype_size((oar_dtype)t->dtype);
+    *nbytes = (size_t)(n ? n : 1) * es;
+    char *buf = oari_malloc(*nbytes);
+    if (!buf) return NULL;
+    const char *src = t->data;
+#pragma omp parallel for if (n > OARI_PARALLEL_GRAIN)
+    for (int64_t i = 0; i < n; i++)
+        memcpy(buf + (size_t)i * es,
+               src + oari_strided_index(t->ndim, t->shape, t->strides, i) * (int64_t)es, es);
+    *c = *t;
+    c->data = buf;
+    oari_contiguous_strides(t->ndim, t->shape, c->strides);
+    return buf;
+}
+
+static void gemm(int dt, bool ta, bool tb, int64_t n, int64_t m, int64_t k, const void *a,
+                 int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc) {
+    enum CBLAS_TRANSPOSE tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+    blasint N = (blasint)n, M = (blasint)m, K = (blasint)k;
+    blasint LA = (blasint)lda, LB = (blasint)ldb, LC = (blasint)ldc;
+    switch (dt) {
+    case OAR_F32:
+        cblas_sgemm(CblasRowMajor, tra, trb, N, M, K, 1.0f, a, LA, b, LB, 0.0f, c, LC);
+        break;
+    case OAR_F64:
+        cblas_dgemm(CblasRowMajor, tra, trb, N, M, K, 1.0, a, LA, b, LB, 0.0, c, LC);
+        break;
+    case OAR_C64: {
+        const float one[2] = {1, 0}, zero[2] = {0, 0};
+        cblas_cgemm(CblasRowMajor, tra, trb, N, M, K, one, a, LA, b, LB, zero, c, LC);
+        break;
+    }
+    case OAR_C128: {
+        const double one[2] = {1, 0}, zero[2] = {0, 0};
+        cblas_zgemm(CblasRowMajor, tra, trb, N, M, K, one, a, LA, b, LB, zero, c, LC);
+        break;
+    }
+    }
+}
+
+/* y = op(M) x with M stored row-major (rows x cols, ld), x at stride incx. */
+static void gemv(int dt, bool trans, int64_t rows, int64_t cols, const void *mat, int64_t ld,
+                 const void *x, int64_t incx, void *y) {
+    enum CBLAS_TRANSPOSE tr = trans ? CblasTrans : CblasNoTrans;
+    blasint R = (blasint)rows, C = (blasint)cols, L = (blasint)ld, INC = (blasint)incx;
+    switch (dt) {
+    case OAR_F32: cblas_sgemv(CblasRowMajor, tr, R, C, 1.0f, mat, L, x, INC, 0.0f, y, 1); break;
+    case OAR_F64: cblas_dgemv(CblasRowMajor, tr, R, C, 1.0, mat, L, x, INC, 0.0, y, 1); break;
+    case OAR_C64: {
+        const float one[2] = {1, 0}, zero[2] = {0, 0};
+        cblas_cgemv(CblasRowMajor, tr, R, C, one, mat, L, x, INC, zero, y, 1);
+        break;
+    }
+    case OAR_C128: {
+        const double one[2] = {1, 0}, zero[2] = {0, 0};
+        cblas_zgemv(CblasRowMajor, tr, R, C, one, mat, L, x, INC, zero, y, 1);
+        break;
+    }
+    }
+}
+
+/* One product of the batch: gemv when a side is a vector (BLAS's gemm is
+ * much slower there), gemm otherwise. la/lb: 0 row-major, 1 column-major. */
+static void product(int dt, const mm_shape *s, int la, int lb, const char *a, int64_t lda,
+                    const char *b, int64_t ldb, char *c) {
+    if (s->m == 1) { /* c[n] = A b, b a column at stride ldb (row-major) or 1 */
+        int64_t inc = lb == 0 ? ldb : 1;
+        if (la == 0) gemv(dt, false, s->n, s->k, a, lda, b, inc, c);
+        else gemv(dt, true, s->k, s->n, a, lda, b, inc, c);
+    } else if (s->n == 1) { /* c[m] = B^T a, a a row at stride 1 or lda (column-major) */
+        int64_t inc = la == 0 ? 1 : lda;
+        if (lb == 0) gemv(dt, true, s->k, s->m, b, ldb, a, inc, c);
+        else gemv(dt, false, s->m, s->k, b, ldb, a, inc, c);
+    } else {
+        gemm(dt, la == 1, lb == 1, s->n, s->m, s->k, a, lda, b, ldb, c, s->m);
+    }
+}
+
+static bool fits_blas(int64_t v) { return v <= (int64_t)INT_MAX; }
+
+static void setup(const oar_kernel_call *call, mm_shape *s, mat_view *a, mat_view *b) {
+    const oar_ktensor *A = &call->in[0], *B = &call->in[1], *O = &call->out[0];
+    bool a1 = A->ndim == 1, b1 = B->ndim == 1;
+    s->nbatch = O->ndim - !a1 - !b1;
+    s->nb = 1;
+    for (int d = 0; d < s->nbatch; d++) s->bshape[d] = O->shape[d], s->nb *= O->shape[d];
+    make_view(A, true, s, a);
+    make_view(B, false, s, b);
+    s->n = a->rows, s->k = a->cols, s->m = b->cols;
+}
+
+/* A batch of rows of A over a B shared by every batch folds into one gemm
+ * when A's batch dims step by whole matrices of rows. */
+static void fold_batches(mm_shape *s, mat_view *a, const mat_view *b) {
+    if (s->nb <= 1 || (a->sc != 1 && a->cols != 1) || a->sr < a->cols) return;
+    int64_t expect = a->sr * s->n;
+    for (int d = s->nbatch - 1; d >= 0; d--) {
+        if (b->bstride[d] != 0) return;
+        if (s->bshape[d] == 1) continue;
+        if (a->bstride[d] != expect) return;
+        expect *= s->bshape[d];
+    }
+    s->n *= s->nb;
+    a->rows = s->n;
+    s->nb = 1;
+    s->nbatch = 0;
+}
+
+static int k_matmul_blas(void *ctx, const oar_kernel_call *call) {
+    (void)ctx;
+    const oar_ktensor *O = &call->out[0];
+    int dt = O->dtype;
+    size_t es = oar_dtype_size((oar_dtype)dt);
+    mm_shape s;
+    mat_view a, b;
+    setup(call, &s, &a, &b);
+    char *out = O->data;
+    if (s.k == 0) {
+        memset(out, 0, (size_t)oari_kt_numel(O) * es);
+        return 0;
+    }
+    /* copy operands BLAS cannot read as they are */
+    oar_ktensor packed[2];
+    void *bufs[2] = {NULL, NULL};
+    size_t sizes[2] = {0, 0};
+    int64_t lda, ldb;
+    int la = blas_layout(a.rows, a.cols, a.sr, a.sc, &lda);
+    int lb = blas_layout(b.rows, b.cols, b.sr, b.sc, &ldb);
+    if (la < 0) {
+        if (!(bufs[0] = pack(&call->in[0], &packed[0], &sizes[0]))) return OAR_ERR_NOMEM;
+        make_view(&packed[0], true, &s, &a);
+        la = blas_layout(a.rows, a.cols, a.sr, a.sc, &lda);
+    }
+    if (lb < 0) {
+        if (!(bufs[1] = pack(&call->in[1], &packed[1], &sizes[1]))) {
+            oari_free(bufs[0], sizes[0]);
+            return OAR_ERR_NOMEM;
+        }
+        make_view(&packed[1], false, &s, &b);
+        lb = blas_layout(b.rows, b.cols, b.sr, b.sc, &ldb);
+    }
+    if (la == 0) fold_batches(&s, &a, &b);
+    if (la == 0) blas_layout(a.rows, a.cols, a.sr, a.sc, &lda);
+    int st = 0;
+    if (!fits_blas(s.n) || !fits_blas(s.m) || !fits_blas(s.k) || !fits_blas(lda) ||
+        !fits_blas(ldb)) {
+        st = oari_error(OAR_ERR_UNSUPPORTED,
+                        "matmul: a dim or stride exceeds the BLAS integer range");
+    } else {
+        int64_t mat = s.n * s.m;
+        /* many small products: one thread per product (BLAS then runs
+         * single-threaded inside the parallel region) */
+        bool par = s.nb > 1 && s.n * s.m * s.k < (int64_t)1 << 21;
+#pragma omp parallel for if (par) schedule(static)
+        for (int64_t bi = 0; bi < s.nb; bi++) {
+            int64_t oa, ob;
+            batch_offsets(&s, &a, &b, bi, &oa, &ob);
+            product(dt, &s, la, lb, a.data + oa * (int64_t)es, lda, b.data + ob * (int64_t)es, ldb,
+                    out + bi * mat * (int64_t)es);
+        }
+    }
+    oari_free(bufs[0], sizes[0]);
+    oari_free(bufs[1], sizes[1]);
+    return st;
+}
+
+/* Integer matmul: a plain loop, wrapping on overflow as PyTorch does. */
+#define INT_MATMUL(NAME, T, UT)                                                             \
+    static int NAME(void *ctx, const oar_kernel_call *call) {                               \
+        (void)ctx;                                                                          \
+        mm_shape s;                                                                         \
+        mat_view a, b;                                                                      \
+        setup(call, &s, &a, &b);                                                            \
+        T *out = call->out[0].data;                                                         \
+        int64_t rows = s.nb * s.n, work = rows * s.m * (s.k ? s.k : 1);                     \
+        _Pragma("omp parallel for if (work > OARI_PARALLEL_GRAIN) schedule(static)")        \
+        for (int64_t r = 0; r < rows; r++) {                                                \
+            int64_t bi = r / s.n, i = r % s.n, oa, ob;                                      \
+            batch_offsets(&s, &a, &b, bi, &oa, &ob);                                        \
+            const T *pa = (const T *)a.data + oa + i * a.sr;                                \
+            const T *pb = (const T *)b.data + ob;                                           \
+            T *po = out + r * s.m;                                                          \
+            for (int64_t j = 0; j < s.m; j++) {                                             \
+                UT acc = 0;                                                                 \
+                for (int64_t p = 0; p < s.k; p++)                                           \
+                    acc += (UT)pa[p * a.sc] * (UT)pb[p * b.sr + j * b.sc];                  \
+                po[j] = (T)acc;                                                             \
+            }                                                                               \
+        }                                                                                   \
+        return 0;                                                                           \
+    }
+
+INT_MATMUL(k_matmul_u8, uint8_t, uint32_t)
+INT_MATMUL(k_matmul_i32, int32_t, uint32_t)
+INT_MATMUL(k_matmul_i64, int64_t, uint64_t)
+
+const oari_cpu_kernels oari_cpu_k_matmul = {
+    [OAR_U8] = k_matmul_u8, [OAR_I32] = k_matmul_i32, [OAR_I64] = k_matmul_i64,
+    [OAR_F32] = k_matmul_blas, [OAR_F64] = k_matmul_blas, [OAR_C64] = k_matmul_blas,
+    [OAR_C128] = k_matmul_blas,
+};

@@ -1,0 +1,147 @@
+/* CPU kernels of softmax and log_softmax: numerically stable row kernels
+ * (max, sum of exp, scale) over one dim, rows spread over OpenMP threads.
+ * f16/bf16 run through the f32 kernels (dispatch converts). */
+#include "cpu.h"
+
+#include <math.h>
+
+/* One row of n elements at stride si (input) and so (output): subtract the
+ * row max, exponentiate, scale by the inverse sum (softmax) or subtract its
+ * log (log_softmax). Sums accumulate in double. A row of NaN or all -inf
+ * gives NaN, as in PyTorch. */
+#define SOFTMAX_ROWS(SFX, T, EXP)                                                            \
+    static T row_max_##SFX(const T *x, int64_t si, int64_t n) {                              \
+        T m = -INFINITY;                                                                     \
+        for (int64_t i = 0; i < n; i++)                                                      \
+            if (x[i * si] > m) m = x[i * si];                                                \
+        return m;                                                                            \
+    }                                                                                        \
+    static void row_softmax_##SFX(const T *x, int64_t si, T *y, int64_t so, int64_t n) {     \
+        T m = row_max_##SFX(x, si, n);                                                       \
+        double sum = 0;                                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                    \
+            T e = EXP(x[i * si] - m);                                                        \
+            y[i * so] = e;                                                                   \
+            sum += (double)e;                                                                \
+        }                                                                                    \
+        T inv = (T)(1.0 / sum);                                                              \
+        for (int64_t i = 0; i < n; i++) y[i * so] *= inv;                                    \
+    }                                                                                        \
+    static void row_log_softmax_##SFX(const T *x, int64_t si, T *y, int64_t so, int64_t n) { \
+        T m = row_max_##SFX(x, si, n);                                                       \
+        double sum = 0;                                                                      \
+        for (int64_t i = 0; i < n; i++) sum += (double)EXP(x[i * si] - m);                   \
+        T ls = (T)log(sum);                                                                  \
+        for (int64_t i = 0; i < n; i++) y[i * so] = (x[i * si] - m) - ls;                    \
+    }
+
+SOFTMAX_ROWS(f32, float, expf)
+SOFTMAX_ROWS(f64, double, exp)
+
+/* A contiguous [n, inner] slab reduced over n, for columns j0 .. j0+nb-1
+ * (nb <= COLS): the same arithmetic as the row kernels, in the same order,
+ * but reading whole stretches of each row, so a middle dim streams. */
+#define COLS 64
+#define SOFTMAX_COLS(SFX, T, EXP)                                                              \
+    static void cols_##SFX(const T *x, T *y, int64_t n, int64_t inner, int64_t nb,             \
+                           bool log_out) {                                                     \
+        T m[COLS], k[COLS];                                                                    \
+        double sum[COLS];                                                                      \
+        for (int64_t j = 0; j < nb; j++) m[j] = -INFINITY, sum[j] = 0;                         \
+        for (int64_t i = 0; i < n; i++)                                                        \
+            for (int64_t j = 0; j < nb; j++)                                                   \
+                if (x[i * inner + j] > m[j]) m[j] = x[i * inner + j];                          \
+        for (int64_t i = 0; i < n; i++)                                                        \
+            for (int64_t j = 0; j < nb; j++) {                                                 \
+                T e = EXP(x[i * inner + j] - m[j]);                                            \
+                if (!log_out) y[i * inner + j] = e;                                            \
+                sum[j] += (double)e;                                                           \
+            }                                                                                  \
+        for (int64_t j = 0; j < nb; j++) k[j] = log_out ? (T)log(sum[j]) : (T)(1.0 / sum[j]);  \
+        for (int64_t i = 0; i < n; i++)                                                        \
+            for (int64_t j = 0; j < nb; j++) {                                                 \
+                if (log_out) y[i * inner + j] = (x[i * inner + j] - m[j]) - k[j];              \
+                else y[i * inner + j] *= k[j];                                                 \
+            }                                                                                  \
+    }
+
+SOFTMAX_COLS(f32, float, expf)
+SOFTMAX_COLS(f64, double, exp)
+
+/* Contiguous input, dim not the last: [outer, n, inner] in blocks of
+ * COLS columns. */
+static void softmax_middle(const oar_ktensor *in, const oar_ktensor *out, int dim, bool log_out) {
+    int64_t outer = 1, inner = 1, n = in->shape[dim];
+    for (int d = 0; d < dim; d++) outer *= in->shape[d];
+    for (int d = dim + 1; d < in->ndim; d++) inner *= in->shape[d];
+    int64_t blocks = (inner + COLS - 1) / COLS, tasks = outer * blocks;
+    const bool is64 = in->dtype == OAR_F64;
+#pragma omp parallel for if (outer * n * inner > OARI_PARALLEL_GRAIN && tasks > 1) schedule(static)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t o = t / blocks, j0 = (t % blocks) * COLS;
+        int64_t nb = inner - j0 < COLS ? inner - j0 : COLS, off = o * n * inner + j0;
+        if (is64)
+            cols_f64((const double *)in->data + off, (double *)out->data + off, n, inner, nb,
+                     log_out);
+        else
+            cols_f32((const float *)in->data + off, (float *)out->data + off, n, inner, nb,
+                     log_out);
+    }
+}
+
+static int softmax_common(const oar_kernel_call *c, bool log_out) {
+    const oar_ktensor *in = &c->in[0], *out = &c->out[0];
+    int nd = in->ndim, dim = nd ? (int)c->iattr[0] : 0;
+    int64_t n = nd ? in->shape[dim] : 1;
+    int64_t si = nd ? in->strides[dim] : 1, so = nd ? out->strides[dim] : 1;
+    /* the rows: every dim but `dim` */
+    int64_t rshape[OAR_MAX_DIMS], rin[OAR_MAX_DIMS], rout[OAR_MAX_DIMS];
+    int rn = 0;
+    int64_t rows = 1;
+    for (int d = 0; d < nd; d++) {
+        if (d == dim) continue;
+        rshape[rn] = in->shape[d];
+        rin[rn] = in->strides[d];
+        rout[rn] = out->strides[d];
+        rows *= in->shape[d];
+        rn++;
+    }
+    if (n == 0 || rows == 0) return 0;
+    if (nd && dim < nd - 1 && n > 1 && oari_kt_contiguous(in)) {
+        softmax_middle(in, out, dim, log_out);
+        return 0;
+    }
+    const size_t es = oar_dtype_size((oar_dtype)in->dtype);
+    const char *xd = in->data;
+    char *yd = out->data;
+    const bool is64 = in->dtype == OAR_F64;
+#pragma omp parallel for if (rows * n > OARI_PARALLEL_GRAIN && rows > 1) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t oi = oari_strided_index(rn, rshape, rin, r);
+        int64_t oo = oari_strided_index(rn, rshape, rout, r);
+        const char *x = xd + oi * (int64_t)es;
+        char *y = yd + oo * (int64_t)es;
+        if (is64) {
+            if (log_out) row_log_softmax_f64((const double *)x, si, (double *)y, so, n);
+            else row_softmax_f64((const double *)x, si, (double *)y, so, n);
+        } else {
+            if (log_out) row_log_softmax_f32((const float *)x, si, (float *)y, so, n);
+            else row_softmax_f32((const float *)x, si, (float *)y, so, n);
+        }
+    }
+    return 0;
+}
+
+static int k_softmax(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    return softmax_common(c, false);
+}
+
+static int k_log_softmax(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    return softmax_common(c, true);
+}
+
+const oari_cpu_kernels oari_cpu_k_softmax = {[OAR_F32] = k_softmax, [OAR_F64] = k_softmax};
+const oari_cpu_kernels oari_cpu_k_log_softmax = {[OAR_F32] = k_log_softmax,
+                                                 [OAR_F64] = k_log_softmax};

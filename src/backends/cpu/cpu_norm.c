@@ -1,0 +1,248 @@
+/* CPU kernels of layer, group and batch norm: statistics accumulated in
+ * double with two passes, rows in parallel. The f32 and f64 kernels come
+ * from one template: this file includes itself with NORM_T defined. f16 and
+ * bf16 run through f32 (dispatch converts). */
+#ifndef NORM_T
+#include "cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Scratch buffers come from the CPU block cache: a fresh multi-megabyte
+ * malloc costs a page fault per 4 KiB on first touch, which used to
+ * dominate small convolutions. NULL with the error set on failure. */
+static void *scratch_alloc(size_t n) { return oari_cpu_block_alloc(n ? n : 1); }
+static void scratch_free(void *p, size_t n) {
+    if (p) oari_cpu_block_free(p, n ? n : 1);
+}
+
+static void copy_elems(char **p, const int64_t *s, int64_t n, void *ctx) {
+    size_t es = *(const size_t *)ctx;
+    for (int64_t i = 0; i < n; i++)
+        memcpy(p[0] + i * s[0] * (int64_t)es, p[1] + i * s[1] * (int64_t)es, es);
+}
+
+/* k's elements in row-major order: k's own data when contiguous, else a
+ * copy in *owned (*owned_n bytes, freed by the caller); NULL if the copy
+ * cannot be allocated. An absent optional input (dtype -1) gives NULL. */
+static const void *contig(const oar_ktensor *k, void **owned, size_t *owned_n) {
+    *owned = NULL;
+    *owned_n = 0;
+    if (k->dtype < 0 || oari_kt_contiguous(k)) return k->data;
+    size_t es = oar_dtype_size((oar_dtype)k->dtype);
+    int64_t n = oari_kt_numel(k);
+    void *buf = scratch_alloc((size_t)(n ? n : 1) * es);
+    if (!buf) return NULL;
+    oar_ktensor dst = *k;
+    dst.data = buf;
+    oari_contiguous_strides(k->ndim, k->shape, dst.strides);
+    const oar_ktensor *ops[2] = {&dst, k};
+    oari_iter it;
+    oari_iter_init(&it, 2, ops);
+    oari_iter_run(&it, copy_elems, &es);
+    *owned = buf;
+    *owned_n = (size_t)(n ? n : 1) * es;
+    return buf;
+}
+
+/* Up to 5 inputs made contiguous; absent ones stay NULL. */
+typedef struct {
+    const void *p[5];
+    void *owned[5];
+    size_t n[5];
+} inputs;
+
+static int load_inputs(const oar_kernel_call *c, inputs *in) {
+    memset(in, 0, sizeof *in);
+    for (int i = 0; i < c->n_in && i < 5; i++) {
+        in->p[i] = contig(&c->in[i], &in->owned[i], &in->n[i]);
+        if (!in->p[i] && c->in[i].dtype >= 0 && oari_kt_numel(&c->in[i])) return OAR_ERR_NOMEM;
+    }
+    return 0;
+}
+
+static void free_inputs(inputs *in) {
+    for (int i = 0; i < 5; i++)
+        scratch_free(in->owned[i], in->n[i]);
+}
+
+#define NORM_T float
+#define NORM_SFX f32
+#include "cpu_norm.c"
+#undef NORM_T
+#undef NORM_SFX
+
+#define NORM_T double
+#define NORM_SFX f64
+#include "cpu_norm.c"
+#undef NORM_T
+#undef NORM_SFX
+
+#define TABLE(name)                                                                                \
+    const oari_cpu_kernels oari_cpu_k_##name = {                                                   \
+        [OAR_F32] = k_##name##_f32, [OAR_F64] = k_##name##_f64}
+TABLE(layer_norm);
+TABLE(group_norm);
+TABLE(batch_norm);
+
+#else /* ---- the template: NORM_T, NORM_SFX ------------------------------------------- */
+
+#define CAT2(a, b) a##_##b
+#define CAT(a, b) CAT2(a, b)
+#define FN(name) CAT(name, NORM_SFX)
+typedef NORM_T FN(real);
+#define T FN(real)
+
+/* Mean and biased variance of n values at stride 1 (two passes, in double). */
+static void FN(moments)(const T *x, int64_t n, double *mean, double *var) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i];
+    double m = n ? s / (double)n : 0, v = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)x[i] - m;
+        v += d * d;
+    }
+    *mean = m;
+    *var = n ? v / (double)n : 0;
+}
+
+/* layer_norm: rows of M = prod(last n dims) elements. */
+static int FN(k_layer_norm)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    inputs in;
+    if (load_inputs(c, &in)) {
+        free_inputs(&in);
+        return OAR_ERR_NOMEM;
+    }
+    const T *x = in.p[0], *w = in.p[1], *b = in.p[2];
+    const int nd = c->in[0].ndim, n = (int)c->iattr[0];
+    int64_t m = 1, rows = 1;
+    for (int d = 0; d < nd; d++) {
+        if (d < nd - n)
+            rows *= c->in[0].shape[d];
+        else
+            m *= c->in[0].shape[d];
+    }
+    const double eps = c->fattr[0];
+    T *y = c->out[0].data, *mo = c->out[1].data, *ro = c->out[2].data;
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * m > OARI_PARALLEL_GRAIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const T *xr = x + r * m;
+        double mean, var;
+        FN(moments)(xr, m, &mean, &var);
+        double rstd = 1.0 / sqrt(var + eps);
+        T *yr = y + r * m;
+        for (int64_t i = 0; i < m; i++) {
+            double v = ((double)xr[i] - mean) * rstd;
+            if (w) v *= (double)w[i];
+            if (b) v += (double)b[i];
+            yr[i] = (T)v;
+        }
+        mo[r] = (T)mean;
+        ro[r] = (T)rstd;
+    }
+    free_inputs(&in);
+    return 0;
+}
+
+/* group_norm: x [N, C, *]; each (n, group) is Cg * S contiguous elements. */
+static int FN(k_group_norm)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    inputs in;
+    if (load_inputs(c, &in)) {
+        free_inputs(&in);
+        return OAR_ERR_NOMEM;
+    }
+    const T *x = in.p[0], *w = in.p[1], *b = in.p[2];
+    const oar_ktensor *xk = &c->in[0];
+    const int64_t n = xk->shape[0], ch = xk->shape[1], groups = c->iattr[0], cg = ch / groups;
+    int64_t s = 1;
+    for (int d = 2; d < xk->ndim; d++)
+        s *= xk->shape[d];
+    const double eps = c->fattr[0];
+    T *y = c->out[0].data, *mo = c->out[1].data, *ro = c->out[2].data;
+#pragma omp parallel for schedule(static) if (n * groups > 1 && n * ch * s > OARI_PARALLEL_GRAIN)
+    for (int64_t ng = 0; ng < n * groups; ng++) {
+        const T *xg = x + ng * cg * s;
+        double mean, var;
+        FN(moments)(xg, cg * s, &mean, &var);
+        double rstd = 1.0 / sqrt(var + eps);
+        T *yg = y + ng * cg * s;
+        for (int64_t ci = 0; ci < cg; ci++) {
+            int64_t cc = (ng % groups) * cg + ci;
+            double wc = w ? (double)w[cc] : 1.0, bc = b ? (double)b[cc] : 0.0;
+            for (int64_t i = ci * s; i < (ci + 1) * s; i++)
+                yg[i] = (T)(((double)xg[i] - mean) * rstd * wc + bc);
+        }
+        mo[ng] = (T)mean;
+        ro[ng] = (T)rstd;
+    }
+    free_inputs(&in);
+    return 0;
+}
+
+/* batch_norm: x [N, C, *]; per channel over N and the spatial dims.
+ * Training: batch mean and biased variance; out[3] the unbiased variance
+ * (for the running stats). Eval: running stats (out[3] = running_var). */
+static int FN(k_batch_norm)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    inputs in;
+    if (load_inputs(c, &in)) {
+        free_inputs(&in);
+        return OAR_ERR_NOMEM;
+    }
+    const T *x = in.p[0], *rm = in.p[1], *rv = in.p[2], *w = in.p[3], *b = in.p[4];
+    const oar_ktensor *xk = &c->in[0];
+    const int64_t n = xk->shape[0], ch = xk->shape[1];
+    int64_t s = 1;
+    for (int d = 2; d < xk->ndim; d++)
+        s *= xk->shape[d];
+    const bool training = c->iattr[0] != 0;
+    const double eps = c->fattr[0], cnt = (double)(n * s);
+    T *y = c->out[0].data, *mo = c->out[1].data, *ro = c->out[2].data, *uv = c->out[3].data;
+#pragma omp parallel for schedule(static) if (ch > 1 && n * ch * s > OARI_PARALLEL_GRAIN)
+    for (int64_t cc = 0; cc < ch; cc++) {
+        double mean, var;
+        if (training) {
+            double sum = 0, sq = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const T *p = x + (i * ch + cc) * s;
+                for (int64_t j = 0; j < s; j++)
+                    sum += p[j];
+            }
+            mean = cnt > 0 ? sum / cnt : 0;
+            for (int64_t i = 0; i < n; i++) {
+                const T *p = x + (i * ch + cc) * s;
+                for (int64_t j = 0; j < s; j++) {
+                    double d = (double)p[j] - mean;
+                    sq += d * d;
+                }
+            }
+            var = cnt > 0 ? sq / cnt : 0;
+            uv[cc] = (T)(cnt > 1 ? sq / (cnt - 1) : var);
+        } else {
+            mean = (double)rm[cc];
+            var = (double)rv[cc];
+            uv[cc] = rv[cc];
+        }
+        double rstd = 1.0 / sqrt(var + eps);
+        double wc = w ? (double)w[cc] : 1.0, bc = b ? (double)b[cc] : 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            const T *p = x + (i * ch + cc) * s;
+            T *q = y + (i * ch + cc) * s;
+            for (int64_t j = 0; j < s; j++)
+                q[j] = (T)(((double)p[j] - mean) * rstd * wc + bc);
+        }
+        mo[cc] = (T)mean;
+        ro[cc] = (T)rstd;
+    }
+    free_inputs(&in);
+    return 0;
+}
+
+#undef T
+#undef FN
+#undef CAT
+#undef CAT2
+#endif

@@ -1,0 +1,645 @@
+/* CPU kernels of the reductions (sum, prod, amax, amin, all, any, argmax,
+ * argmin) and scans (cumsum, cumprod): one strided driver, per-dtype loops.
+ * f16/bf16 run through the f32 kernels (dispatch converts). */
+#include "cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- the reduction plan ---------------------------------------------------
+ * The input's dims split into kept dims (the output, contiguous, in their
+ * order) and reduced dims; size-1 dims are dropped and neighbours merged
+ * where strides allow. The reduced space [0, R) is cut into chunks whose size
+ * depends only on the shapes, each chunk reduced into its own accumulator
+ * and the chunks combined in order, so no result depends on the number of
+ * threads. Two loop orders:
+ *  - inner: each output reduces its own runs along the reduced dim of
+ *    smallest stride (last-dim reductions; vectorised runs, pairwise sums);
+ *  - outer: rows of the kept innermost dim are accumulated row by row
+ *    (leading-dim reductions: acc[j] += x[r, j], vectorised over j). */
+
+#define CHUNK_INNER 16384 /* reduced elements per work item, inner order */
+#define CHUNK_OUTER 131072 /* input elements per work item, outer order */
+#define JBLOCK 1024       /* kept elements per work item, outer order */
+
+typedef struct rplan {
+    int nk, nr;
+    int64_t kshape[OAR_MAX_DIMS], kstride[OAR_MAX_DIMS];
+    int64_t rshape[OAR_MAX_DIMS], rstride[OAR_MAX_DIMS];
+    int64_t n_out, R;
+} rplan;
+
+/* How one op reduces one dtype. Accumulators are acc_size bytes. */
+typedef struct rkind {
+    size_t acc_size;
+    void (*init)(void *acc, int64_t n);
+    /* acc op= the strided run p[0..n) (element stride s); pos: reduced index of p[0] */
+    void (*run)(void *acc, const char *p, int64_t s, int64_t n, int64_t pos);
+    /* acc[j] op= p[j * s] for j < m; pos: the reduced index of this row */
+    void (*row)(void *acc, const char *p, int64_t s, int64_t m, int64_t pos);
+    /* a op= b, b covering later reduced indices than a */
+    void (*combine)(void *a, const void *b);
+    void (*store)(char *out, const void *acc);
+} rkind;
+
+static void plan_build(rplan *pl, const oar_ktensor *x, uint64_t mask, bool keep_order) {
+    memset(pl, 0, sizeof *pl);
+    bool zero_kept = false, zero_red = false;
+    for (int d = 0; d < x->ndim; d++) {
+        bool red = (mask >> d) & 1u;
+        int64_t n = x->shape[d], s = x->strides[d];
+        if (n == 0) {
+            if (red) zero_red = true;
+            else zero_kept = true;
+        }
+        if (n <= 1) continue; /* size 0: nothing is read (n_out or R is 0) */
+        if (!red) {
+            if (pl->nk && pl->kstride[pl->nk - 1] == s * n) {
+                pl->kshape[pl->nk - 1] *= n;
+                pl->kstride[pl->nk - 1] = s;
+            } else {
+                pl->kshape[pl->nk] = n;
+                pl->kstride[pl->nk++] = s;
+            }
+        } else {
+            pl->rshape[pl->nr] = n;
+            pl->rstride[pl->nr++] = s;
+        }
+    }
+    if (!keep_order) { /* reduced dims by decreasing stride (insertion sort, stable) */
+        for (int i = 1; i < pl->nr; i++) {
+            int64_t n = pl->rshape[i], s = pl->rstride[i];
+            int j = i;
+            for (; j > 0 && pl->rstride[j - 1] < s; j--) {
+                pl->rshape[j] = pl->rshape[j - 1];
+                pl->rstride[j] = pl->rstride[j - 1];
+            }
+            pl->rshape[j] = n;
+            pl->rstride[j] = s;
+        }
+    }
+    int m = 0;
+    for (int i = 0; i < pl->nr; i++) {
+        if (m && pl->rstride[m - 1] == pl->rstride[i] * pl->rshape[i]) {
+            pl->rshape[m - 1] *= pl->rshape[i];
+            pl->rstride[m - 1] = pl->rstride[i];
+        } else {
+            pl->rshape[m] = pl->rshape[i];
+            pl->rstride[m++] = pl->rstride[i];
+        }
+    }
+    pl->nr = m;
+    pl->n_out = 1;
+    for (int i = 0; i < pl->nk; i++) pl->n_out *= pl->kshape[i];
+    pl->R = 1;
+    for (int i = 0; i < pl->nr; i++) pl->R *= pl->rshape[i];
+    if (zero_kept) pl->n_out = 0;
+    if (zero_red) pl->R = 0;
+}
+
+/* Offset (elements) of linear index i over (n, shape, stride). */
+static inline int64_t lin_offset(int n, const int64_t *shape, const int64_t *stride, int64_t i) {
+    int64_t off = 0;
+    for (int d = n - 1; d >= 0; d--) {
+        off += (i % shape[d]) * stride[d];
+        i /= shape[d];
+    }
+    return off;
+}
+
+/* Reduces reduced indices [r0, r1) of the slice at `base` into acc (inner order). */
+static void inner_range(const rkind *k, const rplan *pl, const char *base, int64_t es, void *acc,
+                        int64_t r0, int64_t r1) {
+    if (pl->nr == 0) {
+        if (r0 < r1) k->run(acc, base, 0, 1, 0);
+        return;
+    }
+    const int last = pl->nr - 1;
+    const int64_t run = pl->rshape[last], s = pl->rstride[last];
+    int64_t idx[OAR_MAX_DIMS], rem = r0;
+    for (int d = last; d >= 0; d--) {
+        idx[d] = rem % pl->rshape[d];
+        rem /= pl->rshape[d];
+    }
+    int64_t pos = r0;
+    while (pos < r1) {
+        int64_t n = run - idx[last];
+        if (n > r1 - pos) n = r1 - pos;
+        int64_t off = 0;
+        for (int d = 0; d <= last; d++) off += idx[d] * pl->rstride[d];
+        k->run(acc, base + off * es, s, n, pos);
+        pos += n;
+        idx[last] += n;
+        for (int d = last; d > 0 && idx[d] >= pl->rshape[d]; d--) {
+            idx[d] = 0;
+            idx[d - 1]++;
+        }
+    }
+}
+
+static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *out, uint64_t mask,
+                      bool keep_order) {
+    rplan pl;
+    plan_build(&pl, x, mask, keep_order);
+    if (pl.n_out == 0) return 0;
+    const int64_t es = (int64_t)oar_dtype_size((oar_dtype)x->dtype);
+    const int64_t os = (int64_t)oar_dtype_size((oar_dtype)out->dtype);
+    const size_t as = k->acc_size;
+    const char *xd = x->data;
+    char *od = out->data;
+    const bool parallel = pl.n_out * (pl.R ? pl.R : 1) >= OARI_PARALLEL_GRAIN;
+    const bool outer = pl.nk >= 1 && pl.kshape[pl.nk - 1] > 1 &&
+                       (pl.nr == 0 || pl.kstride[pl.nk - 1] < pl.rstride[pl.nr - 1]);
+
+    if (!outer) {
+        const int64_t nch = pl.R > CHUNK_INNER ? (pl.R + CHUNK_INNER - 1) / CHUNK_INNER : 1;
+        const int64_t items = pl.n_out * nch;
+        char *acc = oari_malloc((size_t)items * as);
+        if (!acc) return OAR_ERR_NOMEM;
+        k->init(acc, items);
+#pragma omp parallel for schedule(static) if (parallel)
+        for (int64_t w = 0; w < items; w++) {
+            int64_t o = w / nch, c = w % nch;
+            int64_t r0 = c * CHUNK_INNER, r1 = r0 + CHUNK_INNER < pl.R ? r0 + CHUNK_INNER : pl.R;
+            const char *base = xd + lin_offset(pl.nk, pl.kshape, pl.kstride, o) * es;
+            inner_range(k, &pl, base, es, acc + (size_t)w * as, r0, r1);
+        }
+#pragma omp parallel for schedule(static) if (parallel)
+        for (int64_t o = 0; o < pl.n_out; o++) {
+            char *a = acc + (size_t)(o * nch) * as;
+            for (int64_t c = 1; c < nch; c++) k->combine(a, a + (size_t)c * as);
+            k->store(od + o * os, a);
+        }
+        oari_free(acc, (size_t)items * as);
+        return 0;
+    }
+
+    /* outer order */
+    const int64_t m = pl.kshape[pl.nk - 1], sk = pl.kstride[pl.nk - 1];
+    const int64_t n_ko = pl.n_out / m;
+    const int64_t jb = m < JBLOCK ? m : JBLOCK, nj = (m + jb - 1) / jb;
+    int64_t rows = CHUNK_OUTER / jb;
+    if (rows < 1) rows = 1;
+    const int64_t nch = pl.R > rows ? (pl.R + rows - 1) / rows : 1;
+    const int64_t n_acc = nch * pl.n_out;
+    char *acc = oari_malloc((size_t)n_acc * as);
+    if (!acc) return OAR_ERR_NOMEM;
+    k->init(acc, n_acc);
+    const int64_t items = n_ko * nj * nch;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t w = 0; w < items; w++) {
+        int64_t c = w % nch, rest = w / nch;
+        int64_t bj = rest % nj, ko = rest / nj;
+        int64_t j0 = bj * jb, len = j0 + jb < m ? jb : m - j0;
+        int64_t r0 = c * rows, r1 = r0 + rows < pl.R ? r0 + rows : pl.R;
+        const char *base = xd + (lin_offset(pl.nk - 1, pl.kshape, pl.kstride, ko) + j0 * sk) * es;
+        char *a = acc + (size_t)(c * pl.n_out + ko * m + j0) * as;
+        if (pl.nr == 0) {
+            if (r0 < r1) k->row(a, base, sk, len, 0);
+            continue;
+        }
+        int64_t idx[OAR_MAX_DIMS], rem = r0;
+        for (int d = pl.nr - 1; d >= 0; d--) {
+            idx[d] = rem % pl.rshape[d];
+            rem /= pl.rshape[d];
+        }
+        for (int64_t r = r0; r < r1; r++) {
+            int64_t off = 0;
+            for (int d = 0; d < pl.nr; d++) off += idx[d] * pl.rstride[d];
+            k->row(a, base + off * es, sk, len, r);
+            for (int d = pl.nr - 1; d >= 0; d--) {
+                if (++idx[d] < pl.rshape[d]) break;
+                idx[d] = 0;
+            }
+        }
+    }
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t o = 0; o < pl.n_out; o++) {
+        char *a = acc + (size_t)o * as;
+        for (int64_t c = 1; c < nch; c++) k->combine(a, acc + (size_t)(c * pl.n_out + o) * as);
+        k->store(od + o * os, a);
+    }
+    oari_free(acc, (size_t)n_acc * as);
+    return 0;
+}
+
+/* ---- sum and prod -----------------------------------------------------------
+ * Accumulators: double for f32/f64, double complex for c64/c128, wrapping
+ * uint64 for integers and bool (result i64). Sums are pairwise over runs
+ * (blocks of 8 lanes), so f32 and f64 sums stay accurate. */
+
+#define LD_int(T, v) ((uint64_t)(int64_t)(v))
+#define LD_flt(T, v) ((double)(v))
+#define LD_cpx(T, v) ((c128_t)(v))
+
+#define SUMPROD(N, T, A, LD, TO, OPEQ, ONE)                                              \
+    static A N##_pw(const T *p, int64_t s, int64_t n) {                                  \
+        if (n <= 256) {                                                                  \
+            A a[8] = {ONE, ONE, ONE, ONE, ONE, ONE, ONE, ONE};                           \
+            int64_t i = 0;                                                               \
+            if (s == 1) {                                                                \
+                for (; i + 8 <= n; i += 8) {                                             \
+                    _Pragma("omp simd")                                                  \
+                    for (int k = 0; k < 8; k++) a[k] OPEQ LD(T, p[i + k]);               \
+                }                                                                        \
+            } else {                                                                     \
+                for (; i + 8 <= n; i += 8)                                               \
+                    for (int k = 0; k < 8; k++) a[k] OPEQ LD(T, p[(i + k) * s]);         \
+            }                                                                            \
+            for (; i < n; i++) a[0] OPEQ LD(T, p[i * s]);                                \
+            a[0] OPEQ a[1];                                                              \
+            a[2] OPEQ a[3];                                                              \
+            a[4] OPEQ a[5];                                                              \
+            a[6] OPEQ a[7];                                                              \
+            a[0] OPEQ a[2];                                                              \
+            a[4] OPEQ a[6];                                                              \
+            a[0] OPEQ a[4];                                                              \
+            return a[0];                                                                 \
+        }                                                                                \
+        int64_t h = (n / 2) & ~(int64_t)7;                                               \
+        A l = N##_pw(p, s, h);                                                           \
+        l OPEQ N##_pw(p + h * s, s, n - h);                                              \
+        return l;                                                                        \
+    }                                                                                    \
+    static void N##_init(void *acc, int64_t n) {                                         \
+        for (int64_t i = 0; i < n; i++) ((A *)acc)[i] = ONE;                             \
+    }                                                                                    \
+    static void N##_run(void *acc, const char *p, int64_t s, int64_t n, int64_t pos) {   \
+        (void)pos;                                                                       \
+        *(A *)acc OPEQ N##_pw((const T *)p, s, n);                                       \
+    }                                                                                    \
+    static void N##_row(void *acc, const char *p, int64_t s, int64_t m, int64_t pos) {   \
+        (void)pos;                                                                       \
+        A *a = acc;                                                                      \
+        const T *x = (const T *)p;                                                       \
+        if (s == 1) {                                                                    \
+            _Pragma("omp simd")                                                          \
+            for (int64_t j = 0; j < m; j++) a[j] OPEQ LD(T, x[j]);                       \
+        } else {                                                                         \
+            for (int64_t j = 0; j < m; j++) a[j] OPEQ LD(T, x[j * s]);                   \
+        }                                                                                \
+    }                                                                                    \
+    static void N##_combine(void *a, const void *b) { *(A *)a OPEQ *(const A *)b; }      \
+    static void N##_store(char *out, const void *acc) { *(TO *)out = (TO) * (const A *)acc; } \
+    static const rkind N##_kind = {sizeof(A), N##_init, N##_run, N##_row, N##_combine, N##_store};
+
+#define SUMPROD_ALL(OP, OPEQ, ONE)                                                       \
+    SUMPROD(OP##_b8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                      \
+    SUMPROD(OP##_u8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                      \
+    SUMPROD(OP##_i32, int32_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                     \
+    SUMPROD(OP##_i64, int64_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                     \
+    SUMPROD(OP##_f32, float, double, LD_flt, float, OPEQ, ONE)                           \
+    SUMPROD(OP##_f64, double, double, LD_flt, double, OPEQ, ONE)                         \
+    SUMPROD(OP##_c64, c64_t, c128_t, LD_cpx, c64_t, OPEQ, ONE)                           \
+    SUMPROD(OP##_c128, c128_t, c128_t, LD_cpx, c128_t, OPEQ, ONE)
+
+SUMPROD_ALL(sum, +=, 0)
+SUMPROD_ALL(prod, *=, 1)
+
+/* ---- amax and amin: NaN propagates ------------------------------------------ */
+
+#define MINMAX(N, T, BETTER, WORST)                                                      \
+    static void N##_init(void *acc, int64_t n) {                                         \
+        for (int64_t i = 0; i < n; i++) ((T *)acc)[i] = WORST;                           \
+    }                                                                                    \
+    static void N##_run(void *acc, const char *p, int64_t s, int64_t n, int64_t pos) {   \
+        (void)pos;                                                                       \
+        const T *x = (const T *)p;                                                       \
+        T a[8];                                                                          \
+        for (int k = 0; k < 8; k++) a[k] = *(T *)acc;                                    \
+        int64_t i = 0;                                                                   \
+        if (s == 1) {                                                                    \
+            for (; i + 8 <= n; i += 8) {                                                 \
+                _Pragma("omp simd")                                                      \
+                for (int k = 0; k < 8; k++) {                                            \
+                    T v = x[i + k];                                                      \
+                    a[k] = BETTER(v, a[k]) ? v : a[k];                                   \
+                }                                                                        \
+            }                                                                            \
+        }                                                                                \
+        for (; i < n; i++) {                                                             \
+            T v = x[i * s];                                                              \
+            a[0] = BETTER(v, a[0]) ? v : a[0];                                           \
+        }                                                                                \
+        for (int k = 1; k < 8; k++) a[0] = BETTER(a[k], a[0]) ? a[k] : a[0];             \
+        *(T *)acc = a[0];                                                                \
+    }                                                                                    \
+    static void N##_row(void *acc, const char *p, int64_t s, int64_t m, int64_t pos) {   \
+        (void)pos;                                                                       \
+        T *a = acc;                                                                      \
+        const T *x = (const T *)p;                                                       \
+        if (s == 1) {                                                                    \
+            _Pragma("omp simd")                                                          \
+            for (int64_t j = 0; j < m; j++) a[j] = BETTER(x[j], a[j]) ? x[j] : a[j];     \
+        } else                                                                           \
+            for (int64_t j = 0; j < m; j++) {                                            \
+                T v = x[j * s];                                                          \
+                a[j] = BETTER(v, a[j]) ? v : a[j];                                       \
+            }                                                                            \
+    }                                                                                    \
+    static void N##_combine(void *a, const void *b) {                                    \
+        T v = *(const T *)b;                                                             \
+        if (BETTER(v, *(T *)a)) *(T *)a = v;                                             \
+    }                                                                                    \
+    static void N##_store(char *out, const void *acc) { *(T *)out = *(const T *)acc; }   \
+    static const rkind N##_kind = {sizeof(T), N##_init, N##_run, N##_row, N##_combine, N##_store};
+
+/* v replaces the best so far if larger (smaller), or NaN: once NaN, stays NaN. */
+#define GT_NAN(v, a) ((v) > (a) || (v) != (v))
+#define LT_NAN(v, a) ((v) < (a) || (v) != (v))
+#define GT_INT(v, a) ((v) > (a))
+#define LT_INT(v, a) ((v) < (a))
+
+MINMAX(amax_b8, uint8_t, GT_INT, 0)
+MINMAX(amax_u8, uint8_t, GT_INT, 0)
+MINMAX(amax_i32, int32_t, GT_INT, INT32_MIN)
+MINMAX(amax_i64, int64_t, GT_INT, INT64_MIN)
+MINMAX(amax_f32, float, GT_NAN, -INFINITY)
+MINMAX(amax_f64, double, GT_NAN, -INFINITY)
+MINMAX(amin_b8, uint8_t, LT_INT, 1)
+MINMAX(amin_u8, uint8_t, LT_INT, UINT8_MAX)
+MINMAX(amin_i32, int32_t, LT_INT, INT32_MAX)
+MINMAX(amin_i64, int64_t, LT_INT, INT64_MAX)
+MINMAX(amin_f32, float, LT_NAN, INFINITY)
+MINMAX(amin_f64, double, LT_NAN, INFINITY)
+
+/* ---- argmax and argmin: the first index of the extreme; NaN counts as the
+ * extreme (the first NaN wins), as in PyTorch. ---------------------------------- */
+
+#define ARGEXT(N, T, BETTER)                                                             \
+    typedef struct { T v; int64_t i; } N##_acc;                                          \
+    static inline bool N##_wins(T v, const N##_acc *a) {                                 \
+        return a->i < 0 || (a->v == a->v && BETTER(v, a->v));                            \
+    }                                                                                    \
+    static void N##_init(void *acc, int64_t n) {                                         \
+        for (int64_t i = 0; i < n; i++) {                                                \
+            ((N##_acc *)acc)[i].v = 0;                                                   \
+            ((N##_acc *)acc)[i].i = -1;                                                  \
+        }                                                                                \
+    }                                                                                    \
+    static void N##_run(void *acc, const char *p, int64_t s, int64_t n, int64_t pos) {   \
+        N##_acc *a = acc;                                                                \
+        const T *x = (const T *)p;                                                       \
+        for (int64_t i = 0; i < n; i++) {                                                \
+            T v = x[i * s];                                                              \
+            if (N##_wins(v, a)) {                                                        \
+                a->v = v;                                                                \
+                a->i = pos + i;                                                          \
+            }                                                                            \
+        }                                                                                \
+    }                                                                                    \
+    static void N##_row(void *acc, const char *p, int64_t s, int64_t m, int64_t pos) {   \
+        N##_acc *a = acc;                                                                \
+        const T *x = (const T *)p;                                                       \
+        for (int64_t j = 0; j < m; j++) {                                                \
+            T v = x[j * s];                                                              \
+            if (N##_wins(v, &a[j])) {                                                    \
+                a[j].v = v;                                                              \
+                a[j].i = pos;                                                            \
+            }                                                                            \
+        }                                                                                \
+    }                                                                                    \
+    static void N##_combine(void *a, const void *b) {                                    \
+        const N##_acc *y = b;                                                            \
+        if (y->i >= 0 && N##_wins(y->v, a)) *(N##_acc *)a = *y;                          \
+    }                                                                                    \
+    static void N##_store(char *out, const void *acc) {                                  \
+        *(int64_t *)out = ((const N##_acc *)acc)->i;                                     \
+    }                                                                                    \
+    static const rkind N##_kind = {sizeof(N##_acc), N##_init, N##_run, N##_row, N##_combine, \
+                                   N##_store};
+
+ARGEXT(argmax_b8, uint8_t, GT_NAN)
+ARGEXT(argmax_u8, uint8_t, GT_NAN)
+ARGEXT(argmax_i32, int32_t, GT_NAN)
+ARGEXT(argmax_i64, int64_t, GT_NAN)
+ARGEXT(argmax_f32, float, GT_NAN)
+ARGEXT(argmax_f64, double, GT_NAN)
+ARGEXT(argmin_b8, uint8_t, LT_NAN)
+ARGEXT(argmin_u8, uint8_t, LT_NAN)
+ARGEXT(argmin_i32, int32_t, LT_NAN)
+ARGEXT(argmin_i64, int64_t, LT_NAN)
+ARGEXT(argmin_f32, float, LT_NAN)
+ARGEXT(argmin_f64, double, LT_NAN)
+
+/* ---- all and any: every dtype in, bool out ----------------------------------- */
+
+#define NZ_real(v) ((v) != 0)
+#define NZ_cpx(v) (creal(v) != 0 || cimag(v) != 0)
+
+#define ALLANY(N, T, NZ, IS_ALL)                                                         \
+    static void N##_init(void *acc, int64_t n) { memset(acc, IS_ALL, (size_t)n); }       \
+    static void N##_run(void *acc, const char *p, int64_t s, int64_t n, int64_t pos) {   \
+        (void)pos;                                                                       \
+        const T *x = (const T *)p;                                                       \
+        uint8_t a = *(uint8_t *)acc;                                                     \
+        if (IS_ALL) {                                                                    \
+            _Pragma("omp simd reduction(&: a)")                                          \
+            for (int64_t i = 0; i < n; i++) a &= (uint8_t)NZ(x[i * s]);                  \
+        } else {                                                                         \
+            _Pragma("omp simd reduction(|: a)")                                          \
+            for (int64_t i = 0; i < n; i++) a |= (uint8_t)NZ(x[i * s]);                  \
+        }                                                                                \
+        *(uint8_t *)acc = a;                                                             \
+    }                                                                                    \
+    static void N##_row(void *acc, const char *p, int64_t s, int64_t m, int64_t pos) {   \
+        (void)pos;                                                                       \
+        uint8_t *a = acc;                                                                \
+        const T *x = (const T *)p;                                                       \
+        if (IS_ALL) {                                                                    \
+            _Pragma("omp simd")                                                          \
+            for (int64_t j = 0; j < m; j++) a[j] &= (uint8_t)NZ(x[j * s]);               \
+        } else {                                                                         \
+            _Pragma("omp simd")                                                          \
+            for (int64_t j = 0; j < m; j++) a[j] |= (uint8_t)NZ(x[j * s]);               \
+        }                                                                                \
+    }                                                                                    \
+    static void N##_combine(void *a, const void *b) {                                    \
+        if (IS_ALL) *(uint8_t *)a &= *(const uint8_t *)b;                                \
+        else *(uint8_t *)a |= *(const uint8_t *)b;                                       \
+    }                                                                                    \
+    static void N##_store(char *out, const void *acc) { *(uint8_t *)out = *(const uint8_t *)acc; } \
+    static const rkind N##_kind = {1, N##_init, N##_run, N##_row, N##_combine, N##_store};
+
+#define ALLANY_ALL(OP, IS_ALL)                                                           \
+    ALLANY(OP##_b8, uint8_t, NZ_real, IS_ALL)                                            \
+    ALLANY(OP##_u8, uint8_t, NZ_real, IS_ALL)                                            \
+    ALLANY(OP##_i32, int32_t, NZ_real, IS_ALL)                                           \
+    ALLANY(OP##_i64, int64_t, NZ_real, IS_ALL)                                           \
+    ALLANY(OP##_f16, uint16_t, NZ_half, IS_ALL)                                          \
+    ALLANY(OP##_f32, float, NZ_real, IS_ALL)                                             \
+    ALLANY(OP##_f64, double, NZ_real, IS_ALL)                                            \
+    ALLANY(OP##_c64, c64_t, NZ_cpx, IS_ALL)                                              \
+    ALLANY(OP##_c128, c128_t, NZ_cpx, IS_ALL)
+
+/* f16 and bf16 are zero when every bit but the sign is (NaN is non-zero). */
+#define NZ_half(v) (((v) & 0x7fffu) != 0)
+
+ALLANY_ALL(all, 1)
+ALLANY_ALL(any, 0)
+
+/* ---- kernel entries ------------------------------------------------------------ */
+
+static int reduce_kernel(const rkind *k, const oar_kernel_call *c, bool keep_order) {
+    return reduce_run(k, &c->in[0], &c->out[0], (uint64_t)c->iattr[0], keep_order);
+}
+
+#define KERNEL(N)                                                                        \
+    static int k_##N(void *ctx, const oar_kernel_call *c) {                              \
+        (void)ctx;                                                                       \
+        return reduce_kernel(&N##_kind, c, false);                                       \
+    }
+/* argmax/argmin: iattr[0] is a dim, or -1 for the flattened tensor; the
+ * reduced dims keep their logical order so positions are row-major indices. */
+#define ARG_KERNEL(N)                                                                    \
+    static int k_##N(void *ctx, const oar_kernel_call *c) {                              \
+        (void)ctx;                                                                       \
+        int64_t d = c->iattr[0];                                                         \
+        uint64_t mask = d < 0 ? ~(uint64_t)0 : (uint64_t)1 << d;                         \
+        return reduce_run(&N##_kind, &c->in[0], &c->out[0], mask, true);                 \
+    }
+
+#define TABLE_SUMPROD(OP)                                                                \
+    KERNEL(OP##_b8) KERNEL(OP##_u8) KERNEL(OP##_i32) KERNEL(OP##_i64) KERNEL(OP##_f32)   \
+    KERNEL(OP##_f64) KERNEL(OP##_c64) KERNEL(OP##_c128)                                  \
+    const oari_cpu_kernels oari_cpu_k_##OP = {                                           \
+        [OAR_BOOL] = k_##OP##_b8, [OAR_U8] = k_##OP##_u8, [OAR_I32] = k_##OP##_i32,      \
+        [OAR_I64] = k_##OP##_i64, [OAR_F32] = k_##OP##_f32, [OAR_F64] = k_##OP##_f64,    \
+        [OAR_C64] = k_##OP##_c64, [OAR_C128] = k_##OP##_c128};
+
+TABLE_SUMPROD(sum)
+TABLE_SUMPROD(prod)
+
+#define TABLE_REAL(OP, K)                                                                \
+    K(OP##_b8) K(OP##_u8) K(OP##_i32) K(OP##_i64) K(OP##_f32) K(OP##_f64)                \
+    const oari_cpu_kernels oari_cpu_k_##OP = {                                           \
+        [OAR_BOOL] = k_##OP##_b8, [OAR_U8] = k_##OP##_u8, [OAR_I32] = k_##OP##_i32,      \
+        [OAR_I64] = k_##OP##_i64, [OAR_F32] = k_##OP##_f32, [OAR_F64] = k_##OP##_f64};
+
+TABLE_REAL(amax, KERNEL)
+TABLE_REAL(amin, KERNEL)
+TABLE_REAL(argmax, ARG_KERNEL)
+TABLE_REAL(argmin, ARG_KERNEL)
+
+#define TABLE_ALLANY(OP)                                                                 \
+    KERNEL(OP##_b8) KERNEL(OP##_u8) KERNEL(OP##_i32) KERNEL(OP##_i64) KERNEL(OP##_f16)   \
+    KERNEL(OP##_f32) KERNEL(OP##_f64) KERNEL(OP##_c64) KERNEL(OP##_c128)                 \
+    const oari_cpu_kernels oari_cpu_k_##OP = {                                           \
+        [OAR_BOOL] = k_##OP##_b8, [OAR_U8] = k_##OP##_u8, [OAR_I32] = k_##OP##_i32,      \
+        [OAR_I64] = k_##OP##_i64, [OAR_F16] = k_##OP##_f16, [OAR_BF16] = k_##OP##_f16,   \
+        [OAR_F32] = k_##OP##_f32, [OAR_F64] = k_##OP##_f64, [OAR_C64] = k_##OP##_c64,    \
+        [OAR_C128] = k_##OP##_c128};
+
+TABLE_ALLANY(all)
+TABLE_ALLANY(any)
+
+/* ---- cumsum and cumprod ---------------------------------------------------------
+ * iattr[0]: dim. Output contiguous, same shape; ints and bool give i64.
+ * Accumulated in double (f32, f64), double complex, or wrapping uint64. */
+
+#define SCAN_BLOCK 1024
+
+#define SCAN(N, T, A, LD, TO, OPEQ, ONE)                                                 \
+    static void N##_line(const T *x, int64_t sx, TO *o, int64_t so, int64_t n) {         \
+        A a = ONE;                                                                       \
+        for (int64_t i = 0; i < n; i++) {                                                \
+            a OPEQ LD(T, x[i * sx]);                                                     \
+            o[i * so] = (TO)a;                                                           \
+        }                                                                                \
+    }                                                                                    \
+    static void N##_block(const T *x, int64_t sd, int64_t si, TO *o, int64_t inner,      \
+                          int64_t n, int64_t m) {                                        \
+        A a[SCAN_BLOCK];                                                                 \
+        for (int64_t j = 0; j < m; j++) a[j] = ONE;                                      \
+        for (int64_t i = 0; i < n; i++) {                                                \
+            const T *xr = x + i * sd;                                                    \
+            TO *orow = o + i * inner;                                                    \
+            if (si == 1) {                                                               \
+                _Pragma("omp simd")                                                      \
+                for (int64_t j = 0; j < m; j++) a[j] OPEQ LD(T, xr[j]);                  \
+            } else {                                                                     \
+                for (int64_t j = 0; j < m; j++) a[j] OPEQ LD(T, xr[j * si]);             \
+            }                                                                            \
+            _Pragma("omp simd")                                                          \
+            for (int64_t j = 0; j < m; j++) orow[j] = (TO)a[j];                          \
+        }                                                                                \
+    }                                                                                    \
+    static int k_##N(void *ctx, const oar_kernel_call *c) {                              \
+        (void)ctx;                                                                       \
+        return scan_run(c, (scan_line_fn)N##_line, (scan_block_fn)N##_block);            \
+    }
+
+typedef void (*scan_line_fn)(const void *x, int64_t sx, void *o, int64_t so, int64_t n);
+typedef void (*scan_block_fn)(const void *x, int64_t sd, int64_t si, void *o, int64_t inner,
+                              int64_t n, int64_t m);
+
+static int scan_run(const oar_kernel_call *c, scan_line_fn line, scan_block_fn block) {
+    const oar_ktensor *x = &c->in[0], *out = &c->out[0];
+    if (x->ndim == 0) {
+        line(x->data, 1, out->data, 1, 1);
+        return 0;
+    }
+    const int dim = (int)c->iattr[0];
+    const int64_t es = (int64_t)oar_dtype_size((oar_dtype)x->dtype);
+    const int64_t os = (int64_t)oar_dtype_size((oar_dtype)out->dtype);
+    const int64_t n = x->shape[dim], sd = x->strides[dim];
+    /* outer dims before `dim` (kept as they are), inner dims after it merged if possible */
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < dim; d++) outer *= x->shape[d];
+    int ni = 0;
+    int64_t ishape[OAR_MAX_DIMS], istride[OAR_MAX_DIMS];
+    for (int d = dim + 1; d < x->ndim; d++) {
+        inner *= x->shape[d];
+        if (x->shape[d] == 1) continue;
+        if (ni && istride[ni - 1] == x->strides[d] * x->shape[d]) {
+            ishape[ni - 1] *= x->shape[d];
+            istride[ni - 1] = x->strides[d];
+        } else {
+            ishape[ni] = x->shape[d];
+            istride[ni++] = x->strides[d];
+        }
+    }
+    const int64_t total = outer * n * inner;
+    if (total == 0) return 0;
+    const bool parallel = total >= OARI_PARALLEL_GRAIN;
+    const char *xd = x->data;
+    char *od = out->data;
+    if (ni <= 1 && inner > 1) {
+        /* rows of the merged inner dim are scanned together, vectorised over it */
+        const int64_t si = ni ? istride[0] : 0;
+        const int64_t nj = (inner + SCAN_BLOCK - 1) / SCAN_BLOCK;
+#pragma omp parallel for schedule(static) if (parallel)
+        for (int64_t w = 0; w < outer * nj; w++) {
+            int64_t o = w / nj, j0 = (w % nj) * SCAN_BLOCK;
+            int64_t m = j0 + SCAN_BLOCK < inner ? SCAN_BLOCK : inner - j0;
+            int64_t xoff = lin_offset(dim, x->shape, x->strides, o) + j0 * si;
+            block(xd + xoff * es, sd, si, od + (o * n * inner + j0) * os, inner, n, m);
+        }
+        return 0;
+    }
+    /* one line per (outer, inner) position */
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t l = 0; l < outer * inner; l++) {
+        int64_t o = l / inner, j = l % inner;
+        int64_t xoff = lin_offset(dim, x->shape, x->strides, o) + lin_offset(ni, ishape, istride, j);
+        line(xd + xoff * es, sd, od + (o * n * inner + j) * os, inner, n);
+    }
+    return 0;
+}
+
+#define SCAN_ALL(OP, OPEQ, ONE)                                                          \
+    SCAN(OP##_b8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                         \
+    SCAN(OP##_u8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                         \
+    SCAN(OP##_i32, int32_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                        \
+    SCAN(OP##_i64, int64_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                        \
+    SCAN(OP##_f32, float, double, LD_flt, float, OPEQ, ONE)                              \
+    SCAN(OP##_f64, double, double, LD_flt, double, OPEQ, ONE)                            \
+    SCAN(OP##_c64, c64_t, c128_t, LD_cpx, c64_t, OPEQ, ONE)                              \
+    SCAN(OP##_c128, c128_t, c128_t, LD_cpx, c128_t, OPEQ, ONE)                           \
+    const oari_cpu_kernels oari_cpu_k_##OP = {                                           \
+        [OAR_BOOL] = k_##OP##_b8, [OAR_U8] = k_##OP##_u8, [OAR_I32] = k_##OP##_i32,      \
+        [OAR_I64] = k_##OP##_i64, [OAR_F32] = k_##OP##_f32, [OAR_F64] = k_##OP##_f64,    \
+        [OAR_C64] = k_##OP##_c64, [OAR_C128] = k_##OP##_c128};
+
+SCAN_ALL(cumsum, +=, 0)
+SCAN_ALL(cumprod, *=, 1)

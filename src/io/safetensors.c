@@ -1,0 +1,452 @@
+/* safetensors checkpoints: writing (atomically, through a temporary file
+ * and rename), reading with full validation of the header against the
+ * file, and a module's state dict on top of both. */
+#include "../core/core.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <oar/autograd.h>
+#include <oar/io.h>
+#include <oar/ops.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Largest JSON header accepted, as the Python reader (100 MB). */
+#define MAX_HEADER (100u << 20)
+
+static const char *const dtype_names[OAR_DTYPE_COUNT] = {
+    [OAR_BOOL] = "BOOL", [OAR_U8] = "U8",     [OAR_I32] = "I32", [OAR_I64] = "I64",
+    [OAR_F16] = "F16",   [OAR_BF16] = "BF16", [OAR_F32] = "F32", [OAR_F64] = "F64",
+    [OAR_C64] = "C64",   [OAR_C128] = "C128",
+};
+
+static int dtype_from_name(const char *s) {
+    for (int d = 0; d < OAR_DTYPE_COUNT; d++)
+        if (!strcmp(s, dtype_names[d])) return d;
+    return -1;
+}
+
+struct oar_tensor_dict {
+    int n, cap;
+    struct oari_dict_item {
+        char *name;
+        oar_tensor *t;
+    } * items;
+    cJSON *metadata; /* the "__metadata__" object, detached; may be NULL */
+};
+
+void oar_tensor_dict_free(oar_tensor_dict *d) {
+    if (!d) return;
+    for (int i = 0; i < d->n; i++) {
+        oari_strfree(d->items[i].name);
+        oar_tensor_release(d->items[i].t);
+    }
+    oari_free(d->items, (size_t)d->cap * sizeof *d->items);
+    cJSON_Delete(d->metadata);
+    oari_free(d, sizeof *d);
+}
+
+int oar_tensor_dict_size(const oar_tensor_dict *d) { return d ? d->n : -1; }
+
+const char *oar_tensor_dict_name(const oar_tensor_dict *d, int i) {
+    return d && i >= 0 && i < d->n ? d->items[i].name : NULL;
+}
+
+oar_tensor *oar_tensor_dict_tensor(const oar_tensor_dict *d, int i) {
+    return d && i >= 0 && i < d->n ? d->items[i].t : NULL;
+}
+
+oar_tensor *oar_tensor_dict_get(const oar_tensor_dict *d, const char *name) {
+    for (int i = 0; d && name && i < d->n; i++)
+        if (!strcmp(d->items[i].name, name)) return d->items[i].t;
+    return NULL;
+}
+
+const char *oar_tensor_dict_metadata(const oar_tensor_dict *d, const char *key) {
+    if (!d || !d->metadata || !key) return NULL;
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(d->metadata, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* ---- writing ----------------------------------------------------------------- */
+
+static void write_le64(unsigned char *b, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* The JSON header (malloc'd by cJSON) or NULL with an error set. */
+static char *build_header(int n, const char *const *names, oar_tensor *const *ts) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return oari_nomem("safetensors header"), NULL;
+    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    if (!meta || !cJSON_AddStringToObject(meta, "format", "oar")) goto nomem;
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_AddObjectToObject(root, names[i]);
+        if (!e || !cJSON_AddStringToObject(e, "dtype", dtype_names[ts[i]->dtype])) goto nomem;
+        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+        if (!shape) goto nomem;
+        for (int k = 0; k < ts[i]->ndim; k++) {
+            cJSON *v = cJSON_CreateNumber((double)ts[i]->shape[k]);
+            if (!v || !cJSON_AddItemToArray(shape, v)) {
+                cJSON_Delete(v);
+                goto nomem;
+            }
+        }
+        uint64_t nbytes = (uint64_t)ts[i]->numel * oar_dtype_size(ts[i]->dtype);
+        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
+        if (!offs) goto nomem;
+        double range[2] = {(double)off, (double)(off + nbytes)};
+        for (int k = 0; k < 2; k++) {
+            cJSON *v = cJSON_CreateNumber(range[k]);
+            if (!v || !cJSON_AddItemToArray(offs, v)) {
+                cJSON_Delete(v);
+                goto nomem;
+            }
+        }
+        off += nbytes;
+    }
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!s) oari_nomem("safetensors header");
+    return s;
+nomem:
+    cJSON_Delete(root);
+    oari_nomem("safetensors header");
+    return NULL;
+}
+
+int oar_safetensors_save(const char *path, int n, const char *const *names,
+                         oar_tensor *const *tensors) {
+    if (!path || n < 0 || (n && (!names || !tensors)))
+        return oari_error(OAR_ERR_INVALID, "safetensors_save: bad arguments (path %s, n %d)",
+                          path ? path : "NULL", n);
+    for (int i = 0; i < n; i++) {
+        if (!tensors[i]) {
+            if (!oari_error_pending())
+                oari_error(OAR_ERR_INVALID, "safetensors_save: tensor %d is NULL", i);
+            return OAR_ERR_INVALID;
+        }
+        if (!names[i] || !names[i][0] || !strcmp(names[i], "__metadata__"))
+            return oari_error(OAR_ERR_INVALID, "safetensors_save: tensor %d has an invalid name",
+                              i);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(names[i], names[j]))
+                return oari_error(OAR_ERR_INVALID, "safetensors_save: duplicate name \"%s\"",
+                                  names[i]);
+    }
+    char *header = build_header(n, names, tensors);
+    if (!header) return OAR_ERR_NOMEM;
+    size_t hlen = strlen(header), padded = (hlen + 7) & ~(size_t)7;
+
+    size_t plen = strlen(path) + 32;
+    char *tmp = oari_malloc(plen);
+    if (!tmp) {
+        cJSON_free(header);
+        return OAR_ERR_NOMEM;
+    }
+    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
+    int st = 0;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        st = oari_error(OAR_ERR_IO, "safetensors_save: cannot create %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    unsigned char len8[8];
+    write_le64(len8, padded);
+    bool ok = fwrite(len8, 1, 8, f) == 8 && fwrite(header, 1, hlen, f) == hlen;
+    for (size_t i = hlen; i < padded && ok; i++)
+        ok = fputc(' ', f) != EOF;
+    /* data, one tensor at a time through a host buffer */
+    for (int i = 0; i < n && ok; i++) {
+        size_t nbytes = (size_t)tensors[i]->numel * oar_dtype_size(tensors[i]->dtype);
+        if (!nbytes) continue;
+        void *buf = oari_malloc(nbytes);
+        if (!buf) {
+            st = OAR_ERR_NOMEM;
+            break;
+        }
+        if (oar_tensor_to_host(tensors[i], buf, nbytes))
+            st = OAR_ERR_INVALID;
+        else
+            ok = fwrite(buf, 1, nbytes, f) == nbytes;
+        oari_free(buf, nbytes);
+        if (st) break;
+    }
+    if (ok && !st) ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (fclose(f) != 0) ok = false;
+    if (!st && !ok)
+        st =
+            oari_error(OAR_ERR_IO, "safetensors_save: writing %s failed: %s", tmp, strerror(errno));
+    if (!st && rename(tmp, path) != 0)
+        st = oari_error(OAR_ERR_IO, "safetensors_save: cannot rename %s to %s: %s", tmp, path,
+                        strerror(errno));
+    if (st) remove(tmp);
+out:
+    oari_free(tmp, plen);
+    cJSON_free(header);
+    return st;
+}
+
+/* ---- reading ------------------------------------------------------------------- */
+
+static int bad(const char *path, const char *fmt, const char *detail) {
+    char msg[600];
+    snprintf(msg, sizeof msg, fmt, detail);
+    return oari_error(OAR_ERR_IO, "safetensors_load: %s: %s", path, msg);
+}
+
+/* A non-negative integer JSON number below 2^53, or -1. */
+static int64_t json_int(const cJSON *v) {
+    if (!cJSON_IsNumber(v)) return -1;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d < 9007199254740992.0) || d != floor(d)) return -1;
+    return (int64_t)d;
+}
+
+static int dict_push(oar_tensor_dict *d, const char *name, oar_tensor *t) {
+    if (d->n == d->cap) {
+        int cap = d->cap ? 2 * d->cap : 8;
+        void *items = oari_realloc(d->items, (size_t)d->cap * sizeof *d->items,
+                                   (size_t)cap * sizeof *d->items);
+        if (!items) return OAR_ERR_NOMEM;
+        d->items = items;
+        d->cap = cap;
+    }
+    char *copy = oari_strdup(name);
+    if (!copy) return OAR_ERR_NOMEM;
+    d->items[d->n++] = (struct oari_dict_item){copy, t};
+    return 0;
+}
+
+/* Parses and checks one header entry; reads its data from f. */
+static int load_entry(const char *path, FILE *f, uint64_t data_start, uint64_t data_size,
+                      const cJSON *e, oar_tensor_dict *d) {
+    const char *name = e->string;
+    if (!cJSON_IsObject(e)) return bad(path, "entry \"%s\" is not an object", name);
+    if (oar_tensor_dict_get(d, name)) return bad(path, "duplicate tensor name \"%s\"", name);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs))
+        return bad(path, "entry \"%s\" lacks dtype, shape or data_offsets", name);
+    int dtype = dtype_from_name(dt->valuestring);
+    if (dtype < 0) {
+        char m[300];
+        snprintf(m, sizeof m, "tensor \"%.100s\" has unsupported dtype \"%.20s\"", name,
+                 dt->valuestring);
+        return bad(path, "%s", m);
+    }
+    int ndim = cJSON_GetArraySize(shape);
+    if (ndim > OAR_MAX_DIMS) return bad(path, "tensor \"%s\" has more than 8 dims", name);
+    int64_t dims[OAR_MAX_DIMS];
+    int64_t numel = 1;
+    for (int k = 0; k < ndim; k++) {
+        dims[k] = json_int(cJSON_GetArrayItem(shape, k));
+        if (dims[k] < 0) return bad(path, "tensor \"%s\" has an invalid shape", name);
+        if (dims[k] && numel > INT64_MAX / 16 / dims[k])
+            return bad(path, "tensor \"%s\" is too large", name);
+        numel *= dims[k];
+    }
+    if (cJSON_GetArraySize(offs) != 2)
+        return bad(path, "tensor \"%s\" has invalid data_offsets", name);
+    int64_t b = json_int(cJSON_GetArrayItem(offs, 0)), en = json_int(cJSON_GetArrayItem(offs, 1));
+    uint64_t nbytes = (uint64_t)numel * oar_dtype_size((oar_dtype)dtype);
+    if (b < 0 || en < b) return bad(path, "tensor \"%s\" has invalid data_offsets", name);
+    if ((uint64_t)(en - b) != nbytes) {
+        char m[300];
+        snprintf(m, sizeof m,
+                 "tensor \"%.100s\" spans %lld bytes but its shape and dtype need %llu", name,
+                 (long long)(en - b), (unsigned long long)nbytes);
+        return bad(path, "%s", m);
+    }
+    if ((uint64_t)en > data_size) {
+        char m[300];
+        snprintf(m, sizeof m,
+                 "tensor \"%.100s\" ends at byte %lld of a %llu-byte data section "
+                 "(file truncated?)",
+                 name, (long long)en, (unsigned long long)data_size);
+        return bad(path, "%s", m);
+    }
+    oar_tensor *t = oari_tensor_empty(NULL, (oar_dtype)dtype, ndim, dims);
+    if (!t) return OAR_ERR_NOMEM;
+    if (nbytes && (fseeko(f, (off_t)(data_start + (uint64_t)b), SEEK_SET) != 0 ||
+                   fread(t->storage->data, 1, nbytes, f) != nbytes)) {
+        oar_tensor_release(t);
+        return bad(path, "reading tensor \"%s\" failed (file truncated?)", name);
+    }
+    if (dtype == OAR_BOOL) /* only 0 and 1 are valid bools */
+        for (uint64_t i = 0; i < nbytes; i++) {
+            unsigned char *p = (unsigned char *)t->storage->data + i;
+            if (*p > 1) {
+                oar_tensor_release(t);
+                return bad(path, "tensor \"%s\" holds a bool that is neither 0 nor 1", name);
+            }
+        }
+    int st = dict_push(d, name, t);
+    if (st) oar_tensor_release(t);
+    return st;
+}
+
+oar_tensor_dict *oar_safetensors_load(const char *path) {
+    if (!path) return oari_error(OAR_ERR_INVALID, "safetensors_load: path is NULL"), NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return oari_error(OAR_ERR_IO, "safetensors_load: cannot open %s: %s", path,
+                          strerror(errno)),
+               NULL;
+    oar_tensor_dict *d = NULL;
+    char *header = NULL;
+    cJSON *root = NULL;
+    uint64_t hlen = 0;
+    int st = 0;
+    if (fseeko(f, 0, SEEK_END) != 0) {
+        st = bad(path, "%s", "cannot seek");
+        goto out;
+    }
+    off_t fsize = ftello(f);
+    rewind(f);
+    unsigned char len8[8];
+    if (fsize < 8 || fread(len8, 1, 8, f) != 8) {
+        st = bad(path, "%s", "file is shorter than the 8-byte header length (truncated?)");
+        goto out;
+    }
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | len8[i];
+    if (hlen < 2 || hlen > MAX_HEADER || hlen > (uint64_t)fsize - 8) {
+        char m[200];
+        snprintf(m, sizeof m,
+                 "header length %llu does not fit the %lld-byte file (truncated or "
+                 "not a safetensors file)",
+                 (unsigned long long)hlen, (long long)fsize);
+        st = bad(path, "%s", m);
+        goto out;
+    }
+    header = oari_malloc((size_t)hlen + 1);
+    if (!header) {
+        st = OAR_ERR_NOMEM;
+        goto out;
+    }
+    if (fread(header, 1, (size_t)hlen, f) != hlen) {
+        st = bad(path, "%s", "reading the header failed");
+        goto out;
+    }
+    header[hlen] = 0;
+    if (strlen(header) != hlen) {
+        st = bad(path, "%s", "header contains a NUL byte");
+        goto out;
+    }
+    root = cJSON_ParseWithLength(header, (size_t)hlen);
+    if (!cJSON_IsObject(root)) {
+        st = bad(path, "%s", "header is not a JSON object (corrupt file)");
+        goto out;
+    }
+    d = oari_calloc(1, sizeof *d);
+    if (!d) {
+        st = OAR_ERR_NOMEM;
+        goto out;
+    }
+    uint64_t data_start = 8 + hlen, data_size = (uint64_t)fsize - data_start;
+    cJSON *meta = NULL;
+    for (cJSON *e = root->child; e && !st; e = e->next) {
+        if (!e->string) {
+            st = bad(path, "%s", "header entry without a name");
+        } else if (!strcmp(e->string, "__metadata__")) {
+            if (!cJSON_IsObject(e) || meta)
+                st = bad(path, "%s", "invalid or repeated __metadata__");
+            meta = e;
+        } else {
+            st = load_entry(path, f, data_start, data_size, e, d);
+        }
+    }
+    if (!st && meta) d->metadata = cJSON_DetachItemViaPointer(root, meta);
+out:
+    cJSON_Delete(root);
+    if (header) oari_free(header, (size_t)hlen + 1);
+    fclose(f);
+    if (st) {
+        oar_tensor_dict_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* ---- modules ------------------------------------------------------------------ */
+
+int oar_module_save(oar_module *m, const char *path) {
+    const oar_state_entry *s;
+    int n = oar_module_state(m, &s);
+    if (n < 0) return OAR_ERR_INVALID;
+    size_t bytes = (size_t)(n ? n : 1) * (sizeof(char *) + sizeof(oar_tensor *));
+    void *mem = oari_malloc(bytes);
+    if (!mem) return OAR_ERR_NOMEM;
+    const char **names = mem;
+    oar_tensor **ts = (oar_tensor **)(names + (n ? n : 1));
+    for (int i = 0; i < n; i++) {
+        names[i] = s[i].name;
+        ts[i] = s[i].tensor;
+    }
+    int st = oar_safetensors_save(path, n, names, ts);
+    oari_free(mem, bytes);
+    return st;
+}
+
+/* Appends to a bounded message buffer. */
+static void append(char *buf, size_t size, size_t *len, const char *fmt, ...) OARI_PRINTF(4, 5);
+static void append(char *buf, size_t size, size_t *len, const char *fmt, ...) {
+    if (*len + 1 >= size) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + *len, size - *len, fmt, ap);
+    va_end(ap);
+    if (k > 0) *len = *len + (size_t)k < size ? *len + (size_t)k : size - 1;
+}
+
+int oar_module_load(oar_module *m, const char *path) {
+    const oar_state_entry *s;
+    int n = oar_module_state(m, &s);
+    if (n < 0) return OAR_ERR_INVALID;
+    oar_tensor_dict *d = oar_safetensors_load(path);
+    if (!d) return OAR_ERR_IO;
+    char msg[900];
+    size_t len = 0;
+    int bad_count = 0;
+    for (int i = 0; i < n; i++) {
+        oar_tensor *want = s[i].tensor, *got = oar_tensor_dict_get(d, s[i].name);
+        char a[200], b[200];
+        if (!got) {
+            append(msg, sizeof msg, &len, "%smissing \"%s\"", bad_count++ ? "; " : "", s[i].name);
+        } else if (got->dtype != want->dtype || got->ndim != want->ndim ||
+                   memcmp(got->shape, want->shape, (size_t)got->ndim * sizeof *got->shape)) {
+            append(msg, sizeof msg, &len, "%s\"%s\" is %s %s in the file, %s %s in the module",
+                   bad_count++ ? "; " : "", s[i].name, oar_dtype_name(got->dtype),
+                   oari_shape_str(a, got->ndim, got->shape), oar_dtype_name(want->dtype),
+                   oari_shape_str(b, want->ndim, want->shape));
+        }
+    }
+    for (int i = 0; i < d->n; i++) {
+        bool known = false;
+        for (int k = 0; k < n && !known; k++)
+            known = !strcmp(s[k].name, d->items[i].name);
+        if (!known)
+            append(msg, sizeof msg, &len, "%sunexpected \"%s\"", bad_count++ ? "; " : "",
+                   d->items[i].name);
+    }
+    int st = 0;
+    if (bad_count) {
+        st = oari_error(OAR_ERR_INVALID,
+                        "module_load: %s does not match the module (%d "
+                        "mismatches): %s",
+                        path, bad_count, msg);
+    } else {
+        oar_no_grad_push();
+        for (int i = 0; i < n && !st; i++)
+            st = oar_copy_(s[i].tensor, oar_tensor_dict_get(d, s[i].name));
+        oar_no_grad_pop();
+    }
+    oar_tensor_dict_free(d);
+    return st;
+}

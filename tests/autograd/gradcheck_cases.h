@@ -1,0 +1,309 @@
+/* The gradcheck table: at least one case for every differentiable op of
+ * the registry (src/ops/defs/), used by test_gradcheck_ops.c (which
+ * runs them) and test_ops_doc.c (which lists them in docs/ops.md). Each
+ * case calls the op through its public function (or oari_call for the
+ * internal backward ops) on f64/c128 inputs; gradcheck adds strided
+ * (non-contiguous) layouts, and shapes like [3, 1] with [4] broadcast. */
+#ifndef OAR_GRADCHECK_CASES_H
+#define OAR_GRADCHECK_CASES_H
+
+#include "gradcheck.h"
+#include "ops/op.h"
+
+typedef struct op_case {
+    const char *op;     /* registry name */
+    const char *label;  /* what the case exercises */
+    gc_fn fn;
+    int n;
+    gc_input in[4];
+    gc_opts o;
+} op_case;
+
+#define FN(name, expr)                                                  \
+    static oar_tensor *name(void *c, int n, oar_tensor *const *x) {     \
+        (void)c; (void)n; (void)x;                                      \
+        return (expr);                                                  \
+    }
+#define SH1(a) .ndim = 1, .shape = {a}
+#define SH2(a, b) .ndim = 2, .shape = {a, b}
+#define SH3(a, b, c) .ndim = 3, .shape = {a, b, c}
+#define SH4(a, b, c, d) .ndim = 4, .shape = {a, b, c, d}
+#define C128 .dtype = OAR_C128
+#define POS .lo = 0.5, .hi = 2.0
+#define NOOPT {.eps = 0}
+#define KINK0 {.kinks = {0}, .n_kinks = 1, .margin = 0.05}
+#define INTS {.kinks = {-2, -1, 0, 1, 2}, .n_kinks = 5, .margin = 0.01}
+#define HALVES {.kinks = {-1.5, -0.5, 0.5, 1.5}, .n_kinks = 4, .margin = 0.01}
+
+static oar_tensor *gc_call(oari_op op, int n, oar_tensor *const *in, oari_attrs a) {
+    return oari_call(op, n, in, &a);
+}
+
+/* unary */
+FN(f_neg, oar_neg(x[0])) FN(f_abs, oar_abs(x[0])) FN(f_sign, oar_sign(x[0]))
+FN(f_exp, oar_exp(x[0])) FN(f_exp2, oar_exp2(x[0])) FN(f_log, oar_log(x[0]))
+FN(f_log2, oar_log2(x[0])) FN(f_log1p, oar_log1p(x[0])) FN(f_expm1, oar_expm1(x[0]))
+FN(f_sqrt, oar_sqrt(x[0])) FN(f_rsqrt, oar_rsqrt(x[0])) FN(f_square, oar_square(x[0]))
+FN(f_reciprocal, oar_reciprocal(x[0])) FN(f_sin, oar_sin(x[0])) FN(f_cos, oar_cos(x[0]))
+FN(f_tan, oar_tan(x[0])) FN(f_asin, oar_asin(x[0])) FN(f_acos, oar_acos(x[0]))
+FN(f_atan, oar_atan(x[0])) FN(f_sinh, oar_sinh(x[0])) FN(f_cosh, oar_cosh(x[0]))
+FN(f_tanh, oar_tanh(x[0])) FN(f_sigmoid, oar_sigmoid(x[0])) FN(f_relu, oar_relu(x[0]))
+FN(f_relu6, oar_relu6(x[0])) FN(f_leaky_relu, oar_leaky_relu(x[0], 0.1))
+FN(f_elu, oar_elu(x[0], 1.3)) FN(f_gelu, oar_gelu(x[0], false)) FN(f_gelu_tanh, oar_gelu(x[0], true))
+FN(f_silu, oar_silu(x[0])) FN(f_softplus, oar_softplus(x[0], 1.5, 20))
+FN(f_softplus_thr, oar_softplus(x[0], 1.0, 1.0))
+FN(f_erf, oar_erf(x[0])) FN(f_floor, oar_floor(x[0])) FN(f_ceil, oar_ceil(x[0]))
+FN(f_round, oar_round(x[0])) FN(f_trunc, oar_trunc(x[0])) FN(f_clamp, oar_clamp(x[0], -1, 1))
+FN(f_clamp_min, oar_clamp(x[0], -0.5, NAN))
+FN(f_real, oar_real(x[0])) FN(f_imag, oar_imag(x[0])) FN(f_conj, oar_conj(x[0]))
+FN(f_angle, oar_angle(x[0]))
+/* binary */
+FN(f_add, oar_add(x[0], x[1])) FN(f_sub, oar_sub(x[0], x[1])) FN(f_mul, oar_mul(x[0], x[1]))
+FN(f_div, oar_div(x[0], x[1])) FN(f_floor_div, oar_floor_div(x[0], x[1]))
+FN(f_remainder, oar_remainder(x[0], x[1])) FN(f_pow, oar_pow(x[0], x[1]))
+FN(f_atan2, oar_atan2(x[0], x[1])) FN(f_maximum, oar_maximum(x[0], x[1]))
+FN(f_minimum, oar_minimum(x[0], x[1])) FN(f_where, oar_where(x[0], x[1], x[2]))
+/* misc */
+FN(f_cast_c, oar_cast(x[0], OAR_C128))
+FN(f_cast_f32, oar_cast(oar_cast(x[0], OAR_F32), OAR_F64))
+FN(f_clone, oar_clone(x[0]))
+/* reductions */
+static const int64_t dim1[1] = {1}, dim0[1] = {0}, dims02[2] = {0, 2};
+FN(f_sum_all, oar_sum(x[0], 0, NULL, false)) FN(f_sum_1, oar_sum(x[0], 1, dim1, true))
+FN(f_sum_02, oar_sum(x[0], 2, dims02, false))
+FN(f_prod_1, oar_prod(x[0], 1, dim1, false)) FN(f_prod_all, oar_prod(x[0], 0, NULL, false))
+FN(f_amax_1, oar_amax(x[0], 1, dim1, false)) FN(f_amin_0, oar_amin(x[0], 1, dim0, true))
+FN(f_cumsum, oar_cumsum(x[0], 1)) FN(f_cumprod, oar_cumprod(x[0], 1))
+/* movement */
+static const int64_t sh43[2] = {4, 3}, perm10[2] = {1, 0}, perm201[3] = {2, 0, 1},
+                     sh234[3] = {2, 3, 4}, roll_s[2] = {1, -2}, roll_d[2] = {1, 0};
+static const int64_t pads1[2] = {1, 2}, pads2[4] = {1, 1, 2, 0};
+FN(f_view, oar_reshape(x[0], 2, sh43)) FN(f_permute, oar_permute(x[0], perm10))
+FN(f_permute3, oar_permute(x[0], perm201))
+FN(f_expand, oar_expand(x[0], 3, sh234)) FN(f_slice, oar_slice(x[0], 1, 1, 4, 2))
+FN(f_slice0, oar_slice(x[0], 0, -2, 3, 1))
+FN(f_diagonal, oar_diagonal(x[0], 0, 0, 1)) FN(f_diagonal1, oar_diagonal(x[0], 1, 1, 0))
+FN(f_concat, oar_concat(2, x, 0)) FN(f_concat1, oar_concat(2, x, 1))
+FN(f_pad_c, oar_pad(x[0], 4, pads2, OAR_PAD_CONSTANT, 0.5))
+FN(f_pad_r, oar_pad(x[0], 2, pads1, OAR_PAD_REFLECT, 0))
+FN(f_pad_e, oar_pad(x[0], 4, pads2, OAR_PAD_REPLICATE, 0))
+FN(f_flip, oar_flip(x[0], 1, dim1)) FN(f_roll, oar_roll(x[0], 2, roll_s, roll_d))
+FN(f_tril, oar_tril(x[0], 0)) FN(f_triu, oar_triu(x[0], 1))
+FN(f_slice_bw, gc_call(OARI_OP_slice_backward, 1, x, (oari_attrs){.ni = 6, .i = {1, 1, 4, 2, 3, 4}}))
+FN(f_diag_bw, gc_call(OARI_OP_diagonal_backward, 1, x, (oari_attrs){.ni = 5, .i = {0, 0, 1, 3, 4}}))
+FN(f_pad_bw, gc_call(OARI_OP_pad_backward, 1, x, (oari_attrs){.ni = 3, .i = {1, 1, 2}}))
+FN(f_pad_bw_e, gc_call(OARI_OP_pad_backward, 1, x, (oari_attrs){.ni = 5, .i = {2, 1, 1, 2, 0}}))
+/* indexing */
+static const int64_t idx_g[6] = {3, 0, 1, 1, 2, 3};           /* [3, 2] into dim 1 of [3, 4] */
+static const int64_t idx_s[6] = {3, 0, 1, 2, 2, 0};           /* distinct per row */
+static const int64_t idx_sel[3] = {2, 0, 2};
+static const int64_t idx_add[2] = {1, 0};
+FN(f_gather, oar_gather(x[0], 1, x[1])) FN(f_scatter, oar_scatter(x[0], 1, x[1], x[2]))
+FN(f_scatter_add, oar_scatter_add(x[0], 1, x[1], x[2]))
+FN(f_index_select, oar_index_select(x[0], 0, x[1]))
+FN(f_index_add, oar_index_add(x[0], 0, x[1], x[2]))
+FN(f_sort, oar_sort(x[0], 1, false, NULL)) FN(f_sort_desc, oar_sort(x[0], 0, true, NULL))
+FN(f_topk, oar_topk(x[0], 2, 1, true, true, NULL))
+/* linalg, nn */
+FN(f_matmul, oar_matmul(x[0], x[1]))
+FN(f_softmax, oar_softmax(x[0], 1)) FN(f_log_softmax, oar_log_softmax(x[0], -1))
+FN(f_layer_norm, oar_layer_norm(x[0], 1, x[1], x[2], 1e-5))
+FN(f_layer_norm2, oar_layer_norm(x[0], 2, NULL, NULL, 1e-5))
+FN(f_group_norm, oar_group_norm(x[0], 2, x[1], x[2], 1e-5))
+FN(f_batch_norm, oar_batch_norm(x[0], NULL, NULL, x[1], x[2], true, 0.1, 1e-5))
+FN(f_batch_norm_eval, oar_batch_norm(x[0], x[1], x[2], x[3], NULL, false, 0.1, 1e-5))
+static const int64_t one2[2] = {1, 1}, two2[2] = {2, 2}, zero2[2] = {0, 0};
+FN(f_conv2d, oar_conv2d(x[0], x[1], x[2], one2, one2, one2, 1))
+FN(f_conv2d_s, oar_conv2d(x[0], x[1], NULL, two2, zero2, two2, 2))
+FN(f_conv1d, oar_conv1d(x[0], x[1], x[2], 2, 1, 1, 1))
+FN(f_convt, oar_conv_transpose2d(x[0], x[1], x[2], two2, one2, one2, one2, 1))
+FN(f_conv_wg, gc_call(OARI_OP_conv2d_weight_grad, 2, x,
+                      (oari_attrs){.ni = 11, .i = {3, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1}}))
+FN(f_max_pool, oar_max_pool2d(x[0], two2, two2, zero2, one2, false, NULL))
+FN(f_max_pool_p, oar_max_pool2d(x[0], two2, one2, one2, one2, true, NULL))
+FN(f_avg_pool, oar_avg_pool2d(x[0], two2, one2, one2, false, false))
+FN(f_avg_pool_c, oar_avg_pool2d(x[0], two2, two2, one2, true, true))
+static const int64_t ad23[2] = {2, 3}, sz56[2] = {5, 6};
+FN(f_adaptive, oar_adaptive_avg_pool2d(x[0], ad23))
+FN(f_interp_n, oar_interpolate(x[0], sz56, OAR_INTERP_NEAREST, false))
+FN(f_interp_b, oar_interpolate(x[0], sz56, OAR_INTERP_BILINEAR, false))
+FN(f_interp_ba, oar_interpolate(x[0], sz56, OAR_INTERP_BILINEAR, true))
+static const int64_t mp_idx[8] = {0, 3, 9, 14, 4, 6, 13, 15};
+FN(f_max_pool_bw, gc_call(OARI_OP_max_pool2d_backward, 2, x, (oari_attrs){.ni = 2, .i = {4, 4}}))
+FN(f_avg_pool_bw, gc_call(OARI_OP_avg_pool2d_backward, 1, x,
+                          (oari_attrs){.ni = 10, .i = {2, 2, 1, 1, 1, 1, 0, 0, 4, 4}}))
+FN(f_adaptive_bw, gc_call(OARI_OP_adaptive_avg_pool2d_backward, 1, x, (oari_attrs){.ni = 2, .i = {4, 5}}))
+FN(f_interp_bw, gc_call(OARI_OP_interpolate_backward, 1, x, (oari_attrs){.ni = 4, .i = {1, 3, 4, 0}}))
+
+static const bool where_cond[12] = {1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0};
+
+static const op_case op_cases[] = {
+    {"neg", "", f_neg, 1, {{SH2(3, 4)}}, NOOPT},
+    {"neg", "complex", f_neg, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"abs", "", f_abs, 1, {{SH2(3, 4)}}, KINK0},
+    {"abs", "complex", f_abs, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"sign", "", f_sign, 1, {{SH2(3, 4)}}, KINK0},
+    {"exp", "", f_exp, 1, {{SH2(3, 4)}}, NOOPT},
+    {"exp", "complex", f_exp, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"exp2", "", f_exp2, 1, {{SH2(3, 4)}}, NOOPT},
+    {"log", "", f_log, 1, {{SH2(3, 4), POS}}, NOOPT},
+    {"log", "complex", f_log, 1, {{SH2(3, 4), C128, POS}}, NOOPT},
+    {"log2", "", f_log2, 1, {{SH2(3, 4), POS}}, NOOPT},
+    {"log1p", "", f_log1p, 1, {{SH2(3, 4), .lo = -0.5, .hi = 2}}, NOOPT},
+    {"expm1", "", f_expm1, 1, {{SH2(3, 4)}}, NOOPT},
+    {"sqrt", "", f_sqrt, 1, {{SH2(3, 4), POS}}, NOOPT},
+    {"sqrt", "complex", f_sqrt, 1, {{SH2(3, 4), C128, POS}}, NOOPT},
+    {"rsqrt", "", f_rsqrt, 1, {{SH2(3, 4), POS}}, NOOPT},
+    {"rsqrt", "complex", f_rsqrt, 1, {{SH2(3, 4), C128, POS}}, NOOPT},
+    {"square", "", f_square, 1, {{SH2(3, 4)}}, NOOPT},
+    {"square", "complex", f_square, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"reciprocal", "", f_reciprocal, 1, {{SH2(3, 4), POS}}, NOOPT},
+    {"reciprocal", "complex", f_reciprocal, 1, {{SH2(3, 4), C128, POS}}, NOOPT},
+    {"sin", "", f_sin, 1, {{SH2(3, 4)}}, NOOPT},
+    {"sin", "complex", f_sin, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"cos", "", f_cos, 1, {{SH2(3, 4)}}, NOOPT},
+    {"cos", "complex", f_cos, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"tan", "", f_tan, 1, {{SH2(3, 4), .lo = -1.2, .hi = 1.2}}, NOOPT},
+    {"asin", "", f_asin, 1, {{SH2(3, 4), .lo = -0.9, .hi = 0.9}}, NOOPT},
+    {"acos", "", f_acos, 1, {{SH2(3, 4), .lo = -0.9, .hi = 0.9}}, NOOPT},
+    {"atan", "", f_atan, 1, {{SH2(3, 4)}}, NOOPT},
+    {"sinh", "", f_sinh, 1, {{SH2(3, 4)}}, NOOPT},
+    {"cosh", "", f_cosh, 1, {{SH2(3, 4)}}, NOOPT},
+    {"tanh", "", f_tanh, 1, {{SH2(3, 4)}}, NOOPT},
+    {"tanh", "complex", f_tanh, 1, {{SH2(3, 4), C128, .lo = -1, .hi = 1}}, NOOPT},
+    {"sigmoid", "", f_sigmoid, 1, {{SH2(3, 4)}}, NOOPT},
+    {"sigmoid", "complex", f_sigmoid, 1, {{SH2(3, 4), C128, .lo = -1, .hi = 1}}, NOOPT},
+    {"relu", "", f_relu, 1, {{SH2(3, 4)}}, KINK0},
+    {"relu6", "", f_relu6, 1, {{SH2(3, 4), .lo = -2, .hi = 8}}, {.kinks = {0, 6}, .n_kinks = 2, .margin = 0.05}},
+    {"leaky_relu", "", f_leaky_relu, 1, {{SH2(3, 4)}}, KINK0},
+    {"elu", "", f_elu, 1, {{SH2(3, 4)}}, KINK0},
+    {"gelu", "erf", f_gelu, 1, {{SH2(3, 4)}}, NOOPT},
+    {"gelu", "tanh", f_gelu_tanh, 1, {{SH2(3, 4)}}, NOOPT},
+    {"silu", "", f_silu, 1, {{SH2(3, 4)}}, NOOPT},
+    {"softplus", "", f_softplus, 1, {{SH2(3, 4)}}, NOOPT},
+    {"softplus", "threshold", f_softplus_thr, 1, {{SH2(3, 4)}}, {.kinks = {1}, .n_kinks = 1, .margin = 0.05}},
+    {"erf", "", f_erf, 1, {{SH2(3, 4)}}, NOOPT},
+    {"floor", "", f_floor, 1, {{SH2(3, 4)}}, INTS},
+    {"ceil", "", f_ceil, 1, {{SH2(3, 4)}}, INTS},
+    {"round", "", f_round, 1, {{SH2(3, 4)}}, HALVES},
+    {"trunc", "", f_trunc, 1, {{SH2(3, 4)}}, INTS},
+    {"clamp", "", f_clamp, 1, {{SH2(3, 4)}}, {.kinks = {-1, 1}, .n_kinks = 2, .margin = 0.05}},
+    {"clamp", "min only", f_clamp_min, 1, {{SH2(3, 4)}}, {.kinks = {-0.5}, .n_kinks = 1, .margin = 0.05}},
+    {"real", "", f_real, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"imag", "", f_imag, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"conj", "", f_conj, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"angle", "", f_angle, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"angle", "real", f_angle, 1, {{SH2(3, 4)}}, KINK0},
+
+    {"add", "broadcast", f_add, 2, {{SH2(3, 1)}, {SH1(4)}}, NOOPT},
+    {"add", "complex", f_add, 2, {{SH2(3, 4), C128}, {SH1(4)}}, NOOPT},
+    {"sub", "broadcast", f_sub, 2, {{SH1(4)}, {SH2(3, 4)}}, NOOPT},
+    {"sub", "complex", f_sub, 2, {{SH1(4), C128}, {SH2(3, 4), C128}}, NOOPT},
+    {"mul", "broadcast", f_mul, 2, {{SH2(3, 1)}, {SH1(4)}}, NOOPT},
+    {"mul", "complex", f_mul, 2, {{SH2(3, 4), C128}, {SH2(1, 4), C128}}, NOOPT},
+    {"div", "broadcast", f_div, 2, {{SH2(3, 4)}, {SH2(3, 1), POS}}, NOOPT},
+    {"div", "complex", f_div, 2, {{SH2(3, 4), C128}, {SH1(4), C128, POS}}, NOOPT},
+    {"floor_div", "", f_floor_div, 2, {{SH2(3, 4)}, {SH1(4), POS}}, NOOPT},
+    {"remainder", "", f_remainder, 2, {{SH2(3, 4)}, {SH1(4), POS}}, NOOPT},
+    {"pow", "broadcast", f_pow, 2, {{SH2(3, 4), POS}, {SH2(3, 1)}}, NOOPT},
+    {"pow", "complex", f_pow, 2, {{SH2(3, 4), C128, POS}, {SH1(4), C128}}, NOOPT},
+    {"atan2", "", f_atan2, 2, {{SH2(3, 4)}, {SH1(4), POS}}, NOOPT},
+    {"maximum", "", f_maximum, 2, {{SH2(3, 4)}, {SH1(4)}}, NOOPT},
+    {"minimum", "", f_minimum, 2, {{SH2(3, 4)}, {SH2(3, 1)}}, NOOPT},
+    {"where", "broadcast", f_where, 3, {{SH2(3, 4), .dtype = OAR_BOOL, .data = where_cond}, {SH2(3, 1)}, {SH1(4)}}, NOOPT},
+
+    {"cast", "f64 to c128", f_cast_c, 1, {{SH2(3, 4)}}, NOOPT},
+    {"cast", "f64 to f32 and back", f_cast_f32, 1, {{SH2(3, 4)}}, {.atol = 1e-3, .rtol = 1e-3, .eps = 1e-3}},
+    {"contiguous", "", f_clone, 1, {{SH2(3, 4)}}, NOOPT},
+
+    {"sum", "all", f_sum_all, 1, {{SH2(3, 4)}}, NOOPT},
+    {"sum", "dim 1 keepdim", f_sum_1, 1, {{SH2(3, 4)}}, NOOPT},
+    {"sum", "dims 0 2 complex", f_sum_02, 1, {{SH3(2, 3, 2), C128}}, NOOPT},
+    {"prod", "dim 1", f_prod_1, 1, {{SH2(3, 4), .lo = 0.5, .hi = 1.5}}, NOOPT},
+    {"prod", "all", f_prod_all, 1, {{SH2(2, 3), .lo = -1.5, .hi = 1.5}}, KINK0},
+    {"amax", "dim 1", f_amax_1, 1, {{SH2(3, 4)}}, NOOPT},
+    {"amin", "dim 0 keepdim", f_amin_0, 1, {{SH2(3, 4)}}, NOOPT},
+    {"cumsum", "", f_cumsum, 1, {{SH2(3, 4)}}, NOOPT},
+    {"cumsum", "complex", f_cumsum, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"cumprod", "complex", f_cumprod, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"prod", "complex", f_prod_1, 1, {{SH2(3, 4), C128, .lo = 0.5, .hi = 1.5}}, NOOPT},
+    {"cumprod", "", f_cumprod, 1, {{SH2(3, 4)}}, KINK0},
+
+    {"view", "", f_view, 1, {{SH2(3, 4)}}, NOOPT},
+    {"permute", "", f_permute, 1, {{SH2(3, 4)}}, NOOPT},
+    {"permute", "complex", f_permute, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"permute", "rank 3", f_permute3, 1, {{SH3(2, 3, 4)}}, NOOPT},
+    {"expand", "", f_expand, 1, {{SH2(3, 1)}}, NOOPT},
+    {"slice", "step 2", f_slice, 1, {{SH2(3, 4)}}, NOOPT},
+    {"slice", "negative start", f_slice0, 1, {{SH2(3, 4)}}, NOOPT},
+    {"diagonal", "", f_diagonal, 1, {{SH2(3, 4)}}, NOOPT},
+    {"diagonal", "offset 1, dims swapped", f_diagonal1, 1, {{SH2(3, 4)}}, NOOPT},
+    {"concat", "dim 0", f_concat, 2, {{SH2(2, 4)}, {SH2(3, 4)}}, NOOPT},
+    {"concat", "dim 1", f_concat1, 2, {{SH2(3, 1)}, {SH2(3, 2)}}, NOOPT},
+    {"pad", "constant", f_pad_c, 1, {{SH3(2, 3, 4)}}, NOOPT},
+    {"pad", "reflect", f_pad_r, 1, {{SH3(2, 3, 4)}}, NOOPT},
+    {"pad", "replicate", f_pad_e, 1, {{SH3(2, 3, 4)}}, NOOPT},
+    {"flip", "", f_flip, 1, {{SH2(3, 4)}}, NOOPT},
+    {"roll", "", f_roll, 1, {{SH2(3, 4)}}, NOOPT},
+    {"tril", "", f_tril, 1, {{SH2(3, 4)}}, NOOPT},
+    {"triu", "", f_triu, 1, {{SH2(4, 3)}}, NOOPT},
+    {"slice_backward", "", f_slice_bw, 1, {{SH2(3, 2)}}, NOOPT},
+    {"diagonal_backward", "", f_diag_bw, 1, {{SH1(3)}}, NOOPT},
+    {"pad_backward", "reflect", f_pad_bw, 1, {{SH3(2, 3, 6)}}, NOOPT},
+    {"pad_backward", "replicate", f_pad_bw_e, 1, {{SH3(2, 5, 6)}}, NOOPT},
+
+    {"gather", "", f_gather, 2, {{SH2(3, 4)}, {SH2(3, 2), .dtype = OAR_I64, .data = idx_g}}, NOOPT},
+    {"gather", "complex", f_gather, 2, {{SH2(3, 4), C128}, {SH2(3, 2), .dtype = OAR_I64, .data = idx_g}}, NOOPT},
+    {"scatter", "", f_scatter, 3, {{SH2(3, 4)}, {SH2(3, 2), .dtype = OAR_I64, .data = idx_s}, {SH2(3, 2)}}, NOOPT},
+    {"scatter_add", "", f_scatter_add, 3, {{SH2(3, 4)}, {SH2(3, 2), .dtype = OAR_I64, .data = idx_g}, {SH2(3, 2)}}, NOOPT},
+    {"index_select", "repeated", f_index_select, 2, {{SH2(3, 4)}, {SH1(3), .dtype = OAR_I64, .data = idx_sel}}, NOOPT},
+    {"index_add", "", f_index_add, 3, {{SH2(3, 4)}, {SH1(2), .dtype = OAR_I64, .data = idx_add}, {SH2(2, 4)}}, NOOPT},
+    {"sort", "", f_sort, 1, {{SH2(3, 4)}}, NOOPT},
+    {"sort", "descending dim 0", f_sort_desc, 1, {{SH2(3, 4)}}, NOOPT},
+    {"topk", "", f_topk, 1, {{SH2(3, 4)}}, NOOPT},
+
+    {"matmul", "batched broadcast", f_matmul, 2, {{SH3(2, 3, 4)}, {SH2(4, 2)}}, NOOPT},
+    {"matmul", "vector", f_matmul, 2, {{SH1(4)}, {SH3(2, 4, 3)}}, NOOPT},
+    {"matmul", "complex", f_matmul, 2, {{SH2(2, 3), C128}, {SH2(3, 2), C128}}, NOOPT},
+    {"softmax", "", f_softmax, 1, {{SH2(3, 4)}}, NOOPT},
+    {"log_softmax", "", f_log_softmax, 1, {{SH2(3, 4)}}, NOOPT},
+
+    {"layer_norm", "affine", f_layer_norm, 3, {{SH3(2, 3, 4)}, {SH1(4)}, {SH1(4)}}, NOOPT},
+    {"layer_norm", "2 dims, no affine", f_layer_norm2, 1, {{SH3(2, 3, 4)}}, NOOPT},
+    {"group_norm", "", f_group_norm, 3, {{SH4(2, 4, 2, 2)}, {SH1(4)}, {SH1(4)}}, NOOPT},
+    {"batch_norm", "training", f_batch_norm, 3, {{SH3(3, 2, 4)}, {SH1(2)}, {SH1(2)}}, NOOPT},
+    {"batch_norm", "eval", f_batch_norm_eval, 4, {{SH3(3, 2, 4)}, {SH1(2), .constant = true}, {SH1(2), POS, .constant = true}, {SH1(2)}}, NOOPT},
+    {"conv2d", "padding 1 bias", f_conv2d, 3, {{SH4(2, 2, 4, 4)}, {SH4(3, 2, 3, 3)}, {SH1(3)}}, NOOPT},
+    {"conv2d", "stride 2 dilation 2 groups 2", f_conv2d_s, 2, {{SH4(1, 4, 6, 6)}, {SH4(2, 2, 2, 2)}}, NOOPT},
+    {"conv2d", "1-d", f_conv1d, 3, {{SH3(2, 2, 7)}, {SH3(3, 2, 3)}, {SH1(3)}}, NOOPT},
+    {"conv_transpose2d", "stride 2", f_convt, 3, {{SH4(1, 2, 3, 3)}, {SH4(2, 3, 2, 2)}, {SH1(3)}}, NOOPT},
+    {"conv2d_weight_grad", "", f_conv_wg, 2, {{SH4(2, 2, 4, 4)}, {SH4(2, 3, 4, 4)}}, NOOPT},
+    {"max_pool2d", "", f_max_pool, 1, {{SH4(1, 2, 4, 4)}}, NOOPT},
+    {"max_pool2d", "padding, ceil", f_max_pool_p, 1, {{SH4(1, 2, 3, 3)}}, NOOPT},
+    {"avg_pool2d", "", f_avg_pool, 1, {{SH4(1, 2, 4, 4)}}, NOOPT},
+    {"avg_pool2d", "ceil, count pad", f_avg_pool_c, 1, {{SH4(1, 2, 5, 5)}}, NOOPT},
+    {"adaptive_avg_pool2d", "", f_adaptive, 1, {{SH4(1, 2, 4, 5)}}, NOOPT},
+    {"interpolate", "nearest", f_interp_n, 1, {{SH4(1, 2, 3, 4)}}, NOOPT},
+    {"interpolate", "bilinear", f_interp_b, 1, {{SH4(1, 2, 3, 4)}}, NOOPT},
+    {"interpolate", "bilinear align_corners", f_interp_ba, 1, {{SH4(1, 2, 3, 4)}}, NOOPT},
+    {"max_pool2d_backward", "", f_max_pool_bw, 2, {{SH4(1, 2, 2, 2)}, {SH4(1, 2, 2, 2), .dtype = OAR_I64, .data = mp_idx}}, NOOPT},
+    {"avg_pool2d_backward", "", f_avg_pool_bw, 1, {{SH4(1, 2, 5, 5)}}, NOOPT},
+    {"adaptive_avg_pool2d_backward", "", f_adaptive_bw, 1, {{SH4(1, 2, 2, 3)}}, NOOPT},
+    {"interpolate_backward", "bilinear", f_interp_bw, 1, {{SH4(1, 2, 5, 6)}}, NOOPT},
+};
+
+#define N_OP_CASES ((int)(sizeof op_cases / sizeof op_cases[0]))
+
+/* Whether op has a case with second order (and how many cases). */
+static int op_case_count(const char *op, bool *second) {
+    int n = 0;
+    *second = false;
+    for (int i = 0; i < N_OP_CASES; i++) {
+        if (strcmp(op_cases[i].op, op)) continue;
+        n++;
+        if (!op_cases[i].o.first_only) *second = true;
+    }
+    return n;
+}
+
+#endif

@@ -1,0 +1,66 @@
+/* Every differentiable op of the registry against central differences in
+ * float64, first and second order, contiguous and strided inputs (the
+ * table in gradcheck_cases.h). An op whose definition is still missing is
+ * skipped with a message; a differentiable op without a case fails. With
+ * an op name as argument, runs only that op's cases. */
+#include "gradcheck_cases.h"
+
+/* The harness itself catches wrong gradients: x * detach(x) has a wrong
+ * first-order gradient (x instead of 2x); x c - c^2 / 2 with c = detach(x)
+ * (= x^2 / 2) has the right first order (c = x) but a wrong second order
+ * (0 instead of 1). */
+FN(f_wrong1, oar_mul(x[0], oar_detach(x[0])))
+FN(f_wrong2, oar_sub(oar_mul(x[0], oar_detach(x[0])),
+                     oar_mul_scalar(oar_square(oar_detach(x[0])), 0.5)))
+
+static void test_harness_detects(void) {
+    gc_input in[1] = {{SH2(2, 3)}};
+    gc_opts o = {.contiguous_only = true};
+    fprintf(stderr, "(the two gradcheck failures below are expected)\n");
+    CHECK(gradcheck_failures("wrong first order", f_wrong1, NULL, 1, in, &o) > 0);
+    CHECK(gradcheck_failures("wrong second order", f_wrong2, NULL, 1, in, &o) > 0);
+    o.first_only = true;
+    CHECK(gradcheck_failures("right first order", f_wrong2, NULL, 1, in, &o) == 0);
+}
+
+int main(int argc, char **argv) {
+    RUN(test_harness_detects);
+    const char *only = argc > 1 ? argv[1] : NULL;
+    test_current = "gradcheck";
+    int wrong = 0;
+    for (int op = 0; op < OARI_OP_COUNT; op++) {
+        const char *name = oari_op_name((oari_op)op);
+        if (only && strcmp(only, name)) continue;
+        const oari_op_def *d = oari_op_defs[op];
+        if (!d) {
+            printf("skipped: %s not implemented\n", name);
+            continue;
+        }
+        if (d->flags & OARI_F_NONDIFF) continue;
+        bool second;
+        if (!op_case_count(name, &second)) {
+            test_failed++;
+            fprintf(stderr, "%s is differentiable but has no gradcheck case in gradcheck_cases.h\n", name);
+            continue;
+        }
+        if (!d->grad) {
+            test_failed++;
+            fprintf(stderr, "%s is not marked OARI_F_NONDIFF but has no gradient rule\n", name);
+            continue;
+        }
+        for (int i = 0; i < N_OP_CASES; i++) {
+            const op_case *c = &op_cases[i];
+            if (strcmp(c->op, name)) continue;
+            char label[128];
+            snprintf(label, sizeof label, "%s%s%s", name, c->label[0] ? " / " : "", c->label);
+            oar_pool *p = oar_pool_push();
+            bool ok = gradcheck(label, c->fn, NULL, c->n, c->in, &c->o);
+            oar_pool_pop(p);
+            if (!ok) wrong++;
+        }
+    }
+    /* every case names a real op */
+    for (int i = 0; i < N_OP_CASES; i++) CHECK(oari_op_lookup(op_cases[i].op) >= 0);
+    if (wrong) printf("%d gradcheck case(s) failed; see above\n", wrong);
+    return test_summary();
+}

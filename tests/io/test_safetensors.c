@@ -1,0 +1,376 @@
+/* safetensors: round trip of every dtype (strided inputs included), a file
+ * written by Python read by oar, a file written by oar read by the
+ * committed Python reader (when python3 with numpy is present), module
+ * save/load with mismatch reports that leave the module unchanged, and
+ * truncated or corrupt files giving clean errors. */
+#include "test.h"
+
+#include <oar/io.h>
+#include <oar/nn.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static const char *tmp_path(const char *name) {
+    static char buf[4][512];
+    static int k;
+    char *p = buf[k++ % 4];
+    snprintf(p, 512, "%s/%s", dir, name);
+    return p;
+}
+
+static unsigned char *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    rewind(f);
+    unsigned char *b = malloc(*n ? *n : 1);
+    if (fread(b, 1, *n, f) != *n) *n = 0;
+    fclose(f);
+    return b;
+}
+
+static void write_file(const char *path, const void *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    fwrite(b, 1, n, f);
+    fclose(f);
+}
+
+static bool same_bytes(oar_tensor *a, oar_tensor *b) {
+    if (!a || !b || oar_tensor_dtype(a) != oar_tensor_dtype(b) ||
+        oar_tensor_ndim(a) != oar_tensor_ndim(b))
+        return false;
+    for (int i = 0; i < oar_tensor_ndim(a); i++)
+        if (oar_tensor_shape(a)[i] != oar_tensor_shape(b)[i]) return false;
+    size_t n = (size_t)oar_tensor_numel(a) * oar_dtype_size(oar_tensor_dtype(a));
+    unsigned char *x = malloc(n + 1), *y = malloc(n + 1);
+    bool ok = !oar_tensor_to_host(a, x, n) && !oar_tensor_to_host(b, y, n) && !memcmp(x, y, n);
+    free(x);
+    free(y);
+    return ok;
+}
+
+#define NT 12
+static const char *names[NT] = {"f32", "f64",  "f16", "bf16", "i32",    "i64",
+                                "u8",  "bool", "c64", "c128", "scalar", "empty"};
+
+/* One tensor of every dtype, the f32 one a transposed (strided) view. */
+static void make_tensors(oar_tensor **ts) {
+    int64_t s23[2] = {2, 3}, s4 = 4, s03[2] = {0, 3};
+    oar_tensor *base = oar_arange(0, 6, 1, OAR_F32);
+    ts[0] = oar_transpose(oar_reshape(oar_add_scalar(base, 0.25), 2, s23), 0, 1);
+    ts[1] = oar_linspace(-1, 1, 5, OAR_F64);
+    ts[2] =
+        oar_cast(oar_tensor_from_data((double[]){0.5, -1, 65504, 1e-7}, OAR_F64, 1, &s4), OAR_F16);
+    ts[3] = oar_cast(oar_tensor_from_data((double[]){1, -2.5, 3.14159, 1e30}, OAR_F64, 1, &s4),
+                     OAR_BF16);
+    ts[4] = oar_tensor_from_data((int32_t[]){-7, 8, INT32_MAX, INT32_MIN}, OAR_I32, 1, &s4);
+    ts[5] = oar_tensor_from_data((int64_t[]){-1, (int64_t)1 << 50, 3, 0, 5, 6}, OAR_I64, 2, s23);
+    ts[6] = oar_tensor_from_data((uint8_t[]){0, 1, 128, 255}, OAR_U8, 1, &s4);
+    ts[7] = oar_tensor_from_data((bool[]){true, false, false, true}, OAR_BOOL, 1, &s4);
+    ts[8] = oar_tensor_from_data((float[]){1, 2, -3, 4.5f}, OAR_C64, 1, (int64_t[]){2});
+    ts[9] = oar_tensor_from_data((double[]){0.1, -0.2}, OAR_C128, 0, NULL);
+    ts[10] = oar_scalar_of(3.5, OAR_F32);
+    ts[11] = oar_zeros(OAR_F32, 2, s03);
+}
+
+static void test_round_trip(void) {
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *ts[NT];
+    make_tensors(ts);
+    CHECK(ts[0] && !oar_tensor_is_contiguous(ts[0]));
+    const char *path = tmp_path("all.safetensors");
+    CHECK(oar_safetensors_save(path, NT, names, ts) == 0);
+    oar_tensor_dict *d = oar_safetensors_load(path);
+    CHECK(d && oar_tensor_dict_size(d) == NT);
+    for (int i = 0; i < NT && d; i++) {
+        CHECK(!strcmp(oar_tensor_dict_name(d, i), names[i]));
+        CHECK(same_bytes(oar_tensor_dict_get(d, names[i]), ts[i]));
+    }
+    CHECK_VALUES(oar_tensor_dict_get(d, "f32"), ((double[]){0.25, 3.25, 1.25, 4.25, 2.25, 5.25}), 6,
+                 0);
+    CHECK(d && !strcmp(oar_tensor_dict_metadata(d, "format"), "oar"));
+    CHECK(oar_tensor_dict_get(d, "nope") == NULL && oar_tensor_dict_tensor(d, NT) == NULL);
+    /* the header length is a multiple of 8 and no temporary file is left */
+    size_t n = 0;
+    unsigned char *b = read_file(path, &n);
+    CHECK(b && n > 8 && b[0] % 8 == 0);
+    free(b);
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    CHECK(access(tmp, F_OK) != 0);
+    oar_tensor_dict_free(d);
+
+    /* bad arguments leave an existing file untouched */
+    CHECK_STATUS_FAILS(oar_safetensors_save(path, 2, (const char *[]){"a", "a"}, ts),
+                       "duplicate name");
+    CHECK_STATUS_FAILS(oar_safetensors_save(path, 1, (const char *[]){"__metadata__"}, ts),
+                       "invalid name");
+    CHECK_STATUS_FAILS(
+        oar_safetensors_save(path, 2, (const char *[]){"a", "b"}, (oar_tensor *[]){ts[0], NULL}),
+        "tensor 1 is NULL");
+    CHECK_STATUS_FAILS(oar_safetensors_save(tmp_path("no/such/dir/x.safetensors"), 1, names, ts),
+                       "cannot create");
+    d = oar_safetensors_load(path);
+    CHECK(d && oar_tensor_dict_size(d) == NT);
+    oar_tensor_dict_free(d);
+    oar_pool_pop(pool);
+}
+
+/* tests/io/fixture_py.safetensors, written by tests/ref/gen_train.py. */
+static void test_python_fixture(void) {
+    oar_tensor_dict *d = oar_safetensors_load("io/fixture_py.safetensors");
+    CHECK(d && oar_tensor_dict_size(d) == 12);
+    if (!d) return;
+    oar_tensor *w = oar_tensor_dict_get(d, "layer.weight");
+    CHECK(oar_tensor_dtype(w) == OAR_F32 && oar_tensor_ndim(w) == 2 && oar_tensor_shape(w)[1] == 3);
+    CHECK_VALUES(w, ((double[]){-0.5, -0.25, 0, 0.25, 0.5, 0.75}), 6, 0);
+    CHECK_VALUES(oar_tensor_dict_get(d, "layer.bias"), ((double[]){1.5, -2.25}), 2, 0);
+    CHECK(oar_tensor_dtype(oar_tensor_dict_get(d, "half")) == OAR_F16);
+    CHECK_VALUES(oar_tensor_dict_get(d, "half"), ((double[]){0.5, -1, 65504}), 3, 0);
+    CHECK(oar_tensor_dtype(oar_tensor_dict_get(d, "brain")) == OAR_BF16);
+    CHECK_VALUES(oar_tensor_dict_get(d, "brain"), ((double[]){1, -2.5, 3.140625}), 3, 0);
+    CHECK_VALUES(oar_tensor_dict_get(d, "steps"), ((double[]){1, -2, 3, 1099511627776.0}), 4, 0);
+    CHECK_VALUES(oar_tensor_dict_get(d, "ints"), ((double[]){7, -8, 9}), 3, 0);
+    CHECK_VALUES(oar_tensor_dict_get(d, "bytes"), ((double[]){0, 128, 255}), 3, 0);
+    CHECK(oar_tensor_dtype(oar_tensor_dict_get(d, "mask")) == OAR_BOOL);
+    CHECK_VALUES(oar_tensor_dict_get(d, "mask"), ((double[]){1, 0, 1, 1}), 4, 0);
+    float z[4];
+    CHECK(oar_tensor_to_host(oar_tensor_dict_get(d, "z"), z, sizeof z) == 0);
+    CHECK(z[0] == 1 && z[1] == 2 && z[2] == -3.5f && z[3] == -0.25f);
+    double zz[2];
+    CHECK(oar_tensor_to_host(oar_tensor_dict_get(d, "zz"), zz, sizeof zz) == 0);
+    CHECK(zz[0] == 0.5 && zz[1] == -1);
+    CHECK(oar_tensor_ndim(oar_tensor_dict_get(d, "scalar")) == 0);
+    CHECK_VALUES(oar_tensor_dict_get(d, "scalar"), ((double[]){3.25}), 1, 0);
+    CHECK(oar_tensor_numel(oar_tensor_dict_get(d, "empty")) == 0);
+    CHECK(!strcmp(oar_tensor_dict_metadata(d, "source"), "gen_train.py"));
+    oar_tensor_dict_free(d);
+}
+
+/* The committed Python reader parses what oar wrote and sees the same
+ * values (skipped without python3 + numpy). */
+static void test_python_reader(void) {
+    if (system("python3 -c 'import numpy' >/dev/null 2>&1") != 0) {
+        printf("skip: python3 with numpy not found\n");
+        return;
+    }
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *ts[NT];
+    make_tensors(ts);
+    const char *path = tmp_path("for_python.safetensors");
+    CHECK(oar_safetensors_save(path, NT, names, ts) == 0);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "python3 io/read_safetensors.py %s", path);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    char line[4096];
+    int lines = 0;
+    while (p && fgets(line, sizeof line, p)) {
+        char name[64], dt[16], shape[64];
+        int off = 0;
+        if (sscanf(line, "%63s %15s %63s %n", name, dt, shape, &off) < 3) continue;
+        int i = 0;
+        while (i < NT && strcmp(names[i], name))
+            i++;
+        CHECK(i < NT);
+        if (i == NT) continue;
+        lines++;
+        oar_tensor *t = ts[i];
+        bool cplx = oar_dtype_is_complex(oar_tensor_dtype(t));
+        int64_t n = oar_tensor_numel(t) * (cplx ? 2 : 1);
+        double *want = malloc((size_t)(n + 1) * sizeof *want);
+        if (cplx) {
+            oar_tensor *c = oar_cast(t, OAR_C128);
+            oar_tensor_to_host(c, want, (size_t)n * sizeof *want);
+        } else {
+            double *v = test_values(t);
+            memcpy(want, v, (size_t)n * sizeof *want);
+            free(v);
+        }
+        char *q = line + off;
+        int bad = 0;
+        for (int64_t k = 0; k < n; k++) {
+            char *end;
+            double got = strtod(q, &end);
+            if (end == q || got != want[k]) bad++;
+            q = end;
+        }
+        if (bad) fprintf(stderr, "python reader disagrees on %s: %s", name, line);
+        CHECK(bad == 0);
+        free(want);
+    }
+    CHECK(p && pclose(p) == 0);
+    CHECK(lines == NT);
+    oar_pool_pop(pool);
+}
+
+static oar_module *small_net(void) {
+    return oar_sequential_new(3, (oar_module *[]){oar_linear_new(4, 3, true),
+                                                  oar_batch_norm1d_new(3, 1e-5, 0.1, true),
+                                                  oar_linear_new(3, 2, false)});
+}
+
+static void test_module_save_load(void) {
+    oar_pool *pool = oar_pool_push();
+    oar_manual_seed(11);
+    oar_module *a = small_net(), *b = small_net();
+    const char *path = tmp_path("net.safetensors");
+    CHECK(oar_module_save(a, path) == 0);
+    CHECK(!same_bytes(oar_module_get(a, "0.weight"), oar_module_get(b, "0.weight")));
+    oar_tensor *bw = oar_module_get(b, "0.weight");
+    CHECK(oar_module_load(b, path) == 0);
+    CHECK(oar_module_get(b, "0.weight") == bw); /* loaded in place */
+    const oar_state_entry *sa, *sb;
+    int n = oar_module_state(a, &sa);
+    CHECK(n == 8 && oar_module_state(b, &sb) == n);
+    for (int i = 0; i < n; i++)
+        CHECK(same_bytes(sa[i].tensor, sb[i].tensor));
+
+    /* a different structure: every mismatch listed, nothing changed */
+    oar_module *c = oar_sequential_new(
+        4, (oar_module *[]){oar_linear_new(4, 5, true), oar_relu_new(), oar_linear_new(3, 2, false),
+                            oar_linear_new(2, 2, false)});
+    oar_tensor *before = oar_clone(oar_module_get(c, "0.weight"));
+    oar_clear_error();
+    CHECK(oar_module_load(c, path) != 0);
+    const char *msg = oar_last_error();
+    CHECK(strstr(msg, "\"0.weight\" is float32 [3, 4] in the file, float32 [5, 4] in the module"));
+    CHECK(strstr(msg, "missing \"3.weight\""));
+    CHECK(strstr(msg, "\"0.bias\" is float32 [3] in the file, float32 [5] in the module"));
+    CHECK(strstr(msg, "unexpected \"1.running_mean\""));
+    CHECK(strstr(msg, "unexpected \"2.weight\"") == NULL);
+    CHECK(strstr(msg, "unexpected \"1.num_batches_tracked\""));
+    CHECK(same_bytes(before, oar_module_get(c, "0.weight")));
+    /* a dtype mismatch */
+    oar_tensor *w64 = oar_cast(oar_module_get(a, "0.weight"), OAR_F64);
+    const char *nm[] = {"weight"};
+    CHECK(oar_safetensors_save(tmp_path("w64.safetensors"), 1, nm, &w64) == 0);
+    oar_module *lin = oar_linear_new(4, 3, false);
+    CHECK_STATUS_FAILS(oar_module_load(lin, tmp_path("w64.safetensors")),
+                       "\"weight\" is float64 [3, 4] in the file, float32 [3, 4] in the module");
+    CHECK_STATUS_FAILS(oar_module_load(lin, tmp_path("missing.safetensors")), "cannot open");
+    oar_module_free(a);
+    oar_module_free(b);
+    oar_module_free(c);
+    oar_module_free(lin);
+    oar_pool_pop(pool);
+}
+
+/* Every truncation of a valid file, and a set of corruptions, fail with a
+ * message naming the file; none crashes (ASan checks reads). */
+static void test_corrupt_files(void) {
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *ts[NT];
+    make_tensors(ts);
+    const char *good = tmp_path("good.safetensors"), *bad = tmp_path("bad.safetensors");
+    CHECK(oar_safetensors_save(good, NT, names, ts) == 0);
+    size_t n = 0;
+    unsigned char *b = read_file(good, &n);
+    CHECK(b && n > 100);
+    int failures = 0;
+    for (size_t len = 0; len < n; len++) {
+        write_file(bad, b, len);
+        oar_clear_error();
+        oar_tensor_dict *d = oar_safetensors_load(bad);
+        bool ok =
+            !d && strstr(oar_last_error(), "safetensors_load") && strstr(oar_last_error(), bad);
+        if (!ok && failures++ < 3)
+            fprintf(stderr, "truncation at %zu: %s\n", len, d ? "loaded" : oar_last_error());
+        oar_tensor_dict_free(d);
+    }
+    CHECK(failures == 0);
+    write_file(bad, b, 5);
+    CHECK_FAILS(oar_safetensors_load(bad), "shorter than the 8-byte header length");
+    write_file(bad, b, n - 1);
+    CHECK_FAILS(oar_safetensors_load(bad), "file truncated?");
+
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | b[i];
+    unsigned char *c = malloc(n);
+    /* a header length past the end */
+    memcpy(c, b, n);
+    c[5] = 0x7f;
+    write_file(bad, c, n);
+    CHECK_FAILS(oar_safetensors_load(bad), "does not fit");
+    /* garbage in the JSON */
+    memcpy(c, b, n);
+    c[8] = 'x';
+    write_file(bad, c, n);
+    CHECK_FAILS(oar_safetensors_load(bad), "not a JSON object");
+    /* an unknown dtype, a wrong byte span, an invalid bool */
+    struct {
+        const char *from, *to, *msg;
+    } edits[] = {
+        {"\"F64\"", "\"F65\"", "unsupported dtype \"F65\""},
+        {"\"shape\":[5]", "\"shape\":[6]", "spans 40 bytes but its shape and dtype need 48"},
+        {"\"shape\":[5]", "\"shape\":[5.5]", "invalid shape"},
+        {"\"shape\":[5]", "\"shape\":[5,1,1,1,1,1,1,1,1]", "more than 8 dims"},
+        {"\"f64\":{", "\"f32\":{", "duplicate tensor name"},
+        {"\"format\":\"oar\"}", "\"format\":\"oar\"},\"__metadata__\":{}", "repeated __metadata__"},
+        {"\"shape\":[5]", "\"shape\":[-5]", "invalid shape"},
+        {"\"dtype\":\"F64\"", "\"dtypf\":\"F64\"", "lacks dtype, shape or data_offsets"},
+    };
+    for (size_t e = 0; e < sizeof edits / sizeof *edits; e++) {
+        /* rebuild the file with the edited header and the same data */
+        char *h = malloc(hlen + 64);
+        memcpy(h, b + 8, hlen);
+        h[hlen] = 0;
+        char *at = strstr(h, edits[e].from);
+        CHECK(at != NULL);
+        if (!at) {
+            free(h);
+            continue;
+        }
+        size_t lf = strlen(edits[e].from), lt = strlen(edits[e].to);
+        memmove(at + lt, at + lf, strlen(at + lf) + 1);
+        memcpy(at, edits[e].to, lt);
+        uint64_t nh = strlen(h);
+        unsigned char *f = malloc(8 + nh + (n - 8 - hlen));
+        for (int i = 0; i < 8; i++)
+            f[i] = (unsigned char)(nh >> (8 * i));
+        memcpy(f + 8, h, nh);
+        memcpy(f + 8 + nh, b + 8 + hlen, n - 8 - hlen);
+        write_file(bad, f, 8 + nh + (n - 8 - hlen));
+        CHECK_FAILS(oar_safetensors_load(bad), edits[e].msg);
+        free(f);
+        free(h);
+    }
+    /* corrupt one bool byte: find the bool tensor's offset via the dict */
+    oar_tensor_dict *d = oar_safetensors_load(good);
+    CHECK(d != NULL);
+    oar_tensor_dict_free(d);
+    const char *hb = strstr((const char *)b + 8, "\"bool\"");
+    long bo = -1;
+    if (hb) {
+        const char *off = strstr(hb, "data_offsets\":[");
+        if (off) bo = strtol(off + 15, NULL, 10);
+    }
+    CHECK(bo >= 0);
+    if (bo >= 0) {
+        memcpy(c, b, n);
+        c[8 + hlen + (size_t)bo] = 7;
+        write_file(bad, c, n);
+        CHECK_FAILS(oar_safetensors_load(bad), "neither 0 nor 1");
+    }
+    free(c);
+    free(b);
+    CHECK_FAILS(oar_safetensors_load(NULL), "path is NULL");
+    oar_pool_pop(pool);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "/tmp/oar_io_test_XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    RUN(test_round_trip);
+    RUN(test_python_fixture);
+    RUN(test_python_reader);
+    RUN(test_module_save_load);
+    RUN(test_corrupt_files);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return test_summary();
+}
