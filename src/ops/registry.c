@@ -1,12 +1,12 @@
 /* The table of op definitions, expanded from ops.def. Each definition lives
- * in its group's file (unary.c, reduce.c, ...); a missing one is NULL here
- * (weak reference) and dispatch reports the op as unsupported, and
- * tests/ops/test_registry.c fails until every op is defined. */
+ * in its group's file (unary.c, reduce.c, ...); the references are strong,
+ * so an OP() line without a definition fails the link, and liboar.a pulls
+ * in every op group. */
 #include "op.h"
 
 #include <string.h>
 
-#define OP(name) extern const oari_op_def oari_def_##name __attribute__((weak));
+#define OP(name) extern const oari_op_def oari_def_##name;
 #include "ops.def"
 #undef OP
 

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OP(name) extern const oari_cpu_kernels oari_cpu_k_##name __attribute__((weak));
+#define OP(name) extern const oari_cpu_kernels oari_cpu_k_##name;
 #include "../../ops/ops.def"
 #undef OP
 

@@ -382,3 +382,12 @@ const oari_cpu_kernels oari_cpu_k_pad_backward = {
     [OAR_F32] = k_pad_backward_f32, [OAR_F64] = k_pad_backward_f64,
     [OAR_C64] = k_pad_backward_c64, [OAR_C128] = k_pad_backward_c128,
 };
+
+/* View ops run no kernel (dispatch makes the view); their tables are empty
+ * so every OP() line has a table and the registry links without weak
+ * references. */
+const oari_cpu_kernels oari_cpu_k_view = {0};
+const oari_cpu_kernels oari_cpu_k_permute = {0};
+const oari_cpu_kernels oari_cpu_k_expand = {0};
+const oari_cpu_kernels oari_cpu_k_slice = {0};
+const oari_cpu_kernels oari_cpu_k_diagonal = {0};
