@@ -33,6 +33,10 @@ OAR_API int oar_safetensors_save_meta(const char *path, int n, const char *const
 /* Reads every tensor of a file (CPU tensors owned by the dict). NULL with
  * an error on failure. */
 OAR_API oar_tensor_dict *oar_safetensors_load(const char *path);
+/* The same from a buffer in memory (size bytes; not retained). name (may
+ * be NULL) stands for the file name in messages. */
+OAR_API oar_tensor_dict *oar_safetensors_load_memory(const void *data, size_t size,
+                                                     const char *name);
 OAR_API void oar_tensor_dict_free(oar_tensor_dict *d);
 OAR_API int oar_tensor_dict_size(const oar_tensor_dict *d);
 /* Entry i in file order; borrowed, valid until the dict is freed. */

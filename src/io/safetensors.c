@@ -313,13 +313,8 @@ static int load_entry(const char *path, FILE *f, uint64_t data_start, uint64_t d
     return st;
 }
 
-oar_tensor_dict *oar_safetensors_load(const char *path) {
-    if (!path) return oari_error(OAR_ERR_INVALID, "safetensors_load: path is NULL"), NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return oari_error(OAR_ERR_IO, "safetensors_load: cannot open %s: %s", path,
-                          strerror(errno)),
-               NULL;
+/* Reads a whole file from f (closed here); path names it in messages. */
+static oar_tensor_dict *load_stream(FILE *f, const char *path) {
     oar_tensor_dict *d = NULL;
     char *header = NULL;
     cJSON *root = NULL;
@@ -394,6 +389,29 @@ out:
         return NULL;
     }
     return d;
+}
+
+oar_tensor_dict *oar_safetensors_load(const char *path) {
+    if (!path) return oari_error(OAR_ERR_INVALID, "safetensors_load: path is NULL"), NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return oari_error(OAR_ERR_IO, "safetensors_load: cannot open %s: %s", path,
+                          strerror(errno)),
+               NULL;
+    return load_stream(f, path);
+}
+
+oar_tensor_dict *oar_safetensors_load_memory(const void *data, size_t size, const char *name) {
+    if (!data || !size)
+        return oari_error(OAR_ERR_IO, "safetensors_load: %s: buffer is %s",
+                          name ? name : "(memory)", data ? "empty" : "NULL"),
+               NULL;
+    FILE *f = fmemopen((void *)data, size, "rb");
+    if (!f)
+        return oari_error(OAR_ERR_NOMEM, "safetensors_load: cannot open a %zu-byte buffer: %s",
+                          size, strerror(errno)),
+               NULL;
+    return load_stream(f, name ? name : "(memory)");
 }
 
 /* ---- modules ------------------------------------------------------------------ */
