@@ -274,6 +274,52 @@ static void test_prefetch(void) {
     CHECK(oar_loader_sample_seed(1, 0, 0) != oar_loader_sample_seed(2, 0, 0));
 }
 
+/* Every allocation of a CSV load and a prefetching, augmenting loader's
+ * life fails in turn: each failure is reported as out of memory, nothing
+ * crashes, and ASan sees no leak. */
+static long alloc_calls, fail_at;
+
+static void *failing_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size) {
+    (void)ctx, (void)old_size;
+    if (new_size == 0) {
+        free(ptr);
+        return NULL;
+    }
+    if (__atomic_add_fetch(&alloc_calls, 1, __ATOMIC_RELAXED) == fail_at) return NULL;
+    return realloc(ptr, new_size);
+}
+
+static void test_alloc_failures(void) {
+    const char *csv = write_text("oom.csv", "1,2\n3,4\n5,6\n");
+    oar_dataset *ds = image_ds(9);
+    int bad = 0, completed = 0;
+    for (fail_at = 1; fail_at < 5000 && !completed; fail_at++) {
+        alloc_calls = 0;
+        oar_clear_error();
+        oar_set_allocator(failing_alloc, NULL);
+        oar_pool *pool = oar_pool_push();
+        int st = oar_csv_load(csv, NULL) == NULL;
+        oar_loader *l = st ? NULL
+                           : oar_loader_new(ds, &(oar_loader_options){.batch_size = 4, .shuffle = true,
+                                                                      .random_hflip = true,
+                                                                      .prefetch = true});
+        st = st || !l;
+        oar_tensor *x, *y;
+        for (int k = 0; k < 5 && !st; k++)
+            st = oar_loader_next(l, &x, &y) < 0;
+        oar_loader_free(l);
+        oar_pool_pop(pool);
+        oar_set_allocator(NULL, NULL);
+        if (!st && alloc_calls < fail_at)
+            completed = 1;
+        else if (st && !strstr(oar_last_error(), "out of memory") && bad++ < 3)
+            fprintf(stderr, "failing allocation %ld: %s\n", fail_at, oar_last_error());
+    }
+    CHECK(completed && bad == 0);
+    CHECK(fail_at > 10);
+    oar_dataset_free(ds);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/oar_loader_test_%d", (int)getpid());
     char cmd[300];
@@ -282,6 +328,7 @@ int main(void) {
     RUN(test_csv);
     RUN(test_augment);
     RUN(test_prefetch);
+    RUN(test_alloc_failures);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) return 1;
     return test_summary();

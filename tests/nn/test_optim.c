@@ -454,6 +454,58 @@ static void test_state_resume(void) {
     remove(path);
 }
 
+/* Every allocation of saving and loading an optimizer's state fails in
+ * turn: out of memory is reported, nothing crashes or leaks, and a failed
+ * load leaves the optimizer's step count as it was. */
+static long alloc_calls, fail_at;
+
+static void *failing_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size) {
+    (void)ctx, (void)old_size;
+    if (new_size == 0) {
+        free(ptr);
+        return NULL;
+    }
+    if (++alloc_calls == fail_at) return NULL;
+    return realloc(ptr, new_size);
+}
+
+static void test_state_alloc_failures(void) {
+    char path[] = "/tmp/oar_optim_oom_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    oar_tensor *w, *b;
+    make_params(&w, &b, OAR_F32);
+    oar_tensor *ps[2] = {w, b};
+    oar_optimizer *a = mk_rmsprop(ps), *r = mk_rmsprop(ps);
+    grads_for_step(w, b, 0, OAR_F32);
+    CHECK(oar_optim_step(a) == 0);
+    int bad = 0, completed = 0;
+    for (fail_at = 1; fail_at < 3000 && !completed; fail_at++) {
+        alloc_calls = 0;
+        oar_clear_error();
+        oar_set_allocator(failing_alloc, NULL);
+        int st = oar_optim_save(a, path);
+        int64_t before = oar_optim_steps(r);
+        if (!st) {
+            st = oar_optim_load(r, path);
+            if (st && oar_optim_steps(r) != before) bad++;
+        }
+        oar_set_allocator(NULL, NULL);
+        if (!st && alloc_calls < fail_at)
+            completed = 1;
+        else if (st && !strstr(oar_last_error(), "out of memory") && bad++ < 3)
+            fprintf(stderr, "failing allocation %ld: %s\n", fail_at, oar_last_error());
+    }
+    CHECK(completed && bad == 0);
+    CHECK(fail_at > 10 && oar_optim_steps(r) == 1);
+    oar_optim_free(a);
+    oar_optim_free(r);
+    oar_tensor_release(w);
+    oar_tensor_release(b);
+    remove(path);
+}
+
 int main(void) {
     RUN(test_optimizers_f64);
     RUN(test_optimizers_f32);
@@ -464,5 +516,6 @@ int main(void) {
     RUN(test_rmsprop);
     RUN(test_more_schedules);
     RUN(test_state_resume);
+    RUN(test_state_alloc_failures);
     return test_summary();
 }
