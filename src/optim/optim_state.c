@@ -89,6 +89,22 @@ static void append(char *buf, size_t size, size_t *len, int *count, const char *
     if (k > 0) *len = *len + (size_t)k < size ? *len + (size_t)k : size - 1;
 }
 
+/* Splits "state.<i>.<field>": the index (or -1 if malformed or >= n) and
+ * *field pointing into name. */
+static int parse_state_name(const char *name, int n, const char **field) {
+    if (strncmp(name, "state.", 6)) return -1;
+    const char *p = name + 6;
+    long i = 0;
+    if (*p < '0' || *p > '9') return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        i = i * 10 + (*p - '0');
+        if (i >= n) return -1;
+    }
+    if (*p != '.' || !p[1]) return -1;
+    *field = p + 1;
+    return (int)i;
+}
+
 /* A decimal integer that fills the whole string, or -1. */
 static int64_t parse_int(const char *s) {
     if (!s || !*s) return -1;
@@ -131,12 +147,12 @@ int oar_optim_load(oar_optimizer *o, const char *path) {
     for (int j = 0; j < nt && !meta_bad; j++) {
         const char *name = oar_tensor_dict_name(d, j);
         oar_tensor *t = oar_tensor_dict_tensor(d, j);
-        int i = -1, used = 0;
-        if (sscanf(name, "state.%d.%n", &i, &used) != 1 || !used || i < 0 || i >= o->n) {
+        const char *field = NULL;
+        int i = parse_state_name(name, o->n, &field);
+        if (i < 0) {
             append(msg, sizeof msg, &len, &nbad, "unexpected \"%s\"", name);
             continue;
         }
-        const char *field = name + used;
         oar_tensor *p = o->params[i];
         char a[200], b[200];
         if (!strcmp(field, "step")) {
@@ -173,9 +189,8 @@ int oar_optim_load(oar_optimizer *o, const char *path) {
     for (int j = 0; j < nt && !st; j++) {
         const char *name = oar_tensor_dict_name(d, j);
         oar_tensor *t = oar_tensor_dict_tensor(d, j);
-        int i = -1, used = 0;
-        sscanf(name, "state.%d.%n", &i, &used);
-        const char *field = name + used;
+        const char *field = NULL;
+        int i = parse_state_name(name, o->n, &field);
         if (!strcmp(field, "step")) {
             psteps[i] = (int64_t)oar_tensor_item(t);
             continue;
