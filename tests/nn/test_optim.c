@@ -414,8 +414,8 @@ static void test_state_resume(void) {
     oar_optimizer *one = oar_adam_new(1, ps, NULL);
     CHECK_STATUS_FAILS(oar_optim_load(one, path), "2 parameters in the file, 1 in the optimizer");
     int64_t other_shape[2] = {4, 3};
-    oar_tensor *wt = oar_tensor_retain(oar_zeros(OAR_F64, 2, other_shape));
-    oar_tensor *bf = oar_tensor_retain(oar_zeros(OAR_F32, 1, bshape));
+    oar_tensor *wt = oar_zeros(OAR_F64, 2, other_shape);
+    oar_tensor *bf = oar_zeros(OAR_F32, 1, bshape);
     oar_optimizer *shaped = oar_adam_new(2, (oar_tensor *[]){wt, bf}, NULL);
     oar_clear_error();
     CHECK(oar_optim_load(shaped, path) != 0);
