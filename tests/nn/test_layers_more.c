@@ -5,6 +5,8 @@
  * children) trained through its children's parameters. */
 #include "test.h"
 
+#include "ref/train_more_ref.h"
+
 static oar_tensor *f32(int ndim, const int64_t *shape, const float *v) {
     return oar_tensor_from_data(v, OAR_F32, ndim, shape);
 }
@@ -207,11 +209,47 @@ static void test_user_defined_module(void) {
     oar_module_free(net);
 }
 
+/* Conv1d (groups, stride, padding), ConvTranspose2d (groups,
+ * output_padding) and GroupNorm with fixed weights against PyTorch
+ * (tests/ref/gen_train_more.py). */
+static void test_against_torch(void) {
+    oar_pool *pool = oar_pool_push();
+    oar_module *c1 = oar_conv1d_new(4, 6, 3, 2, 1, 1, 2, true);
+    set(oar_module_get(c1, "weight"),
+        oar_tensor_from_data(mod_conv1d_w, OAR_F64, 3, (int64_t[]){6, 2, 3}));
+    set(oar_module_get(c1, "bias"), f32(1, (int64_t[]){6}, (float[]){0.1f, -0.1f, 0.2f, -0.2f, 0.3f, -0.3f}));
+    oar_tensor *y1 = oar_module_forward(
+        c1, oar_cast(oar_tensor_from_data(mod_conv1d_x, OAR_F64, 3, (int64_t[]){2, 4, 9}), OAR_F32));
+    CHECK(y1 && oar_tensor_shape(y1)[1] == 6 && oar_tensor_shape(y1)[2] == 5);
+    CHECK_VALUES(y1, mod_conv1d_y, 60, 1e-5);
+
+    oar_module *ct = oar_conv_transpose2d_new(4, 2, 3, 2, 1, 1, 1, 2, true);
+    set(oar_module_get(ct, "weight"),
+        oar_tensor_from_data(mod_convt_w, OAR_F64, 4, (int64_t[]){4, 1, 3, 3}));
+    set(oar_module_get(ct, "bias"), f32(1, (int64_t[]){2}, (float[]){0.5f, -0.25f}));
+    oar_tensor *y2 = oar_module_forward(
+        ct, oar_cast(oar_tensor_from_data(mod_convt_x, OAR_F64, 4, (int64_t[]){1, 4, 3, 3}), OAR_F32));
+    CHECK(y2 && oar_tensor_shape(y2)[2] == 6 && oar_tensor_shape(y2)[3] == 6);
+    CHECK_VALUES(y2, mod_convt_y, 72, 1e-5);
+
+    oar_module *gn = oar_group_norm_new(3, 6, 1e-5, true);
+    set(oar_module_get(gn, "weight"), oar_linspace(0.5, 1.5, 6, OAR_F32));
+    set(oar_module_get(gn, "bias"), oar_linspace(-0.3, 0.3, 6, OAR_F32));
+    oar_tensor *y3 = oar_module_forward(
+        gn, oar_cast(oar_tensor_from_data(mod_gn_x, OAR_F64, 3, (int64_t[]){2, 6, 5}), OAR_F32));
+    CHECK_VALUES(y3, mod_gn_y, 60, 1e-5);
+    oar_module_free(c1);
+    oar_module_free(ct);
+    oar_module_free(gn);
+    oar_pool_pop(pool);
+}
+
 int main(void) {
     RUN(test_conv1d);
     RUN(test_conv_transpose2d);
     RUN(test_group_norm);
     RUN(test_adaptive_pool_and_activations);
     RUN(test_user_defined_module);
+    RUN(test_against_torch);
     return test_summary();
 }

@@ -10,6 +10,7 @@
 
 #include "core/core.h" /* to plant fixed gradients without a backward pass */
 #include "ref/train_ref.h"
+#include "ref/train_more_ref.h"
 
 static int64_t wshape[2] = {3, 4}, bshape[1] = {3};
 
@@ -244,6 +245,11 @@ static void test_rmsprop(void) {
                     o->momentum, o->centered);
         CHECK_VALUES(w, rw, 12, 1e-12);
         CHECK_VALUES(b, rb, 3, 1e-12);
+        /* and PyTorch's values (tests/ref/gen_train_more.py) */
+        const double *tw[3] = {train_rms_plain_w, train_rms_centered_w, train_rms_momentum_w};
+        const double *tb[3] = {train_rms_plain_b, train_rms_centered_b, train_rms_momentum_b};
+        CHECK_VALUES(w, tw[c], 12, 1e-12);
+        CHECK_VALUES(b, tb[c], 3, 1e-12);
         oar_optim_free(opt);
         oar_tensor_release(w);
         oar_tensor_release(b);
@@ -268,6 +274,7 @@ static void test_more_schedules(void) {
     for (int i = 0; i < 6; i++) {
         CHECK(oar_lr_scheduler_epoch(s) == i);
         CHECK_NEAR(oar_optim_lr(opt), ms[i], 1e-15);
+        CHECK_NEAR(oar_optim_lr(opt), train_multistep_lrs[i], 1e-15);
         CHECK(oar_lr_scheduler_step(s) == 0);
     }
     oar_lr_scheduler_free(s);
@@ -277,11 +284,18 @@ static void test_more_schedules(void) {
     double lin[7] = {0.1, 0.175, 0.25, 0.325, 0.4, 0.4, 0.4};
     for (int i = 0; i < 7; i++) {
         CHECK_NEAR(oar_optim_lr(opt), lin[i], 1e-15);
+        CHECK_NEAR(oar_optim_lr(opt), train_linear_lrs[i], 1e-15);
         CHECK(oar_lr_scheduler_step(s) == 0);
     }
     oar_lr_scheduler_free(s);
-    /* OneCycleLR max 1, 10 steps, pct 0.3: warm-up ends at step 2 */
+    /* OneCycleLR max 1, 10 steps, pct 0.3: PyTorch's values, then by hand */
     s = oar_lr_one_cycle_new(opt, 1, 10, 0.3, 0, 0);
+    for (int i = 0; i < 10; i++) {
+        CHECK_NEAR(oar_optim_lr(opt), train_onecycle_lrs[i], 1e-15);
+        if (i < 9) CHECK(oar_lr_scheduler_step(s) == 0);
+    }
+    CHECK(oar_lr_scheduler_set_epoch(s, 0) == 0);
+    /* warm-up ends at step 2 */
     CHECK_NEAR(oar_optim_lr(opt), 0.04, 1e-15);
     CHECK(oar_lr_scheduler_step(s) == 0);
     CHECK_NEAR(oar_optim_lr(opt), 0.52, 1e-15); /* halfway on the cosine */
