@@ -1,6 +1,7 @@
 /* Data: IDX files (MNIST, Fashion-MNIST; gzip or raw), an in-memory
  * dataset of (x, y) pairs, and a loader that yields batches with a seeded
- * shuffle, drop_last and a normalize transform.
+ * shuffle, drop_last, a normalize transform, random crop and flip, a
+ * user transform hook and background prefetch; CSV files of numbers.
  *
  *     oar_dataset *train = oar_fashion_mnist_load(NULL, true);
  *     oar_loader *ld = oar_loader_new(train, &(oar_loader_options){
@@ -41,6 +42,15 @@ OAR_API int64_t oar_dataset_size(const oar_dataset *ds);
 OAR_API oar_tensor *oar_dataset_x(const oar_dataset *ds); /* borrowed */
 OAR_API oar_tensor *oar_dataset_y(const oar_dataset *ds); /* borrowed */
 
+/* A per-sample transform, run by the loader after scaling/normalization and
+ * the built-in augmentations: x is one sample (F32, ndim dims of `shape`,
+ * contiguous) to change in place; seed is this sample's own seed (see
+ * oar_loader_sample_seed) for any random draw. Return 0, or non-zero to
+ * make oar_loader_next fail. With prefetch it runs on the loader's thread:
+ * it must not call oar ops or touch state shared without a lock. */
+typedef int (*oar_transform_fn)(void *ctx, float *x, int ndim, const int64_t *shape,
+                                uint64_t seed);
+
 typedef struct oar_loader_options {
     int64_t batch_size; /* required, >= 1 */
     bool shuffle;       /* a new permutation each epoch, from seed and the epoch number */
@@ -49,6 +59,20 @@ typedef struct oar_loader_options {
     /* x is returned as F32: (x * scale - mean) / std. scale 0 means 1,
      * std 0 means no normalization (mean ignored). */
     double scale, mean, std;
+    /* Augmentations of samples [..., H, W] (x of 3 or more dims), drawn per
+     * sample from (seed, epoch, position in the epoch):
+     * random_crop_padding > 0 pads H and W by that many values (the
+     * normalized value of a raw 0, as torchvision's RandomCrop(padding)
+     * before Normalize) and crops a random window of the original size;
+     * random_hflip reverses W with probability 1/2. */
+    int64_t random_crop_padding;
+    bool random_hflip;
+    /* optional: a user transform (NULL: none) and its context */
+    oar_transform_fn transform;
+    void *transform_ctx;
+    /* Prepare the next batch on a background thread while the caller
+     * trains on this one. Batches are identical with and without it. */
+    bool prefetch;
 } oar_loader_options;
 
 typedef struct oar_loader oar_loader;
@@ -68,6 +92,30 @@ OAR_API int oar_loader_next(oar_loader *l, oar_tensor **x, oar_tensor **y);
 OAR_API int64_t oar_loader_index(const oar_loader *l, int64_t k);
 /* Epochs completed. */
 OAR_API int64_t oar_loader_epoch(const oar_loader *l);
+/* Restarts at the beginning of the given epoch (its shuffle and
+ * augmentations), as when resuming training from a checkpoint. 0 on
+ * success. */
+OAR_API int oar_loader_set_epoch(oar_loader *l, int64_t epoch);
+/* The seed the loader gives a sample's augmentations and transform: a
+ * hash of the loader seed, the epoch and the position in the epoch. */
+OAR_API uint64_t oar_loader_sample_seed(uint64_t seed, int64_t epoch, int64_t position);
+
+/* ---- CSV ------------------------------------------------------------------------ */
+
+typedef struct oar_csv_options {
+    bool header;     /* skip the first line (column names) */
+    char delimiter;  /* 0 means ',' */
+    oar_dtype dtype; /* OAR_F32 or OAR_F64; 0 (OAR_BOOL) means OAR_F32 */
+} oar_csv_options;
+
+/* Reads a CSV file of numbers into a new [rows, columns] tensor (pool
+ * rule). Fields are decimal or scientific numbers, nan or inf, with
+ * optional spaces around them; blank lines are skipped; \r\n line ends are
+ * accepted; o may be NULL (no header, ',', F32). Errors (OAR_ERR_IO) name
+ * the file and the line: a field that is not a number ("line 7, column 3:
+ * \"abc\" is not a number"), a row with a different number of columns,
+ * an empty file. */
+OAR_API oar_tensor *oar_csv_load(const char *path, const oar_csv_options *o);
 
 #ifdef __cplusplus
 }

@@ -24,9 +24,19 @@ typedef struct oar_tensor_dict oar_tensor_dict;
  * success; on failure the file at `path` is left as it was. */
 OAR_API int oar_safetensors_save(const char *path, int n, const char *const *names,
                                  oar_tensor *const *tensors);
+/* As oar_safetensors_save, with n_meta string pairs written to the
+ * header's "__metadata__" (after "format": "oar", which is reserved). Keys
+ * must be unique and non-empty, values non-NULL. */
+OAR_API int oar_safetensors_save_meta(const char *path, int n, const char *const *names,
+                                      oar_tensor *const *tensors, int n_meta,
+                                      const char *const *keys, const char *const *values);
 /* Reads every tensor of a file (CPU tensors owned by the dict). NULL with
  * an error on failure. */
 OAR_API oar_tensor_dict *oar_safetensors_load(const char *path);
+/* The same from a buffer in memory (size bytes; not retained). name (may
+ * be NULL) stands for the file name in messages. */
+OAR_API oar_tensor_dict *oar_safetensors_load_memory(const void *data, size_t size,
+                                                     const char *name);
 OAR_API void oar_tensor_dict_free(oar_tensor_dict *d);
 OAR_API int oar_tensor_dict_size(const oar_tensor_dict *d);
 /* Entry i in file order; borrowed, valid until the dict is freed. */

@@ -127,6 +127,33 @@ OAR_API oar_module *oar_flatten_new(int start_dim, int end_dim);
 OAR_API oar_module *oar_sequential_new(int n, oar_module *const *mods);
 OAR_API int oar_sequential_append(oar_module *seq, oar_module *m);
 
+/* weight [out, in/groups, k]; bias [out]. Input [N, C, L]. PyTorch's
+ * default initialisation (kaiming_uniform a = sqrt(5), bias U(+-1/sqrt(fan_in))). */
+OAR_API oar_module *oar_conv1d_new(int64_t in_channels, int64_t out_channels, int64_t kernel,
+                                   int64_t stride, int64_t padding, int64_t dilation,
+                                   int64_t groups, bool bias);
+/* weight [in, out/groups, k, k]; bias [out]. Square kernel, symmetric
+ * stride/padding/output_padding/dilation; output_padding must be smaller
+ * than stride or dilation. Initialised as torch.nn.ConvTranspose2d. */
+OAR_API oar_module *oar_conv_transpose2d_new(int64_t in_channels, int64_t out_channels,
+                                             int64_t kernel, int64_t stride, int64_t padding,
+                                             int64_t output_padding, int64_t dilation,
+                                             int64_t groups, bool bias);
+/* Normalises groups of num_channels / num_groups channels of [N, C, ...];
+ * weight (ones), bias (zeros) [C] if affine. */
+OAR_API oar_module *oar_group_norm_new(int64_t num_groups, int64_t num_channels, double eps,
+                                       bool affine);
+/* Average pooling of [N, C, H, W] to [N, C, out_h, out_w]. */
+OAR_API oar_module *oar_adaptive_avg_pool2d_new(int64_t out_h, int64_t out_w);
+/* Elementwise activations as modules (the ops of the same name). softplus:
+ * beta > 0 (PyTorch default 1), linear above threshold (default 20);
+ * leaky_relu: PyTorch default slope 0.01; elu: default alpha 1. */
+OAR_API oar_module *oar_sigmoid_new(void);
+OAR_API oar_module *oar_silu_new(void);
+OAR_API oar_module *oar_softplus_new(double beta, double threshold);
+OAR_API oar_module *oar_leaky_relu_new(double negative_slope);
+OAR_API oar_module *oar_elu_new(double alpha);
+
 /* ---- initialisers (in place, without recording gradients; 0 on success) --- */
 OAR_API int oar_init_uniform_(oar_tensor *t, double low, double high);
 OAR_API int oar_init_normal_(oar_tensor *t, double mean, double std);

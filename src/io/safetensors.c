@@ -78,11 +78,14 @@ static void write_le64(unsigned char *b, uint64_t v) {
 }
 
 /* The JSON header (malloc'd by cJSON) or NULL with an error set. */
-static char *build_header(int n, const char *const *names, oar_tensor *const *ts) {
+static char *build_header(int n, const char *const *names, oar_tensor *const *ts, int n_meta,
+                          const char *const *keys, const char *const *values) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return oari_nomem("safetensors header"), NULL;
     cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
     if (!meta || !cJSON_AddStringToObject(meta, "format", "oar")) goto nomem;
+    for (int i = 0; i < n_meta; i++)
+        if (!cJSON_AddStringToObject(meta, keys[i], values[i])) goto nomem;
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         cJSON *e = cJSON_AddObjectToObject(root, names[i]);
@@ -121,6 +124,25 @@ nomem:
 
 int oar_safetensors_save(const char *path, int n, const char *const *names,
                          oar_tensor *const *tensors) {
+    return oar_safetensors_save_meta(path, n, names, tensors, 0, NULL, NULL);
+}
+
+int oar_safetensors_save_meta(const char *path, int n, const char *const *names,
+                              oar_tensor *const *tensors, int n_meta, const char *const *keys,
+                              const char *const *values) {
+    if (n_meta < 0 || (n_meta && (!keys || !values)))
+        return oari_error(OAR_ERR_INVALID, "safetensors_save: bad metadata (n_meta %d)", n_meta);
+    for (int i = 0; i < n_meta; i++) {
+        if (!keys[i] || !values[i] || !keys[i][0] || !strcmp(keys[i], "format"))
+            return oari_error(OAR_ERR_INVALID,
+                              "safetensors_save: metadata entry %d has a NULL, empty or "
+                              "reserved (\"format\") key or a NULL value",
+                              i);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(keys[i], keys[j]))
+                return oari_error(OAR_ERR_INVALID, "safetensors_save: duplicate metadata key \"%s\"",
+                                  keys[i]);
+    }
     if (!path || n < 0 || (n && (!names || !tensors)))
         return oari_error(OAR_ERR_INVALID, "safetensors_save: bad arguments (path %s, n %d)",
                           path ? path : "NULL", n);
@@ -138,7 +160,7 @@ int oar_safetensors_save(const char *path, int n, const char *const *names,
                 return oari_error(OAR_ERR_INVALID, "safetensors_save: duplicate name \"%s\"",
                                   names[i]);
     }
-    char *header = build_header(n, names, tensors);
+    char *header = build_header(n, names, tensors, n_meta, keys, values);
     if (!header) return OAR_ERR_NOMEM;
     size_t hlen = strlen(header), padded = (hlen + 7) & ~(size_t)7;
 
@@ -291,13 +313,8 @@ static int load_entry(const char *path, FILE *f, uint64_t data_start, uint64_t d
     return st;
 }
 
-oar_tensor_dict *oar_safetensors_load(const char *path) {
-    if (!path) return oari_error(OAR_ERR_INVALID, "safetensors_load: path is NULL"), NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return oari_error(OAR_ERR_IO, "safetensors_load: cannot open %s: %s", path,
-                          strerror(errno)),
-               NULL;
+/* Reads a whole file from f (closed here); path names it in messages. */
+static oar_tensor_dict *load_stream(FILE *f, const char *path) {
     oar_tensor_dict *d = NULL;
     char *header = NULL;
     cJSON *root = NULL;
@@ -372,6 +389,29 @@ out:
         return NULL;
     }
     return d;
+}
+
+oar_tensor_dict *oar_safetensors_load(const char *path) {
+    if (!path) return oari_error(OAR_ERR_INVALID, "safetensors_load: path is NULL"), NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return oari_error(OAR_ERR_IO, "safetensors_load: cannot open %s: %s", path,
+                          strerror(errno)),
+               NULL;
+    return load_stream(f, path);
+}
+
+oar_tensor_dict *oar_safetensors_load_memory(const void *data, size_t size, const char *name) {
+    if (!data || !size)
+        return oari_error(OAR_ERR_IO, "safetensors_load: %s: buffer is %s",
+                          name ? name : "(memory)", data ? "empty" : "NULL"),
+               NULL;
+    FILE *f = fmemopen((void *)data, size, "rb");
+    if (!f)
+        return oari_error(OAR_ERR_NOMEM, "safetensors_load: cannot open a %zu-byte buffer: %s",
+                          size, strerror(errno)),
+               NULL;
+    return load_stream(f, name ? name : "(memory)");
 }
 
 /* ---- modules ------------------------------------------------------------------ */

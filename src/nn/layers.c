@@ -334,3 +334,186 @@ oar_module *oar_sequential_new(int n, oar_module *const *mods) {
     if (st) return fail(seq);
     return seq;
 }
+
+/* ---- Conv1d ------------------------------------------------------------- */
+
+static oar_tensor *conv1d_forward(oar_module *m, oar_tensor *x) {
+    oar_tensor *w = m->tensors[0].t;
+    oar_tensor *b = m->n_tensors > 1 ? m->tensors[1].t : NULL;
+    return oar_conv1d(x, w, b, m->cfg[0], m->cfg[1], m->cfg[2], m->cfg[3]);
+}
+
+oar_module *oar_conv1d_new(int64_t in_channels, int64_t out_channels, int64_t kernel,
+                           int64_t stride, int64_t padding, int64_t dilation, int64_t groups,
+                           bool bias) {
+    if (in_channels <= 0 || out_channels <= 0 || kernel <= 0 || stride <= 0 || padding < 0 ||
+        dilation <= 0 || groups <= 0 || in_channels % groups || out_channels % groups)
+        return oari_error(OAR_ERR_INVALID,
+                          "conv1d_new: invalid arguments (in %lld, out %lld, "
+                          "kernel %lld, stride %lld, padding %lld, dilation %lld, groups %lld); "
+                          "channels must divide by groups",
+                          (long long)in_channels, (long long)out_channels, (long long)kernel,
+                          (long long)stride, (long long)padding, (long long)dilation,
+                          (long long)groups),
+               NULL;
+    oar_module *m = oar_module_new("Conv1d", conv1d_forward, NULL, NULL);
+    if (!m) return NULL;
+    m->cfg[0] = stride;
+    m->cfg[1] = padding;
+    m->cfg[2] = dilation;
+    m->cfg[3] = groups;
+    int64_t ws[3] = {out_channels, in_channels / groups, kernel};
+    oar_tensor *w = new_param(m, "weight", 3, ws, true);
+    if (!w || oar_init_kaiming_uniform_(w, sqrt(5.0))) return fail(m);
+    if (bias) {
+        double bound = 1.0 / sqrt((double)(in_channels / groups * kernel));
+        oar_tensor *b = new_param(m, "bias", 1, &out_channels, true);
+        if (!b || oar_init_uniform_(b, -bound, bound)) return fail(m);
+    }
+    return m;
+}
+
+/* ---- ConvTranspose2d ------------------------------------------------------ */
+
+static oar_tensor *conv_transpose2d_forward(oar_module *m, oar_tensor *x) {
+    oar_tensor *w = m->tensors[0].t;
+    oar_tensor *b = m->n_tensors > 1 ? m->tensors[1].t : NULL;
+    int64_t stride[2] = {m->cfg[0], m->cfg[0]}, pad[2] = {m->cfg[1], m->cfg[1]};
+    int64_t opad[2] = {m->cfg[2], m->cfg[2]}, dil[2] = {m->cfg[3], m->cfg[3]};
+    return oar_conv_transpose2d(x, w, b, stride, pad, opad, dil, m->cfg[4]);
+}
+
+oar_module *oar_conv_transpose2d_new(int64_t in_channels, int64_t out_channels, int64_t kernel,
+                                     int64_t stride, int64_t padding, int64_t output_padding,
+                                     int64_t dilation, int64_t groups, bool bias) {
+    if (in_channels <= 0 || out_channels <= 0 || kernel <= 0 || stride <= 0 || padding < 0 ||
+        dilation <= 0 || groups <= 0 || in_channels % groups || out_channels % groups ||
+        output_padding < 0 || (output_padding >= stride && output_padding >= dilation))
+        return oari_error(OAR_ERR_INVALID,
+                          "conv_transpose2d_new: invalid arguments (in %lld, out %lld, kernel "
+                          "%lld, stride %lld, padding %lld, output_padding %lld, dilation %lld, "
+                          "groups %lld); channels must divide by groups and output_padding be "
+                          "smaller than stride or dilation",
+                          (long long)in_channels, (long long)out_channels, (long long)kernel,
+                          (long long)stride, (long long)padding, (long long)output_padding,
+                          (long long)dilation, (long long)groups),
+               NULL;
+    oar_module *m = oar_module_new("ConvTranspose2d", conv_transpose2d_forward, NULL, NULL);
+    if (!m) return NULL;
+    m->cfg[0] = stride;
+    m->cfg[1] = padding;
+    m->cfg[2] = output_padding;
+    m->cfg[3] = dilation;
+    m->cfg[4] = groups;
+    int64_t ws[4] = {in_channels, out_channels / groups, kernel, kernel};
+    oar_tensor *w = new_param(m, "weight", 4, ws, true);
+    if (!w || oar_init_kaiming_uniform_(w, sqrt(5.0))) return fail(m);
+    if (bias) {
+        /* PyTorch takes fan_in from weight dim 1: out/groups * k * k */
+        double bound = 1.0 / sqrt((double)(out_channels / groups * kernel * kernel));
+        oar_tensor *b = new_param(m, "bias", 1, &out_channels, true);
+        if (!b || oar_init_uniform_(b, -bound, bound)) return fail(m);
+    }
+    return m;
+}
+
+/* ---- GroupNorm -------------------------------------------------------------- */
+
+static oar_tensor *group_norm_forward(oar_module *m, oar_tensor *x) {
+    oar_tensor *w = m->n_tensors ? m->tensors[0].t : NULL;
+    oar_tensor *b = m->n_tensors ? m->tensors[1].t : NULL;
+    if (x->ndim < 2 || x->shape[1] != m->cfg[1]) {
+        char s[200];
+        return oari_error(OAR_ERR_INVALID,
+                          "GroupNorm: expected input [N, %lld, ...], got shape %s",
+                          (long long)m->cfg[1], oari_shape_str(s, x->ndim, x->shape)),
+               NULL;
+    }
+    return oar_group_norm(x, m->cfg[0], w, b, m->cfgf[0]);
+}
+
+oar_module *oar_group_norm_new(int64_t num_groups, int64_t num_channels, double eps, bool affine) {
+    if (num_groups <= 0 || num_channels <= 0 || num_channels % num_groups || !(eps > 0))
+        return oari_error(OAR_ERR_INVALID,
+                          "group_norm_new: invalid arguments (groups %lld, channels %lld, eps "
+                          "%g); channels must divide by groups",
+                          (long long)num_groups, (long long)num_channels, eps),
+               NULL;
+    oar_module *m = oar_module_new("GroupNorm", group_norm_forward, NULL, NULL);
+    if (!m) return NULL;
+    m->cfg[0] = num_groups;
+    m->cfg[1] = num_channels;
+    m->cfgf[0] = eps;
+    if (affine) {
+        oar_tensor *w = new_param(m, "weight", 1, &num_channels, true);
+        if (!w || oar_init_ones_(w)) return fail(m);
+        oar_tensor *b = new_param(m, "bias", 1, &num_channels, true);
+        if (!b || oar_init_zeros_(b)) return fail(m);
+    }
+    return m;
+}
+
+/* ---- AdaptiveAvgPool2d ------------------------------------------------------ */
+
+static oar_tensor *adaptive_avg_pool_forward(oar_module *m, oar_tensor *x) {
+    int64_t out[2] = {m->cfg[0], m->cfg[1]};
+    return oar_adaptive_avg_pool2d(x, out);
+}
+
+oar_module *oar_adaptive_avg_pool2d_new(int64_t out_h, int64_t out_w) {
+    if (out_h <= 0 || out_w <= 0)
+        return oari_error(OAR_ERR_INVALID,
+                          "adaptive_avg_pool2d_new: output size %lld x %lld must be positive",
+                          (long long)out_h, (long long)out_w),
+               NULL;
+    oar_module *m = oar_module_new("AdaptiveAvgPool2d", adaptive_avg_pool_forward, NULL, NULL);
+    if (!m) return NULL;
+    m->cfg[0] = out_h;
+    m->cfg[1] = out_w;
+    return m;
+}
+
+/* ---- more activations -------------------------------------------------------- */
+
+static oar_tensor *sigmoid_forward(oar_module *m, oar_tensor *x) { return oar_sigmoid(x); }
+static oar_tensor *silu_forward(oar_module *m, oar_tensor *x) { return oar_silu(x); }
+static oar_tensor *softplus_forward(oar_module *m, oar_tensor *x) {
+    return oar_softplus(x, m->cfgf[0], m->cfgf[1]);
+}
+static oar_tensor *leaky_relu_forward(oar_module *m, oar_tensor *x) {
+    return oar_leaky_relu(x, m->cfgf[0]);
+}
+static oar_tensor *elu_forward(oar_module *m, oar_tensor *x) { return oar_elu(x, m->cfgf[0]); }
+
+oar_module *oar_sigmoid_new(void) { return oar_module_new("Sigmoid", sigmoid_forward, NULL, NULL); }
+oar_module *oar_silu_new(void) { return oar_module_new("SiLU", silu_forward, NULL, NULL); }
+
+oar_module *oar_softplus_new(double beta, double threshold) {
+    if (!(beta > 0) || threshold != threshold)
+        return oari_error(OAR_ERR_INVALID, "softplus_new: beta %g must be > 0 (threshold %g)",
+                          beta, threshold),
+               NULL;
+    oar_module *m = oar_module_new("Softplus", softplus_forward, NULL, NULL);
+    if (!m) return NULL;
+    m->cfgf[0] = beta;
+    m->cfgf[1] = threshold;
+    return m;
+}
+
+oar_module *oar_leaky_relu_new(double negative_slope) {
+    if (!isfinite(negative_slope))
+        return oari_error(OAR_ERR_INVALID, "leaky_relu_new: negative_slope %g must be finite",
+                          negative_slope),
+               NULL;
+    oar_module *m = oar_module_new("LeakyReLU", leaky_relu_forward, NULL, NULL);
+    if (m) m->cfgf[0] = negative_slope;
+    return m;
+}
+
+oar_module *oar_elu_new(double alpha) {
+    if (!isfinite(alpha))
+        return oari_error(OAR_ERR_INVALID, "elu_new: alpha %g must be finite", alpha), NULL;
+    oar_module *m = oar_module_new("ELU", elu_forward, NULL, NULL);
+    if (m) m->cfgf[0] = alpha;
+    return m;
+}

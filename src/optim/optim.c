@@ -7,19 +7,9 @@
 #include <oar/autograd.h>
 #include <oar/ops.h>
 #include <oar/optim.h>
+#include <string.h>
 
-typedef enum { KIND_SGD, KIND_ADAM, KIND_ADAMW } optim_kind;
-
-struct oar_optimizer {
-    optim_kind kind;
-    int n, cap;            /* cap: allocated length of the arrays (n, at least 1) */
-    oar_tensor **params;   /* retained */
-    oar_tensor **s1, **s2; /* momentum buffer / exp_avg, exp_avg_sq (retained, lazily made) */
-    int64_t *pstep;        /* per-parameter step counts (Adam bias correction) */
-    int64_t steps;
-    double lr, momentum, dampening, wd, beta1, beta2, eps;
-    bool nesterov;
-};
+#include "optim.h"
 
 void oar_optim_free(oar_optimizer *o) {
     if (!o) return;
@@ -27,11 +17,13 @@ void oar_optim_free(oar_optimizer *o) {
         if (o->params) oar_tensor_release(o->params[i]);
         if (o->s1) oar_tensor_release(o->s1[i]);
         if (o->s2) oar_tensor_release(o->s2[i]);
+        if (o->s3) oar_tensor_release(o->s3[i]);
     }
     size_t n = (size_t)o->cap;
     oari_free(o->params, n * sizeof *o->params);
     oari_free(o->s1, n * sizeof *o->s1);
     oari_free(o->s2, n * sizeof *o->s2);
+    oari_free(o->s3, n * sizeof *o->s3);
     oari_free(o->pstep, n * sizeof *o->pstep);
     oari_free(o, sizeof *o);
 }
@@ -60,12 +52,14 @@ static oar_optimizer *make(const char *what, optim_kind kind, int n, oar_tensor 
     o->params = oari_calloc(m, sizeof *o->params);
     o->s1 = oari_calloc(m, sizeof *o->s1);
     o->s2 = oari_calloc(m, sizeof *o->s2);
+    o->s3 = oari_calloc(m, sizeof *o->s3);
     o->pstep = oari_calloc(m, sizeof *o->pstep);
-    if (!o->params || !o->s1 || !o->s2 || !o->pstep) {
+    if (!o->params || !o->s1 || !o->s2 || !o->s3 || !o->pstep) {
         /* free with the size each was allocated with */
         oari_free(o->params, m * sizeof *o->params);
         oari_free(o->s1, m * sizeof *o->s1);
         oari_free(o->s2, m * sizeof *o->s2);
+        oari_free(o->s3, m * sizeof *o->s3);
         oari_free(o->pstep, m * sizeof *o->pstep);
         oari_free(o, sizeof *o);
         return NULL;
@@ -131,6 +125,29 @@ oar_optimizer *oar_adamw_new(int n, oar_tensor *const *params, const oar_adam_op
     return adam_new("adamw_new", KIND_ADAMW, n, params, o);
 }
 
+oar_optimizer *oar_rmsprop_new(int n, oar_tensor *const *params, const oar_rmsprop_options *opt) {
+    oar_rmsprop_options d = opt ? *opt : (oar_rmsprop_options){0};
+    if (d.lr == 0) d.lr = 1e-2;
+    if (d.alpha == 0) d.alpha = 0.99;
+    if (d.eps == 0) d.eps = 1e-8;
+    if (!(d.lr > 0) || !(d.alpha > 0 && d.alpha < 1) || !(d.eps > 0) || !(d.weight_decay >= 0) ||
+        !(d.momentum >= 0))
+        return oari_error(OAR_ERR_INVALID,
+                          "rmsprop_new: invalid options (lr %g, alpha %g, eps %g, weight_decay "
+                          "%g, momentum %g): lr, eps > 0, alpha in (0, 1), the others >= 0",
+                          d.lr, d.alpha, d.eps, d.weight_decay, d.momentum),
+               NULL;
+    oar_optimizer *o = make("rmsprop_new", KIND_RMSPROP, n, params);
+    if (!o) return NULL;
+    o->lr = d.lr;
+    o->alpha = d.alpha;
+    o->eps = d.eps;
+    o->wd = d.weight_decay;
+    o->momentum = d.momentum;
+    o->centered = d.centered;
+    return o;
+}
+
 /* A retained fresh copy of x (state tensors live outside pools). */
 static oar_tensor *keep(oar_tensor *x) { return oar_tensor_retain(oar_clone(x)); }
 
@@ -173,6 +190,40 @@ static int adam_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
     return oar_copy_(p, oar_sub(p, upd));
 }
 
+/* torch.optim.RMSprop's update (foreach=False). */
+static int rmsprop_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
+    o->pstep[i]++;
+    if (o->wd) g = oar_add(g, oar_mul_scalar(p, o->wd));
+    if (!o->s2[i]) {
+        o->s2[i] = oar_tensor_retain(oar_zeros_like(p));
+        if (!o->s2[i]) return OAR_ERR_NOMEM;
+    }
+    if (o->centered && !o->s3[i] && !(o->s3[i] = oar_tensor_retain(oar_zeros_like(p))))
+        return OAR_ERR_NOMEM;
+    if (o->momentum && !o->s1[i] && !(o->s1[i] = oar_tensor_retain(oar_zeros_like(p))))
+        return OAR_ERR_NOMEM;
+    oar_tensor *sq = o->s2[i];
+    if (oar_copy_(sq, oar_add(oar_mul_scalar(sq, o->alpha),
+                              oar_mul_scalar(oar_mul(g, g), 1 - o->alpha))))
+        return OAR_ERR_INVALID;
+    oar_tensor *avg;
+    if (o->centered) {
+        oar_tensor *ga = o->s3[i];
+        if (oar_copy_(ga, oar_add(oar_mul_scalar(ga, o->alpha), oar_mul_scalar(g, 1 - o->alpha))))
+            return OAR_ERR_INVALID;
+        avg = oar_add_scalar(oar_sqrt(oar_sub(sq, oar_mul(ga, ga))), o->eps);
+    } else {
+        avg = oar_add_scalar(oar_sqrt(sq), o->eps);
+    }
+    oar_tensor *upd = oar_div(g, avg);
+    if (o->momentum) {
+        oar_tensor *buf = o->s1[i];
+        if (oar_copy_(buf, oar_add(oar_mul_scalar(buf, o->momentum), upd))) return OAR_ERR_INVALID;
+        upd = buf;
+    }
+    return oar_copy_(p, oar_sub(p, oar_mul_scalar(upd, o->lr)));
+}
+
 int oar_optim_step(oar_optimizer *o) {
     if (!o) return oari_error(OAR_ERR_INVALID, "optim_step: optimizer is NULL");
     int st = 0;
@@ -190,7 +241,9 @@ int oar_optim_step(oar_optimizer *o) {
             break;
         }
         oar_pool *pool = oar_pool_push();
-        st = o->kind == KIND_SGD ? sgd_update(o, i, p, g) : adam_update(o, i, p, g);
+        st = o->kind == KIND_SGD       ? sgd_update(o, i, p, g)
+             : o->kind == KIND_RMSPROP ? rmsprop_update(o, i, p, g)
+                                       : adam_update(o, i, p, g);
         oar_pool_pop(pool);
     }
     oar_no_grad_pop();
@@ -247,53 +300,193 @@ int oar_clip_grad_norm(int n, oar_tensor *const *params, double max_norm, double
     return st;
 }
 
-/* ---- schedules ------------------------------------------------------------ */
+/* ---- schedules ------------------------------------------------------------
+ * Every schedule is a closed form of the epoch counter, so a schedule
+ * restored with oar_lr_scheduler_set_epoch gives the same lrs as one that
+ * stepped there. */
+
+typedef enum { SCHED_STEP, SCHED_COSINE, SCHED_MULTISTEP, SCHED_LINEAR, SCHED_ONECYCLE } sched_kind;
 
 struct oar_lr_scheduler {
     oar_optimizer *opt;
-    bool cosine;
-    int64_t period; /* step_size or t_max */
+    sched_kind kind;
+    int64_t period; /* step_size, t_max, total_iters or total_steps */
     double k;       /* gamma or eta_min */
+    double f0, f1;  /* linear: start and end factors; one-cycle: max_lr, pct_start */
+    double div, final_div;
     double base;
     int64_t epoch;
+    int n_milestones;
+    int64_t *milestones;
 };
 
-static oar_lr_scheduler *sched_new(const char *what, oar_optimizer *opt, bool cosine,
-                                   int64_t period, double k) {
+static double sched_lr(const oar_lr_scheduler *s, int64_t epoch) {
+    double e = (double)epoch;
+    switch (s->kind) {
+    case SCHED_STEP:
+        return s->base * pow(s->k, (double)(epoch / s->period));
+    case SCHED_COSINE:
+        return s->k + (s->base - s->k) * (1 + cos(M_PI * e / (double)s->period)) / 2;
+    case SCHED_MULTISTEP: {
+        int passed = 0;
+        for (int i = 0; i < s->n_milestones; i++)
+            passed += epoch >= s->milestones[i];
+        return s->base * pow(s->k, passed);
+    }
+    case SCHED_LINEAR: {
+        double t = epoch < s->period ? e / (double)s->period : 1;
+        return s->base * (s->f0 + (s->f1 - s->f0) * t);
+    }
+    case SCHED_ONECYCLE: {
+        /* torch OneCycleLR, two phases, cosine annealing */
+        double initial = s->f0 / s->div, min_lr = initial / s->final_div;
+        double end1 = s->f1 * (double)s->period - 1, end2 = (double)s->period - 1;
+        double from, to, pct;
+        if (e <= end1) {
+            from = initial, to = s->f0, pct = e / end1;
+        } else {
+            from = s->f0, to = min_lr, pct = (e - end1) / (end2 - end1);
+        }
+        return to + (from - to) / 2 * (cos(M_PI * pct) + 1);
+    }
+    }
+    return NAN;
+}
+
+static oar_lr_scheduler *sched_make(const char *what, oar_optimizer *opt, sched_kind kind) {
     if (!opt) return oari_error(OAR_ERR_INVALID, "%s: optimizer is NULL", what), NULL;
-    if (period <= 0 || (!cosine && !(k > 0)) || (cosine && !(k >= 0)))
-        return oari_error(OAR_ERR_INVALID, "%s: invalid arguments (%lld, %g)", what,
-                          (long long)period, k),
-               NULL;
     oar_lr_scheduler *s = oari_calloc(1, sizeof *s);
     if (!s) return NULL;
-    *s =
-        (oar_lr_scheduler){.opt = opt, .cosine = cosine, .period = period, .k = k, .base = opt->lr};
+    *s = (oar_lr_scheduler){.opt = opt, .kind = kind, .base = opt->lr};
+    return s;
+}
+
+/* Sets the optimizer's lr to the epoch-0 value, as torch's schedulers do
+ * when they are made. */
+static oar_lr_scheduler *sched_start(oar_lr_scheduler *s) {
+    s->opt->lr = sched_lr(s, 0);
     return s;
 }
 
 oar_lr_scheduler *oar_lr_step_new(oar_optimizer *opt, int64_t step_size, double gamma) {
-    return sched_new("lr_step_new", opt, false, step_size, gamma);
+    if (opt && (step_size <= 0 || !(gamma > 0)))
+        return oari_error(OAR_ERR_INVALID, "lr_step_new: invalid arguments (%lld, %g)",
+                          (long long)step_size, gamma),
+               NULL;
+    oar_lr_scheduler *s = sched_make("lr_step_new", opt, SCHED_STEP);
+    if (!s) return NULL;
+    s->period = step_size;
+    s->k = gamma;
+    return sched_start(s);
 }
 
 oar_lr_scheduler *oar_lr_cosine_new(oar_optimizer *opt, int64_t t_max, double eta_min) {
-    return sched_new("lr_cosine_new", opt, true, t_max, eta_min);
+    if (opt && (t_max <= 0 || !(eta_min >= 0)))
+        return oari_error(OAR_ERR_INVALID, "lr_cosine_new: invalid arguments (%lld, %g)",
+                          (long long)t_max, eta_min),
+               NULL;
+    oar_lr_scheduler *s = sched_make("lr_cosine_new", opt, SCHED_COSINE);
+    if (!s) return NULL;
+    s->period = t_max;
+    s->k = eta_min;
+    return sched_start(s);
+}
+
+oar_lr_scheduler *oar_lr_multistep_new(oar_optimizer *opt, int n_milestones,
+                                       const int64_t *milestones, double gamma) {
+    if (opt && (n_milestones < 1 || !milestones || !(gamma > 0)))
+        return oari_error(OAR_ERR_INVALID,
+                          "lr_multistep_new: invalid arguments (%d milestones, gamma %g): "
+                          "at least one milestone and gamma > 0",
+                          n_milestones, gamma),
+               NULL;
+    for (int i = 0; opt && i < n_milestones; i++)
+        if (milestones[i] < 1 || (i && milestones[i] <= milestones[i - 1]))
+            return oari_error(OAR_ERR_INVALID,
+                              "lr_multistep_new: milestone %d (%lld) must be >= 1 and "
+                              "greater than the one before",
+                              i, (long long)milestones[i]),
+                   NULL;
+    oar_lr_scheduler *s = sched_make("lr_multistep_new", opt, SCHED_MULTISTEP);
+    if (!s) return NULL;
+    s->milestones = oari_malloc((size_t)n_milestones * sizeof *s->milestones);
+    if (!s->milestones) {
+        oari_free(s, sizeof *s);
+        return NULL;
+    }
+    memcpy(s->milestones, milestones, (size_t)n_milestones * sizeof *milestones);
+    s->n_milestones = n_milestones;
+    s->k = gamma;
+    return sched_start(s);
+}
+
+oar_lr_scheduler *oar_lr_linear_new(oar_optimizer *opt, double start_factor, double end_factor,
+                                    int64_t total_iters) {
+    if (opt && (!(start_factor > 0 && start_factor <= 1) ||
+                !(end_factor >= 0 && end_factor <= 1) || total_iters < 1))
+        return oari_error(OAR_ERR_INVALID,
+                          "lr_linear_new: invalid arguments (start_factor %g, end_factor %g, "
+                          "total_iters %lld): start_factor in (0, 1], end_factor in [0, 1], "
+                          "total_iters >= 1",
+                          start_factor, end_factor, (long long)total_iters),
+               NULL;
+    oar_lr_scheduler *s = sched_make("lr_linear_new", opt, SCHED_LINEAR);
+    if (!s) return NULL;
+    s->f0 = start_factor;
+    s->f1 = end_factor;
+    s->period = total_iters;
+    return sched_start(s);
+}
+
+oar_lr_scheduler *oar_lr_one_cycle_new(oar_optimizer *opt, double max_lr, int64_t total_steps,
+                                       double pct_start, double div_factor,
+                                       double final_div_factor) {
+    if (div_factor == 0) div_factor = 25;
+    if (final_div_factor == 0) final_div_factor = 1e4;
+    if (opt && (!(max_lr > 0) || total_steps < 2 || !(pct_start > 0 && pct_start < 1) ||
+                pct_start * (double)total_steps - 1 <= 0 ||
+                pct_start * (double)total_steps >= (double)total_steps ||
+                !(div_factor > 0) || !(final_div_factor > 0)))
+        return oari_error(OAR_ERR_INVALID,
+                          "lr_one_cycle_new: invalid arguments (max_lr %g, total_steps %lld, "
+                          "pct_start %g, div_factor %g, final_div_factor %g): the warm-up "
+                          "phase pct_start * total_steps must span more than one step and end "
+                          "before the last",
+                          max_lr, (long long)total_steps, pct_start, div_factor,
+                          final_div_factor),
+               NULL;
+    oar_lr_scheduler *s = sched_make("lr_one_cycle_new", opt, SCHED_ONECYCLE);
+    if (!s) return NULL;
+    s->f0 = max_lr;
+    s->f1 = pct_start;
+    s->period = total_steps;
+    s->div = div_factor;
+    s->final_div = final_div_factor;
+    return sched_start(s);
+}
+
+int oar_lr_scheduler_set_epoch(oar_lr_scheduler *s, int64_t epoch) {
+    if (!s) return oari_error(OAR_ERR_INVALID, "lr_scheduler_set_epoch: scheduler is NULL");
+    if (epoch < 0 || (s->kind == SCHED_ONECYCLE && epoch >= s->period))
+        return oari_error(OAR_ERR_INVALID,
+                          "lr_scheduler: epoch %lld is out of range%s", (long long)epoch,
+                          s->kind == SCHED_ONECYCLE ? " (one-cycle: past total_steps - 1)" : "");
+    s->epoch = epoch;
+    s->opt->lr = sched_lr(s, epoch);
+    return 0;
 }
 
 int oar_lr_scheduler_step(oar_lr_scheduler *s) {
     if (!s) return oari_error(OAR_ERR_INVALID, "lr_scheduler_step: scheduler is NULL");
-    s->epoch++;
-    double lr;
-    if (s->cosine)
-        lr = s->k + (s->base - s->k) * (1 + cos(M_PI * (double)s->epoch / (double)s->period)) / 2;
-    else
-        lr = s->base * pow(s->k, (double)(s->epoch / s->period));
-    s->opt->lr = lr;
-    return 0;
+    return oar_lr_scheduler_set_epoch(s, s->epoch + 1);
 }
+
+int64_t oar_lr_scheduler_epoch(const oar_lr_scheduler *s) { return s ? s->epoch : -1; }
 
 double oar_lr_scheduler_lr(const oar_lr_scheduler *s) { return s ? s->opt->lr : NAN; }
 
 void oar_lr_scheduler_free(oar_lr_scheduler *s) {
-    if (s) oari_free(s, sizeof *s);
+    if (!s) return;
+    oari_free(s->milestones, (size_t)s->n_milestones * sizeof *s->milestones);
+    oari_free(s, sizeof *s);
 }

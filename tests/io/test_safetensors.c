@@ -361,6 +361,116 @@ static void test_corrupt_files(void) {
     oar_pool_pop(pool);
 }
 
+/* Loading from memory gives what loading the file gives; every truncation
+ * of the buffer fails naming the buffer; metadata written by
+ * safetensors_save_meta reads back. */
+static void test_memory_and_metadata(void) {
+    size_t n = 0;
+    unsigned char *b = read_file("io/fixture_py.safetensors", &n);
+    CHECK(b && n > 100);
+    if (!b) return;
+    oar_tensor_dict *m = oar_safetensors_load_memory(b, n, "fixture");
+    oar_tensor_dict *f = oar_safetensors_load("io/fixture_py.safetensors");
+    CHECK(m && f && oar_tensor_dict_size(m) == oar_tensor_dict_size(f));
+    for (int i = 0; m && f && i < oar_tensor_dict_size(f); i++) {
+        CHECK(!strcmp(oar_tensor_dict_name(m, i), oar_tensor_dict_name(f, i)));
+        CHECK(same_bytes(oar_tensor_dict_tensor(m, i), oar_tensor_dict_tensor(f, i)));
+    }
+    oar_tensor_dict_free(m);
+    oar_tensor_dict_free(f);
+    int failures = 0;
+    for (size_t len = 1; len < n; len += 7) {
+        oar_clear_error();
+        oar_tensor_dict *d = oar_safetensors_load_memory(b, len, "cut");
+        failures += d != NULL || !strstr(oar_last_error(), "safetensors_load: cut: ");
+        oar_tensor_dict_free(d);
+    }
+    CHECK(failures == 0);
+    CHECK_FAILS(oar_safetensors_load_memory(NULL, 10, NULL), "(memory): buffer is NULL");
+    CHECK_FAILS(oar_safetensors_load_memory(b, 0, "x"), "x: buffer is empty");
+    free(b);
+
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *t = oar_ones(OAR_F32, 1, (int64_t[]){3});
+    const char *nm[1] = {"t"};
+    const char *keys[2] = {"epoch", "note"}, *vals[2] = {"7", "a \"quoted\" value"};
+    const char *path = tmp_path("meta.safetensors");
+    CHECK(oar_safetensors_save_meta(path, 1, nm, &t, 2, keys, vals) == 0);
+    oar_tensor_dict *d = oar_safetensors_load(path);
+    CHECK(d && !strcmp(oar_tensor_dict_metadata(d, "epoch"), "7"));
+    CHECK(d && !strcmp(oar_tensor_dict_metadata(d, "note"), "a \"quoted\" value"));
+    CHECK(d && !strcmp(oar_tensor_dict_metadata(d, "format"), "oar"));
+    CHECK(oar_tensor_dict_metadata(d, "absent") == NULL);
+    oar_tensor_dict_free(d);
+    CHECK_STATUS_FAILS(oar_safetensors_save_meta(path, 1, nm, &t, 2, (const char *[]){"a", "a"}, vals),
+                       "duplicate metadata key \"a\"");
+    CHECK_STATUS_FAILS(oar_safetensors_save_meta(path, 1, nm, &t, 1, (const char *[]){""}, vals),
+                       "metadata entry 0");
+    CHECK_STATUS_FAILS(oar_safetensors_save_meta(path, 1, nm, &t, 1, NULL, vals), "bad metadata");
+    oar_pool_pop(pool);
+}
+
+/* ---- interop with the safetensors package (tests/ref/gen_safetensors.py) ---- */
+#include "ref/safetensors_hf_ref.h"
+
+static oar_dtype hf_dtype(const char *name) {
+    static const struct {
+        const char *name;
+        oar_dtype dt;
+    } map[] = {{"F32", OAR_F32}, {"F64", OAR_F64}, {"F16", OAR_F16}, {"I64", OAR_I64},
+               {"I32", OAR_I32}, {"U8", OAR_U8},   {"BOOL", OAR_BOOL}};
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+        if (!strcmp(map[i].name, name)) return map[i].dt;
+    return OAR_F64;
+}
+
+#define N_HF ((int)(sizeof hf_refs / sizeof *hf_refs))
+
+/* A file written by safetensors.numpy.save_file loads with every dtype,
+ * shape, value and the metadata. */
+static void test_hf_fixture(void) {
+    oar_tensor_dict *d = oar_safetensors_load("io/fixture_hf.safetensors");
+    CHECK(d && oar_tensor_dict_size(d) == N_HF);
+    if (!d) return;
+    for (int i = 0; i < N_HF; i++) {
+        const hf_ref *r = &hf_refs[i];
+        oar_tensor *t = oar_tensor_dict_get(d, r->name);
+        test_current = r->name;
+        CHECK(t && oar_tensor_dtype(t) == hf_dtype(r->dtype) && oar_tensor_ndim(t) == r->ndim);
+        for (int k = 0; t && k < r->ndim; k++)
+            CHECK(oar_tensor_shape(t)[k] == r->shape[k]);
+        CHECK_VALUES(t, r->values, r->n, 0);
+    }
+    test_current = "test_hf_fixture";
+    CHECK(!strcmp(oar_tensor_dict_metadata(d, "writer"), "safetensors.numpy"));
+    CHECK(!strcmp(oar_tensor_dict_metadata(d, "epoch"), "3"));
+    oar_tensor_dict_free(d);
+}
+
+/* The same tensors written by oar load with safetensors.numpy.load_file
+ * and match (skipped without python3 and the safetensors package). */
+static void test_hf_reader(void) {
+    if (system("python3 -c 'import safetensors.numpy' >/dev/null 2>&1") != 0) {
+        printf("skip: python3 with the safetensors package not found\n");
+        return;
+    }
+    oar_pool *pool = oar_pool_push();
+    const char *names[N_HF];
+    oar_tensor *ts[N_HF];
+    for (int i = 0; i < N_HF; i++) {
+        const hf_ref *r = &hf_refs[i];
+        int64_t shape[4] = {r->shape[0], r->shape[1], r->shape[2], r->shape[3]};
+        names[i] = r->name;
+        ts[i] = oar_cast(oar_tensor_from_data(r->values, OAR_F64, r->ndim, shape), hf_dtype(r->dtype));
+    }
+    const char *path = tmp_path("oar_for_hf.safetensors");
+    CHECK(oar_safetensors_save(path, N_HF, names, ts) == 0);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "python3 ref/gen_safetensors.py --check %s", path);
+    CHECK(system(cmd) == 0);
+    oar_pool_pop(pool);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/oar_io_test_XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -369,6 +479,9 @@ int main(void) {
     RUN(test_python_reader);
     RUN(test_module_save_load);
     RUN(test_corrupt_files);
+    RUN(test_memory_and_metadata);
+    RUN(test_hf_fixture);
+    RUN(test_hf_reader);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
