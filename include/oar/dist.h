@@ -22,8 +22,14 @@
  * placements. Ops without a rule replicate their inputs and run on the
  * whole value (counted by oar_dist_fallback_count). Plain tensors mixed
  * with dtensors are taken as replicated: every rank must pass the same
- * value. Autograd on dtensors is not supported yet: an op on a dtensor that
- * requires grad fails with an error saying so.
+ * value. Autograd works on dtensors as on any tensor: the op is recorded on
+ * the dtensors, and its gradient rule (built from ops) runs on dtensors
+ * through the same sharding rules; oar_shard_tensor, oar_reshard and
+ * oar_unshard are differentiable (the gradient of a reshard is the reverse
+ * reshard, with Partial turned into Replicate). The gradient of a
+ * replicated weight used with sharded data comes out Partial(sum); reshard
+ * it to Replicate (one all-reduce) where a replicated value is needed.
+ * oar_dtensor_local and oar_dtensor_from_local do not carry gradients.
  *
  * Every function that communicates is collective: all ranks of the mesh
  * must call it in the same order. Dtensors follow the pool rule like any

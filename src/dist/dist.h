@@ -10,6 +10,7 @@
 
 struct oar_mesh {
     int refcount;
+    int id;                             /* index in the mesh registry (op attributes name meshes by it) */
     int ndim;
     int64_t shape[OAR_MESH_MAX_DIMS];
     int64_t size;
@@ -36,6 +37,19 @@ static inline oar_tensor *oari_pop_owned(oar_pool *p, oar_tensor *r) {
     return r;
 }
 OARI_HIDDEN oar_mesh *oari_mesh_retain(oar_mesh *m);
+/* The live mesh with this id, or NULL with the error set. */
+OARI_HIDDEN oar_mesh *oari_mesh_by_id(int64_t id);
+
+/* The dist_reshard op's attributes: mesh id, mesh ndim, whether the output
+ * is a plain tensor (the global value), whether the forward input was
+ * plain, then (kind, dim, reduce) per mesh dim for the target placements
+ * and for the source ones (read by the gradient rule only). */
+enum { OARI_RS_MESH, OARI_RS_NDIM, OARI_RS_TO_PLAIN, OARI_RS_FROM_PLAIN, OARI_RS_TO };
+#define OARI_RS_FROM(nd) (OARI_RS_TO + 3 * (nd))
+OARI_HIDDEN void oari_rs_put(oari_attrs *a, int at, int nd, const oar_placement *p);
+OARI_HIDDEN void oari_rs_get(const oari_attrs *a, int at, int nd, oar_placement *p);
+/* The dist_reshard op on a dtensor input (dist dispatch calls it). */
+OARI_HIDDEN int oari_dist_reshard_run(oar_tensor *x, const oari_attrs *a, oar_tensor **out);
 
 /* Shard extent of a dim of size n split over m ranks, at coordinate c. */
 static inline void oari_chunk(int64_t n, int64_t m, int64_t c, int64_t *start, int64_t *len) {

@@ -15,7 +15,7 @@ static bool wants_grad(const oari_op_def *def, int n_in, oar_tensor *const *in) 
     if ((def->flags & OARI_F_NONDIFF) || !oari_grad_mode_enabled()) return false;
     for (int i = 0; i < n_in; i++) {
         if (!in[i]) continue;
-        if (in[i]->requires_grad || (in[i]->dist && in[i]->dist->local->requires_grad)) return true;
+        if (in[i]->requires_grad) return true;
     }
     return false;
 }
@@ -34,9 +34,19 @@ int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_a
     if (def->flags & OARI_F_INPLACE)
         return oari_error(OAR_ERR_UNSUPPORTED, "%s: in-place ops on dtensors are not supported yet",
                           def->name);
-    if (wants_grad(def, n_in, in))
-        return oari_error(OAR_ERR_UNSUPPORTED, "%s: autograd on dtensors is not supported yet; run "
-                          "the op under oar_no_grad_push/pop", def->name);
+    if (!mesh) return oari_error(OAR_ERR_INVALID, "%s: no dtensor input", def->name);
+    /* The local ops run outside autograd; the call is recorded on the
+     * dtensors themselves, so gradient rules (ops) run on dtensors too. */
+    bool record = wants_grad(def, n_in, in);
+    if (op == OARI_OP_dist_reshard) {
+        int st = def->infer(&(oari_infer){.op = def->name, .n_in = 1, .in = in, .attrs = attrs});
+        if (!st) st = oari_dist_reshard_run(in[0], attrs, out);
+        if (!st && record && (st = oari_autograd_record(op, attrs, n_in, in, 1, out))) {
+            oar_tensor_release(out[0]);
+            out[0] = NULL;
+        }
+        return st;
+    }
 
     /* The shape rule on global shapes: dtensors carry them. */
     oari_infer c;
@@ -72,11 +82,16 @@ int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_a
         local[i] = oari_reshard_local(src, mesh, in[i]->ndim, in[i]->shape, in_p[i], plan.in[i]);
         if (!local[i]) st = OAR_ERR_INVALID;
     }
-    if (!st) st = oari_dispatch(op, n_in, local, attrs, lout);
+    if (!st) {
+        oari_no_grad_push();
+        st = oari_dispatch(op, n_in, local, attrs, lout);
+        oari_no_grad_pop();
+    }
     for (int j = 0; j < def->n_out && !st; j++) {
         out[j] = oari_dtensor_wrap(lout[j], mesh, plan.out[j], c.out[j].ndim, c.out[j].shape);
         if (!out[j]) st = OAR_ERR_NOMEM;
     }
+    if (!st && record) st = oari_autograd_record(op, attrs, n_in, in, def->n_out, out);
     for (int i = 0; i < n_in; i++) oar_tensor_release(local[i]);
     for (int j = 0; j < def->n_out; j++) oar_tensor_release(lout[j]);
     if (st)

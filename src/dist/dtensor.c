@@ -11,6 +11,22 @@ void oari_dist_attr_free(oari_dist_attr *a) {
     oari_free(a, sizeof *a);
 }
 
+oari_dist_attr *oari_dist_attr_copy(const oari_dist_attr *a) {
+    oari_dist_attr *c = oari_calloc(1, sizeof *c);
+    if (!c) return NULL;
+    *c = *a;
+    oari_mesh_retain(c->mesh);
+    oar_tensor_retain(c->local);
+    return c;
+}
+
+oar_tensor *oari_dtensor_from_attr(const oari_dist_attr *a, oar_dtype dtype, int ndim,
+                                   const int64_t *shape) {
+    oar_tensor *t = oari_dtensor_wrap(a->local, a->mesh, a->p, ndim, shape);
+    if (t) t->dtype = dtype;
+    return t;
+}
+
 oar_tensor *oari_dtensor_wrap(oar_tensor *local, oar_mesh *mesh, const oar_placement *p, int ndim,
                               const int64_t *global_shape) {
     oari_dist_attr *a = oari_calloc(1, sizeof *a);
@@ -136,6 +152,19 @@ oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *m, int ndim, const i
     return oari_pop_owned(pool, x);
 }
 
+/* Calls the dist_reshard op, so autograd records it. */
+static oar_tensor *reshard_call(oar_tensor *t, const oar_placement *from, bool from_plain,
+                                oar_mesh *mesh, const oar_placement *to, bool to_plain) {
+    oari_attrs a = {.ni = 0};
+    a.i[OARI_RS_MESH] = mesh->id;
+    a.i[OARI_RS_NDIM] = mesh->ndim;
+    a.i[OARI_RS_TO_PLAIN] = to_plain;
+    a.i[OARI_RS_FROM_PLAIN] = from_plain;
+    oari_rs_put(&a, OARI_RS_TO, mesh->ndim, to);
+    oari_rs_put(&a, OARI_RS_FROM(mesh->ndim), mesh->ndim, from);
+    return oari_call1(OARI_OP_dist_reshard, t, &a);
+}
+
 oar_tensor *oar_shard_tensor(oar_tensor *global, oar_mesh *mesh, const oar_placement *placements) {
     oar_placement p[OAR_MESH_MAX_DIMS], rep[OAR_MESH_MAX_DIMS];
     if (!global) {
@@ -147,18 +176,7 @@ oar_tensor *oar_shard_tensor(oar_tensor *global, oar_mesh *mesh, const oar_place
                                            "oar_reshard"), NULL;
     if (check_placements("oar_shard_tensor", mesh, placements, global->ndim, p)) return NULL;
     for (int d = 0; d < mesh->ndim; d++) rep[d] = oar_replicate();
-    oar_tensor *local = oari_reshard_local(global, mesh, global->ndim, global->shape, rep, p);
-    if (!local) return NULL;
-    /* The shard is the caller's: never a view of its global value. */
-    if (local == global) {
-        oar_tensor_release(local);
-        oar_pool *pool = oar_pool_push();
-        local = oari_pop_owned(pool, oar_clone(global));
-        if (!local) return NULL;
-    }
-    oar_tensor *t = oari_dtensor_wrap(local, mesh, p, global->ndim, global->shape);
-    oar_tensor_release(local);
-    return oari_pool_adopt(t);
+    return reshard_call(global, rep, true, mesh, p, false);
 }
 
 oar_tensor *oar_dtensor_from_local(oar_tensor *local, oar_mesh *mesh, const oar_placement *placements,
@@ -213,11 +231,7 @@ oar_tensor *oar_reshard(oar_tensor *t, oar_mesh *mesh, const oar_placement *plac
         return oari_error(OAR_ERR_UNSUPPORTED, "oar_reshard: moving between meshes is not supported yet; "
                                                "pass the tensor's own mesh"), NULL;
     if (check_placements("oar_reshard", mesh, placements, t->ndim, p)) return NULL;
-    oar_tensor *local = oari_reshard_local(a->local, mesh, t->ndim, t->shape, a->p, p);
-    if (!local) return NULL;
-    oar_tensor *r = oari_dtensor_wrap(local, mesh, p, t->ndim, t->shape);
-    oar_tensor_release(local);
-    return oari_pool_adopt(r);
+    return reshard_call(t, a->p, false, mesh, p, false);
 }
 
 oar_tensor *oar_unshard(oar_tensor *t) {
@@ -225,14 +239,7 @@ oar_tensor *oar_unshard(oar_tensor *t) {
     if (!a) return NULL;
     oar_placement rep[OAR_MESH_MAX_DIMS];
     for (int d = 0; d < a->mesh->ndim; d++) rep[d] = oar_replicate();
-    oar_tensor *local = oari_reshard_local(a->local, a->mesh, t->ndim, t->shape, a->p, rep);
-    /* A result the caller may write must not alias the shard. */
-    if (local == a->local) {
-        oar_tensor_release(local);
-        oar_pool *pool = oar_pool_push();
-        local = oari_pop_owned(pool, oar_clone(a->local));
-    }
-    return oari_pool_adopt(local);
+    return reshard_call(t, a->p, false, a->mesh, rep, true);
 }
 
 bool oar_tensor_is_dist(const oar_tensor *t) { return t && t->dist; }

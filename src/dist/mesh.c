@@ -44,7 +44,37 @@ int oar_dist_world_size(void) {
     return n;
 }
 
+/* Live meshes by id, so that op attributes (plain integers) can name one. */
+#define MAX_MESHES 256
+static oar_mesh *registry[MAX_MESHES];
+static int registry_lock; /* a spin lock: meshes are made rarely */
+
+static void lock(void) { while (__atomic_exchange_n(&registry_lock, 1, __ATOMIC_ACQUIRE)) {} }
+static void unlock(void) { __atomic_store_n(&registry_lock, 0, __ATOMIC_RELEASE); }
+
+static int registry_add(oar_mesh *m) {
+    lock();
+    int id = -1;
+    for (int i = 0; i < MAX_MESHES && id < 0; i++)
+        if (!registry[i]) registry[i] = m, id = i;
+    unlock();
+    return id;
+}
+
+oar_mesh *oari_mesh_by_id(int64_t id) {
+    lock();
+    oar_mesh *m = id >= 0 && id < MAX_MESHES ? registry[id] : NULL;
+    unlock();
+    if (!m) oari_error(OAR_ERR_STATE, "dist: mesh %lld no longer exists", (long long)id);
+    return m;
+}
+
 static void mesh_free(oar_mesh *m) {
+    if (m->id >= 0) {
+        lock();
+        registry[m->id] = NULL;
+        unlock();
+    }
     for (int d = 0; d < m->ndim; d++)
         if (m->comm[d] != MPI_COMM_NULL && oari_dist_ready()) MPI_Comm_free(&m->comm[d]);
     oari_free(m->ranks, (size_t)m->size * sizeof *m->ranks);
@@ -83,6 +113,7 @@ oar_mesh *oar_mesh_create(int ndim, const int64_t *shape, const int *ranks,
     m->ranks = oari_malloc((size_t)size * sizeof *m->ranks);
     if (!m->ranks) return oari_free(m, sizeof *m), NULL;
     m->refcount = 1;
+    m->id = -1;
     m->ndim = ndim;
     m->size = size;
     for (int d = 0; d < OAR_MESH_MAX_DIMS; d++) {
@@ -130,6 +161,11 @@ oar_mesh *oar_mesh_create(int ndim, const int64_t *shape, const int *ranks,
             mesh_free(m);
             return NULL;
         }
+    }
+    if ((m->id = registry_add(m)) < 0) {
+        oari_error(OAR_ERR_UNSUPPORTED, "oar_mesh_create: more than %d live meshes", MAX_MESHES);
+        mesh_free(m);
+        return NULL;
     }
     return m;
 }

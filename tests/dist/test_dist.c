@@ -235,13 +235,105 @@ static void test_errors(void) {
     if (W > 1) CHECK_FAILS(oar_unshard(xi), "avg is not defined for dtype int64");
     oar_tensor *ad = oar_shard_tensor(x, m2, (oar_placement[]){oar_shard(0), oar_replicate()});
     CHECK_FAILS(oar_add(xd, ad), "different meshes");
-    /* autograd does not cross dtensors yet, and says so */
-    oar_tensor *leaf = oar_ones(OAR_F32, 2, (int64_t[]){4, 3});
-    oar_tensor_set_requires_grad(leaf, true);
-    CHECK_FAILS(oar_mul(xd, leaf), "autograd on dtensors");
+    CHECK_STATUS_FAILS(oar_fill_(xd, 1.0), "in-place");
     oar_pool_pop(pool);
     oar_mesh_release(m);
     oar_mesh_release(m2);
+}
+
+/* The Megatron MLP: y = gelu(x @ w1) @ w2 + b with w1 column-sharded, w2
+ * row-sharded, b replicated, x sharded by rows or plain; loss sum(tanh(y)).
+ * Returns the loss; leaves[] get the gradients through oar_backward. */
+static oar_tensor *mlp_loss(oar_tensor *x, oar_tensor *w1, oar_tensor *w2, oar_tensor *b) {
+    return oar_sum(oar_tanh(oar_add(oar_matmul(oar_gelu(oar_matmul(x, w1), false), w2), b)), 0, NULL, false);
+}
+
+static void test_autograd(void) {
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_pool *pool = oar_pool_push();
+    oar_manual_seed(21);
+    int64_t rows = 2 * W + 1;
+    oar_tensor *x = oar_randn(OAR_F64, 2, (int64_t[]){rows, 6});
+    oar_tensor *w1 = oar_randn(OAR_F64, 2, (int64_t[]){6, 8});
+    oar_tensor *w2 = oar_randn(OAR_F64, 2, (int64_t[]){8, 5});
+    oar_tensor *b = oar_randn(OAR_F64, 1, (int64_t[]){5});
+    /* the reference: plain tensors, one process */
+    oar_tensor *pw[3] = {oar_clone(w1), oar_clone(w2), oar_clone(b)};
+    for (int i = 0; i < 3; i++) oar_tensor_set_requires_grad(pw[i], true);
+    oar_tensor *ref = mlp_loss(x, pw[0], pw[1], pw[2]);
+    CHECK(oar_backward(ref, NULL) == 0);
+
+    const oar_placement xs[2][OAR_MESH_MAX_DIMS] = {{oar_replicate()}, {oar_shard(0)}};
+    for (int v = 0; v < 2; v++) {
+        oar_tensor *dw[3] = {
+            oar_shard_tensor(w1, m, (oar_placement[]){oar_shard(1)}),
+            oar_shard_tensor(w2, m, (oar_placement[]){oar_shard(0)}),
+            oar_shard_tensor(b, m, (oar_placement[]){oar_replicate()}),
+        };
+        for (int i = 0; i < 3; i++) CHECK(oar_tensor_set_requires_grad(dw[i], true) == 0);
+        oar_tensor *dx = oar_shard_tensor(x, m, xs[v]);
+        oar_tensor *loss = mlp_loss(dx, dw[0], dw[1], dw[2]);
+        CHECK(loss && oar_tensor_is_dist(loss));
+        CHECK_NEAR(oar_tensor_item(oar_unshard(loss)), oar_tensor_item(ref), 1e-10);
+        CHECK(oar_backward(loss, NULL) == 0);
+        for (int i = 0; i < 3; i++) {
+            oar_tensor *g = oar_tensor_grad(dw[i]);
+            CHECK(g && oar_tensor_is_dist(g));
+            double err = max_diff(oar_unshard(g), oar_tensor_grad(pw[i]));
+            if (!(err < 1e-10)) fprintf(stderr, "rank %d: x %s: grad %d error %g\n", ME, v ? "S(0)" : "R", i, err);
+            CHECK(err < 1e-10);
+        }
+    }
+
+    /* data parallel: a replicated weight used with row-sharded data */
+    {
+        oar_tensor *dw = oar_shard_tensor(w1, m, (oar_placement[]){oar_replicate()});
+        oar_tensor_set_requires_grad(dw, true);
+        oar_tensor *dx = oar_shard_tensor(x, m, (oar_placement[]){oar_shard(0)});
+        oar_tensor *loss = oar_sum(oar_square(oar_matmul(dx, dw)), 0, NULL, false);
+        CHECK(oar_backward(loss, NULL) == 0);
+        oar_tensor *pw1 = oar_clone(w1);
+        oar_tensor_set_requires_grad(pw1, true);
+        oar_backward(oar_sum(oar_square(oar_matmul(x, pw1)), 0, NULL, false), NULL);
+        CHECK(max_diff(oar_unshard(oar_tensor_grad(dw)), oar_tensor_grad(pw1)) < 1e-10);
+    }
+
+    /* second order: a Hessian-vector product through dtensors */
+    {
+        oar_tensor *dw = oar_shard_tensor(w1, m, (oar_placement[]){oar_shard(1)});
+        oar_tensor_set_requires_grad(dw, true);
+        oar_tensor *dx = oar_shard_tensor(x, m, (oar_placement[]){oar_shard(0)});
+        oar_tensor *vec = oar_randn(OAR_F64, 2, (int64_t[]){6, 8});
+        oar_tensor *g = NULL, *hv = NULL;
+        oar_tensor *loss = oar_sum(oar_tanh(oar_matmul(dx, dw)), 0, NULL, false);
+        CHECK(oar_grad(1, &loss, NULL, 1, &dw, true, false, &g) == 0);
+        oar_tensor *gv = oar_sum(oar_mul(g, vec), 0, NULL, false);
+        CHECK(oar_grad(1, &gv, NULL, 1, &dw, false, false, &hv) == 0);
+
+        oar_tensor *pw1 = oar_clone(w1), *pg = NULL, *phv = NULL;
+        oar_tensor_set_requires_grad(pw1, true);
+        oar_tensor *ploss = oar_sum(oar_tanh(oar_matmul(x, pw1)), 0, NULL, false);
+        oar_grad(1, &ploss, NULL, 1, &pw1, true, false, &pg);
+        oar_tensor *pgv = oar_sum(oar_mul(pg, vec), 0, NULL, false);
+        oar_grad(1, &pgv, NULL, 1, &pw1, false, false, &phv);
+        CHECK(max_diff(oar_unshard(g), pg) < 1e-10);
+        CHECK(max_diff(oar_unshard(hv), phv) < 1e-10);
+    }
+
+    /* gradients flow through shard/unshard back to a plain tensor */
+    {
+        oar_tensor *px = oar_clone(x);
+        oar_tensor_set_requires_grad(px, true);
+        oar_tensor *dx = oar_shard_tensor(px, m, (oar_placement[]){oar_shard(1)});
+        oar_tensor *loss = oar_sum(oar_unshard(oar_mul(dx, dx)), 0, NULL, false);
+        CHECK(loss && !oar_tensor_is_dist(loss));
+        CHECK(oar_backward(loss, NULL) == 0);
+        oar_tensor *g = oar_tensor_grad(px);
+        CHECK(g && !oar_tensor_is_dist(g));
+        CHECK(max_diff(g, oar_mul_scalar(x, 2)) < 1e-12);
+    }
+    oar_pool_pop(pool);
+    oar_mesh_release(m);
 }
 
 int main(int argc, char **argv) {
@@ -259,6 +351,7 @@ int main(int argc, char **argv) {
     RUN(test_reshard_2d);
     RUN(test_from_local);
     RUN(test_ops);
+    RUN(test_autograd);
     RUN(test_errors);
     int rc = test_summary();
     oar_dist_finalize();
