@@ -10,6 +10,7 @@ pkgs=(
     zlib1g-dev               # gzip'd IDX files
     libcjson-dev             # JSON for graphs, safetensors headers, traces
     dataset-fashion-mnist    # the demo's data
+    libopenmpi-dev openmpi-bin # distributed tensors over MPI (src/dist/)
 )
 
 missing=()

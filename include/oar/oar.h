@@ -31,5 +31,6 @@
 #include <oar/optim.h>
 #include <oar/data.h>
 #include <oar/io.h>
+#include <oar/dist.h>
 
 #endif

@@ -19,6 +19,7 @@ typedef struct oari_edge {
  * so saving an output makes no cycle node -> output -> node. */
 typedef struct oari_saved {
     oari_storage *storage;  /* NULL once released (or never saved) */
+    struct oari_dist_attr *dist; /* a saved dtensor (src/dist/) instead of storage */
     uint32_t version;       /* storage version when saved */
     bool wrapped_number;
     int64_t offset;

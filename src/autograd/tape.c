@@ -11,6 +11,10 @@ static bool differentiable_dtype(oar_dtype d) {
 static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 static void save(oari_saved *s, const oar_tensor *t) {
+    if (t && t->dist) { /* a dtensor: keep its mesh, placements and shard */
+        s->dist = oari_dist_attr_copy(t->dist);
+        return;
+    }
     if (!t || !t->storage) return;
     s->storage = t->storage;
     __atomic_add_fetch(&s->storage->refcount, 1, __ATOMIC_RELAXED);
@@ -92,6 +96,8 @@ void oari_node_release_saved(struct oari_node *n) {
     for (int i = 0; i < k; i++) {
         oari_storage_release(n->saved[i].storage);
         n->saved[i].storage = NULL;
+        oari_dist_attr_free(n->saved[i].dist);
+        n->saved[i].dist = NULL;
     }
     if (n->had_saved) n->saved_released = true;
 }
@@ -131,7 +137,7 @@ int oari_saved_unpack(struct oari_node *n, int k, bool graph, oar_tensor **out) 
     int idx = is_in ? k : k - n->n_in;
     const oari_meta *m = is_in ? &n->in_meta[idx] : &n->out_meta[idx];
     oari_saved *s = &n->saved[k];
-    if (!s->storage) {
+    if (!s->storage && !s->dist) {
         if (n->saved_released)
             return oari_error(OAR_ERR_STATE, "autograd: trying to backward through the graph a "
                               "second time (the saved tensors of %s were freed by the first "
@@ -139,7 +145,7 @@ int oari_saved_unpack(struct oari_node *n, int k, bool graph, oar_tensor **out) 
                               "need to go through it again", name);
         return 0;
     }
-    uint32_t v = __atomic_load_n(&s->storage->version, __ATOMIC_RELAXED);
+    uint32_t v = s->storage ? __atomic_load_n(&s->storage->version, __ATOMIC_RELAXED) : s->version;
     if (v != s->version) {
         char sh[200];
         return oari_error(OAR_ERR_STATE, "autograd: one of the variables needed for gradient "
@@ -153,7 +159,8 @@ int oari_saved_unpack(struct oari_node *n, int k, bool graph, oar_tensor **out) 
         *out = oar_tensor_retain(n->edges[idx].leaf);
         return 0;
     }
-    oar_tensor *t = oari_tensor_make(s->storage, m->dtype, m->ndim, m->shape, s->strides, s->offset);
+    oar_tensor *t = s->dist ? oari_dtensor_from_attr(s->dist, m->dtype, m->ndim, m->shape)
+                            : oari_tensor_make(s->storage, m->dtype, m->ndim, m->shape, s->strides, s->offset);
     if (!t) return OAR_ERR_NOMEM;
     t->wrapped_number = s->wrapped_number;
     if (graph) {

@@ -96,6 +96,13 @@ OARI_HIDDEN oar_tensor *oari_pool_adopt(oar_tensor *t);
  * pool. Returns r or NULL. */
 OARI_HIDDEN oar_tensor *oari_pool_return(oar_pool *p, oar_tensor *r);
 OARI_HIDDEN void oari_storage_release(oari_storage *s);
+/* Frees a dtensor's attribute (src/dist/) when its tensor dies. */
+OARI_HIDDEN void oari_dist_attr_free(struct oari_dist_attr *a);
+/* A copy (mesh and shard retained) for autograd's saved tensors, and a
+ * dtensor of the given global dtype and shape made from one. */
+OARI_HIDDEN struct oari_dist_attr *oari_dist_attr_copy(const struct oari_dist_attr *a);
+OARI_HIDDEN oar_tensor *oari_dtensor_from_attr(const struct oari_dist_attr *a, oar_dtype dtype,
+                                               int ndim, const int64_t *shape);
 OARI_HIDDEN void oari_storage_bump_version(oari_storage *s);
 /* Fills a kernel view of t. */
 OARI_HIDDEN void oari_ktensor(const oar_tensor *t, oar_ktensor *k);

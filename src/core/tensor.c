@@ -143,6 +143,7 @@ void oar_tensor_release(oar_tensor *t) {
     if (!t || __atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
     oari_storage_release(t->storage);
     oar_tensor_release(t->grad);
+    if (t->dist) oari_dist_attr_free(t->dist);
     if (t->grad_fn) oari_node_release(t->grad_fn);
     oari_free(t, sizeof *t);
 }

@@ -134,6 +134,8 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
         if (!oari_error_pending()) oari_error(OAR_ERR_INVALID, "%s: input %d is NULL", def->name, i);
         return OAR_ERR_INVALID;
     }
+    /* dtensors: the sharding rule decides, then this dispatch runs on the shards */
+    if (__builtin_expect(oari_dist_any(n_in, in), 0)) return oari_dist_dispatch(op, n_in, in, attrs, out);
 
     oari_infer c;
     c.op = def->name;

@@ -145,6 +145,15 @@ OARI_HIDDEN void oari_no_grad_pop(void);
 OARI_HIDDEN int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_in,
                                      oar_tensor *const *in, int n_out, oar_tensor **out);
 
+/* Calls with a dtensor input go to the distributed dispatch (src/dist/). */
+static inline bool oari_dist_any(int n_in, oar_tensor *const *in) {
+    for (int i = 0; i < n_in; i++)
+        if (in[i] && in[i]->dist) return true;
+    return false;
+}
+OARI_HIDDEN int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in,
+                                   const oari_attrs *attrs, oar_tensor **out);
+
 /* Sums a broadcast gradient g back to the shape and dtype of m (an input
  * of the op); complex gradients of real inputs keep their real part.
  * Result follows the pool rule. */

@@ -1,0 +1,131 @@
+/* Distributed tensors over MPI: process meshes, placements, reshard.
+ *
+ * A distributed tensor (dtensor) has a global shape and, on each rank, a
+ * local shard. One placement per mesh dim says how the global value maps
+ * to the shards along that mesh dim:
+ *   Shard(d)      tensor dim d is split in chunks of ceil(n / m) over the m
+ *                 ranks of the mesh dim (the last chunks may be smaller or
+ *                 empty, as torch.chunk does);
+ *   Replicate     every rank holds the whole extent;
+ *   Partial(op)   the global value is op over the ranks' local values.
+ * A tensor dim is sharded by at most one mesh dim.
+ *
+ *     oar_dist_init(&argc, &argv);
+ *     oar_mesh *mesh = oar_mesh_create(1, (int64_t[]){oar_dist_world_size()}, NULL, NULL);
+ *     oar_tensor *xd = oar_shard_tensor(x, mesh, (oar_placement[]){oar_shard(0)});
+ *     oar_tensor *yd = oar_matmul(xd, wd);            (ops accept dtensors)
+ *     oar_tensor *y = oar_unshard(yd);                (the global value)
+ *
+ * Ops on dtensors go through the op's sharding rule (elementwise and
+ * broadcast ops, matmul, sum): inputs are resharded to what the rule needs,
+ * the op runs on the local shards and the outputs carry the rule's
+ * placements. Ops without a rule replicate their inputs and run on the
+ * whole value (counted by oar_dist_fallback_count). Plain tensors mixed
+ * with dtensors are taken as replicated: every rank must pass the same
+ * value. Autograd works on dtensors as on any tensor: the op is recorded on
+ * the dtensors, and its gradient rule (built from ops) runs on dtensors
+ * through the same sharding rules; oar_shard_tensor, oar_reshard and
+ * oar_unshard are differentiable (the gradient of a reshard is the reverse
+ * reshard, with Partial turned into Replicate). The gradient of a
+ * replicated weight used with sharded data comes out Partial(sum); reshard
+ * it to Replicate (one all-reduce) where a replicated value is needed.
+ * oar_dtensor_local and oar_dtensor_from_local do not carry gradients.
+ *
+ * Every function that communicates is collective: all ranks of the mesh
+ * must call it in the same order. Dtensors follow the pool rule like any
+ * other tensor. */
+#ifndef OAR_DIST_H
+#define OAR_DIST_H
+
+#include <oar/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OAR_MESH_MAX_DIMS 4
+
+typedef struct oar_mesh oar_mesh;
+
+typedef enum oar_reduce_op {
+    OAR_REDUCE_SUM, OAR_REDUCE_AVG, OAR_REDUCE_MAX, OAR_REDUCE_MIN, OAR_REDUCE_PROD,
+} oar_reduce_op;
+
+typedef enum oar_placement_kind {
+    OAR_PLACEMENT_REPLICATE, OAR_PLACEMENT_SHARD, OAR_PLACEMENT_PARTIAL,
+} oar_placement_kind;
+
+/* One per mesh dim; passed by value. `dim` is meaningful for Shard,
+ * `reduce` for Partial. */
+typedef struct oar_placement {
+    oar_placement_kind kind;
+    int dim;
+    oar_reduce_op reduce;
+} oar_placement;
+
+/* Initialises MPI (if the program has not) with thread support
+ * MPI_THREAD_FUNNELED. argc/argv may be NULL. 0 on success. Calling it
+ * again is a no-op. */
+OAR_API int oar_dist_init(int *argc, char ***argv);
+/* Frees every communicator oar made and finalizes MPI if oar_dist_init
+ * initialised it. Meshes must not be used afterwards. */
+OAR_API void oar_dist_finalize(void);
+/* This process's rank and the world size; 0 and 1 before oar_dist_init. */
+OAR_API int oar_dist_rank(void);
+OAR_API int oar_dist_world_size(void);
+
+/* A process mesh: an N-d array (ndim 1..OAR_MESH_MAX_DIMS) of distinct
+ * world ranks. ranks NULL: 0..n-1 in row-major order; dim_names NULL:
+ * "d0", "d1", ... Collective over the world (every rank calls it, even
+ * ranks outside the mesh). Returns a new mesh with one reference, or NULL
+ * with the error set (bad shape, rank out of range or repeated, product not
+ * matching the world size when ranks is NULL). */
+OAR_API oar_mesh *oar_mesh_create(int ndim, const int64_t *shape, const int *ranks,
+                                  const char *const *dim_names);
+/* Drops the caller's reference; dtensors on the mesh keep their own. */
+OAR_API void oar_mesh_release(oar_mesh *m);
+OAR_API int oar_mesh_ndim(const oar_mesh *m);
+OAR_API const int64_t *oar_mesh_shape(const oar_mesh *m);          /* borrowed */
+OAR_API const char *oar_mesh_dim_name(const oar_mesh *m, int dim);  /* borrowed; NULL if bad */
+/* This rank's coordinate along mesh dim `dim`; -1 if not in the mesh or dim is bad. */
+OAR_API int oar_mesh_coord(const oar_mesh *m, int dim);
+
+OAR_API oar_placement oar_shard(int tensor_dim);
+OAR_API oar_placement oar_replicate(void);
+OAR_API oar_placement oar_partial(oar_reduce_op op);
+
+/* From a global value that every rank holds: each rank keeps its shard (a
+ * copy). Partial placements keep the value on coordinate 0 and the
+ * identity of the reduction elsewhere (zeros for sum; the value itself for
+ * avg, max, min; ones for prod). placements has oar_mesh_ndim entries. */
+OAR_API oar_tensor *oar_shard_tensor(oar_tensor *global, oar_mesh *mesh,
+                                     const oar_placement *placements);
+/* Wraps this rank's local shard (retained, not copied). global_shape NULL
+ * infers it by summing the shard sizes over each sharding mesh dim
+ * (collective). */
+OAR_API oar_tensor *oar_dtensor_from_local(oar_tensor *local, oar_mesh *mesh,
+                                           const oar_placement *placements,
+                                           const int64_t *global_shape);
+/* The same global value with other placements on the same mesh; the
+ * collectives it needs (all-gather, all-reduce, reduce-scatter) run on
+ * communicators made once per mesh dim. Collective. */
+OAR_API oar_tensor *oar_reshard(oar_tensor *t, oar_mesh *mesh, const oar_placement *placements);
+/* The global value as a plain tensor on every rank. Collective. */
+OAR_API oar_tensor *oar_unshard(oar_tensor *t);
+
+OAR_API bool oar_tensor_is_dist(const oar_tensor *t);
+OAR_API oar_tensor *oar_dtensor_local(oar_tensor *t);                   /* borrowed; NULL if not a dtensor */
+OAR_API oar_mesh *oar_dtensor_mesh(const oar_tensor *t);                /* borrowed */
+OAR_API const oar_placement *oar_dtensor_placements(const oar_tensor *t); /* borrowed, mesh ndim entries */
+/* Writes "[S(0), R]" etc. into buf (size >= 64); returns buf. */
+OAR_API const char *oar_placements_str(const oar_mesh *m, const oar_placement *p, char *buf,
+                                       size_t size);
+
+/* How many op calls on dtensors ran by replicating their inputs because
+ * the op has no sharding rule (since the process started). */
+OAR_API int64_t oar_dist_fallback_count(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

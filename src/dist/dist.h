@@ -1,0 +1,99 @@
+/* Internal distributed layer: meshes with their communicators, the dist
+ * attribute of a tensor, collectives on local tensors, sharding rules. */
+#ifndef OARI_DIST_H
+#define OARI_DIST_H
+
+#include "../ops/op.h"
+#include <oar/dist.h>
+
+#include <mpi.h>
+
+struct oar_mesh {
+    int refcount;
+    int id;                             /* index in the mesh registry (op attributes name meshes by it) */
+    int ndim;
+    int64_t shape[OAR_MESH_MAX_DIMS];
+    int64_t size;
+    int *ranks;                         /* size entries, row-major */
+    char names[OAR_MESH_MAX_DIMS][16];
+    int coord[OAR_MESH_MAX_DIMS];       /* this rank's; -1 outside the mesh */
+    MPI_Comm comm[OAR_MESH_MAX_DIMS];   /* ranks that differ only along dim d; ordered by coord */
+};
+
+/* What a dtensor carries: its mesh, placements and this rank's shard. The
+ * tensor itself holds the global dtype and shape and no storage. */
+typedef struct oari_dist_attr {
+    oar_mesh *mesh;                     /* retained */
+    oar_placement p[OAR_MESH_MAX_DIMS];
+    oar_tensor *local;                  /* owned */
+} oari_dist_attr;
+
+OARI_HIDDEN bool oari_dist_ready(void);   /* MPI initialised */
+
+/* Pops pool p and returns r (computed inside it) as an owned reference. */
+static inline oar_tensor *oari_pop_owned(oar_pool *p, oar_tensor *r) {
+    oar_tensor_retain(r);
+    oar_pool_pop(p);
+    return r;
+}
+OARI_HIDDEN oar_mesh *oari_mesh_retain(oar_mesh *m);
+/* The live mesh with this id, or NULL with the error set. */
+OARI_HIDDEN oar_mesh *oari_mesh_by_id(int64_t id);
+
+/* The dist_reshard op's attributes: mesh id, mesh ndim, whether the output
+ * is a plain tensor (the global value), whether the forward input was
+ * plain, then (kind, dim, reduce) per mesh dim for the target placements
+ * and for the source ones (read by the gradient rule only). */
+enum { OARI_RS_MESH, OARI_RS_NDIM, OARI_RS_TO_PLAIN, OARI_RS_FROM_PLAIN, OARI_RS_TO };
+#define OARI_RS_FROM(nd) (OARI_RS_TO + 3 * (nd))
+OARI_HIDDEN void oari_rs_put(oari_attrs *a, int at, int nd, const oar_placement *p);
+OARI_HIDDEN void oari_rs_get(const oari_attrs *a, int at, int nd, oar_placement *p);
+/* The dist_reshard op on a dtensor input (dist dispatch calls it). */
+OARI_HIDDEN int oari_dist_reshard_run(oar_tensor *x, const oari_attrs *a, oar_tensor **out);
+
+/* Shard extent of a dim of size n split over m ranks, at coordinate c. */
+static inline void oari_chunk(int64_t n, int64_t m, int64_t c, int64_t *start, int64_t *len) {
+    int64_t size = (n + m - 1) / m;
+    int64_t s = c * size < n ? c * size : n;
+    int64_t e = s + size < n ? s + size : n;
+    *start = s;
+    *len = e - s;
+}
+
+/* A new dtensor (owned by the caller, in no pool) wrapping `local`
+ * (retained) with the given global shape. */
+OARI_HIDDEN oar_tensor *oari_dtensor_wrap(oar_tensor *local, oar_mesh *mesh, const oar_placement *p,
+                                          int ndim, const int64_t *global_shape);
+/* Local shard of `x` (the local value for the placements `from`) resharded
+ * to `to`; `global` gives the global shape. Returns an owned reference. */
+OARI_HIDDEN oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *mesh, int ndim,
+                                           const int64_t *global, const oar_placement *from,
+                                           const oar_placement *to);
+
+/* Collectives on local tensors over mesh dim d; each returns an owned
+ * reference or NULL with the error set. */
+OARI_HIDDEN oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d);
+/* Concatenates the ranks' x along tensor dim `dim` (sizes may differ). */
+OARI_HIDDEN oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int d);
+/* Reduces x over the ranks and keeps this rank's chunk of tensor dim `dim`. */
+OARI_HIDDEN oar_tensor *oari_reduce_scatter(oar_tensor *x, int dim, oar_reduce_op op, oar_mesh *m,
+                                            int d);
+/* Sums one int64 over mesh dim d. */
+OARI_HIDDEN int oari_sum_i64(int64_t *v, oar_mesh *m, int d);
+
+/* A sharding plan for one op call: the placements each input must have
+ * and those of each output. */
+typedef struct oari_shard_plan {
+    oar_placement in[OARI_MAX_IN][OAR_MESH_MAX_DIMS];
+    oar_placement out[OARI_MAX_OUT][OAR_MESH_MAX_DIMS];
+} oari_shard_plan;
+
+/* Fills plan for op over inputs with placements in_p (global shapes in
+ * `in`, attributes, output metas from the shape rule). Returns 1 if the op
+ * has a rule, 0 if it has none (the caller replicates), <0 on error. */
+OARI_HIDDEN int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in,
+                                oar_tensor *const *in, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
+                                const oari_attrs *attrs, const oari_meta *out_meta, int mesh_ndim,
+                                oari_shard_plan *plan);
+
+#endif

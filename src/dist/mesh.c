@@ -1,0 +1,211 @@
+/* MPI start-up and process meshes. Each mesh makes one communicator per
+ * mesh dim when it is created, by the same sequence of collective calls on
+ * every rank, so groups are never created in different orders. */
+#include "dist.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static bool we_initialised;
+
+bool oari_dist_ready(void) {
+    int on = 0, off = 0;
+    MPI_Initialized(&on);
+    if (on) MPI_Finalized(&off);
+    return on && !off;
+}
+
+int oar_dist_init(int *argc, char ***argv) {
+    if (oari_dist_ready()) return 0;
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return oari_error(OAR_ERR_STATE, "oar_dist_init: MPI_Init_thread failed");
+    /* Errors come back as codes, which oar turns into messages, instead of
+     * aborting the job. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    we_initialised = true;
+    return 0;
+}
+
+void oar_dist_finalize(void) {
+    if (we_initialised && oari_dist_ready()) MPI_Finalize();
+    we_initialised = false;
+}
+
+int oar_dist_rank(void) {
+    int r = 0;
+    if (oari_dist_ready()) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+int oar_dist_world_size(void) {
+    int n = 1;
+    if (oari_dist_ready()) MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+/* Live meshes by id, so that op attributes (plain integers) can name one. */
+#define MAX_MESHES 256
+static oar_mesh *registry[MAX_MESHES];
+static int registry_lock; /* a spin lock: meshes are made rarely */
+
+static void lock(void) { while (__atomic_exchange_n(&registry_lock, 1, __ATOMIC_ACQUIRE)) {} }
+static void unlock(void) { __atomic_store_n(&registry_lock, 0, __ATOMIC_RELEASE); }
+
+static int registry_add(oar_mesh *m) {
+    lock();
+    int id = -1;
+    for (int i = 0; i < MAX_MESHES && id < 0; i++)
+        if (!registry[i]) registry[i] = m, id = i;
+    unlock();
+    return id;
+}
+
+oar_mesh *oari_mesh_by_id(int64_t id) {
+    lock();
+    oar_mesh *m = id >= 0 && id < MAX_MESHES ? registry[id] : NULL;
+    unlock();
+    if (!m) oari_error(OAR_ERR_STATE, "dist: mesh %lld no longer exists", (long long)id);
+    return m;
+}
+
+static void mesh_free(oar_mesh *m) {
+    if (m->id >= 0) {
+        lock();
+        registry[m->id] = NULL;
+        unlock();
+    }
+    for (int d = 0; d < m->ndim; d++)
+        if (m->comm[d] != MPI_COMM_NULL && oari_dist_ready()) MPI_Comm_free(&m->comm[d]);
+    oari_free(m->ranks, (size_t)m->size * sizeof *m->ranks);
+    oari_free(m, sizeof *m);
+}
+
+oar_mesh *oari_mesh_retain(oar_mesh *m) {
+    if (m) __atomic_add_fetch(&m->refcount, 1, __ATOMIC_RELAXED);
+    return m;
+}
+
+void oar_mesh_release(oar_mesh *m) {
+    if (m && __atomic_sub_fetch(&m->refcount, 1, __ATOMIC_ACQ_REL) == 0) mesh_free(m);
+}
+
+oar_mesh *oar_mesh_create(int ndim, const int64_t *shape, const int *ranks,
+                          const char *const *dim_names) {
+    if (!oari_dist_ready())
+        return oari_error(OAR_ERR_STATE, "oar_mesh_create: call oar_dist_init first"), NULL;
+    if (ndim < 1 || ndim > OAR_MESH_MAX_DIMS || !shape)
+        return oari_error(OAR_ERR_INVALID, "oar_mesh_create: ndim must be 1 to %d with a shape, got %d",
+                          OAR_MESH_MAX_DIMS, ndim), NULL;
+    int world = oar_dist_world_size(), me = oar_dist_rank();
+    int64_t size = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1 || shape[d] > world)
+            return oari_error(OAR_ERR_INVALID, "oar_mesh_create: mesh dim %d has size %lld (world size %d)",
+                              d, (long long)shape[d], world), NULL;
+        size *= shape[d];
+    }
+    if (size > world || (!ranks && size != world))
+        return oari_error(OAR_ERR_INVALID, "oar_mesh_create: a mesh of %lld ranks %s the world size %d",
+                          (long long)size, ranks ? "exceeds" : "does not match", world), NULL;
+    oar_mesh *m = oari_calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->ranks = oari_malloc((size_t)size * sizeof *m->ranks);
+    if (!m->ranks) return oari_free(m, sizeof *m), NULL;
+    m->refcount = 1;
+    m->id = -1;
+    m->ndim = ndim;
+    m->size = size;
+    for (int d = 0; d < OAR_MESH_MAX_DIMS; d++) {
+        m->comm[d] = MPI_COMM_NULL;
+        m->coord[d] = -1;
+    }
+    int64_t mine = -1;
+    for (int64_t i = 0; i < size; i++) {
+        int r = ranks ? ranks[i] : (int)i;
+        bool repeated = false;
+        for (int64_t j = 0; j < i; j++) repeated = repeated || m->ranks[j] == r;
+        if (r < 0 || r >= world || repeated) {
+            oari_error(OAR_ERR_INVALID, "oar_mesh_create: rank %d at position %lld is %s", r,
+                       (long long)i, repeated ? "repeated" : "out of range");
+            m->ndim = 0;
+            mesh_free(m);
+            return NULL;
+        }
+        m->ranks[i] = r;
+        if (r == me) mine = i;
+    }
+    for (int d = 0; d < ndim; d++) {
+        m->shape[d] = shape[d];
+        if (dim_names && dim_names[d]) snprintf(m->names[d], sizeof m->names[d], "%s", dim_names[d]);
+        else snprintf(m->names[d], sizeof m->names[d], "d%d", d);
+    }
+    /* Row-major coordinates of this rank. */
+    if (mine >= 0)
+        for (int d = ndim - 1, rest = (int)mine; d >= 0; d--) {
+            m->coord[d] = rest % (int)shape[d];
+            rest /= (int)shape[d];
+        }
+    /* One communicator per mesh dim: ranks whose other coordinates agree.
+     * Every world rank takes part in every split, in dim order. */
+    for (int d = 0; d < ndim; d++) {
+        int color = MPI_UNDEFINED;
+        if (mine >= 0) {
+            color = 0;
+            for (int e = 0; e < ndim; e++)
+                if (e != d) color = color * (int)shape[e] + m->coord[e];
+        }
+        if (MPI_Comm_split(MPI_COMM_WORLD, color, mine >= 0 ? m->coord[d] : 0, &m->comm[d]) !=
+            MPI_SUCCESS) {
+            oari_error(OAR_ERR_STATE, "oar_mesh_create: MPI_Comm_split failed for mesh dim %d", d);
+            mesh_free(m);
+            return NULL;
+        }
+    }
+    if ((m->id = registry_add(m)) < 0) {
+        oari_error(OAR_ERR_UNSUPPORTED, "oar_mesh_create: more than %d live meshes", MAX_MESHES);
+        mesh_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+int oar_mesh_ndim(const oar_mesh *m) { return m ? m->ndim : 0; }
+const int64_t *oar_mesh_shape(const oar_mesh *m) { return m ? m->shape : NULL; }
+
+const char *oar_mesh_dim_name(const oar_mesh *m, int dim) {
+    return m && dim >= 0 && dim < m->ndim ? m->names[dim] : NULL;
+}
+
+int oar_mesh_coord(const oar_mesh *m, int dim) {
+    return m && dim >= 0 && dim < m->ndim ? m->coord[dim] : -1;
+}
+
+oar_placement oar_shard(int tensor_dim) {
+    return (oar_placement){.kind = OAR_PLACEMENT_SHARD, .dim = tensor_dim};
+}
+oar_placement oar_replicate(void) { return (oar_placement){.kind = OAR_PLACEMENT_REPLICATE}; }
+oar_placement oar_partial(oar_reduce_op op) {
+    return (oar_placement){.kind = OAR_PLACEMENT_PARTIAL, .reduce = op};
+}
+
+const char *oar_placements_str(const oar_mesh *m, const oar_placement *p, char *buf, size_t size) {
+    static const char *const reduce[] = {"sum", "avg", "max", "min", "prod"};
+    if (!buf || !size) return buf;
+    size_t len = 0;
+    buf[0] = 0;
+    int n = m ? m->ndim : 0;
+    for (int d = 0; d < n && p && len < size; d++) {
+        const char *sep = d ? ", " : "";
+        int k;
+        if (p[d].kind == OAR_PLACEMENT_SHARD) k = snprintf(buf + len, size - len, "%sS(%d)", sep, p[d].dim);
+        else if (p[d].kind == OAR_PLACEMENT_PARTIAL)
+            k = snprintf(buf + len, size - len, "%sP(%s)", sep,
+                         (unsigned)p[d].reduce < 5 ? reduce[p[d].reduce] : "?");
+        else k = snprintf(buf + len, size - len, "%sR", sep);
+        if (k < 0) break;
+        len += (size_t)k;
+    }
+    if (len >= size) buf[size - 1] = 0;
+    return buf;
+}

@@ -1,0 +1,174 @@
+/* Sharding rules: for an op call, the placements its inputs must have and
+ * those of its outputs. Each mesh dim is decided on its own. Rules exist
+ * for pointwise ops (elementwise and broadcast fusion kinds), matmul and
+ * sum; every other op replicates (the caller's fallback).
+ *
+ * Unlike DESIGN.md's plan, the rules are chosen here by fusion kind and op
+ * rather than through each op definition's `shard` slot: one pointwise
+ * rule covers every elementwise op, so the slot stays NULL until an op
+ * needs a rule of its own. */
+#include "dist.h"
+
+#include <string.h>
+
+static oar_placement R(void) { return oar_replicate(); }
+
+static bool is_partial(oar_placement p, oar_reduce_op op) {
+    return p.kind == OAR_PLACEMENT_PARTIAL && p.reduce == op;
+}
+
+/* Per call: which tensor dims a mesh dim already claimed, so that no
+ * tensor dim is sharded twice. */
+typedef struct claims {
+    bool in[OARI_MAX_IN][OAR_MAX_DIMS];
+    bool out[OAR_MAX_DIMS];
+} claims;
+
+/* ---- pointwise ----------------------------------------------------------- */
+
+/* Ops f with f(a + b) = f(a) + f(b) in every input at once. */
+static bool additive(oari_op op) { return op == OARI_OP_add || op == OARI_OP_sub || op == OARI_OP_neg; }
+
+static void pointwise_dim(oari_op op, int n_in, oar_tensor *const *in,
+                          oar_placement (*in_p)[OAR_MESH_MAX_DIMS], const oari_meta *out, int d,
+                          claims *cl, oari_shard_plan *plan) {
+    int n_partial = 0, partial_at = -1;
+    for (int i = 0; i < n_in; i++)
+        if (in[i] && in_p[i][d].kind == OAR_PLACEMENT_PARTIAL) n_partial++, partial_at = i;
+    for (int i = 0; i < n_in; i++) plan->in[i][d] = R();
+    plan->out[0][d] = R();
+    if (n_partial) {
+        /* Keep Partial(sum) where the op is linear in it: add/sub/neg of
+         * partial sums, or a product with (a quotient of) replicated values. */
+        bool all_sum = true;
+        for (int i = 0; i < n_in; i++) all_sum = all_sum && (!in[i] || is_partial(in_p[i][d], OAR_REDUCE_SUM));
+        bool scale = n_partial == 1 && is_partial(in_p[partial_at][d], OAR_REDUCE_SUM) &&
+                     (op == OARI_OP_mul || (op == OARI_OP_div && partial_at == 0));
+        if ((additive(op) && all_sum) || scale) {
+            if (scale) plan->in[partial_at][d] = in_p[partial_at][d];
+            else
+                for (int i = 0; i < n_in; i++) plan->in[i][d] = in_p[i][d];
+            plan->out[0][d] = oar_partial(OAR_REDUCE_SUM);
+        }
+        return;
+    }
+    /* Follow the first input sharded on a dim that is not broadcast. */
+    int o = -1;
+    for (int i = 0; i < n_in && o < 0; i++) {
+        if (!in[i] || in_p[i][d].kind != OAR_PLACEMENT_SHARD) continue;
+        int k = in_p[i][d].dim, cand = k + out->ndim - in[i]->ndim;
+        if (in[i]->shape[k] == out->shape[cand] && !cl->out[cand]) o = cand;
+    }
+    if (o < 0) return;
+    cl->out[o] = true;
+    plan->out[0][d] = oar_shard(o);
+    for (int i = 0; i < n_in; i++) {
+        if (!in[i]) continue;
+        int k = o - (out->ndim - in[i]->ndim);
+        if (k >= 0 && in[i]->shape[k] == out->shape[o] && !cl->in[i][k]) {
+            plan->in[i][d] = oar_shard(k);
+            cl->in[i][k] = true;
+        }
+    }
+}
+
+/* ---- matmul: a[..., m, k] @ b[..., k, n] ---------------------------------- */
+
+static void matmul_dim(oar_tensor *a, oar_tensor *b, oar_placement pa, oar_placement pb,
+                       const oari_meta *out, int d, claims *cl, oari_shard_plan *plan) {
+    const int am = a->ndim - 2, ak = a->ndim - 1, bk = b->ndim - 2, bn = b->ndim - 1;
+    const int om = out->ndim - 2, on = out->ndim - 1;
+    oar_placement *ia = &plan->in[0][d], *ib = &plan->in[1][d], *o = &plan->out[0][d];
+    *ia = *ib = *o = R();
+    /* Partial(sum) times replicated stays a partial sum. */
+    if (pa.kind == OAR_PLACEMENT_PARTIAL || pb.kind == OAR_PLACEMENT_PARTIAL) {
+        if (is_partial(pa, OAR_REDUCE_SUM) && pb.kind == OAR_PLACEMENT_REPLICATE) *ia = pa, *o = pa;
+        else if (is_partial(pb, OAR_REDUCE_SUM) && pa.kind == OAR_PLACEMENT_REPLICATE) *ib = pb, *o = pb;
+        return;
+    }
+    bool sa = pa.kind == OAR_PLACEMENT_SHARD, sb = pb.kind == OAR_PLACEMENT_SHARD;
+    /* A contracted dim sharded on either side: shard both, sum partials. */
+    if ((sa && pa.dim == ak) || (sb && pb.dim == bk)) {
+        if (cl->in[0][ak] || cl->in[1][bk]) return;
+        cl->in[0][ak] = cl->in[1][bk] = true;
+        *ia = oar_shard(ak);
+        *ib = oar_shard(bk);
+        *o = oar_partial(OAR_REDUCE_SUM);
+        return;
+    }
+    if (sa && pa.dim == am && !cl->out[om]) {
+        cl->out[om] = cl->in[0][am] = true;
+        *ia = pa;
+        *o = oar_shard(om);
+        return;
+    }
+    if (sb && pb.dim == bn && !cl->out[on]) {
+        cl->out[on] = cl->in[1][bn] = true;
+        *ib = pb;
+        *o = oar_shard(on);
+        return;
+    }
+    /* A batch dim: shard it on both sides where it is not broadcast. */
+    oar_tensor *x = sa ? a : sb ? b : NULL;
+    if (!x) return;
+    int k = sa ? pa.dim : pb.dim, ob = k + (out->ndim - x->ndim);
+    if (ob < 0 || ob >= om || x->shape[k] != out->shape[ob] || cl->out[ob]) return;
+    cl->out[ob] = true;
+    *o = oar_shard(ob);
+    oar_tensor *const ab[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        int ki = ob - (out->ndim - ab[i]->ndim);
+        if (ki >= 0 && ki < ab[i]->ndim - 2 && ab[i]->shape[ki] == out->shape[ob] && !cl->in[i][ki]) {
+            cl->in[i][ki] = true;
+            plan->in[i][d] = oar_shard(ki);
+        }
+    }
+}
+
+/* ---- sum over a dim mask ------------------------------------------------- */
+
+static void sum_dim(oar_tensor *x, oar_placement p, const oari_attrs *a, int d,
+                    oari_shard_plan *plan) {
+    int64_t mask = a->i[0];
+    bool keepdim = a->i[1] != 0;
+    plan->in[0][d] = p;
+    plan->out[0][d] = R();
+    if (is_partial(p, OAR_REDUCE_SUM)) {
+        plan->out[0][d] = p;
+    } else if (p.kind == OAR_PLACEMENT_PARTIAL) {
+        plan->in[0][d] = R();
+    } else if (p.kind == OAR_PLACEMENT_SHARD) {
+        if (mask & (INT64_C(1) << p.dim)) {
+            plan->out[0][d] = oar_partial(OAR_REDUCE_SUM);
+        } else {
+            int k = p.dim;
+            if (!keepdim)
+                for (int i = 0; i < p.dim; i++) k -= (int)((mask >> i) & 1);
+            plan->out[0][d] = oar_shard(k);
+        }
+    }
+    (void)x;
+}
+
+int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in, oar_tensor *const *in,
+                    oar_placement (*in_p)[OAR_MESH_MAX_DIMS], const oari_attrs *attrs,
+                    const oari_meta *out_meta, int mesh_ndim, oari_shard_plan *plan) {
+    claims cl;
+    memset(&cl, 0, sizeof cl);
+    bool pointwise = (def->fusion == OARI_FUSE_ELEMWISE || def->fusion == OARI_FUSE_BROADCAST) &&
+                     !(def->flags & (OARI_F_VIEW | OARI_F_INPLACE | OARI_F_RANDOM)) && def->n_out == 1;
+    if (pointwise) {
+        for (int d = 0; d < mesh_ndim; d++) pointwise_dim(op, n_in, in, in_p, &out_meta[0], d, &cl, plan);
+        return 1;
+    }
+    if (op == OARI_OP_matmul && in[0]->ndim >= 2 && in[1]->ndim >= 2) {
+        for (int d = 0; d < mesh_ndim; d++)
+            matmul_dim(in[0], in[1], in_p[0][d], in_p[1][d], &out_meta[0], d, &cl, plan);
+        return 1;
+    }
+    if (op == OARI_OP_sum && in[0]->ndim > 0) {
+        for (int d = 0; d < mesh_ndim; d++) sum_dim(in[0], in_p[0][d], attrs, d, plan);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,359 @@
+/* Distributed tensors: meshes, every reshard pair on 1-D and 2-D meshes
+ * with even and uneven splits, sharding rules of pointwise ops, matmul
+ * and sum, the replicate fallback, and the errors. Every result is checked
+ * against the same computation on the global value. Runs on any number of
+ * ranks (CTest runs it alone and under mpirun with 2 and 4). */
+#include "test.h"
+
+#include <oar/dist.h>
+
+static int W, ME;
+
+/* max |a - b| over two plain tensors of one shape (f64 compare). */
+static double max_diff(oar_tensor *a, oar_tensor *b) {
+    if (!a || !b || oar_tensor_numel(a) != oar_tensor_numel(b)) return INFINITY;
+    if (!oar_tensor_numel(a)) return 0;
+    oar_tensor *d = oar_amax(oar_abs(oar_sub(oar_cast(a, OAR_F64), oar_cast(b, OAR_F64))), 0, NULL, false);
+    return d ? oar_tensor_item(d) : INFINITY;
+}
+
+static bool same_shape(oar_tensor *a, oar_tensor *b) {
+    return a && b && oar_tensor_ndim(a) == oar_tensor_ndim(b) &&
+           !memcmp(oar_tensor_shape(a), oar_tensor_shape(b), sizeof(int64_t) * (size_t)oar_tensor_ndim(a));
+}
+
+static void test_mesh(void) {
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    CHECK(m && oar_mesh_ndim(m) == 1 && oar_mesh_shape(m)[0] == W);
+    CHECK(oar_mesh_coord(m, 0) == ME);
+    CHECK(oar_mesh_coord(m, 1) == -1);
+    CHECK(m && !strcmp(oar_mesh_dim_name(m, 0), "d0"));
+    oar_mesh_release(m);
+    oar_mesh *named = oar_mesh_create(2, (int64_t[]){1, W}, NULL, (const char *const[]){"dp", "tp"});
+    CHECK(named && !strcmp(oar_mesh_dim_name(named, 1), "tp") && oar_mesh_coord(named, 1) == ME);
+    oar_mesh_release(named);
+    CHECK_FAILS(oar_mesh_create(0, (int64_t[]){1}, NULL, NULL), "ndim");
+    CHECK_FAILS(oar_mesh_create(1, (int64_t[]){W + 1}, NULL, NULL), "oar_mesh_create");
+    CHECK_FAILS(oar_mesh_create(1, NULL, NULL, NULL), "oar_mesh_create");
+    if (W >= 2) CHECK_FAILS(oar_mesh_create(1, (int64_t[]){2}, (int[]){0, 0}, NULL), "repeated");
+    CHECK_FAILS(oar_mesh_create(1, (int64_t[]){1}, (int[]){W}, NULL), "out of range");
+    char buf[64];
+    oar_mesh *m2 = oar_mesh_create(2, (int64_t[]){W, 1}, NULL, NULL);
+    oar_placements_str(m2, (oar_placement[]){oar_shard(1), oar_partial(OAR_REDUCE_MAX)}, buf, sizeof buf);
+    CHECK(!strcmp(buf, "S(1), P(max)"));
+    oar_mesh_release(m2);
+}
+
+/* shard -> reshard -> unshard gives back the global value, for every pair. */
+static void check_pairs(oar_mesh *m, oar_tensor *g, int n, const oar_placement (*set)[OAR_MESH_MAX_DIMS]) {
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++) {
+            oar_pool *pool = oar_pool_push();
+            oar_tensor *x = oar_shard_tensor(g, m, set[a]);
+            oar_tensor *y = oar_reshard(x, m, set[b]);
+            oar_tensor *back = oar_unshard(y);
+            double err = max_diff(back, g);
+            if (err > 1e-12) {
+                char sa[64], sb[64];
+                fprintf(stderr, "rank %d: [%s] -> [%s] on %lld x %lld: error %g (%s)\n", ME,
+                        oar_placements_str(m, set[a], sa, sizeof sa),
+                        oar_placements_str(m, set[b], sb, sizeof sb), (long long)oar_tensor_shape(g)[0],
+                        (long long)oar_tensor_shape(g)[1], err, oar_last_error());
+            }
+            CHECK(err <= 1e-12);
+            /* The shard has the chunk extent torch.chunk would give. */
+            const oar_placement *p = y ? oar_dtensor_placements(y) : NULL;
+            oar_tensor *loc = y ? oar_dtensor_local(y) : NULL;
+            bool shape_ok = p && loc;
+            for (int d = 0; shape_ok && d < oar_mesh_ndim(m); d++) {
+                if (p[d].kind != OAR_PLACEMENT_SHARD) continue;
+                int64_t n_all = oar_tensor_shape(g)[p[d].dim], size = (n_all + oar_mesh_shape(m)[d] - 1) / oar_mesh_shape(m)[d];
+                int64_t s = oar_mesh_coord(m, d) * size, e = s + size;
+                if (s > n_all) s = n_all;
+                if (e > n_all) e = n_all;
+                shape_ok = oar_tensor_shape(loc)[p[d].dim] == e - s;
+            }
+            CHECK(shape_ok);
+            oar_pool_pop(pool);
+        }
+}
+
+static void test_reshard_1d(void) {
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    const oar_placement set[][OAR_MESH_MAX_DIMS] = {
+        {oar_shard(0)}, {oar_shard(1)}, {oar_replicate()}, {oar_partial(OAR_REDUCE_SUM)},
+        {oar_partial(OAR_REDUCE_MAX)}, {oar_partial(OAR_REDUCE_AVG)},
+    };
+    int64_t shapes[3][2] = {{2 * W, 4}, {2 * W + 1, 3}, {1, 5}}; /* even, uneven, fewer rows than ranks */
+    for (int s = 0; s < 3; s++) {
+        oar_pool *pool = oar_pool_push();
+        oar_manual_seed(7 + s);
+        oar_tensor *g = oar_randn(OAR_F64, 2, shapes[s]);
+        check_pairs(m, g, 6, set);
+        oar_pool_pop(pool);
+    }
+    oar_mesh_release(m);
+}
+
+static void test_reshard_2d(void) {
+    if (W != 4) return;
+    oar_mesh *m = oar_mesh_create(2, (int64_t[]){2, 2}, NULL, NULL);
+    const oar_placement set[][OAR_MESH_MAX_DIMS] = {
+        {oar_shard(0), oar_shard(1)}, {oar_shard(1), oar_shard(0)}, {oar_replicate(), oar_shard(0)},
+        {oar_shard(0), oar_replicate()}, {oar_partial(OAR_REDUCE_SUM), oar_shard(1)},
+        {oar_replicate(), oar_replicate()}, {oar_partial(OAR_REDUCE_SUM), oar_partial(OAR_REDUCE_SUM)},
+        {oar_shard(1), oar_partial(OAR_REDUCE_SUM)},
+    };
+    int64_t shapes[2][2] = {{4, 6}, {5, 3}};
+    for (int s = 0; s < 2; s++) {
+        oar_pool *pool = oar_pool_push();
+        oar_manual_seed(11 + s);
+        oar_tensor *g = oar_randn(OAR_F64, 2, shapes[s]);
+        check_pairs(m, g, 8, set);
+        oar_pool_pop(pool);
+    }
+    oar_mesh_release(m);
+}
+
+/* A Partial(sum) dtensor built from local parts that sum to g. */
+static void test_from_local(void) {
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_pool *pool = oar_pool_push();
+    oar_manual_seed(3);
+    oar_tensor *g = oar_randn(OAR_F64, 2, (int64_t[]){3, 4});
+    double share = (ME + 1) / (W * (W + 1) / 2.0);
+    oar_tensor *part = oar_dtensor_from_local(oar_mul_scalar(g, share), m,
+                                              (oar_placement[]){oar_partial(OAR_REDUCE_SUM)}, NULL);
+    CHECK(max_diff(oar_unshard(part), g) < 1e-12);
+    /* Uneven shards: global size inferred by summing the local sizes. */
+    int64_t rows = 2 * W + 1, start = ME * 3 < rows ? ME * 3 : rows, len = start + 3 < rows ? 3 : rows - start;
+    oar_tensor *big = oar_randn(OAR_F64, 2, (int64_t[]){rows, 2});
+    oar_tensor *mine = oar_slice(big, 0, start, start + len, 1);
+    oar_tensor *d = oar_dtensor_from_local(mine, m, (oar_placement[]){oar_shard(0)}, NULL);
+    CHECK(d && oar_tensor_shape(d)[0] == rows);
+    CHECK(max_diff(oar_unshard(d), big) == 0);
+    oar_tensor *d2 = oar_dtensor_from_local(mine, m, (oar_placement[]){oar_shard(0)}, (int64_t[]){rows, 2});
+    CHECK(max_diff(oar_unshard(d2), big) == 0);
+    CHECK_FAILS(oar_dtensor_from_local(mine, m, (oar_placement[]){oar_shard(0)}, (int64_t[]){rows + W * 3, 2}),
+                "does not match");
+    oar_pool_pop(pool);
+    oar_mesh_release(m);
+}
+
+/* op on dtensors vs the op on global values; returns the result dtensor. */
+static oar_tensor *check_op(oar_tensor *dist_result, oar_tensor *global_result, const char *what) {
+    oar_tensor *u = oar_unshard(dist_result);
+    double err = max_diff(u, global_result);
+    if (!(err < 1e-12) || !same_shape(u, global_result))
+        fprintf(stderr, "rank %d: %s: error %g (%s)\n", ME, what, err, oar_last_error());
+    CHECK(err < 1e-12 && same_shape(u, global_result));
+    return dist_result;
+}
+
+static oar_placement placement0(oar_tensor *t) {
+    const oar_placement *p = oar_dtensor_placements(t);
+    return p ? p[0] : (oar_placement){.kind = -1};
+}
+
+static void test_ops(void) {
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_pool *pool = oar_pool_push();
+    oar_manual_seed(5);
+    int64_t rows = 2 * W + 1;
+    oar_tensor *x = oar_randn(OAR_F64, 2, (int64_t[]){rows, 6});
+    oar_tensor *y = oar_randn(OAR_F64, 1, (int64_t[]){6});
+    oar_tensor *w = oar_randn(OAR_F64, 2, (int64_t[]){6, 3});
+    oar_tensor *xs0 = oar_shard_tensor(x, m, (oar_placement[]){oar_shard(0)});
+    oar_tensor *xs1 = oar_shard_tensor(x, m, (oar_placement[]){oar_shard(1)});
+    oar_tensor *xp = oar_shard_tensor(x, m, (oar_placement[]){oar_partial(OAR_REDUCE_SUM)});
+    oar_tensor *ws1 = oar_shard_tensor(w, m, (oar_placement[]){oar_shard(1)});
+
+    /* pointwise: a sharded dim follows through; a broadcast plain tensor is replicated */
+    oar_tensor *r = check_op(oar_add(xs0, y), oar_add(x, y), "add S(0) + plain");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
+    r = check_op(oar_exp(xs1), oar_exp(x), "exp S(1)");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 1);
+    r = check_op(oar_mul(xs0, xs1), oar_mul(x, x), "mul S(0) * S(1)");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
+    r = check_op(oar_add(xp, xp), oar_add(x, x), "add P + P");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_PARTIAL);
+    r = check_op(oar_mul(xp, y), oar_mul(x, y), "mul P * plain");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_PARTIAL);
+    r = check_op(oar_exp(xp), oar_exp(x), "exp P (reduced first)");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_REPLICATE);
+
+    /* matmul: row-sharded, contraction-sharded (partial), column-sharded */
+    r = check_op(oar_matmul(xs0, w), oar_matmul(x, w), "matmul S(0) @ plain");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
+    r = check_op(oar_matmul(xs1, w), oar_matmul(x, w), "matmul S(1) @ plain");
+    CHECK(placement0(r).kind == (W > 1 ? OAR_PLACEMENT_PARTIAL : OAR_PLACEMENT_PARTIAL));
+    r = check_op(oar_matmul(x, ws1), oar_matmul(x, w), "matmul plain @ S(1)");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 1);
+    r = check_op(oar_matmul(xp, w), oar_matmul(x, w), "matmul P @ plain");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_PARTIAL);
+    oar_tensor *b3 = oar_randn(OAR_F64, 3, (int64_t[]){rows, 2, 6});
+    oar_tensor *b3s = oar_shard_tensor(b3, m, (oar_placement[]){oar_shard(0)});
+    r = check_op(oar_matmul(b3s, w), oar_matmul(b3, w), "batched matmul S(0)");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
+
+    /* sum: over the sharded dim gives a partial sum */
+    r = check_op(oar_sum(xs0, 1, (int64_t[]){0}, false), oar_sum(x, 1, (int64_t[]){0}, false), "sum S(0) dim 0");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_PARTIAL);
+    r = check_op(oar_sum(xs1, 1, (int64_t[]){0}, false), oar_sum(x, 1, (int64_t[]){0}, false), "sum S(1) dim 0");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
+    r = check_op(oar_sum(xs1, 0, NULL, true), oar_sum(x, 0, NULL, true), "sum all keepdim");
+
+    /* no rule: the inputs are replicated and the op runs whole */
+    int64_t before = oar_dist_fallback_count();
+    r = check_op(oar_softmax(xs1, 1), oar_softmax(x, 1), "softmax fallback");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_REPLICATE);
+    CHECK(oar_dist_fallback_count() == before + 1);
+    r = check_op(oar_transpose(xs0, 0, 1), oar_transpose(x, 0, 1), "transpose fallback");
+    oar_pool_pop(pool);
+    oar_mesh_release(m);
+}
+
+static void test_errors(void) {
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_mesh *m2 = oar_mesh_create(2, (int64_t[]){W, 1}, NULL, NULL);
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *x = oar_ones(OAR_F32, 2, (int64_t[]){4, 3});
+    oar_tensor *xd = oar_shard_tensor(x, m, (oar_placement[]){oar_shard(0)});
+    CHECK_FAILS(oar_shard_tensor(x, m, (oar_placement[]){oar_shard(2)}), "shards dim 2");
+    CHECK_FAILS(oar_shard_tensor(x, m2, (oar_placement[]){oar_shard(0), oar_shard(0)}), "two mesh dims");
+    CHECK_FAILS(oar_shard_tensor(x, m, (oar_placement[]){{.kind = 9}}), "unknown placement");
+    CHECK_FAILS(oar_shard_tensor(xd, m, (oar_placement[]){oar_shard(0)}), "already distributed");
+    CHECK_FAILS(oar_shard_tensor(NULL, m, (oar_placement[]){oar_shard(0)}), "NULL");
+    CHECK_FAILS(oar_shard_tensor(x, NULL, NULL), "NULL");
+    CHECK_FAILS(oar_unshard(x), "not distributed");
+    CHECK_FAILS(oar_dtensor_local(x), "not distributed");
+    CHECK_FAILS(oar_reshard(xd, m2, (oar_placement[]){oar_replicate(), oar_replicate()}), "between meshes");
+    float buf[12];
+    CHECK_STATUS_FAILS(oar_tensor_to_host(xd, buf, sizeof buf), "distributed");
+    oar_tensor *xi = oar_shard_tensor(oar_ones(OAR_I64, 1, (int64_t[]){4}), m,
+                                      (oar_placement[]){oar_partial(OAR_REDUCE_AVG)});
+    if (W > 1) CHECK_FAILS(oar_unshard(xi), "avg is not defined for dtype int64");
+    oar_tensor *ad = oar_shard_tensor(x, m2, (oar_placement[]){oar_shard(0), oar_replicate()});
+    CHECK_FAILS(oar_add(xd, ad), "different meshes");
+    CHECK_STATUS_FAILS(oar_fill_(xd, 1.0), "in-place");
+    oar_pool_pop(pool);
+    oar_mesh_release(m);
+    oar_mesh_release(m2);
+}
+
+/* The Megatron MLP: y = gelu(x @ w1) @ w2 + b with w1 column-sharded, w2
+ * row-sharded, b replicated, x sharded by rows or plain; loss sum(tanh(y)).
+ * Returns the loss; leaves[] get the gradients through oar_backward. */
+static oar_tensor *mlp_loss(oar_tensor *x, oar_tensor *w1, oar_tensor *w2, oar_tensor *b) {
+    return oar_sum(oar_tanh(oar_add(oar_matmul(oar_gelu(oar_matmul(x, w1), false), w2), b)), 0, NULL, false);
+}
+
+static void test_autograd(void) {
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_pool *pool = oar_pool_push();
+    oar_manual_seed(21);
+    int64_t rows = 2 * W + 1;
+    oar_tensor *x = oar_randn(OAR_F64, 2, (int64_t[]){rows, 6});
+    oar_tensor *w1 = oar_randn(OAR_F64, 2, (int64_t[]){6, 8});
+    oar_tensor *w2 = oar_randn(OAR_F64, 2, (int64_t[]){8, 5});
+    oar_tensor *b = oar_randn(OAR_F64, 1, (int64_t[]){5});
+    /* the reference: plain tensors, one process */
+    oar_tensor *pw[3] = {oar_clone(w1), oar_clone(w2), oar_clone(b)};
+    for (int i = 0; i < 3; i++) oar_tensor_set_requires_grad(pw[i], true);
+    oar_tensor *ref = mlp_loss(x, pw[0], pw[1], pw[2]);
+    CHECK(oar_backward(ref, NULL) == 0);
+
+    const oar_placement xs[2][OAR_MESH_MAX_DIMS] = {{oar_replicate()}, {oar_shard(0)}};
+    for (int v = 0; v < 2; v++) {
+        oar_tensor *dw[3] = {
+            oar_shard_tensor(w1, m, (oar_placement[]){oar_shard(1)}),
+            oar_shard_tensor(w2, m, (oar_placement[]){oar_shard(0)}),
+            oar_shard_tensor(b, m, (oar_placement[]){oar_replicate()}),
+        };
+        for (int i = 0; i < 3; i++) CHECK(oar_tensor_set_requires_grad(dw[i], true) == 0);
+        oar_tensor *dx = oar_shard_tensor(x, m, xs[v]);
+        oar_tensor *loss = mlp_loss(dx, dw[0], dw[1], dw[2]);
+        CHECK(loss && oar_tensor_is_dist(loss));
+        CHECK_NEAR(oar_tensor_item(oar_unshard(loss)), oar_tensor_item(ref), 1e-10);
+        CHECK(oar_backward(loss, NULL) == 0);
+        for (int i = 0; i < 3; i++) {
+            oar_tensor *g = oar_tensor_grad(dw[i]);
+            CHECK(g && oar_tensor_is_dist(g));
+            double err = max_diff(oar_unshard(g), oar_tensor_grad(pw[i]));
+            if (!(err < 1e-10)) fprintf(stderr, "rank %d: x %s: grad %d error %g\n", ME, v ? "S(0)" : "R", i, err);
+            CHECK(err < 1e-10);
+        }
+    }
+
+    /* data parallel: a replicated weight used with row-sharded data */
+    {
+        oar_tensor *dw = oar_shard_tensor(w1, m, (oar_placement[]){oar_replicate()});
+        oar_tensor_set_requires_grad(dw, true);
+        oar_tensor *dx = oar_shard_tensor(x, m, (oar_placement[]){oar_shard(0)});
+        oar_tensor *loss = oar_sum(oar_square(oar_matmul(dx, dw)), 0, NULL, false);
+        CHECK(oar_backward(loss, NULL) == 0);
+        oar_tensor *pw1 = oar_clone(w1);
+        oar_tensor_set_requires_grad(pw1, true);
+        oar_backward(oar_sum(oar_square(oar_matmul(x, pw1)), 0, NULL, false), NULL);
+        CHECK(max_diff(oar_unshard(oar_tensor_grad(dw)), oar_tensor_grad(pw1)) < 1e-10);
+    }
+
+    /* second order: a Hessian-vector product through dtensors */
+    {
+        oar_tensor *dw = oar_shard_tensor(w1, m, (oar_placement[]){oar_shard(1)});
+        oar_tensor_set_requires_grad(dw, true);
+        oar_tensor *dx = oar_shard_tensor(x, m, (oar_placement[]){oar_shard(0)});
+        oar_tensor *vec = oar_randn(OAR_F64, 2, (int64_t[]){6, 8});
+        oar_tensor *g = NULL, *hv = NULL;
+        oar_tensor *loss = oar_sum(oar_tanh(oar_matmul(dx, dw)), 0, NULL, false);
+        CHECK(oar_grad(1, &loss, NULL, 1, &dw, true, false, &g) == 0);
+        oar_tensor *gv = oar_sum(oar_mul(g, vec), 0, NULL, false);
+        CHECK(oar_grad(1, &gv, NULL, 1, &dw, false, false, &hv) == 0);
+
+        oar_tensor *pw1 = oar_clone(w1), *pg = NULL, *phv = NULL;
+        oar_tensor_set_requires_grad(pw1, true);
+        oar_tensor *ploss = oar_sum(oar_tanh(oar_matmul(x, pw1)), 0, NULL, false);
+        oar_grad(1, &ploss, NULL, 1, &pw1, true, false, &pg);
+        oar_tensor *pgv = oar_sum(oar_mul(pg, vec), 0, NULL, false);
+        oar_grad(1, &pgv, NULL, 1, &pw1, false, false, &phv);
+        CHECK(max_diff(oar_unshard(g), pg) < 1e-10);
+        CHECK(max_diff(oar_unshard(hv), phv) < 1e-10);
+    }
+
+    /* gradients flow through shard/unshard back to a plain tensor */
+    {
+        oar_tensor *px = oar_clone(x);
+        oar_tensor_set_requires_grad(px, true);
+        oar_tensor *dx = oar_shard_tensor(px, m, (oar_placement[]){oar_shard(1)});
+        oar_tensor *loss = oar_sum(oar_unshard(oar_mul(dx, dx)), 0, NULL, false);
+        CHECK(loss && !oar_tensor_is_dist(loss));
+        CHECK(oar_backward(loss, NULL) == 0);
+        oar_tensor *g = oar_tensor_grad(px);
+        CHECK(g && !oar_tensor_is_dist(g));
+        CHECK(max_diff(g, oar_mul_scalar(x, 2)) < 1e-12);
+    }
+    oar_pool_pop(pool);
+    oar_mesh_release(m);
+}
+
+int main(int argc, char **argv) {
+    CHECK(oar_dist_world_size() == 1 && oar_dist_rank() == 0);  /* before init */
+    CHECK_FAILS(oar_mesh_create(1, (int64_t[]){1}, NULL, NULL), "oar_dist_init");
+    if (oar_dist_init(&argc, &argv)) {
+        fprintf(stderr, "oar_dist_init: %s\n", oar_last_error());
+        return 1;
+    }
+    CHECK(oar_dist_init(&argc, &argv) == 0); /* again: no-op */
+    W = oar_dist_world_size();
+    ME = oar_dist_rank();
+    RUN(test_mesh);
+    RUN(test_reshard_1d);
+    RUN(test_reshard_2d);
+    RUN(test_from_local);
+    RUN(test_ops);
+    RUN(test_autograd);
+    RUN(test_errors);
+    int rc = test_summary();
+    oar_dist_finalize();
+    return rc;
+}
