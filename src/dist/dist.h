@@ -86,6 +86,8 @@ OARI_HIDDEN int oari_sum_i64(int64_t *v, oar_mesh *m, int d);
 typedef struct oari_shard_plan {
     oar_placement in[OARI_MAX_IN][OAR_MESH_MAX_DIMS];
     oar_placement out[OARI_MAX_OUT][OAR_MESH_MAX_DIMS];
+    bool local_attrs;       /* the local op takes `attrs` below (shapes in them made local) */
+    oari_attrs attrs;
 } oari_shard_plan;
 
 /* Fills plan for op over inputs with placements in_p (global shapes in
@@ -93,7 +95,7 @@ typedef struct oari_shard_plan {
  * has a rule, 0 if it has none (the caller replicates), <0 on error. */
 OARI_HIDDEN int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in,
                                 oar_tensor *const *in, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
-                                const oari_attrs *attrs, const oari_meta *out_meta, int mesh_ndim,
-                                oari_shard_plan *plan);
+                                const oari_attrs *attrs, const oari_meta *out_meta,
+                                const oar_mesh *mesh, oari_shard_plan *plan);
 
 #endif

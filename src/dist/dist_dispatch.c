@@ -65,7 +65,8 @@ int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_a
     for (int i = 0; i < n_in; i++)
         for (int d = 0; d < mesh->ndim; d++)
             in_p[i][d] = in[i] && in[i]->dist ? in[i]->dist->p[d] : oar_replicate();
-    int has_rule = oari_shard_rule(op, def, n_in, in, in_p, attrs, c.out, mesh->ndim, &plan);
+    plan.local_attrs = false;
+    int has_rule = oari_shard_rule(op, def, n_in, in, in_p, attrs, c.out, mesh, &plan);
     if (has_rule < 0) return OAR_ERR_INVALID;
     if (!has_rule) {
         __atomic_add_fetch(&fallbacks, 1, __ATOMIC_RELAXED);
@@ -82,9 +83,16 @@ int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_a
         local[i] = oari_reshard_local(src, mesh, in[i]->ndim, in[i]->shape, in_p[i], plan.in[i]);
         if (!local[i]) st = OAR_ERR_INVALID;
     }
+    /* a view needs a viewable shard: shards of permuted dtensors may not be */
+    if (!st && op == OARI_OP_view && !oar_tensor_is_contiguous(local[0])) {
+        oar_pool *p = oar_pool_push();
+        oar_tensor *c = oari_pop_owned(p, oar_contiguous(local[0]));
+        oar_tensor_release(local[0]);
+        if (!(local[0] = c)) st = OAR_ERR_NOMEM;
+    }
     if (!st) {
         oari_no_grad_push();
-        st = oari_dispatch(op, n_in, local, attrs, lout);
+        st = oari_dispatch(op, n_in, local, plan.local_attrs ? &plan.attrs : attrs, lout);
         oari_no_grad_pop();
     }
     for (int j = 0; j < def->n_out && !st; j++) {

@@ -1,7 +1,10 @@
 /* Sharding rules: for an op call, the placements its inputs must have and
  * those of its outputs. Each mesh dim is decided on its own. Rules exist
- * for pointwise ops (elementwise and broadcast fusion kinds), matmul and
- * sum; every other op replicates (the caller's fallback).
+ * for pointwise ops (elementwise and broadcast fusion kinds), matmul, sum,
+ * softmax/log_softmax, and the movement ops permute, view, expand and
+ * slice (a dim-transform rule: a sharded dim that passes through whole
+ * stays sharded, and shapes in the local op's attributes become local);
+ * every other op replicates (the caller's fallback).
  *
  * Unlike DESIGN.md's plan, the rules are chosen here by fusion kind and op
  * rather than through each op definition's `shard` slot: one pointwise
@@ -150,9 +153,82 @@ static void sum_dim(oar_tensor *x, oar_placement p, const oari_attrs *a, int d,
     (void)x;
 }
 
+/* ---- one-input ops whose sharded dims pass through ------------------------ */
+
+/* Where input dim k lands in the output, or -1 if it does not pass whole. */
+static int passes_to(oari_op op, oar_tensor *x, const oari_attrs *a, const oari_meta *out, int k) {
+    switch (op) {
+    case OARI_OP_permute:
+        for (int o = 0; o < out->ndim; o++)
+            if (a->i[o] == k) return o;
+        return -1;
+    case OARI_OP_expand: {
+        int o = k + out->ndim - x->ndim;
+        return x->shape[k] == out->shape[o] ? o : -1;
+    }
+    case OARI_OP_slice:
+        return k == a->i[0] ? -1 : k;
+    case OARI_OP_softmax: case OARI_OP_log_softmax:
+        return k == a->i[0] ? -1 : k;
+    case OARI_OP_view: {
+        /* the dims before k hold as many elements before and after */
+        int64_t before = 1;
+        for (int i = 0; i < k; i++) before *= x->shape[i];
+        int64_t acc = 1;
+        for (int o = 0; o < out->ndim; o++) {
+            if (acc == before && out->shape[o] == x->shape[k]) return o;
+            acc *= out->shape[o];
+            if (acc > before) return -1;
+        }
+        return -1;
+    }
+    default: return -1;
+    }
+}
+
+/* Ops that are linear in their input: Partial(sum) passes through. */
+static bool linear_movement(oari_op op) {
+    return op == OARI_OP_permute || op == OARI_OP_expand || op == OARI_OP_slice || op == OARI_OP_view;
+}
+
+static void passthrough(oari_op op, oar_tensor *x, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
+                        const oari_attrs *attrs, const oari_meta *out, const oar_mesh *mesh,
+                        oari_shard_plan *plan) {
+    for (int d = 0; d < mesh->ndim; d++) {
+        oar_placement p = in_p[0][d];
+        plan->in[0][d] = plan->out[0][d] = oar_replicate();
+        if (p.kind == OAR_PLACEMENT_PARTIAL) {
+            if (linear_movement(op) && p.reduce == OAR_REDUCE_SUM) plan->in[0][d] = plan->out[0][d] = p;
+        } else if (p.kind == OAR_PLACEMENT_SHARD) {
+            int o = passes_to(op, x, attrs, out, p.dim);
+            if (o >= 0) {
+                plan->in[0][d] = p;
+                plan->out[0][d] = oar_shard(o);
+            }
+        }
+    }
+    /* view and expand name the output shape: make the sharded dims local */
+    if (op == OARI_OP_view || op == OARI_OP_expand) {
+        plan->local_attrs = true;
+        plan->attrs = *attrs;
+        for (int d = 0; d < mesh->ndim; d++) {
+            if (plan->out[0][d].kind != OAR_PLACEMENT_SHARD) continue;
+            int o = plan->out[0][d].dim;
+            int64_t start;
+            oari_chunk(out->shape[o], mesh->shape[d], mesh->coord[d], &start, &plan->attrs.i[o]);
+        }
+    }
+}
+
 int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in, oar_tensor *const *in,
                     oar_placement (*in_p)[OAR_MESH_MAX_DIMS], const oari_attrs *attrs,
-                    const oari_meta *out_meta, int mesh_ndim, oari_shard_plan *plan) {
+                    const oari_meta *out_meta, const oar_mesh *mesh, oari_shard_plan *plan) {
+    const int mesh_ndim = mesh->ndim;
+    if (op == OARI_OP_permute || op == OARI_OP_view || op == OARI_OP_expand || op == OARI_OP_slice ||
+        op == OARI_OP_softmax || op == OARI_OP_log_softmax) {
+        passthrough(op, in[0], in_p, attrs, &out_meta[0], mesh, plan);
+        return 1;
+    }
     claims cl;
     memset(&cl, 0, sizeof cl);
     bool pointwise = (def->fusion == OARI_FUSE_ELEMWISE || def->fusion == OARI_FUSE_BROADCAST) &&

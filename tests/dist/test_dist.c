@@ -203,12 +203,38 @@ static void test_ops(void) {
     CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
     r = check_op(oar_sum(xs1, 0, NULL, true), oar_sum(x, 0, NULL, true), "sum all keepdim");
 
-    /* no rule: the inputs are replicated and the op runs whole */
+    /* movement and row-wise ops: a sharded dim that passes through whole stays sharded */
     int64_t before = oar_dist_fallback_count();
-    r = check_op(oar_softmax(xs1, 1), oar_softmax(x, 1), "softmax fallback");
+    r = check_op(oar_transpose(xs0, 0, 1), oar_transpose(x, 0, 1), "transpose S(0)");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 1);
+    r = check_op(oar_reshape(xs0, 3, (int64_t[]){rows, 2, 3}), oar_reshape(x, 3, (int64_t[]){rows, 2, 3}), "reshape S(0)");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
+    r = check_op(oar_reshape(oar_transpose(xs0, 0, 1), 2, (int64_t[]){2, 3 * rows}),
+                 oar_reshape(oar_transpose(x, 0, 1), 2, (int64_t[]){2, 3 * rows}), "reshape of a transposed S(0)");
+    r = check_op(oar_reshape(xp, 1, (int64_t[]){6 * rows}), oar_reshape(x, 1, (int64_t[]){6 * rows}), "reshape P");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_PARTIAL);
+    r = check_op(oar_expand(oar_unsqueeze(xs0, 0), 3, (int64_t[]){3, rows, 6}),
+                 oar_expand(oar_unsqueeze(x, 0), 3, (int64_t[]){3, rows, 6}), "expand S(0)");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 1);
+    r = check_op(oar_slice(xs0, 1, 1, 5, 2), oar_slice(x, 1, 1, 5, 2), "slice an unsharded dim");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
+    r = check_op(oar_slice(xs0, 0, 1, rows, 3), oar_slice(x, 0, 1, rows, 3), "slice the sharded dim");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_REPLICATE);
+    r = check_op(oar_softmax(xs0, 1), oar_softmax(x, 1), "softmax S(0) over dim 1");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
+    r = check_op(oar_log_softmax(xs1, 1), oar_log_softmax(x, 1), "log_softmax S(1) over dim 1");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_REPLICATE);
+    /* Linear's forward, x @ w^T, with w sharded by output features (colwise) */
+    oar_tensor *wt = oar_randn(OAR_F64, 2, (int64_t[]){4, 6});
+    oar_tensor *wts = oar_shard_tensor(wt, m, (oar_placement[]){oar_shard(0)});
+    r = check_op(oar_matmul(x, oar_transpose(wts, 0, 1)), oar_matmul(x, oar_transpose(wt, 0, 1)), "colwise linear");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 1);
+    CHECK(oar_dist_fallback_count() == before);
+
+    /* no rule: the inputs are replicated and the op runs whole */
+    r = check_op(oar_cumsum(xs0, 0), oar_cumsum(x, 0), "cumsum fallback");
     CHECK(placement0(r).kind == OAR_PLACEMENT_REPLICATE);
     CHECK(oar_dist_fallback_count() == before + 1);
-    r = check_op(oar_transpose(xs0, 0, 1), oar_transpose(x, 0, 1), "transpose fallback");
     oar_pool_pop(pool);
     oar_mesh_release(m);
 }
