@@ -121,6 +121,43 @@ OAR_API const oar_placement *oar_dtensor_placements(const oar_tensor *t); /* bor
 OAR_API const char *oar_placements_str(const oar_mesh *m, const oar_placement *p, char *buf,
                                        size_t size);
 
+/* ---- parallel training recipes ------------------------------------------- */
+
+typedef struct oar_module oar_module;
+
+/* How a parameter is laid out over one mesh dim, in the manner of
+ * Megatron-LM and Paddle's parallelize: a Linear weight [out, in] split by
+ * output features (colwise: Shard(0), its bias Shard(0)) or by input
+ * features (rowwise: Shard(1), its bias replicated), or replicated. */
+typedef enum oar_parallel_style {
+    OAR_PARALLEL_REPLICATE, OAR_PARALLEL_COLWISE, OAR_PARALLEL_ROWWISE,
+} oar_parallel_style;
+
+/* A parameter-name pattern (fnmatch(3): "layers.*.mlp.fc1.*") and the
+ * style for the parameters it matches; the first matching rule wins. */
+typedef struct oar_parallel_rule {
+    const char *pattern;
+    oar_parallel_style style;
+} oar_parallel_rule;
+
+/* Turns every parameter and buffer of m into a dtensor on `mesh`: those a
+ * rule matches are laid out by its style along mesh dim `mesh_dim`, all
+ * others (and every other mesh dim) replicated. Every rank must hold the
+ * same initial values (seed the generator alike). Then m's forward runs on
+ * dtensors: feed it a batch sharded over a data-parallel mesh dim, a plain
+ * (replicated) tensor, or both. Collective. 0 or an error naming the
+ * parameter. */
+OAR_API int oar_parallelize(oar_module *m, oar_mesh *mesh, int mesh_dim, int n_rules,
+                            const oar_parallel_rule *rules);
+
+/* Reduces the Partial gradients of params (their .grad dtensors) to
+ * Replicate, packing gradients of one dtype and layout into buckets of up
+ * to bucket_bytes (0: 25 MiB) so that each bucket is one all-reduce per
+ * mesh dim. Call after backward, before the optimizer step. Collective.
+ * Not yet overlapped with backward. Returns the number of all-reduce calls
+ * made, or -1 with the error set. */
+OAR_API int oar_dist_reduce_grads(int n, oar_tensor *const *params, size_t bucket_bytes);
+
 /* How many op calls on dtensors ran by replicating their inputs because
  * the op has no sharding rule (since the process started). */
 OAR_API int64_t oar_dist_fallback_count(void);

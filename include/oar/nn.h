@@ -67,6 +67,11 @@ OAR_API oar_module *oar_module_child_at(oar_module *m, int i);
 /* A parameter or buffer by dotted name ("features.0.weight"); borrowed,
  * NULL if absent (with an error). */
 OAR_API oar_tensor *oar_module_get(oar_module *m, const char *name);
+/* Puts t (retained) in the place of the parameter or buffer `name`, which
+ * it must match in dtype and shape (a dtensor matches by its global shape;
+ * oar_parallelize uses this). A parameter's replacement requires grad as
+ * the old one did. Invalidates state arrays obtained before. 0 or an error. */
+OAR_API int oar_module_set(oar_module *m, const char *name, oar_tensor *t);
 
 /* One entry of a module's state: a parameter or a buffer with its full
  * dotted name. */

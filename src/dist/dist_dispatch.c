@@ -20,6 +20,51 @@ static bool wants_grad(const oari_op_def *def, int n_in, oar_tensor *const *in) 
     return false;
 }
 
+/* fill_ and copy_ into a dtensor: each rank writes its shard (the source
+ * resharded to match), so the target keeps its placements. */
+static int inplace(oari_op op, const oari_op_def *def, int n_in, oar_tensor *const *in,
+                   const oari_attrs *attrs, oar_tensor **out) {
+    oar_tensor *dst = in[0];
+    if (!dst->dist || (op != OARI_OP_fill && op != OARI_OP_copy))
+        return oari_error(OAR_ERR_UNSUPPORTED, "%s: in-place op on dtensors is not supported yet%s",
+                          def->name, dst->dist ? "" : " (the target must be the dtensor)");
+    if (oari_grad_mode_enabled() && dst->requires_grad)
+        return oari_error(OAR_ERR_STATE, "%s: in-place write into a tensor that requires grad; do it "
+                          "inside oar_no_grad_push/pop (an optimizer step) or on a clone", def->name);
+    oari_dist_attr *a = dst->dist;
+    oar_mesh *m = a->mesh;
+    for (int d = 0; d < m->ndim; d++)
+        if (a->p[d].kind == OAR_PLACEMENT_PARTIAL)
+            return oari_error(OAR_ERR_UNSUPPORTED, "%s: writing into a Partial dtensor; reshard it to "
+                              "Replicate or Shard first", def->name);
+    oar_tensor *local[2] = {a->local, NULL}, *r = NULL;
+    int st = 0;
+    if (n_in == 2) {
+        oar_tensor *src = in[1];
+        if (src->dist && src->dist->mesh != m)
+            return oari_error(OAR_ERR_INVALID, "%s: dtensor inputs live on different meshes", def->name);
+        /* the source dims that line up with the target's sharded dims */
+        oar_placement from[OAR_MESH_MAX_DIMS], to[OAR_MESH_MAX_DIMS];
+        for (int d = 0; d < m->ndim; d++) {
+            from[d] = src->dist ? src->dist->p[d] : oar_replicate();
+            to[d] = oar_replicate();
+            if (a->p[d].kind != OAR_PLACEMENT_SHARD) continue;
+            int k = a->p[d].dim - (dst->ndim - src->ndim);
+            if (k >= 0 && src->shape[k] == dst->shape[a->p[d].dim]) to[d] = oar_shard(k);
+        }
+        local[1] = oari_reshard_local(src->dist ? src->dist->local : src, m, src->ndim, src->shape,
+                                      from, to);
+        if (!local[1]) return OAR_ERR_INVALID;
+    }
+    oari_no_grad_push();
+    st = oari_dispatch(op, n_in, local, attrs, &r);
+    oari_no_grad_pop();
+    oar_tensor_release(r);
+    oar_tensor_release(local[1]);
+    if (!st) out[0] = oar_tensor_retain(dst);
+    return st;
+}
+
 int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs *attrs,
                        oar_tensor **out) {
     const oari_op_def *def = oari_op_defs[op];
@@ -31,10 +76,8 @@ int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_a
             return oari_error(OAR_ERR_INVALID, "%s: dtensor inputs live on different meshes; reshard "
                               "them onto one", def->name);
     }
-    if (def->flags & OARI_F_INPLACE)
-        return oari_error(OAR_ERR_UNSUPPORTED, "%s: in-place ops on dtensors are not supported yet",
-                          def->name);
     if (!mesh) return oari_error(OAR_ERR_INVALID, "%s: no dtensor input", def->name);
+    if (def->flags & OARI_F_INPLACE) return inplace(op, def, n_in, in, attrs, out);
     /* The local ops run outside autograd; the call is recorded on the
      * dtensors themselves, so gradient rules (ops) run on dtensors too. */
     bool record = wants_grad(def, n_in, in);

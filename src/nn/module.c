@@ -228,6 +228,31 @@ oar_tensor *oar_module_get(oar_module *m, const char *name) {
     return NULL;
 }
 
+int oar_module_set(oar_module *m, const char *name, oar_tensor *t) {
+    const char *leaf = NULL;
+    oar_module *owner = walk("module_set", m, name, true, &leaf);
+    if (!owner) return OAR_ERR_INVALID;
+    if (!t) return oari_error(OAR_ERR_INVALID, "module_set: tensor for \"%s\" is NULL", name);
+    for (int i = 0; i < owner->n_tensors; i++) {
+        oar_tensor *old = owner->tensors[i].t;
+        if (strcmp(owner->tensors[i].name, leaf)) continue;
+        if (old == t) return 0;
+        char a[200], b[200];
+        if (old->dtype != t->dtype || old->ndim != t->ndim ||
+            memcmp(old->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))
+            return oari_error(OAR_ERR_INVALID, "module_set: \"%s\" is %s %s; got %s %s", name,
+                              oar_dtype_name(old->dtype), oari_shape_str(a, old->ndim, old->shape),
+                              oar_dtype_name(t->dtype), oari_shape_str(b, t->ndim, t->shape));
+        if (old->requires_grad && !t->requires_grad && oar_tensor_set_requires_grad(t, true))
+            return OAR_ERR_INVALID;
+        owner->tensors[i].t = oar_tensor_retain(t);
+        oar_tensor_release(old);
+        invalidate(owner);
+        return 0;
+    }
+    return oari_error(OAR_ERR_INVALID, "module_set: no parameter or buffer named \"%s\"", name);
+}
+
 static int state_push(oar_module *root, const char *prefix, const char *name, oar_tensor *t,
                       bool param) {
     if (root->n_state == root->cap_state) {

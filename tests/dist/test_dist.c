@@ -261,7 +261,13 @@ static void test_errors(void) {
     if (W > 1) CHECK_FAILS(oar_unshard(xi), "avg is not defined for dtype int64");
     oar_tensor *ad = oar_shard_tensor(x, m2, (oar_placement[]){oar_shard(0), oar_replicate()});
     CHECK_FAILS(oar_add(xd, ad), "different meshes");
-    CHECK_STATUS_FAILS(oar_fill_(xd, 1.0), "in-place");
+    /* in-place writes keep the target's placements; a Partial target is refused */
+    CHECK(oar_fill_(xd, 2.0) == 0 && max_diff(oar_unshard(xd), oar_full(OAR_F32, 2, (int64_t[]){4, 3}, 2.0)) == 0);
+    oar_tensor *src = oar_randn(OAR_F32, 1, (int64_t[]){3});
+    CHECK(oar_copy_(xd, src) == 0 && max_diff(oar_unshard(xd), oar_expand(src, 2, (int64_t[]){4, 3})) == 0);
+    oar_tensor *xpart = oar_shard_tensor(x, m, (oar_placement[]){oar_partial(OAR_REDUCE_SUM)});
+    CHECK_STATUS_FAILS(oar_fill_(xpart, 1.0), "Partial");
+    CHECK_STATUS_FAILS(oar_copy_(x, xd), "the target must be the dtensor");
     oar_pool_pop(pool);
     oar_mesh_release(m);
     oar_mesh_release(m2);
@@ -362,6 +368,122 @@ static void test_autograd(void) {
     oar_mesh_release(m);
 }
 
+/* ---- training recipes: data, tensor and 2-D parallel against one process ---- */
+
+static oar_module *make_mlp(void) {
+    oar_manual_seed(99); /* every rank and the reference start alike */
+    oar_module *mods[3] = {oar_linear_new(6, 16, true), oar_tanh_new(), oar_linear_new(16, 3, true)};
+    return oar_sequential_new(3, mods);
+}
+
+/* Trains 5 SGD steps on (x, y); loss[] gets each step's loss. dp_mesh_dim
+ * >= 0 shards the batch over that mesh dim; rules lay out the weights over
+ * tp_mesh_dim. mesh NULL: plain tensors in one process. */
+static void train(oar_mesh *mesh, int dp_mesh_dim, int tp_mesh_dim, int n_rules,
+                  const oar_parallel_rule *rules, oar_tensor *x, oar_tensor *y, double *loss, int *calls) {
+    oar_module *mlp = make_mlp();
+    if (mesh) CHECK(oar_parallelize(mlp, mesh, tp_mesh_dim, n_rules, rules) == 0);
+    oar_tensor *params[8];
+    int np = oar_module_parameters(mlp, params, 8);
+    oar_optimizer *opt = oar_sgd_new(np, params, &(oar_sgd_options){.lr = 0.1, .momentum = 0.9});
+    CHECK(opt != NULL);
+    oar_tensor *xb = x, *yb = y;
+    oar_pool *outer = oar_pool_push();
+    if (mesh && dp_mesh_dim >= 0) {
+        oar_placement p[OAR_MESH_MAX_DIMS] = {oar_replicate(), oar_replicate()};
+        p[dp_mesh_dim] = oar_shard(0);
+        xb = oar_shard_tensor(x, mesh, p);
+        yb = oar_shard_tensor(y, mesh, p);
+    }
+    for (int step = 0; step < 5; step++) {
+        oar_pool *pool = oar_pool_push();
+        oar_optim_zero_grad(opt);
+        oar_tensor *d = oar_sub(oar_module_forward(mlp, xb), yb);
+        oar_tensor *l = oar_mul_scalar(oar_sum(oar_square(d), 0, NULL, false), 1.0 / (double)oar_tensor_shape(x)[0]);
+        CHECK(oar_backward(l, NULL) == 0);
+        if (mesh) {
+            int c = oar_dist_reduce_grads(np, params, 0);
+            CHECK(c >= 0);
+            if (calls) *calls += c;
+        }
+        CHECK(oar_optim_step(opt) == 0);
+        loss[step] = oar_tensor_item(mesh ? oar_unshard(l) : l);
+        oar_pool_pop(pool);
+    }
+    oar_pool_pop(outer);
+    oar_optim_free(opt);
+    oar_module_free(mlp);
+}
+
+static void check_curve(const char *what, const double *got, const double *want) {
+    for (int i = 0; i < 5; i++) {
+        double rel = fabs(got[i] - want[i]) / fabs(want[i]);
+        if (!(rel < 1e-5)) fprintf(stderr, "rank %d: %s step %d: loss %.9g, one process %.9g\n", ME, what, i, got[i], want[i]);
+        CHECK(rel < 1e-5);
+    }
+    CHECK(want[4] < want[0]); /* it trains */
+}
+
+static void test_train(void) {
+    oar_pool *pool = oar_pool_push();
+    oar_manual_seed(123);
+    oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){4 * W + 2, 6});
+    oar_tensor *y = oar_randn(OAR_F32, 2, (int64_t[]){4 * W + 2, 3});
+    double ref[5], got[5];
+    train(NULL, -1, 0, 0, NULL, x, y, ref, NULL);
+
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    int calls = 0;
+    train(m, 0, 0, 0, NULL, x, y, got, &calls);
+    check_curve("data parallel", got, ref);
+    /* one bucket per step: all four gradients in one all-reduce (none with one rank... still one call) */
+    CHECK(calls == 5);
+
+    const oar_parallel_rule megatron[2] = {{"0.*", OAR_PARALLEL_COLWISE}, {"2.*", OAR_PARALLEL_ROWWISE}};
+    train(m, -1, 0, 2, megatron, x, y, got, NULL);
+    check_curve("tensor parallel", got, ref);
+    oar_mesh_release(m);
+
+    if (W == 4) {
+        oar_mesh *m2 = oar_mesh_create(2, (int64_t[]){2, 2}, NULL, (const char *const[]){"dp", "tp"});
+        train(m2, 0, 1, 2, megatron, x, y, got, NULL);
+        check_curve("2-D data x tensor parallel", got, ref);
+        oar_mesh_release(m2);
+    }
+
+    /* bucket size: one all-reduce per gradient when nothing fits together */
+    {
+        oar_mesh *m1 = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+        oar_tensor *a = oar_ones(OAR_F32, 1, (int64_t[]){4}), *b = oar_ones(OAR_F32, 1, (int64_t[]){4});
+        oar_tensor *pa = oar_shard_tensor(a, m1, (oar_placement[]){oar_replicate()});
+        oar_tensor *pb = oar_shard_tensor(b, m1, (oar_placement[]){oar_replicate()});
+        oar_tensor_set_requires_grad(pa, true);
+        oar_tensor_set_requires_grad(pb, true);
+        oar_tensor *xd = oar_shard_tensor(oar_ones(OAR_F32, 2, (int64_t[]){2 * W, 4}), m1, (oar_placement[]){oar_shard(0)});
+        oar_backward(oar_sum(oar_add(oar_mul(xd, pa), oar_mul(xd, pb)), 0, NULL, false), NULL);
+        oar_tensor *ps[2] = {pa, pb};
+        CHECK(oar_dtensor_placements(oar_tensor_grad(pa))[0].kind == OAR_PLACEMENT_PARTIAL);
+        CHECK(oar_dist_reduce_grads(2, ps, 16) == 2);
+        CHECK(oar_dtensor_placements(oar_tensor_grad(pa))[0].kind == OAR_PLACEMENT_REPLICATE);
+        CHECK(max_diff(oar_unshard(oar_tensor_grad(pb)), oar_full(OAR_F32, 1, (int64_t[]){4}, 2.0 * W)) == 0);
+        CHECK(oar_dist_reduce_grads(2, ps, 0) == 0); /* nothing partial left */
+        CHECK(oar_dist_reduce_grads(-1, ps, 0) == -1);
+        oar_mesh_release(m1);
+    }
+
+    /* bad plans */
+    oar_mesh *m3 = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_module *mlp = make_mlp();
+    CHECK_STATUS_FAILS(oar_parallelize(NULL, m3, 0, 0, NULL), "NULL");
+    CHECK_STATUS_FAILS(oar_parallelize(mlp, m3, 1, 0, NULL), "mesh dim 1");
+    CHECK_STATUS_FAILS(oar_parallelize(mlp, m3, 0, 1, (oar_parallel_rule[]){{"*", 7}}), "bad style");
+    CHECK_STATUS_FAILS(oar_module_set(mlp, "0.weight", oar_ones(OAR_F32, 1, (int64_t[]){3})), "module_set");
+    CHECK_STATUS_FAILS(oar_module_set(mlp, "0.nothing", x), "no parameter");
+    oar_module_free(mlp);
+    oar_mesh_release(m3);
+    oar_pool_pop(pool);
+}
+
 int main(int argc, char **argv) {
     CHECK(oar_dist_world_size() == 1 && oar_dist_rank() == 0);  /* before init */
     CHECK_FAILS(oar_mesh_create(1, (int64_t[]){1}, NULL, NULL), "oar_dist_init");
@@ -378,6 +500,7 @@ int main(int argc, char **argv) {
     RUN(test_from_local);
     RUN(test_ops);
     RUN(test_autograd);
+    RUN(test_train);
     RUN(test_errors);
     int rc = test_summary();
     oar_dist_finalize();
