@@ -70,6 +70,11 @@ OAR_API int oar_dist_init(int *argc, char ***argv);
 /* Frees every communicator oar made and finalizes MPI if oar_dist_init
  * initialised it. Meshes must not be used afterwards. */
 OAR_API void oar_dist_finalize(void);
+/* How long a collective waits for the other ranks before it fails (the
+ * mesh is then unusable): OAR_DIST_TIMEOUT seconds, default 300; 0 waits
+ * forever. */
+OAR_API void oar_dist_set_timeout(double seconds);
+OAR_API double oar_dist_timeout(void);
 /* This process's rank and the world size; 0 and 1 before oar_dist_init. */
 OAR_API int oar_dist_rank(void);
 OAR_API int oar_dist_world_size(void);

@@ -4,7 +4,9 @@
 #include "dist.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static MPI_Datatype mpi_type(oar_dtype d) {
     switch (d) {
@@ -52,6 +54,8 @@ static int check_local(const char *what, oar_tensor *x, oar_mesh *m, int d) {
         return oari_error(OAR_ERR_INVALID, "%s: bad tensor or mesh dim", what);
     if (m->comm[d] == MPI_COMM_NULL)
         return oari_error(OAR_ERR_STATE, "%s: this rank is not in the mesh", what);
+    if (m->broken)
+        return oari_error(OAR_ERR_STATE, "%s: the mesh is unusable after a timed-out collective", what);
     if (x->storage && x->storage->device != oari_device_cpu())
         return oari_error(OAR_ERR_UNSUPPORTED, "%s: collectives run on CPU tensors only for now (got %s)",
                           what, x->storage->device->name);
@@ -63,6 +67,81 @@ static int mpi_fail(const char *what, int rc) {
     int len = 0;
     MPI_Error_string(rc, msg, &len);
     return oari_error(OAR_ERR_STATE, "%s: MPI error: %s", what, msg);
+}
+
+/* ---- waiting with a timeout ------------------------------------------------
+ * Collectives are started non-blocking and waited for with a deadline, so a
+ * peer that died or never arrives ends in an error instead of a hang. The
+ * buffers of a collective given up on stay alive (MPI may still write
+ * them) until oar_dist_finalize. */
+
+static double timeout_s = -1; /* < 0: not read from OAR_DIST_TIMEOUT yet */
+static oar_tensor *abandoned[64];
+static int n_abandoned;
+
+void oar_dist_set_timeout(double seconds) { timeout_s = seconds > 0 ? seconds : 0; }
+
+double oar_dist_timeout(void) {
+    if (timeout_s < 0) {
+        const char *e = getenv("OAR_DIST_TIMEOUT");
+        double v = e ? atof(e) : 300.0;
+        timeout_s = v > 0 ? v : 0;
+    }
+    return timeout_s;
+}
+
+void oari_dist_release_abandoned(void) {
+    for (int i = 0; i < n_abandoned; i++) oar_tensor_release(abandoned[i]);
+    n_abandoned = 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Waits for req; on timeout keeps buf_a/buf_b alive, marks the mesh broken
+ * and reports. rc is the status of the call that started req. */
+static int finish(const char *what, int rc, MPI_Request *req, oar_mesh *m, int d, oar_tensor *buf_a,
+                  oar_tensor *buf_b) {
+    if (rc != MPI_SUCCESS) return mpi_fail(what, rc);
+    double limit = oar_dist_timeout(), start = now_s();
+    for (long spins = 0;; spins++) {
+        int done = 0;
+        if ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return mpi_fail(what, rc);
+        if (done) return 0;
+        if (spins > 20000) nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+        if ((spins & 255) == 0 && limit > 0 && now_s() - start > limit) break;
+    }
+    m->broken = true;
+    if (m->n_pending < (int)(sizeof m->pending / sizeof *m->pending)) m->pending[m->n_pending++] = *req;
+    if (n_abandoned + 2 <= (int)(sizeof abandoned / sizeof *abandoned)) {
+        if (buf_a) abandoned[n_abandoned++] = oar_tensor_retain(buf_a);
+        if (buf_b) abandoned[n_abandoned++] = oar_tensor_retain(buf_b);
+    }
+    return oari_error(OAR_ERR_STATE, "%s: rank %d waited %.0f s for the other ranks of mesh dim %s "
+                      "(OAR_DIST_TIMEOUT); a peer died or did not make the same call. The mesh "
+                      "is unusable from now on", what, oar_dist_rank(), limit, m->names[d]);
+}
+
+bool oari_mesh_drain(oar_mesh *m) {
+    double limit = oar_dist_timeout(), start = now_s();
+    bool all = true;
+    for (int i = 0; i < m->n_pending; i++) {
+        for (long spins = 0;; spins++) {
+            int done = 0;
+            if (MPI_Test(&m->pending[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+            if (done) break;
+            if (spins > 20000) nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+            if ((spins & 255) == 0 && limit > 0 && now_s() - start > limit) {
+                all = false;
+                break;
+            }
+        }
+    }
+    m->n_pending = 0;
+    return all;
 }
 
 /* x with dim `dim` moved to the front, contiguous, retained by the caller's pool. */
@@ -95,24 +174,47 @@ oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d)
         out = NULL;
     }
     if (out) {
-        int rc = MPI_Allreduce(MPI_IN_PLACE, oar_tensor_data(out), (int)out->numel,
-                               mpi_type(out->dtype), mop, m->comm[d]);
-        if (rc != MPI_SUCCESS) mpi_fail("all_reduce", rc), out = NULL;
+        MPI_Request req;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, oar_tensor_data(out), (int)out->numel,
+                                mpi_type(out->dtype), mop, m->comm[d], &req);
+        if (finish("all_reduce", rc, &req, m, d, out, NULL)) out = NULL;
     }
     if (out && op == OAR_REDUCE_AVG) out = oar_div_scalar(out, (double)m->shape[d]);
     if (out && out->dtype != x->dtype) out = oar_cast(out, x->dtype);
     return oari_pop_owned(pool, out);
 }
 
-/* Gathers each rank's int64 v along mesh dim d into all[] (m->shape[d] entries). */
+/* Gathers each rank's int64 v along mesh dim d into all[] (m->shape[d]
+ * entries). Buffers are tensors, so a given-up call can keep them. */
 static int gather_i64(int64_t v, int64_t *all, oar_mesh *m, int d) {
-    int rc = MPI_Allgather(&v, 1, MPI_INT64_T, all, 1, MPI_INT64_T, m->comm[d]);
-    return rc == MPI_SUCCESS ? 0 : mpi_fail("all_gather", rc);
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *mine = oar_tensor_from_data(&v, OAR_I64, 0, NULL);
+    oar_tensor *every = oar_zeros(OAR_I64, 1, (int64_t[]){m->shape[d]});
+    int st = mine && every ? 0 : OAR_ERR_NOMEM;
+    if (!st) {
+        MPI_Request req;
+        int rc = MPI_Iallgather(oar_tensor_data(mine), 1, MPI_INT64_T, oar_tensor_data(every), 1,
+                                MPI_INT64_T, m->comm[d], &req);
+        st = finish("all_gather", rc, &req, m, d, mine, every);
+    }
+    if (!st) memcpy(all, oar_tensor_data(every), sizeof(int64_t) * (size_t)m->shape[d]);
+    oar_pool_pop(pool);
+    return st;
 }
 
 int oari_sum_i64(int64_t *v, oar_mesh *m, int d) {
-    int rc = MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT64_T, MPI_SUM, m->comm[d]);
-    return rc == MPI_SUCCESS ? 0 : mpi_fail("dtensor", rc);
+    if (m->broken) return oari_error(OAR_ERR_STATE, "dtensor: the mesh is unusable after a timed-out collective");
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *t = oar_tensor_from_data(v, OAR_I64, 0, NULL);
+    int st = t ? 0 : OAR_ERR_NOMEM;
+    if (!st) {
+        MPI_Request req;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, oar_tensor_data(t), 1, MPI_INT64_T, MPI_SUM, m->comm[d], &req);
+        st = finish("dtensor", rc, &req, m, d, t, NULL);
+    }
+    if (!st) *v = *(int64_t *)oar_tensor_data(t);
+    oar_pool_pop(pool);
+    return st;
 }
 
 oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int d) {
@@ -142,10 +244,10 @@ oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int d) {
         oar_tensor *y = fits ? oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, f->ndim, shape)) : NULL;
         if (!fits) oari_error(OAR_ERR_UNSUPPORTED, "all_gather: result exceeds one MPI call (2 GiB)");
         if (y) {
-            int rc = MPI_Allgatherv(oar_tensor_data(f), (int)(f->numel * es), MPI_BYTE,
-                                    oar_tensor_data(y), counts, displs, MPI_BYTE, m->comm[d]);
-            if (rc != MPI_SUCCESS) mpi_fail("all_gather", rc);
-            else out = front_to_dim(y, perm, x->ndim);
+            MPI_Request req;
+            int rc = MPI_Iallgatherv(oar_tensor_data(f), (int)(f->numel * es), MPI_BYTE,
+                                     oar_tensor_data(y), counts, displs, MPI_BYTE, m->comm[d], &req);
+            if (!finish("all_gather", rc, &req, m, d, f, y)) out = front_to_dim(y, perm, x->ndim);
         }
     }
     return oari_pop_owned(pool, out);
@@ -177,10 +279,10 @@ oar_tensor *oari_reduce_scatter(oar_tensor *x, int dim, oar_reduce_op op, oar_me
         oar_tensor *y = fits ? oari_pool_adopt(oari_tensor_empty(NULL, f->dtype, f->ndim, shape)) : NULL;
         if (!fits) oari_error(OAR_ERR_UNSUPPORTED, "reduce_scatter: input exceeds one MPI call");
         if (y) {
-            int rc = MPI_Reduce_scatter(oar_tensor_data(f), oar_tensor_data(y), counts,
-                                        mpi_type(f->dtype), mop, m->comm[d]);
-            if (rc != MPI_SUCCESS) mpi_fail("reduce_scatter", rc);
-            else out = front_to_dim(y, perm, x->ndim);
+            MPI_Request req;
+            int rc = MPI_Ireduce_scatter(oar_tensor_data(f), oar_tensor_data(y), counts,
+                                         mpi_type(f->dtype), mop, m->comm[d], &req);
+            if (!finish("reduce_scatter", rc, &req, m, d, f, y)) out = front_to_dim(y, perm, x->ndim);
         }
         if (out && op == OAR_REDUCE_AVG) out = oar_div_scalar(out, (double)n);
         if (out && out->dtype != x->dtype) out = oar_cast(out, x->dtype);

@@ -18,6 +18,9 @@ struct oar_mesh {
     char names[OAR_MESH_MAX_DIMS][16];
     int coord[OAR_MESH_MAX_DIMS];       /* this rank's; -1 outside the mesh */
     MPI_Comm comm[OAR_MESH_MAX_DIMS];   /* ranks that differ only along dim d; ordered by coord */
+    bool broken;                        /* a collective timed out: refuse further ones */
+    int n_pending;                      /* requests of collectives given up on */
+    MPI_Request pending[8];
 };
 
 /* What a dtensor carries: its mesh, placements and this rank's shard. The
@@ -29,6 +32,11 @@ typedef struct oari_dist_attr {
 } oari_dist_attr;
 
 OARI_HIDDEN bool oari_dist_ready(void);   /* MPI initialised */
+/* Frees buffers of collectives given up on (after MPI_Finalize). */
+OARI_HIDDEN void oari_dist_release_abandoned(void);
+/* Before a broken mesh's communicators are freed: gives its abandoned
+ * collectives one more timeout to complete. True if all did. */
+OARI_HIDDEN bool oari_mesh_drain(oar_mesh *m);
 
 /* Pops pool p and returns r (computed inside it) as an owned reference. */
 static inline oar_tensor *oari_pop_owned(oar_pool *p, oar_tensor *r) {

@@ -30,6 +30,7 @@ int oar_dist_init(int *argc, char ***argv) {
 void oar_dist_finalize(void) {
     if (we_initialised && oari_dist_ready()) MPI_Finalize();
     we_initialised = false;
+    oari_dist_release_abandoned();
 }
 
 int oar_dist_rank(void) {
@@ -75,7 +76,9 @@ static void mesh_free(oar_mesh *m) {
         registry[m->id] = NULL;
         unlock();
     }
-    for (int d = 0; d < m->ndim; d++)
+    /* A communicator with a collective still in flight must not be freed. */
+    bool idle = !m->n_pending || (oari_dist_ready() && oari_mesh_drain(m));
+    for (int d = 0; d < m->ndim && idle; d++)
         if (m->comm[d] != MPI_COMM_NULL && oari_dist_ready()) MPI_Comm_free(&m->comm[d]);
     oari_free(m->ranks, (size_t)m->size * sizeof *m->ranks);
     oari_free(m, sizeof *m);

@@ -6,6 +6,7 @@
 #include "test.h"
 
 #include <oar/dist.h>
+#include <time.h>
 
 static int W, ME;
 
@@ -484,6 +485,30 @@ static void test_train(void) {
     oar_pool_pop(pool);
 }
 
+/* A peer that does not arrive: rank 0 gives up after the timeout with a
+ * clear error, instead of hanging, and the mesh refuses further use. The
+ * others make the same call late, which completes the abandoned one. */
+static void test_timeout(void) {
+    if (W < 2) return;
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *local = oar_ones(OAR_F32, 2, (int64_t[]){2, 3});
+    double old = oar_dist_timeout();
+    oar_dist_set_timeout(1.0);
+    CHECK(oar_dist_timeout() == 1.0);
+    if (ME == 0) {
+        CHECK_FAILS(oar_dtensor_from_local(local, m, (oar_placement[]){oar_shard(0)}, NULL), "did not make the same call");
+        CHECK_FAILS(oar_dtensor_from_local(local, m, (oar_placement[]){oar_shard(0)}, NULL), "unusable");
+    } else {
+        nanosleep(&(struct timespec){.tv_sec = 2}, NULL);
+        oar_tensor *d = oar_dtensor_from_local(local, m, (oar_placement[]){oar_shard(0)}, NULL);
+        CHECK(d && oar_tensor_shape(d)[0] == 2 * W);
+    }
+    oar_dist_set_timeout(old);
+    oar_pool_pop(pool);
+    oar_mesh_release(m);
+}
+
 int main(int argc, char **argv) {
     CHECK(oar_dist_world_size() == 1 && oar_dist_rank() == 0);  /* before init */
     CHECK_FAILS(oar_mesh_create(1, (int64_t[]){1}, NULL, NULL), "oar_dist_init");
@@ -502,6 +527,7 @@ int main(int argc, char **argv) {
     RUN(test_autograd);
     RUN(test_train);
     RUN(test_errors);
+    RUN(test_timeout);
     int rc = test_summary();
     oar_dist_finalize();
     return rc;
