@@ -10,6 +10,7 @@ pkgs=(
     zlib1g-dev               # gzip'd IDX files
     libcjson-dev             # JSON for graphs, safetensors headers, traces
     dataset-fashion-mnist    # the demo's data
+    ocl-icd-opencl-dev opencl-headers pocl-opencl-icd  # the opencl device plugin (pocl: a CPU OpenCL device)
 )
 
 missing=()

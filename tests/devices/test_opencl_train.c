@@ -1,0 +1,93 @@
+/* An MLP (8 -> 32 -> 3, relu, cross entropy with probability targets)
+ * trains on opencl:0 with SGD and momentum: every op of the forward pass,
+ * the backward pass (the gradient rules' ops) and the optimizer runs on the
+ * device (oar_device_fallback_count stays 0), and the loss curve and the
+ * trained weights equal the same run on the CPU to f32 rounding. Skipped
+ * (exit 77) where no OpenCL device exists. */
+#include "test.h"
+
+#include <oar/optim.h>
+
+#include "opencl_common.h"
+
+#define STEPS 30
+
+static oar_tensor *param(oar_device *d, int64_t r, int64_t c, double scale) {
+    int64_t s[2] = {r, c};
+    oar_tensor *t = oar_mul_scalar(oar_randn(OAR_F32, c ? 2 : 1, c ? s : &r), scale);
+    t = oar_tensor_retain(oar_tensor_to(t, d));
+    oar_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+static oar_tensor *forward(oar_tensor *const *w, oar_tensor *x) {
+    oar_tensor *h = oar_relu(oar_add(oar_matmul(x, w[0]), w[1]));
+    return oar_add(oar_matmul(h, w[2]), w[3]);
+}
+
+/* Trains from seed 1 on device d; fills losses[STEPS] and the final
+ * weights (host copies, 8*32 + 32 + 32*3 + 3 floats). */
+static void train(oar_device *d, double *losses, float *final) {
+    oar_pool *outer = oar_pool_push();
+    oar_manual_seed(1);
+    int64_t xs[2] = {64, 8};
+    oar_tensor *x = oar_randn(OAR_F32, 2, xs);
+    /* labels: which of three sums is largest; one-hot float targets */
+    float *xv = malloc(64 * 8 * sizeof *xv), onehot[64 * 3] = {0};
+    oar_tensor_to_host(x, xv, 64 * 8 * sizeof *xv);
+    for (int i = 0; i < 64; i++) {
+        float s0 = xv[i * 8] + xv[i * 8 + 1], s1 = xv[i * 8 + 2] - xv[i * 8 + 3],
+              s2 = xv[i * 8 + 4] * 0.5f + xv[i * 8 + 5];
+        onehot[i * 3 + (s0 > s1 ? (s0 > s2 ? 0 : 2) : (s1 > s2 ? 1 : 2))] = 1;
+    }
+    free(xv);
+    int64_t ys[2] = {64, 3};
+    oar_tensor *y = oar_tensor_to(oar_tensor_from_data(onehot, OAR_F32, 2, ys), d);
+    x = oar_tensor_to(x, d);
+    oar_tensor *w[4] = {param(d, 8, 32, 0.4), param(d, 32, 0, 0.1), param(d, 32, 3, 0.3),
+                        param(d, 3, 0, 0.1)};
+    oar_optimizer *opt = oar_sgd_new(4, w, &(oar_sgd_options){.lr = 0.2, .momentum = 0.9});
+    CHECK(opt != NULL);
+    oar_device_fallback_reset();
+    for (int step = 0; step < STEPS && opt; step++) {
+        oar_pool *p = oar_pool_push();
+        oar_tensor *loss = oar_cross_entropy(forward(w, x), y, NULL, -100, 0, OAR_REDUCTION_MEAN);
+        CHECK(loss && oar_tensor_device(loss) == d);
+        losses[step] = loss ? oar_tensor_item(loss) : NAN;
+        CHECK(oar_backward(loss, NULL) == 0);
+        CHECK(oar_tensor_device(oar_tensor_grad(w[0])) == d);
+        CHECK(oar_optim_step(opt) == 0);
+        oar_optim_zero_grad(opt);
+        oar_pool_pop(p);
+    }
+    CHECK(oar_device_fallback_count() == 0);
+    size_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        size_t n = (size_t)oar_tensor_numel(w[i]);
+        CHECK(oar_tensor_to_host(w[i], final + off, n * sizeof *final) == 0);
+        off += n;
+        oar_tensor_release(w[i]);
+    }
+    oar_optim_free(opt);
+    oar_pool_pop(outer);
+}
+
+int main(void) {
+    oar_device *d = opencl_device_or_skip();
+    if (!d) return TEST_SKIP;
+    enum { NW = 8 * 32 + 32 + 32 * 3 + 3 };
+    static double lc[STEPS], ld[STEPS];
+    static float wc[NW], wd[NW];
+    test_current = "cpu";
+    train(oar_device_cpu(), lc, wc);
+    test_current = "opencl";
+    train(d, ld, wd);
+    for (int i = 0; i < STEPS; i++) CHECK_NEAR(ld[i], lc[i], 1e-4 * (1 + fabs(lc[i])));
+    double worst = 0;
+    for (int i = 0; i < NW; i++) worst = fmax(worst, fabs((double)wd[i] - wc[i]));
+    CHECK_NEAR(worst, 0, 1e-3);
+    CHECK(ld[STEPS - 1] < 0.5 * ld[0]);
+    printf("loss %.4f -> %.4f on opencl:0 (cpu %.4f -> %.4f), max weight difference %.2g\n", ld[0],
+           ld[STEPS - 1], lc[0], lc[STEPS - 1], worst);
+    return test_summary();
+}
