@@ -28,7 +28,7 @@ static float unary_op(int op, float x, float p0, float p1) {
     switch (op) {
     case U_NEG: return -x;
     case U_ABS: return fabs(x);
-    case U_SIGN: return x > 0 ? 1.0f : x < 0 ? -1.0f : isnan(x) ? x : 0.0f;
+    case U_SIGN: return x > 0 ? 1.0f : x < 0 ? -1.0f : 0.0f; /* 0 for NaN, as PyTorch */
     case U_EXP: return exp(x);
     case U_EXP2: return exp2(x);
     case U_LOG: return log(x);
@@ -185,8 +185,8 @@ FILL(float, f32)
  * reduced dims (shape, x's strides, offset 0). Output contiguous. */
 enum { R_SUM, R_MAX, R_MIN, R_PROD };
 
-__kernel void reduce_f32(__global float *o, __global const float *x, T kept, T red, int op,
-                         long n_out, long n_red) {
+__kernel void reduce_f32(__global float *o, long o_off, __global const float *x, T kept, T red,
+                         int op, long n_out, long n_red) {
     long i = get_global_id(0);
     if (i >= n_out) return;
     long base = at(&kept, i);
@@ -206,14 +206,14 @@ __kernel void reduce_f32(__global float *o, __global const float *x, T kept, T r
             acc = op == R_MAX ? fmax(acc, v) : fmin(acc, v);
         }
     }
-    o[i] = acc;
+    o[o_off + i] = acc;
 }
 
 /* ---- matmul, f32: 16x16 tiles through local memory ------------------------ */
 /* o[b, i, j] = sum_k a[b, i, k] b[b, k, j]; ba/bb: the batch dims (out's
  * batch shape, the operand's strides, 0 on broadcast; offset: operand's). */
 #define TS 16
-__kernel void matmul_f32(__global float *o, __global const float *a, __global const float *b,
+__kernel void matmul_f32(__global float *o, long o_off, __global const float *a, __global const float *b,
                          long n, long m, long k, long sa_n, long sa_k, long sb_k, long sb_m,
                          T ba, T bb) {
     __local float As[TS][TS];
@@ -230,7 +230,7 @@ __kernel void matmul_f32(__global float *o, __global const float *a, __global co
         for (int q = 0; q < TS; q++) acc += As[lr][q] * Bs[q][lc];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (row < n && col < m) o[(z * n + row) * m + col] = acc;
+    if (row < n && col < m) o[o_off + (z * n + row) * m + col] = acc;
 }
 
 /* ---- softmax / log_softmax, f32: one work item per row --------------------- */
@@ -254,6 +254,7 @@ __kernel void softmax_f32(__global float *o, __global const float *x, T rows_x, 
 /* ---- layer_norm, f32: one work item per row of d normalised elements ------- */
 /* y contiguous [rows, d]; mean, rstd [rows]; w, b: descriptors over [d]. */
 __kernel void layer_norm_f32(__global float *y, __global float *mean, __global float *rstd,
+                             long y_off, long mean_off, long rstd_off,
                              __global const float *x, T tx, __global const float *w, T tw,
                              __global const float *b, T tb, int has_w, int has_b, float eps,
                              long d, long rows) {
@@ -269,13 +270,13 @@ __kernel void layer_norm_f32(__global float *y, __global float *mean, __global f
     }
     var /= (float)d;
     float rs = 1.0f / sqrt(var + eps);
-    mean[r] = mu;
-    rstd[r] = rs;
+    mean[mean_off + r] = mu;
+    rstd[rstd_off + r] = rs;
     for (long j = 0; j < d; j++) {
         float v = (x[at(&tx, r * d + j)] - mu) * rs;
         if (has_w) v *= w[at(&tw, j)];
         if (has_b) v += b[at(&tb, j)];
-        y[r * d + j] = v;
+        y[y_off + r * d + j] = v;
     }
 }
 

@@ -151,8 +151,10 @@ static cl_kernel kernel(cl_dev *d, const char *name) {
 }
 
 /* Kernel arguments: buffers, descriptors and scalars in order. */
-typedef struct { int n; size_t size[16]; const void *p[16]; } args;
+#define MAX_ARGS 24
+typedef struct { int n; size_t size[MAX_ARGS]; const void *p[MAX_ARGS]; } args;
 static void arg(args *a, size_t size, const void *p) {
+    if (a->n == MAX_ARGS) return; /* launch reports it */
     a->size[a->n] = size;
     a->p[a->n++] = p;
 }
@@ -163,6 +165,7 @@ static int launch(cl_dev *d, const char *name, args *a, int dims, const size_t *
     pthread_mutex_lock(&d->lock);
     cl_kernel k = kernel(d, name);
     cl_int err = k ? CL_SUCCESS : CL_INVALID_KERNEL;
+    if (a->n == MAX_ARGS) err = CL_INVALID_ARG_INDEX;
     for (int i = 0; i < a->n && !err; i++) err = clSetKernelArg(k, (cl_uint)i, a->size[i], a->p[i]);
     size_t g[3];
     for (int i = 0; i < dims; i++) g[i] = global[i] ? global[i] : 1;
@@ -376,15 +379,16 @@ static int k_reduce(void *ctx, const oar_kernel_call *c) {
         else n_out *= x->shape[i];
     }
     cl_int op = index_of(reduce_names, c->op);
+    cl_long o_off = c->out[0].offset;
     args a = {0};
     arg(&a, sizeof(cl_mem), &c->out[0].buffer);
+    ARG(&a, o_off);
     arg(&a, sizeof(cl_mem), &x->buffer);
     ARG(&a, kept);
     ARG(&a, red);
     ARG(&a, op);
     ARG(&a, n_out);
     ARG(&a, n_red);
-    if (c->out[0].offset) return host->error(-3, "opencl reduce: output must start its buffer");
     return launch1(d, "reduce_f32", &a, n_out);
 }
 
@@ -413,9 +417,10 @@ static int k_matmul(void *ctx, const oar_kernel_call *c) {
         ba.st[i] = !a1 && ia >= 0 && A->shape[ia] != 1 ? A->strides[ia] : 0;
         bb.st[i] = !b1 && ib >= 0 && B->shape[ib] != 1 ? B->strides[ib] : 0;
     }
-    if (O->offset) return host->error(-3, "opencl matmul: output must start its buffer");
+    cl_long o_off = O->offset;
     args a = {0};
     arg(&a, sizeof(cl_mem), &O->buffer);
+    ARG(&a, o_off);
     arg(&a, sizeof(cl_mem), &A->buffer);
     arg(&a, sizeof(cl_mem), &B->buffer);
     ARG(&a, n);
@@ -481,10 +486,10 @@ static int k_layer_norm(void *ctx, const oar_kernel_call *c) {
     tw = has_w ? desc(&c->in[1]) : tx;
     tb = has_b ? desc(&c->in[2]) : tx;
     cl_float eps = (cl_float)c->fattr[0];
-    for (int j = 0; j < 3; j++)
-        if (c->out[j].offset) return host->error(-3, "opencl layer_norm: outputs must start their buffers");
+    cl_long offs[3] = {c->out[0].offset, c->out[1].offset, c->out[2].offset};
     args a = {0};
     for (int j = 0; j < 3; j++) arg(&a, sizeof(cl_mem), &c->out[j].buffer);
+    for (int j = 0; j < 3; j++) ARG(&a, offs[j]);
     arg(&a, sizeof(cl_mem), &x->buffer);
     ARG(&a, tx);
     arg(&a, sizeof(cl_mem), has_w ? &c->in[1].buffer : &x->buffer);
