@@ -7,7 +7,8 @@
  * finite fails. A case the device does not claim (get_kernel NULL or
  * supports_op 0) is reported as skipped; an (op, dtype) the device claims
  * with no case here fails the test, so new kernels come with cases.
- * Runs for opencl:0 (exit 77, skipped, where there is none). */
+ * Runs for every device of the plugins built here (exit 77, skipped,
+ * where there is no opencl device). */
 #include "test.h"
 
 #include "ops/op.h"
@@ -492,22 +493,29 @@ static void check_coverage(oar_device *dev) {
            dev->name, claimed, n_run, n_skipped);
 }
 
+/* Every device of the plugins built in this tree (opencl:0 here; cuda:0
+ * too on a machine with a GPU). */
 int main(void) {
-    oar_device *d = opencl_device_or_skip();
-    if (!d) return TEST_SKIP;
-    test_current = "unary";
-    unary_cases(d);
-    test_current = "binary";
-    binary_cases(d);
-    test_current = "conversions";
-    conversion_cases(d);
-    test_current = "reductions";
-    reduce_cases(d);
-    test_current = "matmul";
-    matmul_cases(d);
-    test_current = "nn";
-    nn_cases(d);
-    test_current = "coverage";
-    check_coverage(d);
+    if (!opencl_device_or_skip()) return TEST_SKIP;
+    for (int i = 1; i < oar_device_count(); i++) {
+        oar_device *d = oar_device_at(i);
+        printf("== %s\n", oar_device_name(d));
+        memset(covered, 0, sizeof covered);
+        n_run = n_skipped = 0;
+        test_current = "unary";
+        unary_cases(d);
+        test_current = "binary";
+        binary_cases(d);
+        test_current = "conversions";
+        conversion_cases(d);
+        test_current = "reductions";
+        reduce_cases(d);
+        test_current = "matmul";
+        matmul_cases(d);
+        test_current = "nn";
+        nn_cases(d);
+        test_current = "coverage";
+        check_coverage(d);
+    }
     return test_summary();
 }
