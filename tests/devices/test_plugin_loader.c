@@ -36,7 +36,7 @@ static void check_refused(const char *file, const char *reason) {
 }
 
 static void test_loading(void) {
-    CHECK(oar_plugin_count() == 6);
+    CHECK(oar_plugin_count() == 7);
     oar_plugin_info in;
     const oar_plugin_info *mock = find("mock.so", &in);
     CHECK(mock && mock->loaded && mock->n_devices == 2 && !strcmp(mock->name, "mock"));
@@ -47,13 +47,13 @@ static void test_loading(void) {
     check_refused("no_entry.so", "no oar_plugin_init symbol");
     check_refused("not_a_library.so", "not a loadable shared library");
 
-    CHECK(oar_device_count() == 3);
+    CHECK(oar_device_count() == 4);
     CHECK(oar_device_at(0) == oar_device_cpu());
-    CHECK_FAILS(oar_device_at(3), "out of range");
+    CHECK_FAILS(oar_device_at(4), "out of range");
     oar_device *m1 = oar_device_get("mock:1");
     CHECK(m1 && !strcmp(oar_device_name(m1), "mock:1"));
     CHECK(oar_device_get("mock") == oar_device_get("mock:0"));
-    CHECK_FAILS(oar_device_get("opencl:7"), "available: cpu, mock:0, mock:1");
+    CHECK_FAILS(oar_device_get("opencl:7"), "available: cpu, mock:0, mock:1, oldmock:0");
     oar_device_props pr;
     CHECK(oar_device_get_props(m1, &pr) == 0 && !strcmp(pr.name, "mock device B"));
     CHECK(pr.total_memory == 1u << 30);
@@ -77,8 +77,24 @@ static void test_loading(void) {
     CHECK_STATUS_FAILS(oar_plugin_load(NULL), "path is NULL");
     snprintf(path, sizeof path, "%s/mock.so", OAR_TEST_PLUGIN_DIR);
     CHECK(oar_plugin_load(path) == 0);
-    CHECK(oar_device_count() == 3);
+    CHECK(oar_device_count() == 4);
     CHECK_STATUS_FAILS(oar_plugin_get_info(99, &in), "out of range");
+}
+
+/* A plugin built for ABI 1.0 loads; oar reads only the members its table
+ * declares (its supports_op, past them, would refuse add). */
+static void test_older_minor(void) {
+    oar_plugin_info in;
+    const oar_plugin_info *p = find("old_minor.so", &in);
+    CHECK(p && p->loaded && p->n_devices == 1);
+    oar_pool *pool = oar_pool_push();
+    oar_device *d = oar_device_get("oldmock:0");
+    CHECK(d != NULL);
+    oar_tensor *x = oar_tensor_to(oar_ones(OAR_F32, 1, (int64_t[]){4}), d);
+    oar_device_fallback_reset();
+    CHECK(oar_tensor_item(oar_sum(oar_add(x, x), 0, NULL, false)) == 8);
+    CHECK(oar_device_fallback_count() == 1); /* sum fell back; add ran on the device */
+    oar_pool_pop(pool);
 }
 
 static oar_tensor *seq(int64_t r, int64_t c, double scale) {
@@ -181,6 +197,7 @@ int main(void) {
     setenv("OAR_PLUGIN_PATH", "/nonexistent-folder:" OAR_TEST_PLUGIN_DIR, 1);
     setenv("OAR_PLUGIN_NO_INSTALL_DIR", "1", 1);
     RUN(test_loading);
+    RUN(test_older_minor);
     RUN(test_use);
     RUN(test_autograd);
     return test_summary();

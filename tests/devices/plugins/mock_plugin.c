@@ -1,7 +1,11 @@
 /* A device plugin for the tests: two "mock" devices whose memory is host
  * memory from the host's allocator. It claims only add and fill in f32, so
  * every other op exercises oar's CPU fallback. Built against
- * <oar/device.h> alone, as every plugin is. */
+ * <oar/device.h> alone, as every plugin is.
+ *
+ * Built a second time with OAR_TEST_MOCK_V10 as a plugin of ABI 1.0 (type
+ * "oldmock", one device): its table declares the 1.0 size, and the member
+ * past it (supports_op, which would refuse everything) must not be read. */
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
 
@@ -10,7 +14,19 @@
 static const oar_host_api *host;
 static int n_allocs; /* live buffers, checked at shutdown */
 
-static int count(void *ctx) { (void)ctx; return 2; }
+#ifdef OAR_TEST_MOCK_V10
+#define TYPE "oldmock"
+#define N_DEVICES 1
+#define VERSION ((1 << 16) | 0)
+#define TABLE_SIZE offsetof(oar_device_iface, supports_op) /* the 1.0 table */
+#else
+#define TYPE "mock"
+#define N_DEVICES 2
+#define VERSION OAR_DEVICE_ABI_VERSION
+#define TABLE_SIZE sizeof(oar_device_iface)
+#endif
+
+static int count(void *ctx) { (void)ctx; return N_DEVICES; }
 
 static int props(void *ctx, int index, oar_device_props *out) {
     (void)ctx;
@@ -89,15 +105,18 @@ static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt
 /* add claims f32 inputs only (a cast input would reach it otherwise) */
 static int supports(void *ctx, int index, const oar_kernel_call *c) {
     (void)ctx, (void)index;
+#ifdef OAR_TEST_MOCK_V10
+    return 0; /* never read: it lies past the declared table size */
+#endif
     for (int i = 0; i < c->n_in; i++)
         if (c->in[i].dtype != 6) return 0;
     return 1;
 }
 
 static const oar_device_iface iface = {
-    .abi_version = OAR_DEVICE_ABI_VERSION,
-    .struct_size = sizeof(oar_device_iface),
-    .type_name = "mock",
+    .abi_version = VERSION,
+    .struct_size = TABLE_SIZE,
+    .type_name = TYPE,
     .device_count = count,
     .get_props = props,
     .alloc = alloc,
@@ -120,8 +139,8 @@ static void shutdown(void *ctx) {
 __attribute__((visibility("default"))) int oar_plugin_init(const oar_host_api *h,
                                                            oar_plugin_desc *out) {
     host = h;
-    out->abi_version = OAR_DEVICE_ABI_VERSION;
-    out->name = "mock";
+    out->abi_version = VERSION;
+    out->name = TYPE;
     out->iface = &iface;
     out->shutdown = shutdown;
     return 0;
