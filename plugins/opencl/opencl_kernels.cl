@@ -116,22 +116,26 @@ __kernel void binary_f32(__global float *o, T to, __global const float *a, T ta,
 
 enum { C_EQ, C_NE, C_LT, C_LE, C_GT, C_GE };
 
-__kernel void compare_f32(__global uchar *o, T to, __global const float *a, T ta,
-                          __global const float *b, T tb, int op, long n) {
-    long i = get_global_id(0);
-    if (i >= n) return;
-    float x = a[at(&ta, i)], y = b[at(&tb, i)];
-    int r;
-    switch (op) {
-    case C_EQ: r = x == y; break;
-    case C_NE: r = x != y; break;
-    case C_LT: r = x < y; break;
-    case C_LE: r = x <= y; break;
-    case C_GT: r = x > y; break;
-    default: r = x >= y; break;
+#define COMPARE(TI, NI)                                                                    \
+    __kernel void compare_##NI(__global uchar *o, T to, __global const TI *a, T ta,       \
+                               __global const TI *b, T tb, int op, long n) {               \
+        long i = get_global_id(0);                                                         \
+        if (i >= n) return;                                                                \
+        TI x = a[at(&ta, i)], y = b[at(&tb, i)];                                           \
+        int r;                                                                             \
+        switch (op) {                                                                      \
+        case C_EQ: r = x == y; break;                                                      \
+        case C_NE: r = x != y; break;                                                      \
+        case C_LT: r = x < y; break;                                                       \
+        case C_LE: r = x <= y; break;                                                      \
+        case C_GT: r = x > y; break;                                                       \
+        default: r = x >= y; break;                                                        \
+        }                                                                                  \
+        o[at(&to, i)] = r != 0;                                                            \
     }
-    o[at(&to, i)] = r != 0;
-}
+COMPARE(float, f32)
+COMPARE(int, i32)
+COMPARE(long, i64)
 
 /* logical and (0), or (1), xor (2) of bools */
 __kernel void logical_b(__global uchar *o, T to, __global const uchar *a, T ta,
@@ -142,11 +146,16 @@ __kernel void logical_b(__global uchar *o, T to, __global const uchar *a, T ta,
     o[at(&to, i)] = op == 0 ? (x && y) : op == 1 ? (x || y) : (x != y);
 }
 
-__kernel void where_f32(__global float *o, T to, __global const uchar *c, T tc,
-                        __global const float *a, T ta, __global const float *b, T tb, long n) {
-    long i = get_global_id(0);
-    if (i < n) o[at(&to, i)] = c[at(&tc, i)] ? a[at(&ta, i)] : b[at(&tb, i)];
-}
+#define WHERE(TY, NY)                                                                      \
+    __kernel void where_##NY(__global TY *o, T to, __global const uchar *c, T tc,          \
+                             __global const TY *a, T ta, __global const TY *b, T tb, long n) { \
+        long i = get_global_id(0);                                                         \
+        if (i < n) o[at(&to, i)] = c[at(&tc, i)] ? a[at(&ta, i)] : b[at(&tb, i)];          \
+    }
+WHERE(float, f32)
+WHERE(int, i32)
+WHERE(long, i64)
+WHERE(uchar, b)
 
 /* ---- conversions: cast, copy, contiguous --------------------------------- */
 #define TO_b(v) ((uchar)((v) != 0))
@@ -325,4 +334,41 @@ __kernel void index_select_f32(__global float *o, T to, __global const float *x,
         off += c * tx.st[d];
     }
     o[at(&to, i)] = x[off];
+}
+
+/* scatter_add (and index_add, whose index the host views over src's shape
+ * with stride 0 off dim): o = x, plus src[p] at each index position p whose
+ * index names this element's coordinate along dim. One work item per output
+ * element adds its contributions in index order, as the CPU does, so the
+ * sums are deterministic. ti, ts: the index and src over the index's shape. */
+__kernel void scatter_add_f32(__global float *o, T to, __global const float *x, T tx,
+                              __global const long *idx, T ti, __global const float *src, T ts,
+                              long dim, long size, __global int *bad, long n) {
+    long i = get_global_id(0);
+    if (i >= n) return;
+    long c[8], rest = i;
+    for (long d = to.nd - 1; d >= 0; d--) {
+        c[d] = rest % to.shape[d];
+        rest /= to.shape[d];
+    }
+    float v = x[at(&tx, i)];
+    bool inside = true;
+    for (long d = 0; d < ti.nd; d++)
+        if (d != dim && c[d] >= ti.shape[d]) inside = false;
+    long len = ti.nd ? ti.shape[dim] : 1;
+    for (long t = 0; inside && t < len; t++) {
+        long oi = ti.off, os = ts.off;
+        for (long d = 0; d < ti.nd; d++) {
+            long cd = d == dim ? t : c[d];
+            oi += cd * ti.st[d];
+            os += cd * ts.st[d];
+        }
+        long j = idx[oi];
+        if (j < 0 || j >= size) {
+            bad[0] = 1;
+            continue;
+        }
+        if (j == (to.nd ? c[dim] : 0)) v += src[os];
+    }
+    o[at(&to, i)] = v;
 }

@@ -7,12 +7,14 @@
  *     reciprocal sin cos tan asin acos atan sinh cosh tanh sigmoid relu relu6
  *     leaky_relu elu gelu silu softplus erf floor ceil round trunc clamp conj,
  *     isnan isinf (f32 -> bool), logical_not (bool)
- *   binary: add sub mul div maximum minimum pow atan2, eq ne lt le gt ge
- *     (-> bool), logical_and/or/xor (bool), where (bool, f32, f32)
+ *   binary: add sub mul div maximum minimum pow atan2; eq ne lt le gt ge
+ *     (f32, i32, i64 -> bool), logical_and/or/xor (bool), where (bool
+ *     condition; f32, i32, i64 or bool values)
  *   cast, copy: between bool u8 i32 i64 f32; fill, contiguous: those dtypes
  *   reductions: sum prod amax amin over any dims
  *   matmul (tiled, batched, broadcast batch dims, 1-D operands), softmax,
- *   log_softmax, layer_norm, gather and index_select (i64 indices). */
+ *   log_softmax, layer_norm, gather, index_select, scatter_add and
+ *   index_add (f32 values, i64 indices; sums in index order, deterministic). */
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
 
@@ -293,7 +295,9 @@ static int k_binary(void *ctx, const oar_kernel_call *c) {
 }
 static int k_compare(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
-    return elementwise(c, "compare_f32", index_of(compare_names, c->op));
+    int32_t dt = c->in[0].dtype;
+    return elementwise(c, dt == DT_F32 ? "compare_f32" : dt == DT_I32 ? "compare_i32" : "compare_i64",
+                       index_of(compare_names, c->op));
 }
 static int k_logical(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
@@ -305,7 +309,56 @@ static int k_logical_not(void *ctx, const oar_kernel_call *c) {
 }
 static int k_where(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
-    return elementwise(c, "where_f32", -1);
+    static const char *names[] = {"where_b", "", "where_i32", "where_i64", "", "", "where_f32"};
+    return elementwise(c, names[c->out[0].dtype], -1);
+}
+
+/* scatter_add / index_add, f32 with i64 indices */
+static int k_scatter_add(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *x = &c->in[0], *ix = &c->in[1], *src = &c->in[2], *o = &c->out[0];
+    cl_long dim = c->iattr[0], size = o->ndim ? o->shape[dim] : 1, n = numel(o);
+    kdesc to = desc(o), tx = desc(x), ti = desc(ix), ts = desc(src);
+    if (!strcmp(c->op, "index_add")) { /* the 1-D index over src's shape */
+        ti = ts;
+        ti.off = ix->offset;
+        for (int d = 0; d < src->ndim; d++) ti.st[d] = d == dim ? ix->strides[0] : 0;
+    } else if (src->ndim == 0) { /* one value for every index position */
+        ts = ti;
+        ts.off = src->offset;
+        for (int d = 0; d < 8; d++) ts.st[d] = 0;
+    }
+    cl_int err, zero = 0, bad = 0;
+    cl_mem flag = clCreateBuffer(d->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zero,
+                                 &zero, &err);
+    if (err) return fail("clCreateBuffer", err);
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &o->buffer);
+    ARG(&a, to);
+    arg(&a, sizeof(cl_mem), &x->buffer);
+    ARG(&a, tx);
+    arg(&a, sizeof(cl_mem), &ix->buffer);
+    ARG(&a, ti);
+    arg(&a, sizeof(cl_mem), &src->buffer);
+    ARG(&a, ts);
+    ARG(&a, dim);
+    ARG(&a, size);
+    ARG(&a, flag);
+    ARG(&a, n);
+    int st = launch1(d, "scatter_add_f32", &a, n);
+    if (!st) {
+        err = clEnqueueReadBuffer(d->q, flag, CL_TRUE, 0, sizeof bad, &bad, 0, NULL, NULL);
+        if (err) st = fail("clEnqueueReadBuffer", err);
+    }
+    clReleaseMemObject(flag);
+    if (!st && bad) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "%s: an index is out of range [0, %lld) along dim %lld", c->op,
+                 (long long)size, (long long)dim);
+        return host->error(-1, msg);
+    }
+    return st;
 }
 
 /* dst = src converted: cast and contiguous (out[0] = in[0]), copy (in[0] = in[1]) */
@@ -547,10 +600,12 @@ static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt
     if (f32 && index_of(unary_names, op) >= 0) return k_unary;
     if (f32 && (!strcmp(op, "isnan") || !strcmp(op, "isinf"))) return k_test;
     if (f32 && index_of(binary_names, op) >= 0) return k_binary;
-    if (f32 && index_of(compare_names, op) >= 0) return k_compare;
+    if ((f32 || dt == DT_I32 || dt == DT_I64) && index_of(compare_names, op) >= 0) return k_compare;
     if (dt == DT_BOOL && index_of(logical_names, op) >= 0) return k_logical;
     if (dt == DT_BOOL && !strcmp(op, "logical_not")) return k_logical_not;
-    if (f32 && !strcmp(op, "where")) return k_where;
+    if ((f32 || dt == DT_I32 || dt == DT_I64 || dt == DT_BOOL) && !strcmp(op, "where"))
+        return k_where;
+    if (f32 && (!strcmp(op, "scatter_add") || !strcmp(op, "index_add"))) return k_scatter_add;
     if (small && (!strcmp(op, "cast") || !strcmp(op, "copy") || !strcmp(op, "contiguous")))
         return k_convert;
     if (small && !strcmp(op, "fill")) return k_fill;
@@ -572,9 +627,15 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
         return dt_suffix(c->in[0].dtype) != NULL;
     if (!strcmp(op, "copy")) return dt_suffix(c->in[1].dtype) != NULL;
     if (!strcmp(op, "where"))
-        return c->in[0].dtype == DT_BOOL && c->in[1].dtype == DT_F32 && c->in[2].dtype == DT_F32;
+        return c->in[0].dtype == DT_BOOL && c->in[1].dtype == c->in[2].dtype &&
+               dt_suffix(c->in[1].dtype) && c->in[1].dtype != DT_U8;
     if (!strcmp(op, "gather") || !strcmp(op, "index_select"))
         return c->in[0].dtype == DT_F32 && c->in[1].dtype == DT_I64;
+    if (!strcmp(op, "scatter_add") || !strcmp(op, "index_add"))
+        return c->in[0].dtype == DT_F32 && c->in[1].dtype == DT_I64 && c->in[2].dtype == DT_F32;
+    if (index_of(compare_names, op) >= 0)
+        return c->in[0].dtype == c->in[1].dtype &&
+               (c->in[0].dtype == DT_F32 || c->in[0].dtype == DT_I32 || c->in[0].dtype == DT_I64);
     if (!strcmp(op, "fill")) return 1;
     if (!strcmp(op, "prod") || !strcmp(op, "sum")) /* sum/prod of f32 stay f32 */
         return c->in[0].dtype == DT_F32;

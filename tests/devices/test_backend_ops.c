@@ -377,10 +377,20 @@ static void binary_cases(oar_device *dev) {
                    .in = {{OAR_BOOL, 2, SH(5, 8), L_TRANSPOSED, 0, 2}, {OAR_BOOL, 1, SH(8), L_CONTIG, 0, 2}}};
         run_case(dev, &t);
     }
-    tcase w = {.op = "where", .n_in = 3, .tol = 0,
-               .in = {{OAR_BOOL, 2, SH(4, 6), L_STEPPED, 0, 2}, {OAR_F32, 1, SH(6), L_CONTIG, -3, 3},
-                      {OAR_F32, 3, SH(2, 4, 1), L_CONTIG, -3, 3}}};
-    run_case(dev, &w);
+    static const oar_dtype wdt[] = {OAR_F32, OAR_I32, OAR_I64, OAR_BOOL};
+    for (int k = 0; k < 4; k++) {
+        tcase w = {.op = "where", .n_in = 3, .tol = 0,
+                   .in = {{OAR_BOOL, 2, SH(4, 6), L_STEPPED, 0, 2}, {wdt[k], 1, SH(6), L_CONTIG, -3, 3},
+                          {wdt[k], 3, SH(2, 4, 1), L_CONTIG, -3, 3}}};
+        run_case(dev, &w);
+    }
+    static const oar_dtype cdt[] = {OAR_I32, OAR_I64};
+    for (int b = 8; ops[b]; b++)
+        for (int k = 0; k < 2; k++) {
+            tcase t = {.op = ops[b], .n_in = 2, .tol = 0,
+                       .in = {{cdt[k], 2, SH(5, 6), L_TRANSPOSED, -3, 3}, {cdt[k], 1, SH(6), L_STEPPED, -3, 3}}};
+            run_case(dev, &t);
+        }
 }
 
 static void conversion_cases(oar_device *dev) {
@@ -469,6 +479,19 @@ static void nn_cases(oar_device *dev) {
     tcase c64 = {.op = "cast", .n_in = 1, .ni = 1, .i = {OAR_F32}, .tol = 0,
                  .in = {{OAR_F64, 1, SH(5), L_CONTIG, -1, 1}}};
     run_case(dev, &c64);
+    /* scatter_add: index smaller than x off dim, duplicates; a 0-d src */
+    tcase sa = {.op = "scatter_add", .n_in = 3, .ni = 1, .i = {1}, .tol = 1e-6,
+                .in = {{OAR_F32, 2, SH(4, 6), L_TRANSPOSED, -3, 3}, {OAR_I64, 2, SH(3, 9), L_CONTIG, 0, 6},
+                       {OAR_F32, 2, SH(3, 9), L_STEPPED, -3, 3}}};
+    run_case(dev, &sa);
+    tcase sa0 = {.op = "scatter_add", .n_in = 3, .ni = 1, .i = {0}, .tol = 1e-6,
+                 .in = {{OAR_F32, 2, SH(5, 3), L_CONTIG, -3, 3}, {OAR_I64, 2, SH(7, 3), L_TRANSPOSED, 0, 5},
+                        {OAR_F32, 0, SH(0), L_CONTIG, -3, 3}}};
+    run_case(dev, &sa0);
+    tcase ia = {.op = "index_add", .n_in = 3, .ni = 1, .i = {0}, .tol = 1e-6,
+                .in = {{OAR_F32, 2, SH(5, 4), L_CONTIG, -3, 3}, {OAR_I64, 1, SH(9), L_STEPPED, 0, 5},
+                       {OAR_F32, 2, SH(9, 4), L_TRANSPOSED, -3, 3}}};
+    run_case(dev, &ia);
     tcase is1 = {.op = "index_select", .n_in = 2, .ni = 1, .i = {1}, .tol = 0,
                  .in = {{OAR_F32, 3, SH(2, 5, 4), L_CONTIG, -3, 3}, {OAR_I64, 1, SH(3), L_CONTIG, 0, 5}}};
     run_case(dev, &is1);

@@ -1,9 +1,12 @@
-/* An MLP (8 -> 32 -> 3, relu, cross entropy with probability targets)
- * trains on opencl:0 with SGD and momentum: every op of the forward pass,
+/* Two small models train on opencl:0, and every op of the forward pass,
  * the backward pass (the gradient rules' ops) and the optimizer runs on the
- * device (oar_device_fallback_count stays 0), and the loss curve and the
- * trained weights equal the same run on the CPU to f32 rounding. Skipped
- * (exit 77) where no OpenCL device exists. */
+ * device (oar_device_fallback_count stays 0); the loss curves and trained
+ * weights equal the same runs on the CPU to f32 rounding:
+ * - an MLP (8 -> 32 -> 3, relu, cross entropy with probability targets)
+ *   with SGD and momentum;
+ * - a token classifier (embedding 20 x 16, layer_norm with affine, gelu,
+ *   linear to 4 classes, cross entropy with class indices) with Adam.
+ * Skipped (exit 77) where no OpenCL device exists. */
 #include "test.h"
 
 #include <oar/optim.h>
@@ -72,6 +75,53 @@ static void train(oar_device *d, double *losses, float *final) {
     oar_pool_pop(outer);
 }
 
+/* The token classifier: tokens t in [0, 20), class = t % 4. */
+static void train_tokens(oar_device *d, double *losses, float *final) {
+    oar_pool *outer = oar_pool_push();
+    oar_manual_seed(2);
+    int64_t n = 48, tok[48], cls[48];
+    for (int i = 0; i < n; i++) {
+        tok[i] = (i * 7 + 3) % 20;
+        cls[i] = tok[i] % 4;
+    }
+    oar_tensor *x = oar_tensor_to(oar_tensor_from_data(tok, OAR_I64, 1, &n), d);
+    oar_tensor *y = oar_tensor_to(oar_tensor_from_data(cls, OAR_I64, 1, &n), d);
+    int64_t es[2] = {20, 16}, ws[2] = {16, 4}, sixteen = 16, four = 4;
+    oar_tensor *w[5] = {
+        oar_tensor_retain(oar_tensor_to(oar_randn(OAR_F32, 2, es), d)),
+        oar_tensor_retain(oar_full_on(OAR_F32, 1, &sixteen, 1.0, d)),
+        oar_tensor_retain(oar_full_on(OAR_F32, 1, &sixteen, 0.0, d)),
+        oar_tensor_retain(oar_tensor_to(oar_mul_scalar(oar_randn(OAR_F32, 2, ws), 0.3), d)),
+        oar_tensor_retain(oar_full_on(OAR_F32, 1, &four, 0.0, d)),
+    };
+    for (int i = 0; i < 5; i++) oar_tensor_set_requires_grad(w[i], true);
+    oar_optimizer *opt = oar_adam_new(5, w, &(oar_adam_options){.lr = 0.01});
+    CHECK(opt != NULL);
+    oar_device_fallback_reset();
+    for (int step = 0; step < STEPS && opt; step++) {
+        oar_pool *p = oar_pool_push();
+        oar_tensor *h = oar_gelu(oar_layer_norm(oar_embedding(w[0], x), 1, w[1], w[2], 1e-5), false);
+        oar_tensor *logits = oar_add(oar_matmul(h, w[3]), w[4]);
+        oar_tensor *loss = oar_cross_entropy(logits, y, NULL, -100, 0, OAR_REDUCTION_MEAN);
+        CHECK(loss && oar_tensor_device(loss) == d);
+        losses[step] = loss ? oar_tensor_item(loss) : NAN;
+        CHECK(oar_backward(loss, NULL) == 0);
+        CHECK(oar_optim_step(opt) == 0);
+        oar_optim_zero_grad(opt);
+        oar_pool_pop(p);
+    }
+    CHECK(oar_device_fallback_count() == 0);
+    size_t off = 0;
+    for (int i = 0; i < 5; i++) {
+        size_t k = (size_t)oar_tensor_numel(w[i]);
+        CHECK(oar_tensor_to_host(w[i], final + off, k * sizeof *final) == 0);
+        off += k;
+        oar_tensor_release(w[i]);
+    }
+    oar_optim_free(opt);
+    oar_pool_pop(outer);
+}
+
 int main(void) {
     oar_device *d = opencl_device_or_skip();
     if (!d) return TEST_SKIP;
@@ -87,7 +137,21 @@ int main(void) {
     for (int i = 0; i < NW; i++) worst = fmax(worst, fabs((double)wd[i] - wc[i]));
     CHECK_NEAR(worst, 0, 1e-3);
     CHECK(ld[STEPS - 1] < 0.5 * ld[0]);
-    printf("loss %.4f -> %.4f on opencl:0 (cpu %.4f -> %.4f), max weight difference %.2g\n", ld[0],
-           ld[STEPS - 1], lc[0], lc[STEPS - 1], worst);
+    printf("mlp: loss %.4f -> %.4f on opencl:0 (cpu %.4f -> %.4f), max weight difference %.2g\n",
+           ld[0], ld[STEPS - 1], lc[0], lc[STEPS - 1], worst);
+
+    enum { NT = 20 * 16 + 16 + 16 + 16 * 4 + 4 };
+    static float tc[NT], td[NT];
+    test_current = "tokens cpu";
+    train_tokens(oar_device_cpu(), lc, tc);
+    test_current = "tokens opencl";
+    train_tokens(d, ld, td);
+    for (int i = 0; i < STEPS; i++) CHECK_NEAR(ld[i], lc[i], 1e-4 * (1 + fabs(lc[i])));
+    worst = 0;
+    for (int i = 0; i < NT; i++) worst = fmax(worst, fabs((double)td[i] - tc[i]));
+    CHECK_NEAR(worst, 0, 1e-3);
+    CHECK(ld[STEPS - 1] < 0.5 * ld[0]);
+    printf("tokens: loss %.4f -> %.4f on opencl:0 (cpu %.4f -> %.4f), max weight difference %.2g\n",
+           ld[0], ld[STEPS - 1], lc[0], lc[STEPS - 1], worst);
     return test_summary();
 }
