@@ -151,6 +151,15 @@ int main(void) {
     for (int i = 0; i < NT; i++) worst = fmax(worst, fabs((double)td[i] - tc[i]));
     CHECK_NEAR(worst, 0, 1e-3);
     CHECK(ld[STEPS - 1] < 0.5 * ld[0]);
+    /* a kernel's own error reaches oar_last_error (through host->error) */
+    test_current = "errors";
+    oar_pool *pool = oar_pool_push();
+    int64_t xs[2] = {2, 3}, is[2] = {2, 1}, bad[2] = {0, 7};
+    oar_tensor *xx = oar_tensor_to(oar_ones(OAR_F32, 2, xs), d);
+    oar_tensor *idx = oar_tensor_to(oar_tensor_from_data(bad, OAR_I64, 2, is), d);
+    CHECK_FAILS(oar_gather(xx, 1, idx), "gather: an index is out of range [0, 3) along dim 1");
+    CHECK(oar_tensor_item(oar_sum(xx, 0, NULL, false)) == 6); /* the device still works */
+    oar_pool_pop(pool);
     printf("tokens: loss %.4f -> %.4f on opencl:0 (cpu %.4f -> %.4f), max weight difference %.2g\n",
            ld[0], ld[STEPS - 1], lc[0], lc[STEPS - 1], worst);
     return test_summary();
