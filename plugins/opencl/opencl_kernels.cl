@@ -372,3 +372,138 @@ __kernel void scatter_add_f32(__global float *o, T to, __global const float *x, 
     }
     o[at(&to, i)] = v;
 }
+
+/* ---- convolutions and max pooling, f32 (direct; one work item per output) -- */
+/* Operands [N, C, H, W], or [N, C, L] read as H = 1. */
+static long at4(const T *t, long n, long c, long h, long w) {
+    if (t->nd == 4) return t->off + n * t->st[0] + c * t->st[1] + h * t->st[2] + w * t->st[3];
+    return t->off + n * t->st[0] + c * t->st[1] + w * t->st[2];
+}
+static long dim_h(const T *t) { return t->nd == 4 ? t->shape[2] : 1; }
+static long dim_w(const T *t) { return t->shape[t->nd - 1]; }
+
+/* a: stride2, padding2, dilation2, groups */
+__kernel void conv2d_f32(__global float *y, T ty, __global const float *x, T tx,
+                         __global const float *w, T tw, __global const float *b, T tb,
+                         int has_b, long8 a, long n_out) {
+    long i = get_global_id(0);
+    if (i >= n_out) return;
+    long OH = dim_h(&ty), OW = dim_w(&ty), O = ty.shape[1];
+    long ox = i % OW, oy = (i / OW) % OH, o = (i / (OW * OH)) % O, n = i / (OW * OH * O);
+    long groups = a.s6, cg = tx.shape[1] / groups, og = O / groups, g = o / og;
+    long H = dim_h(&tx), W = dim_w(&tx), KH = dim_h(&tw), KW = dim_w(&tw);
+    float acc = 0.0f;
+    for (long c = 0; c < cg; c++)
+        for (long ky = 0; ky < KH; ky++) {
+            long iy = oy * a.s0 - a.s2 + ky * a.s4;
+            if (iy < 0 || iy >= H) continue;
+            for (long kx = 0; kx < KW; kx++) {
+                long ix = ox * a.s1 - a.s3 + kx * a.s5;
+                if (ix < 0 || ix >= W) continue;
+                acc += x[at4(&tx, n, g * cg + c, iy, ix)] * w[at4(&tw, o, c, ky, kx)];
+            }
+        }
+    if (has_b) acc += b[at(&tb, o)];
+    y[at4(&ty, n, o, oy, ox)] = acc;
+}
+
+/* a: stride2, padding2, output_padding2, dilation2; groups separately */
+__kernel void conv_transpose2d_f32(__global float *y, T ty, __global const float *x, T tx,
+                                   __global const float *w, T tw, __global const float *b, T tb,
+                                   int has_b, long8 a, long groups, long n_out) {
+    long i = get_global_id(0);
+    if (i >= n_out) return;
+    long YH = dim_h(&ty), YW = dim_w(&ty), O = ty.shape[1];
+    long ix = i % YW, iy = (i / YW) % YH, o = (i / (YW * YH)) % O, n = i / (YW * YH * O);
+    long cg = tx.shape[1] / groups, og = tw.shape[1], g = o / og, oo = o % og;
+    long H = dim_h(&tx), W = dim_w(&tx), KH = dim_h(&tw), KW = dim_w(&tw);
+    float acc = 0.0f;
+    for (long c = 0; c < cg; c++)
+        for (long ky = 0; ky < KH; ky++) {
+            long ty_ = iy + a.s2 - ky * a.s6; /* = oy * sh */
+            if (ty_ < 0 || ty_ % a.s0) continue;
+            long oy = ty_ / a.s0;
+            if (oy >= H) continue;
+            for (long kx = 0; kx < KW; kx++) {
+                long tx_ = ix + a.s3 - kx * a.s7;
+                if (tx_ < 0 || tx_ % a.s1) continue;
+                long ox = tx_ / a.s1;
+                if (ox >= W) continue;
+                acc += x[at4(&tx, n, g * cg + c, oy, ox)] * w[at4(&tw, g * cg + c, oo, ky, kx)];
+            }
+        }
+    if (has_b) acc += b[at(&tb, o)];
+    y[at4(&ty, n, o, iy, ix)] = acc;
+}
+
+/* gw [O, cg, kh, kw]; a: stride2, padding2, dilation2; groups separately */
+__kernel void conv2d_weight_grad_f32(__global float *gw, T tg, __global const float *x, T tx,
+                                     __global const float *gy, T ty, long8 a, long groups,
+                                     long n_out) {
+    long i = get_global_id(0);
+    if (i >= n_out) return;
+    long KH = dim_h(&tg), KW = dim_w(&tg), CG = tg.shape[1], O = tg.shape[0];
+    long kx = i % KW, ky = (i / KW) % KH, c = (i / (KW * KH)) % CG, o = i / (KW * KH * CG);
+    long og = O / groups, g = o / og;
+    long N = tx.shape[0], H = dim_h(&tx), W = dim_w(&tx), OH = dim_h(&ty), OW = dim_w(&ty);
+    float acc = 0.0f;
+    for (long n = 0; n < N; n++)
+        for (long oy = 0; oy < OH; oy++) {
+            long iy = oy * a.s0 - a.s2 + ky * a.s4;
+            if (iy < 0 || iy >= H) continue;
+            for (long ox = 0; ox < OW; ox++) {
+                long ix = ox * a.s1 - a.s3 + kx * a.s5;
+                if (ix < 0 || ix >= W) continue;
+                acc += gy[at4(&ty, n, o, oy, ox)] * x[at4(&tx, n, g * CG + c, iy, ix)];
+            }
+        }
+    gw[at4(&tg, o, c, ky, kx)] = acc;
+}
+
+/* max_pool2d over the last two dims; a: kernel2, stride2, padding2,
+ * dilation2. Indices are h * W + w in the input plane (first maximum; NaN
+ * wins), as the CPU's. */
+__kernel void max_pool2d_f32(__global float *y, T ty, __global long *ind, T ti,
+                             __global const float *x, T tx, long8 a, long n_out) {
+    long i = get_global_id(0);
+    if (i >= n_out) return;
+    long OH = ty.shape[ty.nd - 2], OW = ty.shape[ty.nd - 1];
+    long H = tx.shape[tx.nd - 2], W = tx.shape[tx.nd - 1];
+    long ox = i % OW, oy = (i / OW) % OH, p = i / (OW * OH);
+    long y0 = oy * a.s2 - a.s4, x0 = ox * a.s3 - a.s5;
+    long y1 = y0 + (a.s0 - 1) * a.s6 + 1, x1 = x0 + (a.s1 - 1) * a.s7 + 1;
+    if (y1 > H) y1 = H;
+    if (x1 > W) x1 = W;
+    while (y0 < 0) y0 += a.s6;
+    while (x0 < 0) x0 += a.s7;
+    long best = y0 * W + x0;
+    float m = -INFINITY;
+    for (long iy = y0; iy < y1; iy += a.s6)
+        for (long ix = x0; ix < x1; ix += a.s7) {
+            float v = x[at(&tx, p * H * W + iy * W + ix)];
+            if (v > m || isnan(v)) {
+                m = v;
+                best = iy * W + ix;
+            }
+        }
+    y[at(&ty, i)] = m;
+    ind[at(&ti, i)] = best;
+}
+
+/* gx [..., H, W] = gy summed at the indices (in order: deterministic) */
+__kernel void max_pool2d_backward_f32(__global float *gx, T tgx, __global const float *gy, T tgy,
+                                      __global const long *ind, T ti, __global int *bad,
+                                      long n_out) {
+    long i = get_global_id(0);
+    if (i >= n_out) return;
+    long H = tgx.shape[tgx.nd - 2], W = tgx.shape[tgx.nd - 1];
+    long OH = tgy.shape[tgy.nd - 2], OW = tgy.shape[tgy.nd - 1];
+    long k = i % (H * W), p = i / (H * W);
+    float acc = 0.0f;
+    for (long j = 0; j < OH * OW; j++) {
+        long q = ind[at(&ti, p * OH * OW + j)];
+        if (q < 0 || q >= H * W) bad[0] = 1;
+        else if (q == k) acc += gy[at(&tgy, p * OH * OW + j)];
+    }
+    gx[at(&tgx, i)] = acc;
+}

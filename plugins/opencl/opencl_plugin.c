@@ -14,7 +14,11 @@
  *   reductions: sum prod amax amin over any dims
  *   matmul (tiled, batched, broadcast batch dims, 1-D operands), softmax,
  *   log_softmax, layer_norm, gather, index_select, scatter_add and
- *   index_add (f32 values, i64 indices; sums in index order, deterministic). */
+ *   index_add (f32 values, i64 indices; sums in index order, deterministic),
+ *   conv2d, conv_transpose2d, conv2d_weight_grad (direct, any groups,
+ *   strides, padding, dilation), max_pool2d and max_pool2d_backward.
+ *   Not claimed: avg/adaptive pooling, interpolate, norms other than
+ *   layer_norm, sort/topk, cumsum, random ops, f64 and complex. */
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
 
@@ -594,6 +598,115 @@ static int k_index(void *ctx, const oar_kernel_call *c) {
     return st;
 }
 
+/* An output flag buffer for kernels that detect bad indices; 0 or a status. */
+static int run_flagged(cl_dev *d, const char *name, args *a, long n, int *bad) {
+    cl_int err, zero = 0;
+    cl_mem flag = clCreateBuffer(d->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zero,
+                                 &zero, &err);
+    if (err) return fail("clCreateBuffer", err);
+    arg(a, sizeof(cl_mem), &flag);
+    ARG(a, n);
+    int st = launch1(d, name, a, n);
+    *bad = 0;
+    if (!st) {
+        err = clEnqueueReadBuffer(d->q, flag, CL_TRUE, 0, sizeof *bad, bad, 0, NULL, NULL);
+        if (err) st = fail("clEnqueueReadBuffer", err);
+    }
+    clReleaseMemObject(flag);
+    return st;
+}
+
+static cl_long8 long8_of(const int64_t *v, int n) {
+    cl_long8 r;
+    memset(&r, 0, sizeof r);
+    for (int i = 0; i < n && i < 8; i++) r.s[i] = v[i];
+    return r;
+}
+
+/* conv2d, conv_transpose2d: x, w, bias? -> y */
+static int k_conv(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    bool tr = !strcmp(c->op, "conv_transpose2d");
+    const oar_ktensor *y = &c->out[0], *x = &c->in[0], *w = &c->in[1];
+    cl_int has_b = c->n_in > 2 && c->in[2].dtype >= 0;
+    const oar_ktensor *b = has_b ? &c->in[2] : x;
+    kdesc ty = desc(y), tx = desc(x), tw = desc(w), tb = desc(b);
+    cl_long8 a8 = long8_of(c->iattr, tr ? 8 : 7);
+    cl_long groups = c->iattr[8], n = numel(y);
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &y->buffer);
+    ARG(&a, ty);
+    arg(&a, sizeof(cl_mem), &x->buffer);
+    ARG(&a, tx);
+    arg(&a, sizeof(cl_mem), &w->buffer);
+    ARG(&a, tw);
+    arg(&a, sizeof(cl_mem), &b->buffer);
+    ARG(&a, tb);
+    ARG(&a, has_b);
+    ARG(&a, a8);
+    if (tr) ARG(&a, groups);
+    ARG(&a, n);
+    return launch1(d, tr ? "conv_transpose2d_f32" : "conv2d_f32", &a, n);
+}
+
+static int k_conv_weight_grad(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *gw = &c->out[0], *x = &c->in[0], *gy = &c->in[1];
+    kdesc tg = desc(gw), tx = desc(x), ty = desc(gy);
+    cl_long8 a8 = long8_of(c->iattr + 4, 6);
+    cl_long groups = c->iattr[10], n = numel(gw);
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &gw->buffer);
+    ARG(&a, tg);
+    arg(&a, sizeof(cl_mem), &x->buffer);
+    ARG(&a, tx);
+    arg(&a, sizeof(cl_mem), &gy->buffer);
+    ARG(&a, ty);
+    ARG(&a, a8);
+    ARG(&a, groups);
+    ARG(&a, n);
+    return launch1(d, "conv2d_weight_grad_f32", &a, n);
+}
+
+static int k_max_pool(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *y = &c->out[0], *ind = &c->out[1], *x = &c->in[0];
+    kdesc ty = desc(y), ti = desc(ind), tx = desc(x);
+    cl_long8 a8 = long8_of(c->iattr, 8);
+    cl_long n = numel(y);
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &y->buffer);
+    ARG(&a, ty);
+    arg(&a, sizeof(cl_mem), &ind->buffer);
+    ARG(&a, ti);
+    arg(&a, sizeof(cl_mem), &x->buffer);
+    ARG(&a, tx);
+    ARG(&a, a8);
+    ARG(&a, n);
+    return launch1(d, "max_pool2d_f32", &a, n);
+}
+
+static int k_max_pool_backward(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *gx = &c->out[0], *gy = &c->in[0], *ind = &c->in[1];
+    kdesc tgx = desc(gx), tgy = desc(gy), ti = desc(ind);
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &gx->buffer);
+    ARG(&a, tgx);
+    arg(&a, sizeof(cl_mem), &gy->buffer);
+    ARG(&a, tgy);
+    arg(&a, sizeof(cl_mem), &ind->buffer);
+    ARG(&a, ti);
+    int bad, st = run_flagged(d, "max_pool2d_backward_f32", &a, numel(gx), &bad);
+    if (!st && bad)
+        return host->error(-1, "max_pool2d_backward: an index is out of range of the input plane");
+    return st;
+}
+
 static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt) {
     (void)ctx, (void)index;
     bool f32 = dt == DT_F32, small = dt_suffix(dt) != NULL;
@@ -614,6 +727,10 @@ static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt
     if (f32 && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
     if (f32 && !strcmp(op, "layer_norm")) return k_layer_norm;
     if (f32 && (!strcmp(op, "gather") || !strcmp(op, "index_select"))) return k_index;
+    if (f32 && (!strcmp(op, "conv2d") || !strcmp(op, "conv_transpose2d"))) return k_conv;
+    if (f32 && !strcmp(op, "conv2d_weight_grad")) return k_conv_weight_grad;
+    if (f32 && !strcmp(op, "max_pool2d")) return k_max_pool;
+    if (f32 && !strcmp(op, "max_pool2d_backward")) return k_max_pool_backward;
     return NULL;
 }
 
@@ -633,6 +750,8 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
         return c->in[0].dtype == DT_F32 && c->in[1].dtype == DT_I64;
     if (!strcmp(op, "scatter_add") || !strcmp(op, "index_add"))
         return c->in[0].dtype == DT_F32 && c->in[1].dtype == DT_I64 && c->in[2].dtype == DT_F32;
+    if (!strcmp(op, "max_pool2d_backward"))
+        return c->in[0].dtype == DT_F32 && c->in[1].dtype == DT_I64;
     if (index_of(compare_names, op) >= 0)
         return c->in[0].dtype == c->in[1].dtype &&
                (c->in[0].dtype == DT_F32 || c->in[0].dtype == DT_I32 || c->in[0].dtype == DT_I64);

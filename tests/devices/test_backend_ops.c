@@ -32,7 +32,7 @@ typedef struct {
     int n_in;
     in_spec in[3];
     int ni, nf;
-    int64_t i[6];
+    int64_t i[12];
     double f[2];
     double tol; /* relative and absolute bound on |device - cpu| */
     bool special; /* put NaN/Inf/0 among the f32 values */
@@ -497,6 +497,42 @@ static void nn_cases(oar_device *dev) {
     run_case(dev, &is1);
 }
 
+static void conv_cases(oar_device *dev) {
+    /* groups 2, stride (2, 1), padding (1, 0), dilation (1, 2); bias or none */
+    for (int b = 0; b < 2; b++) {
+        tcase t = {.op = "conv2d", .n_in = 3, .ni = 7, .i = {2, 1, 1, 0, 1, 2, 2}, .tol = 1e-5,
+                   .in = {{OAR_F32, 4, SH(2, 4, 7, 6), L_TRANSPOSED, -1, 1},
+                          {OAR_F32, 4, SH(6, 2, 3, 2), b ? L_STEPPED : L_CONTIG, -1, 1},
+                          {OAR_F32, 1, SH(6), L_CONTIG, -1, 1}}};
+        if (b) t.in[2].lay = L_NULL;
+        run_case(dev, &t);
+    }
+    tcase tr = {.op = "conv_transpose2d", .n_in = 3, .ni = 9, .i = {2, 2, 1, 0, 1, 0, 1, 1, 1},
+                .tol = 1e-5,
+                .in = {{OAR_F32, 4, SH(2, 4, 5, 4), L_STEPPED, -1, 1},
+                       {OAR_F32, 4, SH(4, 3, 3, 3), L_CONTIG, -1, 1}, {OAR_F32, 1, SH(3), L_CONTIG, -1, 1}}};
+    run_case(dev, &tr);
+    tcase tr2 = {.op = "conv_transpose2d", .n_in = 3, .ni = 9, .i = {1, 1, 0, 0, 0, 0, 2, 1, 2},
+                 .tol = 1e-5,
+                 .in = {{OAR_F32, 4, SH(1, 4, 3, 3), L_TRANSPOSED, -1, 1},
+                        {OAR_F32, 4, SH(4, 2, 2, 2), L_CONTIG, -1, 1}, {.lay = L_NULL}}};
+    run_case(dev, &tr2);
+    tcase wg = {.op = "conv2d_weight_grad", .n_in = 2, .ni = 11,
+                .i = {6, 2, 3, 2, 2, 1, 1, 0, 1, 2, 2}, .tol = 1e-5,
+                .in = {{OAR_F32, 4, SH(2, 4, 7, 6), L_CONTIG, -1, 1},
+                       {OAR_F32, 4, SH(2, 6, 4, 4), L_STEPPED, -1, 1}}};
+    run_case(dev, &wg);
+    for (int cm = 0; cm < 2; cm++) {
+        tcase mp = {.op = "max_pool2d", .n_in = 1, .ni = 9, .i = {3, 2, 2, 2, 1, 0, 1, 2, cm},
+                    .tol = 0, .in = {{OAR_F32, 4, SH(2, 3, 7, 8), cm ? L_TRANSPOSED : L_STEPPED, -3, 3}}};
+        run_case(dev, &mp);
+    }
+    tcase mb = {.op = "max_pool2d_backward", .n_in = 2, .ni = 2, .i = {5, 6}, .tol = 1e-6,
+                .in = {{OAR_F32, 4, SH(2, 3, 3, 4), L_TRANSPOSED, -1, 1},
+                       {OAR_I64, 4, SH(2, 3, 3, 4), L_CONTIG, 0, 30}}};
+    run_case(dev, &mb);
+}
+
 /* Every (op, dtype) the device claims must have had a case. */
 static void check_coverage(oar_device *dev) {
     static const oar_dtype dts[] = {OAR_BOOL, OAR_U8, OAR_I32, OAR_I64, OAR_F16, OAR_BF16,
@@ -537,6 +573,8 @@ int main(void) {
         matmul_cases(d);
         test_current = "nn";
         nn_cases(d);
+        test_current = "conv";
+        conv_cases(d);
         test_current = "coverage";
         check_coverage(d);
     }
