@@ -5,7 +5,9 @@
  * - an MLP (8 -> 32 -> 3, relu, cross entropy with probability targets)
  *   with SGD and momentum;
  * - a token classifier (embedding 20 x 16, layer_norm with affine, gelu,
- *   linear to 4 classes, cross entropy with class indices) with Adam.
+ *   linear to 4 classes, cross entropy with class indices) with Adam;
+ * - a small CNN (conv2d 1 -> 4, 3x3, padding 1, relu, 2x2 max_pool2d,
+ *   linear to 3 classes) with SGD.
  * Skipped (exit 77) where no OpenCL device exists. */
 #include "test.h"
 
@@ -122,6 +124,59 @@ static void train_tokens(oar_device *d, double *losses, float *final) {
     oar_pool_pop(outer);
 }
 
+/* The CNN on 8x8 images; class: which third of the image is brightest. */
+static void train_cnn(oar_device *d, double *losses, float *final) {
+    oar_pool *outer = oar_pool_push();
+    oar_manual_seed(4);
+    int64_t xs[4] = {12, 1, 8, 8}, ws[4] = {4, 1, 3, 3}, four = 4, ls[2] = {64, 3}, three = 3;
+    oar_tensor *x = oar_rand(OAR_F32, 4, xs);
+    float *xv = malloc(12 * 64 * sizeof *xv), onehot[12 * 3] = {0};
+    oar_tensor_to_host(x, xv, 12 * 64 * sizeof *xv);
+    for (int i = 0; i < 12; i++) {
+        float s[3] = {0, 0, 0};
+        for (int j = 0; j < 64; j++) s[(j % 8) * 3 / 8] += xv[i * 64 + j];
+        onehot[i * 3 + (s[0] > s[1] ? (s[0] > s[2] ? 0 : 2) : (s[1] > s[2] ? 1 : 2))] = 1;
+    }
+    free(xv);
+    int64_t ys[2] = {12, 3};
+    oar_tensor *y = oar_tensor_to(oar_tensor_from_data(onehot, OAR_F32, 2, ys), d);
+    x = oar_tensor_to(x, d);
+    oar_tensor *w[4] = {
+        oar_tensor_retain(oar_tensor_to(oar_mul_scalar(oar_randn(OAR_F32, 4, ws), 0.5), d)),
+        oar_tensor_retain(oar_full_on(OAR_F32, 1, &four, 0.0, d)),
+        oar_tensor_retain(oar_tensor_to(oar_mul_scalar(oar_randn(OAR_F32, 2, ls), 0.2), d)),
+        oar_tensor_retain(oar_full_on(OAR_F32, 1, &three, 0.0, d)),
+    };
+    for (int i = 0; i < 4; i++) oar_tensor_set_requires_grad(w[i], true);
+    oar_optimizer *opt = oar_sgd_new(4, w, &(oar_sgd_options){.lr = 0.1, .momentum = 0.9});
+    CHECK(opt != NULL);
+    const int64_t one[2] = {1, 1}, two[2] = {2, 2}, zero[2] = {0, 0};
+    oar_device_fallback_reset();
+    for (int step = 0; step < STEPS && opt; step++) {
+        oar_pool *p = oar_pool_push();
+        oar_tensor *h = oar_relu(oar_conv2d(x, w[0], w[1], one, one, one, 1));
+        h = oar_flatten(oar_max_pool2d(h, two, two, zero, one, false, NULL), 1, -1);
+        oar_tensor *loss = oar_cross_entropy(oar_add(oar_matmul(h, w[2]), w[3]), y, NULL, -100, 0,
+                                             OAR_REDUCTION_MEAN);
+        CHECK(loss && oar_tensor_device(loss) == d);
+        losses[step] = loss ? oar_tensor_item(loss) : NAN;
+        CHECK(oar_backward(loss, NULL) == 0);
+        CHECK(oar_optim_step(opt) == 0);
+        oar_optim_zero_grad(opt);
+        oar_pool_pop(p);
+    }
+    CHECK(oar_device_fallback_count() == 0);
+    size_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        size_t k = (size_t)oar_tensor_numel(w[i]);
+        CHECK(oar_tensor_to_host(w[i], final + off, k * sizeof *final) == 0);
+        off += k;
+        oar_tensor_release(w[i]);
+    }
+    oar_optim_free(opt);
+    oar_pool_pop(outer);
+}
+
 int main(void) {
     oar_device *d = opencl_device_or_skip();
     if (!d) return TEST_SKIP;
@@ -151,6 +206,23 @@ int main(void) {
     for (int i = 0; i < NT; i++) worst = fmax(worst, fabs((double)td[i] - tc[i]));
     CHECK_NEAR(worst, 0, 1e-3);
     CHECK(ld[STEPS - 1] < 0.5 * ld[0]);
+    printf("tokens: loss %.4f -> %.4f on opencl:0 (cpu %.4f -> %.4f), max weight difference %.2g\n",
+           ld[0], ld[STEPS - 1], lc[0], lc[STEPS - 1], worst);
+
+    enum { NC = 36 + 4 + 64 * 3 + 3 };
+    static float cc[NC], cd[NC];
+    test_current = "cnn cpu";
+    train_cnn(oar_device_cpu(), lc, cc);
+    test_current = "cnn opencl";
+    train_cnn(d, ld, cd);
+    for (int i = 0; i < STEPS; i++) CHECK_NEAR(ld[i], lc[i], 1e-4 * (1 + fabs(lc[i])));
+    worst = 0;
+    for (int i = 0; i < NC; i++) worst = fmax(worst, fabs((double)cd[i] - cc[i]));
+    CHECK_NEAR(worst, 0, 1e-3);
+    CHECK(ld[STEPS - 1] < 0.7 * ld[0]);
+    printf("cnn: loss %.4f -> %.4f on opencl:0 (cpu %.4f -> %.4f), max weight difference %.2g\n",
+           ld[0], ld[STEPS - 1], lc[0], lc[STEPS - 1], worst);
+
     /* a kernel's own error reaches oar_last_error (through host->error) */
     test_current = "errors";
     oar_pool *pool = oar_pool_push();
@@ -160,7 +232,5 @@ int main(void) {
     CHECK_FAILS(oar_gather(xx, 1, idx), "gather: an index is out of range [0, 3) along dim 1");
     CHECK(oar_tensor_item(oar_sum(xx, 0, NULL, false)) == 6); /* the device still works */
     oar_pool_pop(pool);
-    printf("tokens: loss %.4f -> %.4f on opencl:0 (cpu %.4f -> %.4f), max weight difference %.2g\n",
-           ld[0], ld[STEPS - 1], lc[0], lc[STEPS - 1], worst);
     return test_summary();
 }
