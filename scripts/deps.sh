@@ -11,6 +11,7 @@ pkgs=(
     libcjson-dev             # JSON for graphs, safetensors headers, traces
     dataset-fashion-mnist    # the demo's data
     libopenmpi-dev openmpi-bin # distributed tensors over MPI (src/dist/)
+    ocl-icd-opencl-dev opencl-headers pocl-opencl-icd  # the opencl device plugin (pocl: a CPU OpenCL device)
 )
 
 missing=()

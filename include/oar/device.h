@@ -1,12 +1,42 @@
-/* The device ABI: the table of C function pointers through which oar reaches
- * every device, the built-in CPU included. A plugin builds against this
- * header alone and links nothing of liboar.
+/* The device ABI: the tables of C function pointers through which oar
+ * reaches every device, the built-in CPU included, and the entry point of a
+ * device plugin. A plugin builds against this header alone and links
+ * nothing of liboar: what it needs from oar (logging, errors, host memory)
+ * comes in the oar_host_api table oar hands to its entry point.
  *
- * Rules of the ABI: every table starts with abi_version and struct_size and
- * only ever grows at its end; a member marked "optional" may be NULL and its
- * comment names the default; dtypes are the integer values of oar_dtype
- * (0 bool, 1 u8, 2 i32, 3 i64, 4 f16, 5 bf16, 6 f32, 7 f64, 8 c64, 9 c128);
- * ops are named by the strings of src/ops/defs/ (the names in docs/ops.md). */
+ * Rules of the ABI
+ * - Every table starts with abi_version and struct_size and only ever grows
+ *   at its end. A reader of a table never touches a member that lies past
+ *   the struct_size its writer declared: such a member reads as NULL / 0.
+ * - abi_version is (major << 16) | minor. oar refuses a plugin whose major
+ *   differs from OAR_DEVICE_ABI_MAJOR; a newer minor only adds members at
+ *   the ends of tables, so both directions of a minor mismatch load.
+ * - A member marked "required" must be non-NULL (the loader refuses the
+ *   plugin and names the member); one marked "optional" may be NULL, and
+ *   its comment names what oar does then.
+ * - dtypes are the integer values of oar_dtype (0 bool, 1 u8, 2 i32, 3 i64,
+ *   4 f16, 5 bf16, 6 f32, 7 f64, 8 c64, 9 c128); ops are named by the
+ *   strings of src/ops/defs/ (the names in docs/ops.md), their attributes
+ *   are documented there.
+ * - Status: 0 is success; a non-zero return is an oar status (negative
+ *   OAR_ERR_* values of <oar/tensor.h>) reported first through the host's
+ *   `error` member, so the user sees the plugin's own message.
+ *
+ * A plugin in short (plugins/opencl/ is a complete one):
+ *
+ *     static const oar_device_iface my_iface = {
+ *         .abi_version = OAR_DEVICE_ABI_VERSION, .struct_size = sizeof my_iface,
+ *         .type_name = "mydev", .device_count = ..., .get_props = ..., ...};
+ *     int oar_plugin_init(const oar_host_api *host, oar_plugin_desc *out) {
+ *         if (!(out->ctx = my_open(host))) return -1;   // refused, oar keeps running
+ *         out->abi_version = OAR_DEVICE_ABI_VERSION;
+ *         out->name = "mydev";
+ *         out->iface = &my_iface;
+ *         return 0;
+ *     }
+ *
+ * Build it as a shared library and put it in a folder of OAR_PLUGIN_PATH;
+ * its devices are then "mydev:0", "mydev:1", ... for oar_device_get. */
 #ifndef OAR_DEVICE_H
 #define OAR_DEVICE_H
 
@@ -18,16 +48,19 @@ extern "C" {
 #endif
 
 #define OAR_DEVICE_ABI_MAJOR 1
-#define OAR_DEVICE_ABI_MINOR 0
+#define OAR_DEVICE_ABI_MINOR 1
 #define OAR_DEVICE_ABI_VERSION ((OAR_DEVICE_ABI_MAJOR << 16) | OAR_DEVICE_ABI_MINOR)
 #define OAR_KERNEL_MAX_DIMS 8
+
+/* The symbol oar looks up in a plugin, and its signature. */
+#define OAR_PLUGIN_INIT_SYMBOL "oar_plugin_init"
 
 /* A tensor as a kernel sees it: a strided view into a device buffer. */
 typedef struct oar_ktensor {
     void *data;        /* element [0,...,0]; valid on devices with host-addressable memory */
-    void *buffer;      /* the device allocation the view lives in */
+    void *buffer;      /* the device allocation the view lives in (what alloc returned) */
     int64_t offset;    /* element [0,...,0] is `offset` elements into buffer */
-    int32_t dtype;
+    int32_t dtype;     /* -1 for an optional input passed as NULL */
     int32_t ndim;
     int64_t shape[OAR_KERNEL_MAX_DIMS];
     int64_t strides[OAR_KERNEL_MAX_DIMS]; /* in elements; 0 on broadcast dims */
@@ -47,38 +80,218 @@ typedef struct oar_kernel_call {
 } oar_kernel_call;
 
 /* Returns 0 on success, non-zero after reporting through the host's error
- * hook (or, for the built-in CPU device, oar's error state). */
+ * hook (or, for the built-in CPU device, oar's error state). A kernel runs
+ * in stream order on the device's default stream; oar synchronizes before
+ * host reads. */
 typedef int (*oar_kernel_fn)(void *device_ctx, const oar_kernel_call *call);
 
 typedef struct oar_device_props {
-    char name[64];
+    char name[64];           /* what the hardware calls itself */
     uint64_t total_memory;   /* bytes, 0 if unknown */
 } oar_device_props;
 
+/* Opaque handles a device hands out and gets back. */
+typedef void *oar_stream;
+typedef void *oar_event;
+
+/* Reductions of the collective hooks. */
+typedef enum oar_reduce_op { OAR_REDUCE_SUM = 0, OAR_REDUCE_MAX = 1, OAR_REDUCE_MIN = 2,
+                             OAR_REDUCE_AVG = 3 } oar_reduce_op;
+
+/* Every member takes the plugin's context (oar_plugin_desc.ctx) and the
+ * device index in [0, device_count). Buffers are what alloc returned;
+ * offsets are in bytes. */
 typedef struct oar_device_iface {
     uint32_t abi_version;    /* OAR_DEVICE_ABI_VERSION the table was built for */
     uint32_t struct_size;    /* sizeof(oar_device_iface) as the plugin saw it */
-    const char *type_name;   /* "cpu", "opencl", "cuda": the prefix of "type:index" */
+    const char *type_name;   /* required: "cpu", "opencl", "cuda": the prefix of "type:index" */
 
-    /* required */
+    /* required: number of devices (0 is allowed: the plugin loads, no device appears) */
     int (*device_count)(void *ctx);
+    /* required */
     int (*get_props)(void *ctx, int index, oar_device_props *out);
-    void *(*alloc)(void *ctx, int index, size_t nbytes);            /* NULL on failure */
+    /* required: a buffer of nbytes (nbytes may be 0: return a non-NULL
+     * token); NULL on failure (oar reports out of memory naming the device) */
+    void *(*alloc)(void *ctx, int index, size_t nbytes);
+    /* required: frees what alloc returned; nbytes as given to alloc */
     void (*free)(void *ctx, int index, void *buffer, size_t nbytes);
+    /* required: synchronous host -> device copy (returns when src may be reused) */
     int (*copy_to_device)(void *ctx, int index, void *dst, size_t dst_offset,
                           const void *src, size_t nbytes);
+    /* required: synchronous device -> host copy (returns when dst holds the data) */
     int (*copy_to_host)(void *ctx, int index, void *dst, const void *src,
                         size_t src_offset, size_t nbytes);
-    /* Kernel lookup by op name and dtype (the compute dtype of the call):
-     * NULL if the device has none, and oar runs the op on the CPU. */
+    /* required: kernel lookup by op name and dtype (the compute dtype of the
+     * call, which for cast and copy is the output's). NULL if the device has
+     * none: oar runs the op on the CPU with copies (and warns once per op). */
     oar_kernel_fn (*get_kernel)(void *ctx, int index, const char *op, int32_t dtype);
 
     /* optional: NULL means copy through host memory */
     int (*copy_device_to_device)(void *ctx, int index, void *dst, size_t dst_offset,
                                  const void *src, size_t src_offset, size_t nbytes);
-    /* optional: NULL means the device is always synchronous */
+    /* optional: waits for all work queued on the device; NULL means the
+     * device is always synchronous */
     int (*synchronize)(void *ctx, int index);
+
+    /* ---- ABI 1.1 -------------------------------------------------------- */
+    /* optional: a finer check than get_kernel: does the kernel for this
+     * call's op and dtype handle these inputs (their dtypes, ranks, strides,
+     * attributes)? call->in is as the op got them (before broadcast
+     * expansion), call->n_out is 0. Returns 1 yes, 0 no (oar then runs the
+     * op on the CPU). NULL means every call of a kernel get_kernel returned
+     * is supported. */
+    int (*supports_op)(void *ctx, int index, const oar_kernel_call *call);
+    /* optional streams: NULL means one implicit in-order stream (a NULL
+     * oar_stream); stream_create returns NULL on failure */
+    oar_stream (*stream_create)(void *ctx, int index);
+    void (*stream_destroy)(void *ctx, int index, oar_stream s);
+    /* optional: waits for the work queued on s; NULL means synchronize */
+    int (*stream_synchronize)(void *ctx, int index, oar_stream s);
+    /* optional events: NULL means oar synchronizes the whole stream instead */
+    oar_event (*event_create)(void *ctx, int index);
+    void (*event_destroy)(void *ctx, int index, oar_event e);
+    int (*event_record)(void *ctx, int index, oar_event e, oar_stream s);
+    /* makes stream s wait for e (no host wait) */
+    int (*stream_wait_event)(void *ctx, int index, oar_stream s, oar_event e);
+    int (*event_synchronize)(void *ctx, int index, oar_event e);
+    /* optional asynchronous copies queued on s (src/dst host memory must
+     * stay valid until the stream reaches the copy); NULL means the
+     * synchronous member above */
+    int (*copy_to_device_async)(void *ctx, int index, void *dst, size_t dst_offset,
+                                const void *src, size_t nbytes, oar_stream s);
+    int (*copy_to_host_async)(void *ctx, int index, void *dst, const void *src,
+                              size_t src_offset, size_t nbytes, oar_stream s);
+    int (*copy_device_to_device_async)(void *ctx, int index, void *dst, size_t dst_offset,
+                                       const void *src, size_t src_offset, size_t nbytes,
+                                       oar_stream s);
+    /* optional collectives over `count` elements of `dtype` among the
+     * devices of a communicator the plugin made (comm: the plugin's handle,
+     * e.g. an NCCL communicator; rank/peer: positions in it). NULL means
+     * the device has none: oar's distributed layer then moves the data
+     * through host memory and MPI. */
+    int (*all_reduce)(void *ctx, int index, void *comm, const void *send, void *recv,
+                      size_t count, int32_t dtype, oar_reduce_op op, oar_stream s);
+    int (*all_gather)(void *ctx, int index, void *comm, const void *send, void *recv,
+                      size_t send_count, int32_t dtype, oar_stream s);
+    int (*reduce_scatter)(void *ctx, int index, void *comm, const void *send, void *recv,
+                          size_t recv_count, int32_t dtype, oar_reduce_op op, oar_stream s);
+    int (*broadcast)(void *ctx, int index, void *comm, const void *send, void *recv,
+                     size_t count, int32_t dtype, int root, oar_stream s);
+    int (*send)(void *ctx, int index, void *comm, const void *buf, size_t count, int32_t dtype,
+                int peer, oar_stream s);
+    int (*recv)(void *ctx, int index, void *comm, void *buf, size_t count, int32_t dtype,
+                int peer, oar_stream s);
 } oar_device_iface;
+
+/* Log levels of oar_host_api.log. */
+enum { OAR_LOG_DEBUG = 0, OAR_LOG_INFO = 1, OAR_LOG_WARN = 2, OAR_LOG_ERROR = 3 };
+
+/* What oar gives a plugin. Every member is always non-NULL. */
+typedef struct oar_host_api {
+    uint32_t abi_version;    /* the host's OAR_DEVICE_ABI_VERSION */
+    uint32_t struct_size;    /* sizeof(oar_host_api) as the host saw it */
+    /* a line to oar's log (stderr; OAR_LOG_DEBUG only with OAR_LOG=debug) */
+    void (*log)(int level, const char *plugin, const char *msg);
+    /* sets oar's error state (what oar_last_error() returns) to msg and
+     * returns status, so a kernel can `return host->error(...)` */
+    int (*error)(int status, const char *msg);
+    /* host memory through oar's allocator hook (NULL on failure; free takes
+     * the size given to alloc) */
+    void *(*alloc)(size_t nbytes);
+    void (*free)(void *p, size_t nbytes);
+} oar_host_api;
+
+/* What a plugin's entry point fills. oar zeroes it and sets abi_version
+ * and struct_size to its own before the call; the plugin writes only the
+ * members that lie below that struct_size and sets abi_version to the
+ * version it was built for. */
+typedef struct oar_plugin_desc {
+    uint32_t abi_version;
+    uint32_t struct_size;
+    const char *name;                /* required: "opencl" (for messages and listings) */
+    const oar_device_iface *iface;   /* required; must outlive the process */
+    void *ctx;                       /* optional: passed to every iface member (NULL allowed) */
+    /* optional: called once when oar shuts the plugin down (at exit) */
+    void (*shutdown)(void *ctx);
+} oar_plugin_desc;
+
+/* The entry point every plugin exports (with default visibility). Returns
+ * 0 on success; non-zero refuses the plugin (oar logs the plugin's name and
+ * the status, and any message the plugin gave through host->error). */
+typedef int (*oar_plugin_init_fn)(const oar_host_api *host, oar_plugin_desc *out);
+
+
+/* ==== Using devices (liboar's side; a plugin needs none of this) ========= */
+#ifndef OAR_DEVICE_PLUGIN_ONLY
+#include <stdbool.h>
+
+#if defined(__GNUC__) && !defined(OAR_DEVICE_API)
+#define OAR_DEVICE_API __attribute__((visibility("default")))
+#elif !defined(OAR_DEVICE_API)
+#define OAR_DEVICE_API
+#endif
+
+typedef struct oar_tensor oar_tensor;
+typedef struct oar_device oar_device;
+
+/* Plugins load on first use of a device function (oar_device_get with a
+ * name other than "cpu", oar_device_count, oar_plugin_count, ...): every
+ * regular file named *.so in the folders of OAR_PLUGIN_PATH (':'-separated)
+ * and then in the install folder (OAR_PLUGIN_DIR, <prefix>/lib/oar/plugins)
+ * is opened. A plugin that fails to load is logged to stderr with its path
+ * and the reason, recorded (oar_plugin_info) and skipped; oar keeps
+ * running. A type already provided by an earlier plugin is refused. */
+
+/* Loads one plugin file now (also before the automatic scan). 0 on
+ * success; otherwise the status, with oar_last_error() naming the file
+ * and the reason; the failure is also recorded for oar_plugin_info. */
+OAR_DEVICE_API int oar_plugin_load(const char *path);
+
+typedef struct oar_plugin_info {
+    char path[512];
+    char name[64];        /* the plugin's name, or "" if it never said */
+    bool loaded;
+    char reason[256];     /* why it was refused ("" when loaded) */
+    int n_devices;
+} oar_plugin_info;
+
+/* Plugins tried so far, loaded or refused, in load order. */
+OAR_DEVICE_API int oar_plugin_count(void);
+/* Fills *out for plugin i; 0, or OAR_ERR_INVALID if i is out of range. */
+OAR_DEVICE_API int oar_plugin_get_info(int i, oar_plugin_info *out);
+
+/* Devices, the CPU first (index 0). */
+OAR_DEVICE_API int oar_device_count(void);
+/* Device i (borrowed), NULL with an error if out of range. */
+OAR_DEVICE_API oar_device *oar_device_at(int i);
+/* The device's properties; 0 or a status. */
+OAR_DEVICE_API int oar_device_get_props(const oar_device *d, oar_device_props *out);
+/* Waits for the work queued on d; 0 or a status. */
+OAR_DEVICE_API int oar_device_synchronize(oar_device *d);
+
+/* Writes a report of devices, plugins and load failures (one line each,
+ * "device opencl:0  pthread-skylake  16384 MiB", "plugin ... loaded" /
+ * "plugin ... refused: <reason>") to buf (always terminated, truncated to
+ * size). Returns the length it needed. For the `oar devices` command. */
+OAR_DEVICE_API int oar_device_report(char *buf, size_t size);
+
+/* A copy of t on device d (a new reference following the pool rule), or t
+ * itself (retained) when it is already there. The copy is a leaf:
+ * gradients do not flow back through a device move, so move parameters
+ * before setting requires_grad. NULL with an error on failure. */
+OAR_DEVICE_API oar_tensor *oar_tensor_to(oar_tensor *t, oar_device *d);
+
+/* Filled creation on a device (NULL: the CPU), as oar_full; dtype is an
+ * oar_dtype value. A new reference following the pool rule. */
+OAR_DEVICE_API oar_tensor *oar_full_on(int32_t dtype, int ndim, const int64_t *shape,
+                                       double value, oar_device *d);
+
+/* How many op calls ran on the CPU because their device had no kernel for
+ * them (each such op is also warned about once on stderr), since start or
+ * the last reset. */
+OAR_DEVICE_API int64_t oar_device_fallback_count(void);
+OAR_DEVICE_API void oar_device_fallback_reset(void);
+#endif
 
 #ifdef __cplusplus
 }

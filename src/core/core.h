@@ -135,6 +135,24 @@ struct oar_device {
 OARI_HIDDEN oar_device *oari_device_cpu(void);
 OARI_HIDDEN void *oari_device_alloc(oar_device *d, size_t nbytes);
 OARI_HIDDEN void oari_device_free(oar_device *d, void *p, size_t nbytes);
+/* ---- devices and plugins (src/core/device.c, plugin_loader.c) ---------- */
+#define OARI_MAX_DEVICES 32
+/* Adds device `index` of a loaded plugin as "<type>:<index>". */
+OARI_HIDDEN int oari_device_register(const oar_device_iface *iface, void *ctx, int index);
+OARI_HIDDEN bool oari_device_type_taken(const char *type);
+/* Synchronous copies between host memory and a device buffer (offsets in
+ * bytes); 0, or a status with the error set naming the device. */
+OARI_HIDDEN int oari_device_to_host(oar_device *d, void *dst, const void *buffer, size_t offset,
+                                    size_t n);
+OARI_HIDDEN int oari_device_from_host(oar_device *d, void *buffer, size_t offset, const void *src,
+                                      size_t n);
+/* True after a plugin reported an error through the host table on this
+ * thread (reset by the caller before a device call). */
+OARI_HIDDEN extern _Thread_local bool oari_device_reported;
+/* Scans OAR_PLUGIN_PATH and the install folder once (thread-safe). */
+OARI_HIDDEN void oari_plugins_ensure_loaded(void);
+/* A line to stderr, "oar: <who>: <msg>" (debug only with OAR_LOG=debug). */
+OARI_HIDDEN void oari_log(int level, const char *who, const char *fmt, ...) OARI_PRINTF(3, 4);
 
 /* ---- threads ------------------------------------------------------------- */
 /* Below this many elements a loop runs on one thread. */

@@ -94,7 +94,8 @@ static int zero_gin(oari_grad_ctx *g) {
     for (int i = 0; i < g->n_in; i++) {
         if (!g->needs[i]) continue;
         const oari_meta *m = &g->in_meta[i];
-        if (!(g->gin[i] = oar_zeros(m->dtype, m->ndim, m->shape))) return OAR_ERR_NOMEM;
+        oar_device *d = oar_tensor_device(g->gout[0]); /* zeros on the gradient's device */
+        if (!(g->gin[i] = oar_full_on(m->dtype, m->ndim, m->shape, 0, d))) return OAR_ERR_NOMEM;
     }
     return 0;
 }

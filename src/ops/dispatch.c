@@ -3,6 +3,7 @@
  * inputs, runs the device kernel found through the device table (or makes a
  * view), and records the call on the autograd tape. */
 #include "op.h"
+#include "device_ops.h" /* devices: scalar inputs follow, CPU fallback */
 
 #include <string.h>
 
@@ -155,6 +156,7 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
     oar_device *dev = NULL;
     for (int i = 0; i < n_in; i++) {
         if (!in[i] || !in[i]->storage) continue;
+        if (oari_device_follows(in[i], i == 0 && (def->flags & OARI_F_INPLACE))) continue; /* devices */
         oar_device *d = in[i]->storage->device;
         if (!dev) dev = d;
         else if (d != dev)
@@ -180,6 +182,8 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
             cin[i] = r;
             n_cast++;
         }
+        if (!st && dev != oari_device_cpu()) /* devices: 0-d CPU inputs follow */
+            st = oari_device_move_scalars(dev, def->flags & OARI_F_INPLACE, n_in, in, cin, &n_cast);
         for (int j = 0; j < n_out && !st; j++) {
             out[j] = (def->flags & OARI_F_INPLACE)
                          ? oar_tensor_retain(in[0])
@@ -190,7 +194,9 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
             bool empty = !(def->flags & OARI_F_INPLACE);
             for (int j = 0; j < n_out; j++) empty = empty && out[j]->numel == 0;
             if (!empty) {
-                if (is_half(c.kernel_dtype) && !oari_kernel_lookup(dev, op, c.kernel_dtype))
+                if (oari_device_needs_fallback(dev, op, c.kernel_dtype, n_in, cin, attrs)) /* devices */
+                    st = oari_device_run_on_cpu(op, dev, n_in, cin, attrs, n_out, out);
+                else if (is_half(c.kernel_dtype) && !oari_kernel_lookup(dev, op, c.kernel_dtype))
                     st = run_half_via_f32(def, op, dev, n_in, cin, attrs, n_out, out);
                 else
                     st = run_kernel(def, op, dev, c.kernel_dtype, n_in, cin, attrs, n_out, out);

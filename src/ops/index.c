@@ -205,7 +205,8 @@ static int grad_gather(oari_grad_ctx *g) {
     oar_tensor *gy = g->gout[0];
     if (!gy || !g->needs[0]) return 0;
     const oari_meta *m = &g->in_meta[0];
-    g->gin[0] = oar_scatter_add(oar_zeros(gy->dtype, m->ndim, m->shape), DIM(g), g->in[1], gy);
+    oar_tensor *zeros = oar_full_on(gy->dtype, m->ndim, m->shape, 0, oar_tensor_device(gy));
+    g->gin[0] = oar_scatter_add(zeros, DIM(g), g->in[1], gy);
     return g->gin[0] ? 0 : OAR_ERR_NOMEM;
 }
 
@@ -233,7 +234,8 @@ static int grad_index_select(oari_grad_ctx *g) {
     oar_tensor *gy = g->gout[0];
     if (!gy || !g->needs[0]) return 0;
     const oari_meta *m = &g->in_meta[0];
-    g->gin[0] = oar_index_add(oar_zeros(gy->dtype, m->ndim, m->shape), DIM(g), g->in[1], gy);
+    oar_tensor *zeros = oar_full_on(gy->dtype, m->ndim, m->shape, 0, oar_tensor_device(gy));
+    g->gin[0] = oar_index_add(zeros, DIM(g), g->in[1], gy);
     return g->gin[0] ? 0 : OAR_ERR_NOMEM;
 }
 
@@ -250,7 +252,8 @@ static int grad_select_values(oari_grad_ctx *g, int dim) {
     oar_tensor *gy = g->gout[0];
     if (!gy || !g->needs[0]) return 0;
     const oari_meta *m = &g->in_meta[0];
-    g->gin[0] = oar_scatter(oar_zeros(gy->dtype, m->ndim, m->shape), dim, g->out[1], gy);
+    oar_tensor *zeros = oar_full_on(gy->dtype, m->ndim, m->shape, 0, oar_tensor_device(gy));
+    g->gin[0] = oar_scatter(zeros, dim, g->out[1], gy);
     return g->gin[0] ? 0 : OAR_ERR_NOMEM;
 }
 

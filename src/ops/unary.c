@@ -75,7 +75,7 @@ static oar_tensor *Y(oari_grad_ctx *g) { return g->out[0]; }
 /* zero gradient (floor, ceil, round, trunc, real sign), as PyTorch */
 static int grad_zero(oari_grad_ctx *g) {
     const oari_meta *m = &g->in_meta[0];
-    g->gin[0] = oar_zeros(m->dtype, m->ndim, m->shape);
+    g->gin[0] = oar_full_on(m->dtype, m->ndim, m->shape, 0, oar_tensor_device(g->gout[0]));
     return done(g);
 }
 

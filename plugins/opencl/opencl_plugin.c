@@ -1,0 +1,832 @@
+/* The OpenCL device plugin: every OpenCL device the ICD loader finds
+ * becomes "opencl:<i>". Buffers are cl_mem objects; kernels (opencl_kernels.cl)
+ * are built once per device on first use. Built against <oar/device.h>
+ * alone. Ops claimed (f32 compute unless said otherwise; get_kernel returns
+ * NULL for everything else, which oar runs on the CPU):
+ *   unary: neg abs sign exp exp2 log log2 log1p expm1 sqrt rsqrt square
+ *     reciprocal sin cos tan asin acos atan sinh cosh tanh sigmoid relu relu6
+ *     leaky_relu elu gelu silu softplus erf floor ceil round trunc clamp conj,
+ *     isnan isinf (f32 -> bool), logical_not (bool)
+ *   binary: add sub mul div maximum minimum pow atan2; eq ne lt le gt ge
+ *     (f32, i32, i64 -> bool), logical_and/or/xor (bool), where (bool
+ *     condition; f32, i32, i64 or bool values)
+ *   cast, copy: between bool u8 i32 i64 f32; fill, contiguous: those dtypes
+ *   reductions: sum prod amax amin over any dims
+ *   matmul (tiled, batched, broadcast batch dims, 1-D operands), softmax,
+ *   log_softmax, layer_norm, gather, index_select, scatter_add and
+ *   index_add (f32 values, i64 indices; sums in index order, deterministic),
+ *   conv2d, conv_transpose2d, conv2d_weight_grad (direct, any groups,
+ *   strides, padding, dilation), max_pool2d and max_pool2d_backward.
+ *   Not claimed: avg/adaptive pooling, interpolate, norms other than
+ *   layer_norm, sort/topk, cumsum, random ops, f64 and complex. */
+#define OAR_DEVICE_PLUGIN_ONLY
+#include <oar/device.h>
+
+#include <CL/cl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "opencl_kernels.h" /* oar_opencl_source: opencl_kernels.cl as a string */
+
+#define MAX_DEV 8
+enum { DT_BOOL = 0, DT_U8 = 1, DT_I32 = 2, DT_I64 = 3, DT_F32 = 6 };
+
+typedef struct { cl_long off, nd, shape[8], st[8]; } kdesc; /* T in the .cl file */
+
+typedef struct cl_dev {
+    cl_device_id id;
+    cl_context ctx;
+    cl_command_queue q;
+    cl_program prog;  /* built on first kernel use */
+    int build_failed;
+    pthread_mutex_t lock; /* kernel arguments and enqueue */
+    cl_kernel kernels[64];
+    const char *kernel_names[64];
+    int n_kernels;
+    char name[64];
+    cl_ulong mem;
+} cl_dev;
+
+static const oar_host_api *host;
+static cl_dev devs[MAX_DEV];
+static int n_devs;
+
+static int fail(const char *what, cl_int err) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "opencl: %s failed (OpenCL error %d)", what, (int)err);
+    return host->error(-4, msg);
+}
+
+/* ---- device table --------------------------------------------------------- */
+
+static int count(void *ctx) { (void)ctx; return n_devs; }
+
+static int props(void *ctx, int index, oar_device_props *out) {
+    (void)ctx;
+    snprintf(out->name, sizeof out->name, "%s", devs[index].name);
+    out->total_memory = devs[index].mem;
+    return 0;
+}
+
+static void *alloc(void *ctx, int index, size_t n) {
+    (void)ctx;
+    cl_int err;
+    cl_mem m = clCreateBuffer(devs[index].ctx, CL_MEM_READ_WRITE, n ? n : 4, NULL, &err);
+    return err == CL_SUCCESS ? m : NULL;
+}
+
+static void release(void *ctx, int index, void *p, size_t n) {
+    (void)ctx, (void)index, (void)n;
+    clReleaseMemObject((cl_mem)p);
+}
+
+static int to_device(void *ctx, int index, void *dst, size_t off, const void *src, size_t n) {
+    (void)ctx;
+    cl_int err = clEnqueueWriteBuffer(devs[index].q, (cl_mem)dst, CL_TRUE, off, n, src, 0, NULL, NULL);
+    return err ? fail("clEnqueueWriteBuffer", err) : 0;
+}
+
+static int to_host(void *ctx, int index, void *dst, const void *src, size_t off, size_t n) {
+    (void)ctx;
+    cl_int err = clEnqueueReadBuffer(devs[index].q, (cl_mem)src, CL_TRUE, off, n, dst, 0, NULL, NULL);
+    return err ? fail("clEnqueueReadBuffer", err) : 0;
+}
+
+static int d2d(void *ctx, int index, void *dst, size_t doff, const void *src, size_t soff, size_t n) {
+    (void)ctx;
+    cl_int err = clEnqueueCopyBuffer(devs[index].q, (cl_mem)src, (cl_mem)dst, soff, doff, n, 0,
+                                     NULL, NULL);
+    return err ? fail("clEnqueueCopyBuffer", err) : 0;
+}
+
+static int sync_dev(void *ctx, int index) {
+    (void)ctx;
+    cl_int err = clFinish(devs[index].q);
+    return err ? fail("clFinish", err) : 0;
+}
+
+/* ---- running kernels ------------------------------------------------------- */
+
+/* The device a call runs on: the one whose context owns its first buffer. */
+static cl_dev *dev_of(const oar_kernel_call *c) {
+    const oar_ktensor *t = c->n_out ? &c->out[0] : &c->in[0];
+    cl_context cx;
+    if (clGetMemObjectInfo((cl_mem)t->buffer, CL_MEM_CONTEXT, sizeof cx, &cx, NULL)) return NULL;
+    for (int i = 0; i < n_devs; i++)
+        if (devs[i].ctx == cx) return &devs[i];
+    return NULL;
+}
+
+static int build(cl_dev *d) {
+    if (d->prog) return 0;
+    if (d->build_failed) return host->error(-4, "opencl: the kernels failed to build earlier");
+    const char *src = oar_opencl_source;
+    cl_int err;
+    d->prog = clCreateProgramWithSource(d->ctx, 1, &src, NULL, &err);
+    if (err) return fail("clCreateProgramWithSource", err);
+    err = clBuildProgram(d->prog, 1, &d->id, "-cl-std=CL1.2", NULL, NULL);
+    if (err) {
+        char log[2048] = "";
+        clGetProgramBuildInfo(d->prog, d->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+        host->log(OAR_LOG_ERROR, "opencl", log);
+        clReleaseProgram(d->prog);
+        d->prog = NULL;
+        d->build_failed = 1;
+        return fail("clBuildProgram", err);
+    }
+    return 0;
+}
+
+/* The named kernel of d (created once); call with d->lock held. */
+static cl_kernel kernel(cl_dev *d, const char *name) {
+    for (int i = 0; i < d->n_kernels; i++)
+        if (!strcmp(d->kernel_names[i], name)) return d->kernels[i];
+    if (build(d) || d->n_kernels == 64) return NULL;
+    cl_int err;
+    cl_kernel k = clCreateKernel(d->prog, name, &err);
+    if (err) {
+        fail(name, err);
+        return NULL;
+    }
+    d->kernel_names[d->n_kernels] = name;
+    d->kernels[d->n_kernels++] = k;
+    return k;
+}
+
+/* Kernel arguments: buffers, descriptors and scalars in order. */
+#define MAX_ARGS 24
+typedef struct { int n; size_t size[MAX_ARGS]; const void *p[MAX_ARGS]; } args;
+static void arg(args *a, size_t size, const void *p) {
+    if (a->n == MAX_ARGS) return; /* launch reports it */
+    a->size[a->n] = size;
+    a->p[a->n++] = p;
+}
+#define ARG(a, v) arg(a, sizeof(v), &(v))
+
+static int launch(cl_dev *d, const char *name, args *a, int dims, const size_t *global,
+                  const size_t *local) {
+    pthread_mutex_lock(&d->lock);
+    cl_kernel k = kernel(d, name);
+    cl_int err = k ? CL_SUCCESS : CL_INVALID_KERNEL;
+    if (a->n == MAX_ARGS) err = CL_INVALID_ARG_INDEX;
+    for (int i = 0; i < a->n && !err; i++) err = clSetKernelArg(k, (cl_uint)i, a->size[i], a->p[i]);
+    size_t g[3];
+    for (int i = 0; i < dims; i++) g[i] = global[i] ? global[i] : 1;
+    if (!err) err = clEnqueueNDRangeKernel(d->q, k, (cl_uint)dims, NULL, g, local, 0, NULL, NULL);
+    pthread_mutex_unlock(&d->lock);
+    return err ? fail(name, err) : 0;
+}
+
+static int launch1(cl_dev *d, const char *name, args *a, long n) {
+    size_t local = 64, g = ((size_t)(n > 0 ? n : 1) + local - 1) / local * local;
+    return launch(d, name, a, 1, &g, &local);
+}
+
+static kdesc desc(const oar_ktensor *t) {
+    kdesc k;
+    memset(&k, 0, sizeof k);
+    k.off = t->offset;
+    k.nd = t->ndim;
+    for (int i = 0; i < t->ndim; i++) {
+        k.shape[i] = t->shape[i];
+        k.st[i] = t->strides[i];
+    }
+    return k;
+}
+
+static long numel(const oar_ktensor *t) {
+    long n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= (long)t->shape[i];
+    return n;
+}
+
+static const char *dt_suffix(int32_t dt) {
+    switch (dt) {
+    case DT_BOOL: return "b";
+    case DT_U8: return "u8";
+    case DT_I32: return "i32";
+    case DT_I64: return "i64";
+    case DT_F32: return "f32";
+    default: return NULL;
+    }
+}
+
+static int index_of(const char *const *names, const char *op) {
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(names[i], op)) return i;
+    return -1;
+}
+
+static const char *const unary_names[] = {
+    "neg", "abs", "sign", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt",
+    "square", "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+    "sigmoid", "relu", "relu6", "leaky_relu", "elu", "gelu", "(gelu_tanh)", "silu", "softplus",
+    "erf", "floor", "ceil", "round", "trunc", "clamp", "conj", NULL};
+static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum",
+                                           "pow", "atan2", NULL};
+static const char *const compare_names[] = {"eq", "ne", "lt", "le", "gt", "ge", NULL};
+static const char *const logical_names[] = {"logical_and", "logical_or", "logical_xor", NULL};
+static const char *const reduce_names[] = {"sum", "amax", "amin", "prod", NULL};
+
+#define DEV(c)                                                                          \
+    cl_dev *d = dev_of(c);                                                              \
+    if (!d) return host->error(-4, "opencl: a buffer of the call is not an OpenCL buffer")
+
+static int k_unary(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    int op = index_of(unary_names, c->op);
+    if (op == 27 && c->n_iattr && c->iattr[0] == 1) op = 28; /* gelu, tanh form */
+    float p0 = c->n_fattr > 0 ? (float)c->fattr[0] : 0, p1 = c->n_fattr > 1 ? (float)c->fattr[1] : 0;
+    kdesc to = desc(&c->out[0]), tx = desc(&c->in[0]);
+    cl_long n = numel(&c->out[0]);
+    cl_int cop = op;
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &c->out[0].buffer);
+    ARG(&a, to);
+    arg(&a, sizeof(cl_mem), &c->in[0].buffer);
+    ARG(&a, tx);
+    ARG(&a, cop);
+    ARG(&a, p0);
+    ARG(&a, p1);
+    ARG(&a, n);
+    return launch1(d, "unary_f32", &a, n);
+}
+
+static int k_test(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    kdesc to = desc(&c->out[0]), tx = desc(&c->in[0]);
+    cl_long n = numel(&c->out[0]);
+    cl_int op = !strcmp(c->op, "isinf");
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &c->out[0].buffer);
+    ARG(&a, to);
+    arg(&a, sizeof(cl_mem), &c->in[0].buffer);
+    ARG(&a, tx);
+    ARG(&a, op);
+    ARG(&a, n);
+    return launch1(d, "test_f32", &a, n);
+}
+
+/* out = f(in...) elementwise: kernel `name` over out and n_in inputs, then
+ * an optional int op code. */
+static int elementwise(const oar_kernel_call *c, const char *name, int op) {
+    DEV(c);
+    kdesc t[4];
+    cl_long n = numel(&c->out[0]);
+    cl_int cop = op;
+    args a = {0};
+    t[0] = desc(&c->out[0]);
+    arg(&a, sizeof(cl_mem), &c->out[0].buffer);
+    ARG(&a, t[0]);
+    for (int i = 0; i < c->n_in; i++) {
+        t[i + 1] = desc(&c->in[i]);
+        arg(&a, sizeof(cl_mem), &c->in[i].buffer);
+        ARG(&a, t[i + 1]);
+    }
+    if (op >= 0) ARG(&a, cop);
+    ARG(&a, n);
+    return launch1(d, name, &a, n);
+}
+
+static int k_binary(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    return elementwise(c, "binary_f32", index_of(binary_names, c->op));
+}
+static int k_compare(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int32_t dt = c->in[0].dtype;
+    return elementwise(c, dt == DT_F32 ? "compare_f32" : dt == DT_I32 ? "compare_i32" : "compare_i64",
+                       index_of(compare_names, c->op));
+}
+static int k_logical(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    return elementwise(c, "logical_b", index_of(logical_names, c->op));
+}
+static int k_logical_not(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    return elementwise(c, "logical_not_b", -1);
+}
+static int k_where(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    static const char *names[] = {"where_b", "", "where_i32", "where_i64", "", "", "where_f32"};
+    return elementwise(c, names[c->out[0].dtype], -1);
+}
+
+/* scatter_add / index_add, f32 with i64 indices */
+static int k_scatter_add(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *x = &c->in[0], *ix = &c->in[1], *src = &c->in[2], *o = &c->out[0];
+    cl_long dim = c->iattr[0], size = o->ndim ? o->shape[dim] : 1, n = numel(o);
+    kdesc to = desc(o), tx = desc(x), ti = desc(ix), ts = desc(src);
+    if (!strcmp(c->op, "index_add")) { /* the 1-D index over src's shape */
+        ti = ts;
+        ti.off = ix->offset;
+        for (int d = 0; d < src->ndim; d++) ti.st[d] = d == dim ? ix->strides[0] : 0;
+    } else if (src->ndim == 0) { /* one value for every index position */
+        ts = ti;
+        ts.off = src->offset;
+        for (int d = 0; d < 8; d++) ts.st[d] = 0;
+    }
+    cl_int err, zero = 0, bad = 0;
+    cl_mem flag = clCreateBuffer(d->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zero,
+                                 &zero, &err);
+    if (err) return fail("clCreateBuffer", err);
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &o->buffer);
+    ARG(&a, to);
+    arg(&a, sizeof(cl_mem), &x->buffer);
+    ARG(&a, tx);
+    arg(&a, sizeof(cl_mem), &ix->buffer);
+    ARG(&a, ti);
+    arg(&a, sizeof(cl_mem), &src->buffer);
+    ARG(&a, ts);
+    ARG(&a, dim);
+    ARG(&a, size);
+    ARG(&a, flag);
+    ARG(&a, n);
+    int st = launch1(d, "scatter_add_f32", &a, n);
+    if (!st) {
+        err = clEnqueueReadBuffer(d->q, flag, CL_TRUE, 0, sizeof bad, &bad, 0, NULL, NULL);
+        if (err) st = fail("clEnqueueReadBuffer", err);
+    }
+    clReleaseMemObject(flag);
+    if (!st && bad) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "%s: an index is out of range [0, %lld) along dim %lld", c->op,
+                 (long long)size, (long long)dim);
+        return host->error(-1, msg);
+    }
+    return st;
+}
+
+/* dst = src converted: cast and contiguous (out[0] = in[0]), copy (in[0] = in[1]) */
+static int k_convert(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    bool copy = !strcmp(c->op, "copy");
+    const oar_ktensor *dst = copy ? &c->in[0] : &c->out[0], *src = copy ? &c->in[1] : &c->in[0];
+    char name[32];
+    snprintf(name, sizeof name, "convert_%s_%s", dt_suffix(src->dtype), dt_suffix(dst->dtype));
+    kdesc td = desc(dst), ts = desc(src);
+    cl_long n = numel(dst);
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &dst->buffer);
+    ARG(&a, td);
+    arg(&a, sizeof(cl_mem), &src->buffer);
+    ARG(&a, ts);
+    ARG(&a, n);
+    static const char *names[] = {"convert_b_b", "convert_b_u8", "convert_b_i32", "convert_b_i64",
+        "convert_b_f32", "convert_u8_b", "convert_u8_u8", "convert_u8_i32", "convert_u8_i64",
+        "convert_u8_f32", "convert_i32_b", "convert_i32_u8", "convert_i32_i32", "convert_i32_i64",
+        "convert_i32_f32", "convert_i64_b", "convert_i64_u8", "convert_i64_i32", "convert_i64_i64",
+        "convert_i64_f32", "convert_f32_b", "convert_f32_u8", "convert_f32_i32", "convert_f32_i64",
+        "convert_f32_f32", NULL};
+    int k = index_of(names, name); /* launch keeps the pointer: use the static string */
+    if (k < 0) return host->error(-3, "opencl: unsupported conversion");
+    return launch1(d, names[k], &a, n);
+}
+
+static int k_fill(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *t = &c->in[0];
+    kdesc td = desc(t);
+    cl_long n = numel(t);
+    double v = c->fattr[0];
+    cl_uchar vb = v != 0, vu = (cl_uchar)v;
+    cl_int vi = (cl_int)v;
+    cl_long vl = (cl_long)v;
+    cl_float vf = (cl_float)v;
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &t->buffer);
+    ARG(&a, td);
+    static const char *names[] = {"fill_b", "fill_u8", "fill_i32", "fill_i64", "", "", "fill_f32"};
+    switch (t->dtype) {
+    case DT_BOOL: ARG(&a, vb); break;
+    case DT_U8: ARG(&a, vu); break;
+    case DT_I32: ARG(&a, vi); break;
+    case DT_I64: ARG(&a, vl); break;
+    default: ARG(&a, vf); break;
+    }
+    ARG(&a, n);
+    return launch1(d, names[t->dtype], &a, n);
+}
+
+static int k_reduce(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *x = &c->in[0];
+    int64_t mask = c->iattr[0];
+    kdesc kept, red;
+    memset(&kept, 0, sizeof kept);
+    memset(&red, 0, sizeof red);
+    kept.off = x->offset;
+    cl_long n_out = 1, n_red = 1;
+    for (int i = 0; i < x->ndim; i++) {
+        kdesc *k = (mask >> i) & 1 ? &red : &kept;
+        k->shape[k->nd] = x->shape[i];
+        k->st[k->nd++] = x->strides[i];
+        if ((mask >> i) & 1) n_red *= x->shape[i];
+        else n_out *= x->shape[i];
+    }
+    cl_int op = index_of(reduce_names, c->op);
+    cl_long o_off = c->out[0].offset;
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &c->out[0].buffer);
+    ARG(&a, o_off);
+    arg(&a, sizeof(cl_mem), &x->buffer);
+    ARG(&a, kept);
+    ARG(&a, red);
+    ARG(&a, op);
+    ARG(&a, n_out);
+    ARG(&a, n_red);
+    return launch1(d, "reduce_f32", &a, n_out);
+}
+
+static int k_matmul(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *A = &c->in[0], *B = &c->in[1], *O = &c->out[0];
+    bool a1 = A->ndim == 1, b1 = B->ndim == 1;
+    cl_long n = a1 ? 1 : A->shape[A->ndim - 2], k = A->shape[A->ndim - 1];
+    cl_long m = b1 ? 1 : B->shape[B->ndim - 1];
+    cl_long sa_n = a1 ? 0 : A->strides[A->ndim - 2], sa_k = A->strides[A->ndim - 1];
+    cl_long sb_k = b1 ? B->strides[0] : B->strides[B->ndim - 2];
+    cl_long sb_m = b1 ? 0 : B->strides[B->ndim - 1];
+    int nb = O->ndim - (a1 ? 0 : 1) - (b1 ? 0 : 1); /* batch dims of out */
+    kdesc ba, bb;
+    memset(&ba, 0, sizeof ba);
+    memset(&bb, 0, sizeof bb);
+    ba.off = A->offset;
+    bb.off = B->offset;
+    ba.nd = bb.nd = nb;
+    long batch = 1;
+    for (int i = 0; i < nb; i++) {
+        ba.shape[i] = bb.shape[i] = O->shape[i];
+        batch *= O->shape[i];
+        int ia = i - (nb - (A->ndim - 2)), ib = i - (nb - (B->ndim - 2));
+        ba.st[i] = !a1 && ia >= 0 && A->shape[ia] != 1 ? A->strides[ia] : 0;
+        bb.st[i] = !b1 && ib >= 0 && B->shape[ib] != 1 ? B->strides[ib] : 0;
+    }
+    cl_long o_off = O->offset;
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &O->buffer);
+    ARG(&a, o_off);
+    arg(&a, sizeof(cl_mem), &A->buffer);
+    arg(&a, sizeof(cl_mem), &B->buffer);
+    ARG(&a, n);
+    ARG(&a, m);
+    ARG(&a, k);
+    ARG(&a, sa_n);
+    ARG(&a, sa_k);
+    ARG(&a, sb_k);
+    ARG(&a, sb_m);
+    ARG(&a, ba);
+    ARG(&a, bb);
+    size_t local[3] = {16, 16, 1};
+    size_t global[3] = {((size_t)m + 15) / 16 * 16, ((size_t)n + 15) / 16 * 16, (size_t)batch};
+    return launch(d, "matmul_f32", &a, 3, global, local);
+}
+
+/* rows: t's dims other than dim */
+static kdesc rows_of(const oar_ktensor *t, int dim) {
+    kdesc r;
+    memset(&r, 0, sizeof r);
+    r.off = t->offset;
+    for (int i = 0; i < t->ndim; i++) {
+        if (i == dim) continue;
+        r.shape[r.nd] = t->shape[i];
+        r.st[r.nd++] = t->strides[i];
+    }
+    return r;
+}
+
+static int k_softmax(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *x = &c->in[0], *o = &c->out[0];
+    int dim = x->ndim ? (int)c->iattr[0] : -1;
+    kdesc rx = rows_of(x, dim), ro = rows_of(o, dim);
+    cl_long len = dim >= 0 ? x->shape[dim] : 1;
+    cl_long sx = dim >= 0 ? x->strides[dim] : 0, so = dim >= 0 ? o->strides[dim] : 0;
+    cl_long rows = len ? numel(x) / len : 0;
+    cl_int lg = !strcmp(c->op, "log_softmax");
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &o->buffer);
+    arg(&a, sizeof(cl_mem), &x->buffer);
+    ARG(&a, rx);
+    ARG(&a, ro);
+    ARG(&a, len);
+    ARG(&a, sx);
+    ARG(&a, so);
+    ARG(&a, lg);
+    ARG(&a, rows);
+    return launch1(d, "softmax_f32", &a, rows);
+}
+
+static int k_layer_norm(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *x = &c->in[0];
+    int nn = (int)c->iattr[0];
+    cl_long dd = 1;
+    for (int i = x->ndim - nn; i < x->ndim; i++) dd *= x->shape[i];
+    cl_long rows = dd ? numel(x) / dd : 0;
+    kdesc tx = desc(x), tw, tb;
+    cl_int has_w = c->n_in > 1 && c->in[1].dtype >= 0, has_b = c->n_in > 2 && c->in[2].dtype >= 0;
+    tw = has_w ? desc(&c->in[1]) : tx;
+    tb = has_b ? desc(&c->in[2]) : tx;
+    cl_float eps = (cl_float)c->fattr[0];
+    cl_long offs[3] = {c->out[0].offset, c->out[1].offset, c->out[2].offset};
+    args a = {0};
+    for (int j = 0; j < 3; j++) arg(&a, sizeof(cl_mem), &c->out[j].buffer);
+    for (int j = 0; j < 3; j++) ARG(&a, offs[j]);
+    arg(&a, sizeof(cl_mem), &x->buffer);
+    ARG(&a, tx);
+    arg(&a, sizeof(cl_mem), has_w ? &c->in[1].buffer : &x->buffer);
+    ARG(&a, tw);
+    arg(&a, sizeof(cl_mem), has_b ? &c->in[2].buffer : &x->buffer);
+    ARG(&a, tb);
+    ARG(&a, has_w);
+    ARG(&a, has_b);
+    ARG(&a, eps);
+    ARG(&a, dd);
+    ARG(&a, rows);
+    return launch1(d, "layer_norm_f32", &a, rows);
+}
+
+/* gather / index_select; an index outside [0, size) fails the call */
+static int k_index(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *x = &c->in[0], *ix = &c->in[1], *o = &c->out[0];
+    cl_long dim = c->iattr[0], size = x->ndim ? x->shape[dim] : 1, n = numel(o);
+    cl_int err, zero = 0, bad = 0;
+    cl_mem flag = clCreateBuffer(d->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zero,
+                                 &zero, &err);
+    if (err) return fail("clCreateBuffer", err);
+    kdesc to = desc(o), tx = desc(x), ti = desc(ix);
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &o->buffer);
+    ARG(&a, to);
+    arg(&a, sizeof(cl_mem), &x->buffer);
+    ARG(&a, tx);
+    arg(&a, sizeof(cl_mem), &ix->buffer);
+    ARG(&a, ti);
+    ARG(&a, dim);
+    ARG(&a, size);
+    ARG(&a, flag);
+    ARG(&a, n);
+    int st = launch1(d, !strcmp(c->op, "gather") ? "gather_f32" : "index_select_f32", &a, n);
+    if (!st) {
+        err = clEnqueueReadBuffer(d->q, flag, CL_TRUE, 0, sizeof bad, &bad, 0, NULL, NULL);
+        if (err) st = fail("clEnqueueReadBuffer", err);
+    }
+    clReleaseMemObject(flag);
+    if (!st && bad) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "%s: an index is out of range [0, %lld) along dim %lld", c->op,
+                 (long long)size, (long long)dim);
+        return host->error(-1, msg);
+    }
+    return st;
+}
+
+/* An output flag buffer for kernels that detect bad indices; 0 or a status. */
+static int run_flagged(cl_dev *d, const char *name, args *a, long n, int *bad) {
+    cl_int err, zero = 0;
+    cl_mem flag = clCreateBuffer(d->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zero,
+                                 &zero, &err);
+    if (err) return fail("clCreateBuffer", err);
+    arg(a, sizeof(cl_mem), &flag);
+    ARG(a, n);
+    int st = launch1(d, name, a, n);
+    *bad = 0;
+    if (!st) {
+        err = clEnqueueReadBuffer(d->q, flag, CL_TRUE, 0, sizeof *bad, bad, 0, NULL, NULL);
+        if (err) st = fail("clEnqueueReadBuffer", err);
+    }
+    clReleaseMemObject(flag);
+    return st;
+}
+
+static cl_long8 long8_of(const int64_t *v, int n) {
+    cl_long8 r;
+    memset(&r, 0, sizeof r);
+    for (int i = 0; i < n && i < 8; i++) r.s[i] = v[i];
+    return r;
+}
+
+/* conv2d, conv_transpose2d: x, w, bias? -> y */
+static int k_conv(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    bool tr = !strcmp(c->op, "conv_transpose2d");
+    const oar_ktensor *y = &c->out[0], *x = &c->in[0], *w = &c->in[1];
+    cl_int has_b = c->n_in > 2 && c->in[2].dtype >= 0;
+    const oar_ktensor *b = has_b ? &c->in[2] : x;
+    kdesc ty = desc(y), tx = desc(x), tw = desc(w), tb = desc(b);
+    cl_long8 a8 = long8_of(c->iattr, tr ? 8 : 7);
+    cl_long groups = c->iattr[8], n = numel(y);
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &y->buffer);
+    ARG(&a, ty);
+    arg(&a, sizeof(cl_mem), &x->buffer);
+    ARG(&a, tx);
+    arg(&a, sizeof(cl_mem), &w->buffer);
+    ARG(&a, tw);
+    arg(&a, sizeof(cl_mem), &b->buffer);
+    ARG(&a, tb);
+    ARG(&a, has_b);
+    ARG(&a, a8);
+    if (tr) ARG(&a, groups);
+    ARG(&a, n);
+    return launch1(d, tr ? "conv_transpose2d_f32" : "conv2d_f32", &a, n);
+}
+
+static int k_conv_weight_grad(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *gw = &c->out[0], *x = &c->in[0], *gy = &c->in[1];
+    kdesc tg = desc(gw), tx = desc(x), ty = desc(gy);
+    cl_long8 a8 = long8_of(c->iattr + 4, 6);
+    cl_long groups = c->iattr[10], n = numel(gw);
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &gw->buffer);
+    ARG(&a, tg);
+    arg(&a, sizeof(cl_mem), &x->buffer);
+    ARG(&a, tx);
+    arg(&a, sizeof(cl_mem), &gy->buffer);
+    ARG(&a, ty);
+    ARG(&a, a8);
+    ARG(&a, groups);
+    ARG(&a, n);
+    return launch1(d, "conv2d_weight_grad_f32", &a, n);
+}
+
+static int k_max_pool(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *y = &c->out[0], *ind = &c->out[1], *x = &c->in[0];
+    kdesc ty = desc(y), ti = desc(ind), tx = desc(x);
+    cl_long8 a8 = long8_of(c->iattr, 8);
+    cl_long n = numel(y);
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &y->buffer);
+    ARG(&a, ty);
+    arg(&a, sizeof(cl_mem), &ind->buffer);
+    ARG(&a, ti);
+    arg(&a, sizeof(cl_mem), &x->buffer);
+    ARG(&a, tx);
+    ARG(&a, a8);
+    ARG(&a, n);
+    return launch1(d, "max_pool2d_f32", &a, n);
+}
+
+static int k_max_pool_backward(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    DEV(c);
+    const oar_ktensor *gx = &c->out[0], *gy = &c->in[0], *ind = &c->in[1];
+    kdesc tgx = desc(gx), tgy = desc(gy), ti = desc(ind);
+    args a = {0};
+    arg(&a, sizeof(cl_mem), &gx->buffer);
+    ARG(&a, tgx);
+    arg(&a, sizeof(cl_mem), &gy->buffer);
+    ARG(&a, tgy);
+    arg(&a, sizeof(cl_mem), &ind->buffer);
+    ARG(&a, ti);
+    int bad, st = run_flagged(d, "max_pool2d_backward_f32", &a, numel(gx), &bad);
+    if (!st && bad)
+        return host->error(-1, "max_pool2d_backward: an index is out of range of the input plane");
+    return st;
+}
+
+static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt) {
+    (void)ctx, (void)index;
+    bool f32 = dt == DT_F32, small = dt_suffix(dt) != NULL;
+    if (f32 && index_of(unary_names, op) >= 0) return k_unary;
+    if (f32 && (!strcmp(op, "isnan") || !strcmp(op, "isinf"))) return k_test;
+    if (f32 && index_of(binary_names, op) >= 0) return k_binary;
+    if ((f32 || dt == DT_I32 || dt == DT_I64) && index_of(compare_names, op) >= 0) return k_compare;
+    if (dt == DT_BOOL && index_of(logical_names, op) >= 0) return k_logical;
+    if (dt == DT_BOOL && !strcmp(op, "logical_not")) return k_logical_not;
+    if ((f32 || dt == DT_I32 || dt == DT_I64 || dt == DT_BOOL) && !strcmp(op, "where"))
+        return k_where;
+    if (f32 && (!strcmp(op, "scatter_add") || !strcmp(op, "index_add"))) return k_scatter_add;
+    if (small && (!strcmp(op, "cast") || !strcmp(op, "copy") || !strcmp(op, "contiguous")))
+        return k_convert;
+    if (small && !strcmp(op, "fill")) return k_fill;
+    if (f32 && index_of(reduce_names, op) >= 0) return k_reduce;
+    if (f32 && !strcmp(op, "matmul")) return k_matmul;
+    if (f32 && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
+    if (f32 && !strcmp(op, "layer_norm")) return k_layer_norm;
+    if (f32 && (!strcmp(op, "gather") || !strcmp(op, "index_select"))) return k_index;
+    if (f32 && (!strcmp(op, "conv2d") || !strcmp(op, "conv_transpose2d"))) return k_conv;
+    if (f32 && !strcmp(op, "conv2d_weight_grad")) return k_conv_weight_grad;
+    if (f32 && !strcmp(op, "max_pool2d")) return k_max_pool;
+    if (f32 && !strcmp(op, "max_pool2d_backward")) return k_max_pool_backward;
+    return NULL;
+}
+
+/* Input dtypes each kernel handles (the compute dtype is checked above). */
+static int supports(void *ctx, int index, const oar_kernel_call *c) {
+    (void)ctx, (void)index;
+    for (int i = 0; i < c->n_in; i++)
+        if (c->in[i].ndim > 8) return 0;
+    const char *op = c->op;
+    if (!strcmp(op, "cast") || !strcmp(op, "contiguous"))
+        return dt_suffix(c->in[0].dtype) != NULL;
+    if (!strcmp(op, "copy")) return dt_suffix(c->in[1].dtype) != NULL;
+    if (!strcmp(op, "where"))
+        return c->in[0].dtype == DT_BOOL && c->in[1].dtype == c->in[2].dtype &&
+               dt_suffix(c->in[1].dtype) && c->in[1].dtype != DT_U8;
+    if (!strcmp(op, "gather") || !strcmp(op, "index_select"))
+        return c->in[0].dtype == DT_F32 && c->in[1].dtype == DT_I64;
+    if (!strcmp(op, "scatter_add") || !strcmp(op, "index_add"))
+        return c->in[0].dtype == DT_F32 && c->in[1].dtype == DT_I64 && c->in[2].dtype == DT_F32;
+    if (!strcmp(op, "max_pool2d_backward"))
+        return c->in[0].dtype == DT_F32 && c->in[1].dtype == DT_I64;
+    if (index_of(compare_names, op) >= 0)
+        return c->in[0].dtype == c->in[1].dtype &&
+               (c->in[0].dtype == DT_F32 || c->in[0].dtype == DT_I32 || c->in[0].dtype == DT_I64);
+    if (!strcmp(op, "fill")) return 1;
+    if (!strcmp(op, "prod") || !strcmp(op, "sum")) /* sum/prod of f32 stay f32 */
+        return c->in[0].dtype == DT_F32;
+    for (int i = 0; i < c->n_in; i++) {
+        int want = index_of(logical_names, op) >= 0 || !strcmp(op, "logical_not") ? DT_BOOL : DT_F32;
+        if (c->in[i].dtype >= 0 && c->in[i].dtype != want) return 0;
+    }
+    return 1;
+}
+
+static const oar_device_iface iface = {
+    .abi_version = OAR_DEVICE_ABI_VERSION,
+    .struct_size = sizeof(oar_device_iface),
+    .type_name = "opencl",
+    .device_count = count,
+    .get_props = props,
+    .alloc = alloc,
+    .free = release,
+    .copy_to_device = to_device,
+    .copy_to_host = to_host,
+    .get_kernel = get_kernel,
+    .copy_device_to_device = d2d,
+    .synchronize = sync_dev,
+    .supports_op = supports,
+};
+
+static void shutdown(void *ctx) {
+    (void)ctx;
+    for (int i = 0; i < n_devs; i++) {
+        cl_dev *d = &devs[i];
+        clFinish(d->q);
+        for (int k = 0; k < d->n_kernels; k++) clReleaseKernel(d->kernels[k]);
+        if (d->prog) clReleaseProgram(d->prog);
+        d->n_kernels = 0;
+        d->prog = NULL;
+    }
+}
+
+__attribute__((visibility("default"))) int oar_plugin_init(const oar_host_api *h,
+                                                           oar_plugin_desc *out) {
+    host = h;
+    out->name = "opencl";
+    cl_platform_id plats[8];
+    cl_uint np = 0;
+    cl_int err = clGetPlatformIDs(8, plats, &np);
+    if (err || np == 0)
+        return h->error(-3, "opencl: no OpenCL platform found (install an ICD such as "
+                            "pocl-opencl-icd, or a GPU driver)");
+    for (cl_uint p = 0; p < np && n_devs < MAX_DEV; p++) {
+        cl_device_id ids[MAX_DEV];
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, MAX_DEV, ids, &nd)) continue;
+        for (cl_uint i = 0; i < nd && n_devs < MAX_DEV; i++) {
+            cl_dev *d = &devs[n_devs];
+            memset(d, 0, sizeof *d);
+            d->id = ids[i];
+            d->ctx = clCreateContext(NULL, 1, &ids[i], NULL, NULL, &err);
+            if (err) continue;
+            d->q = clCreateCommandQueue(d->ctx, ids[i], 0, &err);
+            if (err) {
+                clReleaseContext(d->ctx);
+                continue;
+            }
+            clGetDeviceInfo(ids[i], CL_DEVICE_NAME, sizeof d->name - 1, d->name, NULL);
+            clGetDeviceInfo(ids[i], CL_DEVICE_GLOBAL_MEM_SIZE, sizeof d->mem, &d->mem, NULL);
+            pthread_mutex_init(&d->lock, NULL);
+            n_devs++;
+        }
+    }
+    if (!n_devs) return h->error(-3, "opencl: OpenCL platforms found, but no usable device");
+    out->abi_version = OAR_DEVICE_ABI_VERSION;
+    out->iface = &iface;
+    out->shutdown = shutdown;
+    return 0;
+}

@@ -1,0 +1,582 @@
+/* Every op a device claims, run through its kernel and compared with the
+ * CPU kernel on the same inputs (like ggml's test-backend-ops). Cases use
+ * random shapes' values, broadcast inputs (stride 0) and non-contiguous
+ * ones (transposed, stepped slices, offsets). Each device buffer carries
+ * sentinel bytes on both sides of the tensor, checked after the kernel to
+ * catch out-of-bounds writes; a non-finite device value where the CPU's is
+ * finite fails. A case the device does not claim (get_kernel NULL or
+ * supports_op 0) is reported as skipped; an (op, dtype) the device claims
+ * with no case here fails the test, so new kernels come with cases.
+ * Runs for every device of the plugins built here (exit 77, skipped,
+ * where there is no opencl device). */
+#include "test.h"
+
+#include "ops/op.h"
+#include "opencl_common.h"
+
+#define GUARD 64 /* sentinel elements on each side */
+#define SENTINEL 0xA5
+
+typedef enum { L_CONTIG, L_TRANSPOSED, L_STEPPED, L_BROADCAST, L_NULL } layout;
+
+typedef struct {
+    oar_dtype dtype;
+    int ndim;
+    int64_t shape[4];
+    layout lay;
+    double lo, hi; /* value range; integers: [lo, hi) */
+} in_spec;
+
+typedef struct {
+    const char *op;
+    int n_in;
+    in_spec in[3];
+    int ni, nf;
+    int64_t i[12];
+    double f[2];
+    double tol; /* relative and absolute bound on |device - cpu| */
+    bool special; /* put NaN/Inf/0 among the f32 values */
+} tcase;
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double urand(void) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+/* A CPU input with the spec's layout: a view of a larger or permuted
+ * tensor for the non-contiguous layouts. Owned. */
+static oar_tensor *make_input(const in_spec *s, bool special) {
+    if (s->lay == L_NULL) return NULL;
+    int nd = s->ndim;
+    int64_t base[4];
+    memcpy(base, s->shape, sizeof base);
+    if (s->lay == L_TRANSPOSED && nd >= 2) {
+        base[nd - 1] = s->shape[nd - 2];
+        base[nd - 2] = s->shape[nd - 1];
+    }
+    if (s->lay == L_STEPPED && nd >= 1) base[nd - 1] = 2 * s->shape[nd - 1] + 1;
+    if (s->lay == L_BROADCAST && nd >= 1) base[0] = 1;
+    oar_tensor *b = oar_tensor_retain(oar_empty(s->dtype, nd, base, NULL));
+    int64_t n = oar_tensor_numel(b);
+    char *p = oar_tensor_data(b);
+    size_t es = oar_dtype_size(s->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        double v = s->lo + (s->hi - s->lo) * urand();
+        if (oar_dtype_is_integral(s->dtype)) v = floor(v);
+        if (s->dtype == OAR_BOOL) v = urand() < 0.5;
+        if (special && s->dtype == OAR_F32 && i % 5 == 1) {
+            static const double sp[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0};
+            v = sp[(i / 5) % 5];
+        }
+        oari_store_f64(p + (size_t)i * es, s->dtype, v);
+    }
+    oar_tensor *v = b;
+    if (s->lay == L_TRANSPOSED && nd >= 2) v = oar_transpose(b, nd - 2, nd - 1);
+    if (s->lay == L_STEPPED && nd >= 1) v = oar_slice(b, nd - 1, 1, 2 * s->shape[nd - 1] + 1, 2);
+    if (s->lay == L_BROADCAST && nd >= 1) v = oar_expand(b, nd, s->shape);
+    v = oar_tensor_retain(v);
+    oar_tensor_release(b);
+    return v;
+}
+
+/* Kernel view of t broadcast to (nd, shape), as dispatch makes it. */
+static void kview(const oar_tensor *t, bool bcast, int nd, const int64_t *shape, oar_ktensor *k) {
+    oari_ktensor(t, k);
+    if (!bcast || (t->ndim == nd && !memcmp(t->shape, shape, (size_t)nd * sizeof *shape))) return;
+    int lead = nd - t->ndim;
+    k->ndim = nd;
+    for (int i = nd - 1; i >= 0; i--) {
+        int src = i - lead;
+        bool b = src < 0 || t->shape[src] != shape[i];
+        k->shape[i] = shape[i];
+        k->strides[i] = b ? 0 : t->strides[src];
+    }
+}
+
+/* A device buffer holding `nbytes` from host `src` between two sentinel
+ * zones of GUARD elements of size es. */
+static void *guarded_upload(oar_device *d, const void *src, size_t nbytes, size_t es) {
+    size_t g = GUARD * es, total = nbytes + 2 * g;
+    unsigned char *h = malloc(total);
+    memset(h, SENTINEL, total);
+    if (src) memcpy(h + g, src, nbytes);
+    void *buf = d->iface->alloc(d->ctx, d->index, total);
+    if (buf && d->iface->copy_to_device(d->ctx, d->index, buf, 0, h, total)) buf = NULL;
+    free(h);
+    return buf;
+}
+
+static int n_run, n_skipped;
+static bool covered[OARI_OP_COUNT][OAR_DTYPE_COUNT];
+
+static double worst_error(const char *what, const oar_tensor *cpu, const unsigned char *dev,
+                          double tol, bool *bad) {
+    double worst = 0;
+    size_t es = oar_dtype_size(cpu->dtype);
+    const char *c = oar_tensor_data(cpu);
+    for (int64_t i = 0; i < cpu->numel; i++) {
+        /* cpu is contiguous here (an output, or an in-place target's clone) */
+        double want = oari_load_f64(c + (size_t)i * es, cpu->dtype);
+        double got = oari_load_f64(dev + (size_t)i * es, cpu->dtype);
+        if (isnan(want) && isnan(got)) continue;
+        if (isinf(want) && got == want) continue;
+        if (!isfinite(got) && isfinite(want)) {
+            fprintf(stderr, "%s: element %lld is %g on the device, %g on the CPU\n", what,
+                    (long long)i, got, want);
+            *bad = true;
+            return INFINITY;
+        }
+        double e = fabs(got - want) / (1 + fabs(want));
+        if (!(e <= worst)) worst = e;
+    }
+    if (!(worst <= tol)) *bad = true;
+    return worst;
+}
+
+static void run_case(oar_device *dev, const tcase *tc) {
+    oar_pool *pool = oar_pool_push();
+    int op = oari_op_lookup(tc->op);
+    CHECK(op >= 0);
+    if (op < 0) return;
+    const oari_op_def *def = oari_op_defs[op];
+    bool inplace = def->flags & OARI_F_INPLACE;
+    oar_tensor *in[3] = {0};
+    for (int i = 0; i < tc->n_in; i++) in[i] = make_input(&tc->in[i], tc->special);
+    oari_attrs attrs = {.ni = tc->ni, .nf = tc->nf};
+    memcpy(attrs.i, tc->i, sizeof tc->i);
+    memcpy(attrs.f, tc->f, sizeof tc->f);
+
+    oari_infer c;
+    memset(&c, 0, sizeof c);
+    c.op = def->name;
+    c.n_in = tc->n_in;
+    c.in = in;
+    c.attrs = &attrs;
+    for (int i = 0; i < tc->n_in; i++) c.in_dtype[i] = in[i] ? in[i]->dtype : OAR_F32;
+    c.kernel_dtype = in[0]->dtype;
+    char label[160];
+    snprintf(label, sizeof label, "%s(%s%s%s)", tc->op, oar_dtype_name(in[0]->dtype),
+             tc->in[0].lay == L_TRANSPOSED ? ", transposed" : tc->in[0].lay == L_STEPPED ? ", stepped" : "",
+             tc->n_in > 1 && tc->in[1].lay == L_BROADCAST ? ", broadcast" : "");
+    int st = def->infer(&c);
+    if (st) fprintf(stderr, "%s: bad case: %s\n", label, oar_last_error());
+    CHECK(st == 0);
+    for (int i = 0; i < tc->n_in && !st; i++)
+        if (in[i] && c.in_dtype[i] != in[i]->dtype) {
+            fprintf(stderr, "%s: bad case: input %d would be cast\n", label, i);
+            CHECK(0);
+            st = 1;
+        }
+    oar_kernel_fn kd = st ? NULL : oari_kernel_lookup(dev, (oari_op)op, c.kernel_dtype);
+    oar_kernel_fn kc = st ? NULL : oari_kernel_lookup(oari_device_cpu(), (oari_op)op, c.kernel_dtype);
+    oar_ktensor kin[3], kout[4], din[3], dout[4];
+    int n_out = def->n_out;
+    oar_tensor *out[4] = {0};
+    if (!st) {
+        if (inplace) { /* a fresh contiguous target */
+            oar_tensor *t = oar_tensor_retain(oar_clone(in[0]));
+            oar_tensor_release(in[0]);
+            in[0] = t;
+        }
+        for (int j = 0; j < n_out; j++)
+            out[j] = inplace ? oar_tensor_retain(in[0])
+                             : oari_tensor_empty(NULL, c.out[j].dtype, c.out[j].ndim, c.out[j].shape);
+        for (int i = 0; i < tc->n_in; i++) {
+            if (!in[i]) {
+                memset(&kin[i], 0, sizeof kin[i]);
+                kin[i].dtype = -1;
+            } else {
+                kview(in[i], def->flags & OARI_F_BROADCAST, out[0]->ndim, out[0]->shape, &kin[i]);
+            }
+        }
+        for (int j = 0; j < n_out; j++) oari_ktensor(out[j], &kout[j]);
+        covered[op][c.kernel_dtype] = true;
+    }
+    bool claimed = kd != NULL;
+    if (claimed && dev->iface->supports_op) {
+        oar_ktensor raw[3];
+        for (int i = 0; i < tc->n_in; i++) {
+            if (in[i]) oari_ktensor(in[i], &raw[i]);
+            else {
+                memset(&raw[i], 0, sizeof raw[i]);
+                raw[i].dtype = -1;
+            }
+        }
+        oar_kernel_call q = {.op = def->name, .n_in = tc->n_in, .in = raw, .n_iattr = attrs.ni,
+                             .n_fattr = attrs.nf, .iattr = attrs.i, .fattr = attrs.f};
+        claimed = dev->iface->supports_op(dev->ctx, dev->index, &q);
+    }
+    if (!st && !claimed) {
+        printf("  skipped %-40s unsupported on %s\n", label, dev->name);
+        n_skipped++;
+    }
+    if (!st && claimed) {
+        /* device copies: inputs' whole storages, outputs fresh, all guarded */
+        void *bufs[7] = {0};
+        size_t sizes[7] = {0}, ess[7] = {0};
+        for (int i = 0; i < tc->n_in; i++) {
+            din[i] = kin[i];
+            if (!in[i]) continue;
+            size_t es = oar_dtype_size(in[i]->dtype);
+            sizes[i] = in[i]->storage->nbytes;
+            ess[i] = es;
+            bufs[i] = guarded_upload(dev, in[i]->storage->data, sizes[i], es);
+            CHECK(bufs[i] != NULL);
+            din[i].buffer = bufs[i];
+            din[i].data = NULL;
+            din[i].offset += GUARD;
+        }
+        for (int j = 0; j < n_out; j++) {
+            if (inplace) {
+                dout[j] = din[0];
+                continue;
+            }
+            size_t es = oar_dtype_size(out[j]->dtype);
+            sizes[3 + j] = (size_t)out[j]->numel * es;
+            ess[3 + j] = es;
+            bufs[3 + j] = guarded_upload(dev, NULL, sizes[3 + j], es);
+            CHECK(bufs[3 + j] != NULL);
+            dout[j] = kout[j];
+            dout[j].buffer = bufs[3 + j];
+            dout[j].data = NULL;
+            dout[j].offset = GUARD;
+        }
+        oar_kernel_call cc = {.op = def->name, .n_in = tc->n_in, .n_out = n_out, .in = kin,
+                              .out = kout, .n_iattr = attrs.ni, .n_fattr = attrs.nf,
+                              .iattr = attrs.i, .fattr = attrs.f};
+        oar_kernel_call dc = cc;
+        dc.in = din;
+        dc.out = dout;
+        CHECK(kc && kc(oari_device_cpu()->ctx, &cc) == 0);
+        int dst_ = kd(dev->ctx, &dc);
+        if (dst_) fprintf(stderr, "%s: device kernel failed: %s\n", label, oar_last_error());
+        CHECK(dst_ == 0);
+        if (dev->iface->synchronize) dev->iface->synchronize(dev->ctx, dev->index);
+        bool bad = false;
+        double worst = 0;
+        for (int j = 0; j < n_out; j++) {
+            int b = inplace ? 0 : 3 + j;
+            size_t g = GUARD * ess[b], total = sizes[b] + 2 * g;
+            unsigned char *h = malloc(total);
+            CHECK(dev->iface->copy_to_host(dev->ctx, dev->index, h, bufs[b], 0, total) == 0);
+            for (size_t q = 0; q < g; q++)
+                if (h[q] != SENTINEL || h[total - 1 - q] != SENTINEL) {
+                    fprintf(stderr, "%s: output %d: write outside the tensor (sentinel at byte "
+                            "%zu changed)\n", label, j, h[q] != SENTINEL ? q : total - 1 - q);
+                    bad = true;
+                    break;
+                }
+            /* inputs' sentinels too: a kernel must not write its inputs */
+            worst = fmax(worst, worst_error(label, out[j], h + g, tc->tol, &bad));
+            free(h);
+            if (inplace) break;
+        }
+        for (int i = 0; i < tc->n_in && !inplace; i++) {
+            if (!bufs[i]) continue;
+            size_t g = GUARD * ess[i], total = sizes[i] + 2 * g;
+            unsigned char *h = malloc(total);
+            CHECK(dev->iface->copy_to_host(dev->ctx, dev->index, h, bufs[i], 0, total) == 0);
+            if (memcmp(h + g, in[i]->storage->data, sizes[i])) {
+                fprintf(stderr, "%s: input %d was modified by the device kernel\n", label, i);
+                bad = true;
+            }
+            free(h);
+        }
+        printf("  %-4s    %-40s max error %.3g (bound %.3g)\n", bad ? "FAIL" : "ok", label, worst,
+               tc->tol);
+        CHECK(!bad);
+        n_run++;
+        for (int b = 0; b < 7; b++)
+            if (bufs[b]) dev->iface->free(dev->ctx, dev->index, bufs[b], sizes[b] + 2 * GUARD * ess[b]);
+    }
+    for (int i = 0; i < tc->n_in; i++) oar_tensor_release(in[i]);
+    for (int j = 0; j < n_out; j++) oar_tensor_release(out[j]);
+    oar_pool_pop(pool);
+}
+
+#define F32(...) {OAR_F32, __VA_ARGS__}
+#define SH(...) {__VA_ARGS__}
+
+static const char *const unary_ops[] = {
+    "neg", "abs", "sign", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "square",
+    "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid",
+    "relu", "relu6", "leaky_relu", "elu", "gelu", "silu", "softplus", "erf", "floor", "ceil",
+    "round", "trunc", "clamp", "conj", NULL};
+
+static void unary_cases(oar_device *dev) {
+    for (int u = 0; unary_ops[u]; u++) {
+        const char *op = unary_ops[u];
+        double lo = -3, hi = 3;
+        if (strstr("log log2 sqrt rsqrt reciprocal", op) && strcmp(op, "log1p")) lo = 0.1;
+        if (!strcmp(op, "log1p")) lo = -0.5;
+        if (!strcmp(op, "asin") || !strcmp(op, "acos")) lo = -0.95, hi = 0.95;
+        if (!strcmp(op, "tan")) lo = -1.2, hi = 1.2;
+        if (!strcmp(op, "round")) lo = -6, hi = 6;
+        for (int lay = 0; lay < 3; lay++) {
+            tcase t = {.op = op, .n_in = 1, .tol = 2e-6};
+            t.in[0] = (in_spec){OAR_F32, 2, SH(7, 33), (layout)lay, lo, hi};
+            if (!strcmp(op, "leaky_relu")) t.nf = 1, t.f[0] = 0.07;
+            if (!strcmp(op, "elu")) t.nf = 1, t.f[0] = 1.3;
+            if (!strcmp(op, "softplus")) t.nf = 2, t.f[0] = 1.5, t.f[1] = 4;
+            if (!strcmp(op, "clamp")) t.nf = 2, t.f[0] = -1, t.f[1] = lay == 1 ? NAN : 0.5;
+            if (!strcmp(op, "gelu")) t.ni = 1, t.i[0] = lay == 2;
+            run_case(dev, &t);
+        }
+        /* NaN, infinities and zeros */
+        tcase t = {.op = op, .n_in = 1, .tol = 2e-6, .special = true};
+        t.in[0] = (in_spec){OAR_F32, 1, SH(40), L_CONTIG, lo, hi};
+        if (!strcmp(op, "leaky_relu")) t.nf = 1, t.f[0] = 0.07;
+        if (!strcmp(op, "elu")) t.nf = 1, t.f[0] = 1.3;
+        if (!strcmp(op, "softplus")) t.nf = 2, t.f[0] = 1.5, t.f[1] = 4;
+        if (!strcmp(op, "clamp")) t.nf = 2, t.f[0] = -1, t.f[1] = 0.5;
+        if (!strcmp(op, "gelu")) t.ni = 1;
+        run_case(dev, &t);
+    }
+    for (int k = 0; k < 2; k++) {
+        tcase t = {.op = k ? "isinf" : "isnan", .n_in = 1, .tol = 0, .special = true};
+        t.in[0] = (in_spec){OAR_F32, 2, SH(6, 9), L_TRANSPOSED, -2, 2};
+        run_case(dev, &t);
+    }
+    tcase t = {.op = "logical_not", .n_in = 1, .tol = 0};
+    t.in[0] = (in_spec){OAR_BOOL, 2, SH(6, 9), L_STEPPED, 0, 2};
+    run_case(dev, &t);
+}
+
+static void binary_cases(oar_device *dev) {
+    static const char *const ops[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
+                                      "atan2", "eq", "ne", "lt", "le", "gt", "ge", NULL};
+    for (int b = 0; ops[b]; b++) {
+        bool pw = !strcmp(ops[b], "pow"), dv = !strcmp(ops[b], "div");
+        bool cmp = strlen(ops[b]) == 2;
+        double lo = pw ? 0.2 : -3, hi = 3;
+        /* equal values happen for comparisons: draw integers */
+        if (cmp) lo = -2, hi = 2;
+        tcase t[3] = {
+            {.op = ops[b], .n_in = 2, .tol = 2e-6,
+             .in = {{OAR_F32, 2, SH(9, 20), L_CONTIG, lo, hi}, {OAR_F32, 2, SH(9, 20), L_TRANSPOSED, dv ? 0.5 : lo, hi}}},
+            {.op = ops[b], .n_in = 2, .tol = 2e-6,
+             .in = {{OAR_F32, 3, SH(3, 1, 5), L_STEPPED, lo, hi}, {OAR_F32, 2, SH(4, 5), L_CONTIG, dv ? 0.5 : lo, hi}}},
+            {.op = ops[b], .n_in = 2, .tol = 2e-6,
+             .in = {{OAR_F32, 2, SH(6, 7), L_BROADCAST, lo, hi}, {OAR_F32, 0, SH(0), L_CONTIG, dv ? 0.5 : lo, hi}}},
+        };
+        if (cmp)
+            for (int k = 0; k < 3; k++)
+                for (int i = 0; i < 2; i++) t[k].in[i].dtype = OAR_F32;
+        for (int k = 0; k < 3; k++) {
+            if (cmp) { /* integral values in f32 so that equality occurs */
+                t[k].in[0].lo = -2, t[k].in[0].hi = 2;
+                t[k].in[1].lo = -2, t[k].in[1].hi = 2;
+            }
+            run_case(dev, &t[k]);
+        }
+    }
+    static const char *const logical[] = {"logical_and", "logical_or", "logical_xor", NULL};
+    for (int b = 0; logical[b]; b++) {
+        tcase t = {.op = logical[b], .n_in = 2, .tol = 0,
+                   .in = {{OAR_BOOL, 2, SH(5, 8), L_TRANSPOSED, 0, 2}, {OAR_BOOL, 1, SH(8), L_CONTIG, 0, 2}}};
+        run_case(dev, &t);
+    }
+    static const oar_dtype wdt[] = {OAR_F32, OAR_I32, OAR_I64, OAR_BOOL};
+    for (int k = 0; k < 4; k++) {
+        tcase w = {.op = "where", .n_in = 3, .tol = 0,
+                   .in = {{OAR_BOOL, 2, SH(4, 6), L_STEPPED, 0, 2}, {wdt[k], 1, SH(6), L_CONTIG, -3, 3},
+                          {wdt[k], 3, SH(2, 4, 1), L_CONTIG, -3, 3}}};
+        run_case(dev, &w);
+    }
+    static const oar_dtype cdt[] = {OAR_I32, OAR_I64};
+    for (int b = 8; ops[b]; b++)
+        for (int k = 0; k < 2; k++) {
+            tcase t = {.op = ops[b], .n_in = 2, .tol = 0,
+                       .in = {{cdt[k], 2, SH(5, 6), L_TRANSPOSED, -3, 3}, {cdt[k], 1, SH(6), L_STEPPED, -3, 3}}};
+            run_case(dev, &t);
+        }
+}
+
+static void conversion_cases(oar_device *dev) {
+    static const oar_dtype dts[] = {OAR_BOOL, OAR_U8, OAR_I32, OAR_I64, OAR_F32};
+    for (int a = 0; a < 5; a++) {
+        for (int b = 0; b < 5; b++) {
+            tcase t = {.op = "cast", .n_in = 1, .ni = 1, .i = {dts[b]}, .tol = 0,
+                       .in = {{dts[a], 2, SH(5, 7), (layout)((a + b) % 3), 0, 100}}};
+            if (dts[a] == OAR_F32) t.in[0].lo = -50.5; /* fractions truncate toward 0 */
+            if (dts[a] == OAR_F32 && dts[b] == OAR_U8) t.in[0].lo = 0;
+            if (dts[a] == OAR_I32 || dts[a] == OAR_I64) t.in[0].lo = dts[b] == OAR_U8 ? 0 : -100;
+            run_case(dev, &t);
+        }
+        tcase cg = {.op = "contiguous", .n_in = 1, .tol = 0,
+                    .in = {{dts[a], 3, SH(3, 4, 5), L_TRANSPOSED, 0, 50}}};
+        run_case(dev, &cg);
+        tcase f = {.op = "fill", .n_in = 1, .nf = 2, .f = {3, 0}, .tol = 0,
+                   .in = {{dts[a], 2, SH(4, 9), L_CONTIG, 0, 50}}};
+        run_case(dev, &f);
+        tcase cp = {.op = "copy", .n_in = 2, .tol = 0,
+                    .in = {{dts[a], 2, SH(4, 9), L_CONTIG, 0, 50}, {dts[(a + 2) % 5], 1, SH(9), L_STEPPED, 0, 50}}};
+        run_case(dev, &cp);
+    }
+}
+
+static void reduce_cases(oar_device *dev) {
+    static const char *const ops[] = {"sum", "prod", "amax", "amin", NULL};
+    static const int64_t masks[] = {1, 2, 4, 5, 7, 0};
+    for (int r = 0; ops[r]; r++)
+        for (int m = 0; m < 6; m++) {
+            bool prod = !strcmp(ops[r], "prod");
+            tcase t = {.op = ops[r], .n_in = 1, .ni = 2, .i = {masks[m], m & 1}, .tol = 3e-6,
+                       .in = {{OAR_F32, 3, SH(5, 6, 37), (layout)(m % 3), prod ? 0.7 : -2, prod ? 1.4 : 2}}};
+            run_case(dev, &t);
+        }
+    tcase big = {.op = "sum", .n_in = 1, .ni = 2, .i = {1, 0}, .tol = 1e-5,
+                 .in = {{OAR_F32, 1, SH(100000), L_CONTIG, -1, 1}}};
+    run_case(dev, &big);
+}
+
+static void matmul_cases(oar_device *dev) {
+    struct { int na; int64_t a[4]; int nb; int64_t b[4]; layout la, lb; } m[] = {
+        {2, SH(5, 7), 2, SH(7, 3), L_CONTIG, L_CONTIG},
+        {2, SH(37, 45), 2, SH(45, 19), L_TRANSPOSED, L_CONTIG},
+        {2, SH(16, 32), 2, SH(32, 16), L_CONTIG, L_TRANSPOSED},
+        {4, SH(2, 1, 5, 7), 3, SH(3, 7, 4), L_CONTIG, L_STEPPED},
+        {3, SH(3, 6, 9), 3, SH(3, 9, 2), L_BROADCAST, L_CONTIG},
+        {1, SH(7), 2, SH(7, 5), L_CONTIG, L_TRANSPOSED},
+        {3, SH(2, 4, 7), 1, SH(7), L_CONTIG, L_STEPPED},
+        {1, SH(33), 1, SH(33), L_STEPPED, L_CONTIG},
+        {2, SH(70, 1), 2, SH(1, 50), L_CONTIG, L_CONTIG},
+    };
+    for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+        tcase t = {.op = "matmul", .n_in = 2, .tol = 2e-5};
+        t.in[0] = (in_spec){OAR_F32, m[k].na, {0}, m[k].la, -1, 1};
+        t.in[1] = (in_spec){OAR_F32, m[k].nb, {0}, m[k].lb, -1, 1};
+        memcpy(t.in[0].shape, m[k].a, sizeof m[k].a);
+        memcpy(t.in[1].shape, m[k].b, sizeof m[k].b);
+        run_case(dev, &t);
+    }
+}
+
+static void nn_cases(oar_device *dev) {
+    for (int lg = 0; lg < 2; lg++)
+        for (int dim = 0; dim < 3; dim++) {
+            tcase t = {.op = lg ? "log_softmax" : "softmax", .n_in = 1, .ni = 1, .i = {dim},
+                       .tol = 3e-6, .in = {{OAR_F32, 3, SH(4, 7, 5), (layout)dim, -8, 8}}};
+            run_case(dev, &t);
+        }
+    tcase ln1 = {.op = "layer_norm", .n_in = 3, .ni = 1, .i = {1}, .nf = 1, .f = {1e-5}, .tol = 1e-5,
+                 .in = {{OAR_F32, 2, SH(6, 10), L_TRANSPOSED, -3, 3}, {OAR_F32, 1, SH(10), L_CONTIG, 0.5, 2},
+                        {OAR_F32, 1, SH(10), L_STEPPED, -1, 1}}};
+    run_case(dev, &ln1);
+    tcase ln2 = {.op = "layer_norm", .n_in = 3, .ni = 1, .i = {2}, .nf = 1, .f = {1e-3}, .tol = 1e-5,
+                 .in = {{OAR_F32, 3, SH(3, 4, 5), L_STEPPED, -3, 3}, {.lay = L_NULL}, {.lay = L_NULL}}};
+    run_case(dev, &ln2);
+    tcase ga = {.op = "gather", .n_in = 2, .ni = 1, .i = {1}, .tol = 0,
+                .in = {{OAR_F32, 2, SH(4, 6), L_TRANSPOSED, -3, 3}, {OAR_I64, 2, SH(3, 5), L_CONTIG, 0, 6}}};
+    run_case(dev, &ga);
+    tcase is = {.op = "index_select", .n_in = 2, .ni = 1, .i = {0}, .tol = 0,
+                .in = {{OAR_F32, 2, SH(5, 4), L_STEPPED, -3, 3}, {OAR_I64, 1, SH(7), L_STEPPED, 0, 5}}};
+    run_case(dev, &is);
+    /* not claimed: reported as skipped */
+    tcase f64 = {.op = "exp", .n_in = 1, .tol = 0, .in = {{OAR_F64, 1, SH(5), L_CONTIG, -1, 1}}};
+    run_case(dev, &f64);
+    tcase c64 = {.op = "cast", .n_in = 1, .ni = 1, .i = {OAR_F32}, .tol = 0,
+                 .in = {{OAR_F64, 1, SH(5), L_CONTIG, -1, 1}}};
+    run_case(dev, &c64);
+    /* scatter_add: index smaller than x off dim, duplicates; a 0-d src */
+    tcase sa = {.op = "scatter_add", .n_in = 3, .ni = 1, .i = {1}, .tol = 1e-6,
+                .in = {{OAR_F32, 2, SH(4, 6), L_TRANSPOSED, -3, 3}, {OAR_I64, 2, SH(3, 9), L_CONTIG, 0, 6},
+                       {OAR_F32, 2, SH(3, 9), L_STEPPED, -3, 3}}};
+    run_case(dev, &sa);
+    tcase sa0 = {.op = "scatter_add", .n_in = 3, .ni = 1, .i = {0}, .tol = 1e-6,
+                 .in = {{OAR_F32, 2, SH(5, 3), L_CONTIG, -3, 3}, {OAR_I64, 2, SH(7, 3), L_TRANSPOSED, 0, 5},
+                        {OAR_F32, 0, SH(0), L_CONTIG, -3, 3}}};
+    run_case(dev, &sa0);
+    tcase ia = {.op = "index_add", .n_in = 3, .ni = 1, .i = {0}, .tol = 1e-6,
+                .in = {{OAR_F32, 2, SH(5, 4), L_CONTIG, -3, 3}, {OAR_I64, 1, SH(9), L_STEPPED, 0, 5},
+                       {OAR_F32, 2, SH(9, 4), L_TRANSPOSED, -3, 3}}};
+    run_case(dev, &ia);
+    tcase is1 = {.op = "index_select", .n_in = 2, .ni = 1, .i = {1}, .tol = 0,
+                 .in = {{OAR_F32, 3, SH(2, 5, 4), L_CONTIG, -3, 3}, {OAR_I64, 1, SH(3), L_CONTIG, 0, 5}}};
+    run_case(dev, &is1);
+}
+
+static void conv_cases(oar_device *dev) {
+    /* groups 2, stride (2, 1), padding (1, 0), dilation (1, 2); bias or none */
+    for (int b = 0; b < 2; b++) {
+        tcase t = {.op = "conv2d", .n_in = 3, .ni = 7, .i = {2, 1, 1, 0, 1, 2, 2}, .tol = 1e-5,
+                   .in = {{OAR_F32, 4, SH(2, 4, 7, 6), L_TRANSPOSED, -1, 1},
+                          {OAR_F32, 4, SH(6, 2, 3, 2), b ? L_STEPPED : L_CONTIG, -1, 1},
+                          {OAR_F32, 1, SH(6), L_CONTIG, -1, 1}}};
+        if (b) t.in[2].lay = L_NULL;
+        run_case(dev, &t);
+    }
+    tcase tr = {.op = "conv_transpose2d", .n_in = 3, .ni = 9, .i = {2, 2, 1, 0, 1, 0, 1, 1, 1},
+                .tol = 1e-5,
+                .in = {{OAR_F32, 4, SH(2, 4, 5, 4), L_STEPPED, -1, 1},
+                       {OAR_F32, 4, SH(4, 3, 3, 3), L_CONTIG, -1, 1}, {OAR_F32, 1, SH(3), L_CONTIG, -1, 1}}};
+    run_case(dev, &tr);
+    tcase tr2 = {.op = "conv_transpose2d", .n_in = 3, .ni = 9, .i = {1, 1, 0, 0, 0, 0, 2, 1, 2},
+                 .tol = 1e-5,
+                 .in = {{OAR_F32, 4, SH(1, 4, 3, 3), L_TRANSPOSED, -1, 1},
+                        {OAR_F32, 4, SH(4, 2, 2, 2), L_CONTIG, -1, 1}, {.lay = L_NULL}}};
+    run_case(dev, &tr2);
+    tcase wg = {.op = "conv2d_weight_grad", .n_in = 2, .ni = 11,
+                .i = {6, 2, 3, 2, 2, 1, 1, 0, 1, 2, 2}, .tol = 1e-5,
+                .in = {{OAR_F32, 4, SH(2, 4, 7, 6), L_CONTIG, -1, 1},
+                       {OAR_F32, 4, SH(2, 6, 4, 4), L_STEPPED, -1, 1}}};
+    run_case(dev, &wg);
+    for (int cm = 0; cm < 2; cm++) {
+        tcase mp = {.op = "max_pool2d", .n_in = 1, .ni = 9, .i = {3, 2, 2, 2, 1, 0, 1, 2, cm},
+                    .tol = 0, .in = {{OAR_F32, 4, SH(2, 3, 7, 8), cm ? L_TRANSPOSED : L_STEPPED, -3, 3}}};
+        run_case(dev, &mp);
+    }
+    tcase mb = {.op = "max_pool2d_backward", .n_in = 2, .ni = 2, .i = {5, 6}, .tol = 1e-6,
+                .in = {{OAR_F32, 4, SH(2, 3, 3, 4), L_TRANSPOSED, -1, 1},
+                       {OAR_I64, 4, SH(2, 3, 3, 4), L_CONTIG, 0, 30}}};
+    run_case(dev, &mb);
+}
+
+/* Every (op, dtype) the device claims must have had a case. */
+static void check_coverage(oar_device *dev) {
+    static const oar_dtype dts[] = {OAR_BOOL, OAR_U8, OAR_I32, OAR_I64, OAR_F16, OAR_BF16,
+                                    OAR_F32, OAR_F64, OAR_C64, OAR_C128};
+    int claimed = 0;
+    for (int op = 0; op < OARI_OP_COUNT; op++)
+        for (int k = 0; k < 10; k++) {
+            if (!oari_kernel_lookup(dev, (oari_op)op, dts[k])) continue;
+            claimed++;
+            if (!covered[op][dts[k]]) {
+                fprintf(stderr, "%s claims %s for %s, and no case here tests it\n", dev->name,
+                        oari_op_name((oari_op)op), oar_dtype_name(dts[k]));
+                CHECK(0);
+            }
+        }
+    printf("%s: %d (op, dtype) kernels claimed, %d cases run, %d skipped as unsupported\n",
+           dev->name, claimed, n_run, n_skipped);
+}
+
+/* Every device of the plugins built in this tree (opencl:0 here; cuda:0
+ * too on a machine with a GPU). */
+int main(void) {
+    if (!opencl_device_or_skip()) return TEST_SKIP;
+    for (int i = 1; i < oar_device_count(); i++) {
+        oar_device *d = oar_device_at(i);
+        printf("== %s\n", oar_device_name(d));
+        memset(covered, 0, sizeof covered);
+        n_run = n_skipped = 0;
+        test_current = "unary";
+        unary_cases(d);
+        test_current = "binary";
+        binary_cases(d);
+        test_current = "conversions";
+        conversion_cases(d);
+        test_current = "reductions";
+        reduce_cases(d);
+        test_current = "matmul";
+        matmul_cases(d);
+        test_current = "nn";
+        nn_cases(d);
+        test_current = "conv";
+        conv_cases(d);
+        test_current = "coverage";
+        check_coverage(d);
+    }
+    return test_summary();
+}

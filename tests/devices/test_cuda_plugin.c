@@ -1,0 +1,62 @@
+/* The cuda plugin built in this tree loads: dlopen resolves every symbol
+ * (CUDA runtime, cuBLAS) and oar_plugin_init runs. Without a GPU it is
+ * refused with the driver's reason and oar keeps running on the CPU; with
+ * one, the ops it claims run on cuda:0 without fallback and equal the CPU's
+ * results (test_backend_ops then also runs every claimed kernel). Skipped
+ * (exit 77) where the plugin was not built (no CUDA toolkit). */
+#include "test.h"
+
+#include <stdlib.h>
+
+#ifdef OAR_CUDA_PLUGIN
+static void check_close(oar_tensor *got, oar_tensor *want, double tol) {
+    double *g = test_values(got), *w = test_values(want);
+    CHECK(g && w);
+    double worst = 0;
+    for (int64_t i = 0; g && w && i < oar_tensor_numel(want); i++) worst = fmax(worst, fabs(g[i] - w[i]));
+    CHECK_NEAR(worst, 0, tol);
+    free(g);
+    free(w);
+}
+#endif
+
+int main(void) {
+#ifndef OAR_CUDA_PLUGIN
+    printf("SKIP: the cuda plugin was not built (no CUDA toolkit found by CMake)\n");
+    return 77;
+#else
+    setenv("OAR_PLUGIN_PATH", "/nonexistent-folder", 1);
+    setenv("OAR_PLUGIN_NO_INSTALL_DIR", "1", 1);
+    oar_clear_error();
+    int st = oar_plugin_load(OAR_CUDA_PLUGIN);
+    oar_plugin_info in;
+    CHECK(oar_plugin_count() == 1 && oar_plugin_get_info(0, &in) == 0);
+    CHECK(!strcmp(in.name, "cuda"));
+    if (st) { /* loaded as a library, refused by its init: no usable GPU here */
+        printf("cuda plugin refused (expected without a GPU): %s\n", in.reason);
+        CHECK(strstr(in.reason, "oar_plugin_init failed") != NULL);
+        CHECK(strstr(in.reason, "cuda: no CUDA device") != NULL);
+        CHECK(oar_device_count() == 1);
+        CHECK_FAILS(oar_device_get("cuda:0"), "no device \"cuda:0\" (available: cpu)");
+        oar_tensor *x = oar_ones(OAR_F32, 1, (int64_t[]){3});
+        CHECK(oar_tensor_item(oar_sum(x, 0, NULL, false)) == 3); /* oar keeps running */
+        return test_summary();
+    }
+    oar_device *d = oar_device_get("cuda:0");
+    CHECK(d != NULL);
+    oar_pool *pool = oar_pool_push();
+    int64_t sa[2] = {37, 45}, sb[2] = {45, 19};
+    oar_tensor *a = oar_randn(OAR_F32, 2, sa), *b = oar_randn(OAR_F32, 2, sb);
+    oar_tensor *da = oar_tensor_to(a, d), *db = oar_tensor_to(b, d);
+    oar_device_fallback_reset();
+    oar_tensor *y = oar_relu(oar_add(oar_matmul(da, db), oar_scalar(0.5)));
+    oar_tensor *yt = oar_matmul(oar_transpose(db, 0, 1), oar_transpose(da, 0, 1));
+    CHECK(oar_device_fallback_count() == 0);
+    check_close(y, oar_relu(oar_add(oar_matmul(a, b), oar_scalar(0.5))), 1e-4);
+    check_close(yt, oar_matmul(oar_transpose(b, 0, 1), oar_transpose(a, 0, 1)), 1e-4);
+    check_close(oar_softmax(da, 1), oar_softmax(a, 1), 1e-6); /* through the CPU fallback */
+    CHECK(oar_device_fallback_count() > 0);
+    oar_pool_pop(pool);
+    return test_summary();
+#endif
+}

@@ -1,0 +1,101 @@
+/* Out of memory on a device path (DESIGN.md invariant 5): on the mock
+ * device of tests/devices/plugins/ (whose buffers come from the host's
+ * allocator, so the hook fails them too), a step that moves tensors to the
+ * device, runs ops with and without device kernels (the CPU fallback), a
+ * 0-d CPU input following the device, and a backward pass, is run with
+ * the Nth host allocation failing, for every N. Each run reports "out of
+ * memory", leaks nothing and leaves oar usable. */
+#include "test.h"
+
+#include <stdlib.h>
+
+static long fail_at = -1, n_calls, live;
+
+static void *failing_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size) {
+    (void)ctx;
+    (void)old_size;
+    if (new_size == 0) {
+        if (ptr) live--;
+        free(ptr);
+        return NULL;
+    }
+    if (fail_at >= 0 && n_calls++ == fail_at) return NULL;
+    void *q = realloc(ptr, new_size);
+    if (q && !ptr) live++;
+    return q;
+}
+
+static oar_device *dev;
+static oar_tensor *w, *x;
+
+static int step(void) {
+    oar_pool *p = oar_pool_push();
+    if (!p) return -1;
+    oar_tensor *dw = oar_tensor_to(w, dev), *dx = oar_tensor_to(x, dev);
+    int st = dw && dx ? oar_tensor_set_requires_grad(dw, true) : -1;
+    /* add runs on the mock; matmul, tanh, mul, sum fall back to the CPU */
+    oar_tensor *loss = oar_sum(oar_mul(oar_tanh(oar_add(oar_matmul(dx, dw), dx)), oar_scalar(0.5)),
+                               0, NULL, false);
+    oar_tensor *g = NULL;
+    if (!st) st = loss ? oar_grad(1, &loss, NULL, 1, &dw, false, false, &g) : -1;
+    if (!st && !oar_tensor_to(g, oar_device_cpu())) st = -1;
+    oar_pool_pop(p);
+    return st;
+}
+
+static void test_every_allocation_fails_cleanly(void) {
+    dev = oar_device_get("mock:0");
+    CHECK(dev != NULL);
+    if (!dev) return;
+    int64_t s[2] = {4, 4};
+    oar_manual_seed(3);
+    w = oar_randn(OAR_F32, 2, s);
+    x = oar_randn(OAR_F32, 2, s);
+    CHECK(step() == 0);
+    oar_memory_empty_cache();
+    long base_live = live;
+    int failures = 0, n;
+    for (n = 0; n < 100000; n++) {
+        n_calls = 0;
+        fail_at = n;
+        oar_clear_error();
+        int st = step();
+        fail_at = -1;
+        if (st == 0 && n_calls <= n) break;
+        if (st != 0) {
+            failures++;
+            if (!strstr(oar_last_error(), "out of memory")) {
+                test_failed++;
+                fprintf(stderr, "allocation %d failed with message \"%s\"\n", n, oar_last_error());
+            }
+        }
+        oar_memory_empty_cache();
+        if (live != base_live) {
+            test_failed++;
+            fprintf(stderr, "after failing allocation %d: %ld live blocks (base %ld)\n", n, live,
+                    base_live);
+            break;
+        }
+        if (step() != 0) {
+            test_failed++;
+            fprintf(stderr, "oar unusable after failing allocation %d: %s\n", n, oar_last_error());
+            break;
+        }
+    }
+    printf("failed each of %d allocations of a device step\n", n);
+    CHECK(failures > 50);
+    CHECK(n < 100000);
+    oar_tensor_release(w);
+    oar_tensor_release(x);
+}
+
+int main(void) {
+    setenv("OAR_PLUGIN_PATH", OAR_TEST_PLUGIN_DIR, 1);
+    setenv("OAR_PLUGIN_NO_INSTALL_DIR", "1", 1);
+    oar_set_allocator(failing_alloc, NULL);
+    oar_device_count(); /* load the plugins (refusals are logged once) */
+    RUN(test_every_allocation_fails_cleanly);
+    oar_memory_empty_cache();
+    oar_set_allocator(NULL, NULL);
+    return test_summary();
+}
