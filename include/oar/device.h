@@ -96,7 +96,7 @@ typedef void *oar_event;
 
 /* Reductions of the collective hooks. */
 typedef enum oar_reduce_op { OAR_REDUCE_SUM = 0, OAR_REDUCE_MAX = 1, OAR_REDUCE_MIN = 2,
-                             OAR_REDUCE_AVG = 3 } oar_reduce_op;
+                             OAR_REDUCE_AVG = 3, OAR_REDUCE_PROD = 4 } oar_reduce_op;
 
 /* Every member takes the plugin's context (oar_plugin_desc.ctx) and the
  * device index in [0, device_count). Buffers are what alloc returned;

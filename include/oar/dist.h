@@ -37,6 +37,7 @@
 #ifndef OAR_DIST_H
 #define OAR_DIST_H
 
+#include <oar/device.h>
 #include <oar/tensor.h>
 
 #ifdef __cplusplus
@@ -47,9 +48,8 @@ extern "C" {
 
 typedef struct oar_mesh oar_mesh;
 
-typedef enum oar_reduce_op {
-    OAR_REDUCE_SUM, OAR_REDUCE_AVG, OAR_REDUCE_MAX, OAR_REDUCE_MIN, OAR_REDUCE_PROD,
-} oar_reduce_op;
+/* oar_reduce_op (OAR_REDUCE_SUM, _AVG, _MAX, _MIN, _PROD) is the device
+ * ABI's, in <oar/device.h>. */
 
 typedef enum oar_placement_kind {
     OAR_PLACEMENT_REPLICATE, OAR_PLACEMENT_SHARD, OAR_PLACEMENT_PARTIAL,

@@ -43,7 +43,7 @@ static MPI_Op mpi_op(const char *what, oar_reduce_op op, oar_dtype d) {
         case OAR_REDUCE_PROD: return MPI_PROD;
         }
     }
-    static const char *const names[] = {"sum", "avg", "max", "min", "prod"};
+    static const char *const names[] = {"sum", "max", "min", "avg", "prod"}; /* oar_reduce_op order */
     oari_error(OAR_ERR_INVALID, "%s: reduction %s is not defined for dtype %s", what,
                (unsigned)op < 5 ? names[op] : "?", oar_dtype_name(d));
     return MPI_OP_NULL;

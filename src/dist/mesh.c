@@ -193,7 +193,7 @@ oar_placement oar_partial(oar_reduce_op op) {
 }
 
 const char *oar_placements_str(const oar_mesh *m, const oar_placement *p, char *buf, size_t size) {
-    static const char *const reduce[] = {"sum", "avg", "max", "min", "prod"};
+    static const char *const reduce[] = {"sum", "max", "min", "avg", "prod"}; /* oar_reduce_op order */
     if (!buf || !size) return buf;
     size_t len = 0;
     buf[0] = 0;
