@@ -1,6 +1,7 @@
 /* In-memory datasets, Fashion-MNIST, and the batch loader (seeded
  * shuffle, drop_last, scale/normalize to f32). */
 #include "../core/core.h"
+#include "../profiler/hooks.h" /* profiler hook */
 
 #include <oar/data.h>
 #include <oar/ops.h>
@@ -232,6 +233,7 @@ int oar_loader_next(oar_loader *l, oar_tensor **x, oar_tensor **y) {
         make_order(l);
         return 0;
     }
+    int64_t prof_t0 = OARI_PROF_BEGIN(); /* profiler */
     const int64_t *idx = l->perm + l->pos;
     oar_tensor *xb = gather_rows(l->ds->x, idx, b);
     oar_tensor *xf = xb ? to_f32(l, xb) : NULL;
@@ -245,5 +247,6 @@ int oar_loader_next(oar_loader *l, oar_tensor **x, oar_tensor **y) {
     l->pos += b;
     *x = oari_pool_adopt(xf);
     *y = oari_pool_adopt(yb);
+    OARI_PROF_END(OAR_PROFILER_DATA, "loader_next", prof_t0, 0, NULL); /* profiler */
     return *x && *y ? 1 : OAR_ERR_NOMEM;
 }

@@ -3,6 +3,7 @@
  * inputs, runs the device kernel found through the device table (or makes a
  * view), and records the call on the autograd tape. */
 #include "op.h"
+#include "../profiler/hooks.h" /* profiler hook */
 
 #include <string.h>
 
@@ -135,6 +136,7 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
         return OAR_ERR_INVALID;
     }
 
+    int64_t prof_t0 = OARI_PROF_BEGIN(); /* profiler: one predictable branch when off */
     oari_infer c;
     c.op = def->name;
     c.n_in = n_in;
@@ -207,6 +209,7 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
             out[j] = NULL;
         }
     }
+    OARI_PROF_END(OAR_PROFILER_OP, def->name, prof_t0, n_in, in); /* profiler */
     return st;
 }
 
