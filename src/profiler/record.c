@@ -311,5 +311,13 @@ __attribute__((constructor)) static void env_init(void) {
         return;
     }
     env_pid = getpid();
+    /* say now, not only at exit, when the trace cannot be written there */
+    char dir[sizeof env_path];
+    snprintf(dir, sizeof dir, "%s", env_path);
+    char *slash = strrchr(dir, '/');
+    if (slash) slash[slash == dir] = 0; /* "/x.json" -> "/" */
+    if (access(slash ? dir : ".", W_OK))
+        fprintf(stderr, "oar: OAR_PROFILE: the folder of %s is not writable; the trace will be "
+                "lost (recording anyway)\n", env_path);
     if (atexit(env_finish)) fprintf(stderr, "oar: OAR_PROFILE: cannot register the exit handler\n");
 }
