@@ -6,7 +6,8 @@
  * (docs/architecture.md gives the figures). Peer: bench/peer/profiler.py
  * (torch.profiler with shapes and memory on the same step).
  *   bench_profiler            the comparison
- *   bench_profiler off N      N steps with the profiler off only */
+ *   bench_profiler off N      N steps with the profiler off only
+ *   bench_profiler on N       N steps recorded (for callgrind) */
 #include <oar/oar.h>
 
 #include <stdio.h>
@@ -82,6 +83,14 @@ int main(int argc, char **argv) {
     block(5); /* warm */
     if (argc > 2 && !strcmp(argv[1], "off")) {
         block(atoi(argv[2]));
+    } else if (argc > 2 && !strcmp(argv[1], "on")) {
+        if (oar_profiler_start()) {
+            fprintf(stderr, "%s\n", oar_last_error());
+            return 1;
+        }
+        block(atoi(argv[2]));
+        oar_profiler_stop();
+        oar_profiler_reset();
     } else {
         enum { ROUNDS = 8, STEPS = 10 };
         double off[ROUNDS], on[ROUNDS];
