@@ -327,6 +327,29 @@ static void test_threads(void) {
     oar_tensor_release(shared_in);
 }
 
+/* The same from an OpenMP team (the threads the kernels run on). */
+static void test_openmp_threads(void) {
+    int64_t s[1] = {16};
+    oar_tensor *in = oar_randn(OAR_F32, 1, s);
+    CHECK(oar_profiler_start() == 0);
+    int failed = 0;
+#pragma omp parallel num_threads(3) reduction(+ : failed)
+    for (int i = 0; i < 500; i++) {
+        oar_tensor *r = oar_neg(in);
+        failed += !r;
+        oar_tensor_release(r);
+    }
+    CHECK(oar_profiler_stop() == 0);
+    CHECK(failed == 0);
+    oar_profiler_stat st[4];
+    int n = oar_profiler_stats(st, 4);
+    CHECK(n == 1 && st[0].kind == OAR_PROFILER_OP && !strcmp(st[0].name, "neg"));
+    CHECK(n >= 1 && st[0].calls == 3 * 500);
+    oar_profiler_totals tot;
+    CHECK(oar_profiler_totals_get(&tot) == 0 && tot.n_allocs == 1500 && tot.n_frees == 1500);
+    oar_tensor_release(in);
+}
+
 /* The child of test_env_profile: a few ops, profiled by OAR_PROFILE. */
 static int child_main(void) {
     if (!oar_profiler_is_recording()) return 2;
@@ -447,6 +470,7 @@ int main(int argc, char **argv) {
     RUN(test_summary_counts);
     RUN(test_start_stop_twice);
     RUN(test_threads);
+    RUN(test_openmp_threads);
     RUN(test_env_profile);
     RUN(test_failing_allocator);
     return test_summary();
