@@ -19,7 +19,7 @@
  * per-thread buffers without locks, so any thread (OpenMP workers, a data
  * loader thread) may run ops while recording. Times are inclusive: an op
  * that calls other ops (a cast, a composite) contains them, and a backward
- * node contains the ops of its gradient rule. */
+ * node contains the ops of its gradient rule; self times leave them out. */
 #ifndef OAR_PROFILER_H
 #define OAR_PROFILER_H
 
@@ -67,6 +67,8 @@ typedef struct oar_profiler_stat {
     int64_t calls;
     int64_t total_ns, min_ns, max_ns; /* inclusive; average = total_ns / calls */
     double share;                     /* total_ns / the recording's wall time */
+    int64_t self_ns;    /* total_ns less the spans nested in them on their thread */
+    double self_share;  /* self_ns / wall time: one thread's self shares add up to <= 1 */
 } oar_profiler_stat;
 
 /* The rows of the last recording, by decreasing total time. Fills up to
@@ -93,7 +95,8 @@ typedef struct oar_profiler_totals {
 OAR_API int oar_profiler_totals_get(oar_profiler_totals *out);
 
 /* The summary table (one line per row of oar_profiler_stats: kind, name,
- * calls, total ms, average, min and max us, share) and the memory line,
+ * calls, total ms, average, min and max us, share, self ms, self share)
+ * and the memory line,
  * as text. Like snprintf: writes at most size bytes (NUL included) to buf
  * (NULL when size is 0) and returns the length of the whole text, or a
  * negative status as oar_profiler_stats. */

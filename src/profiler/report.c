@@ -23,11 +23,38 @@ static int check_readable(const char *fn) {
 
 /* ---- aggregation -------------------------------------------------------- */
 
+/* Self times: a thread's spans arrive in the order they ended, so the
+ * spans still on `open` that began after a span began are its direct
+ * children. */
+typedef struct open_span {
+    int64_t t0, dur;
+} open_span;
+
 typedef struct agg {
     oar_profiler_stat *rows;
     int n, cap, last, st;
     int64_t n_events;
+    open_span *open; /* the current thread's spans not yet claimed by a parent */
+    size_t n_open, cap_open;
 } agg;
+
+/* The span's own time, less that of its children; pushes it. */
+static int64_t self_time(agg *a, const oari_prof_span_ev *e) {
+    int64_t self = e->dur;
+    while (a->n_open && a->open[a->n_open - 1].t0 >= e->t0) self -= a->open[--a->n_open].dur;
+    if (a->n_open == a->cap_open) {
+        size_t cap = a->cap_open ? 2 * a->cap_open : 256;
+        open_span *p = oari_realloc(a->open, a->cap_open * sizeof *p, cap * sizeof *p);
+        if (!p) {
+            a->st = OAR_ERR_NOMEM;
+            return 0;
+        }
+        a->open = p;
+        a->cap_open = cap;
+    }
+    a->open[a->n_open++] = (open_span){e->t0, e->dur};
+    return self < 0 ? 0 : self;
+}
 
 static void agg_span(void *ctx, const oari_prof_thread *th, const oari_prof_span_ev *e) {
     (void)th;
@@ -57,8 +84,11 @@ static void agg_span(void *ctx, const oari_prof_thread *th, const oari_prof_span
                                          .min_ns = INT64_MAX};
         a->n++;
     }
+    int64_t self = self_time(a, e);
+    if (a->st) return;
     oar_profiler_stat *s = &a->rows[r];
     s->calls++;
+    s->self_ns += self;
     s->total_ns += e->dur;
     if (e->dur < s->min_ns) s->min_ns = e->dur;
     if (e->dur > s->max_ns) s->max_ns = e->dur;
@@ -75,12 +105,20 @@ static int by_total(const void *pa, const void *pb) {
 /* Under the control lock, the recording readable. a->rows is owned by the
  * caller (free with agg_free). */
 static int aggregate(agg *a) {
-    for (oari_prof_thread *th = oari_prof_threads(); th; th = th->next)
+    for (oari_prof_thread *th = oari_prof_threads(); th; th = th->next) {
+        a->n_open = 0;
         oari_prof_each_span(th, agg_span, a);
+    }
+    oari_free(a->open, a->cap_open * sizeof *a->open);
+    a->open = NULL;
+    a->cap_open = 0;
     if (a->st) return a->st;
     const oari_prof_session *s = oari_prof_session_get();
     double wall = (double)(s->t_stop - s->t_start);
-    for (int r = 0; r < a->n; r++) a->rows[r].share = wall > 0 ? a->rows[r].total_ns / wall : 0;
+    for (int r = 0; r < a->n; r++) {
+        a->rows[r].share = wall > 0 ? a->rows[r].total_ns / wall : 0;
+        a->rows[r].self_share = wall > 0 ? a->rows[r].self_ns / wall : 0;
+    }
     if (a->n) qsort(a->rows, (size_t)a->n, sizeof *a->rows, by_total);
     return 0;
 }
@@ -203,14 +241,14 @@ static int summary(sink *s, const char *fn) {
     put(s, "oar profile: %.3f ms recorded on %d thread%s, %lld events", t.wall_ns * 1e-6,
         t.n_threads, t.n_threads == 1 ? "" : "s", (long long)t.n_events);
     if (t.n_dropped) put(s, " (%lld dropped: out of memory)", (long long)t.n_dropped);
-    put(s, "\n%-9s %-26s %9s %11s %11s %11s %11s %7s\n", "kind", "name", "calls", "total ms",
-        "avg us", "min us", "max us", "share");
+    put(s, "\n%-9s %-26s %9s %11s %11s %11s %11s %7s %11s %7s\n", "kind", "name", "calls",
+        "total ms", "avg us", "min us", "max us", "share", "self ms", "self");
     for (int r = 0; r < a.n; r++) {
         const oar_profiler_stat *x = &a.rows[r];
-        put(s, "%-9s %-26s %9lld %11.3f %11.2f %11.2f %11.2f %6.1f%%\n",
+        put(s, "%-9s %-26s %9lld %11.3f %11.2f %11.2f %11.2f %6.1f%% %11.3f %6.1f%%\n",
             oari_prof_kind_name(x->kind), x->name, (long long)x->calls, x->total_ns * 1e-6,
             x->total_ns * 1e-3 / (double)x->calls, x->min_ns * 1e-3, x->max_ns * 1e-3,
-            100.0 * x->share);
+            100.0 * x->share, x->self_ns * 1e-6, 100.0 * x->self_share);
     }
     put(s, "memory: peak %.2f MiB (%zu bytes) of tensor storage in use, %lld allocations, "
         "%lld frees; %.2f MiB at start, %.2f MiB at stop\n", mib(t.peak_bytes), t.peak_bytes,

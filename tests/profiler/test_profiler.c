@@ -141,12 +141,18 @@ static void test_training_step_trace(void) {
     CHECK(ln && ln->calls == 1);
     CHECK(find_stat(st, n, OAR_PROFILER_BACKWARD, "relu") != NULL);
     int64_t calls = 0;
+    double self_share = 0;
     for (int i = 0; i < n; i++) {
         calls += st[i].calls;
+        self_share += st[i].self_share;
+        CHECK(st[i].self_ns >= 0 && st[i].self_ns <= st[i].total_ns);
         CHECK(st[i].min_ns <= st[i].max_ns && st[i].min_ns * st[i].calls <= st[i].total_ns);
         CHECK(st[i].share >= 0 && st[i].share <= 1.0 + 1e-9);
         if (i) CHECK(st[i - 1].total_ns >= st[i].total_ns);
     }
+    /* one thread: self times do not overlap; a backward node holds its rule's ops */
+    CHECK(self_share > 0 && self_share <= 1.0 + 1e-9);
+    CHECK(mmb && mmb->self_ns < mmb->total_ns);
     oar_profiler_totals tot;
     CHECK(oar_profiler_totals_get(&tot) == 0);
     CHECK(tot.n_events == calls);
