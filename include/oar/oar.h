@@ -32,5 +32,6 @@
 #include <oar/data.h>
 #include <oar/io.h>
 #include <oar/dist.h>
+#include <oar/profiler.h>
 
 #endif

@@ -3,6 +3,7 @@
  * all the gradients of its outputs are summed. Shared by oar_backward
  * (accumulates into leaves' .grad) and oar_grad (returns gradients). */
 #include "node.h"
+#include "../profiler/hooks.h" /* profiler hook */
 
 #include <stdio.h>
 #include <string.h>
@@ -135,6 +136,7 @@ static int run_node(engine *e, slot *s) {
     struct oari_node *n = s->node;
     const oari_op_def *def = oari_op_defs[n->op];
     const char *name = oari_op_name((oari_op)n->op);
+    int64_t prof_t0 = OARI_PROF_BEGIN(); /* profiler: one predictable branch when off */
     if (!def || !def->grad)
         return oari_error(OAR_ERR_UNSUPPORTED, "autograd: %s has no gradient rule; compute it "
                           "under oar_no_grad_push or on detached inputs", name);
@@ -196,6 +198,7 @@ static int run_node(engine *e, slot *s) {
     oar_pool_pop(p);
     if (buf != stack_buf) oari_free(buf, nbytes);
     if (needs != needs_buf) oari_free(needs, (size_t)n_in * sizeof *needs);
+    OARI_PROF_END(OAR_PROFILER_BACKWARD, name, prof_t0, 0, NULL); /* profiler */
     return st;
 }
 

@@ -6,6 +6,7 @@
  * allocations: on our VMs first touch of a fresh page costs ~12 us and glibc
  * unmaps large blocks on free. */
 #include "core.h"
+#include "../profiler/hooks.h" /* profiler hook (dependency-free header) */
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -108,6 +109,7 @@ static void count_alloc(size_t rounded) { /* under cache_lock */
     stats.n_allocs++;
     stats.bytes_in_use += rounded;
     if (stats.bytes_in_use > stats.peak_bytes) stats.peak_bytes = stats.bytes_in_use;
+    OARI_PROF_MEMORY(stats.bytes_in_use, 1); /* profiler */
 }
 
 void *oari_cpu_block_alloc(size_t nbytes) {
@@ -150,11 +152,13 @@ void oari_cpu_block_free(void *p, size_t nbytes) {
     pthread_mutex_lock(&cache_lock);
     if (cls < 0) {
         stats.bytes_in_use -= nbytes;
+        OARI_PROF_MEMORY(stats.bytes_in_use, -1); /* profiler */
         pthread_mutex_unlock(&cache_lock);
         system_free(p, nbytes);
         return;
     }
     stats.bytes_in_use -= rounded;
+    OARI_PROF_MEMORY(stats.bytes_in_use, -1); /* profiler */
     stats.bytes_cached += rounded;
     free_block *b = p;
     b->next = free_lists[cls];

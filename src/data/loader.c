@@ -1,6 +1,7 @@
 /* In-memory datasets, Fashion-MNIST, and the batch loader (seeded
  * shuffle, drop_last, scale/normalize to f32). */
 #include "../core/core.h"
+#include "../profiler/hooks.h" /* profiler hook */
 
 #include <oar/data.h>
 #include <oar/ops.h>
@@ -426,7 +427,7 @@ static int take_slot(oar_loader *l, int r, oar_tensor **x, oar_tensor **y) {
     return *x && *y ? 1 : OAR_ERR_NOMEM;
 }
 
-int oar_loader_next(oar_loader *l, oar_tensor **x, oar_tensor **y) {
+static int loader_next(oar_loader *l, oar_tensor **x, oar_tensor **y) {
     if (x) *x = NULL;
     if (y) *y = NULL;
     if (!l || !x || !y) return oari_error(OAR_ERR_INVALID, "loader_next: NULL argument");
@@ -456,5 +457,14 @@ int oar_loader_next(oar_loader *l, oar_tensor **x, oar_tensor **y) {
     l->full = false;
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
+    return r;
+}
+
+/* The profiler sees the time a step waits here (for a prefetching loader,
+ * only the wait for the worker). */
+int oar_loader_next(oar_loader *l, oar_tensor **x, oar_tensor **y) {
+    int64_t prof_t0 = OARI_PROF_BEGIN(); /* profiler */
+    int r = loader_next(l, x, y);
+    OARI_PROF_END(OAR_PROFILER_DATA, "loader_next", prof_t0, 0, NULL); /* profiler */
     return r;
 }

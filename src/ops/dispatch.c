@@ -4,6 +4,7 @@
  * view), and records the call on the autograd tape. */
 #include "op.h"
 #include "device_ops.h" /* devices: scalar inputs follow, CPU fallback */
+#include "../profiler/hooks.h" /* profiler hook */
 
 #include <string.h>
 
@@ -138,6 +139,7 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
     /* dtensors: the sharding rule decides, then this dispatch runs on the shards */
     if (__builtin_expect(oari_dist_any(n_in, in), 0)) return oari_dist_dispatch(op, n_in, in, attrs, out);
 
+    int64_t prof_t0 = OARI_PROF_BEGIN(); /* profiler: one predictable branch when off */
     oari_infer c;
     c.op = def->name;
     c.n_in = n_in;
@@ -215,6 +217,7 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
             out[j] = NULL;
         }
     }
+    OARI_PROF_END(OAR_PROFILER_OP, def->name, prof_t0, n_in, in); /* profiler */
     return st;
 }
 

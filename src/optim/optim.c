@@ -2,6 +2,7 @@
  * written with public ops under no_grad and stored with oar_copy_, so the
  * parameters keep their identity (modules and graphs still point at them). */
 #include "../core/core.h"
+#include "../profiler/hooks.h" /* profiler hook */
 
 #include <math.h>
 #include <oar/autograd.h>
@@ -226,6 +227,7 @@ static int rmsprop_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g)
 
 int oar_optim_step(oar_optimizer *o) {
     if (!o) return oari_error(OAR_ERR_INVALID, "optim_step: optimizer is NULL");
+    int64_t prof_t0 = OARI_PROF_BEGIN(); /* profiler */
     int st = 0;
     oar_no_grad_push();
     for (int i = 0; i < o->n && !st; i++) {
@@ -248,6 +250,7 @@ int oar_optim_step(oar_optimizer *o) {
     }
     oar_no_grad_pop();
     if (!st) o->steps++;
+    OARI_PROF_END(OAR_PROFILER_OPTIM, "optim_step", prof_t0, 0, NULL); /* profiler */
     return st;
 }
 
