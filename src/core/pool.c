@@ -4,6 +4,8 @@
  * push/pop allocates nothing. */
 #include "core.h"
 
+#include <pthread.h>
+
 struct oar_pool {
     oar_tensor **items;
     size_t n, cap;
@@ -12,6 +14,23 @@ struct oar_pool {
 
 static _Thread_local oar_pool *top;
 static _Thread_local oar_pool *spare; /* popped pools kept for reuse, linked by parent */
+
+/* A thread's recycled pools are freed when it exits: a pthread key whose
+ * destructor runs at thread exit (set once the thread first keeps one). */
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+
+static void free_spares(void *unused) {
+    (void)unused;
+    while (spare) {
+        oar_pool *p = spare;
+        spare = p->parent;
+        oari_free(p->items, p->cap * sizeof *p->items);
+        oari_free(p, sizeof *p);
+    }
+}
+
+static void make_key(void) { pthread_key_create(&spare_key, free_spares); }
 
 oar_pool *oar_pool_push(void) {
     oar_pool *p = spare;
@@ -39,6 +58,11 @@ void oar_pool_pop(oar_pool *p) {
     for (size_t i = p->n; i-- > 0;) oar_tensor_release(p->items[i]);
     p->n = 0;
     p->parent = spare;
+    if (!spare) {
+        /* the key's value only has to be non-NULL for the destructor to run */
+        pthread_once(&spare_once, make_key);
+        pthread_setspecific(spare_key, p);
+    }
     spare = p;
 }
 

@@ -2,6 +2,8 @@
  * cache and its counters, random streams, and bad input. */
 #include "test.h"
 
+#include <pthread.h>
+
 static void test_dtypes(void) {
     CHECK(oar_dtype_size(OAR_C128) == 16);
     CHECK(oar_dtype_size(OAR_BF16) == 2);
@@ -217,6 +219,32 @@ static void test_format(void) {
     oar_tensor_release(t);
 }
 
+/* A thread that uses pools frees its recycled ones when it exits (the
+ * ASan build's leak check fails this test otherwise); its results are its
+ * own. */
+static void *pool_thread(void *arg) {
+    for (int i = 0; i < 3; i++) {
+        oar_pool *outer = oar_pool_push(), *inner = oar_pool_push();
+        oar_tensor *t = oar_ones(OAR_F32, 1, (int64_t[]){4});
+        oar_pool_pop(inner);
+        oar_tensor *u = oar_ones(OAR_F32, 1, (int64_t[]){4});
+        *(double *)arg += oar_tensor_item(oar_sum(u, 0, NULL, false));
+        (void)t;
+        oar_pool_pop(outer);
+    }
+    return NULL;
+}
+
+static void test_pools_on_threads(void) {
+    pthread_t th[3];
+    double sums[3] = {0};
+    for (int i = 0; i < 3; i++) CHECK(pthread_create(&th[i], NULL, pool_thread, &sums[i]) == 0);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(sums[i] == 12.0);
+    }
+}
+
 int main(void) {
     RUN(test_dtypes);
     RUN(test_from_data_roundtrip);
@@ -224,6 +252,7 @@ int main(void) {
     RUN(test_creation);
     RUN(test_bad_input);
     RUN(test_pools);
+    RUN(test_pools_on_threads);
     RUN(test_allocator_cache);
     RUN(test_random);
     RUN(test_format);
