@@ -10,6 +10,7 @@ pkgs=(
     zlib1g-dev               # gzip'd IDX files
     libcjson-dev             # JSON for graphs, safetensors headers, traces
     dataset-fashion-mnist    # the demo's data
+    bible-kjv                # text for examples/char_lm.c (scripts/bible-text.sh)
 )
 
 missing=()
