@@ -28,12 +28,12 @@ static double now(void) {
 
 static oar_module *lenet5(void) {
     return oar_sequential_new(
-        12, (oar_module *[]){oar_conv2d_new(1, 6, 5, 1, 2, 1, 1, true), oar_relu_new(),
-                             oar_max_pool2d_new(2, 2, 0), oar_conv2d_new(6, 16, 5, 1, 0, 1, 1, true),
-                             oar_relu_new(), oar_max_pool2d_new(2, 2, 0), oar_flatten_new(1, -1),
-                             oar_linear_new(400, 120, true), oar_relu_new(),
-                             oar_linear_new(120, 84, true), oar_relu_new(),
-                             oar_linear_new(84, 10, true)});
+        12,
+        (oar_module *[]){
+            oar_conv2d_new(1, 6, 5, 1, 2, 1, 1, true), oar_relu_new(), oar_max_pool2d_new(2, 2, 0),
+            oar_conv2d_new(6, 16, 5, 1, 0, 1, 1, true), oar_relu_new(), oar_max_pool2d_new(2, 2, 0),
+            oar_flatten_new(1, -1), oar_linear_new(400, 120, true), oar_relu_new(),
+            oar_linear_new(120, 84, true), oar_relu_new(), oar_linear_new(84, 10, true)});
 }
 
 enum { D = 128, T = 64, VOCAB = 73 };
@@ -51,13 +51,13 @@ static oar_module *transformer(void) {
     oar_module *m = oar_module_new("CharLM", lm_forward, NULL, NULL);
     oar_module *layers = oar_sequential_new(0, NULL);
     for (int i = 0; i < 4; i++)
-        oar_sequential_append(layers, oar_transformer_encoder_layer_new(
-                                          D, 4,
-                                          &(oar_transformer_options){
-                                              .dim_feedforward = 512,
-                                              .activation = OAR_ACTIVATION_GELU,
-                                              .norm_first = true,
-                                              .causal = true}));
+        oar_sequential_append(layers,
+                              oar_transformer_encoder_layer_new(
+                                  D, 4,
+                                  &(oar_transformer_options){.dim_feedforward = 512,
+                                                             .activation = OAR_ACTIVATION_GELU,
+                                                             .norm_first = true,
+                                                             .causal = true}));
     int64_t d = D;
     if (!m || oar_module_add_child(m, "tok", oar_embedding_new(VOCAB, D)) ||
         oar_module_add_child(m, "pos", oar_embedding_new(T, D)) ||

@@ -72,13 +72,13 @@ static oar_module *char_lm_new(int64_t vocab) {
     oar_module *m = oar_module_new("CharLM", char_lm_forward, NULL, NULL);
     oar_module *layers = oar_sequential_new(0, NULL);
     for (int i = 0; i < LAYERS; i++)
-        oar_sequential_append(
-            layers, oar_transformer_encoder_layer_new(
-                        D, HEADS,
-                        &(oar_transformer_options){.dim_feedforward = FF,
-                                                   .activation = OAR_ACTIVATION_GELU,
-                                                   .norm_first = true,
-                                                   .causal = true}));
+        oar_sequential_append(layers,
+                              oar_transformer_encoder_layer_new(
+                                  D, HEADS,
+                                  &(oar_transformer_options){.dim_feedforward = FF,
+                                                             .activation = OAR_ACTIVATION_GELU,
+                                                             .norm_first = true,
+                                                             .causal = true}));
     int64_t d = D;
     /* the parent takes each child, freeing it if adding fails */
     if (!m || oar_module_add_child(m, "tok", oar_embedding_new(vocab, D)) ||
@@ -96,7 +96,7 @@ static oar_module *char_lm_new(int64_t vocab) {
 
 typedef struct {
     int64_t n, n_train;
-    uint8_t *ids;   /* the text as vocabulary indices */
+    uint8_t *ids; /* the text as vocabulary indices */
     int vocab;
     uint8_t chars[256]; /* index -> byte */
     int code[256];      /* byte -> index */
@@ -120,14 +120,16 @@ static int text_load(text *t, const char *path) {
     }
     fclose(f);
     bool seen[256] = {false};
-    for (int64_t i = 0; i < t->n; i++) seen[t->ids[i]] = true;
+    for (int64_t i = 0; i < t->n; i++)
+        seen[t->ids[i]] = true;
     t->vocab = 0;
     for (int c = 0; c < 256; c++)
         if (seen[c]) {
             t->code[c] = t->vocab;
             t->chars[t->vocab++] = (uint8_t)c;
         }
-    for (int64_t i = 0; i < t->n; i++) t->ids[i] = (uint8_t)t->code[t->ids[i]];
+    for (int64_t i = 0; i < t->n; i++)
+        t->ids[i] = (uint8_t)t->code[t->ids[i]];
     t->n_train = t->n * 9 / 10;
     return 0;
 }
@@ -163,8 +165,9 @@ static double lr_at(int64_t step, int64_t steps, double lr_max) {
 }
 
 int main(int argc, char **argv) {
-    const char *path = argc > 1 ? argv[1] : getenv("OAR_TEXT") ? getenv("OAR_TEXT")
-                                                                : "bible-kjv.txt";
+    const char *path = argc > 1             ? argv[1]
+                       : getenv("OAR_TEXT") ? getenv("OAR_TEXT")
+                                            : "bible-kjv.txt";
     int64_t steps = (int64_t)env_num("OAR_EXAMPLE_STEPS", 300);
     int64_t batch = (int64_t)env_num("OAR_EXAMPLE_BATCH", 16);
     int64_t n_eval = (int64_t)env_num("OAR_EXAMPLE_EVAL", 128);
@@ -188,8 +191,8 @@ int main(int argc, char **argv) {
     if (!opt) return fail("making the optimizer");
     printf("oar char_lm: %lld characters (%d distinct), %lld parameters, %lld steps of %lld x "
            "%d\n",
-           (long long)txt.n, txt.vocab, (long long)oar_module_num_elements(model),
-           (long long)steps, (long long)batch, T);
+           (long long)txt.n, txt.vocab, (long long)oar_module_num_elements(model), (long long)steps,
+           (long long)batch, T);
 
     uint64_t rng = 1234;
     int64_t *offs = malloc((size_t)(batch > 32 ? batch : 32) * sizeof *offs);
@@ -223,7 +226,8 @@ int main(int argc, char **argv) {
     double total = 0;
     for (int64_t k = 0; k < n_eval; k += 32) {
         int64_t b = n_eval - k < 32 ? n_eval - k : 32;
-        for (int64_t j = 0; j < b; j++) offs[j] = txt.n_train + (k + j) * stride;
+        for (int64_t j = 0; j < b; j++)
+            offs[j] = txt.n_train + (k + j) * stride;
         oar_pool *pool = oar_pool_push();
         oar_tensor *x, *y;
         windows(&txt, offs, b, &x, &y);
@@ -242,9 +246,11 @@ int main(int argc, char **argv) {
     float *p = malloc((size_t)txt.vocab * sizeof *p);
     for (int64_t s = 0; s < n_sample; s++) {
         int64_t L = len < T ? (int64_t)len : T, shape[2] = {1, L};
-        for (int64_t j = 0; j < L; j++) ctx[j] = txt.code[(uint8_t)out[len - (size_t)L + (size_t)j]];
+        for (int64_t j = 0; j < L; j++)
+            ctx[j] = txt.code[(uint8_t)out[len - (size_t)L + (size_t)j]];
         oar_pool *pool = oar_pool_push();
-        oar_tensor *logits = oar_module_forward(model, oar_tensor_from_data(ctx, OAR_I64, 2, shape));
+        oar_tensor *logits =
+            oar_module_forward(model, oar_tensor_from_data(ctx, OAR_I64, 2, shape));
         oar_tensor *last = oar_slice(oar_slice(logits, 1, L - 1, L, 1), 0, 0, 1, 1);
         oar_tensor *probs = oar_softmax(oar_div_scalar(last, 0.8), -1);
         if (!probs || oar_tensor_to_host(probs, p, (size_t)txt.vocab * sizeof *p)) {
@@ -254,7 +260,8 @@ int main(int argc, char **argv) {
         oar_pool_pop(pool);
         double u = (double)(splitmix(&srng) >> 11) / 9007199254740992.0, acc = p[0];
         int i = 0;
-        while (acc <= u && i + 1 < txt.vocab) acc += p[++i];
+        while (acc <= u && i + 1 < txt.vocab)
+            acc += p[++i];
         out[len++] = (char)txt.chars[i];
     }
     out[len] = 0;

@@ -34,10 +34,10 @@ static int fail(const char *what) {
 }
 
 static oar_module *make_model(void) {
-    return oar_sequential_new(
-        6, (oar_module *[]){oar_flatten_new(1, -1), oar_linear_new(784, 256, true),
-                            oar_relu_new(), oar_linear_new(256, 128, true), oar_relu_new(),
-                            oar_linear_new(128, 10, true)});
+    return oar_sequential_new(6, (oar_module *[]){oar_flatten_new(1, -1),
+                                                  oar_linear_new(784, 256, true), oar_relu_new(),
+                                                  oar_linear_new(256, 128, true), oar_relu_new(),
+                                                  oar_linear_new(128, 10, true)});
 }
 
 /* Accuracy of m on ds (eval mode, no gradients), or -1 on error. */

@@ -80,9 +80,9 @@ static oar_module *basic_block_new(int64_t in, int64_t out, int64_t stride) {
     if (ok && (stride != 1 || in != out)) {
         b->downsample =
             add(m, "downsample",
-                oar_sequential_new(2, (oar_module *[]){
-                                          oar_conv2d_new(in, out, 1, stride, 0, 1, 1, false),
-                                          oar_batch_norm2d_new(out, 1e-5, 0.1, true)}));
+                oar_sequential_new(
+                    2, (oar_module *[]){oar_conv2d_new(in, out, 1, stride, 0, 1, 1, false),
+                                        oar_batch_norm2d_new(out, 1e-5, 0.1, true)}));
         ok = b->downsample != NULL;
     }
     if (!ok) {
@@ -99,8 +99,9 @@ typedef struct resnet {
 static oar_tensor *resnet_forward(oar_module *m, oar_tensor *x) {
     resnet *r = oar_module_ctx(m);
     x = oar_relu(oar_module_forward(r->bn1, oar_module_forward(r->conv1, x))); /* [N, 16, 28, 28] */
-    for (int i = 0; i < 3; i++) x = oar_module_forward(r->layers[i], x); /* [N, 64, 7, 7] */
-    x = oar_mean(x, 2, (int64_t[]){2, 3}, false);                        /* [N, 64] */
+    for (int i = 0; i < 3; i++)
+        x = oar_module_forward(r->layers[i], x);  /* [N, 64, 7, 7] */
+    x = oar_mean(x, 2, (int64_t[]){2, 3}, false); /* [N, 64] */
     return oar_module_forward(r->fc, x);
 }
 
@@ -118,8 +119,10 @@ static oar_module *make_model(void) {
     for (int i = 0; i < 3 && ok; i++) {
         char name[16];
         snprintf(name, sizeof name, "layer%d", i + 1);
-        r->layers[i] = add(m, name, oar_sequential_new(1, (oar_module *[]){
-            basic_block_new(width[i], width[i + 1], i == 0 ? 1 : 2)}));
+        r->layers[i] =
+            add(m, name,
+                oar_sequential_new(
+                    1, (oar_module *[]){basic_block_new(width[i], width[i + 1], i == 0 ? 1 : 2)}));
         ok = r->layers[i] != NULL;
     }
     r->fc = ok ? add(m, "fc", oar_linear_new(64, 10, true)) : NULL;

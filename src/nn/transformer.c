@@ -54,19 +54,19 @@ static int check_mha(oar_tensor *q, oar_tensor *k, oar_tensor *v, int64_t H, oar
         return oari_error(OAR_ERR_INVALID, "%s: expected a floating query, got %s", MHA,
                           oar_dtype_name(q->dtype));
     int64_t iw[2] = {3 * E, E}, ib = 3 * E, ow[2] = {E, E};
-    if (!has_shape(in_w, 2, iw) || (in_b && !has_shape(in_b, 1, &ib)) ||
-        !has_shape(out_w, 2, ow) || (out_b && !has_shape(out_b, 1, &E)))
+    if (!has_shape(in_w, 2, iw) || (in_b && !has_shape(in_b, 1, &ib)) || !has_shape(out_w, 2, ow) ||
+        (out_b && !has_shape(out_b, 1, &E)))
         return oari_error(OAR_ERR_INVALID,
                           "%s: for embed dim %lld expected in_proj_weight [%lld, %lld], "
                           "in_proj_bias [%lld], out_proj_weight [%lld, %lld], out_proj_bias "
                           "[%lld]; got in_proj_weight %s, out_proj_weight %s",
-                          MHA, (long long)E, (long long)(3 * E), (long long)E,
-                          (long long)(3 * E), (long long)E, (long long)E, (long long)E,
+                          MHA, (long long)E, (long long)(3 * E), (long long)E, (long long)(3 * E),
+                          (long long)E, (long long)E, (long long)E,
                           oari_shape_str(s1, in_w->ndim, in_w->shape),
                           oari_shape_str(s2, out_w->ndim, out_w->shape));
     int64_t ks[2] = {N, S};
-    if (kpm && (!has_shape(kpm, 2, ks) ||
-                (kpm->dtype != OAR_BOOL && !oar_dtype_is_float(kpm->dtype))))
+    if (kpm &&
+        (!has_shape(kpm, 2, ks) || (kpm->dtype != OAR_BOOL && !oar_dtype_is_float(kpm->dtype))))
         return oari_error(OAR_ERR_INVALID,
                           "%s: key_padding_mask must be bool or floating [N, S] = [%lld, %lld], "
                           "got %s %s",
@@ -102,8 +102,10 @@ static oar_tensor *combine_masks(int64_t N, int64_t H, int64_t L, int64_t S, oar
     if (attn_mask) {
         oar_tensor *m = attn_mask;
         if (m->ndim == 3) m = oar_reshape(m, 4, (int64_t[]){N, H, L, S});
-        if (attn_mask->dtype == OAR_BOOL) keep = oar_logical_not(m);
-        else add = m;
+        if (attn_mask->dtype == OAR_BOOL)
+            keep = oar_logical_not(m);
+        else
+            add = m;
     }
     if (kpm) {
         oar_tensor *m = oar_reshape(kpm, 4, (int64_t[]){N, 1, 1, S});
@@ -148,7 +150,8 @@ oar_tensor *oar_multi_head_attention(oar_tensor *query, oar_tensor *key, oar_ten
 
     oar_tensor *qkv[3], *w[3], *b[3] = {NULL, NULL, NULL};
     if (query == key && key == value) { /* self-attention: one projection */
-        if (oar_chunk(linear(q, in_w, in_b), 3, -1, 3, qkv) != 3) return oari_pool_return(pool, NULL);
+        if (oar_chunk(linear(q, in_w, in_b), 3, -1, 3, qkv) != 3)
+            return oari_pool_return(pool, NULL);
     } else {
         if (oar_chunk(in_w, 3, 0, 3, w) != 3 || (in_b && oar_chunk(in_b, 3, 0, 3, b) != 3))
             return oari_pool_return(pool, NULL);
@@ -259,8 +262,7 @@ oar_module *oar_multihead_attention_new(int64_t embed_dim, int64_t num_heads, do
 
 static bool is_type(const char *op, oar_module *m, oar_module_forward_fn fwd, const char *type) {
     if (m && m->forward == fwd) return true;
-    oari_error(OAR_ERR_INVALID, "%s: expected a %s module, got %s", op, type,
-               m ? m->type : "NULL");
+    oari_error(OAR_ERR_INVALID, "%s: expected a %s module, got %s", op, type, m ? m->type : "NULL");
     return false;
 }
 
@@ -277,8 +279,8 @@ enum { SELF_ATTN, LINEAR1, DROPOUT, LINEAR2, NORM1, NORM2, DROPOUT1, DROPOUT2, N
 static const char *const layer_children[N_CHILDREN] = {
     "self_attn", "linear1", "dropout", "linear2", "norm1", "norm2", "dropout1", "dropout2"};
 
-static oar_tensor *layer_call(oar_module *m, oar_tensor *x, oar_tensor *src_mask,
-                              oar_tensor *kpm, bool is_causal) {
+static oar_tensor *layer_call(oar_module *m, oar_tensor *x, oar_tensor *src_mask, oar_tensor *kpm,
+                              bool is_causal) {
     oar_module **c = (oar_module *[N_CHILDREN]){NULL};
     for (int i = 0; i < N_CHILDREN; i++)
         c[i] = m->children[i].m;
@@ -295,8 +297,8 @@ static oar_tensor *layer_call(oar_module *m, oar_tensor *x, oar_tensor *src_mask
     bool norm_first = m->cfg[2];
     /* self-attention block: dropout1(self_attn(h, h, h)) */
     oar_tensor *h = norm_first ? oar_module_forward(c[NORM1], x) : x;
-    oar_tensor *sa = oar_module_forward(
-        c[DROPOUT1], mha_call(c[SELF_ATTN], h, h, h, kpm, src_mask, is_causal));
+    oar_tensor *sa =
+        oar_module_forward(c[DROPOUT1], mha_call(c[SELF_ATTN], h, h, h, kpm, src_mask, is_causal));
     x = norm_first ? oar_add(x, sa) : oar_module_forward(c[NORM1], oar_add(x, sa));
     /* feed-forward block: dropout2(linear2(dropout(act(linear1(h))))) */
     h = norm_first ? oar_module_forward(c[NORM2], x) : x;
@@ -359,8 +361,10 @@ oar_module *oar_transformer_encoder_layer_new(int64_t d_model, int64_t nhead,
     };
     int st = 0;
     for (int i = 0; i < N_CHILDREN; i++) {
-        if (st) oar_module_free(kids[i]);
-        else st = oar_module_add_child(m, layer_children[i], kids[i]);
+        if (st)
+            oar_module_free(kids[i]);
+        else
+            st = oar_module_add_child(m, layer_children[i], kids[i]);
     }
     if (!st && o.dtype != OAR_F32) st = module_to(m, o.dtype);
     return st ? fail(m) : m;

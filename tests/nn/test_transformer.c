@@ -45,12 +45,12 @@ static void test_mha_self_matches_torch(void) {
                         leaf(mha_self_p2, 2, ow), leaf(mha_self_p3, 1, &ob)};
     oar_tensor *kpm = mask_of(mha_self_kpm, 2, ks);
     /* PyTorch got the causal mask as a bool attn_mask; is_causal must agree */
-    oar_tensor *y = oar_multi_head_attention(x, x, x, H, w[0], w[1], w[2], w[3], kpm, NULL, true,
-                                             0.0);
+    oar_tensor *y =
+        oar_multi_head_attention(x, x, x, H, w[0], w[1], w[2], w[3], kpm, NULL, true, 0.0);
     CHECK_VALUES(y, mha_self_y, N * 5 * E, TOL);
     oar_tensor *causal = oar_triu(oar_ones(OAR_BOOL, 2, cs), 1);
-    oar_tensor *y2 = oar_multi_head_attention(x, x, x, H, w[0], w[1], w[2], w[3], kpm, causal,
-                                              false, 0.0);
+    oar_tensor *y2 =
+        oar_multi_head_attention(x, x, x, H, w[0], w[1], w[2], w[3], kpm, causal, false, 0.0);
     CHECK_VALUES(y2, mha_self_y, N * 5 * E, TOL);
     CHECK(oar_backward(weighted_sum(y, mha_self_r), NULL) == 0);
     CHECK_VALUES(oar_tensor_grad(x), mha_self_gx, N * 5 * E, TOL);
@@ -62,8 +62,8 @@ static void test_mha_self_matches_torch(void) {
 
 static void test_mha_cross_matches_torch(void) {
     oar_pool *p = oar_pool_push();
-    int64_t qs[3] = {N, 4, E}, ks[3] = {N, 6, E}, iw[2] = {3 * E, E}, ib = 3 * E,
-            ow[2] = {E, E}, ob = E, ms[2] = {4, 6}, bs[3] = {N * H, 4, 6};
+    int64_t qs[3] = {N, 4, E}, ks[3] = {N, 6, E}, iw[2] = {3 * E, E}, ib = 3 * E, ow[2] = {E, E},
+            ob = E, ms[2] = {4, 6}, bs[3] = {N * H, 4, 6};
     oar_tensor *q = leaf(mha_cross_q, 3, qs), *k = leaf(mha_cross_k, 3, ks),
                *v = leaf(mha_cross_v, 3, ks);
     oar_tensor *w[4] = {leaf(mha_cross_p0, 2, iw), leaf(mha_cross_p1, 1, &ib),
@@ -132,12 +132,13 @@ static void test_mha_init(void) {
     oar_tensor *w = oar_module_get(m, "in_proj_weight");
     CHECK(oar_tensor_item(oar_amax(oar_abs(w), 0, NULL, false)) <= bound);
     CHECK(oar_tensor_item(oar_amax(oar_abs(w), 0, NULL, false)) > 0.9 * bound);
-    CHECK(oar_tensor_item(oar_sum(oar_abs(oar_module_get(m, "in_proj_bias")), 0, NULL, false)) == 0);
+    CHECK(oar_tensor_item(oar_sum(oar_abs(oar_module_get(m, "in_proj_bias")), 0, NULL, false)) ==
+          0);
     CHECK(oar_tensor_item(oar_sum(oar_abs(oar_module_get(m, "out_proj.bias")), 0, NULL, false)) ==
           0);
     /* out_proj.weight keeps Linear's kaiming_uniform(a = sqrt 5): bound 1/sqrt(64) */
-    double ob = oar_tensor_item(oar_amax(oar_abs(oar_module_get(m, "out_proj.weight")), 0, NULL,
-                                         false));
+    double ob =
+        oar_tensor_item(oar_amax(oar_abs(oar_module_get(m, "out_proj.weight")), 0, NULL, false));
     CHECK(ob <= 0.125 && ob > 0.1);
     CHECK(oar_module_num_elements(m) == 4 * 64 * 64 + 4 * 64);
     oar_module_free(m);
@@ -219,23 +220,23 @@ static void layer_case(const oar_transformer_options *o, int64_t L, bool use_kpm
 }
 
 static void test_encoder_post_norm_relu(void) {
-    const double *vals[12] = {enc_post_p0, enc_post_p1, enc_post_p2, enc_post_p3,
-                              enc_post_p4, enc_post_p5, enc_post_p6, enc_post_p7,
+    const double *vals[12] = {enc_post_p0, enc_post_p1, enc_post_p2,  enc_post_p3,
+                              enc_post_p4, enc_post_p5, enc_post_p6,  enc_post_p7,
                               enc_post_p8, enc_post_p9, enc_post_p10, enc_post_p11};
-    const double *grads[12] = {enc_post_g0, enc_post_g1, enc_post_g2, enc_post_g3,
-                               enc_post_g4, enc_post_g5, enc_post_g6, enc_post_g7,
+    const double *grads[12] = {enc_post_g0, enc_post_g1, enc_post_g2,  enc_post_g3,
+                               enc_post_g4, enc_post_g5, enc_post_g6,  enc_post_g7,
                                enc_post_g8, enc_post_g9, enc_post_g10, enc_post_g11};
-    layer_case(&(oar_transformer_options){.dim_feedforward = 16, .dtype = OAR_F64}, 5, true,
-               false, enc_post_names, vals, grads, enc_post_x, enc_post_kpm, enc_post_r,
-               enc_post_y, enc_post_gx);
+    layer_case(&(oar_transformer_options){.dim_feedforward = 16, .dtype = OAR_F64}, 5, true, false,
+               enc_post_names, vals, grads, enc_post_x, enc_post_kpm, enc_post_r, enc_post_y,
+               enc_post_gx);
 }
 
 static void test_encoder_pre_norm_gelu_causal(void) {
-    const double *vals[12] = {enc_pre_p0, enc_pre_p1, enc_pre_p2, enc_pre_p3,
-                              enc_pre_p4, enc_pre_p5, enc_pre_p6, enc_pre_p7,
+    const double *vals[12] = {enc_pre_p0, enc_pre_p1, enc_pre_p2,  enc_pre_p3,
+                              enc_pre_p4, enc_pre_p5, enc_pre_p6,  enc_pre_p7,
                               enc_pre_p8, enc_pre_p9, enc_pre_p10, enc_pre_p11};
-    const double *grads[12] = {enc_pre_g0, enc_pre_g1, enc_pre_g2, enc_pre_g3,
-                               enc_pre_g4, enc_pre_g5, enc_pre_g6, enc_pre_g7,
+    const double *grads[12] = {enc_pre_g0, enc_pre_g1, enc_pre_g2,  enc_pre_g3,
+                               enc_pre_g4, enc_pre_g5, enc_pre_g6,  enc_pre_g7,
                                enc_pre_g8, enc_pre_g9, enc_pre_g10, enc_pre_g11};
     layer_case(&(oar_transformer_options){.dim_feedforward = 16,
                                           .activation = OAR_ACTIVATION_GELU,
@@ -287,8 +288,8 @@ static oar_tensor *mha_fn(void *ctx, int n, oar_tensor *const *in) {
         bool pad[2][3] = {{false, false, false}, {false, true, true}};
         kpm = oar_tensor_from_data(pad, OAR_BOOL, 2, (int64_t[]){2, 3});
     }
-    return oar_multi_head_attention(q, kv, kv, 2, in[1], in[2], in[3], in[4], kpm, NULL,
-                                    c->causal, 0.0);
+    return oar_multi_head_attention(q, kv, kv, 2, in[1], in[2], in[3], in[4], kpm, NULL, c->causal,
+                                    0.0);
 }
 
 static void test_mha_gradcheck(void) {
@@ -332,7 +333,8 @@ static void test_encoder_gradcheck(void) {
 static void test_errors(void) {
     oar_pool *p = oar_pool_push();
     oar_tensor *x = oar_zeros(OAR_F32, 3, (int64_t[]){2, 5, 8});
-    oar_tensor *iw = oar_zeros(OAR_F32, 2, (int64_t[]){24, 8}), *ow = oar_zeros(OAR_F32, 2, (int64_t[]){8, 8});
+    oar_tensor *iw = oar_zeros(OAR_F32, 2, (int64_t[]){24, 8}),
+               *ow = oar_zeros(OAR_F32, 2, (int64_t[]){8, 8});
     CHECK_FAILS(oar_multi_head_attention(x, x, x, 3, iw, NULL, ow, NULL, NULL, NULL, false, 0),
                 "num_heads 3");
     CHECK_FAILS(oar_multi_head_attention(x, x, x, 0, iw, NULL, ow, NULL, NULL, NULL, false, 0),
@@ -375,15 +377,15 @@ static void test_errors(void) {
     CHECK_FAILS(oar_multihead_attention_new(10, 3, 0, true, false), "num_heads 3");
     CHECK_FAILS(oar_multihead_attention_new(8, 2, 2.0, true, false), "dropout 2");
     CHECK_FAILS(oar_transformer_encoder_layer_new(8, 3, NULL), "num_heads 3");
-    CHECK_FAILS(oar_transformer_encoder_layer_new(
-                    8, 2, &(oar_transformer_options){.dtype = OAR_I32}),
-                "int32");
+    CHECK_FAILS(
+        oar_transformer_encoder_layer_new(8, 2, &(oar_transformer_options){.dtype = OAR_I32}),
+        "int32");
     CHECK_FAILS(oar_transformer_encoder_layer_new(
                     8, 2, &(oar_transformer_options){.activation = (oar_activation)7}),
                 "activation 7");
-    CHECK_FAILS(oar_transformer_encoder_layer_new(
-                    8, 2, &(oar_transformer_options){.layer_norm_eps = -1}),
-                "layer_norm_eps");
+    CHECK_FAILS(
+        oar_transformer_encoder_layer_new(8, 2, &(oar_transformer_options){.layer_norm_eps = -1}),
+        "layer_norm_eps");
 
     oar_module *layer =
         oar_transformer_encoder_layer_new(8, 2, &(oar_transformer_options){.dim_feedforward = 16});
