@@ -12,6 +12,7 @@ pkgs=(
     dataset-fashion-mnist    # the demo's data
     libopenmpi-dev openmpi-bin # distributed tensors over MPI (src/dist/)
     ocl-icd-opencl-dev opencl-headers pocl-opencl-icd  # the opencl device plugin (pocl: a CPU OpenCL device)
+    bible-kjv                # text for examples/char_lm.c (scripts/bible-text.sh)
 )
 
 missing=()

@@ -174,6 +174,89 @@ OAR_API int oar_init_kaiming_uniform_(oar_tensor *t, double a);
  * (dims >= 2); 0 on success. */
 OAR_API int oar_init_fans(const oar_tensor *t, int64_t *fan_in, int64_t *fan_out);
 
+/* ==== Transformer (src/nn/transformer.c) ====================================
+ * Multi-head attention and the Transformer encoder layer, batch first
+ * ([N, L, E]; an unbatched [L, E] input is accepted too). Parameter names
+ * and initialisation follow torch.nn.MultiheadAttention and
+ * torch.nn.TransformerEncoderLayer, so their state dicts load by name:
+ * "self_attn.in_proj_weight" [3E, E], "self_attn.in_proj_bias" [3E],
+ * "self_attn.out_proj.weight" [E, E], "self_attn.out_proj.bias",
+ * "linear1.weight" [F, E], "linear1.bias", "linear2.weight" [E, F],
+ * "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias".
+ *
+ * Masks use PyTorch's MultiheadAttention meaning: a bool mask is true where
+ * attention is NOT allowed; a floating mask is added to the attention
+ * scores. attn_mask is [L, S] or [N * num_heads, L, S]; key_padding_mask is
+ * [N, S] (true marks padding keys). A query row with every key masked gives
+ * NaN, as in PyTorch. */
+
+/* Multi-head attention as a function of its weights
+ * (torch.nn.functional.multi_head_attention_forward, batch first, no
+ * attention weights returned). query [N, L, E], key [N, S, E], value
+ * [N, S, E]; in_proj_weight [3E, E] holds the q, k, v projections stacked;
+ * in_proj_bias [3E] or NULL; out_proj_weight [E, E]; out_proj_bias [E] or
+ * NULL. E must divide by num_heads. is_causal masks future keys (j > i),
+ * combined with any other mask. dropout_p applies to the attention weights
+ * (always; pass 0 in eval mode). Returns [N, L, E] (pool rule), or NULL with
+ * an error naming "multi_head_attention" and the shapes. */
+OAR_API oar_tensor *oar_multi_head_attention(oar_tensor *query, oar_tensor *key, oar_tensor *value,
+                                             int64_t num_heads, oar_tensor *in_proj_weight,
+                                             oar_tensor *in_proj_bias, oar_tensor *out_proj_weight,
+                                             oar_tensor *out_proj_bias,
+                                             oar_tensor *key_padding_mask, oar_tensor *attn_mask,
+                                             bool is_causal, double dropout_p);
+
+/* A MultiheadAttention module (f32): parameters in_proj_weight
+ * (xavier_uniform), in_proj_bias (zeros, if bias), child "out_proj" (a
+ * Linear with zero bias). dropout applies to attention weights in training
+ * mode. oar_module_forward(m, x) is self-attention on x, causal if
+ * `causal`. NULL with an error on bad sizes. */
+OAR_API oar_module *oar_multihead_attention_new(int64_t embed_dim, int64_t num_heads,
+                                                double dropout, bool bias, bool causal);
+/* The full call of a MultiheadAttention module: masks may be NULL; the
+ * module's own causal flag is ignored in favour of is_causal. Result as
+ * oar_multi_head_attention. */
+OAR_API oar_tensor *oar_multihead_attention_forward(oar_module *m, oar_tensor *query,
+                                                    oar_tensor *key, oar_tensor *value,
+                                                    oar_tensor *key_padding_mask,
+                                                    oar_tensor *attn_mask, bool is_causal);
+
+typedef enum oar_activation {
+    OAR_ACTIVATION_RELU = 0,
+    OAR_ACTIVATION_GELU = 1, /* exact (erf) GELU */
+} oar_activation;
+
+/* Options of oar_transformer_encoder_layer_new. Zero-valued fields give the
+ * defaults noted, so `&(oar_transformer_options){.dim_feedforward = 512}`
+ * reads well. Unlike PyTorch, dropout defaults to none. */
+typedef struct oar_transformer_options {
+    int64_t dim_feedforward;   /* 0: 2048, as PyTorch */
+    double dropout;            /* on attention weights, after attention, inside and after the
+                                  feed-forward block (training mode); 0: none */
+    oar_activation activation; /* of the feed-forward block; default ReLU */
+    double layer_norm_eps;     /* 0: 1e-5 */
+    bool norm_first;           /* pre-norm (x + f(norm(x))); false: post-norm (norm(x + f(x))) */
+    bool causal;               /* oar_module_forward masks future positions */
+    bool no_bias;              /* drop the biases of the linear layers and of attention (not
+                                  of the norms) */
+    oar_dtype dtype;           /* of the parameters: OAR_F32 (also for 0) or OAR_F64 */
+} oar_transformer_options;
+
+/* A TransformerEncoderLayer (o may be NULL for all defaults). Children:
+ * self_attn, linear1, dropout, linear2, norm1, norm2, dropout1, dropout2.
+ * oar_module_forward(m, x) runs it on x [N, L, d_model], causal if
+ * o->causal. NULL with an error on bad sizes or options. */
+OAR_API oar_module *oar_transformer_encoder_layer_new(int64_t d_model, int64_t nhead,
+                                                      const oar_transformer_options *o);
+/* The full call: src_mask ([L, S] or [N * nhead, L, S]) and
+ * src_key_padding_mask ([N, S]) may be NULL; is_causal replaces the
+ * module's own flag. Returns [N, L, d_model] (pool rule) or NULL. */
+OAR_API oar_tensor *oar_transformer_encoder_layer_forward(oar_module *m, oar_tensor *src,
+                                                          oar_tensor *src_mask,
+                                                          oar_tensor *src_key_padding_mask,
+                                                          bool is_causal);
+/* ==== end of Transformer ===================================================== */
+
 #ifdef __cplusplus
 }
 #endif
