@@ -1,7 +1,8 @@
 /* Sharding rules: for an op call, the placements its inputs must have and
  * those of its outputs. Each mesh dim is decided on its own. Rules exist
  * for pointwise ops (elementwise and broadcast fusion kinds), matmul, sum,
- * softmax/log_softmax, and the movement ops permute, view, expand and
+ * softmax/log_softmax, layer_norm and index_select (leading or picked
+ * dims pass through), and the movement ops permute, view, expand and
  * slice (a dim-transform rule: a sharded dim that passes through whole
  * stays sharded, and shapes in the local op's attributes become local);
  * every other op replicates (the caller's fallback).
@@ -220,6 +221,43 @@ static void passthrough(oari_op op, oar_tensor *x, oar_placement (*in_p)[OAR_MES
     }
 }
 
+/* ---- layer_norm: the leading (not normalised) dims are independent ------- */
+
+static void layer_norm_rule(int n_in, oar_tensor *const *in, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
+                            const oari_attrs *a, const oar_mesh *mesh, oari_shard_plan *plan) {
+    int lead = in[0]->ndim - (int)a->i[0];
+    for (int d = 0; d < mesh->ndim; d++) {
+        oar_placement p = in_p[0][d], o = oar_replicate();
+        if (p.kind == OAR_PLACEMENT_SHARD && p.dim < lead) o = p;
+        plan->in[0][d] = o;
+        for (int i = 1; i < n_in; i++) plan->in[i][d] = oar_replicate();
+        for (int j = 0; j < 3; j++) plan->out[j][d] = o;
+    }
+}
+
+/* ---- index_select(x, idx, dim): rows of x picked by a 1-D index ----------- */
+
+static void index_select_rule(oar_placement (*in_p)[OAR_MESH_MAX_DIMS], const oari_attrs *a,
+                              const oar_mesh *mesh, claims *cl, oari_shard_plan *plan) {
+    int dim = (int)a->i[0];
+    for (int d = 0; d < mesh->ndim; d++) {
+        oar_placement px = in_p[0][d], pi = in_p[1][d];
+        plan->in[0][d] = plan->in[1][d] = plan->out[0][d] = oar_replicate();
+        if (pi.kind == OAR_PLACEMENT_SHARD && !cl->out[dim]) {
+            /* a sharded index picks a sharded set of rows */
+            cl->out[dim] = true;
+            plan->in[1][d] = pi;
+            plan->out[0][d] = oar_shard(dim);
+        } else if (px.kind == OAR_PLACEMENT_SHARD && px.dim != dim && !cl->out[px.dim]) {
+            cl->out[px.dim] = true;
+            plan->in[0][d] = px;
+            plan->out[0][d] = px;
+        } else if (is_partial(px, OAR_REDUCE_SUM) && pi.kind == OAR_PLACEMENT_REPLICATE) {
+            plan->in[0][d] = plan->out[0][d] = px;
+        }
+    }
+}
+
 int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in, oar_tensor *const *in,
                     oar_placement (*in_p)[OAR_MESH_MAX_DIMS], const oari_attrs *attrs,
                     const oari_meta *out_meta, const oar_mesh *mesh, oari_shard_plan *plan) {
@@ -229,8 +267,16 @@ int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in, oar_tensor *co
         passthrough(op, in[0], in_p, attrs, &out_meta[0], mesh, plan);
         return 1;
     }
+    if (op == OARI_OP_layer_norm) {
+        layer_norm_rule(n_in, in, in_p, attrs, mesh, plan);
+        return 1;
+    }
     claims cl;
     memset(&cl, 0, sizeof cl);
+    if (op == OARI_OP_index_select && in[0]->ndim > 0) {
+        index_select_rule(in_p, attrs, mesh, &cl, plan);
+        return 1;
+    }
     bool pointwise = (def->fusion == OARI_FUSE_ELEMWISE || def->fusion == OARI_FUSE_BROADCAST) &&
                      !(def->flags & (OARI_F_VIEW | OARI_F_INPLACE | OARI_F_RANDOM)) && def->n_out == 1;
     if (pointwise) {

@@ -232,6 +232,21 @@ static void test_ops(void) {
     CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 1);
     CHECK(oar_dist_fallback_count() == before);
 
+    /* layer_norm over the last dim keeps a row sharding; index_select follows a sharded index */
+    before = oar_dist_fallback_count();
+    oar_tensor *lw = oar_randn(OAR_F64, 1, (int64_t[]){6}), *lb = oar_randn(OAR_F64, 1, (int64_t[]){6});
+    r = check_op(oar_layer_norm(xs0, 1, lw, lb, 1e-5), oar_layer_norm(x, 1, lw, lb, 1e-5), "layer_norm S(0)");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
+    r = check_op(oar_layer_norm(xs1, 1, lw, lb, 1e-5), oar_layer_norm(x, 1, lw, lb, 1e-5), "layer_norm S(1)");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_REPLICATE);
+    int64_t ids[7] = {0, 2, 1, 2, 0, 1, 2};
+    oar_tensor *idx = oar_tensor_from_data(ids, OAR_I64, 1, (int64_t[]){7});
+    oar_tensor *idxs = oar_shard_tensor(idx, m, (oar_placement[]){oar_shard(0)});
+    oar_tensor *table = oar_randn(OAR_F64, 2, (int64_t[]){3, 4});
+    r = check_op(oar_embedding(table, idxs), oar_embedding(table, idx), "embedding with sharded ids");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
+    CHECK(oar_dist_fallback_count() == before);
+
     /* no rule: the inputs are replicated and the op runs whole */
     r = check_op(oar_cumsum(xs0, 0), oar_cumsum(x, 0), "cumsum fallback");
     CHECK(placement0(r).kind == OAR_PLACEMENT_REPLICATE);
