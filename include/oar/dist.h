@@ -163,6 +163,10 @@ OAR_API int oar_parallelize(oar_module *m, oar_mesh *mesh, int mesh_dim, int n_r
  * made, or -1 with the error set. */
 OAR_API int oar_dist_reduce_grads(int n, oar_tensor *const *params, size_t bucket_bytes);
 
+/* Bytes of tensor data this rank has handed to all-reduce, all-gather and
+ * reduce-scatter since the process started (each call's local payload). */
+OAR_API int64_t oar_dist_bytes_moved(void);
+
 /* How many op calls on dtensors ran by replicating their inputs because
  * the op has no sharding rule (since the process started). */
 OAR_API int64_t oar_dist_fallback_count(void);

@@ -75,6 +75,11 @@ static int mpi_fail(const char *what, int rc) {
  * buffers of a collective given up on stay alive (MPI may still write
  * them) until oar_dist_finalize. */
 
+static int64_t bytes_moved; /* payload handed to collectives by this rank */
+
+int64_t oar_dist_bytes_moved(void) { return __atomic_load_n(&bytes_moved, __ATOMIC_RELAXED); }
+static void count(int64_t n) { __atomic_add_fetch(&bytes_moved, n, __ATOMIC_RELAXED); }
+
 static double timeout_s = -1; /* < 0: not read from OAR_DIST_TIMEOUT yet */
 static oar_tensor *abandoned[64];
 static int n_abandoned;
@@ -175,6 +180,7 @@ oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d)
     }
     if (out) {
         MPI_Request req;
+        count(out->numel * (int64_t)oar_dtype_size(out->dtype));
         int rc = MPI_Iallreduce(MPI_IN_PLACE, oar_tensor_data(out), (int)out->numel,
                                 mpi_type(out->dtype), mop, m->comm[d], &req);
         if (finish("all_reduce", rc, &req, m, d, out, NULL)) out = NULL;
@@ -245,6 +251,7 @@ oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int d) {
         if (!fits) oari_error(OAR_ERR_UNSUPPORTED, "all_gather: result exceeds one MPI call (2 GiB)");
         if (y) {
             MPI_Request req;
+            count(f->numel * es);
             int rc = MPI_Iallgatherv(oar_tensor_data(f), (int)(f->numel * es), MPI_BYTE,
                                      oar_tensor_data(y), counts, displs, MPI_BYTE, m->comm[d], &req);
             if (!finish("all_gather", rc, &req, m, d, f, y)) out = front_to_dim(y, perm, x->ndim);
@@ -280,6 +287,7 @@ oar_tensor *oari_reduce_scatter(oar_tensor *x, int dim, oar_reduce_op op, oar_me
         if (!fits) oari_error(OAR_ERR_UNSUPPORTED, "reduce_scatter: input exceeds one MPI call");
         if (y) {
             MPI_Request req;
+            count(f->numel * (int64_t)oar_dtype_size(f->dtype));
             int rc = MPI_Ireduce_scatter(oar_tensor_data(f), oar_tensor_data(y), counts,
                                          mpi_type(f->dtype), mop, m->comm[d], &req);
             if (!finish("reduce_scatter", rc, &req, m, d, f, y)) out = front_to_dim(y, perm, x->ndim);

@@ -5,6 +5,8 @@
  * dispatch, and the outputs are wrapped as dtensors. */
 #include "dist.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int64_t fallbacks;
@@ -113,6 +115,7 @@ int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_a
     if (has_rule < 0) return OAR_ERR_INVALID;
     if (!has_rule) {
         __atomic_add_fetch(&fallbacks, 1, __ATOMIC_RELAXED);
+        if (getenv("OAR_DIST_DEBUG")) fprintf(stderr, "dist: %s has no sharding rule; replicated\n", def->name);
         for (int i = 0; i < n_in; i++)
             for (int d = 0; d < mesh->ndim; d++) plan.in[i][d] = oar_replicate();
         for (int j = 0; j < def->n_out; j++)

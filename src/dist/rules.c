@@ -167,7 +167,7 @@ static int passes_to(oari_op op, oar_tensor *x, const oari_attrs *a, const oari_
         int o = k + out->ndim - x->ndim;
         return x->shape[k] == out->shape[o] ? o : -1;
     }
-    case OARI_OP_slice:
+    case OARI_OP_slice: case OARI_OP_slice_backward:
         return k == a->i[0] ? -1 : k;
     case OARI_OP_softmax: case OARI_OP_log_softmax:
         return k == a->i[0] ? -1 : k;
@@ -189,7 +189,8 @@ static int passes_to(oari_op op, oar_tensor *x, const oari_attrs *a, const oari_
 
 /* Ops that are linear in their input: Partial(sum) passes through. */
 static bool linear_movement(oari_op op) {
-    return op == OARI_OP_permute || op == OARI_OP_expand || op == OARI_OP_slice || op == OARI_OP_view;
+    return op == OARI_OP_permute || op == OARI_OP_expand || op == OARI_OP_slice || op == OARI_OP_view ||
+           op == OARI_OP_slice_backward;
 }
 
 static void passthrough(oari_op op, oar_tensor *x, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
@@ -208,15 +209,17 @@ static void passthrough(oari_op op, oar_tensor *x, oar_placement (*in_p)[OAR_MES
             }
         }
     }
-    /* view and expand name the output shape: make the sharded dims local */
-    if (op == OARI_OP_view || op == OARI_OP_expand) {
+    /* view, expand and slice_backward name the output shape (the latter
+     * after its four slice attributes): make the sharded dims local */
+    int at = op == OARI_OP_slice_backward ? 4 : 0;
+    if (op == OARI_OP_view || op == OARI_OP_expand || op == OARI_OP_slice_backward) {
         plan->local_attrs = true;
         plan->attrs = *attrs;
         for (int d = 0; d < mesh->ndim; d++) {
             if (plan->out[0][d].kind != OAR_PLACEMENT_SHARD) continue;
             int o = plan->out[0][d].dim;
             int64_t start;
-            oari_chunk(out->shape[o], mesh->shape[d], mesh->coord[d], &start, &plan->attrs.i[o]);
+            oari_chunk(out->shape[o], mesh->shape[d], mesh->coord[d], &start, &plan->attrs.i[at + o]);
         }
     }
 }
@@ -263,7 +266,7 @@ int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in, oar_tensor *co
                     const oari_meta *out_meta, const oar_mesh *mesh, oari_shard_plan *plan) {
     const int mesh_ndim = mesh->ndim;
     if (op == OARI_OP_permute || op == OARI_OP_view || op == OARI_OP_expand || op == OARI_OP_slice ||
-        op == OARI_OP_softmax || op == OARI_OP_log_softmax) {
+        op == OARI_OP_slice_backward || op == OARI_OP_softmax || op == OARI_OP_log_softmax) {
         passthrough(op, in[0], in_p, attrs, &out_meta[0], mesh, plan);
         return 1;
     }

@@ -368,6 +368,21 @@ static void test_autograd(void) {
         CHECK(max_diff(oar_unshard(hv), phv) < 1e-10);
     }
 
+    /* the gradient of a slice (slice_backward) keeps the row sharding, with no fallback */
+    {
+        int64_t before = oar_dist_fallback_count();
+        oar_tensor *dw = oar_shard_tensor(x, m, (oar_placement[]){oar_shard(0)});
+        oar_tensor_set_requires_grad(dw, true);
+        oar_tensor *loss = oar_sum(oar_square(oar_slice(dw, 1, 1, 5, 2)), 0, NULL, false);
+        CHECK(oar_backward(loss, NULL) == 0);
+        oar_tensor *pw = oar_clone(x);
+        oar_tensor_set_requires_grad(pw, true);
+        oar_backward(oar_sum(oar_square(oar_slice(pw, 1, 1, 5, 2)), 0, NULL, false), NULL);
+        CHECK(max_diff(oar_unshard(oar_tensor_grad(dw)), oar_tensor_grad(pw)) < 1e-12);
+        CHECK(placement0(oar_tensor_grad(dw)).kind == OAR_PLACEMENT_SHARD);
+        CHECK(oar_dist_fallback_count() == before);
+    }
+
     /* gradients flow through shard/unshard back to a plain tensor */
     {
         oar_tensor *px = oar_clone(x);
