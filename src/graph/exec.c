@@ -1,0 +1,345 @@
+/* The executor: runs a graph through the op kernels of the CPU device.
+ * For each new input shape it re-runs every shape rule (dynamic dims),
+ * plans one arena by liveness (passes/memplan.c) and prepares every kernel
+ * call; a run then copies the inputs in and calls the kernels, allocating
+ * nothing. */
+#include "ir.h"
+
+#include <string.h>
+
+typedef struct exec_node {
+    oar_kernel_fn k;          /* NULL: nothing to run (view, empty output) */
+    oar_kernel_call call;
+    oar_ktensor *kin;
+    oar_ktensor kout[OARI_MAX_OUT];
+    oari_attrs attrs;         /* with symbolic sizes substituted */
+    oar_kernel_fn copy_k;     /* in-place ops: copy in[0] into the output first */
+    oar_kernel_call copy_call;
+    oar_ktensor copy_io[2];
+} exec_node;
+
+struct oar_executor {
+    const oar_graph *g;
+    bool planned;
+    int ndims[64];
+    int64_t shapes[64][OAR_MAX_DIMS];
+    int64_t sym_vals[OARI_MAX_SYMS];
+    oar_tensor **vt;          /* per value: arena tensor, view or constant */
+    exec_node *en;
+    oar_tensor *arena;
+    int64_t planned_bytes, unplanned_bytes;
+    int n_plans;
+};
+
+oar_executor *oar_executor_new(const oar_graph *g) {
+    if (!g) return oari_error(OAR_ERR_INVALID, "executor_new: graph is NULL"), NULL;
+    if (g->n_inputs > 64)
+        return oari_error(OAR_ERR_INVALID, "executor_new: %d inputs (at most 64)", g->n_inputs), NULL;
+    oar_executor *ex = oari_calloc(1, sizeof *ex);
+    if (!ex) return NULL;
+    ex->g = g;
+    ex->planned_bytes = ex->unplanned_bytes = -1;
+    return ex;
+}
+
+static void drop_plan(oar_executor *ex) {
+    const oar_graph *g = ex->g;
+    if (ex->vt) {
+        for (int v = 0; v < g->n_values; v++) oar_tensor_release(ex->vt[v]);
+        oari_free(ex->vt, (size_t)g->n_values * sizeof *ex->vt);
+    }
+    if (ex->en) {
+        for (int i = 0; i < g->n_nodes; i++)
+            oari_free(ex->en[i].kin, (size_t)(g->nodes[i].n_in ? g->nodes[i].n_in : 1) * sizeof(oar_ktensor));
+        oari_free(ex->en, (size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *ex->en);
+    }
+    oar_tensor_release(ex->arena);
+    ex->vt = NULL;
+    ex->en = NULL;
+    ex->arena = NULL;
+    ex->planned = false;
+}
+
+void oar_executor_free(oar_executor *ex) {
+    if (!ex) return;
+    drop_plan(ex);
+    oari_free(ex, sizeof *ex);
+}
+
+int64_t oar_executor_planned_bytes(const oar_executor *ex) { return ex ? ex->planned_bytes : -1; }
+int64_t oar_executor_unplanned_bytes(const oar_executor *ex) { return ex ? ex->unplanned_bytes : -1; }
+int oar_executor_num_plans(const oar_executor *ex) { return ex ? ex->n_plans : -1; }
+
+/* A kernel view of t broadcast to (ndim, shape), as dispatch makes it. */
+static void ktensor_expanded(const oar_tensor *t, int ndim, const int64_t *shape, oar_ktensor *k) {
+    oari_ktensor(t, k);
+    if (t->ndim == ndim && !memcmp(t->shape, shape, (size_t)ndim * sizeof *shape)) return;
+    int lead = ndim - t->ndim;
+    k->ndim = ndim;
+    for (int i = ndim - 1; i >= 0; i--) {
+        int src = i - lead;
+        bool broadcast = src < 0 || t->shape[src] != shape[i];
+        k->shape[i] = shape[i];
+        k->strides[i] = broadcast ? 0 : t->strides[src];
+    }
+}
+
+/* Binds the symbols from the input shapes; 0 or an error naming the input. */
+static int bind_inputs(oar_executor *ex, oar_tensor *const *inputs) {
+    const oar_graph *g = ex->g;
+    bool bound[OARI_MAX_SYMS] = {0};
+    for (int i = 0; i < g->n_inputs; i++) {
+        const oari_gvalue *v = &g->values[g->inputs[i]];
+        oar_tensor *t = inputs[i];
+        char s1[200], s2[200];
+        if (!t) return oari_error(OAR_ERR_INVALID, "executor: input %d (%s) is NULL", i, v->name);
+        bool ok = t->dtype == v->dtype && t->ndim == v->ndim && t->storage &&
+                  t->storage->device == oari_device_cpu();
+        for (int d = 0; d < v->ndim && ok; d++) {
+            int s = v->sym[d];
+            if (s < 0) ok = t->shape[d] == v->shape[d];
+            else if (!bound[s]) bound[s] = true, ex->sym_vals[s] = t->shape[d];
+            else ok = ex->sym_vals[s] == t->shape[d];
+        }
+        if (!ok) {
+            int64_t want[OAR_MAX_DIMS];
+            for (int d = 0; d < v->ndim; d++) want[d] = v->sym[d] >= 0 ? -1 : v->shape[d];
+            return oari_error(OAR_ERR_INVALID, "executor: input %d (%s) is %s %s%s; the graph wants "
+                              "%s %s (-1: dynamic; equal names must agree)", i, v->name,
+                              oar_dtype_name(t->dtype), oari_shape_str(s1, t->ndim, t->shape),
+                              t->storage ? "" : " (symbolic)", oar_dtype_name(v->dtype),
+                              oari_shape_str(s2, v->ndim, want));
+        }
+    }
+    for (int s = 0; s < g->n_syms; s++)
+        if (!bound[s]) ex->sym_vals[s] = g->syms[s].trace_size;
+    return 0;
+}
+
+static int plan(oar_executor *ex, oar_tensor *const *inputs) {
+    const oar_graph *g = ex->g;
+    drop_plan(ex);
+    int st = bind_inputs(ex, inputs);
+    if (st) return st;
+    int nv = g->n_values, nn = g->n_nodes;
+    oar_tensor **sym = oari_calloc((size_t)(nv ? nv : 1), sizeof *sym);
+    int *root = oari_malloc((size_t)(nv ? nv : 1) * sizeof *root);
+    int *bufof = oari_malloc((size_t)(nv ? nv : 1) * sizeof *bufof);
+    oari_membuf *bufs = oari_calloc((size_t)(nv ? nv : 1), sizeof *bufs);
+    oar_dtype *kdt = oari_malloc((size_t)(nn ? nn : 1) * sizeof *kdt);
+    ex->vt = oari_calloc((size_t)(nv ? nv : 1), sizeof *ex->vt);
+    ex->en = oari_calloc((size_t)(nn ? nn : 1), sizeof *ex->en);
+    if (!sym || !root || !bufof || !bufs || !kdt || !ex->vt || !ex->en) {
+        st = OAR_ERR_NOMEM;
+        goto done;
+    }
+    if (!ex->en) goto done;
+    for (int v = 0; v < nv; v++) {
+        root[v] = -1;
+        bufof[v] = -1;
+    }
+    /* 1. shapes: every shape rule again, on symbolic tensors */
+    for (int i = 0; i < g->n_inputs && !st; i++) {
+        int v = g->inputs[i];
+        root[v] = v;
+        if (!(sym[v] = oari_tensor_make(NULL, inputs[i]->dtype, inputs[i]->ndim, inputs[i]->shape, NULL, 0)))
+            st = OAR_ERR_NOMEM;
+    }
+    for (int v = 0; v < nv && !st; v++)
+        if (g->values[v].kind == OARI_V_CONST) sym[v] = oar_tensor_retain(g->values[v].constant);
+    for (int i = 0; i < nn && !st; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        const oari_op_def *def = oari_op_defs[n->op];
+        exec_node *e = &ex->en[i];
+        e->attrs = n->attrs;
+        for (int k = 0; k < n->attrs.ni; k++)
+            if (n->isym[k] >= 0) e->attrs.i[k] = ex->sym_vals[n->isym[k]];
+        oar_tensor *in[OARI_MAX_IN];
+        for (int k = 0; k < n->n_in; k++) in[k] = n->in[k] >= 0 ? sym[n->in[k]] : NULL;
+        oari_infer c;
+        memset(&c, 0, sizeof c);
+        c.op = def->name;
+        c.n_in = n->n_in;
+        c.in = in;
+        c.attrs = &e->attrs;
+        for (int k = 0; k < n->n_in; k++) c.in_dtype[k] = in[k] ? in[k]->dtype : OAR_F32;
+        c.kernel_dtype = in[0]->dtype;
+        if ((st = def->infer(&c))) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", oar_last_error());
+            st = oari_error(st, "executor: node %d (%s): %s", i, def->name, msg);
+            break;
+        }
+        for (int k = 0; k < n->n_in && !st; k++)
+            if (in[k] && c.in_dtype[k] != in[k]->dtype)
+                st = oari_error(OAR_ERR_INVALID, "executor: node %d (%s) input %d needs a cast the "
+                                "graph lacks", i, def->name, k);
+        kdt[i] = c.kernel_dtype;
+        for (int j = 0; j < n->n_out && !st; j++) {
+            int v = n->out[j];
+            if (def->flags & OARI_F_VIEW) {
+                sym[v] = def->view(in[0], &e->attrs);
+                root[v] = root[n->in[0]];
+            } else {
+                sym[v] = oari_tensor_make(NULL, c.out[j].dtype, c.out[j].ndim, c.out[j].shape, NULL, 0);
+                root[v] = v;
+            }
+            if (!sym[v]) st = OAR_ERR_NOMEM;
+        }
+    }
+    if (st) goto done;
+    /* 2. buffers by liveness: one per root value, live from its producer to
+     * the last node reading it or any view of it; outputs live to the end */
+    int nb = 0;
+    for (int v = 0; v < nv; v++) {
+        if (root[v] != v) continue;
+        const oari_gvalue *gv = &g->values[v];
+        bufof[v] = nb;
+        bufs[nb].size = sym[v]->numel * (int64_t)oar_dtype_size(sym[v]->dtype);
+        bufs[nb].first = gv->kind == OARI_V_INPUT ? -1 : gv->producer;
+        bufs[nb].last = bufs[nb].first;
+        nb++;
+    }
+    for (int i = 0; i < nn; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        for (int k = 0; k < n->n_in; k++) {
+            int v = n->in[k];
+            if (v >= 0 && root[v] >= 0 && bufs[bufof[root[v]]].last < i) bufs[bufof[root[v]]].last = i;
+        }
+    }
+    for (int j = 0; j < g->n_outputs; j++) {
+        int v = g->outputs[j];
+        if (root[v] >= 0) bufs[bufof[root[v]]].last = nn;
+    }
+    int64_t peak = oari_memplan(bufs, nb, &ex->unplanned_bytes);
+    if (peak < 0) {
+        st = OAR_ERR_NOMEM;
+        goto done;
+    }
+    ex->planned_bytes = peak;
+    int64_t asize = peak > 0 ? peak : 64;
+    if (!(ex->arena = oari_tensor_empty(oari_device_cpu(), OAR_U8, 1, &asize))) {
+        st = OAR_ERR_NOMEM;
+        goto done;
+    }
+    /* 3. real tensors in the arena; views of them; constants */
+    for (int v = 0; v < nv && !st; v++) {
+        if (g->values[v].kind == OARI_V_CONST) ex->vt[v] = oar_tensor_retain(g->values[v].constant);
+        else if (root[v] == v)
+            ex->vt[v] = oari_tensor_make(ex->arena->storage, sym[v]->dtype, sym[v]->ndim, sym[v]->shape,
+                                         NULL, bufs[bufof[v]].offset / (int64_t)oar_dtype_size(sym[v]->dtype));
+        else continue;
+        if (!ex->vt[v]) st = OAR_ERR_NOMEM;
+    }
+    oar_device *cpu = oari_device_cpu();
+    for (int i = 0; i < nn && !st; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        const oari_op_def *def = oari_op_defs[n->op];
+        exec_node *e = &ex->en[i];
+        if (def->flags & OARI_F_VIEW) {
+            if (!(ex->vt[n->out[0]] = def->view(ex->vt[n->in[0]], &e->attrs))) st = OAR_ERR_NOMEM;
+            continue;
+        }
+        if (!(e->kin = oari_calloc((size_t)(n->n_in ? n->n_in : 1), sizeof *e->kin))) {
+            st = OAR_ERR_NOMEM;
+            break;
+        }
+        oar_tensor *out0 = ex->vt[n->out[0]];
+        for (int k = 0; k < n->n_in; k++) {
+            oar_tensor *t = n->in[k] >= 0 ? ex->vt[n->in[k]] : NULL;
+            if (k == 0 && (def->flags & OARI_F_INPLACE)) t = out0;
+            if (!t) e->kin[k].dtype = -1;
+            else if (def->flags & OARI_F_BROADCAST) ktensor_expanded(t, out0->ndim, out0->shape, &e->kin[k]);
+            else oari_ktensor(t, &e->kin[k]);
+        }
+        bool empty = !(def->flags & OARI_F_INPLACE);
+        for (int j = 0; j < n->n_out; j++) {
+            oari_ktensor(ex->vt[n->out[j]], &e->kout[j]);
+            empty = empty && ex->vt[n->out[j]]->numel == 0;
+        }
+        if ((def->flags & OARI_F_INPLACE)) {
+            oar_tensor *src = ex->vt[n->in[0]];
+            if (!(e->copy_k = oari_kernel_lookup(cpu, OARI_OP_copy, out0->dtype))) {
+                st = oari_error(OAR_ERR_UNSUPPORTED, "executor: no copy kernel for %s",
+                                oar_dtype_name(out0->dtype));
+                break;
+            }
+            oari_ktensor(out0, &e->copy_io[0]);
+            oari_ktensor(src, &e->copy_io[1]);
+            e->copy_call = (oar_kernel_call){.op = "copy", .n_in = 2, .n_out = 1, .in = e->copy_io,
+                                             .out = e->copy_io};
+        }
+        if (empty) continue;
+        if (!(e->k = oari_kernel_lookup(cpu, n->op, kdt[i]))) {
+            st = oari_error(OAR_ERR_UNSUPPORTED, "executor: %s has no CPU kernel for %s", def->name,
+                            oar_dtype_name(kdt[i]));
+            break;
+        }
+        e->call = (oar_kernel_call){
+            .op = def->name, .n_in = n->n_in, .n_out = n->n_out, .in = e->kin, .out = e->kout,
+            .n_iattr = e->attrs.ni, .n_fattr = e->attrs.nf, .iattr = e->attrs.i, .fattr = e->attrs.f,
+        };
+    }
+    if (!st) {
+        for (int i = 0; i < g->n_inputs; i++) {
+            ex->ndims[i] = inputs[i]->ndim;
+            memcpy(ex->shapes[i], inputs[i]->shape, (size_t)inputs[i]->ndim * sizeof(int64_t));
+        }
+        ex->planned = true;
+        ex->n_plans++;
+    }
+done:
+    if (sym)
+        for (int v = 0; v < nv; v++) oar_tensor_release(sym[v]);
+    oari_free(sym, (size_t)(nv ? nv : 1) * sizeof *sym);
+    oari_free(root, (size_t)(nv ? nv : 1) * sizeof *root);
+    oari_free(bufof, (size_t)(nv ? nv : 1) * sizeof *bufof);
+    oari_free(bufs, (size_t)(nv ? nv : 1) * sizeof *bufs);
+    oari_free(kdt, (size_t)(nn ? nn : 1) * sizeof *kdt);
+    if (st) drop_plan(ex);
+    return st;
+}
+
+static bool same_shapes(const oar_executor *ex, oar_tensor *const *inputs) {
+    if (!ex->planned) return false;
+    for (int i = 0; i < ex->g->n_inputs; i++) {
+        const oar_tensor *t = inputs[i];
+        if (!t || t->ndim != ex->ndims[i] ||
+            memcmp(t->shape, ex->shapes[i], (size_t)t->ndim * sizeof(int64_t)))
+            return false;
+        if (t->dtype != ex->g->values[ex->g->inputs[i]].dtype) return false;
+    }
+    return true;
+}
+
+int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs) {
+    if (!ex || (!inputs && ex->g->n_inputs) || !outputs)
+        return oari_error(OAR_ERR_INVALID, "executor_run: executor, inputs or outputs is NULL");
+    const oar_graph *g = ex->g;
+    int st = 0;
+    if (!same_shapes(ex, inputs) && (st = plan(ex, inputs))) return st;
+    for (int i = 0; i < g->n_inputs; i++) {
+        oar_tensor *slot = ex->vt[g->inputs[i]], *t = inputs[i];
+        if (!t->storage || t->storage->device != oari_device_cpu())
+            return oari_error(OAR_ERR_INVALID, "executor: input %d must be a CPU tensor", i);
+        if (oar_tensor_is_contiguous(t)) {
+            memcpy(oar_tensor_data(slot), oar_tensor_data(t), (size_t)t->numel * oar_dtype_size(t->dtype));
+        } else {
+            oar_tensor *pair[2] = {slot, t}, *r = NULL;
+            if ((st = oari_dispatch(OARI_OP_copy, 2, pair, NULL, &r))) return st;
+            oar_tensor_release(r);
+        }
+    }
+    void *ctx = oari_device_cpu()->ctx;
+    for (int i = 0; i < g->n_nodes; i++) {
+        exec_node *e = &ex->en[i];
+        if (e->copy_k && (st = e->copy_k(ctx, &e->copy_call))) return st;
+        if (e->k && (st = e->k(ctx, &e->call))) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", oar_last_error());
+            return oari_error(st, "executor: node %d (%s): %s", i, oari_op_name(g->nodes[i].op), msg);
+        }
+    }
+    for (int j = 0; j < g->n_outputs; j++) outputs[j] = ex->vt[g->outputs[j]];
+    return 0;
+}
