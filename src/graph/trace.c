@@ -32,6 +32,51 @@ static int traced_id(const oari_tracer *tr, const oar_tensor *t) {
 
 static void set_traced(oar_tensor *t, int v) { t->trace_value = (void *)(intptr_t)(v + 1); }
 
+/* True if t is contiguous with every element equal (oar_full, zeros_like). */
+static bool is_splat(const oar_tensor *t) {
+    const char *p = oar_tensor_data(t);
+    size_t es = oar_dtype_size(t->dtype);
+    if (!p || !oar_tensor_is_contiguous(t) || t->numel < 1) return false;
+    for (int64_t i = 1; i < t->numel; i++)
+        if (memcmp(p, p + (size_t)i * es, es)) return false;
+    return true;
+}
+
+static int remember(oari_tracer *tr, oar_tensor *t, int v) {
+    if (tr->n_consts == tr->cap_consts) {
+        int nc = tr->cap_consts ? tr->cap_consts * 2 : 32;
+        oar_tensor **a = oari_realloc(tr->consts, (size_t)tr->cap_consts * sizeof *a, (size_t)nc * sizeof *a);
+        if (!a) return -1;
+        tr->consts = a;
+        int *b = oari_realloc(tr->const_ids, (size_t)tr->cap_consts * sizeof *b, (size_t)nc * sizeof *b);
+        if (!b) return -1;
+        tr->const_ids = b;
+        tr->cap_consts = nc;
+    }
+    tr->consts[tr->n_consts] = t;
+    tr->const_ids[tr->n_consts++] = v;
+    return v;
+}
+
+/* A splat constant whose shape follows a dynamic dim (dropout's oar_full
+ * of the input's shape) becomes expand(scalar, shape) with symbolic sizes. */
+static int splat_id(oari_tracer *tr, oar_tensor *t) {
+    oar_graph *g = tr->g;
+    oar_tensor *s = oari_tensor_empty(NULL, t->dtype, 0, NULL);
+    if (!s) return -1;
+    memcpy(oar_tensor_data(s), oar_tensor_data(t), oar_dtype_size(t->dtype));
+    int cv = oari_graph_add_const(g, s, NULL);
+    oar_tensor_release(s);
+    if (cv < 0) return -1;
+    oari_attrs a = oari_attrs_ints(t->ndim, t->shape);
+    oari_meta m = {.dtype = t->dtype, .ndim = t->ndim};
+    memcpy(m.shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
+    int ni = oari_graph_add_node(g, OARI_OP_expand, &a, 1, &cv, 1, &m);
+    if (ni < 0) return -1;
+    for (int k = 0; k < a.ni; k++) g->nodes[ni].isym[k] = (int8_t)oari_graph_sym_of(g, a.i[k]);
+    return remember(tr, t, g->nodes[ni].out[0]);
+}
+
 /* The value id of a concrete tensor read by a node: one constant each. */
 static int const_id(oari_tracer *tr, oar_tensor *t, const char *op) {
     for (int k = 0; k < tr->n_consts; k++)
@@ -42,6 +87,7 @@ static int const_id(oari_tracer *tr, oar_tensor *t, const char *op) {
     oar_graph *g = tr->g;
     for (int d = 0; d < t->ndim; d++) {
         int s = oari_graph_sym_of(g, t->shape[d]);
+        if (s >= 0 && is_splat(t)) return splat_id(tr, t);
         if (s >= 0) {
             char sh[200];
             return oari_error(OAR_ERR_INVALID, "trace: %s reads a constant of shape %s whose dim "
@@ -54,21 +100,8 @@ static int const_id(oari_tracer *tr, oar_tensor *t, const char *op) {
     const char *name = NULL;
     for (int s = 0; s < tr->n_state && !name; s++)
         if (tr->state[s].tensor == t) name = tr->state[s].name;
-    if (tr->n_consts == tr->cap_consts) {
-        int nc = tr->cap_consts ? tr->cap_consts * 2 : 32;
-        oar_tensor **a = oari_realloc(tr->consts, (size_t)tr->cap_consts * sizeof *a, (size_t)nc * sizeof *a);
-        if (!a) return -1;
-        tr->consts = a;
-        int *b = oari_realloc(tr->const_ids, (size_t)tr->cap_consts * sizeof *b, (size_t)nc * sizeof *b);
-        if (!b) return -1;
-        tr->const_ids = b;
-        tr->cap_consts = nc;
-    }
     int v = oari_graph_add_const(g, t, name);
-    if (v < 0) return -1;
-    tr->consts[tr->n_consts] = t;
-    tr->const_ids[tr->n_consts++] = v;
-    return v;
+    return v < 0 ? -1 : remember(tr, t, v);
 }
 
 int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
@@ -80,6 +113,8 @@ int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
      * so the graph keeps the named weight rather than a copy of its view */
     for (int s = 0; s < tr->n_state && !any && (def->flags & OARI_F_VIEW); s++)
         any = tr->state[s].tensor == c->in[0];
+    /* random draws stay nodes, so the graph draws again on each run */
+    if ((def->flags & OARI_F_RANDOM) && !(def->flags & OARI_F_INPLACE)) any = true;
     if (!any) return OARI_TRACE_PASS;
     if ((def->flags & OARI_F_INPLACE) && traced_id(tr, c->in[0]) < 0)
         return oari_error(OAR_ERR_STATE, "trace: %s writes traced values into a concrete tensor "
