@@ -30,5 +30,7 @@
 #include <oar/optim.h>
 #include <oar/data.h>
 #include <oar/io.h>
+#include <oar/graph.h> /* static graphs, saved models */
+#include <oar/infer.h> /* predictor, .npy */
 
 #endif
