@@ -104,6 +104,20 @@ OAR_API int oar_graph_output_shape(const oar_graph *g, int i, oar_dtype *dtype, 
  * turned, or a negative status. */
 OAR_API int oar_graph_freeze(oar_graph *g, oar_module *m);
 
+/* ---- backward on the graph ---------------------------------------------------- */
+
+/* Appends the backward pass of output `output` (weighted by ones) with
+ * respect to inputs wrt[0..n_wrt-1] (input indices), built from the ops'
+ * own gradient rules, and adds one output "grad:<input name>" per entry
+ * (zeros for an input the output does not depend on). Returns the index of
+ * the first new output, or a negative status (an op without a gradient
+ * rule, an output that depends on none of the inputs). */
+OAR_API int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wrt);
+/* A traced SGD step: for every input x with a "grad:x" output, appends an
+ * output "next:x" = x - lr * grad:x. Feeding next:x back as x trains.
+ * Returns the number of outputs added, or a negative status. */
+OAR_API int oar_graph_append_sgd(oar_graph *g, double lr);
+
 /* ---- passes ------------------------------------------------------------------- */
 
 typedef enum oar_pass_list {

@@ -86,6 +86,16 @@ OARI_HIDDEN bool oari_graph_const_is(const oar_graph *g, int v, double x);
 OARI_HIDDEN void oari_graph_kill(oar_graph *g, int node);
 OARI_HIDDEN oar_dtype oari_dtype_from_name(const char *name);
 
+/* ---- tracing onto an existing graph (src/graph/trace.c) ------------------ */
+/* Starts tracing onto g on this thread (g's constants map to their values,
+ * grad mode off); NULL with an error if the thread already traces. */
+OARI_HIDDEN void *oari_trace_attach(oar_graph *g);
+OARI_HIDDEN void oari_trace_detach(void *tracer);
+/* Marks t as standing for value v of the graph being traced. */
+OARI_HIDDEN void oari_trace_bind(oar_tensor *t, int v);
+/* The value t stands for (a concrete t becomes a constant), or -1. */
+OARI_HIDDEN int oari_trace_value_of(oar_tensor *t);
+
 /* ---- passes (src/graph/passes/, one file each) --------------------------- */
 /* Each returns the number of changes (>= 0) or a negative status. */
 OARI_HIDDEN int oari_pass_dce(oar_graph *g);

@@ -4,6 +4,7 @@
  * only runs eagerly and its result becomes a constant when a node reads it. */
 #include "ir.h"
 
+#include <math.h>
 #include <string.h>
 
 #define OARI_TRACE_PASS 1
@@ -77,6 +78,22 @@ static int splat_id(oari_tracer *tr, oar_tensor *t) {
     return remember(tr, t, g->nodes[ni].out[0]);
 }
 
+/* True if a 0-d constant's value looks computed from a dynamic dim's
+ * trace size S (k*S or 1/(k*S): a mean's divisor), which would be baked in. */
+static bool derived_from(const oar_graph *g, const oar_tensor *t, int *sym) {
+    if (t->ndim || !oar_dtype_is_float(t->dtype) || !oar_tensor_data(t)) return false;
+    double x = fabs(oari_load_f64(oar_tensor_data(t), t->dtype));
+    for (int s = 0; s < g->n_syms; s++) {
+        double S = (double)g->syms[s].trace_size;
+        double r = x >= S ? x / S : x > 0 && x <= 1 / S ? 1 / x / S : 0;
+        if (r >= 1 && fabs(r - round(r)) < 1e-5 * r) {
+            *sym = s;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* The value id of a concrete tensor read by a node: one constant each. */
 static int const_id(oari_tracer *tr, oar_tensor *t, const char *op) {
     for (int k = 0; k < tr->n_consts; k++)
@@ -97,6 +114,12 @@ static int const_id(oari_tracer *tr, oar_tensor *t, const char *op) {
                               oari_shape_str(sh, t->ndim, t->shape), d, g->syms[s].name), -1;
         }
     }
+    int ds;
+    if (derived_from(g, t, &ds))
+        return oari_error(OAR_ERR_INVALID, "trace: %s reads the constant %g, which looks computed "
+                          "from the dynamic dim %s (a mean over it?); such sizes are not symbolic: "
+                          "trace with a fixed size, or use a sum", op,
+                          oari_load_f64(oar_tensor_data(t), t->dtype), g->syms[ds].name), -1;
     const char *name = NULL;
     for (int s = 0; s < tr->n_state && !name; s++)
         if (tr->state[s].tensor == t) name = tr->state[s].name;
@@ -305,6 +328,44 @@ fail:
     free_tracer(&tr);
     oar_graph_free(g);
     return NULL;
+}
+
+/* ---- tracing onto an existing graph (backward.c) ------------------------------ */
+
+void *oari_trace_attach(oar_graph *g) {
+    if (oari_trace_current)
+        return oari_error(OAR_ERR_STATE, "trace: this thread is already tracing"), NULL;
+    oari_tracer *tr = oari_calloc(1, sizeof *tr);
+    if (!tr) return NULL;
+    tr->g = g;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].kind == OARI_V_CONST && remember(tr, g->values[v].constant, v) < 0) {
+            oari_trace_detach(tr);
+            return NULL;
+        }
+    oari_no_grad_push();
+    oari_trace_current = tr;
+    return tr;
+}
+
+void oari_trace_detach(void *p) {
+    oari_tracer *tr = p;
+    if (!tr) return;
+    if (oari_trace_current == tr) {
+        oari_trace_current = NULL;
+        oari_no_grad_pop();
+    }
+    free_tracer(tr);
+    oari_free(tr, sizeof *tr);
+}
+
+void oari_trace_bind(oar_tensor *t, int v) { set_traced(t, v); }
+
+int oari_trace_value_of(oar_tensor *t) {
+    oari_tracer *tr = oari_trace_current;
+    if (!tr || !t) return -1;
+    int v = traced_id(tr, t);
+    return v >= 0 ? v : const_id(tr, t, "trace");
 }
 
 static int module_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {

@@ -14,7 +14,9 @@ static int fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
 
 static void test_fold(void) {
     oar_module *m = oar_module_new("Scale", fwd, NULL, NULL);
-    oar_module_add_parameter(m, "w", oar_tensor_retain(oar_randn(OAR_F32, 1, (int64_t[]){5})));
+    oar_tensor *w = oar_randn(OAR_F32, 1, (int64_t[]){5}); /* outside pools: ours to release */
+    oar_module_add_parameter(m, "w", w);
+    oar_tensor_release(w);
     oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 5}};
     oar_graph *g = oar_trace(fn, m, 1, &s, 1, &(oar_trace_options){.module = m, .params_as_inputs = true});
     CHECK(g && oar_graph_num_inputs(g) == 2);

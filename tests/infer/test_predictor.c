@@ -19,11 +19,21 @@ typedef struct job {
     int bad;
 } job;
 
+/* Max |a - b| of two contiguous f32 CPU tensors of equal numel, without
+ * pools (a worker thread's pools outlive it: core keeps them per thread). */
+static double diff_f32(oar_tensor *a, oar_tensor *b) {
+    if (!a || !b || oar_tensor_numel(a) != oar_tensor_numel(b)) return INFINITY;
+    const float *x = oar_tensor_data(a), *y = oar_tensor_data(b);
+    double m = 0;
+    for (int64_t i = 0; i < oar_tensor_numel(a); i++) m = fmax(m, fabs((double)x[i] - y[i]));
+    return m;
+}
+
 static void *worker(void *arg) {
     job *j = arg;
     for (int r = 0; r < N_RUNS; r++) {
         oar_tensor *y = NULL;
-        if (oar_predictor_run(j->p, &j->x[r], &y) || max_diff(y, j->want[r]) > 1e-5) j->bad++;
+        if (oar_predictor_run(j->p, &j->x[r], &y) || diff_f32(y, j->want[r]) > 1e-5) j->bad++;
         oar_tensor_release(y);
     }
     return NULL;
