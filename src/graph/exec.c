@@ -16,20 +16,33 @@ typedef struct exec_node {
     oar_kernel_fn copy_k;     /* in-place ops: copy in[0] into the output first */
     oar_kernel_call copy_call;
     oar_ktensor copy_io[2];
+    int64_t rand_stride;      /* random ops: elements drawn per run (offset step) */
 } exec_node;
 
-struct oar_executor {
-    const oar_graph *g;
+/* Everything prepared for one input-shape signature. */
+typedef struct plan {
     bool planned;
     int ndims[64];
     int64_t shapes[64][OAR_MAX_DIMS];
-    int64_t sym_vals[OARI_MAX_SYMS];
     oar_tensor **vt;          /* per value: arena tensor, view or constant */
     exec_node *en;
     oar_tensor *arena;
     int64_t planned_bytes, unplanned_bytes;
+    uint64_t used;            /* run count when last used (LRU) */
+} plan;
+
+#define N_CACHED_PLANS 3      /* plans kept besides the current one */
+
+struct oar_executor {
+    const oar_graph *g;
+    plan p;                   /* the current plan */
+    plan cache[N_CACHED_PLANS];
+    int64_t sym_vals[OARI_MAX_SYMS];
     int n_plans;
+    uint64_t runs;
 };
+
+static void drop_plan(const oar_graph *g, plan *p);
 
 oar_executor *oar_executor_new(const oar_graph *g) {
     if (!g) return oari_error(OAR_ERR_INVALID, "executor_new: graph is NULL"), NULL;
@@ -38,36 +51,35 @@ oar_executor *oar_executor_new(const oar_graph *g) {
     oar_executor *ex = oari_calloc(1, sizeof *ex);
     if (!ex) return NULL;
     ex->g = g;
-    ex->planned_bytes = ex->unplanned_bytes = -1;
+    drop_plan(g, &ex->p);
+    for (int i = 0; i < N_CACHED_PLANS; i++) drop_plan(g, &ex->cache[i]);
     return ex;
 }
 
-static void drop_plan(oar_executor *ex) {
-    const oar_graph *g = ex->g;
-    if (ex->vt) {
-        for (int v = 0; v < g->n_values; v++) oar_tensor_release(ex->vt[v]);
-        oari_free(ex->vt, (size_t)g->n_values * sizeof *ex->vt);
+static void drop_plan(const oar_graph *g, plan *p) {
+    if (p->vt) {
+        for (int v = 0; v < g->n_values; v++) oar_tensor_release(p->vt[v]);
+        oari_free(p->vt, (size_t)(g->n_values ? g->n_values : 1) * sizeof *p->vt);
     }
-    if (ex->en) {
+    if (p->en) {
         for (int i = 0; i < g->n_nodes; i++)
-            oari_free(ex->en[i].kin, (size_t)(g->nodes[i].n_in ? g->nodes[i].n_in : 1) * sizeof(oar_ktensor));
-        oari_free(ex->en, (size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *ex->en);
+            oari_free(p->en[i].kin, (size_t)(g->nodes[i].n_in ? g->nodes[i].n_in : 1) * sizeof(oar_ktensor));
+        oari_free(p->en, (size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p->en);
     }
-    oar_tensor_release(ex->arena);
-    ex->vt = NULL;
-    ex->en = NULL;
-    ex->arena = NULL;
-    ex->planned = false;
+    oar_tensor_release(p->arena);
+    memset(p, 0, sizeof *p);
+    p->planned_bytes = p->unplanned_bytes = -1;
 }
 
 void oar_executor_free(oar_executor *ex) {
     if (!ex) return;
-    drop_plan(ex);
+    drop_plan(ex->g, &ex->p);
+    for (int i = 0; i < N_CACHED_PLANS; i++) drop_plan(ex->g, &ex->cache[i]);
     oari_free(ex, sizeof *ex);
 }
 
-int64_t oar_executor_planned_bytes(const oar_executor *ex) { return ex ? ex->planned_bytes : -1; }
-int64_t oar_executor_unplanned_bytes(const oar_executor *ex) { return ex ? ex->unplanned_bytes : -1; }
+int64_t oar_executor_planned_bytes(const oar_executor *ex) { return ex ? ex->p.planned_bytes : -1; }
+int64_t oar_executor_unplanned_bytes(const oar_executor *ex) { return ex ? ex->p.unplanned_bytes : -1; }
 int oar_executor_num_plans(const oar_executor *ex) { return ex ? ex->n_plans : -1; }
 
 /* A kernel view of t broadcast to (ndim, shape), as dispatch makes it. */
@@ -116,9 +128,9 @@ static int bind_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     return 0;
 }
 
-static int plan(oar_executor *ex, oar_tensor *const *inputs) {
+static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     const oar_graph *g = ex->g;
-    drop_plan(ex);
+    drop_plan(g, &ex->p);
     int st = bind_inputs(ex, inputs);
     if (st) return st;
     int nv = g->n_values, nn = g->n_nodes;
@@ -127,13 +139,12 @@ static int plan(oar_executor *ex, oar_tensor *const *inputs) {
     int *bufof = oari_malloc((size_t)(nv ? nv : 1) * sizeof *bufof);
     oari_membuf *bufs = oari_calloc((size_t)(nv ? nv : 1), sizeof *bufs);
     oar_dtype *kdt = oari_malloc((size_t)(nn ? nn : 1) * sizeof *kdt);
-    ex->vt = oari_calloc((size_t)(nv ? nv : 1), sizeof *ex->vt);
-    ex->en = oari_calloc((size_t)(nn ? nn : 1), sizeof *ex->en);
-    if (!sym || !root || !bufof || !bufs || !kdt || !ex->vt || !ex->en) {
+    ex->p.vt = oari_calloc((size_t)(nv ? nv : 1), sizeof *ex->p.vt);
+    ex->p.en = oari_calloc((size_t)(nn ? nn : 1), sizeof *ex->p.en);
+    if (!sym || !root || !bufof || !bufs || !kdt || !ex->p.vt || !ex->p.en) {
         st = OAR_ERR_NOMEM;
         goto done;
     }
-    if (!ex->en) goto done;
     for (int v = 0; v < nv; v++) {
         root[v] = -1;
         bufof[v] = -1;
@@ -150,7 +161,7 @@ static int plan(oar_executor *ex, oar_tensor *const *inputs) {
     for (int i = 0; i < nn && !st; i++) {
         const oari_gnode *n = &g->nodes[i];
         const oari_op_def *def = oari_op_defs[n->op];
-        exec_node *e = &ex->en[i];
+        exec_node *e = &ex->p.en[i];
         e->attrs = n->attrs;
         for (int k = 0; k < n->attrs.ni; k++)
             if (n->isym[k] >= 0) e->attrs.i[k] = ex->sym_vals[n->isym[k]];
@@ -211,42 +222,42 @@ static int plan(oar_executor *ex, oar_tensor *const *inputs) {
         int v = g->outputs[j];
         if (root[v] >= 0) bufs[bufof[root[v]]].last = nn;
     }
-    int64_t peak = oari_memplan(bufs, nb, &ex->unplanned_bytes);
+    int64_t peak = oari_memplan(bufs, nb, &ex->p.unplanned_bytes);
     if (peak < 0) {
         st = OAR_ERR_NOMEM;
         goto done;
     }
-    ex->planned_bytes = peak;
+    ex->p.planned_bytes = peak;
     int64_t asize = peak > 0 ? peak : 64;
-    if (!(ex->arena = oari_tensor_empty(oari_device_cpu(), OAR_U8, 1, &asize))) {
+    if (!(ex->p.arena = oari_tensor_empty(oari_device_cpu(), OAR_U8, 1, &asize))) {
         st = OAR_ERR_NOMEM;
         goto done;
     }
     /* 3. real tensors in the arena; views of them; constants */
     for (int v = 0; v < nv && !st; v++) {
-        if (g->values[v].kind == OARI_V_CONST) ex->vt[v] = oar_tensor_retain(g->values[v].constant);
+        if (g->values[v].kind == OARI_V_CONST) ex->p.vt[v] = oar_tensor_retain(g->values[v].constant);
         else if (root[v] == v)
-            ex->vt[v] = oari_tensor_make(ex->arena->storage, sym[v]->dtype, sym[v]->ndim, sym[v]->shape,
+            ex->p.vt[v] = oari_tensor_make(ex->p.arena->storage, sym[v]->dtype, sym[v]->ndim, sym[v]->shape,
                                          NULL, bufs[bufof[v]].offset / (int64_t)oar_dtype_size(sym[v]->dtype));
         else continue;
-        if (!ex->vt[v]) st = OAR_ERR_NOMEM;
+        if (!ex->p.vt[v]) st = OAR_ERR_NOMEM;
     }
     oar_device *cpu = oari_device_cpu();
     for (int i = 0; i < nn && !st; i++) {
         const oari_gnode *n = &g->nodes[i];
         const oari_op_def *def = oari_op_defs[n->op];
-        exec_node *e = &ex->en[i];
+        exec_node *e = &ex->p.en[i];
         if (def->flags & OARI_F_VIEW) {
-            if (!(ex->vt[n->out[0]] = def->view(ex->vt[n->in[0]], &e->attrs))) st = OAR_ERR_NOMEM;
+            if (!(ex->p.vt[n->out[0]] = def->view(ex->p.vt[n->in[0]], &e->attrs))) st = OAR_ERR_NOMEM;
             continue;
         }
         if (!(e->kin = oari_calloc((size_t)(n->n_in ? n->n_in : 1), sizeof *e->kin))) {
             st = OAR_ERR_NOMEM;
             break;
         }
-        oar_tensor *out0 = ex->vt[n->out[0]];
+        oar_tensor *out0 = ex->p.vt[n->out[0]];
         for (int k = 0; k < n->n_in; k++) {
-            oar_tensor *t = n->in[k] >= 0 ? ex->vt[n->in[k]] : NULL;
+            oar_tensor *t = n->in[k] >= 0 ? ex->p.vt[n->in[k]] : NULL;
             if (k == 0 && (def->flags & OARI_F_INPLACE)) t = out0;
             if (!t) e->kin[k].dtype = -1;
             else if (def->flags & OARI_F_BROADCAST) ktensor_expanded(t, out0->ndim, out0->shape, &e->kin[k]);
@@ -254,11 +265,11 @@ static int plan(oar_executor *ex, oar_tensor *const *inputs) {
         }
         bool empty = !(def->flags & OARI_F_INPLACE);
         for (int j = 0; j < n->n_out; j++) {
-            oari_ktensor(ex->vt[n->out[j]], &e->kout[j]);
-            empty = empty && ex->vt[n->out[j]]->numel == 0;
+            oari_ktensor(ex->p.vt[n->out[j]], &e->kout[j]);
+            empty = empty && ex->p.vt[n->out[j]]->numel == 0;
         }
         if ((def->flags & OARI_F_INPLACE)) {
-            oar_tensor *src = ex->vt[n->in[0]];
+            oar_tensor *src = ex->p.vt[n->in[0]];
             if (!(e->copy_k = oari_kernel_lookup(cpu, OARI_OP_copy, out0->dtype))) {
                 st = oari_error(OAR_ERR_UNSUPPORTED, "executor: no copy kernel for %s",
                                 oar_dtype_name(out0->dtype));
@@ -275,6 +286,7 @@ static int plan(oar_executor *ex, oar_tensor *const *inputs) {
                             oar_dtype_name(kdt[i]));
             break;
         }
+        if (def->flags & OARI_F_RANDOM) e->rand_stride = out0->numel;
         e->call = (oar_kernel_call){
             .op = def->name, .n_in = n->n_in, .n_out = n->n_out, .in = e->kin, .out = e->kout,
             .n_iattr = e->attrs.ni, .n_fattr = e->attrs.nf, .iattr = e->attrs.i, .fattr = e->attrs.f,
@@ -282,10 +294,10 @@ static int plan(oar_executor *ex, oar_tensor *const *inputs) {
     }
     if (!st) {
         for (int i = 0; i < g->n_inputs; i++) {
-            ex->ndims[i] = inputs[i]->ndim;
-            memcpy(ex->shapes[i], inputs[i]->shape, (size_t)inputs[i]->ndim * sizeof(int64_t));
+            ex->p.ndims[i] = inputs[i]->ndim;
+            memcpy(ex->p.shapes[i], inputs[i]->shape, (size_t)inputs[i]->ndim * sizeof(int64_t));
         }
-        ex->planned = true;
+        ex->p.planned = true;
         ex->n_plans++;
     }
 done:
@@ -296,20 +308,42 @@ done:
     oari_free(bufof, (size_t)(nv ? nv : 1) * sizeof *bufof);
     oari_free(bufs, (size_t)(nv ? nv : 1) * sizeof *bufs);
     oari_free(kdt, (size_t)(nn ? nn : 1) * sizeof *kdt);
-    if (st) drop_plan(ex);
+    if (st) drop_plan(g, &ex->p);
     return st;
 }
 
-static bool same_shapes(const oar_executor *ex, oar_tensor *const *inputs) {
-    if (!ex->planned) return false;
-    for (int i = 0; i < ex->g->n_inputs; i++) {
+static bool same_shapes(const oar_graph *g, const plan *p, oar_tensor *const *inputs) {
+    if (!p->planned) return false;
+    for (int i = 0; i < g->n_inputs; i++) {
         const oar_tensor *t = inputs[i];
-        if (!t || t->ndim != ex->ndims[i] ||
-            memcmp(t->shape, ex->shapes[i], (size_t)t->ndim * sizeof(int64_t)))
+        if (!t || t->ndim != p->ndims[i] || memcmp(t->shape, p->shapes[i], (size_t)t->ndim * sizeof(int64_t)))
             return false;
-        if (t->dtype != ex->g->values[ex->g->inputs[i]].dtype) return false;
+        if (t->dtype != g->values[g->inputs[i]].dtype) return false;
     }
     return true;
+}
+
+/* Makes the plan for these input shapes current: a cached one, or a new
+ * one (the current plan is cached, evicting the least recently used). */
+static int select_plan(oar_executor *ex, oar_tensor *const *inputs) {
+    const oar_graph *g = ex->g;
+    if (same_shapes(g, &ex->p, inputs)) return 0;
+    int lru = 0;
+    for (int i = 0; i < N_CACHED_PLANS; i++) {
+        if (same_shapes(g, &ex->cache[i], inputs)) {
+            plan t = ex->p;
+            ex->p = ex->cache[i];
+            ex->cache[i] = t;
+            return 0;
+        }
+        if (ex->cache[i].used < ex->cache[lru].used) lru = i;
+    }
+    if (ex->p.planned) {
+        drop_plan(g, &ex->cache[lru]);
+        ex->cache[lru] = ex->p;
+        memset(&ex->p, 0, sizeof ex->p);
+    }
+    return plan_inputs(ex, inputs);
 }
 
 int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs) {
@@ -317,9 +351,10 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
         return oari_error(OAR_ERR_INVALID, "executor_run: executor, inputs or outputs is NULL");
     const oar_graph *g = ex->g;
     int st = 0;
-    if (!same_shapes(ex, inputs) && (st = plan(ex, inputs))) return st;
+    if ((st = select_plan(ex, inputs))) return st;
+    ex->p.used = ++ex->runs;
     for (int i = 0; i < g->n_inputs; i++) {
-        oar_tensor *slot = ex->vt[g->inputs[i]], *t = inputs[i];
+        oar_tensor *slot = ex->p.vt[g->inputs[i]], *t = inputs[i];
         if (!t->storage || t->storage->device != oari_device_cpu())
             return oari_error(OAR_ERR_INVALID, "executor: input %d must be a CPU tensor", i);
         if (oar_tensor_is_contiguous(t)) {
@@ -332,14 +367,16 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
     }
     void *ctx = oari_device_cpu()->ctx;
     for (int i = 0; i < g->n_nodes; i++) {
-        exec_node *e = &ex->en[i];
+        exec_node *e = &ex->p.en[i];
         if (e->copy_k && (st = e->copy_k(ctx, &e->copy_call))) return st;
+        /* random ops draw fresh values each run: the trace's offset, advanced */
+        if (e->rand_stride) e->attrs.i[1] = g->nodes[i].attrs.i[1] + (int64_t)(ex->runs - 1) * e->rand_stride;
         if (e->k && (st = e->k(ctx, &e->call))) {
             char msg[400];
             snprintf(msg, sizeof msg, "%s", oar_last_error());
             return oari_error(st, "executor: node %d (%s): %s", i, oari_op_name(g->nodes[i].op), msg);
         }
     }
-    for (int j = 0; j < g->n_outputs; j++) outputs[j] = ex->vt[g->outputs[j]];
+    for (int j = 0; j < g->n_outputs; j++) outputs[j] = ex->p.vt[g->outputs[j]];
     return 0;
 }

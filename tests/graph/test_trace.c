@@ -123,6 +123,36 @@ static void test_function(void) {
     oar_graph_free(g);
 }
 
+static int drop_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_dropout(in[0], 0.5, true);
+    return out[0] ? 0 : -1;
+}
+
+/* Plans are cached per input shape; random ops draw new values each run. */
+static void test_plans_and_random(void) {
+    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 64}};
+    oar_graph *g = oar_trace(drop_fn, NULL, 1, &s, 1, NULL);
+    CHECK(g && oar_graph_count_op(g, "bernoulli") == 1);
+    oar_executor *ex = oar_executor_new(g);
+    oar_pool *p = oar_pool_push();
+    oar_tensor *a = oar_ones(OAR_F32, 2, (int64_t[]){3, 64}), *b = oar_ones(OAR_F32, 2, (int64_t[]){5, 64});
+    oar_tensor *y, *first = NULL;
+    for (int r = 0; r < 6; r++) {
+        CHECK(oar_executor_run(ex, r % 2 ? &b : &a, &y) == 0);
+        if (r == 0) first = oar_clone(y);
+        /* dropout of ones: every element is 0 or 2 */
+        double s0 = oar_tensor_item(oar_sum(oar_mul(y, oar_sub_scalar(y, 2)), 0, NULL, false));
+        CHECK(s0 == 0);
+    }
+    CHECK(oar_executor_num_plans(ex) == 2); /* 3 and 5 rows, each planned once */
+    CHECK(oar_executor_run(ex, &a, &y) == 0);
+    CHECK(max_diff(y, first) > 0); /* a new mask */
+    oar_pool_pop(p);
+    oar_executor_free(ex);
+    oar_graph_free(g);
+}
+
 static int bad_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     (void)ctx;
     out[0] = oar_matmul(in[0], in[0]); /* [N, 3] @ [N, 3]: shape error */
@@ -163,6 +193,7 @@ int main(void) {
     RUN(test_mlp);
     RUN(test_cnn);
     RUN(test_function);
+    RUN(test_plans_and_random);
     RUN(test_errors);
     return test_summary();
 }
