@@ -59,6 +59,22 @@ static int cmd_info(const char *dir) {
         printf("\n");
     }
     printf("nodes: %d\nconstants: %d\n", oar_graph_num_nodes(g), oar_graph_num_constants(g));
+    /* the arena the executor plans for batch 1 (dynamic dims set to 1) */
+    oar_executor *ex = oar_executor_new(g);
+    oar_tensor *x[64] = {0}, *y[64];
+    int ni = oar_graph_num_inputs(g), ok = ex && ni <= 64;
+    oar_pool *pool = oar_pool_push();
+    for (int i = 0; i < ni && ok; i++) {
+        int nd = oar_graph_input_shape(g, i, &dt, shape);
+        for (int d = 0; d < nd; d++)
+            if (shape[d] < 0) shape[d] = 1;
+        ok = (x[i] = oar_zeros(dt, nd, shape)) != NULL;
+    }
+    if (ok && !oar_executor_run(ex, x, y))
+        printf("arena at batch 1: %lld bytes (%lld without reuse)\n", (long long)oar_executor_planned_bytes(ex),
+               (long long)oar_executor_unplanned_bytes(ex));
+    oar_pool_pop(pool);
+    oar_executor_free(ex);
     oar_graph_free(g);
     return 0;
 }

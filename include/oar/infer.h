@@ -27,6 +27,8 @@ typedef struct oar_predictor_config {
     const char *model_dir;  /* folder with model.json and weights.safetensors */
     int num_threads;        /* OpenMP threads per run; 0: the process default */
     bool optimize;          /* run OAR_PASSES_INFERENCE after loading */
+    const char *passes;     /* optional: comma-separated pass names ("dce,cse") run
+                             * once each, in order, instead of that list */
     bool print_passes;      /* print the graph after each pass (stderr) */
 } oar_predictor_config;
 

@@ -33,9 +33,33 @@ static oar_predictor *wrap(model *m, int num_threads) {
     return p;
 }
 
+/* Runs the comma-separated passes of `list` in order. */
+static int run_pass_list(oar_graph *g, const char *list, bool print) {
+    char name[64];
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == 0 || n >= sizeof name)
+            return oari_error(OAR_ERR_INVALID, "predictor: bad pass list \"%s\"", list);
+        memcpy(name, p, n);
+        name[n] = 0;
+        int r = oar_graph_run_pass(g, name);
+        if (r < 0) return r;
+        if (print) {
+            fprintf(stderr, "-- after %s (%d changes)\n", name, r);
+            oar_graph_print(g, stderr);
+        }
+        p += n + (p[n] == ',');
+    }
+    return oar_graph_verify(g);
+}
+
 static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config *cfg) {
     if (!g) return NULL;
-    if (cfg->optimize && oar_graph_optimize(g, OAR_PASSES_INFERENCE, cfg->print_passes ? OAR_PASS_PRINT : 0)) {
+    if (cfg->passes && run_pass_list(g, cfg->passes, cfg->print_passes)) {
+        oar_graph_free(g);
+        return NULL;
+    }
+    if (!cfg->passes && cfg->optimize && oar_graph_optimize(g, OAR_PASSES_INFERENCE, cfg->print_passes ? OAR_PASS_PRINT : 0)) {
         oar_graph_free(g);
         return NULL;
     }

@@ -31,6 +31,7 @@ static void test_cli(void) {
     snprintf(args, sizeof args, "info %s", dir);
     out = oar_cmd(args, &rc);
     CHECK(rc == 0 && strstr(out, "input  0: x float32 [?, 8]") && strstr(out, "output 0: y float32 [?, 4]"));
+    CHECK(strstr(out, "arena at batch 1: ") != NULL);
     free(out);
     snprintf(args, sizeof args, "graph %s --optimize", dir);
     out = oar_cmd(args, &rc);

@@ -86,6 +86,15 @@ static void test_basics(void) {
     oar_pool_pop(pool);
     CHECK_FAILS(oar_predictor_create(&(oar_predictor_config){.model_dir = "/nonexistent"}), "cannot open");
     CHECK_FAILS(oar_predictor_create(NULL), "NULL");
+    /* an explicit pass list */
+    oar_predictor *q = oar_predictor_create(&(oar_predictor_config){.model_dir = dir, .passes = "fold_batch_norm,dce"});
+    CHECK(q && oar_graph_count_op(oar_predictor_graph(q), "batch_norm") == 0);
+    oar_predictor_free(q);
+    q = oar_predictor_create(&(oar_predictor_config){.model_dir = dir});
+    CHECK(q && oar_graph_count_op(oar_predictor_graph(q), "batch_norm") == 1); /* no passes */
+    oar_predictor_free(q);
+    CHECK_FAILS(oar_predictor_create(&(oar_predictor_config){.model_dir = dir, .passes = "dce,,cse"}), "bad pass list");
+    CHECK_FAILS(oar_predictor_create(&(oar_predictor_config){.model_dir = dir, .passes = "fuse"}), "unknown pass");
 }
 
 static void test_threads(void) {
