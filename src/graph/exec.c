@@ -109,9 +109,11 @@ static int bind_inputs(oar_executor *ex, oar_tensor *const *inputs) {
                   t->storage->device == oari_device_cpu();
         for (int d = 0; d < v->ndim && ok; d++) {
             int s = v->sym[d];
+            int64_t m = v->smul[d] > 0 ? v->smul[d] : 1;
             if (s < 0) ok = t->shape[d] == v->shape[d];
-            else if (!bound[s]) bound[s] = true, ex->sym_vals[s] = t->shape[d];
-            else ok = ex->sym_vals[s] == t->shape[d];
+            else if (t->shape[d] % m) ok = false;
+            else if (!bound[s]) bound[s] = true, ex->sym_vals[s] = t->shape[d] / m;
+            else ok = ex->sym_vals[s] * m == t->shape[d];
         }
         if (!ok) {
             int64_t want[OAR_MAX_DIMS];
@@ -164,7 +166,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         exec_node *e = &ex->p.en[i];
         e->attrs = n->attrs;
         for (int k = 0; k < n->attrs.ni; k++)
-            if (n->isym[k] >= 0) e->attrs.i[k] = ex->sym_vals[n->isym[k]];
+            if (n->isym[k] >= 0) e->attrs.i[k] = ex->sym_vals[n->isym[k]] * n->imul[k];
         oar_tensor *in[OARI_MAX_IN];
         for (int k = 0; k < n->n_in; k++) in[k] = n->in[k] >= 0 ? sym[n->in[k]] : NULL;
         oari_infer c;

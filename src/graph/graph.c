@@ -19,15 +19,36 @@ static int grow(void **p, int *cap, int need, size_t elem) {
     return 0;
 }
 
-int oari_graph_sym_of(const oar_graph *g, int64_t size) {
-    for (int s = 0; s < g->n_syms; s++)
-        if (g->syms[s].trace_size == size) return s;
+int oari_graph_sym_of(const oar_graph *g, int64_t size, int32_t *mul) {
+    for (int s = 0; s < g->n_syms; s++) {
+        int64_t S = g->syms[s].trace_size;
+        if (size > 0 && size % S == 0 && size / S <= INT32_MAX) {
+            if (mul) *mul = (int32_t)(size / S);
+            return s;
+        }
+    }
+    if (mul) *mul = 1;
     return -1;
 }
 
 void oari_graph_mark_syms(const oar_graph *g, oari_gvalue *v) {
-    for (int d = 0; d < OAR_MAX_DIMS; d++)
-        v->sym[d] = (int8_t)(d < v->ndim ? oari_graph_sym_of(g, v->shape[d]) : -1);
+    for (int d = 0; d < OAR_MAX_DIMS; d++) {
+        v->smul[d] = 1;
+        v->sym[d] = (int8_t)(d < v->ndim ? oari_graph_sym_of(g, v->shape[d], &v->smul[d]) : -1);
+    }
+}
+
+void oari_graph_mark_attr_syms(const oar_graph *g, oari_gnode *n) {
+    for (int k = 0; k < OARI_MAX_IATTR; k++) {
+        n->imul[k] = 1;
+        n->isym[k] = (int8_t)(k < n->attrs.ni ? oari_graph_sym_of(g, n->attrs.i[k], &n->imul[k]) : -1);
+    }
+}
+
+/* Writes "N" or "5*N" for symbol s times mul. */
+static void print_sym(const oar_graph *g, int s, int32_t mul, FILE *f) {
+    if (mul != 1) fprintf(f, "%d*", (int)mul);
+    fputs(g->syms[s].name, f);
 }
 
 int oari_graph_add_value(oar_graph *g, oari_vkind kind, oar_dtype dtype, int ndim,
@@ -54,7 +75,7 @@ int oari_graph_add_const(oar_graph *g, oar_tensor *t, const char *name) {
         return -1;
     }
     g->values[v].constant = oar_tensor_retain(t);
-    for (int d = 0; d < OAR_MAX_DIMS; d++) g->values[v].sym[d] = -1; /* constants are static */
+    memset(g->values[v].sym, -1, sizeof g->values[v].sym); /* constants are static */
     return v;
 }
 
@@ -77,6 +98,7 @@ int oari_graph_add_node(oar_graph *g, oari_op op, const oari_attrs *attrs, int n
     nd->op = op;
     if (attrs) nd->attrs = *attrs;
     memset(nd->isym, -1, sizeof nd->isym);
+    for (int k = 0; k < OARI_MAX_IATTR; k++) nd->imul[k] = 1;
     nd->n_in = n_in;
     nd->n_out = n_out;
     nd->in = ins;
@@ -300,7 +322,7 @@ static void print_type(const oar_graph *g, const oari_gvalue *v, FILE *f) {
     fprintf(f, "%s[", oar_dtype_name(v->dtype));
     for (int d = 0; d < v->ndim; d++) {
         if (d) fputs(", ", f);
-        if (v->sym[d] >= 0) fputs(g->syms[v->sym[d]].name, f);
+        if (v->sym[d] >= 0) print_sym(g, v->sym[d], v->smul[d], f);
         else fprintf(f, "%lld", (long long)v->shape[d]);
     }
     fputc(']', f);
@@ -336,7 +358,7 @@ int oar_graph_print(const oar_graph *g, FILE *f) {
             fputs(" i=[", f);
             for (int k = 0; k < n->attrs.ni; k++) {
                 if (k) fputs(", ", f);
-                if (n->isym[k] >= 0) fputs(g->syms[n->isym[k]].name, f);
+                if (n->isym[k] >= 0) print_sym(g, n->isym[k], n->imul[k], f);
                 else fprintf(f, "%lld", (long long)n->attrs.i[k]);
             }
             fputc(']', f);

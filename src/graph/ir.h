@@ -22,6 +22,7 @@ typedef struct oari_gvalue {
     int ndim;
     int64_t shape[OAR_MAX_DIMS];
     int8_t sym[OAR_MAX_DIMS];
+    int32_t smul[OAR_MAX_DIMS]; /* dim d = smul[d] * symbol (a flattened N*5) */
     int producer, out_index;   /* kind NODE: the node and which of its outputs */
     oar_tensor *constant;      /* kind CONST: owned reference */
     char *name;                /* inputs and constants; NULL otherwise */
@@ -29,11 +30,12 @@ typedef struct oari_gvalue {
 } oari_gvalue;
 
 /* A node: the op, the attributes it was called with, and value ids.
- * isym[k] >= 0: integer attribute k is the size of that symbol. */
+ * isym[k] >= 0: integer attribute k is imul[k] times that symbol's size. */
 typedef struct oari_gnode {
     oari_op op;
     oari_attrs attrs;
     int8_t isym[OARI_MAX_IATTR];
+    int32_t imul[OARI_MAX_IATTR];
     int n_in, n_out;
     int *in;                   /* n_in value ids; -1 for an absent optional input */
     int out[OARI_MAX_OUT];
@@ -74,8 +76,11 @@ OARI_HIDDEN void oari_graph_replace_uses(oar_graph *g, int from, int to);
 OARI_HIDDEN void oari_graph_use_counts(const oar_graph *g, int *counts);
 /* Removes dead nodes and values nothing refers to; renumbers. 0 or NOMEM. */
 OARI_HIDDEN int oari_graph_compact(oar_graph *g);
-/* The symbol index for a size equal to a symbol's trace size, or -1. */
-OARI_HIDDEN int oari_graph_sym_of(const oar_graph *g, int64_t size);
+/* The symbol whose trace size divides `size` (a positive multiple k of
+ * it: *mul = k; mul may be NULL), or -1. */
+OARI_HIDDEN int oari_graph_sym_of(const oar_graph *g, int64_t size, int32_t *mul);
+/* Sets node n's isym/imul from its integer attributes. */
+OARI_HIDDEN void oari_graph_mark_attr_syms(const oar_graph *g, oari_gnode *n);
 /* Sets v's sym[] from its shape. */
 OARI_HIDDEN void oari_graph_mark_syms(const oar_graph *g, oari_gvalue *v);
 /* A symbolic tensor (no storage) with v's dtype and traced shape. */

@@ -32,7 +32,12 @@
 
 static const char *kind_names[] = {"node", "input", "const"};
 
-static cJSON *int_json(const oar_graph *g, int64_t v, int sym) {
+static cJSON *int_json(const oar_graph *g, int64_t v, int sym, int32_t mul) {
+    if (sym >= 0 && mul != 1) {
+        char buf[96];
+        snprintf(buf, sizeof buf, "%d*%s", (int)mul, g->syms[sym].name);
+        return cJSON_CreateString(buf);
+    }
     if (sym >= 0) return cJSON_CreateString(g->syms[sym].name);
     if (v > ((int64_t)1 << 53) || v < -((int64_t)1 << 53)) {
         char buf[32];
@@ -85,7 +90,7 @@ static cJSON *graph_json(const oar_graph *g) {
              cJSON_AddStringToObject(o, "dtype", oar_dtype_name(gv->dtype));
         cJSON *sh = ok ? cJSON_AddArrayToObject(o, "shape") : NULL;
         ok = ok && sh;
-        for (int d = 0; ok && d < gv->ndim; d++) ok = push(sh, int_json(g, gv->shape[d], gv->sym[d]));
+        for (int d = 0; ok && d < gv->ndim; d++) ok = push(sh, int_json(g, gv->shape[d], gv->sym[d], gv->smul[d]));
         if (ok && gv->kind == OARI_V_CONST) {
             char key[512];
             const_key(g, v, key, sizeof key);
@@ -108,7 +113,7 @@ static cJSON *graph_json(const oar_graph *g) {
         cJSON *b = ok ? cJSON_AddArrayToObject(o, "out") : NULL;
         for (int j = 0; ok && b && j < n->n_out; j++) ok = push(b, cJSON_CreateNumber(n->out[j]));
         cJSON *ia = ok ? cJSON_AddArrayToObject(o, "i") : NULL;
-        for (int k = 0; ok && ia && k < n->attrs.ni; k++) ok = push(ia, int_json(g, n->attrs.i[k], n->isym[k]));
+        for (int k = 0; ok && ia && k < n->attrs.ni; k++) ok = push(ia, int_json(g, n->attrs.i[k], n->isym[k], n->imul[k]));
         cJSON *fa = ok ? cJSON_AddArrayToObject(o, "f") : NULL;
         for (int k = 0; ok && fa && k < n->attrs.nf; k++) ok = push(fa, double_json(n->attrs.f[k]));
         ok = ok && a && b && ia && fa;
@@ -192,9 +197,10 @@ OARI_PRINTF(1, 2) static int fail(const char *fmt, ...) {
     return -1;
 }
 
-/* An integer entry: a number, a symbol name, or a decimal string. */
-static int read_int(loader *L, const cJSON *j, int64_t *v, int8_t *sym, const char *what) {
+/* An integer entry: a number, a symbol name ("N" or "5*N"), or a decimal string. */
+static int read_int(loader *L, const cJSON *j, int64_t *v, int8_t *sym, int32_t *mul, const char *what) {
     *sym = -1;
+    *mul = 1;
     if (cJSON_IsNumber(j)) {
         double d = j->valuedouble;
         if (d != floor(d) || fabs(d) > 9.007199254740992e15)
@@ -203,12 +209,23 @@ static int read_int(loader *L, const cJSON *j, int64_t *v, int8_t *sym, const ch
         return 0;
     }
     if (!cJSON_IsString(j)) return fail("%s: %s is not a number or a symbol", L->file, what);
+    const char *name = j->valuestring, *star = strchr(name, '*');
+    long k = 1;
+    if (star) {
+        char *end;
+        k = strtol(name, &end, 10);
+        if (end != star || k < 1 || k > INT32_MAX)
+            return fail("%s: %s has a bad symbolic size \"%s\"", L->file, what, name);
+        name = star + 1;
+    }
     for (int s = 0; s < L->g->n_syms; s++)
-        if (!strcmp(L->g->syms[s].name, j->valuestring)) {
+        if (!strcmp(L->g->syms[s].name, name)) {
             *sym = (int8_t)s;
-            *v = L->g->syms[s].trace_size;
+            *mul = (int32_t)k;
+            *v = k * L->g->syms[s].trace_size;
             return 0;
         }
+    if (star) return fail("%s: %s names an unknown symbol \"%s\"", L->file, what, name);
     char *end;
     errno = 0;
     long long x = strtoll(j->valuestring, &end, 10);
@@ -257,13 +274,15 @@ static int read_values(loader *L, const cJSON *vals, const oar_tensor_dict *w, c
         if (ndim > OAR_MAX_DIMS) return fail("%s: %s has rank %d", L->file, what, ndim);
         int64_t shape[OAR_MAX_DIMS];
         int8_t sym[OAR_MAX_DIMS];
+        int32_t mul[OAR_MAX_DIMS];
         for (int d = 0; d < ndim; d++)
-            if (read_int(L, cJSON_GetArrayItem(sh, d), &shape[d], &sym[d], what)) return -1;
+            if (read_int(L, cJSON_GetArrayItem(sh, d), &shape[d], &sym[d], &mul[d], what)) return -1;
         int v = oari_graph_add_value(g, (oari_vkind)k, dtype, ndim, shape);
         if (v < 0) return -1;
         oari_gvalue *gv = &g->values[v];
         memset(gv->sym, -1, sizeof gv->sym);
         memcpy(gv->sym, sym, (size_t)ndim);
+        memcpy(gv->smul, mul, (size_t)ndim * sizeof *mul);
         if (k != OARI_V_NODE && !name) return fail("%s: %s has no name", L->file, what);
         if (name && !(gv->name = oari_strdup(name))) return -1;
         if (k == OARI_V_CONST) {
@@ -323,7 +342,7 @@ static int read_nodes(loader *L, const cJSON *nodes) {
         }
         n->attrs.ni = cJSON_GetArraySize(ia);
         for (int k = 0; k < n->attrs.ni; k++)
-            if (read_int(L, cJSON_GetArrayItem(ia, k), &n->attrs.i[k], &n->isym[k], what)) return -1;
+            if (read_int(L, cJSON_GetArrayItem(ia, k), &n->attrs.i[k], &n->isym[k], &n->imul[k], what)) return -1;
         n->attrs.nf = cJSON_GetArraySize(fa);
         for (int k = 0; k < n->attrs.nf; k++) {
             const cJSON *f = cJSON_GetArrayItem(fa, k);

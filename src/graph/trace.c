@@ -74,7 +74,7 @@ static int splat_id(oari_tracer *tr, oar_tensor *t) {
     memcpy(m.shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
     int ni = oari_graph_add_node(g, OARI_OP_expand, &a, 1, &cv, 1, &m);
     if (ni < 0) return -1;
-    for (int k = 0; k < a.ni; k++) g->nodes[ni].isym[k] = (int8_t)oari_graph_sym_of(g, a.i[k]);
+    oari_graph_mark_attr_syms(g, &g->nodes[ni]);
     return remember(tr, t, g->nodes[ni].out[0]);
 }
 
@@ -103,7 +103,7 @@ static int const_id(oari_tracer *tr, oar_tensor *t, const char *op) {
                           "symbolic tensors must not escape the traced function", op), -1;
     oar_graph *g = tr->g;
     for (int d = 0; d < t->ndim; d++) {
-        int s = oari_graph_sym_of(g, t->shape[d]);
+        int s = oari_graph_sym_of(g, t->shape[d], NULL);
         if (s >= 0 && is_splat(t)) return splat_id(tr, t);
         if (s >= 0) {
             char sh[200];
@@ -165,7 +165,7 @@ int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
         st = OAR_ERR_NOMEM;
     if (!st) {
         node = &tr->g->nodes[ni];
-        for (int k = 0; k < c->attrs->ni; k++) node->isym[k] = (int8_t)oari_graph_sym_of(tr->g, c->attrs->i[k]);
+        oari_graph_mark_attr_syms(tr->g, node);
         for (int j = 0; j < def->n_out && !st; j++) {
             if (def->flags & OARI_F_INPLACE) out[j] = oar_tensor_retain(c->in[0]);
             else if (def->flags & OARI_F_VIEW) out[j] = def->view(cin[0] ? cin[0] : c->in[0], c->attrs);
@@ -243,9 +243,9 @@ oar_graph *oar_trace(oar_trace_fn fn, void *ctx, int n_inputs, const oar_graph_i
         for (int d = 0; d < sp->ndim && !st; d++) {
             if (sp->shape[d] >= 0) {
                 shape[d] = sp->shape[d];
-                if (oari_graph_sym_of(g, shape[d]) >= 0)
-                    st = oari_error(OAR_ERR_INVALID, "trace: input %d dim %d is %lld, a size the "
-                                    "tracer keeps for dynamic dims", i, d, (long long)shape[d]);
+                if (oari_graph_sym_of(g, shape[d], NULL) >= 0)
+                    st = oari_error(OAR_ERR_INVALID, "trace: input %d dim %d is %lld, a multiple of "
+                                    "a size the tracer keeps for dynamic dims", i, d, (long long)shape[d]);
                 continue;
             }
             if (sp->shape[d] != -1) {

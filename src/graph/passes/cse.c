@@ -10,7 +10,7 @@ static bool same_node(const oari_gnode *a, const oari_gnode *b) {
         return false;
     if (memcmp(a->in, b->in, (size_t)a->n_in * sizeof *a->in)) return false;
     if (memcmp(a->attrs.i, b->attrs.i, (size_t)a->attrs.ni * sizeof *a->attrs.i)) return false;
-    if (memcmp(a->isym, b->isym, sizeof a->isym)) return false;
+    if (memcmp(a->isym, b->isym, sizeof a->isym) || memcmp(a->imul, b->imul, sizeof a->imul)) return false;
     for (int k = 0; k < a->attrs.nf; k++)
         if (memcmp(&a->attrs.f[k], &b->attrs.f[k], sizeof(double))) return false;
     return true;

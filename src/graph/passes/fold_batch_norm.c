@@ -109,7 +109,7 @@ static int fold_one(oar_graph *g, oari_gnode *bn, const int *uses) {
             bn->n_in = 2;
             bn->n_out = 1;
             bn->attrs = oari_attrs_none();
-            for (int k = 0; k < OARI_MAX_IATTR; k++) bn->isym[k] = -1;
+            for (int k = 0; k < OARI_MAX_IATTR; k++) bn->isym[k] = -1, bn->imul[k] = 1;
         }
     }
     return 1;
