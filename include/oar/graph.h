@@ -19,11 +19,12 @@
  * (one op, one definition); calls on concrete tensors only (weights, their
  * transposes, scalars) run eagerly and their results become constants. A
  * dynamic dim (-1 in a spec) is traced as a placeholder size; nodes whose
- * attributes carry that size (reshape targets) are rewritten at run time,
- * and every shape rule is re-run for the new input shapes. Limits: derived
- * sizes (N*T) are not symbolic, value-dependent control flow is baked in,
- * random ops replay the trace's seed, and symbolic tensors must not escape
- * the traced function. */
+ * attributes carry that size or a multiple of it (reshape targets) are
+ * rewritten at run time, and every shape rule is re-run for the new input
+ * shapes. Limits: other derived sizes (N/2, N*T) are not symbolic and a
+ * constant computed from N (a mean's 1/N) is refused; value-dependent
+ * control flow is baked in; symbolic tensors must not escape the traced
+ * function. */
 #ifndef OAR_GRAPH_H
 #define OAR_GRAPH_H
 
