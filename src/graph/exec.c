@@ -139,11 +139,12 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     oar_tensor **sym = oari_calloc((size_t)(nv ? nv : 1), sizeof *sym);
     int *root = oari_malloc((size_t)(nv ? nv : 1) * sizeof *root);
     int *bufof = oari_malloc((size_t)(nv ? nv : 1) * sizeof *bufof);
+    int *share = oari_malloc((size_t)(nv ? nv : 1) * sizeof *share); /* whose buffer v uses */
     oari_membuf *bufs = oari_calloc((size_t)(nv ? nv : 1), sizeof *bufs);
     oar_dtype *kdt = oari_malloc((size_t)(nn ? nn : 1) * sizeof *kdt);
     ex->p.vt = oari_calloc((size_t)(nv ? nv : 1), sizeof *ex->p.vt);
     ex->p.en = oari_calloc((size_t)(nn ? nn : 1), sizeof *ex->p.en);
-    if (!sym || !root || !bufof || !bufs || !kdt || !ex->p.vt || !ex->p.en) {
+    if (!sym || !root || !bufof || !share || !bufs || !kdt || !ex->p.vt || !ex->p.en) {
         st = OAR_ERR_NOMEM;
         goto done;
     }
@@ -224,7 +225,36 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         int v = g->outputs[j];
         if (root[v] >= 0) bufs[bufof[root[v]]].last = nn;
     }
-    int64_t peak = oari_memplan(bufs, nb, &ex->p.unplanned_bytes);
+    /* an elementwise op may write over an input of its shape and dtype whose
+     * buffer dies at that op (x -> exp -> sin reuses one buffer) */
+    int64_t unplanned = 0;
+    for (int b = 0; b < nb; b++) unplanned += (bufs[b].size + 63) / 64 * 64;
+    for (int v = 0; v < nv; v++) share[v] = v;
+    for (int i = 0; i < nn; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        const oari_op_def *def = oari_op_defs[n->op];
+        int out = n->out[0];
+        if ((def->fusion != OARI_FUSE_ELEMWISE && def->fusion != OARI_FUSE_BROADCAST) ||
+            (def->flags & (OARI_F_INPLACE | OARI_F_VIEW)) || n->n_out != 1 || root[out] != out)
+            continue;
+        for (int k = 0; k < n->n_in; k++) {
+            int v = n->in[k];
+            if (v < 0 || root[v] != v || g->values[v].kind != OARI_V_NODE) continue;
+            oari_membuf *b = &bufs[bufof[share[v]]];
+            if (b->last != i || sym[v]->dtype != sym[out]->dtype || sym[v]->ndim != sym[out]->ndim ||
+                memcmp(sym[v]->shape, sym[out]->shape, (size_t)sym[v]->ndim * sizeof(int64_t)))
+                continue;
+            /* another input may read the same buffer (x * x): same index, still fine */
+            oari_membuf *o = &bufs[bufof[out]];
+            if (o->last > b->last) b->last = o->last;
+            o->size = 0;
+            o->last = o->first;
+            share[out] = share[v];
+            break;
+        }
+    }
+    int64_t peak = oari_memplan(bufs, nb, NULL);
+    ex->p.unplanned_bytes = unplanned;
     if (peak < 0) {
         st = OAR_ERR_NOMEM;
         goto done;
@@ -240,7 +270,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         if (g->values[v].kind == OARI_V_CONST) ex->p.vt[v] = oar_tensor_retain(g->values[v].constant);
         else if (root[v] == v)
             ex->p.vt[v] = oari_tensor_make(ex->p.arena->storage, sym[v]->dtype, sym[v]->ndim, sym[v]->shape,
-                                         NULL, bufs[bufof[v]].offset / (int64_t)oar_dtype_size(sym[v]->dtype));
+                                           NULL, bufs[bufof[share[v]]].offset / (int64_t)oar_dtype_size(sym[v]->dtype));
         else continue;
         if (!ex->p.vt[v]) st = OAR_ERR_NOMEM;
     }
@@ -308,6 +338,7 @@ done:
     oari_free(sym, (size_t)(nv ? nv : 1) * sizeof *sym);
     oari_free(root, (size_t)(nv ? nv : 1) * sizeof *root);
     oari_free(bufof, (size_t)(nv ? nv : 1) * sizeof *bufof);
+    oari_free(share, (size_t)(nv ? nv : 1) * sizeof *share);
     oari_free(bufs, (size_t)(nv ? nv : 1) * sizeof *bufs);
     oari_free(kdt, (size_t)(nn ? nn : 1) * sizeof *kdt);
     if (st) drop_plan(g, &ex->p);

@@ -153,6 +153,30 @@ static void test_plans_and_random(void) {
     oar_graph_free(g);
 }
 
+static int chain_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_tanh(oar_cos(oar_sin(oar_exp(in[0]))));
+    return out[0] ? 0 : -1;
+}
+
+/* The planner reuses buffers: an elementwise chain writes over its own
+ * dying input, so it needs the input's slot and one buffer, not five. */
+static void test_memory_plan(void) {
+    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 1000}};
+    oar_graph *g = oar_trace(chain_fn, NULL, 1, &s, 1, NULL);
+    oar_executor *ex = oar_executor_new(g);
+    oar_pool *p = oar_pool_push();
+    oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){4, 1000}), *y, *want;
+    CHECK(oar_executor_run(ex, &x, &y) == 0);
+    chain_fn(NULL, &x, &want);
+    CHECK_NEAR(max_diff(y, want), 0, 1e-6);
+    CHECK(oar_executor_unplanned_bytes(ex) == 5 * 16000);
+    CHECK(oar_executor_planned_bytes(ex) == 2 * 16000);
+    oar_pool_pop(p);
+    oar_executor_free(ex);
+    oar_graph_free(g);
+}
+
 static int bad_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     (void)ctx;
     out[0] = oar_matmul(in[0], in[0]); /* [N, 3] @ [N, 3]: shape error */
@@ -194,6 +218,7 @@ int main(void) {
     RUN(test_cnn);
     RUN(test_function);
     RUN(test_plans_and_random);
+    RUN(test_memory_plan);
     RUN(test_errors);
     return test_summary();
 }
