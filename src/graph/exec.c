@@ -7,6 +7,16 @@
 
 #include <string.h>
 
+/* A cast around an op run in f32 for lack of a half kernel (as dispatch
+ * does): input -> f32 temporary before the op, f32 temporary -> output after. */
+typedef struct cast_call {
+    oar_kernel_fn k;
+    oar_kernel_call call;
+    oar_ktensor in, out;
+    int64_t dtype;
+    oar_tensor *tmp;          /* the f32 temporary in the arena (owned) */
+} cast_call;
+
 typedef struct exec_node {
     oar_kernel_fn k;          /* NULL: nothing to run (view, empty output) */
     oar_kernel_call call;
@@ -17,6 +27,8 @@ typedef struct exec_node {
     oar_kernel_call copy_call;
     oar_ktensor copy_io[2];
     int64_t rand_stride;      /* random ops: elements drawn per run (offset step) */
+    cast_call *casts;         /* half emulation: n_pre before the kernel, the rest after */
+    int n_pre, n_casts;
 } exec_node;
 
 /* Everything prepared for one input-shape signature. */
@@ -62,8 +74,11 @@ static void drop_plan(const oar_graph *g, plan *p) {
         oari_free(p->vt, (size_t)(g->n_values ? g->n_values : 1) * sizeof *p->vt);
     }
     if (p->en) {
-        for (int i = 0; i < g->n_nodes; i++)
+        for (int i = 0; i < g->n_nodes; i++) {
             oari_free(p->en[i].kin, (size_t)(g->nodes[i].n_in ? g->nodes[i].n_in : 1) * sizeof(oar_ktensor));
+            for (int c = 0; c < p->en[i].n_casts; c++) oar_tensor_release(p->en[i].casts[c].tmp);
+            oari_free(p->en[i].casts, (size_t)(g->nodes[i].n_in + g->nodes[i].n_out) * sizeof(cast_call));
+        }
         oari_free(p->en, (size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p->en);
     }
     oar_tensor_release(p->arena);
@@ -130,6 +145,40 @@ static int bind_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     return 0;
 }
 
+static bool is_half(oar_dtype d) { return d == OAR_F16 || d == OAR_BF16; }
+
+/* For a node run in f32: f32 temporaries (at the planned offsets in bufs,
+ * in input-then-output order) replace its half inputs and outputs in tv[],
+ * with the casts that fill and drain them. */
+static int setup_casts(oar_executor *ex, const oari_gnode *n, exec_node *e, const oari_membuf *bufs,
+                       oar_tensor **tv) {
+    oar_device *cpu = oari_device_cpu();
+    int nt = n->n_in + n->n_out, b = 0;
+    if (!(e->casts = oari_calloc((size_t)nt, sizeof *e->casts))) return OAR_ERR_NOMEM;
+    for (int pass = 0; pass < 2; pass++) { /* inputs first (pre), then outputs (post) */
+        for (int k = pass ? n->n_in : 0; k < (pass ? nt : n->n_in); k++) {
+            oar_tensor *t = tv[k];
+            if (!t || !is_half(t->dtype)) continue;
+            cast_call *c = &e->casts[e->n_casts];
+            if (!(c->tmp = oari_tensor_make(ex->p.arena->storage, OAR_F32, t->ndim, t->shape, NULL,
+                                            bufs[b++].offset / 4)))
+                return OAR_ERR_NOMEM;
+            e->n_casts++;
+            c->dtype = pass ? t->dtype : OAR_F32;
+            oari_ktensor(pass ? c->tmp : t, &c->in);
+            oari_ktensor(pass ? t : c->tmp, &c->out);
+            if (!(c->k = oari_kernel_lookup(cpu, OARI_OP_cast, (oar_dtype)c->dtype)))
+                return oari_error(OAR_ERR_UNSUPPORTED, "executor: no cast kernel to %s",
+                                  oar_dtype_name((oar_dtype)c->dtype));
+            c->call = (oar_kernel_call){.op = "cast", .n_in = 1, .n_out = 1, .in = &c->in, .out = &c->out,
+                                        .n_iattr = 1, .iattr = &c->dtype};
+            tv[k] = c->tmp;
+        }
+        if (!pass) e->n_pre = e->n_casts;
+    }
+    return 0;
+}
+
 static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     const oar_graph *g = ex->g;
     drop_plan(g, &ex->p);
@@ -140,11 +189,15 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     int *root = oari_malloc((size_t)(nv ? nv : 1) * sizeof *root);
     int *bufof = oari_malloc((size_t)(nv ? nv : 1) * sizeof *bufof);
     int *share = oari_malloc((size_t)(nv ? nv : 1) * sizeof *share); /* whose buffer v uses */
-    oari_membuf *bufs = oari_calloc((size_t)(nv ? nv : 1), sizeof *bufs);
+    int cap_bufs = nv + 1;
+    for (int i = 0; i < nn; i++) cap_bufs += g->nodes[i].n_in + g->nodes[i].n_out;
+    oari_membuf *bufs = oari_calloc((size_t)cap_bufs, sizeof *bufs);
+    bool *emul = oari_calloc((size_t)(nn ? nn : 1), sizeof *emul);
+    int *tmp_first = oari_calloc((size_t)(nn ? nn : 1), sizeof *tmp_first);
     oar_dtype *kdt = oari_malloc((size_t)(nn ? nn : 1) * sizeof *kdt);
     ex->p.vt = oari_calloc((size_t)(nv ? nv : 1), sizeof *ex->p.vt);
     ex->p.en = oari_calloc((size_t)(nn ? nn : 1), sizeof *ex->p.en);
-    if (!sym || !root || !bufof || !share || !bufs || !kdt || !ex->p.vt || !ex->p.en) {
+    if (!sym || !root || !bufof || !share || !bufs || !emul || !tmp_first || !kdt || !ex->p.vt || !ex->p.en) {
         st = OAR_ERR_NOMEM;
         goto done;
     }
@@ -189,6 +242,8 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
                 st = oari_error(OAR_ERR_INVALID, "executor: node %d (%s) input %d needs a cast the "
                                 "graph lacks", i, def->name, k);
         kdt[i] = c.kernel_dtype;
+        emul[i] = is_half(c.kernel_dtype) && !(def->flags & (OARI_F_VIEW | OARI_F_INPLACE)) &&
+                  !oari_kernel_lookup(oari_device_cpu(), n->op, c.kernel_dtype);
         for (int j = 0; j < n->n_out && !st; j++) {
             int v = n->out[j];
             if (def->flags & OARI_F_VIEW) {
@@ -253,6 +308,19 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
             break;
         }
     }
+    /* f32 temporaries of ops run in f32 for lack of a half kernel, live at that op */
+    for (int i = 0; i < nn; i++) {
+        if (!emul[i]) continue;
+        const oari_gnode *n = &g->nodes[i];
+        tmp_first[i] = nb;
+        for (int k = 0; k < n->n_in + n->n_out; k++) {
+            int v = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
+            if (v < 0 || !is_half(sym[v]->dtype)) continue;
+            bufs[nb] = (oari_membuf){.size = sym[v]->numel * 4, .first = i, .last = i};
+            unplanned += (bufs[nb].size + 63) / 64 * 64;
+            nb++;
+        }
+    }
     int64_t peak = oari_memplan(bufs, nb, NULL);
     ex->p.unplanned_bytes = unplanned;
     if (peak < 0) {
@@ -287,9 +355,15 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
             st = OAR_ERR_NOMEM;
             break;
         }
-        oar_tensor *out0 = ex->p.vt[n->out[0]];
+        oar_tensor *tv[OARI_MAX_IN + OARI_MAX_OUT]; /* what the kernel reads and writes */
+        for (int k = 0; k < n->n_in + n->n_out; k++) {
+            int v = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
+            tv[k] = v >= 0 ? ex->p.vt[v] : NULL;
+        }
+        if (emul[i] && (st = setup_casts(ex, n, e, bufs + tmp_first[i], tv))) break;
+        oar_tensor *out0 = tv[n->n_in];
         for (int k = 0; k < n->n_in; k++) {
-            oar_tensor *t = n->in[k] >= 0 ? ex->p.vt[n->in[k]] : NULL;
+            oar_tensor *t = tv[k];
             if (k == 0 && (def->flags & OARI_F_INPLACE)) t = out0;
             if (!t) e->kin[k].dtype = -1;
             else if (def->flags & OARI_F_BROADCAST) ktensor_expanded(t, out0->ndim, out0->shape, &e->kin[k]);
@@ -297,8 +371,8 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         }
         bool empty = !(def->flags & OARI_F_INPLACE);
         for (int j = 0; j < n->n_out; j++) {
-            oari_ktensor(ex->p.vt[n->out[j]], &e->kout[j]);
-            empty = empty && ex->p.vt[n->out[j]]->numel == 0;
+            oari_ktensor(tv[n->n_in + j], &e->kout[j]);
+            empty = empty && tv[n->n_in + j]->numel == 0;
         }
         if ((def->flags & OARI_F_INPLACE)) {
             oar_tensor *src = ex->p.vt[n->in[0]];
@@ -313,7 +387,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
                                              .out = e->copy_io};
         }
         if (empty) continue;
-        if (!(e->k = oari_kernel_lookup(cpu, n->op, kdt[i]))) {
+        if (!(e->k = oari_kernel_lookup(cpu, n->op, emul[i] ? OAR_F32 : kdt[i]))) {
             st = oari_error(OAR_ERR_UNSUPPORTED, "executor: %s has no CPU kernel for %s", def->name,
                             oar_dtype_name(kdt[i]));
             break;
@@ -339,8 +413,10 @@ done:
     oari_free(root, (size_t)(nv ? nv : 1) * sizeof *root);
     oari_free(bufof, (size_t)(nv ? nv : 1) * sizeof *bufof);
     oari_free(share, (size_t)(nv ? nv : 1) * sizeof *share);
-    oari_free(bufs, (size_t)(nv ? nv : 1) * sizeof *bufs);
+    oari_free(bufs, (size_t)cap_bufs * sizeof *bufs);
     oari_free(kdt, (size_t)(nn ? nn : 1) * sizeof *kdt);
+    oari_free(emul, (size_t)(nn ? nn : 1) * sizeof *emul);
+    oari_free(tmp_first, (size_t)(nn ? nn : 1) * sizeof *tmp_first);
     if (st) drop_plan(g, &ex->p);
     return st;
 }
@@ -404,11 +480,15 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
         if (e->copy_k && (st = e->copy_k(ctx, &e->copy_call))) return st;
         /* random ops draw fresh values each run: the trace's offset, advanced */
         if (e->rand_stride) e->attrs.i[1] = g->nodes[i].attrs.i[1] + (int64_t)(ex->runs - 1) * e->rand_stride;
+        for (int c = 0; c < e->n_pre && e->k; c++)
+            if ((st = e->casts[c].k(ctx, &e->casts[c].call))) return st;
         if (e->k && (st = e->k(ctx, &e->call))) {
             char msg[400];
             snprintf(msg, sizeof msg, "%s", oar_last_error());
             return oari_error(st, "executor: node %d (%s): %s", i, oari_op_name(g->nodes[i].op), msg);
         }
+        for (int c = e->n_pre; c < e->n_casts && e->k; c++)
+            if ((st = e->casts[c].k(ctx, &e->casts[c].call))) return st;
     }
     for (int j = 0; j < g->n_outputs; j++) outputs[j] = ex->p.vt[g->outputs[j]];
     return 0;

@@ -45,6 +45,14 @@ static int inplace(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     return out[0] ? 0 : -1;
 }
 
+static oar_tensor *w16;
+
+static int half(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx; /* f16 in, f16 weights: ops without half kernels run in f32, as eagerly */
+    out[0] = oar_softmax(oar_add(oar_matmul(in[0], w16), oar_exp(in[0])), 1);
+    return out[0] ? 0 : -1;
+}
+
 static void check(oar_trace_fn fn, int n_in, const oar_graph_input_spec *specs, int n_out,
                   oar_tensor *(*make)(int i, int64_t batch)) {
     oar_graph *g = oar_trace(fn, NULL, n_in, specs, n_out, NULL);
@@ -80,6 +88,16 @@ static oar_tensor *make_multi(int i, int64_t b) {
     return i == 0 ? oar_randn(OAR_F32, 2, (int64_t[]){b, 6}) : oar_randint(-2, 3, OAR_I64, 2, (int64_t[]){b, 6});
 }
 static oar_tensor *make_x2(int i, int64_t b) { (void)i; return oar_randn(OAR_F32, 2, (int64_t[]){b, 6}); }
+
+static oar_tensor *make_h(int i, int64_t b) {
+    (void)i;
+    return oar_cast(oar_randn(OAR_F32, 2, (int64_t[]){b, 6}), OAR_F16);
+}
+
+static void test_half(void) {
+    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F16, .ndim = 2, .shape = {-1, 6}, .dim_names = {"B"}};
+    check(half, 1, &s, 1, make_h);
+}
 
 static void test_attention(void) {
     oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {-1, 6, 8}, .dim_names = {"B"}};
@@ -136,10 +154,15 @@ int main(void) {
     ln_w = oar_rand(OAR_F32, 1, (int64_t[]){8});
     ln_b = oar_randn(OAR_F32, 1, (int64_t[]){8});
     emb = oar_randn(OAR_F32, 2, (int64_t[]){10, 4});
+    oar_pool *p = oar_pool_push();
+    w16 = oar_tensor_retain(oar_cast(oar_randn(OAR_F32, 2, (int64_t[]){6, 6}), OAR_F16));
+    oar_pool_pop(p);
     RUN(test_attention);
     RUN(test_lookup);
     RUN(test_multi);
     RUN(test_inplace);
+    RUN(test_half);
+    oar_tensor_release(w16);
     oar_tensor *all[] = {wq, wk, wv, ln_w, ln_b, emb};
     for (int i = 0; i < 6; i++) oar_tensor_release(all[i]);
     return test_summary();
