@@ -145,15 +145,18 @@ OAR_API oar_executor *oar_executor_new(const oar_graph *g);
 OAR_API void oar_executor_free(oar_executor *ex);
 /* Runs the graph on CPU inputs (dtypes as the graph's; shapes matching,
  * dynamic dims free). outputs[j] are borrowed from the executor and valid
- * until its next run or free. A new input shape plans an arena once; later
- * runs with that shape allocate nothing. 0 or an error status. */
+ * until its next run or free. A new input shape plans an arena once (the
+ * plans of the last four shapes are kept); later runs with that shape
+ * allocate no storage. Random ops draw new values on each run. 0 or an
+ * error status (naming the input and both shapes, or the failing node). */
 OAR_API int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs);
 /* Bytes of the arena planned for the last input shape (the planned peak of
  * intermediate memory), and the bytes the same values would take without
  * buffer reuse. -1 before the first run. */
 OAR_API int64_t oar_executor_planned_bytes(const oar_executor *ex);
 OAR_API int64_t oar_executor_unplanned_bytes(const oar_executor *ex);
-/* How many times the executor planned an arena (one per new input shape). */
+/* How many times the executor planned an arena (once per input shape,
+ * again for a shape whose plan was evicted). */
 OAR_API int oar_executor_num_plans(const oar_executor *ex);
 
 /* ---- saved models ------------------------------------------------------------- */
