@@ -33,5 +33,7 @@
 #include <oar/io.h>
 #include <oar/dist.h>
 #include <oar/profiler.h>
+#include <oar/graph.h> /* static graphs, saved models */
+#include <oar/infer.h> /* predictor, .npy */
 
 #endif

@@ -10,6 +10,10 @@
 
 #define MAX_CACHED_DEVICES 16
 
+/* Tracing hook (src/graph/trace.c): set while this thread traces. */
+OARI_HIDDEN extern _Thread_local void *oari_trace_current;
+OARI_HIDDEN int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out);
+
 /* Per (device, op, dtype): the kernel, or `absent` once looked up and missing. */
 static oar_kernel_fn kernel_cache[MAX_CACHED_DEVICES][OARI_OP_COUNT][OAR_DTYPE_COUNT];
 
@@ -150,6 +154,11 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
     c.kernel_dtype = n_in ? in[0]->dtype : OAR_F32;
     int st = def->infer(&c);
     if (st) return st;
+    /* Static graph: a call with a traced input appends a node (1: not traced). */
+    if (oari_trace_current) {
+        int traced = oari_trace_dispatch(op, &c, out);
+        if (traced != 1) return traced;
+    }
     if ((def->flags & OARI_F_INPLACE) && oari_grad_mode_enabled() && in[0]->requires_grad)
         return oari_error(OAR_ERR_STATE, "%s: in-place write into a tensor that requires grad; do it "
                           "inside oar_no_grad_push/pop (an optimizer step, an initialisation) or "

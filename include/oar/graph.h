@@ -1,0 +1,177 @@
+/* Static graphs (DESIGN.md "Modes"): trace the same C function that runs
+ * eagerly into an SSA graph of ops, optimise it with passes, run it from a
+ * preallocated arena, save it as a model folder.
+ *
+ *     static int fwd(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+ *         out[0] = oar_module_forward(ctx, in[0]);
+ *         return out[0] ? 0 : -1;
+ *     }
+ *     oar_graph_input_spec x = {.name = "x", .dtype = OAR_F32, .ndim = 2,
+ *                               .shape = {-1, 784}, .dim_names = {"N"}};
+ *     oar_graph *g = oar_trace(fwd, net, 1, &x, 1, &(oar_trace_options){.module = net});
+ *     oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0);
+ *     oar_executor *ex = oar_executor_new(g);
+ *     oar_tensor *y;
+ *     oar_executor_run(ex, &batch, &y);      // y borrowed until the next run
+ *
+ * Tracing runs the function on symbolic tensors (no storage): every op call
+ * with a symbolic input appends a node built from the op's own shape rule
+ * (one op, one definition); calls on concrete tensors only (weights, their
+ * transposes, scalars) run eagerly and their results become constants. A
+ * dynamic dim (-1 in a spec) is traced as a placeholder size; nodes whose
+ * attributes carry that size or a multiple of it (reshape targets) are
+ * rewritten at run time, and every shape rule is re-run for the new input
+ * shapes. Limits: other derived sizes (N/2, N*T) are not symbolic and a
+ * constant computed from N (a mean's 1/N) is refused; value-dependent
+ * control flow is baked in; symbolic tensors must not escape the traced
+ * function. */
+#ifndef OAR_GRAPH_H
+#define OAR_GRAPH_H
+
+#include <oar/nn.h>
+#include <oar/tensor.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct oar_graph oar_graph;
+typedef struct oar_executor oar_executor;
+
+/* One input of a traced function. shape[d] = -1 marks a dynamic dim;
+ * dim_names[d] names it (dims with one name have one size; NULL gives a
+ * fresh name). name NULL gives "input<i>". */
+typedef struct oar_graph_input_spec {
+    const char *name;
+    oar_dtype dtype;
+    int ndim;
+    int64_t shape[OAR_MAX_DIMS];
+    const char *dim_names[OAR_MAX_DIMS];
+} oar_graph_input_spec;
+
+/* The traced function: reads n symbolic inputs, writes n_outputs results
+ * (owned as op results are) to outputs and returns 0, or non-zero with an
+ * error set. */
+typedef int (*oar_trace_fn)(void *ctx, oar_tensor *const *inputs, oar_tensor **outputs);
+
+typedef struct oar_trace_options {
+    /* optional: names constants and parameter inputs by m's state names */
+    oar_module *module;
+    /* with module: its parameters become graph inputs (after the data
+     * inputs, in state order) instead of constants */
+    bool params_as_inputs;
+    /* optional: n_outputs names; NULL gives "output<j>" */
+    const char *const *output_names;
+} oar_trace_options;
+
+/* Traces fn into a new graph (the caller frees it). opt may be NULL. NULL
+ * with an error naming the op on failure: a shape error inside fn, an
+ * in-place write of a traced value into a concrete tensor, nested tracing,
+ * a constant whose shape follows a dynamic dim. */
+OAR_API oar_graph *oar_trace(oar_trace_fn fn, void *ctx, int n_inputs,
+                             const oar_graph_input_spec *specs, int n_outputs,
+                             const oar_trace_options *opt);
+/* Traces oar_module_forward(m, x) with one input and one output "y"
+ * (constants named by m's state). */
+OAR_API oar_graph *oar_trace_module(oar_module *m, const oar_graph_input_spec *spec);
+OAR_API void oar_graph_free(oar_graph *g);
+/* A deep copy (constants shared: they are read-only). NULL on failure. */
+OAR_API oar_graph *oar_graph_clone(const oar_graph *g);
+
+/* Writes a readable dump (one line per node, shapes with symbolic dims) to
+ * f. 0 or an error status. */
+OAR_API int oar_graph_print(const oar_graph *g, FILE *f);
+/* Checks the graph (topological order, input arities, every shape rule
+ * reproducing the recorded shapes); 0 or OAR_ERR_INVALID naming the node. */
+OAR_API int oar_graph_verify(const oar_graph *g);
+
+OAR_API int oar_graph_num_nodes(const oar_graph *g);
+OAR_API int oar_graph_num_constants(const oar_graph *g);
+/* Number of nodes running op `op_name`. */
+OAR_API int oar_graph_count_op(const oar_graph *g, const char *op_name);
+OAR_API int oar_graph_num_inputs(const oar_graph *g);
+OAR_API int oar_graph_num_outputs(const oar_graph *g);
+/* Borrowed names; NULL if i is out of range. */
+OAR_API const char *oar_graph_input_name(const oar_graph *g, int i);
+OAR_API const char *oar_graph_output_name(const oar_graph *g, int i);
+/* Dtype and shape (-1 on dynamic dims) of input/output i; returns the
+ * rank, or -1 if i is out of range. */
+OAR_API int oar_graph_input_shape(const oar_graph *g, int i, oar_dtype *dtype, int64_t *shape);
+OAR_API int oar_graph_output_shape(const oar_graph *g, int i, oar_dtype *dtype, int64_t *shape);
+
+/* Turns every graph input whose name is a parameter of m into a constant
+ * holding that parameter's current value (retained). Returns the number
+ * turned, or a negative status. */
+OAR_API int oar_graph_freeze(oar_graph *g, oar_module *m);
+
+/* ---- backward on the graph ---------------------------------------------------- */
+
+/* Appends the backward pass of output `output` (weighted by ones) with
+ * respect to inputs wrt[0..n_wrt-1] (input indices), built from the ops'
+ * own gradient rules, and adds one output "grad:<input name>" per entry
+ * (zeros for an input the output does not depend on). Returns the index of
+ * the first new output, or a negative status (an op without a gradient
+ * rule, an output that depends on none of the inputs). */
+OAR_API int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wrt);
+/* A traced SGD step: for every input x with a "grad:x" output, appends an
+ * output "next:x" = x - lr * grad:x. Feeding next:x back as x trains.
+ * Returns the number of outputs added, or a negative status. */
+OAR_API int oar_graph_append_sgd(oar_graph *g, double lr);
+
+/* ---- passes ------------------------------------------------------------------- */
+
+typedef enum oar_pass_list {
+    OAR_PASSES_TRAINING = 0,  /* dce, cse, constant folding, algebraic simplification */
+    OAR_PASSES_INFERENCE = 1, /* the above, drop dropout, fold batch norm */
+} oar_pass_list;
+
+enum { OAR_PASS_PRINT = 1u << 0, /* prints the graph to stderr after each pass */ };
+
+/* Runs a pass list until the graph stops changing (OAR_DEBUG=2 also
+ * prints after each pass). 0 or an error status; on error the graph is
+ * left valid but partly optimised. */
+OAR_API int oar_graph_optimize(oar_graph *g, oar_pass_list list, unsigned flags);
+/* Runs one pass by name: "dce", "cse", "constant_fold", "simplify",
+ * "drop_dropout", "fold_batch_norm". Returns the number of changes (>= 0),
+ * or a negative status (unknown name: OAR_ERR_INVALID). */
+OAR_API int oar_graph_run_pass(oar_graph *g, const char *name);
+
+/* ---- executor ----------------------------------------------------------------- */
+
+/* A runner of g (g must outlive it and not change while it lives). One
+ * executor is used by one thread at a time. NULL on failure. */
+OAR_API oar_executor *oar_executor_new(const oar_graph *g);
+OAR_API void oar_executor_free(oar_executor *ex);
+/* Runs the graph on CPU inputs (dtypes as the graph's; shapes matching,
+ * dynamic dims free). outputs[j] are borrowed from the executor and valid
+ * until its next run or free. A new input shape plans an arena once (the
+ * plans of the last four shapes are kept); later runs with that shape
+ * allocate no storage. Random ops draw new values on each run. 0 or an
+ * error status (naming the input and both shapes, or the failing node). */
+OAR_API int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs);
+/* Bytes of the arena planned for the last input shape (the planned peak of
+ * intermediate memory), and the bytes the same values would take without
+ * buffer reuse. -1 before the first run. */
+OAR_API int64_t oar_executor_planned_bytes(const oar_executor *ex);
+OAR_API int64_t oar_executor_unplanned_bytes(const oar_executor *ex);
+/* How many times the executor planned an arena (once per input shape,
+ * again for a shape whose plan was evicted). */
+OAR_API int oar_executor_num_plans(const oar_executor *ex);
+
+/* ---- saved models ------------------------------------------------------------- */
+
+/* Writes `dir`/model.json (the graph, format version 1) and
+ * `dir`/weights.safetensors (the constants), creating dir if needed.
+ * 0 or an error status. */
+OAR_API int oar_graph_save(const oar_graph *g, const char *dir);
+/* Loads a folder written by oar_graph_save; a new graph. NULL with an error
+ * naming the file and the problem: missing or corrupt file, unsupported
+ * version, unknown op, missing weight, weight of the wrong shape or dtype,
+ * a node whose shape rule disagrees with the recorded shapes. */
+OAR_API oar_graph *oar_graph_load(const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,195 @@
+/* Backward on the graph: walks the nodes in reverse and calls each op's own
+ * gradient rule (DESIGN.md invariant 2) on tensors standing for the graph's
+ * values while tracing onto the graph, so the rules' op calls append the
+ * gradient nodes. Also a traced SGD update. */
+#include "ir.h"
+
+#include <string.h>
+
+static void meta_of(const oari_gvalue *v, oari_meta *m) {
+    m->dtype = v->dtype;
+    m->ndim = v->ndim;
+    memcpy(m->shape, v->shape, (size_t)v->ndim * sizeof *v->shape);
+}
+
+static bool differentiable(oar_dtype d) { return oar_dtype_is_float(d) || oar_dtype_is_complex(d); }
+
+/* Appends output value v named `prefix` + name. */
+static int add_output(oar_graph *g, int v, const char *prefix, const char *name) {
+    int n = g->n_outputs;
+    int *o = oari_realloc(g->outputs, (size_t)n * sizeof *o, (size_t)(n + 1) * sizeof *o);
+    if (!o) return OAR_ERR_NOMEM;
+    g->outputs = o;
+    char **nm = oari_realloc(g->output_names, (size_t)n * sizeof *nm, (size_t)(n + 1) * sizeof *nm);
+    if (!nm) return OAR_ERR_NOMEM; /* outputs keeps its larger size until the next add */
+    g->output_names = nm;
+    size_t len = strlen(prefix) + strlen(name) + 1;
+    char *s = oari_malloc(len);
+    if (!s) return OAR_ERR_NOMEM;
+    snprintf(s, len, "%s%s", prefix, name);
+    g->outputs[n] = v;
+    g->output_names[n] = s;
+    g->n_outputs = n + 1;
+    return 0;
+}
+
+/* The tensors standing for values [0, nv): constants as themselves
+ * (retained), others symbolic and bound to their value. */
+static int bind_values(oar_graph *g, int nv, oar_tensor **t) {
+    for (int v = 0; v < nv; v++) {
+        const oari_gvalue *gv = &g->values[v];
+        if (gv->kind == OARI_V_CONST) {
+            t[v] = oar_tensor_retain(gv->constant);
+            continue;
+        }
+        if (!(t[v] = oari_graph_symbolic(gv))) return OAR_ERR_NOMEM;
+        oari_trace_bind(t[v], v);
+    }
+    return 0;
+}
+
+static int backward_nodes(oar_graph *g, int n0, const bool *req, oar_tensor **t, oar_tensor **gr) {
+    for (int i = n0 - 1; i >= 0; i--) {
+        /* a copy: the rule's op calls append nodes, which may move g->nodes */
+        oari_gnode node = g->nodes[i], *n = &node;
+        if (n->dead) continue;
+        const oari_op_def *def = oari_op_defs[n->op];
+        oar_tensor *gout[OARI_MAX_OUT], *out[OARI_MAX_OUT], *in[OARI_MAX_IN], *gin[OARI_MAX_IN];
+        bool needs[OARI_MAX_IN], any_out = false, any_in = false;
+        oari_meta in_meta[OARI_MAX_IN], out_meta[OARI_MAX_OUT];
+        for (int j = 0; j < n->n_out; j++) {
+            gout[j] = gr[n->out[j]];
+            out[j] = t[n->out[j]];
+            meta_of(&g->values[n->out[j]], &out_meta[j]);
+            any_out = any_out || gout[j];
+        }
+        for (int k = 0; k < n->n_in; k++) {
+            int v = n->in[k];
+            needs[k] = v >= 0 && req[v];
+            any_in = any_in || needs[k];
+            in[k] = v >= 0 ? t[v] : NULL;
+            gin[k] = NULL;
+            if (v >= 0) meta_of(&g->values[v], &in_meta[k]);
+            else memset(&in_meta[k], 0, sizeof in_meta[k]);
+        }
+        if (!any_out || !any_in) continue;
+        if (!def->grad)
+            return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: %s (node %d) has no gradient rule",
+                              def->name, i);
+        oari_grad_ctx c = {.op = n->op, .attrs = &n->attrs, .n_in = n->n_in, .n_out = n->n_out,
+                           .in = in, .in_meta = in_meta, .out = out, .out_meta = out_meta,
+                           .gout = gout, .needs = needs, .gin = gin};
+        int st = def->grad(&c);
+        if (st) {
+            if (!oari_error_pending()) oari_error(st, "graph_backward: the gradient rule of %s failed", def->name);
+            return st;
+        }
+        for (int k = 0; k < n->n_in; k++) {
+            if (!needs[k] || !gin[k]) continue;
+            int v = n->in[k];
+            oar_tensor *sum = gr[v] ? oar_add(gr[v], gin[k]) : gin[k];
+            if (!sum) return OAR_ERR_NOMEM;
+            gr[v] = sum; /* pool-owned, like every tensor made here */
+        }
+    }
+    return 0;
+}
+
+int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wrt) {
+    if (!g || (n_wrt && !wrt) || n_wrt < 0)
+        return oari_error(OAR_ERR_INVALID, "graph_backward: graph or wrt is NULL");
+    if (output < 0 || output >= g->n_outputs)
+        return oari_error(OAR_ERR_INVALID, "graph_backward: output %d out of range [0, %d)", output,
+                          g->n_outputs);
+    for (int k = 0; k < n_wrt; k++)
+        if (wrt[k] < 0 || wrt[k] >= g->n_inputs)
+            return oari_error(OAR_ERR_INVALID, "graph_backward: input %d out of range [0, %d)", wrt[k],
+                              g->n_inputs);
+    int nv = g->n_values, n0 = g->n_nodes, first = g->n_outputs, st = 0;
+    bool *req = oari_calloc((size_t)(nv ? nv : 1), sizeof *req);
+    oar_tensor **t = oari_calloc((size_t)(nv ? nv : 1), sizeof *t);
+    oar_tensor **gr = oari_calloc((size_t)(nv ? nv : 1), sizeof *gr);
+    void *tracer = NULL;
+    oar_pool *pool = NULL;
+    if (!req || !t || !gr) {
+        st = OAR_ERR_NOMEM;
+        goto done;
+    }
+    for (int k = 0; k < n_wrt; k++) req[g->inputs[wrt[k]]] = differentiable(g->values[g->inputs[wrt[k]]].dtype);
+    for (int i = 0; i < n0; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        bool r = false;
+        for (int k = 0; k < n->n_in; k++) r = r || (n->in[k] >= 0 && req[n->in[k]]);
+        if (n->dead || (oari_op_defs[n->op]->flags & OARI_F_NONDIFF)) r = false;
+        for (int j = 0; j < n->n_out; j++) req[n->out[j]] = r && differentiable(g->values[n->out[j]].dtype);
+    }
+    int L = g->outputs[output];
+    if (!req[L]) {
+        st = oari_error(OAR_ERR_INVALID, "graph_backward: output %d (%s) does not depend on the inputs "
+                        "given (or is not floating)", output, g->output_names[output]);
+        goto done;
+    }
+    if (!(tracer = oari_trace_attach(g))) {
+        st = OAR_ERR_STATE;
+        goto done;
+    }
+    pool = oar_pool_push();
+    if ((st = bind_values(g, nv, t))) goto done;
+    /* the seed: a constant 1 standing as a traced value, expanded to the output */
+    oari_gvalue lval = g->values[L], *lv = &lval; /* a copy: adding values moves g->values */
+    oar_tensor *one = oar_scalar_of(1, lv->dtype);
+    int sv = one ? oari_trace_value_of(one) : -1;
+    oar_tensor *seed = sv >= 0 ? oari_pool_adopt(oari_graph_symbolic(&g->values[sv])) : NULL;
+    if (seed) oari_trace_bind(seed, sv);
+    if (seed && lv->ndim) seed = oar_expand(seed, lv->ndim, lv->shape);
+    if (!seed) {
+        st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+        goto done;
+    }
+    gr[L] = seed;
+    if ((st = backward_nodes(g, n0, req, t, gr))) goto done;
+    for (int k = 0; k < n_wrt && !st; k++) {
+        int v = g->inputs[wrt[k]];
+        oar_tensor *gw = gr[v] ? gr[v] : oar_mul_scalar(t[v], 0);
+        int gv = gw ? oari_trace_value_of(gw) : -1;
+        if (gv < 0) st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+        else st = add_output(g, gv, "grad:", g->values[v].name);
+    }
+done:
+    oari_trace_detach(tracer);
+    for (int v = 0; t && v < nv; v++) oar_tensor_release(t[v]);
+    if (pool) oar_pool_pop(pool);
+    oari_free(req, (size_t)(nv ? nv : 1) * sizeof *req);
+    oari_free(t, (size_t)(nv ? nv : 1) * sizeof *t);
+    oari_free(gr, (size_t)(nv ? nv : 1) * sizeof *gr);
+    if (!st) st = oar_graph_verify(g);
+    return st ? st : first;
+}
+
+int oar_graph_append_sgd(oar_graph *g, double lr) {
+    if (!g) return oari_error(OAR_ERR_INVALID, "graph_append_sgd: graph is NULL");
+    int nv = g->n_values, added = 0, st = 0, n_out0 = g->n_outputs;
+    oar_tensor **t = oari_calloc((size_t)(nv ? nv : 1), sizeof *t);
+    void *tracer = t ? oari_trace_attach(g) : NULL;
+    oar_pool *pool = tracer ? oar_pool_push() : NULL;
+    if (!t || !tracer) st = t ? OAR_ERR_STATE : OAR_ERR_NOMEM;
+    if (!st) st = bind_values(g, nv, t);
+    for (int i = 0; i < g->n_inputs && !st; i++) {
+        int x = g->inputs[i];
+        const char *name = g->values[x].name;
+        for (int j = 0; j < n_out0 && !st; j++) {
+            const char *on = g->output_names[j];
+            if (strncmp(on, "grad:", 5) || strcmp(on + 5, name)) continue;
+            oar_tensor *next = oar_sub(t[x], oar_mul_scalar(t[g->outputs[j]], lr));
+            int v = next ? oari_trace_value_of(next) : -1;
+            st = v < 0 ? (oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM) : add_output(g, v, "next:", name);
+            added++;
+        }
+    }
+    oari_trace_detach(tracer);
+    for (int v = 0; t && v < nv; v++) oar_tensor_release(t[v]);
+    if (pool) oar_pool_pop(pool);
+    oari_free(t, (size_t)(nv ? nv : 1) * sizeof *t);
+    if (!st) st = oar_graph_verify(g);
+    return st ? st : added;
+}

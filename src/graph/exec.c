@@ -1,0 +1,495 @@
+/* The executor: runs a graph through the op kernels of the CPU device.
+ * For each new input shape it re-runs every shape rule (dynamic dims),
+ * plans one arena by liveness (passes/memplan.c) and prepares every kernel
+ * call; a run then copies the inputs in and calls the kernels, allocating
+ * nothing. */
+#include "ir.h"
+
+#include <string.h>
+
+/* A cast around an op run in f32 for lack of a half kernel (as dispatch
+ * does): input -> f32 temporary before the op, f32 temporary -> output after. */
+typedef struct cast_call {
+    oar_kernel_fn k;
+    oar_kernel_call call;
+    oar_ktensor in, out;
+    int64_t dtype;
+    oar_tensor *tmp;          /* the f32 temporary in the arena (owned) */
+} cast_call;
+
+typedef struct exec_node {
+    oar_kernel_fn k;          /* NULL: nothing to run (view, empty output) */
+    oar_kernel_call call;
+    oar_ktensor *kin;
+    oar_ktensor kout[OARI_MAX_OUT];
+    oari_attrs attrs;         /* with symbolic sizes substituted */
+    oar_kernel_fn copy_k;     /* in-place ops: copy in[0] into the output first */
+    oar_kernel_call copy_call;
+    oar_ktensor copy_io[2];
+    int64_t rand_stride;      /* random ops: elements drawn per run (offset step) */
+    cast_call *casts;         /* half emulation: n_pre before the kernel, the rest after */
+    int n_pre, n_casts;
+} exec_node;
+
+/* Everything prepared for one input-shape signature. */
+typedef struct plan {
+    bool planned;
+    int ndims[64];
+    int64_t shapes[64][OAR_MAX_DIMS];
+    oar_tensor **vt;          /* per value: arena tensor, view or constant */
+    exec_node *en;
+    oar_tensor *arena;
+    int64_t planned_bytes, unplanned_bytes;
+    uint64_t used;            /* run count when last used (LRU) */
+} plan;
+
+#define N_CACHED_PLANS 3      /* plans kept besides the current one */
+
+struct oar_executor {
+    const oar_graph *g;
+    plan p;                   /* the current plan */
+    plan cache[N_CACHED_PLANS];
+    int64_t sym_vals[OARI_MAX_SYMS];
+    int n_plans;
+    uint64_t runs;
+};
+
+static void drop_plan(const oar_graph *g, plan *p);
+
+oar_executor *oar_executor_new(const oar_graph *g) {
+    if (!g) return oari_error(OAR_ERR_INVALID, "executor_new: graph is NULL"), NULL;
+    if (g->n_inputs > 64)
+        return oari_error(OAR_ERR_INVALID, "executor_new: %d inputs (at most 64)", g->n_inputs), NULL;
+    oar_executor *ex = oari_calloc(1, sizeof *ex);
+    if (!ex) return NULL;
+    ex->g = g;
+    drop_plan(g, &ex->p);
+    for (int i = 0; i < N_CACHED_PLANS; i++) drop_plan(g, &ex->cache[i]);
+    return ex;
+}
+
+static void drop_plan(const oar_graph *g, plan *p) {
+    if (p->vt) {
+        for (int v = 0; v < g->n_values; v++) oar_tensor_release(p->vt[v]);
+        oari_free(p->vt, (size_t)(g->n_values ? g->n_values : 1) * sizeof *p->vt);
+    }
+    if (p->en) {
+        for (int i = 0; i < g->n_nodes; i++) {
+            oari_free(p->en[i].kin, (size_t)(g->nodes[i].n_in ? g->nodes[i].n_in : 1) * sizeof(oar_ktensor));
+            for (int c = 0; c < p->en[i].n_casts; c++) oar_tensor_release(p->en[i].casts[c].tmp);
+            oari_free(p->en[i].casts, (size_t)(g->nodes[i].n_in + g->nodes[i].n_out) * sizeof(cast_call));
+        }
+        oari_free(p->en, (size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p->en);
+    }
+    oar_tensor_release(p->arena);
+    memset(p, 0, sizeof *p);
+    p->planned_bytes = p->unplanned_bytes = -1;
+}
+
+void oar_executor_free(oar_executor *ex) {
+    if (!ex) return;
+    drop_plan(ex->g, &ex->p);
+    for (int i = 0; i < N_CACHED_PLANS; i++) drop_plan(ex->g, &ex->cache[i]);
+    oari_free(ex, sizeof *ex);
+}
+
+int64_t oar_executor_planned_bytes(const oar_executor *ex) { return ex ? ex->p.planned_bytes : -1; }
+int64_t oar_executor_unplanned_bytes(const oar_executor *ex) { return ex ? ex->p.unplanned_bytes : -1; }
+int oar_executor_num_plans(const oar_executor *ex) { return ex ? ex->n_plans : -1; }
+
+/* A kernel view of t broadcast to (ndim, shape), as dispatch makes it. */
+static void ktensor_expanded(const oar_tensor *t, int ndim, const int64_t *shape, oar_ktensor *k) {
+    oari_ktensor(t, k);
+    if (t->ndim == ndim && !memcmp(t->shape, shape, (size_t)ndim * sizeof *shape)) return;
+    int lead = ndim - t->ndim;
+    k->ndim = ndim;
+    for (int i = ndim - 1; i >= 0; i--) {
+        int src = i - lead;
+        bool broadcast = src < 0 || t->shape[src] != shape[i];
+        k->shape[i] = shape[i];
+        k->strides[i] = broadcast ? 0 : t->strides[src];
+    }
+}
+
+/* Binds the symbols from the input shapes; 0 or an error naming the input. */
+static int bind_inputs(oar_executor *ex, oar_tensor *const *inputs) {
+    const oar_graph *g = ex->g;
+    bool bound[OARI_MAX_SYMS] = {0};
+    for (int i = 0; i < g->n_inputs; i++) {
+        const oari_gvalue *v = &g->values[g->inputs[i]];
+        oar_tensor *t = inputs[i];
+        char s1[200], s2[200];
+        if (!t) return oari_error(OAR_ERR_INVALID, "executor: input %d (%s) is NULL", i, v->name);
+        bool ok = t->dtype == v->dtype && t->ndim == v->ndim && t->storage &&
+                  t->storage->device == oari_device_cpu();
+        for (int d = 0; d < v->ndim && ok; d++) {
+            int s = v->sym[d];
+            int64_t m = v->smul[d] > 0 ? v->smul[d] : 1;
+            if (s < 0) ok = t->shape[d] == v->shape[d];
+            else if (t->shape[d] % m) ok = false;
+            else if (!bound[s]) bound[s] = true, ex->sym_vals[s] = t->shape[d] / m;
+            else ok = ex->sym_vals[s] * m == t->shape[d];
+        }
+        if (!ok) {
+            int64_t want[OAR_MAX_DIMS];
+            for (int d = 0; d < v->ndim; d++) want[d] = v->sym[d] >= 0 ? -1 : v->shape[d];
+            return oari_error(OAR_ERR_INVALID, "executor: input %d (%s) is %s %s%s; the graph wants "
+                              "%s %s (-1: dynamic; equal names must agree)", i, v->name,
+                              oar_dtype_name(t->dtype), oari_shape_str(s1, t->ndim, t->shape),
+                              t->storage ? "" : " (symbolic)", oar_dtype_name(v->dtype),
+                              oari_shape_str(s2, v->ndim, want));
+        }
+    }
+    for (int s = 0; s < g->n_syms; s++)
+        if (!bound[s]) ex->sym_vals[s] = g->syms[s].trace_size;
+    return 0;
+}
+
+static bool is_half(oar_dtype d) { return d == OAR_F16 || d == OAR_BF16; }
+
+/* For a node run in f32: f32 temporaries (at the planned offsets in bufs,
+ * in input-then-output order) replace its half inputs and outputs in tv[],
+ * with the casts that fill and drain them. */
+static int setup_casts(oar_executor *ex, const oari_gnode *n, exec_node *e, const oari_membuf *bufs,
+                       oar_tensor **tv) {
+    oar_device *cpu = oari_device_cpu();
+    int nt = n->n_in + n->n_out, b = 0;
+    if (!(e->casts = oari_calloc((size_t)nt, sizeof *e->casts))) return OAR_ERR_NOMEM;
+    for (int pass = 0; pass < 2; pass++) { /* inputs first (pre), then outputs (post) */
+        for (int k = pass ? n->n_in : 0; k < (pass ? nt : n->n_in); k++) {
+            oar_tensor *t = tv[k];
+            if (!t || !is_half(t->dtype)) continue;
+            cast_call *c = &e->casts[e->n_casts];
+            if (!(c->tmp = oari_tensor_make(ex->p.arena->storage, OAR_F32, t->ndim, t->shape, NULL,
+                                            bufs[b++].offset / 4)))
+                return OAR_ERR_NOMEM;
+            e->n_casts++;
+            c->dtype = pass ? t->dtype : OAR_F32;
+            oari_ktensor(pass ? c->tmp : t, &c->in);
+            oari_ktensor(pass ? t : c->tmp, &c->out);
+            if (!(c->k = oari_kernel_lookup(cpu, OARI_OP_cast, (oar_dtype)c->dtype)))
+                return oari_error(OAR_ERR_UNSUPPORTED, "executor: no cast kernel to %s",
+                                  oar_dtype_name((oar_dtype)c->dtype));
+            c->call = (oar_kernel_call){.op = "cast", .n_in = 1, .n_out = 1, .in = &c->in, .out = &c->out,
+                                        .n_iattr = 1, .iattr = &c->dtype};
+            tv[k] = c->tmp;
+        }
+        if (!pass) e->n_pre = e->n_casts;
+    }
+    return 0;
+}
+
+static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
+    const oar_graph *g = ex->g;
+    drop_plan(g, &ex->p);
+    int st = bind_inputs(ex, inputs);
+    if (st) return st;
+    int nv = g->n_values, nn = g->n_nodes;
+    oar_tensor **sym = oari_calloc((size_t)(nv ? nv : 1), sizeof *sym);
+    int *root = oari_malloc((size_t)(nv ? nv : 1) * sizeof *root);
+    int *bufof = oari_malloc((size_t)(nv ? nv : 1) * sizeof *bufof);
+    int *share = oari_malloc((size_t)(nv ? nv : 1) * sizeof *share); /* whose buffer v uses */
+    int cap_bufs = nv + 1;
+    for (int i = 0; i < nn; i++) cap_bufs += g->nodes[i].n_in + g->nodes[i].n_out;
+    oari_membuf *bufs = oari_calloc((size_t)cap_bufs, sizeof *bufs);
+    bool *emul = oari_calloc((size_t)(nn ? nn : 1), sizeof *emul);
+    int *tmp_first = oari_calloc((size_t)(nn ? nn : 1), sizeof *tmp_first);
+    oar_dtype *kdt = oari_malloc((size_t)(nn ? nn : 1) * sizeof *kdt);
+    ex->p.vt = oari_calloc((size_t)(nv ? nv : 1), sizeof *ex->p.vt);
+    ex->p.en = oari_calloc((size_t)(nn ? nn : 1), sizeof *ex->p.en);
+    if (!sym || !root || !bufof || !share || !bufs || !emul || !tmp_first || !kdt || !ex->p.vt || !ex->p.en) {
+        st = OAR_ERR_NOMEM;
+        goto done;
+    }
+    for (int v = 0; v < nv; v++) {
+        root[v] = -1;
+        bufof[v] = -1;
+    }
+    /* 1. shapes: every shape rule again, on symbolic tensors */
+    for (int i = 0; i < g->n_inputs && !st; i++) {
+        int v = g->inputs[i];
+        root[v] = v;
+        if (!(sym[v] = oari_tensor_make(NULL, inputs[i]->dtype, inputs[i]->ndim, inputs[i]->shape, NULL, 0)))
+            st = OAR_ERR_NOMEM;
+    }
+    for (int v = 0; v < nv && !st; v++)
+        if (g->values[v].kind == OARI_V_CONST) sym[v] = oar_tensor_retain(g->values[v].constant);
+    for (int i = 0; i < nn && !st; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        const oari_op_def *def = oari_op_defs[n->op];
+        exec_node *e = &ex->p.en[i];
+        e->attrs = n->attrs;
+        for (int k = 0; k < n->attrs.ni; k++)
+            if (n->isym[k] >= 0) e->attrs.i[k] = ex->sym_vals[n->isym[k]] * n->imul[k];
+        oar_tensor *in[OARI_MAX_IN];
+        for (int k = 0; k < n->n_in; k++) in[k] = n->in[k] >= 0 ? sym[n->in[k]] : NULL;
+        oari_infer c;
+        memset(&c, 0, sizeof c);
+        c.op = def->name;
+        c.n_in = n->n_in;
+        c.in = in;
+        c.attrs = &e->attrs;
+        for (int k = 0; k < n->n_in; k++) c.in_dtype[k] = in[k] ? in[k]->dtype : OAR_F32;
+        c.kernel_dtype = in[0]->dtype;
+        if ((st = def->infer(&c))) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", oar_last_error());
+            st = oari_error(st, "executor: node %d (%s): %s", i, def->name, msg);
+            break;
+        }
+        for (int k = 0; k < n->n_in && !st; k++)
+            if (in[k] && c.in_dtype[k] != in[k]->dtype)
+                st = oari_error(OAR_ERR_INVALID, "executor: node %d (%s) input %d needs a cast the "
+                                "graph lacks", i, def->name, k);
+        kdt[i] = c.kernel_dtype;
+        emul[i] = is_half(c.kernel_dtype) && !(def->flags & (OARI_F_VIEW | OARI_F_INPLACE)) &&
+                  !oari_kernel_lookup(oari_device_cpu(), n->op, c.kernel_dtype);
+        for (int j = 0; j < n->n_out && !st; j++) {
+            int v = n->out[j];
+            if (def->flags & OARI_F_VIEW) {
+                sym[v] = def->view(in[0], &e->attrs);
+                root[v] = root[n->in[0]];
+            } else {
+                sym[v] = oari_tensor_make(NULL, c.out[j].dtype, c.out[j].ndim, c.out[j].shape, NULL, 0);
+                root[v] = v;
+            }
+            if (!sym[v]) st = OAR_ERR_NOMEM;
+        }
+    }
+    if (st) goto done;
+    /* 2. buffers by liveness: one per root value, live from its producer to
+     * the last node reading it or any view of it; outputs live to the end */
+    int nb = 0;
+    for (int v = 0; v < nv; v++) {
+        if (root[v] != v) continue;
+        const oari_gvalue *gv = &g->values[v];
+        bufof[v] = nb;
+        bufs[nb].size = sym[v]->numel * (int64_t)oar_dtype_size(sym[v]->dtype);
+        bufs[nb].first = gv->kind == OARI_V_INPUT ? -1 : gv->producer;
+        bufs[nb].last = bufs[nb].first;
+        nb++;
+    }
+    for (int i = 0; i < nn; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        for (int k = 0; k < n->n_in; k++) {
+            int v = n->in[k];
+            if (v >= 0 && root[v] >= 0 && bufs[bufof[root[v]]].last < i) bufs[bufof[root[v]]].last = i;
+        }
+    }
+    for (int j = 0; j < g->n_outputs; j++) {
+        int v = g->outputs[j];
+        if (root[v] >= 0) bufs[bufof[root[v]]].last = nn;
+    }
+    /* an elementwise op may write over an input of its shape and dtype whose
+     * buffer dies at that op (x -> exp -> sin reuses one buffer) */
+    int64_t unplanned = 0;
+    for (int b = 0; b < nb; b++) unplanned += (bufs[b].size + 63) / 64 * 64;
+    for (int v = 0; v < nv; v++) share[v] = v;
+    for (int i = 0; i < nn; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        const oari_op_def *def = oari_op_defs[n->op];
+        int out = n->out[0];
+        if ((def->fusion != OARI_FUSE_ELEMWISE && def->fusion != OARI_FUSE_BROADCAST) ||
+            (def->flags & (OARI_F_INPLACE | OARI_F_VIEW)) || n->n_out != 1 || root[out] != out)
+            continue;
+        for (int k = 0; k < n->n_in; k++) {
+            int v = n->in[k];
+            if (v < 0 || root[v] != v || g->values[v].kind != OARI_V_NODE) continue;
+            oari_membuf *b = &bufs[bufof[share[v]]];
+            if (b->last != i || sym[v]->dtype != sym[out]->dtype || sym[v]->ndim != sym[out]->ndim ||
+                memcmp(sym[v]->shape, sym[out]->shape, (size_t)sym[v]->ndim * sizeof(int64_t)))
+                continue;
+            /* another input may read the same buffer (x * x): same index, still fine */
+            oari_membuf *o = &bufs[bufof[out]];
+            if (o->last > b->last) b->last = o->last;
+            o->size = 0;
+            o->last = o->first;
+            share[out] = share[v];
+            break;
+        }
+    }
+    /* f32 temporaries of ops run in f32 for lack of a half kernel, live at that op */
+    for (int i = 0; i < nn; i++) {
+        if (!emul[i]) continue;
+        const oari_gnode *n = &g->nodes[i];
+        tmp_first[i] = nb;
+        for (int k = 0; k < n->n_in + n->n_out; k++) {
+            int v = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
+            if (v < 0 || !is_half(sym[v]->dtype)) continue;
+            bufs[nb] = (oari_membuf){.size = sym[v]->numel * 4, .first = i, .last = i};
+            unplanned += (bufs[nb].size + 63) / 64 * 64;
+            nb++;
+        }
+    }
+    int64_t peak = oari_memplan(bufs, nb, NULL);
+    ex->p.unplanned_bytes = unplanned;
+    if (peak < 0) {
+        st = OAR_ERR_NOMEM;
+        goto done;
+    }
+    ex->p.planned_bytes = peak;
+    int64_t asize = peak > 0 ? peak : 64;
+    if (!(ex->p.arena = oari_tensor_empty(oari_device_cpu(), OAR_U8, 1, &asize))) {
+        st = OAR_ERR_NOMEM;
+        goto done;
+    }
+    /* 3. real tensors in the arena; views of them; constants */
+    for (int v = 0; v < nv && !st; v++) {
+        if (g->values[v].kind == OARI_V_CONST) ex->p.vt[v] = oar_tensor_retain(g->values[v].constant);
+        else if (root[v] == v)
+            ex->p.vt[v] = oari_tensor_make(ex->p.arena->storage, sym[v]->dtype, sym[v]->ndim, sym[v]->shape,
+                                           NULL, bufs[bufof[share[v]]].offset / (int64_t)oar_dtype_size(sym[v]->dtype));
+        else continue;
+        if (!ex->p.vt[v]) st = OAR_ERR_NOMEM;
+    }
+    oar_device *cpu = oari_device_cpu();
+    for (int i = 0; i < nn && !st; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        const oari_op_def *def = oari_op_defs[n->op];
+        exec_node *e = &ex->p.en[i];
+        if (def->flags & OARI_F_VIEW) {
+            if (!(ex->p.vt[n->out[0]] = def->view(ex->p.vt[n->in[0]], &e->attrs))) st = OAR_ERR_NOMEM;
+            continue;
+        }
+        if (!(e->kin = oari_calloc((size_t)(n->n_in ? n->n_in : 1), sizeof *e->kin))) {
+            st = OAR_ERR_NOMEM;
+            break;
+        }
+        oar_tensor *tv[OARI_MAX_IN + OARI_MAX_OUT]; /* what the kernel reads and writes */
+        for (int k = 0; k < n->n_in + n->n_out; k++) {
+            int v = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
+            tv[k] = v >= 0 ? ex->p.vt[v] : NULL;
+        }
+        if (emul[i] && (st = setup_casts(ex, n, e, bufs + tmp_first[i], tv))) break;
+        oar_tensor *out0 = tv[n->n_in];
+        for (int k = 0; k < n->n_in; k++) {
+            oar_tensor *t = tv[k];
+            if (k == 0 && (def->flags & OARI_F_INPLACE)) t = out0;
+            if (!t) e->kin[k].dtype = -1;
+            else if (def->flags & OARI_F_BROADCAST) ktensor_expanded(t, out0->ndim, out0->shape, &e->kin[k]);
+            else oari_ktensor(t, &e->kin[k]);
+        }
+        bool empty = !(def->flags & OARI_F_INPLACE);
+        for (int j = 0; j < n->n_out; j++) {
+            oari_ktensor(tv[n->n_in + j], &e->kout[j]);
+            empty = empty && tv[n->n_in + j]->numel == 0;
+        }
+        if ((def->flags & OARI_F_INPLACE)) {
+            oar_tensor *src = ex->p.vt[n->in[0]];
+            if (!(e->copy_k = oari_kernel_lookup(cpu, OARI_OP_copy, out0->dtype))) {
+                st = oari_error(OAR_ERR_UNSUPPORTED, "executor: no copy kernel for %s",
+                                oar_dtype_name(out0->dtype));
+                break;
+            }
+            oari_ktensor(out0, &e->copy_io[0]);
+            oari_ktensor(src, &e->copy_io[1]);
+            e->copy_call = (oar_kernel_call){.op = "copy", .n_in = 2, .n_out = 1, .in = e->copy_io,
+                                             .out = e->copy_io};
+        }
+        if (empty) continue;
+        if (!(e->k = oari_kernel_lookup(cpu, n->op, emul[i] ? OAR_F32 : kdt[i]))) {
+            st = oari_error(OAR_ERR_UNSUPPORTED, "executor: %s has no CPU kernel for %s", def->name,
+                            oar_dtype_name(kdt[i]));
+            break;
+        }
+        if (def->flags & OARI_F_RANDOM) e->rand_stride = out0->numel;
+        e->call = (oar_kernel_call){
+            .op = def->name, .n_in = n->n_in, .n_out = n->n_out, .in = e->kin, .out = e->kout,
+            .n_iattr = e->attrs.ni, .n_fattr = e->attrs.nf, .iattr = e->attrs.i, .fattr = e->attrs.f,
+        };
+    }
+    if (!st) {
+        for (int i = 0; i < g->n_inputs; i++) {
+            ex->p.ndims[i] = inputs[i]->ndim;
+            memcpy(ex->p.shapes[i], inputs[i]->shape, (size_t)inputs[i]->ndim * sizeof(int64_t));
+        }
+        ex->p.planned = true;
+        ex->n_plans++;
+    }
+done:
+    if (sym)
+        for (int v = 0; v < nv; v++) oar_tensor_release(sym[v]);
+    oari_free(sym, (size_t)(nv ? nv : 1) * sizeof *sym);
+    oari_free(root, (size_t)(nv ? nv : 1) * sizeof *root);
+    oari_free(bufof, (size_t)(nv ? nv : 1) * sizeof *bufof);
+    oari_free(share, (size_t)(nv ? nv : 1) * sizeof *share);
+    oari_free(bufs, (size_t)cap_bufs * sizeof *bufs);
+    oari_free(kdt, (size_t)(nn ? nn : 1) * sizeof *kdt);
+    oari_free(emul, (size_t)(nn ? nn : 1) * sizeof *emul);
+    oari_free(tmp_first, (size_t)(nn ? nn : 1) * sizeof *tmp_first);
+    if (st) drop_plan(g, &ex->p);
+    return st;
+}
+
+static bool same_shapes(const oar_graph *g, const plan *p, oar_tensor *const *inputs) {
+    if (!p->planned) return false;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const oar_tensor *t = inputs[i];
+        if (!t || t->ndim != p->ndims[i] || memcmp(t->shape, p->shapes[i], (size_t)t->ndim * sizeof(int64_t)))
+            return false;
+        if (t->dtype != g->values[g->inputs[i]].dtype) return false;
+    }
+    return true;
+}
+
+/* Makes the plan for these input shapes current: a cached one, or a new
+ * one (the current plan is cached, evicting the least recently used). */
+static int select_plan(oar_executor *ex, oar_tensor *const *inputs) {
+    const oar_graph *g = ex->g;
+    if (same_shapes(g, &ex->p, inputs)) return 0;
+    int lru = 0;
+    for (int i = 0; i < N_CACHED_PLANS; i++) {
+        if (same_shapes(g, &ex->cache[i], inputs)) {
+            plan t = ex->p;
+            ex->p = ex->cache[i];
+            ex->cache[i] = t;
+            return 0;
+        }
+        if (ex->cache[i].used < ex->cache[lru].used) lru = i;
+    }
+    if (ex->p.planned) {
+        drop_plan(g, &ex->cache[lru]);
+        ex->cache[lru] = ex->p;
+        memset(&ex->p, 0, sizeof ex->p);
+    }
+    return plan_inputs(ex, inputs);
+}
+
+int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs) {
+    if (!ex || (!inputs && ex->g->n_inputs) || !outputs)
+        return oari_error(OAR_ERR_INVALID, "executor_run: executor, inputs or outputs is NULL");
+    const oar_graph *g = ex->g;
+    int st = 0;
+    if ((st = select_plan(ex, inputs))) return st;
+    ex->p.used = ++ex->runs;
+    for (int i = 0; i < g->n_inputs; i++) {
+        oar_tensor *slot = ex->p.vt[g->inputs[i]], *t = inputs[i];
+        if (!t->storage || t->storage->device != oari_device_cpu())
+            return oari_error(OAR_ERR_INVALID, "executor: input %d must be a CPU tensor", i);
+        if (oar_tensor_is_contiguous(t)) {
+            memcpy(oar_tensor_data(slot), oar_tensor_data(t), (size_t)t->numel * oar_dtype_size(t->dtype));
+        } else {
+            oar_tensor *pair[2] = {slot, t}, *r = NULL;
+            if ((st = oari_dispatch(OARI_OP_copy, 2, pair, NULL, &r))) return st;
+            oar_tensor_release(r);
+        }
+    }
+    void *ctx = oari_device_cpu()->ctx;
+    for (int i = 0; i < g->n_nodes; i++) {
+        exec_node *e = &ex->p.en[i];
+        if (e->copy_k && (st = e->copy_k(ctx, &e->copy_call))) return st;
+        /* random ops draw fresh values each run: the trace's offset, advanced */
+        if (e->rand_stride) e->attrs.i[1] = g->nodes[i].attrs.i[1] + (int64_t)(ex->runs - 1) * e->rand_stride;
+        for (int c = 0; c < e->n_pre && e->k; c++)
+            if ((st = e->casts[c].k(ctx, &e->casts[c].call))) return st;
+        if (e->k && (st = e->k(ctx, &e->call))) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", oar_last_error());
+            return oari_error(st, "executor: node %d (%s): %s", i, oari_op_name(g->nodes[i].op), msg);
+        }
+        for (int c = e->n_pre; c < e->n_casts && e->k; c++)
+            if ((st = e->casts[c].k(ctx, &e->casts[c].call))) return st;
+    }
+    for (int j = 0; j < g->n_outputs; j++) outputs[j] = ex->p.vt[g->outputs[j]];
+    return 0;
+}

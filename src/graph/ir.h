@@ -1,0 +1,123 @@
+/* Internal graph IR: SSA values and nodes over the op table (src/ops/op.h),
+ * shared by the tracer, the passes, the executor and the serializer. */
+#ifndef OARI_GRAPH_IR_H
+#define OARI_GRAPH_IR_H
+
+#include "../ops/op.h"
+#include <oar/graph.h>
+
+#define OARI_MAX_SYMS 8
+
+typedef enum oari_vkind {
+    OARI_V_NODE = 0,   /* produced by a node */
+    OARI_V_INPUT = 1,  /* a graph input */
+    OARI_V_CONST = 2,  /* a constant tensor held by the graph */
+} oari_vkind;
+
+/* A value: dtype and shape as traced; sym[d] >= 0 marks dim d symbolic
+ * (shape[d] then holds the symbol's trace size). */
+typedef struct oari_gvalue {
+    oari_vkind kind;
+    oar_dtype dtype;
+    int ndim;
+    int64_t shape[OAR_MAX_DIMS];
+    int8_t sym[OAR_MAX_DIMS];
+    int32_t smul[OAR_MAX_DIMS]; /* dim d = smul[d] * symbol (a flattened N*5) */
+    int producer, out_index;   /* kind NODE: the node and which of its outputs */
+    oar_tensor *constant;      /* kind CONST: owned reference */
+    char *name;                /* inputs and constants; NULL otherwise */
+    void *dist;                /* slot for a dist attribute (src/dist/); NULL */
+} oari_gvalue;
+
+/* A node: the op, the attributes it was called with, and value ids.
+ * isym[k] >= 0: integer attribute k is imul[k] times that symbol's size. */
+typedef struct oari_gnode {
+    oari_op op;
+    oari_attrs attrs;
+    int8_t isym[OARI_MAX_IATTR];
+    int32_t imul[OARI_MAX_IATTR];
+    int n_in, n_out;
+    int *in;                   /* n_in value ids; -1 for an absent optional input */
+    int out[OARI_MAX_OUT];
+    bool dead;                 /* marked by a pass; removed by oari_graph_compact */
+} oari_gnode;
+
+typedef struct oari_gsym {
+    char *name;
+    int64_t trace_size;
+} oari_gsym;
+
+struct oar_graph {
+    oari_gvalue *values;
+    int n_values, cap_values;
+    oari_gnode *nodes;
+    int n_nodes, cap_nodes;
+    int *inputs, n_inputs, cap_inputs;
+    int *outputs, n_outputs;
+    char **output_names;
+    oari_gsym syms[OARI_MAX_SYMS];
+    int n_syms;
+};
+
+OARI_HIDDEN oar_graph *oari_graph_new(void);
+/* New value ids (or -1 with an error). */
+OARI_HIDDEN int oari_graph_add_value(oar_graph *g, oari_vkind kind, oar_dtype dtype, int ndim,
+                                     const int64_t *shape);
+/* A constant value holding t (retained), named `name` (copied; NULL: "c<id>"). */
+OARI_HIDDEN int oari_graph_add_const(oar_graph *g, oar_tensor *t, const char *name);
+/* Appends a node; its outputs get new values with the given metas. Returns
+ * the node index or -1. */
+OARI_HIDDEN int oari_graph_add_node(oar_graph *g, oari_op op, const oari_attrs *attrs, int n_in,
+                                    const int *in, int n_out, const oari_meta *out);
+/* Replaces every use of value `from` (node inputs, graph outputs) by `to`. */
+OARI_HIDDEN void oari_graph_replace_uses(oar_graph *g, int from, int to);
+/* Number of uses of each value (node inputs of live nodes and graph
+ * outputs) into counts[n_values]. */
+OARI_HIDDEN void oari_graph_use_counts(const oar_graph *g, int *counts);
+/* Removes dead nodes and values nothing refers to; renumbers. 0 or NOMEM. */
+OARI_HIDDEN int oari_graph_compact(oar_graph *g);
+/* The symbol whose trace size divides `size` (a positive multiple k of
+ * it: *mul = k; mul may be NULL), or -1. */
+OARI_HIDDEN int oari_graph_sym_of(const oar_graph *g, int64_t size, int32_t *mul);
+/* Sets node n's isym/imul from its integer attributes. */
+OARI_HIDDEN void oari_graph_mark_attr_syms(const oar_graph *g, oari_gnode *n);
+/* Sets v's sym[] from its shape. */
+OARI_HIDDEN void oari_graph_mark_syms(const oar_graph *g, oari_gvalue *v);
+/* A symbolic tensor (no storage) with v's dtype and traced shape. */
+OARI_HIDDEN oar_tensor *oari_graph_symbolic(const oari_gvalue *v);
+/* True if the value is a constant whose elements all equal x. */
+OARI_HIDDEN bool oari_graph_const_is(const oar_graph *g, int v, double x);
+/* Marks the node dead; its outputs must have no uses left. */
+OARI_HIDDEN void oari_graph_kill(oar_graph *g, int node);
+OARI_HIDDEN oar_dtype oari_dtype_from_name(const char *name);
+
+/* ---- tracing onto an existing graph (src/graph/trace.c) ------------------ */
+/* Starts tracing onto g on this thread (g's constants map to their values,
+ * grad mode off); NULL with an error if the thread already traces. */
+OARI_HIDDEN void *oari_trace_attach(oar_graph *g);
+OARI_HIDDEN void oari_trace_detach(void *tracer);
+/* Marks t as standing for value v of the graph being traced. */
+OARI_HIDDEN void oari_trace_bind(oar_tensor *t, int v);
+/* The value t stands for (a concrete t becomes a constant), or -1. */
+OARI_HIDDEN int oari_trace_value_of(oar_tensor *t);
+
+/* ---- passes (src/graph/passes/, one file each) --------------------------- */
+/* Each returns the number of changes (>= 0) or a negative status. */
+OARI_HIDDEN int oari_pass_dce(oar_graph *g);
+OARI_HIDDEN int oari_pass_cse(oar_graph *g);
+OARI_HIDDEN int oari_pass_constant_fold(oar_graph *g);
+OARI_HIDDEN int oari_pass_simplify(oar_graph *g);
+OARI_HIDDEN int oari_pass_drop_dropout(oar_graph *g);
+OARI_HIDDEN int oari_pass_fold_batch_norm(oar_graph *g);
+
+/* Memory planner (src/graph/passes/memplan.c): buffers with a size and a
+ * live range [first, last] (node indices, inclusive) get offsets (64-byte
+ * aligned) so that buffers live at once never overlap. Returns the arena
+ * size in bytes; *unplanned gets the sum of the aligned sizes. */
+typedef struct oari_membuf {
+    int64_t size, offset;
+    int first, last;
+} oari_membuf;
+OARI_HIDDEN int64_t oari_memplan(oari_membuf *bufs, int n, int64_t *unplanned);
+
+#endif

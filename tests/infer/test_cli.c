@@ -1,0 +1,90 @@
+/* The oar command line (tools/oar.c, built next to this test): info,
+ * graph, run (through .npy files, checked against eager) and bench. */
+#include "graph/graph_test_util.h"
+
+#include <libgen.h>
+#include <oar/infer.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/oar_cli_XXXXXX", exe[4096];
+
+/* Runs `oar ARGS` and returns its stdout+stderr (malloc'd); *rc its status. */
+static char *oar_cmd(const char *args, int *rc) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", exe, args);
+    FILE *f = popen(cmd, "r");
+    char *out = calloc(1 << 16, 1);
+    size_t n = f ? fread(out, 1, (1 << 16) - 1, f) : 0;
+    out[n] = 0;
+    *rc = f ? pclose(f) : -1;
+    return out;
+}
+
+static void test_cli(void) {
+    oar_module *m = make_mlp();
+    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 8}, .dim_names = {"N"}};
+    oar_graph *g = oar_trace_module(m, &s);
+    CHECK(oar_graph_save(g, dir) == 0);
+    oar_graph_free(g);
+    int rc;
+    char args[16384], *out;
+    snprintf(args, sizeof args, "info %s", dir);
+    out = oar_cmd(args, &rc);
+    CHECK(rc == 0 && strstr(out, "input  0: x float32 [?, 8]") && strstr(out, "output 0: y float32 [?, 4]"));
+    CHECK(strstr(out, "arena at batch 1: ") != NULL);
+    free(out);
+    snprintf(args, sizeof args, "graph %s --optimize", dir);
+    out = oar_cmd(args, &rc);
+    CHECK(rc == 0 && strstr(out, "matmul(") && strstr(out, "float32[N, 16]"));
+    free(out);
+
+    oar_pool *p = oar_pool_push();
+    oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){5, 8});
+    char xp[4200], yp[4200];
+    snprintf(xp, sizeof xp, "%s/x.npy", dir);
+    snprintf(yp, sizeof yp, "%s/y.npy", dir);
+    CHECK(oar_npy_save(xp, x) == 0);
+    snprintf(args, sizeof args, "run %s --input %s --output %s", dir, xp, yp);
+    out = oar_cmd(args, &rc);
+    CHECK(rc == 0 && strstr(out, "y: float32 [5, 4]"));
+    free(out);
+    oar_tensor *y = oar_npy_load(yp);
+    CHECK_NEAR(max_diff(y, oar_module_forward(m, x)), 0, 1e-5);
+    oar_tensor_release(y);
+    oar_pool_pop(p);
+
+    snprintf(args, sizeof args, "bench %s --batch 4 --iters 20 --warmup 2 --threads 1", dir);
+    out = oar_cmd(args, &rc);
+    CHECK(rc == 0 && strstr(out, "latency ms: mean") && strstr(out, "p99") && strstr(out, "samples/s"));
+    free(out);
+
+    out = oar_cmd("info /nonexistent/model", &rc);
+    CHECK(rc != 0 && strstr(out, "cannot open"));
+    free(out);
+    snprintf(args, sizeof args, "run %s --input /nonexistent.npy", dir);
+    out = oar_cmd(args, &rc);
+    CHECK(rc != 0 && strstr(out, "/nonexistent.npy"));
+    free(out);
+    out = oar_cmd("frobnicate x", &rc);
+    CHECK(rc != 0 && strstr(out, "usage"));
+    free(out);
+    oar_module_free(m);
+}
+
+int main(void) {
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 8);
+    if (n <= 0 || !mkdtemp(dir)) return 1;
+    exe[n] = 0;
+    char *d = dirname(exe);
+    memmove(exe, d, strlen(d) + 1);
+    strcat(exe, "/oar");
+    if (access(exe, X_OK)) {
+        fprintf(stderr, "test_cli: %s is not built\n", exe);
+        return 1;
+    }
+    RUN(test_cli);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) return 1;
+    return test_summary();
+}
