@@ -30,5 +30,6 @@
 #include <oar/optim.h>
 #include <oar/data.h>
 #include <oar/io.h>
+#include <oar/fft.h>   /* fft branch */
 
 #endif

@@ -1,0 +1,226 @@
+/* CPU kernels of the fft ops (src/ops/defs/fft.def): each transforms along
+ * one dim at a time with the engine of fft_engine.h, lines of a dim spread
+ * over OpenMP threads. */
+#include "cpu.h"
+#include "fft_engine.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+
+/* Lines shorter than this many elements in total run on one thread. */
+#define FFT_PARALLEL_GRAIN 32768
+
+typedef struct {
+    int ndim;
+    int64_t shape[OAR_MAX_DIMS];
+    int64_t strides[OAR_MAX_DIMS];
+    char *data;
+} geom;
+
+static geom geom_of(const oar_ktensor *k) {
+    geom g = {.ndim = k->ndim, .data = k->data};
+    memcpy(g.shape, k->shape, sizeof g.shape);
+    memcpy(g.strides, k->strides, sizeof g.strides);
+    return g;
+}
+
+/* Element offset of line l (row-major over every dim but d). */
+static int64_t line_offset(const geom *g, int d, int64_t l) {
+    int64_t off = 0;
+    for (int i = g->ndim - 1; i >= 0; i--) {
+        if (i == d) continue;
+        off += (l % g->shape[i]) * g->strides[i];
+        l /= g->shape[i];
+    }
+    return off;
+}
+
+static double norm_scale(int mode, double n) {
+    return mode == 1 ? 1.0 / sqrt(n) : mode == 2 ? 1.0 / n : 1.0;
+}
+
+/* How a line is read into the transform and written out of it. */
+typedef enum {
+    L_C2C,  /* complex line of n -> n */
+    L_R2C,  /* real line of n -> first n/2+1 outputs */
+    L_C2R,  /* first n/2+1 complex inputs, Hermitian-extended -> real n */
+} line_kind;
+
+typedef struct {
+    const oari_fft_plan *plan;
+    bool dbl;
+    line_kind kind;
+    int64_t n;       /* transform length */
+    int64_t n_in;    /* elements read per line */
+    int64_t n_out;   /* elements written per line */
+    double scale;
+} line_job;
+
+/* Runs one line: src (stride ss, elements of the source dtype) -> dst
+ * (stride ds). buf: 2n complex elements + plan work. */
+#define LINE_FN(SFX, T, EXEC)                                                                  \
+    static void line_##SFX(const line_job *j, const char *src, int64_t ss, char *dst,          \
+                           int64_t ds, T *buf) {                                               \
+        const int64_t n = j->n;                                                                \
+        T *a = buf, *b = buf + 2 * n, *work = buf + 4 * n;                                     \
+        const T *in = (const T *)src;                                                          \
+        int64_t in_stride = ss;                                                                \
+        if (j->kind == L_R2C) {                                                                \
+            const T *r = (const T *)src;                                                       \
+            for (int64_t i = 0; i < n; i++) a[2 * i] = r[i * ss], a[2 * i + 1] = 0;            \
+            in = a, in_stride = 1;                                                             \
+        } else if (j->kind == L_C2R) {                                                         \
+            const T *c = (const T *)src;                                                       \
+            const int64_t h = j->n_in;                                                         \
+            for (int64_t i = 0; i < h; i++)                                                    \
+                a[2 * i] = c[2 * i * ss], a[2 * i + 1] = c[2 * i * ss + 1];                    \
+            for (int64_t i = h; i < n; i++)                                                    \
+                a[2 * i] = a[2 * (n - i)], a[2 * i + 1] = -a[2 * (n - i) + 1];                 \
+            in = a, in_stride = 1;                                                             \
+        }                                                                                      \
+        EXEC(j->plan, in, in_stride, b, work);                                                 \
+        const T s = (T)j->scale;                                                               \
+        T *o = (T *)dst;                                                                       \
+        if (j->kind == L_C2R) {                                                                \
+            for (int64_t i = 0; i < n; i++) o[i * ds] = b[2 * i] * s;                          \
+        } else if (ds == 1) {                                                                  \
+            for (int64_t i = 0; i < 2 * j->n_out; i++) o[i] = b[i] * s;                        \
+        } else {                                                                               \
+            for (int64_t i = 0; i < j->n_out; i++)                                             \
+                o[2 * i * ds] = b[2 * i] * s, o[2 * i * ds + 1] = b[2 * i + 1] * s;            \
+        }                                                                                      \
+    }
+LINE_FN(f32, float, oari_fft_exec_f32)
+LINE_FN(f64, double, oari_fft_exec_f64)
+
+/* Transforms every line of src along dim d into dst (same shape except
+ * along d). src may equal dst (each line is read before it is written). */
+static int run_dim(const line_job *j, const geom *src, const geom *dst, int d) {
+    int64_t lines = 1;
+    for (int i = 0; i < dst->ndim; i++)
+        if (i != d) lines *= dst->shape[i];
+    if (lines == 0) return 0;
+    const int64_t per = 4 * j->n + oari_fft_plan_work(j->plan) * 2; /* reals */
+    const size_t es = j->dbl ? sizeof(double) : sizeof(float);
+    const bool par = lines > 1 && lines * j->n >= FFT_PARALLEL_GRAIN;
+    const int nt = par ? omp_get_max_threads() : 1;
+    const size_t bytes = (size_t)nt * (size_t)per * es;
+    void *bufs = oari_malloc(bytes ? bytes : 1);
+    if (!bufs) return OAR_ERR_NOMEM;
+    const size_t sel = j->kind == L_C2C || j->kind == L_C2R ? 2 * es : es; /* src element bytes */
+    const size_t del = j->kind == L_C2R ? es : 2 * es;
+    const int64_t ss = src->strides[d], ds = dst->strides[d];
+#pragma omp parallel num_threads(nt) if (par)
+    {
+        const int t = omp_get_thread_num();
+        char *buf = (char *)bufs + (size_t)t * (size_t)per * es;
+#pragma omp for schedule(static)
+        for (int64_t l = 0; l < lines; l++) {
+            const char *s = src->data + line_offset(src, d, l) * (int64_t)sel;
+            char *o = dst->data + line_offset(dst, d, l) * (int64_t)del;
+            if (j->dbl) line_f64(j, s, ss, o, ds, (double *)buf);
+            else line_f32(j, s, ss, o, ds, (float *)buf);
+        }
+    }
+    oari_free(bufs, bytes ? bytes : 1);
+    return 0;
+}
+
+static int plan_for(line_job *j, int64_t n, bool dbl, bool inverse) {
+    j->plan = oari_fft_plan_get(n, dbl, inverse);
+    j->dbl = dbl;
+    j->n = n;
+    return j->plan ? 0 : OAR_ERR_NOMEM;
+}
+
+/* c2c over the dims, in[0] -> out[0]; the first dim reads the input, the
+ * rest run in place on the output. */
+static int k_c2c(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int mode = (int)c->iattr[0];
+    const bool inverse = !c->iattr[1], dbl = c->out[0].dtype == OAR_C128;
+    const int k = (int)c->iattr[2];
+    geom in = geom_of(&c->in[0]), out = geom_of(&c->out[0]);
+    double N = 1;
+    for (int i = 0; i < k; i++) N *= (double)out.shape[c->iattr[3 + i]];
+    for (int i = 0; i < k; i++) {
+        const int d = (int)c->iattr[3 + i];
+        line_job j = {.kind = L_C2C, .n_in = out.shape[d], .n_out = out.shape[d]};
+        j.scale = i == k - 1 ? norm_scale(mode, N) : 1.0;
+        int st = plan_for(&j, out.shape[d], dbl, inverse);
+        if (!st) st = run_dim(&j, i == 0 ? &in : &out, &out, d);
+        if (st) return st;
+    }
+    return 0;
+}
+
+/* r2c: the half dim (listed last) first, real -> complex; then c2c forward
+ * in place on the other dims. */
+static int k_r2c(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int mode = (int)c->iattr[0];
+    const bool dbl = c->out[0].dtype == OAR_C128;
+    const int k = (int)c->iattr[2];
+    geom in = geom_of(&c->in[0]), out = geom_of(&c->out[0]);
+    double N = 1;
+    for (int i = 0; i < k; i++) N *= (double)in.shape[c->iattr[3 + i]];
+    const int h = (int)c->iattr[3 + k - 1];
+    line_job j = {.kind = L_R2C, .n_in = in.shape[h], .n_out = out.shape[h]};
+    j.scale = k == 1 ? norm_scale(mode, N) : 1.0;
+    int st = plan_for(&j, in.shape[h], dbl, false);
+    if (!st) st = run_dim(&j, &in, &out, h);
+    for (int i = 0; i < k - 1 && !st; i++) {
+        const int d = (int)c->iattr[3 + i];
+        line_job jc = {.kind = L_C2C, .n_in = out.shape[d], .n_out = out.shape[d]};
+        jc.scale = i == k - 2 ? norm_scale(mode, N) : 1.0;
+        st = plan_for(&jc, out.shape[d], dbl, false);
+        if (!st) st = run_dim(&jc, &out, &out, d);
+    }
+    return st;
+}
+
+/* c2r: c2c inverse on the other dims into a scratch copy, then the half
+ * dim, Hermitian-extended, complex -> real. */
+static int k_c2r(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int mode = (int)c->iattr[0];
+    const bool dbl = c->out[0].dtype == OAR_F64;
+    const int k = (int)c->iattr[2];
+    geom in = geom_of(&c->in[0]), out = geom_of(&c->out[0]);
+    double N = 1;
+    for (int i = 0; i < k; i++) N *= (double)out.shape[c->iattr[3 + i]];
+    const int h = (int)c->iattr[3 + k - 1];
+    geom tmp = in;
+    void *scratch = NULL;
+    size_t sbytes = 0;
+    int st = 0;
+    if (k > 1) {
+        int64_t numel = 1;
+        for (int i = 0; i < in.ndim; i++) numel *= in.shape[i];
+        sbytes = (size_t)numel * 2 * (dbl ? sizeof(double) : sizeof(float));
+        if (!(scratch = oari_malloc(sbytes ? sbytes : 1))) return OAR_ERR_NOMEM;
+        tmp.data = scratch;
+        oari_contiguous_strides(tmp.ndim, tmp.shape, tmp.strides);
+        for (int i = 0; i < k - 1 && !st; i++) {
+            const int d = (int)c->iattr[3 + i];
+            line_job jc = {.kind = L_C2C, .n_in = in.shape[d], .n_out = in.shape[d], .scale = 1.0};
+            st = plan_for(&jc, in.shape[d], dbl, true);
+            if (!st) st = run_dim(&jc, i == 0 ? &in : &tmp, &tmp, d);
+        }
+    }
+    if (!st) {
+        line_job j = {.kind = L_C2R, .n_in = in.shape[h], .n_out = out.shape[h]};
+        j.scale = norm_scale(mode, N);
+        st = plan_for(&j, out.shape[h], dbl, true);
+        if (!st) st = run_dim(&j, &tmp, &out, h);
+    }
+    oari_free(scratch, sbytes ? sbytes : 1);
+    return st;
+}
+
+const oari_cpu_kernels oari_cpu_k_fft_c2c = {[OAR_C64] = k_c2c, [OAR_C128] = k_c2c};
+const oari_cpu_kernels oari_cpu_k_fft_r2c = {[OAR_F32] = k_r2c, [OAR_F64] = k_r2c};
+const oari_cpu_kernels oari_cpu_k_fft_c2r = {[OAR_C64] = k_c2r, [OAR_C128] = k_c2r};

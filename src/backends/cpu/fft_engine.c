@@ -1,0 +1,111 @@
+/* The CPU FFT engine (fft_engine.h): plans and their cache. The transform
+ * itself is in fft_engine_impl.h, compiled once per precision. */
+#include "fft_engine.h"
+
+#include <math.h>
+#include <pthread.h>
+
+/* Prime factors above this go through Bluestein instead of the O(p^2)
+ * generic butterfly. */
+#define OARI_FFT_MAX_RADIX 32
+
+struct oari_fft_plan {
+    int64_t n;
+    bool dbl, inverse;
+    int64_t fac[2 * 64];      /* (radix, remaining length) per stage */
+    void *tw;                 /* n twiddles exp(-+2 pi i k / n) (direct plans) */
+    size_t tw_bytes;
+    int64_t m;                /* Bluestein convolution length; 0 for direct plans */
+    const oari_fft_plan *sub; /* forward direct plan of length m */
+    void *chirp, *bfft;
+    size_t chirp_bytes, bfft_bytes;
+    int64_t work;
+    struct oari_fft_plan *next;
+};
+
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+
+#define FT float
+#define FSFX f32
+#include "fft_engine_impl.h"
+#undef FT
+#undef FSFX
+#define FT double
+#define FSFX f64
+#include "fft_engine_impl.h"
+#undef FT
+#undef FSFX
+
+/* Factors n as KissFFT does (4s first, then 2, 3, 5, ...). Returns false if
+ * a prime factor exceeds OARI_FFT_MAX_RADIX. */
+static bool factorize(int64_t n, int64_t *fac) {
+    int64_t p = 4;
+    int k = 0;
+    do {
+        while (n % p) {
+            switch (p) {
+            case 4: p = 2; break;
+            case 2: p = 3; break;
+            default: p += 2; break;
+            }
+            if (p * p > n) p = n;
+        }
+        if (p > OARI_FFT_MAX_RADIX) return false;
+        n /= p;
+        fac[k++] = p;
+        fac[k++] = n;
+    } while (n > 1);
+    return true;
+}
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static oari_fft_plan *cache;
+
+static oari_fft_plan *plan_new(int64_t n, bool dbl, bool inverse) {
+    oari_fft_plan *pl = oari_calloc(1, sizeof *pl);
+    if (!pl) return NULL;
+    pl->n = n;
+    pl->dbl = dbl;
+    pl->inverse = inverse;
+    if (n > 1 && !factorize(n, pl->fac)) {
+        int64_t m = 1;
+        while (m < 2 * n - 1) m *= 2;
+        pl->m = m;
+    }
+    return pl;
+}
+
+static void plan_free(oari_fft_plan *pl) {
+    if (!pl) return;
+    oari_free(pl->tw, pl->tw_bytes);
+    oari_free(pl->chirp, pl->chirp_bytes);
+    oari_free(pl->bfft, pl->bfft_bytes);
+    oari_free(pl, sizeof *pl);
+}
+
+static const oari_fft_plan *plan_get_locked(int64_t n, bool dbl, bool inverse) {
+    for (oari_fft_plan *p = cache; p; p = p->next)
+        if (p->n == n && p->dbl == dbl && p->inverse == inverse) return p;
+    oari_fft_plan *pl = plan_new(n, dbl, inverse);
+    if (!pl) return NULL;
+    if (pl->m && !(pl->sub = plan_get_locked(pl->m, dbl, false))) {
+        plan_free(pl);
+        return NULL;
+    }
+    if ((dbl ? plan_tables_f64(pl) : plan_tables_f32(pl))) {
+        plan_free(pl);
+        return NULL;
+    }
+    pl->next = cache;
+    cache = pl;
+    return pl;
+}
+
+const oari_fft_plan *oari_fft_plan_get(int64_t n, bool dbl, bool inverse) {
+    pthread_mutex_lock(&cache_lock);
+    const oari_fft_plan *p = plan_get_locked(n, dbl, inverse);
+    pthread_mutex_unlock(&cache_lock);
+    return p;
+}
+
+int64_t oari_fft_plan_work(const oari_fft_plan *p) { return p->work; }

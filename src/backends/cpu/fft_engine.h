@@ -1,0 +1,29 @@
+/* The CPU FFT engine behind the fft ops: one-dimensional complex transforms
+ * of any length in O(n log n), planned once per (length, precision,
+ * direction) and cached for the life of the process (thread-safe). */
+#ifndef OARI_FFT_ENGINE_H
+#define OARI_FFT_ENGINE_H
+
+#include "../../core/core.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct oari_fft_plan oari_fft_plan;
+
+/* The plan for length n >= 1, double precision if dbl, exponent sign +
+ * if inverse (no scaling either way). Cached: never free it. NULL with the
+ * error set if memory runs out. */
+OARI_HIDDEN const oari_fft_plan *oari_fft_plan_get(int64_t n, bool dbl, bool inverse);
+/* Complex elements of scratch that oari_fft_exec_* needs. */
+OARI_HIDDEN int64_t oari_fft_plan_work(const oari_fft_plan *p);
+
+/* out[k] = sum_j in[j * in_stride] exp(-+2 pi i j k / n), k < n; out is
+ * contiguous and must not overlap in; work holds oari_fft_plan_work(p)
+ * complex elements of the plan's precision. */
+OARI_HIDDEN void oari_fft_exec_f32(const oari_fft_plan *p, const void *in, int64_t in_stride,
+                                   void *out, void *work);
+OARI_HIDDEN void oari_fft_exec_f64(const oari_fft_plan *p, const void *in, int64_t in_stride,
+                                   void *out, void *work);
+
+#endif
