@@ -31,5 +31,6 @@
 #include <oar/data.h>
 #include <oar/io.h>
 #include <oar/fft.h>   /* fft branch */
+#include <oar/complex.h> /* fft branch */
 
 #endif

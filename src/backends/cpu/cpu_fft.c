@@ -50,8 +50,8 @@ typedef enum {
 } line_kind;
 
 typedef struct {
-    const oari_fft_plan *plan;
-    bool dbl;
+    const oari_fft_plan *plan;   /* complex plan of n, or a real plan (even n, R2C/C2R) */
+    bool dbl, real;
     line_kind kind;
     int64_t n;       /* transform length */
     int64_t n_in;    /* elements read per line */
@@ -60,12 +60,53 @@ typedef struct {
 } line_job;
 
 /* Runs one line: src (stride ss, elements of the source dtype) -> dst
- * (stride ds). buf: 2n complex elements + plan work. */
+ * (stride ds). buf: 4n reals + the plan's work.
+ * Real plans (even n) pack x as z_j = x_2j + i x_2j+1 and transform n/2:
+ * forward, X_k = E_k + w^k O_k with E_k = (Z_k + conj Z_(h-k)) / 2 and
+ * O_k = (Z_k - conj Z_(h-k)) / 2i; inverse, Z_k = (X_k + conj X_(h-k)) +
+ * i w^-k (X_k - conj X_(h-k)) and x_2j + i x_2j+1 = z_j (imaginary parts of
+ * X_0 and X_h are ignored, as the full Hermitian transform does). */
 #define LINE_FN(SFX, T, EXEC)                                                                  \
     static void line_##SFX(const line_job *j, const char *src, int64_t ss, char *dst,          \
                            int64_t ds, T *buf) {                                               \
         const int64_t n = j->n;                                                                \
         T *a = buf, *b = buf + 2 * n, *work = buf + 4 * n;                                     \
+        const T s = (T)j->scale;                                                               \
+        if (j->real && j->kind == L_R2C) {                                                     \
+            const int64_t h = n / 2;                                                           \
+            const T *r = (const T *)src, *w = (const T *)oari_fft_plan_real_twiddles(j->plan); \
+            if (ss == 1) memcpy(a, r, (size_t)n * sizeof(T));                                  \
+            else for (int64_t i = 0; i < n; i++) a[i] = r[i * ss];                             \
+            EXEC(oari_fft_plan_half(j->plan), a, 1, b, work);                                  \
+            T *o = (T *)dst;                                                                   \
+            for (int64_t k = 0; k <= h; k++) {                                                 \
+                const int64_t k1 = k == h ? 0 : k, k2 = k == 0 ? 0 : h - k;                    \
+                T zr = b[2 * k1], zi = b[2 * k1 + 1], cr = b[2 * k2], ci = -b[2 * k2 + 1];     \
+                T er = (zr + cr) * (T)0.5, ei = (zi + ci) * (T)0.5;                            \
+                T orr = (zi - ci) * (T)0.5, oi = -(zr - cr) * (T)0.5;                          \
+                T wr = k == h ? (T)-1 : w[2 * k], wi = k == h ? (T)0 : w[2 * k + 1];           \
+                o[2 * k * ds] = (er + wr * orr - wi * oi) * s;                                 \
+                o[2 * k * ds + 1] = (ei + wr * oi + wi * orr) * s;                             \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
+        if (j->real && j->kind == L_C2R) {                                                     \
+            const int64_t h = n / 2;                                                           \
+            const T *c = (const T *)src, *w = (const T *)oari_fft_plan_real_twiddles(j->plan); \
+            for (int64_t k = 0; k < h; k++) {                                                  \
+                T xr = c[2 * k * ss], xi = k ? c[2 * k * ss + 1] : (T)0;                       \
+                T mr = c[2 * (h - k) * ss], mi = k ? -c[2 * (h - k) * ss + 1] : (T)0;          \
+                T ar = xr + mr, ai = xi + mi, dr = xr - mr, di = xi - mi;                      \
+                T br = dr * w[2 * k] - di * w[2 * k + 1], bi = dr * w[2 * k + 1] + di * w[2 * k]; \
+                a[2 * k] = ar - bi;                                                            \
+                a[2 * k + 1] = ai + br;                                                        \
+            }                                                                                  \
+            EXEC(oari_fft_plan_half(j->plan), a, 1, b, work);                                  \
+            T *o = (T *)dst;                                                                   \
+            if (ds == 1) for (int64_t i = 0; i < n; i++) o[i] = b[i] * s;                      \
+            else for (int64_t i = 0; i < n; i++) o[i * ds] = b[i] * s;                         \
+            return;                                                                            \
+        }                                                                                      \
         const T *in = (const T *)src;                                                          \
         int64_t in_stride = ss;                                                                \
         if (j->kind == L_R2C) {                                                                \
@@ -80,9 +121,11 @@ typedef struct {
             for (int64_t i = h; i < n; i++)                                                    \
                 a[2 * i] = a[2 * (n - i)], a[2 * i + 1] = -a[2 * (n - i) + 1];                 \
             in = a, in_stride = 1;                                                             \
+        } else if (ds == 1 && s == (T)1 && src != dst) {                                       \
+            EXEC(j->plan, in, in_stride, dst, work); /* straight into the output */            \
+            return;                                                                            \
         }                                                                                      \
         EXEC(j->plan, in, in_stride, b, work);                                                 \
-        const T s = (T)j->scale;                                                               \
         T *o = (T *)dst;                                                                       \
         if (j->kind == L_C2R) {                                                                \
             for (int64_t i = 0; i < n; i++) o[i * ds] = b[2 * i] * s;                          \
@@ -130,7 +173,9 @@ static int run_dim(const line_job *j, const geom *src, const geom *dst, int d) {
 }
 
 static int plan_for(line_job *j, int64_t n, bool dbl, bool inverse) {
-    j->plan = oari_fft_plan_get(n, dbl, inverse);
+    /* real transforms of even length run at half length */
+    j->real = j->kind != L_C2C && n % 2 == 0;
+    j->plan = j->real ? oari_fft_plan_get_real(n, dbl, inverse) : oari_fft_plan_get(n, dbl, inverse);
     j->dbl = dbl;
     j->n = n;
     return j->plan ? 0 : OAR_ERR_NOMEM;
@@ -224,3 +269,6 @@ static int k_c2r(void *ctx, const oar_kernel_call *c) {
 const oari_cpu_kernels oari_cpu_k_fft_c2c = {[OAR_C64] = k_c2c, [OAR_C128] = k_c2c};
 const oari_cpu_kernels oari_cpu_k_fft_r2c = {[OAR_F32] = k_r2c, [OAR_F64] = k_r2c};
 const oari_cpu_kernels oari_cpu_k_fft_c2r = {[OAR_C64] = k_c2r, [OAR_C128] = k_c2r};
+/* view ops: dispatch makes the view */
+const oari_cpu_kernels oari_cpu_k_view_as_real = {0};
+const oari_cpu_kernels oari_cpu_k_view_as_complex = {0};

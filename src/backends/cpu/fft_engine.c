@@ -12,6 +12,7 @@
 struct oari_fft_plan {
     int64_t n;
     bool dbl, inverse;
+    bool real;                /* a real plan: sub is the half-length plan, tw the n/2 twiddles */
     int64_t fac[2 * 64];      /* (radix, remaining length) per stage */
     void *tw;                 /* n twiddles exp(-+2 pi i k / n) (direct plans) */
     size_t tw_bytes;
@@ -85,7 +86,7 @@ static void plan_free(oari_fft_plan *pl) {
 
 static const oari_fft_plan *plan_get_locked(int64_t n, bool dbl, bool inverse) {
     for (oari_fft_plan *p = cache; p; p = p->next)
-        if (p->n == n && p->dbl == dbl && p->inverse == inverse) return p;
+        if (p->n == n && p->dbl == dbl && p->inverse == inverse && !p->real) return p;
     oari_fft_plan *pl = plan_new(n, dbl, inverse);
     if (!pl) return NULL;
     if (pl->m && !(pl->sub = plan_get_locked(pl->m, dbl, false))) {
@@ -107,5 +108,52 @@ const oari_fft_plan *oari_fft_plan_get(int64_t n, bool dbl, bool inverse) {
     pthread_mutex_unlock(&cache_lock);
     return p;
 }
+
+/* n/2 twiddles exp(-+2 pi i k / n) in the plan's precision. */
+static void *real_twiddles(int64_t n, bool dbl, bool inverse, size_t *bytes) {
+    const int64_t h = n / 2;
+    const size_t es = dbl ? sizeof(double) : sizeof(float);
+    *bytes = (size_t)h * 2 * es;
+    void *t = oari_malloc(*bytes);
+    if (!t) return NULL;
+    for (int64_t k = 0; k < h; k++) {
+        double ang = (inverse ? 2.0 : -2.0) * M_PI * (double)k / (double)n;
+        if (dbl) {
+            ((double *)t)[2 * k] = cos(ang);
+            ((double *)t)[2 * k + 1] = sin(ang);
+        } else {
+            ((float *)t)[2 * k] = (float)cos(ang);
+            ((float *)t)[2 * k + 1] = (float)sin(ang);
+        }
+    }
+    return t;
+}
+
+const oari_fft_plan *oari_fft_plan_get_real(int64_t n, bool dbl, bool inverse) {
+    pthread_mutex_lock(&cache_lock);
+    oari_fft_plan *pl = NULL;
+    for (oari_fft_plan *p = cache; p && !pl; p = p->next)
+        if (p->n == n && p->dbl == dbl && p->inverse == inverse && p->real) pl = p;
+    if (!pl && (pl = oari_calloc(1, sizeof *pl))) {
+        pl->n = n;
+        pl->dbl = dbl;
+        pl->inverse = inverse;
+        pl->real = true;
+        if (!(pl->sub = plan_get_locked(n / 2, dbl, inverse)) ||
+            !(pl->tw = real_twiddles(n, dbl, inverse, &pl->tw_bytes))) {
+            plan_free(pl);
+            pl = NULL;
+        } else {
+            pl->work = pl->sub->work;
+            pl->next = cache;
+            cache = pl;
+        }
+    }
+    pthread_mutex_unlock(&cache_lock);
+    return pl;
+}
+
+const oari_fft_plan *oari_fft_plan_half(const oari_fft_plan *p) { return p->sub; }
+const void *oari_fft_plan_real_twiddles(const oari_fft_plan *p) { return p->tw; }
 
 int64_t oari_fft_plan_work(const oari_fft_plan *p) { return p->work; }

@@ -15,6 +15,15 @@ typedef struct oari_fft_plan oari_fft_plan;
  * if inverse (no scaling either way). Cached: never free it. NULL with the
  * error set if memory runs out. */
 OARI_HIDDEN const oari_fft_plan *oari_fft_plan_get(int64_t n, bool dbl, bool inverse);
+/* For even n >= 2: a plan for real transforms of length n, made of the
+ * complex plan of n/2 (oari_fft_plan_half, direction as asked) and the n/2
+ * twiddles exp(-+2 pi i k / n) (oari_fft_plan_real_twiddles, complex
+ * elements of the precision) that split and merge the half-length
+ * transform of a real signal packed two samples per complex element.
+ * Cached like oari_fft_plan_get; NULL with the error set on failure. */
+OARI_HIDDEN const oari_fft_plan *oari_fft_plan_get_real(int64_t n, bool dbl, bool inverse);
+OARI_HIDDEN const oari_fft_plan *oari_fft_plan_half(const oari_fft_plan *p);
+OARI_HIDDEN const void *oari_fft_plan_real_twiddles(const oari_fft_plan *p);
 /* Complex elements of scratch that oari_fft_exec_* needs. */
 OARI_HIDDEN int64_t oari_fft_plan_work(const oari_fft_plan *p);
 
