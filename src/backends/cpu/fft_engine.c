@@ -36,6 +36,21 @@ struct oari_fft_plan {
 #include "fft_engine_impl.h"
 #undef FT
 #undef FSFX
+/* OARI_FFT_LANES transforms at once, one per vector lane */
+typedef float oari_v4f __attribute__((vector_size(16)));
+typedef double oari_v2d __attribute__((vector_size(16)));
+#define FT float
+#define FV oari_v4f
+#define FSFX v4f
+#include "fft_engine_impl.h"
+#undef FT
+#undef FSFX
+#define FT double
+#define FV oari_v2d
+#define FSFX v2d
+#include "fft_engine_impl.h"
+#undef FT
+#undef FSFX
 
 /* Factors n as KissFFT does (4s first, then 2, 3, 5, ...). Returns false if
  * a prime factor exceeds OARI_FFT_MAX_RADIX. */

@@ -34,5 +34,12 @@ OARI_HIDDEN void oari_fft_exec_f32(const oari_fft_plan *p, const void *in, int64
                                    void *out, void *work);
 OARI_HIDDEN void oari_fft_exec_f64(const oari_fft_plan *p, const void *in, int64_t in_stride,
                                    void *out, void *work);
+/* The same on 4 (float) or 2 (double) transforms at once: each element is
+ * 4 real parts then 4 imaginary parts (v4f), or 2 and 2 (v2d), one lane
+ * per transform; in_stride and work count such elements. */
+OARI_HIDDEN void oari_fft_exec_v4f(const oari_fft_plan *p, const void *in, int64_t in_stride,
+                                   void *out, void *work);
+OARI_HIDDEN void oari_fft_exec_v2d(const oari_fft_plan *p, const void *in, int64_t in_stride,
+                                   void *out, void *work);
 
 #endif
