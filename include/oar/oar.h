@@ -32,5 +32,6 @@
 #include <oar/io.h>
 #include <oar/fft.h>   /* fft branch */
 #include <oar/complex.h> /* fft branch */
+#include <oar/lbfgs.h>   /* fft branch */
 
 #endif
