@@ -218,6 +218,15 @@ typedef double v2d_t __attribute__((vector_size(16)));
     }
 GROUP_FN(f32, float, v4f_t, 4, oari_fft_exec_v4f)
 GROUP_FN(f64, double, v2d_t, 2, oari_fft_exec_v2d)
+#if OARI_FFT_X86
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+typedef float v8f_t __attribute__((vector_size(32)));
+typedef double v4d_t __attribute__((vector_size(32)));
+GROUP_FN(f32x8, float, v8f_t, 8, oari_fft_exec_v8f)
+GROUP_FN(f64x4, double, v4d_t, 4, oari_fft_exec_v4d)
+#pragma GCC pop_options
+#endif
 
 /* Transforms every line of src along dim d into dst (same shape except
  * along d). src may equal dst (each line is read before it is written). */
@@ -226,7 +235,12 @@ static int run_dim(const line_job *j, const geom *src, const geom *dst, int d) {
     for (int i = 0; i < dst->ndim; i++)
         if (i != d) lines *= dst->shape[i];
     if (lines == 0) return 0;
-    const int V = j->dbl ? 2 : 4;
+#if OARI_FFT_X86
+    const bool wide = oari_fft_have_avx2();
+#else
+    const bool wide = false;
+#endif
+    const int V = (j->dbl ? 2 : 4) * (wide ? 2 : 1);
     /* vector groups: complex lines, and real lines of even length */
     const bool vec = lines >= V && (j->kind == L_C2C || j->real);
     const int64_t groups = vec ? lines / V : 0, rest = lines - groups * V;
@@ -248,12 +262,19 @@ static int run_dim(const line_job *j, const geom *src, const geom *dst, int d) {
 #pragma omp for schedule(static)
         for (int64_t g = 0; g < groups + rest; g++) {
             if (g < groups) {
-                const char *sp[4];
-                char *dp[4];
+                const char *sp[8];
+                char *dp[8];
                 for (int l = 0; l < V; l++) {
                     sp[l] = src->data + line_offset(src, d, g * V + l) * (int64_t)sel;
                     dp[l] = dst->data + line_offset(dst, d, g * V + l) * (int64_t)del;
                 }
+#if OARI_FFT_X86
+                if (wide) {
+                    if (j->dbl) group_f64x4(j, sp, ss, dp, ds, (double *)buf);
+                    else group_f32x8(j, sp, ss, dp, ds, (float *)buf);
+                    continue;
+                }
+#endif
                 if (j->dbl) group_f64(j, sp, ss, dp, ds, (double *)buf);
                 else group_f32(j, sp, ss, dp, ds, (float *)buf);
                 continue;

@@ -52,6 +52,37 @@ typedef double oari_v2d __attribute__((vector_size(16)));
 #undef FT
 #undef FSFX
 
+#if OARI_FFT_X86
+/* 8 (float) or 4 (double) lanes where the CPU has AVX2 and FMA: the same
+ * code compiled for that target, chosen at run time. */
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+typedef float oari_v8f __attribute__((vector_size(32)));
+typedef double oari_v4d __attribute__((vector_size(32)));
+#define FT float
+#define FV oari_v8f
+#define FSFX v8f
+#include "fft_engine_impl.h"
+#undef FT
+#undef FSFX
+#define FT double
+#define FV oari_v4d
+#define FSFX v4d
+#include "fft_engine_impl.h"
+#undef FT
+#undef FSFX
+#pragma GCC pop_options
+
+bool oari_fft_have_avx2(void) {
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return have;
+}
+#endif
+
 /* Factors n as KissFFT does (4s first, then 2, 3, 5, ...). Returns false if
  * a prime factor exceeds OARI_FFT_MAX_RADIX. */
 static bool factorize(int64_t n, int64_t *fac) {

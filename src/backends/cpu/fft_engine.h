@@ -42,4 +42,17 @@ OARI_HIDDEN void oari_fft_exec_v4f(const oari_fft_plan *p, const void *in, int64
 OARI_HIDDEN void oari_fft_exec_v2d(const oari_fft_plan *p, const void *in, int64_t in_stride,
                                    void *out, void *work);
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define OARI_FFT_X86 1
+/* 8 (float) or 4 (double) lanes, compiled for AVX2+FMA: call only when
+ * oari_fft_have_avx2(). */
+OARI_HIDDEN bool oari_fft_have_avx2(void);
+OARI_HIDDEN void oari_fft_exec_v8f(const oari_fft_plan *p, const void *in, int64_t in_stride,
+                                   void *out, void *work);
+OARI_HIDDEN void oari_fft_exec_v4d(const oari_fft_plan *p, const void *in, int64_t in_stride,
+                                   void *out, void *work);
+#else
+#define OARI_FFT_X86 0
+#endif
+
 #endif
