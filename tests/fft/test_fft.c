@@ -164,6 +164,20 @@ static void test_layouts_and_round_trips(void) {
     double ex = oar_tensor_item(oar_sum(oar_square(oar_cast(w, OAR_F64)), 0, NULL, false));
     double eX = oar_tensor_item(oar_sum(oar_square(oar_abs(X)), 0, NULL, false));
     CHECK_NEAR(eX / ex, 1.0, 1e-12);
+    /* a dim other than the last (lines adjacent in memory, 8 and 4 SIMD
+     * lanes) against the last dim of the transposed copy and float64 */
+    for (int dt = 0; dt < 2; dt++) {
+        int64_t sa[2] = {12, 40};
+        oar_tensor *xa = oar_cast(oar_randn(OAR_F64, 2, sa), dt ? OAR_C128 : OAR_C64);
+        oar_tensor *fa = oar_fft_fft(xa, -1, 0, "ortho");
+        oar_tensor *fb = oar_transpose(oar_fft_fft(oar_contiguous(oar_clone(oar_transpose(xa, 0, 1))), -1, 1, "ortho"), 0, 1);
+        oar_tensor *fc = oar_fft_fft(oar_cast(xa, OAR_C128), -1, 0, "ortho");
+        double tol = dt ? 1e-12 : 1e-5;
+        CHECK(fa && fb && oar_tensor_item(oar_amax(oar_abs(oar_sub(fa, fb)), 0, NULL, false)) < tol);
+        CHECK(fa && fc && oar_tensor_item(oar_amax(oar_abs(oar_sub(oar_cast(fa, OAR_C128), fc)), 0, NULL, false)) < tol);
+        oar_tensor *ra = oar_fft_ifft(fa, -1, 0, "ortho");
+        CHECK(ra && oar_tensor_item(oar_amax(oar_abs(oar_sub(ra, xa)), 0, NULL, false)) < tol);
+    }
     /* fftshift then ifftshift is the identity for odd sizes */
     oar_tensor *sft = oar_fft_ifftshift(oar_fft_fftshift(x, 0, NULL), 0, NULL);
     CHECK(sft && oar_tensor_item(oar_amax(oar_abs(oar_sub(sft, x)), 0, NULL, false)) == 0);

@@ -141,55 +141,84 @@ LINE_FN(f64, double, oari_fft_exec_f64)
 
 /* V lines at once through the vector engine (one line per lane); same
  * job kinds as LINE_FN except odd-length real transforms (scalar only).
- * src[l], dst[l]: line l's first element. buf: V (4n + 2 work) reals. */
+ * src[l], dst[l]: line l's first element. buf: V (4n + 2 work) reals.
+ * GATHER(A, src, nel) / SCATTER(dst, B, nel, scale) move nel complex
+ * elements between V contiguous lines and lane layout (A[k].r[l] is line
+ * l's element k) and return false where they do not apply (then the lane
+ * loops run). GATHER_ADJ / SCATTER_ADJ do the same when the V lines are
+ * adjacent (line l starts l elements after line 0, elements ss apart): the
+ * transforms of a dim other than the last. */
 typedef float v4f_t __attribute__((vector_size(16)));
 typedef double v2d_t __attribute__((vector_size(16)));
-#define GROUP_FN(SFX, T, VT, V, EXEC)                                                          \
+static inline bool no_gather(void *A, const char *const *src, int64_t nel) {
+    (void)A, (void)src, (void)nel;
+    return false;
+}
+static inline bool no_scatter(char *const *dst, const void *B, int64_t nel, double s) {
+    (void)dst, (void)B, (void)nel, (void)s;
+    return false;
+}
+static inline bool no_gather_adj(void *A, const char *src, int64_t ss, int64_t nel) {
+    (void)A, (void)src, (void)ss, (void)nel;
+    return false;
+}
+static inline bool no_scatter_adj(char *dst, int64_t ds, const void *B, int64_t nel, double s) {
+    (void)dst, (void)ds, (void)B, (void)nel, (void)s;
+    return false;
+}
+#define GROUP_FN(SFX, T, VT, V, EXEC, GATHER, SCATTER, GATHER_ADJ, SCATTER_ADJ)                \
     typedef struct { VT r, i; } gx_##SFX;                                                      \
     static void group_##SFX(const line_job *j, const char *const *src, int64_t ss,             \
-                            char *const *dst, int64_t ds, T *buf) {                            \
+                            char *const *dst, int64_t ds, bool sadj, bool dadj, T *buf) {      \
         const int64_t n = j->n;                                                                \
         gx_##SFX *A = (gx_##SFX *)buf, *B = A + n, *work = B + n;                              \
         const T s = (T)j->scale;                                                               \
         if (j->kind == L_C2C) {                                                                \
-            for (int64_t k = 0; k < n; k++)                                                    \
-                for (int l = 0; l < V; l++) {                                                  \
-                    const T *c = (const T *)src[l] + 2 * k * ss;                               \
-                    A[k].r[l] = c[0];                                                          \
-                    A[k].i[l] = c[1];                                                          \
-                }                                                                              \
+            if (!(sadj && GATHER_ADJ(A, src[0], ss, n)) && !(ss == 1 && GATHER(A, src, n)))      \
+                for (int64_t k = 0; k < n; k++)                                                \
+                    for (int l = 0; l < V; l++) {                                              \
+                        const T *c = (const T *)src[l] + 2 * k * ss;                           \
+                        A[k].r[l] = c[0];                                                      \
+                        A[k].i[l] = c[1];                                                      \
+                    }                                                                          \
             EXEC(j->plan, A, 1, B, work);                                                      \
-            for (int64_t k = 0; k < n; k++)                                                    \
-                for (int l = 0; l < V; l++) {                                                  \
-                    T *o = (T *)dst[l] + 2 * k * ds;                                           \
-                    o[0] = B[k].r[l] * s;                                                      \
-                    o[1] = B[k].i[l] * s;                                                      \
-                }                                                                              \
+            if (!(dadj && SCATTER_ADJ(dst[0], ds, B, n, s)) && !(ds == 1 && SCATTER(dst, B, n, s))) \
+                for (int64_t k = 0; k < n; k++)                                                \
+                    for (int l = 0; l < V; l++) {                                              \
+                        T *o = (T *)dst[l] + 2 * k * ds;                                       \
+                        o[0] = B[k].r[l] * s;                                                  \
+                        o[1] = B[k].i[l] * s;                                                  \
+                    }                                                                          \
             return;                                                                            \
         }                                                                                      \
         const int64_t h = n / 2;                                                               \
         const T *w = (const T *)oari_fft_plan_real_twiddles(j->plan);                          \
         if (j->kind == L_R2C) {                                                                \
-            for (int64_t k = 0; k < h; k++)                                                    \
-                for (int l = 0; l < V; l++) {                                                  \
-                    const T *r = (const T *)src[l];                                            \
-                    A[k].r[l] = r[2 * k * ss];                                                 \
-                    A[k].i[l] = r[(2 * k + 1) * ss];                                           \
-                }                                                                              \
+            /* real pairs (x_2k, x_2k+1) read as complex elements */                           \
+            if (!(ss == 1 && GATHER(A, src, h)))                                               \
+                for (int64_t k = 0; k < h; k++)                                                \
+                    for (int l = 0; l < V; l++) {                                              \
+                        const T *r = (const T *)src[l];                                        \
+                        A[k].r[l] = r[2 * k * ss];                                             \
+                        A[k].i[l] = r[(2 * k + 1) * ss];                                       \
+                    }                                                                          \
             EXEC(oari_fft_plan_half(j->plan), A, 1, B, work);                                  \
-            for (int64_t k = 0; k <= h; k++) {                                                 \
+            for (int64_t k = 0; k <= h; k++) { /* X_k into A (n >= h + 1 entries) */           \
                 const int64_t k1 = k == h ? 0 : k, k2 = k == 0 ? 0 : h - k;                    \
                 VT zr = B[k1].r, zi = B[k1].i, cr = B[k2].r, ci = -B[k2].i;                    \
                 VT er = (zr + cr) * (T)0.5, ei = (zi + ci) * (T)0.5;                           \
                 VT orr = (zi - ci) * (T)0.5, oi = (cr - zr) * (T)0.5;                          \
                 T wr = k == h ? (T)-1 : w[2 * k], wi = k == h ? (T)0 : w[2 * k + 1];           \
-                VT xr = (er + orr * wr - oi * wi) * s, xi = (ei + oi * wr + orr * wi) * s;     \
-                for (int l = 0; l < V; l++) {                                                  \
-                    T *o = (T *)dst[l] + 2 * k * ds;                                           \
-                    o[0] = xr[l];                                                              \
-                    o[1] = xi[l];                                                              \
-                }                                                                              \
+                A[k].r = er + orr * wr - oi * wi;                                              \
+                A[k].i = ei + oi * wr + orr * wi;                                              \
             }                                                                                  \
+            if (!(ds == 1 && SCATTER(dst, A, h + 1, s)))                                       \
+                for (int64_t k = 0; k <= h; k++)                                               \
+                    for (int l = 0; l < V; l++) {                                              \
+                        T *o = (T *)dst[l] + 2 * k * ds;                                       \
+                        o[0] = A[k].r[l] * s;                                                  \
+                        o[1] = A[k].i[l] * s;                                                  \
+                    }                                                                          \
             return;                                                                            \
         }                                                                                      \
         /* L_C2R: X_0..X_h in (A holds X_k, B holds conj X_(h-k)) */                           \
@@ -209,22 +238,133 @@ typedef double v2d_t __attribute__((vector_size(16)));
             A[k].i = ai + br;                                                                  \
         }                                                                                      \
         EXEC(oari_fft_plan_half(j->plan), A, 1, B, work);                                      \
-        for (int64_t k = 0; k < h; k++)                                                        \
-            for (int l = 0; l < V; l++) {                                                      \
-                T *o = (T *)dst[l];                                                            \
-                o[2 * k * ds] = B[k].r[l] * s;                                                 \
-                o[(2 * k + 1) * ds] = B[k].i[l] * s;                                           \
-            }                                                                                  \
+        /* z_k = x_2k + i x_2k+1: complex elements of the real output */                       \
+        if (!(ds == 1 && SCATTER(dst, B, h, s)))                                               \
+            for (int64_t k = 0; k < h; k++)                                                    \
+                for (int l = 0; l < V; l++) {                                                  \
+                    T *o = (T *)dst[l];                                                        \
+                    o[2 * k * ds] = B[k].r[l] * s;                                             \
+                    o[(2 * k + 1) * ds] = B[k].i[l] * s;                                       \
+                }                                                                              \
     }
-GROUP_FN(f32, float, v4f_t, 4, oari_fft_exec_v4f)
-GROUP_FN(f64, double, v2d_t, 2, oari_fft_exec_v2d)
+GROUP_FN(f32, float, v4f_t, 4, oari_fft_exec_v4f, no_gather, no_scatter, no_gather_adj, no_scatter_adj)
+GROUP_FN(f64, double, v2d_t, 2, oari_fft_exec_v2d, no_gather, no_scatter, no_gather_adj, no_scatter_adj)
 #if OARI_FFT_X86
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 typedef float v8f_t __attribute__((vector_size(32)));
 typedef double v4d_t __attribute__((vector_size(32)));
-GROUP_FN(f32x8, float, v8f_t, 8, oari_fft_exec_v8f)
-GROUP_FN(f64x4, double, v4d_t, 4, oari_fft_exec_v4d)
+typedef int32_t v8i_t __attribute__((vector_size(32)));
+
+/* In-place 8x8 transpose of r[0..7]. */
+static inline void tr8(v8f_t *r) {
+    v8f_t t[8], u[8];
+    for (int q = 0; q < 8; q += 2) {
+        t[q] = __builtin_shuffle(r[q], r[q + 1], (v8i_t){0, 8, 1, 9, 4, 12, 5, 13});
+        t[q + 1] = __builtin_shuffle(r[q], r[q + 1], (v8i_t){2, 10, 3, 11, 6, 14, 7, 15});
+    }
+    for (int q = 0; q < 8; q += 4) {
+        u[q] = __builtin_shuffle(t[q], t[q + 2], (v8i_t){0, 1, 8, 9, 4, 5, 12, 13});
+        u[q + 1] = __builtin_shuffle(t[q], t[q + 2], (v8i_t){2, 3, 10, 11, 6, 7, 14, 15});
+        u[q + 2] = __builtin_shuffle(t[q + 1], t[q + 3], (v8i_t){0, 1, 8, 9, 4, 5, 12, 13});
+        u[q + 3] = __builtin_shuffle(t[q + 1], t[q + 3], (v8i_t){2, 3, 10, 11, 6, 7, 14, 15});
+    }
+    for (int q = 0; q < 4; q++) {
+        r[q] = __builtin_shuffle(u[q], u[q + 4], (v8i_t){0, 1, 2, 3, 8, 9, 10, 11});
+        r[q + 4] = __builtin_shuffle(u[q], u[q + 4], (v8i_t){4, 5, 6, 7, 12, 13, 14, 15});
+    }
+}
+
+/* 8 contiguous float lines of (re, im) pairs <-> lane layout: four complex
+ * elements of eight lines are one 8x8 transpose. */
+static bool gather8(void *A_, const char *const *src, int64_t nel) {
+    float *A = A_;
+    int64_t k = 0;
+    for (; k + 4 <= nel; k += 4) {
+        v8f_t r[8];
+        for (int l = 0; l < 8; l++) memcpy(&r[l], (const float *)src[l] + 2 * k, sizeof r[l]);
+        tr8(r);
+        memcpy(A + 16 * k, r, sizeof r);
+    }
+    for (; k < nel; k++)
+        for (int l = 0; l < 8; l++) {
+            A[16 * k + l] = ((const float *)src[l])[2 * k];
+            A[16 * k + 8 + l] = ((const float *)src[l])[2 * k + 1];
+        }
+    return true;
+}
+
+static bool scatter8(char *const *dst, const void *B_, int64_t nel, double s_) {
+    const float *B = B_;
+    const float s = (float)s_;
+    int64_t k = 0;
+    for (; k + 4 <= nel; k += 4) {
+        v8f_t r[8];
+        memcpy(r, B + 16 * k, sizeof r);
+        for (int q = 0; q < 8; q++) r[q] *= s;
+        tr8(r);
+        for (int l = 0; l < 8; l++) memcpy((float *)dst[l] + 2 * k, &r[l], sizeof r[l]);
+    }
+    for (; k < nel; k++)
+        for (int l = 0; l < 8; l++) {
+            ((float *)dst[l])[2 * k] = B[16 * k + l] * s;
+            ((float *)dst[l])[2 * k + 1] = B[16 * k + 8 + l] * s;
+        }
+    return true;
+}
+
+/* adjacent lines: element k of the 8 (4) lines is 8 (4) consecutive
+ * complex numbers; split into real and imaginary vectors and back */
+__attribute__((noinline)) static bool gather_adj8(void *A_, const char *src, int64_t ss, int64_t nel) {
+    v8f_t *A = A_;
+    for (int64_t k = 0; k < nel; k++) {
+        v8f_t v0, v1;
+        memcpy(&v0, (const float *)src + 2 * k * ss, sizeof v0);
+        memcpy(&v1, (const float *)src + 2 * k * ss + 8, sizeof v1);
+        A[2 * k] = __builtin_shuffle(v0, v1, (v8i_t){0, 2, 4, 6, 8, 10, 12, 14});
+        A[2 * k + 1] = __builtin_shuffle(v0, v1, (v8i_t){1, 3, 5, 7, 9, 11, 13, 15});
+    }
+    return true;
+}
+__attribute__((noinline)) static bool scatter_adj8(char *dst, int64_t ds, const void *B_, int64_t nel, double s_) {
+    const v8f_t *B = B_;
+    const float s = (float)s_;
+    for (int64_t k = 0; k < nel; k++) {
+        v8f_t r = B[2 * k] * s, i = B[2 * k + 1] * s;
+        v8f_t v0 = __builtin_shuffle(r, i, (v8i_t){0, 8, 1, 9, 2, 10, 3, 11});
+        v8f_t v1 = __builtin_shuffle(r, i, (v8i_t){4, 12, 5, 13, 6, 14, 7, 15});
+        memcpy((float *)dst + 2 * k * ds, &v0, sizeof v0);
+        memcpy((float *)dst + 2 * k * ds + 8, &v1, sizeof v1);
+    }
+    return true;
+}
+typedef int64_t v4l_t __attribute__((vector_size(32)));
+__attribute__((noinline)) static bool gather_adj4d(void *A_, const char *src, int64_t ss, int64_t nel) {
+    v4d_t *A = A_;
+    for (int64_t k = 0; k < nel; k++) {
+        v4d_t v0, v1;
+        memcpy(&v0, (const double *)src + 2 * k * ss, sizeof v0);
+        memcpy(&v1, (const double *)src + 2 * k * ss + 4, sizeof v1);
+        A[2 * k] = __builtin_shuffle(v0, v1, (v4l_t){0, 2, 4, 6});
+        A[2 * k + 1] = __builtin_shuffle(v0, v1, (v4l_t){1, 3, 5, 7});
+    }
+    return true;
+}
+__attribute__((noinline)) static bool scatter_adj4d(char *dst, int64_t ds, const void *B_, int64_t nel, double s) {
+    const v4d_t *B = B_;
+    for (int64_t k = 0; k < nel; k++) {
+        v4d_t r = B[2 * k] * s, i = B[2 * k + 1] * s;
+        v4d_t v0 = __builtin_shuffle(r, i, (v4l_t){0, 4, 1, 5});
+        v4d_t v1 = __builtin_shuffle(r, i, (v4l_t){2, 6, 3, 7});
+        memcpy((double *)dst + 2 * k * ds, &v0, sizeof v0);
+        memcpy((double *)dst + 2 * k * ds + 4, &v1, sizeof v1);
+    }
+    return true;
+}
+
+GROUP_FN(f32x8, float, v8f_t, 8, oari_fft_exec_v8f, gather8, scatter8, gather_adj8, scatter_adj8)
+GROUP_FN(f64x4, double, v4d_t, 4, oari_fft_exec_v4d, no_gather, no_scatter, gather_adj4d,
+         scatter_adj4d)
 #pragma GCC pop_options
 #endif
 
@@ -264,19 +404,22 @@ static int run_dim(const line_job *j, const geom *src, const geom *dst, int d) {
             if (g < groups) {
                 const char *sp[8];
                 char *dp[8];
+                bool sadj = true, dadj = true;
                 for (int l = 0; l < V; l++) {
                     sp[l] = src->data + line_offset(src, d, g * V + l) * (int64_t)sel;
                     dp[l] = dst->data + line_offset(dst, d, g * V + l) * (int64_t)del;
+                    sadj = sadj && sp[l] == sp[0] + l * (int64_t)sel;
+                    dadj = dadj && dp[l] == dp[0] + l * (int64_t)del;
                 }
 #if OARI_FFT_X86
                 if (wide) {
-                    if (j->dbl) group_f64x4(j, sp, ss, dp, ds, (double *)buf);
-                    else group_f32x8(j, sp, ss, dp, ds, (float *)buf);
+                    if (j->dbl) group_f64x4(j, sp, ss, dp, ds, sadj, dadj, (double *)buf);
+                    else group_f32x8(j, sp, ss, dp, ds, sadj, dadj, (float *)buf);
                     continue;
                 }
 #endif
-                if (j->dbl) group_f64(j, sp, ss, dp, ds, (double *)buf);
-                else group_f32(j, sp, ss, dp, ds, (float *)buf);
+                if (j->dbl) group_f64(j, sp, ss, dp, ds, sadj, dadj, (double *)buf);
+                else group_f32(j, sp, ss, dp, ds, sadj, dadj, (float *)buf);
                 continue;
             }
             const int64_t l = groups * V + (g - groups);
