@@ -123,6 +123,7 @@ oar_tensor *oar_view_as_complex(oar_tensor *x) {
                           "shape %s", oari_shape_str(sb, x->ndim, x->shape)), NULL;
     if (complex_viewable(x)) return oari_call1(OARI_OP_view_as_complex, x, NULL);
     oar_pool *p = oar_pool_push();
+    if (!p) return NULL; /* out of memory, reported */
     oar_tensor *c = oar_clone(x); /* contiguous */
     return oari_pool_return(p, c ? oari_call1(OARI_OP_view_as_complex, c, NULL) : NULL);
 }
@@ -145,12 +146,14 @@ static oar_tensor *pair(const char *fn, oar_tensor *re, oar_tensor *im) {
 
 oar_tensor *oar_complex(oar_tensor *re, oar_tensor *im) {
     oar_pool *p = oar_pool_push();
+    if (!p) return NULL; /* out of memory, reported */
     oar_tensor *s = pair("oar_complex", re, im);
     return oari_pool_return(p, s ? oari_call1(OARI_OP_view_as_complex, s, NULL) : NULL);
 }
 
 oar_tensor *oar_polar(oar_tensor *abs, oar_tensor *angle) {
     oar_pool *p = oar_pool_push();
+    if (!p) return NULL; /* out of memory, reported */
     oar_tensor *s = NULL;
     if (!null_input("oar_polar", abs) && !null_input("oar_polar", angle)) {
         if ((abs->dtype != OAR_F32 && abs->dtype != OAR_F64) || abs->dtype != angle->dtype) {

@@ -136,6 +136,7 @@ static int grad_c2r(oari_grad_ctx *g) {
     oar_tensor *gi = oari_call1(OARI_OP_fft_r2c, g->gout[0], &a);
     if (gi && twice > 0) {
         oar_pool *p = oar_pool_push();
+        if (!p) return OAR_ERR_NOMEM;
         double *w = oari_malloc((size_t)half * sizeof *w);
         oar_tensor *wt = NULL;
         if (w) {
@@ -252,6 +253,7 @@ static oar_tensor *c2c_n(const char *fn, oar_tensor *x, int ndims, const int64_t
     if (mode < 0 || resolve(fn, x, ndims, s, dims, &k, d, n) || check_sizes_pub(fn, x, k, d, n))
         return NULL;
     oar_pool *p = oar_pool_push();
+    if (!p) return NULL; /* out of memory, reported */
     oar_tensor *y = x;
     for (int j = 0; j < k; j++)
         if (n[j] != -1) y = resize(y, (int)d[j], n[j]);
@@ -275,6 +277,7 @@ static oar_tensor *r2c_n(const char *fn, oar_tensor *x, int ndims, const int64_t
                           oar_dtype_name(x->dtype)), NULL;
     if (k == 0) return oari_error(OAR_ERR_INVALID, "%s: no dims to transform", fn), NULL;
     oar_pool *p = oar_pool_push();
+    if (!p) return NULL; /* out of memory, reported */
     oar_tensor *y = x;
     for (int j = 0; j < k; j++)
         if (n[j] != -1) y = resize(y, (int)d[j], n[j]);
@@ -298,6 +301,7 @@ static oar_tensor *c2r_n(const char *fn, oar_tensor *x, int ndims, const int64_t
     n[k - 1] = -1;
     if (check_sizes_pub(fn, x, k, d, n)) return NULL;
     oar_pool *p = oar_pool_push();
+    if (!p) return NULL; /* out of memory, reported */
     oar_tensor *y = conj_first && oar_dtype_is_complex(x->dtype) ? oar_conj(x) : x;
     for (int j = 0; j < k - 1; j++)
         if (n[j] != -1) y = resize(y, (int)d[j], n[j]);
@@ -338,6 +342,7 @@ oar_tensor *oar_fft_ihfft(oar_tensor *x, int64_t n, int dim, const char *norm) {
     /* conj(rfft(x)) with the norm directions swapped */
     int64_t s, d = dim;
     oar_pool *p = oar_pool_push();
+    if (!p) return NULL; /* out of memory, reported */
     oar_tensor *y = r2c_n("oar_fft_ihfft", x, 1, one_n(n, &s), &d,
                           norm_mode("oar_fft_ihfft", norm, false));
     return oari_pool_return(p, y ? oar_conj(y) : NULL);
@@ -393,6 +398,10 @@ static oar_tensor *freq(const char *fn, int64_t n, double d, oar_dtype dtype, bo
     const double val = n ? 1.0 / ((double)n * d) : 0;
     for (int64_t i = 0; i < cnt; i++) v[i] = (double)(half || i < (n + 1) / 2 ? i : i - n) * val;
     oar_pool *p = oar_pool_push();
+    if (!p) {
+        oari_free(v, (size_t)(cnt ? cnt : 1) * sizeof *v);
+        return NULL;
+    }
     oar_tensor *t = oar_cast(oar_tensor_from_data(v, OAR_F64, 1, &cnt), dtype);
     oari_free(v, (size_t)(cnt ? cnt : 1) * sizeof *v);
     return oari_pool_return(p, t);

@@ -107,6 +107,20 @@ static bool factorize(int64_t n, int64_t *fac) {
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static oari_fft_plan *cache;
+static long cache_blocks; /* allocations held by cached plans */
+
+static void cache_insert(oari_fft_plan *pl) {
+    pl->next = cache;
+    cache = pl;
+    cache_blocks += 1 + (pl->tw != NULL) + (pl->chirp != NULL) + (pl->bfft != NULL);
+}
+
+long oari_fft_plan_cache_blocks(void) {
+    pthread_mutex_lock(&cache_lock);
+    long n = cache_blocks;
+    pthread_mutex_unlock(&cache_lock);
+    return n;
+}
 
 static oari_fft_plan *plan_new(int64_t n, bool dbl, bool inverse) {
     oari_fft_plan *pl = oari_calloc(1, sizeof *pl);
@@ -143,8 +157,7 @@ static const oari_fft_plan *plan_get_locked(int64_t n, bool dbl, bool inverse) {
         plan_free(pl);
         return NULL;
     }
-    pl->next = cache;
-    cache = pl;
+    cache_insert(pl);
     return pl;
 }
 
@@ -191,8 +204,7 @@ const oari_fft_plan *oari_fft_plan_get_real(int64_t n, bool dbl, bool inverse) {
             pl = NULL;
         } else {
             pl->work = pl->sub->work;
-            pl->next = cache;
-            cache = pl;
+            cache_insert(pl);
         }
     }
     pthread_mutex_unlock(&cache_lock);

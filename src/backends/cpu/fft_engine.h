@@ -24,6 +24,8 @@ OARI_HIDDEN const oari_fft_plan *oari_fft_plan_get(int64_t n, bool dbl, bool inv
 OARI_HIDDEN const oari_fft_plan *oari_fft_plan_get_real(int64_t n, bool dbl, bool inverse);
 OARI_HIDDEN const oari_fft_plan *oari_fft_plan_half(const oari_fft_plan *p);
 OARI_HIDDEN const void *oari_fft_plan_real_twiddles(const oari_fft_plan *p);
+/* Host allocations held by the plan cache (for leak checks in tests). */
+OARI_HIDDEN long oari_fft_plan_cache_blocks(void);
 /* Complex elements of scratch that oari_fft_exec_* needs. */
 OARI_HIDDEN int64_t oari_fft_plan_work(const oari_fft_plan *p);
 
