@@ -7,6 +7,8 @@
 
 #include "ref/fft_ref.h"
 
+#include <pthread.h>
+
 static int64_t numel_of(int nd, const int64_t *shape) {
     int64_t n = 1;
     for (int d = 0; d < nd; d++) n *= shape[d];
@@ -268,12 +270,47 @@ static void test_errors(void) {
     oar_pool_pop(p);
 }
 
+/* Threads planning the same new lengths at once get one plan each and
+ * the same values as a later single-threaded call. */
+#define N_THREADS 4
+static const int64_t thread_lengths[3] = {523, 1536, 2310};
+static double thread_sums[N_THREADS][3][2];
+
+static void *fft_thread(void *arg) {
+    int t = (int)(intptr_t)arg;
+    for (int i = 0; i < 3; i++) {
+        oar_pool *p = oar_pool_push();
+        int64_t shape[2] = {3, thread_lengths[i]};
+        oar_tensor *x = oar_reshape(oar_arange(0, (double)(3 * thread_lengths[i]), 1, OAR_F64), 2, shape);
+        oar_tensor *y = oar_fft_fft(oar_sin(x), -1, -1, "ortho");
+        thread_sums[t][i][0] = y ? oar_tensor_item(oar_sum(oar_abs(y), 0, NULL, false)) : NAN;
+        thread_sums[t][i][1] = y ? oar_tensor_item(oar_sum(oar_real(y), 0, NULL, false)) : NAN;
+        oar_pool_pop(p);
+    }
+    return NULL;
+}
+
+static void test_threads(void) {
+    pthread_t th[N_THREADS];
+    for (int t = 0; t < N_THREADS; t++) CHECK(pthread_create(&th[t], NULL, fft_thread, (void *)(intptr_t)t) == 0);
+    for (int t = 0; t < N_THREADS; t++) pthread_join(th[t], NULL);
+    double ref[3][2];
+    memcpy(ref, thread_sums[0], sizeof ref);
+    fft_thread((void *)(intptr_t)0); /* again, plans cached */
+    for (int t = 0; t < N_THREADS; t++)
+        for (int i = 0; i < 3; i++) {
+            CHECK(!isnan(thread_sums[t][i][0]) && thread_sums[t][i][0] == ref[i][0]);
+            CHECK(thread_sums[t][i][1] == ref[i][1]);
+        }
+}
+
 int main(void) {
     RUN(test_numpy_values);
     RUN(test_freq);
     RUN(test_promotion);
     RUN(test_layouts_and_round_trips);
     RUN(test_gradients);
+    RUN(test_threads);
     RUN(test_errors);
     return test_summary();
 }
