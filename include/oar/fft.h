@@ -8,9 +8,10 @@
  *   input is cropped or zero-padded to it along that dim. -1 (or s NULL)
  *   keeps the input's size; for irfft/hfft the default output length is
  *   2 * (m - 1) for an input of m along the dim.
- * - dim / dims: negative values count from the end. dims NULL means all
- *   dims, or the last ndims when s is given (numpy's rule); for the *2
- *   functions dims NULL means {-2, -1}.
+ * - dim / dims: negative values count from the end, no dim twice. dims
+ *   NULL means the last ndims dims when s is given (numpy's rule) and all
+ *   dims when s is NULL too (ndims is then ignored); for the *2 functions
+ *   dims NULL means {-2, -1}.
  * - norm: NULL or "backward" (scale the inverse by 1/n), "forward" (scale
  *   the forward transform by 1/n), "ortho" (both by 1/sqrt(n)).
  * - dtypes: complex64 and complex128 results. Real input is promoted as
@@ -66,12 +67,14 @@ OAR_API oar_tensor *oar_fft_irfft2(oar_tensor *x, const int64_t *s, const int64_
 
 /* ---- helpers ------------------------------------------------------------ */
 /* Sample frequencies of an n-point transform with sample spacing d:
- * [0, 1, ..., (n-1)/2, -(n/2), ..., -1] / (d n). dtype f32 or f64. */
+ * [0, 1, ..., (n-1)/2, -(n/2), ..., -1] / (d n). n >= 0 (0: empty), d
+ * finite and nonzero, dtype f32 or f64; NULL with an error otherwise. */
 OAR_API oar_tensor *oar_fft_fftfreq(int64_t n, double d, oar_dtype dtype);
 /* [0, 1, ..., n/2] / (d n). */
 OAR_API oar_tensor *oar_fft_rfftfreq(int64_t n, double d, oar_dtype dtype);
-/* Rolls each of dims (NULL: all) by size/2, moving frequency 0 to the
- * centre; ifftshift undoes it (they differ for odd sizes). */
+/* Rolls each of the ndims dims (dims NULL: all dims) by size/2, moving
+ * frequency 0 to the centre; ifftshift undoes it (they differ for odd
+ * sizes). */
 OAR_API oar_tensor *oar_fft_fftshift(oar_tensor *x, int ndims, const int64_t *dims);
 OAR_API oar_tensor *oar_fft_ifftshift(oar_tensor *x, int ndims, const int64_t *dims);
 
