@@ -5,6 +5,7 @@
 #include "gradcheck.h"
 #include "test.h"
 
+#include "backends/cpu/fft_engine.h"
 #include "ref/fft_ref.h"
 
 #include <omp.h>
@@ -309,8 +310,17 @@ static void test_threads(void) {
         }
 }
 
+/* the same with the SSE2 lanes where the AVX2 ones would run */
+static void test_numpy_values_narrow(void) {
+    oari_fft_force_narrow(true);
+    test_numpy_values();
+    test_layouts_and_round_trips();
+    oari_fft_force_narrow(false);
+}
+
 int main(void) {
     RUN(test_numpy_values);
+    RUN(test_numpy_values_narrow);
     RUN(test_freq);
     RUN(test_promotion);
     RUN(test_layouts_and_round_trips);

@@ -73,8 +73,11 @@ typedef double oari_v4d __attribute__((vector_size(32)));
 #undef FSFX
 #pragma GCC pop_options
 
+static bool force_narrow;
+
 bool oari_fft_have_avx2(void) {
     static int have = -1;
+    if (__atomic_load_n(&force_narrow, __ATOMIC_RELAXED)) return false;
     if (have < 0) {
         __builtin_cpu_init();
         have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -215,3 +218,11 @@ const oari_fft_plan *oari_fft_plan_half(const oari_fft_plan *p) { return p->sub;
 const void *oari_fft_plan_real_twiddles(const oari_fft_plan *p) { return p->tw; }
 
 int64_t oari_fft_plan_work(const oari_fft_plan *p) { return p->work; }
+
+void oari_fft_force_narrow(bool on) {
+#if OARI_FFT_X86
+    __atomic_store_n(&force_narrow, on, __ATOMIC_RELAXED);
+#else
+    (void)on;
+#endif
+}

@@ -56,5 +56,8 @@ OARI_HIDDEN void oari_fft_exec_v4d(const oari_fft_plan *p, const void *in, int64
 #else
 #define OARI_FFT_X86 0
 #endif
+/* Tests: run the SSE2 (4 float / 2 double lane) path even where AVX2 is
+ * available, so both paths are checked on one machine. */
+OARI_HIDDEN void oari_fft_force_narrow(bool on);
 
 #endif
