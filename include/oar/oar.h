@@ -35,5 +35,8 @@
 #include <oar/profiler.h>
 #include <oar/graph.h> /* static graphs, saved models */
 #include <oar/infer.h> /* predictor, .npy */
+#include <oar/fft.h>   /* fft branch */
+#include <oar/complex.h> /* fft branch */
+#include <oar/lbfgs.h>   /* fft branch */
 
 #endif

@@ -135,6 +135,19 @@ FN(f_avg_pool_bw, gc_call(OARI_OP_avg_pool2d_backward, 1, x,
 FN(f_adaptive_bw, gc_call(OARI_OP_adaptive_avg_pool2d_backward, 1, x, (oari_attrs){.ni = 2, .i = {4, 5}}))
 FN(f_interp_bw, gc_call(OARI_OP_interpolate_backward, 1, x, (oari_attrs){.ni = 4, .i = {1, 3, 4, 0}}))
 
+/* fft (fft branch) */
+static const int64_t fft_d10[2] = {1, 0}, fft_s35[2] = {3, 5};
+FN(f_fft_c2c, oar_fft_fftn(x[0], 2, NULL, fft_d10, "ortho"))
+FN(f_fft_c2c_pad, oar_fft_ifft(x[0], 6, 1, NULL))
+FN(f_fft_r2c, oar_fft_rfft2(x[0], NULL, NULL, NULL))
+FN(f_fft_r2c_s, oar_fft_rfftn(x[0], 2, fft_s35, NULL, "forward"))
+FN(f_fft_c2r, oar_fft_irfft(x[0], 7, -1, "forward"))
+FN(f_fft_c2r2, oar_fft_irfft2(x[0], NULL, NULL, NULL))
+FN(f_fft_hfft, oar_fft_hfft(x[0], -1, 0, "ortho"))
+FN(f_view_as_real, oar_view_as_real(x[0]))
+FN(f_view_as_complex, oar_mul(oar_view_as_complex(x[0]), oar_view_as_complex(x[0])))
+FN(f_complex, oar_complex(x[0], x[1])) FN(f_polar, oar_polar(x[0], x[1]))
+
 static const bool where_cond[12] = {1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0};
 
 static const op_case op_cases[] = {
@@ -290,6 +303,17 @@ static const op_case op_cases[] = {
     {"avg_pool2d_backward", "", f_avg_pool_bw, 1, {{SH4(1, 2, 5, 5)}}, NOOPT},
     {"adaptive_avg_pool2d_backward", "", f_adaptive_bw, 1, {{SH4(1, 2, 2, 3)}}, NOOPT},
     {"interpolate_backward", "bilinear", f_interp_bw, 1, {{SH4(1, 2, 5, 6)}}, NOOPT},
+    {"fft_c2c", "fftn ortho, dims 1 0", f_fft_c2c, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"fft_c2c", "ifft of a real input, padded", f_fft_c2c_pad, 1, {{SH2(2, 5)}}, NOOPT},
+    {"fft_r2c", "rfft2, odd last dim", f_fft_r2c, 1, {{SH3(2, 3, 5)}}, NOOPT},
+    {"fft_r2c", "rfftn forward, s crops and pads", f_fft_r2c_s, 1, {{SH2(4, 4)}}, NOOPT},
+    {"fft_c2r", "irfft n 7, forward", f_fft_c2r, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"fft_c2r", "irfft2, even output", f_fft_c2r2, 1, {{SH3(2, 3, 4), C128}}, NOOPT},
+    {"fft_c2r", "hfft ortho along dim 0", f_fft_hfft, 1, {{SH2(4, 3), C128}}, NOOPT},
+    {"view_as_real", "", f_view_as_real, 1, {{SH2(3, 2), C128}}, NOOPT},
+    {"view_as_complex", "squared", f_view_as_complex, 1, {{SH2(3, 2)}}, NOOPT},
+    {"view_as_complex", "oar_complex, broadcast", f_complex, 2, {{SH2(3, 4)}, {SH1(4)}}, NOOPT},
+    {"view_as_complex", "oar_polar", f_polar, 2, {{SH2(3, 4), POS}, {SH2(3, 4)}}, NOOPT},
 };
 
 #define N_OP_CASES ((int)(sizeof op_cases / sizeof op_cases[0]))

@@ -1,0 +1,535 @@
+/* CPU kernels of the fft ops (src/ops/defs/fft.def): each transforms along
+ * one dim at a time with the engine of fft_engine.h, lines of a dim spread
+ * over OpenMP threads. */
+#include "cpu.h"
+#include "fft_engine.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+
+/* Lines shorter than this many elements in total run on one thread. */
+#define FFT_PARALLEL_GRAIN 32768
+
+typedef struct {
+    int ndim;
+    int64_t shape[OAR_MAX_DIMS];
+    int64_t strides[OAR_MAX_DIMS];
+    char *data;
+} geom;
+
+static geom geom_of(const oar_ktensor *k) {
+    geom g = {.ndim = k->ndim, .data = k->data};
+    memcpy(g.shape, k->shape, sizeof g.shape);
+    memcpy(g.strides, k->strides, sizeof g.strides);
+    return g;
+}
+
+/* Element offset of line l (row-major over every dim but d). */
+static int64_t line_offset(const geom *g, int d, int64_t l) {
+    int64_t off = 0;
+    for (int i = g->ndim - 1; i >= 0; i--) {
+        if (i == d) continue;
+        off += (l % g->shape[i]) * g->strides[i];
+        l /= g->shape[i];
+    }
+    return off;
+}
+
+static double norm_scale(int mode, double n) {
+    return mode == 1 ? 1.0 / sqrt(n) : mode == 2 ? 1.0 / n : 1.0;
+}
+
+/* How a line is read into the transform and written out of it. */
+typedef enum {
+    L_C2C,  /* complex line of n -> n */
+    L_R2C,  /* real line of n -> first n/2+1 outputs */
+    L_C2R,  /* first n/2+1 complex inputs, Hermitian-extended -> real n */
+} line_kind;
+
+typedef struct {
+    const oari_fft_plan *plan;   /* complex plan of n, or a real plan (even n, R2C/C2R) */
+    bool dbl, real;
+    line_kind kind;
+    int64_t n;       /* transform length */
+    int64_t n_in;    /* elements read per line */
+    int64_t n_out;   /* elements written per line */
+    double scale;
+} line_job;
+
+/* Runs one line: src (stride ss, elements of the source dtype) -> dst
+ * (stride ds). buf: 4n reals + the plan's work.
+ * Real plans (even n) pack x as z_j = x_2j + i x_2j+1 and transform n/2:
+ * forward, X_k = E_k + w^k O_k with E_k = (Z_k + conj Z_(h-k)) / 2 and
+ * O_k = (Z_k - conj Z_(h-k)) / 2i; inverse, Z_k = (X_k + conj X_(h-k)) +
+ * i w^-k (X_k - conj X_(h-k)) and x_2j + i x_2j+1 = z_j (imaginary parts of
+ * X_0 and X_h are ignored, as the full Hermitian transform does). */
+#define LINE_FN(SFX, T, EXEC)                                                                  \
+    static void line_##SFX(const line_job *j, const char *src, int64_t ss, char *dst,          \
+                           int64_t ds, T *buf) {                                               \
+        const int64_t n = j->n;                                                                \
+        T *a = buf, *b = buf + 2 * n, *work = buf + 4 * n;                                     \
+        const T s = (T)j->scale;                                                               \
+        if (j->real && j->kind == L_R2C) {                                                     \
+            const int64_t h = n / 2;                                                           \
+            const T *r = (const T *)src, *w = (const T *)oari_fft_plan_real_twiddles(j->plan); \
+            if (ss == 1) memcpy(a, r, (size_t)n * sizeof(T));                                  \
+            else for (int64_t i = 0; i < n; i++) a[i] = r[i * ss];                             \
+            EXEC(oari_fft_plan_half(j->plan), a, 1, b, work);                                  \
+            T *o = (T *)dst;                                                                   \
+            for (int64_t k = 0; k <= h; k++) {                                                 \
+                const int64_t k1 = k == h ? 0 : k, k2 = k == 0 ? 0 : h - k;                    \
+                T zr = b[2 * k1], zi = b[2 * k1 + 1], cr = b[2 * k2], ci = -b[2 * k2 + 1];     \
+                T er = (zr + cr) * (T)0.5, ei = (zi + ci) * (T)0.5;                            \
+                T orr = (zi - ci) * (T)0.5, oi = -(zr - cr) * (T)0.5;                          \
+                T wr = k == h ? (T)-1 : w[2 * k], wi = k == h ? (T)0 : w[2 * k + 1];           \
+                o[2 * k * ds] = (er + wr * orr - wi * oi) * s;                                 \
+                o[2 * k * ds + 1] = (ei + wr * oi + wi * orr) * s;                             \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
+        if (j->real && j->kind == L_C2R) {                                                     \
+            const int64_t h = n / 2;                                                           \
+            const T *c = (const T *)src, *w = (const T *)oari_fft_plan_real_twiddles(j->plan); \
+            for (int64_t k = 0; k < h; k++) {                                                  \
+                T xr = c[2 * k * ss], xi = k ? c[2 * k * ss + 1] : (T)0;                       \
+                T mr = c[2 * (h - k) * ss], mi = k ? -c[2 * (h - k) * ss + 1] : (T)0;          \
+                T ar = xr + mr, ai = xi + mi, dr = xr - mr, di = xi - mi;                      \
+                T br = dr * w[2 * k] - di * w[2 * k + 1], bi = dr * w[2 * k + 1] + di * w[2 * k]; \
+                a[2 * k] = ar - bi;                                                            \
+                a[2 * k + 1] = ai + br;                                                        \
+            }                                                                                  \
+            EXEC(oari_fft_plan_half(j->plan), a, 1, b, work);                                  \
+            T *o = (T *)dst;                                                                   \
+            if (ds == 1) for (int64_t i = 0; i < n; i++) o[i] = b[i] * s;                      \
+            else for (int64_t i = 0; i < n; i++) o[i * ds] = b[i] * s;                         \
+            return;                                                                            \
+        }                                                                                      \
+        const T *in = (const T *)src;                                                          \
+        int64_t in_stride = ss;                                                                \
+        if (j->kind == L_R2C) {                                                                \
+            const T *r = (const T *)src;                                                       \
+            for (int64_t i = 0; i < n; i++) a[2 * i] = r[i * ss], a[2 * i + 1] = 0;            \
+            in = a, in_stride = 1;                                                             \
+        } else if (j->kind == L_C2R) {                                                         \
+            const T *c = (const T *)src;                                                       \
+            const int64_t h = j->n_in;                                                         \
+            for (int64_t i = 0; i < h; i++)                                                    \
+                a[2 * i] = c[2 * i * ss], a[2 * i + 1] = c[2 * i * ss + 1];                    \
+            for (int64_t i = h; i < n; i++)                                                    \
+                a[2 * i] = a[2 * (n - i)], a[2 * i + 1] = -a[2 * (n - i) + 1];                 \
+            in = a, in_stride = 1;                                                             \
+        } else if (ds == 1 && s == (T)1 && src != dst) {                                       \
+            EXEC(j->plan, in, in_stride, dst, work); /* straight into the output */            \
+            return;                                                                            \
+        }                                                                                      \
+        EXEC(j->plan, in, in_stride, b, work);                                                 \
+        T *o = (T *)dst;                                                                       \
+        if (j->kind == L_C2R) {                                                                \
+            for (int64_t i = 0; i < n; i++) o[i * ds] = b[2 * i] * s;                          \
+        } else if (ds == 1) {                                                                  \
+            for (int64_t i = 0; i < 2 * j->n_out; i++) o[i] = b[i] * s;                        \
+        } else {                                                                               \
+            for (int64_t i = 0; i < j->n_out; i++)                                             \
+                o[2 * i * ds] = b[2 * i] * s, o[2 * i * ds + 1] = b[2 * i + 1] * s;            \
+        }                                                                                      \
+    }
+LINE_FN(f32, float, oari_fft_exec_f32)
+LINE_FN(f64, double, oari_fft_exec_f64)
+
+/* V lines at once through the vector engine (one line per lane); same
+ * job kinds as LINE_FN except odd-length real transforms (scalar only).
+ * src[l], dst[l]: line l's first element. buf: V (4n + 2 work) reals.
+ * GATHER(A, src, nel) / SCATTER(dst, B, nel, scale) move nel complex
+ * elements between V contiguous lines and lane layout (A[k].r[l] is line
+ * l's element k) and return false where they do not apply (then the lane
+ * loops run). GATHER_ADJ / SCATTER_ADJ do the same when the V lines are
+ * adjacent (line l starts l elements after line 0, elements ss apart): the
+ * transforms of a dim other than the last. */
+typedef float v4f_t __attribute__((vector_size(16)));
+typedef double v2d_t __attribute__((vector_size(16)));
+static inline bool no_gather(void *A, const char *const *src, int64_t nel) {
+    (void)A, (void)src, (void)nel;
+    return false;
+}
+static inline bool no_scatter(char *const *dst, const void *B, int64_t nel, double s) {
+    (void)dst, (void)B, (void)nel, (void)s;
+    return false;
+}
+static inline bool no_gather_adj(void *A, const char *src, int64_t ss, int64_t nel) {
+    (void)A, (void)src, (void)ss, (void)nel;
+    return false;
+}
+static inline bool no_scatter_adj(char *dst, int64_t ds, const void *B, int64_t nel, double s) {
+    (void)dst, (void)ds, (void)B, (void)nel, (void)s;
+    return false;
+}
+#define GROUP_FN(SFX, T, VT, V, EXEC, GATHER, SCATTER, GATHER_ADJ, SCATTER_ADJ)                \
+    typedef struct { VT r, i; } gx_##SFX;                                                      \
+    static void group_##SFX(const line_job *j, const char *const *src, int64_t ss,             \
+                            char *const *dst, int64_t ds, bool sadj, bool dadj, T *buf) {      \
+        const int64_t n = j->n;                                                                \
+        gx_##SFX *A = (gx_##SFX *)buf, *B = A + n, *work = B + n;                              \
+        const T s = (T)j->scale;                                                               \
+        if (j->kind == L_C2C) {                                                                \
+            if (!(sadj && GATHER_ADJ(A, src[0], ss, n)) && !(ss == 1 && GATHER(A, src, n)))      \
+                for (int64_t k = 0; k < n; k++)                                                \
+                    for (int l = 0; l < V; l++) {                                              \
+                        const T *c = (const T *)src[l] + 2 * k * ss;                           \
+                        A[k].r[l] = c[0];                                                      \
+                        A[k].i[l] = c[1];                                                      \
+                    }                                                                          \
+            EXEC(j->plan, A, 1, B, work);                                                      \
+            if (!(dadj && SCATTER_ADJ(dst[0], ds, B, n, s)) && !(ds == 1 && SCATTER(dst, B, n, s))) \
+                for (int64_t k = 0; k < n; k++)                                                \
+                    for (int l = 0; l < V; l++) {                                              \
+                        T *o = (T *)dst[l] + 2 * k * ds;                                       \
+                        o[0] = B[k].r[l] * s;                                                  \
+                        o[1] = B[k].i[l] * s;                                                  \
+                    }                                                                          \
+            return;                                                                            \
+        }                                                                                      \
+        const int64_t h = n / 2;                                                               \
+        const T *w = (const T *)oari_fft_plan_real_twiddles(j->plan);                          \
+        if (j->kind == L_R2C) {                                                                \
+            /* real pairs (x_2k, x_2k+1) read as complex elements */                           \
+            if (!(ss == 1 && GATHER(A, src, h)))                                               \
+                for (int64_t k = 0; k < h; k++)                                                \
+                    for (int l = 0; l < V; l++) {                                              \
+                        const T *r = (const T *)src[l];                                        \
+                        A[k].r[l] = r[2 * k * ss];                                             \
+                        A[k].i[l] = r[(2 * k + 1) * ss];                                       \
+                    }                                                                          \
+            EXEC(oari_fft_plan_half(j->plan), A, 1, B, work);                                  \
+            for (int64_t k = 0; k <= h; k++) { /* X_k into A (n >= h + 1 entries) */           \
+                const int64_t k1 = k == h ? 0 : k, k2 = k == 0 ? 0 : h - k;                    \
+                VT zr = B[k1].r, zi = B[k1].i, cr = B[k2].r, ci = -B[k2].i;                    \
+                VT er = (zr + cr) * (T)0.5, ei = (zi + ci) * (T)0.5;                           \
+                VT orr = (zi - ci) * (T)0.5, oi = (cr - zr) * (T)0.5;                          \
+                T wr = k == h ? (T)-1 : w[2 * k], wi = k == h ? (T)0 : w[2 * k + 1];           \
+                A[k].r = er + orr * wr - oi * wi;                                              \
+                A[k].i = ei + oi * wr + orr * wi;                                              \
+            }                                                                                  \
+            if (!(ds == 1 && SCATTER(dst, A, h + 1, s)))                                       \
+                for (int64_t k = 0; k <= h; k++)                                               \
+                    for (int l = 0; l < V; l++) {                                              \
+                        T *o = (T *)dst[l] + 2 * k * ds;                                       \
+                        o[0] = A[k].r[l] * s;                                                  \
+                        o[1] = A[k].i[l] * s;                                                  \
+                    }                                                                          \
+            return;                                                                            \
+        }                                                                                      \
+        /* L_C2R: X_0..X_h in (A holds X_k, B holds conj X_(h-k)) */                           \
+        for (int64_t k = 0; k < h; k++)                                                        \
+            for (int l = 0; l < V; l++) {                                                      \
+                const T *c = (const T *)src[l];                                                \
+                A[k].r[l] = c[2 * k * ss];                                                     \
+                A[k].i[l] = k ? c[2 * k * ss + 1] : (T)0;                                      \
+                B[k].r[l] = c[2 * (h - k) * ss];                                               \
+                B[k].i[l] = k ? -c[2 * (h - k) * ss + 1] : (T)0;                               \
+            }                                                                                  \
+        for (int64_t k = 0; k < h; k++) {                                                      \
+            VT ar = A[k].r + B[k].r, ai = A[k].i + B[k].i;                                     \
+            VT dr = A[k].r - B[k].r, di = A[k].i - B[k].i;                                     \
+            VT br = dr * w[2 * k] - di * w[2 * k + 1], bi = dr * w[2 * k + 1] + di * w[2 * k]; \
+            A[k].r = ar - bi;                                                                  \
+            A[k].i = ai + br;                                                                  \
+        }                                                                                      \
+        EXEC(oari_fft_plan_half(j->plan), A, 1, B, work);                                      \
+        /* z_k = x_2k + i x_2k+1: complex elements of the real output */                       \
+        if (!(ds == 1 && SCATTER(dst, B, h, s)))                                               \
+            for (int64_t k = 0; k < h; k++)                                                    \
+                for (int l = 0; l < V; l++) {                                                  \
+                    T *o = (T *)dst[l];                                                        \
+                    o[2 * k * ds] = B[k].r[l] * s;                                             \
+                    o[(2 * k + 1) * ds] = B[k].i[l] * s;                                       \
+                }                                                                              \
+    }
+GROUP_FN(f32, float, v4f_t, 4, oari_fft_exec_v4f, no_gather, no_scatter, no_gather_adj, no_scatter_adj)
+GROUP_FN(f64, double, v2d_t, 2, oari_fft_exec_v2d, no_gather, no_scatter, no_gather_adj, no_scatter_adj)
+#if OARI_FFT_X86
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+typedef float v8f_t __attribute__((vector_size(32)));
+typedef double v4d_t __attribute__((vector_size(32)));
+typedef int32_t v8i_t __attribute__((vector_size(32)));
+
+/* In-place 8x8 transpose of r[0..7]. */
+static inline void tr8(v8f_t *r) {
+    v8f_t t[8], u[8];
+    for (int q = 0; q < 8; q += 2) {
+        t[q] = __builtin_shuffle(r[q], r[q + 1], (v8i_t){0, 8, 1, 9, 4, 12, 5, 13});
+        t[q + 1] = __builtin_shuffle(r[q], r[q + 1], (v8i_t){2, 10, 3, 11, 6, 14, 7, 15});
+    }
+    for (int q = 0; q < 8; q += 4) {
+        u[q] = __builtin_shuffle(t[q], t[q + 2], (v8i_t){0, 1, 8, 9, 4, 5, 12, 13});
+        u[q + 1] = __builtin_shuffle(t[q], t[q + 2], (v8i_t){2, 3, 10, 11, 6, 7, 14, 15});
+        u[q + 2] = __builtin_shuffle(t[q + 1], t[q + 3], (v8i_t){0, 1, 8, 9, 4, 5, 12, 13});
+        u[q + 3] = __builtin_shuffle(t[q + 1], t[q + 3], (v8i_t){2, 3, 10, 11, 6, 7, 14, 15});
+    }
+    for (int q = 0; q < 4; q++) {
+        r[q] = __builtin_shuffle(u[q], u[q + 4], (v8i_t){0, 1, 2, 3, 8, 9, 10, 11});
+        r[q + 4] = __builtin_shuffle(u[q], u[q + 4], (v8i_t){4, 5, 6, 7, 12, 13, 14, 15});
+    }
+}
+
+/* 8 contiguous float lines of (re, im) pairs <-> lane layout: four complex
+ * elements of eight lines are one 8x8 transpose. */
+static bool gather8(void *A_, const char *const *src, int64_t nel) {
+    float *A = A_;
+    int64_t k = 0;
+    for (; k + 4 <= nel; k += 4) {
+        v8f_t r[8];
+        for (int l = 0; l < 8; l++) memcpy(&r[l], (const float *)src[l] + 2 * k, sizeof r[l]);
+        tr8(r);
+        memcpy(A + 16 * k, r, sizeof r);
+    }
+    for (; k < nel; k++)
+        for (int l = 0; l < 8; l++) {
+            A[16 * k + l] = ((const float *)src[l])[2 * k];
+            A[16 * k + 8 + l] = ((const float *)src[l])[2 * k + 1];
+        }
+    return true;
+}
+
+static bool scatter8(char *const *dst, const void *B_, int64_t nel, double s_) {
+    const float *B = B_;
+    const float s = (float)s_;
+    int64_t k = 0;
+    for (; k + 4 <= nel; k += 4) {
+        v8f_t r[8];
+        memcpy(r, B + 16 * k, sizeof r);
+        for (int q = 0; q < 8; q++) r[q] *= s;
+        tr8(r);
+        for (int l = 0; l < 8; l++) memcpy((float *)dst[l] + 2 * k, &r[l], sizeof r[l]);
+    }
+    for (; k < nel; k++)
+        for (int l = 0; l < 8; l++) {
+            ((float *)dst[l])[2 * k] = B[16 * k + l] * s;
+            ((float *)dst[l])[2 * k + 1] = B[16 * k + 8 + l] * s;
+        }
+    return true;
+}
+
+/* adjacent lines: element k of the 8 (4) lines is 8 (4) consecutive
+ * complex numbers; split into real and imaginary vectors and back */
+__attribute__((noinline)) static bool gather_adj8(void *A_, const char *src, int64_t ss, int64_t nel) {
+    v8f_t *A = A_;
+    for (int64_t k = 0; k < nel; k++) {
+        v8f_t v0, v1;
+        memcpy(&v0, (const float *)src + 2 * k * ss, sizeof v0);
+        memcpy(&v1, (const float *)src + 2 * k * ss + 8, sizeof v1);
+        A[2 * k] = __builtin_shuffle(v0, v1, (v8i_t){0, 2, 4, 6, 8, 10, 12, 14});
+        A[2 * k + 1] = __builtin_shuffle(v0, v1, (v8i_t){1, 3, 5, 7, 9, 11, 13, 15});
+    }
+    return true;
+}
+__attribute__((noinline)) static bool scatter_adj8(char *dst, int64_t ds, const void *B_, int64_t nel, double s_) {
+    const v8f_t *B = B_;
+    const float s = (float)s_;
+    for (int64_t k = 0; k < nel; k++) {
+        v8f_t r = B[2 * k] * s, i = B[2 * k + 1] * s;
+        v8f_t v0 = __builtin_shuffle(r, i, (v8i_t){0, 8, 1, 9, 2, 10, 3, 11});
+        v8f_t v1 = __builtin_shuffle(r, i, (v8i_t){4, 12, 5, 13, 6, 14, 7, 15});
+        memcpy((float *)dst + 2 * k * ds, &v0, sizeof v0);
+        memcpy((float *)dst + 2 * k * ds + 8, &v1, sizeof v1);
+    }
+    return true;
+}
+typedef int64_t v4l_t __attribute__((vector_size(32)));
+__attribute__((noinline)) static bool gather_adj4d(void *A_, const char *src, int64_t ss, int64_t nel) {
+    v4d_t *A = A_;
+    for (int64_t k = 0; k < nel; k++) {
+        v4d_t v0, v1;
+        memcpy(&v0, (const double *)src + 2 * k * ss, sizeof v0);
+        memcpy(&v1, (const double *)src + 2 * k * ss + 4, sizeof v1);
+        A[2 * k] = __builtin_shuffle(v0, v1, (v4l_t){0, 2, 4, 6});
+        A[2 * k + 1] = __builtin_shuffle(v0, v1, (v4l_t){1, 3, 5, 7});
+    }
+    return true;
+}
+__attribute__((noinline)) static bool scatter_adj4d(char *dst, int64_t ds, const void *B_, int64_t nel, double s) {
+    const v4d_t *B = B_;
+    for (int64_t k = 0; k < nel; k++) {
+        v4d_t r = B[2 * k] * s, i = B[2 * k + 1] * s;
+        v4d_t v0 = __builtin_shuffle(r, i, (v4l_t){0, 4, 1, 5});
+        v4d_t v1 = __builtin_shuffle(r, i, (v4l_t){2, 6, 3, 7});
+        memcpy((double *)dst + 2 * k * ds, &v0, sizeof v0);
+        memcpy((double *)dst + 2 * k * ds + 4, &v1, sizeof v1);
+    }
+    return true;
+}
+
+GROUP_FN(f32x8, float, v8f_t, 8, oari_fft_exec_v8f, gather8, scatter8, gather_adj8, scatter_adj8)
+GROUP_FN(f64x4, double, v4d_t, 4, oari_fft_exec_v4d, no_gather, no_scatter, gather_adj4d,
+         scatter_adj4d)
+#pragma GCC pop_options
+#endif
+
+/* Transforms every line of src along dim d into dst (same shape except
+ * along d). src may equal dst (each line is read before it is written). */
+static int run_dim(const line_job *j, const geom *src, const geom *dst, int d) {
+    int64_t lines = 1;
+    for (int i = 0; i < dst->ndim; i++)
+        if (i != d) lines *= dst->shape[i];
+    if (lines == 0) return 0;
+#if OARI_FFT_X86
+    const bool wide = oari_fft_have_avx2();
+#else
+    const bool wide = false;
+#endif
+    const int V = (j->dbl ? 2 : 4) * (wide ? 2 : 1);
+    /* vector groups: complex lines, and real lines of even length */
+    const bool vec = lines >= V && (j->kind == L_C2C || j->real);
+    const int64_t groups = vec ? lines / V : 0, rest = lines - groups * V;
+    const int64_t per = V * (4 * j->n + oari_fft_plan_work(j->plan) * 2); /* reals */
+    const size_t es = j->dbl ? sizeof(double) : sizeof(float);
+    const bool par = groups + rest > 1 && lines * j->n >= FFT_PARALLEL_GRAIN;
+    const int nt = par ? omp_get_max_threads() : 1;
+    const size_t bytes = (size_t)nt * (size_t)per * es + 64;
+    void *bufs = oari_malloc(bytes);
+    if (!bufs) return OAR_ERR_NOMEM;
+    char *base = (char *)(((uintptr_t)bufs + 63) & ~(uintptr_t)63); /* vector alignment */
+    const size_t sel = j->kind == L_C2C || j->kind == L_C2R ? 2 * es : es; /* src element bytes */
+    const size_t del = j->kind == L_C2R ? es : 2 * es;
+    const int64_t ss = src->strides[d], ds = dst->strides[d];
+#pragma omp parallel num_threads(nt) if (par)
+    {
+        const int t = omp_get_thread_num();
+        char *buf = base + (size_t)t * (size_t)per * es;
+#pragma omp for schedule(static)
+        for (int64_t g = 0; g < groups + rest; g++) {
+            if (g < groups) {
+                const char *sp[8];
+                char *dp[8];
+                bool sadj = true, dadj = true;
+                for (int l = 0; l < V; l++) {
+                    sp[l] = src->data + line_offset(src, d, g * V + l) * (int64_t)sel;
+                    dp[l] = dst->data + line_offset(dst, d, g * V + l) * (int64_t)del;
+                    sadj = sadj && sp[l] == sp[0] + l * (int64_t)sel;
+                    dadj = dadj && dp[l] == dp[0] + l * (int64_t)del;
+                }
+#if OARI_FFT_X86
+                if (wide) {
+                    if (j->dbl) group_f64x4(j, sp, ss, dp, ds, sadj, dadj, (double *)buf);
+                    else group_f32x8(j, sp, ss, dp, ds, sadj, dadj, (float *)buf);
+                    continue;
+                }
+#endif
+                if (j->dbl) group_f64(j, sp, ss, dp, ds, sadj, dadj, (double *)buf);
+                else group_f32(j, sp, ss, dp, ds, sadj, dadj, (float *)buf);
+                continue;
+            }
+            const int64_t l = groups * V + (g - groups);
+            const char *sl = src->data + line_offset(src, d, l) * (int64_t)sel;
+            char *o = dst->data + line_offset(dst, d, l) * (int64_t)del;
+            if (j->dbl) line_f64(j, sl, ss, o, ds, (double *)buf);
+            else line_f32(j, sl, ss, o, ds, (float *)buf);
+        }
+    }
+    oari_free(bufs, bytes);
+    return 0;
+}
+
+static int plan_for(line_job *j, int64_t n, bool dbl, bool inverse) {
+    /* real transforms of even length run at half length */
+    j->real = j->kind != L_C2C && n % 2 == 0;
+    j->plan = j->real ? oari_fft_plan_get_real(n, dbl, inverse) : oari_fft_plan_get(n, dbl, inverse);
+    j->dbl = dbl;
+    j->n = n;
+    return j->plan ? 0 : OAR_ERR_NOMEM;
+}
+
+/* c2c over the dims, in[0] -> out[0]; the first dim reads the input, the
+ * rest run in place on the output. */
+static int k_c2c(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int mode = (int)c->iattr[0];
+    const bool inverse = !c->iattr[1], dbl = c->out[0].dtype == OAR_C128;
+    const int k = (int)c->iattr[2];
+    geom in = geom_of(&c->in[0]), out = geom_of(&c->out[0]);
+    double N = 1;
+    for (int i = 0; i < k; i++) N *= (double)out.shape[c->iattr[3 + i]];
+    for (int i = 0; i < k; i++) {
+        const int d = (int)c->iattr[3 + i];
+        line_job j = {.kind = L_C2C, .n_in = out.shape[d], .n_out = out.shape[d]};
+        j.scale = i == k - 1 ? norm_scale(mode, N) : 1.0;
+        int st = plan_for(&j, out.shape[d], dbl, inverse);
+        if (!st) st = run_dim(&j, i == 0 ? &in : &out, &out, d);
+        if (st) return st;
+    }
+    return 0;
+}
+
+/* r2c: the half dim (listed last) first, real -> complex; then c2c forward
+ * in place on the other dims. */
+static int k_r2c(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int mode = (int)c->iattr[0];
+    const bool dbl = c->out[0].dtype == OAR_C128;
+    const int k = (int)c->iattr[2];
+    geom in = geom_of(&c->in[0]), out = geom_of(&c->out[0]);
+    double N = 1;
+    for (int i = 0; i < k; i++) N *= (double)in.shape[c->iattr[3 + i]];
+    const int h = (int)c->iattr[3 + k - 1];
+    line_job j = {.kind = L_R2C, .n_in = in.shape[h], .n_out = out.shape[h]};
+    j.scale = k == 1 ? norm_scale(mode, N) : 1.0;
+    int st = plan_for(&j, in.shape[h], dbl, false);
+    if (!st) st = run_dim(&j, &in, &out, h);
+    for (int i = 0; i < k - 1 && !st; i++) {
+        const int d = (int)c->iattr[3 + i];
+        line_job jc = {.kind = L_C2C, .n_in = out.shape[d], .n_out = out.shape[d]};
+        jc.scale = i == k - 2 ? norm_scale(mode, N) : 1.0;
+        st = plan_for(&jc, out.shape[d], dbl, false);
+        if (!st) st = run_dim(&jc, &out, &out, d);
+    }
+    return st;
+}
+
+/* c2r: c2c inverse on the other dims into a scratch copy, then the half
+ * dim, Hermitian-extended, complex -> real. */
+static int k_c2r(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int mode = (int)c->iattr[0];
+    const bool dbl = c->out[0].dtype == OAR_F64;
+    const int k = (int)c->iattr[2];
+    geom in = geom_of(&c->in[0]), out = geom_of(&c->out[0]);
+    double N = 1;
+    for (int i = 0; i < k; i++) N *= (double)out.shape[c->iattr[3 + i]];
+    const int h = (int)c->iattr[3 + k - 1];
+    geom tmp = in;
+    void *scratch = NULL;
+    size_t sbytes = 0;
+    int st = 0;
+    if (k > 1) {
+        int64_t numel = 1;
+        for (int i = 0; i < in.ndim; i++) numel *= in.shape[i];
+        sbytes = (size_t)numel * 2 * (dbl ? sizeof(double) : sizeof(float));
+        if (!(scratch = oari_malloc(sbytes ? sbytes : 1))) return OAR_ERR_NOMEM;
+        tmp.data = scratch;
+        oari_contiguous_strides(tmp.ndim, tmp.shape, tmp.strides);
+        for (int i = 0; i < k - 1 && !st; i++) {
+            const int d = (int)c->iattr[3 + i];
+            line_job jc = {.kind = L_C2C, .n_in = in.shape[d], .n_out = in.shape[d], .scale = 1.0};
+            st = plan_for(&jc, in.shape[d], dbl, true);
+            if (!st) st = run_dim(&jc, i == 0 ? &in : &tmp, &tmp, d);
+        }
+    }
+    if (!st) {
+        line_job j = {.kind = L_C2R, .n_in = in.shape[h], .n_out = out.shape[h]};
+        j.scale = norm_scale(mode, N);
+        st = plan_for(&j, out.shape[h], dbl, true);
+        if (!st) st = run_dim(&j, &tmp, &out, h);
+    }
+    oari_free(scratch, sbytes ? sbytes : 1);
+    return st;
+}
+
+const oari_cpu_kernels oari_cpu_k_fft_c2c = {[OAR_C64] = k_c2c, [OAR_C128] = k_c2c};
+const oari_cpu_kernels oari_cpu_k_fft_r2c = {[OAR_F32] = k_r2c, [OAR_F64] = k_r2c};
+const oari_cpu_kernels oari_cpu_k_fft_c2r = {[OAR_C64] = k_c2r, [OAR_C128] = k_c2r};
+/* view ops: dispatch makes the view */
+const oari_cpu_kernels oari_cpu_k_view_as_real = {0};
+const oari_cpu_kernels oari_cpu_k_view_as_complex = {0};
