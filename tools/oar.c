@@ -22,7 +22,8 @@ static int usage(void) {
             "usage: oar info  MODEL\n"
             "       oar run   MODEL --input x.npy [--input ...] --output y.npy [--output ...] [--no-optimize]\n"
             "       oar bench MODEL [--batch N] [--iters K] [--warmup W] [--threads T] [--no-optimize]\n"
-            "       oar graph MODEL [--optimize]\n");
+            "       oar graph MODEL [--optimize]\n"
+            "       oar devices   (devices, loaded plugins, plugins that failed and why)\n");
     return 2;
 }
 
@@ -190,7 +191,20 @@ done:
     return rc;
 }
 
+/* Every device and plugin, and every plugin that failed to load with its reason. */
+static int cmd_devices(void) {
+    int need = oar_device_report(NULL, 0);
+    char *buf = need >= 0 ? malloc((size_t)need + 1) : NULL;
+    if (!buf) return fail("devices");
+    oar_device_report(buf, (size_t)need + 1);
+    fputs(buf, stdout);
+    if (need > 0 && buf[need - 1] != '\n') putchar('\n');
+    free(buf);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "devices")) return cmd_devices();
     if (argc < 3) return usage();
     const char *cmd = argv[1], *dir = argv[2];
     char *ins[64], *outs[64];

@@ -33,6 +33,9 @@ static void test_cli(void) {
     CHECK(rc == 0 && strstr(out, "input  0: x float32 [?, 8]") && strstr(out, "output 0: y float32 [?, 4]"));
     CHECK(strstr(out, "arena at batch 1: ") != NULL);
     free(out);
+    out = oar_cmd("devices", &rc);
+    CHECK(rc == 0 && strstr(out, "device cpu") != NULL);
+    free(out);
     snprintf(args, sizeof args, "graph %s --optimize", dir);
     out = oar_cmd(args, &rc);
     CHECK(rc == 0 && strstr(out, "matmul(") && strstr(out, "float32[N, 16]"));
