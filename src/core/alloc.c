@@ -50,6 +50,83 @@ void oari_free(void *p, size_t n) {
     if (p) alloc_fn(alloc_ctx, p, n, 0);
 }
 
+/* ---- small objects ------------------------------------------------------
+ * Tensor and storage structs and tape nodes are made and dropped once per
+ * op call. Freed ones stay in per-thread free lists (one per 64-byte class
+ * up to OBJ_MAX bytes, at most OBJ_KEEP each) and are handed out again, so
+ * a steady loop calls the hook for none of them. The lists of the calling
+ * thread go back to the hook in oar_memory_empty_cache; another thread's at
+ * its exit (the pthread key's destructor). */
+
+#define OBJ_MAX 2048
+#define OBJ_CLASSES (OBJ_MAX / 64)
+#define OBJ_KEEP 4096
+
+typedef struct obj_cache {
+    void *head[OBJ_CLASSES];
+    int count[OBJ_CLASSES];
+    bool registered;
+} obj_cache;
+
+static _Thread_local obj_cache objs;
+static pthread_key_t obj_key;
+static pthread_once_t obj_once = PTHREAD_ONCE_INIT;
+
+static void obj_drain(obj_cache *c) {
+    for (int k = 0; k < OBJ_CLASSES; k++) {
+        void *p = c->head[k];
+        while (p) {
+            void *next = *(void **)p;
+            alloc_fn(alloc_ctx, p, (size_t)(k + 1) * 64, 0);
+            p = next;
+        }
+        c->head[k] = NULL;
+        c->count[k] = 0;
+    }
+}
+
+static void obj_thread_exit(void *c) { obj_drain(c); }
+static void obj_key_init(void) { pthread_key_create(&obj_key, obj_thread_exit); }
+
+void *oari_obj_alloc(size_t n) {
+    if (n == 0 || n > OBJ_MAX) return oari_malloc(n);
+    int k = (int)((n - 1) / 64);
+    void *p = objs.head[k];
+    if (p) {
+        objs.head[k] = *(void **)p;
+        objs.count[k]--;
+        return p;
+    }
+    return oari_malloc((size_t)(k + 1) * 64);
+}
+
+void *oari_obj_calloc(size_t n) {
+    void *p = oari_obj_alloc(n);
+    if (p) memset(p, 0, n);
+    return p;
+}
+
+void oari_obj_free(void *p, size_t n) {
+    if (!p) return;
+    if (n == 0 || n > OBJ_MAX) {
+        oari_free(p, n);
+        return;
+    }
+    int k = (int)((n - 1) / 64);
+    if (objs.count[k] >= OBJ_KEEP) {
+        alloc_fn(alloc_ctx, p, (size_t)(k + 1) * 64, 0);
+        return;
+    }
+    if (!objs.registered) {
+        pthread_once(&obj_once, obj_key_init);
+        pthread_setspecific(obj_key, &objs);
+        objs.registered = true;
+    }
+    *(void **)p = objs.head[k];
+    objs.head[k] = p;
+    objs.count[k]++;
+}
+
 char *oari_strdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = oari_malloc(n);
@@ -163,6 +240,7 @@ void oari_cpu_block_free(void *p, size_t nbytes) {
 }
 
 void oar_memory_empty_cache(void) {
+    obj_drain(&objs);
     pthread_mutex_lock(&cache_lock);
     for (int c = 0; c < N_CLASSES; c++) {
         free_block *b = free_lists[c];

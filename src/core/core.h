@@ -60,6 +60,13 @@ OARI_HIDDEN void oari_free(void *p, size_t n);
 OARI_HIDDEN char *oari_strdup(const char *s);
 OARI_HIDDEN void oari_strfree(char *s);
 
+/* Small objects made once per op call (tensor and storage structs, tape
+ * nodes): kept in per-thread free lists when freed and reused; pass the
+ * same n to free as to alloc. Fail like oari_malloc. */
+OARI_HIDDEN void *oari_obj_alloc(size_t n);
+OARI_HIDDEN void *oari_obj_calloc(size_t n);
+OARI_HIDDEN void oari_obj_free(void *p, size_t n);
+
 /* Cached storage blocks of the CPU device (64-byte aligned). */
 OARI_HIDDEN void *oari_cpu_block_alloc(size_t nbytes);
 OARI_HIDDEN void oari_cpu_block_free(void *p, size_t nbytes);
