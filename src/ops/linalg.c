@@ -55,6 +55,8 @@ static int infer_matmul(oari_infer *c) {
 
 /* x with its last two dims swapped. */
 static oar_tensor *mT(oar_tensor *x) { return oar_transpose(x, -2, -1); }
+/* conj for complex x; x itself otherwise (oar_conj would copy a real x). */
+static oar_tensor *cj(oar_tensor *x) { return x && oar_dtype_is_complex(x->dtype) ? oar_conj(x) : x; }
 
 static int grad_matmul(oari_grad_ctx *g) {
     /* gA = gout @ B^H, gB = A^H @ gout, summed over broadcast batch dims;
@@ -64,9 +66,9 @@ static int grad_matmul(oari_grad_ctx *g) {
     if (!go) return 0;
     bool a1 = ma->ndim == 1, b1 = mb->ndim == 1;
     if (a1 && b1) { /* dot: go is 0-d */
-        if (g->needs[0] && !(g->gin[0] = oari_sum_to(oar_mul(go, oar_conj(b)), ma)))
+        if (g->needs[0] && !(g->gin[0] = oari_sum_to(oar_mul(go, cj(b)), ma)))
             return OAR_ERR_NOMEM;
-        if (g->needs[1] && !(g->gin[1] = oari_sum_to(oar_mul(go, oar_conj(a)), mb)))
+        if (g->needs[1] && !(g->gin[1] = oari_sum_to(oar_mul(go, cj(a)), mb)))
             return OAR_ERR_NOMEM;
         return 0;
     }
@@ -75,13 +77,13 @@ static int grad_matmul(oari_grad_ctx *g) {
     if (b1) g2 = oar_unsqueeze(g2, go->ndim);          /* [..., n] -> [..., n, 1] */
     if (g->needs[0]) {
         oar_tensor *b2 = b1 ? oar_unsqueeze(b, 1) : b; /* [k, 1] */
-        oar_tensor *ga = oar_matmul(g2, mT(oar_conj(b2))); /* [..., n, k] */
+        oar_tensor *ga = oar_matmul(g2, mT(cj(b2))); /* [..., n, k] */
         if (a1 && ga) ga = oar_squeeze(ga, ga->ndim - 2);
         if (!(g->gin[0] = oari_sum_to(ga, ma))) return OAR_ERR_NOMEM;
     }
     if (g->needs[1]) {
         oar_tensor *a2 = a1 ? oar_unsqueeze(a, 0) : a; /* [1, k] */
-        oar_tensor *gb = oar_matmul(mT(oar_conj(a2)), g2); /* [..., k, m] */
+        oar_tensor *gb = oar_matmul(mT(cj(a2)), g2); /* [..., k, m] */
         if (b1 && gb) gb = oar_squeeze(gb, gb->ndim - 1);
         if (!(g->gin[1] = oari_sum_to(gb, mb))) return OAR_ERR_NOMEM;
     }
