@@ -4,7 +4,8 @@
  * allocator's system allocations per step. Peer: bench/peer/mlp_step.py.
  * "mlp_step" runs on one OpenMP thread (oar's loops and OpenBLAS, which
  * share libgomp's pool), as the peer does with torch.set_num_threads(1);
- * "mlp_step_2t" on two threads, as the peer with set_num_threads(2). */
+ * "mlp_step_2t" on two threads, as the peer with set_num_threads(2).
+ * The SGD update is oar_add_scaled_ (one pass), the peer's p.add_(g, alpha=). */
 #include <oar/oar.h>
 
 #include <omp.h>
@@ -64,7 +65,7 @@ static int run(const char *name, int warm, int steps, bool counts) {
         for (int l = 0; l < 3; l++) {
             oar_tensor *ps[2] = {w[l], b[l]};
             for (int k = 0; k < 2; k++) {
-                oar_copy_(ps[k], oar_sub(ps[k], oar_mul_scalar(oar_tensor_grad(ps[k]), 0.01)));
+                oar_add_scaled_(ps[k], oar_tensor_grad(ps[k]), -0.01);
                 oar_tensor_zero_grad(ps[k]);
             }
         }

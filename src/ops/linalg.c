@@ -95,6 +95,36 @@ const oari_op_def oari_def_matmul = {
     .saved = OARI_SAVE_IN(0) | OARI_SAVE_IN(1), .infer = infer_matmul, .grad = grad_matmul,
 };
 
+/* ---- add_scaled: dst += alpha * src in place -------------------------------- */
+
+static int infer_add_scaled(oari_infer *c) {
+    const oar_tensor *dst = c->in[0], *src = c->in[1];
+    char a[200], b[200];
+    if (!oar_dtype_is_float(dst->dtype) && !oar_dtype_is_complex(dst->dtype))
+        return oari_error(OAR_ERR_INVALID, "add_scaled_: destination must be a float or complex "
+                          "tensor, got %s", oar_dtype_name(dst->dtype));
+    if (oar_dtype_is_complex(src->dtype) && !oar_dtype_is_complex(dst->dtype))
+        return oari_error(OAR_ERR_INVALID, "add_scaled_: cannot add a complex source (%s) into a "
+                          "real destination (%s)", oar_dtype_name(src->dtype),
+                          oar_dtype_name(dst->dtype));
+    int64_t shape[OAR_MAX_DIMS];
+    int nd = oari_broadcast_shapes("add_scaled_", dst->ndim, dst->shape, src->ndim, src->shape, shape);
+    if (nd < 0) return OAR_ERR_INVALID;
+    if (nd != dst->ndim || memcmp(shape, dst->shape, (size_t)nd * sizeof *shape))
+        return oari_error(OAR_ERR_INVALID, "add_scaled_: source of shape %s does not broadcast to "
+                          "the destination's shape %s", oari_shape_str(a, src->ndim, src->shape),
+                          oari_shape_str(b, dst->ndim, dst->shape));
+    oari_meta_from(&c->out[0], dst);
+    c->in_dtype[1] = dst->dtype;
+    c->kernel_dtype = dst->dtype;
+    return 0;
+}
+
+const oari_op_def oari_def_add_scaled = {
+    .name = "add_scaled", .n_in = 2, .n_out = 1, .fusion = OARI_FUSE_BROADCAST,
+    .flags = OARI_F_INPLACE | OARI_F_BROADCAST | OARI_F_NONDIFF, .infer = infer_add_scaled,
+};
+
 /* ---- public functions ------------------------------------------------------ */
 
 static bool null_input(const char *op, oar_tensor *a, oar_tensor *b) {
@@ -463,4 +493,12 @@ oar_tensor *oar_einsum(const char *equation, int n, oar_tensor *const *xs) {
     oar_pool *p = oar_pool_push();
     oar_tensor *r = einsum_impl(equation, n, xs);
     return oari_pool_return(p, r);
+}
+
+int oar_add_scaled_(oar_tensor *dst, oar_tensor *src, double alpha) {
+    oar_tensor *in[2] = {dst, src}, *r = NULL;
+    oari_attrs a = {.nf = 1, .f = {alpha}};
+    int st = oari_dispatch(OARI_OP_add_scaled, 2, in, &a, &r);
+    oar_tensor_release(r);
+    return st;
 }

@@ -277,3 +277,33 @@ const oari_cpu_kernels oari_cpu_k_matmul = {
     [OAR_F32] = k_matmul_blas, [OAR_F64] = k_matmul_blas, [OAR_C64] = k_matmul_blas,
     [OAR_C128] = k_matmul_blas,
 };
+
+/* add_scaled: out (= in[0]) += alpha * in[1], in[1] expanded by dispatch. */
+#define AXPY_LOOP(NAME, T, S)                                                       \
+    static void NAME(char **p, const int64_t *s, int64_t n, void *ctx) {            \
+        const S alpha = *(const S *)ctx;                                            \
+        T *o = (T *)p[0];                                                           \
+        const T *d = (const T *)p[1], *x = (const T *)p[2];                         \
+        if (s[0] == 1 && s[1] == 1 && s[2] == 1) {                                  \
+            _Pragma("omp simd")                                                     \
+            for (int64_t i = 0; i < n; i++) o[i] = d[i] + alpha * x[i];             \
+        } else {                                                                    \
+            for (int64_t i = 0; i < n; i++)                                         \
+                o[i * s[0]] = d[i * s[1]] + alpha * x[i * s[2]];                    \
+        }                                                                           \
+    }                                                                               \
+    static int k_##NAME(void *ctx, const oar_kernel_call *c) {                      \
+        (void)ctx;                                                                  \
+        S alpha = (S)c->fattr[0];                                                   \
+        oari_iter_call(c, NAME, &alpha);                                            \
+        return 0;                                                                   \
+    }
+AXPY_LOOP(axpy_f32, float, float)
+AXPY_LOOP(axpy_f64, double, double)
+AXPY_LOOP(axpy_c64, c64_t, float)
+AXPY_LOOP(axpy_c128, c128_t, double)
+
+const oari_cpu_kernels oari_cpu_k_add_scaled = {
+    [OAR_F32] = k_axpy_f32, [OAR_F64] = k_axpy_f64, [OAR_C64] = k_axpy_c64,
+    [OAR_C128] = k_axpy_c128,
+};
