@@ -20,6 +20,7 @@ oar_pool *oar_pool_push(void) {
     } else {
         p = oari_calloc(1, sizeof *p);
         if (!p) return NULL;
+        oari_thread_register(); /* spare pools are freed at the thread's exit */
     }
     p->n = 0;
     p->parent = top;
@@ -63,4 +64,13 @@ oar_tensor *oari_pool_return(oar_pool *p, oar_tensor *r) {
     oar_tensor_retain(r);
     oar_pool_pop(p);
     return oari_pool_adopt(r);
+}
+
+void oari_pool_trim(void) {
+    while (spare) {
+        oar_pool *p = spare;
+        spare = p->parent;
+        oari_free(p->items, p->cap * sizeof *p->items);
+        oari_free(p, sizeof *p);
+    }
 }
