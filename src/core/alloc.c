@@ -58,7 +58,8 @@ void oari_free(void *p, size_t n) {
  * most OBJ_KEEP each), then one per power of two up to OBJ_MAX (at most
  * OBJ_KEEP_BIG each). The calling thread's lists go back to the hook in
  * oar_memory_empty_cache, another thread's at its exit (the pthread key's
- * destructor), with its spare pools. */
+ * destructor), with its spare pools (a thread keeps those while it lives:
+ * pushing a pool must not fail after an oar_memory_empty_cache). */
 
 #define OBJ_SMALL 2048
 #define OBJ_SMALL_CLASSES (OBJ_SMALL / 64)
@@ -286,7 +287,6 @@ void oari_cpu_block_free(void *p, size_t nbytes) {
 }
 
 void oar_memory_empty_cache(void) {
-    oari_pool_trim();
     obj_drain(&objs);
     pthread_mutex_lock(&cache_lock);
     for (int c = 0; c < N_CLASSES; c++) {

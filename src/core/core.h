@@ -71,7 +71,7 @@ OARI_HIDDEN void oari_obj_free(void *p, size_t n);
 /* This thread's object lists and spare pools go back to the hook when it
  * exits (called on first use of either). */
 OARI_HIDDEN void oari_thread_register(void);
-/* Frees this thread's spare (popped) pools; by oar_memory_empty_cache. */
+/* Frees this thread's spare (popped) pools; at the thread's exit. */
 OARI_HIDDEN void oari_pool_trim(void);
 
 /* Cached storage blocks of the CPU device (64-byte aligned). */
