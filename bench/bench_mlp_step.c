@@ -1,9 +1,14 @@
 /* A training step of the MLP 784-512-512-10 (batch 128, SGD) written with
  * plain ops and autograd: time per step, minor page faults per step
  * (getrusage; the block cache should keep them near zero once warm) and the
- * allocator's system allocations per step. Peer: bench/peer/mlp_step.py. */
+ * allocator's system allocations per step. Peer: bench/peer/mlp_step.py.
+ * "mlp_step" runs on one OpenMP thread (oar's loops and OpenBLAS, which
+ * share libgomp's pool), as the peer does with torch.set_num_threads(1);
+ * "mlp_step_2t" on two threads, as the peer with set_num_threads(2).
+ * The SGD update is oar_add_scaled_ (one pass), the peer's p.add_(g, alpha=). */
 #include <oar/oar.h>
 
+#include <omp.h>
 #include <stdio.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -31,14 +36,11 @@ static oar_tensor *param(int64_t rows, int64_t cols) {
     return p;
 }
 
-int main(void) {
-    oar_manual_seed(0);
-    oar_tensor *w[3] = {param(784, 512), param(512, 512), param(512, 10)};
-    oar_tensor *b[3] = {param(512, 0), param(512, 0), param(10, 0)};
-    int64_t xs[2] = {128, 784}, ys[1] = {128};
-    oar_tensor *x = oar_randn(OAR_F32, 2, xs);
-    oar_tensor *y = oar_randint(0, 10, OAR_I64, 1, ys);
-    const int warm = 5, steps = 50;
+static oar_tensor *w[3], *b[3], *x, *y;
+
+/* Times `steps` training steps after `warm` ones; prints the figures
+ * under `name` (with the fault and allocation counts when `counts`). */
+static int run(const char *name, int warm, int steps, bool counts) {
     double t0 = 0;
     long f0 = 0;
     oar_memory_stats m0, m1;
@@ -63,7 +65,7 @@ int main(void) {
         for (int l = 0; l < 3; l++) {
             oar_tensor *ps[2] = {w[l], b[l]};
             for (int k = 0; k < 2; k++) {
-                oar_copy_(ps[k], oar_sub(ps[k], oar_mul_scalar(oar_tensor_grad(ps[k]), 0.01)));
+                oar_add_scaled_(ps[k], oar_tensor_grad(ps[k]), -0.01);
                 oar_tensor_zero_grad(ps[k]);
             }
         }
@@ -73,15 +75,32 @@ int main(void) {
     double ms = (now() - t0) * 1e3 / steps;
     long faults = minor_faults() - f0;
     oar_memory_stats_get(&m1);
-    printf("oar mlp_step %.3f ms\n", ms);
-    printf("oar mlp_minor_faults_per_step %.2f faults\n", (double)faults / steps);
-    printf("oar mlp_system_allocs_per_step %.2f allocs\n",
-           (double)(m1.n_system_allocs - m0.n_system_allocs) / steps);
+    printf("oar %s %.3f ms\n", name, ms);
+    if (counts) {
+        printf("oar mlp_minor_faults_per_step %.2f faults\n", (double)faults / steps);
+        printf("oar mlp_system_allocs_per_step %.2f allocs\n",
+               (double)(m1.n_system_allocs - m0.n_system_allocs) / steps);
+    }
+    return 0;
+}
+
+int main(void) {
+    oar_manual_seed(0);
+    w[0] = param(784, 512), w[1] = param(512, 512), w[2] = param(512, 10);
+    b[0] = param(512, 0), b[1] = param(512, 0), b[2] = param(10, 0);
+    int64_t xs[2] = {128, 784}, ys[1] = {128};
+    x = oar_randn(OAR_F32, 2, xs);
+    y = oar_randint(0, 10, OAR_I64, 1, ys);
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    int st = run("mlp_step", 5, 50, true);
+    omp_set_num_threads(threads < 2 ? 2 : threads);
+    if (!st) st = run("mlp_step_2t", 5, 50, false);
     for (int l = 0; l < 3; l++) {
         oar_tensor_release(w[l]);
         oar_tensor_release(b[l]);
     }
     oar_tensor_release(x);
     oar_tensor_release(y);
-    return 0;
+    return st;
 }

@@ -248,6 +248,13 @@ OAR_API oar_tensor *oar_detach(oar_tensor *x);
 /* In place; 0 on success. copy_ broadcasts and casts src into dst. */
 OAR_API int oar_fill_(oar_tensor *t, double value);
 OAR_API int oar_copy_(oar_tensor *dst, oar_tensor *src);
+/* dst += alpha * src in place (torch's dst.add_(src, alpha=alpha)), in one
+ * pass: src broadcasts to dst's shape and is cast to dst's dtype, which
+ * must be float or complex. Not differentiable: like copy_, it fails on a
+ * dst that requires grad unless under oar_no_grad_push (an optimizer
+ * update). 0 on success; an error naming add_scaled_ and the shapes or
+ * dtypes otherwise. */
+OAR_API int oar_add_scaled_(oar_tensor *dst, oar_tensor *src, double alpha);
 
 #ifdef __cplusplus
 }

@@ -35,7 +35,7 @@ typedef struct engine {
 static int add_node(engine *e, struct oari_node *n) {
     if (e->n == e->cap) {
         int cap = e->cap ? e->cap * 2 : 64;
-        slot *s = oari_realloc(e->slots, (size_t)e->cap * sizeof *s, (size_t)cap * sizeof *s);
+        slot *s = oari_obj_realloc(e->slots, (size_t)e->cap * sizeof *s, (size_t)cap * sizeof *s);
         if (!s) return OAR_ERR_NOMEM;
         e->slots = s;
         e->cap = cap;
@@ -43,7 +43,7 @@ static int add_node(engine *e, struct oari_node *n) {
     if (e->ngrads + n->n_out > e->capgrads) {
         int cap = e->capgrads ? e->capgrads * 2 : 128;
         while (cap < e->ngrads + n->n_out) cap *= 2;
-        oar_tensor **g = oari_realloc(e->grads, (size_t)e->capgrads * sizeof *g, (size_t)cap * sizeof *g);
+        oar_tensor **g = oari_obj_realloc(e->grads, (size_t)e->capgrads * sizeof *g, (size_t)cap * sizeof *g);
         if (!g) return OAR_ERR_NOMEM;
         memset(g + e->capgrads, 0, (size_t)(cap - e->capgrads) * sizeof *g);
         e->grads = g;
@@ -61,9 +61,9 @@ static int add_node(engine *e, struct oari_node *n) {
 static void engine_free(engine *e) {
     for (int i = 0; i < e->n; i++) e->slots[i].node->bw_slot = -1;
     for (int i = 0; i < e->ngrads; i++) oar_tensor_release(e->grads[i]);
-    oari_free(e->slots, (size_t)e->cap * sizeof *e->slots);
-    oari_free(e->grads, (size_t)e->capgrads * sizeof *e->grads);
-    oari_free(e->order, (size_t)e->norder * sizeof *e->order);
+    oari_obj_free(e->slots, (size_t)e->cap * sizeof *e->slots);
+    oari_obj_free(e->grads, (size_t)e->capgrads * sizeof *e->grads);
+    oari_obj_free(e->order, (size_t)e->norder * sizeof *e->order);
 }
 
 /* *acc += g (g borrowed; *acc owned). Sums are ops, so they are recorded
@@ -218,7 +218,7 @@ static int run_graph(engine *e) {
     }
     if (st) return st;
     e->norder = e->n ? e->n : 1;
-    if (!(e->order = oari_malloc((size_t)e->norder * sizeof *e->order))) return OAR_ERR_NOMEM;
+    if (!(e->order = oari_obj_alloc((size_t)e->norder * sizeof *e->order))) return OAR_ERR_NOMEM;
     int head = 0, tail = 0;
     for (int k = 0; k < e->n; k++)
         if (e->slots[k].deps == 0) e->order[tail++] = k;
@@ -306,8 +306,8 @@ static int engine_run(int n_out, oar_tensor *const *outputs, oar_tensor *const *
     };
     int st = 0;
     if (grad_mode) {
-        e.res = oari_calloc((size_t)n_in, sizeof *e.res);
-        e.reached = oari_calloc((size_t)n_in, sizeof *e.reached);
+        e.res = oari_obj_calloc((size_t)n_in * sizeof *e.res);
+        e.reached = oari_obj_calloc((size_t)n_in * sizeof *e.reached);
         if (!e.res || !e.reached) st = OAR_ERR_NOMEM;
     }
     int old_depth = oari_grad_mode_set_depth(e.create_graph ? 0 : 1);
@@ -374,8 +374,8 @@ static int engine_run(int n_out, oar_tensor *const *outputs, oar_tensor *const *
         for (int i = 0; i < e.n_in; i++) {
             grads[i] = NULL; /* pool-owned ones are freed with the pool */
         }
-    if (e.res) oari_free(e.res, (size_t)n_in * sizeof *e.res);
-    if (e.reached) oari_free(e.reached, (size_t)n_in * sizeof *e.reached);
+    if (e.res) oari_obj_free(e.res, (size_t)n_in * sizeof *e.res);
+    if (e.reached) oari_obj_free(e.reached, (size_t)n_in * sizeof *e.reached);
     return st;
 }
 

@@ -35,7 +35,7 @@ int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_in, oar_tens
     size_t n_meta = (size_t)(n_in + n_out);
     size_t size = head + n_meta * sizeof(oari_meta) + (size_t)n_in * sizeof(oari_edge) +
                   n_meta * sizeof(oari_saved);
-    struct oari_node *n = oari_calloc(1, size);
+    struct oari_node *n = oari_obj_calloc(size);
     if (!n) return OAR_ERR_NOMEM;
     char *p = (char *)n + head;
     n->in_meta = (oari_meta *)p;
@@ -126,7 +126,7 @@ void oari_node_release(struct oari_node *n) {
             }
         }
         oari_node_release_saved(cur);
-        oari_free(cur, node_size(cur));
+        oari_obj_free(cur, node_size(cur));
     }
 }
 

@@ -51,6 +51,130 @@ void oari_free(void *p, size_t n) {
     if (p) alloc_fn(alloc_ctx, p, n, 0);
 }
 
+/* ---- small objects ------------------------------------------------------
+ * Tensor and storage structs, tape nodes and the backward engine's arrays
+ * are made and dropped once per op call or backward. Freed ones stay in
+ * per-thread free lists and are handed out again, so a steady loop calls
+ * the hook for none of them: one list per 64-byte class up to 2 KiB (at
+ * most OBJ_KEEP each), then one per power of two up to OBJ_MAX (at most
+ * OBJ_KEEP_BIG each). The calling thread's lists go back to the hook in
+ * oar_memory_empty_cache, another thread's at its exit (the pthread key's
+ * destructor), with its spare pools (a thread keeps those while it lives:
+ * pushing a pool must not fail after an oar_memory_empty_cache). */
+
+#define OBJ_SMALL 2048
+#define OBJ_SMALL_CLASSES (OBJ_SMALL / 64)
+#define OBJ_MAX (64 * 1024)
+#define OBJ_CLASSES (OBJ_SMALL_CLASSES + 5) /* 4, 8, 16, 32, 64 KiB */
+#define OBJ_KEEP 4096
+#define OBJ_KEEP_BIG 16
+
+typedef struct obj_cache {
+    void *head[OBJ_CLASSES];
+    int count[OBJ_CLASSES];
+    bool registered;
+} obj_cache;
+
+static _Thread_local obj_cache objs;
+static pthread_key_t obj_key;
+static pthread_once_t obj_once = PTHREAD_ONCE_INIT;
+
+/* Class of an n-byte object (0 < n <= OBJ_MAX) and its rounded size. */
+static int obj_class(size_t n, size_t *size) {
+    if (n <= OBJ_SMALL) {
+        int k = (int)((n - 1) / 64);
+        *size = (size_t)(k + 1) * 64;
+        return k;
+    }
+    int k = OBJ_SMALL_CLASSES;
+    size_t c = 2 * OBJ_SMALL;
+    while (c < n) c *= 2, k++;
+    *size = c;
+    return k;
+}
+
+static size_t obj_class_size(int k) {
+    return k < OBJ_SMALL_CLASSES ? (size_t)(k + 1) * 64
+                                 : (size_t)2 * OBJ_SMALL << (k - OBJ_SMALL_CLASSES);
+}
+
+static void obj_drain(obj_cache *c) {
+    for (int k = 0; k < OBJ_CLASSES; k++) {
+        void *p = c->head[k];
+        while (p) {
+            void *next = *(void **)p;
+            alloc_fn(alloc_ctx, p, obj_class_size(k), 0);
+            p = next;
+        }
+        c->head[k] = NULL;
+        c->count[k] = 0;
+    }
+}
+
+static void obj_thread_exit(void *c) {
+    oari_pool_trim();
+    obj_drain(c);
+}
+static void obj_key_init(void) { pthread_key_create(&obj_key, obj_thread_exit); }
+
+/* Makes sure this thread's lists and spare pools are handed back at its exit. */
+void oari_thread_register(void) {
+    if (objs.registered) return;
+    pthread_once(&obj_once, obj_key_init);
+    pthread_setspecific(obj_key, &objs);
+    objs.registered = true;
+}
+
+void *oari_obj_alloc(size_t n) {
+    if (n == 0 || n > OBJ_MAX) return oari_malloc(n);
+    size_t size;
+    int k = obj_class(n, &size);
+    void *p = objs.head[k];
+    if (p) {
+        objs.head[k] = *(void **)p;
+        objs.count[k]--;
+        return p;
+    }
+    return oari_malloc(size);
+}
+
+void *oari_obj_calloc(size_t n) {
+    void *p = oari_obj_alloc(n);
+    if (p) memset(p, 0, n);
+    return p;
+}
+
+void oari_obj_free(void *p, size_t n) {
+    if (!p) return;
+    if (n == 0 || n > OBJ_MAX) {
+        oari_free(p, n);
+        return;
+    }
+    size_t size;
+    int k = obj_class(n, &size);
+    if (objs.count[k] >= (k < OBJ_SMALL_CLASSES ? OBJ_KEEP : OBJ_KEEP_BIG)) {
+        alloc_fn(alloc_ctx, p, size, 0);
+        return;
+    }
+    oari_thread_register();
+    *(void **)p = objs.head[k];
+    objs.head[k] = p;
+    objs.count[k]++;
+}
+
+void *oari_obj_realloc(void *p, size_t old_n, size_t new_n) {
+    if (!p) return oari_obj_alloc(new_n);
+    size_t old_size = 0, new_size = 0;
+    if (old_n && old_n <= OBJ_MAX && new_n && new_n <= OBJ_MAX &&
+        obj_class(old_n, &old_size) == obj_class(new_n, &new_size))
+        return p;
+    void *q = oari_obj_alloc(new_n);
+    if (!q) return NULL;
+    memcpy(q, p, old_n < new_n ? old_n : new_n);
+    oari_obj_free(p, old_n);
+    return q;
+}
+
 char *oari_strdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = oari_malloc(n);
@@ -167,6 +291,7 @@ void oari_cpu_block_free(void *p, size_t nbytes) {
 }
 
 void oar_memory_empty_cache(void) {
+    obj_drain(&objs);
     pthread_mutex_lock(&cache_lock);
     for (int c = 0; c < N_CLASSES; c++) {
         free_block *b = free_lists[c];

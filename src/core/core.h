@@ -60,6 +60,20 @@ OARI_HIDDEN void oari_free(void *p, size_t n);
 OARI_HIDDEN char *oari_strdup(const char *s);
 OARI_HIDDEN void oari_strfree(char *s);
 
+/* Small objects made once per op call or backward (tensor and storage
+ * structs, tape nodes, engine arrays up to 64 KiB): kept in per-thread free
+ * lists when freed and reused; pass the same n to free (and as old_n to
+ * realloc) as was asked for. Fail like oari_malloc / oari_realloc. */
+OARI_HIDDEN void *oari_obj_alloc(size_t n);
+OARI_HIDDEN void *oari_obj_calloc(size_t n);
+OARI_HIDDEN void *oari_obj_realloc(void *p, size_t old_n, size_t new_n);
+OARI_HIDDEN void oari_obj_free(void *p, size_t n);
+/* This thread's object lists and spare pools go back to the hook when it
+ * exits (called on first use of either). */
+OARI_HIDDEN void oari_thread_register(void);
+/* Frees this thread's spare (popped) pools; at the thread's exit. */
+OARI_HIDDEN void oari_pool_trim(void);
+
 /* Cached storage blocks of the CPU device (64-byte aligned). */
 OARI_HIDDEN void *oari_cpu_block_alloc(size_t nbytes);
 OARI_HIDDEN void oari_cpu_block_free(void *p, size_t nbytes);

@@ -4,8 +4,6 @@
  * push/pop allocates nothing. */
 #include "core.h"
 
-#include <pthread.h>
-
 struct oar_pool {
     oar_tensor **items;
     size_t n, cap;
@@ -15,23 +13,6 @@ struct oar_pool {
 static _Thread_local oar_pool *top;
 static _Thread_local oar_pool *spare; /* popped pools kept for reuse, linked by parent */
 
-/* A thread's recycled pools are freed when it exits: a pthread key whose
- * destructor runs at thread exit (set once the thread first keeps one). */
-static pthread_key_t spare_key;
-static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
-
-static void free_spares(void *unused) {
-    (void)unused;
-    while (spare) {
-        oar_pool *p = spare;
-        spare = p->parent;
-        oari_free(p->items, p->cap * sizeof *p->items);
-        oari_free(p, sizeof *p);
-    }
-}
-
-static void make_key(void) { pthread_key_create(&spare_key, free_spares); }
-
 oar_pool *oar_pool_push(void) {
     oar_pool *p = spare;
     if (p) {
@@ -39,6 +20,7 @@ oar_pool *oar_pool_push(void) {
     } else {
         p = oari_calloc(1, sizeof *p);
         if (!p) return NULL;
+        oari_thread_register(); /* spare pools are freed at the thread's exit */
     }
     p->n = 0;
     p->parent = top;
@@ -58,11 +40,6 @@ void oar_pool_pop(oar_pool *p) {
     for (size_t i = p->n; i-- > 0;) oar_tensor_release(p->items[i]);
     p->n = 0;
     p->parent = spare;
-    if (!spare) {
-        /* the key's value only has to be non-NULL for the destructor to run */
-        pthread_once(&spare_once, make_key);
-        pthread_setspecific(spare_key, p);
-    }
     spare = p;
 }
 
@@ -87,4 +64,13 @@ oar_tensor *oari_pool_return(oar_pool *p, oar_tensor *r) {
     oar_tensor_retain(r);
     oar_pool_pop(p);
     return oari_pool_adopt(r);
+}
+
+void oari_pool_trim(void) {
+    while (spare) {
+        oar_pool *p = spare;
+        spare = p->parent;
+        oari_free(p->items, p->cap * sizeof *p->items);
+        oari_free(p, sizeof *p);
+    }
 }

@@ -70,7 +70,7 @@ oar_tensor *oari_tensor_make(oari_storage *storage, oar_dtype dtype, int ndim,
                              const int64_t *shape, const int64_t *strides, int64_t offset) {
     int64_t numel = oari_shape_numel("tensor", ndim, shape);
     if (numel < 0) return NULL;
-    oar_tensor *t = oari_calloc(1, sizeof *t);
+    oar_tensor *t = oari_obj_calloc(sizeof *t);
     if (!t) return NULL;
     t->refcount = 1;
     t->dtype = dtype;
@@ -101,14 +101,14 @@ oar_tensor *oari_tensor_empty(oar_device *device, oar_dtype dtype, int ndim,
         return NULL;
     }
     if (!device) device = oari_device_cpu();
-    oari_storage *s = oari_calloc(1, sizeof *s);
+    oari_storage *s = oari_obj_calloc(sizeof *s);
     if (!s) return NULL;
     s->refcount = 1;
     s->nbytes = (size_t)numel * oar_dtype_size(dtype);
     s->device = device;
     s->data = oari_device_alloc(device, s->nbytes);
     if (!s->data) {
-        oari_free(s, sizeof *s);
+        oari_obj_free(s, sizeof *s);
         return NULL;
     }
     /* The tensor retains the storage; drop our own reference. */
@@ -127,7 +127,7 @@ oar_tensor *oari_tensor_view(oar_tensor *x, int ndim, const int64_t *shape,
 void oari_storage_release(oari_storage *s) {
     if (!s || __atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
     oari_device_free(s->device, s->data, s->nbytes);
-    oari_free(s, sizeof *s);
+    oari_obj_free(s, sizeof *s);
 }
 
 void oari_storage_bump_version(oari_storage *s) {
@@ -145,7 +145,7 @@ void oar_tensor_release(oar_tensor *t) {
     oar_tensor_release(t->grad);
     if (t->dist) oari_dist_attr_free(t->dist);
     if (t->grad_fn) oari_node_release(t->grad_fn);
-    oari_free(t, sizeof *t);
+    oari_obj_free(t, sizeof *t);
 }
 
 void oari_ktensor(const oar_tensor *t, oar_ktensor *k) {

@@ -55,6 +55,8 @@ static int infer_matmul(oari_infer *c) {
 
 /* x with its last two dims swapped. */
 static oar_tensor *mT(oar_tensor *x) { return oar_transpose(x, -2, -1); }
+/* conj for complex x; x itself otherwise (oar_conj would copy a real x). */
+static oar_tensor *cj(oar_tensor *x) { return x && oar_dtype_is_complex(x->dtype) ? oar_conj(x) : x; }
 
 static int grad_matmul(oari_grad_ctx *g) {
     /* gA = gout @ B^H, gB = A^H @ gout, summed over broadcast batch dims;
@@ -64,9 +66,9 @@ static int grad_matmul(oari_grad_ctx *g) {
     if (!go) return 0;
     bool a1 = ma->ndim == 1, b1 = mb->ndim == 1;
     if (a1 && b1) { /* dot: go is 0-d */
-        if (g->needs[0] && !(g->gin[0] = oari_sum_to(oar_mul(go, oar_conj(b)), ma)))
+        if (g->needs[0] && !(g->gin[0] = oari_sum_to(oar_mul(go, cj(b)), ma)))
             return OAR_ERR_NOMEM;
-        if (g->needs[1] && !(g->gin[1] = oari_sum_to(oar_mul(go, oar_conj(a)), mb)))
+        if (g->needs[1] && !(g->gin[1] = oari_sum_to(oar_mul(go, cj(a)), mb)))
             return OAR_ERR_NOMEM;
         return 0;
     }
@@ -75,13 +77,13 @@ static int grad_matmul(oari_grad_ctx *g) {
     if (b1) g2 = oar_unsqueeze(g2, go->ndim);          /* [..., n] -> [..., n, 1] */
     if (g->needs[0]) {
         oar_tensor *b2 = b1 ? oar_unsqueeze(b, 1) : b; /* [k, 1] */
-        oar_tensor *ga = oar_matmul(g2, mT(oar_conj(b2))); /* [..., n, k] */
+        oar_tensor *ga = oar_matmul(g2, mT(cj(b2))); /* [..., n, k] */
         if (a1 && ga) ga = oar_squeeze(ga, ga->ndim - 2);
         if (!(g->gin[0] = oari_sum_to(ga, ma))) return OAR_ERR_NOMEM;
     }
     if (g->needs[1]) {
         oar_tensor *a2 = a1 ? oar_unsqueeze(a, 0) : a; /* [1, k] */
-        oar_tensor *gb = oar_matmul(mT(oar_conj(a2)), g2); /* [..., k, m] */
+        oar_tensor *gb = oar_matmul(mT(cj(a2)), g2); /* [..., k, m] */
         if (b1 && gb) gb = oar_squeeze(gb, gb->ndim - 1);
         if (!(g->gin[1] = oari_sum_to(gb, mb))) return OAR_ERR_NOMEM;
     }
@@ -91,6 +93,36 @@ static int grad_matmul(oari_grad_ctx *g) {
 const oari_op_def oari_def_matmul = {
     .name = "matmul", .n_in = 2, .n_out = 1, .fusion = OARI_FUSE_OPAQUE,
     .saved = OARI_SAVE_IN(0) | OARI_SAVE_IN(1), .infer = infer_matmul, .grad = grad_matmul,
+};
+
+/* ---- add_scaled: dst += alpha * src in place -------------------------------- */
+
+static int infer_add_scaled(oari_infer *c) {
+    const oar_tensor *dst = c->in[0], *src = c->in[1];
+    char a[200], b[200];
+    if (!oar_dtype_is_float(dst->dtype) && !oar_dtype_is_complex(dst->dtype))
+        return oari_error(OAR_ERR_INVALID, "add_scaled_: destination must be a float or complex "
+                          "tensor, got %s", oar_dtype_name(dst->dtype));
+    if (oar_dtype_is_complex(src->dtype) && !oar_dtype_is_complex(dst->dtype))
+        return oari_error(OAR_ERR_INVALID, "add_scaled_: cannot add a complex source (%s) into a "
+                          "real destination (%s)", oar_dtype_name(src->dtype),
+                          oar_dtype_name(dst->dtype));
+    int64_t shape[OAR_MAX_DIMS];
+    int nd = oari_broadcast_shapes("add_scaled_", dst->ndim, dst->shape, src->ndim, src->shape, shape);
+    if (nd < 0) return OAR_ERR_INVALID;
+    if (nd != dst->ndim || memcmp(shape, dst->shape, (size_t)nd * sizeof *shape))
+        return oari_error(OAR_ERR_INVALID, "add_scaled_: source of shape %s does not broadcast to "
+                          "the destination's shape %s", oari_shape_str(a, src->ndim, src->shape),
+                          oari_shape_str(b, dst->ndim, dst->shape));
+    oari_meta_from(&c->out[0], dst);
+    c->in_dtype[1] = dst->dtype;
+    c->kernel_dtype = dst->dtype;
+    return 0;
+}
+
+const oari_op_def oari_def_add_scaled = {
+    .name = "add_scaled", .n_in = 2, .n_out = 1, .fusion = OARI_FUSE_BROADCAST,
+    .flags = OARI_F_INPLACE | OARI_F_BROADCAST | OARI_F_NONDIFF, .infer = infer_add_scaled,
 };
 
 /* ---- public functions ------------------------------------------------------ */
@@ -461,4 +493,12 @@ oar_tensor *oar_einsum(const char *equation, int n, oar_tensor *const *xs) {
     oar_pool *p = oar_pool_push();
     oar_tensor *r = einsum_impl(equation, n, xs);
     return oari_pool_return(p, r);
+}
+
+int oar_add_scaled_(oar_tensor *dst, oar_tensor *src, double alpha) {
+    oar_tensor *in[2] = {dst, src}, *r = NULL;
+    oari_attrs a = {.nf = 1, .f = {alpha}};
+    int st = oari_dispatch(OARI_OP_add_scaled, 2, in, &a, &r);
+    oar_tensor_release(r);
+    return st;
 }

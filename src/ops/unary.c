@@ -132,7 +132,9 @@ static int grad_cosh(oari_grad_ctx *g) { return chain(g, oar_sinh(X(g))); }
 static int grad_tanh(oari_grad_ctx *g) { return chain(g, oar_sub(sc(1), oar_square(Y(g)))); }
 static int grad_sigmoid(oari_grad_ctx *g) { return chain(g, oar_mul(Y(g), oar_sub(sc(1), Y(g)))); }
 static int grad_relu(oari_grad_ctx *g) {
-    g->gin[0] = oar_mul(g->gout[0], oar_gt(X(g), sc(0)));
+    /* sign(y) is 1 where x > 0 and 0 elsewhere, in x's dtype: two plain
+     * float passes (a bool mask costs a slow cast before the product) */
+    g->gin[0] = oar_mul(g->gout[0], oar_sign(Y(g)));
     return done(g);
 }
 static int grad_relu6(oari_grad_ctx *g) {
@@ -256,7 +258,7 @@ UNARY_DEF(sinh,       U_FLOAT_RC, true,  true,  grad_sinh,       SX, 0)
 UNARY_DEF(cosh,       U_FLOAT_RC, true,  true,  grad_cosh,       SX, 0)
 UNARY_DEF(tanh,       U_FLOAT_RC, true,  true,  grad_tanh,       SY, 0)
 UNARY_DEF(sigmoid,    U_FLOAT_RC, true,  true,  grad_sigmoid,    SY, 0)
-UNARY_DEF(relu,       U_SAME,     false, false, grad_relu,       SX, 0)
+UNARY_DEF(relu,       U_SAME,     false, false, grad_relu,       SY, 0)
 UNARY_DEF(relu6,      U_SAME,     false, false, grad_relu6,      SX, 0)
 UNARY_DEF_ONLY(leaky_relu, U_FLOAT, false, true, grad_leaky_relu, SX, 0)
 UNARY_DEF_ONLY(elu,   U_FLOAT,    false, true,  grad_elu,        SX, 0)

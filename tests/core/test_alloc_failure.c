@@ -57,6 +57,7 @@ static void test_every_allocation_fails_cleanly(void) {
 
     int failures = 0, n;
     for (n = 0; n < 100000; n++) {
+        oar_memory_empty_cache(); /* cold caches: the step allocates everything it uses */
         n_calls = 0;
         fail_at = n;
         oar_clear_error();
@@ -85,8 +86,8 @@ static void test_every_allocation_fails_cleanly(void) {
             break;
         }
     }
-    printf("failed each of %d allocations of a forward+backward step\n", n);
-    CHECK(failures > 50);
+    printf("failed each of %d allocations of a forward+backward step (%d failures)\n", n, failures);
+    CHECK(failures > n / 2); /* most of a step's allocations are ones whose failure must surface */
     CHECK(n < 100000);
     oar_tensor *all[5] = {w1, b1, w2, x, y};
     for (int i = 0; i < 5; i++) oar_tensor_release(all[i]);

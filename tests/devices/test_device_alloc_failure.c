@@ -56,6 +56,7 @@ static void test_every_allocation_fails_cleanly(void) {
     long base_live = live;
     int failures = 0, n;
     for (n = 0; n < 100000; n++) {
+        oar_memory_empty_cache(); /* cold caches: the step allocates everything it uses */
         n_calls = 0;
         fail_at = n;
         oar_clear_error();
@@ -83,7 +84,7 @@ static void test_every_allocation_fails_cleanly(void) {
         }
     }
     printf("failed each of %d allocations of a device step\n", n);
-    CHECK(failures > 50);
+    CHECK(failures > n / 2 && n > 10);
     CHECK(n < 100000);
     oar_tensor_release(w);
     oar_tensor_release(x);

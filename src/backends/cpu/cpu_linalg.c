@@ -229,12 +229,16 @@ static int k_matmul_blas(void *ctx, const oar_kernel_call *call) {
         /* many small products: one thread per product (BLAS then runs
          * single-threaded inside the parallel region) */
         bool par = s.nb > 1 && s.n * s.m * s.k < (int64_t)1 << 21;
+        if (s.nb == 1) { /* no OpenMP region around a single BLAS call */
+            product(dt, &s, la, lb, a.data, lda, b.data, ldb, out);
+        } else {
 #pragma omp parallel for if (par) schedule(static)
-        for (int64_t bi = 0; bi < s.nb; bi++) {
-            int64_t oa, ob;
-            batch_offsets(&s, &a, &b, bi, &oa, &ob);
-            product(dt, &s, la, lb, a.data + oa * (int64_t)es, lda, b.data + ob * (int64_t)es, ldb,
-                    out + bi * mat * (int64_t)es);
+            for (int64_t bi = 0; bi < s.nb; bi++) {
+                int64_t oa, ob;
+                batch_offsets(&s, &a, &b, bi, &oa, &ob);
+                product(dt, &s, la, lb, a.data + oa * (int64_t)es, lda,
+                        b.data + ob * (int64_t)es, ldb, out + bi * mat * (int64_t)es);
+            }
         }
     }
     oari_free(bufs[0], sizes[0]);
@@ -276,4 +280,34 @@ const oari_cpu_kernels oari_cpu_k_matmul = {
     [OAR_U8] = k_matmul_u8, [OAR_I32] = k_matmul_i32, [OAR_I64] = k_matmul_i64,
     [OAR_F32] = k_matmul_blas, [OAR_F64] = k_matmul_blas, [OAR_C64] = k_matmul_blas,
     [OAR_C128] = k_matmul_blas,
+};
+
+/* add_scaled: out (= in[0]) += alpha * in[1], in[1] expanded by dispatch. */
+#define AXPY_LOOP(NAME, T, S)                                                       \
+    static void NAME(char **p, const int64_t *s, int64_t n, void *ctx) {            \
+        const S alpha = *(const S *)ctx;                                            \
+        T *o = (T *)p[0];                                                           \
+        const T *d = (const T *)p[1], *x = (const T *)p[2];                         \
+        if (s[0] == 1 && s[1] == 1 && s[2] == 1) {                                  \
+            _Pragma("omp simd")                                                     \
+            for (int64_t i = 0; i < n; i++) o[i] = d[i] + alpha * x[i];             \
+        } else {                                                                    \
+            for (int64_t i = 0; i < n; i++)                                         \
+                o[i * s[0]] = d[i * s[1]] + alpha * x[i * s[2]];                    \
+        }                                                                           \
+    }                                                                               \
+    static int k_##NAME(void *ctx, const oar_kernel_call *c) {                      \
+        (void)ctx;                                                                  \
+        S alpha = (S)c->fattr[0];                                                   \
+        oari_iter_call(c, NAME, &alpha);                                            \
+        return 0;                                                                   \
+    }
+AXPY_LOOP(axpy_f32, float, float)
+AXPY_LOOP(axpy_f64, double, double)
+AXPY_LOOP(axpy_c64, c64_t, float)
+AXPY_LOOP(axpy_c128, c128_t, double)
+
+const oari_cpu_kernels oari_cpu_k_add_scaled = {
+    [OAR_F32] = k_axpy_f32, [OAR_F64] = k_axpy_f64, [OAR_C64] = k_axpy_c64,
+    [OAR_C128] = k_axpy_c128,
 };
