@@ -1,7 +1,9 @@
 /* `make demo`: trains a small CNN on Fashion-MNIST with Adam (lr 2e-3,
  * cosine decay over the run, batch 64), evaluates it after each epoch, saves a checkpoint to
- * demo-out/fashion-cnn.safetensors, reloads it into a fresh model and evaluates that. The last line
- * printed is exactly "test accuracy: 0.XXXX" (the reloaded model's figure).
+ * demo-out/fashion-cnn.safetensors, reloads it into a fresh model and evaluates that, exports
+ * that model as a saved model (demo-out/fashion-cnn/: pixels in [0, 1], dynamic batch,
+ * normalisation inside the graph) and classifies a few test images through the predictor. The
+ * last line printed is exactly "test accuracy: 0.XXXX" (the reloaded model's figure).
  *
  * Environment: OAR_DEMO_EPOCHS (default 4), OAR_DEMO_LIMIT (use only the
  * first N training and test images, for quick runs), OAR_DEMO_DATA (folder
@@ -18,6 +20,8 @@
 #include <oar/io.h>
 #include <oar/nn.h>
 #include <oar/optim.h>
+#include <oar/graph.h>
+#include <oar/infer.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -29,6 +33,7 @@
 
 #define CKPT_DIR "demo-out"
 #define CKPT CKPT_DIR "/fashion-cnn.safetensors"
+#define MODEL_DIR CKPT_DIR "/fashion-cnn" /* the saved model for the predictor */
 
 /* Fashion-MNIST training-set pixel statistics (after scaling to [0, 1]). */
 #define MEAN 0.2860
@@ -60,6 +65,63 @@ static oar_module *make_model(int64_t c) {
         4, (oar_module *[]){oar_flatten_new(1, -1), oar_linear_new(2 * c * 7 * 7, 128, true),
                             oar_relu_new(), oar_linear_new(128, 10, true)});
     return oar_sequential_new(2, (oar_module *[]){features, classifier});
+}
+
+/* The deployed function: float32 pixels in [0, 1], [N, 1, 28, 28], to
+ * logits [N, 10]; the normalisation is part of the saved graph. */
+static int deployed(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    oar_tensor *x = oar_div_scalar(oar_add_scalar(in[0], -MEAN), STD);
+    out[0] = oar_module_forward((oar_module *)ctx, x);
+    return out[0] ? 0 : -1;
+}
+
+/* The same function run eagerly, for comparison. */
+static oar_tensor *deployed_eager(oar_module *m, oar_tensor *pixels) {
+    oar_tensor *out = NULL;
+    return deployed(m, &pixels, &out) ? NULL : out;
+}
+
+/* Traces m (in eval mode) into a saved model with a dynamic batch, loads it
+ * back through the predictor and classifies the first n test images;
+ * returns how many agree with the eager model, or -1. */
+static int export_and_predict(oar_module *m, const oar_dataset *test, int n) {
+    oar_module_train(m, false);
+    oar_graph_input_spec spec = {.name = "pixels", .dtype = OAR_F32, .ndim = 4,
+                                 .shape = {-1, 1, 28, 28}, .dim_names = {"N"}};
+    oar_graph *g = oar_trace(deployed, m, 1, &spec, 1,
+                             &(oar_trace_options){.module = m, .output_names = (const char *[]){"logits"}});
+    int st = !g || oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0) || oar_graph_save(g, MODEL_DIR);
+    oar_graph_free(g);
+    if (st) return -1;
+    oar_predictor *pred = oar_predictor_create(&(oar_predictor_config){.model_dir = MODEL_DIR});
+    if (!pred) return -1;
+    oar_pool *pool = oar_pool_push();
+    oar_no_grad_push();
+    oar_tensor *pixels = oar_div_scalar(oar_cast(oar_slice(oar_dataset_x(test), 0, 0, n, 1), OAR_F32), 255.0);
+    oar_tensor *labels = oar_slice(oar_dataset_y(test), 0, 0, n, 1);
+    oar_tensor *logits = NULL;
+    int agree = -1;
+    if (pixels && labels && !oar_predictor_run(pred, &pixels, &logits)) {
+        oar_tensor *ours = oar_argmax(logits, 1, false);
+        oar_tensor *eager = oar_argmax(deployed_eager(m, pixels), 1, false);
+        agree = ours && eager ? (int)oar_tensor_item(oar_sum(oar_eq(ours, eager), 0, NULL, false)) : -1;
+        static const char *const names[10] = {"T-shirt", "trouser", "pullover", "dress", "coat",
+                                              "sandal", "shirt", "sneaker", "bag", "boot"};
+        printf("predictor (%s, batch %d):", MODEL_DIR, n);
+        for (int i = 0; i < n && ours; i++) {
+            int64_t k = 0, want = 0;
+            oar_tensor_to_host(oar_slice(ours, 0, i, i + 1, 1), &k, sizeof k);
+            want = (int64_t)oar_tensor_item(oar_slice(labels, 0, i, i + 1, 1));
+            printf(" %s%s", names[k % 10], k == want ? "" : "(x)");
+        }
+        printf("\n");
+        oar_tensor_release(logits);
+    }
+    oar_no_grad_pop();
+    oar_pool_pop(pool);
+    oar_predictor_free(pred);
+    oar_module_train(m, true);
+    return agree;
 }
 
 /* Accuracy of m on ds (eval mode, no gradients), or -1 on error. */
@@ -218,6 +280,11 @@ int main(void) {
     double acc = evaluate(fresh, test);
     if (acc < 0) return fail("evaluating the reloaded model");
     printf("saved %s and reloaded it into a fresh model (%.1f s in all)\n", CKPT, now() - t_start);
+    const int n_show = 8;
+    int agree = export_and_predict(fresh, test, n_show);
+    if (agree < 0) return fail("exporting the model and running the predictor");
+    printf("the predictor agrees with the eager model on %d of %d images ((x): misclassified)\n",
+           agree, n_show);
 
     oar_module_free(fresh);
     oar_module_free(model);
