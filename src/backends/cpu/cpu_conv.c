@@ -156,8 +156,32 @@ TABLE(interpolate_backward);
 typedef CONV_T FN(real);
 #define T FN(real)
 
+/* im2col for stride 1, no padding, dilation 1 (LeNet's convs): every row
+ * is a plain window copy; short rows are copied by a loop (a memcpy call
+ * per row of a few elements cost more than the copy). */
+static void FN(im2col_s1)(const T *x, int64_t c, const geom *g, T *col, int64_t ld) {
+    const int64_t oh = g->oh, ow = g->ow, iw = g->iw;
+    for (int64_t ci = 0; ci < c; ci++)
+        for (int64_t ki = 0; ki < g->kh; ki++)
+            for (int64_t kj = 0; kj < g->kw; kj++) {
+                T *row = col + ((ci * g->kh + ki) * g->kw + kj) * ld;
+                const T *src = x + (ci * g->ih + ki) * iw + kj;
+                for (int64_t oy = 0; oy < oh; oy++) {
+                    T *r = row + oy * ow;
+                    const T *sr = src + oy * iw;
+                    for (int64_t ox = 0; ox < ow; ox++)
+                        r[ox] = sr[ox];
+                }
+            }
+}
+
 /* col [kh*kw*c rows ordered (c, ki, kj), oh*ow] <- input planes x [c, ih, iw]. */
 static void FN(im2col)(const T *x, int64_t c, const geom *g, T *col, int64_t ld) {
+    if (g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 && g->dh == 1 && g->dw == 1 &&
+        g->oh + g->kh - 1 == g->ih && g->ow + g->kw - 1 == g->iw) {
+        FN(im2col_s1)(x, c, g, col, ld);
+        return;
+    }
     for (int64_t ci = 0; ci < c; ci++)
         for (int64_t ki = 0; ki < g->kh; ki++)
             for (int64_t kj = 0; kj < g->kw; kj++) {

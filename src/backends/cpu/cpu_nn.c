@@ -2,6 +2,7 @@
  * (max, sum of exp, scale) over one dim, rows spread over OpenMP threads.
  * f16/bf16 run through the f32 kernels (dispatch converts). */
 #include "cpu.h"
+#include "cpu_vmath.h"
 
 #include <math.h>
 
@@ -16,7 +17,7 @@
             if (x[i * si] > m) m = x[i * si];                                                \
         return m;                                                                            \
     }                                                                                        \
-    static void row_softmax_##SFX(const T *x, int64_t si, T *y, int64_t so, int64_t n) {     \
+    OARI_SIMD_CLONES static void row_softmax_##SFX(const T *x, int64_t si, T *y, int64_t so, int64_t n) {     \
         T m = row_max_##SFX(x, si, n);                                                       \
         double sum = 0;                                                                      \
         for (int64_t i = 0; i < n; i++) {                                                    \
@@ -27,7 +28,7 @@
         T inv = (T)(1.0 / sum);                                                              \
         for (int64_t i = 0; i < n; i++) y[i * so] *= inv;                                    \
     }                                                                                        \
-    static void row_log_softmax_##SFX(const T *x, int64_t si, T *y, int64_t so, int64_t n) { \
+    OARI_SIMD_CLONES static void row_log_softmax_##SFX(const T *x, int64_t si, T *y, int64_t so, int64_t n) { \
         T m = row_max_##SFX(x, si, n);                                                       \
         double sum = 0;                                                                      \
         for (int64_t i = 0; i < n; i++) sum += (double)EXP(x[i * si] - m);                   \
@@ -35,15 +36,43 @@
         for (int64_t i = 0; i < n; i++) y[i * so] = (x[i * si] - m) - ls;                    \
     }
 
-SOFTMAX_ROWS(f32, float, expf)
+SOFTMAX_ROWS(f32, float, oari_vexpf)
 SOFTMAX_ROWS(f64, double, exp)
+
+/* The same for a contiguous f32 row, in vector loops: the max, the sum of
+ * exp in double lanes (combined in a fixed order, so the result does not
+ * depend on the thread count). */
+OARI_SIMD_CLONES
+static void row_contig_f32(const float *x, float *y, int64_t n, bool log_out) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    double sum = 0;
+    if (log_out) {
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < n; i++) sum += (double)oari_vexpf(x[i] - m);
+        const float ls = (float)log(sum);
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - ls;
+        return;
+    }
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < n; i++) {
+        float e = oari_vexpf(x[i] - m);
+        y[i] = e;
+        sum += (double)e;
+    }
+    const float inv = (float)(1.0 / sum);
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] *= inv;
+}
 
 /* A contiguous [n, inner] slab reduced over n, for columns j0 .. j0+nb-1
  * (nb <= COLS): the same arithmetic as the row kernels, in the same order,
  * but reading whole stretches of each row, so a middle dim streams. */
 #define COLS 64
 #define SOFTMAX_COLS(SFX, T, EXP)                                                              \
-    static void cols_##SFX(const T *x, T *y, int64_t n, int64_t inner, int64_t nb,             \
+    OARI_SIMD_CLONES static void cols_##SFX(const T *x, T *y, int64_t n, int64_t inner, int64_t nb,             \
                            bool log_out) {                                                     \
         T m[COLS], k[COLS];                                                                    \
         double sum[COLS];                                                                      \
@@ -65,7 +94,7 @@ SOFTMAX_ROWS(f64, double, exp)
             }                                                                                  \
     }
 
-SOFTMAX_COLS(f32, float, expf)
+SOFTMAX_COLS(f32, float, oari_vexpf)
 SOFTMAX_COLS(f64, double, exp)
 
 /* Contiguous input, dim not the last: [outer, n, inner] in blocks of
@@ -124,6 +153,8 @@ static int softmax_common(const oar_kernel_call *c, bool log_out) {
         if (is64) {
             if (log_out) row_log_softmax_f64((const double *)x, si, (double *)y, so, n);
             else row_softmax_f64((const double *)x, si, (double *)y, so, n);
+        } else if (si == 1 && so == 1) {
+            row_contig_f32((const float *)x, (float *)y, n, log_out);
         } else {
             if (log_out) row_log_softmax_f32((const float *)x, si, (float *)y, so, n);
             else row_softmax_f32((const float *)x, si, (float *)y, so, n);

@@ -93,18 +93,46 @@ TABLE(batch_norm);
 typedef NORM_T FN(real);
 #define T FN(real)
 
-/* Mean and biased variance of n values at stride 1 (two passes, in double). */
+/* Mean and biased variance of n values at stride 1 (two passes, in double
+ * lanes combined in a fixed order). */
+OARI_SIMD_CLONES
 static void FN(moments)(const T *x, int64_t n, double *mean, double *var) {
     double s = 0;
+#pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < n; i++)
-        s += x[i];
+        s += (double)x[i];
     double m = n ? s / (double)n : 0, v = 0;
+#pragma omp simd reduction(+ : v)
     for (int64_t i = 0; i < n; i++) {
         double d = (double)x[i] - m;
         v += d * d;
     }
     *mean = m;
     *var = n ? v / (double)n : 0;
+}
+
+/* One layer_norm row: y = (x - mean) rstd w + b, w and b optional. */
+OARI_SIMD_CLONES
+static void FN(ln_row)(const T *xr, T *yr, const T *w, const T *b, int64_t m, double eps,
+                       T *mo, T *ro) {
+    double mean, var;
+    FN(moments)(xr, m, &mean, &var);
+    const double rstd = 1.0 / sqrt(var + eps);
+    if (w && b) {
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++)
+            yr[i] = (T)(((double)xr[i] - mean) * rstd * (double)w[i] + (double)b[i]);
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++) {
+            double v = ((double)xr[i] - mean) * rstd;
+            if (w) v *= (double)w[i];
+            if (b) v += (double)b[i];
+            yr[i] = (T)v;
+        }
+    }
+    *mo = (T)mean;
+    *ro = (T)rstd;
 }
 
 /* layer_norm: rows of M = prod(last n dims) elements. */
@@ -127,21 +155,8 @@ static int FN(k_layer_norm)(void *ctx, const oar_kernel_call *c) {
     const double eps = c->fattr[0];
     T *y = c->out[0].data, *mo = c->out[1].data, *ro = c->out[2].data;
 #pragma omp parallel for schedule(static) if (rows > 1 && rows * m > OARI_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const T *xr = x + r * m;
-        double mean, var;
-        FN(moments)(xr, m, &mean, &var);
-        double rstd = 1.0 / sqrt(var + eps);
-        T *yr = y + r * m;
-        for (int64_t i = 0; i < m; i++) {
-            double v = ((double)xr[i] - mean) * rstd;
-            if (w) v *= (double)w[i];
-            if (b) v += (double)b[i];
-            yr[i] = (T)v;
-        }
-        mo[r] = (T)mean;
-        ro[r] = (T)rstd;
-    }
+    for (int64_t r = 0; r < rows; r++)
+        FN(ln_row)(x + r * m, y + r * m, w, b, m, eps, mo + r, ro + r);
     free_inputs(&in);
     return 0;
 }

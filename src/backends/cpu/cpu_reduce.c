@@ -5,6 +5,9 @@
 
 #include <math.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* ---- the reduction plan ---------------------------------------------------
  * The input's dims split into kept dims (the output, contiguous, in their
@@ -153,6 +156,17 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
 
     if (!outer) {
         const int64_t nch = pl.R > CHUNK_INNER ? (pl.R + CHUNK_INNER - 1) / CHUNK_INNER : 1;
+        if (nch == 1 && as <= 32) { /* one chunk per output: no shared buffer, one region */
+#pragma omp parallel for schedule(static) if (parallel)
+            for (int64_t o = 0; o < pl.n_out; o++) {
+                _Alignas(16) char a[32];
+                k->init(a, 1);
+                const char *base = xd + lin_offset(pl.nk, pl.kshape, pl.kstride, o) * es;
+                inner_range(k, &pl, base, es, a, 0, pl.R);
+                k->store(od + o * os, a);
+            }
+            return 0;
+        }
         const int64_t items = pl.n_out * nch;
         char *acc = oari_malloc((size_t)items * as);
         if (!acc) return OAR_ERR_NOMEM;
@@ -177,10 +191,21 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
     /* outer order */
     const int64_t m = pl.kshape[pl.nk - 1], sk = pl.kstride[pl.nk - 1];
     const int64_t n_ko = pl.n_out / m;
-    const int64_t jb = m < JBLOCK ? m : JBLOCK, nj = (m + jb - 1) / jb;
+    int64_t jb = m < JBLOCK ? m : JBLOCK;
     int64_t rows = CHUNK_OUTER / jb;
     if (rows < 1) rows = 1;
     const int64_t nch = pl.R > rows ? (pl.R + rows - 1) / rows : 1;
+#ifdef _OPENMP
+    /* Too few work items for the threads: split the kept block further.
+     * Each output still sums the same rows in the same order, so this
+     * changes no result. */
+    const int nt = parallel ? omp_get_max_threads() : 1;
+    if (nt > 1 && n_ko * nch < nt && jb >= 32) {
+        int64_t j2 = (jb + nt - 1) / nt;
+        jb = j2 < 16 ? 16 : (j2 + 15) & ~(int64_t)15;
+    }
+#endif
+    const int64_t nj = (m + jb - 1) / jb;
     const int64_t n_acc = nch * pl.n_out;
     char *acc = oari_malloc((size_t)n_acc * as);
     if (!acc) return OAR_ERR_NOMEM;
@@ -213,7 +238,7 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
             }
         }
     }
-#pragma omp parallel for schedule(static) if (parallel)
+#pragma omp parallel for schedule(static) if (parallel && pl.n_out * nch >= OARI_PARALLEL_GRAIN / 4)
     for (int64_t o = 0; o < pl.n_out; o++) {
         char *a = acc + (size_t)o * as;
         for (int64_t c = 1; c < nch; c++) k->combine(a, acc + (size_t)(c * pl.n_out + o) * as);
@@ -233,7 +258,7 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
 #define LD_cpx(T, v) ((c128_t)(v))
 
 #define SUMPROD(N, T, A, LD, TO, OPEQ, ONE)                                              \
-    static A N##_pw(const T *p, int64_t s, int64_t n) {                                  \
+    OARI_SIMD_CLONES static A N##_pw(const T *p, int64_t s, int64_t n) {                                  \
         if (n <= 256) {                                                                  \
             A a[8] = {ONE, ONE, ONE, ONE, ONE, ONE, ONE, ONE};                           \
             int64_t i = 0;                                                               \
@@ -268,6 +293,7 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
         (void)pos;                                                                       \
         *(A *)acc OPEQ N##_pw((const T *)p, s, n);                                       \
     }                                                                                    \
+    OARI_SIMD_CLONES                                                                     \
     static void N##_row(void *acc, const char *p, int64_t s, int64_t m, int64_t pos) {   \
         (void)pos;                                                                       \
         A *a = acc;                                                                      \
@@ -302,6 +328,7 @@ SUMPROD_ALL(prod, *=, 1)
     static void N##_init(void *acc, int64_t n) {                                         \
         for (int64_t i = 0; i < n; i++) ((T *)acc)[i] = WORST;                           \
     }                                                                                    \
+    OARI_SIMD_CLONES                                                                     \
     static void N##_run(void *acc, const char *p, int64_t s, int64_t n, int64_t pos) {   \
         (void)pos;                                                                       \
         const T *x = (const T *)p;                                                       \
@@ -324,6 +351,7 @@ SUMPROD_ALL(prod, *=, 1)
         for (int k = 1; k < 8; k++) a[0] = BETTER(a[k], a[0]) ? a[k] : a[0];             \
         *(T *)acc = a[0];                                                                \
     }                                                                                    \
+    OARI_SIMD_CLONES                                                                     \
     static void N##_row(void *acc, const char *p, int64_t s, int64_t m, int64_t pos) {   \
         (void)pos;                                                                       \
         T *a = acc;                                                                      \
