@@ -4,6 +4,10 @@
 #include "cpu.h"
 #include "cpu_vmath.h"
 
+/* As in cpu_unary.c: without trapping math, comparisons become selects and
+ * the max/min/clamp loops vectorize; no kernel reads FP flags or errno. */
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+
 #include <math.h>
 
 /* One row of n elements at stride si (input) and so (output): subtract the

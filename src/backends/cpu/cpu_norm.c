@@ -5,6 +5,10 @@
 #ifndef NORM_T
 #include "cpu.h"
 
+/* As in cpu_unary.c: without trapping math, comparisons become selects and
+ * the max/min/clamp loops vectorize; no kernel reads FP flags or errno. */
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+
 #include <math.h>
 #include <string.h>
 

@@ -3,6 +3,10 @@
  * f16/bf16 run through the f32 kernels (dispatch converts). */
 #include "cpu.h"
 
+/* As in cpu_unary.c: without trapping math, comparisons become selects and
+ * the max/min/clamp loops vectorize; no kernel reads FP flags or errno. */
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+
 #include <math.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -162,7 +166,10 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
                 _Alignas(16) char a[32];
                 k->init(a, 1);
                 const char *base = xd + lin_offset(pl.nk, pl.kshape, pl.kstride, o) * es;
-                inner_range(k, &pl, base, es, a, 0, pl.R);
+                if (pl.nr == 1)
+                    k->run(a, base, pl.rstride[0], pl.R, 0);
+                else
+                    inner_range(k, &pl, base, es, a, 0, pl.R);
                 k->store(od + o * os, a);
             }
             return 0;
@@ -251,37 +258,71 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
 /* ---- sum and prod -----------------------------------------------------------
  * Accumulators: double for f32/f64, double complex for c64/c128, wrapping
  * uint64 for integers and bool (result i64). Sums are pairwise over runs
- * (blocks of 8 lanes), so f32 and f64 sums stay accurate. */
+ * (blocks of 16 lanes, enough independent vector adds to keep the adder
+ * busy), so f32 and f64 sums stay accurate. */
 
 #define LD_int(T, v) ((uint64_t)(int64_t)(v))
 #define LD_flt(T, v) ((double)(v))
 #define LD_cpx(T, v) ((c128_t)(v))
 
-#define SUMPROD(N, T, A, LD, TO, OPEQ, ONE)                                              \
-    OARI_SIMD_CLONES static A N##_pw(const T *p, int64_t s, int64_t n) {                                  \
+/* The sum of contiguous p[0..n), n <= 256, in exactly the order of the
+ * generic 16-lane loop below (lane k takes the elements i + k of each
+ * whole block, the tail goes to lane 0, then the lanes fold in halves),
+ * written with vector types so the lanes and the fold stay in registers
+ * (as an array gcc keeps them on the stack). */
+typedef float v4f_t __attribute__((vector_size(16)));
+typedef double v4d_t __attribute__((vector_size(32)));
+/* (macros, not functions: a function returning a 32-byte vector changes
+ * the ABI between the baseline and the AVX clone) */
+#define load4_f32(q) ({ v4f_t x_; memcpy(&x_, (q), sizeof x_); __builtin_convertvector(x_, v4d_t); })
+#define load4_f64(q) ({ v4d_t x_; memcpy(&x_, (q), sizeof x_); x_; })
+#define SUM16(NAME, T, LOADV)                                                            \
+    static inline __attribute__((always_inline)) double NAME(const T *p, int64_t n) {    \
+        v4d_t a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;                              \
+        int64_t i = 0;                                                                   \
+        for (; i + 16 <= n; i += 16) {                                                   \
+            a0 += LOADV(p + i);                                                          \
+            a1 += LOADV(p + i + 4);                                                      \
+            a2 += LOADV(p + i + 8);                                                      \
+            a3 += LOADV(p + i + 12);                                                     \
+        }                                                                                \
+        double t = a0[0];                                                                \
+        for (; i < n; i++) t += (double)p[i];                                            \
+        a0[0] = t;                                                                       \
+        a0 += a2;                                                                        \
+        a1 += a3;                                                                        \
+        a0 += a1;                                                                        \
+        return (a0[0] + a0[2]) + (a0[1] + a0[3]);                                        \
+    }
+SUM16(sum16_f32, float, load4_f32)
+SUM16(sum16_f64, double, load4_f64)
+#define sum16_f32_ok 1
+#define sum16_f64_ok 1
+#define NO_VEC16(p, n) 0
+#define NO_VEC16_ok 0
+
+#define SUMPROD(N, T, A, LD, TO, OPEQ, ONE, VEC16)                                       \
+    OARI_SIMD_CLONES static A N##_pw(const T *p, int64_t s, int64_t n) {                 \
         if (n <= 256) {                                                                  \
-            A a[8] = {ONE, ONE, ONE, ONE, ONE, ONE, ONE, ONE};                           \
+            if (VEC16##_ok && s == 1) return (A)VEC16(p, n);                              \
+            A a[16];                                                                     \
+            for (int k = 0; k < 16; k++) a[k] = ONE;                                     \
             int64_t i = 0;                                                               \
             if (s == 1) {                                                                \
-                for (; i + 8 <= n; i += 8) {                                             \
+                for (; i + 16 <= n; i += 16) {                                           \
                     _Pragma("omp simd")                                                  \
-                    for (int k = 0; k < 8; k++) a[k] OPEQ LD(T, p[i + k]);               \
+                    for (int k = 0; k < 16; k++) a[k] OPEQ LD(T, p[i + k]);              \
                 }                                                                        \
             } else {                                                                     \
-                for (; i + 8 <= n; i += 8)                                               \
-                    for (int k = 0; k < 8; k++) a[k] OPEQ LD(T, p[(i + k) * s]);         \
+                for (; i + 16 <= n; i += 16)                                             \
+                    for (int k = 0; k < 16; k++) a[k] OPEQ LD(T, p[(i + k) * s]);        \
             }                                                                            \
             for (; i < n; i++) a[0] OPEQ LD(T, p[i * s]);                                \
-            a[0] OPEQ a[1];                                                              \
-            a[2] OPEQ a[3];                                                              \
-            a[4] OPEQ a[5];                                                              \
-            a[6] OPEQ a[7];                                                              \
-            a[0] OPEQ a[2];                                                              \
-            a[4] OPEQ a[6];                                                              \
-            a[0] OPEQ a[4];                                                              \
+            for (int w = 8; w >= 1; w /= 2)                                              \
+                for (int k = 0; k < w; k++) a[k] OPEQ a[k + w];                          \
             return a[0];                                                                 \
         }                                                                                \
-        int64_t h = (n / 2) & ~(int64_t)7;                                               \
+        int64_t h = (n / 2) & ~(int64_t)15;                                              \
         A l = N##_pw(p, s, h);                                                           \
         l OPEQ N##_pw(p + h * s, s, n - h);                                              \
         return l;                                                                        \
@@ -309,18 +350,18 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
     static void N##_store(char *out, const void *acc) { *(TO *)out = (TO) * (const A *)acc; } \
     static const rkind N##_kind = {sizeof(A), N##_init, N##_run, N##_row, N##_combine, N##_store};
 
-#define SUMPROD_ALL(OP, OPEQ, ONE)                                                       \
-    SUMPROD(OP##_b8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                      \
-    SUMPROD(OP##_u8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                      \
-    SUMPROD(OP##_i32, int32_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                     \
-    SUMPROD(OP##_i64, int64_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                     \
-    SUMPROD(OP##_f32, float, double, LD_flt, float, OPEQ, ONE)                           \
-    SUMPROD(OP##_f64, double, double, LD_flt, double, OPEQ, ONE)                         \
-    SUMPROD(OP##_c64, c64_t, c128_t, LD_cpx, c64_t, OPEQ, ONE)                           \
-    SUMPROD(OP##_c128, c128_t, c128_t, LD_cpx, c128_t, OPEQ, ONE)
+#define SUMPROD_ALL(OP, OPEQ, ONE, V32, V64)                                             \
+    SUMPROD(OP##_b8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16)            \
+    SUMPROD(OP##_u8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16)            \
+    SUMPROD(OP##_i32, int32_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16)           \
+    SUMPROD(OP##_i64, int64_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16)           \
+    SUMPROD(OP##_f32, float, double, LD_flt, float, OPEQ, ONE, V32)                      \
+    SUMPROD(OP##_f64, double, double, LD_flt, double, OPEQ, ONE, V64)                    \
+    SUMPROD(OP##_c64, c64_t, c128_t, LD_cpx, c64_t, OPEQ, ONE, NO_VEC16)                 \
+    SUMPROD(OP##_c128, c128_t, c128_t, LD_cpx, c128_t, OPEQ, ONE, NO_VEC16)
 
-SUMPROD_ALL(sum, +=, 0)
-SUMPROD_ALL(prod, *=, 1)
+SUMPROD_ALL(sum, +=, 0, sum16_f32, sum16_f64)
+SUMPROD_ALL(prod, *=, 1, NO_VEC16, NO_VEC16)
 
 /* ---- amax and amin: NaN propagates ------------------------------------------ */
 
