@@ -365,7 +365,56 @@ SUMPROD_ALL(prod, *=, 1, NO_VEC16, NO_VEC16)
 
 /* ---- amax and amin: NaN propagates ------------------------------------------ */
 
-#define MINMAX(N, T, BETTER, WORST)                                                      \
+/* Float amax/amin of a contiguous run in 32-byte vectors (compare, then
+ * select by masks) plus a NaN flag; on a NaN the first NaN is the result,
+ * as in the generic loop. */
+typedef float v8f_t __attribute__((vector_size(32)));
+typedef int32_t v8i_t __attribute__((vector_size(32)));
+typedef int64_t v4i_t __attribute__((vector_size(32)));
+#define FAST_EXTREME(T, VT, VI, CMP)                                                     \
+    if (s == 1 && a0 == a0 && n >= 2 * (int64_t)(sizeof(VT) / sizeof(T))) {              \
+        enum { L = sizeof(VT) / sizeof(T) };                                             \
+        VT m0, m1;                                                                       \
+        VI nan = {0};                                                                    \
+        memcpy(&m0, x, sizeof m0);                                                       \
+        memcpy(&m1, x + L, sizeof m1);                                                   \
+        nan |= (m0 != m0) | (m1 != m1);                                                  \
+        int64_t i = 2 * L;                                                               \
+        for (; i + 2 * L <= n; i += 2 * L) {                                             \
+            VT v0, v1;                                                                   \
+            memcpy(&v0, x + i, sizeof v0);                                               \
+            memcpy(&v1, x + i + L, sizeof v1);                                           \
+            VI k0 = v0 CMP m0, k1 = v1 CMP m1;                                           \
+            nan |= (v0 != v0) | (v1 != v1);                                              \
+            m0 = (VT)(((VI)v0 & k0) | ((VI)m0 & ~k0));                                   \
+            m1 = (VT)(((VI)v1 & k1) | ((VI)m1 & ~k1));                                   \
+        }                                                                                \
+        int any = 0;                                                                     \
+        for (int k = 0; k < L; k++) any |= nan[k] != 0;                                  \
+        T m = a0;                                                                        \
+        for (int k = 0; k < L; k++) {                                                    \
+            m = m0[k] CMP m ? m0[k] : m;                                                 \
+            m = m1[k] CMP m ? m1[k] : m;                                                 \
+        }                                                                                \
+        for (; i < n; i++) {                                                             \
+            any |= x[i] != x[i];                                                         \
+            m = x[i] CMP m ? x[i] : m;                                                   \
+        }                                                                                \
+        for (int64_t j = 0; any && j < n; j++)                                           \
+            if (x[j] != x[j]) {                                                          \
+                m = x[j];                                                                \
+                break;                                                                   \
+            }                                                                            \
+        *(T *)acc = m;                                                                   \
+        return;                                                                          \
+    }
+#define FAST_MAX_f32(T) FAST_EXTREME(T, v8f_t, v8i_t, >)
+#define FAST_MIN_f32(T) FAST_EXTREME(T, v8f_t, v8i_t, <)
+#define FAST_MAX_f64(T) FAST_EXTREME(T, v4d_t, v4i_t, >)
+#define FAST_MIN_f64(T) FAST_EXTREME(T, v4d_t, v4i_t, <)
+#define FAST_NONE(T)
+
+#define MINMAX(N, T, BETTER, WORST, FAST)                                                \
     static void N##_init(void *acc, int64_t n) {                                         \
         for (int64_t i = 0; i < n; i++) ((T *)acc)[i] = WORST;                           \
     }                                                                                    \
@@ -373,6 +422,9 @@ SUMPROD_ALL(prod, *=, 1, NO_VEC16, NO_VEC16)
     static void N##_run(void *acc, const char *p, int64_t s, int64_t n, int64_t pos) {   \
         (void)pos;                                                                       \
         const T *x = (const T *)p;                                                       \
+        const T a0 = *(T *)acc;                                                          \
+        (void)a0;                                                                        \
+        FAST(T)                                                                          \
         T a[8];                                                                          \
         for (int k = 0; k < 8; k++) a[k] = *(T *)acc;                                    \
         int64_t i = 0;                                                                   \
@@ -417,20 +469,21 @@ SUMPROD_ALL(prod, *=, 1, NO_VEC16, NO_VEC16)
 #define GT_NAN(v, a) ((v) > (a) || (v) != (v))
 #define LT_NAN(v, a) ((v) < (a) || (v) != (v))
 #define GT_INT(v, a) ((v) > (a))
+#define MINMAX_I(N, T, B, W) MINMAX(N, T, B, W, FAST_NONE)
 #define LT_INT(v, a) ((v) < (a))
 
-MINMAX(amax_b8, uint8_t, GT_INT, 0)
-MINMAX(amax_u8, uint8_t, GT_INT, 0)
-MINMAX(amax_i32, int32_t, GT_INT, INT32_MIN)
-MINMAX(amax_i64, int64_t, GT_INT, INT64_MIN)
-MINMAX(amax_f32, float, GT_NAN, -INFINITY)
-MINMAX(amax_f64, double, GT_NAN, -INFINITY)
-MINMAX(amin_b8, uint8_t, LT_INT, 1)
-MINMAX(amin_u8, uint8_t, LT_INT, UINT8_MAX)
-MINMAX(amin_i32, int32_t, LT_INT, INT32_MAX)
-MINMAX(amin_i64, int64_t, LT_INT, INT64_MAX)
-MINMAX(amin_f32, float, LT_NAN, INFINITY)
-MINMAX(amin_f64, double, LT_NAN, INFINITY)
+MINMAX_I(amax_b8, uint8_t, GT_INT, 0)
+MINMAX_I(amax_u8, uint8_t, GT_INT, 0)
+MINMAX_I(amax_i32, int32_t, GT_INT, INT32_MIN)
+MINMAX_I(amax_i64, int64_t, GT_INT, INT64_MIN)
+MINMAX(amax_f32, float, GT_NAN, -INFINITY, FAST_MAX_f32)
+MINMAX(amax_f64, double, GT_NAN, -INFINITY, FAST_MAX_f64)
+MINMAX_I(amin_b8, uint8_t, LT_INT, 1)
+MINMAX_I(amin_u8, uint8_t, LT_INT, UINT8_MAX)
+MINMAX_I(amin_i32, int32_t, LT_INT, INT32_MAX)
+MINMAX_I(amin_i64, int64_t, LT_INT, INT64_MAX)
+MINMAX(amin_f32, float, LT_NAN, INFINITY, FAST_MIN_f32)
+MINMAX(amin_f64, double, LT_NAN, INFINITY, FAST_MIN_f64)
 
 /* ---- argmax and argmin: the first index of the extreme; NaN counts as the
  * extreme (the first NaN wins), as in PyTorch. ---------------------------------- */
