@@ -148,10 +148,13 @@ static int softmax_common(const oar_kernel_call *c, bool log_out) {
     const char *xd = in->data;
     char *yd = out->data;
     const bool is64 = in->dtype == OAR_F64;
+    /* rows of a contiguous input and output over the last dim sit at r * n
+     * (no index division per row) */
+    const bool flat = nd && dim == nd - 1 && oari_kt_contiguous(in) && oari_kt_contiguous(out);
 #pragma omp parallel for if (rows * n > OARI_PARALLEL_GRAIN && rows > 1) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        int64_t oi = oari_strided_index(rn, rshape, rin, r);
-        int64_t oo = oari_strided_index(rn, rshape, rout, r);
+        int64_t oi = flat ? r * n : oari_strided_index(rn, rshape, rin, r);
+        int64_t oo = flat ? r * n : oari_strided_index(rn, rshape, rout, r);
         const char *x = xd + oi * (int64_t)es;
         char *y = yd + oo * (int64_t)es;
         if (is64) {

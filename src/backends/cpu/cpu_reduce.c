@@ -165,7 +165,10 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
             for (int64_t o = 0; o < pl.n_out; o++) {
                 _Alignas(16) char a[32];
                 k->init(a, 1);
-                const char *base = xd + lin_offset(pl.nk, pl.kshape, pl.kstride, o) * es;
+                /* (one kept dim: no division per output) */
+                const int64_t ko = pl.nk == 1 ? o * pl.kstride[0]
+                                              : lin_offset(pl.nk, pl.kshape, pl.kstride, o);
+                const char *base = xd + ko * es;
                 if (pl.nr == 1)
                     k->run(a, base, pl.rstride[0], pl.R, 0);
                 else
