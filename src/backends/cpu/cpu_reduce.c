@@ -47,6 +47,9 @@ typedef struct rkind {
     /* a op= b, b covering later reduced indices than a */
     void (*combine)(void *a, const void *b);
     void (*store)(char *out, const void *acc);
+    /* optional: out[r] = the reduction of contiguous rows p + r * rs, r < nrows,
+     * of n elements each (last-dim reductions of a contiguous input) */
+    void (*rows)(char *out, const char *p, int64_t nrows, int64_t rs, int64_t n);
 } rkind;
 
 static void plan_build(rplan *pl, const oar_ktensor *x, uint64_t mask, bool keep_order) {
@@ -160,6 +163,15 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
 
     if (!outer) {
         const int64_t nch = pl.R > CHUNK_INNER ? (pl.R + CHUNK_INNER - 1) / CHUNK_INNER : 1;
+        if (nch == 1 && k->rows && pl.nk == 1 && pl.nr == 1 && pl.rstride[0] == 1) {
+            const int64_t blk = 64, nb = (pl.n_out + blk - 1) / blk;
+#pragma omp parallel for schedule(static) if (parallel)
+            for (int64_t b = 0; b < nb; b++) {
+                int64_t r0 = b * blk, nr = pl.n_out - r0 < blk ? pl.n_out - r0 : blk;
+                k->rows(od + r0 * os, xd + r0 * pl.kstride[0] * es, nr, pl.kstride[0], pl.R);
+            }
+            return 0;
+        }
         if (nch == 1 && as <= 32) { /* one chunk per output: no shared buffer, one region */
 #pragma omp parallel for schedule(static) if (parallel)
             for (int64_t o = 0; o < pl.n_out; o++) {
@@ -351,7 +363,18 @@ SUM16(sum16_f64, double, load4_f64)
     }                                                                                    \
     static void N##_combine(void *a, const void *b) { *(A *)a OPEQ *(const A *)b; }      \
     static void N##_store(char *out, const void *acc) { *(TO *)out = (TO) * (const A *)acc; } \
-    static const rkind N##_kind = {sizeof(A), N##_init, N##_run, N##_row, N##_combine, N##_store};
+    OARI_SIMD_CLONES                                                                     \
+    static void N##_rows(char *out, const char *p, int64_t nrows, int64_t rs, int64_t n) { \
+        for (int64_t r = 0; r < nrows; r++) {                                            \
+            const T *x = (const T *)p + r * rs;                                          \
+            A a = ONE;                                                                   \
+            if (VEC16##_ok && n <= 256) a OPEQ (A)VEC16(x, n);                           \
+            else a OPEQ N##_pw(x, 1, n);                                                 \
+            ((TO *)out)[r] = (TO)a;                                                      \
+        }                                                                                \
+    }                                                                                    \
+    static const rkind N##_kind = {sizeof(A), N##_init, N##_run, N##_row, N##_combine, N##_store, \
+                                   VEC16##_ok ? N##_rows : NULL};
 
 #define SUMPROD_ALL(OP, OPEQ, ONE, V32, V64)                                             \
     SUMPROD(OP##_b8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16)            \
@@ -466,7 +489,7 @@ typedef int64_t v4i_t __attribute__((vector_size(32)));
         if (BETTER(v, *(T *)a)) *(T *)a = v;                                             \
     }                                                                                    \
     static void N##_store(char *out, const void *acc) { *(T *)out = *(const T *)acc; }   \
-    static const rkind N##_kind = {sizeof(T), N##_init, N##_run, N##_row, N##_combine, N##_store};
+    static const rkind N##_kind = {sizeof(T), N##_init, N##_run, N##_row, N##_combine, N##_store, NULL};
 
 /* v replaces the best so far if larger (smaller), or NaN: once NaN, stays NaN. */
 #define GT_NAN(v, a) ((v) > (a) || (v) != (v))
@@ -532,7 +555,7 @@ MINMAX(amin_f64, double, LT_NAN, INFINITY, FAST_MIN_f64)
         *(int64_t *)out = ((const N##_acc *)acc)->i;                                     \
     }                                                                                    \
     static const rkind N##_kind = {sizeof(N##_acc), N##_init, N##_run, N##_row, N##_combine, \
-                                   N##_store};
+                                   N##_store, NULL};
 
 ARGEXT(argmax_b8, uint8_t, GT_NAN)
 ARGEXT(argmax_u8, uint8_t, GT_NAN)
@@ -584,7 +607,7 @@ ARGEXT(argmin_f64, double, LT_NAN)
         else *(uint8_t *)a |= *(const uint8_t *)b;                                       \
     }                                                                                    \
     static void N##_store(char *out, const void *acc) { *(uint8_t *)out = *(const uint8_t *)acc; } \
-    static const rkind N##_kind = {1, N##_init, N##_run, N##_row, N##_combine, N##_store};
+    static const rkind N##_kind = {1, N##_init, N##_run, N##_row, N##_combine, N##_store, NULL};
 
 #define ALLANY_ALL(OP, IS_ALL)                                                           \
     ALLANY(OP##_b8, uint8_t, NZ_real, IS_ALL)                                            \
