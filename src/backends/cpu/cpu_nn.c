@@ -9,6 +9,7 @@
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
 
 #include <math.h>
+#include <string.h>
 
 /* One row of n elements at stride si (input) and so (output): subtract the
  * row max, exponentiate, scale by the inverse sum (softmax) or subtract its
@@ -43,14 +44,29 @@
 SOFTMAX_ROWS(f32, float, oari_vexpf)
 SOFTMAX_ROWS(f64, double, exp)
 
+typedef float v4f_t __attribute__((vector_size(16)));
+typedef float v8f_t __attribute__((vector_size(32)));
+typedef int32_t v8i_t __attribute__((vector_size(32)));
+typedef double v4d_t __attribute__((vector_size(32)));
+
 /* The same for a contiguous f32 row, in vector loops: the max, the sum of
  * exp in double lanes (combined in a fixed order, so the result does not
  * depend on the thread count). */
 OARI_SIMD_CLONES
 static void row_contig_f32(const float *x, float *y, int64_t n, bool log_out) {
+    /* the max (NaN never wins a compare, as in row_max), lanes in registers */
+    v8f_t mv = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        v8f_t v;
+        memcpy(&v, x + k, sizeof v);
+        v8i_t gt = v > mv;
+        mv = (v8f_t)(((v8i_t)v & gt) | ((v8i_t)mv & ~gt));
+    }
     float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    for (int l = 0; l < 8; l++) m = mv[l] > m ? mv[l] : m;
+    for (; k < n; k++) m = x[k] > m ? x[k] : m;
     double sum = 0;
     if (log_out) {
 #pragma omp simd reduction(+ : sum)
@@ -60,15 +76,25 @@ static void row_contig_f32(const float *x, float *y, int64_t n, bool log_out) {
         for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - ls;
         return;
     }
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < n; i++) {
-        float e = oari_vexpf(x[i] - m);
-        y[i] = e;
-        sum += (double)e;
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] = oari_vexpf(x[i] - m);
+    /* the sum of the row just written (in L1), in 8 double lanes kept in
+     * registers (an omp simd reduction folds its lanes through memory) */
+    v4d_t a0 = {0, 0, 0, 0}, a1 = a0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v4f_t lo, hi;
+        memcpy(&lo, y + i, sizeof lo);
+        memcpy(&hi, y + i + 4, sizeof hi);
+        a0 += __builtin_convertvector(lo, v4d_t);
+        a1 += __builtin_convertvector(hi, v4d_t);
     }
+    a0 += a1;
+    sum = (a0[0] + a0[2]) + (a0[1] + a0[3]);
+    for (; i < n; i++) sum += (double)y[i];
     const float inv = (float)(1.0 / sum);
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) y[i] *= inv;
+    for (int64_t j = 0; j < n; j++) y[j] *= inv;
 }
 
 /* A contiguous [n, inner] slab reduced over n, for columns j0 .. j0+nb-1
