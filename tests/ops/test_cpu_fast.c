@@ -129,6 +129,10 @@ static void test_softmax_norm_paths(void) {
         CHECK(max_diff(yc, oar_layer_norm(xs, 1, oar_reshape(ws, 1, (int64_t[]){n}),
                                           oar_reshape(bs, 1, (int64_t[]){n}), 1e-5)) <= 1e-6);
         CHECK(max_diff(yc, f32(oar_layer_norm(f64(xc), 1, f64(w), f64(b), 1e-5))) <= 1e-6);
+        /* a mean far from 0 (1000 + N(0, 1)) keeps its accuracy */
+        oar_tensor *xf = oar_add_scalar(xc, 1000);
+        CHECK(max_diff(oar_layer_norm(xf, 1, w, b, 1e-5),
+                       f32(oar_layer_norm(f64(xf), 1, f64(w), f64(b), 1e-5))) <= 1e-6);
         CHECK(max_diff(oar_layer_norm(xc, 1, NULL, b, 1e-5),
                        f32(oar_layer_norm(f64(xc), 1, NULL, f64(b), 1e-5))) <= 1e-6);
         oar_pool_pop(p);
