@@ -5,17 +5,31 @@
 #include <oar/oar.h>
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+/* Optional argv[1]: run only the ops whose name contains it; argv[2]: a
+ * scale for the iteration counts (for profilers, e.g. 0.05). */
+static const char *only;
+static double scale = 1.0;
+
+/* OAR_BENCH_CPUTIME=1 times process CPU time instead of wall time: on a
+ * shared machine, run single-threaded (OMP_NUM_THREADS=1, and the peer
+ * with the same variable) so that time spent descheduled is not counted. */
+static clockid_t clock_id = CLOCK_MONOTONIC;
 
 static double now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock_id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 typedef oar_tensor *(*op_fn)(oar_tensor **in);
 
 static void bench(const char *name, op_fn fn, oar_tensor **in, int iters) {
+    if (only && !strstr(name, only)) return;
+    iters = (int)(iters * scale) > 0 ? (int)(iters * scale) : 1;
     double best = 1e30;
     for (int rep = 0; rep < 5; rep++) {
         oar_pool *p = oar_pool_push();
@@ -38,6 +52,8 @@ static oar_tensor *f_gelu(oar_tensor **in) { return oar_gelu(in[0], false); }
 static oar_tensor *f_exp(oar_tensor **in) { return oar_exp(in[0]); }
 static oar_tensor *f_sum_last(oar_tensor **in) { int64_t d = -1; return oar_sum(in[0], 1, &d, false); }
 static oar_tensor *f_sum_first(oar_tensor **in) { int64_t d = 0; return oar_sum(in[0], 1, &d, false); }
+static oar_tensor *f_mean_last(oar_tensor **in) { int64_t d = -1; return oar_mean(in[0], 1, &d, false); }
+static oar_tensor *f_amax_last(oar_tensor **in) { int64_t d = -1; return oar_amax(in[0], 1, &d, false); }
 static oar_tensor *f_softmax(oar_tensor **in) { return oar_softmax(in[3], -1); }
 static oar_tensor *f_layer_norm(oar_tensor **in) { return oar_layer_norm(in[0], 1, in[4], in[5], 1e-5); }
 static oar_tensor *f_conv1(oar_tensor **in) {
@@ -53,7 +69,11 @@ static oar_tensor *f_maxpool(oar_tensor **in) {
     return oar_max_pool2d(in[12], k, k, p, d, false, NULL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) only = argv[1];
+    if (argc > 2) scale = atof(argv[2]);
+    const char *cpu = getenv("OAR_BENCH_CPUTIME");
+    if (cpu && *cpu == '1') clock_id = CLOCK_PROCESS_CPUTIME_ID;
     oar_manual_seed(0);
     int64_t act[2] = {512, 128}, row[1] = {128}, att[3] = {32, 64, 64};
     int64_t x1[4] = {64, 1, 28, 28}, w1[4] = {6, 1, 5, 5}, b1[1] = {6};
@@ -71,6 +91,8 @@ int main(void) {
     bench("gelu_512x128", f_gelu, in, 1000);
     bench("sum_last_512x128", f_sum_last, in, 2000);
     bench("sum_first_512x128", f_sum_first, in, 2000);
+    bench("mean_last_512x128", f_mean_last, in, 2000);
+    bench("amax_last_512x128", f_amax_last, in, 2000);
     bench("softmax_32x64x64", f_softmax, in, 1000);
     bench("layer_norm_512x128", f_layer_norm, in, 1000);
     bench("conv2d_lenet1", f_conv1, in, 100);

@@ -7,6 +7,19 @@
 
 #include <complex.h>
 
+/* Hot loops are compiled twice, for the baseline x86-64 and for x86-64-v3
+ * (AVX2, FMA); the loader picks one per machine (an ifunc). Other compilers
+ * and targets get the one baseline version. Define OAR_NO_SIMD_CLONES to
+ * turn it off. The clone may fuse a*b+c into one rounding, so last-bit
+ * results of such expressions can differ between machines (never between
+ * runs on one machine). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(OAR_NO_SIMD_CLONES)
+#define OARI_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define OARI_SIMD_CLONES
+#endif
+
 /* One kernel per dtype, indexed by oar_dtype; NULL where unsupported. Each
  * op's table is named oari_cpu_k_<op> and defined in the group's file. */
 typedef oar_kernel_fn oari_cpu_kernels[OAR_DTYPE_COUNT];

@@ -14,6 +14,7 @@
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
 
 #define BINARY_LOOP(NAME, TI, TO, EXPR)                                             \
+    OARI_SIMD_CLONES                                                                \
     static void NAME(char **p, const int64_t *s, int64_t n, void *ctx) {            \
         (void)ctx;                                                                  \
         TO *o = (TO *)p[0];                                                         \

@@ -5,6 +5,10 @@
 #ifndef CONV_T
 #include "cpu.h"
 
+/* As in cpu_unary.c: without trapping math, comparisons become selects and
+ * the max/min/clamp loops vectorize; no kernel reads FP flags or errno. */
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -156,8 +160,35 @@ TABLE(interpolate_backward);
 typedef CONV_T FN(real);
 #define T FN(real)
 
+/* im2col for stride 1, no padding, dilation 1 (LeNet's convs): every row
+ * is a plain window copy; short rows are copied by a loop (a memcpy call
+ * per row of a few elements cost more than the copy). */
+/* (no-tree-loop-distribute-patterns: gcc would turn each short row copy
+ * back into a memcpy call.) */
+OARI_SIMD_CLONES __attribute__((optimize("no-tree-loop-distribute-patterns")))
+static void FN(im2col_s1)(const T *restrict x, int64_t c, const geom *g, T *restrict col,
+                          int64_t ld) {
+    const int64_t oh = g->oh, ow = g->ow, iw = g->iw, ih = g->ih, kh = g->kh, kw = g->kw;
+    for (int64_t ci = 0; ci < c; ci++)
+        for (int64_t ki = 0; ki < kh; ki++)
+            for (int64_t kj = 0; kj < kw; kj++) {
+                T *restrict row = col + ((ci * kh + ki) * kw + kj) * ld;
+                const T *restrict src = x + (ci * ih + ki) * iw + kj;
+                for (int64_t oy = 0; oy < oh; oy++) {
+#pragma omp simd
+                    for (int64_t ox = 0; ox < ow; ox++)
+                        row[oy * ow + ox] = src[oy * iw + ox];
+                }
+            }
+}
+
 /* col [kh*kw*c rows ordered (c, ki, kj), oh*ow] <- input planes x [c, ih, iw]. */
 static void FN(im2col)(const T *x, int64_t c, const geom *g, T *col, int64_t ld) {
+    if (g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 && g->dh == 1 && g->dw == 1 &&
+        g->oh + g->kh - 1 == g->ih && g->ow + g->kw - 1 == g->iw) {
+        FN(im2col_s1)(x, c, g, col, ld);
+        return;
+    }
     for (int64_t ci = 0; ci < c; ci++)
         for (int64_t ki = 0; ki < g->kh; ki++)
             for (int64_t kj = 0; kj < g->kw; kj++) {
@@ -209,11 +240,12 @@ static void FN(col2im)(const T *col, int64_t c, const geom *g, T *x) {
             }
 }
 
-static void FN(add_bias)(T *out, const oar_ktensor *b, int64_t o0, int64_t no, int64_t plane) {
+OARI_SIMD_CLONES static void FN(add_bias)(T *out, const oar_ktensor *b, int64_t o0, int64_t no, int64_t plane) {
     if (b->dtype < 0) return;
     for (int64_t o = 0; o < no; o++) {
         T v = *((const T *)b->data + (o0 + o) * b->strides[0]);
         T *p = out + o * plane;
+#pragma omp simd
         for (int64_t i = 0; i < plane; i++)
             p[i] += v;
     }

@@ -62,21 +62,27 @@ static void run_range(const oari_iter *it, oari_inner_fn fn, void *ctx, int64_t 
         rem /= it->shape[d];
     }
     char *ptrs[OARI_ITER_MAX];
-    int64_t inner[OARI_ITER_MAX];
-    for (int k = 0; k < it->n_ops; k++) inner[k] = it->strides[k][last];
+    int64_t inner[OARI_ITER_MAX], off[OARI_ITER_MAX];
+    const int n_ops = it->n_ops;
+    for (int k = 0; k < n_ops; k++) {
+        inner[k] = it->strides[k][last];
+        off[k] = 0;
+        for (int d = 0; d < nd; d++) off[k] += idx[d] * it->strides[k][d];
+    }
+    /* offsets advance with the index (no per-run recomputation: broadcast
+     * ops run many short rows) */
     int64_t pos = begin;
     while (pos < end) {
         int64_t n = run - idx[last];
         if (n > end - pos) n = end - pos;
-        for (int k = 0; k < it->n_ops; k++) {
-            int64_t off = 0;
-            for (int d = 0; d < nd; d++) off += idx[d] * it->strides[k][d];
-            ptrs[k] = it->data[k] + off * it->elsize[k];
-        }
+        for (int k = 0; k < n_ops; k++) ptrs[k] = it->data[k] + off[k] * it->elsize[k];
         fn(ptrs, inner, n, ctx);
         pos += n;
         idx[last] += n;
+        for (int k = 0; k < n_ops; k++) off[k] += n * inner[k];
         for (int d = last; d > 0 && idx[d] >= it->shape[d]; d--) {
+            for (int k = 0; k < n_ops; k++)
+                off[k] += it->strides[k][d - 1] - idx[d] * it->strides[k][d];
             idx[d] = 0;
             idx[d - 1]++;
         }

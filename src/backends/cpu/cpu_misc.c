@@ -48,17 +48,19 @@ static inline int64_t sat_i64(double v) {
 #define ST_c64(p, v) (*(c64_t *)(p) = (c64_t)(v))
 #define ST_c128(p, v) (*(c128_t *)(p) = (c128_t)(v))
 
-/* Complex -> real keeps the real part (PyTorch warns; we follow NumPy). */
-#define IS_CPLX_b8 0
-#define IS_CPLX_u8 0
-#define IS_CPLX_i32 0
-#define IS_CPLX_i64 0
-#define IS_CPLX_f16 0
-#define IS_CPLX_bf16 0
-#define IS_CPLX_f32 0
-#define IS_CPLX_f64 0
-#define IS_CPLX_c64 1
-#define IS_CPLX_c128 1
+/* Complex -> real keeps the real part (PyTorch warns; we follow NumPy).
+ * Complex and bool destinations load through c128, so that complex -> bool
+ * is z != 0 (either part nonzero), as PyTorch and NumPy. */
+#define VIA_CPLX_b8 1
+#define VIA_CPLX_u8 0
+#define VIA_CPLX_i32 0
+#define VIA_CPLX_i64 0
+#define VIA_CPLX_f16 0
+#define VIA_CPLX_bf16 0
+#define VIA_CPLX_f32 0
+#define VIA_CPLX_f64 0
+#define VIA_CPLX_c64 1
+#define VIA_CPLX_c128 1
 
 #define CONVERT(D, S)                                                                        \
     static void conv_##S##_to_##D(char **p, const int64_t *s, int64_t n, void *ctx) {        \
@@ -67,7 +69,7 @@ static inline int64_t sat_i64(double v) {
         char *o = p[0];                                                                      \
         const char *a = p[1];                                                                \
         for (int64_t i = 0; i < n; i++, o += so, a += si) {                                  \
-            if (IS_CPLX_##D) ST_##D(o, LDC_##S(a));                                          \
+            if (VIA_CPLX_##D) ST_##D(o, LDC_##S(a));                                          \
             else ST_##D(o, LD_##S(a));                                                       \
         }                                                                                    \
     }

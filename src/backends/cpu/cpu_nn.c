@@ -2,8 +2,14 @@
  * (max, sum of exp, scale) over one dim, rows spread over OpenMP threads.
  * f16/bf16 run through the f32 kernels (dispatch converts). */
 #include "cpu.h"
+#include "cpu_vmath.h"
+
+/* As in cpu_unary.c: without trapping math, comparisons become selects and
+ * the max/min/clamp loops vectorize; no kernel reads FP flags or errno. */
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
 
 #include <math.h>
+#include <string.h>
 
 /* One row of n elements at stride si (input) and so (output): subtract the
  * row max, exponentiate, scale by the inverse sum (softmax) or subtract its
@@ -16,7 +22,7 @@
             if (x[i * si] > m) m = x[i * si];                                                \
         return m;                                                                            \
     }                                                                                        \
-    static void row_softmax_##SFX(const T *x, int64_t si, T *y, int64_t so, int64_t n) {     \
+    OARI_SIMD_CLONES static void row_softmax_##SFX(const T *x, int64_t si, T *y, int64_t so, int64_t n) {     \
         T m = row_max_##SFX(x, si, n);                                                       \
         double sum = 0;                                                                      \
         for (int64_t i = 0; i < n; i++) {                                                    \
@@ -27,7 +33,7 @@
         T inv = (T)(1.0 / sum);                                                              \
         for (int64_t i = 0; i < n; i++) y[i * so] *= inv;                                    \
     }                                                                                        \
-    static void row_log_softmax_##SFX(const T *x, int64_t si, T *y, int64_t so, int64_t n) { \
+    OARI_SIMD_CLONES static void row_log_softmax_##SFX(const T *x, int64_t si, T *y, int64_t so, int64_t n) { \
         T m = row_max_##SFX(x, si, n);                                                       \
         double sum = 0;                                                                      \
         for (int64_t i = 0; i < n; i++) sum += (double)EXP(x[i * si] - m);                   \
@@ -35,15 +41,68 @@
         for (int64_t i = 0; i < n; i++) y[i * so] = (x[i * si] - m) - ls;                    \
     }
 
-SOFTMAX_ROWS(f32, float, expf)
+SOFTMAX_ROWS(f32, float, oari_vexpf)
 SOFTMAX_ROWS(f64, double, exp)
+
+typedef float v4f_t __attribute__((vector_size(16)));
+typedef float v8f_t __attribute__((vector_size(32)));
+typedef int32_t v8i_t __attribute__((vector_size(32)));
+typedef double v4d_t __attribute__((vector_size(32)));
+
+/* The same for a contiguous f32 row, in vector loops: the max, the sum of
+ * exp in double lanes (combined in a fixed order, so the result does not
+ * depend on the thread count). */
+OARI_SIMD_CLONES
+static void row_contig_f32(const float *x, float *y, int64_t n, bool log_out) {
+    /* the max (NaN never wins a compare, as in row_max), lanes in registers */
+    v8f_t mv = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        v8f_t v;
+        memcpy(&v, x + k, sizeof v);
+        v8i_t gt = v > mv;
+        mv = (v8f_t)(((v8i_t)v & gt) | ((v8i_t)mv & ~gt));
+    }
+    float m = -INFINITY;
+    for (int l = 0; l < 8; l++) m = mv[l] > m ? mv[l] : m;
+    for (; k < n; k++) m = x[k] > m ? x[k] : m;
+    double sum = 0;
+    if (log_out) {
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < n; i++) sum += (double)oari_vexpf(x[i] - m);
+        const float ls = (float)log(sum);
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - ls;
+        return;
+    }
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] = oari_vexpf(x[i] - m);
+    /* the sum of the row just written (in L1), in 8 double lanes kept in
+     * registers (an omp simd reduction folds its lanes through memory) */
+    v4d_t a0 = {0, 0, 0, 0}, a1 = a0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v4f_t lo, hi;
+        memcpy(&lo, y + i, sizeof lo);
+        memcpy(&hi, y + i + 4, sizeof hi);
+        a0 += __builtin_convertvector(lo, v4d_t);
+        a1 += __builtin_convertvector(hi, v4d_t);
+    }
+    a0 += a1;
+    sum = (a0[0] + a0[2]) + (a0[1] + a0[3]);
+    for (; i < n; i++) sum += (double)y[i];
+    const float inv = (float)(1.0 / sum);
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) y[j] *= inv;
+}
 
 /* A contiguous [n, inner] slab reduced over n, for columns j0 .. j0+nb-1
  * (nb <= COLS): the same arithmetic as the row kernels, in the same order,
  * but reading whole stretches of each row, so a middle dim streams. */
 #define COLS 64
 #define SOFTMAX_COLS(SFX, T, EXP)                                                              \
-    static void cols_##SFX(const T *x, T *y, int64_t n, int64_t inner, int64_t nb,             \
+    OARI_SIMD_CLONES static void cols_##SFX(const T *x, T *y, int64_t n, int64_t inner, int64_t nb,             \
                            bool log_out) {                                                     \
         T m[COLS], k[COLS];                                                                    \
         double sum[COLS];                                                                      \
@@ -65,7 +124,7 @@ SOFTMAX_ROWS(f64, double, exp)
             }                                                                                  \
     }
 
-SOFTMAX_COLS(f32, float, expf)
+SOFTMAX_COLS(f32, float, oari_vexpf)
 SOFTMAX_COLS(f64, double, exp)
 
 /* Contiguous input, dim not the last: [outer, n, inner] in blocks of
@@ -115,15 +174,20 @@ static int softmax_common(const oar_kernel_call *c, bool log_out) {
     const char *xd = in->data;
     char *yd = out->data;
     const bool is64 = in->dtype == OAR_F64;
+    /* rows of a contiguous input and output over the last dim sit at r * n
+     * (no index division per row) */
+    const bool flat = nd && dim == nd - 1 && oari_kt_contiguous(in) && oari_kt_contiguous(out);
 #pragma omp parallel for if (rows * n > OARI_PARALLEL_GRAIN && rows > 1) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        int64_t oi = oari_strided_index(rn, rshape, rin, r);
-        int64_t oo = oari_strided_index(rn, rshape, rout, r);
+        int64_t oi = flat ? r * n : oari_strided_index(rn, rshape, rin, r);
+        int64_t oo = flat ? r * n : oari_strided_index(rn, rshape, rout, r);
         const char *x = xd + oi * (int64_t)es;
         char *y = yd + oo * (int64_t)es;
         if (is64) {
             if (log_out) row_log_softmax_f64((const double *)x, si, (double *)y, so, n);
             else row_softmax_f64((const double *)x, si, (double *)y, so, n);
+        } else if (si == 1 && so == 1) {
+            row_contig_f32((const float *)x, (float *)y, n, log_out);
         } else {
             if (log_out) row_log_softmax_f32((const float *)x, si, (float *)y, so, n);
             else row_softmax_f32((const float *)x, si, (float *)y, so, n);

@@ -5,6 +5,10 @@
 #ifndef NORM_T
 #include "cpu.h"
 
+/* As in cpu_unary.c: without trapping math, comparisons become selects and
+ * the max/min/clamp loops vectorize; no kernel reads FP flags or errno. */
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+
 #include <math.h>
 #include <string.h>
 
@@ -66,15 +70,22 @@ static void free_inputs(inputs *in) {
         scratch_free(in->owned[i], in->n[i]);
 }
 
+typedef float v4f_t __attribute__((vector_size(16)));
+typedef double v4d_t __attribute__((vector_size(32)));
+
 #define NORM_T float
 #define NORM_SFX f32
+#define NORM_VEC 1
 #include "cpu_norm.c"
 #undef NORM_T
 #undef NORM_SFX
+#undef NORM_VEC
 
 #define NORM_T double
 #define NORM_SFX f64
+#define NORM_VEC 0
 #include "cpu_norm.c"
+#undef NORM_VEC
 #undef NORM_T
 #undef NORM_SFX
 
@@ -93,18 +104,85 @@ TABLE(batch_norm);
 typedef NORM_T FN(real);
 #define T FN(real)
 
-/* Mean and biased variance of n values at stride 1 (two passes, in double). */
+/* Mean and biased variance of n values at stride 1 (two passes, in double
+ * lanes combined in a fixed order; for f32 the 8 lanes are vector
+ * registers, as an omp simd reduction folds its lanes through the stack). */
+OARI_SIMD_CLONES
 static void FN(moments)(const T *x, int64_t n, double *mean, double *var) {
-    double s = 0;
+    double s = 0, v = 0, m;
+#if NORM_VEC
+    v4d_t a0 = {0, 0, 0, 0}, a1 = a0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v4f_t lo, hi;
+        memcpy(&lo, x + i, sizeof lo);
+        memcpy(&hi, x + i + 4, sizeof hi);
+        a0 += __builtin_convertvector(lo, v4d_t);
+        a1 += __builtin_convertvector(hi, v4d_t);
+    }
+    a0 += a1;
+    s = (a0[0] + a0[2]) + (a0[1] + a0[3]);
+    for (; i < n; i++) s += (double)x[i];
+    m = n ? s / (double)n : 0;
+    const v4d_t mv = {m, m, m, m};
+    a0 = (v4d_t){0, 0, 0, 0};
+    a1 = a0;
+    for (i = 0; i + 8 <= n; i += 8) {
+        v4f_t lo, hi;
+        memcpy(&lo, x + i, sizeof lo);
+        memcpy(&hi, x + i + 4, sizeof hi);
+        v4d_t d0 = __builtin_convertvector(lo, v4d_t) - mv;
+        v4d_t d1 = __builtin_convertvector(hi, v4d_t) - mv;
+        a0 += d0 * d0;
+        a1 += d1 * d1;
+    }
+    a0 += a1;
+    v = (a0[0] + a0[2]) + (a0[1] + a0[3]);
+    for (; i < n; i++) {
+        double d = (double)x[i] - m;
+        v += d * d;
+    }
+#else
+#pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < n; i++)
-        s += x[i];
-    double m = n ? s / (double)n : 0, v = 0;
+        s += (double)x[i];
+    m = n ? s / (double)n : 0;
+#pragma omp simd reduction(+ : v)
     for (int64_t i = 0; i < n; i++) {
         double d = (double)x[i] - m;
         v += d * d;
     }
+#endif
     *mean = m;
     *var = n ? v / (double)n : 0;
+}
+
+/* One layer_norm row: y = (x - mean) rstd w + b, w and b optional. */
+OARI_SIMD_CLONES
+static void FN(ln_row)(const T *xr, T *yr, const T *w, const T *b, int64_t m, double eps,
+                       T *mo, T *ro) {
+    double mean, var;
+    FN(moments)(xr, m, &mean, &var);
+    const double rstd = 1.0 / sqrt(var + eps);
+    if (w && b) {
+        /* in T (float for f32): (x - mean) rstd w + b, the mean split in two
+         * parts (x - hi is exact near the mean), so a mean far from 0
+         * costs no accuracy */
+        const T mh = (T)mean, ml = (T)(mean - (double)mh), rt = (T)rstd;
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++)
+            yr[i] = ((xr[i] - mh) - ml) * rt * w[i] + b[i];
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++) {
+            double v = ((double)xr[i] - mean) * rstd;
+            if (w) v *= (double)w[i];
+            if (b) v += (double)b[i];
+            yr[i] = (T)v;
+        }
+    }
+    *mo = (T)mean;
+    *ro = (T)rstd;
 }
 
 /* layer_norm: rows of M = prod(last n dims) elements. */
@@ -127,21 +205,8 @@ static int FN(k_layer_norm)(void *ctx, const oar_kernel_call *c) {
     const double eps = c->fattr[0];
     T *y = c->out[0].data, *mo = c->out[1].data, *ro = c->out[2].data;
 #pragma omp parallel for schedule(static) if (rows > 1 && rows * m > OARI_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const T *xr = x + r * m;
-        double mean, var;
-        FN(moments)(xr, m, &mean, &var);
-        double rstd = 1.0 / sqrt(var + eps);
-        T *yr = y + r * m;
-        for (int64_t i = 0; i < m; i++) {
-            double v = ((double)xr[i] - mean) * rstd;
-            if (w) v *= (double)w[i];
-            if (b) v += (double)b[i];
-            yr[i] = (T)v;
-        }
-        mo[r] = (T)mean;
-        ro[r] = (T)rstd;
-    }
+    for (int64_t r = 0; r < rows; r++)
+        FN(ln_row)(x + r * m, y + r * m, w, b, m, eps, mo + r, ro + r);
     free_inputs(&in);
     return 0;
 }

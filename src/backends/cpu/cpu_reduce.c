@@ -3,8 +3,15 @@
  * f16/bf16 run through the f32 kernels (dispatch converts). */
 #include "cpu.h"
 
+/* As in cpu_unary.c: without trapping math, comparisons become selects and
+ * the max/min/clamp loops vectorize; no kernel reads FP flags or errno. */
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+
 #include <math.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* ---- the reduction plan ---------------------------------------------------
  * The input's dims split into kept dims (the output, contiguous, in their
@@ -40,6 +47,9 @@ typedef struct rkind {
     /* a op= b, b covering later reduced indices than a */
     void (*combine)(void *a, const void *b);
     void (*store)(char *out, const void *acc);
+    /* optional: out[r] = the reduction of contiguous rows p + r * rs, r < nrows,
+     * of n elements each (last-dim reductions of a contiguous input) */
+    void (*rows)(char *out, const char *p, int64_t nrows, int64_t rs, int64_t n);
 } rkind;
 
 static void plan_build(rplan *pl, const oar_ktensor *x, uint64_t mask, bool keep_order) {
@@ -153,6 +163,32 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
 
     if (!outer) {
         const int64_t nch = pl.R > CHUNK_INNER ? (pl.R + CHUNK_INNER - 1) / CHUNK_INNER : 1;
+        if (nch == 1 && k->rows && pl.nk == 1 && pl.nr == 1 && pl.rstride[0] == 1) {
+            const int64_t blk = 64, nb = (pl.n_out + blk - 1) / blk;
+#pragma omp parallel for schedule(static) if (parallel)
+            for (int64_t b = 0; b < nb; b++) {
+                int64_t r0 = b * blk, nr = pl.n_out - r0 < blk ? pl.n_out - r0 : blk;
+                k->rows(od + r0 * os, xd + r0 * pl.kstride[0] * es, nr, pl.kstride[0], pl.R);
+            }
+            return 0;
+        }
+        if (nch == 1 && as <= 32) { /* one chunk per output: no shared buffer, one region */
+#pragma omp parallel for schedule(static) if (parallel)
+            for (int64_t o = 0; o < pl.n_out; o++) {
+                _Alignas(16) char a[32];
+                k->init(a, 1);
+                /* (one kept dim: no division per output) */
+                const int64_t ko = pl.nk == 1 ? o * pl.kstride[0]
+                                              : lin_offset(pl.nk, pl.kshape, pl.kstride, o);
+                const char *base = xd + ko * es;
+                if (pl.nr == 1)
+                    k->run(a, base, pl.rstride[0], pl.R, 0);
+                else
+                    inner_range(k, &pl, base, es, a, 0, pl.R);
+                k->store(od + o * os, a);
+            }
+            return 0;
+        }
         const int64_t items = pl.n_out * nch;
         char *acc = oari_malloc((size_t)items * as);
         if (!acc) return OAR_ERR_NOMEM;
@@ -177,10 +213,21 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
     /* outer order */
     const int64_t m = pl.kshape[pl.nk - 1], sk = pl.kstride[pl.nk - 1];
     const int64_t n_ko = pl.n_out / m;
-    const int64_t jb = m < JBLOCK ? m : JBLOCK, nj = (m + jb - 1) / jb;
+    int64_t jb = m < JBLOCK ? m : JBLOCK;
     int64_t rows = CHUNK_OUTER / jb;
     if (rows < 1) rows = 1;
     const int64_t nch = pl.R > rows ? (pl.R + rows - 1) / rows : 1;
+#ifdef _OPENMP
+    /* Too few work items for the threads: split the kept block further.
+     * Each output still sums the same rows in the same order, so this
+     * changes no result. */
+    const int nt = parallel ? omp_get_max_threads() : 1;
+    if (nt > 1 && n_ko * nch < nt && jb >= 32) {
+        int64_t j2 = (jb + nt - 1) / nt;
+        jb = j2 < 16 ? 16 : (j2 + 15) & ~(int64_t)15;
+    }
+#endif
+    const int64_t nj = (m + jb - 1) / jb;
     const int64_t n_acc = nch * pl.n_out;
     char *acc = oari_malloc((size_t)n_acc * as);
     if (!acc) return OAR_ERR_NOMEM;
@@ -213,7 +260,7 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
             }
         }
     }
-#pragma omp parallel for schedule(static) if (parallel)
+#pragma omp parallel for schedule(static) if (parallel && pl.n_out * nch >= OARI_PARALLEL_GRAIN / 4)
     for (int64_t o = 0; o < pl.n_out; o++) {
         char *a = acc + (size_t)o * as;
         for (int64_t c = 1; c < nch; c++) k->combine(a, acc + (size_t)(c * pl.n_out + o) * as);
@@ -226,37 +273,71 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
 /* ---- sum and prod -----------------------------------------------------------
  * Accumulators: double for f32/f64, double complex for c64/c128, wrapping
  * uint64 for integers and bool (result i64). Sums are pairwise over runs
- * (blocks of 8 lanes), so f32 and f64 sums stay accurate. */
+ * (blocks of 16 lanes, enough independent vector adds to keep the adder
+ * busy), so f32 and f64 sums stay accurate. */
 
 #define LD_int(T, v) ((uint64_t)(int64_t)(v))
 #define LD_flt(T, v) ((double)(v))
 #define LD_cpx(T, v) ((c128_t)(v))
 
-#define SUMPROD(N, T, A, LD, TO, OPEQ, ONE)                                              \
-    static A N##_pw(const T *p, int64_t s, int64_t n) {                                  \
+/* The sum of contiguous p[0..n), n <= 256, in exactly the order of the
+ * generic 16-lane loop below (lane k takes the elements i + k of each
+ * whole block, the tail goes to lane 0, then the lanes fold in halves),
+ * written with vector types so the lanes and the fold stay in registers
+ * (as an array gcc keeps them on the stack). */
+typedef float v4f_t __attribute__((vector_size(16)));
+typedef double v4d_t __attribute__((vector_size(32)));
+/* (macros, not functions: a function returning a 32-byte vector changes
+ * the ABI between the baseline and the AVX clone) */
+#define load4_f32(q) ({ v4f_t x_; memcpy(&x_, (q), sizeof x_); __builtin_convertvector(x_, v4d_t); })
+#define load4_f64(q) ({ v4d_t x_; memcpy(&x_, (q), sizeof x_); x_; })
+#define SUM16(NAME, T, LOADV)                                                            \
+    static inline __attribute__((always_inline)) double NAME(const T *p, int64_t n) {    \
+        v4d_t a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;                              \
+        int64_t i = 0;                                                                   \
+        for (; i + 16 <= n; i += 16) {                                                   \
+            a0 += LOADV(p + i);                                                          \
+            a1 += LOADV(p + i + 4);                                                      \
+            a2 += LOADV(p + i + 8);                                                      \
+            a3 += LOADV(p + i + 12);                                                     \
+        }                                                                                \
+        double t = a0[0];                                                                \
+        for (; i < n; i++) t += (double)p[i];                                            \
+        a0[0] = t;                                                                       \
+        a0 += a2;                                                                        \
+        a1 += a3;                                                                        \
+        a0 += a1;                                                                        \
+        return (a0[0] + a0[2]) + (a0[1] + a0[3]);                                        \
+    }
+SUM16(sum16_f32, float, load4_f32)
+SUM16(sum16_f64, double, load4_f64)
+#define sum16_f32_ok 1
+#define sum16_f64_ok 1
+#define NO_VEC16(p, n) 0
+#define NO_VEC16_ok 0
+
+#define SUMPROD(N, T, A, LD, TO, OPEQ, ONE, VEC16)                                       \
+    OARI_SIMD_CLONES static A N##_pw(const T *p, int64_t s, int64_t n) {                 \
         if (n <= 256) {                                                                  \
-            A a[8] = {ONE, ONE, ONE, ONE, ONE, ONE, ONE, ONE};                           \
+            if (VEC16##_ok && s == 1) return (A)VEC16(p, n);                              \
+            A a[16];                                                                     \
+            for (int k = 0; k < 16; k++) a[k] = ONE;                                     \
             int64_t i = 0;                                                               \
             if (s == 1) {                                                                \
-                for (; i + 8 <= n; i += 8) {                                             \
+                for (; i + 16 <= n; i += 16) {                                           \
                     _Pragma("omp simd")                                                  \
-                    for (int k = 0; k < 8; k++) a[k] OPEQ LD(T, p[i + k]);               \
+                    for (int k = 0; k < 16; k++) a[k] OPEQ LD(T, p[i + k]);              \
                 }                                                                        \
             } else {                                                                     \
-                for (; i + 8 <= n; i += 8)                                               \
-                    for (int k = 0; k < 8; k++) a[k] OPEQ LD(T, p[(i + k) * s]);         \
+                for (; i + 16 <= n; i += 16)                                             \
+                    for (int k = 0; k < 16; k++) a[k] OPEQ LD(T, p[(i + k) * s]);        \
             }                                                                            \
             for (; i < n; i++) a[0] OPEQ LD(T, p[i * s]);                                \
-            a[0] OPEQ a[1];                                                              \
-            a[2] OPEQ a[3];                                                              \
-            a[4] OPEQ a[5];                                                              \
-            a[6] OPEQ a[7];                                                              \
-            a[0] OPEQ a[2];                                                              \
-            a[4] OPEQ a[6];                                                              \
-            a[0] OPEQ a[4];                                                              \
+            for (int w = 8; w >= 1; w /= 2)                                              \
+                for (int k = 0; k < w; k++) a[k] OPEQ a[k + w];                          \
             return a[0];                                                                 \
         }                                                                                \
-        int64_t h = (n / 2) & ~(int64_t)7;                                               \
+        int64_t h = (n / 2) & ~(int64_t)15;                                              \
         A l = N##_pw(p, s, h);                                                           \
         l OPEQ N##_pw(p + h * s, s, n - h);                                              \
         return l;                                                                        \
@@ -268,6 +349,7 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
         (void)pos;                                                                       \
         *(A *)acc OPEQ N##_pw((const T *)p, s, n);                                       \
     }                                                                                    \
+    OARI_SIMD_CLONES                                                                     \
     static void N##_row(void *acc, const char *p, int64_t s, int64_t m, int64_t pos) {   \
         (void)pos;                                                                       \
         A *a = acc;                                                                      \
@@ -281,30 +363,94 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
     }                                                                                    \
     static void N##_combine(void *a, const void *b) { *(A *)a OPEQ *(const A *)b; }      \
     static void N##_store(char *out, const void *acc) { *(TO *)out = (TO) * (const A *)acc; } \
-    static const rkind N##_kind = {sizeof(A), N##_init, N##_run, N##_row, N##_combine, N##_store};
+    OARI_SIMD_CLONES                                                                     \
+    static void N##_rows(char *out, const char *p, int64_t nrows, int64_t rs, int64_t n) { \
+        for (int64_t r = 0; r < nrows; r++) {                                            \
+            const T *x = (const T *)p + r * rs;                                          \
+            A a = ONE;                                                                   \
+            if (VEC16##_ok && n <= 256) a OPEQ (A)VEC16(x, n);                           \
+            else a OPEQ N##_pw(x, 1, n);                                                 \
+            ((TO *)out)[r] = (TO)a;                                                      \
+        }                                                                                \
+    }                                                                                    \
+    static const rkind N##_kind = {sizeof(A), N##_init, N##_run, N##_row, N##_combine, N##_store, \
+                                   VEC16##_ok ? N##_rows : NULL};
 
-#define SUMPROD_ALL(OP, OPEQ, ONE)                                                       \
-    SUMPROD(OP##_b8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                      \
-    SUMPROD(OP##_u8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                      \
-    SUMPROD(OP##_i32, int32_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                     \
-    SUMPROD(OP##_i64, int64_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                     \
-    SUMPROD(OP##_f32, float, double, LD_flt, float, OPEQ, ONE)                           \
-    SUMPROD(OP##_f64, double, double, LD_flt, double, OPEQ, ONE)                         \
-    SUMPROD(OP##_c64, c64_t, c128_t, LD_cpx, c64_t, OPEQ, ONE)                           \
-    SUMPROD(OP##_c128, c128_t, c128_t, LD_cpx, c128_t, OPEQ, ONE)
+#define SUMPROD_ALL(OP, OPEQ, ONE, V32, V64)                                             \
+    SUMPROD(OP##_b8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16)            \
+    SUMPROD(OP##_u8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16)            \
+    SUMPROD(OP##_i32, int32_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16)           \
+    SUMPROD(OP##_i64, int64_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16)           \
+    SUMPROD(OP##_f32, float, double, LD_flt, float, OPEQ, ONE, V32)                      \
+    SUMPROD(OP##_f64, double, double, LD_flt, double, OPEQ, ONE, V64)                    \
+    SUMPROD(OP##_c64, c64_t, c128_t, LD_cpx, c64_t, OPEQ, ONE, NO_VEC16)                 \
+    SUMPROD(OP##_c128, c128_t, c128_t, LD_cpx, c128_t, OPEQ, ONE, NO_VEC16)
 
-SUMPROD_ALL(sum, +=, 0)
-SUMPROD_ALL(prod, *=, 1)
+SUMPROD_ALL(sum, +=, 0, sum16_f32, sum16_f64)
+SUMPROD_ALL(prod, *=, 1, NO_VEC16, NO_VEC16)
 
 /* ---- amax and amin: NaN propagates ------------------------------------------ */
 
-#define MINMAX(N, T, BETTER, WORST)                                                      \
+/* Float amax/amin of a contiguous run in 32-byte vectors (compare, then
+ * select by masks) plus a NaN flag; on a NaN the first NaN is the result,
+ * as in the generic loop. */
+typedef float v8f_t __attribute__((vector_size(32)));
+typedef int32_t v8i_t __attribute__((vector_size(32)));
+typedef int64_t v4i_t __attribute__((vector_size(32)));
+#define FAST_EXTREME(T, VT, VI, CMP)                                                     \
+    if (s == 1 && a0 == a0 && n >= 2 * (int64_t)(sizeof(VT) / sizeof(T))) {              \
+        enum { L = sizeof(VT) / sizeof(T) };                                             \
+        VT m0, m1;                                                                       \
+        VI nan = {0};                                                                    \
+        memcpy(&m0, x, sizeof m0);                                                       \
+        memcpy(&m1, x + L, sizeof m1);                                                   \
+        nan |= (m0 != m0) | (m1 != m1);                                                  \
+        int64_t i = 2 * L;                                                               \
+        for (; i + 2 * L <= n; i += 2 * L) {                                             \
+            VT v0, v1;                                                                   \
+            memcpy(&v0, x + i, sizeof v0);                                               \
+            memcpy(&v1, x + i + L, sizeof v1);                                           \
+            VI k0 = v0 CMP m0, k1 = v1 CMP m1;                                           \
+            nan |= (v0 != v0) | (v1 != v1);                                              \
+            m0 = (VT)(((VI)v0 & k0) | ((VI)m0 & ~k0));                                   \
+            m1 = (VT)(((VI)v1 & k1) | ((VI)m1 & ~k1));                                   \
+        }                                                                                \
+        int any = 0;                                                                     \
+        for (int k = 0; k < L; k++) any |= nan[k] != 0;                                  \
+        T m = a0;                                                                        \
+        for (int k = 0; k < L; k++) {                                                    \
+            m = m0[k] CMP m ? m0[k] : m;                                                 \
+            m = m1[k] CMP m ? m1[k] : m;                                                 \
+        }                                                                                \
+        for (; i < n; i++) {                                                             \
+            any |= x[i] != x[i];                                                         \
+            m = x[i] CMP m ? x[i] : m;                                                   \
+        }                                                                                \
+        for (int64_t j = 0; any && j < n; j++)                                           \
+            if (x[j] != x[j]) {                                                          \
+                m = x[j];                                                                \
+                break;                                                                   \
+            }                                                                            \
+        *(T *)acc = m;                                                                   \
+        return;                                                                          \
+    }
+#define FAST_MAX_f32(T) FAST_EXTREME(T, v8f_t, v8i_t, >)
+#define FAST_MIN_f32(T) FAST_EXTREME(T, v8f_t, v8i_t, <)
+#define FAST_MAX_f64(T) FAST_EXTREME(T, v4d_t, v4i_t, >)
+#define FAST_MIN_f64(T) FAST_EXTREME(T, v4d_t, v4i_t, <)
+#define FAST_NONE(T)
+
+#define MINMAX(N, T, BETTER, WORST, FAST)                                                \
     static void N##_init(void *acc, int64_t n) {                                         \
         for (int64_t i = 0; i < n; i++) ((T *)acc)[i] = WORST;                           \
     }                                                                                    \
+    OARI_SIMD_CLONES                                                                     \
     static void N##_run(void *acc, const char *p, int64_t s, int64_t n, int64_t pos) {   \
         (void)pos;                                                                       \
         const T *x = (const T *)p;                                                       \
+        const T a0 = *(T *)acc;                                                          \
+        (void)a0;                                                                        \
+        FAST(T)                                                                          \
         T a[8];                                                                          \
         for (int k = 0; k < 8; k++) a[k] = *(T *)acc;                                    \
         int64_t i = 0;                                                                   \
@@ -324,6 +470,7 @@ SUMPROD_ALL(prod, *=, 1)
         for (int k = 1; k < 8; k++) a[0] = BETTER(a[k], a[0]) ? a[k] : a[0];             \
         *(T *)acc = a[0];                                                                \
     }                                                                                    \
+    OARI_SIMD_CLONES                                                                     \
     static void N##_row(void *acc, const char *p, int64_t s, int64_t m, int64_t pos) {   \
         (void)pos;                                                                       \
         T *a = acc;                                                                      \
@@ -342,26 +489,27 @@ SUMPROD_ALL(prod, *=, 1)
         if (BETTER(v, *(T *)a)) *(T *)a = v;                                             \
     }                                                                                    \
     static void N##_store(char *out, const void *acc) { *(T *)out = *(const T *)acc; }   \
-    static const rkind N##_kind = {sizeof(T), N##_init, N##_run, N##_row, N##_combine, N##_store};
+    static const rkind N##_kind = {sizeof(T), N##_init, N##_run, N##_row, N##_combine, N##_store, NULL};
 
 /* v replaces the best so far if larger (smaller), or NaN: once NaN, stays NaN. */
 #define GT_NAN(v, a) ((v) > (a) || (v) != (v))
 #define LT_NAN(v, a) ((v) < (a) || (v) != (v))
 #define GT_INT(v, a) ((v) > (a))
+#define MINMAX_I(N, T, B, W) MINMAX(N, T, B, W, FAST_NONE)
 #define LT_INT(v, a) ((v) < (a))
 
-MINMAX(amax_b8, uint8_t, GT_INT, 0)
-MINMAX(amax_u8, uint8_t, GT_INT, 0)
-MINMAX(amax_i32, int32_t, GT_INT, INT32_MIN)
-MINMAX(amax_i64, int64_t, GT_INT, INT64_MIN)
-MINMAX(amax_f32, float, GT_NAN, -INFINITY)
-MINMAX(amax_f64, double, GT_NAN, -INFINITY)
-MINMAX(amin_b8, uint8_t, LT_INT, 1)
-MINMAX(amin_u8, uint8_t, LT_INT, UINT8_MAX)
-MINMAX(amin_i32, int32_t, LT_INT, INT32_MAX)
-MINMAX(amin_i64, int64_t, LT_INT, INT64_MAX)
-MINMAX(amin_f32, float, LT_NAN, INFINITY)
-MINMAX(amin_f64, double, LT_NAN, INFINITY)
+MINMAX_I(amax_b8, uint8_t, GT_INT, 0)
+MINMAX_I(amax_u8, uint8_t, GT_INT, 0)
+MINMAX_I(amax_i32, int32_t, GT_INT, INT32_MIN)
+MINMAX_I(amax_i64, int64_t, GT_INT, INT64_MIN)
+MINMAX(amax_f32, float, GT_NAN, -INFINITY, FAST_MAX_f32)
+MINMAX(amax_f64, double, GT_NAN, -INFINITY, FAST_MAX_f64)
+MINMAX_I(amin_b8, uint8_t, LT_INT, 1)
+MINMAX_I(amin_u8, uint8_t, LT_INT, UINT8_MAX)
+MINMAX_I(amin_i32, int32_t, LT_INT, INT32_MAX)
+MINMAX_I(amin_i64, int64_t, LT_INT, INT64_MAX)
+MINMAX(amin_f32, float, LT_NAN, INFINITY, FAST_MIN_f32)
+MINMAX(amin_f64, double, LT_NAN, INFINITY, FAST_MIN_f64)
 
 /* ---- argmax and argmin: the first index of the extreme; NaN counts as the
  * extreme (the first NaN wins), as in PyTorch. ---------------------------------- */
@@ -407,7 +555,7 @@ MINMAX(amin_f64, double, LT_NAN, INFINITY)
         *(int64_t *)out = ((const N##_acc *)acc)->i;                                     \
     }                                                                                    \
     static const rkind N##_kind = {sizeof(N##_acc), N##_init, N##_run, N##_row, N##_combine, \
-                                   N##_store};
+                                   N##_store, NULL};
 
 ARGEXT(argmax_b8, uint8_t, GT_NAN)
 ARGEXT(argmax_u8, uint8_t, GT_NAN)
@@ -459,7 +607,7 @@ ARGEXT(argmin_f64, double, LT_NAN)
         else *(uint8_t *)a |= *(const uint8_t *)b;                                       \
     }                                                                                    \
     static void N##_store(char *out, const void *acc) { *(uint8_t *)out = *(const uint8_t *)acc; } \
-    static const rkind N##_kind = {1, N##_init, N##_run, N##_row, N##_combine, N##_store};
+    static const rkind N##_kind = {1, N##_init, N##_run, N##_row, N##_combine, N##_store, NULL};
 
 #define ALLANY_ALL(OP, IS_ALL)                                                           \
     ALLANY(OP##_b8, uint8_t, NZ_real, IS_ALL)                                            \

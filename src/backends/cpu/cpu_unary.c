@@ -3,6 +3,7 @@
  * converts), so only f32/f64, integer and complex loops are written here.
  * Contiguous runs take a `omp simd` loop the compiler vectorizes. */
 #include "cpu.h"
+#include "cpu_vmath.h"
 
 #include <math.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 
 /* PRE runs once per run and may read the op's float attributes `fa`. */
 #define UNARY_LOOP_P(NAME, TI, TO, PRE, EXPR)                                       \
+    OARI_SIMD_CLONES                                                                \
     static void NAME(char **p, const int64_t *s, int64_t n, void *ctx) {            \
         const double *fa = (const double *)ctx;                                     \
         (void)fa;                                                                   \
@@ -41,33 +43,6 @@
         return 0;                                                                   \
     }
 #define UNARY_LOOP(NAME, TI, TO, EXPR) UNARY_LOOP_P(NAME, TI, TO, (void)0, EXPR)
-
-/* exp for f32 in a form gcc vectorizes (no calls, no branches): Cephes'
- * polynomial on r = x - k ln2, times 2^k applied in two halves so that
- * subnormal results round once. Within 2 ulp of exp over the whole range
- * (tests/ops/test_unary.c checks it against exp in double). */
-static inline float vexpf(float x) {
-    const float hi = 88.72283935546875f, lo = -103.97208404541015625f;
-    float xs = x == x ? (x > hi ? hi : x < lo ? lo : x) : 0.0f;
-    float kf = (xs * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    float r = xs - kf * 0.693359375f;
-    r = r - kf * -2.12194440e-4f;
-    float y = 1.9875691500e-4f;
-    y = y * r + 1.3981999507e-3f;
-    y = y * r + 8.3334519073e-3f;
-    y = y * r + 4.1665795894e-2f;
-    y = y * r + 1.6666665459e-1f;
-    y = y * r + 5.0000001201e-1f;
-    y = y * r * r + r + 1.0f;
-    int32_t k = (int32_t)kf, k1 = k / 2, k2 = k - k1;
-    int32_t b1 = (k1 + 127) << 23, b2 = (k2 + 127) << 23;
-    float s1, s2;
-    memcpy(&s1, &b1, sizeof s1);
-    memcpy(&s2, &b2, sizeof s2);
-    float e = y * s1 * s2;
-    e = x > hi ? INFINITY : e;
-    return x == x ? e : x;
-}
 
 /* Tables */
 #define K_FLOAT(op) [OAR_F32] = k_##op##_f32, [OAR_F64] = k_##op##_f64
@@ -127,7 +102,7 @@ const oari_cpu_kernels oari_cpu_k_sign = {[OAR_BOOL] = k_copy_b1, K_INT(sign), K
                                           K_COMPLEX(sign)};
 
 /* exponentials and logarithms */
-MATH_RC(exp, vexpf(x), exp(x), cexpf(x), cexp(x))
+MATH_RC(exp, oari_vexpf(x), exp(x), cexpf(x), cexp(x))
 MATH_R(exp2, exp2f(x), exp2(x))
 MATH_RC(log, logf(x), log(x), clogf(x), clog(x))
 MATH_RC(log2, log2f(x), log2(x), clogf(x) / (float)M_LN2, clog(x) / M_LN2)
@@ -157,9 +132,9 @@ MATH_RC(atan, atanf(x), atan(x), catanf(x), catan(x))
 MATH_RC(sinh, sinhf(x), sinh(x), csinhf(x), csinh(x))
 MATH_RC(cosh, coshf(x), cosh(x), ccoshf(x), ccosh(x))
 MATH_RC(tanh, tanhf(x), tanh(x), ctanhf(x), ctanh(x))
-MATH_RC(sigmoid, 1.0f / (1.0f + vexpf(-x)), 1.0 / (1.0 + exp(-x)), 1.0f / (1.0f + cexpf(-x)),
+MATH_RC(sigmoid, 1.0f / (1.0f + oari_vexpf(-x)), 1.0 / (1.0 + exp(-x)), 1.0f / (1.0f + cexpf(-x)),
         1.0 / (1.0 + cexp(-x)))
-MATH_R(erf, erff(x), erf(x))
+MATH_R(erf, oari_verff(x), erf(x))
 
 /* activations (NaN propagates through relu/relu6, as PyTorch's clamp) */
 UNARY_LOOP(relu_f32, float, float, x < 0 ? 0.0f : x)
@@ -186,7 +161,7 @@ const oari_cpu_kernels oari_cpu_k_elu = {K_FLOAT(elu)};
 /* gelu: iattr[0] 0 erf form, 1 tanh form; the attribute picks the loop */
 #define GELU_TANH(T, TANH, x)                                                       \
     ((T)0.5 * (x) * ((T)1 + TANH((T)0.7978845608028654 * ((x) + (T)0.044715 * (x) * (x) * (x)))))
-UNARY_LOOP(gelu_erf_f32, float, float, 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)))
+UNARY_LOOP(gelu_erf_f32, float, float, 0.5f * x * (1.0f + oari_verff_abs(x * (float)M_SQRT1_2)))
 UNARY_LOOP(gelu_erf_f64, double, double, 0.5 * x * (1.0 + erf(x * M_SQRT1_2)))
 UNARY_LOOP(gelu_tanh_f32, float, float, GELU_TANH(float, tanhf, x))
 UNARY_LOOP(gelu_tanh_f64, double, double, GELU_TANH(double, tanh, x))
@@ -198,7 +173,7 @@ static int k_gelu_f64(void *ctx, const oar_kernel_call *c) {
 }
 const oari_cpu_kernels oari_cpu_k_gelu = {K_FLOAT(gelu)};
 
-MATH_R(silu, x / (1.0f + vexpf(-x)), x / (1.0 + exp(-x)))
+MATH_R(silu, x / (1.0f + oari_vexpf(-x)), x / (1.0 + exp(-x)))
 
 /* softplus: fattr[0] beta, fattr[1] threshold; linear where beta x > threshold */
 UNARY_LOOP_P(softplus_f32, float, float, const float be = (float)fa[0]; const float th = (float)fa[1],

@@ -1,0 +1,91 @@
+/* Float math in a form gcc vectorizes (no calls, no branches: both sides
+ * of a select are computed), for the f32 loops of the unary, softmax and
+ * activation kernels. Accuracy against the double-precision libm result
+ * rounded to float is checked by tests/ops/test_unary.c (exp) and
+ * tests/ops/test_cpu_fast.c (erf). */
+#ifndef OARI_CPU_VMATH_H
+#define OARI_CPU_VMATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* always_inline: gcc does not inline a plain function into a target clone
+ * (different target options), which would leave a call per element. */
+#define OARI_VINLINE static inline __attribute__((always_inline))
+
+/* exp: Cephes' polynomial on r = x - k ln2, times 2^k applied in two halves
+ * so that subnormal results round once. Within 2 ulp over the whole range. */
+OARI_VINLINE float oari_vexpf(float x) {
+    const float hi = 88.72283935546875f, lo = -103.97208404541015625f;
+    float xs = x == x ? (x > hi ? hi : x < lo ? lo : x) : 0.0f;
+    float kf = (xs * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    float r = xs - kf * 0.693359375f;
+    r = r - kf * -2.12194440e-4f;
+    float y = 1.9875691500e-4f;
+    y = y * r + 1.3981999507e-3f;
+    y = y * r + 8.3334519073e-3f;
+    y = y * r + 4.1665795894e-2f;
+    y = y * r + 1.6666665459e-1f;
+    y = y * r + 5.0000001201e-1f;
+    y = y * r * r + r + 1.0f;
+    int32_t k = (int32_t)kf, k1 = k / 2, k2 = k - k1;
+    int32_t b1 = (k1 + 127) << 23, b2 = (k2 + 127) << 23;
+    float s1, s2;
+    memcpy(&s1, &b1, sizeof s1);
+    memcpy(&s2, &b2, sizeof s2);
+    float e = y * s1 * s2;
+    e = x > hi ? INFINITY : e;
+    return x == x ? e : x;
+}
+
+/* erf: |x| < 0.9: x P(x^2); else 1 - exp(-x^2) Q(1 / (1 + |x|/2)), both
+ * fitted (relative least squares, iterated toward minimax) to erf and to
+ * erfc(x) exp(x^2) on [0.9, 4]; |x| >= 4 rounds to +-1. Within 2 ulp. */
+OARI_VINLINE float oari_verff(float x) {
+    float a = fabsf(x);
+    a = a < 4.0f ? a : 4.0f; /* NaN gives 4 here; restored at the end */
+    float t = a * a;
+    float p = 8.513279317e-05f;
+    p = p * t + -8.175685653e-04f;
+    p = p * t + 5.203864072e-03f;
+    p = p * t + -2.686051093e-02f;
+    p = p * t + 1.128371507e-01f;
+    p = p * t + -3.761263490e-01f;
+    p = p * t + 1.128379226e+00f;
+    float small = a * p;
+    float u = 1.0f / (1.0f + 0.5f * a);
+    float q = -5.018355697e-02f;
+    q = q * u + -6.661531329e-02f;
+    q = q * u + 4.143580794e-01f;
+    q = q * u + 9.500342607e-02f;
+    q = q * u + 3.329069018e-01f;
+    q = q * u + 2.732603252e-01f;
+    q = q * u + 6.318357191e-04f;
+    float big = 1.0f - oari_vexpf(-t) * q;
+    float r = copysignf(a < 0.9f ? small : big, x);
+    return x == x ? r : x;
+}
+
+/* erf for gelu's 0.5 x (1 + erf(x / sqrt 2)): 1 - exp(-x^2) Q(1 / (1 + |x|/2))
+ * alone, Q fitted to erfc(x) exp(x^2) over [0, 4] (relative 1.2e-8). Its
+ * absolute error is a few 1e-8, below an ulp of 1 + erf, but near 0 it has
+ * no relative accuracy: not an erf for other uses. */
+OARI_VINLINE float oari_verff_abs(float x) {
+    float a = fabsf(x);
+    a = a < 4.0f ? a : 4.0f;
+    float u = 1.0f / (1.0f + 0.5f * a);
+    float q = -4.972551018e-02f;
+    q = q * u + 3.381822705e-01f;
+    q = q * u + -8.881477714e-01f;
+    q = q * u + 1.012204766e+00f;
+    q = q * u + -4.022063613e-01f;
+    q = q * u + 4.733629823e-01f;
+    q = q * u + 2.271027714e-01f;
+    q = q * u + 2.896826565e-01f;
+    q = q * u + -4.557223583e-04f;
+    float r = copysignf(1.0f - oari_vexpf(-(a * a)) * q, x);
+    return x == x ? r : x;
+}
+
+#endif
