@@ -17,7 +17,7 @@
  * safetensors file under their value's "name". */
 #include "ir.h"
 
-#include <cjson/cJSON.h>
+#include "../io/json.h"
 #include <errno.h>
 #include <stdarg.h>
 #include <math.h>
@@ -132,6 +132,7 @@ static cJSON *graph_json(const oar_graph *g) {
 }
 
 int oar_graph_save(const oar_graph *g, const char *dir) {
+    oari_json_init();
     if (!g || !dir) return oari_error(OAR_ERR_INVALID, "graph_save: graph or folder is NULL");
     if (mkdir(dir, 0777) && errno != EEXIST)
         return oari_error(OAR_ERR_IO, "graph_save: cannot create folder %s: %s", dir, strerror(errno));
@@ -389,6 +390,7 @@ static char *read_file(const char *path, size_t *len) {
 }
 
 oar_graph *oar_graph_load(const char *dir) {
+    oari_json_init();
     if (!dir) return oari_error(OAR_ERR_INVALID, "graph_load: folder is NULL"), NULL;
     size_t plen = strlen(dir) + 32, cap = 0;
     char *jpath = oari_malloc(plen), *wpath = oari_malloc(plen);
@@ -402,7 +404,12 @@ oar_graph *oar_graph_load(const char *dir) {
     snprintf(wpath, plen, "%s/weights.safetensors", dir);
     L.file = jpath;
     if (!(text = read_file(jpath, &cap))) goto done;
-    if (!(root = cJSON_Parse(text))) {
+    oari_json_take_oom();
+    if (!(root = cJSON_Parse(text)) && oari_json_take_oom()) {
+        oari_nomem("model.json");
+        goto done;
+    }
+    if (!root) {
         const char *at = cJSON_GetErrorPtr();
         oari_error(OAR_ERR_IO, "%s: not valid JSON (truncated or corrupt) at byte %ld", jpath,
                    at ? (long)(at - text) : -1L);

@@ -3,7 +3,7 @@
  * file, and a module's state dict on top of both. */
 #include "../core/core.h"
 
-#include <cjson/cJSON.h>
+#include "json.h"
 #include <errno.h>
 #include <math.h>
 #include <oar/autograd.h>
@@ -130,6 +130,7 @@ int oar_safetensors_save(const char *path, int n, const char *const *names,
 int oar_safetensors_save_meta(const char *path, int n, const char *const *names,
                               oar_tensor *const *tensors, int n_meta, const char *const *keys,
                               const char *const *values) {
+    oari_json_init();
     if (n_meta < 0 || (n_meta && (!keys || !values)))
         return oari_error(OAR_ERR_INVALID, "safetensors_save: bad metadata (n_meta %d)", n_meta);
     for (int i = 0; i < n_meta; i++) {
@@ -356,7 +357,12 @@ static oar_tensor_dict *load_stream(FILE *f, const char *path) {
         st = bad(path, "%s", "header contains a NUL byte");
         goto out;
     }
+    oari_json_take_oom();
     root = cJSON_ParseWithLength(header, (size_t)hlen);
+    if (!root && oari_json_take_oom()) {
+        st = oari_nomem("safetensors header");
+        goto out;
+    }
     if (!cJSON_IsObject(root)) {
         st = bad(path, "%s", "header is not a JSON object (corrupt file)");
         goto out;
@@ -392,6 +398,7 @@ out:
 }
 
 oar_tensor_dict *oar_safetensors_load(const char *path) {
+    oari_json_init();
     if (!path) return oari_error(OAR_ERR_INVALID, "safetensors_load: path is NULL"), NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -402,6 +409,7 @@ oar_tensor_dict *oar_safetensors_load(const char *path) {
 }
 
 oar_tensor_dict *oar_safetensors_load_memory(const void *data, size_t size, const char *name) {
+    oari_json_init();
     if (!data || !size)
         return oari_error(OAR_ERR_IO, "safetensors_load: %s: buffer is %s",
                           name ? name : "(memory)", data ? "empty" : "NULL"),

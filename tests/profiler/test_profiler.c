@@ -200,7 +200,7 @@ static void test_training_step_trace(void) {
                     cJSON_GetObjectItemCaseSensitive(e, "args"), "inputs"));
                 CHECK(in && !strcmp(in, "[[8,4],[4,8]]"));
                 if (in && strcmp(in, "[[8,4],[4,8]]")) fprintf(stderr, "inputs: %s\n", in);
-                free(in);
+                cJSON_free(in);
             }
         }
         CHECK(well_formed);
