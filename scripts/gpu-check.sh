@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One command for a machine with an NVIDIA GPU (the CUDA toolkit on PATH):
+# builds oar with its CUDA plugin, runs the CUDA plugin test and the backend
+# op test (every op the plugin claims against the CPU kernels), then the MLP
+# training step on every device, and prints a table. Under 5 minutes.
+#   bash scripts/gpu-check.sh
+set -u
+cd "$(dirname "$0")/.."
+build=build-gpu
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DOAR_BUILD_TESTS=ON >/dev/null || exit 1
+cmake --build "$build" -j "$(nproc)" --target test_cuda_plugin test_backend_ops bench_device >/dev/null || exit 1
+[ -f "$build/plugins/cuda.so" ] || { echo "gpu-check: the CUDA plugin was not built (is nvcc on PATH?)"; exit 1; }
+export OAR_PLUGIN_PATH=$PWD/$build/plugins
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
+row() { printf '%-32s %-10s %s\n' "$1" "$2" "$3"; }
+run() { # name, command...
+    local name=$1; shift
+    local out rc
+    out=$(cd tests && timeout 240 "$@" 2>&1); rc=$?
+    case $rc in 0) row "$name" pass "$(echo "$out" | tail -1)";;
+                77) row "$name" skipped "$(echo "$out" | tail -1)";;
+                *) row "$name" FAIL "exit $rc: $(echo "$out" | grep -m1 -i 'fail\|error')";; esac
+}
+row "check" "result" "detail"
+run "cuda plugin" ../"$build"/test_cuda_plugin
+run "backend ops (all devices)" ../"$build"/test_backend_ops
+bench=$("$build"/bench_device 20 2>/dev/null)
+echo "$bench" | awk '$1 == "oar" {printf "%-32s %-10s %s %s\n", $2, "time", $3, $4}'
+echo "$bench" | grep '^#' | sed 's/^# //'
