@@ -3,14 +3,21 @@
  * a regression loss, SGD. Every rank takes batch / world_size sequences
  * of one global batch of 16; parameters are replicated dtensors, gradients
  * are all-reduced in buckets. Rank 0 prints the step time, the throughput
- * and the bytes this rank sent per step against the analytic minimum of a
- * ring all-reduce (2 (n-1)/n of the parameter bytes). The peer is the same
+ * and the bytes this rank handed to collectives per step against the
+ * recipe's analytic minimum payload (the gradient bytes; a ring all-reduce
+ * then moves 2 (n-1)/n of it). The peer is the same
  * program on one rank: bench/run_dist.sh runs both and prints the ratio.
- * Usage: mpirun -np N bench_dist [steps] */
+ * With "tp" as second argument it runs Megatron tensor parallelism
+ * instead (attention projections and feed-forward split over the ranks,
+ * the whole batch on every rank) and compares the bytes with Megatron's
+ * minimum: one all-reduce of the activations [B, L, d] per block (attention,
+ * feed-forward) in forward and one in backward.
+ * Usage: mpirun -np N bench_dist [steps] [tp] */
 #include <oar/oar.h>
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now(void) {
@@ -23,6 +30,7 @@ int main(int argc, char **argv) {
     if (oar_dist_init(&argc, &argv)) return fprintf(stderr, "%s\n", oar_last_error()), 1;
     int world = oar_dist_world_size(), me = oar_dist_rank();
     int steps = argc > 1 ? atoi(argv[1]) : 10, warm = 2;
+    bool tp = argc > 2 && !strcmp(argv[2], "tp");
     const int64_t batch = 16, seq = 64, d = 128;
     oar_mesh *mesh = oar_mesh_create(1, (int64_t[]){world}, NULL, (const char *const[]){"dp"});
     oar_manual_seed(1);
@@ -30,7 +38,10 @@ int main(int argc, char **argv) {
     oar_module *layers[2] = {oar_transformer_encoder_layer_new(d, 4, &o),
                              oar_transformer_encoder_layer_new(d, 4, &o)};
     oar_module *model = oar_sequential_new(2, layers);
-    if (!mesh || !model || oar_parallelize(model, mesh, 0, 0, NULL))
+    const oar_parallel_rule megatron[4] = {
+        {"*.self_attn.in_proj_*", OAR_PARALLEL_COLWISE}, {"*.self_attn.out_proj.*", OAR_PARALLEL_ROWWISE},
+        {"*.linear1.*", OAR_PARALLEL_COLWISE}, {"*.linear2.*", OAR_PARALLEL_ROWWISE}};
+    if (!mesh || !model || oar_parallelize(model, mesh, 0, tp ? 4 : 0, megatron))
         return fprintf(stderr, "setup: %s\n", oar_last_error()), 1;
     oar_tensor *params[64];
     int np = oar_module_parameters(model, params, 64);
@@ -38,7 +49,7 @@ int main(int argc, char **argv) {
     oar_optimizer *opt = oar_sgd_new(np, params, &(oar_sgd_options){.lr = 1e-3});
     oar_tensor *x = oar_randn(OAR_F32, 3, (int64_t[]){batch, seq, d});
     oar_tensor *y = oar_randn(OAR_F32, 3, (int64_t[]){batch, seq, d});
-    oar_placement rows[1] = {oar_shard(0)};
+    oar_placement rows[1] = {tp ? oar_replicate() : oar_shard(0)};
     oar_tensor *xd = oar_shard_tensor(x, mesh, rows), *yd = oar_shard_tensor(y, mesh, rows);
     double t0 = 0, loss = 0;
     int64_t b0 = 0;
@@ -58,13 +69,16 @@ int main(int argc, char **argv) {
     }
     double dt = (now() - t0) / steps;
     double sent = (double)(oar_dist_bytes_moved() - b0) / steps;
-    double minimum = world > 1 ? 2.0 * (world - 1) / world * (double)param_bytes : 0;
+    /* the payload the recipe must hand to all-reduce per step: the gradients
+     * (data parallel) or, per layer, four activations (tensor parallel) */
+    double minimum = world == 1 ? 0 : tp ? 2 * 4 * (double)(batch * seq * d * 4) : (double)param_bytes;
     if (me == 0) {
-        printf("oar dp%d_step_ms %.2f ms\n", world, dt * 1e3);
-        printf("oar dp%d_samples_per_s %.2f 1/s\n", world, (double)batch / dt);
-        printf("# ranks %d, loss %.6f, fallbacks %lld, bytes handed to collectives per step %.0f "
-               "(ring all-reduce minimum %.0f, parameter bytes %lld)\n",
-               world, loss, (long long)oar_dist_fallback_count(), sent, minimum, (long long)param_bytes);
+        const char *mode = tp ? "tp" : "dp";
+        printf("oar %s%d_step_ms %.2f ms\n", mode, world, dt * 1e3);
+        printf("oar %s%d_samples_per_s %.2f 1/s\n", mode, world, (double)batch / dt);
+        printf("# %s, ranks %d, loss %.6f, fallbacks %lld, bytes handed to collectives per step %.0f "
+               "(the recipe's minimum payload %.0f; parameter bytes %lld)\n",
+               mode, world, loss, (long long)oar_dist_fallback_count(), sent, minimum, (long long)param_bytes);
     }
     oar_optim_free(opt);
     oar_module_free(model);
