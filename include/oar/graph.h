@@ -23,11 +23,12 @@
  * rewritten at run time, and every shape rule is re-run for the new input
  * shapes. Limits: other derived sizes (N/2, N*T) are not symbolic and a
  * constant computed from N (a mean's 1/N) is refused; value-dependent
- * control flow is baked in; symbolic tensors must not escape the traced
- * function. */
+ * control flow (oar_cond, oar_while_loop on a traced value) is refused with
+ * an error; symbolic tensors must not escape the traced function. */
 #ifndef OAR_GRAPH_H
 #define OAR_GRAPH_H
 
+#include <oar/autograd.h>
 #include <oar/nn.h>
 #include <oar/tensor.h>
 #include <stdio.h>
@@ -104,6 +105,32 @@ OAR_API int oar_graph_output_shape(const oar_graph *g, int i, oar_dtype *dtype, 
  * holding that parameter's current value (retained). Returns the number
  * turned, or a negative status. */
 OAR_API int oar_graph_freeze(oar_graph *g, oar_module *m);
+
+/* ---- value-dependent control flow --------------------------------------------
+ * Callbacks are oar_fn (include/oar/autograd.h): read in[0..n_in-1]
+ * (borrowed), write n_out op results to out[], return 0 or non-zero with an
+ * error set. Both functions run eagerly on real values; gradients flow
+ * through the branch taken and through every loop iteration (ordinary
+ * autograd). While tracing, a predicate or loop variable that is a traced
+ * value gives OAR_ERR_UNSUPPORTED: recording sub-graphs (cond / while nodes
+ * in the graph) is not implemented yet, and is refused rather than baked in. */
+
+/* Runs then_fn if pred (one real element) is non-zero, else else_fn, on
+ * in[0..n_in-1]; out[0..n_out-1] get the branch's results (pool rule, as op
+ * results). 0, or an error status with out[] all NULL: a NULL callback, a
+ * predicate that is NULL, complex, not one element or traced, a failing
+ * branch, a branch leaving an output NULL. */
+OAR_API int oar_cond(oar_tensor *pred, oar_fn then_fn, oar_fn else_fn, void *ctx, int n_in,
+                     oar_tensor *const *in, int n_out, oar_tensor **out);
+/* vars = init; while (cond_fn(vars) -> one-element predicate is non-zero)
+ * vars = body_fn(vars) (n_vars in, n_vars out); out[] gets the final vars
+ * (pool rule; an unchanged init is returned with a new reference owned as
+ * op results are). Each iteration runs in its own pool. Every body result
+ * must keep its variable's dtype and shape. max_iters >= 0 bounds the trip
+ * count (exceeding it is an error), -1: no bound. 0, or an error status
+ * with out[] NULL naming the iteration, the variable and both shapes. */
+OAR_API int oar_while_loop(oar_fn cond_fn, oar_fn body_fn, void *ctx, int n_vars,
+                           oar_tensor *const *init, int64_t max_iters, oar_tensor **out);
 
 /* ---- backward on the graph ---------------------------------------------------- */
 
