@@ -167,10 +167,19 @@ static int sgd_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
     return oar_copy_(p, oar_sub(p, oar_mul_scalar(g, o->lr)));
 }
 
+/* dst += alpha * src: add_scaled_ in one pass on the CPU; composed of ops
+ * that every device implements elsewhere (no CPU fallback there). */
+static int axpy_(oar_tensor *dst, oar_tensor *src, double alpha) {
+    if (oar_tensor_device(dst) == oar_device_cpu()) return oar_add_scaled_(dst, src, alpha);
+    return oar_copy_(dst, oar_add(dst, oar_mul_scalar(src, alpha)));
+}
+
+/* torch's single-tensor Adam/AdamW, updated in place with axpy_ (m and v
+ * moved by lerp), about 11 ops per parameter instead of 18. */
 static int adam_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
     int64_t t = ++o->pstep[i];
     if (o->kind == KIND_ADAMW && o->wd) {
-        if (oar_copy_(p, oar_mul_scalar(p, 1 - o->lr * o->wd))) return OAR_ERR_INVALID;
+        if (axpy_(p, p, -o->lr * o->wd)) return OAR_ERR_INVALID;
     } else if (o->wd) {
         g = oar_add(g, oar_mul_scalar(p, o->wd));
     }
@@ -180,15 +189,13 @@ static int adam_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
         if (!o->s1[i] || !o->s2[i]) return OAR_ERR_NOMEM;
     }
     oar_tensor *m = o->s1[i], *v = o->s2[i];
-    if (oar_copy_(m, oar_add(oar_mul_scalar(m, o->beta1), oar_mul_scalar(g, 1 - o->beta1))))
-        return OAR_ERR_INVALID;
-    if (oar_copy_(
-            v, oar_add(oar_mul_scalar(v, o->beta2), oar_mul_scalar(oar_mul(g, g), 1 - o->beta2))))
+    /* m += (1 - beta1) (g - m); v += (1 - beta2) (g^2 - v) */
+    if (axpy_(m, oar_sub(g, m), 1 - o->beta1) ||
+        axpy_(v, oar_sub(oar_mul(g, g), v), 1 - o->beta2))
         return OAR_ERR_INVALID;
     double bc1 = 1 - pow(o->beta1, (double)t), bc2 = 1 - pow(o->beta2, (double)t);
     oar_tensor *denom = oar_add_scalar(oar_div_scalar(oar_sqrt(v), sqrt(bc2)), o->eps);
-    oar_tensor *upd = oar_mul_scalar(oar_div(m, denom), o->lr / bc1);
-    return oar_copy_(p, oar_sub(p, upd));
+    return axpy_(p, oar_div(m, denom), -o->lr / bc1);
 }
 
 /* torch.optim.RMSprop's update (foreach=False). */
