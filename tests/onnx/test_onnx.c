@@ -89,6 +89,10 @@ static void test_errors(void) {
     /* garbage: a field number 0 and bad wire types */
     static const unsigned char junk[] = {0x00, 0xff, 0xff, 0xff, 0x07, 0x13, 0x37};
     CHECK_FAILS(oar_onnx_load_buffer(junk, sizeof junk), "not a valid ONNX model");
+    /* a ModelProto with an empty graph (field 7) and opset_import (field 8)
+     * {version (field 2) = 99} */
+    static const unsigned char opset99[] = {0x3a, 0x00, 0x42, 0x02, 0x10, 0x63};
+    CHECK_FAILS(oar_onnx_load_buffer(opset99, sizeof opset99), "opset 99 of the default domain is not supported");
     /* an empty buffer parses as an empty ModelProto: no graph */
     CHECK_FAILS(oar_onnx_load_buffer(buf, 0), "no graph");
     free(buf);
