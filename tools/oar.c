@@ -10,6 +10,7 @@
 #include <oar/oar.h>
 #include <oar/graph.h>
 #include <oar/infer.h>
+#include <oar/onnx.h> /* onnx branch: .onnx files */
 
 #include <math.h>
 #include <stdio.h>
@@ -41,8 +42,15 @@ static void print_shape(int ndim, const int64_t *shape) {
     printf("]");
 }
 
+/* onnx branch: a path ending in .onnx is an ONNX model, else a model folder. */
+static bool is_onnx(const char *path) {
+    size_t n = strlen(path);
+    return n > 5 && !strcmp(path + n - 5, ".onnx");
+}
+static oar_graph *load_graph(const char *path) { return is_onnx(path) ? oar_onnx_load(path) : oar_graph_load(path); }
+
 static int cmd_info(const char *dir) {
-    oar_graph *g = oar_graph_load(dir);
+    oar_graph *g = load_graph(dir);
     if (!g) return fail("info");
     printf("model: %s\n", dir);
     int64_t shape[OAR_MAX_DIMS];
@@ -81,7 +89,7 @@ static int cmd_info(const char *dir) {
 }
 
 static int cmd_graph(const char *dir, bool optimize) {
-    oar_graph *g = oar_graph_load(dir);
+    oar_graph *g = load_graph(dir);
     if (!g) return fail("graph");
     if (optimize && oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0)) {
         oar_graph_free(g);
@@ -93,7 +101,15 @@ static int cmd_graph(const char *dir, bool optimize) {
 }
 
 static int cmd_run(const char *dir, int n_in, char **ins, int n_out, char **outs, bool optimize) {
-    oar_predictor *p = oar_predictor_create(&(oar_predictor_config){.model_dir = dir, .optimize = optimize});
+    oar_predictor_config cfg = {.model_dir = dir, .optimize = optimize};
+    oar_predictor *p = NULL;
+    if (is_onnx(dir)) { /* onnx branch */
+        oar_graph *g = oar_onnx_load(dir);
+        if (g) p = oar_predictor_from_graph(g, &cfg);
+        oar_graph_free(g);
+    } else {
+        p = oar_predictor_create(&cfg);
+    }
     if (!p) return fail("run");
     int rc = 0, ni = oar_predictor_num_inputs(p), no = oar_predictor_num_outputs(p);
     oar_tensor *x[64] = {0}, *y[64] = {0};

@@ -1,0 +1,43 @@
+/* ONNX import: an .onnx model file becomes an oar static graph.
+ *
+ *     oar_graph *g = oar_onnx_load("mlp.onnx");
+ *     oar_predictor *p = oar_predictor_from_graph(g, NULL);
+ *     oar_graph_free(g);
+ *
+ * The model is traced (include/oar/graph.h): the graph inputs that are not
+ * initializers become symbolic inputs (a dim_param, or a dim with neither
+ * value nor param, becomes a dynamic dim named by its param), initializers
+ * and Constant nodes become constants, and each node calls the public oar
+ * op, so every shape rule is oar's own. Outputs and inputs keep their ONNX
+ * names, in graph order.
+ *
+ * Supported (default domain, opset 7..17): MatMul, Gemm, Add, Sub, Mul, Div,
+ * Relu, Sigmoid, Tanh, Softmax (opset < 13: flatten to 2-D at axis), Conv
+ * (2-D, symmetric pads), MaxPool, AveragePool (2-D), GlobalAveragePool,
+ * Flatten, Reshape (shape from a constant), Transpose, Identity, Constant.
+ * Tensors: float (computed in f32), double (f64), int64 (shapes). */
+#ifndef OAR_ONNX_H
+#define OAR_ONNX_H
+
+#include <oar/graph.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Reads the ONNX model at path and returns a new graph (the caller frees it
+ * with oar_graph_free). NULL with oar_last_error() set on failure: the file
+ * cannot be read (OAR_ERR_IO), it is not a valid ModelProto, an opset or
+ * op outside the list above (the message names the node, its op and the
+ * opset), an unsupported element type or attribute, or a shape error in a
+ * node (named). */
+OAR_API oar_graph *oar_onnx_load(const char *path);
+
+/* As oar_onnx_load, from n bytes in memory (borrowed). */
+OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

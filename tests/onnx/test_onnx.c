@@ -1,0 +1,138 @@
+/* ONNX import (include/oar/onnx.h): PyTorch-exported models (and a few
+ * hand-built ones) loaded, run through the predictor at a batch other than
+ * the traced one, compared with PyTorch/NumPy values from
+ * tests/ref/gen_onnx.py; malformed files and unsupported ops fail with a
+ * message naming the node. */
+#include "test.h"
+#include "onnx/onnx_ref.h"
+#include <math.h>
+#include <oar/oar.h>
+#include <oar/onnx.h>
+
+/* Loads path, runs x (f64 values as f32) and compares with want. */
+static void check_model(const char *path, const double *x, int xnd, const int64_t *xshape, const double *want,
+                        int ynd, const int64_t *yshape) {
+    oar_graph *g = oar_onnx_load(path);
+    CHECK(g != NULL);
+    if (!g) return;
+    oar_predictor *p = oar_predictor_from_graph(g, NULL);
+    oar_graph_free(g);
+    CHECK(p != NULL);
+    if (!p) return;
+    int64_t n = 1;
+    for (int d = 0; d < xnd; d++) n *= xshape[d];
+    float *xf = malloc((size_t)n * sizeof *xf);
+    for (int64_t i = 0; i < n; i++) xf[i] = (float)x[i];
+    oar_tensor *xt = oar_tensor_from_data(xf, OAR_F32, xnd, xshape), *y = NULL;
+    free(xf);
+    CHECK(oar_predictor_run(p, &xt, &y) == 0);
+    if (y) {
+        CHECK(oar_tensor_ndim(y) == ynd);
+        int64_t m = 1;
+        for (int d = 0; d < ynd && d < oar_tensor_ndim(y); d++) {
+            CHECK(oar_tensor_shape(y)[d] == yshape[d]);
+            m *= yshape[d];
+        }
+        CHECK(oar_tensor_numel(y) == m);
+        CHECK(oar_tensor_dtype(y) == OAR_F32);
+        const float *yv = oar_tensor_data(y);
+        for (int64_t i = 0; i < m && oar_tensor_numel(y) == m; i++) CHECK_NEAR(yv[i], want[i], 1e-5);
+    }
+    oar_tensor_release(y);
+    oar_tensor_release(xt);
+    oar_predictor_free(p);
+}
+
+#define MODEL(name, xnd, ynd)                                                                            \
+    check_model("onnx/" #name ".onnx", name##_x, xnd, name##_xshape, name##_y, ynd, name##_yshape)
+
+static void test_pytorch_models(void) {
+    MODEL(mlp13, 2, 2);  /* Gemm Sigmoid Softmax */
+    MODEL(mlp11, 2, 2);  /* the same at opset 11 */
+    MODEL(cnn13, 4, 2);  /* Conv (dilated, grouped) Relu MaxPool Tanh AveragePool Flatten Gemm */
+    MODEL(misc13, 4, 3); /* GlobalAveragePool Sub Mul Div Reshape Transpose Constant */
+}
+
+static void test_softmax_opset11(void) {
+    /* axis=1 on [2, 3, 4] at opset 11: one softmax over the last 12 values */
+    static const int64_t s[] = {2, 3, 4};
+    check_model("onnx/softmax11.onnx", softmax11_x, 3, s, softmax11_y, 3, s);
+}
+
+static void test_typed_initializers(void) {
+    /* float_data / int64_data initializers: y = reshape(x + [1..6], [3, 2]) */
+    static const double x[] = {0.5, -1, 2, 0, 3, -4}, want[] = {1.5, 1, 5, 4, 8, 2};
+    check_model("onnx/typed.onnx", x, 1, (const int64_t[]){6}, want, 2, (const int64_t[]){3, 2});
+}
+
+static unsigned char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char *buf = malloc(1 << 16);
+    *n = fread(buf, 1, 1 << 16, f);
+    fclose(f);
+    return buf;
+}
+
+static void test_errors(void) {
+    CHECK_FAILS(oar_onnx_load("onnx/unknown_op.onnx"), "node 1 'mystery' (FooBar, opset 13): op is not supported");
+    CHECK_FAILS(oar_onnx_load("onnx/no_such_file.onnx"), "cannot open");
+    CHECK_FAILS(oar_onnx_load(NULL), "NULL path");
+    CHECK_FAILS(oar_onnx_load_buffer(NULL, 3), "NULL data");
+    size_t n = 0;
+    unsigned char *buf = read_all("onnx/cnn13.onnx", &n);
+    CHECK(buf != NULL && n > 100);
+    if (!buf) return;
+    /* truncated in the middle of the weights */
+    CHECK_FAILS(oar_onnx_load_buffer(buf, n / 2), "not a valid ONNX model");
+    CHECK_FAILS(oar_onnx_load_buffer(buf, n - 1), "not a valid ONNX model");
+    /* garbage: a field number 0 and bad wire types */
+    static const unsigned char junk[] = {0x00, 0xff, 0xff, 0xff, 0x07, 0x13, 0x37};
+    CHECK_FAILS(oar_onnx_load_buffer(junk, sizeof junk), "not a valid ONNX model");
+    /* a ModelProto with an empty graph (field 7) and opset_import (field 8)
+     * {version (field 2) = 99} */
+    static const unsigned char opset99[] = {0x3a, 0x00, 0x42, 0x02, 0x10, 0x63};
+    CHECK_FAILS(oar_onnx_load_buffer(opset99, sizeof opset99), "opset 99 of the default domain is not supported");
+    /* an empty buffer parses as an empty ModelProto: no graph */
+    CHECK_FAILS(oar_onnx_load_buffer(buf, 0), "no graph");
+    free(buf);
+}
+
+/* Every byte of each model overwritten in turn (0xff, 0x00, +1): each load
+ * gives a graph or fails with a message, never crashes (run under ASan). */
+static void test_mutations(void) {
+    static const char *const files[] = {"onnx/cnn13.onnx", "onnx/misc13.onnx", "onnx/typed.onnx", "onnx/softmax11.onnx"};
+    int loaded = 0, refused = 0, silent = 0;
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        size_t n = 0;
+        unsigned char *buf = read_all(files[f], &n);
+        CHECK(buf != NULL);
+        if (!buf) continue;
+        for (size_t i = 0; i < n; i++) {
+            unsigned char keep = buf[i];
+            const unsigned char vals[3] = {0xff, 0x00, (unsigned char)(keep + 1)};
+            for (int v = 0; v < 3; v++) {
+                buf[i] = vals[v];
+                oar_clear_error();
+                oar_graph *g = oar_onnx_load_buffer(buf, n);
+                if (g) loaded++;
+                else if (oar_last_error()[0]) refused++;
+                else silent++;
+                oar_graph_free(g);
+            }
+            buf[i] = keep;
+        }
+        free(buf);
+    }
+    CHECK(silent == 0);
+    CHECK(refused > 0 && loaded > 0);
+}
+
+int main(void) {
+    RUN(test_pytorch_models);
+    RUN(test_softmax_opset11);
+    RUN(test_typed_initializers);
+    RUN(test_errors);
+    RUN(test_mutations);
+    return test_summary();
+}
