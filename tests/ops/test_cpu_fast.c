@@ -173,6 +173,35 @@ static void test_erf_f32_accuracy(void) {
     oar_pool_pop(p);
 }
 
+/* tanh in f32 (Cephes' polynomial below 0.625, exp beyond): within 2 ulp
+ * of tanh in double rounded to float, over [-12, 12] and special values. */
+static void test_tanh_f32_accuracy(void) {
+    oar_pool *p = oar_pool_push();
+    int64_t n = 1 << 20;
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = -12.0f + 24.0f * (float)i / (float)n;
+    float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, -1e-38f, 0.625f, -0.625f,
+                       0.62499994f, 20.0f, 1e-45f, 100.0f, -100.0f};
+    for (int i = 0; i < 14; i++) v[i] = special[i];
+    oar_tensor *e = oar_tanh(oar_tensor_from_data(v, OAR_F32, 1, &n));
+    const float *ev = e ? oar_tensor_data(e) : NULL;
+    int64_t worst = 0, bad = 0;
+    for (int64_t i = 0; ev && i < n; i++) {
+        float want = (float)tanh((double)v[i]);
+        if (isnan(want)) {
+            bad += !isnan(ev[i]);
+            continue;
+        }
+        if (signbit(want) != signbit(ev[i])) bad++;
+        int64_t d = llabs((int64_t)f32_bits(ev[i]) - (int64_t)f32_bits(want));
+        if (d > worst) worst = d;
+    }
+    CHECK(ev && worst <= 2 && bad == 0);
+    if (worst > 2 || bad) fprintf(stderr, "tanh f32: worst %lld ulp, %lld bad\n", (long long)worst, (long long)bad);
+    free(v);
+    oar_pool_pop(p);
+}
+
 /* complex -> bool is z != 0: a nonzero imaginary part alone makes true. */
 static void test_complex_to_bool(void) {
     oar_pool *p = oar_pool_push();
@@ -200,6 +229,7 @@ int main(void) {
     RUN(test_reduction_paths);
     RUN(test_softmax_norm_paths);
     RUN(test_erf_f32_accuracy);
+    RUN(test_tanh_f32_accuracy);
     RUN(test_complex_to_bool);
     return test_summary();
 }

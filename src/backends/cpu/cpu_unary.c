@@ -131,7 +131,7 @@ MATH_RC(acos, acosf(x), acos(x), cacosf(x), cacos(x))
 MATH_RC(atan, atanf(x), atan(x), catanf(x), catan(x))
 MATH_RC(sinh, sinhf(x), sinh(x), csinhf(x), csinh(x))
 MATH_RC(cosh, coshf(x), cosh(x), ccoshf(x), ccosh(x))
-MATH_RC(tanh, tanhf(x), tanh(x), ctanhf(x), ctanh(x))
+MATH_RC(tanh, oari_vtanhf(x), tanh(x), ctanhf(x), ctanh(x))
 MATH_RC(sigmoid, 1.0f / (1.0f + oari_vexpf(-x)), 1.0 / (1.0 + exp(-x)), 1.0f / (1.0f + cexpf(-x)),
         1.0 / (1.0 + cexp(-x)))
 MATH_R(erf, oari_verff(x), erf(x))
@@ -163,7 +163,7 @@ const oari_cpu_kernels oari_cpu_k_elu = {K_FLOAT(elu)};
     ((T)0.5 * (x) * ((T)1 + TANH((T)0.7978845608028654 * ((x) + (T)0.044715 * (x) * (x) * (x)))))
 UNARY_LOOP(gelu_erf_f32, float, float, 0.5f * x * (1.0f + oari_verff_abs(x * (float)M_SQRT1_2)))
 UNARY_LOOP(gelu_erf_f64, double, double, 0.5 * x * (1.0 + erf(x * M_SQRT1_2)))
-UNARY_LOOP(gelu_tanh_f32, float, float, GELU_TANH(float, tanhf, x))
+UNARY_LOOP(gelu_tanh_f32, float, float, GELU_TANH(float, oari_vtanhf, x))
 UNARY_LOOP(gelu_tanh_f64, double, double, GELU_TANH(double, tanh, x))
 static int k_gelu_f32(void *ctx, const oar_kernel_call *c) {
     return c->n_iattr && c->iattr[0] ? k_gelu_tanh_f32(ctx, c) : k_gelu_erf_f32(ctx, c);

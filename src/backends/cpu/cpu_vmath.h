@@ -2,7 +2,7 @@
  * of a select are computed), for the f32 loops of the unary, softmax and
  * activation kernels. Accuracy against the double-precision libm result
  * rounded to float is checked by tests/ops/test_unary.c (exp) and
- * tests/ops/test_cpu_fast.c (erf). */
+ * tests/ops/test_cpu_fast.c (erf, tanh). */
 #ifndef OARI_CPU_VMATH_H
 #define OARI_CPU_VMATH_H
 
@@ -37,6 +37,24 @@ OARI_VINLINE float oari_vexpf(float x) {
     float e = y * s1 * s2;
     e = x > hi ? INFINITY : e;
     return x == x ? e : x;
+}
+
+/* tanh: |x| < 0.625: Cephes' odd polynomial x + x^3 P(x^2); else
+ * sign(x) (1 - 2 / (exp(2|x|) + 1)), which saturates to +-1 by itself.
+ * Both sides are computed (no branch) so the loop vectorizes. */
+OARI_VINLINE float oari_vtanhf(float x) {
+    float a = fabsf(x);
+    float z = x * x;
+    float p = -5.70498872745e-3f;
+    p = p * z + 2.06390887954e-2f;
+    p = p * z + -5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z + -3.33332819422e-1f;
+    float small = p * z * x + x;
+    float big = 1.0f - 2.0f / (oari_vexpf(2.0f * (a < 20.0f ? a : 20.0f)) + 1.0f);
+    big = x < 0 ? -big : big;
+    float r = a < 0.625f ? small : big;
+    return x == x && x != 0.0f ? r : x; /* NaN, and the sign of zero, pass through */
 }
 
 /* erf: |x| < 0.9: x P(x^2); else 1 - exp(-x^2) Q(1 / (1 + |x|/2)), both
