@@ -133,35 +133,6 @@ static oar_module *make_model(void) {
     return m;
 }
 
-/* Accuracy of m on ds (eval mode, no gradients), or -1 on error. */
-static double evaluate(oar_module *m, const oar_dataset *ds) {
-    oar_loader *ld = oar_loader_new(
-        ds, &(oar_loader_options){.batch_size = 500, .scale = 1 / 255.0, .mean = MEAN, .std = STD});
-    if (!ld) return -1;
-    oar_module_train(m, false);
-    oar_no_grad_push();
-    int64_t correct = 0, total = 0;
-    int r;
-    for (;;) {
-        oar_pool *p = oar_pool_push();
-        oar_tensor *x, *y;
-        r = oar_loader_next(ld, &x, &y);
-        if (r == 1) {
-            oar_tensor *pred = oar_argmax(oar_module_forward(m, x), 1, false);
-            double c = oar_tensor_item(oar_sum(oar_eq(pred, y), 0, NULL, false));
-            if (c != c) r = -1;
-            correct += (int64_t)c;
-            total += oar_tensor_shape(y)[0];
-        }
-        oar_pool_pop(p);
-        if (r != 1) break;
-    }
-    oar_no_grad_pop();
-    oar_module_train(m, true);
-    oar_loader_free(ld);
-    return r < 0 || total == 0 ? -1 : (double)correct / (double)total;
-}
-
 /* The first `limit` samples of ds (all if limit <= 0); frees ds. */
 static oar_dataset *limit_to(oar_dataset *ds, int64_t limit) {
     if (!ds || limit <= 0 || limit >= oar_dataset_size(ds)) return ds;
@@ -187,52 +158,30 @@ int main(void) {
     oar_tensor *params[64];
     int np = oar_module_parameters(model, params, 64);
     oar_optimizer *opt = oar_adam_new(np, params, &(oar_adam_options){.lr = 2e-3});
-    oar_loader *loader = oar_loader_new(train, &(oar_loader_options){.batch_size = 64,
-                                                                     .shuffle = true,
-                                                                     .seed = 1,
-                                                                     .scale = 1 / 255.0,
-                                                                     .mean = MEAN,
-                                                                     .std = STD});
-    if (!opt || !loader) return fail("setting up training");
+    oar_loader_options lo = {.batch_size = 64, .shuffle = true, .seed = 1, .scale = 1 / 255.0,
+                             .mean = MEAN, .std = STD};
+    oar_loader *loader = oar_loader_new(train, &lo);
+    lo.batch_size = 500;
+    lo.shuffle = false;
+    oar_loader *eval = oar_loader_new(test, &lo);
+    if (!opt || !loader || !eval) return fail("setting up training");
     printf("oar resnet: %lld train / %lld test images, %lld parameters, %d epochs\n",
            (long long)oar_dataset_size(train), (long long)oar_dataset_size(test),
            (long long)oar_module_num_elements(model), epochs);
 
-    double acc = 0, t_start = now();
-    for (int epoch = 1; epoch <= epochs; epoch++) {
-        double loss_sum = 0, t0 = now();
-        int64_t n = 0;
-        for (;;) {
-            oar_pool *pool = oar_pool_push();
-            oar_tensor *x, *y;
-            int r = oar_loader_next(loader, &x, &y);
-            if (r != 1) {
-                oar_pool_pop(pool);
-                if (r < 0) return fail("loading a batch");
-                break;
-            }
-            oar_tensor *loss = oar_cross_entropy(oar_module_forward(model, x), y, NULL, -100, 0.0,
-                                                 OAR_REDUCTION_MEAN);
-            if (!loss || oar_backward(loss, NULL) || oar_optim_step(opt)) {
-                oar_pool_pop(pool);
-                return fail("training step");
-            }
-            oar_optim_zero_grad(opt);
-            loss_sum += oar_tensor_item(loss);
-            n++;
-            oar_pool_pop(pool);
-        }
-        acc = evaluate(model, test);
-        if (acc < 0) return fail("evaluating");
-        printf("epoch %d: train loss %.4f, test accuracy %.4f (%.1f s)\n", epoch,
-               loss_sum / (double)(n ? n : 1), acc, now() - t0);
-    }
+    /* cross entropy, an evaluation of test accuracy after each epoch, progress lines */
+    oar_fit_result r;
+    double t_start = now();
+    if (oar_fit(model, opt, loader, &(oar_fit_options){.epochs = epochs, .eval_loader = eval,
+                                                       .accuracy = true}, &r))
+        return fail("training");
     printf("trained in %.1f s\n", now() - t_start);
+    oar_loader_free(eval);
     oar_loader_free(loader);
     oar_optim_free(opt);
     oar_module_free(model);
     oar_dataset_free(train);
     oar_dataset_free(test);
-    printf("test accuracy: %.4f\n", acc);
+    printf("test accuracy: %.4f\n", r.val_acc);
     return 0;
 }
