@@ -24,6 +24,20 @@ static oar_module *fail(oar_module *m) {
     return NULL;
 }
 
+/* The weight (Kaiming-uniform with a = sqrt(5)) and, if asked, a bias of
+ * n_bias entries uniform in +-1/sqrt(fan_in): PyTorch's default for linear
+ * and convolution layers. 0, or an error status. */
+static int add_weight_bias(oar_module *m, int ndim, const int64_t *ws, bool bias, int64_t n_bias) {
+    oar_tensor *w = new_param(m, "weight", ndim, ws, true);
+    if (!w || oar_init_kaiming_uniform_(w, sqrt(5.0))) return OAR_ERR_INVALID;
+    if (!bias) return 0;
+    int64_t fan_in = 0;
+    if (oar_init_fans(w, &fan_in, NULL)) return OAR_ERR_INVALID;
+    double bound = fan_in > 0 ? 1.0 / sqrt((double)fan_in) : 0;
+    oar_tensor *b = new_param(m, "bias", 1, &n_bias, true);
+    return !b || oar_init_uniform_(b, -bound, bound) ? OAR_ERR_INVALID : 0;
+}
+
 /* ---- Linear ------------------------------------------------------------- */
 
 static oar_tensor *linear_forward(oar_module *m, oar_tensor *x) {
@@ -55,13 +69,7 @@ oar_module *oar_linear_new(int64_t in_features, int64_t out_features, bool bias)
     m->cfg[0] = in_features;
     m->cfg[1] = out_features;
     int64_t ws[2] = {out_features, in_features};
-    oar_tensor *w = new_param(m, "weight", 2, ws, true);
-    if (!w || oar_init_kaiming_uniform_(w, sqrt(5.0))) return fail(m);
-    if (bias) {
-        double bound = 1.0 / sqrt((double)in_features);
-        oar_tensor *b = new_param(m, "bias", 1, &out_features, true);
-        if (!b || oar_init_uniform_(b, -bound, bound)) return fail(m);
-    }
+    if (add_weight_bias(m, 2, ws, bias, out_features)) return fail(m);
     return m;
 }
 
@@ -95,13 +103,7 @@ oar_module *oar_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t ke
     m->cfg[2] = dilation;
     m->cfg[3] = groups;
     int64_t ws[4] = {out_channels, in_channels / groups, kernel, kernel};
-    oar_tensor *w = new_param(m, "weight", 4, ws, true);
-    if (!w || oar_init_kaiming_uniform_(w, sqrt(5.0))) return fail(m);
-    if (bias) {
-        double bound = 1.0 / sqrt((double)(in_channels / groups * kernel * kernel));
-        oar_tensor *b = new_param(m, "bias", 1, &out_channels, true);
-        if (!b || oar_init_uniform_(b, -bound, bound)) return fail(m);
-    }
+    if (add_weight_bias(m, 4, ws, bias, out_channels)) return fail(m);
     return m;
 }
 
@@ -363,13 +365,7 @@ oar_module *oar_conv1d_new(int64_t in_channels, int64_t out_channels, int64_t ke
     m->cfg[2] = dilation;
     m->cfg[3] = groups;
     int64_t ws[3] = {out_channels, in_channels / groups, kernel};
-    oar_tensor *w = new_param(m, "weight", 3, ws, true);
-    if (!w || oar_init_kaiming_uniform_(w, sqrt(5.0))) return fail(m);
-    if (bias) {
-        double bound = 1.0 / sqrt((double)(in_channels / groups * kernel));
-        oar_tensor *b = new_param(m, "bias", 1, &out_channels, true);
-        if (!b || oar_init_uniform_(b, -bound, bound)) return fail(m);
-    }
+    if (add_weight_bias(m, 3, ws, bias, out_channels)) return fail(m);
     return m;
 }
 
@@ -406,14 +402,7 @@ oar_module *oar_conv_transpose2d_new(int64_t in_channels, int64_t out_channels, 
     m->cfg[3] = dilation;
     m->cfg[4] = groups;
     int64_t ws[4] = {in_channels, out_channels / groups, kernel, kernel};
-    oar_tensor *w = new_param(m, "weight", 4, ws, true);
-    if (!w || oar_init_kaiming_uniform_(w, sqrt(5.0))) return fail(m);
-    if (bias) {
-        /* PyTorch takes fan_in from weight dim 1: out/groups * k * k */
-        double bound = 1.0 / sqrt((double)(out_channels / groups * kernel * kernel));
-        oar_tensor *b = new_param(m, "bias", 1, &out_channels, true);
-        if (!b || oar_init_uniform_(b, -bound, bound)) return fail(m);
-    }
+    if (add_weight_bias(m, 4, ws, bias, out_channels)) return fail(m);
     return m;
 }
 
