@@ -268,6 +268,12 @@ static void test_errors(void) {
     CHECK_FAILS(oar_shard_tensor(NULL, m, (oar_placement[]){oar_shard(0)}), "NULL");
     CHECK_FAILS(oar_shard_tensor(x, NULL, NULL), "NULL");
     CHECK_FAILS(oar_unshard(x), "not distributed");
+    CHECK(oar_dtensor_mesh(xd) == m && oar_tensor_is_dist(xd) && !oar_tensor_is_dist(x));
+    CHECK_FAILS(oar_dtensor_mesh(x), "not distributed");
+    CHECK_FAILS(oar_dtensor_placements(NULL), "NULL");
+    /* collectives count the payload each rank hands them: its f32 shard */
+    int64_t moved = oar_dist_bytes_moved();
+    CHECK(oar_unshard(xd) != NULL && oar_dist_bytes_moved() - moved == oar_tensor_numel(oar_dtensor_local(xd)) * 4);
     CHECK_FAILS(oar_dtensor_local(x), "not distributed");
     CHECK_FAILS(oar_reshard(xd, m2, (oar_placement[]){oar_replicate(), oar_replicate()}), "between meshes");
     float buf[12];
