@@ -164,7 +164,7 @@ static oar_tensor *front_to_dim(oar_tensor *y, const int64_t *perm, int ndim) {
     return oar_contiguous(oar_permute(y, inv));
 }
 
-/* Runs body with half-precision inputs converted to f32 and back. */
+/* f16/bf16 are reduced in f32 (MPI has no half types); the caller casts back. */
 static oar_tensor *widen(oar_tensor *x) { return is_half(x->dtype) ? oar_cast(x, OAR_F32) : x; }
 
 oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d) {

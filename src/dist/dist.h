@@ -72,11 +72,11 @@ static inline void oari_chunk(int64_t n, int64_t m, int64_t c, int64_t *start, i
  * (retained) with the given global shape. */
 OARI_HIDDEN oar_tensor *oari_dtensor_wrap(oar_tensor *local, oar_mesh *mesh, const oar_placement *p,
                                           int ndim, const int64_t *global_shape);
-/* Local shard of `x` (the local value for the placements `from`) resharded
- * to `to`; `global` gives the global shape. Returns an owned reference. */
-OARI_HIDDEN oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *mesh, int ndim,
-                                           const int64_t *global, const oar_placement *from,
-                                           const oar_placement *to);
+/* This rank's value under placements `to`, from its value `local` under
+ * placements `from` (same mesh, same global value). Returns an owned
+ * reference, possibly `local` itself. */
+OARI_HIDDEN oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *mesh,
+                                           const oar_placement *from, const oar_placement *to);
 
 /* Collectives on local tensors over mesh dim d; each returns an owned
  * reference or NULL with the error set. */

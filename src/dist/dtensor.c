@@ -108,9 +108,8 @@ static bool same(oar_placement a, oar_placement b) {
     return true;
 }
 
-oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *m, int ndim, const int64_t *global,
-                               const oar_placement *from, const oar_placement *to) {
-    (void)global;
+oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *m, const oar_placement *from,
+                               const oar_placement *to) {
     oar_placement cur[OAR_MESH_MAX_DIMS];
     memcpy(cur, from, sizeof(oar_placement) * (size_t)m->ndim);
     oar_pool *pool = oar_pool_push();

@@ -131,8 +131,7 @@ static void matmul_dim(oar_tensor *a, oar_tensor *b, oar_placement pa, oar_place
 
 /* ---- sum over a dim mask ------------------------------------------------- */
 
-static void sum_dim(oar_tensor *x, oar_placement p, const oari_attrs *a, int d,
-                    oari_shard_plan *plan) {
+static void sum_dim(oar_placement p, const oari_attrs *a, int d, oari_shard_plan *plan) {
     int64_t mask = a->i[0];
     bool keepdim = a->i[1] != 0;
     plan->in[0][d] = p;
@@ -151,7 +150,6 @@ static void sum_dim(oar_tensor *x, oar_placement p, const oari_attrs *a, int d,
             plan->out[0][d] = oar_shard(k);
         }
     }
-    (void)x;
 }
 
 /* ---- one-input ops whose sharded dims pass through ------------------------ */
@@ -292,7 +290,7 @@ int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in, oar_tensor *co
         return 1;
     }
     if (op == OARI_OP_sum && in[0]->ndim > 0) {
-        for (int d = 0; d < mesh_ndim; d++) sum_dim(in[0], in_p[0][d], attrs, d, plan);
+        for (int d = 0; d < mesh_ndim; d++) sum_dim(in_p[0][d], attrs, d, plan);
         return 1;
     }
     return 0;
