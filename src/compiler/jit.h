@@ -1,0 +1,56 @@
+/* Run-time compilation of generated C (src/compiler/jit.c): a translation
+ * unit becomes a shared library, built with the system compiler ($CC, else
+ * cc), cached on disk and loaded with dlopen.
+ *
+ * The cache ($OAR_CACHE_DIR, else $XDG_CACHE_HOME/oar/kernels, else
+ * ~/.cache/oar/kernels) is keyed by a hash of the source, the flags, the
+ * compiler's identity (its path and `--version` text) and OARI_JIT_VERSION.
+ * One lock file per key serialises processes building the same library; a
+ * library is written to a temporary name and renamed, so readers never see
+ * half a file; a library that fails to load (truncated, corrupt) is rebuilt.
+ *
+ * Flags never include -ffast-math, -Ofast or -funsafe-math-optimizations:
+ * gcc links crtfastmath.o into a shared library built that way, and loading
+ * it switches the whole process to flush-to-zero. $OAR_JIT_CFLAGS (extra
+ * flags) naming one of them is refused. */
+#ifndef OARI_JIT_H
+#define OARI_JIT_H
+
+#include "../core/core.h"
+
+#define OARI_JIT_VERSION 1 /* bump when generated code or flags change meaning */
+
+typedef struct oari_jit_lib oari_jit_lib;
+
+typedef struct oari_jit_stats {
+    bool compiled;        /* the compiler ran (false: a cache hit) */
+    double ms;            /* wall time of oari_jit_load */
+    char path[512];       /* the cached library */
+} oari_jit_stats;
+
+/* True if a working C compiler was found (probed once per process; the
+ * first failure is reported once on stderr: "oar: no C compiler (...);
+ * graphs run unfused"). */
+OARI_HIDDEN bool oari_jit_available(void);
+
+/* The library built from C source `src` (a whole translation unit), from
+ * the cache or compiled now; stats may be NULL. NULL with an error:
+ * OAR_ERR_UNSUPPORTED without a compiler, OAR_ERR_INVALID with the
+ * compiler's first error lines when the source does not compile, OAR_ERR_IO
+ * for cache-directory failures. */
+OARI_HIDDEN oari_jit_lib *oari_jit_load(const char *src, oari_jit_stats *stats);
+
+/* The address of an exported function of lib, or NULL with an error. */
+OARI_HIDDEN void *oari_jit_symbol(oari_jit_lib *lib, const char *name);
+
+/* Unloads lib (NULL is a no-op). */
+OARI_HIDDEN void oari_jit_release(oari_jit_lib *lib);
+
+/* The compile flags in use (borrowed): "-O3 -march=native -fPIC -shared
+ * -fopenmp -fno-math-errno ..." plus $OAR_JIT_CFLAGS. */
+OARI_HIDDEN const char *oari_jit_flags(void);
+
+/* Number of compiler runs in this process (tests, benchmarks). */
+OARI_HIDDEN int oari_jit_compile_count(void);
+
+#endif
