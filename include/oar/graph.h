@@ -186,6 +186,29 @@ OAR_API int64_t oar_executor_unplanned_bytes(const oar_executor *ex);
  * again for a shape whose plan was evicted). */
 OAR_API int oar_executor_num_plans(const oar_executor *ex);
 
+/* ---- compiled kernels (src/compiler/) ---------------------------------------
+ * Groups the fusible nodes of ex's graph (elementwise and broadcast chains,
+ * the views between them, reductions with their inputs and outputs, the
+ * rows of softmax and layer_norm) into kernels, writes C for each (one
+ * function per kernel; OAR_DEBUG=1 prints it), compiles them with $CC
+ * (else cc) into a shared library cached on disk ($OAR_CACHE_DIR) and runs
+ * them from then on; GEMM, conv and the other ops stay library calls.
+ * Symbolic dims are kernel arguments: a new batch size never recompiles.
+ * Plans made before are dropped. Returns 0 (also when there is nothing to
+ * fuse, and when no C compiler exists: the graph then runs unfused, which
+ * is said once on stderr), or an error status (out of memory, code that
+ * does not compile, a cache directory that cannot be written). */
+OAR_API int oar_executor_compile(oar_executor *ex);
+/* Whether compiled kernels run (false before oar_executor_compile, with
+ * nothing to fuse, without a C compiler, or for NULL). */
+OAR_API bool oar_executor_is_compiled(const oar_executor *ex);
+/* Kernel launches per run: compiled kernels plus the nodes that run their
+ * library kernel (views launch nothing). A negative status for NULL. */
+OAR_API int oar_executor_num_kernels(const oar_executor *ex);
+/* The generated C (borrowed, valid while ex lives), or NULL when nothing
+ * is compiled. */
+OAR_API const char *oar_executor_kernel_source(const oar_executor *ex);
+
 /* ---- saved models ------------------------------------------------------------- */
 
 /* Writes `dir`/model.json (the graph, format version 1) and

@@ -4,7 +4,10 @@
  * call; a run then copies the inputs in and calls the kernels, allocating
  * nothing. */
 #include "ir.h"
+#include "../compiler/compiler.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A cast around an op run in f32 for lack of a half kernel (as dispatch
@@ -29,6 +32,9 @@ typedef struct exec_node {
     int64_t rand_stride;      /* random ops: elements drawn per run (offset step) */
     cast_call *casts;         /* half emulation: n_pre before the kernel, the rest after */
     int n_pre, n_casts;
+    oari_fused_fn fused;      /* a compiled kernel rooted here (src/compiler/) */
+    void **fargs;             /* its output and input pointers, into the arena and constants */
+    int n_fargs;
 } exec_node;
 
 /* Everything prepared for one input-shape signature. */
@@ -47,6 +53,7 @@ typedef struct plan {
 
 struct oar_executor {
     const oar_graph *g;
+    oari_fusion *fusion;      /* NULL: every node runs its library kernel */
     plan p;                   /* the current plan */
     plan cache[N_CACHED_PLANS];
     int64_t sym_vals[OARI_MAX_SYMS];
@@ -78,6 +85,7 @@ static void drop_plan(const oar_graph *g, plan *p) {
             oari_free(p->en[i].kin, (size_t)(g->nodes[i].n_in ? g->nodes[i].n_in : 1) * sizeof(oar_ktensor));
             for (int c = 0; c < p->en[i].n_casts; c++) oar_tensor_release(p->en[i].casts[c].tmp);
             oari_free(p->en[i].casts, (size_t)(g->nodes[i].n_in + g->nodes[i].n_out) * sizeof(cast_call));
+            oari_free(p->en[i].fargs, (size_t)p->en[i].n_fargs * sizeof(void *));
         }
         oari_free(p->en, (size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p->en);
     }
@@ -90,6 +98,7 @@ void oar_executor_free(oar_executor *ex) {
     if (!ex) return;
     drop_plan(ex->g, &ex->p);
     for (int i = 0; i < N_CACHED_PLANS; i++) drop_plan(ex->g, &ex->cache[i]);
+    oari_fusion_free(ex->fusion);
     oari_free(ex, sizeof *ex);
 }
 
@@ -146,6 +155,50 @@ static int bind_inputs(oar_executor *ex, oar_tensor *const *inputs) {
 }
 
 static bool is_half(oar_dtype d) { return d == OAR_F16 || d == OAR_BF16; }
+
+/* Compiled kernels (oar_executor_compile): node i is computed inside a
+ * kernel (a member), is where that kernel runs (its root), or neither. */
+static int kernel_of(const oar_executor *ex, int i) { return ex->fusion ? ex->fusion->kernel_of[i] : -1; }
+static bool is_kernel_root(const oar_executor *ex, int i) {
+    int k = kernel_of(ex, i);
+    return k >= 0 && ex->fusion->kernels[k].root == i;
+}
+/* Where node i reads its inputs: at its kernel's root when fused. */
+static int reads_at(const oar_executor *ex, int i) {
+    int k = kernel_of(ex, i);
+    return k >= 0 ? ex->fusion->kernels[k].root : i;
+}
+/* A value that only exists inside a kernel (no buffer). */
+static bool is_internal(const oar_executor *ex, int v) {
+    const oari_gvalue *gv = &ex->g->values[v];
+    return gv->kind == OARI_V_NODE && kernel_of(ex, gv->producer) >= 0 && !is_kernel_root(ex, gv->producer);
+}
+
+/* The compiled kernel rooted at node i: its argument pointers, after a
+ * check that the shapes it was generated for (symbolic dims included)
+ * are the planned ones. */
+static int setup_fused(oar_executor *ex, int i, oar_tensor *const *sym) {
+    const oari_kernel *k = &ex->fusion->kernels[ex->fusion->kernel_of[i]];
+    exec_node *e = &ex->p.en[i];
+    if (!(e->fargs = oari_calloc((size_t)k->n_args, sizeof *e->fargs))) return OAR_ERR_NOMEM;
+    e->n_fargs = k->n_args;
+    for (int a = 0; a < k->n_args; a++) {
+        int v = k->args[a];
+        const oari_gvalue *gv = &ex->g->values[v];
+        bool ok = sym[v] && sym[v]->ndim == gv->ndim && ex->p.vt[v];
+        for (int d = 0; d < gv->ndim && ok; d++)
+            ok = sym[v]->shape[d] == (gv->sym[d] >= 0 ? gv->smul[d] * ex->sym_vals[gv->sym[d]] : gv->shape[d]);
+        if (!ok) {
+            char s1[200];
+            return oari_error(OAR_ERR_STATE, "executor: compiled kernel %s was generated for value %d of "
+                              "shape %s (traced) and cannot run this plan; run the graph uncompiled",
+                              k->name, v, oari_shape_str(s1, gv->ndim, gv->shape));
+        }
+        e->fargs[a] = oar_tensor_data(ex->p.vt[v]);
+    }
+    e->fused = k->fn;
+    return 0;
+}
 
 /* For a node run in f32: f32 temporaries (at the planned offsets in bufs,
  * in input-then-output order) replace its half inputs and outputs in tv[],
@@ -261,7 +314,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
      * the last node reading it or any view of it; outputs live to the end */
     int nb = 0;
     for (int v = 0; v < nv; v++) {
-        if (root[v] != v) continue;
+        if (root[v] != v || is_internal(ex, v)) continue;
         const oari_gvalue *gv = &g->values[v];
         bufof[v] = nb;
         bufs[nb].size = sym[v]->numel * (int64_t)oar_dtype_size(sym[v]->dtype);
@@ -271,9 +324,11 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     }
     for (int i = 0; i < nn; i++) {
         const oari_gnode *n = &g->nodes[i];
+        int at = reads_at(ex, i);
         for (int k = 0; k < n->n_in; k++) {
             int v = n->in[k];
-            if (v >= 0 && root[v] >= 0 && bufs[bufof[root[v]]].last < i) bufs[bufof[root[v]]].last = i;
+            if (v >= 0 && root[v] >= 0 && bufof[root[v]] >= 0 && bufs[bufof[root[v]]].last < at)
+                bufs[bufof[root[v]]].last = at;
         }
     }
     for (int j = 0; j < g->n_outputs; j++) {
@@ -289,6 +344,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         const oari_gnode *n = &g->nodes[i];
         const oari_op_def *def = oari_op_defs[n->op];
         int out = n->out[0];
+        if (kernel_of(ex, i) >= 0) continue; /* a kernel reads its inputs at other indices */
         if ((def->fusion != OARI_FUSE_ELEMWISE && def->fusion != OARI_FUSE_BROADCAST) ||
             (def->flags & (OARI_F_INPLACE | OARI_F_VIEW)) || n->n_out != 1 || root[out] != out)
             continue;
@@ -310,7 +366,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     }
     /* f32 temporaries of ops run in f32 for lack of a half kernel, live at that op */
     for (int i = 0; i < nn; i++) {
-        if (!emul[i]) continue;
+        if (!emul[i] || kernel_of(ex, i) >= 0) continue;
         const oari_gnode *n = &g->nodes[i];
         tmp_first[i] = nb;
         for (int k = 0; k < n->n_in + n->n_out; k++) {
@@ -336,7 +392,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     /* 3. real tensors in the arena; views of them; constants */
     for (int v = 0; v < nv && !st; v++) {
         if (g->values[v].kind == OARI_V_CONST) ex->p.vt[v] = oar_tensor_retain(g->values[v].constant);
-        else if (root[v] == v)
+        else if (root[v] == v && !is_internal(ex, v))
             ex->p.vt[v] = oari_tensor_make(ex->p.arena->storage, sym[v]->dtype, sym[v]->ndim, sym[v]->shape,
                                            NULL, bufs[bufof[share[v]]].offset / (int64_t)oar_dtype_size(sym[v]->dtype));
         else continue;
@@ -347,6 +403,10 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         const oari_gnode *n = &g->nodes[i];
         const oari_op_def *def = oari_op_defs[n->op];
         exec_node *e = &ex->p.en[i];
+        if (kernel_of(ex, i) >= 0) {
+            if (is_kernel_root(ex, i) && (st = setup_fused(ex, i, sym))) break;
+            continue;
+        }
         if (def->flags & OARI_F_VIEW) {
             if (!(ex->p.vt[n->out[0]] = def->view(ex->p.vt[n->in[0]], &e->attrs))) st = OAR_ERR_NOMEM;
             continue;
@@ -477,6 +537,10 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
     void *ctx = oari_device_cpu()->ctx;
     for (int i = 0; i < g->n_nodes; i++) {
         exec_node *e = &ex->p.en[i];
+        if (e->fused) {
+            e->fused(e->fargs, ex->sym_vals);
+            continue;
+        }
         if (e->copy_k && (st = e->copy_k(ctx, &e->copy_call))) return st;
         /* random ops draw fresh values each run: the trace's offset, advanced */
         if (e->rand_stride) e->attrs.i[1] = g->nodes[i].attrs.i[1] + (int64_t)(ex->runs - 1) * e->rand_stride;
@@ -492,4 +556,48 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
     }
     for (int j = 0; j < g->n_outputs; j++) outputs[j] = ex->p.vt[g->outputs[j]];
     return 0;
+}
+
+/* ---- compiled kernels (src/compiler/) ------------------------------------------- */
+
+static void drop_all_plans(oar_executor *ex) {
+    drop_plan(ex->g, &ex->p);
+    for (int i = 0; i < N_CACHED_PLANS; i++) drop_plan(ex->g, &ex->cache[i]);
+}
+
+int oar_executor_compile(oar_executor *ex) {
+    if (!ex) return oari_error(OAR_ERR_INVALID, "executor_compile: executor is NULL");
+    if (ex->fusion) return 0;
+    oari_fusion *f = NULL;
+    int st = oari_fuse_graph(ex->g, &f);
+    if (st) return st;
+    const char *dbg = getenv("OAR_DEBUG");
+    if (dbg && atoi(dbg) >= 1 && f->n_kernels)
+        fprintf(stderr, "oar: compiled kernels (%d)\n%s", f->n_kernels, oari_sbuf_str(&f->source));
+    if (f->n_kernels && (st = oari_fusion_build(f))) {
+        oari_fusion_free(f);
+        if (st == OAR_ERR_UNSUPPORTED) { /* no C compiler: the graph runs unfused (said once by the JIT) */
+            oar_clear_error();
+            return 0;
+        }
+        return st;
+    }
+    drop_all_plans(ex);
+    ex->fusion = f;
+    return 0;
+}
+
+int oar_executor_num_kernels(const oar_executor *ex) {
+    if (!ex) return oari_error(OAR_ERR_INVALID, "executor_num_kernels: executor is NULL");
+    if (ex->fusion) return ex->fusion->n_launches;
+    int n = 0;
+    for (int i = 0; i < ex->g->n_nodes; i++) n += !(oari_op_defs[ex->g->nodes[i].op]->flags & OARI_F_VIEW);
+    return n;
+}
+
+bool oar_executor_is_compiled(const oar_executor *ex) { return ex && ex->fusion && ex->fusion->n_kernels; }
+
+const char *oar_executor_kernel_source(const oar_executor *ex) {
+    if (!ex || !ex->fusion || !ex->fusion->n_kernels) return NULL;
+    return oari_sbuf_str(&ex->fusion->source);
 }

@@ -1,0 +1,78 @@
+/* The fusing compiler (DESIGN.md "Modes"; docs/architecture.md "Compiler"):
+ * groups the fusible nodes of a graph into kernels (fuse.c), writes one C
+ * function per kernel (codegen_c.c, scalar op formulas in op_c.c), builds
+ * them through the JIT (jit.c) and hands the executor one call per kernel.
+ *
+ * A kernel is rooted at the node whose output it writes; its members are the
+ * nodes it computes on the way, none of whose outputs is needed anywhere
+ * else. Everything a kernel reads from outside (graph inputs, constants,
+ * outputs of other kernels or of library calls) is a leaf: a contiguous
+ * buffer, or a constant read through its own strides. View ops are index
+ * arithmetic, never copies. Shapes that follow a symbol (a dynamic batch)
+ * are read from the syms argument, so a new batch size never recompiles. */
+#ifndef OARI_COMPILER_H
+#define OARI_COMPILER_H
+
+#include "../graph/ir.h"
+#include "jit.h"
+#include "sbuf.h"
+
+/* A generated kernel: writes args[0] (its root's output), reads the rest. */
+typedef void (*oari_fused_fn)(void *const *args, const int64_t *syms);
+
+typedef struct oari_kernel {
+    int root;                 /* node whose output it writes */
+    int n_members;            /* nodes it computes, root included */
+    int n_args;
+    int *args;                /* value ids: [0] the output, then the leaves */
+    char name[32];
+    oari_fused_fn fn;         /* set by oari_fusion_build */
+} oari_kernel;
+
+typedef struct oari_fusion {
+    int n_nodes;
+    int *kernel_of;           /* per node: its kernel, or -1 (runs its own kernel or is a view) */
+    int n_kernels;
+    oari_kernel *kernels;
+    int n_launches;           /* kernel calls per run: fused kernels plus unfused non-view nodes */
+    oari_sbuf source;         /* the translation unit */
+    oari_jit_lib *lib;
+} oari_fusion;
+
+/* Groups g's nodes and writes the C of every kernel (nothing compiled
+ * yet). *out gets a new fusion (free with oari_fusion_free). 0 or an error
+ * status (out of memory). A graph with nothing to fuse gives zero kernels. */
+OARI_HIDDEN int oari_fuse_graph(const oar_graph *g, oari_fusion **out);
+/* Compiles (or loads from the cache) f's source and resolves every kernel.
+ * 0, or an error status (OAR_ERR_UNSUPPORTED without a C compiler). */
+OARI_HIDDEN int oari_fusion_build(oari_fusion *f);
+OARI_HIDDEN void oari_fusion_free(oari_fusion *f);
+
+/* ---- code generation (codegen_c.c) ---------------------------------------- */
+
+/* Whether node n of g can be a kernel member at all (op, dtypes, flags). */
+OARI_HIDDEN bool oari_fusible(const oar_graph *g, int n);
+/* Appends the C function `name` computing the kernel rooted at node root
+ * (members: the nodes m with kernel_root[m] == root) to src, and fills
+ * *args / *n_args (a new array: [0] the output value, then the leaves).
+ * Returns 0, a negative status, or 1 when the grouping asks for something
+ * the generator will not do (a reduction that would be recomputed per
+ * element): *bad then names the member to take out of the kernel. */
+OARI_HIDDEN int oari_codegen_kernel(const oar_graph *g, const int *kernel_root, int root,
+                                    const char *name, oari_sbuf *src, int **args, int *n_args,
+                                    int *bad);
+/* The lines every translation unit starts with (includes, helpers). */
+OARI_HIDDEN void oari_codegen_prelude(oari_sbuf *src);
+
+/* ---- scalar formulas (op_c.c) ----------------------------------------------- */
+
+/* The C type of a dtype the generator handles ("float", "double",
+ * "uint8_t", "int32_t", "int64_t"), or NULL. */
+OARI_HIDDEN const char *oari_c_type(oar_dtype d);
+/* Writes the C expression of elementwise node n (unary, binary, where,
+ * cast) over operand expressions a[] into out; false if the op or its
+ * dtypes are not handled. */
+OARI_HIDDEN bool oari_c_elementwise(const oar_graph *g, const oari_gnode *n, const char *const *a,
+                                    oari_sbuf *out);
+
+#endif

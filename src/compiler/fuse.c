@@ -1,0 +1,187 @@
+/* Grouping nodes into kernels (compiler.h).
+ *
+ * Walking the graph backwards, a fusible node joins the kernel of its
+ * consumers when they all belong to one kernel and its output is not a
+ * graph output; otherwise its output is materialised and it roots a kernel
+ * of its own (a view, which computes nothing, is then left to the
+ * executor). So an elementwise chain is one kernel, a value read by two
+ * members of one kernel is computed once inside it, and a value needed by a
+ * GEMM or by two kernels is written to memory once. The code generator may
+ * refuse a member (a reduction it would have to recompute per element);
+ * that member then roots its own kernel and the grouping runs again. A
+ * kernel of one node is not worth generating: the library kernel runs it. */
+#include "compiler.h"
+
+#include <stdio.h>
+
+typedef struct uses {
+    int *start;  /* per value: first index into idx */
+    int *idx;    /* consumer node ids */
+    bool *is_output;
+} uses;
+
+static int build_uses(const oar_graph *g, uses *u) {
+    int nv = g->n_values, nn = g->n_nodes, total = 0;
+    for (int i = 0; i < nn; i++) total += g->nodes[i].n_in;
+    u->start = oari_calloc((size_t)nv + 1, sizeof *u->start);
+    u->idx = oari_malloc((size_t)(total ? total : 1) * sizeof *u->idx);
+    u->is_output = oari_calloc((size_t)(nv ? nv : 1), sizeof *u->is_output);
+    if (!u->start || !u->idx || !u->is_output) return OAR_ERR_NOMEM;
+    for (int i = 0; i < nn; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k] >= 0) u->start[g->nodes[i].in[k] + 1]++;
+    for (int v = 0; v < nv; v++) u->start[v + 1] += u->start[v];
+    int *fill = oari_calloc((size_t)(nv ? nv : 1), sizeof *fill);
+    if (!fill) return OAR_ERR_NOMEM;
+    for (int i = 0; i < nn; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++) {
+            int v = g->nodes[i].in[k];
+            if (v >= 0) u->idx[u->start[v] + fill[v]++] = i;
+        }
+    oari_free(fill, (size_t)(nv ? nv : 1) * sizeof *fill);
+    for (int j = 0; j < g->n_outputs; j++) u->is_output[g->outputs[j]] = true;
+    return 0;
+}
+
+static void free_uses(const oar_graph *g, uses *u) {
+    int total = 0;
+    for (int i = 0; i < g->n_nodes; i++) total += g->nodes[i].n_in;
+    oari_free(u->start, ((size_t)g->n_values + 1) * sizeof *u->start);
+    oari_free(u->idx, (size_t)(total ? total : 1) * sizeof *u->idx);
+    oari_free(u->is_output, (size_t)(g->n_values ? g->n_values : 1) * sizeof *u->is_output);
+}
+
+static bool is_view(const oar_graph *g, int n) { return oari_op_defs[g->nodes[n].op]->flags & OARI_F_VIEW; }
+
+/* kr[n]: the root of n's kernel, or -1 (n runs its own library kernel or
+ * is a view left to the executor). */
+static void assign_roots(const oar_graph *g, const uses *u, const bool *fusible, const bool *own_root,
+                         int *kr) {
+    for (int n = g->n_nodes - 1; n >= 0; n--) {
+        kr[n] = -1;
+        if (!fusible[n]) continue;
+        int v = g->nodes[n].out[0], common = -2;
+        bool joins = !own_root[n] && !u->is_output[v] && u->start[v + 1] > u->start[v];
+        for (int k = u->start[v]; k < u->start[v + 1] && joins; k++) {
+            int r = kr[u->idx[k]];
+            if (r < 0 || (common >= 0 && r != common)) joins = false;
+            common = r;
+        }
+        if (joins) kr[n] = common;
+        else if (!is_view(g, n)) kr[n] = n;
+    }
+    /* one computing node is no fusion: leave it (and its views) unfused */
+    for (int r = 0; r < g->n_nodes; r++) {
+        if (kr[r] != r) continue;
+        int computing = 0;
+        for (int i = 0; i <= r; i++) computing += kr[i] == r && !is_view(g, i);
+        if (computing < 2)
+            for (int i = 0; i <= r; i++)
+                if (kr[i] == r) kr[i] = -1;
+    }
+}
+
+void oari_fusion_free(oari_fusion *f) {
+    if (!f) return;
+    for (int k = 0; k < f->n_kernels; k++) oari_free(f->kernels[k].args, (size_t)f->kernels[k].n_args * sizeof(int));
+    oari_free(f->kernels, (size_t)(f->n_kernels ? f->n_kernels : 1) * sizeof *f->kernels);
+    oari_free(f->kernel_of, (size_t)(f->n_nodes ? f->n_nodes : 1) * sizeof *f->kernel_of);
+    oari_sbuf_free(&f->source);
+    oari_jit_release(f->lib);
+    oari_free(f, sizeof *f);
+}
+
+int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
+    if (!g || !out) return oari_error(OAR_ERR_INVALID, "compiler: graph or result is NULL");
+    *out = NULL;
+    int nn = g->n_nodes, st = 0;
+    size_t nb = (size_t)(nn ? nn : 1);
+    uses u = {0};
+    bool *fusible = oari_calloc(nb, sizeof *fusible), *own_root = oari_calloc(nb, sizeof *own_root);
+    int *kr = oari_malloc(nb * sizeof *kr);
+    oari_fusion *f = oari_calloc(1, sizeof *f);
+    if (!fusible || !own_root || !kr || !f || (st = build_uses(g, &u))) {
+        st = st ? st : OAR_ERR_NOMEM;
+        goto done;
+    }
+    f->n_nodes = nn;
+    if (!(f->kernel_of = oari_malloc(nb * sizeof *f->kernel_of))) {
+        st = OAR_ERR_NOMEM;
+        goto done;
+    }
+    for (int n = 0; n < nn; n++) fusible[n] = oari_fusible(g, n);
+    /* group, generate; when the generator refuses a member, take it out and
+     * group again (each round removes one node from some kernel) */
+    for (int round = 0; round <= nn; round++) {
+        assign_roots(g, &u, fusible, own_root, kr);
+        for (int k = 0; k < f->n_kernels; k++) oari_free(f->kernels[k].args, (size_t)f->kernels[k].n_args * sizeof(int));
+        oari_free(f->kernels, (size_t)(f->n_kernels ? f->n_kernels : 1) * sizeof *f->kernels);
+        f->kernels = NULL;
+        f->n_kernels = 0;
+        oari_sbuf_free(&f->source);
+        int n_roots = 0;
+        for (int n = 0; n < nn; n++) n_roots += kr[n] == n;
+        if (!(f->kernels = oari_calloc((size_t)(n_roots ? n_roots : 1), sizeof *f->kernels))) {
+            st = OAR_ERR_NOMEM;
+            goto done;
+        }
+        oari_codegen_prelude(&f->source);
+        bool retry = false;
+        for (int n = 0; n < nn && !retry; n++) {
+            if (kr[n] != n) continue;
+            oari_kernel *k = &f->kernels[f->n_kernels];
+            snprintf(k->name, sizeof k->name, "oar_k%d", f->n_kernels);
+            k->root = n;
+            int bad = -1;
+            st = oari_codegen_kernel(g, kr, n, k->name, &f->source, &k->args, &k->n_args, &bad);
+            if (st < 0) goto done;
+            if (st == 1) {
+                st = 0;
+                retry = true;
+                if (bad == n || bad < 0) fusible[n] = false; /* cannot root a kernel: run it unfused */
+                else own_root[bad] = true;
+                continue;
+            }
+            for (int i = 0; i <= n; i++) k->n_members += kr[i] == n;
+            f->n_kernels++;
+        }
+        if (!retry) break;
+    }
+    if (f->source.failed) {
+        st = OAR_ERR_NOMEM;
+        goto done;
+    }
+    for (int n = 0; n < nn; n++) f->kernel_of[n] = -1;
+    for (int k = 0; k < f->n_kernels; k++)
+        for (int n = 0; n <= f->kernels[k].root; n++)
+            if (kr[n] == f->kernels[k].root) f->kernel_of[n] = k;
+    f->n_launches = f->n_kernels;
+    for (int n = 0; n < nn; n++) f->n_launches += f->kernel_of[n] < 0 && !is_view(g, n);
+done:
+    free_uses(g, &u);
+    oari_free(fusible, nb * sizeof *fusible);
+    oari_free(own_root, nb * sizeof *own_root);
+    oari_free(kr, nb * sizeof *kr);
+    if (st) {
+        if (f && !f->kernel_of) f->n_nodes = 0;
+        oari_fusion_free(f);
+        return st;
+    }
+    *out = f;
+    return 0;
+}
+
+int oari_fusion_build(oari_fusion *f) {
+    if (!f) return oari_error(OAR_ERR_INVALID, "compiler: fusion is NULL");
+    if (!f->n_kernels || f->lib) return 0;
+    if (!oari_jit_available())
+        return oari_error(OAR_ERR_UNSUPPORTED, "compiler: no C compiler; the graph runs unfused");
+    if (!(f->lib = oari_jit_load(oari_sbuf_str(&f->source), NULL))) return OAR_ERR_INVALID;
+    for (int k = 0; k < f->n_kernels; k++) {
+        void *p = oari_jit_symbol(f->lib, f->kernels[k].name);
+        if (!p) return OAR_ERR_INVALID;
+        /* dlsym gives an object pointer; the kernel is a function (POSIX) */
+        memcpy(&f->kernels[k].fn, &p, sizeof p);
+    }
+    return 0;
+}

@@ -1,0 +1,257 @@
+/* The fusing compiler: how many kernels a graph becomes (as tinygrad's
+ * tests count them), and that the compiled graph computes what the
+ * unfused one does. Needs a C compiler; without one the test is skipped. */
+#include "graph/graph_test_util.h"
+
+#include <oar/graph.h>
+
+#include "compiler/jit.h"
+
+static oar_tensor *W1, *B1, *WQ, *WK, *WV, *LNW, *LNB; /* constants the functions close over */
+
+/* x -> 8 elementwise ops */
+static int f_chain(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *x = in[0];
+    oar_tensor *y = oar_mul_scalar(oar_add_scalar(x, 1.0), 0.5);
+    y = oar_tanh(oar_exp(oar_neg(y)));
+    y = oar_sigmoid(oar_mul(y, x));
+    out[0] = oar_sub(oar_relu(y), x);
+    return out[0] ? 0 : -1;
+}
+
+/* elementwise, transpose, reshape, elementwise */
+static int f_movement(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *y = oar_exp(in[0]);                  /* [N, 6, 4] */
+    y = oar_transpose(y, 1, 2);                      /* [N, 4, 6] */
+    y = oar_reshape(y, 2, (int64_t[]){-1, 24});      /* [N, 24] */
+    out[0] = oar_mul(oar_sin(y), in[1]);             /* * [24] */
+    return out[0] ? 0 : -1;
+}
+
+static int f_softmax(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_softmax(oar_mul_scalar(in[0], 0.125), -1);
+    return out[0] ? 0 : -1;
+}
+
+/* softmax written out: max, sub, exp, sum, div */
+static int f_softmax_ops(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    int64_t last = -1;
+    oar_tensor *e = oar_exp(oar_sub(in[0], oar_amax(in[0], 1, &last, true)));
+    out[0] = oar_div(e, oar_sum(e, 1, &last, true));
+    return out[0] ? 0 : -1;
+}
+
+static int f_layer_norm_gelu(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_gelu(oar_layer_norm(in[0], 1, LNW, LNB, 1e-5), false);
+    return out[0] ? 0 : -1;
+}
+
+/* x * rsqrt(mean(x^2) + eps) * w */
+static int f_rms_norm(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    int64_t last = -1;
+    oar_tensor *ms = oar_mean(oar_square(in[0]), 1, &last, true);
+    out[0] = oar_mul(oar_mul(in[0], oar_rsqrt(oar_add_scalar(ms, 1e-6))), LNW);
+    return out[0] ? 0 : -1;
+}
+
+static int f_gemm_bias_gelu(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_gelu(oar_add(oar_matmul(in[0], W1), B1), true);
+    return out[0] ? 0 : -1;
+}
+
+/* one attention head: softmax(q k^T / sqrt(d)) v over [N, T, D] */
+static int f_attention(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *q = oar_matmul(in[0], WQ), *k = oar_matmul(in[0], WK), *v = oar_matmul(in[0], WV);
+    oar_tensor *s = oar_mul_scalar(oar_matmul(q, oar_transpose(k, 1, 2)), 0.25);
+    out[0] = oar_matmul(oar_softmax(s, -1), v);
+    return out[0] ? 0 : -1;
+}
+
+/* Traces fn, runs it unfused and compiled on `inputs`, compares, and
+ * returns the compiled kernel count (-1 on failure). */
+static int fused_kernels(oar_trace_fn fn, int n_in, const oar_graph_input_spec *specs, oar_tensor *const *inputs,
+                         double tol) {
+    oar_graph *g = oar_trace(fn, NULL, n_in, specs, 1, NULL);
+    CHECK(g != NULL);
+    if (!g) return -1;
+    oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0);
+    oar_executor *plain = oar_executor_new(g), *fused = oar_executor_new(g);
+    CHECK(oar_executor_compile(fused) == 0);
+    CHECK(oar_executor_is_compiled(fused));
+    oar_tensor *y0 = NULL, *y1 = NULL;
+    CHECK(oar_executor_run(plain, inputs, &y0) == 0);
+    CHECK(oar_executor_run(fused, inputs, &y1) == 0);
+    double d = max_diff(y0, y1);
+    CHECK(d <= tol);
+    if (d > tol) {
+        fprintf(stderr, "max diff %g\n%s", d, oar_executor_kernel_source(fused));
+        oar_graph_print(g, stderr);
+    }
+    int n = oar_executor_num_kernels(fused);
+    if (getenv("SHOW")) fputs(oar_executor_kernel_source(fused), stderr);
+    oar_executor_free(plain);
+    oar_executor_free(fused);
+    oar_graph_free(g);
+    return n;
+}
+
+static oar_graph_input_spec spec(const char *name, int ndim, const int64_t *shape) {
+    oar_graph_input_spec s = {.name = name, .dtype = OAR_F32, .ndim = ndim};
+    for (int d = 0; d < ndim; d++) {
+        s.shape[d] = shape[d];
+        s.dim_names[d] = shape[d] < 0 ? "N" : NULL;
+    }
+    return s;
+}
+
+static void test_elementwise_chain_is_one_kernel(void) {
+    oar_pool *p = oar_pool_push();
+    int64_t sh[2] = {-1, 37}, real[2] = {5, 37};
+    oar_graph_input_spec s = spec("x", 2, sh);
+    oar_tensor *x = oar_randn(OAR_F32, 2, real);
+    CHECK(fused_kernels(f_chain, 1, &s, &x, 1e-6) == 1);
+    oar_pool_pop(p);
+}
+
+static void test_movement_between_elementwise_is_one_kernel(void) {
+    oar_pool *p = oar_pool_push();
+    oar_graph_input_spec s[2] = {spec("x", 3, (int64_t[]){-1, 6, 4}), spec("w", 1, (int64_t[]){24})};
+    oar_tensor *in[2] = {oar_randn(OAR_F32, 3, (int64_t[]){3, 6, 4}), oar_randn(OAR_F32, 1, (int64_t[]){24})};
+    CHECK(fused_kernels(f_movement, 2, s, in, 1e-6) == 1);
+    oar_pool_pop(p);
+}
+
+static void test_softmax_is_one_kernel(void) {
+    oar_pool *p = oar_pool_push();
+    oar_graph_input_spec s = spec("x", 3, (int64_t[]){-1, 7, 33});
+    oar_tensor *x = oar_mul_scalar(oar_randn(OAR_F32, 3, (int64_t[]){2, 7, 33}), 4);
+    CHECK(fused_kernels(f_softmax, 1, &s, &x, 1e-6) == 1);
+    CHECK(fused_kernels(f_softmax_ops, 1, &s, &x, 1e-6) == 1);
+    oar_pool_pop(p);
+}
+
+static void test_norms_are_one_kernel(void) {
+    oar_pool *p = oar_pool_push();
+    LNW = oar_randn(OAR_F32, 1, (int64_t[]){48});
+    LNB = oar_randn(OAR_F32, 1, (int64_t[]){48});
+    oar_graph_input_spec s = spec("x", 2, (int64_t[]){-1, 48});
+    oar_tensor *x = oar_add_scalar(oar_randn(OAR_F32, 2, (int64_t[]){9, 48}), 3);
+    CHECK(fused_kernels(f_layer_norm_gelu, 1, &s, &x, 1e-5) == 1);
+    CHECK(fused_kernels(f_rms_norm, 1, &s, &x, 1e-5) == 1);
+    oar_pool_pop(p);
+}
+
+static void test_gemm_epilogue_is_one_kernel(void) {
+    oar_pool *p = oar_pool_push();
+    W1 = oar_randn(OAR_F32, 2, (int64_t[]){16, 24});
+    B1 = oar_randn(OAR_F32, 1, (int64_t[]){24});
+    oar_graph_input_spec s = spec("x", 2, (int64_t[]){-1, 16});
+    oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){6, 16});
+    CHECK(fused_kernels(f_gemm_bias_gelu, 1, &s, &x, 1e-5) == 2); /* GEMM + 1 */
+    oar_pool_pop(p);
+}
+
+static void test_attention_is_two_gemms_and_one(void) {
+    oar_pool *p = oar_pool_push();
+    WQ = oar_randn(OAR_F32, 2, (int64_t[]){16, 16});
+    WK = oar_randn(OAR_F32, 2, (int64_t[]){16, 16});
+    WV = oar_randn(OAR_F32, 2, (int64_t[]){16, 16});
+    oar_graph_input_spec s = spec("x", 3, (int64_t[]){-1, 10, 16});
+    oar_tensor *x = oar_mul_scalar(oar_randn(OAR_F32, 3, (int64_t[]){2, 10, 16}), 0.3);
+    /* the q, k, v projections are three more GEMMs */
+    CHECK(fused_kernels(f_attention, 1, &s, &x, 1e-5) == 3 + 2 + 1);
+    oar_pool_pop(p);
+}
+
+static void test_conv_batch_norm_inference(void) {
+    oar_pool *p = oar_pool_push();
+    oar_module *m = make_cnn(); /* conv, bn, relu, pool, flatten, linear */
+    oar_graph_input_spec s = spec("x", 4, (int64_t[]){-1, 1, 8, 8});
+    oar_graph *g = oar_trace_module(m, &s);
+    CHECK(g != NULL);
+    oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0);
+    oar_executor *ex = oar_executor_new(g), *plain = oar_executor_new(g);
+    CHECK(oar_executor_compile(ex) == 0);
+    /* batch norm folds into the conv; relu alone is no fusion: conv, relu,
+     * pool, matmul, add at most */
+    CHECK(oar_executor_num_kernels(ex) <= oar_executor_num_kernels(plain));
+    CHECK(oar_graph_count_op(g, "batch_norm") == 0);
+    oar_tensor *x = oar_randn(OAR_F32, 4, (int64_t[]){3, 1, 8, 8}), *y0, *y1;
+    CHECK(oar_executor_run(plain, &x, &y0) == 0);
+    CHECK(oar_executor_run(ex, &x, &y1) == 0);
+    CHECK(max_diff(y0, y1) <= 1e-5);
+    oar_executor_free(ex);
+    oar_executor_free(plain);
+    oar_graph_free(g);
+    oar_module_free(m);
+    oar_pool_pop(p);
+}
+
+/* A dynamic batch is a kernel argument: new sizes run without compiling. */
+static void test_new_batch_size_does_not_recompile(void) {
+    oar_pool *p = oar_pool_push();
+    oar_graph_input_spec s = spec("x", 3, (int64_t[]){-1, 7, 33});
+    oar_graph *g = oar_trace(f_softmax, NULL, 1, &s, 1, NULL);
+    oar_executor *ex = oar_executor_new(g), *plain = oar_executor_new(g);
+    CHECK(oar_executor_compile(ex) == 0);
+    int compiles = oari_jit_compile_count();
+    for (int64_t n = 1; n <= 4; n++) {
+        oar_tensor *x = oar_randn(OAR_F32, 3, (int64_t[]){n, 7, 33}), *y0, *y1;
+        CHECK(oar_executor_run(ex, &x, &y1) == 0);
+        CHECK(oar_executor_run(plain, &x, &y0) == 0);
+        CHECK(max_diff(y0, y1) <= 1e-6);
+        CHECK(oar_tensor_shape(y1)[0] == n);
+    }
+    CHECK(oari_jit_compile_count() == compiles);
+    oar_executor_free(ex);
+    oar_executor_free(plain);
+    oar_graph_free(g);
+    oar_pool_pop(p);
+}
+
+static void test_bad_input(void) {
+    CHECK_STATUS_FAILS(oar_executor_compile(NULL), "NULL");
+    CHECK(oar_executor_num_kernels(NULL) < 0);
+    CHECK(!oar_executor_is_compiled(NULL));
+    CHECK(oar_executor_kernel_source(NULL) == NULL);
+    /* nothing to fuse: compiles to nothing, source NULL */
+    oar_pool *p = oar_pool_push();
+    W1 = oar_randn(OAR_F32, 2, (int64_t[]){16, 24});
+    B1 = oar_randn(OAR_F32, 1, (int64_t[]){24});
+    oar_graph_input_spec s = spec("x", 2, (int64_t[]){-1, 16});
+    oar_graph *g = oar_trace(f_gemm_bias_gelu, NULL, 1, &s, 1, NULL);
+    oar_executor *ex = oar_executor_new(g);
+    CHECK(oar_executor_kernel_source(ex) == NULL);
+    CHECK(oar_executor_num_kernels(ex) == 3);
+    CHECK(oar_executor_compile(ex) == 0);
+    CHECK(oar_executor_compile(ex) == 0); /* twice is once */
+    CHECK(oar_executor_kernel_source(ex) != NULL);
+    oar_executor_free(ex);
+    oar_graph_free(g);
+    oar_pool_pop(p);
+}
+
+int main(void) {
+    if (!oari_jit_available()) {
+        fprintf(stderr, "no C compiler: skipped\n");
+        return 77;
+    }
+    RUN(test_elementwise_chain_is_one_kernel);
+    RUN(test_movement_between_elementwise_is_one_kernel);
+    RUN(test_softmax_is_one_kernel);
+    RUN(test_norms_are_one_kernel);
+    RUN(test_gemm_epilogue_is_one_kernel);
+    RUN(test_attention_is_two_gemms_and_one);
+    RUN(test_conv_batch_norm_inference);
+    RUN(test_new_batch_size_does_not_recompile);
+    RUN(test_bad_input);
+    return test_summary();
+}
