@@ -1,0 +1,280 @@
+/* Random graphs through the fusing compiler: chains of up to 12
+ * elementwise, broadcast, reduce and movement ops over random shapes (sizes
+ * 1 and odd tails, a dynamic batch), compiled and unfused results compared.
+ * 500 graphs per run: 25 traced graphs of 20 independent subgraphs each,
+ * so that the compiler runs 25 times, not 500.
+ * FUZZ_SEED=<n> picks another set; FUZZ_GRAPHS=<n> runs more. */
+#include "graph/graph_test_util.h"
+
+#include <oar/graph.h>
+
+#include "compiler/jit.h"
+
+#define SUBGRAPHS 20
+#define MAX_OPS 12
+#define SYM_SIZE 1000 /* traced dynamic dims are larger than this (1031, ...) */
+
+static uint64_t rng_state;
+static int n_kernels, n_reduce_kernels; /* what the compiler made, over the run */
+static uint32_t rnd(uint32_t n) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state % n);
+}
+
+static const int64_t sizes[] = {1, 2, 3, 5, 7, 16, 33};
+
+typedef struct sub_spec {
+    int ndim;
+    int64_t xs[5], ys[5]; /* x's and y's shapes; -1: the dynamic batch */
+    int yndim;
+    uint64_t seed;        /* the op sequence */
+} sub_spec;
+
+typedef struct fuzz_case {
+    sub_spec sub[SUBGRAPHS];
+} fuzz_case;
+
+static bool is_sym(int64_t n) { return n > SYM_SIZE; }
+
+/* Whether b broadcasts against a (trailing alignment, equal or 1). */
+static bool broadcasts(oar_tensor *a, oar_tensor *b) {
+    int na = oar_tensor_ndim(a), nb = oar_tensor_ndim(b);
+    for (int i = 1; i <= na && i <= nb; i++) {
+        int64_t x = oar_tensor_shape(a)[na - i], y = oar_tensor_shape(b)[nb - i];
+        if (x != y && x != 1 && y != 1) return false;
+    }
+    return true;
+}
+
+static oar_tensor *unary(oar_tensor *x) {
+    switch (rnd(9)) {
+    case 0: return oar_tanh(x);
+    case 1: return oar_sin(x);
+    case 2: return oar_sigmoid(x);
+    case 3: return oar_neg(x);
+    case 4: return oar_abs(x);
+    case 5: return oar_relu(x);
+    case 6: return oar_exp(oar_tanh(x));
+    case 7: return oar_mul_scalar(x, 0.75);
+    default: return oar_add_scalar(oar_square(x), -0.5);
+    }
+}
+
+static oar_tensor *binary(oar_tensor *a, oar_tensor *b) {
+    switch (rnd(5)) {
+    case 0: return oar_add(a, b);
+    case 1: return oar_sub(a, b);
+    case 2: return oar_mul(a, b);
+    case 3: return oar_maximum(a, b);
+    default: return oar_minimum(a, b);
+    }
+}
+
+static oar_tensor *reduce(oar_tensor *x) {
+    int nd = oar_tensor_ndim(x);
+    if (!nd) return oar_neg(x);
+    int64_t dims[5];
+    int n = 0;
+    bool sym_dim = false;
+    for (int d = 0; d < nd; d++)
+        if (rnd(2)) {
+            dims[n++] = d;
+            sym_dim |= is_sym(oar_tensor_shape(x)[d]);
+        }
+    if (!n) dims[n++] = nd - 1, sym_dim |= is_sym(oar_tensor_shape(x)[nd - 1]);
+    bool keep = rnd(2);
+    switch (rnd(3)) {
+    case 0: return oar_sum(x, n, dims, keep);
+    case 1: return oar_amax(x, n, dims, keep);
+    default: /* a mean over a dynamic dim is refused by the tracer: sum instead */
+        return sym_dim ? oar_sum(x, n, dims, keep) : oar_mean(x, n, dims, keep);
+    }
+}
+
+static oar_tensor *movement(oar_tensor *x) {
+    int nd = oar_tensor_ndim(x);
+    const int64_t *sh = oar_tensor_shape(x);
+    int64_t ns[6];
+    switch (rnd(4)) {
+    case 0: { /* merge two adjacent dims */
+        if (nd < 2) break;
+        int d = (int)rnd((uint32_t)nd - 1);
+        if (is_sym(sh[d + 1])) break;
+        int k = 0;
+        for (int i = 0; i < nd; i++) {
+            if (i == d + 1) continue;
+            ns[k++] = i == d ? sh[d] * sh[d + 1] : sh[i];
+        }
+        return oar_reshape(x, nd - 1, ns);
+    }
+    case 1: { /* unsqueeze */
+        if (nd >= 5) break;
+        int d = (int)rnd((uint32_t)nd + 1), k = 0;
+        for (int i = 0; i <= nd; i++) ns[i] = i == d ? 1 : sh[k++];
+        return oar_reshape(x, nd + 1, ns);
+    }
+    case 2: /* transpose */
+        if (nd < 2) break;
+        return oar_transpose(x, (int)rnd((uint32_t)nd), (int)rnd((uint32_t)nd));
+    default: { /* slice with a step, or expand a size-1 dim */
+        if (!nd) break;
+        int d = (int)rnd((uint32_t)nd);
+        if (is_sym(sh[d])) break;
+        if (sh[d] == 1) {
+            memcpy(ns, sh, (size_t)nd * sizeof *ns);
+            ns[d] = 3;
+            return oar_expand(x, nd, ns);
+        }
+        int64_t start = rnd((uint32_t)sh[d]), step = 1 + rnd(2);
+        return oar_slice(x, d, start, sh[d], step);
+    }
+    }
+    return unary(x);
+}
+
+static oar_tensor *subgraph(const sub_spec *s, oar_tensor *x, oar_tensor *y) {
+    rng_state = s->seed;
+    oar_tensor *vals[MAX_OPS + 2] = {x, y};
+    int n = 2, n_ops = 1 + (int)rnd(MAX_OPS);
+    for (int i = 0; i < n_ops; i++) {
+        oar_tensor *a = vals[n - 1 - (rnd(3) ? 0 : rnd((uint32_t)n))], *r;
+        switch (rnd(6)) {
+        case 0: case 1: r = unary(a); break;
+        case 2: case 3: {
+            oar_tensor *b = vals[rnd((uint32_t)n)];
+            r = broadcasts(a, b) ? binary(a, b) : binary(a, oar_scalar(0.5));
+            break;
+        }
+        case 4: r = reduce(a); break;
+        default: r = movement(a);
+        }
+        if (!r) return NULL;
+        vals[n++] = r;
+    }
+    return vals[n - 1];
+}
+
+static int traced(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    const fuzz_case *fc = ctx;
+    for (int i = 0; i < SUBGRAPHS; i++)
+        if (!(out[i] = subgraph(&fc->sub[i], in[2 * i], in[2 * i + 1]))) return -1;
+    return 0;
+}
+
+static void make_case(fuzz_case *fc, uint64_t seed) {
+    rng_state = seed * 2654435761u + 1;
+    for (int i = 0; i < SUBGRAPHS; i++) {
+        sub_spec *s = &fc->sub[i];
+        s->ndim = 1 + (int)rnd(4);
+        bool dynamic = s->ndim >= 2 && rnd(2);
+        for (int d = 0; d < s->ndim; d++) s->xs[d] = dynamic && d == 0 ? -1 : sizes[rnd(7)];
+        /* y: a suffix of x's shape with some dims 1 */
+        s->yndim = 1 + (int)rnd((uint32_t)s->ndim);
+        for (int d = 0; d < s->yndim; d++) {
+            int64_t xd = s->xs[s->ndim - s->yndim + d];
+            s->ys[d] = rnd(3) ? xd : 1;
+        }
+        s->seed = rng_state ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1));
+        if (!s->seed) s->seed = 1;
+    }
+}
+
+static int64_t batch_of(int64_t d, int64_t n) { return d < 0 ? n : d; }
+
+/* Runs one case: returns the number of subgraphs compared, and counts
+ * mismatches into *bad. */
+static int run_case(uint64_t seed, int *bad) {
+    fuzz_case fc;
+    make_case(&fc, seed);
+    oar_graph_input_spec specs[2 * SUBGRAPHS];
+    for (int i = 0; i < SUBGRAPHS; i++) {
+        const sub_spec *s = &fc.sub[i];
+        for (int k = 0; k < 2; k++) {
+            oar_graph_input_spec *p = &specs[2 * i + k];
+            memset(p, 0, sizeof *p);
+            p->dtype = OAR_F32;
+            p->ndim = k ? s->yndim : s->ndim;
+            for (int d = 0; d < p->ndim; d++) {
+                p->shape[d] = k ? s->ys[d] : s->xs[d];
+                if (p->shape[d] < 0) p->dim_names[d] = "N";
+            }
+        }
+    }
+    oar_graph *g = oar_trace(traced, &fc, 2 * SUBGRAPHS, specs, SUBGRAPHS, NULL);
+    if (!g) {
+        fprintf(stderr, "seed %llu: trace failed: %s\n", (unsigned long long)seed, oar_last_error());
+        (*bad)++;
+        return 0;
+    }
+    oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0);
+    oar_executor *plain = oar_executor_new(g), *fused = oar_executor_new(g);
+    CHECK(oar_executor_compile(fused) == 0);
+    const char *src = oar_executor_kernel_source(fused);
+    for (const char *p = src; p && (p = strstr(p, "\nvoid oar_k")); p++) n_kernels++;
+    for (const char *p = src; p && (p = strstr(p, "acc")); p = strstr(p, "\nvoid oar_k")) n_reduce_kernels++;
+    oar_tensor *in[2 * SUBGRAPHS], *y0[SUBGRAPHS], *y1[SUBGRAPHS];
+    int compared = 0;
+    for (int64_t batch = 2; batch <= 5; batch += 3) { /* the dynamic batch at two sizes */
+        for (int i = 0; i < 2 * SUBGRAPHS; i++) {
+            int64_t sh[5];
+            for (int d = 0; d < specs[i].ndim; d++) sh[d] = batch_of(specs[i].shape[d], batch);
+            in[i] = oar_randn(OAR_F32, specs[i].ndim, sh);
+        }
+        int st0 = oar_executor_run(plain, in, y0);
+        CHECK(st0 == 0);
+        int st1 = oar_executor_run(fused, in, y1);
+        CHECK(st1 == 0);
+        if (st0 || st1) break;
+        for (int i = 0; i < SUBGRAPHS; i++) {
+            double *a = test_values(y0[i]), *b = test_values(y1[i]);
+            bool ok = oar_tensor_numel(y0[i]) == oar_tensor_numel(y1[i]);
+            for (int64_t e = 0; ok && e < oar_tensor_numel(y0[i]); e++)
+                ok = fabs(a[e] - b[e]) <= 1e-5 * fmax(1.0, fabs(a[e])) || (isnan(a[e]) && isnan(b[e]));
+            if (!ok) {
+                (*bad)++;
+                fprintf(stderr, "seed %llu subgraph %d batch %lld: compiled and unfused differ\n",
+                        (unsigned long long)seed, i, (long long)batch);
+            }
+            free(a);
+            free(b);
+            compared += batch == 2;
+        }
+    }
+    if (*bad && getenv("FUZZ_SHOW")) {
+        oar_graph_print(g, stderr);
+        fputs(oar_executor_kernel_source(fused), stderr);
+    }
+    oar_executor_free(plain);
+    oar_executor_free(fused);
+    oar_graph_free(g);
+    return compared;
+}
+
+static void test_random_graphs(void) {
+    const char *env_seed = getenv("FUZZ_SEED"), *env_n = getenv("FUZZ_GRAPHS");
+    uint64_t seed0 = env_seed ? strtoull(env_seed, NULL, 10) : 1;
+    int graphs = env_n ? atoi(env_n) : 500;
+    int compared = 0, bad = 0;
+    for (uint64_t c = 0; compared < graphs && c < (uint64_t)graphs; c++) {
+        oar_pool *p = oar_pool_push();
+        oar_manual_seed(seed0 + c);
+        compared += run_case(seed0 + c, &bad);
+        oar_pool_pop(p);
+    }
+    fprintf(stderr, "%d random graphs compared (%d fused kernels, %d with reductions), %d mismatches\n",
+            compared, n_kernels, n_reduce_kernels, bad);
+    CHECK(compared >= graphs);
+    CHECK(n_kernels >= graphs / 2 && n_reduce_kernels >= graphs / 10); /* the fuzzer reaches the compiler */
+    CHECK(bad == 0);
+}
+
+int main(void) {
+    if (!oari_jit_available()) {
+        fprintf(stderr, "no C compiler: skipped\n");
+        return 77;
+    }
+    RUN(test_random_graphs);
+    return test_summary();
+}
