@@ -26,10 +26,15 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* OpenMP threads only above this many elements touched by a kernel: a
- * parallel region costs a few microseconds (bench/bench_compile.c). */
-#define PARALLEL_MIN_ELEMS 32768
+/* OpenMP threads only above this many elements touched by a kernel (a
+ * parallel region costs a few microseconds): the generated code reads
+ * OAR_PAR_MIN, which bench/bench_fusion.c overrides to find the crossover. */
+#define PARALLEL_MIN "OAR_PAR_MIN"
+#define PARALLEL_MIN_DEFAULT 32768
 #define MAX_RED_DEPTH 8
+
+#define OARI_STR_(x) #x
+#define OARI_STR(x) OARI_STR_(x)
 
 enum { SCOPE_INNER = -1, SCOPE_OUTER = 0 }; /* > 0: the reduction body at that depth */
 
@@ -795,8 +800,8 @@ static void write_function(cg *c, const char *name, int root_v, const idx *I, in
     if (!n_outer && n_inner == 1 && !c->n_reductions) {
         /* one flat loop: OpenMP threads over chunks, simd within */
         oari_sbuf_puts(src, oari_sbuf_str(&c->outer));
-        oari_sbuf_printf(src, "    #pragma omp parallel for if(%s > %d) schedule(static)\n", dim[0],
-                         PARALLEL_MIN_ELEMS);
+        oari_sbuf_printf(src, "    #pragma omp parallel for if(%s > %s) schedule(static)\n", dim[0],
+                         PARALLEL_MIN);
         oari_sbuf_printf(src, "    for (int64_t c0 = 0; c0 < %s; c0 += 4096) {\n", dim[0]);
         oari_sbuf_printf(src, "    const int64_t e0 = c0 + 4096 < %s ? c0 + 4096 : %s;\n", dim[0], dim[0]);
         oari_sbuf_puts(src, "    #pragma omp simd\n    for (int64_t i0 = c0; i0 < e0; i0++) {\n");
@@ -805,8 +810,8 @@ static void write_function(cg *c, const char *name, int root_v, const idx *I, in
         oari_sbuf_puts(src, "    }\n    }\n}\n");
     } else {
         if (n_outer) {
-            oari_sbuf_printf(src, "    #pragma omp parallel for collapse(%d) if(%s > %d) schedule(static)\n",
-                             n_outer, c->work_expr, PARALLEL_MIN_ELEMS);
+            oari_sbuf_printf(src, "    #pragma omp parallel for collapse(%d) if(%s > %s) schedule(static)\n",
+                             n_outer, c->work_expr, PARALLEL_MIN);
             for (int d = 0; d < nd; d++)
                 if (c->outer_mask & (1u << d))
                     oari_sbuf_printf(src, "    for (int64_t i%d = 0; i%d < %s; i%d++)\n", d, d, dim[d], d);
@@ -877,6 +882,9 @@ void oari_codegen_prelude(oari_sbuf *src) {
         " * sizes of the graph's symbolic dims. */\n"
         "#include <math.h>\n"
         "#include <stdint.h>\n"
+        "#ifndef OAR_PAR_MIN\n"
+        "#define OAR_PAR_MIN " OARI_STR(PARALLEL_MIN_DEFAULT) " /* elements; fewer run on one thread */\n"
+        "#endif\n"
         "#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)\n"
         "/* glibc's libmvec has vector forms of these; declaring them lets loops that\n"
         " * call them vectorise (what <math.h> does under -ffast-math, which we never use) */\n"

@@ -47,6 +47,11 @@ typedef struct plan {
     oar_tensor *arena;
     int64_t planned_bytes, unplanned_bytes;
     uint64_t used;            /* run count when last used (LRU) */
+    /* inputs read only by compiled kernels are read in place, not copied
+     * into the arena: the kernel arguments to point at each run */
+    bool in_place[64];
+    struct input_arg { int node, arg, input; } *in_args;
+    int n_in_args;
 } plan;
 
 #define N_CACHED_PLANS 3      /* plans kept besides the current one */
@@ -90,6 +95,7 @@ static void drop_plan(const oar_graph *g, plan *p) {
         oari_free(p->en, (size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p->en);
     }
     oar_tensor_release(p->arena);
+    oari_free(p->in_args, (size_t)p->n_in_args * sizeof *p->in_args);
     memset(p, 0, sizeof *p);
     p->planned_bytes = p->unplanned_bytes = -1;
 }
@@ -228,6 +234,42 @@ static int setup_casts(oar_executor *ex, const oari_gnode *n, exec_node *e, cons
             tv[k] = c->tmp;
         }
         if (!pass) e->n_pre = e->n_casts;
+    }
+    return 0;
+}
+
+/* Inputs whose every reader is a compiled kernel (views of them read
+ * through index arithmetic) need no copy into the arena: their kernels'
+ * arguments are pointed at the caller's tensor on each run. root[v]: the
+ * value whose buffer v uses. */
+static int plan_inputs_in_place(oar_executor *ex, const int *root) {
+    const oar_graph *g = ex->g;
+    if (!ex->fusion) return 0;
+    int n_args = 0;
+    for (int i = 0; i < g->n_inputs; i++) {
+        int v = g->inputs[i];
+        bool direct = true;
+        for (int j = 0; j < g->n_outputs && direct; j++) direct = root[g->outputs[j]] != v;
+        for (int n = 0; n < g->n_nodes && direct; n++) {
+            const oari_gnode *nd = &g->nodes[n];
+            if (kernel_of(ex, n) >= 0 || (oari_op_defs[nd->op]->flags & OARI_F_VIEW)) continue;
+            for (int k = 0; k < nd->n_in && direct; k++) direct = nd->in[k] < 0 || root[nd->in[k]] != v;
+        }
+        ex->p.in_place[i] = direct;
+        if (!direct) continue;
+        for (int k = 0; k < ex->fusion->n_kernels; k++)
+            for (int a = 1; a < ex->fusion->kernels[k].n_args; a++) n_args += ex->fusion->kernels[k].args[a] == v;
+    }
+    if (!n_args) return 0;
+    if (!(ex->p.in_args = oari_calloc((size_t)n_args, sizeof *ex->p.in_args))) return OAR_ERR_NOMEM;
+    for (int i = 0; i < g->n_inputs; i++) {
+        if (!ex->p.in_place[i]) continue;
+        for (int k = 0; k < ex->fusion->n_kernels; k++) {
+            const oari_kernel *kn = &ex->fusion->kernels[k];
+            for (int a = 1; a < kn->n_args; a++)
+                if (kn->args[a] == g->inputs[i])
+                    ex->p.in_args[ex->p.n_in_args++] = (struct input_arg){kn->root, a, i};
+        }
     }
     return 0;
 }
@@ -458,6 +500,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
             .n_iattr = e->attrs.ni, .n_fattr = e->attrs.nf, .iattr = e->attrs.i, .fattr = e->attrs.f,
         };
     }
+    if (!st) st = plan_inputs_in_place(ex, root);
     if (!st) {
         for (int i = 0; i < g->n_inputs; i++) {
             ex->p.ndims[i] = inputs[i]->ndim;
@@ -526,6 +569,12 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
         oar_tensor *slot = ex->p.vt[g->inputs[i]], *t = inputs[i];
         if (!t->storage || t->storage->device != oari_device_cpu())
             return oari_error(OAR_ERR_INVALID, "executor: input %d must be a CPU tensor", i);
+        bool read_in_place = ex->p.in_place[i] && oar_tensor_is_contiguous(t);
+        for (int k = 0; k < ex->p.n_in_args; k++) {
+            struct input_arg *a = &ex->p.in_args[k];
+            if (a->input == i) ex->p.en[a->node].fargs[a->arg] = oar_tensor_data(read_in_place ? t : slot);
+        }
+        if (read_in_place) continue;
         if (oar_tensor_is_contiguous(t)) {
             memcpy(oar_tensor_data(slot), oar_tensor_data(t), (size_t)t->numel * oar_dtype_size(t->dtype));
         } else {

@@ -1,0 +1,129 @@
+/* The fusing compiler against the unfused executor, in one run: an 8-op
+ * elementwise chain on 4M floats, layer_norm + GELU over rows, a scaled
+ * last-axis softmax. "oar <case> <ms> ms" is the compiled graph (the peer,
+ * bench/peer/fusion.py, is eager PyTorch on the same shapes); the unfused
+ * executor and the fused/unfused ratio are printed beside it.
+ * `bench_fusion --threshold` measures one- against two-thread runs of a
+ * flat kernel across sizes (built with OAR_PAR_MIN=0) to place the size
+ * above which generated loops use OpenMP threads. */
+#include <oar/oar.h>
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static oar_tensor *LNW, *LNB;
+
+static int f_chain(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *x = in[0];
+    oar_tensor *y = oar_mul_scalar(oar_add_scalar(x, 1.0), 0.5); /* 2 */
+    y = oar_tanh(oar_neg(y));                                     /* 4 */
+    y = oar_sigmoid(oar_mul(y, x));                               /* 6 */
+    out[0] = oar_sub(oar_relu(y), x);                             /* 8 */
+    return out[0] ? 0 : -1;
+}
+
+static int f_ln_gelu(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_gelu(oar_layer_norm(in[0], 1, LNW, LNB, 1e-5), false);
+    return out[0] ? 0 : -1;
+}
+
+static int f_softmax(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_softmax(oar_mul_scalar(in[0], 0.125), -1);
+    return out[0] ? 0 : -1;
+}
+
+/* Best-of-reps milliseconds per run. */
+static double time_runs(oar_executor *ex, oar_tensor *x, int reps) {
+    oar_tensor *y;
+    oar_executor_run(ex, &x, &y); /* plans the arena */
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        if (oar_executor_run(ex, &x, &y)) {
+            fprintf(stderr, "run failed: %s\n", oar_last_error());
+            exit(1);
+        }
+        double t = now() - t0;
+        if (t < best) best = t;
+    }
+    return best * 1e3;
+}
+
+static void bench_case(const char *name, oar_trace_fn fn, int ndim, const int64_t *shape, int reps) {
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = ndim};
+    memcpy(spec.shape, shape, (size_t)ndim * sizeof *shape);
+    oar_graph *g = oar_trace(fn, NULL, 1, &spec, 1, NULL);
+    if (!g) {
+        fprintf(stderr, "%s: %s\n", name, oar_last_error());
+        exit(1);
+    }
+    oar_executor *plain = oar_executor_new(g), *fused = oar_executor_new(g);
+    if (oar_executor_compile(fused) || !oar_executor_is_compiled(fused)) {
+        fprintf(stderr, "%s: not compiled: %s\n", name, oar_last_error());
+        exit(1);
+    }
+    oar_tensor *x = oar_randn(OAR_F32, ndim, shape);
+    double tf = 1e30, tu = 1e30;
+    for (int round = 0; round < 3; round++) { /* alternate, keep the best of each */
+        double a = time_runs(plain, x, reps), b = time_runs(fused, x, reps);
+        if (a < tu) tu = a;
+        if (b < tf) tf = b;
+    }
+    printf("oar %s %.4f ms\n", name, tf);
+    printf("oar %s_unfused %.4f ms\n", name, tu);
+    printf("speedup %s unfused/compiled = %.2f (%d kernels vs %d)\n", name, tu / tf,
+           oar_executor_num_kernels(fused), oar_executor_num_kernels(plain));
+    oar_executor_free(plain);
+    oar_executor_free(fused);
+    oar_graph_free(g);
+}
+
+/* One vs two threads of the compiled chain across sizes; threads always
+ * allowed (OAR_PAR_MIN=0 in this process's kernel flags). */
+static void threshold(void) {
+    setenv("OAR_JIT_CFLAGS", "-DOAR_PAR_MIN=0", 1);
+    for (int64_t n = 1024; n <= (1 << 20); n *= 2) {
+        oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 1, .shape = {n}};
+        oar_graph *g = oar_trace(f_chain, NULL, 1, &spec, 1, NULL);
+        oar_executor *ex = oar_executor_new(g);
+        oar_executor_compile(ex);
+        oar_tensor *x = oar_randn(OAR_F32, 1, &n);
+        omp_set_num_threads(1);
+        double t1 = time_runs(ex, x, 200);
+        omp_set_num_threads(2);
+        double t2 = time_runs(ex, x, 200);
+        printf("threshold n=%lld: 1 thread %.4f ms, 2 threads %.4f ms, ratio %.2f\n", (long long)n, t1, t2,
+               t2 / t1);
+        oar_executor_free(ex);
+        oar_graph_free(g);
+    }
+}
+
+int main(int argc, char **argv) {
+    oar_manual_seed(0);
+    oar_pool *p = oar_pool_push();
+    if (argc > 1 && !strcmp(argv[1], "--threshold")) {
+        threshold();
+        oar_pool_pop(p);
+        return 0;
+    }
+    LNW = oar_randn(OAR_F32, 1, (int64_t[]){1024});
+    LNB = oar_randn(OAR_F32, 1, (int64_t[]){1024});
+    bench_case("chain8_4M", f_chain, 1, (int64_t[]){1 << 22}, 20);
+    bench_case("ln_gelu_4096x1024", f_ln_gelu, 2, (int64_t[]){4096, 1024}, 20);
+    bench_case("softmax_4096x1024", f_softmax, 2, (int64_t[]){4096, 1024}, 20);
+    oar_pool_pop(p);
+    return 0;
+}
