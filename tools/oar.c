@@ -3,10 +3,12 @@
  *   oar info  MODEL
  *   oar run   MODEL --input x.npy [--input ...] --output y.npy [--output ...]
  *   oar bench MODEL [--batch N] [--iters K] [--warmup W] [--threads T]
- *   oar graph MODEL [--optimize]
+ *   oar graph MODEL [--optimize] [--kernels]
  *
- * MODEL is a folder written by oar_graph_save. run and bench use the
- * predictor with the inference passes (--no-optimize turns them off). */
+ * MODEL is a folder written by oar_graph_save (or an .onnx file). run and
+ * bench use the predictor with the inference passes (--no-optimize turns
+ * them off) and compiled kernels (--no-compile runs the graph unfused);
+ * graph --kernels prints the C the compiler generates. */
 #include <oar/oar.h>
 #include <oar/graph.h>
 #include <oar/infer.h>
@@ -22,8 +24,10 @@ static int usage(void) {
     fprintf(stderr,
             "usage: oar info  MODEL\n"
             "       oar run   MODEL --input x.npy [--input ...] --output y.npy [--output ...] [--no-optimize]\n"
+            "                 [--no-compile]\n"
             "       oar bench MODEL [--batch N] [--iters K] [--warmup W] [--threads T] [--no-optimize]\n"
-            "       oar graph MODEL [--optimize]\n"
+            "                 [--no-compile]\n"
+            "       oar graph MODEL [--optimize] [--kernels]\n"
             "       oar devices   (devices, loaded plugins, plugins that failed and why)\n");
     return 2;
 }
@@ -88,20 +92,31 @@ static int cmd_info(const char *dir) {
     return 0;
 }
 
-static int cmd_graph(const char *dir, bool optimize) {
+/* The graph, or with --kernels the C the compiler generates for it (after
+ * the inference passes, as the predictor runs it). */
+static int cmd_graph(const char *dir, bool optimize, bool kernels) {
     oar_graph *g = load_graph(dir);
     if (!g) return fail("graph");
-    if (optimize && oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0)) {
+    if ((optimize || kernels) && oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0)) {
         oar_graph_free(g);
         return fail("graph");
     }
-    oar_graph_print(g, stdout);
+    int rc = 0;
+    if (kernels) {
+        oar_executor *ex = oar_executor_new(g);
+        if (!ex || oar_executor_compile(ex)) rc = fail("graph");
+        else if (!oar_executor_is_compiled(ex)) printf("/* nothing compiled: no fusible group, or no C compiler */\n");
+        else printf("/* %d kernel launches per run */\n%s", oar_executor_num_kernels(ex), oar_executor_kernel_source(ex));
+        oar_executor_free(ex);
+    } else {
+        oar_graph_print(g, stdout);
+    }
     oar_graph_free(g);
-    return 0;
+    return rc;
 }
 
-static int cmd_run(const char *dir, int n_in, char **ins, int n_out, char **outs, bool optimize) {
-    oar_predictor_config cfg = {.model_dir = dir, .optimize = optimize};
+static int cmd_run(const char *dir, int n_in, char **ins, int n_out, char **outs, bool optimize, bool compile) {
+    oar_predictor_config cfg = {.model_dir = dir, .optimize = optimize, .no_compile = !compile};
     oar_predictor *p = NULL;
     if (is_onnx(dir)) { /* onnx branch */
         oar_graph *g = oar_onnx_load(dir);
@@ -158,9 +173,17 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int cmd_bench(const char *dir, int64_t batch, int iters, int warmup, int threads, bool optimize) {
-    oar_predictor *p = oar_predictor_create(
-        &(oar_predictor_config){.model_dir = dir, .optimize = optimize, .num_threads = threads});
+static int cmd_bench(const char *dir, int64_t batch, int iters, int warmup, int threads, bool optimize,
+                     bool compile) {
+    oar_predictor_config cfg = {.model_dir = dir, .optimize = optimize, .num_threads = threads, .no_compile = !compile};
+    oar_predictor *p = NULL;
+    if (is_onnx(dir)) {
+        oar_graph *g = oar_onnx_load(dir);
+        if (g) p = oar_predictor_from_graph(g, &cfg);
+        oar_graph_free(g);
+    } else {
+        p = oar_predictor_create(&cfg);
+    }
     if (!p) return fail("bench");
     int ni = oar_predictor_num_inputs(p), no = oar_predictor_num_outputs(p), rc = 0;
     oar_tensor *x[64] = {0}, *y[64] = {0};
@@ -195,7 +218,8 @@ static int cmd_bench(const char *dir, int64_t batch, int iters, int warmup, int 
         for (int r = 0; r < iters; r++) total += lat[r];
         qsort(lat, (size_t)iters, sizeof *lat, cmp_double);
 #define PCT(q) (1e3 * lat[(int)fmin(iters - 1, floor((q) * iters))])
-        printf("model: %s  batch %lld  iters %d  threads %d\n", dir, (long long)batch, iters, threads);
+        printf("model: %s  batch %lld  iters %d  threads %d  %s\n", dir, (long long)batch, iters, threads,
+               oar_predictor_is_compiled(p) ? "compiled" : "unfused");
         printf("latency ms: mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  min %.3f  max %.3f\n",
                1e3 * total / iters, PCT(0.50), PCT(0.90), PCT(0.99), 1e3 * lat[0], 1e3 * lat[iters - 1]);
         printf("throughput: %.1f samples/s\n", (double)batch * iters / total);
@@ -226,10 +250,12 @@ int main(int argc, char **argv) {
     char *ins[64], *outs[64];
     int n_in = 0, n_out = 0, iters = 100, warmup = 10, threads = 0;
     int64_t batch = 1;
-    bool optimize = true, graph_optimize = false;
+    bool optimize = true, graph_optimize = false, compile = true, kernels = false;
     for (int a = 3; a < argc; a++) {
         const char *o = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
         if (!strcmp(o, "--no-optimize")) optimize = false;
+        else if (!strcmp(o, "--no-compile")) compile = false;
+        else if (!strcmp(o, "--kernels")) kernels = true;
         else if (!strcmp(o, "--optimize")) graph_optimize = true;
         else if (!v) return usage();
         else if (!strcmp(o, "--input") && n_in < 64) ins[n_in++] = argv[++a];
@@ -242,11 +268,11 @@ int main(int argc, char **argv) {
     }
     if (batch < 1 || iters < 1 || warmup < 0 || threads < 0) return usage();
     if (!strcmp(cmd, "info")) return cmd_info(dir);
-    if (!strcmp(cmd, "graph")) return cmd_graph(dir, graph_optimize);
+    if (!strcmp(cmd, "graph")) return cmd_graph(dir, graph_optimize, kernels);
     if (!strcmp(cmd, "run")) {
         if (!n_in) return usage();
-        return cmd_run(dir, n_in, ins, n_out, outs, optimize);
+        return cmd_run(dir, n_in, ins, n_out, outs, optimize, compile);
     }
-    if (!strcmp(cmd, "bench")) return cmd_bench(dir, batch, iters, warmup, threads, optimize);
+    if (!strcmp(cmd, "bench")) return cmd_bench(dir, batch, iters, warmup, threads, optimize, compile);
     return usage();
 }

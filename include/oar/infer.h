@@ -30,6 +30,9 @@ typedef struct oar_predictor_config {
     const char *passes;     /* optional: comma-separated pass names ("dce,cse") run
                              * once each, in order, instead of that list */
     bool print_passes;      /* print the graph after each pass (stderr) */
+    bool no_compile;        /* run unfused; by default the graph's fusible ops are
+                             * compiled into kernels (oar_executor_compile) once
+                             * per model, when a C compiler exists */
 } oar_predictor_config;
 
 /* Loads and prepares a model. NULL with the loader's error (naming the
@@ -41,6 +44,8 @@ OAR_API oar_predictor *oar_predictor_from_graph(const oar_graph *g, const oar_pr
 OAR_API oar_predictor *oar_predictor_clone(oar_predictor *p);
 /* Frees p; the model is freed with its last predictor. NULL is ignored. */
 OAR_API void oar_predictor_free(oar_predictor *p);
+/* Whether runs use compiled kernels (see no_compile); false for NULL. */
+OAR_API bool oar_predictor_is_compiled(const oar_predictor *p);
 /* The model's graph (borrowed, read-only). */
 OAR_API const oar_graph *oar_predictor_graph(const oar_predictor *p);
 

@@ -37,6 +37,7 @@ typedef struct oari_fusion {
     int n_launches;           /* kernel calls per run: fused kernels plus unfused non-view nodes */
     oari_sbuf source;         /* the translation unit */
     oari_jit_lib *lib;
+    int refs;                 /* executors sharing it (atomic); freed with the last */
 } oari_fusion;
 
 /* Groups g's nodes and writes the C of every kernel (nothing compiled
@@ -46,7 +47,16 @@ OARI_HIDDEN int oari_fuse_graph(const oar_graph *g, oari_fusion **out);
 /* Compiles (or loads from the cache) f's source and resolves every kernel.
  * 0, or an error status (OAR_ERR_UNSUPPORTED without a C compiler). */
 OARI_HIDDEN int oari_fusion_build(oari_fusion *f);
+/* Drops a reference (the fusion is freed with the last). */
 OARI_HIDDEN void oari_fusion_free(oari_fusion *f);
+/* Another reference to f. */
+OARI_HIDDEN oari_fusion *oari_fusion_retain(oari_fusion *f);
+
+/* The executor side (src/graph/exec.c): ex's compiled kernels (borrowed;
+ * NULL when uncompiled), and running ex with the kernels of f, compiled
+ * for the same graph by another executor (predictors share one). */
+OARI_HIDDEN oari_fusion *oari_executor_fusion(const oar_executor *ex);
+OARI_HIDDEN int oari_executor_use_fusion(oar_executor *ex, oari_fusion *f);
 
 /* ---- code generation (codegen_c.c) ---------------------------------------- */
 

@@ -81,8 +81,13 @@ static void assign_roots(const oar_graph *g, const uses *u, const bool *fusible,
     }
 }
 
+oari_fusion *oari_fusion_retain(oari_fusion *f) {
+    if (f) __atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
+    return f;
+}
+
 void oari_fusion_free(oari_fusion *f) {
-    if (!f) return;
+    if (!f || __atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
     for (int k = 0; k < f->n_kernels; k++) oari_free(f->kernels[k].args, (size_t)f->kernels[k].n_args * sizeof(int));
     oari_free(f->kernels, (size_t)(f->n_kernels ? f->n_kernels : 1) * sizeof *f->kernels);
     oari_free(f->kernel_of, (size_t)(f->n_nodes ? f->n_nodes : 1) * sizeof *f->kernel_of);
@@ -105,6 +110,7 @@ int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
         goto done;
     }
     f->n_nodes = nn;
+    f->refs = 1;
     if (!(f->kernel_of = oari_malloc(nb * sizeof *f->kernel_of))) {
         st = OAR_ERR_NOMEM;
         goto done;

@@ -636,6 +636,17 @@ int oar_executor_compile(oar_executor *ex) {
     return 0;
 }
 
+oari_fusion *oari_executor_fusion(const oar_executor *ex) { return ex ? ex->fusion : NULL; }
+
+int oari_executor_use_fusion(oar_executor *ex, oari_fusion *f) {
+    if (!ex || !f || f->n_nodes != ex->g->n_nodes)
+        return oari_error(OAR_ERR_INVALID, "executor: kernels compiled for another graph");
+    drop_all_plans(ex);
+    oari_fusion_free(ex->fusion);
+    ex->fusion = oari_fusion_retain(f);
+    return 0;
+}
+
 int oar_executor_num_kernels(const oar_executor *ex) {
     if (!ex) return oari_error(OAR_ERR_INVALID, "executor_num_kernels: executor is NULL");
     if (ex->fusion) return ex->fusion->n_launches;

@@ -1,6 +1,7 @@
 /* The predictor: a loaded, optimised graph shared by clones, and a pool of
  * idle executors so that concurrent runs each get their own arena. */
 #include "../graph/ir.h"
+#include "../compiler/compiler.h"
 
 #include <oar/infer.h>
 #include <omp.h>
@@ -10,7 +11,18 @@
 typedef struct model {
     int refcount; /* atomic */
     oar_graph *g;
+    oari_fusion *fusion; /* compiled kernels every executor runs; NULL: unfused */
 } model;
+
+/* A new executor of m's graph, with m's compiled kernels. */
+static oar_executor *new_executor(model *m) {
+    oar_executor *ex = oar_executor_new(m->g);
+    if (ex && m->fusion && oari_executor_use_fusion(ex, m->fusion)) {
+        oar_executor_free(ex);
+        return NULL;
+    }
+    return ex;
+}
 
 struct oar_predictor {
     model *m;
@@ -69,8 +81,20 @@ static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config 
         return NULL;
     }
     m->g = g;
+    if (!cfg->no_compile) { /* compile once; every executor shares the kernels */
+        oar_executor *ex = oar_executor_new(g);
+        if (!ex || oar_executor_compile(ex)) {
+            oar_executor_free(ex);
+            oar_graph_free(g);
+            oari_free(m, sizeof *m);
+            return NULL;
+        }
+        m->fusion = oari_fusion_retain(oari_executor_fusion(ex));
+        oar_executor_free(ex);
+    }
     oar_predictor *p = wrap(m, cfg->num_threads);
     if (!p) {
+        oari_fusion_free(m->fusion);
         oar_graph_free(g);
         oari_free(m, sizeof *m);
     }
@@ -107,6 +131,7 @@ void oar_predictor_free(oar_predictor *p) {
     pthread_mutex_destroy(&p->lock);
     pthread_mutex_destroy(&p->borrowed_lock);
     if (__atomic_sub_fetch(&p->m->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
+        oari_fusion_free(p->m->fusion);
         oar_graph_free(p->m->g);
         oari_free(p->m, sizeof *p->m);
     }
@@ -114,6 +139,7 @@ void oar_predictor_free(oar_predictor *p) {
 }
 
 const oar_graph *oar_predictor_graph(const oar_predictor *p) { return p ? p->m->g : NULL; }
+bool oar_predictor_is_compiled(const oar_predictor *p) { return p && p->m->fusion && p->m->fusion->n_kernels; }
 int oar_predictor_num_inputs(const oar_predictor *p) { return p ? oar_graph_num_inputs(p->m->g) : -1; }
 int oar_predictor_num_outputs(const oar_predictor *p) { return p ? oar_graph_num_outputs(p->m->g) : -1; }
 const char *oar_predictor_input_name(const oar_predictor *p, int i) {
@@ -180,7 +206,7 @@ int oar_predictor_run(oar_predictor *p, oar_tensor *const *inputs, oar_tensor **
     pthread_mutex_lock(&p->lock);
     oar_executor *ex = p->n_idle ? p->idle[--p->n_idle] : NULL;
     pthread_mutex_unlock(&p->lock);
-    if (!ex && !(ex = oar_executor_new(g))) return OAR_ERR_NOMEM;
+    if (!ex && !(ex = new_executor(p->m))) return OAR_ERR_NOMEM;
     oar_tensor *res[64];
     bool fresh[64] = {0};
     int no = g->n_outputs < 64 ? g->n_outputs : 64;
@@ -213,7 +239,7 @@ int oar_predictor_run_borrowed(oar_predictor *p, oar_tensor *const *inputs, oar_
     if (!p || !outputs) return oari_error(OAR_ERR_INVALID, "predictor_run_borrowed: predictor or outputs is NULL");
     pthread_mutex_lock(&p->borrowed_lock);
     int st = 0;
-    if (!p->borrowed && !(p->borrowed = oar_executor_new(p->m->g))) st = OAR_ERR_NOMEM;
+    if (!p->borrowed && !(p->borrowed = new_executor(p->m))) st = OAR_ERR_NOMEM;
     if (!st) st = run_on(p, p->borrowed, inputs, outputs);
     pthread_mutex_unlock(&p->borrowed_lock);
     return st;

@@ -4,6 +4,7 @@
 #include "graph/graph_test_util.h"
 
 #include <oar/graph.h>
+#include <oar/infer.h>
 
 #include "compiler/jit.h"
 
@@ -238,6 +239,32 @@ static void test_strided_input(void) {
     oar_pool_pop(p);
 }
 
+/* The predictor compiles by default and shares the kernels between its
+ * executors; no_compile runs unfused; both agree. */
+static void test_predictor(void) {
+    oar_pool *p = oar_pool_push();
+    oar_graph_input_spec s = spec("x", 2, (int64_t[]){-1, 37});
+    oar_graph *g = oar_trace(f_chain, NULL, 1, &s, 1, NULL);
+    oar_predictor *pc = oar_predictor_from_graph(g, NULL);
+    oar_predictor *pu = oar_predictor_from_graph(g, &(oar_predictor_config){.no_compile = true});
+    CHECK(oar_predictor_is_compiled(pc) && !oar_predictor_is_compiled(pu) && !oar_predictor_is_compiled(NULL));
+    oar_predictor *pc2 = oar_predictor_clone(pc);
+    CHECK(oar_predictor_is_compiled(pc2));
+    oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){4, 37}), *y0 = NULL, *y1 = NULL, *y2 = NULL;
+    CHECK(oar_predictor_run(pu, &x, &y0) == 0);
+    CHECK(oar_predictor_run(pc, &x, &y1) == 0);
+    CHECK(oar_predictor_run(pc2, &x, &y2) == 0);
+    CHECK(max_diff(y0, y1) <= 1e-6 && max_diff(y1, y2) == 0);
+    oar_tensor_release(y0);
+    oar_tensor_release(y1);
+    oar_tensor_release(y2);
+    oar_predictor_free(pc);
+    oar_predictor_free(pc2);
+    oar_predictor_free(pu);
+    oar_graph_free(g);
+    oar_pool_pop(p);
+}
+
 static void test_bad_input(void) {
     CHECK_STATUS_FAILS(oar_executor_compile(NULL), "NULL");
     CHECK(oar_executor_num_kernels(NULL) < 0);
@@ -274,6 +301,7 @@ int main(void) {
     RUN(test_conv_batch_norm_inference);
     RUN(test_new_batch_size_does_not_recompile);
     RUN(test_strided_input);
+    RUN(test_predictor);
     RUN(test_bad_input);
     return test_summary();
 }

@@ -54,13 +54,26 @@ static void test_cli(void) {
     oar_tensor *y = oar_npy_load(yp);
     CHECK_NEAR(max_diff(y, oar_module_forward(m, x)), 0, 1e-5);
     oar_tensor_release(y);
-    oar_pool_pop(p);
 
     snprintf(args, sizeof args, "bench %s --batch 4 --iters 20 --warmup 2 --threads 1", dir);
     out = oar_cmd(args, &rc);
     CHECK(rc == 0 && strstr(out, "latency ms: mean") && strstr(out, "p99") && strstr(out, "samples/s"));
+    CHECK(strstr(out, "compiled") != NULL); /* the bias add and ReLU: one kernel */
+    free(out);
+    snprintf(args, sizeof args, "bench %s --batch 4 --iters 5 --warmup 1 --no-compile", dir);
+    out = oar_cmd(args, &rc);
+    CHECK(rc == 0 && strstr(out, "unfused") && strstr(out, "samples/s"));
+    free(out);
+    snprintf(args, sizeof args, "graph %s --kernels", dir);
+    out = oar_cmd(args, &rc);
+    CHECK(rc == 0 && strstr(out, "void oar_k0(") && strstr(out, "kernel launches per run"));
+    free(out);
+    snprintf(args, sizeof args, "run %s --input %s --output %s --no-compile", dir, xp, yp);
+    out = oar_cmd(args, &rc);
+    CHECK(rc == 0 && strstr(out, "y: float32 [5, 4]"));
     free(out);
 
+    oar_pool_pop(p);
     out = oar_cmd("info /nonexistent/model", &rc);
     CHECK(rc != 0 && strstr(out, "cannot open"));
     free(out);
