@@ -218,8 +218,8 @@ static int cache_dir_from_env(void) {
     else if ((env = getenv("HOME")) && *env)
         n = snprintf(cache_dir, sizeof cache_dir, "%s/.cache/oar/kernels", env);
     else return -1;
-    /* Room for "/<32 hex>.XXXXXX.lock" after it. */
-    if (n >= (int)sizeof cache_dir - 64) return -1;
+    /* Room for "/<32 hex>.XXXXXX.lock" after it, within oari_jit_stats.path. */
+    if (n >= (int)sizeof(((oari_jit_stats *)0)->path) - 64) return -1;
     while (n > 1 && cache_dir[n - 1] == '/') cache_dir[--n] = 0;
     return 0;
 }
@@ -251,8 +251,8 @@ static void probe_locked(void) {
     }
     snprintf(flags_str, sizeof flags_str, "%s%s%s", BASE_FLAGS, extra_argc ? " " : "", extra);
     if (cache_dir_from_env()) {
-        set_unavailable(OAR_ERR_IO, "no kernel cache folder (set OAR_CACHE_DIR; "
-                                    "$HOME and $XDG_CACHE_HOME are unset, or the path is too long)");
+        set_unavailable(OAR_ERR_IO, "no kernel cache folder (set OAR_CACHE_DIR: $HOME and "
+                                    "$XDG_CACHE_HOME are unset, or the path passes 447 bytes)");
         return;
     }
 
@@ -600,7 +600,8 @@ oari_jit_lib *oari_jit_load(const char *src, oari_jit_stats *stats) {
     memcpy(lib->path, so_path, len + 1);
     if (stats) {
         stats->compiled = compiled;
-        snprintf(stats->path, sizeof stats->path, "%s", so_path);
+        if (snprintf(stats->path, sizeof stats->path, "%s", so_path) >= (int)sizeof stats->path)
+            stats->path[0] = 0; /* not reached: cache_dir_from_env leaves room */
         stats->ms = now_ms() - t0;
     }
     return lib;

@@ -238,13 +238,19 @@ static void child_cflags(const char *arg) {
     oari_jit_release(lib);
 }
 
+/* A cache folder that cannot be used: the load fails naming it (arg). */
+static void child_badcache(const char *arg) {
+    CHECK_FAILS(oari_jit_load(SRC_A, NULL), arg);
+    CHECK(oari_jit_compile_count() == 0);
+}
+
 static int child_main(const char *mode, const char *arg) {
     static const struct {
         const char *name;
         void (*fn)(const char *);
     } modes[] = {{"load", child_load},       {"damage", child_damage}, {"race", child_race},
                  {"nocc", child_nocc},       {"refused", child_refused}, {"ftz", child_ftz},
-                 {"cflags", child_cflags}};
+                 {"cflags", child_cflags},   {"badcache", child_badcache}};
     for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
         if (!strcmp(mode, modes[i].name)) {
             test_current = mode;
@@ -391,6 +397,27 @@ static void test_refused_flags(void) {
     CHECK(count_lines(err, "is refused") == 1);
 }
 
+static void test_bad_cache(void) {
+    char *saved = strdup(getenv("OAR_CACHE_DIR"));
+    char path[700], err[PATH_MAX + 16];
+    snprintf(err, sizeof err, "%s/badcache.err", tmp_dir);
+    /* Under a regular file: mkdir fails. */
+    snprintf(path, sizeof path, "%s/a-file", tmp_dir);
+    write_script(path, "not a folder\n");
+    snprintf(path, sizeof path, "%s/a-file/kernels", tmp_dir);
+    setenv("OAR_CACHE_DIR", path, 1);
+    CHECK(run_child("badcache", "cannot create the kernel cache", NULL, NULL, err) == 0);
+    /* Too long a path. */
+    memset(path, 'x', 600);
+    path[0] = '/';
+    path[600] = 0;
+    setenv("OAR_CACHE_DIR", path, 1);
+    CHECK(run_child("badcache", "no kernel cache folder", NULL, NULL, err) == 0);
+    CHECK(count_lines(err, "graphs run unfused") == 1);
+    setenv("OAR_CACHE_DIR", saved, 1);
+    free(saved);
+}
+
 static void test_ftz_guard(void) {
 #ifdef __x86_64__
     CHECK(run_child("ftz", NULL, ftz_cc, NULL, NULL) == 0);
@@ -443,6 +470,7 @@ int main(int argc, char **argv) {
         RUN(test_threads);
         RUN(test_processes);
         RUN(test_ftz_guard);
+        RUN(test_bad_cache);
     } else {
         printf("no C compiler (CC=%s): compile tests skipped\n", cc);
     }
