@@ -116,20 +116,38 @@ static int make_dirs(const char *path) {
     return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
-/* Runs argv (PATH searched) with stdin from /dev/null and stdout + stderr
+/* Runs argv (PATH searched) with stdin from /dev/null, stdout + stderr
  * captured into out (the first cap - 1 bytes, NUL-terminated; the rest is
- * read and dropped). 0 with *wstatus set, or the errno of a failed start. */
+ * read and dropped) and the environment's locale forced to C (the same
+ * `--version` text, hence the same key, and English messages whatever the
+ * user's language). 0 with *wstatus set, or the errno of a failed start. */
 static int run_capture(char *const argv[], char *out, size_t cap, int *wstatus) {
+    size_t n_env = 0;
+    while (environ && environ[n_env]) n_env++;
+    size_t env_bytes = (n_env + 2) * sizeof(char *);
+    char **env = oari_malloc(env_bytes);
+    if (!env) return ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < n_env; i++)
+        if (strncmp(environ[i], "LC_ALL=", 7) && strncmp(environ[i], "LANGUAGE=", 9))
+            env[k++] = environ[i];
+    env[k++] = "LC_ALL=C";
+    env[k] = NULL;
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC)) return errno;
+    if (pipe2(fds, O_CLOEXEC)) {
+        int e = errno;
+        oari_free(env, env_bytes);
+        return e;
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
     pid_t pid;
-    int err = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    int err = posix_spawnp(&pid, argv[0], &fa, NULL, argv, env);
     posix_spawn_file_actions_destroy(&fa);
+    oari_free(env, env_bytes);
     close(fds[1]);
     if (err) {
         close(fds[0]);
@@ -239,9 +257,11 @@ static void probe_locked(void) {
                         cc_argc <= 0 ? "CC" : "OAR_JIT_CFLAGS", cc);
         return;
     }
-    const char *bad = fast_math_flag(extra_argv, extra_argc);
-    const char *where = "OAR_JIT_CFLAGS";
-    if (!bad) bad = fast_math_flag(cc_argv, cc_argc), where = "CC";
+    const char *where = "OAR_JIT_CFLAGS", *bad = fast_math_flag(extra_argv, extra_argc);
+    if (!bad) {
+        where = "CC";
+        bad = fast_math_flag(cc_argv, cc_argc);
+    }
     if (bad) {
         set_unavailable(OAR_ERR_INVALID,
                         "%s: %s is refused: gcc links a library built with it to set "
@@ -263,6 +283,12 @@ static void probe_locked(void) {
     argv[n] = NULL;
     char version[2048];
     int wstatus = 0, err = run_capture(argv, version, sizeof version, &wstatus);
+    if (err == ENOMEM) { /* not the compiler's fault: probe again next time */
+        probed = false;
+        unavailable_status = OAR_ERR_NOMEM;
+        snprintf(unavailable_msg, sizeof unavailable_msg, "out of memory probing the compiler");
+        return;
+    }
     if (err) {
         set_unavailable(OAR_ERR_UNSUPPORTED, "no C compiler (CC=%s: %s)", cc, strerror(err));
         return;
@@ -499,6 +525,7 @@ static int compile(const char *src, const char *hex, const char *so_path) {
     if (err || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus)) {
         unlink(so_tmp);
         unlink(c_tmp);
+        if (err == ENOMEM) return oari_nomem("oari_jit_load: the compiler's environment");
         if (err)
             return oari_error(OAR_ERR_UNSUPPORTED, "oari_jit_load: cannot run the C compiler %s: %s",
                               cc_argv[0], strerror(err));

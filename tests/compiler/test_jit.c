@@ -320,6 +320,35 @@ static void test_syntax_error(void) {
     CHECK(oari_jit_compile_count() == before); /* failed runs are not counted as builds */
 }
 
+static long alloc_calls, fail_at;
+static void *failing_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size) {
+    if (new_size == 0) {
+        free(ptr);
+        return NULL;
+    }
+    if (++alloc_calls == fail_at) return NULL;
+    return realloc(ptr, new_size);
+}
+
+/* Each allocation of a load (compiling, then from the cache) fails in turn:
+ * out of memory is reported and nothing leaks (ASan builds check). */
+static void test_alloc_failures(void) {
+    static const char *src = KERNEL_HEAD "/* alloc */\nint k_alloc(void) { return 44; }\n";
+    oari_jit_lib *lib = NULL;
+    for (fail_at = 1; fail_at < 10 && !lib; fail_at++) {
+        alloc_calls = 0;
+        oar_clear_error();
+        oar_set_allocator(failing_alloc, NULL);
+        lib = oari_jit_load(src, NULL);
+        oar_set_allocator(NULL, NULL);
+        if (!lib) CHECK(strstr(oar_last_error(), "out of memory") != NULL);
+    }
+    CHECK(lib != NULL && fail_at > 2); /* at least the environment and the handle */
+    int_fn f = lib ? (int_fn)oari_jit_symbol(lib, "k_alloc") : NULL;
+    CHECK(f && f() == 44);
+    oari_jit_release(lib);
+}
+
 static void *thread_load(void *arg) {
     oari_jit_lib **out = arg;
     *out = oari_jit_load(SRC_THREADS, NULL);
@@ -468,6 +497,7 @@ int main(int argc, char **argv) {
         RUN(test_compile_and_cache);
         RUN(test_syntax_error);
         RUN(test_threads);
+        RUN(test_alloc_failures);
         RUN(test_processes);
         RUN(test_ftz_guard);
         RUN(test_bad_cache);
