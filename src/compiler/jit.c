@@ -601,10 +601,13 @@ oari_jit_lib *oari_jit_load(const char *src, oari_jit_stats *stats) {
         /* Built by another process or thread while we waited? */
         st = open_library(so_path, &handle, why, sizeof why);
         if (st > 0) {
+            if (!access(so_path, F_OK)) oari_log(OAR_LOG_WARN, "jit", "rebuilding %s", why);
             unlink(so_path); /* missing or damaged */
+            double t_cc = now_ms();
             st = compile(src, hex, so_path);
             if (!st) {
                 compiled = true;
+                oari_log(OAR_LOG_DEBUG, "jit", "compiled %s in %.1f ms", so_path, now_ms() - t_cc);
                 st = open_library(so_path, &handle, why, sizeof why);
                 if (st > 0)
                     st = oari_error(OAR_ERR_IO, "oari_jit_load: the library just built does not load: %s",

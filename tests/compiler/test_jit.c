@@ -381,10 +381,14 @@ static void test_processes(void) {
     CHECK(compiles_logged() == 1);
     CHECK(count_lines(calls_log, "--version") == 2);       /* one probe per process */
 
-    CHECK(run_child("damage", "half", wrap_cc, NULL, NULL) == 0);
+    char err[PATH_MAX + 16];
+    snprintf(err, sizeof err, "%s/damage.err", tmp_dir);
+    CHECK(run_child("damage", "half", wrap_cc, NULL, err) == 0);
     CHECK(compiles_logged() == 2);
-    CHECK(run_child("damage", "garbage", wrap_cc, NULL, NULL) == 0);
+    CHECK(count_lines(err, "rebuilding") == 1); /* a warning names the file and why */
+    CHECK(run_child("damage", "garbage", wrap_cc, NULL, err) == 0);
     CHECK(compiles_logged() == 3);
+    CHECK(count_lines(err, "truncated or not an ELF library") == 1);
 
     /* Two processes load one new source at once: one compile. */
     pid_t a = start_child("race", NULL, wrap_cc, NULL, NULL);
