@@ -22,7 +22,12 @@
  * - <cache>/<32 hex>.so is the library, <hex>.c its source (kept for
  *   reading), <hex>.lock the lock file (flock; never removed).
  * - A cached library whose ELF headers, segments or section table run past
- *   the end of the file, or that dlopen refuses, is rebuilt.
+ *   the end of the file, or that dlopen refuses, is rebuilt (with a warning
+ *   on stderr naming it and why). OAR_LOG=debug logs each compile's time.
+ * - The compiler runs with LC_ALL=C: the `--version` text (so the key) does
+ *   not depend on the user's language, and its messages are English.
+ * - Out of memory gives OAR_ERR_NOMEM; $OAR_CACHE_DIR may be 447 bytes long
+ *   at most (so that oari_jit_stats.path holds every library's path).
  * - Every dlopen is guarded: a library whose loading changes the
  *   floating-point control state (MXCSR, x87 control word, rounding mode) is
  *   closed, the state restored, and the load fails (OAR_ERR_INVALID): this

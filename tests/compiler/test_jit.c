@@ -12,6 +12,7 @@
 
 #include "compiler/jit.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -457,6 +458,27 @@ static void test_ftz_guard(void) {
 #endif
 }
 
+/* After all the builds (failed ones too): only <32 hex>.so, .c and .lock
+ * files in the cache, no temporaries left behind. */
+static void test_cache_files(void) {
+    DIR *d = opendir(getenv("OAR_CACHE_DIR"));
+    CHECK(d != NULL);
+    if (!d) return;
+    int libs = 0, bad = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        size_t hex = strspn(e->d_name, "0123456789abcdef");
+        const char *ext = e->d_name + hex;
+        bool ok = hex == 32 && (!strcmp(ext, ".so") || !strcmp(ext, ".c") || !strcmp(ext, ".lock"));
+        if (!ok) fprintf(stderr, "unexpected file in the cache: %s\n", e->d_name);
+        bad += !ok;
+        libs += ok && !strcmp(ext, ".so");
+    }
+    closedir(d);
+    CHECK(bad == 0);
+    CHECK(libs >= 5);
+}
+
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     return remove(path);
 }
@@ -505,6 +527,7 @@ int main(int argc, char **argv) {
         RUN(test_processes);
         RUN(test_ftz_guard);
         RUN(test_bad_cache);
+        RUN(test_cache_files);
     } else {
         printf("no C compiler (CC=%s): compile tests skipped\n", cc);
     }
