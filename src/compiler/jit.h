@@ -13,6 +13,28 @@
  * gcc links crtfastmath.o into a shared library built that way, and loading
  * it switches the whole process to flush-to-zero. $OAR_JIT_CFLAGS (extra
  * flags) naming one of them is refused. */
+/* Details of this implementation (src/compiler/jit.c):
+ * - $CC and $OAR_JIT_CFLAGS are split on blanks (no quoting) and read once,
+ *   with the cache folder, by the probe; the compiler runs through
+ *   posix_spawnp (no shell), stdin from /dev/null, its output captured.
+ * - The key also covers the CPU (cpuid on x86-64): -march=native code from
+ *   one machine is never loaded on another sharing the cache folder.
+ * - <cache>/<32 hex>.so is the library, <hex>.c its source (kept for
+ *   reading), <hex>.lock the lock file (flock; never removed).
+ * - A cached library whose ELF headers, segments or section table run past
+ *   the end of the file, or that dlopen refuses, is rebuilt (with a warning
+ *   on stderr naming it and why). OAR_LOG=debug logs each compile's time.
+ * - The compiler runs with LC_ALL=C: the `--version` text (so the key) does
+ *   not depend on the user's language, and its messages are English.
+ * - Out of memory gives OAR_ERR_NOMEM; $OAR_CACHE_DIR may be 447 bytes long
+ *   at most (so that oari_jit_stats.path holds every library's path).
+ * - Every dlopen is guarded: a library whose loading changes the
+ *   floating-point control state (MXCSR, x87 control word, rounding mode) is
+ *   closed, the state restored, and the load fails (OAR_ERR_INVALID): this
+ *   catches a $CC that adds -ffast-math behind our back.
+ * - Refused flags ($OAR_JIT_CFLAGS or $CC naming -ffast-math, -Ofast,
+ *   -funsafe-math-optimizations, -mdaz-ftz) make oari_jit_available() false
+ *   and oari_jit_load fail with OAR_ERR_INVALID naming the flag. */
 #ifndef OARI_JIT_H
 #define OARI_JIT_H
 
