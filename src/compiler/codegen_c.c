@@ -865,8 +865,14 @@ int oari_codegen_kernel(const oar_graph *g, const int *kernel_root, int root, co
     int st = c.status;
     if (st == 1) *bad = c.bad;
     if (!st && src->failed) st = OAR_ERR_NOMEM;
-    if (!st) {
-        *args = c.args;
+    if (!st) { /* exactly n_args long: the fusion frees it by that size */
+        int *a = oari_realloc(c.args, (size_t)c.cap_args * sizeof *a, (size_t)c.n_args * sizeof *a);
+        if (!a) {
+            oari_free(c.args, (size_t)c.cap_args * sizeof *c.args);
+            free_cg(&c);
+            return OAR_ERR_NOMEM;
+        }
+        *args = a;
         *n_args = c.n_args;
     } else {
         oari_free(c.args, (size_t)c.cap_args * sizeof *c.args);

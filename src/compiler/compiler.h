@@ -32,7 +32,7 @@ typedef struct oari_kernel {
 typedef struct oari_fusion {
     int n_nodes;
     int *kernel_of;           /* per node: its kernel, or -1 (runs its own kernel or is a view) */
-    int n_kernels;
+    int n_kernels, cap_kernels;
     oari_kernel *kernels;
     int n_launches;           /* kernel calls per run: fused kernels plus unfused non-view nodes */
     oari_sbuf source;         /* the translation unit */

@@ -89,7 +89,7 @@ oari_fusion *oari_fusion_retain(oari_fusion *f) {
 void oari_fusion_free(oari_fusion *f) {
     if (!f || __atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
     for (int k = 0; k < f->n_kernels; k++) oari_free(f->kernels[k].args, (size_t)f->kernels[k].n_args * sizeof(int));
-    oari_free(f->kernels, (size_t)(f->n_kernels ? f->n_kernels : 1) * sizeof *f->kernels);
+    oari_free(f->kernels, (size_t)f->cap_kernels * sizeof *f->kernels);
     oari_free(f->kernel_of, (size_t)(f->n_nodes ? f->n_nodes : 1) * sizeof *f->kernel_of);
     oari_sbuf_free(&f->source);
     oari_jit_release(f->lib);
@@ -121,9 +121,9 @@ int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
     for (int round = 0; round <= nn; round++) {
         assign_roots(g, &u, fusible, own_root, kr);
         for (int k = 0; k < f->n_kernels; k++) oari_free(f->kernels[k].args, (size_t)f->kernels[k].n_args * sizeof(int));
-        oari_free(f->kernels, (size_t)(f->n_kernels ? f->n_kernels : 1) * sizeof *f->kernels);
+        oari_free(f->kernels, (size_t)f->cap_kernels * sizeof *f->kernels);
         f->kernels = NULL;
-        f->n_kernels = 0;
+        f->n_kernels = f->cap_kernels = 0;
         oari_sbuf_free(&f->source);
         int n_roots = 0;
         for (int n = 0; n < nn; n++) n_roots += kr[n] == n;
@@ -131,6 +131,7 @@ int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
             st = OAR_ERR_NOMEM;
             goto done;
         }
+        f->cap_kernels = n_roots ? n_roots : 1;
         oari_codegen_prelude(&f->source);
         bool retry = false;
         for (int n = 0; n < nn && !retry; n++) {
