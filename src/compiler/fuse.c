@@ -9,7 +9,10 @@
  * GEMM or by two kernels is written to memory once. The code generator may
  * refuse a member (a reduction it would have to recompute per element);
  * that member then roots its own kernel and the grouping runs again. A
- * kernel of one node is not worth generating: the library kernel runs it. */
+ * kernel of one node is left to the library kernel, unless the node is a
+ * unary elementwise op (gelu, erf, tanh, ...): generated, those call
+ * glibc's vector math (libmvec) where the library loops are scalar or
+ * hand-vectorized approximations. */
 #include "compiler.h"
 
 #include <stdio.h>
@@ -75,7 +78,10 @@ static void assign_roots(const oar_graph *g, const uses *u, const bool *fusible,
         if (kr[r] != r) continue;
         int computing = 0;
         for (int i = 0; i <= r; i++) computing += kr[i] == r && !is_view(g, i);
-        if (computing < 2)
+        const oari_gnode *n = &g->nodes[r];
+        bool unary = n->n_in == 1 && oari_op_defs[n->op]->fusion == OARI_FUSE_ELEMWISE && n->op != OARI_OP_cast &&
+                     n->op != OARI_OP_contiguous;
+        if (computing < 2 && !(computing == 1 && unary))
             for (int i = 0; i <= r; i++)
                 if (kr[i] == r) kr[i] = -1;
     }

@@ -5,6 +5,9 @@
  * nothing. */
 #include "ir.h"
 #include "../compiler/compiler.h"
+#include "../profiler/hooks.h"
+
+#include <pthread.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +164,15 @@ static int bind_inputs(oar_executor *ex, oar_tensor *const *inputs) {
 }
 
 static bool is_half(oar_dtype d) { return d == OAR_F16 || d == OAR_BF16; }
+
+/* Profiler span names of compiled kernels, "fused:<root op>": static, as
+ * spans keep the pointer. */
+static char fused_names[OARI_OP_COUNT][48];
+static pthread_once_t fused_names_once = PTHREAD_ONCE_INIT;
+static void make_fused_names(void) {
+    for (int op = 0; op < OARI_OP_COUNT; op++)
+        snprintf(fused_names[op], sizeof fused_names[op], "fused:%s", oari_op_name((oari_op)op));
+}
 
 /* Compiled kernels (oar_executor_compile): node i is computed inside a
  * kernel (a member), is where that kernel runs (its root), or neither. */
@@ -584,10 +596,14 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
         }
     }
     void *ctx = oari_device_cpu()->ctx;
+    if (OARI_PROF_ENABLED()) pthread_once(&fused_names_once, make_fused_names);
     for (int i = 0; i < g->n_nodes; i++) {
         exec_node *e = &ex->p.en[i];
+        int64_t prof_t0 = e->fused || e->k ? OARI_PROF_BEGIN() : 0; /* profiler: a span per kernel */
+        oar_tensor **prof_out = &ex->p.vt[g->nodes[i].out[0]];
         if (e->fused) {
             e->fused(e->fargs, ex->sym_vals);
+            OARI_PROF_END(OAR_PROFILER_OP, fused_names[g->nodes[i].op], prof_t0, 1, prof_out);
             continue;
         }
         if (e->copy_k && (st = e->copy_k(ctx, &e->copy_call))) return st;
@@ -602,6 +618,7 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
         }
         for (int c = e->n_pre; c < e->n_casts && e->k; c++)
             if ((st = e->casts[c].k(ctx, &e->casts[c].call))) return st;
+        OARI_PROF_END(OAR_PROFILER_OP, oari_op_name(g->nodes[i].op), prof_t0, 1, prof_out);
     }
     for (int j = 0; j < g->n_outputs; j++) outputs[j] = ex->p.vt[g->outputs[j]];
     return 0;
