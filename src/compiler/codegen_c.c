@@ -60,6 +60,8 @@ typedef struct cg {
     int root;
     bool analysis;  /* first pass: every root dim outer; learn which ones reductions use */
     bool flat;      /* every member elementwise over the root's shape: one flat loop */
+    bool column;    /* a reduction over leading dims: vector accumulators across the kept
+                     * trailing dims (write_column_reduction) */
     unsigned outer_mask, ref_mask;
     int n_reductions;
     int *args, n_args, cap_args;
@@ -146,7 +148,7 @@ static int scope_of(cg *c, const idx *I) {
     bool rv;
     unsigned m = idx_vars(I, &rv);
     if (rv) return c->depth;
-    if (m & ~c->outer_mask) return SCOPE_INNER;
+    if (m & ~c->outer_mask) return c->column ? c->depth : SCOPE_INNER;
     return SCOPE_OUTER;
 }
 
@@ -757,8 +759,8 @@ static const char *run_pass(cg *c, int root_v, idx *I, int nd) {
     return eval(c, root_v, I);
 }
 
-static void write_function(cg *c, const char *name, int root_v, const idx *I, int nd, const char *res,
-                           oari_sbuf *src) {
+/* The comment naming the kernel, its signature and its argument pointers. */
+static void write_header(cg *c, const char *name, int root_v, oari_sbuf *src) {
     const oar_graph *g = c->g;
     const oari_gvalue *rv = &g->values[root_v];
     char shape[256];
@@ -772,8 +774,8 @@ static void write_function(cg *c, const char *name, int root_v, const idx *I, in
     int members = 0;
     for (int i = 0; i <= c->root; i++) members += c->kr[i] == c->root;
     oari_sbuf_printf(src, "\n/* %s: %s [%s], %d nodes ending in node %d (%s)%s */\n", name,
-                     oar_dtype_name(rv->dtype), shape, members, c->root,
-                     oari_op_name(g->nodes[c->root].op), c->flat ? ", flat" : "");
+                     oar_dtype_name(rv->dtype), shape, members, c->root, oari_op_name(g->nodes[c->root].op),
+                     c->flat ? ", flat" : c->column ? ", column reduction" : "");
     oari_sbuf_printf(src, "void %s(void *const *restrict args, const int64_t *restrict s) {\n    (void)s;\n",
                      name);
     for (int k = 0; k < c->n_args; k++) {
@@ -781,6 +783,12 @@ static void write_function(cg *c, const char *name, int root_v, const idx *I, in
         oari_sbuf_printf(src, "    %s%s *restrict a%d = (%s%s *)args[%d];\n", k ? "const " : "", T, k,
                          k ? "const " : "", T, k);
     }
+}
+
+static void write_function(cg *c, const char *name, int root_v, const idx *I, int nd, const char *res,
+                           oari_sbuf *src) {
+    const oari_gvalue *rv = &c->g->values[root_v];
+    write_header(c, name, root_v, src);
     /* dims of the loops */
     const char *dim[OAR_MAX_DIMS];
     if (c->flat) dim[0] = dims_prod(c, root_v, 0, rv->ndim);
@@ -839,6 +847,126 @@ static void write_function(cg *c, const char *name, int root_v, const idx *I, in
     oari_sbuf_free(&store);
 }
 
+/* ---- reductions over leading dims -----------------------------------------------------
+ * sum(x, dims 0..k) of a [N, D] x (a bias gradient) read row by row with one
+ * accumulator per element of the row: the kept trailing dims are the vector
+ * loop, in chunks of COLUMN_CHUNK, the reduced dims loop around it. The
+ * row template would reduce down a column, a stride of D per element. */
+#define COLUMN_CHUNK 256
+
+typedef struct column_plan {
+    int a, b;          /* x's reduced dims are [a, b) */
+    int trail0;        /* the root's first trailing dim */
+} column_plan;
+
+/* Whether the kernel is one reduction rooted at root whose reduced dims are
+ * a block followed by kept dims of 8 elements or more. */
+static bool column_shape(const cg *c, column_plan *p) {
+    const oari_gnode *n = &c->g->nodes[c->root];
+    if (c->n_reductions != 1 || c->flat) return false;
+    if (n->op != OARI_OP_sum && n->op != OARI_OP_prod && n->op != OARI_OP_amax && n->op != OARI_OP_amin)
+        return false;
+    const oari_gvalue *x = &c->g->values[n->in[0]];
+    unsigned mask = (unsigned)n->attrs.i[0];
+    bool keep = n->attrs.ni > 1 && n->attrs.i[1];
+    int a = 0;
+    while (a < x->ndim && !(mask & (1u << a))) a++;
+    int b = a;
+    while (b < x->ndim && (mask & (1u << b))) b++;
+    if (a == x->ndim || b == x->ndim || (mask >> b)) return false;
+    int64_t trail = 1;
+    for (int d = b; d < x->ndim; d++) trail *= x->shape[d];
+    if (trail < 8) return false;
+    p->a = a;
+    p->b = b;
+    p->trail0 = keep ? b : a;
+    return true;
+}
+
+static const char *write_column_reduction(cg *c, const column_plan *p, int root_v, oari_sbuf *src,
+                                          const char *name) {
+    const oar_graph *g = c->g;
+    const oari_gnode *n = &g->nodes[c->root];
+    int x = n->in[0];
+    const oari_gvalue *rv = &g->values[root_v], *xv = &g->values[x];
+    const char *T = oari_c_type(rv->dtype);
+    red_kind kind = n->op == OARI_OP_sum ? R_SUM : n->op == OARI_OP_prod ? R_PROD : n->op == OARI_OP_amax ? R_MAX : R_MIN;
+    bool minmax = kind == R_MAX || kind == R_MIN;
+    reset_pass(c);
+    c->column = true;
+    c->outer_mask = (1u << p->trail0) - 1; /* root dims before the trailing block */
+    note_work(c, root_v);
+    /* the root's index: i<d>; x's: the same at kept dims, r0_<j> at reduced ones */
+    idx I = {.nd = rv->ndim}, J = {.nd = xv->ndim};
+    for (int d = 0; d < rv->ndim; d++) I.c[d] = strf(c, "i%d", d);
+    for (int d = 0, k = 0, r = 0; d < xv->ndim; d++) {
+        if (d >= p->a && d < p->b) {
+            J.c[d] = strf(c, "r0_%d", r++);
+            if (rv->ndim == xv->ndim) { I.c[k] = "0"; k++; } /* keepdim: the root's size-1 dim */
+        } else {
+            J.c[d] = I.c[k++];
+        }
+    }
+    c->depth = 1;
+    memset(&c->red[0], 0, sizeof c->red[0]);
+    c->n_red = 1;
+    const char *val = eval(c, x, &J);
+    c->depth = 0;
+    if (c->status) {
+        oari_sbuf_free(&c->red[0].body);
+        return NULL;
+    }
+    /* the trailing block: its size, and i<d> from the flat position c0 + v */
+    const char *ts = dims_prod(c, root_v, p->trail0, rv->ndim);
+    oari_sbuf unravel = {0};
+    for (int d = p->trail0; d < rv->ndim; d++) {
+        const char *below = dims_prod(c, root_v, d + 1, rv->ndim);
+        const char *q = is_one(below) ? "(c0 + v)" : strf(c, "((c0 + v) / %s)", below);
+        if (d == p->trail0) oari_sbuf_printf(&unravel, "    const int64_t i%d = %s;\n", d, q);
+        else oari_sbuf_printf(&unravel, "    const int64_t i%d = %s %% %s;\n", d, q, dim_str(c, root_v, d));
+    }
+    const char *stride[OAR_MAX_DIMS];
+    contiguous_strides(c, root_v, stride);
+    const char *lin = linear(c, &I, stride);
+    write_header(c, name, root_v, src);
+    const char *accT = minmax ? T : "double";
+    const char *init = kind == R_SUM ? "0" : kind == R_PROD ? "1" : kind == R_MAX ? "-INFINITY" : "INFINITY";
+    int n_outer = 0;
+    for (int d = 0; d < p->trail0; d++) n_outer++;
+    oari_sbuf_printf(src, "    #pragma omp parallel for collapse(%d) if(%s > %s) schedule(static)\n", n_outer + 1,
+                     c->work_expr, PARALLEL_MIN);
+    for (int d = 0; d < p->trail0; d++)
+        oari_sbuf_printf(src, "    for (int64_t i%d = 0; i%d < %s; i%d++)\n", d, d, dim_str(c, root_v, d), d);
+    oari_sbuf_printf(src, "    for (int64_t c0 = 0; c0 < %s; c0 += %d) {\n", ts, COLUMN_CHUNK);
+    oari_sbuf_puts(src, oari_sbuf_str(&c->outer));
+    oari_sbuf_printf(src, "    const int64_t n0 = %s - c0 < %d ? %s - c0 : %d;\n", ts, COLUMN_CHUNK, ts, COLUMN_CHUNK);
+    oari_sbuf_printf(src, "    %s acc[%d];\n", accT, COLUMN_CHUNK);
+    if (minmax) oari_sbuf_printf(src, "    uint8_t nan[%d];\n", COLUMN_CHUNK);
+    oari_sbuf_printf(src, "    for (int64_t v = 0; v < n0; v++) acc[v] = %s;\n", init);
+    if (minmax) oari_sbuf_puts(src, "    for (int64_t v = 0; v < n0; v++) nan[v] = 0;\n");
+    for (int d = p->a, r = 0; d < p->b; d++, r++)
+        oari_sbuf_printf(src, "    for (int64_t r0_%d = 0; r0_%d < %s; r0_%d++)\n", r, r, dim_str(c, x, d), r);
+    oari_sbuf_puts(src, "    {\n    #pragma omp simd\n    for (int64_t v = 0; v < n0; v++) {\n");
+    oari_sbuf_puts(src, oari_sbuf_str(&unravel));
+    oari_sbuf_puts(src, oari_sbuf_str(&c->red[0].body));
+    switch (kind) {
+    case R_SUM: oari_sbuf_printf(src, "    acc[v] += %s;\n", val); break;
+    case R_PROD: oari_sbuf_printf(src, "    acc[v] *= %s;\n", val); break;
+    default:
+        oari_sbuf_printf(src, "    acc[v] = %s %s acc[v] ? %s : acc[v];\n    nan[v] |= %s != %s;\n", val,
+                         kind == R_MAX ? ">" : "<", val, val, val);
+    }
+    oari_sbuf_puts(src, "    }\n    }\n    for (int64_t v = 0; v < n0; v++) {\n");
+    oari_sbuf_puts(src, oari_sbuf_str(&unravel));
+    if (minmax) oari_sbuf_printf(src, "    a0[%s] = nan[v] ? (%s)NAN : acc[v];\n", lin, T);
+    else oari_sbuf_printf(src, "    a0[%s] = (%s)acc[v];\n", lin, T);
+    oari_sbuf_puts(src, "    }\n    }\n}\n");
+    if (unravel.failed || c->red[0].body.failed) src->failed = true;
+    oari_sbuf_free(&unravel);
+    oari_sbuf_free(&c->red[0].body);
+    return "";
+}
+
 int oari_codegen_kernel(const oar_graph *g, const int *kernel_root, int root, const char *name,
                         oari_sbuf *src, int **args, int *n_args, int *bad) {
     cg c = {.g = g, .kr = kernel_root, .root = root, .bad = -1, .work_expr = "0"};
@@ -855,7 +983,11 @@ int oari_codegen_kernel(const oar_graph *g, const int *kernel_root, int root, co
     c.analysis = true;
     c.outer_mask = ~0u;
     run_pass(&c, root_v, &I, nd);
-    if (!c.status) {
+    column_plan cp;
+    if (!c.status && column_shape(&c, &cp)) {
+        c.analysis = false;
+        write_column_reduction(&c, &cp, root_v, src, name);
+    } else if (!c.status) {
         c.analysis = false;
         if (c.n_reductions) c.outer_mask = c.ref_mask;
         else c.outer_mask = nd >= 2 ? (1u << (nd - 1)) - 1 : 0;

@@ -76,6 +76,18 @@ static int f_attention(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     return out[0] ? 0 : -1;
 }
 
+/* reductions over leading dims with an elementwise prologue (bias and
+ * norm-weight gradients): the column template */
+static int f_column(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *p = oar_mul(in[0], oar_tanh(in[0]));
+    oar_tensor *a = oar_sum(p, 2, (int64_t[]){0, 1}, false);                     /* [40] */
+    oar_tensor *b = oar_amax(oar_add_scalar(p, 1), 1, (int64_t[]){1}, true);      /* [N, 1, 40] */
+    oar_tensor *c = oar_sum(oar_mul_scalar(p, 3), 1, (int64_t[]){0}, true);       /* [1, 5, 40] */
+    out[0] = oar_add(oar_add(a, oar_sum(b, 1, (int64_t[]){0}, false)), oar_sum(c, 2, (int64_t[]){0, 1}, false));
+    return out[0] ? 0 : -1;
+}
+
 /* Traces fn, runs it unfused and compiled on `inputs`, compares, and
  * returns the compiled kernel count (-1 on failure). */
 static int fused_kernels(oar_trace_fn fn, int n_in, const oar_graph_input_spec *specs, oar_tensor *const *inputs,
@@ -127,6 +139,14 @@ static void test_movement_between_elementwise_is_one_kernel(void) {
     oar_graph_input_spec s[2] = {spec("x", 3, (int64_t[]){-1, 6, 4}), spec("w", 1, (int64_t[]){24})};
     oar_tensor *in[2] = {oar_randn(OAR_F32, 3, (int64_t[]){3, 6, 4}), oar_randn(OAR_F32, 1, (int64_t[]){24})};
     CHECK(fused_kernels(f_movement, 2, s, in, 1e-6) == 1);
+    oar_pool_pop(p);
+}
+
+static void test_column_reductions(void) {
+    oar_pool *p = oar_pool_push();
+    oar_graph_input_spec s = spec("x", 3, (int64_t[]){-1, 5, 40});
+    oar_tensor *x = oar_randn(OAR_F32, 3, (int64_t[]){7, 5, 40});
+    CHECK(fused_kernels(f_column, 1, &s, &x, 1e-4) > 0);
     oar_pool_pop(p);
 }
 
@@ -295,6 +315,7 @@ int main(void) {
     RUN(test_elementwise_chain_is_one_kernel);
     RUN(test_movement_between_elementwise_is_one_kernel);
     RUN(test_softmax_is_one_kernel);
+    RUN(test_column_reductions);
     RUN(test_norms_are_one_kernel);
     RUN(test_gemm_epilogue_is_one_kernel);
     RUN(test_attention_is_two_gemms_and_one);
