@@ -849,18 +849,18 @@ static void write_function(cg *c, const char *name, int root_v, const idx *I, in
 
 /* ---- reductions over leading dims -----------------------------------------------------
  * sum(x, dims 0..k) of a [N, D] x (a bias gradient) read row by row with one
- * accumulator per element of the row: the kept trailing dims are the vector
- * loop, in chunks of COLUMN_CHUNK, the reduced dims loop around it. The
- * row template would reduce down a column, a stride of D per element. */
+ * accumulator per element of the row: the last kept dim is the vector loop,
+ * in chunks of COLUMN_CHUNK, the reduced dims loop around it and the other
+ * kept dims around those (parallel). The row template would reduce down a
+ * column, a stride of D per element. */
 #define COLUMN_CHUNK 256
 
 typedef struct column_plan {
     int a, b;          /* x's reduced dims are [a, b) */
-    int trail0;        /* the root's first trailing dim */
 } column_plan;
 
 /* Whether the kernel is one reduction rooted at root whose reduced dims are
- * a block followed by kept dims of 8 elements or more. */
+ * a block followed by kept dims, the last of 8 elements or more. */
 static bool column_shape(const cg *c, column_plan *p) {
     const oari_gnode *n = &c->g->nodes[c->root];
     if (c->n_reductions != 1 || c->flat) return false;
@@ -868,18 +868,14 @@ static bool column_shape(const cg *c, column_plan *p) {
         return false;
     const oari_gvalue *x = &c->g->values[n->in[0]];
     unsigned mask = (unsigned)n->attrs.i[0];
-    bool keep = n->attrs.ni > 1 && n->attrs.i[1];
     int a = 0;
     while (a < x->ndim && !(mask & (1u << a))) a++;
     int b = a;
     while (b < x->ndim && (mask & (1u << b))) b++;
     if (a == x->ndim || b == x->ndim || (mask >> b)) return false;
-    int64_t trail = 1;
-    for (int d = b; d < x->ndim; d++) trail *= x->shape[d];
-    if (trail < 8) return false;
+    if (x->shape[x->ndim - 1] < 8) return false;
     p->a = a;
     p->b = b;
-    p->trail0 = keep ? b : a;
     return true;
 }
 
@@ -894,7 +890,8 @@ static const char *write_column_reduction(cg *c, const column_plan *p, int root_
     bool minmax = kind == R_MAX || kind == R_MIN;
     reset_pass(c);
     c->column = true;
-    c->outer_mask = (1u << p->trail0) - 1; /* root dims before the trailing block */
+    int last = rv->ndim - 1;
+    c->outer_mask = ((1u << last) - 1) & ~0u; /* every root dim but the last (the vector dim) */
     note_work(c, root_v);
     /* the root's index: i<d>; x's: the same at kept dims, r0_<j> at reduced ones */
     idx I = {.nd = rv->ndim}, J = {.nd = xv->ndim};
@@ -916,26 +913,20 @@ static const char *write_column_reduction(cg *c, const column_plan *p, int root_
         oari_sbuf_free(&c->red[0].body);
         return NULL;
     }
-    /* the trailing block: its size, and i<d> from the flat position c0 + v */
-    const char *ts = dims_prod(c, root_v, p->trail0, rv->ndim);
+    /* the vector dim: i<last> = c0 + v */
+    const char *ts = dim_str(c, root_v, last);
     oari_sbuf unravel = {0};
-    for (int d = p->trail0; d < rv->ndim; d++) {
-        const char *below = dims_prod(c, root_v, d + 1, rv->ndim);
-        const char *q = is_one(below) ? "(c0 + v)" : strf(c, "((c0 + v) / %s)", below);
-        if (d == p->trail0) oari_sbuf_printf(&unravel, "    const int64_t i%d = %s;\n", d, q);
-        else oari_sbuf_printf(&unravel, "    const int64_t i%d = %s %% %s;\n", d, q, dim_str(c, root_v, d));
-    }
+    oari_sbuf_printf(&unravel, "    const int64_t i%d = c0 + v;\n", last);
     const char *stride[OAR_MAX_DIMS];
     contiguous_strides(c, root_v, stride);
     const char *lin = linear(c, &I, stride);
     write_header(c, name, root_v, src);
     const char *accT = minmax ? T : "double";
     const char *init = kind == R_SUM ? "0" : kind == R_PROD ? "1" : kind == R_MAX ? "-INFINITY" : "INFINITY";
-    int n_outer = 0;
-    for (int d = 0; d < p->trail0; d++) n_outer++;
+    int n_outer = last;
     oari_sbuf_printf(src, "    #pragma omp parallel for collapse(%d) if(%s > %s) schedule(static)\n", n_outer + 1,
                      c->work_expr, PARALLEL_MIN);
-    for (int d = 0; d < p->trail0; d++)
+    for (int d = 0; d < last; d++)
         oari_sbuf_printf(src, "    for (int64_t i%d = 0; i%d < %s; i%d++)\n", d, d, dim_str(c, root_v, d), d);
     oari_sbuf_printf(src, "    for (int64_t c0 = 0; c0 < %s; c0 += %d) {\n", ts, COLUMN_CHUNK);
     oari_sbuf_puts(src, oari_sbuf_str(&c->outer));

@@ -10,9 +10,9 @@
  * refuse a member (a reduction it would have to recompute per element);
  * that member then roots its own kernel and the grouping runs again. A
  * kernel of one node is left to the library kernel, unless the node is a
- * unary elementwise op (gelu, erf, tanh, ...): generated, those call
- * glibc's vector math (libmvec) where the library loops are scalar or
- * hand-vectorized approximations. */
+ * unary elementwise op (gelu, erf, tanh, ...: generated, those call
+ * glibc's vector math, libmvec) or a reduction (generated, a sum over
+ * leading dims runs across rows; bench/bench_fusion.c measures both). */
 #include "compiler.h"
 
 #include <stdio.h>
@@ -81,7 +81,12 @@ static void assign_roots(const oar_graph *g, const uses *u, const bool *fusible,
         const oari_gnode *n = &g->nodes[r];
         bool unary = n->n_in == 1 && oari_op_defs[n->op]->fusion == OARI_FUSE_ELEMWISE && n->op != OARI_OP_cast &&
                      n->op != OARI_OP_contiguous;
-        if (computing < 2 && !(computing == 1 && unary))
+        /* a reduction of a view (a transposed matmul result) reads strided: the
+         * library kernel walks memory in order instead */
+        int x = n->in[0];
+        bool reduction = (n->op == OARI_OP_sum || n->op == OARI_OP_amax || n->op == OARI_OP_amin) &&
+                         !(g->values[x].kind == OARI_V_NODE && is_view(g, g->values[x].producer));
+        if (computing < 2 && !(computing == 1 && (unary || reduction)))
             for (int i = 0; i <= r; i++)
                 if (kr[i] == r) kr[i] = -1;
     }
