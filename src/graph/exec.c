@@ -52,6 +52,7 @@ typedef struct plan {
     uint64_t used;            /* run count when last used (LRU) */
     /* inputs read only by compiled kernels are read in place, not copied
      * into the arena: the kernel arguments to point at each run */
+    int64_t sym_vals[OARI_MAX_SYMS]; /* the symbols' sizes: compiled kernels read them */
     bool in_place[64];
     struct input_arg { int node, arg, input; } *in_args;
     int n_in_args;
@@ -518,6 +519,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
             ex->p.ndims[i] = inputs[i]->ndim;
             memcpy(ex->p.shapes[i], inputs[i]->shape, (size_t)inputs[i]->ndim * sizeof(int64_t));
         }
+        memcpy(ex->p.sym_vals, ex->sym_vals, sizeof ex->sym_vals);
         ex->p.planned = true;
         ex->n_plans++;
     }
@@ -602,7 +604,7 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
         int64_t prof_t0 = e->fused || e->k ? OARI_PROF_BEGIN() : 0; /* profiler: a span per kernel */
         oar_tensor **prof_out = &ex->p.vt[g->nodes[i].out[0]];
         if (e->fused) {
-            e->fused(e->fargs, ex->sym_vals);
+            e->fused(e->fargs, ex->p.sym_vals);
             OARI_PROF_END(OAR_PROFILER_OP, fused_names[g->nodes[i].op], prof_t0, 1, prof_out);
             continue;
         }
