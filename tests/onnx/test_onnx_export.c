@@ -350,6 +350,31 @@ static void test_importable(void) {
     case_free(&c);
 }
 
+/* Two dynamic dims (N, T): reshapes and expands that need their run-time
+ * sizes (Shape, Gather, Concat in the file), a slice to the end of T. */
+static int dyn_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *x = in[0]; /* [N, T, 4] */
+    int64_t n = oar_tensor_shape(x)[0], t = oar_tensor_shape(x)[1];
+    out[0] = oar_reshape(x, 3, (int64_t[]){t, n, 4});
+    out[1] = oar_expand(oar_sum(x, 1, (int64_t[]){0}, true), 3, (int64_t[]){n, t, 4});
+    out[2] = oar_slice(oar_slice(x, 1, 0, t, 1), 2, 1, 3, 1);
+    return out[0] && out[1] && out[2] ? 0 : -1;
+}
+
+static void test_two_dynamic_dims(void) {
+    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {-1, -1, 4}, .dim_names = {"N", "T"}};
+    model_case c = {.name = "dyn", .n_in = 1};
+    c.g = oar_trace(dyn_fn, NULL, 1, &s, 3, &(oar_trace_options){.output_names = (const char *[]){"a", "b", "c"}});
+    CHECK(c.g != NULL);
+    c.in[0] = oar_randn(OAR_F32, 3, (int64_t[]){3, 5, 4});
+    if (c.g) {
+        round_trip(&c, 17, false, "");
+        round_trip(&c, 13, false, "");
+    }
+    case_free(&c);
+}
+
 /* Outputs that are an input, a constant, or the same value twice get Identity nodes. */
 static int aliases_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     oar_tensor *w = ctx;
@@ -553,6 +578,7 @@ int main(void) {
     RUN(test_transformer);
     RUN(test_every_op);
     RUN(test_importable);
+    RUN(test_two_dynamic_dims);
     RUN(test_output_aliases);
     RUN(test_failures);
     RUN(test_allocation_failures);
