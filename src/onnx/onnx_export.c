@@ -40,6 +40,9 @@ typedef struct xp {
     const char **names;  /* per graph value: its ONNX name */
     int *uses;           /* per graph value: live uses */
     const char *sym_dim[OARI_MAX_SYMS]; /* [1] int64 holding symbol s's size, once made */
+    int shape_in[OARI_MAX_SYMS];        /* graph inputs whose Shape was taken ... */
+    const char *shape_name[OARI_MAX_SYMS]; /* ... and its name */
+    int n_shapes;
     int n_tmp, n_onnx_nodes;
     int node; /* the oar node being exported */
 } xp;
@@ -283,7 +286,13 @@ static const char *sym_size(xp *x, int s) {
         const oari_gvalue *v = &g->values[g->inputs[i]];
         for (int d = 0; d < v->ndim; d++) {
             if (v->sym[d] != s || v->smul[d] != 1) continue;
-            const char *sh = OP1("Shape", x->names[g->inputs[i]], NULL);
+            const char *sh = NULL;
+            for (int k = 0; k < x->n_shapes; k++)
+                if (x->shape_in[k] == i) sh = x->shape_name[k];
+            if (!sh && (sh = OP1("Shape", x->names[g->inputs[i]], NULL)) && x->n_shapes < OARI_MAX_SYMS) {
+                x->shape_in[x->n_shapes] = i;
+                x->shape_name[x->n_shapes++] = sh;
+            }
             Onnx__NodeProto *nd = emit(x, "Gather", 2, (const char *const[]){sh, cst_i64(x, 1, (int64_t[]){d})}, NULL);
             set_i(x, nd, "axis", 0);
             return x->sym_dim[s] = out0(nd);
@@ -854,26 +863,27 @@ static int export_node(xp *x, int ni) {
 
 /* ---- graph, names, model -------------------------------------------------------- */
 
-static bool name_taken(xp *x, int upto, const char *s) {
-    for (int v = 0; v < upto; v++)
+static bool name_taken(xp *x, int n, const char *s) {
+    for (int v = 0; v < n; v++)
         if (x->names[v] && !strcmp(x->names[v], s)) return true;
     return false;
 }
 
-/* Names every value: inputs and constants keep theirs (made unique), a node
- * value that is a graph output takes the output's name, others "/v<id>". */
-static void assign_names(xp *x, int *out_owner) {
+/* Names every value, first come first served among: graph inputs, node
+ * values that are graph outputs (the output's name), constants (their
+ * names); a name already taken gets ".v<id>". Other values are "/v<id>". */
+static void assign_names(xp *x, const int *out_owner) {
     const oar_graph *g = x->g;
-    for (int v = 0; v < g->n_values && !x->st; v++) {
-        const oari_gvalue *gv = &g->values[v];
-        const char *base = NULL;
-        if (gv->kind == OARI_V_INPUT || gv->kind == OARI_V_CONST) base = gv->name;
-        else if (out_owner[v] >= 0) base = g->output_names[out_owner[v]];
-        if (!base) {
-            x->names[v] = xstr(x, "/v%d", v);
-            continue;
+    for (int pass = 0; pass < 4 && !x->st; pass++) {
+        for (int v = 0; v < g->n_values && !x->st; v++) {
+            const oari_gvalue *gv = &g->values[v];
+            const char *base = NULL;
+            if (pass == 0 && gv->kind == OARI_V_INPUT) base = gv->name ? gv->name : "input";
+            else if (pass == 1 && gv->kind == OARI_V_NODE && out_owner[v] >= 0) base = g->output_names[out_owner[v]];
+            else if (pass == 2 && gv->kind == OARI_V_CONST) base = gv->name ? gv->name : "const";
+            else if (pass == 3 && !x->names[v]) x->names[v] = xstr(x, "/v%d", v);
+            if (base) x->names[v] = name_taken(x, g->n_values, base) ? xstr(x, "%s.v%d", base, v) : xstr(x, "%s", base);
         }
-        x->names[v] = name_taken(x, v, base) ? xstr(x, "%s.v%d", base, v) : xstr(x, "%s", base);
     }
 }
 
