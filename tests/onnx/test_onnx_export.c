@@ -165,14 +165,17 @@ static void test_cnn(void) {
 
 static void test_transformer(void) {
     oar_manual_seed(5);
-    for (int gelu = 0; gelu < 2; gelu++) {
+    /* post-norm ReLU; pre-norm GELU; causal (a mask constant) */
+    for (int variant = 0; variant < 3; variant++) {
+        bool gelu = variant == 1;
         oar_module *m = oar_transformer_encoder_layer_new(
             16, 4, &(oar_transformer_options){.dim_feedforward = 32, .activation = gelu ? OAR_ACTIVATION_GELU : 0,
-                                              .norm_first = gelu == 1});
+                                              .norm_first = gelu, .causal = variant == 2});
         CHECK(m != NULL);
         if (!m) return;
         oar_module_train(m, false);
-        model_case c = {.name = gelu ? "transformer_gelu_prenorm" : "transformer",
+        static const char *const names[] = {"transformer", "transformer_gelu_prenorm", "transformer_causal"};
+        model_case c = {.name = names[variant],
                         .g = trace_module(m, 3, (int64_t[]){0, 5, 16}), .n_in = 1};
         CHECK(c.g != NULL);
         c.in[0] = oar_randn(OAR_F32, 3, (int64_t[]){2, 5, 16});
@@ -374,6 +377,71 @@ static void test_two_dynamic_dims(void) {
         round_trip(&c, 13, false, "");
     }
     case_free(&c);
+}
+
+/* float64 throughout (scalar constants, LayerNormalization, tanh GELU in double;
+ * ONNX Runtime 1.32 has no double Erf kernel, so the erf form is not used). */
+static int f64_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    oar_tensor *w = ctx, *x = in[0]; /* [N, 6] */
+    oar_tensor *h = oar_add(oar_mul_scalar(oar_gelu(x, true), 2), oar_layer_norm(x, 1, w, NULL, 1e-6));
+    out[0] = oar_log_softmax(oar_add(h, oar_sum(oar_square(x), 1, (int64_t[]){1}, true)), 1);
+    return out[0] ? 0 : -1;
+}
+
+/* An int64 input: embedding rows picked by index, then a mean over the sequence. */
+static int embed_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    oar_tensor *w = ctx; /* [10, 8] */
+    out[0] = oar_mean(oar_embedding(w, in[0]), 1, (int64_t[]){1}, false); /* [N, 8] */
+    return out[0] ? 0 : -1;
+}
+
+static void test_dtypes(void) {
+    oar_tensor *w = oar_randn(OAR_F64, 1, (int64_t[]){6});
+    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F64, .ndim = 2, .shape = {-1, 6}, .dim_names = {"N"}};
+    model_case c = {.name = "f64", .n_in = 1};
+    c.g = oar_trace(f64_fn, w, 1, &s, 1, NULL);
+    CHECK(c.g != NULL);
+    c.in[0] = oar_randn(OAR_F64, 2, (int64_t[]){3, 6});
+    if (c.g) {
+        round_trip(&c, 17, false, "");
+        round_trip(&c, 13, false, "");
+    }
+    case_free(&c);
+    oar_tensor_release(w);
+
+    w = oar_randn(OAR_F32, 2, (int64_t[]){10, 8});
+    oar_graph_input_spec si = {.name = "tokens", .dtype = OAR_I64, .ndim = 2, .shape = {-1, 5}, .dim_names = {"N"}};
+    model_case e = {.name = "embed", .n_in = 1};
+    e.g = oar_trace(embed_fn, w, 1, &si, 1, NULL);
+    CHECK(e.g != NULL);
+    e.in[0] = oar_randint(0, 10, OAR_I64, 2, (int64_t[]){4, 5});
+    if (e.g) round_trip(&e, 17, false, "");
+    case_free(&e);
+    oar_tensor_release(w);
+}
+
+/* A backward graph: layer_norm's mean and rstd outputs are used (the
+ * decomposition at every opset), the seed gradient is expanded to [N, 6]
+ * with a run-time shape. */
+static int ln_loss_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    out[0] = oar_sum(oar_mul(oar_layer_norm(in[0], 1, NULL, NULL, 1e-5), ctx), 2, (int64_t[]){0, 1}, false);
+    return out[0] ? 0 : -1;
+}
+
+static void test_backward_graph(void) {
+    oar_tensor *w = oar_randn(OAR_F32, 1, (int64_t[]){6});
+    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 6}, .dim_names = {"N"}};
+    model_case c = {.name = "backward", .n_in = 1};
+    c.g = oar_trace(ln_loss_fn, w, 1, &s, 1, NULL);
+    CHECK(c.g != NULL);
+    CHECK(c.g && oar_graph_append_backward(c.g, 0, 1, (int[]){0}) == 1);
+    c.in[0] = oar_randn(OAR_F32, 2, (int64_t[]){4, 6});
+    if (c.g) {
+        round_trip(&c, 17, false, "");
+        round_trip(&c, 13, false, "");
+    }
+    case_free(&c);
+    oar_tensor_release(w);
 }
 
 /* Outputs that are an input, a constant, or the same value twice get Identity nodes. */
@@ -580,6 +648,8 @@ int main(void) {
     RUN(test_every_op);
     RUN(test_importable);
     RUN(test_two_dynamic_dims);
+    RUN(test_dtypes);
+    RUN(test_backward_graph);
     RUN(test_output_aliases);
     RUN(test_failures);
     RUN(test_allocation_failures);
