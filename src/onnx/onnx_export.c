@@ -129,11 +129,11 @@ static int onnx_type(oar_dtype dt) {
 
 /* An initializer named `name` holding numel elements of dt from data
  * (contiguous, host order = little-endian). */
-static const char *add_init(xp *x, const char *name, oar_dtype dt, int ndim, const int64_t *shape,
-                            const void *data, size_t nbytes) {
+static const char *add_init_raw(xp *x, const char *name, oar_dtype dt, int ndim, const int64_t *shape,
+                                const void *data, size_t nbytes, bool copy) {
     Onnx__TensorProto *t = xalloc(x, sizeof *t);
     int64_t *dims = xalloc(x, (size_t)(ndim ? ndim : 1) * sizeof *dims);
-    uint8_t *raw = xalloc(x, nbytes ? nbytes : 1);
+    uint8_t *raw = copy ? xalloc(x, nbytes ? nbytes : 1) : (uint8_t *)data; /* else: outlives the export */
     if (!t || !dims || !raw || !name) return NULL;
     onnx__tensor_proto__init(t);
     t->name = (char *)name;
@@ -143,11 +143,16 @@ static const char *add_init(xp *x, const char *name, oar_dtype dt, int ndim, con
     t->has_data_type = 1;
     t->data_type = onnx_type(dt);
     t->has_raw_data = 1;
-    if (nbytes) memcpy(raw, data, nbytes);
+    if (copy && nbytes) memcpy(raw, data, nbytes);
     t->raw_data.data = raw;
     t->raw_data.len = nbytes;
     push(x, (void ***)&x->inits, &x->n_inits, &x->cap_inits, t);
     return x->st ? NULL : name;
+}
+
+static const char *add_init(xp *x, const char *name, oar_dtype dt, int ndim, const int64_t *shape,
+                            const void *data, size_t nbytes) {
+    return add_init_raw(x, name, dt, ndim, shape, data, nbytes, true);
 }
 
 static const char *tmp_name(xp *x) { return xstr(x, "/t%d", x->n_tmp++); }
@@ -180,21 +185,25 @@ static const char *cst_scalar(xp *x, oar_dtype dt, double v) {
     return add_init(x, tmp_name(x), dt, 0, NULL, &u, n);
 }
 
-/* Constant value v as an initializer (strided constants are gathered). */
+/* Constant value v as an initializer: a contiguous constant's bytes are
+ * referenced in place (the graph keeps it alive), a strided one is gathered. */
 static int export_const(xp *x, int v) {
-    const oari_gvalue *gv = &x->g->values[v];
-    oar_tensor *t = gv->constant;
+    oar_tensor *t = x->g->values[v].constant;
     size_t es = oar_dtype_size(t->dtype);
     size_t nbytes = (size_t)t->numel * es;
-    uint8_t *buf = xalloc(x, nbytes ? nbytes : 1);
-    if (!buf) return x->st;
-    const uint8_t *src = oar_tensor_data(t);
+    const uint8_t *src = oar_tensor_data(t); /* points at the first element */
     if (t->numel && !src)
-        return x->st = oari_error(OAR_ERR_UNSUPPORTED, "oar_onnx_export: constant '%s' has no host data",
+        return x->st = oari_error(OAR_ERR_UNSUPPORTED, "oar_onnx_export: constant '%s' is not in host memory",
                                   x->names[v]);
+    if (!t->numel || oar_tensor_is_contiguous(t)) {
+        add_init_raw(x, x->names[v], t->dtype, t->ndim, t->shape, src, nbytes, false);
+        return x->st;
+    }
+    uint8_t *buf = xalloc(x, nbytes);
+    if (!buf) return x->st;
     int64_t idx[OAR_MAX_DIMS] = {0};
     for (int64_t k = 0; k < t->numel; k++) {
-        int64_t off = 0; /* oar_tensor_data points at the first element already */
+        int64_t off = 0;
         for (int d = 0; d < t->ndim; d++) off += idx[d] * t->strides[d];
         memcpy(buf + (size_t)k * es, src + (size_t)off * es, es);
         for (int d = t->ndim - 1; d >= 0; d--) {
@@ -202,7 +211,7 @@ static int export_const(xp *x, int v) {
             idx[d] = 0;
         }
     }
-    add_init(x, x->names[v], t->dtype, t->ndim, t->shape, buf, nbytes);
+    add_init_raw(x, x->names[v], t->dtype, t->ndim, t->shape, buf, nbytes, false);
     return x->st;
 }
 
@@ -213,8 +222,8 @@ static int export_const(xp *x, int v) {
  * or an input is NULL (a failed step before it). */
 static Onnx__NodeProto *emitn(xp *x, const char *op, int n_in, const char *const *in, int n_out,
                               const char *const *out) {
-    for (int i = 0; i < n_in; i++)
-        if (!in[i] && !x->st) x->st = OAR_ERR_INVALID; /* a failed step set the error */
+    for (int i = 0; i < n_in; i++) /* NULL: a failed step before (its error is set) */
+        if (!in[i] && !x->st) x->st = oari_error(OAR_ERR_INVALID, "oar_onnx_export: node %d: missing input", x->node);
     Onnx__NodeProto *nd = xalloc(x, sizeof *nd);
     char **ins = xalloc(x, (size_t)(n_in ? n_in : 1) * sizeof *ins);
     char **outs = xalloc(x, (size_t)n_out * sizeof *outs);

@@ -197,7 +197,7 @@ static void test_transformer(void) {
 
 typedef struct ops_ctx {
     int opset;
-    oar_tensor *w2, *w1, *w1d, *wt, *ln_w, *bn_m, *bn_v, *idx;
+    oar_tensor *w2, *w2t, *w1, *w1d, *wt, *ln_w, *bn_m, *bn_v, *idx;
     const char *names[MAX_IO];
     int n_out;
 } ops_ctx;
@@ -244,6 +244,7 @@ static int ops_fn(void *vc, oar_tensor *const *in, oar_tensor **out) {
     OUT("cumsum", oar_cumsum(x, 2));
     OUT("softmax", oar_add(oar_softmax(x, 1), oar_log_softmax(x, 3)));
     OUT("reshape_matmul", oar_matmul(oar_reshape(x, 3, (int64_t[]){-1, 3, 16}), c->w2)); /* [N, 3, 5] */
+    OUT("strided_const", oar_matmul(oar_reshape(x, 3, (int64_t[]){-1, 3, 16}), oar_transpose(c->w2t, 0, 1)));
     OUT("flatten_permute", oar_permute(oar_reshape(x, 2, (int64_t[]){-1, 48}), (int64_t[]){1, 0}));
     OUT("expand", oar_expand(oar_sum(x, 1, (int64_t[]){1}, true), 4, (int64_t[]){-1, 3, 4, 4}));
     OUT("slice_concat", oar_concat(3, (oar_tensor *[]){oar_slice(x, 3, 1, 4, 2), oar_slice(x, 3, 0, 1, 1), x}, 3));
@@ -288,6 +289,7 @@ static void test_every_op(void) {
     oar_manual_seed(7);
     ops_ctx c = {
         .w2 = oar_randn(OAR_F32, 2, (int64_t[]){16, 5}),
+        .w2t = oar_randn(OAR_F32, 2, (int64_t[]){5, 16}), /* its transpose: a strided constant */
         .w1 = oar_randn(OAR_F32, 4, (int64_t[]){2, 3, 1, 3}),
         .wt = oar_randn(OAR_F32, 4, (int64_t[]){3, 2, 3, 2}),
         .ln_w = oar_randn(OAR_F32, 2, (int64_t[]){4, 4}),
@@ -320,7 +322,7 @@ static void test_every_op(void) {
         case_free(&mc);
     }
     oar_tensor_release(x);
-    oar_tensor *ts[] = {c.w2, c.w1, c.w1d, c.wt, c.ln_w, c.bn_m, c.bn_v, c.idx};
+    oar_tensor *ts[] = {c.w2, c.w2t, c.w1, c.w1d, c.wt, c.ln_w, c.bn_m, c.bn_v, c.idx};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) oar_tensor_release(ts[i]);
 }
 
