@@ -59,7 +59,8 @@ OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n);
  * at run time with Shape/Gather/Concat), permute (Transpose), expand, slice,
  * flip, roll, concat, pad, tril/triu (Trilu, opset >= 14), index_select
  * (Gather), gather (GatherElements), scatter/scatter_add (ScatterElements;
- * add needs opset >= 16), one_hot, topk, conv2d and conv_transpose2d (also
+ * add needs opset >= 16), one_hot, topk, sort (TopK over the whole dim),
+ * atan2 (Atan and Where), conv2d and conv_transpose2d (also
  * their 1-D form on [N, C, L]), max_pool2d (the values; a used indices
  * output is an error), avg_pool2d, adaptive_avg_pool2d (to 1 x 1:
  * GlobalAveragePool; by whole factors: AveragePool), interpolate (Resize),
@@ -83,7 +84,7 @@ typedef struct oar_onnx_export_options {
  * oar_last_error() set: g or path NULL (OAR_ERR_INVALID); an opset outside
  * 13..17 (OAR_ERR_UNSUPPORTED); a node with no ONNX mapping at that opset
  * (OAR_ERR_UNSUPPORTED; the message names the node index and its op, e.g.
- * "node 3 (fft_c2c): op 'fft_c2c' has no ONNX mapping", or the attribute or
+ * "node 3 (cumprod): op 'cumprod' has no ONNX mapping", or the attribute or
  * output that stands in the way: a used max_pool2d indices output, a
  * training-mode batch norm, a dynamic dim ONNX cannot express); path not
  * writable (OAR_ERR_IO, naming the path); out of memory (OAR_ERR_NOMEM). */

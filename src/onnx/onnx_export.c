@@ -729,6 +729,31 @@ static int export_node(xp *x, int ni) {
                       Y),
               "axis", -1);
         break;
+    case OARI_OP_sort: { /* TopK over the whole dim; ties keep the lower index first, as oar's stable sort */
+        if (!rank) return fail(x, "sort of a 0-d tensor");
+        int64_t d = a[0];
+        const char *k = shape_tensor(x, 1, &iv->shape[d], &iv->sym[d], &iv->smul[d]);
+        nd = emitn(x, "TopK", 2, (const char *const[]){X, k}, 2, (const char *const[]){Y, x->names[n->out[1]]});
+        set_i(x, nd, "axis", d);
+        set_i(x, nd, "largest", a[1] != 0);
+        set_i(x, nd, "sorted", 1);
+        break;
+    }
+    case OARI_OP_atan2: { /* atan(y / x), moved by +-pi where x < 0; 0 where both are 0 */
+        if (!oar_dtype_is_float(dt)) return fail(x, "atan2 of %s", oar_dtype_name(dt));
+        const char *zero = cst_scalar(x, dt, 0);
+        const char *base = OP1("Atan", OP2("Div", X, X1, NULL), NULL);
+        const char *turn = out0(emit(x, "Where", 3,
+                                     (const char *const[]){OP2("GreaterOrEqual", X, zero, NULL), cst_scalar(x, dt, M_PI),
+                                                           cst_scalar(x, dt, -M_PI)},
+                                     NULL));
+        const char *r = OP2("Add", base,
+                            out0(emit(x, "Where", 3, (const char *const[]){OP2("Less", X1, zero, NULL), turn, zero}, NULL)),
+                            NULL);
+        const char *both0 = OP2("And", OP2("Equal", X, zero, NULL), OP2("Equal", X1, zero, NULL), NULL);
+        out0(emit(x, "Where", 3, (const char *const[]){both0, zero, r}, Y));
+        break;
+    }
     case OARI_OP_topk: {
         nd = emitn(x, "TopK", 2, (const char *const[]){X, cst_i64(x, 1, &a[0])}, 2,
                    (const char *const[]){Y, x->names[n->out[1]]});
