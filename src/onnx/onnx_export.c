@@ -37,10 +37,10 @@ typedef struct xp {
     size_t n_nodes, cap_nodes;
     Onnx__TensorProto **inits;
     size_t n_inits, cap_inits;
-    const char **names;  /* per graph value: its ONNX name */
-    int *uses;           /* per graph value: live uses */
-    const char *sym_dim[OARI_MAX_SYMS]; /* [1] int64 holding symbol s's size, once made */
-    int shape_in[OARI_MAX_SYMS];        /* graph inputs whose Shape was taken ... */
+    const char **names;                    /* per graph value: its ONNX name */
+    int *uses;                             /* per graph value: live uses */
+    const char *sym_dim[OARI_MAX_SYMS];    /* [1] int64 holding symbol s's size, once made */
+    int shape_in[OARI_MAX_SYMS];           /* graph inputs whose Shape was taken ... */
     const char *shape_name[OARI_MAX_SYMS]; /* ... and its name */
     int n_shapes;
     int n_tmp, n_onnx_nodes;
@@ -113,27 +113,39 @@ OARI_PRINTF(2, 3) static int fail(xp *x, const char *fmt, ...) {
 
 static int onnx_type(oar_dtype dt) {
     switch (dt) {
-    case OAR_BOOL: return ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
-    case OAR_U8: return ONNX__TENSOR_PROTO__DATA_TYPE__UINT8;
-    case OAR_I32: return ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
-    case OAR_I64: return ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
-    case OAR_F16: return ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16;
-    case OAR_BF16: return ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
-    case OAR_F32: return ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-    case OAR_F64: return ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
-    case OAR_C64: return ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64;
-    case OAR_C128: return ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX128;
-    default: return ONNX__TENSOR_PROTO__DATA_TYPE__UNDEFINED;
+    case OAR_BOOL:
+        return ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+    case OAR_U8:
+        return ONNX__TENSOR_PROTO__DATA_TYPE__UINT8;
+    case OAR_I32:
+        return ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
+    case OAR_I64:
+        return ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    case OAR_F16:
+        return ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16;
+    case OAR_BF16:
+        return ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16;
+    case OAR_F32:
+        return ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    case OAR_F64:
+        return ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
+    case OAR_C64:
+        return ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64;
+    case OAR_C128:
+        return ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX128;
+    default:
+        return ONNX__TENSOR_PROTO__DATA_TYPE__UNDEFINED;
     }
 }
 
 /* An initializer named `name` holding numel elements of dt from data
  * (contiguous, host order = little-endian). */
-static const char *add_init_raw(xp *x, const char *name, oar_dtype dt, int ndim, const int64_t *shape,
-                                const void *data, size_t nbytes, bool copy) {
+static const char *add_init_raw(xp *x, const char *name, oar_dtype dt, int ndim,
+                                const int64_t *shape, const void *data, size_t nbytes, bool copy) {
     Onnx__TensorProto *t = xalloc(x, sizeof *t);
     int64_t *dims = xalloc(x, (size_t)(ndim ? ndim : 1) * sizeof *dims);
-    uint8_t *raw = copy ? xalloc(x, nbytes ? nbytes : 1) : (uint8_t *)data; /* else: outlives the export */
+    uint8_t *raw =
+        copy ? xalloc(x, nbytes ? nbytes : 1) : (uint8_t *)data; /* else: outlives the export */
     if (!t || !dims || !raw || !name) return NULL;
     onnx__tensor_proto__init(t);
     t->name = (char *)name;
@@ -172,14 +184,33 @@ static const char *cst_scalar(xp *x, oar_dtype dt, double v) {
     } u;
     size_t n;
     switch (dt) {
-    case OAR_F32: u.f = (float)v; n = 4; break;
-    case OAR_F64: u.d = v; n = 8; break;
-    case OAR_I64: u.i = (int64_t)v; n = 8; break;
-    case OAR_I32: u.i32 = (int32_t)v; n = 4; break;
-    case OAR_U8: case OAR_BOOL: u.u8 = (uint8_t)v; n = 1; break;
+    case OAR_F32:
+        u.f = (float)v;
+        n = 4;
+        break;
+    case OAR_F64:
+        u.d = v;
+        n = 8;
+        break;
+    case OAR_I64:
+        u.i = (int64_t)v;
+        n = 8;
+        break;
+    case OAR_I32:
+        u.i32 = (int32_t)v;
+        n = 4;
+        break;
+    case OAR_U8:
+    case OAR_BOOL:
+        u.u8 = (uint8_t)v;
+        n = 1;
+        break;
     default:
-        x->st = x->st ? x->st : oari_error(OAR_ERR_UNSUPPORTED, "oar_onnx_export: node %d: a %s scalar constant "
-                                                                "is not supported", x->node, oar_dtype_name(dt));
+        x->st = x->st ? x->st
+                      : oari_error(OAR_ERR_UNSUPPORTED,
+                                   "oar_onnx_export: node %d: a %s scalar constant "
+                                   "is not supported",
+                                   x->node, oar_dtype_name(dt));
         return NULL;
     }
     return add_init(x, tmp_name(x), dt, 0, NULL, &u, n);
@@ -193,8 +224,9 @@ static int export_const(xp *x, int v) {
     size_t nbytes = (size_t)t->numel * es;
     const uint8_t *src = oar_tensor_data(t); /* points at the first element */
     if (t->numel && !src)
-        return x->st = oari_error(OAR_ERR_UNSUPPORTED, "oar_onnx_export: constant '%s' is not in host memory",
-                                  x->names[v]);
+        return x->st =
+                   oari_error(OAR_ERR_UNSUPPORTED,
+                              "oar_onnx_export: constant '%s' is not in host memory", x->names[v]);
     if (!t->numel || oar_tensor_is_contiguous(t)) {
         add_init_raw(x, x->names[v], t->dtype, t->ndim, t->shape, src, nbytes, false);
         return x->st;
@@ -204,7 +236,8 @@ static int export_const(xp *x, int v) {
     int64_t idx[OAR_MAX_DIMS] = {0};
     for (int64_t k = 0; k < t->numel; k++) {
         int64_t off = 0;
-        for (int d = 0; d < t->ndim; d++) off += idx[d] * t->strides[d];
+        for (int d = 0; d < t->ndim; d++)
+            off += idx[d] * t->strides[d];
         memcpy(buf + (size_t)k * es, src + (size_t)off * es, es);
         for (int d = t->ndim - 1; d >= 0; d--) {
             if (++idx[d] < t->shape[d]) break;
@@ -223,14 +256,17 @@ static int export_const(xp *x, int v) {
 static Onnx__NodeProto *emitn(xp *x, const char *op, int n_in, const char *const *in, int n_out,
                               const char *const *out) {
     for (int i = 0; i < n_in; i++) /* NULL: a failed step before (its error is set) */
-        if (!in[i] && !x->st) x->st = oari_error(OAR_ERR_INVALID, "oar_onnx_export: node %d: missing input", x->node);
+        if (!in[i] && !x->st)
+            x->st = oari_error(OAR_ERR_INVALID, "oar_onnx_export: node %d: missing input", x->node);
     Onnx__NodeProto *nd = xalloc(x, sizeof *nd);
     char **ins = xalloc(x, (size_t)(n_in ? n_in : 1) * sizeof *ins);
     char **outs = xalloc(x, (size_t)n_out * sizeof *outs);
     if (!nd || !ins || !outs) return NULL;
     onnx__node_proto__init(nd);
-    for (int i = 0; i < n_in; i++) ins[i] = (char *)in[i];
-    for (int j = 0; j < n_out; j++) outs[j] = (char *)(out && out[j] ? out[j] : tmp_name(x));
+    for (int i = 0; i < n_in; i++)
+        ins[i] = (char *)in[i];
+    for (int j = 0; j < n_out; j++)
+        outs[j] = (char *)(out && out[j] ? out[j] : tmp_name(x));
     nd->n_input = (size_t)n_in;
     nd->input = ins;
     nd->n_output = (size_t)n_out;
@@ -241,7 +277,8 @@ static Onnx__NodeProto *emitn(xp *x, const char *op, int n_in, const char *const
     return x->st ? NULL : nd;
 }
 
-static Onnx__NodeProto *emit(xp *x, const char *op, int n_in, const char *const *in, const char *out) {
+static Onnx__NodeProto *emit(xp *x, const char *op, int n_in, const char *const *in,
+                             const char *out) {
     return emitn(x, op, n_in, in, 1, (const char *const[]){out});
 }
 static const char *out0(Onnx__NodeProto *nd) { return nd ? nd->output[0] : NULL; }
@@ -298,11 +335,13 @@ static const char *sym_size(xp *x, int s) {
             const char *sh = NULL;
             for (int k = 0; k < x->n_shapes; k++)
                 if (x->shape_in[k] == i) sh = x->shape_name[k];
-            if (!sh && (sh = OP1("Shape", x->names[g->inputs[i]], NULL)) && x->n_shapes < OARI_MAX_SYMS) {
+            if (!sh && (sh = OP1("Shape", x->names[g->inputs[i]], NULL)) &&
+                x->n_shapes < OARI_MAX_SYMS) {
                 x->shape_in[x->n_shapes] = i;
                 x->shape_name[x->n_shapes++] = sh;
             }
-            Onnx__NodeProto *nd = emit(x, "Gather", 2, (const char *const[]){sh, cst_i64(x, 1, (int64_t[]){d})}, NULL);
+            Onnx__NodeProto *nd = emit(
+                x, "Gather", 2, (const char *const[]){sh, cst_i64(x, 1, (int64_t[]){d})}, NULL);
             set_i(x, nd, "axis", 0);
             return x->sym_dim[s] = out0(nd);
         }
@@ -313,20 +352,24 @@ static const char *sym_size(xp *x, int s) {
 
 /* A 1-D int64 tensor of n sizes: v[k], or imul[k] times symbol isym[k] where
  * isym[k] >= 0 (a Concat of constants and run-time sizes then). */
-static const char *shape_tensor(xp *x, int n, const int64_t *v, const int8_t *isym, const int32_t *imul) {
+static const char *shape_tensor(xp *x, int n, const int64_t *v, const int8_t *isym,
+                                const int32_t *imul) {
     bool dyn = false;
-    for (int k = 0; k < n; k++) dyn = dyn || isym[k] >= 0;
+    for (int k = 0; k < n; k++)
+        dyn = dyn || isym[k] >= 0;
     if (!dyn) return cst_i64(x, n, v);
     const char *parts[OAR_MAX_DIMS + OARI_MAX_IATTR];
     int np = 0;
     for (int k = 0; k < n;) {
         if (isym[k] >= 0) {
             const char *s = sym_size(x, isym[k]);
-            parts[np++] = imul[k] == 1 ? s : OP2("Mul", s, cst_i64(x, 1, (int64_t[]){imul[k]}), NULL);
+            parts[np++] =
+                imul[k] == 1 ? s : OP2("Mul", s, cst_i64(x, 1, (int64_t[]){imul[k]}), NULL);
             k++;
         } else {
             int k0 = k;
-            while (k < n && isym[k] < 0) k++;
+            while (k < n && isym[k] < 0)
+                k++;
             parts[np++] = cst_i64(x, k - k0, v + k0);
         }
     }
@@ -340,55 +383,99 @@ static const char *shape_tensor(xp *x, int n, const int64_t *v, const int8_t *is
 
 static const char *unary_name(oari_op op) {
     switch (op) {
-    case OARI_OP_neg: return "Neg";
-    case OARI_OP_abs: return "Abs";
-    case OARI_OP_sign: return "Sign";
-    case OARI_OP_exp: return "Exp";
-    case OARI_OP_log: return "Log";
-    case OARI_OP_sqrt: return "Sqrt";
-    case OARI_OP_reciprocal: return "Reciprocal";
-    case OARI_OP_sin: return "Sin";
-    case OARI_OP_cos: return "Cos";
-    case OARI_OP_tan: return "Tan";
-    case OARI_OP_asin: return "Asin";
-    case OARI_OP_acos: return "Acos";
-    case OARI_OP_atan: return "Atan";
-    case OARI_OP_sinh: return "Sinh";
-    case OARI_OP_cosh: return "Cosh";
-    case OARI_OP_tanh: return "Tanh";
-    case OARI_OP_sigmoid: return "Sigmoid";
-    case OARI_OP_relu: return "Relu";
-    case OARI_OP_erf: return "Erf";
-    case OARI_OP_floor: return "Floor";
-    case OARI_OP_ceil: return "Ceil";
-    case OARI_OP_round: return "Round";
-    case OARI_OP_isnan: return "IsNaN";
-    case OARI_OP_isinf: return "IsInf";
-    case OARI_OP_logical_not: return "Not";
-    case OARI_OP_contiguous: return "Identity";
-    default: return NULL;
+    case OARI_OP_neg:
+        return "Neg";
+    case OARI_OP_abs:
+        return "Abs";
+    case OARI_OP_sign:
+        return "Sign";
+    case OARI_OP_exp:
+        return "Exp";
+    case OARI_OP_log:
+        return "Log";
+    case OARI_OP_sqrt:
+        return "Sqrt";
+    case OARI_OP_reciprocal:
+        return "Reciprocal";
+    case OARI_OP_sin:
+        return "Sin";
+    case OARI_OP_cos:
+        return "Cos";
+    case OARI_OP_tan:
+        return "Tan";
+    case OARI_OP_asin:
+        return "Asin";
+    case OARI_OP_acos:
+        return "Acos";
+    case OARI_OP_atan:
+        return "Atan";
+    case OARI_OP_sinh:
+        return "Sinh";
+    case OARI_OP_cosh:
+        return "Cosh";
+    case OARI_OP_tanh:
+        return "Tanh";
+    case OARI_OP_sigmoid:
+        return "Sigmoid";
+    case OARI_OP_relu:
+        return "Relu";
+    case OARI_OP_erf:
+        return "Erf";
+    case OARI_OP_floor:
+        return "Floor";
+    case OARI_OP_ceil:
+        return "Ceil";
+    case OARI_OP_round:
+        return "Round";
+    case OARI_OP_isnan:
+        return "IsNaN";
+    case OARI_OP_isinf:
+        return "IsInf";
+    case OARI_OP_logical_not:
+        return "Not";
+    case OARI_OP_contiguous:
+        return "Identity";
+    default:
+        return NULL;
     }
 }
 
 static const char *binary_name(oari_op op) {
     switch (op) {
-    case OARI_OP_add: return "Add";
-    case OARI_OP_sub: return "Sub";
-    case OARI_OP_mul: return "Mul";
-    case OARI_OP_div: return "Div";
-    case OARI_OP_pow: return "Pow";
-    case OARI_OP_maximum: return "Max";
-    case OARI_OP_minimum: return "Min";
-    case OARI_OP_eq: return "Equal";
-    case OARI_OP_lt: return "Less";
-    case OARI_OP_le: return "LessOrEqual";
-    case OARI_OP_gt: return "Greater";
-    case OARI_OP_ge: return "GreaterOrEqual";
-    case OARI_OP_logical_and: return "And";
-    case OARI_OP_logical_or: return "Or";
-    case OARI_OP_logical_xor: return "Xor";
-    case OARI_OP_matmul: return "MatMul";
-    default: return NULL;
+    case OARI_OP_add:
+        return "Add";
+    case OARI_OP_sub:
+        return "Sub";
+    case OARI_OP_mul:
+        return "Mul";
+    case OARI_OP_div:
+        return "Div";
+    case OARI_OP_pow:
+        return "Pow";
+    case OARI_OP_maximum:
+        return "Max";
+    case OARI_OP_minimum:
+        return "Min";
+    case OARI_OP_eq:
+        return "Equal";
+    case OARI_OP_lt:
+        return "Less";
+    case OARI_OP_le:
+        return "LessOrEqual";
+    case OARI_OP_gt:
+        return "Greater";
+    case OARI_OP_ge:
+        return "GreaterOrEqual";
+    case OARI_OP_logical_and:
+        return "And";
+    case OARI_OP_logical_or:
+        return "Or";
+    case OARI_OP_logical_xor:
+        return "Xor";
+    case OARI_OP_matmul:
+        return "MatMul";
+    default:
+        return NULL;
     }
 }
 
@@ -402,8 +489,8 @@ static int mask_axes(int64_t mask, int ndim, int64_t *axes) {
 
 /* Reduce op `op` over axes with keepdims into out (ReduceSum takes the axes
  * as an input from opset 13, the others from opset 18). */
-static const char *reduce(xp *x, const char *op, const char *in, int n, const int64_t *axes, bool keep,
-                          const char *out) {
+static const char *reduce(xp *x, const char *op, const char *in, int n, const int64_t *axes,
+                          bool keep, const char *out) {
     Onnx__NodeProto *nd;
     if (!strcmp(op, "ReduceSum")) {
         nd = emit(x, op, 2, (const char *const[]){in, cst_i64(x, n, axes)}, out);
@@ -430,35 +517,43 @@ static const char *gelu(xp *x, const char *X, oar_dtype dt, bool tanh_form, cons
 }
 
 /* Slice of one axis: [start, end) by step (end may be INT64_MAX). */
-static const char *slice1(xp *x, const char *X, int64_t axis, const char *start, const char *end, int64_t step,
-                          const char *out) {
-    return out0(emit(x, "Slice", 5,
-                     (const char *const[]){X, start, end, cst_i64(x, 1, &axis), cst_i64(x, 1, &step)}, out));
+static const char *slice1(xp *x, const char *X, int64_t axis, const char *start, const char *end,
+                          int64_t step, const char *out) {
+    return out0(emit(
+        x, "Slice", 5,
+        (const char *const[]){X, start, end, cst_i64(x, 1, &axis), cst_i64(x, 1, &step)}, out));
 }
 
 /* 2-D spatial attributes: rank-4 inputs give 2 entries, rank-3 ([N, C, L])
  * the W entry only. */
-static void spatial(xp *x, Onnx__NodeProto *nd, int rank, const char *name, int64_t h, int64_t w, bool pads) {
+static void spatial(xp *x, Onnx__NodeProto *nd, int rank, const char *name, int64_t h, int64_t w,
+                    bool pads) {
     if (pads) {
-        if (rank == 4) set_ints(x, nd, name, 4, (int64_t[]){h, w, h, w});
-        else set_ints(x, nd, name, 2, (int64_t[]){w, w});
+        if (rank == 4)
+            set_ints(x, nd, name, 4, (int64_t[]){h, w, h, w});
+        else
+            set_ints(x, nd, name, 2, (int64_t[]){w, w});
     } else {
-        if (rank == 4) set_ints(x, nd, name, 2, (int64_t[]){h, w});
-        else set_ints(x, nd, name, 1, (int64_t[]){w});
+        if (rank == 4)
+            set_ints(x, nd, name, 2, (int64_t[]){h, w});
+        else
+            set_ints(x, nd, name, 1, (int64_t[]){w});
     }
 }
 
 /* layer_norm decomposed: mean, var over the trailing k dims; writes the
  * names of mean and rstd (for used outputs) and returns Y. */
-static const char *layer_norm_decomposed(xp *x, const char *X, const char *W, const char *B, oar_dtype dt,
-                                         int ndim, int k, double eps, const char *Y, const char *M,
-                                         const char *R) {
+static const char *layer_norm_decomposed(xp *x, const char *X, const char *W, const char *B,
+                                         oar_dtype dt, int ndim, int k, double eps, const char *Y,
+                                         const char *M, const char *R) {
     int64_t axes[OAR_MAX_DIMS];
-    for (int d = 0; d < k; d++) axes[d] = ndim - k + d;
+    for (int d = 0; d < k; d++)
+        axes[d] = ndim - k + d;
     const char *mean = reduce(x, "ReduceMean", X, k, axes, true, M);
     const char *dx = OP2("Sub", X, mean, NULL);
     const char *var = reduce(x, "ReduceMean", OP2("Mul", dx, dx, NULL), k, axes, true, NULL);
-    const char *rstd = OP1("Reciprocal", OP1("Sqrt", OP2("Add", var, cst_scalar(x, dt, eps), NULL), NULL), R);
+    const char *rstd =
+        OP1("Reciprocal", OP1("Sqrt", OP2("Add", var, cst_scalar(x, dt, eps), NULL), NULL), R);
     const char *y = OP2("Mul", dx, rstd, W || B ? NULL : Y);
     if (W) y = OP2("Mul", y, W, B ? NULL : Y);
     if (B) y = OP2("Add", y, B, Y);
@@ -483,12 +578,14 @@ static int export_node(xp *x, int ni) {
     oar_dtype dt = iv->dtype;
     int rank = iv->ndim;
     for (int j = 1; j < n->n_out; j++)
-        if (x->uses[n->out[j]] && n->op != OARI_OP_layer_norm && n->op != OARI_OP_topk && n->op != OARI_OP_sort)
+        if (x->uses[n->out[j]] && n->op != OARI_OP_layer_norm && n->op != OARI_OP_topk &&
+            n->op != OARI_OP_sort)
             return fail(x, "its output %d is used; only output 0 has an ONNX equivalent", j);
     for (int k = 0; k < n->attrs.ni; k++)
-        if (n->isym[k] >= 0 && n->op != OARI_OP_view && n->op != OARI_OP_expand && n->op != OARI_OP_slice &&
-            n->op != OARI_OP_interpolate)
-            return fail(x, "attribute %d follows the dynamic dim '%s'", k, g->syms[n->isym[k]].name);
+        if (n->isym[k] >= 0 && n->op != OARI_OP_view && n->op != OARI_OP_expand &&
+            n->op != OARI_OP_slice && n->op != OARI_OP_interpolate)
+            return fail(x, "attribute %d follows the dynamic dim '%s'", k,
+                        g->syms[n->isym[k]].name);
     const char *name;
     if ((name = unary_name(n->op))) {
         OP1(name, X, Y);
@@ -500,19 +597,42 @@ static int export_node(xp *x, int ni) {
     }
     Onnx__NodeProto *nd;
     switch (n->op) {
-    case OARI_OP_ne: OP1("Not", OP2("Equal", X, X1, NULL), Y); break;
-    case OARI_OP_where: out0(emit(x, "Where", 3, (const char *const[]){X, X1, X2}, Y)); break;
-    case OARI_OP_exp2: OP2("Pow", cst_scalar(x, dt, 2.0), X, Y); break;
-    case OARI_OP_log2: OP2("Div", OP1("Log", X, NULL), cst_scalar(x, dt, M_LN2), Y); break;
-    case OARI_OP_log1p: OP1("Log", OP2("Add", X, cst_scalar(x, dt, 1.0), NULL), Y); break;
-    case OARI_OP_expm1: OP2("Sub", OP1("Exp", X, NULL), cst_scalar(x, dt, 1.0), Y); break;
-    case OARI_OP_rsqrt: OP1("Reciprocal", OP1("Sqrt", X, NULL), Y); break;
-    case OARI_OP_square: OP2("Mul", X, X, Y); break;
-    case OARI_OP_trunc: OP2("Mul", OP1("Sign", X, NULL), OP1("Floor", OP1("Abs", X, NULL), NULL), Y); break;
-    case OARI_OP_silu: OP2("Mul", X, OP1("Sigmoid", X, NULL), Y); break;
-    case OARI_OP_gelu: gelu(x, X, dt, a[0] != 0, Y); break;
+    case OARI_OP_ne:
+        OP1("Not", OP2("Equal", X, X1, NULL), Y);
+        break;
+    case OARI_OP_where:
+        out0(emit(x, "Where", 3, (const char *const[]){X, X1, X2}, Y));
+        break;
+    case OARI_OP_exp2:
+        OP2("Pow", cst_scalar(x, dt, 2.0), X, Y);
+        break;
+    case OARI_OP_log2:
+        OP2("Div", OP1("Log", X, NULL), cst_scalar(x, dt, M_LN2), Y);
+        break;
+    case OARI_OP_log1p:
+        OP1("Log", OP2("Add", X, cst_scalar(x, dt, 1.0), NULL), Y);
+        break;
+    case OARI_OP_expm1:
+        OP2("Sub", OP1("Exp", X, NULL), cst_scalar(x, dt, 1.0), Y);
+        break;
+    case OARI_OP_rsqrt:
+        OP1("Reciprocal", OP1("Sqrt", X, NULL), Y);
+        break;
+    case OARI_OP_square:
+        OP2("Mul", X, X, Y);
+        break;
+    case OARI_OP_trunc:
+        OP2("Mul", OP1("Sign", X, NULL), OP1("Floor", OP1("Abs", X, NULL), NULL), Y);
+        break;
+    case OARI_OP_silu:
+        OP2("Mul", X, OP1("Sigmoid", X, NULL), Y);
+        break;
+    case OARI_OP_gelu:
+        gelu(x, X, dt, a[0] != 0, Y);
+        break;
     case OARI_OP_relu6:
-        out0(emit(x, "Clip", 3, (const char *const[]){X, cst_scalar(x, dt, 0), cst_scalar(x, dt, 6)}, Y));
+        out0(emit(x, "Clip", 3,
+                  (const char *const[]){X, cst_scalar(x, dt, 0), cst_scalar(x, dt, 6)}, Y));
         break;
     case OARI_OP_clamp:
         out0(emit(x, "Clip", 3,
@@ -520,15 +640,23 @@ static int export_node(xp *x, int ni) {
                                         isnan(f[1]) ? "" : cst_scalar(x, dt, f[1])},
                   Y));
         break;
-    case OARI_OP_leaky_relu: set_f(x, emit(x, "LeakyRelu", 1, &X, Y), "alpha", f[0]); break;
-    case OARI_OP_elu: set_f(x, emit(x, "Elu", 1, &X, Y), "alpha", f[0]); break;
+    case OARI_OP_leaky_relu:
+        set_f(x, emit(x, "LeakyRelu", 1, &X, Y), "alpha", f[0]);
+        break;
+    case OARI_OP_elu:
+        set_f(x, emit(x, "Elu", 1, &X, Y), "alpha", f[0]);
+        break;
     case OARI_OP_softplus: /* log(1 + exp(beta x)) / beta; oar's linear branch above the threshold
                               differs from it by < exp(-threshold) */
-        if (f[0] == 1.0) OP1("Softplus", X, Y);
-        else OP2("Div", OP1("Softplus", OP2("Mul", X, cst_scalar(x, dt, f[0]), NULL), NULL), cst_scalar(x, dt, f[0]), Y);
+        if (f[0] == 1.0)
+            OP1("Softplus", X, Y);
+        else
+            OP2("Div", OP1("Softplus", OP2("Mul", X, cst_scalar(x, dt, f[0]), NULL), NULL),
+                cst_scalar(x, dt, f[0]), Y);
         break;
     case OARI_OP_floor_div:
-        if (!oar_dtype_is_float(dt)) return fail(x, "integer floor division has no ONNX equivalent");
+        if (!oar_dtype_is_float(dt))
+            return fail(x, "integer floor division has no ONNX equivalent");
         OP1("Floor", OP2("Div", X, X1, NULL), Y);
         break;
     case OARI_OP_remainder:
@@ -543,31 +671,39 @@ static int export_node(xp *x, int ni) {
         set_i(x, nd, "to", onnx_type(ov->dtype));
         break;
     }
-    case OARI_OP_sum: case OARI_OP_prod: case OARI_OP_amax: case OARI_OP_amin: {
+    case OARI_OP_sum:
+    case OARI_OP_prod:
+    case OARI_OP_amax:
+    case OARI_OP_amin: {
         int64_t axes[OAR_MAX_DIMS];
         int k = mask_axes(a[0], rank, axes);
         if (!k) {
             OP1("Identity", X, Y);
             break;
         }
-        const char *op = n->op == OARI_OP_sum ? "ReduceSum" : n->op == OARI_OP_prod ? "ReduceProd"
-                         : n->op == OARI_OP_amax ? "ReduceMax" : "ReduceMin";
+        const char *op = n->op == OARI_OP_sum    ? "ReduceSum"
+                         : n->op == OARI_OP_prod ? "ReduceProd"
+                         : n->op == OARI_OP_amax ? "ReduceMax"
+                                                 : "ReduceMin";
         reduce(x, op, X, k, axes, a[1] != 0, Y);
         break;
     }
-    case OARI_OP_all: case OARI_OP_any: { /* min / max of (x != 0) as int32 */
+    case OARI_OP_all:
+    case OARI_OP_any: { /* min / max of (x != 0) as int32 */
         int64_t axes[OAR_MAX_DIMS];
         int k = mask_axes(a[0], rank, axes);
-        const char *b = dt == OAR_BOOL ? X : OP1("Not", OP2("Equal", X, cst_scalar(x, dt, 0), NULL), NULL);
+        const char *b =
+            dt == OAR_BOOL ? X : OP1("Not", OP2("Equal", X, cst_scalar(x, dt, 0), NULL), NULL);
         nd = emit(x, "Cast", 1, &b, NULL);
         set_i(x, nd, "to", ONNX__TENSOR_PROTO__DATA_TYPE__INT32);
-        const char *r = k ? reduce(x, n->op == OARI_OP_all ? "ReduceMin" : "ReduceMax", out0(nd), k, axes,
-                                   a[1] != 0, NULL)
+        const char *r = k ? reduce(x, n->op == OARI_OP_all ? "ReduceMin" : "ReduceMax", out0(nd), k,
+                                   axes, a[1] != 0, NULL)
                           : out0(nd);
         set_i(x, emit(x, "Cast", 1, &r, Y), "to", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL);
         break;
     }
-    case OARI_OP_argmax: case OARI_OP_argmin: {
+    case OARI_OP_argmax:
+    case OARI_OP_argmin: {
         const char *op = n->op == OARI_OP_argmax ? "ArgMax" : "ArgMin";
         if (a[0] >= 0) {
             nd = emit(x, op, 1, &X, Y);
@@ -580,7 +716,8 @@ static int export_node(xp *x, int ni) {
             set_i(x, nd, "keepdims", 0);
             if (a[1]) {
                 int64_t ones[OAR_MAX_DIMS];
-                for (int d = 0; d < rank; d++) ones[d] = 1;
+                for (int d = 0; d < rank; d++)
+                    ones[d] = 1;
                 OP2("Reshape", out0(nd), cst_i64(x, rank, ones), Y);
             }
         }
@@ -591,8 +728,10 @@ static int export_node(xp *x, int ni) {
         OP2("CumSum", X, add_init(x, tmp_name(x), OAR_I64, 0, NULL, &ax, sizeof ax), Y);
         break;
     }
-    case OARI_OP_softmax: case OARI_OP_log_softmax:
-        set_i(x, emit(x, n->op == OARI_OP_softmax ? "Softmax" : "LogSoftmax", 1, &X, Y), "axis", rank ? a[0] : 0);
+    case OARI_OP_softmax:
+    case OARI_OP_log_softmax:
+        set_i(x, emit(x, n->op == OARI_OP_softmax ? "Softmax" : "LogSoftmax", 1, &X, Y), "axis",
+              rank ? a[0] : 0);
         break;
     case OARI_OP_view: {
         /* symbolic dims: 0 copies the input's equal dim, one other may be -1;
@@ -604,12 +743,15 @@ static int export_node(xp *x, int ni) {
             v[k] = a[k];
             zero_dim = zero_dim || (n->isym[k] < 0 && a[k] == 0);
             if (n->isym[k] < 0) continue;
-            if (k < rank && iv->sym[k] == n->isym[k] && iv->smul[k] == n->imul[k]) v[k] = 0;
-            else unresolved++;
+            if (k < rank && iv->sym[k] == n->isym[k] && iv->smul[k] == n->imul[k])
+                v[k] = 0;
+            else
+                unresolved++;
         }
         if (zero_dim) { /* a size-0 target dim needs allowzero (opset 14), and then no 0 copies */
             if (x->opset < 14) return fail(x, "a reshape to a size-0 dim needs opset >= 14");
-            nd = emit(x, "Reshape", 2, (const char *const[]){X, shape_tensor(x, nt, a, n->isym, n->imul)}, Y);
+            nd = emit(x, "Reshape", 2,
+                      (const char *const[]){X, shape_tensor(x, nt, a, n->isym, n->imul)}, Y);
             set_i(x, nd, "allowzero", 1);
             break;
         }
@@ -624,7 +766,9 @@ static int export_node(xp *x, int ni) {
         OP2("Reshape", X, shape, Y);
         break;
     }
-    case OARI_OP_permute: set_ints(x, emit(x, "Transpose", 1, &X, Y), "perm", rank, a); break;
+    case OARI_OP_permute:
+        set_ints(x, emit(x, "Transpose", 1, &X, Y), "perm", rank, a);
+        break;
     case OARI_OP_expand: {
         /* Expand broadcasts both ways: a dim equal to the input's (aligned
          * right) becomes 1 and needs no run-time size */
@@ -644,8 +788,10 @@ static int export_node(xp *x, int ni) {
         int64_t d = a[0];
         const char *start = shape_tensor(x, 1, &a[1], &n->isym[1], &n->imul[1]);
         const char *end;
-        if (a[2] >= iv->shape[d] && n->isym[2] == iv->sym[d]) end = cst_i64(x, 1, (int64_t[]){INT64_MAX});
-        else end = shape_tensor(x, 1, &a[2], &n->isym[2], &n->imul[2]);
+        if (a[2] >= iv->shape[d] && n->isym[2] == iv->sym[d])
+            end = cst_i64(x, 1, (int64_t[]){INT64_MAX});
+        else
+            end = shape_tensor(x, 1, &a[2], &n->isym[2], &n->imul[2]);
         if (n->isym[3] >= 0) return fail(x, "a dynamic step");
         slice1(x, X, d, start, end, a[3], Y);
         break;
@@ -653,12 +799,14 @@ static int export_node(xp *x, int ni) {
     case OARI_OP_flip: {
         int64_t axes[OAR_MAX_DIMS], st[OAR_MAX_DIMS], en[OAR_MAX_DIMS], sp[OAR_MAX_DIMS];
         int k = mask_axes(a[0], rank, axes);
-        for (int j = 0; j < k; j++) st[j] = -1, en[j] = INT64_MIN, sp[j] = -1;
-        if (!k) OP1("Identity", X, Y);
+        for (int j = 0; j < k; j++)
+            st[j] = -1, en[j] = INT64_MIN, sp[j] = -1;
+        if (!k)
+            OP1("Identity", X, Y);
         else
             out0(emit(x, "Slice", 5,
-                      (const char *const[]){X, cst_i64(x, k, st), cst_i64(x, k, en), cst_i64(x, k, axes),
-                                            cst_i64(x, k, sp)},
+                      (const char *const[]){X, cst_i64(x, k, st), cst_i64(x, k, en),
+                                            cst_i64(x, k, axes), cst_i64(x, k, sp)},
                       Y));
         break;
     }
@@ -674,25 +822,30 @@ static int export_node(xp *x, int ni) {
                 cur = OP1("Identity", cur, out);
                 continue;
             }
-            const char *hi = slice1(x, cur, d, cst_i64(x, 1, (int64_t[]){size - s}), cst_i64(x, 1, &size), 1, NULL);
-            const char *lo = slice1(x, cur, d, cst_i64(x, 1, (int64_t[]){0}), cst_i64(x, 1, (int64_t[]){size - s}),
-                                    1, NULL);
+            const char *hi = slice1(x, cur, d, cst_i64(x, 1, (int64_t[]){size - s}),
+                                    cst_i64(x, 1, &size), 1, NULL);
+            const char *lo = slice1(x, cur, d, cst_i64(x, 1, (int64_t[]){0}),
+                                    cst_i64(x, 1, (int64_t[]){size - s}), 1, NULL);
             nd = emit(x, "Concat", 2, (const char *const[]){hi, lo}, out);
             set_i(x, nd, "axis", d);
             cur = out0(nd);
         }
         break;
     }
-    case OARI_OP_tril: case OARI_OP_triu: {
+    case OARI_OP_tril:
+    case OARI_OP_triu: {
         if (x->opset < 14) return fail(x, "Trilu needs opset >= 14");
         int64_t k = a[0];
-        nd = emit(x, "Trilu", 2, (const char *const[]){X, add_init(x, tmp_name(x), OAR_I64, 0, NULL, &k, sizeof k)}, Y);
+        nd = emit(
+            x, "Trilu", 2,
+            (const char *const[]){X, add_init(x, tmp_name(x), OAR_I64, 0, NULL, &k, sizeof k)}, Y);
         set_i(x, nd, "upper", n->op == OARI_OP_triu);
         break;
     }
     case OARI_OP_concat: {
         const char *ins[OARI_MAX_IN];
-        for (int i = 0; i < n->n_in; i++) ins[i] = in_name(x, n, i);
+        for (int i = 0; i < n->n_in; i++)
+            ins[i] = in_name(x, n, i);
         set_i(x, emit(x, "Concat", n->n_in, ins, Y), "axis", a[0]);
         break;
     }
@@ -710,11 +863,14 @@ static int export_node(xp *x, int ni) {
         set_s(x, emit(x, "Pad", nin, ins, Y), "mode", modes[a[0]]);
         break;
     }
-    case OARI_OP_index_select: set_i(x, emit(x, "Gather", 2, (const char *const[]){X, X1}, Y), "axis", a[0]); break;
+    case OARI_OP_index_select:
+        set_i(x, emit(x, "Gather", 2, (const char *const[]){X, X1}, Y), "axis", a[0]);
+        break;
     case OARI_OP_gather:
         set_i(x, emit(x, "GatherElements", 2, (const char *const[]){X, X1}, Y), "axis", a[0]);
         break;
-    case OARI_OP_scatter: case OARI_OP_scatter_add: {
+    case OARI_OP_scatter:
+    case OARI_OP_scatter_add: {
         if (n->op == OARI_OP_scatter_add && x->opset < 16)
             return fail(x, "ScatterElements with reduction='add' needs opset >= 16");
         const char *upd = X2;
@@ -725,15 +881,19 @@ static int export_node(xp *x, int ni) {
         break;
     }
     case OARI_OP_one_hot:
-        set_i(x, emit(x, "OneHot", 3, (const char *const[]){X, cst_i64(x, 1, &a[0]), cst_i64(x, 2, (int64_t[]){0, 1})},
-                      Y),
+        set_i(x,
+              emit(x, "OneHot", 3,
+                   (const char *const[]){X, cst_i64(x, 1, &a[0]), cst_i64(x, 2, (int64_t[]){0, 1})},
+                   Y),
               "axis", -1);
         break;
-    case OARI_OP_sort: { /* TopK over the whole dim; ties keep the lower index first, as oar's stable sort */
+    case OARI_OP_sort: { /* TopK over the whole dim; ties keep the lower index first, as oar's
+                            stable sort */
         if (!rank) return fail(x, "sort of a 0-d tensor");
         int64_t d = a[0];
         const char *k = shape_tensor(x, 1, &iv->shape[d], &iv->sym[d], &iv->smul[d]);
-        nd = emitn(x, "TopK", 2, (const char *const[]){X, k}, 2, (const char *const[]){Y, x->names[n->out[1]]});
+        nd = emitn(x, "TopK", 2, (const char *const[]){X, k}, 2,
+                   (const char *const[]){Y, x->names[n->out[1]]});
         set_i(x, nd, "axis", d);
         set_i(x, nd, "largest", a[1] != 0);
         set_i(x, nd, "sorted", 1);
@@ -743,14 +903,18 @@ static int export_node(xp *x, int ni) {
         if (!oar_dtype_is_float(dt)) return fail(x, "atan2 of %s", oar_dtype_name(dt));
         const char *zero = cst_scalar(x, dt, 0);
         const char *base = OP1("Atan", OP2("Div", X, X1, NULL), NULL);
-        const char *turn = out0(emit(x, "Where", 3,
-                                     (const char *const[]){OP2("GreaterOrEqual", X, zero, NULL), cst_scalar(x, dt, M_PI),
-                                                           cst_scalar(x, dt, -M_PI)},
-                                     NULL));
-        const char *r = OP2("Add", base,
-                            out0(emit(x, "Where", 3, (const char *const[]){OP2("Less", X1, zero, NULL), turn, zero}, NULL)),
-                            NULL);
-        const char *both0 = OP2("And", OP2("Equal", X, zero, NULL), OP2("Equal", X1, zero, NULL), NULL);
+        const char *turn =
+            out0(emit(x, "Where", 3,
+                      (const char *const[]){OP2("GreaterOrEqual", X, zero, NULL),
+                                            cst_scalar(x, dt, M_PI), cst_scalar(x, dt, -M_PI)},
+                      NULL));
+        const char *r =
+            OP2("Add", base,
+                out0(emit(x, "Where", 3,
+                          (const char *const[]){OP2("Less", X1, zero, NULL), turn, zero}, NULL)),
+                NULL);
+        const char *both0 =
+            OP2("And", OP2("Equal", X, zero, NULL), OP2("Equal", X1, zero, NULL), NULL);
         out0(emit(x, "Where", 3, (const char *const[]){both0, zero, r}, Y));
         break;
     }
@@ -762,13 +926,17 @@ static int export_node(xp *x, int ni) {
         set_i(x, nd, "sorted", 1);
         break;
     }
-    case OARI_OP_conv2d: case OARI_OP_conv_transpose2d: {
+    case OARI_OP_conv2d:
+    case OARI_OP_conv_transpose2d: {
         bool tr = n->op == OARI_OP_conv_transpose2d;
         if (rank != 4 && rank != 3) return fail(x, "input of rank %d", rank);
         const oari_gvalue *wv = &g->values[n->in[1]];
-        nd = emit(x, tr ? "ConvTranspose" : "Conv", X2 ? 3 : 2, (const char *const[]){X, X1, X2}, Y);
-        if (rank == 4) set_ints(x, nd, "kernel_shape", 2, &wv->shape[2]);
-        else set_ints(x, nd, "kernel_shape", 1, &wv->shape[2]);
+        nd =
+            emit(x, tr ? "ConvTranspose" : "Conv", X2 ? 3 : 2, (const char *const[]){X, X1, X2}, Y);
+        if (rank == 4)
+            set_ints(x, nd, "kernel_shape", 2, &wv->shape[2]);
+        else
+            set_ints(x, nd, "kernel_shape", 1, &wv->shape[2]);
         spatial(x, nd, rank, "strides", a[0], a[1], false);
         spatial(x, nd, rank, "pads", a[2], a[3], true);
         if (tr) spatial(x, nd, rank, "output_padding", a[4], a[5], false);
@@ -776,7 +944,8 @@ static int export_node(xp *x, int ni) {
         set_i(x, nd, "group", a[tr ? 8 : 6]);
         break;
     }
-    case OARI_OP_max_pool2d: case OARI_OP_avg_pool2d: {
+    case OARI_OP_max_pool2d:
+    case OARI_OP_avg_pool2d: {
         if (rank != 4) return fail(x, "pooling of a rank-%d input (ONNX wants [N, C, H, W])", rank);
         bool mx = n->op == OARI_OP_max_pool2d;
         nd = emit(x, mx ? "MaxPool" : "AveragePool", 1, &X, Y);
@@ -797,12 +966,15 @@ static int export_node(xp *x, int ni) {
         int64_t h = iv->shape[2], w = iv->shape[3];
         if (a[0] == 1 && a[1] == 1) {
             OP1("GlobalAveragePool", X, Y);
-        } else if (iv->sym[2] < 0 && iv->sym[3] < 0 && a[0] > 0 && a[1] > 0 && h % a[0] == 0 && w % a[1] == 0) {
+        } else if (iv->sym[2] < 0 && iv->sym[3] < 0 && a[0] > 0 && a[1] > 0 && h % a[0] == 0 &&
+                   w % a[1] == 0) {
             nd = emit(x, "AveragePool", 1, &X, Y);
             spatial(x, nd, 4, "kernel_shape", h / a[0], w / a[1], false);
             spatial(x, nd, 4, "strides", h / a[0], w / a[1], false);
         } else {
-            return fail(x, "adaptive pooling of %lld x %lld to %lld x %lld (only to 1 x 1 or by whole factors)",
+            return fail(x,
+                        "adaptive pooling of %lld x %lld to %lld x %lld (only to 1 x 1 or by whole "
+                        "factors)",
                         (long long)h, (long long)w, (long long)a[0], (long long)a[1]);
         }
         break;
@@ -817,7 +989,8 @@ static int export_node(xp *x, int ni) {
             set_s(x, nd, "nearest_mode", "floor");
         } else {
             set_s(x, nd, "mode", "linear");
-            set_s(x, nd, "coordinate_transformation_mode", a[3] ? "align_corners" : "pytorch_half_pixel");
+            set_s(x, nd, "coordinate_transformation_mode",
+                  a[3] ? "align_corners" : "pytorch_half_pixel");
         }
         break;
     }
@@ -828,23 +1001,30 @@ static int export_node(xp *x, int ni) {
             const char *W = X1;
             if (!W) { /* Scale is required */
                 int64_t one_shape[OAR_MAX_DIMS];
-                for (int d = 0; d < k; d++) one_shape[d] = iv->shape[rank - k + d];
-                if (dt != OAR_F32 && dt != OAR_F64) return fail(x, "a %s layer norm without weight", oar_dtype_name(dt));
+                for (int d = 0; d < k; d++)
+                    one_shape[d] = iv->shape[rank - k + d];
+                if (dt != OAR_F32 && dt != OAR_F64)
+                    return fail(x, "a %s layer norm without weight", oar_dtype_name(dt));
                 int64_t cnt = 1;
-                for (int d = 0; d < k; d++) cnt *= one_shape[d];
+                for (int d = 0; d < k; d++)
+                    cnt *= one_shape[d];
                 size_t es = oar_dtype_size(dt);
                 uint8_t *ones = xalloc(x, (size_t)cnt * es + 1);
                 for (int64_t i = 0; ones && i < cnt; i++) {
-                    if (dt == OAR_F32) ((float *)ones)[i] = 1.0f;
-                    else ((double *)ones)[i] = 1.0;
+                    if (dt == OAR_F32)
+                        ((float *)ones)[i] = 1.0f;
+                    else
+                        ((double *)ones)[i] = 1.0;
                 }
-                W = ones ? add_init(x, tmp_name(x), dt, k, one_shape, ones, (size_t)cnt * es) : NULL;
+                W = ones ? add_init(x, tmp_name(x), dt, k, one_shape, ones, (size_t)cnt * es)
+                         : NULL;
             }
             nd = emit(x, "LayerNormalization", X2 ? 3 : 2, (const char *const[]){X, W, X2}, Y);
             set_i(x, nd, "axis", rank - k);
             set_f(x, nd, "epsilon", f[0]);
         } else {
-            layer_norm_decomposed(x, X, X1, X2, dt, rank, k, f[0], Y, x->uses[n->out[1]] ? x->names[n->out[1]] : NULL,
+            layer_norm_decomposed(x, X, X1, X2, dt, rank, k, f[0], Y,
+                                  x->uses[n->out[1]] ? x->names[n->out[1]] : NULL,
                                   x->uses[n->out[2]] ? x->names[n->out[2]] : NULL);
         }
         break;
@@ -859,10 +1039,13 @@ static int export_node(xp *x, int ni) {
             size_t es = oar_dtype_size(dt);
             uint8_t *buf = xalloc(x, (size_t)c * es + 1);
             if (!buf) break;
-            if (dt != OAR_F32 && dt != OAR_F64) return fail(x, "a %s batch norm without weight", oar_dtype_name(dt));
+            if (dt != OAR_F32 && dt != OAR_F64)
+                return fail(x, "a %s batch norm without weight", oar_dtype_name(dt));
             for (int64_t i = 0; i < c; i++) {
-                if (dt == OAR_F32) ((float *)buf)[i] = W ? 0.0f : 1.0f;
-                else ((double *)buf)[i] = W ? 0.0 : 1.0;
+                if (dt == OAR_F32)
+                    ((float *)buf)[i] = W ? 0.0f : 1.0f;
+                else
+                    ((double *)buf)[i] = W ? 0.0 : 1.0;
             }
             const char *t = add_init(x, tmp_name(x), dt, 1, &c, buf, (size_t)c * es);
             if (!W) W = t;
@@ -883,7 +1066,8 @@ static int export_node(xp *x, int ni) {
         y = OP2("Reshape", y, OP1("Shape", X, NULL), X1 || X2 ? NULL : Y);
         int64_t cshape[OAR_MAX_DIMS];
         cshape[0] = c;
-        for (int d = 1; d < rank - 1; d++) cshape[d] = 1;
+        for (int d = 1; d < rank - 1; d++)
+            cshape[d] = 1;
         const char *cs = X1 || X2 ? cst_i64(x, rank - 1, cshape) : NULL;
         if (X1) y = OP2("Mul", y, OP2("Reshape", X1, cs, NULL), X2 ? NULL : Y);
         if (X2) OP2("Add", y, OP2("Reshape", X2, cs, NULL), Y);
@@ -912,11 +1096,17 @@ static void assign_names(xp *x, const int *out_owner) {
         for (int v = 0; v < g->n_values && !x->st; v++) {
             const oari_gvalue *gv = &g->values[v];
             const char *base = NULL;
-            if (pass == 0 && gv->kind == OARI_V_INPUT) base = gv->name ? gv->name : "input";
-            else if (pass == 1 && gv->kind == OARI_V_NODE && out_owner[v] >= 0) base = g->output_names[out_owner[v]];
-            else if (pass == 2 && gv->kind == OARI_V_CONST) base = gv->name ? gv->name : "const";
-            else if (pass == 3 && !x->names[v]) x->names[v] = xstr(x, "/v%d", v);
-            if (base) x->names[v] = name_taken(x, g->n_values, base) ? xstr(x, "%s.v%d", base, v) : xstr(x, "%s", base);
+            if (pass == 0 && gv->kind == OARI_V_INPUT)
+                base = gv->name ? gv->name : "input";
+            else if (pass == 1 && gv->kind == OARI_V_NODE && out_owner[v] >= 0)
+                base = g->output_names[out_owner[v]];
+            else if (pass == 2 && gv->kind == OARI_V_CONST)
+                base = gv->name ? gv->name : "const";
+            else if (pass == 3 && !x->names[v])
+                x->names[v] = xstr(x, "/v%d", v);
+            if (base)
+                x->names[v] = name_taken(x, g->n_values, base) ? xstr(x, "%s.v%d", base, v)
+                                                               : xstr(x, "%s", base);
         }
     }
 }
@@ -928,7 +1118,8 @@ static Onnx__ValueInfoProto *value_info(xp *x, const char *name, int v) {
     Onnx__TypeProto *tp = xalloc(x, sizeof *tp);
     Onnx__TypeProto__Tensor *tt = xalloc(x, sizeof *tt);
     Onnx__TensorShapeProto *sp = xalloc(x, sizeof *sp);
-    Onnx__TensorShapeProto__Dimension **dims = xalloc(x, (size_t)(gv->ndim ? gv->ndim : 1) * sizeof *dims);
+    Onnx__TensorShapeProto__Dimension **dims =
+        xalloc(x, (size_t)(gv->ndim ? gv->ndim : 1) * sizeof *dims);
     if (!vi || !tp || !tt || !sp || !dims) return NULL;
     onnx__value_info_proto__init(vi);
     onnx__type_proto__init(tp);
@@ -943,8 +1134,9 @@ static Onnx__ValueInfoProto *value_info(xp *x, const char *name, int v) {
             dm->dim_value = gv->shape[d];
         } else {
             dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
-            dm->dim_param = gv->smul[d] == 1 ? (char *)g->syms[gv->sym[d]].name
-                                             : xstr(x, "%d*%s", (int)gv->smul[d], g->syms[gv->sym[d]].name);
+            dm->dim_param = gv->smul[d] == 1
+                                ? (char *)g->syms[gv->sym[d]].name
+                                : xstr(x, "%d*%s", (int)gv->smul[d], g->syms[gv->sym[d]].name);
         }
         dims[d] = dm;
     }
@@ -983,13 +1175,16 @@ static int build_model(xp *x, Onnx__ModelProto *m) {
     const oar_graph *g = x->g;
     int *owner = oari_calloc((size_t)(g->n_values ? g->n_values : 1), sizeof *owner);
     if (!owner) return x->st = OAR_ERR_NOMEM;
-    for (int v = 0; v < g->n_values; v++) owner[v] = -1;
-    for (int j = g->n_outputs - 1; j >= 0; j--) owner[g->outputs[j]] = j; /* the first output naming v */
+    for (int v = 0; v < g->n_values; v++)
+        owner[v] = -1;
+    for (int j = g->n_outputs - 1; j >= 0; j--)
+        owner[g->outputs[j]] = j; /* the first output naming v */
     assign_names(x, owner);
     /* graph inputs */
     Onnx__GraphProto *gp = xalloc(x, sizeof *gp);
     Onnx__ValueInfoProto **ins = xalloc(x, (size_t)(g->n_inputs ? g->n_inputs : 1) * sizeof *ins);
-    Onnx__ValueInfoProto **outs = xalloc(x, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof *outs);
+    Onnx__ValueInfoProto **outs =
+        xalloc(x, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof *outs);
     if (!gp || !ins || !outs) goto done;
     onnx__graph_proto__init(gp);
     gp->name = "oar";
@@ -1001,13 +1196,15 @@ static int build_model(xp *x, Onnx__ModelProto *m) {
     /* nodes, in order */
     for (int i = 0; i < g->n_nodes && !x->st; i++)
         if (!g->nodes[i].dead) export_node(x, i);
-    /* outputs: a value named otherwise (an input, a constant, another output's value) gets an Identity */
+    /* outputs: a value named otherwise (an input, a constant, another output's value) gets an
+     * Identity */
     for (int j = 0; j < g->n_outputs && !x->st; j++) {
         int v = g->outputs[j];
         const char *name = x->names[v];
         if (owner[v] != j || g->values[v].kind != OARI_V_NODE) {
-            name = name_taken(x, g->n_values, g->output_names[j]) ? xstr(x, "%s.out%d", g->output_names[j], j)
-                                                                   : g->output_names[j];
+            name = name_taken(x, g->n_values, g->output_names[j])
+                       ? xstr(x, "%s.out%d", g->output_names[j], j)
+                       : g->output_names[j];
             OP1("Identity", x->names[v], name);
         }
         if (!(outs[j] = value_info(x, name, v))) goto done;
@@ -1041,11 +1238,14 @@ done:
     return x->st;
 }
 
-OAR_API int oar_onnx_export(const oar_graph *g, const char *path, const oar_onnx_export_options *opt) {
-    if (!g || !path) return oari_error(OAR_ERR_INVALID, "oar_onnx_export: NULL %s", g ? "path" : "graph");
+OAR_API int oar_onnx_export(const oar_graph *g, const char *path,
+                            const oar_onnx_export_options *opt) {
+    if (!g || !path)
+        return oari_error(OAR_ERR_INVALID, "oar_onnx_export: NULL %s", g ? "path" : "graph");
     int opset = opt && opt->opset ? opt->opset : DEFAULT_OPSET;
     if (opset < 13 || opset > 17)
-        return oari_error(OAR_ERR_UNSUPPORTED, "oar_onnx_export: opset %d is not supported (13..17)", opset);
+        return oari_error(OAR_ERR_UNSUPPORTED,
+                          "oar_onnx_export: opset %d is not supported (13..17)", opset);
     xp x = {.g = g, .opset = opset};
     size_t nv = (size_t)(g->n_values ? g->n_values : 1);
     x.names = oari_calloc(nv, sizeof *x.names);

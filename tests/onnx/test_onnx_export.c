@@ -87,17 +87,21 @@ static int round_trip(model_case *c, int opset, bool must_import, const char *ta
     /* the importer's refusals: "op is not supported", "5 inputs (at most 3 supported)" */
     if (!h && !must_import && strstr(oar_last_error(), "supported")) {
         skipped++;
-        fprintf(stderr, "note: %s (opset %d) exported, but the importer cannot read it back yet: %s\n", c->name,
-                opset, oar_last_error());
+        fprintf(stderr,
+                "note: %s (opset %d) exported, but the importer cannot read it back yet: %s\n",
+                c->name, opset, oar_last_error());
     } else {
-        if (!h) fprintf(stderr, "re-import of %s at opset %d: %s\n", c->name, opset, oar_last_error());
+        if (!h)
+            fprintf(stderr, "re-import of %s at opset %d: %s\n", c->name, opset, oar_last_error());
         CHECK(h != NULL);
     }
     if (h) {
         nodes = oar_graph_num_nodes(h);
         for (int k = 0; same_ops && same_ops[k]; k++) {
             int a = oar_graph_count_op(c->g, same_ops[k]), b = oar_graph_count_op(h, same_ops[k]);
-            if (a != b) fprintf(stderr, "%s opset %d: %d %s nodes, %d after re-import\n", c->name, opset, a, same_ops[k], b);
+            if (a != b)
+                fprintf(stderr, "%s opset %d: %d %s nodes, %d after re-import\n", c->name, opset, a,
+                        same_ops[k], b);
             CHECK(a == b);
         }
         CHECK(oar_graph_num_inputs(h) == c->n_in);
@@ -125,7 +129,8 @@ static int round_trip(model_case *c, int opset, bool must_import, const char *ta
 
 static void case_free(model_case *c) {
     oar_graph_free(c->g);
-    for (int i = 0; i < c->n_in; i++) oar_tensor_release(c->in[i]);
+    for (int i = 0; i < c->n_in; i++)
+        oar_tensor_release(c->in[i]);
 }
 
 static oar_graph *trace_module(oar_module *m, int ndim, const int64_t *shape) {
@@ -167,7 +172,8 @@ static void test_cnn(void) {
         CHECK(oar_graph_optimize(c.g, OAR_PASSES_INFERENCE, 0) == 0);
         CHECK(oar_graph_count_op(c.g, "batch_norm") == 0);
         int orig = oar_graph_num_nodes(c.g);
-        same_ops = (const char *const[]){"conv2d", "relu", "max_pool2d", "view", "matmul", "add", NULL};
+        same_ops =
+            (const char *const[]){"conv2d", "relu", "max_pool2d", "view", "matmul", "add", NULL};
         int n = round_trip(&c, 17, true, "_folded");
         CHECK(n == orig - oar_graph_count_op(c.g, "permute"));
         CHECK(round_trip(&c, 13, true, "_folded") == n);
@@ -183,14 +189,18 @@ static void test_transformer(void) {
     for (int variant = 0; variant < 3; variant++) {
         bool gelu = variant == 1;
         oar_module *m = oar_transformer_encoder_layer_new(
-            16, 4, &(oar_transformer_options){.dim_feedforward = 32, .activation = gelu ? OAR_ACTIVATION_GELU : 0,
-                                              .norm_first = gelu, .causal = variant == 2});
+            16, 4,
+            &(oar_transformer_options){.dim_feedforward = 32,
+                                       .activation = gelu ? OAR_ACTIVATION_GELU : 0,
+                                       .norm_first = gelu,
+                                       .causal = variant == 2});
         CHECK(m != NULL);
         if (!m) return;
         oar_module_train(m, false);
-        static const char *const names[] = {"transformer", "transformer_gelu_prenorm", "transformer_causal"};
-        model_case c = {.name = names[variant],
-                        .g = trace_module(m, 3, (int64_t[]){0, 5, 16}), .n_in = 1};
+        static const char *const names[] = {"transformer", "transformer_gelu_prenorm",
+                                            "transformer_causal"};
+        model_case c = {
+            .name = names[variant], .g = trace_module(m, 3, (int64_t[]){0, 5, 16}), .n_in = 1};
         CHECK(c.g != NULL);
         c.in[0] = oar_randn(OAR_F32, 3, (int64_t[]){2, 5, 16});
         if (c.g) {
@@ -199,7 +209,8 @@ static void test_transformer(void) {
             /* LayerNormalization at 17; decomposed (ReduceMean, Sqrt, ...) at 13 and 14 */
             for (int opset = 13; opset <= 17; opset += opset == 14 ? 3 : 1) {
                 int n = round_trip(&c, opset, false, "");
-                if (n >= 0) CHECK(n <= 3 * orig); /* layer norm and gelu decompose into a few nodes each */
+                if (n >= 0)
+                    CHECK(n <= 3 * orig); /* layer norm and gelu decompose into a few nodes each */
             }
         }
         case_free(&c);
@@ -220,52 +231,66 @@ static int ops_fn(void *vc, oar_tensor *const *in, oar_tensor **out) {
     ops_ctx *c = vc;
     oar_tensor *x = in[0]; /* [N, 3, 4, 4] */
     int k = 0;
-#define OUT(name, expr)                                                                                      \
-    do {                                                                                                     \
-        c->names[k] = name;                                                                                  \
-        out[k++] = (expr);                                                                                   \
+#define OUT(name, expr)                                                                            \
+    do {                                                                                           \
+        c->names[k] = name;                                                                        \
+        out[k++] = (expr);                                                                         \
     } while (0)
     oar_tensor *ax = oar_abs(x), *pos = oar_add_scalar(ax, 0.5);
     OUT("tanh_sigmoid_relu", oar_add(oar_add(oar_tanh(x), oar_sigmoid(x)), oar_relu(x)));
-    OUT("relu6_leaky_elu", oar_add(oar_add(oar_relu6(oar_mul_scalar(x, 4)), oar_leaky_relu(x, 0.1)), oar_elu(x, 0.7)));
+    OUT("relu6_leaky_elu",
+        oar_add(oar_add(oar_relu6(oar_mul_scalar(x, 4)), oar_leaky_relu(x, 0.1)), oar_elu(x, 0.7)));
     OUT("gelu_erf", oar_gelu(x, false));
     OUT("gelu_tanh", oar_gelu(x, true));
     OUT("silu", oar_silu(x));
     OUT("softplus", oar_add(oar_softplus(x, 1, 20), oar_softplus(x, 2, 20)));
-    OUT("erf_floor_ceil_round", oar_add(oar_add(oar_erf(x), oar_floor(x)), oar_add(oar_ceil(x), oar_round(x))));
+    OUT("erf_floor_ceil_round",
+        oar_add(oar_add(oar_erf(x), oar_floor(x)), oar_add(oar_ceil(x), oar_round(x))));
     OUT("trunc", oar_trunc(oar_mul_scalar(x, 3)));
     OUT("clamp", oar_add(oar_clamp(x, -0.5, 0.5), oar_clamp(x, NAN, 0.3)));
     OUT("trig", oar_add(oar_add(oar_sin(x), oar_cos(x)), oar_add(oar_atan(x), oar_tanh(x))));
-    OUT("neg_sign_exp", oar_add(oar_add(oar_neg(x), oar_sign(x)), oar_add(oar_exp(x), oar_exp2(x))));
+    OUT("neg_sign_exp",
+        oar_add(oar_add(oar_neg(x), oar_sign(x)), oar_add(oar_exp(x), oar_exp2(x))));
     OUT("logs", oar_add(oar_add(oar_log(pos), oar_log2(pos)), oar_log1p(ax)));
     OUT("expm1_rsqrt_square", oar_add(oar_add(oar_expm1(x), oar_rsqrt(pos)), oar_square(x)));
     OUT("recip_sqrt", oar_add(oar_reciprocal(pos), oar_sqrt(ax)));
     oar_tensor *y = oar_mul_scalar(oar_flip(x, 1, (int64_t[]){3}), 0.7);
-    OUT("floor_div_remainder", oar_add(oar_floor_div(x, pos), oar_remainder(x, oar_add_scalar(y, 2))));
+    OUT("floor_div_remainder",
+        oar_add(oar_floor_div(x, pos), oar_remainder(x, oar_add_scalar(y, 2))));
     OUT("pow_max_min", oar_add(oar_pow(pos, y), oar_add(oar_maximum(x, y), oar_minimum(x, y))));
     oar_tensor *gt = oar_gt(x, y);
     OUT("where", oar_where(gt, x, oar_mul_scalar(y, 0.5)));
-    OUT("compare", oar_add(oar_add(oar_cast(oar_eq(oar_floor(x), oar_floor(y)), OAR_F32), oar_cast(oar_ne(x, y), OAR_F32)),
-                           oar_add(oar_cast(oar_le(x, y), OAR_F32), oar_cast(oar_logical_xor(gt, oar_lt(x, y)), OAR_F32))));
-    OUT("logical", oar_logical_or(oar_logical_and(gt, oar_ge(x, y)), oar_logical_not(oar_isnan(x))));
-    OUT("sum_prod", oar_add(oar_sum(x, 1, (int64_t[]){3}, false), oar_prod(x, 1, (int64_t[]){3}, false)));
-    OUT("amax_amin_mean", oar_add(oar_add(oar_amax(x, 1, (int64_t[]){1}, true), oar_amin(x, 1, (int64_t[]){1}, true)),
-                                  oar_mean(x, 2, (int64_t[]){2, 3}, true)));
-    OUT("all_any", oar_logical_and(oar_all(gt, 1, (int64_t[]){3}, false), oar_any(x, 1, (int64_t[]){2}, false)));
+    OUT("compare", oar_add(oar_add(oar_cast(oar_eq(oar_floor(x), oar_floor(y)), OAR_F32),
+                                   oar_cast(oar_ne(x, y), OAR_F32)),
+                           oar_add(oar_cast(oar_le(x, y), OAR_F32),
+                                   oar_cast(oar_logical_xor(gt, oar_lt(x, y)), OAR_F32))));
+    OUT("logical",
+        oar_logical_or(oar_logical_and(gt, oar_ge(x, y)), oar_logical_not(oar_isnan(x))));
+    OUT("sum_prod",
+        oar_add(oar_sum(x, 1, (int64_t[]){3}, false), oar_prod(x, 1, (int64_t[]){3}, false)));
+    OUT("amax_amin_mean",
+        oar_add(oar_add(oar_amax(x, 1, (int64_t[]){1}, true), oar_amin(x, 1, (int64_t[]){1}, true)),
+                oar_mean(x, 2, (int64_t[]){2, 3}, true)));
+    OUT("all_any", oar_logical_and(oar_all(gt, 1, (int64_t[]){3}, false),
+                                   oar_any(x, 1, (int64_t[]){2}, false)));
     OUT("argmax_argmin", oar_add(oar_argmax(x, 1, false), oar_argmin(x, 1, false)));
     OUT("argmax_flat", oar_argmax(x, OAR_DIM_ALL, false));
     OUT("sum_all", oar_sum(x, 4, (int64_t[]){0, 1, 2, 3}, false));
     OUT("cumsum", oar_cumsum(x, 2));
     OUT("softmax", oar_add(oar_softmax(x, 1), oar_log_softmax(x, 3)));
-    OUT("reshape_matmul", oar_matmul(oar_reshape(x, 3, (int64_t[]){-1, 3, 16}), c->w2)); /* [N, 3, 5] */
-    OUT("strided_const", oar_matmul(oar_reshape(x, 3, (int64_t[]){-1, 3, 16}), oar_transpose(c->w2t, 0, 1)));
+    OUT("reshape_matmul",
+        oar_matmul(oar_reshape(x, 3, (int64_t[]){-1, 3, 16}), c->w2)); /* [N, 3, 5] */
+    OUT("strided_const",
+        oar_matmul(oar_reshape(x, 3, (int64_t[]){-1, 3, 16}), oar_transpose(c->w2t, 0, 1)));
     OUT("flatten_permute", oar_permute(oar_reshape(x, 2, (int64_t[]){-1, 48}), (int64_t[]){1, 0}));
     OUT("expand", oar_expand(oar_sum(x, 1, (int64_t[]){1}, true), 4, (int64_t[]){-1, 3, 4, 4}));
-    OUT("slice_concat", oar_concat(3, (oar_tensor *[]){oar_slice(x, 3, 1, 4, 2), oar_slice(x, 3, 0, 1, 1), x}, 3));
+    OUT("slice_concat",
+        oar_concat(3, (oar_tensor *[]){oar_slice(x, 3, 1, 4, 2), oar_slice(x, 3, 0, 1, 1), x}, 3));
     OUT("pad_constant", oar_pad(x, 4, (int64_t[]){1, 2, 0, 1}, OAR_PAD_CONSTANT, 0.25));
     OUT("pad_reflect", oar_pad(x, 4, (int64_t[]){1, 2, 3, 1}, OAR_PAD_REFLECT, 0));
     OUT("pad_replicate", oar_pad(x, 2, (int64_t[]){2, 1}, OAR_PAD_REPLICATE, 0));
-    OUT("flip_roll", oar_add(oar_flip(x, 2, (int64_t[]){1, 2}), oar_roll(x, 2, (int64_t[]){1, -3}, (int64_t[]){3, 2})));
+    OUT("flip_roll", oar_add(oar_flip(x, 2, (int64_t[]){1, 2}),
+                             oar_roll(x, 2, (int64_t[]){1, -3}, (int64_t[]){3, 2})));
     oar_tensor *am = oar_argmax(x, 3, true); /* [N, 3, 4, 1] */
     OUT("gather", oar_gather(x, 3, am));
     OUT("index_select", oar_index_select(x, 2, c->idx));
@@ -279,17 +304,22 @@ static int ops_fn(void *vc, oar_tensor *const *in, oar_tensor **out) {
     OUT("sort_indices", si);
     OUT("sort_asc", oar_sort(x, 0, false, NULL)); /* along the dynamic dim */
     OUT("atan2", oar_add(oar_atan2(x, y), oar_atan2(oar_floor(x), oar_floor(y)))); /* zeros too */
-    OUT("layer_norm", oar_add(oar_layer_norm(x, 2, c->ln_w, NULL, 1e-5), oar_layer_norm(x, 1, NULL, NULL, 1e-3)));
+    OUT("layer_norm",
+        oar_add(oar_layer_norm(x, 2, c->ln_w, NULL, 1e-5), oar_layer_norm(x, 1, NULL, NULL, 1e-3)));
     OUT("group_norm", oar_group_norm(x, 3, c->bn_v, c->bn_m, 1e-5));
     OUT("batch_norm", oar_batch_norm(x, c->bn_m, c->bn_v, NULL, NULL, false, 0.1, 1e-5));
-    OUT("conv2d", oar_conv2d(x, c->w1, NULL, (int64_t[]){2, 1}, (int64_t[]){1, 1}, (int64_t[]){1, 2}, 1));
+    OUT("conv2d",
+        oar_conv2d(x, c->w1, NULL, (int64_t[]){2, 1}, (int64_t[]){1, 1}, (int64_t[]){1, 2}, 1));
     OUT("conv1d", oar_conv1d(oar_reshape(x, 3, (int64_t[]){-1, 3, 16}), c->w1d, NULL, 2, 1, 1, 1));
-    OUT("conv_transpose2d", oar_conv_transpose2d(x, c->wt, NULL, (int64_t[]){2, 2}, (int64_t[]){1, 0},
-                                                 (int64_t[]){1, 0}, (int64_t[]){1, 1}, 1));
-    OUT("max_pool2d", oar_max_pool2d(x, (int64_t[]){3, 3}, (int64_t[]){1, 2}, (int64_t[]){1, 1}, (int64_t[]){1, 1},
-                                     false, NULL));
-    OUT("avg_pool2d", oar_avg_pool2d(x, (int64_t[]){2, 2}, (int64_t[]){2, 1}, (int64_t[]){1, 0}, false, true));
-    OUT("avg_pool2d_nopad", oar_avg_pool2d(x, (int64_t[]){3, 3}, (int64_t[]){1, 1}, (int64_t[]){1, 1}, false, false));
+    OUT("conv_transpose2d",
+        oar_conv_transpose2d(x, c->wt, NULL, (int64_t[]){2, 2}, (int64_t[]){1, 0},
+                             (int64_t[]){1, 0}, (int64_t[]){1, 1}, 1));
+    OUT("max_pool2d", oar_max_pool2d(x, (int64_t[]){3, 3}, (int64_t[]){1, 2}, (int64_t[]){1, 1},
+                                     (int64_t[]){1, 1}, false, NULL));
+    OUT("avg_pool2d",
+        oar_avg_pool2d(x, (int64_t[]){2, 2}, (int64_t[]){2, 1}, (int64_t[]){1, 0}, false, true));
+    OUT("avg_pool2d_nopad",
+        oar_avg_pool2d(x, (int64_t[]){3, 3}, (int64_t[]){1, 1}, (int64_t[]){1, 1}, false, false));
     OUT("adaptive_pool", oar_add(oar_adaptive_avg_pool2d(x, (int64_t[]){2, 2}),
                                  oar_adaptive_avg_pool2d(x, (int64_t[]){1, 1})));
     OUT("interp_nearest", oar_interpolate(x, (int64_t[]){8, 6}, OAR_INTERP_NEAREST, false));
@@ -322,7 +352,8 @@ static void test_every_op(void) {
     for (int opset = 13; opset <= 17; opset++) {
         if (opset == 15) continue;
         c.opset = opset;
-        oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 3, 4, 4}, .dim_names = {"N"}};
+        oar_graph_input_spec s = {
+            .name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 3, 4, 4}, .dim_names = {"N"}};
         ops_ctx probe = c;
         /* a first trace counts the outputs */
         oar_tensor *tmp[MAX_IO];
@@ -331,7 +362,8 @@ static void test_every_op(void) {
         oar_pool_pop(p);
         CHECK(st == 0);
         if (st) break;
-        oar_graph *g = oar_trace(ops_fn, &c, 1, &s, probe.n_out, &(oar_trace_options){.output_names = probe.names});
+        oar_graph *g = oar_trace(ops_fn, &c, 1, &s, probe.n_out,
+                                 &(oar_trace_options){.output_names = probe.names});
         if (!g) fprintf(stderr, "trace: %s\n", oar_last_error());
         CHECK(g != NULL);
         if (!g) break;
@@ -342,7 +374,8 @@ static void test_every_op(void) {
     }
     oar_tensor_release(x);
     oar_tensor *ts[] = {c.w2, c.w2t, c.w1, c.w1d, c.wt, c.ln_w, c.bn_m, c.bn_v, c.idx};
-    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) oar_tensor_release(ts[i]);
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+        oar_tensor_release(ts[i]);
 }
 
 /* A model with only ops today's importer reads (softmax, sigmoid, tanh,
@@ -350,9 +383,11 @@ static void test_every_op(void) {
 static int importable_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     (void)ctx;
     oar_tensor *x = in[0]; /* [N, 2, 4, 4] */
-    oar_tensor *a = oar_avg_pool2d(x, (int64_t[]){2, 2}, (int64_t[]){2, 2}, (int64_t[]){0, 0}, false, true);
+    oar_tensor *a =
+        oar_avg_pool2d(x, (int64_t[]){2, 2}, (int64_t[]){2, 2}, (int64_t[]){0, 0}, false, true);
     oar_tensor *b = oar_adaptive_avg_pool2d(x, (int64_t[]){1, 1});
-    oar_tensor *c = oar_div(oar_sub(oar_sigmoid(a), oar_tanh(b)), oar_add_scalar(oar_sigmoid(b), 1));
+    oar_tensor *c =
+        oar_div(oar_sub(oar_sigmoid(a), oar_tanh(b)), oar_add_scalar(oar_sigmoid(b), 1));
     oar_tensor *r = oar_reshape(oar_permute(c, (int64_t[]){0, 2, 3, 1}), 2, (int64_t[]){-1, 8});
     out[0] = oar_softmax(r, 1);
     out[1] = oar_mul(oar_sigmoid(x), oar_relu(x)); /* two outputs */
@@ -360,9 +395,14 @@ static int importable_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
 }
 
 static void test_importable(void) {
-    oar_graph_input_spec s = {.name = "images", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 2, 4, 4}, .dim_names = {"batch"}};
+    oar_graph_input_spec s = {.name = "images",
+                              .dtype = OAR_F32,
+                              .ndim = 4,
+                              .shape = {-1, 2, 4, 4},
+                              .dim_names = {"batch"}};
     model_case c = {.name = "importable", .n_in = 1};
-    c.g = oar_trace(importable_fn, NULL, 1, &s, 2, &(oar_trace_options){.output_names = (const char *[]){"probs", "act"}});
+    c.g = oar_trace(importable_fn, NULL, 1, &s, 2,
+                    &(oar_trace_options){.output_names = (const char *[]){"probs", "act"}});
     CHECK(c.g != NULL);
     c.in[0] = oar_randn(OAR_F32, 4, (int64_t[]){5, 2, 4, 4});
     if (c.g) {
@@ -388,9 +428,11 @@ static int dyn_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
 }
 
 static void test_two_dynamic_dims(void) {
-    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {-1, -1, 4}, .dim_names = {"N", "T"}};
+    oar_graph_input_spec s = {
+        .name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {-1, -1, 4}, .dim_names = {"N", "T"}};
     model_case c = {.name = "dyn", .n_in = 1};
-    c.g = oar_trace(dyn_fn, NULL, 1, &s, 3, &(oar_trace_options){.output_names = (const char *[]){"a", "b", "c"}});
+    c.g = oar_trace(dyn_fn, NULL, 1, &s, 3,
+                    &(oar_trace_options){.output_names = (const char *[]){"a", "b", "c"}});
     CHECK(c.g != NULL);
     c.in[0] = oar_randn(OAR_F32, 3, (int64_t[]){3, 5, 4});
     if (c.g) {
@@ -404,21 +446,23 @@ static void test_two_dynamic_dims(void) {
  * ONNX Runtime 1.32 has no double Erf kernel, so the erf form is not used). */
 static int f64_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     oar_tensor *w = ctx, *x = in[0]; /* [N, 6] */
-    oar_tensor *h = oar_add(oar_mul_scalar(oar_gelu(x, true), 2), oar_layer_norm(x, 1, w, NULL, 1e-6));
+    oar_tensor *h =
+        oar_add(oar_mul_scalar(oar_gelu(x, true), 2), oar_layer_norm(x, 1, w, NULL, 1e-6));
     out[0] = oar_log_softmax(oar_add(h, oar_sum(oar_square(x), 1, (int64_t[]){1}, true)), 1);
     return out[0] ? 0 : -1;
 }
 
 /* An int64 input: embedding rows picked by index, then a mean over the sequence. */
 static int embed_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
-    oar_tensor *w = ctx; /* [10, 8] */
+    oar_tensor *w = ctx;                                                  /* [10, 8] */
     out[0] = oar_mean(oar_embedding(w, in[0]), 1, (int64_t[]){1}, false); /* [N, 8] */
     return out[0] ? 0 : -1;
 }
 
 static void test_dtypes(void) {
     oar_tensor *w = oar_randn(OAR_F64, 1, (int64_t[]){6});
-    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F64, .ndim = 2, .shape = {-1, 6}, .dim_names = {"N"}};
+    oar_graph_input_spec s = {
+        .name = "x", .dtype = OAR_F64, .ndim = 2, .shape = {-1, 6}, .dim_names = {"N"}};
     model_case c = {.name = "f64", .n_in = 1};
     c.g = oar_trace(f64_fn, w, 1, &s, 1, NULL);
     CHECK(c.g != NULL);
@@ -431,7 +475,8 @@ static void test_dtypes(void) {
     oar_tensor_release(w);
 
     w = oar_randn(OAR_F32, 2, (int64_t[]){10, 8});
-    oar_graph_input_spec si = {.name = "tokens", .dtype = OAR_I64, .ndim = 2, .shape = {-1, 5}, .dim_names = {"N"}};
+    oar_graph_input_spec si = {
+        .name = "tokens", .dtype = OAR_I64, .ndim = 2, .shape = {-1, 5}, .dim_names = {"N"}};
     model_case e = {.name = "embed", .n_in = 1};
     e.g = oar_trace(embed_fn, w, 1, &si, 1, NULL);
     CHECK(e.g != NULL);
@@ -445,13 +490,15 @@ static void test_dtypes(void) {
  * decomposition at every opset), the seed gradient is expanded to [N, 6]
  * with a run-time shape. */
 static int ln_loss_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
-    out[0] = oar_sum(oar_mul(oar_layer_norm(in[0], 1, NULL, NULL, 1e-5), ctx), 2, (int64_t[]){0, 1}, false);
+    out[0] = oar_sum(oar_mul(oar_layer_norm(in[0], 1, NULL, NULL, 1e-5), ctx), 2, (int64_t[]){0, 1},
+                     false);
     return out[0] ? 0 : -1;
 }
 
 static void test_backward_graph(void) {
     oar_tensor *w = oar_randn(OAR_F32, 1, (int64_t[]){6});
-    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 6}, .dim_names = {"N"}};
+    oar_graph_input_spec s = {
+        .name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 6}, .dim_names = {"N"}};
     model_case c = {.name = "backward", .n_in = 1};
     c.g = oar_trace(ln_loss_fn, w, 1, &s, 1, NULL);
     CHECK(c.g != NULL);
@@ -477,9 +524,12 @@ static int aliases_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
 
 static void test_output_aliases(void) {
     oar_tensor *w = oar_randn(OAR_F32, 1, (int64_t[]){3});
-    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 3}, .dim_names = {"N"}};
+    oar_graph_input_spec s = {
+        .name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 3}, .dim_names = {"N"}};
     model_case c = {.name = "aliases", .n_in = 1};
-    c.g = oar_trace(aliases_fn, w, 1, &s, 4, &(oar_trace_options){.output_names = (const char *[]){"a", "b", "x_copy", "w_copy"}});
+    c.g = oar_trace(
+        aliases_fn, w, 1, &s, 4,
+        &(oar_trace_options){.output_names = (const char *[]){"a", "b", "x_copy", "w_copy"}});
     CHECK(c.g != NULL);
     c.in[0] = oar_randn(OAR_F32, 2, (int64_t[]){2, 3});
     if (c.g) round_trip(&c, 17, true, "");
@@ -497,8 +547,8 @@ static int cumprod_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
 static int pool_indices_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     (void)ctx;
     oar_tensor *idx = NULL;
-    oar_tensor *v = oar_max_pool2d(in[0], (int64_t[]){2, 2}, (int64_t[]){2, 2}, (int64_t[]){0, 0}, (int64_t[]){1, 1},
-                                   false, &idx);
+    oar_tensor *v = oar_max_pool2d(in[0], (int64_t[]){2, 2}, (int64_t[]){2, 2}, (int64_t[]){0, 0},
+                                   (int64_t[]){1, 1}, false, &idx);
     out[0] = v;
     out[1] = idx;
     return v && idx ? 0 : -1;
@@ -522,19 +572,24 @@ static void test_failures(void) {
     snprintf(path, sizeof path, "%s/f.onnx", dir);
     CHECK_STATUS_FAILS(oar_onnx_export(NULL, path, NULL), "NULL graph");
     CHECK_STATUS_FAILS(oar_onnx_export(g, NULL, NULL), "NULL path");
-    CHECK_STATUS_FAILS(oar_onnx_export(g, path, &(oar_onnx_export_options){.opset = 12}), "opset 12 is not supported");
-    CHECK_STATUS_FAILS(oar_onnx_export(g, path, &(oar_onnx_export_options){.opset = 18}), "opset 18 is not supported");
-    CHECK_STATUS_FAILS(oar_onnx_export(g, "/nonexistent/dir/f.onnx", NULL), "cannot write '/nonexistent/dir/f.onnx'");
+    CHECK_STATUS_FAILS(oar_onnx_export(g, path, &(oar_onnx_export_options){.opset = 12}),
+                       "opset 12 is not supported");
+    CHECK_STATUS_FAILS(oar_onnx_export(g, path, &(oar_onnx_export_options){.opset = 18}),
+                       "opset 18 is not supported");
+    CHECK_STATUS_FAILS(oar_onnx_export(g, "/nonexistent/dir/f.onnx", NULL),
+                       "cannot write '/nonexistent/dir/f.onnx'");
     CHECK(access("/nonexistent/dir/f.onnx.tmp", F_OK) != 0);
     /* Trilu is opset 14 */
-    CHECK_STATUS_FAILS(oar_onnx_export(g, path, &(oar_onnx_export_options){.opset = 13}), "node 0 (tril): Trilu needs opset >= 14");
+    CHECK_STATUS_FAILS(oar_onnx_export(g, path, &(oar_onnx_export_options){.opset = 13}),
+                       "node 0 (tril): Trilu needs opset >= 14");
     CHECK(access(path, F_OK) != 0); /* nothing written on failure */
     CHECK(oar_onnx_export(g, path, &(oar_onnx_export_options){.opset = 14}) == 0);
     CHECK(oar_onnx_export(g, path, NULL) == 0);
     oar_graph_free(g);
 
     g = oar_trace(cumprod_fn, NULL, 1, &s, 1, NULL);
-    CHECK_STATUS_FAILS(oar_onnx_export(g, path, NULL), "node 0 (cumprod): op 'cumprod' has no ONNX mapping");
+    CHECK_STATUS_FAILS(oar_onnx_export(g, path, NULL),
+                       "node 0 (cumprod): op 'cumprod' has no ONNX mapping");
     oar_graph_free(g);
     g = oar_trace(pool_indices_fn, NULL, 1, &s, 2, NULL);
     CHECK_STATUS_FAILS(oar_onnx_export(g, path, NULL), "node 0 (max_pool2d): its output 1 is used");
@@ -627,7 +682,8 @@ static void test_cli(void) {
     free(out);
     snprintf(args, sizeof args, "info %s/cli.onnx", dir);
     out = oar_cmd(args, &rc);
-    CHECK(rc == 0 && strstr(out, "input  0: x float32 [?, 8]") && strstr(out, "output 0: y float32 [?, 4]"));
+    CHECK(rc == 0 && strstr(out, "input  0: x float32 [?, 8]") &&
+          strstr(out, "output 0: y float32 [?, 4]"));
     free(out);
     snprintf(args, sizeof args, "%s/cli.onnx", dir);
     oar_graph *h = oar_onnx_load(args);
@@ -675,7 +731,11 @@ int main(void) {
     RUN(test_failures);
     RUN(test_allocation_failures);
     RUN(test_cli);
-    if (skipped) fprintf(stderr, "note: %d re-imports need ops the importer lacks (exports checked; see the notes)\n", skipped);
+    if (skipped)
+        fprintf(
+            stderr,
+            "note: %d re-imports need ops the importer lacks (exports checked; see the notes)\n",
+            skipped);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) return 1;
