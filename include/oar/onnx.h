@@ -47,7 +47,8 @@ OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n);
  * symbol ("N"; an output dim that is a multiple k of it: "k*N"). Constants
  * that nodes use become initializers (raw_data, little-endian) named by
  * their value names (a duplicate gets ".v<id>"); intermediate values are
- * named "/v<id>" and helper tensors "/t<k>". A graph output that is an input,
+ * named "/v<id>", helper tensors "/t<k>", nodes "<oar op><node>/<ONNX op>_<k>"
+ * ("layer_norm7/ReduceMean_12"). A graph output that is an input,
  * a constant or another output's value is written through an Identity.
  *
  * Each live node becomes one ONNX node or a short chain: elementwise unary

@@ -103,9 +103,11 @@ OARI_PRINTF(2, 3) static int fail(xp *x, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    const oari_gnode *n = &x->g->nodes[x->node];
-    x->st = oari_error(OAR_ERR_UNSUPPORTED, "oar_onnx_export: node %d (%s): %s", x->node,
-                       oari_op_name(n->op), msg);
+    if (x->node < 0)
+        x->st = oari_error(OAR_ERR_UNSUPPORTED, "oar_onnx_export: %s", msg);
+    else
+        x->st = oari_error(OAR_ERR_UNSUPPORTED, "oar_onnx_export: node %d (%s): %s", x->node,
+                           oari_op_name(x->g->nodes[x->node].op), msg);
     return x->st;
 }
 
@@ -272,7 +274,12 @@ static Onnx__NodeProto *emitn(xp *x, const char *op, int n_in, const char *const
     nd->n_output = (size_t)n_out;
     nd->output = outs;
     nd->op_type = (char *)op;
-    nd->name = xstr(x, "%s_%d", op, x->n_onnx_nodes++);
+    /* "<oar op><node index>/<ONNX op>_<k>": an ONNX Runtime message leads back to the oar node */
+    if (x->node >= 0)
+        nd->name = xstr(x, "%s%d/%s_%d", oari_op_name(x->g->nodes[x->node].op), x->node, op,
+                        x->n_onnx_nodes++);
+    else
+        nd->name = xstr(x, "output/%s_%d", op, x->n_onnx_nodes++);
     push(x, (void ***)&x->nodes, &x->n_nodes, &x->cap_nodes, nd);
     return x->st ? NULL : nd;
 }
@@ -1198,6 +1205,7 @@ static int build_model(xp *x, Onnx__ModelProto *m) {
         if (!g->nodes[i].dead) export_node(x, i);
     /* outputs: a value named otherwise (an input, a constant, another output's value) gets an
      * Identity */
+    x->node = -1;
     for (int j = 0; j < g->n_outputs && !x->st; j++) {
         int v = g->outputs[j];
         const char *name = x->names[v];
@@ -1246,7 +1254,7 @@ OAR_API int oar_onnx_export(const oar_graph *g, const char *path,
     if (opset < 13 || opset > 17)
         return oari_error(OAR_ERR_UNSUPPORTED,
                           "oar_onnx_export: opset %d is not supported (13..17)", opset);
-    xp x = {.g = g, .opset = opset};
+    xp x = {.g = g, .opset = opset, .node = -1};
     size_t nv = (size_t)(g->n_values ? g->n_values : 1);
     x.names = oari_calloc(nv, sizeof *x.names);
     x.uses = oari_calloc(nv, sizeof *x.uses);
