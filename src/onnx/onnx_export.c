@@ -1266,17 +1266,19 @@ OAR_API int oar_onnx_export(const oar_graph *g, const char *path,
         Onnx__ModelProto m;
         onnx__model_proto__init(&m);
         st = build_model(&x, &m);
+        size_t n = st ? 0 : onnx__model_proto__get_packed_size(&m);
+        uint8_t *buf = NULL;
+        if (!st && n > (size_t)INT32_MAX) /* protobuf's limit; external data is not written */
+            st = oari_error(OAR_ERR_UNSUPPORTED,
+                            "oar_onnx_export: the model is %zu bytes, over protobuf's 2 GiB limit "
+                            "(external data is not supported)",
+                            n);
+        if (!st && !(buf = oari_malloc(n ? n : 1))) st = OAR_ERR_NOMEM;
         if (!st) {
-            size_t n = onnx__model_proto__get_packed_size(&m);
-            uint8_t *buf = oari_malloc(n ? n : 1);
-            if (!buf) {
-                st = OAR_ERR_NOMEM;
-            } else {
-                onnx__model_proto__pack(&m, buf);
-                st = write_file(path, buf, n);
-                oari_free(buf, n ? n : 1);
-            }
+            onnx__model_proto__pack(&m, buf);
+            st = write_file(path, buf, n);
         }
+        if (buf) oari_free(buf, n ? n : 1);
     }
     arena_free(&x);
     oari_free(x.names, nv * sizeof *x.names);
