@@ -218,6 +218,26 @@ static const char *cst_scalar(xp *x, oar_dtype dt, double v) {
     return add_init(x, tmp_name(x), dt, 0, NULL, &u, n);
 }
 
+/* An initializer of dtype dt (f32 or f64) and the given shape, every element v. */
+static const char *filled(xp *x, oar_dtype dt, int ndim, const int64_t *shape, double v) {
+    if (dt != OAR_F32 && dt != OAR_F64) {
+        fail(x, "a %s constant of ones or zeros is not supported", oar_dtype_name(dt));
+        return NULL;
+    }
+    int64_t cnt = 1;
+    for (int d = 0; d < ndim; d++)
+        cnt *= shape[d];
+    size_t es = oar_dtype_size(dt);
+    uint8_t *buf = xalloc(x, (size_t)cnt * es + 1);
+    for (int64_t i = 0; buf && i < cnt; i++) {
+        if (dt == OAR_F32)
+            ((float *)buf)[i] = (float)v;
+        else
+            ((double *)buf)[i] = v;
+    }
+    return buf ? add_init_raw(x, tmp_name(x), dt, ndim, shape, buf, (size_t)cnt * es, false) : NULL;
+}
+
 /* Constant value v as an initializer: a contiguous constant's bytes are
  * referenced in place (the graph keeps it alive), a strided one is gathered. */
 static int export_const(xp *x, int v) {
@@ -1003,33 +1023,16 @@ static int export_node(xp *x, int ni) {
     }
     case OARI_OP_layer_norm: {
         int k = (int)a[0];
-        bool stats = x->uses[n->out[1]] || x->uses[n->out[2]];
-        if (x->opset >= 17 && !stats) {
-            const char *W = X1;
-            if (!W) { /* Scale is required */
-                int64_t one_shape[OAR_MAX_DIMS];
-                for (int d = 0; d < k; d++)
-                    one_shape[d] = iv->shape[rank - k + d];
-                if (dt != OAR_F32 && dt != OAR_F64)
-                    return fail(x, "a %s layer norm without weight", oar_dtype_name(dt));
-                int64_t cnt = 1;
-                for (int d = 0; d < k; d++)
-                    cnt *= one_shape[d];
-                size_t es = oar_dtype_size(dt);
-                uint8_t *ones = xalloc(x, (size_t)cnt * es + 1);
-                for (int64_t i = 0; ones && i < cnt; i++) {
-                    if (dt == OAR_F32)
-                        ((float *)ones)[i] = 1.0f;
-                    else
-                        ((double *)ones)[i] = 1.0;
-                }
-                W = ones ? add_init(x, tmp_name(x), dt, k, one_shape, ones, (size_t)cnt * es)
-                         : NULL;
-            }
+        bool plain = x->opset >= 17 && !x->uses[n->out[1]] && !x->uses[n->out[2]];
+        for (int d = rank - k; d < rank; d++)
+            plain = plain && iv->sym[d] < 0;
+        if (plain) {
+            /* Scale is required: ones when oar has no weight */
+            const char *W = X1 ? X1 : filled(x, dt, k, iv->shape + rank - k, 1.0);
             nd = emit(x, "LayerNormalization", X2 ? 3 : 2, (const char *const[]){X, W, X2}, Y);
             set_i(x, nd, "axis", rank - k);
             set_f(x, nd, "epsilon", f[0]);
-        } else {
+        } else { /* also when the mean / rstd outputs are used */
             layer_norm_decomposed(x, X, X1, X2, dt, rank, k, f[0], Y,
                                   x->uses[n->out[1]] ? x->names[n->out[1]] : NULL,
                                   x->uses[n->out[2]] ? x->names[n->out[2]] : NULL);
@@ -1041,26 +1044,9 @@ static int export_node(xp *x, int ni) {
         const char *M = X1, *V = X2, *W = in_name(x, n, 3), *B = in_name(x, n, 4);
         if (!M || !V) return fail(x, "batch norm without running statistics");
         if (rank < 2) return fail(x, "batch norm of a rank-%d input", rank);
-        if (!W || !B) {
-            int64_t c = iv->shape[1];
-            size_t es = oar_dtype_size(dt);
-            uint8_t *buf = xalloc(x, (size_t)c * es + 1);
-            if (!buf) break;
-            if (dt != OAR_F32 && dt != OAR_F64)
-                return fail(x, "a %s batch norm without weight", oar_dtype_name(dt));
-            for (int64_t i = 0; i < c; i++) {
-                if (dt == OAR_F32)
-                    ((float *)buf)[i] = W ? 0.0f : 1.0f;
-                else
-                    ((double *)buf)[i] = W ? 0.0 : 1.0;
-            }
-            const char *t = add_init(x, tmp_name(x), dt, 1, &c, buf, (size_t)c * es);
-            if (!W) W = t;
-            if (!B) { /* zeros */
-                uint8_t *z = xalloc(x, (size_t)c * es + 1);
-                B = z ? add_init(x, tmp_name(x), dt, 1, &c, z, (size_t)c * es) : NULL;
-            }
-        }
+        /* scale and bias are required: ones and zeros when oar has none */
+        if (!W) W = filled(x, dt, 1, &iv->shape[1], 1.0);
+        if (!B) B = filled(x, dt, 1, &iv->shape[1], 0.0);
         nd = emit(x, "BatchNormalization", 5, (const char *const[]){X, W, B, M, V}, Y);
         set_f(x, nd, "epsilon", f[0]);
         break;
