@@ -512,6 +512,49 @@ static void test_backward_graph(void) {
     oar_tensor_release(w);
 }
 
+/* A whole training step: cross-entropy of the MLP, the gradients of the
+ * parameters (graph inputs) and the SGD update, exported as one model
+ * (scatter_add: opset >= 16). */
+static int ce_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    out[0] = oar_cross_entropy(oar_module_forward(ctx, in[0]), in[1], NULL, -100, 0.0,
+                               OAR_REDUCTION_MEAN);
+    return out[0] ? 0 : -1;
+}
+
+static void test_train_step(void) {
+    oar_module *m = make_mlp();
+    oar_graph_input_spec s[2] = {{.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {6, 8}},
+                                 {.name = "target", .dtype = OAR_I64, .ndim = 1, .shape = {6}}};
+    model_case c = {.name = "train_step"};
+    c.g = oar_trace(ce_fn, m, 2, s, 1, &(oar_trace_options){.module = m, .params_as_inputs = true});
+    CHECK(c.g != NULL);
+    if (!c.g) {
+        oar_module_free(m);
+        return;
+    }
+    c.n_in = oar_graph_num_inputs(c.g);
+    CHECK(c.n_in == 6);
+    int wrt[4] = {2, 3, 4, 5};
+    CHECK(oar_graph_append_backward(c.g, 0, 4, wrt) == 1);
+    CHECK(oar_graph_append_sgd(c.g, 0.1) == 4);
+    c.in[0] = oar_randn(OAR_F32, 2, (int64_t[]){6, 8});
+    c.in[1] = oar_randint(0, 4, OAR_I64, 1, (int64_t[]){6});
+    for (int i = 2; i < c.n_in; i++) {
+        c.in[i] = oar_module_get(m, oar_graph_input_name(c.g, i));
+        CHECK(c.in[i] != NULL);
+        oar_tensor_retain(c.in[i]);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/train14.onnx", dir);
+    CHECK(oar_onnx_export(c.g, path, &(oar_onnx_export_options){.opset = 14}) != 0);
+    CHECK(strstr(oar_last_error(),
+                 "(scatter_add): ScatterElements with reduction='add' needs opset >= 16"));
+    round_trip(&c, 16, false, "");
+    round_trip(&c, 17, false, "");
+    case_free(&c);
+    oar_module_free(m);
+}
+
 /* Outputs that are an input, a constant, or the same value twice get Identity nodes. */
 static int aliases_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     oar_tensor *w = ctx;
@@ -727,6 +770,7 @@ int main(void) {
     RUN(test_two_dynamic_dims);
     RUN(test_dtypes);
     RUN(test_backward_graph);
+    RUN(test_train_step);
     RUN(test_output_aliases);
     RUN(test_failures);
     RUN(test_allocation_failures);
