@@ -59,8 +59,8 @@ OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n);
  * dim equal to the input's becomes 0, one other -1, else the sizes are read
  * at run time with Shape/Gather/Concat), permute (Transpose), expand, slice,
  * flip, roll, concat, pad, tril/triu (Trilu, opset >= 14), index_select
- * (Gather), gather (GatherElements), scatter/scatter_add (ScatterElements;
- * add needs opset >= 16), one_hot, topk, sort (TopK over the whole dim),
+ * (Gather), gather (GatherElements), scatter/scatter_add/index_add
+ * (ScatterElements; add needs opset >= 16), one_hot, topk, sort (TopK over the whole dim),
  * atan2 (Atan and Where), conv2d and conv_transpose2d (also
  * their 1-D form on [N, C, L]), max_pool2d (the values; a used indices
  * output is an error), avg_pool2d, adaptive_avg_pool2d (to 1 x 1:

@@ -907,6 +907,19 @@ static int export_node(xp *x, int ni) {
         if (n->op == OARI_OP_scatter_add) set_s(x, nd, "reduction", "add");
         break;
     }
+    case OARI_OP_index_add: { /* ScatterElements(add) with the index spread along dim of src */
+        if (x->opset < 16) return fail(x, "ScatterElements with reduction='add' needs opset >= 16");
+        const oari_gvalue *sv = &g->values[n->in[2]];
+        int64_t ishape[OAR_MAX_DIMS];
+        for (int d = 0; d < sv->ndim; d++)
+            ishape[d] = d == a[0] ? -1 : 1;
+        const char *idx = OP2("Reshape", X1, cst_i64(x, sv->ndim, ishape), NULL);
+        idx = OP2("Expand", idx, OP1("Shape", X2, NULL), NULL);
+        nd = emit(x, "ScatterElements", 3, (const char *const[]){X, idx, X2}, Y);
+        set_i(x, nd, "axis", a[0]);
+        set_s(x, nd, "reduction", "add");
+        break;
+    }
     case OARI_OP_one_hot:
         set_i(x,
               emit(x, "OneHot", 3,

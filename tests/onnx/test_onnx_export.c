@@ -512,6 +512,26 @@ static void test_backward_graph(void) {
     oar_tensor_release(w);
 }
 
+/* The gradient of an embedding lookup: index_add (ScatterElements add). */
+static int lookup_loss_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    oar_tensor *rows = oar_index_select(in[0], 0, ctx); /* repeated indices accumulate */
+    out[0] = oar_sum(oar_square(rows), 2, (int64_t[]){0, 1}, false);
+    return out[0] ? 0 : -1;
+}
+
+static void test_index_add(void) {
+    oar_tensor *idx = oar_tensor_from_data((int64_t[]){3, 0, 3, 7, 3}, OAR_I64, 1, (int64_t[]){5});
+    oar_graph_input_spec s = {.name = "w", .dtype = OAR_F32, .ndim = 2, .shape = {10, 4}};
+    model_case c = {.name = "index_add", .n_in = 1};
+    c.g = oar_trace(lookup_loss_fn, idx, 1, &s, 1, NULL);
+    CHECK(c.g && oar_graph_append_backward(c.g, 0, 1, (int[]){0}) == 1);
+    CHECK(c.g && oar_graph_count_op(c.g, "index_add") == 1);
+    c.in[0] = oar_randn(OAR_F32, 2, (int64_t[]){10, 4});
+    if (c.g) round_trip(&c, 16, false, "");
+    case_free(&c);
+    oar_tensor_release(idx);
+}
+
 /* A whole training step: cross-entropy of the MLP, the gradients of the
  * parameters (graph inputs) and the SGD update, exported as one model
  * (scatter_add: opset >= 16). */
@@ -771,6 +791,7 @@ int main(void) {
     RUN(test_dtypes);
     RUN(test_backward_graph);
     RUN(test_train_step);
+    RUN(test_index_add);
     RUN(test_output_aliases);
     RUN(test_failures);
     RUN(test_allocation_failures);
