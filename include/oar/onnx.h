@@ -58,7 +58,7 @@ OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n);
  * log_softmax (opset 13 semantics, one axis), matmul, view (Reshape: a dynamic
  * dim equal to the input's becomes 0, one other -1, else the sizes are read
  * at run time with Shape/Gather/Concat), permute (Transpose), expand, slice,
- * flip, roll, concat, pad, tril/triu (Trilu, opset >= 14), index_select
+ * flip, roll, diagonal (Transpose, Reshape, Gather), concat, pad, tril/triu (Trilu, opset >= 14), index_select
  * (Gather), gather (GatherElements), scatter/scatter_add/index_add
  * (ScatterElements; add needs opset >= 16), one_hot, topk, sort (TopK over the whole dim),
  * atan2 (Atan and Where), conv2d and conv_transpose2d (also

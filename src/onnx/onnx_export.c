@@ -869,6 +869,27 @@ static int export_node(xp *x, int ni) {
         set_i(x, nd, "upper", n->op == OARI_OP_triu);
         break;
     }
+    case OARI_OP_diagonal: { /* d1, d2 moved last and flattened, the diagonal gathered */
+        int64_t off = a[0], d1 = a[1], d2 = a[2];
+        if (iv->sym[d1] >= 0 || iv->sym[d2] >= 0) return fail(x, "diagonal over a dynamic dim");
+        int64_t n1 = iv->shape[d1], n2 = iv->shape[d2], perm[OAR_MAX_DIMS], shape[OAR_MAX_DIMS];
+        int k = 0;
+        for (int d = 0; d < rank; d++)
+            if (d != d1 && d != d2) shape[k] = 0, perm[k++] = d; /* 0: keep the dim */
+        perm[k] = d1, perm[k + 1] = d2, shape[k] = n1 * n2;
+        int64_t len = off >= 0 ? (n2 - off < n1 ? n2 - off : n1) : (n1 + off < n2 ? n1 + off : n2);
+        if (len < 0) len = 0;
+        int64_t *idx = xalloc(x, (size_t)(len ? len : 1) * sizeof *idx);
+        for (int64_t i = 0; idx && i < len; i++)
+            idx[i] = off >= 0 ? i * n2 + i + off : (i - off) * n2 + i;
+        nd = emit(x, "Transpose", 1, &X, NULL);
+        set_ints(x, nd, "perm", rank, perm);
+        const char *flat = OP2("Reshape", out0(nd), cst_i64(x, k + 1, shape), NULL);
+        nd = emit(x, "Gather", 2,
+                  (const char *const[]){flat, idx ? cst_i64(x, (int)len, idx) : NULL}, Y);
+        set_i(x, nd, "axis", k);
+        break;
+    }
     case OARI_OP_concat: {
         const char *ins[OARI_MAX_IN];
         for (int i = 0; i < n->n_in; i++)

@@ -303,6 +303,9 @@ static int ops_fn(void *vc, oar_tensor *const *in, oar_tensor **out) {
     OUT("sort_desc", oar_sort(oar_floor(oar_mul_scalar(x, 2)), 3, true, &si)); /* ties: stable */
     OUT("sort_indices", si);
     OUT("sort_asc", oar_sort(x, 0, false, NULL)); /* along the dynamic dim */
+    OUT("diagonal", oar_add(oar_diagonal(x, 0, 2, 3), oar_diagonal(x, 0, 3, 2)));  /* [N, 3, 4] */
+    OUT("diagonal_below", oar_diagonal(x, -1, 1, 3));                              /* [N, 4, 2] */
+    OUT("diagonal_above", oar_diagonal(x, 1, 3, 2));                               /* [N, 3, 3] */
     OUT("atan2", oar_add(oar_atan2(x, y), oar_atan2(oar_floor(x), oar_floor(y)))); /* zeros too */
     OUT("layer_norm",
         oar_add(oar_layer_norm(x, 2, c->ln_w, NULL, 1e-5), oar_layer_norm(x, 1, NULL, NULL, 1e-3)));
