@@ -51,28 +51,28 @@ OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n);
  * ("layer_norm7/ReduceMean_12"). A graph output that is an input,
  * a constant or another output's value is written through an Identity.
  *
- * Each live node becomes one ONNX node or a short chain: elementwise unary
- * and binary ops, comparisons, where, cast, clamp (Clip), sum/prod/amax/amin
- * (ReduceSum with axes as input, the others with an axes attribute, as
- * opsets 13..17 define them), all/any, argmax/argmin, cumsum, softmax and
- * log_softmax (opset 13 semantics, one axis), matmul, view (Reshape: a dynamic
- * dim equal to the input's becomes 0, one other -1, else the sizes are read
- * at run time with Shape/Gather/Concat), permute (Transpose), expand, slice,
- * flip, roll, diagonal (Transpose, Reshape, Gather), concat, pad, tril/triu (Trilu, opset >= 14), index_select
- * (Gather), gather (GatherElements), scatter/scatter_add/index_add
- * (ScatterElements; add needs opset >= 16), one_hot, topk, sort (TopK over the whole dim),
- * atan2 (Atan and Where), conv2d and conv_transpose2d (also
- * their 1-D form on [N, C, L]), max_pool2d (the values; a used indices
- * output is an error), avg_pool2d, adaptive_avg_pool2d (to 1 x 1:
- * GlobalAveragePool; by whole factors: AveragePool), interpolate (Resize),
- * layer_norm (LayerNormalization at opset 17; decomposed into
- * ReduceMean/Sub/Mul/Sqrt/Reciprocal at 13..16 or when its mean/rstd outputs
- * are used), group_norm (decomposed), batch_norm in eval mode
- * (BatchNormalization), and decompositions of gelu (both forms, with Erf or
- * Tanh), silu, relu6, rsqrt, square, log2, exp2, log1p, expm1, trunc,
- * softplus (beta; oar's linear branch above the threshold differs by less
- * than exp(-threshold)), floor_div and remainder (floats; integer remainder
- * is Mod). Run the inference passes first (oar_graph_optimize with
+ * Each live node becomes one ONNX node or a short chain: elementwise unary and
+ * binary ops, comparisons, where, cast, clamp (Clip), sum/prod/amax/amin
+ * (ReduceSum with axes as input, the others with an axes attribute, as opsets
+ * 13..17 define them), all/any, argmax/argmin, cumsum, softmax and log_softmax
+ * (opset 13 semantics, one axis), matmul, view (Reshape: a dynamic dim equal
+ * to the input's becomes 0, one other -1, else the sizes are read at run time
+ * with Shape/Gather/Concat), permute (Transpose), expand, slice, flip, roll,
+ * diagonal (Transpose, Reshape, Gather), concat, pad, tril/triu (Trilu,
+ * opset >= 14), index_select (Gather), gather (GatherElements),
+ * scatter/scatter_add/index_add (ScatterElements; add needs opset >= 16),
+ * one_hot, topk, sort (TopK over the whole dim), atan2 (Atan and Where),
+ * conv2d and conv_transpose2d (also their 1-D form on [N, C, L]), max_pool2d
+ * (the values; a used indices output is an error), avg_pool2d,
+ * adaptive_avg_pool2d (to 1 x 1: GlobalAveragePool; by whole factors:
+ * AveragePool), interpolate (Resize), layer_norm (LayerNormalization at opset
+ * 17; decomposed into ReduceMean/Sub/Mul/Sqrt/Reciprocal at 13..16 or when its
+ * mean/rstd outputs are used), group_norm (decomposed), batch_norm in eval
+ * mode (BatchNormalization), and decompositions of gelu (both forms, with Erf
+ * or Tanh), silu, relu6, rsqrt, square, log2, exp2, log1p, expm1, trunc,
+ * softplus (beta; oar's linear branch above the threshold differs by less than
+ * exp(-threshold)), floor_div and remainder (floats; integer remainder is
+ * Mod). Run the inference passes first (oar_graph_optimize with
  * OAR_PASSES_INFERENCE) to drop dropout and fold batch norm. */
 
 typedef struct oar_onnx_export_options {
