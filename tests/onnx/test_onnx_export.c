@@ -222,7 +222,7 @@ static void test_transformer(void) {
 
 typedef struct ops_ctx {
     int opset;
-    oar_tensor *w2, *w2t, *w1, *w1d, *wt, *ln_w, *bn_m, *bn_v, *idx;
+    oar_tensor *w2, *w2t, *w1, *wg, *w1d, *wt, *ln_w, *bn_m, *bn_v, *idx;
     const char *names[MAX_IO];
     int n_out;
 } ops_ctx;
@@ -241,19 +241,18 @@ static int ops_fn(void *vc, oar_tensor *const *in, oar_tensor **out) {
     OUT("relu6_leaky_elu",
         oar_add(oar_add(oar_relu6(oar_mul_scalar(x, 4)), oar_leaky_relu(x, 0.1)), oar_elu(x, 0.7)));
     OUT("gelu_erf", oar_gelu(x, false));
-    OUT("gelu_tanh", oar_gelu(x, true));
-    OUT("silu", oar_silu(x));
+    OUT("gelu_tanh_silu", oar_add(oar_gelu(x, true), oar_silu(x)));
     OUT("softplus", oar_add(oar_softplus(x, 1, 20), oar_softplus(x, 2, 20)));
     OUT("erf_floor_ceil_round",
         oar_add(oar_add(oar_erf(x), oar_floor(x)), oar_add(oar_ceil(x), oar_round(x))));
-    OUT("trunc", oar_trunc(oar_mul_scalar(x, 3)));
-    OUT("clamp", oar_add(oar_clamp(x, -0.5, 0.5), oar_clamp(x, NAN, 0.3)));
+    OUT("trunc_clamp", oar_add(oar_trunc(oar_mul_scalar(x, 3)),
+                               oar_add(oar_clamp(x, -0.5, 0.5), oar_clamp(x, NAN, 0.3))));
     OUT("trig", oar_add(oar_add(oar_sin(x), oar_cos(x)), oar_add(oar_atan(x), oar_tanh(x))));
     OUT("neg_sign_exp",
         oar_add(oar_add(oar_neg(x), oar_sign(x)), oar_add(oar_exp(x), oar_exp2(x))));
-    OUT("logs", oar_add(oar_add(oar_log(pos), oar_log2(pos)), oar_log1p(ax)));
+    OUT("logs_recip_sqrt", oar_add(oar_add(oar_add(oar_log(pos), oar_log2(pos)), oar_log1p(ax)),
+                                   oar_add(oar_reciprocal(pos), oar_sqrt(ax))));
     OUT("expm1_rsqrt_square", oar_add(oar_add(oar_expm1(x), oar_rsqrt(pos)), oar_square(x)));
-    OUT("recip_sqrt", oar_add(oar_reciprocal(pos), oar_sqrt(ax)));
     oar_tensor *y = oar_mul_scalar(oar_flip(x, 1, (int64_t[]){3}), 0.7);
     OUT("floor_div_remainder",
         oar_add(oar_floor_div(x, pos), oar_remainder(x, oar_add_scalar(y, 2))));
@@ -313,6 +312,12 @@ static int ops_fn(void *vc, oar_tensor *const *in, oar_tensor **out) {
     OUT("batch_norm", oar_batch_norm(x, c->bn_m, c->bn_v, NULL, NULL, false, 0.1, 1e-5));
     OUT("conv2d",
         oar_conv2d(x, c->w1, NULL, (int64_t[]){2, 1}, (int64_t[]){1, 1}, (int64_t[]){1, 2}, 1));
+    OUT("conv2d_grouped", oar_conv2d(x, c->wg, c->bn_m, (int64_t[]){1, 1}, (int64_t[]){2, 2},
+                                     (int64_t[]){2, 2}, 3)); /* depthwise, dilated, bias */
+    OUT("pools_ceil", oar_add(oar_max_pool2d(x, (int64_t[]){2, 2}, (int64_t[]){3, 3},
+                                             (int64_t[]){1, 1}, (int64_t[]){2, 2}, true, NULL),
+                              oar_avg_pool2d(x, (int64_t[]){3, 3}, (int64_t[]){3, 3},
+                                             (int64_t[]){1, 1}, true, true)));
     OUT("conv1d", oar_conv1d(oar_reshape(x, 3, (int64_t[]){-1, 3, 16}), c->w1d, NULL, 2, 1, 1, 1));
     OUT("conv_transpose2d",
         oar_conv_transpose2d(x, c->wt, NULL, (int64_t[]){2, 2}, (int64_t[]){1, 0},
@@ -343,6 +348,7 @@ static void test_every_op(void) {
         .w2 = oar_randn(OAR_F32, 2, (int64_t[]){16, 5}),
         .w2t = oar_randn(OAR_F32, 2, (int64_t[]){5, 16}), /* its transpose: a strided constant */
         .w1 = oar_randn(OAR_F32, 4, (int64_t[]){2, 3, 1, 3}),
+        .wg = oar_randn(OAR_F32, 4, (int64_t[]){3, 1, 3, 3}),
         .wt = oar_randn(OAR_F32, 4, (int64_t[]){3, 2, 3, 2}),
         .ln_w = oar_randn(OAR_F32, 2, (int64_t[]){4, 4}),
         .bn_m = oar_randn(OAR_F32, 1, (int64_t[]){3}),
@@ -376,7 +382,7 @@ static void test_every_op(void) {
         case_free(&mc);
     }
     oar_tensor_release(x);
-    oar_tensor *ts[] = {c.w2, c.w2t, c.w1, c.w1d, c.wt, c.ln_w, c.bn_m, c.bn_v, c.idx};
+    oar_tensor *ts[] = {c.w2, c.w2t, c.w1, c.wg, c.w1d, c.wt, c.ln_w, c.bn_m, c.bn_v, c.idx};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
         oar_tensor_release(ts[i]);
 }
