@@ -22,6 +22,7 @@
 #include <oar/optim.h>
 #include <oar/graph.h>
 #include <oar/infer.h>
+#include <oar/onnx.h> /* onnxexport branch: demo-out/fashion-cnn.onnx */
 
 #include <errno.h>
 #include <stdio.h>
@@ -91,6 +92,8 @@ static int export_and_predict(oar_module *m, const oar_dataset *test, int n) {
     oar_graph *g = oar_trace(deployed, m, 1, &spec, 1,
                              &(oar_trace_options){.module = m, .output_names = (const char *[]){"logits"}});
     int st = !g || oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0) || oar_graph_save(g, MODEL_DIR);
+    if (!st && oar_onnx_export(g, CKPT_DIR "/fashion-cnn.onnx", NULL)) /* onnxexport branch: opset 17 */
+        fprintf(stderr, "onnx export: %s\n", oar_last_error());
     oar_graph_free(g);
     if (st) return -1;
     oar_predictor *pred = oar_predictor_create(&(oar_predictor_config){.model_dir = MODEL_DIR});

@@ -4,6 +4,7 @@
  *   oar run   MODEL --input x.npy [--input ...] --output y.npy [--output ...]
  *   oar bench MODEL [--batch N] [--iters K] [--warmup W] [--threads T]
  *   oar graph MODEL [--optimize] [--kernels]
+ *   oar export MODEL out.onnx [--opset N] [--optimize]
  *
  * MODEL is a folder written by oar_graph_save (or an .onnx file). run and
  * bench use the predictor with the inference passes (--no-optimize turns
@@ -28,6 +29,7 @@ static int usage(void) {
             "       oar bench MODEL [--batch N] [--iters K] [--warmup W] [--threads T] [--no-optimize]\n"
             "                 [--no-compile]\n"
             "       oar graph MODEL [--optimize] [--kernels]\n"
+            "       oar export MODEL out.onnx [--opset N (13..17, default 17)] [--optimize]\n"
             "       oar devices   (devices, loaded plugins, plugins that failed and why)\n");
     return 2;
 }
@@ -243,8 +245,30 @@ static int cmd_devices(void) {
     return 0;
 }
 
+/* onnxexport branch: oar export MODEL out.onnx [--opset N] [--optimize]. MODEL
+ * is a model folder (or an .onnx file); --optimize runs the inference passes
+ * first. */
+static int cmd_export(int argc, char **argv) {
+    if (argc < 4) return usage();
+    int opset = 0;
+    bool optimize = false;
+    for (int a = 4; a < argc; a++) {
+        if (!strcmp(argv[a], "--optimize")) optimize = true;
+        else if (!strcmp(argv[a], "--opset") && a + 1 < argc) opset = atoi(argv[++a]);
+        else return usage();
+    }
+    oar_graph *g = load_graph(argv[2]);
+    if (!g) return fail("export");
+    int st = optimize ? oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0) : 0;
+    if (!st) st = oar_onnx_export(g, argv[3], &(oar_onnx_export_options){.opset = opset});
+    if (!st) printf("wrote %s (opset %d, %d oar nodes)\n", argv[3], opset ? opset : 17, oar_graph_num_nodes(g));
+    oar_graph_free(g);
+    return st ? fail("export") : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "devices")) return cmd_devices();
+    if (argc >= 2 && !strcmp(argv[1], "export")) return cmd_export(argc, argv); /* onnxexport branch */
     if (argc < 3) return usage();
     const char *cmd = argv[1], *dir = argv[2];
     char *ins[64], *outs[64];

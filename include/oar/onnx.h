@@ -36,6 +36,62 @@ OAR_API oar_graph *oar_onnx_load(const char *path);
 /* As oar_onnx_load, from n bytes in memory (borrowed). */
 OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n);
 
+/* ==== ONNX export (onnxexport branch) ==========================================
+ *
+ *     oar_graph *g = oar_graph_load("demo-out/fashion-cnn");
+ *     oar_onnx_export(g, "fashion-cnn.onnx", &(oar_onnx_export_options){.opset = 17});
+ *
+ * Writes a ModelProto (default domain, IR version 8) that onnx.checker
+ * accepts and ONNX Runtime runs. Graph inputs and outputs keep their names,
+ * dtypes and shapes; a dynamic dim becomes a dim_param named by the graph's
+ * symbol ("N"; an output dim that is a multiple k of it: "k*N"). Constants
+ * that nodes use become initializers (raw_data, little-endian) named by
+ * their value names (a duplicate gets ".v<id>"); intermediate values are
+ * named "/v<id>", helper tensors "/t<k>", nodes "<oar op><node>/<ONNX op>_<k>"
+ * ("layer_norm7/ReduceMean_12"). A graph output that is an input,
+ * a constant or another output's value is written through an Identity.
+ *
+ * Each live node becomes one ONNX node or a short chain: elementwise unary and
+ * binary ops, comparisons, where, cast, clamp (Clip), sum/prod/amax/amin
+ * (ReduceSum with axes as input, the others with an axes attribute, as opsets
+ * 13..17 define them), all/any, argmax/argmin, cumsum, softmax and log_softmax
+ * (opset 13 semantics, one axis), matmul, view (Reshape: a dynamic dim equal
+ * to the input's becomes 0, one other -1, else the sizes are read at run time
+ * with Shape/Gather/Concat), permute (Transpose), expand, slice, flip, roll,
+ * diagonal (Transpose, Reshape, Gather), concat, pad, tril/triu (Trilu,
+ * opset >= 14), index_select (Gather), gather (GatherElements),
+ * scatter/scatter_add/index_add (ScatterElements; add needs opset >= 16),
+ * one_hot, topk, sort (TopK over the whole dim), atan2 (Atan and Where),
+ * conv2d and conv_transpose2d (also their 1-D form on [N, C, L]), max_pool2d
+ * (the values; a used indices output is an error), avg_pool2d,
+ * adaptive_avg_pool2d (to 1 x 1: GlobalAveragePool; by whole factors:
+ * AveragePool), interpolate (Resize), layer_norm (LayerNormalization at opset
+ * 17; decomposed into ReduceMean/Sub/Mul/Sqrt/Reciprocal at 13..16 or when its
+ * mean/rstd outputs are used), group_norm (decomposed), batch_norm in eval
+ * mode (BatchNormalization), and decompositions of gelu (both forms, with Erf
+ * or Tanh), silu, relu6, rsqrt, square, log2, exp2, log1p, expm1, trunc,
+ * softplus (beta; oar's linear branch above the threshold differs by less than
+ * exp(-threshold)), floor_div and remainder (floats; integer remainder is
+ * Mod). Run the inference passes first (oar_graph_optimize with
+ * OAR_PASSES_INFERENCE) to drop dropout and fold batch norm. */
+
+typedef struct oar_onnx_export_options {
+    int opset; /* 13..17; 0 means 17 */
+} oar_onnx_export_options;
+
+/* Writes g (borrowed, unchanged) as an ONNX model to path, through a
+ * temporary name and a rename (a failure never leaves a half-written file
+ * at path). opt may be NULL (opset 17). Returns 0, or an error status with
+ * oar_last_error() set: g or path NULL (OAR_ERR_INVALID); an opset outside
+ * 13..17 (OAR_ERR_UNSUPPORTED); a node with no ONNX mapping at that opset
+ * (OAR_ERR_UNSUPPORTED; the message names the node index and its op, e.g.
+ * "node 3 (cumprod): op 'cumprod' has no ONNX mapping", or the attribute or
+ * output that stands in the way: a used max_pool2d indices output, a
+ * training-mode batch norm, a dynamic dim ONNX cannot express); path not
+ * writable (OAR_ERR_IO, naming the path); out of memory (OAR_ERR_NOMEM). */
+OAR_API int oar_onnx_export(const oar_graph *g, const char *path, const oar_onnx_export_options *opt);
+/* ==== end of ONNX export ======================================================= */
+
 #ifdef __cplusplus
 }
 #endif
