@@ -26,6 +26,7 @@ typedef struct oari_kernel {
     int n_args;
     int *args;                /* value ids: [0] the output, then the leaves */
     char name[32];
+    size_t src_begin, src_end; /* its function in the fusion's source */
     oari_fused_fn fn;         /* set by oari_fusion_build */
 } oari_kernel;
 
@@ -35,8 +36,10 @@ typedef struct oari_fusion {
     int n_kernels, cap_kernels;
     oari_kernel *kernels;
     int n_launches;           /* kernel calls per run: fused kernels plus unfused non-view nodes */
-    oari_sbuf source;         /* the translation unit */
-    oari_jit_lib *lib;
+    oari_sbuf source;         /* the prelude, then every kernel */
+    size_t prelude_len;
+    oari_jit_lib **libs;      /* one per unit of OARI_KERNELS_PER_UNIT kernels */
+    int n_libs;
     int refs;                 /* executors sharing it (atomic); freed with the last */
 } oari_fusion;
 
@@ -44,8 +47,11 @@ typedef struct oari_fusion {
  * yet). *out gets a new fusion (free with oari_fusion_free). 0 or an error
  * status (out of memory). A graph with nothing to fuse gives zero kernels. */
 OARI_HIDDEN int oari_fuse_graph(const oar_graph *g, oari_fusion **out);
-/* Compiles (or loads from the cache) f's source and resolves every kernel.
- * 0, or an error status (OAR_ERR_UNSUPPORTED without a C compiler). */
+/* Compiles (or loads from the cache) f's kernels and resolves them: units
+ * of OARI_KERNELS_PER_UNIT kernels, built by parallel jobs (one per core, at
+ * most 8), each cached on its own. 0, or an error status
+ * (OAR_ERR_UNSUPPORTED without a C compiler). */
+#define OARI_KERNELS_PER_UNIT 16
 OARI_HIDDEN int oari_fusion_build(oari_fusion *f);
 /* Drops a reference (the fusion is freed with the last). */
 OARI_HIDDEN void oari_fusion_free(oari_fusion *f);

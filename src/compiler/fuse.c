@@ -15,7 +15,9 @@
  * leading dims runs across rows; bench/bench_fusion.c measures both). */
 #include "compiler.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <unistd.h>
 
 typedef struct uses {
     int *start;  /* per value: first index into idx */
@@ -103,7 +105,8 @@ void oari_fusion_free(oari_fusion *f) {
     oari_free(f->kernels, (size_t)f->cap_kernels * sizeof *f->kernels);
     oari_free(f->kernel_of, (size_t)(f->n_nodes ? f->n_nodes : 1) * sizeof *f->kernel_of);
     oari_sbuf_free(&f->source);
-    oari_jit_release(f->lib);
+    for (int u = 0; u < f->n_libs; u++) oari_jit_release(f->libs[u]);
+    oari_free(f->libs, (size_t)f->n_libs * sizeof *f->libs);
     oari_free(f, sizeof *f);
 }
 
@@ -144,6 +147,7 @@ int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
         }
         f->cap_kernels = n_roots ? n_roots : 1;
         oari_codegen_prelude(&f->source);
+        f->prelude_len = f->source.len;
         bool retry = false;
         for (int n = 0; n < nn && !retry; n++) {
             if (kr[n] != n) continue;
@@ -151,7 +155,9 @@ int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
             snprintf(k->name, sizeof k->name, "oar_k%d", f->n_kernels);
             k->root = n;
             int bad = -1;
+            k->src_begin = f->source.len;
             st = oari_codegen_kernel(g, kr, n, k->name, &f->source, &k->args, &k->n_args, &bad);
+            k->src_end = f->source.len;
             if (st < 0) goto done;
             if (st == 1) {
                 st = 0;
@@ -189,14 +195,79 @@ done:
     return 0;
 }
 
+/* ---- building: units of kernels compiled by parallel jobs ------------------ */
+
+typedef struct build_job {
+    oari_fusion *f;
+    int first_unit, stride;
+    int failed_unit;          /* -1, or the unit whose build failed */
+    int status;
+    char error[512];          /* its message (errors are per thread) */
+} build_job;
+
+/* The source of unit u: the prelude and its kernels. */
+static char *unit_source(const oari_fusion *f, int u) {
+    int k0 = u * OARI_KERNELS_PER_UNIT, k1 = k0 + OARI_KERNELS_PER_UNIT;
+    if (k1 > f->n_kernels) k1 = f->n_kernels;
+    oari_sbuf b = {0};
+    const char *all = oari_sbuf_str(&f->source);
+    oari_sbuf_printf(&b, "%.*s", (int)f->prelude_len, all);
+    for (int k = k0; k < k1; k++)
+        oari_sbuf_printf(&b, "%.*s", (int)(f->kernels[k].src_end - f->kernels[k].src_begin),
+                         all + f->kernels[k].src_begin);
+    if (b.failed) {
+        oari_sbuf_free(&b);
+        return NULL;
+    }
+    char *s = oari_strdup(oari_sbuf_str(&b));
+    oari_sbuf_free(&b);
+    return s;
+}
+
+static void *build_units(void *arg) {
+    build_job *j = arg;
+    for (int u = j->first_unit; u < j->f->n_libs && j->failed_unit < 0; u += j->stride) {
+        char *src = unit_source(j->f, u);
+        if (src) j->f->libs[u] = oari_jit_load(src, NULL);
+        oari_strfree(src);
+        if (!src || !j->f->libs[u]) {
+            j->failed_unit = u;
+            j->status = src ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+            snprintf(j->error, sizeof j->error, "%s", oar_last_error());
+        }
+    }
+    return NULL;
+}
+
 int oari_fusion_build(oari_fusion *f) {
     if (!f) return oari_error(OAR_ERR_INVALID, "compiler: fusion is NULL");
-    if (!f->n_kernels || f->lib) return 0;
+    if (!f->n_kernels || f->libs) return 0;
     if (!oari_jit_available())
         return oari_error(OAR_ERR_UNSUPPORTED, "compiler: no C compiler; the graph runs unfused");
-    if (!(f->lib = oari_jit_load(oari_sbuf_str(&f->source), NULL))) return OAR_ERR_INVALID;
+    int n_units = (f->n_kernels + OARI_KERNELS_PER_UNIT - 1) / OARI_KERNELS_PER_UNIT;
+    if (!(f->libs = oari_calloc((size_t)n_units, sizeof *f->libs))) return OAR_ERR_NOMEM;
+    f->n_libs = n_units;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n_jobs = (int)(cores < 1 ? 1 : cores > 8 ? 8 : cores);
+    if (n_jobs > n_units) n_jobs = n_units;
+    build_job jobs[8];
+    pthread_t threads[8];
+    bool started[8] = {false};
+    for (int t = 0; t < n_jobs; t++) {
+        jobs[t] = (build_job){.f = f, .first_unit = t, .stride = n_jobs, .failed_unit = -1};
+        /* job 0 runs on this thread; a job whose thread cannot start runs here too */
+        if (t > 0) started[t] = !pthread_create(&threads[t], NULL, build_units, &jobs[t]);
+    }
+    build_units(&jobs[0]);
+    for (int t = 1; t < n_jobs; t++) {
+        if (started[t]) pthread_join(threads[t], NULL);
+        else build_units(&jobs[t]);
+    }
+    for (int t = 0; t < n_jobs; t++)
+        if (jobs[t].failed_unit >= 0)
+            return oari_error(jobs[t].status, "%s", jobs[t].error);
     for (int k = 0; k < f->n_kernels; k++) {
-        void *p = oari_jit_symbol(f->lib, f->kernels[k].name);
+        void *p = oari_jit_symbol(f->libs[k / OARI_KERNELS_PER_UNIT], f->kernels[k].name);
         if (!p) return OAR_ERR_INVALID;
         /* dlsym gives an object pointer; the kernel is a function (POSIX) */
         memcpy(&f->kernels[k].fn, &p, sizeof p);

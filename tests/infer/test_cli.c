@@ -64,6 +64,15 @@ static void test_cli(void) {
     out = oar_cmd(args, &rc);
     CHECK(rc == 0 && strstr(out, "unfused") && strstr(out, "samples/s"));
     free(out);
+    /* no C compiler: the graph runs unfused, and that is said */
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "CC=/nonexistent/cc OAR_CACHE_DIR=%s/cache %s bench %s --batch 2 --iters 3 --warmup 1 2>&1",
+             dir, exe, dir);
+    FILE *pf = popen(cmd, "r");
+    char buf[4096] = {0};
+    size_t got = pf ? fread(buf, 1, sizeof buf - 1, pf) : 0;
+    buf[got] = 0;
+    CHECK(pf && pclose(pf) == 0 && strstr(buf, "unfused") && strstr(buf, "no C compiler"));
     snprintf(args, sizeof args, "graph %s --kernels", dir);
     out = oar_cmd(args, &rc);
     CHECK(rc == 0 && strstr(out, "void oar_k0(") && strstr(out, "kernel launches per run"));
