@@ -32,7 +32,8 @@ typedef struct oar_predictor_config {
     bool print_passes;      /* print the graph after each pass (stderr) */
     bool no_compile;        /* run unfused; by default the graph's fusible ops are
                              * compiled into kernels (oar_executor_compile) once
-                             * per model, when a C compiler exists */
+                             * per model, when a C compiler exists (a kernel cache
+                             * that cannot be written: a warning, and unfused) */
 } oar_predictor_config;
 
 /* Loads and prepares a model. NULL with the loader's error (naming the

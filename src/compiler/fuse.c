@@ -232,7 +232,7 @@ static void *build_units(void *arg) {
         oari_strfree(src);
         if (!src || !j->f->libs[u]) {
             j->failed_unit = u;
-            j->status = src ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+            j->status = !src ? OAR_ERR_NOMEM : oari_last_status() ? oari_last_status() : OAR_ERR_INVALID;
             snprintf(j->error, sizeof j->error, "%s", oar_last_error());
         }
     }

@@ -51,6 +51,9 @@ OARI_HIDDEN int oari_nomem(const char *what);   /* "out of memory: <what>" */
 OARI_HIDDEN const char *oari_shape_str(char *buf, int ndim, const int64_t *shape);
 /* True while an error is pending that a NULL input should preserve. */
 OARI_HIDDEN bool oari_error_pending(void);
+/* The status the pending error was set with (0 if none): for callers of
+ * functions that return NULL on failure. */
+OARI_HIDDEN int oari_last_status(void);
 
 /* ---- host allocation: every byte goes through the hook ----------------- */
 OARI_HIDDEN void *oari_malloc(size_t n);              /* NULL and error set on failure */

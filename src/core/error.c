@@ -5,11 +5,15 @@
 #include <string.h>
 
 static _Thread_local char last_error[1024];
+static _Thread_local int last_status;
 
 int oari_verror(int status, const char *fmt, va_list ap) {
     vsnprintf(last_error, sizeof last_error, fmt, ap);
+    last_status = status;
     return status;
 }
+
+int oari_last_status(void) { return last_error[0] ? last_status : 0; }
 
 int oari_error(int status, const char *fmt, ...) {
     va_list ap;
@@ -27,7 +31,10 @@ bool oari_error_pending(void) { return last_error[0] != 0; }
 
 const char *oar_last_error(void) { return last_error; }
 
-void oar_clear_error(void) { last_error[0] = 0; }
+void oar_clear_error(void) {
+    last_error[0] = 0;
+    last_status = 0;
+}
 
 const char *oar_status_string(int status) {
     switch (status) {

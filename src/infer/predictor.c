@@ -83,7 +83,11 @@ static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config 
     m->g = g;
     if (!cfg->no_compile) { /* compile once; every executor shares the kernels */
         oar_executor *ex = oar_executor_new(g);
-        if (!ex || oar_executor_compile(ex)) {
+        int st = ex ? oar_executor_compile(ex) : OAR_ERR_NOMEM;
+        if (st == OAR_ERR_IO) { /* an unwritable kernel cache: serve unfused rather than not at all */
+            oari_log(OAR_LOG_WARN, "predictor", "%s; the model runs unfused", oar_last_error());
+            oar_clear_error();
+        } else if (st) {
             oar_executor_free(ex);
             oar_graph_free(g);
             oari_free(m, sizeof *m);

@@ -73,6 +73,13 @@ static void test_cli(void) {
     size_t got = pf ? fread(buf, 1, sizeof buf - 1, pf) : 0;
     buf[got] = 0;
     CHECK(pf && pclose(pf) == 0 && strstr(buf, "unfused") && strstr(buf, "no C compiler"));
+    /* a kernel cache that cannot be made: a warning, and the model runs unfused */
+    snprintf(cmd, sizeof cmd, "OAR_CACHE_DIR=/proc/oar-no-such-dir %s bench %s --batch 2 --iters 3 --warmup 1 2>&1",
+             exe, dir);
+    pf = popen(cmd, "r");
+    got = pf ? fread(buf, 1, sizeof buf - 1, pf) : 0;
+    buf[got] = 0;
+    CHECK(pf && pclose(pf) == 0 && strstr(buf, "unfused") && strstr(buf, "kernel cache"));
     snprintf(args, sizeof args, "graph %s --kernels", dir);
     out = oar_cmd(args, &rc);
     CHECK(rc == 0 && strstr(out, "void oar_k0(") && strstr(out, "kernel launches per run"));
