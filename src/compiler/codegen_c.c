@@ -555,7 +555,12 @@ static const char *eval_softmax(cg *c, const oari_gnode *n, int node, const idx 
     const char *m = reduce(c, node, R_MAX, B_VALUE, x, NULL, mask, I, T, T);
     const char *s = reduce(c, node, R_SUM, B_EXP_SUB, x, m, mask, I, T, T);
     const char *xe = eval(c, x, I);
-    if (n->op == OARI_OP_softmax) return emit_tmp(c, T, I, strf(c, "exp%s(%s - %s) / %s", F, xe, m, s));
+    if (n->op == OARI_OP_softmax) { /* times 1/sum, hoisted: a multiply per element, not a divide */
+        if (c->status) return "0";
+        const char *inv = strf(c, "t%d", c->n_tmp++);
+        oari_sbuf_printf(&c->outer, "    const %s %s = (%s)1 / %s;\n", T, inv, T, s);
+        return emit_tmp(c, T, I, strf(c, "exp%s(%s - %s) * %s", F, xe, m, inv));
+    }
     return emit_tmp(c, T, I, strf(c, "(%s - %s) - log%s(%s)", xe, m, F, s));
 }
 
