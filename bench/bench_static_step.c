@@ -97,12 +97,29 @@ static int bench(const char *name, oar_module *m, int64_t batch, int steps) {
     }
     double static_ms = (now() - t0) * 1e3 / steps;
     double static_peak = (double)(peak() - base) / (1 << 20);
+    /* the same program compiled (src/compiler/) */
+    oar_executor_free(ex);
+    base = in_use();
+    oar_memory_reset_peak();
+    ex = oar_executor_new(g);
+    if (oar_executor_compile(ex)) return fprintf(stderr, "%s: compile: %s\n", name, oar_last_error()), 1;
+    for (int s = 0; s < 3 + steps; s++) {
+        if (s == 3) t0 = now();
+        if (oar_executor_run(ex, in, out)) return fprintf(stderr, "%s: %s\n", name, oar_last_error()), 1;
+        for (int k = 0; k < np; k++) oar_copy_(params[k], out[1 + np + k]);
+    }
+    double compiled_ms = (now() - t0) * 1e3 / steps;
+    double compiled_peak = (double)(peak() - base) / (1 << 20);
     printf("oar %s_eager_step %.3f ms\n", name, eager_ms);
     printf("oar %s_static_step %.3f ms\n", name, static_ms);
     printf("oar %s_eager_peak %.2f MiB\n", name, eager_peak);
     printf("oar %s_static_peak %.2f MiB\n", name, static_peak);
+    printf("oar %s_compiled_step %.3f ms\n", name, compiled_ms);
+    printf("oar %s_compiled_peak %.2f MiB\n", name, compiled_peak);
     printf("ratio %s static/eager time = %.3f, peak memory = %.3f\n", name, static_ms / eager_ms,
            static_peak / eager_peak);
+    printf("ratio %s compiled/eager time = %.3f, peak memory = %.3f\n", name, compiled_ms / eager_ms,
+           compiled_peak / eager_peak);
     oar_executor_free(ex);
     oar_graph_free(g);
     oar_tensor_release(x);
