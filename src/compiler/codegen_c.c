@@ -22,6 +22,8 @@
  * (status 1, *bad), and the grouping takes it out of the kernel. */
 #include "compiler.h"
 
+#include "vmath_text.h" /* oari_vmath_text: src/backends/cpu/cpu_vmath.h, embedded by CMake */
+
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -432,7 +434,9 @@ static const char *load(cg *c, int v, const idx *I) {
 /* ---- reductions ------------------------------------------------------------------ */
 
 typedef enum { R_SUM, R_PROD, R_MAX, R_MIN } red_kind;
-typedef enum { B_VALUE, B_EXP_SUB, B_SQ_DEV } body_kind; /* x, exp(x - m), (x - m)^2 */
+/* x, exp(x - m), (x - m)^2; exp(x - m) also stored into the output row at
+ * the same position (a softmax root reads it back instead of a second exp) */
+typedef enum { B_VALUE, B_EXP_SUB, B_SQ_DEV, B_EXP_SUB_STORE } body_kind;
 
 static const char *eval(cg *c, int v, const idx *I);
 
@@ -476,7 +480,13 @@ static const char *reduce(cg *c, int node, red_kind kind, body_kind body, int x,
         if (mask & (1u << d)) X.c[d] = strf(c, "r%d_%d", id, n_loops++);
     const char *xe = eval(c, x, &X), *val = xe;
     bool flt = !strcmp(T, "float");
-    if (body == B_EXP_SUB) val = emit_tmp(c, T, &X, strf(c, "exp%s(%s - %s)", flt ? "f" : "", xe, m));
+    if (body == B_EXP_SUB || body == B_EXP_SUB_STORE)
+        val = emit_tmp(c, T, &X, strf(c, "%s(%s - %s)", flt ? "oari_vexpf" : "exp", xe, m));
+    if (body == B_EXP_SUB_STORE) {
+        const char *stride[OAR_MAX_DIMS];
+        contiguous_strides(c, x, stride); /* x has the root's shape */
+        oari_sbuf_printf(&f->body, "    a0[%s] = %s;\n", linear(c, &X, stride), val);
+    }
     else if (body == B_SQ_DEV) val = emit_tmp(c, T, &X, strf(c, "(%s - %s) * (%s - %s)", xe, m, xe, m));
     const char *acc = strf(c, "acc%d", id), *nan = strf(c, "nan%d", id);
     oari_sbuf *o = &c->outer;
@@ -551,16 +561,29 @@ static const char *eval_softmax(cg *c, const oari_gnode *n, int node, const idx 
     int x = n->in[0];
     int nd = c->g->values[x].ndim;
     unsigned mask = nd ? 1u << n->attrs.i[0] : 0;
-    const char *F = strcmp(T, "float") ? "" : "f";
+    /* rows are short (attention: 64): the inlined polynomial exp of the CPU
+     * kernels beats libmvec's calls there (bench/bench_fusion.c) */
+    bool flt = !strcmp(T, "float");
+    const char *F = flt ? "f" : "", *EXP = flt ? "oari_vexpf" : "exp";
+    /* a softmax root whose row is exactly the inner loop: the sum pass leaves
+     * exp(x - max) in the output row, the last pass scales it in place */
+    unsigned all = nd >= 32 ? ~0u : (1u << nd) - 1;
+    bool in_row = node == c->root && !c->analysis && !c->flat && !c->column && n->op == OARI_OP_softmax &&
+                  mask && (c->outer_mask & all) == (all & ~mask);
     const char *m = reduce(c, node, R_MAX, B_VALUE, x, NULL, mask, I, T, T);
-    const char *s = reduce(c, node, R_SUM, B_EXP_SUB, x, m, mask, I, T, T);
-    const char *xe = eval(c, x, I);
+    const char *s = reduce(c, node, R_SUM, in_row ? B_EXP_SUB_STORE : B_EXP_SUB, x, m, mask, I, T, T);
     if (n->op == OARI_OP_softmax) { /* times 1/sum, hoisted: a multiply per element, not a divide */
         if (c->status) return "0";
         const char *inv = strf(c, "t%d", c->n_tmp++);
         oari_sbuf_printf(&c->outer, "    const %s %s = (%s)1 / %s;\n", T, inv, T, s);
-        return emit_tmp(c, T, I, strf(c, "exp%s(%s - %s) * %s", F, xe, m, inv));
+        if (in_row) {
+            const char *stride[OAR_MAX_DIMS];
+            contiguous_strides(c, x, stride);
+            return emit_tmp(c, T, I, strf(c, "a0[%s] * %s", linear(c, I, stride), inv));
+        }
+        return emit_tmp(c, T, I, strf(c, "%s(%s - %s) * %s", EXP, eval(c, x, I), m, inv));
     }
+    const char *xe = eval(c, x, I);
     return emit_tmp(c, T, I, strf(c, "(%s - %s) - log%s(%s)", xe, m, F, s));
 }
 
@@ -1016,6 +1039,7 @@ void oari_codegen_prelude(oari_sbuf *src) {
         " * sizes of the graph's symbolic dims. */\n"
         "#include <math.h>\n"
         "#include <stdint.h>\n"
+        "#include <string.h>\n"
         "#ifndef OAR_PAR_MIN\n"
         "#define OAR_PAR_MIN " OARI_STR(PARALLEL_MIN_DEFAULT) " /* elements; fewer run on one thread */\n"
         "#endif\n"
@@ -1031,4 +1055,5 @@ void oari_codegen_prelude(oari_sbuf *src) {
         "V_ double pow(double, double); V_ double exp2(double); V_ double log2(double);\n"
         "#undef V_\n"
         "#endif\n");
+    oari_sbuf_puts(src, oari_vmath_text); /* oari_vexpf, ...: src/backends/cpu/cpu_vmath.h */
 }
