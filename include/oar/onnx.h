@@ -36,6 +36,32 @@ OAR_API oar_graph *oar_onnx_load(const char *path);
 /* As oar_onnx_load, from n bytes in memory (borrowed). */
 OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n);
 
+/* ---- import options and TensorProto files (onnxconf: the conformance
+ * harness, tests/onnx/test_onnx_conformance.c) ------------------------------ */
+
+typedef struct oar_onnx_options {
+    /* optional (NULL: none): one entry per graph input that is not an
+     * initializer, in the model's order (n_values of them). A non-NULL entry
+     * (borrowed) gives that input a value: it becomes a constant and leaves
+     * the graph's inputs, so nodes that need a value at import (a Reshape's
+     * shape, Slice's starts, Expand's shape) can read it. */
+    int n_values;
+    oar_tensor *const *values;
+} oar_onnx_options;
+
+/* As oar_onnx_load / oar_onnx_load_buffer with options (opt may be NULL).
+ * Also fails if n_values is not the number of non-initializer inputs. */
+OAR_API oar_graph *oar_onnx_load_with(const char *path, const oar_onnx_options *opt);
+OAR_API oar_graph *oar_onnx_load_buffer_with(const void *data, size_t n, const oar_onnx_options *opt);
+
+/* Reads a serialized TensorProto (an ONNX test's input_0.pb) as a new
+ * tensor (pool rule, as oar_tensor_from_data). NULL with an error naming
+ * the file and the problem: unreadable, not a TensorProto, an element type
+ * oar lacks (int8, uint16..uint64, string), external or inconsistent data. */
+OAR_API oar_tensor *oar_onnx_tensor_load(const char *path);
+/* As oar_onnx_tensor_load, from n bytes in memory (borrowed). */
+OAR_API oar_tensor *oar_onnx_tensor_load_buffer(const void *data, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
