@@ -11,11 +11,11 @@
  * op, so every shape rule is oar's own. Outputs and inputs keep their ONNX
  * names, in graph order.
  *
- * Supported (default domain, opset 7..17): MatMul, Gemm, Add, Sub, Mul, Div,
- * Relu, Sigmoid, Tanh, Softmax (opset < 13: flatten to 2-D at axis), Conv
- * (2-D, symmetric pads), MaxPool, AveragePool (2-D), GlobalAveragePool,
- * Flatten, Reshape (shape from a constant), Transpose, Identity, Constant.
- * Tensors: float (computed in f32), double (f64), int64 (shapes). */
+ * Supported: about 110 ops of the default domain at opsets 1..17, each over
+ * the opsets in which its meaning did not change; docs/onnx.md lists them
+ * (generated from the importer's registry) with their limits.
+ * Tensors: float, double, float16, bfloat16, int32, int64, uint8, bool,
+ * complex64/128; int8, int16, uint16..uint64 and strings are refused. */
 #ifndef OAR_ONNX_H
 #define OAR_ONNX_H
 

@@ -209,8 +209,10 @@ int oari_onnx_conv_pool(oari_onnx_node *nd) {
     window w;
     int st = window_of(nd, ns, oar_tensor_shape(x) + 2, ks, &w);
     if (st) return st;
-    if (oari_onnx_attr_i(nd, "storage_order", 0)) return oari_error(OAR_ERR_UNSUPPORTED, "storage_order=1 is not supported");
+    bool col_major = oari_onnx_attr_i(nd, "storage_order", 0) != 0;
     bool ceil = oari_onnx_attr_i(nd, "ceil_mode", 0) != 0;
+    oar_dtype dt = oar_tensor_dtype(x);
+    if (!oar_dtype_is_float(dt)) x = oar_cast(x, OAR_F32); /* integer pools: exact in f32 up to 2^24 */
     oar_tensor *x2 = to2d(x, ns);
     bool big = w.pb[0] > w.k[0] / 2 || w.pb[1] > w.k[1] / 2;
     if (OP_IS("MaxPool")) {
@@ -225,12 +227,17 @@ int oari_onnx_conv_pool(oari_onnx_node *nd) {
             const int64_t *s = oar_tensor_shape(x2);
             oar_tensor *base = oar_reshape(oar_arange(0, (double)(s[0] * s[1]), 1, OAR_I64), 4,
                                            (int64_t[]){s[0], s[1], 1, 1});
+            if (col_major) { /* h * W + w -> w * H + h */
+                oar_tensor *W = oari_onnx_scalar((double)s[3], OAR_I64);
+                idx = oar_add(oar_mul_scalar(oar_remainder(idx, W), (double)s[2]), oar_floor_div(idx, W));
+            }
             nd->out[1] = from2d(oar_add(idx, oar_mul_scalar(base, (double)(s[2] * s[3]))), ns);
             if (!nd->out[1]) return OAR_ERR_INVALID;
         }
-        RESULT(from2d(y, ns));
+        RESULT(from2d(oar_cast(y, dt), ns));
     }
     if (w.dil[0] != 1 || w.dil[1] != 1) return oari_error(OAR_ERR_UNSUPPORTED, "dilated AveragePool");
+    if (!oar_dtype_is_float(dt)) return oari_error(OAR_ERR_UNSUPPORTED, "AveragePool of %s", oar_dtype_name(dt));
     bool incl = oari_onnx_attr_i(nd, "count_include_pad", 0) != 0;
     if (symmetric(&w) && !big) RESULT(from2d(oar_avg_pool2d(x2, w.k, w.stride, w.pb, ceil, incl), ns));
     window wm = w;
@@ -405,7 +412,7 @@ int oari_onnx_conv_dropout(oari_onnx_node *nd) {
         training = t != 0;
     }
     if (training && ratio != 0)
-        return oari_error(OAR_ERR_UNSUPPORTED, "training_mode with ratio %g: random masks are not reproducible", ratio);
+        return oari_error(OAR_ERR_UNSUPPORTED, "training_mode with ratio %g is not supported (its random mask cannot match)", ratio);
     if (nd->n_out > 1 && nd->n->output[1][0]) nd->out[1] = oar_ones_like(oar_cast(x, OAR_BOOL));
     RESULT(oar_clone(x));
 }

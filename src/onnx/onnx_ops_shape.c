@@ -387,7 +387,7 @@ int oari_onnx_conv_one_hot(oari_onnx_node *nd) {
     int64_t n = (int64_t)depth;
     int r = oar_tensor_ndim(idx);
     int64_t axis;
-    if ((st = oari_onnx_axis(oari_onnx_attr_i(nd, "axis", -1), r, true, &axis))) return st;
+    if ((st = oari_onnx_axis(oari_onnx_attr_i(nd, "axis", -1), r + 1, false, &axis))) return st;
     if (r + 1 > OAR_MAX_DIMS) return oari_error(OAR_ERR_UNSUPPORTED, "output rank %d", r + 1);
     if (oar_tensor_numel(vals) != 2) return oari_error(OAR_ERR_INVALID, "values must hold [off, on]");
     int64_t s[OAR_MAX_DIMS];

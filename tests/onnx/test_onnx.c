@@ -128,11 +128,59 @@ static void test_mutations(void) {
     CHECK(refused > 0 && loaded > 0);
 }
 
+/* onnxconf: errors naming the node, the op and opset; bound inputs;
+ * TensorProto files. Models from tests/ref/gen_onnx_errors.py. */
+static void test_conformance_errors(void) {
+    CHECK_FAILS(oar_onnx_load("onnx/bad_opset_op.onnx"),
+                "node 0 'sc' (Scatter, opset 13): op Scatter is not supported at opset 13 (supported at opsets 9..10)");
+    CHECK_FAILS(oar_onnx_load("onnx/bad_shapes.onnx"), "node 1 'add' (Add, opset 13)");
+    CHECK_FAILS(oar_onnx_load("onnx/bad_shapes.onnx"), "[4, 5]");
+    CHECK_FAILS(oar_onnx_load("onnx/bad_dtype.onnx"), "input 'x': element type int8 (3) is not an oar dtype");
+    CHECK_FAILS(oar_onnx_load("onnx/opset18.onnx"), "opset 18 of the default domain is not supported (1..17)");
+    CHECK_FAILS(oar_onnx_load("onnx/runtime_shape.onnx"), "node 0 'rs' (Reshape, opset 13): input 1 's' is computed at run time");
+    /* the shape bound as a value: the graph keeps one input, x */
+    oar_tensor *shape = oar_tensor_from_data((int64_t[]){3, 2}, OAR_I64, 1, (int64_t[]){2});
+    oar_tensor *vals[2] = {NULL, shape};
+    CHECK_FAILS(oar_onnx_load_with("onnx/runtime_shape.onnx", &(oar_onnx_options){.n_values = 1, .values = vals}),
+                "1 bound values for 2 graph inputs");
+    CHECK_FAILS(oar_onnx_load_buffer_with("", 0, &(oar_onnx_options){.n_values = -1}), "n_values -1 < 0");
+    oar_graph *g = oar_onnx_load_with("onnx/runtime_shape.onnx", &(oar_onnx_options){.n_values = 2, .values = vals});
+    CHECK(g != NULL);
+    if (g) {
+        CHECK(oar_graph_num_inputs(g) == 1 && !strcmp(oar_graph_input_name(g, 0), "x"));
+        oar_predictor *p = oar_predictor_from_graph(g, NULL);
+        oar_graph_free(g);
+        oar_tensor *x = oar_tensor_from_data((float[]){1, 2, 3, 4, 5, 6}, OAR_F32, 2, (int64_t[]){2, 3}), *y = NULL;
+        CHECK(p && oar_predictor_run(p, &x, &y) == 0);
+        CHECK(y && oar_tensor_ndim(y) == 2 && oar_tensor_shape(y)[0] == 3 && oar_tensor_shape(y)[1] == 2);
+        if (y) CHECK(((const float *)oar_tensor_data(y))[5] == 6);
+        oar_tensor_release(x);
+        oar_tensor_release(y);
+        oar_predictor_free(p);
+    }
+    oar_tensor_release(shape);
+    /* TensorProto files */
+    oar_tensor *t = oar_onnx_tensor_load("onnx/tensor_i64.pb");
+    CHECK(t && oar_tensor_dtype(t) == OAR_I64 && oar_tensor_ndim(t) == 2 && oar_tensor_numel(t) == 4);
+    if (t) CHECK(((const int64_t *)oar_tensor_data(t))[1] == -2 && ((const int64_t *)oar_tensor_data(t))[3] == (int64_t)1 << 40);
+    oar_tensor_release(t);
+    CHECK_FAILS(oar_onnx_tensor_load("onnx/tensor_i8.pb"), "onnx/tensor_i8.pb: onnx: tensor 't8': element type int8 (3) is not an oar dtype");
+    CHECK_FAILS(oar_onnx_tensor_load("onnx/no_such.pb"), "cannot open");
+    CHECK_FAILS(oar_onnx_tensor_load(NULL), "NULL path");
+    CHECK_FAILS(oar_onnx_tensor_load_buffer(NULL, 2), "NULL data");
+    static const unsigned char junk[] = {0x00, 0xff, 0xff, 0xff, 0x07};
+    CHECK_FAILS(oar_onnx_tensor_load_buffer(junk, sizeof junk), "not a valid TensorProto");
+    /* dims [2] (field 1) of FLOAT (field 2 = 1) with one float (field 4) */
+    static const unsigned char short_data[] = {0x08, 0x02, 0x10, 0x01, 0x25, 0x00, 0x00, 0x80, 0x3f};
+    CHECK_FAILS(oar_onnx_tensor_load_buffer(short_data, sizeof short_data), "does not hold 2 float elements");
+}
+
 int main(void) {
     RUN(test_pytorch_models);
     RUN(test_softmax_opset11);
     RUN(test_typed_initializers);
     RUN(test_errors);
     RUN(test_mutations);
+    RUN(test_conformance_errors);
     return test_summary();
 }
