@@ -361,3 +361,75 @@ int oari_onnx_conv_cumsum(oari_onnx_node *nd) {
     if (rev) y = oar_flip(y, 1, &axis);
     RESULT(like(y, x));
 }
+
+/* ---- quantization (uint8; oar has no int8) ------------------------------------------ */
+
+/* v [n] shaped to broadcast along axis of a rank-r tensor (0-d stays). */
+static oar_tensor *along(oar_tensor *v, int64_t axis, int r) {
+    if (oar_tensor_ndim(v) == 0 || r == 0) return v;
+    int64_t s[OAR_MAX_DIMS];
+    for (int d = 0; d < r; d++) s[d] = d == axis ? oar_tensor_numel(v) : 1;
+    return oar_reshape(v, r, s);
+}
+
+static oar_tensor *saturate_u8(oar_tensor *x) { return oar_cast(oar_clamp(oar_round(x), 0, 255), OAR_U8); }
+
+int oari_onnx_conv_quantize(oari_onnx_node *nd) {
+    NEED(2);
+    oar_tensor *x = nd->in[0], *zp = nd->n_in > 2 ? nd->in[2] : NULL;
+    int r = oar_tensor_ndim(x);
+    if (zp && oar_tensor_dtype(zp) != OAR_U8)
+        return oari_error(OAR_ERR_UNSUPPORTED, "zero point of %s (uint8 only)", oar_dtype_name(oar_tensor_dtype(zp)));
+    int64_t axis = 1;
+    int st;
+    if (oar_tensor_ndim(nd->in[1]) > 0 && (st = oari_onnx_axis(oari_onnx_attr_i(nd, "axis", 1), r, false, &axis)))
+        return st;
+    oar_tensor *q = oar_div(oar_cast(x, OAR_F32), along(nd->in[1], axis, r));
+    q = oar_round(q);
+    if (zp) q = oar_add(q, oar_cast(along(zp, axis, r), OAR_F32));
+    RESULT(oar_cast(oar_clamp(q, 0, 255), OAR_U8));
+}
+
+int oari_onnx_conv_dequantize(oari_onnx_node *nd) {
+    NEED(2);
+    oar_tensor *x = nd->in[0], *zp = nd->n_in > 2 ? nd->in[2] : NULL;
+    int r = oar_tensor_ndim(x);
+    int64_t axis = 1;
+    int st;
+    if (oar_tensor_ndim(nd->in[1]) > 0 && (st = oari_onnx_axis(oari_onnx_attr_i(nd, "axis", 1), r, false, &axis)))
+        return st;
+    oar_tensor *v = oar_cast(x, OAR_F32);
+    if (zp) v = oar_sub(v, oar_cast(along(zp, axis, r), OAR_F32));
+    RESULT(oar_mul(v, along(nd->in[1], axis, r)));
+}
+
+int oari_onnx_conv_dynamic_quantize(oari_onnx_node *nd) {
+    NEED(1);
+    oar_tensor *x = nd->in[0];
+    oar_tensor *zero = oari_onnx_scalar(0, oar_tensor_dtype(x));
+    oar_tensor *lo = oar_minimum(oar_amin(x, 0, NULL, false), zero), *hi = oar_maximum(oar_amax(x, 0, NULL, false), zero);
+    oar_tensor *scale = oar_div_scalar(oar_sub(hi, lo), 255.0);
+    oar_tensor *zp = saturate_u8(oar_div(oar_neg(lo), scale));
+    nd->out[1] = scale;
+    nd->out[2] = zp;
+    RESULT(saturate_u8(oar_add(oar_round(oar_div(x, scale)), oar_cast(zp, oar_tensor_dtype(x)))));
+}
+
+/* ---- windows (opset 17) ---------------------------------------------------------- */
+
+int oari_onnx_conv_window(oari_onnx_node *nd) {
+    NEED(1);
+    int64_t n;
+    int k = oari_onnx_input_ints(nd, 0, &n, 1);
+    if (k < 0) return k;
+    if (k != 1 || n < 0) return oari_error(OAR_ERR_INVALID, "size must be one value >= 0");
+    oar_dtype dt = oari_onnx_dtype((int32_t)oari_onnx_attr_i(nd, "output_datatype", 1));
+    if (dt == OAR_DTYPE_INVALID) return oari_error(OAR_ERR_UNSUPPORTED, "output_datatype is not an oar dtype");
+    double den = oari_onnx_attr_i(nd, "periodic", 1) ? (double)n : (double)(n - 1);
+    oar_tensor *t = oar_mul_scalar(oar_arange(0, (double)n, 1, OAR_F64), 2 * M_PI / (den > 0 ? den : 1));
+    oar_tensor *w;
+    if (OP_IS("HannWindow")) w = oar_add_scalar(oar_mul_scalar(oar_cos(t), -0.5), 0.5);
+    else if (OP_IS("HammingWindow")) w = oar_add_scalar(oar_mul_scalar(oar_cos(t), -21.0 / 46.0), 25.0 / 46.0);
+    else w = oar_add(oar_add_scalar(oar_mul_scalar(oar_cos(t), -0.5), 0.42), oar_mul_scalar(oar_cos(oar_mul_scalar(t, 2)), 0.08));
+    RESULT(oar_cast(w, dt));
+}
