@@ -66,8 +66,14 @@ int oari_onnx_need(const oari_onnx_node *nd, int n) {
     return 0;
 }
 
+/* Input i must be present (the others may be omitted). */
+static int need_one(const oari_onnx_node *nd, int i) {
+    if (i >= nd->n_in || !nd->in[i]) return oari_error(OAR_ERR_INVALID, "input %d is missing", i);
+    return 0;
+}
+
 int oari_onnx_input_ints(const oari_onnx_node *nd, int i, int64_t *out, int max) {
-    int st = oari_onnx_need(nd, i + 1);
+    int st = need_one(nd, i);
     if (st) return st;
     oar_tensor *t = nd->in[i];
     const char *name = nd->n->input[i];
@@ -91,7 +97,7 @@ int oari_onnx_input_ints(const oari_onnx_node *nd, int i, int64_t *out, int max)
 }
 
 int oari_onnx_input_double(const oari_onnx_node *nd, int i, double *out) {
-    int st = oari_onnx_need(nd, i + 1);
+    int st = need_one(nd, i);
     if (st) return st;
     oar_tensor *t = nd->in[i];
     if (!oar_tensor_data(t))

@@ -112,6 +112,7 @@ const oari_onnx_op oari_onnx_ops[] = {
     ROW("ReduceSumSquare", 1, 17, reduce, ""),
     ROW("Relu", 6, 17, unary, ""),
     ROW("Reshape", 5, 17, reshape, "the shape must be a constant"),
+    ROW("Resize", 11, 17, resize, "scales, sizes (and a tf_crop_and_resize roi) must be constants"),
     ROW("Round", 11, 17, unary, ""),
     ROW("Scatter", 9, 10, scatter_elements, ""),
     ROW("ScatterElements", 11, 17, scatter_elements, "reduction none or add"),
@@ -144,6 +145,7 @@ const oari_onnx_op oari_onnx_ops[] = {
     ROW("Transpose", 1, 17, transpose, ""),
     ROW("Trilu", 14, 17, trilu, "k must be a constant"),
     ROW("Unsqueeze", 1, 17, unsqueeze, "axes must be constants"),
+    ROW("Upsample", 7, 9, upsample, "scales must be constants"),
     ROW("Where", 9, 17, where, ""),
     ROW("Xor", 7, 17, logical, ""),
 };
