@@ -255,6 +255,7 @@ typedef struct {
     const char **bound_names; /* inputs given values */
     oar_tensor **bound;
     bool static_shapes;
+    int64_t training_opset; /* of OARI_ONNX_TRAINING_DOMAIN, -1 if not imported */
 } ctx;
 
 static entry *lookup(ctx *c, const char *name) {
@@ -285,15 +286,23 @@ static bool is_initializer(Onnx__GraphProto *g, const char *name) {
  * prefixes the node). */
 static int run_node(ctx *c, const Onnx__NodeProto *n) {
     const char *op = n->op_type ? n->op_type : "";
-    if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx"))
+    int64_t opset = c->opset;
+    char key[160];
+    if (n->domain && !strcmp(n->domain, OARI_ONNX_TRAINING_DOMAIN)) {
+        snprintf(key, sizeof key, "%s:%s", n->domain, op);
+        op = key;
+        opset = c->training_opset;
+    } else if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")) {
         return oari_error(OAR_ERR_UNSUPPORTED, "domain '%s' is not supported", n->domain);
-    const oari_onnx_op *row = oari_onnx_find_op(op, c->opset);
+    }
+    if (opset < 1) return oari_error(OAR_ERR_INVALID, "the model imports no opset of the node's domain");
+    const oari_onnx_op *row = oari_onnx_find_op(op, opset);
     if (!row) return OAR_ERR_UNSUPPORTED;
     if (n->n_input > OARI_ONNX_MAX_IO || n->n_output > OARI_ONNX_MAX_IO)
         return oari_error(OAR_ERR_UNSUPPORTED, "%zu inputs, %zu outputs (at most %d each)", n->n_input,
                           n->n_output, OARI_ONNX_MAX_IO);
     if (n->n_output < 1) return oari_error(OAR_ERR_INVALID, "no output");
-    oari_onnx_node nd = {.n = n, .opset = c->opset, .static_shapes = c->static_shapes,
+    oari_onnx_node nd = {.n = n, .opset = opset, .static_shapes = c->static_shapes,
                          .n_in = (int)n->n_input, .n_out = (int)n->n_output};
     for (size_t i = 0; i < n->n_input; i++) {
         if (!n->input[i][0]) continue; /* an omitted optional input */
@@ -354,12 +363,14 @@ static oar_graph *import_model(Onnx__ModelProto *m, const oar_onnx_options *opt)
         oari_error(OAR_ERR_INVALID, "onnx: the model has no graph");
         return NULL;
     }
-    ctx c = {.g = g, .opset = -1, .static_shapes = true};
+    ctx c = {.g = g, .opset = -1, .static_shapes = true, .training_opset = -1};
     for (size_t i = 0; i < m->n_opset_import; i++) {
         const Onnx__OperatorSetIdProto *o = m->opset_import[i];
         if (!o->domain || !o->domain[0] || !strcmp(o->domain, "ai.onnx")) c.opset = o->has_version ? o->version : 1;
+        else if (!strcmp(o->domain, OARI_ONNX_TRAINING_DOMAIN)) c.training_opset = o->has_version ? o->version : 1;
     }
-    if (c.opset < OARI_ONNX_MIN_OPSET || c.opset > OARI_ONNX_MAX_OPSET) {
+    /* a model of training ops only may import no default opset */
+    if ((c.opset != -1 || c.training_opset == -1) && (c.opset < OARI_ONNX_MIN_OPSET || c.opset > OARI_ONNX_MAX_OPSET)) {
         oari_error(OAR_ERR_UNSUPPORTED, "onnx: opset %lld of the default domain is not supported (%d..%d)",
                    (long long)c.opset, OARI_ONNX_MIN_OPSET, OARI_ONNX_MAX_OPSET);
         return NULL;

@@ -28,6 +28,10 @@ typedef struct oari_onnx_op {
 /* The registry (onnx_registry.c), sorted by name then opset. */
 OARI_HIDDEN extern const oari_onnx_op oari_onnx_ops[];
 OARI_HIDDEN extern const int oari_onnx_n_ops;
+/* The domain other than the default one the importer knows; its rows are
+ * named "<domain>:<op>" and versioned by that domain's opset. */
+#define OARI_ONNX_TRAINING_DOMAIN "ai.onnx.preview.training"
+
 /* The row for op at opset, or NULL with an error saying which opsets of
  * the op are known (or that the op is unknown). */
 OARI_HIDDEN const oari_onnx_op *oari_onnx_find_op(const char *op, int64_t opset);
@@ -43,7 +47,7 @@ OARI_HIDDEN int oari_onnx_model_ops(const void *data, size_t n, int64_t *opset, 
 
 struct oari_onnx_node {
     const Onnx__NodeProto *n;
-    int64_t opset;
+    int64_t opset;        /* of the node's domain */
     bool static_shapes;  /* no dynamic dims: shapes may become values */
     int n_in;             /* input slots, omitted optional ones NULL */
     oar_tensor *in[OARI_ONNX_MAX_IO];
@@ -94,7 +98,8 @@ OARI_HIDDEN int oari_onnx_axis(int64_t axis, int nd, bool inclusive_end, int64_t
     X(split) X(slice_old) X(slice) X(gather) X(gather_elements) X(scatter_elements) X(expand) X(tile)    \
     X(pad) X(shape) X(size) X(constant_of_shape) X(range) X(trilu) X(one_hot) X(eye_like)                \
     X(depth_to_space) X(space_to_depth) X(topk) X(compress) X(quantize) X(dequantize)                 \
-    X(dynamic_quantize) X(window) X(rnn) X(resize) X(upsample)
+    X(dynamic_quantize) X(window) X(rnn) X(resize) X(upsample)    \
+    X(adagrad) X(momentum) X(adam)
 #define OARI_ONNX_DECLARE(f) OARI_HIDDEN int oari_onnx_conv_##f(oari_onnx_node *nd);
 OARI_ONNX_CONVERTERS(OARI_ONNX_DECLARE)
 #undef OARI_ONNX_DECLARE

@@ -148,6 +148,9 @@ const oari_onnx_op oari_onnx_ops[] = {
     ROW("Upsample", 7, 9, upsample, "scales must be constants"),
     ROW("Where", 9, 17, where, ""),
     ROW("Xor", 7, 17, logical, ""),
+    ROW(OARI_ONNX_TRAINING_DOMAIN ":Adagrad", 1, 1, adagrad, ""),
+    ROW(OARI_ONNX_TRAINING_DOMAIN ":Adam", 1, 1, adam, ""),
+    ROW(OARI_ONNX_TRAINING_DOMAIN ":Momentum", 1, 1, momentum, ""),
 };
 const int oari_onnx_n_ops = (int)(sizeof oari_onnx_ops / sizeof *oari_onnx_ops);
 
