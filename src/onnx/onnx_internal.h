@@ -99,7 +99,8 @@ OARI_HIDDEN int oari_onnx_axis(int64_t axis, int nd, bool inclusive_end, int64_t
     X(pad) X(shape) X(size) X(constant_of_shape) X(range) X(trilu) X(one_hot) X(eye_like)                \
     X(depth_to_space) X(space_to_depth) X(topk) X(compress) X(quantize) X(dequantize)                 \
     X(dynamic_quantize) X(window) X(rnn) X(resize) X(upsample)    \
-    X(adagrad) X(momentum) X(adam)
+    X(adagrad) X(momentum) X(adam) X(gather_nd) X(scatter_nd) X(reverse_sequence) X(max_unpool) X(dft)   \
+    X(stft)
 #define OARI_ONNX_DECLARE(f) OARI_HIDDEN int oari_onnx_conv_##f(oari_onnx_node *nd);
 OARI_ONNX_CONVERTERS(OARI_ONNX_DECLARE)
 #undef OARI_ONNX_DECLARE

@@ -251,7 +251,7 @@ int oari_onnx_conv_scatter_elements(oari_onnx_node *nd) {
     oar_tensor *idx = wrap_index(nd->in[1], oar_tensor_shape(x)[axis]);
     if (oari_onnx_attr_s_is(nd, "reduction", "none", "add")) RESULT(oar_scatter_add(x, (int)axis, idx, nd->in[2]));
     if (!oari_onnx_attr_s_is(nd, "reduction", "none", "none"))
-        return oari_error(OAR_ERR_UNSUPPORTED, "reduction other than none and add");
+        return oari_error(OAR_ERR_UNSUPPORTED, "reductions other than none and add are not supported (oar has no mul/min/max scatter)");
     RESULT(oar_scatter(x, (int)axis, idx, nd->in[2]));
 }
 
