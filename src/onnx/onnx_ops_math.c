@@ -362,59 +362,6 @@ int oari_onnx_conv_cumsum(oari_onnx_node *nd) {
     RESULT(like(y, x));
 }
 
-/* ---- quantization (uint8; oar has no int8) ------------------------------------------ */
-
-/* v [n] shaped to broadcast along axis of a rank-r tensor (0-d stays). */
-static oar_tensor *along(oar_tensor *v, int64_t axis, int r) {
-    if (oar_tensor_ndim(v) == 0 || r == 0) return v;
-    int64_t s[OAR_MAX_DIMS];
-    for (int d = 0; d < r; d++) s[d] = d == axis ? oar_tensor_numel(v) : 1;
-    return oar_reshape(v, r, s);
-}
-
-static oar_tensor *saturate_u8(oar_tensor *x) { return oar_cast(oar_clamp(oar_round(x), 0, 255), OAR_U8); }
-
-int oari_onnx_conv_quantize(oari_onnx_node *nd) {
-    NEED(2);
-    oar_tensor *x = nd->in[0], *zp = nd->n_in > 2 ? nd->in[2] : NULL;
-    int r = oar_tensor_ndim(x);
-    if (zp && oar_tensor_dtype(zp) != OAR_U8)
-        return oari_error(OAR_ERR_UNSUPPORTED, "zero point of %s (uint8 only)", oar_dtype_name(oar_tensor_dtype(zp)));
-    int64_t axis = 1;
-    int st;
-    if (oar_tensor_ndim(nd->in[1]) > 0 && (st = oari_onnx_axis(oari_onnx_attr_i(nd, "axis", 1), r, false, &axis)))
-        return st;
-    oar_tensor *q = oar_div(oar_cast(x, OAR_F32), along(nd->in[1], axis, r));
-    q = oar_round(q);
-    if (zp) q = oar_add(q, oar_cast(along(zp, axis, r), OAR_F32));
-    RESULT(oar_cast(oar_clamp(q, 0, 255), OAR_U8));
-}
-
-int oari_onnx_conv_dequantize(oari_onnx_node *nd) {
-    NEED(2);
-    oar_tensor *x = nd->in[0], *zp = nd->n_in > 2 ? nd->in[2] : NULL;
-    int r = oar_tensor_ndim(x);
-    int64_t axis = 1;
-    int st;
-    if (oar_tensor_ndim(nd->in[1]) > 0 && (st = oari_onnx_axis(oari_onnx_attr_i(nd, "axis", 1), r, false, &axis)))
-        return st;
-    oar_tensor *v = oar_cast(x, OAR_F32);
-    if (zp) v = oar_sub(v, oar_cast(along(zp, axis, r), OAR_F32));
-    RESULT(oar_mul(v, along(nd->in[1], axis, r)));
-}
-
-int oari_onnx_conv_dynamic_quantize(oari_onnx_node *nd) {
-    NEED(1);
-    oar_tensor *x = nd->in[0];
-    oar_tensor *zero = oari_onnx_scalar(0, oar_tensor_dtype(x));
-    oar_tensor *lo = oar_minimum(oar_amin(x, 0, NULL, false), zero), *hi = oar_maximum(oar_amax(x, 0, NULL, false), zero);
-    oar_tensor *scale = oar_div_scalar(oar_sub(hi, lo), 255.0);
-    oar_tensor *zp = saturate_u8(oar_div(oar_neg(lo), scale));
-    nd->out[1] = scale;
-    nd->out[2] = zp;
-    RESULT(saturate_u8(oar_add(oar_round(oar_div(x, scale)), oar_cast(zp, oar_tensor_dtype(x)))));
-}
-
 /* ---- windows (opset 17) ---------------------------------------------------------- */
 
 int oari_onnx_conv_window(oari_onnx_node *nd) {
