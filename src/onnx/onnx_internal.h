@@ -100,7 +100,8 @@ OARI_HIDDEN int oari_onnx_axis(int64_t axis, int nd, bool inclusive_end, int64_t
     X(depth_to_space) X(space_to_depth) X(topk) X(compress) X(quantize) X(dequantize)                 \
     X(dynamic_quantize) X(window) X(rnn) X(resize) X(upsample)    \
     X(adagrad) X(momentum) X(adam) X(gather_nd) X(scatter_nd) X(reverse_sequence) X(max_unpool) X(dft)   \
-    X(stft) X(conv_integer) X(matmul_integer) X(qlinear_matmul) X(qlinear_conv)
+    X(stft) X(conv_integer) X(matmul_integer) X(qlinear_matmul) X(qlinear_conv)         \
+    X(grid_sample)
 #define OARI_ONNX_DECLARE(f) OARI_HIDDEN int oari_onnx_conv_##f(oari_onnx_node *nd);
 OARI_ONNX_CONVERTERS(OARI_ONNX_DECLARE)
 #undef OARI_ONNX_DECLARE

@@ -63,6 +63,7 @@ const oari_onnx_op oari_onnx_ops[] = {
     ROW("GlobalMaxPool", 1, 17, global_pool, ""),
     ROW("Greater", 7, 17, compare, ""),
     ROW("GreaterOrEqual", 12, 17, compare, ""),
+    ROW("GridSample", 16, 17, grid_sample, "4-D input"),
     ROW("HammingWindow", 17, 17, window, "size must be a constant"),
     ROW("HannWindow", 17, 17, window, "size must be a constant"),
     ROW("HardSigmoid", 6, 17, hard_sigmoid, ""),
