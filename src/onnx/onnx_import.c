@@ -282,6 +282,8 @@ static bool is_initializer(Onnx__GraphProto *g, const char *name) {
     return false;
 }
 
+static int run_nodes(ctx *c, Onnx__NodeProto *const *nodes, size_t n_node, const char *where);
+
 /* One node: its outputs bound in the map. Errors name nothing (the caller
  * prefixes the node). */
 static int run_node(ctx *c, const Onnx__NodeProto *n) {
@@ -303,7 +305,7 @@ static int run_node(ctx *c, const Onnx__NodeProto *n) {
                           n->n_output, OARI_ONNX_MAX_IO);
     if (n->n_output < 1) return oari_error(OAR_ERR_INVALID, "no output");
     oari_onnx_node nd = {.n = n, .opset = opset, .static_shapes = c->static_shapes,
-                         .n_in = (int)n->n_input, .n_out = (int)n->n_output};
+                         .n_in = (int)n->n_input, .n_out = (int)n->n_output, .ctx = c};
     for (size_t i = 0; i < n->n_input; i++) {
         if (!n->input[i][0]) continue; /* an omitted optional input */
         entry *e = lookup(c, n->input[i]);
@@ -321,6 +323,52 @@ static int run_node(ctx *c, const Onnx__NodeProto *n) {
     return 0;
 }
 
+static int run_nodes(ctx *c, Onnx__NodeProto *const *nodes, size_t n_node, const char *where) {
+    for (size_t k = 0; k < n_node; k++) {
+        const Onnx__NodeProto *n = nodes[k];
+        int st = run_node(c, n);
+        if (st) {
+            char msg[768];
+            snprintf(msg, sizeof msg, "%s", oar_last_error());
+            return oari_error(st, "%snode %zu '%s' (%s, opset %lld): %s", where, k, n->name ? n->name : "",
+                              n->op_type ? n->op_type : "?", (long long)c->opset, msg);
+        }
+    }
+    return 0;
+}
+
+#define MAX_DEPTH 8 /* nested sub-graphs */
+
+int oari_onnx_run_subgraph(oari_onnx_node *nd, const Onnx__GraphProto *g, int n_in, oar_tensor *const *in,
+                           int n_out, oar_tensor **out) {
+    ctx *c = nd->ctx;
+    static _Thread_local int depth;
+    if (!g) return oari_error(OAR_ERR_INVALID, "the sub-graph is missing");
+    if ((int)g->n_input != n_in || (int)g->n_output != n_out)
+        return oari_error(OAR_ERR_INVALID, "sub-graph '%s' has %zu inputs, %zu outputs (expected %d, %d)",
+                          g->name ? g->name : "", g->n_input, g->n_output, n_in, n_out);
+    if (depth >= MAX_DEPTH) return oari_error(OAR_ERR_UNSUPPORTED, "sub-graphs nested deeper than %d", MAX_DEPTH);
+    size_t mark = c->n;
+    int st = 0;
+    for (int i = 0; i < n_in && !st; i++) st = bind(c, g->input[i]->name ? g->input[i]->name : "", in[i]);
+    for (size_t i = 0; i < g->n_initializer && !st; i++) {
+        oar_tensor *t = oari_onnx_tensor_of(g->initializer[i], "initializer");
+        st = t ? bind(c, g->initializer[i]->name ? g->initializer[i]->name : "", t) : OAR_ERR_INVALID;
+    }
+    char where[160];
+    snprintf(where, sizeof where, "sub-graph '%s' ", g->name ? g->name : "");
+    depth++;
+    if (!st) st = run_nodes(c, g->node, g->n_node, where);
+    depth--;
+    for (int j = 0; j < n_out && !st; j++) {
+        entry *e = lookup(c, g->output[j]->name ? g->output[j]->name : "");
+        if (!e) st = oari_error(OAR_ERR_INVALID, "sub-graph output '%s' is not computed", g->output[j]->name);
+        else out[j] = e->t;
+    }
+    c->n = mark; /* the sub-graph's names go out of scope */
+    return st;
+}
+
 static int trace_fn(void *vc, oar_tensor *const *inputs, oar_tensor **outputs) {
     ctx *c = vc;
     Onnx__GraphProto *g = c->g;
@@ -334,15 +382,7 @@ static int trace_fn(void *vc, oar_tensor *const *inputs, oar_tensor **outputs) {
         if (!t) return OAR_ERR_INVALID;
         if ((st = bind(c, g->initializer[i]->name ? g->initializer[i]->name : "", t))) return st;
     }
-    for (size_t k = 0; k < g->n_node; k++) {
-        const Onnx__NodeProto *n = g->node[k];
-        if ((st = run_node(c, n))) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", oar_last_error());
-            return oari_error(st, "onnx: node %zu '%s' (%s, opset %lld): %s", k, n->name ? n->name : "",
-                              n->op_type ? n->op_type : "?", (long long)c->opset, msg);
-        }
-    }
+    if ((st = run_nodes(c, g->node, g->n_node, "onnx: "))) return st;
     for (size_t j = 0; j < g->n_output; j++) {
         entry *e = lookup(c, g->output[j]->name ? g->output[j]->name : "");
         if (!e) return oari_error(OAR_ERR_INVALID, "onnx: graph output '%s' is not computed", g->output[j]->name);

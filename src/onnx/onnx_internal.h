@@ -53,7 +53,15 @@ struct oari_onnx_node {
     oar_tensor *in[OARI_ONNX_MAX_IO];
     int n_out;            /* output slots the node names (possibly "") */
     oar_tensor *out[OARI_ONNX_MAX_IO];
+    void *ctx;            /* the importer's, for sub-graphs */
 };
+
+/* Runs sub-graph g (an If branch, a Loop or Scan body) inline in the
+ * node's scope: its inputs bound to in[0..n_in-1], outer names visible;
+ * writes its n_out outputs (op results) to out. 0 or an error naming the
+ * sub-graph's node. */
+OARI_HIDDEN int oari_onnx_run_subgraph(oari_onnx_node *nd, const Onnx__GraphProto *g, int n_in,
+                                       oar_tensor *const *in, int n_out, oar_tensor **out);
 
 /* ---- attributes (onnx_import.c) --------------------------------------------- */
 OARI_HIDDEN const Onnx__AttributeProto *oari_onnx_attr(const oari_onnx_node *nd, const char *name);
@@ -101,7 +109,7 @@ OARI_HIDDEN int oari_onnx_axis(int64_t axis, int nd, bool inclusive_end, int64_t
     X(dynamic_quantize) X(window) X(rnn) X(resize) X(upsample)    \
     X(adagrad) X(momentum) X(adam) X(gather_nd) X(scatter_nd) X(reverse_sequence) X(max_unpool) X(dft)   \
     X(stft) X(conv_integer) X(matmul_integer) X(qlinear_matmul) X(qlinear_conv)         \
-    X(grid_sample)
+    X(grid_sample) X(if) X(loop) X(scan)
 #define OARI_ONNX_DECLARE(f) OARI_HIDDEN int oari_onnx_conv_##f(oari_onnx_node *nd);
 OARI_ONNX_CONVERTERS(OARI_ONNX_DECLARE)
 #undef OARI_ONNX_DECLARE
