@@ -459,3 +459,28 @@ int oari_onnx_conv_sce_loss(oari_onnx_node *nd) {
     if (nd->n_out > 1 && nd->n->output[1][0]) nd->out[1] = logp;
     RESULT(nll(nd, logp, nd->in[1], nd->n_in > 2 ? nd->in[2] : NULL));
 }
+
+/* ---- Det (by cofactors: matrices up to 3x3) ------------------------------------------------ */
+
+int oari_onnx_conv_det(oari_onnx_node *nd) {
+    NEED(1);
+    oar_tensor *x = nd->in[0];
+    int r = oar_tensor_ndim(x);
+    if (r < 2 || oar_tensor_shape(x)[r - 1] != oar_tensor_shape(x)[r - 2])
+        return oari_error(OAR_ERR_INVALID, "needs square matrices in the last two dims");
+    int64_t n = oar_tensor_shape(x)[r - 1];
+    if (n > 3) return oari_error(OAR_ERR_UNSUPPORTED, "%lldx%lld matrices are not supported (up to 3x3)", (long long)n, (long long)n);
+    oar_tensor *e[3][3];
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++)
+            e[i][j] = oar_squeeze(oar_squeeze(oar_slice(oar_slice(x, r - 2, i, i + 1, 1), r - 1, j, j + 1, 1), r - 1), r - 2);
+    if (n == 1) RESULT(oar_clone(e[0][0]));
+    if (n == 2) RESULT(oar_sub(oar_mul(e[0][0], e[1][1]), oar_mul(e[0][1], e[1][0])));
+    oar_tensor *d = NULL;
+    for (int j = 0; j < 3; j++) { /* expansion along the first row */
+        oar_tensor *minor = oar_sub(oar_mul(e[1][(j + 1) % 3], e[2][(j + 2) % 3]), oar_mul(e[1][(j + 2) % 3], e[2][(j + 1) % 3]));
+        oar_tensor *t = oar_mul(e[0][j], minor);
+        d = d ? oar_add(d, t) : t;
+    }
+    RESULT(d);
+}

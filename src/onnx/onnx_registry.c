@@ -42,6 +42,7 @@ const oari_onnx_op oari_onnx_ops[] = {
     ROW("DFT", 17, 17, dft, "dft_length must be a constant"),
     ROW("DepthToSpace", 1, 17, depth_to_space, "4-D"),
     ROW("DequantizeLinear", 10, 17, dequantize, "uint8 and int32 inputs (oar has no int8)"),
+    ROW("Det", 11, 17, det, "matrices up to 3x3 (cofactor expansion)"),
     ROW("Div", 7, 17, div, "integer division truncates"),
     ROW("Dropout", 7, 17, dropout, "inference only (training_mode with ratio > 0 is refused: random)"),
     ROW("DynamicQuantizeLinear", 11, 17, dynamic_quantize, ""),
