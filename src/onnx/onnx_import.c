@@ -90,7 +90,14 @@ int oari_onnx_input_ints(const oari_onnx_node *nd, int i, int64_t *out, int max)
     oar_tensor *c = oar_contiguous(t);
     if (!c) return OAR_ERR_INVALID;
     for (int64_t j = 0; j < k; j++) {
-        double v = oari_load_f64((const char *)oar_tensor_data(c) + j * (int64_t)oar_dtype_size(c->dtype), c->dtype);
+        const char *p = (const char *)oar_tensor_data(c) + j * (int64_t)oar_dtype_size(c->dtype);
+        if (c->dtype == OAR_I64) { /* exact: ends of INT64_MAX are common */
+            memcpy(&out[j], p, sizeof out[j]);
+            continue;
+        }
+        double v = oari_load_f64(p, c->dtype);
+        if (!(v >= -9.2e18 && v <= 9.2e18))
+            return oari_error(OAR_ERR_INVALID, "input %d '%s' holds %g, not an integer in range", i, name, v);
         out[j] = (int64_t)v;
     }
     return (int)k; /* c belongs to the trace's pool */

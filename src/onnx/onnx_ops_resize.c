@@ -77,6 +77,7 @@ static oar_tensor *resize_axis(const rs_opts *o, oar_tensor *x, int axis, int64_
         default: xo = (xi + 0.5) / scale - 0.5; break;
         }
         double c[4];
+        if (!(xo > -1e15 && xo < 1e15)) xo = xo > 0 ? 1e15 : -1e15; /* a wild roi: keep the cast defined */
         int64_t left = (int64_t)ceil(xo) - 1; /* the tap left of xo, or below an integer xo */
         coeffs(o, xo - (double)left, c);
         double sum = 0;
@@ -108,9 +109,11 @@ static int resize_with(oari_onnx_node *nd, const rs_opts *o, const double *scale
     if (!oar_dtype_is_float(dt)) y = oar_cast(y, OAR_F32);
     for (int d = 0; d < r && y; d++) {
         int64_t in = oar_tensor_shape(y)[d];
+        if (in == 0) return oari_error(OAR_ERR_INVALID, "axis %d has size 0", d);
         double s = sizes ? (double)sizes[d] / (double)in : scales[d];
+        if (!(s > 0 && (double)in * s <= 1e9)) return oari_error(OAR_ERR_INVALID, "scale %g of axis %d", s, d);
         int64_t out = sizes ? sizes[d] : (int64_t)floor((double)in * s);
-        if (!(s > 0) || out < 0) return oari_error(OAR_ERR_INVALID, "scale %g / size %lld of axis %d", s, (long long)out, d);
+        if (out < 0) return oari_error(OAR_ERR_INVALID, "size %lld of axis %d", (long long)out, d);
         if (out == in && s == 1 && o->coord != C_TF_CROP) continue;
         y = resize_axis(o, y, d, out, s, roi ? (double[]){roi[d], roi[r + d]} : NULL);
     }

@@ -361,6 +361,7 @@ int oari_onnx_conv_range(oari_onnx_node *nd) {
     if (d == 0) return oari_error(OAR_ERR_INVALID, "delta 0");
     double n = ceil((l - s) / d);
     if (n < 0) n = 0;
+    if (!(n <= 1e9)) return oari_error(OAR_ERR_INVALID, "range of %g elements", n);
     oar_dtype dt = oar_tensor_dtype(nd->in[0]);
     /* start + i * delta, as ONNX defines it */
     oar_tensor *i = oar_arange(0, n, 1, OAR_F64);
@@ -384,6 +385,7 @@ int oari_onnx_conv_one_hot(oari_onnx_node *nd) {
     double depth;
     int st = oari_onnx_input_double(nd, 1, &depth);
     if (st) return st;
+    if (!(depth >= 1 && depth <= 1e9)) return oari_error(OAR_ERR_INVALID, "depth %g", depth);
     int64_t n = (int64_t)depth;
     int r = oar_tensor_ndim(idx);
     int64_t axis;
