@@ -128,6 +128,46 @@ static void test_mutations(void) {
     CHECK(refused > 0 && loaded > 0);
 }
 
+/* The same byte mutations over node-test models of the ops with the most
+ * code (recurrent, Resize, GridSample, control flow, the loss expansions);
+ * skipped without libonnx-testdata. */
+static void test_mutations_node_models(void) {
+    static const char *const tests[] = {"test_lstm_with_peepholes", "test_resize_upsample_scales_cubic",
+                                        "test_gridsample_bicubic", "test_loop11", "test_if", "test_scan9_sum",
+                                        "test_gathernd_example_int32_batch_dim1", "test_convtranspose_output_shape",
+                                        "test_maxpool_2d_same_lower", "test_sce_mean_weight_ii_4d_log_prob_expanded"};
+    int loaded = 0, refused = 0, silent = 0, files = 0;
+    for (size_t f = 0; f < sizeof tests / sizeof *tests; f++) {
+        char path[256];
+        snprintf(path, sizeof path, "/usr/share/libonnx-testdata/data/node/%s/model.onnx", tests[f]);
+        size_t n = 0;
+        unsigned char *buf = read_all(path, &n);
+        if (!buf) continue;
+        files++;
+        for (size_t i = 0; i < n; i++) {
+            unsigned char keep = buf[i];
+            const unsigned char vals[3] = {0xff, 0x00, (unsigned char)(keep + 1)};
+            for (int v = 0; v < 3; v++) {
+                buf[i] = vals[v];
+                oar_clear_error();
+                oar_graph *g = oar_onnx_load_buffer(buf, n);
+                if (g) loaded++;
+                else if (oar_last_error()[0]) refused++;
+                else silent++;
+                oar_graph_free(g);
+            }
+            buf[i] = keep;
+        }
+        free(buf);
+    }
+    if (!files) {
+        printf("test_mutations_node_models: skipped (no libonnx-testdata)\n");
+        return;
+    }
+    CHECK(silent == 0);
+    CHECK(refused > 0 && loaded > 0);
+}
+
 /* onnxconf: errors naming the node, the op and opset; bound inputs;
  * TensorProto files. Models from tests/ref/gen_onnx_errors.py. */
 static void test_conformance_errors(void) {
@@ -182,5 +222,6 @@ int main(void) {
     RUN(test_errors);
     RUN(test_mutations);
     RUN(test_conformance_errors);
+    RUN(test_mutations_node_models);
     return test_summary();
 }
