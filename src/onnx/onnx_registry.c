@@ -154,6 +154,7 @@ const oari_onnx_op oari_onnx_ops[] = {
     ROW("Sum", 8, 17, variadic, ""),
     ROW("Tan", 7, 17, unary, ""),
     ROW("Tanh", 6, 17, unary, ""),
+    ROW("TfIdfVectorizer", 9, 17, tfidf, "integer tokens (pool_int64s); 1-D or 2-D input"),
     ROW("ThresholdedRelu", 10, 17, thresholded_relu, ""),
     ROW("Tile", 6, 17, tile, "repeats must be constants"),
     ROW("TopK", 1, 17, topk, "K must be a constant; always sorted"),
