@@ -125,6 +125,7 @@ const oari_onnx_op oari_onnx_ops[] = {
     ROW("Reshape", 5, 17, reshape, "the shape must be a constant"),
     ROW("Resize", 11, 17, resize, "scales, sizes (and a tf_crop_and_resize roi) must be constants"),
     ROW("ReverseSequence", 10, 17, reverse_sequence, ""),
+    ROW("RoiAlign", 16, 17, roi_align, "rois and batch_indices must be constants; max mode as onnxruntime"),
     ROW("Round", 11, 17, unary, ""),
     ROW("STFT", 17, 17, stft, "frame_step and frame_length must be constants"),
     ROW("Scan", 9, 17, scan, "axes and directions 0 (forward over dim 0); at most 4096 steps, unrolled"),
