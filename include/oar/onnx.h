@@ -11,9 +11,10 @@
  * op, so every shape rule is oar's own. Outputs and inputs keep their ONNX
  * names, in graph order.
  *
- * Supported: about 110 ops of the default domain at opsets 1..17, each over
- * the opsets in which its meaning did not change; docs/onnx.md lists them
- * (generated from the importer's registry) with their limits.
+ * Supported: about 150 ops of the default domain at opsets 1..17 (and the
+ * ai.onnx.preview.training optimizers), each over the opsets in which its
+ * meaning did not change; docs/onnx.md lists them (generated from the
+ * importer's registry) with their limits.
  * Tensors: float, double, float16, bfloat16, int32, int64, uint8, bool,
  * complex64/128; int8, int16, uint16..uint64 and strings are refused. */
 #ifndef OAR_ONNX_H

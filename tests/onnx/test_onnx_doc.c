@@ -22,8 +22,9 @@ static char *table(void) {
         len += (size_t)snprintf(s + len, cap - len, "| %s | %d..%d | %s |\n", r->name, r->since, r->until,
                                 r->limits[0] ? r->limits : "");
     }
-    snprintf(s + len, cap - len, "\n%d ops in %d registry rows (default domain, opsets %d..%d).\n%s", ops,
-             oari_onnx_n_ops, OARI_ONNX_MIN_OPSET, OARI_ONNX_MAX_OPSET, END);
+    snprintf(s + len, cap - len, "\n%d ops in %d registry rows: the default domain at opsets %d..%d, and "
+             "%s version 1.\n%s", ops, oari_onnx_n_ops, OARI_ONNX_MIN_OPSET, OARI_ONNX_MAX_OPSET,
+             OARI_ONNX_TRAINING_DOMAIN, END);
     return s;
 }
 
