@@ -109,7 +109,8 @@ OARI_HIDDEN int oari_onnx_axis(int64_t axis, int nd, bool inclusive_end, int64_t
     X(dynamic_quantize) X(window) X(rnn) X(resize) X(upsample)    \
     X(adagrad) X(momentum) X(adam) X(gather_nd) X(scatter_nd) X(reverse_sequence) X(max_unpool) X(dft)   \
     X(stft) X(conv_integer) X(matmul_integer) X(qlinear_matmul) X(qlinear_conv)         \
-    X(grid_sample) X(if) X(loop) X(scan) X(det) X(tfidf) X(roi_align)
+    X(grid_sample) X(if) X(loop) X(scan) X(det) X(tfidf) X(roi_align)                 \
+    X(mel_weight_matrix)
 #define OARI_ONNX_DECLARE(f) OARI_HIDDEN int oari_onnx_conv_##f(oari_onnx_node *nd);
 OARI_ONNX_CONVERTERS(OARI_ONNX_DECLARE)
 #undef OARI_ONNX_DECLARE

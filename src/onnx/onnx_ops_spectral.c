@@ -1,9 +1,11 @@
-/* ONNX import, spectral ops (opset 17): DFT and STFT on oar's FFT. ONNX
+/* ONNX import, spectral ops (opset 17): DFT and STFT on oar's FFT, and the
+ * MelWeightMatrix constant. ONNX
  * carries complex values as a trailing dim of 2 (real: 1). */
 #define OARI_ONNX_PROTO
 #include "onnx_internal.h"
 #include <oar/complex.h>
 #include <oar/fft.h>
+#include <math.h>
 #include <string.h>
 
 /* [..., 1 | 2] real or (re, im) pairs as a complex tensor [...]. */
@@ -65,5 +67,48 @@ int oari_onnx_conv_stft(oari_onnx_node *nd) {
     oari_free(fs, (size_t)frames * sizeof *fs);
     if (oari_onnx_attr_i(nd, "onesided", 1) && y) y = oar_slice(y, 2, 0, flen / 2 + 1, 1);
     nd->out[0] = y ? oar_contiguous(oar_view_as_real(oar_contiguous(y))) : NULL;
+    return nd->out[0] ? 0 : OAR_ERR_INVALID;
+}
+
+/* MelWeightMatrix: a constant [dft_length / 2 + 1, num_mel_bins] of
+ * triangular filters, built at import from constant inputs as ONNX's
+ * reference builds it (bins at (dft_length + 1) f / sample_rate). */
+int oari_onnx_conv_mel_weight_matrix(oari_onnx_node *nd) {
+    int st = oari_onnx_need(nd, 5);
+    if (st) return st;
+    int64_t nmel, dftl, rate;
+    double lo, hi;
+    if ((st = oari_onnx_input_ints(nd, 0, &nmel, 1)) < 0 || (st = oari_onnx_input_ints(nd, 1, &dftl, 1)) < 0 ||
+        (st = oari_onnx_input_ints(nd, 2, &rate, 1)) < 0 || (st = oari_onnx_input_double(nd, 3, &lo)) ||
+        (st = oari_onnx_input_double(nd, 4, &hi)))
+        return st;
+    if (nmel < 1 || nmel > 4096 || dftl < 1 || dftl > (1 << 20) || rate < 1)
+        return oari_error(OAR_ERR_INVALID, "num_mel_bins %lld, dft_length %lld, sample_rate %lld", (long long)nmel,
+                          (long long)dftl, (long long)rate);
+    oar_dtype dt = oari_onnx_dtype((int32_t)oari_onnx_attr_i(nd, "output_datatype", 1));
+    if (dt == OAR_DTYPE_INVALID) return oari_error(OAR_ERR_UNSUPPORTED, "output_datatype is not an oar dtype");
+    int64_t nspec = dftl / 2 + 1;
+    oar_tensor *m = oar_zeros(OAR_F64, 2, (int64_t[]){nspec, nmel});
+    int64_t *bins = oari_malloc((size_t)(nmel + 2) * sizeof *bins);
+    if (!m || !bins) {
+        oari_free(bins, (size_t)(nmel + 2) * sizeof *bins);
+        return OAR_ERR_NOMEM;
+    }
+    double lmel = 2595 * log10(1 + lo / 700), hmel = 2595 * log10(1 + hi / 700), step = (hmel - lmel) / (double)(nmel + 2);
+    for (int64_t i = 0; i < nmel + 2; i++) {
+        double f = 700 * (pow(10, ((double)i * step + lmel) / 2595) - 1);
+        double b = floor((double)(dftl + 1) * f / (double)rate);
+        bins[i] = b < 0 ? 0 : b > (double)(nspec - 1) ? nspec - 1 : (int64_t)b;
+    }
+    double *v = oar_tensor_data(m);
+    for (int64_t i = 0; i < nmel; i++) {
+        int64_t l = bins[i], c = bins[i + 1], h = bins[i + 2];
+        if (c == l) v[c * nmel + i] = 1;
+        else
+            for (int64_t j = l; j <= c; j++) v[j * nmel + i] = (double)(j - l) / (double)(c - l);
+        for (int64_t j = c; j < h; j++) v[j * nmel + i] = (double)(h - j) / (double)(h - c);
+    }
+    oari_free(bins, (size_t)(nmel + 2) * sizeof *bins);
+    nd->out[0] = oar_cast(m, dt);
     return nd->out[0] ? 0 : OAR_ERR_INVALID;
 }

@@ -93,6 +93,7 @@ const oari_onnx_op oari_onnx_ops[] = {
     ROW("MaxUnpool", 11, 17, max_unpool, "output_shape must be a constant"),
     ROW("Mean", 8, 17, variadic, ""),
     ROW("MeanVarianceNormalization", 9, 17, mvn, ""),
+    ROW("MelWeightMatrix", 17, 17, mel_weight_matrix, "inputs must be constants (the matrix is built at import)"),
     ROW("Min", 8, 17, variadic, ""),
     ROW("Mod", 10, 17, mod, "fmod=0 needs integers"),
     ROW("Mul", 7, 17, binary, ""),
