@@ -1,6 +1,6 @@
 /* ONNX import, spectral ops (opset 17): DFT and STFT on oar's FFT, and the
- * MelWeightMatrix constant. ONNX
- * carries complex values as a trailing dim of 2 (real: 1). */
+ * MelWeightMatrix constant. ONNX carries complex values as a trailing dim
+ * of 2 (real: 1). */
 #define OARI_ONNX_PROTO
 #include "onnx_internal.h"
 #include <oar/complex.h>
