@@ -11,7 +11,7 @@
  * op, so every shape rule is oar's own. Outputs and inputs keep their ONNX
  * names, in graph order.
  *
- * Supported: about 150 ops of the default domain at opsets 1..17 (and the
+ * Supported: about 150 ops of the default domain at opsets 1..18 (and the
  * ai.onnx.preview.training optimizers), each over the opsets in which its
  * meaning did not change; docs/onnx.md lists them (generated from the
  * importer's registry) with their limits.

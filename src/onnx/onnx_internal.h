@@ -7,9 +7,10 @@
 #include "../core/core.h"
 #include <oar/ops.h>
 
-/* The opsets of the default domain the importer knows (ONNX 1.12). */
+/* The opsets of the default domain the importer knows (ONNX 1.12's 17, and
+ * 18: the reductions' axes become inputs, Pad gets axes, Split num_outputs). */
 #define OARI_ONNX_MIN_OPSET 1
-#define OARI_ONNX_MAX_OPSET 17
+#define OARI_ONNX_MAX_OPSET 18
 /* Inputs and outputs one node may have. */
 #define OARI_ONNX_MAX_IO 32
 

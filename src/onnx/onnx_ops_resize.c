@@ -125,6 +125,9 @@ static int resize_with(oari_onnx_node *nd, const rs_opts *o, const double *scale
 int oari_onnx_conv_resize(oari_onnx_node *nd) {
     int st = oari_onnx_need(nd, 1);
     if (st) return st;
+    if (oari_onnx_attr_i(nd, "antialias", 0) || oari_onnx_attr(nd, "axes") ||
+        !oari_onnx_attr_s_is(nd, "keep_aspect_ratio_policy", "stretch", "stretch"))
+        return oari_error(OAR_ERR_UNSUPPORTED, "antialias, axes and keep_aspect_ratio_policy (opset 18) are not supported");
     rs_opts o = {.a = oari_onnx_attr_f(nd, "cubic_coeff_a", -0.75), .exclude = oari_onnx_attr_i(nd, "exclude_outside", 0) != 0,
                  .extrap = oari_onnx_attr_f(nd, "extrapolation_value", 0.0)};
     if (oari_onnx_attr_s_is(nd, "mode", "nearest", "nearest")) o.mode = M_NEAREST;

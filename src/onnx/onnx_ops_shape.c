@@ -124,7 +124,13 @@ int oari_onnx_conv_split(oari_onnx_node *nd) {
     int64_t n = oar_tensor_shape(x)[axis];
     int k = ints_attr_or_input(nd, 13, "split", 1, sizes, OARI_ONNX_MAX_IO);
     if (k < -1) return k;
-    if (k == -1) {
+    if (k == -1 && oari_onnx_attr(nd, "num_outputs")) { /* opset 18: ceil(n / parts) each, the last smaller */
+        int64_t parts = oari_onnx_attr_i(nd, "num_outputs", 0);
+        if (parts != nd->n_out || parts < 1) return oari_error(OAR_ERR_INVALID, "num_outputs %lld for %d outputs", (long long)parts, nd->n_out);
+        int64_t each = (n + parts - 1) / parts;
+        k = nd->n_out;
+        for (int j = 0; j < k; j++) sizes[j] = (j + 1) * each <= n ? each : n - j * each > 0 ? n - j * each : 0;
+    } else if (k == -1) {
         if (n % nd->n_out) return oari_error(OAR_ERR_INVALID, "dim %lld of size %lld in %d equal parts", (long long)axis,
                                              (long long)n, nd->n_out);
         k = nd->n_out;
@@ -297,7 +303,19 @@ int oari_onnx_conv_pad(oari_onnx_node *nd) {
         k = oari_onnx_input_ints(nd, 1, p, 2 * OAR_MAX_DIMS);
         int st;
         if (nd->n_in > 2 && nd->in[2] && (st = oari_onnx_input_double(nd, 2, &value))) return st;
-        if (nd->n_in > 3 && nd->in[3]) return oari_error(OAR_ERR_UNSUPPORTED, "the axes input (opset 18)");
+        if (nd->n_in > 3 && nd->in[3]) { /* opset 18: pads for these axes only */
+            int64_t axes[OAR_MAX_DIMS], full[2 * OAR_MAX_DIMS] = {0};
+            int ka = oari_onnx_input_ints(nd, 3, axes, OAR_MAX_DIMS);
+            if (ka < 0) return ka;
+            if (k != 2 * ka) return oari_error(OAR_ERR_INVALID, "%d pads for %d axes", k, ka);
+            for (int i = 0; i < ka; i++) {
+                if ((st = oari_onnx_axis(axes[i], r, false, &axes[i]))) return st;
+                full[axes[i]] = p[i];
+                full[r + axes[i]] = p[ka + i];
+            }
+            memcpy(p, full, (size_t)(2 * r) * sizeof *p);
+            k = 2 * r;
+        }
     }
     if (k < -1) return k;
     if (k != 2 * r) return oari_error(OAR_ERR_INVALID, "%d pads for rank %d", k, r);

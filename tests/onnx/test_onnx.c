@@ -176,7 +176,27 @@ static void test_conformance_errors(void) {
     CHECK_FAILS(oar_onnx_load("onnx/bad_shapes.onnx"), "node 1 'add' (Add, opset 13)");
     CHECK_FAILS(oar_onnx_load("onnx/bad_shapes.onnx"), "[4, 5]");
     CHECK_FAILS(oar_onnx_load("onnx/bad_dtype.onnx"), "input 'x': element type int8 (3) is not an oar dtype");
-    CHECK_FAILS(oar_onnx_load("onnx/opset18.onnx"), "opset 18 of the default domain is not supported (1..17)");
+    CHECK_FAILS(oar_onnx_load("onnx/opset19.onnx"), "opset 19 of the default domain is not supported (1..18)");
+    /* opset 18: ReduceMean's axes from an input, Pad with axes, Split by num_outputs */
+    oar_graph *g18 = oar_onnx_load("onnx/opset18.onnx");
+    CHECK(g18 != NULL);
+    if (g18) {
+        oar_predictor *p = oar_predictor_from_graph(g18, NULL);
+        oar_graph_free(g18);
+        oar_tensor *x = oar_tensor_from_data((float[]){1, 2, 3, 4, 5, 9}, OAR_F32, 2, (int64_t[]){2, 3});
+        oar_tensor *y[4] = {NULL, NULL, NULL, NULL};
+        CHECK(p && oar_predictor_run(p, &x, y) == 0);
+        if (y[0] && y[1] && y[2] && y[3]) {
+            const float *m = oar_tensor_data(y[0]), *pd = oar_tensor_data(y[1]);
+            CHECK(oar_tensor_ndim(y[0]) == 1 && m[0] == 2 && m[1] == 6);
+            CHECK(oar_tensor_shape(y[1])[1] == 6 && pd[0] == 0 && pd[1] == 1 && pd[3] == 3 && pd[4] == 0 && pd[7] == 4);
+            CHECK(oar_tensor_shape(y[2])[1] == 2 && oar_tensor_shape(y[3])[1] == 1);
+            CHECK(((const float *)oar_tensor_data(y[3]))[1] == 9);
+        }
+        for (int j = 0; j < 4; j++) oar_tensor_release(y[j]);
+        oar_tensor_release(x);
+        oar_predictor_free(p);
+    }
     CHECK_FAILS(oar_onnx_load("onnx/runtime_shape.onnx"), "node 0 'rs' (Reshape, opset 13): input 1 's' is computed at run time");
     /* the shape bound as a value: the graph keeps one input, x */
     oar_tensor *shape = oar_tensor_from_data((int64_t[]){3, 2}, OAR_I64, 1, (int64_t[]){2});

@@ -1,7 +1,7 @@
 """Small hand-built ONNX models and TensorProto files for the importer's
 error paths and options (tests/onnx/test_onnx.c): an op at an opset outside
 its registry rows, inconsistent shapes, an element type oar lacks, a
-Reshape whose shape is a graph input, an opset beyond ONNX 1.12, and two
+Reshape whose shape is a graph input, the opset-18 forms of ReduceMean, Pad and Split, an opset beyond 18, and two
 serialized tensors. Run from tests/: /usr/bin/python3 ref/gen_onnx_errors.py"""
 import onnx
 from onnx import TensorProto, helper
@@ -23,8 +23,17 @@ save([helper.make_node("Relu", ["a"], ["h"], name="r"), helper.make_node("Add", 
      [vi("y", TensorProto.FLOAT, [2, 3])], 13)
 save([helper.make_node("Relu", ["x"], ["y"], name="r")], "bad_dtype", [vi("x", TensorProto.INT8, [2])],
      [vi("y", TensorProto.INT8, [2])], 13)
-save([helper.make_node("Relu", ["x"], ["y"], name="r")], "opset18", [vi("x", TensorProto.FLOAT, [2])],
-     [vi("y", TensorProto.FLOAT, [2])], 18)
+save([helper.make_node("Relu", ["x"], ["y"], name="r")], "opset19", [vi("x", TensorProto.FLOAT, [2])],
+     [vi("y", TensorProto.FLOAT, [2])], 19)
+# opset 18: ReduceMean's axes as an input, Pad's axes, Split's num_outputs
+ax = helper.make_tensor("ax", TensorProto.INT64, [1], [1])
+pads = helper.make_tensor("pads", TensorProto.INT64, [2], [1, 2])
+save([helper.make_node("ReduceMean", ["x", "ax"], ["m"], keepdims=0, name="mean"),
+      helper.make_node("Pad", ["x", "pads", "", "ax"], ["p"], name="pad"),
+      helper.make_node("Split", ["x"], ["s0", "s1"], axis=1, num_outputs=2, name="split")], "opset18",
+     [vi("x", TensorProto.FLOAT, [2, 3])],
+     [vi("m", TensorProto.FLOAT, [2]), vi("p", TensorProto.FLOAT, [2, 6]), vi("s0", TensorProto.FLOAT, [2, 2]),
+      vi("s1", TensorProto.FLOAT, [2, 1])], 18, [ax, pads])
 # y = reshape(x, s) with s a graph input: needs s's value at import
 save([helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")], "runtime_shape",
      [vi("x", TensorProto.FLOAT, [2, 3]), vi("s", TensorProto.INT64, [2])], [vi("y", TensorProto.FLOAT, [3, 2])], 13)
