@@ -249,6 +249,7 @@ oar_tensor *oari_onnx_flatten2d(oar_tensor *x, int64_t axis) {
 typedef struct {
     const char *name;
     oar_tensor *t;
+    bool dyn_size; /* holds sizes from a Shape of dynamic dims (placeholders the tracer rewrites) */
 } entry;
 
 typedef struct {
@@ -279,8 +280,22 @@ static int bind(ctx *c, const char *name, oar_tensor *t) {
         c->map = m;
         c->cap = cap;
     }
-    c->map[c->n++] = (entry){name, t};
+    c->map[c->n++] = (entry){name, t, false};
     return 0;
+}
+
+/* Sizes from a Shape of a dynamic dim are the tracer's placeholder values:
+ * it rewrites them where they become a Reshape, Expand or ConstantOfShape
+ * target, so they may flow only through ops that move them unchanged to
+ * one. ok_in: the inputs of op that may hold such sizes; carries: whether
+ * the outputs then do. */
+static bool size_flow(const char *op, int i, bool *carries) {
+    static const char *const moves[] = {"Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Identity"};
+    for (size_t k = 0; k < sizeof moves / sizeof *moves; k++)
+        if (!strcmp(op, moves[k])) return *carries = true, !strcmp(op, "Gather") ? i == 0 : true;
+    if (!strcmp(op, "Slice")) return *carries = true, i == 0;
+    if (!strcmp(op, "Reshape") || !strcmp(op, "Expand")) return i == 1;
+    return !strcmp(op, "ConstantOfShape");
 }
 
 static bool is_initializer(Onnx__GraphProto *g, const char *name) {
@@ -313,11 +328,18 @@ static int run_node(ctx *c, const Onnx__NodeProto *n) {
     if (n->n_output < 1) return oari_error(OAR_ERR_INVALID, "no output");
     oari_onnx_node nd = {.n = n, .opset = opset, .static_shapes = c->static_shapes,
                          .n_in = (int)n->n_input, .n_out = (int)n->n_output, .ctx = c};
+    bool dyn_out = !c->static_shapes && !strcmp(op, "Shape");
     for (size_t i = 0; i < n->n_input; i++) {
         if (!n->input[i][0]) continue; /* an omitted optional input */
         entry *e = lookup(c, n->input[i]);
         if (!e) return oari_error(OAR_ERR_INVALID, "input '%s' is not defined before the node", n->input[i]);
         nd.in[i] = e->t;
+        bool carries = false;
+        if (e->dyn_size && !size_flow(op, (int)i, &carries))
+            return oari_error(OAR_ERR_UNSUPPORTED, "input '%s' holds sizes taken from the model's dynamic dims; oar "
+                              "follows them only into Reshape, Expand and ConstantOfShape shapes (through Gather, "
+                              "Unsqueeze, Squeeze, Concat, Slice, Cast): use static input shapes", n->input[i]);
+        dyn_out = dyn_out || (e->dyn_size && carries);
     }
     int st = row->fn(&nd);
     if (st) return st;
@@ -326,6 +348,7 @@ static int run_node(ctx *c, const Onnx__NodeProto *n) {
         if (!nd.out[j])
             return oari_error(OAR_ERR_UNSUPPORTED, "output %zu '%s' is not supported", j, n->output[j]);
         if ((st = bind(c, n->output[j], nd.out[j]))) return st;
+        c->map[c->n - 1].dyn_size = dyn_out;
     }
     return 0;
 }

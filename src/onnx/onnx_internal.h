@@ -49,7 +49,7 @@ OARI_HIDDEN int oari_onnx_model_ops(const void *data, size_t n, int64_t *opset, 
 struct oari_onnx_node {
     const Onnx__NodeProto *n;
     int64_t opset;        /* of the node's domain */
-    bool static_shapes;  /* no dynamic dims: shapes may become values */
+    bool static_shapes;  /* no dynamic dims: shapes may become any values */
     int n_in;             /* input slots, omitted optional ones NULL */
     oar_tensor *in[OARI_ONNX_MAX_IO];
     int n_out;            /* output slots the node names (possibly "") */

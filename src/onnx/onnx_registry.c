@@ -145,7 +145,7 @@ const oari_onnx_op oari_onnx_ops[] = {
     ROW("ScatterElements", 11, 18, scatter_elements, "reduction none or add"),
     ROW("ScatterND", 11, 18, scatter_nd, "reduction none or add"),
     ROW("Selu", 6, 18, selu, ""),
-    ROW("Shape", 1, 18, shape, "static input shapes"),
+    ROW("Shape", 1, 18, shape, "with dynamic dims, its values may only reach Reshape, Expand and ConstantOfShape shapes"),
     ROW("Shrink", 9, 18, shrink, ""),
     ROW("Sigmoid", 6, 18, unary, ""),
     ROW("Sign", 9, 18, unary, ""),

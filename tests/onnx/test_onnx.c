@@ -5,6 +5,7 @@
  * message naming the node. */
 #include "test.h"
 #include "onnx/onnx_ref.h"
+#include "onnx/dyn13_ref.h"
 #include <math.h>
 #include <oar/oar.h>
 #include <oar/onnx.h>
@@ -128,6 +129,15 @@ static void test_mutations(void) {
     CHECK(refused > 0 && loaded > 0);
 }
 
+/* A dynamic batch whose reshape sizes come from Shape (PyTorch's
+ * x.reshape(x.size(0), -1)): traced at 2, run at 5 against PyTorch; and
+ * arithmetic on such a size, which the tracer cannot follow, refused. */
+static void test_dynamic_shape_values(void) {
+    MODEL(dyn13, 3, 2);
+    CHECK_FAILS(oar_onnx_load("onnx/shape_arith.onnx"),
+                "node 2 'plus1' (Add, opset 13): input 'n' holds sizes taken from the model's dynamic dims");
+}
+
 /* The same byte mutations over node-test models of the ops with the most
  * code (recurrent, Resize, GridSample, control flow, the loss expansions);
  * skipped without libonnx-testdata. */
@@ -242,6 +252,7 @@ int main(void) {
     RUN(test_errors);
     RUN(test_mutations);
     RUN(test_conformance_errors);
+    RUN(test_dynamic_shape_values);
     RUN(test_mutations_node_models);
     return test_summary();
 }

@@ -41,3 +41,11 @@ t = helper.make_tensor("t", TensorProto.INT64, [2, 2], [1, -2, 3, 1 << 40])
 open("onnx/tensor_i64.pb", "wb").write(t.SerializeToString())
 t = helper.make_tensor("t8", TensorProto.INT8, [2], [1, -2])
 open("onnx/tensor_i8.pb", "wb").write(t.SerializeToString())
+# x [N, 3] with N dynamic: Shape -> Gather -> Add 1 is arithmetic on the
+# placeholder size, refused (only moves into Reshape/Expand shapes are followed)
+i0 = helper.make_tensor("i0", TensorProto.INT64, [], [0])
+one = helper.make_tensor("one", TensorProto.INT64, [], [1])
+save([helper.make_node("Shape", ["x"], ["s"], name="shape"), helper.make_node("Gather", ["s", "i0"], ["n"], name="g"),
+      helper.make_node("Add", ["n", "one"], ["n1"], name="plus1")], "shape_arith",
+     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+     [helper.make_tensor_value_info("n1", TensorProto.INT64, [])], 13, [i0, one])
