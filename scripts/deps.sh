@@ -14,6 +14,7 @@ pkgs=(
     ocl-icd-opencl-dev opencl-headers pocl-opencl-icd  # the opencl device plugin (pocl: a CPU OpenCL device)
     bible-kjv                # text for examples/char_lm.c (scripts/bible-text.sh)
     protobuf-c-compiler libprotobuf-c-dev python3-onnx # ONNX import: protoc-c, libprotobuf-c, onnx.proto
+    libonnx-testdata         # the ONNX backend node tests (tests/onnx/test_onnx_conformance.c)
 )
 
 missing=()

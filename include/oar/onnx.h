@@ -11,11 +11,12 @@
  * op, so every shape rule is oar's own. Outputs and inputs keep their ONNX
  * names, in graph order.
  *
- * Supported (default domain, opset 7..17): MatMul, Gemm, Add, Sub, Mul, Div,
- * Relu, Sigmoid, Tanh, Softmax (opset < 13: flatten to 2-D at axis), Conv
- * (2-D, symmetric pads), MaxPool, AveragePool (2-D), GlobalAveragePool,
- * Flatten, Reshape (shape from a constant), Transpose, Identity, Constant.
- * Tensors: float (computed in f32), double (f64), int64 (shapes). */
+ * Supported: about 150 ops of the default domain at opsets 1..18 (and the
+ * ai.onnx.preview.training optimizers), each over the opsets in which its
+ * meaning did not change; docs/onnx.md lists them (generated from the
+ * importer's registry) with their limits.
+ * Tensors: float, double, float16, bfloat16, int32, int64, uint8, bool,
+ * complex64/128; int8, int16, uint16..uint64 and strings are refused. */
 #ifndef OAR_ONNX_H
 #define OAR_ONNX_H
 
@@ -36,7 +37,7 @@ OAR_API oar_graph *oar_onnx_load(const char *path);
 /* As oar_onnx_load, from n bytes in memory (borrowed). */
 OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n);
 
-/* ==== ONNX export (onnxexport branch) ==========================================
+/* ==== ONNX export (onnxexport branch) ===================================
  *
  *     oar_graph *g = oar_graph_load("demo-out/fashion-cnn");
  *     oar_onnx_export(g, "fashion-cnn.onnx", &(oar_onnx_export_options){.opset = 17});
@@ -91,6 +92,32 @@ typedef struct oar_onnx_export_options {
  * writable (OAR_ERR_IO, naming the path); out of memory (OAR_ERR_NOMEM). */
 OAR_API int oar_onnx_export(const oar_graph *g, const char *path, const oar_onnx_export_options *opt);
 /* ==== end of ONNX export ======================================================= */
+=======
+/* ---- import options and TensorProto files (onnxconf: the conformance
+ * harness, tests/onnx/test_onnx_conformance.c) ------------------------------ */
+
+typedef struct oar_onnx_options {
+    /* optional (NULL: none): one entry per graph input that is not an
+     * initializer, in the model's order (n_values of them). A non-NULL entry
+     * (borrowed) gives that input a value: it becomes a constant and leaves
+     * the graph's inputs, so nodes that need a value at import (a Reshape's
+     * shape, Slice's starts, Expand's shape) can read it. */
+    int n_values;
+    oar_tensor *const *values;
+} oar_onnx_options;
+
+/* As oar_onnx_load / oar_onnx_load_buffer with options (opt may be NULL).
+ * Also fails if n_values is not the number of non-initializer inputs. */
+OAR_API oar_graph *oar_onnx_load_with(const char *path, const oar_onnx_options *opt);
+OAR_API oar_graph *oar_onnx_load_buffer_with(const void *data, size_t n, const oar_onnx_options *opt);
+
+/* Reads a serialized TensorProto (an ONNX test's input_0.pb) as a new
+ * tensor (pool rule, as oar_tensor_from_data). NULL with an error naming
+ * the file and the problem: unreadable, not a TensorProto, an element type
+ * oar lacks (int8, uint16..uint64, string), external or inconsistent data. */
+OAR_API oar_tensor *oar_onnx_tensor_load(const char *path);
+/* As oar_onnx_tensor_load, from n bytes in memory (borrowed). */
+OAR_API oar_tensor *oar_onnx_tensor_load_buffer(const void *data, size_t n);
 
 #ifdef __cplusplus
 }

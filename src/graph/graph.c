@@ -159,7 +159,7 @@ oar_graph *oar_graph_clone(const oar_graph *g) {
         memcpy(c->nodes[i].in, g->nodes[i].in, (size_t)n * sizeof(int));
         c->n_nodes++;
     }
-    memcpy(c->inputs, g->inputs, (size_t)g->n_inputs * sizeof *c->inputs);
+    if (g->n_inputs) memcpy(c->inputs, g->inputs, (size_t)g->n_inputs * sizeof *c->inputs); /* onnxconf: a graph may have no inputs */
     c->n_inputs = g->n_inputs;
     c->cap_inputs = g->n_inputs ? g->n_inputs : 1;
     c->n_outputs = g->n_outputs;

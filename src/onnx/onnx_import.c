@@ -1,10 +1,11 @@
 /* ONNX import (include/oar/onnx.h): parse the ModelProto with protobuf-c
  * (bindings generated at build time from Debian's onnx.proto) and trace the
- * node list through the public ops. */
-#include "../core/core.h"
-#include "onnx.pb-c.h"
+ * node list, each node through its registry row (onnx_registry.c). Also the
+ * helpers the converters share: attributes, constant inputs, TensorProtos. */
+#define OARI_ONNX_PROTO
+#include "onnx_internal.h"
+#include <math.h>
 #include <oar/onnx.h>
-#include <oar/ops.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,47 +28,118 @@ static void pb_free(void *data, void *p) {
 }
 static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
-typedef struct {
-    const char *name;
-    oar_tensor *t;
-    bool is_const; /* concrete (initializer, Constant, or computed from them) */
-} entry;
+/* ---- attributes --------------------------------------------------------------- */
 
-typedef struct {
-    Onnx__GraphProto *g;
-    int64_t opset;
-    entry *map;
-    size_t n, cap;
-    size_t n_in;
-    const char **in_names; /* the non-initializer graph inputs */
-} ctx;
-
-static entry *lookup(ctx *c, const char *name) {
-    for (size_t i = c->n; i-- > 0;)
-        if (!strcmp(c->map[i].name, name)) return &c->map[i];
+const Onnx__AttributeProto *oari_onnx_attr(const oari_onnx_node *nd, const char *name) {
+    const Onnx__NodeProto *n = nd->n;
+    for (size_t i = 0; i < n->n_attribute; i++)
+        if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name)) return n->attribute[i];
     return NULL;
 }
+int64_t oari_onnx_attr_i(const oari_onnx_node *nd, const char *name, int64_t def) {
+    const Onnx__AttributeProto *a = oari_onnx_attr(nd, name);
+    return a && a->has_i ? a->i : def;
+}
+double oari_onnx_attr_f(const oari_onnx_node *nd, const char *name, double def) {
+    const Onnx__AttributeProto *a = oari_onnx_attr(nd, name);
+    return a && a->has_f ? a->f : def;
+}
+bool oari_onnx_attr_s_is(const oari_onnx_node *nd, const char *name, const char *def, const char *s) {
+    const Onnx__AttributeProto *a = oari_onnx_attr(nd, name);
+    if (!a || !a->has_s) return def && !strcmp(def, s);
+    return a->s.len == strlen(s) && !memcmp(a->s.data, s, a->s.len);
+}
+int oari_onnx_attr_ints(const oari_onnx_node *nd, const char *name, int64_t *out, int max) {
+    const Onnx__AttributeProto *a = oari_onnx_attr(nd, name);
+    if (!a) return -1;
+    if (a->n_ints > (size_t)max)
+        return oari_error(OAR_ERR_UNSUPPORTED, "attribute %s has %zu entries (at most %d)", name, a->n_ints, max);
+    memcpy(out, a->ints, a->n_ints * sizeof *out);
+    return (int)a->n_ints;
+}
 
-static int bind(ctx *c, const char *name, oar_tensor *t, bool is_const) {
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 64;
-        entry *m = oari_realloc(c->map, c->cap * sizeof *m, cap * sizeof *m);
-        if (!m) return OAR_ERR_NOMEM;
-        c->map = m;
-        c->cap = cap;
-    }
-    c->map[c->n++] = (entry){name, t, is_const};
+/* ---- values ------------------------------------------------------------------- */
+
+int oari_onnx_need(const oari_onnx_node *nd, int n) {
+    for (int i = 0; i < n; i++)
+        if (i >= nd->n_in || !nd->in[i]) return oari_error(OAR_ERR_INVALID, "input %d is missing (needs %d)", i, n);
     return 0;
 }
 
-static bool is_initializer(Onnx__GraphProto *g, const char *name) {
-    for (size_t i = 0; i < g->n_initializer; i++)
-        if (g->initializer[i]->name && !strcmp(g->initializer[i]->name, name)) return true;
-    return false;
+/* Input i must be present (the others may be omitted). */
+static int need_one(const oari_onnx_node *nd, int i) {
+    if (i >= nd->n_in || !nd->in[i]) return oari_error(OAR_ERR_INVALID, "input %d is missing", i);
+    return 0;
 }
 
-/* A concrete tensor from a TensorProto (typed fields or raw_data). */
-static oar_tensor *tensor_of(const Onnx__TensorProto *tp, const char *what) {
+int oari_onnx_input_ints(const oari_onnx_node *nd, int i, int64_t *out, int max) {
+    int st = need_one(nd, i);
+    if (st) return st;
+    oar_tensor *t = nd->in[i];
+    const char *name = nd->n->input[i];
+    if (!oar_tensor_data(t))
+        return oari_error(OAR_ERR_UNSUPPORTED, "input %d '%s' is computed at run time, but its value is needed at "
+                          "import (oar graphs have static shapes): make it an initializer or bind it "
+                          "(oar_onnx_options.values)", i, name);
+    if (oar_tensor_ndim(t) > 1 || oar_dtype_is_complex(oar_tensor_dtype(t)))
+        return oari_error(OAR_ERR_INVALID, "input %d '%s' must be a 0-d or 1-D tensor (rank %d)", i, name,
+                          oar_tensor_ndim(t));
+    int64_t k = oar_tensor_numel(t);
+    if (k > max) return oari_error(OAR_ERR_UNSUPPORTED, "input %d '%s' has %lld values (at most %d)", i, name,
+                                   (long long)k, max);
+    oar_tensor *c = oar_contiguous(t);
+    if (!c) return OAR_ERR_INVALID;
+    for (int64_t j = 0; j < k; j++) {
+        const char *p = (const char *)oar_tensor_data(c) + j * (int64_t)oar_dtype_size(c->dtype);
+        if (c->dtype == OAR_I64) { /* exact: ends of INT64_MAX are common */
+            memcpy(&out[j], p, sizeof out[j]);
+            continue;
+        }
+        double v = oari_load_f64(p, c->dtype);
+        if (!(v >= -9.2e18 && v <= 9.2e18))
+            return oari_error(OAR_ERR_INVALID, "input %d '%s' holds %g, not an integer in range", i, name, v);
+        out[j] = (int64_t)v;
+    }
+    return (int)k; /* c belongs to the trace's pool */
+}
+
+int oari_onnx_input_double(const oari_onnx_node *nd, int i, double *out) {
+    int st = need_one(nd, i);
+    if (st) return st;
+    oar_tensor *t = nd->in[i];
+    if (!oar_tensor_data(t))
+        return oari_error(OAR_ERR_UNSUPPORTED, "input %d '%s' is computed at run time, but its value is needed at "
+                          "import: make it an initializer or bind it (oar_onnx_options.values)", i, nd->n->input[i]);
+    if (oar_tensor_numel(t) != 1 || oar_dtype_is_complex(oar_tensor_dtype(t)))
+        return oari_error(OAR_ERR_INVALID, "input %d '%s' must hold one real value", i, nd->n->input[i]);
+    *out = oar_tensor_item(t);
+    return 0;
+}
+
+oar_dtype oari_onnx_dtype(int32_t e) {
+    switch (e) {
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: return OAR_F32;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: return OAR_F64;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: return OAR_F16;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: return OAR_BF16;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: return OAR_I32;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: return OAR_I64;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: return OAR_U8;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: return OAR_BOOL;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64: return OAR_C64;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX128: return OAR_C128;
+    default: return OAR_DTYPE_INVALID;
+    }
+}
+
+static const char *elem_name(int32_t e) {
+    static const char *const names[] = {"undefined", "float", "uint8", "int8", "uint16", "int16", "int32", "int64",
+                                        "string", "bool", "float16", "double", "uint32", "uint64", "complex64",
+                                        "complex128", "bfloat16"};
+    return e >= 0 && e < (int32_t)(sizeof names / sizeof *names) ? names[e] : "unknown";
+}
+
+oar_tensor *oari_onnx_tensor_of(const Onnx__TensorProto *tp, const char *what) {
     const char *name = tp->name ? tp->name : "";
     if (tp->n_dims > OAR_MAX_DIMS) {
         oari_error(OAR_ERR_UNSUPPORTED, "onnx: %s '%s': %zu dims (max %d)", what, name, tp->n_dims, OAR_MAX_DIMS);
@@ -75,6 +147,10 @@ static oar_tensor *tensor_of(const Onnx__TensorProto *tp, const char *what) {
     }
     if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
         oari_error(OAR_ERR_UNSUPPORTED, "onnx: %s '%s': external data is not supported", what, name);
+        return NULL;
+    }
+    if (tp->segment) {
+        oari_error(OAR_ERR_UNSUPPORTED, "onnx: %s '%s': segmented tensors are not supported", what, name);
         return NULL;
     }
     int64_t shape[OAR_MAX_DIMS], count = 1;
@@ -86,219 +162,241 @@ static oar_tensor *tensor_of(const Onnx__TensorProto *tp, const char *what) {
         shape[d] = tp->dims[d];
         count *= shape[d];
     }
-    oar_dtype dt;
-    size_t esz, n_typed;
-    const void *typed;
-    switch (tp->data_type) {
-    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: dt = OAR_F32; esz = 4; n_typed = tp->n_float_data; typed = tp->float_data; break;
-    case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: dt = OAR_F64; esz = 8; n_typed = tp->n_double_data; typed = tp->double_data; break;
-    case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: dt = OAR_I64; esz = 8; n_typed = tp->n_int64_data; typed = tp->int64_data; break;
-    default:
-        oari_error(OAR_ERR_UNSUPPORTED, "onnx: %s '%s': element type %d is not supported (float, double, int64)",
-                   what, name, (int)tp->data_type);
+    oar_dtype dt = oari_onnx_dtype(tp->data_type);
+    if (dt == OAR_DTYPE_INVALID) {
+        oari_error(OAR_ERR_UNSUPPORTED, "onnx: %s '%s': element type %s (%d) is not an oar dtype", what, name,
+                   elem_name(tp->data_type), (int)tp->data_type);
         return NULL;
     }
-    const void *src = typed;
-    size_t have = n_typed * esz;
-    if (tp->has_raw_data) {
-        src = tp->raw_data.data; /* little-endian, as on every host oar runs on */
-        have = tp->raw_data.len;
+    size_t esz = oar_dtype_size(dt);
+    oar_tensor *t = oari_tensor_empty(NULL, dt, (int)tp->n_dims, shape); /* owned until adopted */
+    if (!t) return NULL;
+    void *dst = oar_tensor_data(t);
+    size_t n = (size_t)count;
+    if (tp->has_raw_data) { /* little-endian, as on every host oar runs on */
+        if (tp->raw_data.len != n * esz) goto bad_count;
+        if (n) memcpy(dst, tp->raw_data.data, n * esz);
+        return oari_pool_adopt(t);
     }
-    if (have != (size_t)count * esz) {
-        oari_error(OAR_ERR_INVALID, "onnx: %s '%s': %zu data bytes for %lld elements of %zu bytes", what, name,
-                   have, (long long)count, esz);
-        return NULL;
+    switch (dt) {
+    case OAR_F32:
+        if (tp->n_float_data != n) goto bad_count;
+        if (n) memcpy(dst, tp->float_data, n * 4);
+        break;
+    case OAR_C64:
+        if (tp->n_float_data != 2 * n) goto bad_count;
+        if (n) memcpy(dst, tp->float_data, n * 8);
+        break;
+    case OAR_F64:
+        if (tp->n_double_data != n) goto bad_count;
+        if (n) memcpy(dst, tp->double_data, n * 8);
+        break;
+    case OAR_C128:
+        if (tp->n_double_data != 2 * n) goto bad_count;
+        if (n) memcpy(dst, tp->double_data, n * 16);
+        break;
+    case OAR_I64:
+        if (tp->n_int64_data != n) goto bad_count;
+        if (n) memcpy(dst, tp->int64_data, n * 8);
+        break;
+    case OAR_I32:
+        if (tp->n_int32_data != n) goto bad_count;
+        if (n) memcpy(dst, tp->int32_data, n * 4);
+        break;
+    default: /* bool, uint8, float16, bfloat16: one int32_data entry each */
+        if (tp->n_int32_data != n) goto bad_count;
+        for (size_t i = 0; i < n; i++) {
+            int32_t v = tp->int32_data[i];
+            if (esz == 1) ((uint8_t *)dst)[i] = dt == OAR_BOOL ? v != 0 : (uint8_t)v;
+            else ((uint16_t *)dst)[i] = (uint16_t)v;
+        }
+        break;
     }
-    return oar_tensor_from_data(count ? src : NULL, dt, (int)tp->n_dims, shape);
-}
-
-static const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *name) {
-    for (size_t i = 0; i < n->n_attribute; i++)
-        if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name)) return n->attribute[i];
+    return oari_pool_adopt(t);
+bad_count:
+    oar_tensor_release(t);
+    oari_error(OAR_ERR_INVALID, "onnx: %s '%s': the data does not hold %lld %s elements", what, name,
+               (long long)count, elem_name(tp->data_type));
     return NULL;
 }
-static int64_t attr_i(const Onnx__NodeProto *n, const char *name, int64_t def) {
-    const Onnx__AttributeProto *a = attr(n, name);
-    return a && a->has_i ? a->i : def;
+
+oar_tensor *oari_onnx_scalar(double v, oar_dtype dt) {
+    oar_tensor *t = oar_empty(dt, 0, NULL, NULL);
+    if (t) oari_store_f64(oar_tensor_data(t), dt, v);
+    return t;
 }
-static double attr_f(const Onnx__NodeProto *n, const char *name, double def) {
-    const Onnx__AttributeProto *a = attr(n, name);
-    return a && a->has_f ? a->f : def;
-}
-/* ints attribute of exactly `len` entries into out, or def when absent. */
-static int attr_ints(const Onnx__NodeProto *n, const char *name, size_t len, int64_t *out, int64_t def) {
-    const Onnx__AttributeProto *a = attr(n, name);
-    if (!a) {
-        for (size_t i = 0; i < len; i++) out[i] = def;
-        return 0;
-    }
-    if (a->n_ints != len)
-        return oari_error(OAR_ERR_UNSUPPORTED, "attribute %s has %zu entries, expected %zu", name, a->n_ints, len);
-    memcpy(out, a->ints, len * sizeof *out);
-    return 0;
-}
-/* 2-D pads [hb, wb, he, we]: only symmetric ones map to oar's padding. */
-static int pads2(const Onnx__NodeProto *n, int64_t pad[2]) {
-    const Onnx__AttributeProto *ap = attr(n, "auto_pad");
-    if (ap && ap->has_s && !(ap->s.len == 6 && !memcmp(ap->s.data, "NOTSET", 6)))
-        return oari_error(OAR_ERR_UNSUPPORTED, "auto_pad other than NOTSET is not supported");
-    int64_t p[4];
-    int st = attr_ints(n, "pads", 4, p, 0);
-    if (st) return st;
-    if (p[0] != p[2] || p[1] != p[3])
-        return oari_error(OAR_ERR_UNSUPPORTED, "asymmetric pads [%lld, %lld, %lld, %lld] are not supported",
-                          (long long)p[0], (long long)p[1], (long long)p[2], (long long)p[3]);
-    pad[0] = p[0];
-    pad[1] = p[1];
+
+int oari_onnx_axis(int64_t axis, int nd, bool inclusive_end, int64_t *out) {
+    int64_t lim = nd + (inclusive_end ? 1 : 0);
+    int64_t a = axis < 0 ? axis + lim - (inclusive_end ? 1 : 0) : axis;
+    if (a < 0 || a >= lim)
+        return oari_error(OAR_ERR_INVALID, "axis %lld is out of range for rank %d", (long long)axis, nd);
+    *out = a;
     return 0;
 }
 
-/* x reshaped to 2-D [prod(dims < axis), prod(dims >= axis)]. */
-static oar_tensor *flatten2d(oar_tensor *x, int64_t axis) {
+oar_tensor *oari_onnx_flatten2d(oar_tensor *x, int64_t axis) {
     int nd = oar_tensor_ndim(x);
-    if (axis < 0) axis += nd;
-    if (axis < 0 || axis > nd) {
-        oari_error(OAR_ERR_INVALID, "axis %lld out of range for rank %d", (long long)axis, nd);
-        return NULL;
-    }
+    if (oari_onnx_axis(axis, nd, true, &axis)) return NULL;
     const int64_t *s = oar_tensor_shape(x);
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < nd; d++) *(d < axis ? &outer : &inner) *= s[d];
     return oar_reshape(x, 2, (int64_t[]){outer, inner});
 }
 
-static int64_t norm_axis(int64_t axis, int nd) { return axis < 0 ? axis + nd : axis; }
+/* ---- the graph ------------------------------------------------------------------ */
+
+typedef struct {
+    const char *name;
+    oar_tensor *t;
+    bool dyn_size; /* holds sizes from a Shape of dynamic dims (placeholders the tracer rewrites) */
+} entry;
+
+typedef struct {
+    Onnx__GraphProto *g;
+    int64_t opset;
+    entry *map;
+    size_t n, cap;
+    size_t n_in;           /* symbolic inputs */
+    const char **in_names; /* their names */
+    size_t n_bound;
+    const char **bound_names; /* inputs given values */
+    oar_tensor **bound;
+    bool static_shapes;
+    int64_t training_opset; /* of OARI_ONNX_TRAINING_DOMAIN, -1 if not imported */
+} ctx;
+
+static entry *lookup(ctx *c, const char *name) {
+    for (size_t i = c->n; i-- > 0;)
+        if (!strcmp(c->map[i].name, name)) return &c->map[i];
+    return NULL;
+}
+
+static int bind(ctx *c, const char *name, oar_tensor *t) {
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        entry *m = oari_realloc(c->map, c->cap * sizeof *m, cap * sizeof *m);
+        if (!m) return OAR_ERR_NOMEM;
+        c->map = m;
+        c->cap = cap;
+    }
+    c->map[c->n++] = (entry){name, t, false};
+    return 0;
+}
+
+/* Sizes from a Shape of a dynamic dim are the tracer's placeholder values:
+ * it rewrites them where they become a Reshape, Expand or ConstantOfShape
+ * target, so they may flow only through ops that move them unchanged to
+ * one. ok_in: the inputs of op that may hold such sizes; carries: whether
+ * the outputs then do. */
+static bool size_flow(const char *op, int i, bool *carries) {
+    static const char *const moves[] = {"Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Identity"};
+    for (size_t k = 0; k < sizeof moves / sizeof *moves; k++)
+        if (!strcmp(op, moves[k])) return *carries = true, !strcmp(op, "Gather") ? i == 0 : true;
+    if (!strcmp(op, "Slice")) return *carries = true, i == 0;
+    if (!strcmp(op, "Reshape") || !strcmp(op, "Expand")) return i == 1;
+    return !strcmp(op, "ConstantOfShape");
+}
+
+static bool is_initializer(Onnx__GraphProto *g, const char *name) {
+    for (size_t i = 0; i < g->n_initializer; i++)
+        if (g->initializer[i]->name && !strcmp(g->initializer[i]->name, name)) return true;
+    return false;
+}
+
+static int run_nodes(ctx *c, Onnx__NodeProto *const *nodes, size_t n_node, const char *where);
 
 /* One node: its outputs bound in the map. Errors name nothing (the caller
  * prefixes the node). */
 static int run_node(ctx *c, const Onnx__NodeProto *n) {
     const char *op = n->op_type ? n->op_type : "";
-    if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx"))
+    int64_t opset = c->opset;
+    char key[160];
+    if (n->domain && !strcmp(n->domain, OARI_ONNX_TRAINING_DOMAIN)) {
+        snprintf(key, sizeof key, "%s:%s", n->domain, op);
+        op = key;
+        opset = c->training_opset;
+    } else if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")) {
         return oari_error(OAR_ERR_UNSUPPORTED, "domain '%s' is not supported", n->domain);
-    oar_tensor *in[3] = {NULL, NULL, NULL};
-    bool all_const = true;
-    if (n->n_input > 3 && strcmp(op, "Constant"))
-        return oari_error(OAR_ERR_UNSUPPORTED, "%zu inputs (at most 3 supported)", n->n_input);
-    for (size_t i = 0; i < n->n_input && i < 3; i++) {
+    }
+    if (opset < 1) return oari_error(OAR_ERR_INVALID, "the model imports no opset of the node's domain");
+    const oari_onnx_op *row = oari_onnx_find_op(op, opset);
+    if (!row) return OAR_ERR_UNSUPPORTED;
+    if (n->n_input > OARI_ONNX_MAX_IO || n->n_output > OARI_ONNX_MAX_IO)
+        return oari_error(OAR_ERR_UNSUPPORTED, "%zu inputs, %zu outputs (at most %d each)", n->n_input,
+                          n->n_output, OARI_ONNX_MAX_IO);
+    if (n->n_output < 1) return oari_error(OAR_ERR_INVALID, "no output");
+    oari_onnx_node nd = {.n = n, .opset = opset, .static_shapes = c->static_shapes,
+                         .n_in = (int)n->n_input, .n_out = (int)n->n_output, .ctx = c};
+    bool dyn_out = !c->static_shapes && !strcmp(op, "Shape");
+    for (size_t i = 0; i < n->n_input; i++) {
         if (!n->input[i][0]) continue; /* an omitted optional input */
         entry *e = lookup(c, n->input[i]);
         if (!e) return oari_error(OAR_ERR_INVALID, "input '%s' is not defined before the node", n->input[i]);
-        in[i] = e->t;
-        all_const = all_const && e->is_const;
+        nd.in[i] = e->t;
+        bool carries = false;
+        if (e->dyn_size && !size_flow(op, (int)i, &carries))
+            return oari_error(OAR_ERR_UNSUPPORTED, "input '%s' holds sizes taken from the model's dynamic dims; oar "
+                              "follows them only into Reshape, Expand and ConstantOfShape shapes (through Gather, "
+                              "Unsqueeze, Squeeze, Concat, Slice, Cast): use static input shapes", n->input[i]);
+        dyn_out = dyn_out || (e->dyn_size && carries);
     }
-    if (n->n_output < 1) return oari_error(OAR_ERR_INVALID, "no output");
-#define NEED(k)                                                                                           \
-    do {                                                                                                  \
-        for (int i_ = 0; i_ < (k); i_++)                                                                  \
-            if (!in[i_]) return oari_error(OAR_ERR_INVALID, "needs %d inputs", (k));                      \
-    } while (0)
-    oar_tensor *y = NULL;
-    int st;
-    if (!strcmp(op, "Add")) { NEED(2); y = oar_add(in[0], in[1]); }
-    else if (!strcmp(op, "Sub")) { NEED(2); y = oar_sub(in[0], in[1]); }
-    else if (!strcmp(op, "Mul")) { NEED(2); y = oar_mul(in[0], in[1]); }
-    else if (!strcmp(op, "Div")) { NEED(2); y = oar_div(in[0], in[1]); }
-    else if (!strcmp(op, "MatMul")) { NEED(2); y = oar_matmul(in[0], in[1]); }
-    else if (!strcmp(op, "Relu")) { NEED(1); y = oar_relu(in[0]); }
-    else if (!strcmp(op, "Sigmoid")) { NEED(1); y = oar_sigmoid(in[0]); }
-    else if (!strcmp(op, "Tanh")) { NEED(1); y = oar_tanh(in[0]); }
-    else if (!strcmp(op, "Identity")) { NEED(1); y = in[0]; }
-    else if (!strcmp(op, "Constant")) {
-        const Onnx__AttributeProto *a = attr(n, "value");
-        if (!a || !a->t) return oari_error(OAR_ERR_UNSUPPORTED, "only the 'value' tensor attribute is supported");
-        if (!(y = tensor_of(a->t, "Constant value"))) return OAR_ERR_INVALID;
-        all_const = true;
-    } else if (!strcmp(op, "Gemm")) {
-        NEED(2);
-        double alpha = attr_f(n, "alpha", 1.0), beta = attr_f(n, "beta", 1.0);
-        oar_tensor *a = attr_i(n, "transA", 0) ? oar_transpose(in[0], 0, 1) : in[0];
-        oar_tensor *b = a && attr_i(n, "transB", 0) ? oar_transpose(in[1], 0, 1) : in[1];
-        y = a && b ? oar_matmul(a, b) : NULL;
-        if (y && alpha != 1.0) y = oar_mul_scalar(y, alpha);
-        if (y && in[2] && beta != 0.0) y = oar_add(y, beta != 1.0 ? oar_mul_scalar(in[2], beta) : in[2]);
-    } else if (!strcmp(op, "Softmax")) {
-        NEED(1);
-        int nd = oar_tensor_ndim(in[0]);
-        if (c->opset >= 13) {
-            y = oar_softmax(in[0], (int)norm_axis(attr_i(n, "axis", -1), nd));
-        } else { /* opset < 13: softmax over the 2-D flattening at axis */
-            oar_tensor *f = flatten2d(in[0], attr_i(n, "axis", 1));
-            oar_tensor *s = f ? oar_softmax(f, 1) : NULL;
-            y = s ? oar_reshape(s, nd, oar_tensor_shape(in[0])) : NULL;
-        }
-    } else if (!strcmp(op, "Flatten")) {
-        NEED(1);
-        y = flatten2d(in[0], attr_i(n, "axis", 1));
-    } else if (!strcmp(op, "Reshape")) {
-        NEED(2);
-        entry *e = lookup(c, n->input[1]);
-        if (!e->is_const || oar_tensor_dtype(in[1]) != OAR_I64 || oar_tensor_ndim(in[1]) != 1)
-            return oari_error(OAR_ERR_UNSUPPORTED, "the shape must be a constant 1-D int64 tensor");
-        if (attr_i(n, "allowzero", 0)) return oari_error(OAR_ERR_UNSUPPORTED, "allowzero=1 is not supported");
-        int64_t k = oar_tensor_shape(in[1])[0];
-        if (k > OAR_MAX_DIMS) return oari_error(OAR_ERR_UNSUPPORTED, "target rank %lld", (long long)k);
-        const int64_t *v = oar_tensor_data(in[1]);
-        int64_t shape[OAR_MAX_DIMS];
-        int nd = oar_tensor_ndim(in[0]);
-        for (int64_t i = 0; i < k; i++) {
-            shape[i] = v[i];
-            if (v[i] == 0) { /* 0 copies the input's dim */
-                if (i >= nd) return oari_error(OAR_ERR_INVALID, "shape[%lld] = 0 past the input's rank", (long long)i);
-                shape[i] = oar_tensor_shape(in[0])[i];
-            }
-        }
-        y = oar_reshape(in[0], (int)k, shape);
-    } else if (!strcmp(op, "Transpose")) {
-        NEED(1);
-        int nd = oar_tensor_ndim(in[0]);
-        int64_t perm[OAR_MAX_DIMS];
-        if (attr(n, "perm")) {
-            if ((st = attr_ints(n, "perm", (size_t)nd, perm, 0))) return st;
-        } else {
-            for (int d = 0; d < nd; d++) perm[d] = nd - 1 - d;
-        }
-        y = oar_permute(in[0], perm);
-    } else if (!strcmp(op, "Conv")) {
-        NEED(2);
-        if (oar_tensor_ndim(in[1]) != 4) return oari_error(OAR_ERR_UNSUPPORTED, "only 2-D convolution is supported");
-        int64_t stride[2], dil[2], pad[2], ks[2];
-        if ((st = attr_ints(n, "strides", 2, stride, 1)) || (st = attr_ints(n, "dilations", 2, dil, 1)) ||
-            (st = pads2(n, pad)) || (st = attr_ints(n, "kernel_shape", 2, ks, 0)))
-            return st;
-        y = oar_conv2d(in[0], in[1], in[2], stride, pad, dil, attr_i(n, "group", 1));
-    } else if (!strcmp(op, "MaxPool") || !strcmp(op, "AveragePool")) {
-        NEED(1);
-        if (oar_tensor_ndim(in[0]) != 4) return oari_error(OAR_ERR_UNSUPPORTED, "only 2-D pooling is supported");
-        if (n->n_output > 1 && n->output[1][0])
-            return oari_error(OAR_ERR_UNSUPPORTED, "the Indices output is not supported");
-        if (attr_i(n, "storage_order", 0)) return oari_error(OAR_ERR_UNSUPPORTED, "storage_order=1 is not supported");
-        int64_t ks[2], stride[2], dil[2], pad[2];
-        if (!attr(n, "kernel_shape")) return oari_error(OAR_ERR_INVALID, "kernel_shape is required");
-        if ((st = attr_ints(n, "kernel_shape", 2, ks, 0)) || (st = attr_ints(n, "strides", 2, stride, 1)) ||
-            (st = attr_ints(n, "dilations", 2, dil, 1)) || (st = pads2(n, pad)))
-            return st;
-        bool ceil = attr_i(n, "ceil_mode", 0) != 0;
-        if (op[0] == 'M') {
-            y = oar_max_pool2d(in[0], ks, stride, pad, dil, ceil, NULL);
-        } else {
-            if (dil[0] != 1 || dil[1] != 1) return oari_error(OAR_ERR_UNSUPPORTED, "dilated AveragePool");
-            y = oar_avg_pool2d(in[0], ks, stride, pad, ceil, attr_i(n, "count_include_pad", 0) != 0);
-        }
-    } else if (!strcmp(op, "GlobalAveragePool")) {
-        NEED(1);
-        int nd = oar_tensor_ndim(in[0]);
-        if (nd < 3) return oari_error(OAR_ERR_INVALID, "input rank %d < 3", nd);
-        int64_t dims[OAR_MAX_DIMS];
-        for (int d = 2; d < nd; d++) dims[d - 2] = d;
-        y = oar_mean(in[0], nd - 2, dims, true);
-    } else {
-        return oari_error(OAR_ERR_UNSUPPORTED, "op is not supported");
+    int st = row->fn(&nd);
+    if (st) return st;
+    for (size_t j = 0; j < n->n_output; j++) {
+        if (!n->output[j][0]) continue;
+        if (!nd.out[j])
+            return oari_error(OAR_ERR_UNSUPPORTED, "output %zu '%s' is not supported", j, n->output[j]);
+        if ((st = bind(c, n->output[j], nd.out[j]))) return st;
+        c->map[c->n - 1].dyn_size = dyn_out;
     }
-#undef NEED
-    if (!y) return OAR_ERR_INVALID;
-    if (n->n_output > 1 && strcmp(op, "MaxPool") && strcmp(op, "AveragePool"))
-        return oari_error(OAR_ERR_UNSUPPORTED, "%zu outputs (1 supported)", n->n_output);
-    return bind(c, n->output[0], y, all_const);
+    return 0;
+}
+
+static int run_nodes(ctx *c, Onnx__NodeProto *const *nodes, size_t n_node, const char *where) {
+    for (size_t k = 0; k < n_node; k++) {
+        const Onnx__NodeProto *n = nodes[k];
+        int st = run_node(c, n);
+        if (st) {
+            char msg[768];
+            snprintf(msg, sizeof msg, "%s", oar_last_error());
+            return oari_error(st, "%snode %zu '%s' (%s, opset %lld): %s", where, k, n->name ? n->name : "",
+                              n->op_type ? n->op_type : "?", (long long)c->opset, msg);
+        }
+    }
+    return 0;
+}
+
+#define MAX_DEPTH 8 /* nested sub-graphs */
+
+int oari_onnx_run_subgraph(oari_onnx_node *nd, const Onnx__GraphProto *g, int n_in, oar_tensor *const *in,
+                           int n_out, oar_tensor **out) {
+    ctx *c = nd->ctx;
+    static _Thread_local int depth;
+    if (!g) return oari_error(OAR_ERR_INVALID, "the sub-graph is missing");
+    if ((int)g->n_input != n_in || (int)g->n_output != n_out)
+        return oari_error(OAR_ERR_INVALID, "sub-graph '%s' has %zu inputs, %zu outputs (expected %d, %d)",
+                          g->name ? g->name : "", g->n_input, g->n_output, n_in, n_out);
+    if (depth >= MAX_DEPTH) return oari_error(OAR_ERR_UNSUPPORTED, "sub-graphs nested deeper than %d", MAX_DEPTH);
+    size_t mark = c->n;
+    int st = 0;
+    for (int i = 0; i < n_in && !st; i++) st = bind(c, g->input[i]->name ? g->input[i]->name : "", in[i]);
+    for (size_t i = 0; i < g->n_initializer && !st; i++) {
+        oar_tensor *t = oari_onnx_tensor_of(g->initializer[i], "initializer");
+        st = t ? bind(c, g->initializer[i]->name ? g->initializer[i]->name : "", t) : OAR_ERR_INVALID;
+    }
+    char where[160];
+    snprintf(where, sizeof where, "sub-graph '%s' ", g->name ? g->name : "");
+    depth++;
+    if (!st) st = run_nodes(c, g->node, g->n_node, where);
+    depth--;
+    for (int j = 0; j < n_out && !st; j++) {
+        entry *e = lookup(c, g->output[j]->name ? g->output[j]->name : "");
+        if (!e) st = oari_error(OAR_ERR_INVALID, "sub-graph output '%s' is not computed", g->output[j]->name);
+        else out[j] = e->t;
+    }
+    c->n = mark; /* the sub-graph's names go out of scope */
+    return st;
 }
 
 static int trace_fn(void *vc, oar_tensor *const *inputs, oar_tensor **outputs) {
@@ -306,77 +404,84 @@ static int trace_fn(void *vc, oar_tensor *const *inputs, oar_tensor **outputs) {
     Onnx__GraphProto *g = c->g;
     int st;
     for (size_t i = 0; i < c->n_in; i++)
-        if ((st = bind(c, c->in_names[i], inputs[i], false))) return st;
+        if ((st = bind(c, c->in_names[i], inputs[i]))) return st;
+    for (size_t i = 0; i < c->n_bound; i++)
+        if ((st = bind(c, c->bound_names[i], c->bound[i]))) return st;
     for (size_t i = 0; i < g->n_initializer; i++) {
-        oar_tensor *t = tensor_of(g->initializer[i], "initializer");
+        oar_tensor *t = oari_onnx_tensor_of(g->initializer[i], "initializer");
         if (!t) return OAR_ERR_INVALID;
-        if ((st = bind(c, g->initializer[i]->name ? g->initializer[i]->name : "", t, true))) return st;
+        if ((st = bind(c, g->initializer[i]->name ? g->initializer[i]->name : "", t))) return st;
     }
-    for (size_t k = 0; k < g->n_node; k++) {
-        const Onnx__NodeProto *n = g->node[k];
-        if ((st = run_node(c, n))) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", oar_last_error());
-            return oari_error(st, "onnx: node %zu '%s' (%s, opset %lld): %s", k, n->name ? n->name : "",
-                              n->op_type ? n->op_type : "?", (long long)c->opset, msg);
-        }
-    }
+    if ((st = run_nodes(c, g->node, g->n_node, "onnx: "))) return st;
     for (size_t j = 0; j < g->n_output; j++) {
         entry *e = lookup(c, g->output[j]->name ? g->output[j]->name : "");
         if (!e) return oari_error(OAR_ERR_INVALID, "onnx: graph output '%s' is not computed", g->output[j]->name);
-        /* an output that is an input or a constant gets its own node */
-        bool wrap = e->is_const;
+        /* an output that is an input gets its own node */
+        bool wrap = false;
         for (size_t i = 0; i < c->n_in; i++) wrap = wrap || e->t == inputs[i];
-        outputs[j] = wrap ? oar_mul_scalar(e->t, 1.0) : e->t;
+        outputs[j] = wrap ? oar_clone(e->t) : e->t;
         if (!outputs[j]) return OAR_ERR_INVALID;
     }
     return 0;
 }
 
-static oar_graph *import_model(Onnx__ModelProto *m) {
+#define MAX_GRAPH_IO 64
+
+static oar_graph *import_model(Onnx__ModelProto *m, const oar_onnx_options *opt) {
     Onnx__GraphProto *g = m->graph;
     if (!g) {
         oari_error(OAR_ERR_INVALID, "onnx: the model has no graph");
         return NULL;
     }
-    ctx c = {.g = g, .opset = -1};
+    ctx c = {.g = g, .opset = -1, .static_shapes = true, .training_opset = -1};
     for (size_t i = 0; i < m->n_opset_import; i++) {
         const Onnx__OperatorSetIdProto *o = m->opset_import[i];
         if (!o->domain || !o->domain[0] || !strcmp(o->domain, "ai.onnx")) c.opset = o->has_version ? o->version : 1;
+        else if (!strcmp(o->domain, OARI_ONNX_TRAINING_DOMAIN)) c.training_opset = o->has_version ? o->version : 1;
     }
-    if (c.opset < 7 || c.opset > 17) {
-        oari_error(OAR_ERR_UNSUPPORTED, "onnx: opset %lld of the default domain is not supported (7..17)",
-                   (long long)c.opset);
+    /* a model of training ops only may import no default opset */
+    if ((c.opset != -1 || c.training_opset == -1) && (c.opset < OARI_ONNX_MIN_OPSET || c.opset > OARI_ONNX_MAX_OPSET)) {
+        oari_error(OAR_ERR_UNSUPPORTED, "onnx: opset %lld of the default domain is not supported (%d..%d)",
+                   (long long)c.opset, OARI_ONNX_MIN_OPSET, OARI_ONNX_MAX_OPSET);
         return NULL;
     }
-    if (g->n_output < 1 || g->n_input > 64 || g->n_output > 64) {
-        oari_error(OAR_ERR_UNSUPPORTED, "onnx: %zu inputs, %zu outputs (1..64 outputs, up to 64 inputs)",
-                   g->n_input, g->n_output);
+    if (g->n_output < 1 || g->n_input > MAX_GRAPH_IO || g->n_output > MAX_GRAPH_IO) {
+        oari_error(OAR_ERR_UNSUPPORTED, "onnx: %zu inputs, %zu outputs (1..%d outputs, up to %d inputs)",
+                   g->n_input, g->n_output, MAX_GRAPH_IO, MAX_GRAPH_IO);
         return NULL;
     }
-    oar_graph_input_spec specs[64];
-    const char *in_names[64], *out_names[64];
+    oar_graph_input_spec specs[MAX_GRAPH_IO];
+    const char *in_names[MAX_GRAPH_IO], *out_names[MAX_GRAPH_IO], *bound_names[MAX_GRAPH_IO];
+    oar_tensor *bound[MAX_GRAPH_IO];
+    size_t k = 0; /* index among the non-initializer inputs */
     for (size_t i = 0; i < g->n_input; i++) {
         const Onnx__ValueInfoProto *v = g->input[i];
         if (!v->name || is_initializer(g, v->name)) continue;
+        size_t idx = k++;
+        if (opt && opt->values && (int)idx < opt->n_values && opt->values[idx]) {
+            bound_names[c.n_bound] = v->name;
+            bound[c.n_bound++] = opt->values[idx];
+            continue;
+        }
         const Onnx__TypeProto *tp = v->type;
         if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type->shape) {
-            oari_error(OAR_ERR_UNSUPPORTED, "onnx: input '%s' is not a tensor of known rank", v->name);
+            oari_error(OAR_ERR_UNSUPPORTED, "onnx: input '%s' is not a tensor of known rank (sequences, maps "
+                       "and optionals are not supported)", v->name);
             return NULL;
         }
         const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
         oar_graph_input_spec *s = &specs[c.n_in];
         memset(s, 0, sizeof *s);
         s->name = v->name;
-        if (tt->elem_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) s->dtype = OAR_F32;
-        else if (tt->elem_type == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE) s->dtype = OAR_F64;
-        else {
-            oari_error(OAR_ERR_UNSUPPORTED, "onnx: input '%s': element type %d is not supported (float, double)",
-                       v->name, (int)tt->elem_type);
+        s->dtype = oari_onnx_dtype(tt->elem_type);
+        if (s->dtype == OAR_DTYPE_INVALID) {
+            oari_error(OAR_ERR_UNSUPPORTED, "onnx: input '%s': element type %s (%d) is not an oar dtype", v->name,
+                       elem_name(tt->elem_type), (int)tt->elem_type);
             return NULL;
         }
         if (tt->shape->n_dim > OAR_MAX_DIMS) {
-            oari_error(OAR_ERR_UNSUPPORTED, "onnx: input '%s': rank %zu", v->name, tt->shape->n_dim);
+            oari_error(OAR_ERR_UNSUPPORTED, "onnx: input '%s': rank %zu (at most %d)", v->name, tt->shape->n_dim,
+                       OAR_MAX_DIMS);
             return NULL;
         }
         s->ndim = (int)tt->shape->n_dim;
@@ -386,23 +491,34 @@ static oar_graph *import_model(Onnx__ModelProto *m) {
                 s->shape[d] = dim->dim_value;
             } else {
                 s->shape[d] = -1;
+                c.static_shapes = false;
                 s->dim_names[d] =
                     dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ? dim->dim_param : NULL;
             }
         }
         in_names[c.n_in++] = v->name;
     }
+    if (opt && opt->values && opt->n_values != (int)k) {
+        oari_error(OAR_ERR_INVALID, "onnx: %d bound values for %zu graph inputs", opt->n_values, k);
+        return NULL;
+    }
     for (size_t j = 0; j < g->n_output; j++) out_names[j] = g->output[j]->name ? g->output[j]->name : "";
     c.in_names = in_names;
+    c.bound_names = bound_names;
+    c.bound = bound;
     oar_graph *graph = oar_trace(trace_fn, &c, (int)c.n_in, specs, (int)g->n_output,
                                  &(oar_trace_options){.output_names = out_names});
     oari_free(c.map, c.cap * sizeof *c.map);
     return graph;
 }
 
-OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n) {
+OAR_API oar_graph *oar_onnx_load_buffer_with(const void *data, size_t n, const oar_onnx_options *opt) {
     if (!data && n) {
         oari_error(OAR_ERR_INVALID, "oar_onnx_load_buffer: NULL data");
+        return NULL;
+    }
+    if (opt && opt->n_values < 0) {
+        oari_error(OAR_ERR_INVALID, "oar_onnx_load_buffer: n_values %d < 0", opt->n_values);
         return NULL;
     }
     Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, n, data);
@@ -410,26 +526,29 @@ OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n) {
         oari_error(OAR_ERR_INVALID, "onnx: not a valid ONNX model (protobuf ModelProto parse failed, %zu bytes)", n);
         return NULL;
     }
-    oar_graph *g = import_model(m);
+    oar_graph *g = import_model(m, opt);
     onnx__model_proto__free_unpacked(m, &pb_allocator);
     return g;
 }
 
-OAR_API oar_graph *oar_onnx_load(const char *path) {
+OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n) { return oar_onnx_load_buffer_with(data, n, NULL); }
+
+/* The whole file in a new buffer of *n bytes (+1 allocated), or NULL. */
+static void *read_file(const char *path, size_t *n, const char *fn) {
     if (!path) {
-        oari_error(OAR_ERR_INVALID, "oar_onnx_load: NULL path");
+        oari_error(OAR_ERR_INVALID, "%s: NULL path", fn);
         return NULL;
     }
     FILE *f = fopen(path, "rb");
     if (!f) {
-        oari_error(OAR_ERR_IO, "oar_onnx_load: cannot open '%s'", path);
+        oari_error(OAR_ERR_IO, "%s: cannot open '%s'", fn, path);
         return NULL;
     }
     long len = -1;
     if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
     if (len < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
-        oari_error(OAR_ERR_IO, "oar_onnx_load: cannot size '%s'", path);
+        oari_error(OAR_ERR_IO, "%s: cannot size '%s'", fn, path);
         return NULL;
     }
     void *buf = oari_malloc((size_t)len + 1);
@@ -439,9 +558,72 @@ OAR_API oar_graph *oar_onnx_load(const char *path) {
     }
     size_t got = fread(buf, 1, (size_t)len, f);
     fclose(f);
-    oar_graph *g = NULL;
-    if (got != (size_t)len) oari_error(OAR_ERR_IO, "oar_onnx_load: short read of '%s'", path);
-    else g = oar_onnx_load_buffer(buf, got);
-    oari_free(buf, (size_t)len + 1);
+    if (got != (size_t)len) {
+        oari_free(buf, (size_t)len + 1);
+        oari_error(OAR_ERR_IO, "%s: short read of '%s'", fn, path);
+        return NULL;
+    }
+    *n = got;
+    return buf;
+}
+
+OAR_API oar_graph *oar_onnx_load_with(const char *path, const oar_onnx_options *opt) {
+    size_t n = 0;
+    void *buf = read_file(path, &n, "oar_onnx_load");
+    if (!buf) return NULL;
+    oar_graph *g = oar_onnx_load_buffer_with(buf, n, opt);
+    oari_free(buf, n + 1);
     return g;
+}
+
+OAR_API oar_graph *oar_onnx_load(const char *path) { return oar_onnx_load_with(path, NULL); }
+
+OAR_API oar_tensor *oar_onnx_tensor_load_buffer(const void *data, size_t n) {
+    if (!data && n) {
+        oari_error(OAR_ERR_INVALID, "oar_onnx_tensor_load_buffer: NULL data");
+        return NULL;
+    }
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(&pb_allocator, n, data);
+    if (!tp) {
+        oari_error(OAR_ERR_INVALID, "onnx: not a valid TensorProto (protobuf parse failed, %zu bytes)", n);
+        return NULL;
+    }
+    oar_tensor *t = oari_onnx_tensor_of(tp, "tensor");
+    onnx__tensor_proto__free_unpacked(tp, &pb_allocator);
+    return t;
+}
+
+OAR_API oar_tensor *oar_onnx_tensor_load(const char *path) {
+    size_t n = 0;
+    void *buf = read_file(path, &n, "oar_onnx_tensor_load");
+    if (!buf) return NULL;
+    oar_tensor *t = oar_onnx_tensor_load_buffer(buf, n);
+    if (!t) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", oar_last_error());
+        oari_error(OAR_ERR_INVALID, "%s: %s", path, msg);
+    }
+    oari_free(buf, n + 1);
+    return t;
+}
+
+int oari_onnx_model_ops(const void *data, size_t n, int64_t *opset, char *ops, size_t size) {
+    Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, n, data);
+    if (!m) return oari_error(OAR_ERR_INVALID, "onnx: not a valid ONNX model (%zu bytes)", n);
+    *opset = -1;
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+        if (!o->domain || !o->domain[0] || !strcmp(o->domain, "ai.onnx")) *opset = o->has_version ? o->version : 1;
+    }
+    size_t len = 0;
+    if (size) ops[0] = 0;
+    for (size_t k = 0; m->graph && k < m->graph->n_node && len < size; k++) {
+        const Onnx__NodeProto *nd = m->graph->node[k];
+        bool other = nd->domain && nd->domain[0] && strcmp(nd->domain, "ai.onnx");
+        int w = snprintf(ops + len, size - len, "%s%s%s%s", k ? "," : "", other ? nd->domain : "", other ? ":" : "",
+                         nd->op_type ? nd->op_type : "?");
+        len += w > 0 ? (size_t)w : 0;
+    }
+    onnx__model_proto__free_unpacked(m, &pb_allocator);
+    return 0;
 }

@@ -5,6 +5,7 @@
  * message naming the node. */
 #include "test.h"
 #include "onnx/onnx_ref.h"
+#include "onnx/dyn13_ref.h"
 #include <math.h>
 #include <oar/oar.h>
 #include <oar/onnx.h>
@@ -128,11 +129,130 @@ static void test_mutations(void) {
     CHECK(refused > 0 && loaded > 0);
 }
 
+/* A dynamic batch whose reshape sizes come from Shape (PyTorch's
+ * x.reshape(x.size(0), -1)): traced at 2, run at 5 against PyTorch; and
+ * arithmetic on such a size, which the tracer cannot follow, refused. */
+static void test_dynamic_shape_values(void) {
+    MODEL(dyn13, 3, 2);
+    CHECK_FAILS(oar_onnx_load("onnx/shape_arith.onnx"),
+                "node 2 'plus1' (Add, opset 13): input 'n' holds sizes taken from the model's dynamic dims");
+}
+
+/* The same byte mutations over node-test models of the ops with the most
+ * code (recurrent, Resize, GridSample, control flow, the loss expansions);
+ * skipped without libonnx-testdata. */
+static void test_mutations_node_models(void) {
+    static const char *const tests[] = {"test_lstm_with_peepholes", "test_resize_upsample_scales_cubic",
+                                        "test_gridsample_bicubic", "test_loop11", "test_if", "test_scan9_sum",
+                                        "test_gathernd_example_int32_batch_dim1", "test_convtranspose_output_shape",
+                                        "test_maxpool_2d_same_lower", "test_sce_mean_weight_ii_4d_log_prob_expanded"};
+    int loaded = 0, refused = 0, silent = 0, files = 0;
+    for (size_t f = 0; f < sizeof tests / sizeof *tests; f++) {
+        char path[256];
+        snprintf(path, sizeof path, "/usr/share/libonnx-testdata/data/node/%s/model.onnx", tests[f]);
+        size_t n = 0;
+        unsigned char *buf = read_all(path, &n);
+        if (!buf) continue;
+        files++;
+        for (size_t i = 0; i < n; i++) {
+            unsigned char keep = buf[i];
+            const unsigned char vals[3] = {0xff, 0x00, (unsigned char)(keep + 1)};
+            for (int v = 0; v < 3; v++) {
+                buf[i] = vals[v];
+                oar_clear_error();
+                oar_graph *g = oar_onnx_load_buffer(buf, n);
+                if (g) loaded++;
+                else if (oar_last_error()[0]) refused++;
+                else silent++;
+                oar_graph_free(g);
+            }
+            buf[i] = keep;
+        }
+        free(buf);
+    }
+    if (!files) {
+        printf("test_mutations_node_models: skipped (no libonnx-testdata)\n");
+        return;
+    }
+    CHECK(silent == 0);
+    CHECK(refused > 0 && loaded > 0);
+}
+
+/* onnxconf: errors naming the node, the op and opset; bound inputs;
+ * TensorProto files. Models from tests/ref/gen_onnx_errors.py. */
+static void test_conformance_errors(void) {
+    CHECK_FAILS(oar_onnx_load("onnx/bad_opset_op.onnx"),
+                "node 0 'sc' (Scatter, opset 13): op Scatter is not supported at opset 13 (supported at opsets 9..10)");
+    CHECK_FAILS(oar_onnx_load("onnx/bad_shapes.onnx"), "node 1 'add' (Add, opset 13)");
+    CHECK_FAILS(oar_onnx_load("onnx/bad_shapes.onnx"), "[4, 5]");
+    CHECK_FAILS(oar_onnx_load("onnx/bad_dtype.onnx"), "input 'x': element type int8 (3) is not an oar dtype");
+    CHECK_FAILS(oar_onnx_load("onnx/opset19.onnx"), "opset 19 of the default domain is not supported (1..18)");
+    /* opset 18: ReduceMean's axes from an input, Pad with axes, Split by num_outputs */
+    oar_graph *g18 = oar_onnx_load("onnx/opset18.onnx");
+    CHECK(g18 != NULL);
+    if (g18) {
+        oar_predictor *p = oar_predictor_from_graph(g18, NULL);
+        oar_graph_free(g18);
+        oar_tensor *x = oar_tensor_from_data((float[]){1, 2, 3, 4, 5, 9}, OAR_F32, 2, (int64_t[]){2, 3});
+        oar_tensor *y[4] = {NULL, NULL, NULL, NULL};
+        CHECK(p && oar_predictor_run(p, &x, y) == 0);
+        if (y[0] && y[1] && y[2] && y[3]) {
+            const float *m = oar_tensor_data(y[0]), *pd = oar_tensor_data(y[1]);
+            CHECK(oar_tensor_ndim(y[0]) == 1 && m[0] == 2 && m[1] == 6);
+            CHECK(oar_tensor_shape(y[1])[1] == 6 && pd[0] == 0 && pd[1] == 1 && pd[3] == 3 && pd[4] == 0 && pd[7] == 4);
+            CHECK(oar_tensor_shape(y[2])[1] == 2 && oar_tensor_shape(y[3])[1] == 1);
+            CHECK(((const float *)oar_tensor_data(y[3]))[1] == 9);
+        }
+        for (int j = 0; j < 4; j++) oar_tensor_release(y[j]);
+        oar_tensor_release(x);
+        oar_predictor_free(p);
+    }
+    CHECK_FAILS(oar_onnx_load("onnx/runtime_shape.onnx"), "node 0 'rs' (Reshape, opset 13): input 1 's' is computed at run time");
+    /* the shape bound as a value: the graph keeps one input, x */
+    oar_tensor *shape = oar_tensor_from_data((int64_t[]){3, 2}, OAR_I64, 1, (int64_t[]){2});
+    oar_tensor *vals[2] = {NULL, shape};
+    CHECK_FAILS(oar_onnx_load_with("onnx/runtime_shape.onnx", &(oar_onnx_options){.n_values = 1, .values = vals}),
+                "1 bound values for 2 graph inputs");
+    CHECK_FAILS(oar_onnx_load_buffer_with("", 0, &(oar_onnx_options){.n_values = -1}), "n_values -1 < 0");
+    oar_graph *g = oar_onnx_load_with("onnx/runtime_shape.onnx", &(oar_onnx_options){.n_values = 2, .values = vals});
+    CHECK(g != NULL);
+    if (g) {
+        CHECK(oar_graph_num_inputs(g) == 1 && !strcmp(oar_graph_input_name(g, 0), "x"));
+        oar_predictor *p = oar_predictor_from_graph(g, NULL);
+        oar_graph_free(g);
+        oar_tensor *x = oar_tensor_from_data((float[]){1, 2, 3, 4, 5, 6}, OAR_F32, 2, (int64_t[]){2, 3}), *y = NULL;
+        CHECK(p && oar_predictor_run(p, &x, &y) == 0);
+        CHECK(y && oar_tensor_ndim(y) == 2 && oar_tensor_shape(y)[0] == 3 && oar_tensor_shape(y)[1] == 2);
+        if (y) CHECK(((const float *)oar_tensor_data(y))[5] == 6);
+        oar_tensor_release(x);
+        oar_tensor_release(y);
+        oar_predictor_free(p);
+    }
+    oar_tensor_release(shape);
+    /* TensorProto files */
+    oar_tensor *t = oar_onnx_tensor_load("onnx/tensor_i64.pb");
+    CHECK(t && oar_tensor_dtype(t) == OAR_I64 && oar_tensor_ndim(t) == 2 && oar_tensor_numel(t) == 4);
+    if (t) CHECK(((const int64_t *)oar_tensor_data(t))[1] == -2 && ((const int64_t *)oar_tensor_data(t))[3] == (int64_t)1 << 40);
+    oar_tensor_release(t);
+    CHECK_FAILS(oar_onnx_tensor_load("onnx/tensor_i8.pb"), "onnx/tensor_i8.pb: onnx: tensor 't8': element type int8 (3) is not an oar dtype");
+    CHECK_FAILS(oar_onnx_tensor_load("onnx/no_such.pb"), "cannot open");
+    CHECK_FAILS(oar_onnx_tensor_load(NULL), "NULL path");
+    CHECK_FAILS(oar_onnx_tensor_load_buffer(NULL, 2), "NULL data");
+    static const unsigned char junk[] = {0x00, 0xff, 0xff, 0xff, 0x07};
+    CHECK_FAILS(oar_onnx_tensor_load_buffer(junk, sizeof junk), "not a valid TensorProto");
+    /* dims [2] (field 1) of FLOAT (field 2 = 1) with one float (field 4) */
+    static const unsigned char short_data[] = {0x08, 0x02, 0x10, 0x01, 0x25, 0x00, 0x00, 0x80, 0x3f};
+    CHECK_FAILS(oar_onnx_tensor_load_buffer(short_data, sizeof short_data), "does not hold 2 float elements");
+}
+
 int main(void) {
     RUN(test_pytorch_models);
     RUN(test_softmax_opset11);
     RUN(test_typed_initializers);
     RUN(test_errors);
     RUN(test_mutations);
+    RUN(test_conformance_errors);
+    RUN(test_dynamic_shape_values);
+    RUN(test_mutations_node_models);
     return test_summary();
 }

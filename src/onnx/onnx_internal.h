@@ -1,0 +1,120 @@
+/* ONNX import internals: the op registry (one row per op and opset range,
+ * read by the importer and by the generator of docs/onnx.md) and what an op
+ * converter sees of its node. Only src/onnx/ includes the protobuf part. */
+#ifndef OARI_ONNX_INTERNAL_H
+#define OARI_ONNX_INTERNAL_H
+
+#include "../core/core.h"
+#include <oar/ops.h>
+
+/* The opsets of the default domain the importer knows (ONNX 1.12's 17, and
+ * 18: the reductions' axes become inputs, Pad gets axes, Split num_outputs). */
+#define OARI_ONNX_MIN_OPSET 1
+#define OARI_ONNX_MAX_OPSET 18
+/* Inputs and outputs one node may have. */
+#define OARI_ONNX_MAX_IO 32
+
+typedef struct oari_onnx_node oari_onnx_node;
+typedef int (*oari_onnx_convert_fn)(oari_onnx_node *nd);
+
+/* One row: op `name` at model opsets since..until means one thing and maps
+ * through fn; limits says what of it oar refuses ("" if nothing). */
+typedef struct oari_onnx_op {
+    const char *name;
+    int since, until;
+    oari_onnx_convert_fn fn;
+    const char *limits;
+} oari_onnx_op;
+
+/* The registry (onnx_registry.c), sorted by name then opset. */
+OARI_HIDDEN extern const oari_onnx_op oari_onnx_ops[];
+OARI_HIDDEN extern const int oari_onnx_n_ops;
+/* The domain other than the default one the importer knows; its rows are
+ * named "<domain>:<op>" and versioned by that domain's opset. */
+#define OARI_ONNX_TRAINING_DOMAIN "ai.onnx.preview.training"
+
+/* The row for op at opset, or NULL with an error saying which opsets of
+ * the op are known (or that the op is unknown). */
+OARI_HIDDEN const oari_onnx_op *oari_onnx_find_op(const char *op, int64_t opset);
+
+/* The default-domain opset of the model in data (-1 if none) and its node
+ * op types, comma-separated, into ops (truncated to size; domains other
+ * than the default prefix their op as "domain:Op"). 0, or an error if the
+ * bytes are not a ModelProto. For the conformance harness's op subsets. */
+OARI_HIDDEN int oari_onnx_model_ops(const void *data, size_t n, int64_t *opset, char *ops, size_t size);
+
+#ifdef OARI_ONNX_PROTO /* the converters' side (needs onnx.pb-c.h) */
+#include "onnx.pb-c.h"
+
+struct oari_onnx_node {
+    const Onnx__NodeProto *n;
+    int64_t opset;        /* of the node's domain */
+    bool static_shapes;  /* no dynamic dims: shapes may become any values */
+    int n_in;             /* input slots, omitted optional ones NULL */
+    oar_tensor *in[OARI_ONNX_MAX_IO];
+    int n_out;            /* output slots the node names (possibly "") */
+    oar_tensor *out[OARI_ONNX_MAX_IO];
+    void *ctx;            /* the importer's, for sub-graphs */
+};
+
+/* Runs sub-graph g (an If branch, a Loop or Scan body) inline in the
+ * node's scope: its inputs bound to in[0..n_in-1], outer names visible;
+ * writes its n_out outputs (op results) to out. 0 or an error naming the
+ * sub-graph's node. */
+OARI_HIDDEN int oari_onnx_run_subgraph(oari_onnx_node *nd, const Onnx__GraphProto *g, int n_in,
+                                       oar_tensor *const *in, int n_out, oar_tensor **out);
+
+/* ---- attributes (onnx_import.c) --------------------------------------------- */
+OARI_HIDDEN const Onnx__AttributeProto *oari_onnx_attr(const oari_onnx_node *nd, const char *name);
+OARI_HIDDEN int64_t oari_onnx_attr_i(const oari_onnx_node *nd, const char *name, int64_t def);
+OARI_HIDDEN double oari_onnx_attr_f(const oari_onnx_node *nd, const char *name, double def);
+/* True if the string attribute equals s (or is absent and def is s). */
+OARI_HIDDEN bool oari_onnx_attr_s_is(const oari_onnx_node *nd, const char *name, const char *def, const char *s);
+/* The ints attribute (at most max entries) into out: its length, -1 if
+ * absent, or an error status (< -1) if longer than max. */
+OARI_HIDDEN int oari_onnx_attr_ints(const oari_onnx_node *nd, const char *name, int64_t *out, int max);
+
+/* ---- values ---------------------------------------------------------------- */
+/* Input i must be present; an error naming it otherwise. */
+OARI_HIDDEN int oari_onnx_need(const oari_onnx_node *nd, int n);
+/* The integer values of input i (a concrete 0-d or 1-D tensor of at most
+ * max entries) into out: the count, or a negative status with an error
+ * (the input is computed at run time, or too long). */
+OARI_HIDDEN int oari_onnx_input_ints(const oari_onnx_node *nd, int i, int64_t *out, int max);
+/* The one value of concrete input i. */
+OARI_HIDDEN int oari_onnx_input_double(const oari_onnx_node *nd, int i, double *out);
+/* A concrete tensor of a TensorProto (typed fields or raw_data); NULL with
+ * an error naming `what` and the tensor. */
+OARI_HIDDEN oar_tensor *oari_onnx_tensor_of(const Onnx__TensorProto *tp, const char *what);
+/* The oar dtype of an ONNX element type, or OAR_DTYPE_INVALID. */
+OARI_HIDDEN oar_dtype oari_onnx_dtype(int32_t elem_type);
+/* A 0-d concrete tensor of value v in dtype dt. */
+OARI_HIDDEN oar_tensor *oari_onnx_scalar(double v, oar_dtype dt);
+/* x's dims from..ndim-1 folded: [prod(< axis), prod(>= axis)]. */
+OARI_HIDDEN oar_tensor *oari_onnx_flatten2d(oar_tensor *x, int64_t axis);
+/* axis wrapped into [0, nd) (or [0, nd] with inclusive_end); an error
+ * naming it if outside. */
+OARI_HIDDEN int oari_onnx_axis(int64_t axis, int nd, bool inclusive_end, int64_t *out);
+
+/* ---- converters (one per op family; see onnx_registry.c for the rows) ------ */
+#define OARI_ONNX_CONVERTERS(X)                                                                        \
+    X(unary) X(isinf) X(binary) X(div) X(pow) X(mod) X(compare) X(logical) X(variadic) X(where) X(clip)  \
+    X(elu) X(selu) X(celu) X(leaky_relu) X(prelu) X(hard_sigmoid) X(hard_swish) X(thresholded_relu)      \
+    X(shrink) X(softplus) X(cast) X(cast_like) X(identity) X(constant) X(reduce) X(reduce_axes_input)    \
+    X(argmax) X(cumsum) X(matmul) X(gemm) X(einsum) X(conv) X(conv_transpose) X(pool) X(global_pool)     \
+    X(batch_norm) X(instance_norm) X(layer_norm) X(lrn) X(mvn) X(softmax_old) X(softmax) X(dropout)      \
+    X(nll_loss) X(sce_loss) X(reshape) X(flatten) X(transpose) X(squeeze) X(unsqueeze) X(concat)         \
+    X(split) X(slice_old) X(slice) X(gather) X(gather_elements) X(scatter_elements) X(expand) X(tile)    \
+    X(pad) X(shape) X(size) X(constant_of_shape) X(range) X(trilu) X(one_hot) X(eye_like)                \
+    X(depth_to_space) X(space_to_depth) X(topk) X(compress) X(quantize) X(dequantize)                 \
+    X(dynamic_quantize) X(window) X(rnn) X(resize) X(upsample)    \
+    X(adagrad) X(momentum) X(adam) X(gather_nd) X(scatter_nd) X(reverse_sequence) X(max_unpool) X(dft)   \
+    X(stft) X(conv_integer) X(matmul_integer) X(qlinear_matmul) X(qlinear_conv)         \
+    X(grid_sample) X(if) X(loop) X(scan) X(det) X(tfidf) X(roi_align)                 \
+    X(mel_weight_matrix)
+#define OARI_ONNX_DECLARE(f) OARI_HIDDEN int oari_onnx_conv_##f(oari_onnx_node *nd);
+OARI_ONNX_CONVERTERS(OARI_ONNX_DECLARE)
+#undef OARI_ONNX_DECLARE
+#endif
+
+#endif
