@@ -37,7 +37,7 @@ OAR_API oar_graph *oar_onnx_load(const char *path);
 /* As oar_onnx_load, from n bytes in memory (borrowed). */
 OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n);
 
-/* ==== ONNX export (onnxexport branch) ===================================
+/* ==== ONNX export (onnxexport branch) ==========================================
  *
  *     oar_graph *g = oar_graph_load("demo-out/fashion-cnn");
  *     oar_onnx_export(g, "fashion-cnn.onnx", &(oar_onnx_export_options){.opset = 17});
@@ -92,7 +92,6 @@ typedef struct oar_onnx_export_options {
  * writable (OAR_ERR_IO, naming the path); out of memory (OAR_ERR_NOMEM). */
 OAR_API int oar_onnx_export(const oar_graph *g, const char *path, const oar_onnx_export_options *opt);
 /* ==== end of ONNX export ======================================================= */
-=======
 /* ---- import options and TensorProto files (onnxconf: the conformance
  * harness, tests/onnx/test_onnx_conformance.c) ------------------------------ */
 
