@@ -58,6 +58,17 @@ OARI_HIDDEN void oari_iter_run(const oari_iter *it, oari_inner_fn fn, void *ctx)
 /* Convenience for the common case: out = call->out[0], inputs = call->in[...]. */
 OARI_HIDDEN void oari_iter_call(const oar_kernel_call *call, oari_inner_fn fn, void *ctx);
 
+/* A 2-D inner loop: `rows` runs of n elements, run r of operand k at
+ * ptrs[k] + r * outer[k] elements, strides[k] along the run. Broadcast ops
+ * (a row against a matrix) merge to two dims with short runs; one call for
+ * many rows saves a call and a vector-loop prologue per row. */
+typedef void (*oari_inner2d_fn)(char **ptrs, const int64_t *strides, const int64_t *outer,
+                                int64_t rows, int64_t n, void *ctx);
+/* As oari_iter_call, with fn2 taking the whole iteration when it merges to
+ * two dims (rows split over threads above OARI_PARALLEL_GRAIN elements). */
+OARI_HIDDEN void oari_iter_call2d(const oar_kernel_call *call, oari_inner_fn fn,
+                                  oari_inner2d_fn fn2, void *ctx);
+
 /* Index of the linear (row-major) element i of a strided view. */
 static inline int64_t oari_strided_index(int ndim, const int64_t *shape, const int64_t *strides,
                                          int64_t i) {
