@@ -269,6 +269,125 @@ static int64_t conv_chunk(int64_t n, int64_t rows, int64_t p) {
 }
 #endif
 
+/* ---- direct conv2d for few channels (LeNet's second conv) ---------------------
+ * Stride 1, dilation 1: the output channels of a group in 64-byte vectors
+ * of VL (weights repacked [ob][k][VL], zero past og), a tile of 8 output columns
+ * in eight vector accumulators, each input value broadcast against a
+ * weight vector; no im2col and no gemm packing, which cost more than the
+ * arithmetic when og and K are small. Padding reads a zero-padded copy of
+ * the image. Each output sums k = (c, ki, kj) in order. */
+typedef T FN(vec) __attribute__((vector_size(64)));
+#define VL ((int64_t)(64 / sizeof(T)))
+#define DIRECT_TW 8
+
+/* One output row oy of block ob: columns [ox0, ox0 + tw), tw <= 8. xp: the
+ * (padded) image [cg, xh, xw]; wp: the block's [K, VL] weights. */
+OARI_SIMD_CLONES static void FN(direct_row)(const T *xp, int64_t xw, int64_t xh, const T *wp,
+                                            int64_t cg, int64_t kh, int64_t kw, int64_t oy,
+                                            int64_t ox0, int64_t tw, T *out, int64_t ldo,
+                                            int64_t nvl) {
+    FN(vec) a0 = {0}, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int64_t c = 0; c < cg; c++)
+        for (int64_t ki = 0; ki < kh; ki++) {
+            const T *xr = xp + (c * xh + (oy + ki)) * xw + ox0;
+            const T *wr = wp + ((c * kh + ki) * kw) * VL;
+            for (int64_t kj = 0; kj < kw; kj++) {
+                FN(vec) wv;
+                memcpy(&wv, wr + kj * VL, sizeof wv);
+                const T *q = xr + kj;
+                if (tw == DIRECT_TW) {
+                    a0 += wv * q[0], a1 += wv * q[1], a2 += wv * q[2], a3 += wv * q[3];
+                    a4 += wv * q[4], a5 += wv * q[5], a6 += wv * q[6], a7 += wv * q[7];
+                } else { /* a short last tile: never reads past column ox0 + tw */
+                    a0 += wv * q[0];
+                    if (tw > 1) a1 += wv * q[1];
+                    if (tw > 2) a2 += wv * q[2];
+                    if (tw > 3) a3 += wv * q[3];
+                    if (tw > 4) a4 += wv * q[4];
+                    if (tw > 5) a5 += wv * q[5];
+                    if (tw > 6) a6 += wv * q[6];
+                }
+            }
+        }
+    /* out[l * ldo + t]: channel l of the block, column ox0 + t */
+    FN(vec) acc[DIRECT_TW] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    for (int64_t l = 0; l < nvl; l++)
+        for (int64_t t = 0; t < tw; t++)
+            out[l * ldo + t] = acc[t][l];
+}
+
+/* When the direct kernel beats im2col + gemm (one thread, CPU time): LeNet's
+ * second conv (K 150, og 16) 245 vs 400-430 us; its first (K 25, og 6,
+ * mostly empty vectors) 515 vs 400-430 us, so short K stays with gemm, and
+ * many channels (gemm at full speed) too. */
+static bool FN(direct_ok)(const geom *g, int64_t og, int64_t K) {
+    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && og <= 32 && K >= 64 &&
+           K <= 1024 && g->ow >= 4;
+}
+
+static int FN(conv2d_direct)(const T *x, const T *w, const oar_ktensor *bias, T *y, dims4 xd,
+                             dims4 wd, const geom *g, int64_t groups) {
+    const int64_t cg = xd.c / groups, og = wd.n / groups, K = cg * g->kh * g->kw;
+    const int64_t P = g->oh * g->ow, nob = (og + VL - 1) / VL;
+    const int64_t phh = g->ih + 2 * g->ph, phw = g->iw + 2 * g->pw;
+    const bool pad = g->ph || g->pw;
+    /* weights [groups][nob][K][VL] */
+    const size_t wpn = (size_t)(groups * nob * K * VL);
+    T *wp = scratch_alloc(wpn * sizeof(T));
+    if (!wp) return OAR_ERR_NOMEM;
+    for (int64_t gi = 0; gi < groups; gi++)
+        for (int64_t ob = 0; ob < nob; ob++)
+            for (int64_t k = 0; k < K; k++)
+                for (int64_t l = 0; l < VL; l++) {
+                    int64_t o = ob * VL + l;
+                    wp[((gi * nob + ob) * K + k) * VL + l] = o < og ? w[(gi * og + o) * K + k] : 0;
+                }
+    const bool par = xd.n > 1 && (double)xd.n * (double)K * (double)P * (double)wd.n > 5e5;
+    const int nt = par ? max_threads() : 1;
+    /* per thread: a padded image of one group, and a block's output rows */
+    const size_t padn = pad ? (size_t)(cg * phh * phw) : 0, per = padn + (size_t)(VL * g->ow);
+    T *buf = scratch_alloc(per * (size_t)nt * sizeof(T));
+    if (!buf) {
+        scratch_free(wp, wpn * sizeof(T));
+        return OAR_ERR_NOMEM;
+    }
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t n = 0; n < xd.n; n++) {
+        T *xb = buf + (size_t)(par ? thread_id() : 0) * per, *ob_rows = xb + padn;
+        for (int64_t gi = 0; gi < groups; gi++) {
+            const T *xg = x + (n * xd.c + gi * cg) * g->ih * g->iw, *xp = xg;
+            if (pad) {
+                memset(xb, 0, padn * sizeof(T));
+                for (int64_t c = 0; c < cg; c++)
+                    for (int64_t iy = 0; iy < g->ih; iy++)
+                        memcpy(xb + (c * phh + iy + g->ph) * phw + g->pw,
+                               xg + (c * g->ih + iy) * g->iw, (size_t)g->iw * sizeof(T));
+                xp = xb;
+            }
+            for (int64_t ob = 0; ob < nob; ob++) {
+                const int64_t nvl = og - ob * VL < VL ? og - ob * VL : VL;
+                const T *wb = wp + (gi * nob + ob) * K * VL;
+                T *yb = y + (n * wd.n + gi * og + ob * VL) * P;
+                for (int64_t oy = 0; oy < g->oh; oy++) {
+                    for (int64_t ox0 = 0; ox0 < g->ow; ox0 += DIRECT_TW) {
+                        int64_t tw = g->ow - ox0 < DIRECT_TW ? g->ow - ox0 : DIRECT_TW;
+                        FN(direct_row)(xp, phw, phh, wb, cg, g->kh, g->kw, oy, ox0, tw,
+                                       ob_rows + ox0, g->ow, nvl);
+                    }
+                    for (int64_t l = 0; l < nvl; l++)
+                        memcpy(yb + l * P + oy * g->ow, ob_rows + l * g->ow,
+                               (size_t)g->ow * sizeof(T));
+                }
+            }
+        }
+        FN(add_bias)(y + n * wd.n * P, bias, 0, wd.n, P);
+    }
+    scratch_free(buf, per * (size_t)nt * sizeof(T));
+    scratch_free(wp, wpn * sizeof(T));
+    return 0;
+}
+#undef VL
+
 /* conv2d: in x [N, C, H, W], w [O, C/g, kh, kw], bias? [O]; out [N, O, OH, OW].
  * nb images at a time: col [K, nb*P] (im2col side by side), one gemm per
  * group into yb [og, nb*P], then copied to each image's planes; nb = 1
@@ -289,6 +408,12 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
     if (!w) {
         scratch_free(xo, xn);
         return OAR_ERR_NOMEM;
+    }
+    if (K > 0 && FN(direct_ok)(&g, og, K)) {
+        int st = FN(conv2d_direct)(x, w, &c->in[2], y, xd, wd, &g, groups);
+        scratch_free(xo, xn);
+        scratch_free(wo, wn);
+        return st;
     }
     const bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 &&
                         g.pw == 0 && g.ih == g.oh && g.iw == g.ow;
