@@ -31,6 +31,8 @@ static void check_shapes(void) {
         {257, 128}, /* rows not divisible by the threads */
         {3001, 11}, /* odd short rows */
         {1, 40000}, /* one row */
+        {3, 20000}, /* few long rows: the generic walk */
+        {16, 2048}, /* just enough rows for the 2-D loop */
         {40000, 1}, /* one column */
         {7, 5},
     };

@@ -128,7 +128,9 @@ void oari_iter_call2d(const oar_kernel_call *call, oari_inner_fn fn, oari_inner2
     for (int i = 0; i < call->n_in && n < OARI_ITER_MAX; i++) ops[n++] = &call->in[i];
     oari_iter it;
     oari_iter_init(&it, n, ops);
-    if (it.ndim != 2 || it.numel == 0) {
+    /* (few long rows over threads: whole rows would balance badly, so the
+     * element split of the generic walk) */
+    if (it.ndim != 2 || it.numel == 0 || (it.numel >= OARI_PARALLEL_GRAIN && it.shape[0] < 16)) {
         oari_iter_run(&it, fn, ctx);
         return;
     }
