@@ -1,8 +1,8 @@
 /* The batched convolution kernels and the pooling fast path against direct
  * float64 loops written here: conv2d and conv_transpose2d with several
  * images per gemm (chunks with a short last one, groups, strides, padding,
- * dilation, one image), conv2d's direct kernel (channel blocks, column
- * tiles, padding, groups), conv2d_weight_grad accumulated image by image into
+ * dilation, one image), conv2d's two direct kernels (channel blocks,
+ * column tiles, padding, groups), conv2d_weight_grad accumulated image by image into
  * fixed partials (1, 3, 9 and 64 images), results bitwise the same on one
  * and on two threads, and max_pool2d's 2x2 stride-2 path (odd planes, NaN,
  * -inf, ties: values and indices exactly as the generic scan). */
@@ -93,6 +93,11 @@ static void test_conv2d_batched(void) {
         /* and groups, a block of 6 channels, one short tile of 7 */
         {5, 16, 10, 9, 12, 3, 3, {1, 1, 0, 0, 1, 1, 2}, true},
         {3, 4, 9, 9, 33, 5, 5, {1, 1, 2, 2, 1, 1, 1}, false}, /* og 33: gemm again */
+        /* the column-vector kernel (width a multiple of 8): 6 of 8 channels,
+         * padding, two tiles; then groups of 5 channels, K 18 */
+        {4, 3, 16, 16, 6, 5, 5, {1, 1, 2, 2, 1, 1, 1}, true},
+        {3, 4, 10, 10, 10, 3, 3, {1, 1, 0, 0, 1, 1, 2}, true},
+        {2, 1, 28, 28, 6, 5, 5, {1, 1, 0, 0, 1, 1, 1}, true}, /* LeNet's first conv */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         for (int d = 0; d < 2; d++) {
