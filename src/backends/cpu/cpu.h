@@ -7,15 +7,19 @@
 
 #include <complex.h>
 
-/* Hot loops are compiled twice, for the baseline x86-64 and for x86-64-v3
- * (AVX2, FMA); the loader picks one per machine (an ifunc). Other compilers
- * and targets get the one baseline version. Define OAR_NO_SIMD_CLONES to
- * turn it off. The clone may fuse a*b+c into one rounding, so last-bit
- * results of such expressions can differ between machines (never between
- * runs on one machine). */
+/* Hot loops are compiled three times, for the baseline x86-64, x86-64-v3
+ * (AVX2, FMA) and x86-64-v4 (AVX-512: half the instructions in the exp,
+ * gelu and softmax loops, which run in 0.6-0.8 of the v3 time on the
+ * project's AMD machines); the loader picks one per machine (an ifunc).
+ * Other compilers and targets get the one baseline version. Define
+ * OAR_NO_SIMD_CLONES to turn it off. The clones may fuse a*b+c into one
+ * rounding, and vector reductions fold their lanes by the vector width, so
+ * last-bit results can differ between machines (never between runs, or
+ * thread counts, on one machine). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(OAR_NO_SIMD_CLONES)
-#define OARI_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define OARI_SIMD_CLONES \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define OARI_SIMD_CLONES
 #endif
@@ -53,6 +57,17 @@ OARI_HIDDEN void oari_iter_init(oari_iter *it, int n_ops, const oar_ktensor *con
 OARI_HIDDEN void oari_iter_run(const oari_iter *it, oari_inner_fn fn, void *ctx);
 /* Convenience for the common case: out = call->out[0], inputs = call->in[...]. */
 OARI_HIDDEN void oari_iter_call(const oar_kernel_call *call, oari_inner_fn fn, void *ctx);
+
+/* A 2-D inner loop: `rows` runs of n elements, run r of operand k at
+ * ptrs[k] + r * outer[k] elements, strides[k] along the run. Broadcast ops
+ * (a row against a matrix) merge to two dims with short runs; one call for
+ * many rows saves a call and a vector-loop prologue per row. */
+typedef void (*oari_inner2d_fn)(char **ptrs, const int64_t *strides, const int64_t *outer,
+                                int64_t rows, int64_t n, void *ctx);
+/* As oari_iter_call, with fn2 taking the whole iteration when it merges to
+ * two dims (rows split over threads above OARI_PARALLEL_GRAIN elements). */
+OARI_HIDDEN void oari_iter_call2d(const oar_kernel_call *call, oari_inner_fn fn,
+                                  oari_inner2d_fn fn2, void *ctx);
 
 /* Index of the linear (row-major) element i of a strided view. */
 static inline int64_t oari_strided_index(int ndim, const int64_t *shape, const int64_t *strides,

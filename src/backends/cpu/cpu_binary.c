@@ -14,11 +14,8 @@
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
 
 #define BINARY_LOOP(NAME, TI, TO, EXPR)                                             \
-    OARI_SIMD_CLONES                                                                \
-    static void NAME(char **p, const int64_t *s, int64_t n, void *ctx) {            \
-        (void)ctx;                                                                  \
-        TO *o = (TO *)p[0];                                                         \
-        const TI *pa = (const TI *)p[1], *pb = (const TI *)p[2];                    \
+    static inline __attribute__((always_inline)) void NAME##_run(                   \
+        TO *o, const TI *pa, const TI *pb, const int64_t *s, int64_t n) {           \
         if (s[0] == 1 && s[1] == 1 && s[2] == 1) {                                  \
             _Pragma("omp simd")                                                     \
             for (int64_t i = 0; i < n; i++) {                                       \
@@ -46,9 +43,36 @@
             }                                                                       \
         }                                                                           \
     }                                                                               \
+    OARI_SIMD_CLONES                                                                \
+    static void NAME(char **p, const int64_t *s, int64_t n, void *ctx) {            \
+        (void)ctx;                                                                  \
+        NAME##_run((TO *)p[0], (const TI *)p[1], (const TI *)p[2], s, n);           \
+    }                                                                               \
+    OARI_SIMD_CLONES                                                                \
+    static void NAME##_2d(char **p, const int64_t *s, const int64_t *os, int64_t rows, \
+                          int64_t n, void *ctx) {                                   \
+        (void)ctx;                                                                  \
+        TO *o = (TO *)p[0];                                                         \
+        const TI *pa = (const TI *)p[1], *pb = (const TI *)p[2];                    \
+        if (s[0] == 1 && s[1] == 1 && s[2] == 1) { /* (the row broadcast: the  \
+                                                       test hoisted out of the rows) */ \
+            for (int64_t r = 0; r < rows; r++) {                                    \
+                TO *orow = o + r * os[0];                                           \
+                const TI *ar = pa + r * os[1], *br = pb + r * os[2];                \
+                _Pragma("omp simd")                                                 \
+                for (int64_t i = 0; i < n; i++) {                                   \
+                    TI a = ar[i], b = br[i];                                        \
+                    orow[i] = (EXPR);                                               \
+                }                                                                   \
+            }                                                                       \
+            return;                                                                 \
+        }                                                                           \
+        for (int64_t r = 0; r < rows; r++)                                          \
+            NAME##_run(o + r * os[0], pa + r * os[1], pb + r * os[2], s, n);        \
+    }                                                                               \
     static int k_##NAME(void *ctx, const oar_kernel_call *c) {                      \
         (void)ctx;                                                                  \
-        oari_iter_call(c, NAME, NULL);                                              \
+        oari_iter_call2d(c, NAME, NAME##_2d, NULL);                                 \
         return 0;                                                                   \
     }
 

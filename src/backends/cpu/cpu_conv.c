@@ -218,9 +218,8 @@ static void FN(im2col)(const T *x, int64_t c, const geom *g, T *col, int64_t ld)
             }
 }
 
-/* x [c, ih, iw] += col (the adjoint of im2col). */
-static void FN(col2im)(const T *col, int64_t c, const geom *g, T *x) {
-    const int64_t ld = g->oh * g->ow;
+/* x [c, ih, iw] += col (the adjoint of im2col; col's rows ld apart). */
+OARI_SIMD_CLONES static void FN(col2im)(const T *col, int64_t c, const geom *g, T *x, int64_t ld) {
     for (int64_t ci = 0; ci < c; ci++)
         for (int64_t ki = 0; ki < g->kh; ki++)
             for (int64_t kj = 0; kj < g->kw; kj++) {
@@ -234,8 +233,14 @@ static void FN(col2im)(const T *col, int64_t c, const geom *g, T *x) {
                     if (iy < 0 || iy >= g->ih) continue;
                     const T *r = row + oy * g->ow;
                     T *dst = plane + iy * g->iw + off;
-                    for (int64_t ox = x0; ox < x1; ox++)
-                        dst[ox * g->sw] += r[ox];
+                    if (g->sw == 1) {
+#pragma omp simd
+                        for (int64_t ox = x0; ox < x1; ox++)
+                            dst[ox] += r[ox];
+                    } else {
+                        for (int64_t ox = x0; ox < x1; ox++)
+                            dst[ox * g->sw] += r[ox];
+                    }
                 }
             }
 }
@@ -251,7 +256,181 @@ OARI_SIMD_CLONES static void FN(add_bias)(T *out, const oar_ktensor *b, int64_t 
     }
 }
 
-/* conv2d: in x [N, C, H, W], w [O, C/g, kh, kw], bias? [O]; out [N, O, OH, OW]. */
+/* Images per gemm of conv2d and conv_transpose2d: small images are taken
+ * CONV_CHUNK_ELEMS columns' worth at a time, side by side in one gemm
+ * (a gemm per small image costs more in packing and set-up than in
+ * arithmetic). From the shapes alone, so results never depend on the
+ * number of threads. */
+#ifndef CONV_CHUNK_ELEMS
+#define CONV_CHUNK_ELEMS ((int64_t)1 << 17)
+static int64_t conv_chunk(int64_t n, int64_t rows, int64_t p) {
+    int64_t nb = rows * p > 0 ? CONV_CHUNK_ELEMS / (rows * p) : n;
+    return nb < 1 ? 1 : nb > n ? n : nb;
+}
+#endif
+
+/* ---- direct conv2d for few channels (LeNet's second conv) ---------------------
+ * Stride 1, dilation 1: the output channels of a group in 64-byte vectors
+ * of VL (weights repacked [ob][k][VL], zero past og), a tile of 8 output columns
+ * in eight vector accumulators, each input value broadcast against a
+ * weight vector; no im2col and no gemm packing, which cost more than the
+ * arithmetic when og and K are small. Padding reads a zero-padded copy of
+ * the image. Each output sums k = (c, ki, kj) in order. */
+typedef T FN(vec) __attribute__((vector_size(64)));
+#define VL ((int64_t)(64 / sizeof(T)))
+#define DIRECT_TW 8
+
+/* One output row oy of block ob: columns [ox0, ox0 + tw), tw <= 8. xp: the
+ * (padded) image [cg, xh, xw]; wp: the block's [K, VL] weights. */
+OARI_SIMD_CLONES static void FN(direct_row)(const T *xp, int64_t xw, int64_t xh, const T *wp,
+                                            int64_t cg, int64_t kh, int64_t kw, int64_t oy,
+                                            int64_t ox0, int64_t tw, T *out, int64_t ldo,
+                                            int64_t nvl) {
+    FN(vec) a0 = {0}, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int64_t c = 0; c < cg; c++)
+        for (int64_t ki = 0; ki < kh; ki++) {
+            const T *xr = xp + (c * xh + (oy + ki)) * xw + ox0;
+            const T *wr = wp + ((c * kh + ki) * kw) * VL;
+            for (int64_t kj = 0; kj < kw; kj++) {
+                FN(vec) wv;
+                memcpy(&wv, wr + kj * VL, sizeof wv);
+                const T *q = xr + kj;
+                if (tw == DIRECT_TW) {
+                    a0 += wv * q[0], a1 += wv * q[1], a2 += wv * q[2], a3 += wv * q[3];
+                    a4 += wv * q[4], a5 += wv * q[5], a6 += wv * q[6], a7 += wv * q[7];
+                } else { /* a short last tile: never reads past column ox0 + tw */
+                    a0 += wv * q[0];
+                    if (tw > 1) a1 += wv * q[1];
+                    if (tw > 2) a2 += wv * q[2];
+                    if (tw > 3) a3 += wv * q[3];
+                    if (tw > 4) a4 += wv * q[4];
+                    if (tw > 5) a5 += wv * q[5];
+                    if (tw > 6) a6 += wv * q[6];
+                }
+            }
+        }
+    /* out[l * ldo + t]: channel l of the block, column ox0 + t */
+    FN(vec) acc[DIRECT_TW] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    for (int64_t l = 0; l < nvl; l++)
+        for (int64_t t = 0; t < tw; t++)
+            out[l * ldo + t] = acc[t][l];
+}
+
+/* The same for a plane whose width is a multiple of 8, vectorised the other
+ * way: 8 output columns in a vector, 8 output channels in eight vectors,
+ * each weight broadcast against the input row; the accumulators are the
+ * output rows as they are stored (no transposition). wp: [K, 8]. */
+typedef T FN(vec8) __attribute__((vector_size(8 * sizeof(T))));
+OARI_SIMD_CLONES static void FN(direct_cols8)(const T *xp, int64_t xw, int64_t xh, const T *wp,
+                                              int64_t cg, int64_t kh, int64_t kw, int64_t oy,
+                                              int64_t ox0, T *out, int64_t ldo, int64_t nvl) {
+    FN(vec8) a0 = {0}, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int64_t c = 0; c < cg; c++)
+        for (int64_t ki = 0; ki < kh; ki++) {
+            const T *xr = xp + (c * xh + (oy + ki)) * xw + ox0;
+            const T *wr = wp + ((c * kh + ki) * kw) * 8;
+            for (int64_t kj = 0; kj < kw; kj++) {
+                FN(vec8) xv;
+                memcpy(&xv, xr + kj, sizeof xv);
+                const T *wk = wr + kj * 8;
+                a0 += wk[0] * xv, a1 += wk[1] * xv, a2 += wk[2] * xv, a3 += wk[3] * xv;
+                a4 += wk[4] * xv, a5 += wk[5] * xv, a6 += wk[6] * xv, a7 += wk[7] * xv;
+            }
+        }
+    FN(vec8) acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    for (int64_t j = 0; j < nvl; j++)
+        memcpy(out + j * ldo, &acc[j], sizeof acc[j]);
+}
+
+/* When the direct kernels beat im2col + gemm (one thread, CPU time, us):
+ * LeNet's second conv (K 150, og 16, width 8) 215-250 against 400-430;
+ * its first without padding (K 25, og 6, width 24) 185 against 255; with
+ * padding (width 28: the channel-vector kernel, mostly empty vectors) 515
+ * against 400-430, so short K stays with gemm unless the width is a
+ * multiple of 8, and many channels (gemm at full speed) too. */
+static bool FN(direct_ok)(const geom *g, int64_t og, int64_t K) {
+    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && og <= 32 &&
+           (K >= 64 || g->ow % 8 == 0) && K <= 1024 && g->ow >= 4;
+}
+
+static int FN(conv2d_direct)(const T *x, const T *w, const oar_ktensor *bias, T *y, dims4 xd,
+                             dims4 wd, const geom *g, int64_t groups) {
+    const int64_t cg = xd.c / groups, og = wd.n / groups, K = cg * g->kh * g->kw;
+    /* channel blocks of BL: 8 for the column-vector kernel (width a multiple
+     * of 8), VL for the channel-vector one */
+    const bool cols8 = g->ow % 8 == 0;
+    const int64_t BL = cols8 ? 8 : VL;
+    const int64_t P = g->oh * g->ow, nob = (og + BL - 1) / BL;
+    const int64_t phh = g->ih + 2 * g->ph, phw = g->iw + 2 * g->pw;
+    const bool pad = g->ph || g->pw;
+    /* weights [groups][nob][K][VL] */
+    const size_t wpn = (size_t)(groups * nob * K * BL);
+    T *wp = scratch_alloc(wpn * sizeof(T));
+    if (!wp) return OAR_ERR_NOMEM;
+    for (int64_t gi = 0; gi < groups; gi++)
+        for (int64_t ob = 0; ob < nob; ob++)
+            for (int64_t k = 0; k < K; k++)
+                for (int64_t l = 0; l < BL; l++) {
+                    int64_t o = ob * BL + l;
+                    wp[((gi * nob + ob) * K + k) * BL + l] = o < og ? w[(gi * og + o) * K + k] : 0;
+                }
+    const bool par = xd.n > 1 && (double)xd.n * (double)K * (double)P * (double)wd.n > 5e5;
+    const int nt = par ? max_threads() : 1;
+    /* per thread: a padded image of one group, and a block's output rows */
+    const size_t padn = pad ? (size_t)(cg * phh * phw) : 0, per = padn + (size_t)(VL * g->ow);
+    T *buf = scratch_alloc(per * (size_t)nt * sizeof(T));
+    if (!buf) {
+        scratch_free(wp, wpn * sizeof(T));
+        return OAR_ERR_NOMEM;
+    }
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t n = 0; n < xd.n; n++) {
+        T *xb = buf + (size_t)(par ? thread_id() : 0) * per, *ob_rows = xb + padn;
+        for (int64_t gi = 0; gi < groups; gi++) {
+            const T *xg = x + (n * xd.c + gi * cg) * g->ih * g->iw, *xp = xg;
+            if (pad) {
+                memset(xb, 0, padn * sizeof(T));
+                for (int64_t c = 0; c < cg; c++)
+                    for (int64_t iy = 0; iy < g->ih; iy++)
+                        memcpy(xb + (c * phh + iy + g->ph) * phw + g->pw,
+                               xg + (c * g->ih + iy) * g->iw, (size_t)g->iw * sizeof(T));
+                xp = xb;
+            }
+            for (int64_t ob = 0; ob < nob; ob++) {
+                const int64_t nvl = og - ob * BL < BL ? og - ob * BL : BL;
+                const T *wb = wp + (gi * nob + ob) * K * BL;
+                T *yb = y + (n * wd.n + gi * og + ob * BL) * P;
+                if (cols8) {
+                    for (int64_t oy = 0; oy < g->oh; oy++)
+                        for (int64_t ox0 = 0; ox0 < g->ow; ox0 += 8)
+                            FN(direct_cols8)(xp, phw, phh, wb, cg, g->kh, g->kw, oy, ox0,
+                                             yb + oy * g->ow + ox0, P, nvl);
+                    continue;
+                }
+                for (int64_t oy = 0; oy < g->oh; oy++) {
+                    for (int64_t ox0 = 0; ox0 < g->ow; ox0 += DIRECT_TW) {
+                        int64_t tw = g->ow - ox0 < DIRECT_TW ? g->ow - ox0 : DIRECT_TW;
+                        FN(direct_row)(xp, phw, phh, wb, cg, g->kh, g->kw, oy, ox0, tw,
+                                       ob_rows + ox0, g->ow, nvl);
+                    }
+                    for (int64_t l = 0; l < nvl; l++)
+                        memcpy(yb + l * P + oy * g->ow, ob_rows + l * g->ow,
+                               (size_t)g->ow * sizeof(T));
+                }
+            }
+        }
+        FN(add_bias)(y + n * wd.n * P, bias, 0, wd.n, P);
+    }
+    scratch_free(buf, per * (size_t)nt * sizeof(T));
+    scratch_free(wp, wpn * sizeof(T));
+    return 0;
+}
+#undef VL
+
+/* conv2d: in x [N, C, H, W], w [O, C/g, kh, kw], bias? [O]; out [N, O, OH, OW].
+ * nb images at a time: col [K, nb*P] (im2col side by side), one gemm per
+ * group into yb [og, nb*P], then copied to each image's planes; nb = 1
+ * writes y directly. */
 static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     const int64_t *a = c->iattr;
@@ -260,6 +439,7 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
     geom g = {xd.h, xd.w, wd.h, wd.w, yd.h, yd.w, a[0], a[1], a[2], a[3], a[4], a[5]};
     const int64_t K = cg * g.kh * g.kw, P = g.oh * g.ow;
     T *y = c->out[0].data;
+    if (xd.n == 0) return 0;
     void *xo, *wo;
     size_t xn, wn;
     const T *x = contig(&c->in[0], &xo, &xn);
@@ -268,32 +448,53 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
         scratch_free(xo, xn);
         return OAR_ERR_NOMEM;
     }
+    if (K > 0 && FN(direct_ok)(&g, og, K)) {
+        int st = FN(conv2d_direct)(x, w, &c->in[2], y, xd, wd, &g, groups);
+        scratch_free(xo, xn);
+        scratch_free(wo, wn);
+        return st;
+    }
     const bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 &&
                         g.pw == 0 && g.ih == g.oh && g.iw == g.ow;
-    const bool par = xd.n > 1 && (double)xd.n * (double)K * (double)P * (double)wd.n > 5e5;
+    const int64_t nb = direct ? 1 : conv_chunk(xd.n, K + og, P);
+    const int64_t nch = (xd.n + nb - 1) / nb;
+    const bool par = nch > 1 && (double)xd.n * (double)K * (double)P * (double)wd.n > 5e5;
     const int nt = par ? max_threads() : 1;
-    size_t coln = direct ? 0 : (size_t)(K * P) * (size_t)nt;
+    /* per thread: col [K, nb*P] and, for nb > 1, yb [og, nb*P] */
+    const size_t per = direct ? 0 : (size_t)((K + (nb > 1 ? og : 0)) * nb * P);
+    size_t coln = per * (size_t)nt;
     T *cols = coln ? scratch_alloc(coln * sizeof(T)) : NULL;
     int st = coln && !cols ? OAR_ERR_NOMEM : 0;
     if (!st) {
 #pragma omp parallel for schedule(dynamic) if (par)
-        for (int64_t n = 0; n < xd.n; n++) {
-            T *col = cols ? cols + (size_t)(par ? thread_id() : 0) * (size_t)(K * P) : NULL;
+        for (int64_t ch = 0; ch < nch; ch++) {
+            T *col = cols ? cols + (size_t)(par ? thread_id() : 0) * per : NULL;
+            T *yb = col ? col + K * nb * P : NULL;
+            const int64_t n0 = ch * nb, m = xd.n - n0 < nb ? xd.n - n0 : nb, ld = m * P;
             for (int64_t gi = 0; gi < groups; gi++) {
-                const T *xg = x + (n * xd.c + gi * cg) * g.ih * g.iw;
-                T *yg = y + (n * wd.n + gi * og) * P;
-                const T *src = xg;
+                const T *src = x + (n0 * xd.c + gi * cg) * g.ih * g.iw;
                 if (!direct) {
-                    FN(im2col)(xg, cg, &g, col, P);
+                    for (int64_t i = 0; i < m; i++)
+                        FN(im2col)(x + ((n0 + i) * xd.c + gi * cg) * g.ih * g.iw, cg, &g,
+                                   col + i * P, ld);
                     src = col;
                 }
+                T *dst = m > 1 ? yb : y + (n0 * wd.n + gi * og) * P;
+                const int64_t ldd = m > 1 ? ld : P;
                 if (K == 0)
-                    memset(yg, 0, (size_t)(og * P) * sizeof(T));
+                    for (int64_t o = 0; o < og; o++)
+                        memset(dst + o * ldd, 0, (size_t)ld * sizeof(T));
                 else
-                    CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)P, (int)K, 1,
-                              w + gi * og * K, (int)K, src, (int)P, 0, yg, (int)P);
+                    CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)ld, (int)K,
+                              1, w + gi * og * K, (int)K, src, (int)ld, 0, dst, (int)ldd);
+                if (m > 1)
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t o = 0; o < og; o++)
+                            memcpy(y + ((n0 + i) * wd.n + gi * og + o) * P, yb + o * ld + i * P,
+                                   (size_t)P * sizeof(T));
             }
-            FN(add_bias)(y + n * wd.n * P, &c->in[2], 0, wd.n, P);
+            for (int64_t i = 0; i < m; i++)
+                FN(add_bias)(y + (n0 + i) * wd.n * P, &c->in[2], 0, wd.n, P);
         }
     }
     scratch_free(cols, coln * sizeof(T));
@@ -303,7 +504,9 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
 }
 
 /* conv_transpose2d: in x [N, C, H, W], w [C, O/g, kh, kw], bias? [O];
- * out [N, O, OH, OW]. The adjoint of conv2d(out-shaped, w). */
+ * out [N, O, OH, OW]. The adjoint of conv2d(out-shaped, w). nb images at
+ * a time: xt [cg, nb*P] (the images' planes side by side), one gemm per
+ * group col [K, nb*P] = w_g^T xt, then col2im per image. */
 static int FN(k_conv_transpose2d)(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     const int64_t *a = c->iattr;
@@ -313,6 +516,7 @@ static int FN(k_conv_transpose2d)(void *ctx, const oar_kernel_call *c) {
     geom g = {yd.h, yd.w, wd.h, wd.w, xd.h, xd.w, a[0], a[1], a[2], a[3], a[6], a[7]};
     const int64_t K = og * g.kh * g.kw, P = g.oh * g.ow, Y = g.ih * g.iw;
     T *y = c->out[0].data;
+    if (xd.n == 0) return 0;
     void *xo, *wo;
     size_t xn, wn;
     const T *x = contig(&c->in[0], &xo, &xn);
@@ -321,26 +525,39 @@ static int FN(k_conv_transpose2d)(void *ctx, const oar_kernel_call *c) {
         scratch_free(xo, xn);
         return OAR_ERR_NOMEM;
     }
-    const bool par = xd.n > 1 && (double)xd.n * (double)K * (double)P * (double)xd.c > 5e5;
+    const int64_t nb = conv_chunk(xd.n, K + cg, P), nch = (xd.n + nb - 1) / nb;
+    const bool par = nch > 1 && (double)xd.n * (double)K * (double)P * (double)xd.c > 5e5;
     const int nt = par ? max_threads() : 1;
-    size_t coln = (size_t)(K * P) * (size_t)nt;
+    /* per thread: col [K, nb*P] and, for nb > 1, xt [cg, nb*P] */
+    const size_t per = (size_t)((K + (nb > 1 ? cg : 0)) * nb * P);
+    size_t coln = per * (size_t)nt;
     T *cols = scratch_alloc((coln ? coln : 1) * sizeof(T));
     int st = cols ? 0 : OAR_ERR_NOMEM;
     if (!st) {
 #pragma omp parallel for schedule(dynamic) if (par)
-        for (int64_t n = 0; n < xd.n; n++) {
-            T *col = cols + (size_t)(par ? thread_id() : 0) * (size_t)(K * P);
-            T *yn = y + n * yd.c * Y;
-            memset(yn, 0, (size_t)(yd.c * Y) * sizeof(T));
+        for (int64_t ch = 0; ch < nch; ch++) {
+            T *col = cols + (size_t)(par ? thread_id() : 0) * per, *xt = col + K * nb * P;
+            const int64_t n0 = ch * nb, m = xd.n - n0 < nb ? xd.n - n0 : nb, ld = m * P;
+            T *yn = y + n0 * yd.c * Y;
+            memset(yn, 0, (size_t)(m * yd.c * Y) * sizeof(T));
             for (int64_t gi = 0; gi < groups; gi++) {
                 if (cg == 0 || K == 0) continue;
-                const T *xg = x + (n * xd.c + gi * cg) * P;
-                /* col [og*kh*kw, P] = w_g^T [K, cg] x_g [cg, P] */
-                CONV_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)P, (int)cg, 1,
-                          w + gi * cg * K, (int)K, xg, (int)P, 0, col, (int)P);
-                FN(col2im)(col, og, &g, yn + gi * og * Y);
+                const T *src = x + (n0 * xd.c + gi * cg) * P;
+                if (m > 1) {
+                    for (int64_t ci = 0; ci < cg; ci++)
+                        for (int64_t i = 0; i < m; i++)
+                            memcpy(xt + ci * ld + i * P, x + ((n0 + i) * xd.c + gi * cg + ci) * P,
+                                   (size_t)P * sizeof(T));
+                    src = xt;
+                }
+                /* col [og*kh*kw, m*P] = w_g^T [K, cg] x_g [cg, m*P] */
+                CONV_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)ld, (int)cg, 1,
+                          w + gi * cg * K, (int)K, src, (int)ld, 0, col, (int)ld);
+                for (int64_t i = 0; i < m; i++)
+                    FN(col2im)(col + i * P, og, &g, yn + (i * yd.c + gi * og) * Y, ld);
             }
-            FN(add_bias)(yn, &c->in[2], 0, yd.c, Y);
+            for (int64_t i = 0; i < m; i++)
+                FN(add_bias)(yn + i * yd.c * Y, &c->in[2], 0, yd.c, Y);
         }
     }
     scratch_free(cols, (coln ? coln : 1) * sizeof(T));
@@ -350,17 +567,25 @@ static int FN(k_conv_transpose2d)(void *ctx, const oar_kernel_call *c) {
 }
 
 /* conv2d_weight_grad: in x [N, C, H, W], gy [N, O, OH, OW]; out gw [O, C/g, kh, kw].
- * Images are taken in fixed chunks (never depending on the thread count):
- * im2col of a chunk side by side, then one gemm per group accumulating. */
+ * One image at a time: im2col of the image (small enough to stay in cache)
+ * and one gemm per group accumulating into gw (beta 1). The images are cut
+ * into at most WG_PARTS fixed runs (from the shapes alone, never from the
+ * thread count); each run sums its images in order into its own partial,
+ * and the partials are added in order, so the result does not depend on
+ * the number of threads. */
+#ifndef WG_PARTS
+#define WG_PARTS 8
+#define WG_PART_ELEMS ((int64_t)1 << 21) /* bound on all partials, elements */
+#endif
 static int FN(k_conv2d_weight_grad)(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     const int64_t *a = c->iattr;
     dims4 xd = dims_of(&c->in[0]), yd = dims_of(&c->in[1]);
     const int64_t groups = a[10], cg = a[1], og = a[0] / groups;
     geom g = {xd.h, xd.w, a[2], a[3], yd.h, yd.w, a[4], a[5], a[6], a[7], a[8], a[9]};
-    const int64_t K = cg * g.kh * g.kw, P = g.oh * g.ow;
+    const int64_t K = cg * g.kh * g.kw, P = g.oh * g.ow, WN = a[0] * K;
     T *gw = c->out[0].data;
-    memset(gw, 0, (size_t)(a[0] * K) * sizeof(T));
+    memset(gw, 0, (size_t)WN * sizeof(T));
     if (K == 0 || P == 0 || xd.n == 0) return 0;
     void *xo, *yo;
     size_t xn, yn;
@@ -370,30 +595,47 @@ static int FN(k_conv2d_weight_grad)(void *ctx, const oar_kernel_call *c) {
         scratch_free(xo, xn);
         return OAR_ERR_NOMEM;
     }
-    int64_t chunk = (int64_t)(((int64_t)1 << 22) / (K * P + og * P));
-    if (chunk < 1) chunk = 1;
-    if (chunk > xd.n) chunk = xd.n;
-    size_t coln = (size_t)(K * P * chunk), gyn = (size_t)(og * P * chunk);
-    T *col = scratch_alloc(coln * sizeof(T));
-    T *gyb = col ? scratch_alloc(gyn * sizeof(T)) : NULL;
-    int st = gyb ? 0 : OAR_ERR_NOMEM;
-    for (int64_t n0 = 0; n0 < xd.n && !st; n0 += chunk) {
-        const int64_t nb = xd.n - n0 < chunk ? xd.n - n0 : chunk, ld = nb * P;
-        for (int64_t gi = 0; gi < groups; gi++) {
-#pragma omp parallel for schedule(static) if (nb > 1 && nb * K * P > OARI_PARALLEL_GRAIN)
-            for (int64_t i = 0; i < nb; i++) {
-                int64_t n = n0 + i;
-                FN(im2col)(x + (n * xd.c + gi * cg) * g.ih * g.iw, cg, &g, col + i * P, ld);
-                for (int64_t o = 0; o < og; o++)
-                    memcpy(gyb + o * ld + i * P, gy + (n * yd.c + gi * og + o) * P,
-                           (size_t)P * sizeof(T));
-            }
-            /* gw_g [og, K] += gyb [og, ld] x col^T [ld, K] */
-            CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)og, (int)K, (int)ld, 1, gyb,
-                      (int)ld, col, (int)ld, 1, gw + gi * og * K, (int)K);
+    /* parts: runs of images, each with its own partial (part 0 is gw) */
+    int64_t parts = xd.n < WG_PARTS ? xd.n : WG_PARTS;
+    if (parts > 1 && (parts - 1) * WN > WG_PART_ELEMS) parts = 1 + WG_PART_ELEMS / WN;
+    if (parts < 1) parts = 1;
+    const int64_t per = (xd.n + parts - 1) / parts;
+    parts = (xd.n + per - 1) / per;
+    const bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 &&
+                        g.pw == 0 && g.ih == g.oh && g.iw == g.ow;
+    const bool par = parts > 1 && (double)xd.n * (double)K * (double)P * (double)og > 5e5;
+    const int nt = par ? max_threads() : 1;
+    size_t coln = direct ? 0 : (size_t)(K * P) * (size_t)nt, partn = (size_t)((parts - 1) * WN);
+    T *col = coln ? scratch_alloc(coln * sizeof(T)) : NULL;
+    T *part = partn ? scratch_alloc(partn * sizeof(T)) : NULL;
+    int st = (coln && !col) || (partn && !part) ? OAR_ERR_NOMEM : 0;
+    if (!st) {
+#pragma omp parallel for schedule(dynamic) if (par)
+        for (int64_t r = 0; r < parts; r++) {
+            T *cb = col ? col + (size_t)(par ? thread_id() : 0) * (size_t)(K * P) : NULL;
+            T *acc = r == 0 ? gw : part + (size_t)((r - 1) * WN);
+            const int64_t n1 = (r + 1) * per < xd.n ? (r + 1) * per : xd.n;
+            for (int64_t n = r * per; n < n1; n++)
+                for (int64_t gi = 0; gi < groups; gi++) {
+                    const T *xg = x + (n * xd.c + gi * cg) * g.ih * g.iw, *src = xg;
+                    if (!direct) {
+                        FN(im2col)(xg, cg, &g, cb, P);
+                        src = cb;
+                    }
+                    /* gw_g [og, K] (+)= gy_n,g [og, P] x col^T [P, K] */
+                    CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)og, (int)K, (int)P, 1,
+                              gy + (n * yd.c + gi * og) * P, (int)P, src, (int)P,
+                              n == r * per ? 0 : 1, acc + gi * og * K, (int)K);
+                }
+        }
+        for (int64_t r = 1; r < parts; r++) {
+            const T *pr = part + (size_t)((r - 1) * WN);
+#pragma omp simd
+            for (int64_t i = 0; i < WN; i++)
+                gw[i] += pr[i];
         }
     }
-    scratch_free(gyb, gyn * sizeof(T));
+    scratch_free(part, partn * sizeof(T));
     scratch_free(col, coln * sizeof(T));
     scratch_free(xo, xn);
     scratch_free(yo, yn);
@@ -401,6 +643,32 @@ static int FN(k_conv2d_weight_grad)(void *ctx, const oar_kernel_call *c) {
 }
 
 /* ---- pools ------------------------------------------------------------------ */
+
+/* The 2x2 stride-2 window without padding (every window inside the plane):
+ * the generic loop's scan (row by row; a value replaces the best if larger
+ * or NaN) with selects instead of branches, which random data mispredicts. */
+OARI_SIMD_CLONES static void FN(max_pool_2x2)(const T *x, T *y, int64_t *ind, int64_t np,
+                                               int64_t H, int64_t W, int64_t OH, int64_t OW) {
+#pragma omp parallel for schedule(static) if (np * OH * OW * 4 > OARI_PARALLEL_GRAIN)
+    for (int64_t p = 0; p < np; p++)
+        for (int64_t oy = 0; oy < OH; oy++) {
+            const T *r0 = x + p * H * W + 2 * oy * W, *r1 = r0 + W;
+            T *yo = y + (p * OH + oy) * OW;
+            int64_t *io = ind + (p * OH + oy) * OW, b0 = 2 * oy * W;
+#pragma omp simd
+            for (int64_t ox = 0; ox < OW; ox++) {
+                T m = r0[2 * ox], v;
+                int64_t bi = b0 + 2 * ox;
+                bool t;
+                v = r0[2 * ox + 1], t = v > m || v != v, m = t ? v : m, bi = t ? b0 + 2 * ox + 1 : bi;
+                v = r1[2 * ox], t = v > m || v != v, m = t ? v : m, bi = t ? b0 + W + 2 * ox : bi;
+                v = r1[2 * ox + 1], t = v > m || v != v, m = t ? v : m,
+                bi = t ? b0 + W + 2 * ox + 1 : bi;
+                yo[ox] = m;
+                io[ox] = bi;
+            }
+        }
+}
 
 /* max_pool2d: out[0] values, out[1] i64 indices (h * W + w in the input plane). */
 static int FN(k_max_pool2d)(void *ctx, const oar_kernel_call *c) {
@@ -417,6 +685,12 @@ static int FN(k_max_pool2d)(void *ctx, const oar_kernel_call *c) {
     int64_t *ind = c->out[1].data;
     const int64_t kh = a[0], kw = a[1], sh = a[2], sw = a[3], ph = a[4], pw = a[5], dh = a[6],
                   dw = a[7];
+    if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && dh == 1 && dw == 1 &&
+        2 * OH <= H && 2 * OW <= W) {
+        FN(max_pool_2x2)(x, y, ind, np, H, W, OH, OW);
+        scratch_free(xo, xn);
+        return 0;
+    }
 #pragma omp parallel for schedule(static) if (np * OH * OW * kh * kw > OARI_PARALLEL_GRAIN)
     for (int64_t p = 0; p < np; p++) {
         const T *xp = x + p * H * W;

@@ -50,6 +50,9 @@ typedef struct rkind {
     /* optional: out[r] = the reduction of contiguous rows p + r * rs, r < nrows,
      * of n elements each (last-dim reductions of a contiguous input) */
     void (*rows)(char *out, const char *p, int64_t nrows, int64_t rs, int64_t n);
+    /* optional: acc[j] op= p[r * rs + j] for r < nrows in order, j < m (the
+     * outer order's rows when contiguous: columns kept in registers) */
+    void (*cols)(void *acc, const char *p, int64_t rs, int64_t nrows, int64_t m);
 } rkind;
 
 static void plan_build(rplan *pl, const oar_ktensor *x, uint64_t mask, bool keep_order) {
@@ -245,6 +248,10 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
             if (r0 < r1) k->row(a, base, sk, len, 0);
             continue;
         }
+        if (k->cols && pl.nr == 1 && sk == 1) {
+            k->cols(a, base + r0 * pl.rstride[0] * es, pl.rstride[0], r1 - r0, len);
+            continue;
+        }
         int64_t idx[OAR_MAX_DIMS], rem = r0;
         for (int d = pl.nr - 1; d >= 0; d--) {
             idx[d] = rem % pl.rshape[d];
@@ -289,7 +296,13 @@ typedef float v4f_t __attribute__((vector_size(16)));
 typedef double v4d_t __attribute__((vector_size(32)));
 /* (macros, not functions: a function returning a 32-byte vector changes
  * the ABI between the baseline and the AVX clone) */
-#define load4_f32(q) ({ v4f_t x_; memcpy(&x_, (q), sizeof x_); __builtin_convertvector(x_, v4d_t); })
+/* (a vector literal of four conversions: gcc 12 makes it one vcvtps2pd from
+ * memory, where __builtin_convertvector converts two halves through the stack) */
+#define load4_f32(q)                                                                     \
+    ({                                                                                   \
+        const float *q_ = (q);                                                           \
+        (v4d_t){(double)q_[0], (double)q_[1], (double)q_[2], (double)q_[3]};             \
+    })
 #define load4_f64(q) ({ v4d_t x_; memcpy(&x_, (q), sizeof x_); x_; })
 #define SUM16(NAME, T, LOADV)                                                            \
     static inline __attribute__((always_inline)) double NAME(const T *p, int64_t n) {    \
@@ -315,6 +328,50 @@ SUM16(sum16_f64, double, load4_f64)
 #define sum16_f64_ok 1
 #define NO_VEC16(p, n) 0
 #define NO_VEC16_ok 0
+
+/* Column sums for the outer order: acc[j] += p[r * rs + j] over rows r in
+ * order (the same additions as the row loop), 32 columns at a time in
+ * eight double vectors that stay in registers across the rows. */
+#define SUMCOLS(NAME, T, LOADV)                                                          \
+    OARI_SIMD_CLONES static void NAME(void *accv, const char *pv, int64_t rs, int64_t nrows, \
+                                      int64_t m) {                                       \
+        double *acc = accv;                                                              \
+        const T *p = (const T *)pv;                                                      \
+        int64_t j = 0;                                                                   \
+        for (; j + 32 <= m; j += 32) { /* (named vectors: an array lives on the stack) */ \
+            v4d_t a0, a1, a2, a3, a4, a5, a6, a7;                                        \
+            memcpy(&a0, acc + j, 32), memcpy(&a1, acc + j + 4, 32);                      \
+            memcpy(&a2, acc + j + 8, 32), memcpy(&a3, acc + j + 12, 32);                 \
+            memcpy(&a4, acc + j + 16, 32), memcpy(&a5, acc + j + 20, 32);                \
+            memcpy(&a6, acc + j + 24, 32), memcpy(&a7, acc + j + 28, 32);                \
+            for (int64_t r = 0; r < nrows; r++) {                                        \
+                const T *q = p + r * rs + j;                                             \
+                a0 += LOADV(q), a1 += LOADV(q + 4), a2 += LOADV(q + 8);                  \
+                a3 += LOADV(q + 12), a4 += LOADV(q + 16), a5 += LOADV(q + 20);           \
+                a6 += LOADV(q + 24), a7 += LOADV(q + 28);                                \
+            }                                                                            \
+            memcpy(acc + j, &a0, 32), memcpy(acc + j + 4, &a1, 32);                      \
+            memcpy(acc + j + 8, &a2, 32), memcpy(acc + j + 12, &a3, 32);                 \
+            memcpy(acc + j + 16, &a4, 32), memcpy(acc + j + 20, &a5, 32);                \
+            memcpy(acc + j + 24, &a6, 32), memcpy(acc + j + 28, &a7, 32);                \
+        }                                                                                \
+        for (; j + 4 <= m; j += 4) {                                                     \
+            v4d_t a;                                                                     \
+            memcpy(&a, acc + j, sizeof a);                                               \
+            for (int64_t r = 0; r < nrows; r++) a += LOADV(p + r * rs + j);              \
+            memcpy(acc + j, &a, sizeof a);                                               \
+        }                                                                                \
+        for (; j < m; j++) {                                                             \
+            double a = acc[j];                                                           \
+            for (int64_t r = 0; r < nrows; r++) a += (double)p[r * rs + j];              \
+            acc[j] = a;                                                                  \
+        }                                                                                \
+    }
+SUMCOLS(sumcols_f32, float, load4_f32)
+SUMCOLS(sumcols_f64, double, load4_f64)
+#define sum16_f32_cols sumcols_f32
+#define sum16_f64_cols sumcols_f64
+#define NO_VEC16_cols NULL
 
 #define SUMPROD(N, T, A, LD, TO, OPEQ, ONE, VEC16)                                       \
     OARI_SIMD_CLONES static A N##_pw(const T *p, int64_t s, int64_t n) {                 \
@@ -374,7 +431,7 @@ SUM16(sum16_f64, double, load4_f64)
         }                                                                                \
     }                                                                                    \
     static const rkind N##_kind = {sizeof(A), N##_init, N##_run, N##_row, N##_combine, N##_store, \
-                                   VEC16##_ok ? N##_rows : NULL};
+                                   VEC16##_ok ? N##_rows : NULL, VEC16##_cols};
 
 #define SUMPROD_ALL(OP, OPEQ, ONE, V32, V64)                                             \
     SUMPROD(OP##_b8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16)            \
@@ -417,11 +474,18 @@ typedef int64_t v4i_t __attribute__((vector_size(32)));
         }                                                                                \
         int any = 0;                                                                     \
         for (int k = 0; k < L; k++) any |= nan[k] != 0;                                  \
-        T m = a0;                                                                        \
-        for (int k = 0; k < L; k++) {                                                    \
-            m = m0[k] CMP m ? m0[k] : m;                                                 \
-            m = m1[k] CMP m ? m1[k] : m;                                                 \
+        /* fold the lanes in vector halves (a row of 128 spent a third of its  \
+         * time in a lane-by-lane fold); NaN lanes are handled below */        \
+        VI k1 = m1 CMP m0;                                                               \
+        m0 = (VT)(((VI)m1 & k1) | ((VI)m0 & ~k1));                                       \
+        for (int h = L / 2; h >= 1; h /= 2) {                                            \
+            VI idx;                                                                      \
+            for (int k = 0; k < L; k++) idx[k] = k ^ h;                                  \
+            VT sw = __builtin_shuffle(m0, idx);                                          \
+            VI kk = sw CMP m0;                                                           \
+            m0 = (VT)(((VI)sw & kk) | ((VI)m0 & ~kk));                                   \
         }                                                                                \
+        T m = m0[0] CMP a0 ? m0[0] : a0;                                                 \
         for (; i < n; i++) {                                                             \
             any |= x[i] != x[i];                                                         \
             m = x[i] CMP m ? x[i] : m;                                                   \
@@ -489,7 +553,7 @@ typedef int64_t v4i_t __attribute__((vector_size(32)));
         if (BETTER(v, *(T *)a)) *(T *)a = v;                                             \
     }                                                                                    \
     static void N##_store(char *out, const void *acc) { *(T *)out = *(const T *)acc; }   \
-    static const rkind N##_kind = {sizeof(T), N##_init, N##_run, N##_row, N##_combine, N##_store, NULL};
+    static const rkind N##_kind = {sizeof(T), N##_init, N##_run, N##_row, N##_combine, N##_store, NULL, NULL};
 
 /* v replaces the best so far if larger (smaller), or NaN: once NaN, stays NaN. */
 #define GT_NAN(v, a) ((v) > (a) || (v) != (v))
@@ -555,7 +619,7 @@ MINMAX(amin_f64, double, LT_NAN, INFINITY, FAST_MIN_f64)
         *(int64_t *)out = ((const N##_acc *)acc)->i;                                     \
     }                                                                                    \
     static const rkind N##_kind = {sizeof(N##_acc), N##_init, N##_run, N##_row, N##_combine, \
-                                   N##_store, NULL};
+                                   N##_store, NULL, NULL};
 
 ARGEXT(argmax_b8, uint8_t, GT_NAN)
 ARGEXT(argmax_u8, uint8_t, GT_NAN)
@@ -607,7 +671,7 @@ ARGEXT(argmin_f64, double, LT_NAN)
         else *(uint8_t *)a |= *(const uint8_t *)b;                                       \
     }                                                                                    \
     static void N##_store(char *out, const void *acc) { *(uint8_t *)out = *(const uint8_t *)acc; } \
-    static const rkind N##_kind = {1, N##_init, N##_run, N##_row, N##_combine, N##_store, NULL};
+    static const rkind N##_kind = {1, N##_init, N##_run, N##_row, N##_combine, N##_store, NULL, NULL};
 
 #define ALLANY_ALL(OP, IS_ALL)                                                           \
     ALLANY(OP##_b8, uint8_t, NZ_real, IS_ALL)                                            \

@@ -161,7 +161,7 @@ const oari_cpu_kernels oari_cpu_k_elu = {K_FLOAT(elu)};
 /* gelu: iattr[0] 0 erf form, 1 tanh form; the attribute picks the loop */
 #define GELU_TANH(T, TANH, x)                                                       \
     ((T)0.5 * (x) * ((T)1 + TANH((T)0.7978845608028654 * ((x) + (T)0.044715 * (x) * (x) * (x)))))
-UNARY_LOOP(gelu_erf_f32, float, float, 0.5f * x * (1.0f + oari_verff_abs(x * (float)M_SQRT1_2)))
+UNARY_LOOP(gelu_erf_f32, float, float, oari_vgeluf(x))
 UNARY_LOOP(gelu_erf_f64, double, double, 0.5 * x * (1.0 + erf(x * M_SQRT1_2)))
 UNARY_LOOP(gelu_tanh_f32, float, float, GELU_TANH(float, oari_vtanhf, x))
 UNARY_LOOP(gelu_tanh_f64, double, double, GELU_TANH(double, tanh, x))

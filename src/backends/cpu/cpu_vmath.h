@@ -2,7 +2,8 @@
  * of a select are computed), for the f32 loops of the unary, softmax and
  * activation kernels. Accuracy against the double-precision libm result
  * rounded to float is checked by tests/ops/test_unary.c (exp) and
- * tests/ops/test_cpu_fast.c (erf, tanh). */
+ * tests/ops/test_cpu_fast.c (erf, tanh) and tests/ops/test_gelu_sweep.c
+ * (gelu, over a dense sweep). */
 #ifndef OARI_CPU_VMATH_H
 #define OARI_CPU_VMATH_H
 
@@ -85,13 +86,35 @@ OARI_VINLINE float oari_verff(float x) {
     return x == x ? r : x;
 }
 
-/* erf for gelu's 0.5 x (1 + erf(x / sqrt 2)): 1 - exp(-x^2) Q(1 / (1 + |x|/2))
- * alone, Q fitted to erfc(x) exp(x^2) over [0, 4] (relative 1.2e-8). Its
- * absolute error is a few 1e-8, below an ulp of 1 + erf, but near 0 it has
- * no relative accuracy: not an erf for other uses. */
-OARI_VINLINE float oari_verff_abs(float x) {
-    float a = fabsf(x);
-    a = a < 4.0f ? a : 4.0f;
+/* exp(t) for t in [-16, 0] only (no clamping, no NaN or infinity): the
+ * polynomial of oari_vexpf, scaled by 2^k in one step (k >= -24, so the
+ * scale is a normal float). Within 2 ulp on that range. */
+OARI_VINLINE float oari_vexpf_neg16(float t) {
+    float kf = (t * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = t - kf * 0.693359375f;
+    r = r - kf * -2.12194440e-4f;
+    float y = 1.9875691500e-4f;
+    y = y * r + 1.3981999507e-3f;
+    y = y * r + 8.3334519073e-3f;
+    y = y * r + 4.1665795894e-2f;
+    y = y * r + 1.6666665459e-1f;
+    y = y * r + 5.0000001201e-1f;
+    y = y * r * r + r + 1.0f;
+    int32_t b = ((int32_t)kf + 127) << 23;
+    float s;
+    memcpy(&s, &b, sizeof s);
+    return y * s;
+}
+
+/* gelu's x Phi(x), Phi(x) = 0.5 erfc(-x / sqrt 2): with a = |x| / sqrt 2,
+ * E = erfc(a) = exp(-a^2) Q(1 / (1 + a/2)), Q fitted to erfc(a) exp(a^2)
+ * over [0, 4] (relative 1.2e-8); Phi = E/2 for x < 0 (relative accuracy
+ * kept in the left tail), 1 - E/2 for x >= 0. For a >= 4 (erfc(4) =
+ * 1.5e-8), Phi is 0 or 1: x < -5.65 gives -0 and -inf gives NaN (-inf * 0),
+ * as PyTorch; NaN passes through. */
+OARI_VINLINE float oari_vgeluf(float x) {
+    float a0 = fabsf(x) * 0.70710678118654752f;
+    float a = a0 < 4.0f ? a0 : 4.0f;
     float u = 1.0f / (1.0f + 0.5f * a);
     float q = -4.972551018e-02f;
     q = q * u + 3.381822705e-01f;
@@ -102,8 +125,10 @@ OARI_VINLINE float oari_verff_abs(float x) {
     q = q * u + 2.271027714e-01f;
     q = q * u + 2.896826565e-01f;
     q = q * u + -4.557223583e-04f;
-    float r = copysignf(1.0f - oari_vexpf(-(a * a)) * q, x);
-    return x == x ? r : x;
+    float h = 0.5f * oari_vexpf_neg16(-(a * a)) * q;
+    h = a0 < 4.0f ? h : 0.0f; /* (false for NaN too) */
+    float phi = x < 0.0f ? h : 1.0f - h;
+    return x * phi;
 }
 
 #endif

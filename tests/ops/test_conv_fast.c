@@ -1,0 +1,359 @@
+/* The batched convolution kernels and the pooling fast path against direct
+ * float64 loops written here: conv2d and conv_transpose2d with several
+ * images per gemm (chunks with a short last one, groups, strides, padding,
+ * dilation, one image), conv2d's two direct kernels (channel blocks,
+ * column tiles, padding, groups), conv2d_weight_grad accumulated image by image into
+ * fixed partials (1, 3, 9 and 64 images), results bitwise the same on one
+ * and on two threads, and max_pool2d's 2x2 stride-2 path (odd planes, NaN,
+ * -inf, ties: values and indices exactly as the generic scan). */
+#include "test.h"
+
+#include "ops/op.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct {
+    int64_t sh, sw, ph, pw, dh, dw, groups;
+} cgeom;
+
+static oar_tensor *randn4(oar_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d) {
+    return oar_randn(dt, 4, (int64_t[]){a, b, c, d});
+}
+
+/* Checks |got - want| <= 1e-5 * (sum of |terms|) + 1e-6 elementwise. */
+static void check_close(const char *what, oar_tensor *got, const double *want, const double *mag,
+                        int64_t n) {
+    CHECK(got != NULL && oar_tensor_numel(got) == n);
+    if (!got || oar_tensor_numel(got) != n) return;
+    double *g = test_values(got);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs(g[i] - want[i]) <= 1e-5 * mag[i] + 1e-6)) {
+            if (bad++ < 3)
+                fprintf(stderr, "  %s[%lld] = %.9g, want %.9g\n", what, (long long)i, g[i], want[i]);
+        }
+    CHECK(bad == 0);
+    free(g);
+}
+
+/* conv2d in float64: x [N, C, H, W], w [O, C/g, kh, kw]; y and |terms| sums. */
+static void ref_conv2d(oar_tensor *xt, oar_tensor *wt, oar_tensor *bt, cgeom g, double **y,
+                       double **mag, int64_t *ny) {
+    const int64_t *xs = oar_tensor_shape(xt), *ws = oar_tensor_shape(wt);
+    int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], O = ws[0], kh = ws[2], kw = ws[3];
+    int64_t cg = C / g.groups, og = O / g.groups;
+    int64_t OH = (H + 2 * g.ph - g.dh * (kh - 1) - 1) / g.sh + 1;
+    int64_t OW = (W + 2 * g.pw - g.dw * (kw - 1) - 1) / g.sw + 1;
+    double *x = test_values(xt), *w = test_values(wt), *b = bt ? test_values(bt) : NULL;
+    *ny = N * O * OH * OW;
+    *y = calloc((size_t)*ny, sizeof(double));
+    *mag = calloc((size_t)*ny, sizeof(double));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t oy = 0; oy < OH; oy++)
+                for (int64_t ox = 0; ox < OW; ox++) {
+                    double s = b ? b[o] : 0, m = b ? fabs(b[o]) : 0;
+                    int64_t gi = o / og;
+                    for (int64_t c = 0; c < cg; c++)
+                        for (int64_t ki = 0; ki < kh; ki++)
+                            for (int64_t kj = 0; kj < kw; kj++) {
+                                int64_t iy = oy * g.sh - g.ph + ki * g.dh;
+                                int64_t ix = ox * g.sw - g.pw + kj * g.dw;
+                                if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                                double t = x[((n * C + gi * cg + c) * H + iy) * W + ix] *
+                                           w[((o * cg + c) * kh + ki) * kw + kj];
+                                s += t;
+                                m += fabs(t);
+                            }
+                    int64_t i = ((n * O + o) * OH + oy) * OW + ox;
+                    (*y)[i] = s;
+                    (*mag)[i] = m;
+                }
+    free(x);
+    free(w);
+    free(b);
+}
+
+static void test_conv2d_batched(void) {
+    static const struct {
+        int64_t n, c, h, w, o, kh, kw;
+        cgeom g;
+        bool bias;
+    } cases[] = {
+        {200, 3, 7, 7, 4, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true}, /* 3 chunks, the last short */
+        {37, 4, 9, 8, 6, 3, 2, {2, 1, 1, 0, 2, 1, 2}, true},  /* groups, stride, dilation */
+        {1, 3, 7, 7, 4, 3, 3, {1, 1, 0, 0, 1, 1, 1}, false},  /* one image */
+        {64, 6, 12, 12, 16, 5, 5, {1, 1, 0, 0, 1, 1, 1}, true}, /* LeNet's second conv */
+        {5, 8, 6, 6, 4, 1, 1, {1, 1, 0, 0, 1, 1, 1}, false},  /* 1x1: no im2col */
+        /* the direct kernel (K >= 64): two channel blocks, a short last
+         * column tile (17 = 8 + 8 + 1), padding */
+        {9, 8, 11, 15, 20, 3, 3, {1, 1, 1, 2, 1, 1, 1}, true},
+        /* and groups, a block of 6 channels, one short tile of 7 */
+        {5, 16, 10, 9, 12, 3, 3, {1, 1, 0, 0, 1, 1, 2}, true},
+        {3, 4, 9, 9, 33, 5, 5, {1, 1, 2, 2, 1, 1, 1}, false}, /* og 33: gemm again */
+        /* the column-vector kernel (width a multiple of 8): 6 of 8 channels,
+         * padding, two tiles; then groups of 5 channels, K 18 */
+        {4, 3, 16, 16, 6, 5, 5, {1, 1, 2, 2, 1, 1, 1}, true},
+        {3, 4, 10, 10, 10, 3, 3, {1, 1, 0, 0, 1, 1, 2}, true},
+        {2, 1, 28, 28, 6, 5, 5, {1, 1, 0, 0, 1, 1, 1}, true}, /* LeNet's first conv */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int d = 0; d < 2; d++) {
+            oar_pool *p = oar_pool_push();
+            oar_dtype dt = d ? OAR_F64 : OAR_F32;
+            cgeom g = cases[k].g;
+            oar_tensor *x = randn4(dt, cases[k].n, cases[k].c, cases[k].h, cases[k].w);
+            oar_tensor *w = randn4(dt, cases[k].o, cases[k].c / g.groups, cases[k].kh, cases[k].kw);
+            oar_tensor *b = cases[k].bias ? oar_randn(dt, 1, (int64_t[]){cases[k].o}) : NULL;
+            oar_tensor *y = oar_conv2d(x, w, b, (int64_t[]){g.sh, g.sw}, (int64_t[]){g.ph, g.pw},
+                                       (int64_t[]){g.dh, g.dw}, g.groups);
+            double *ry, *mag;
+            int64_t ny;
+            ref_conv2d(x, w, b, g, &ry, &mag, &ny);
+            check_close("conv2d", y, ry, mag, ny);
+            free(ry);
+            free(mag);
+            oar_pool_pop(p);
+        }
+}
+
+/* conv_transpose2d in float64: x [N, C, H, W], w [C, O/g, kh, kw]. */
+static void ref_conv_t(oar_tensor *xt, oar_tensor *wt, cgeom g, int64_t oph, int64_t opw,
+                       double **y, double **mag, int64_t *ny) {
+    const int64_t *xs = oar_tensor_shape(xt), *ws = oar_tensor_shape(wt);
+    int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], og = ws[1], kh = ws[2], kw = ws[3];
+    int64_t cg = C / g.groups, O = og * g.groups;
+    int64_t OH = (H - 1) * g.sh - 2 * g.ph + g.dh * (kh - 1) + oph + 1;
+    int64_t OW = (W - 1) * g.sw - 2 * g.pw + g.dw * (kw - 1) + opw + 1;
+    double *x = test_values(xt), *w = test_values(wt);
+    *ny = N * O * OH * OW;
+    *y = calloc((size_t)*ny, sizeof(double));
+    *mag = calloc((size_t)*ny, sizeof(double));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t ci = 0; ci < C; ci++)
+            for (int64_t iy = 0; iy < H; iy++)
+                for (int64_t ix = 0; ix < W; ix++)
+                    for (int64_t o = 0; o < og; o++)
+                        for (int64_t ki = 0; ki < kh; ki++)
+                            for (int64_t kj = 0; kj < kw; kj++) {
+                                int64_t oy = iy * g.sh - g.ph + ki * g.dh;
+                                int64_t ox = ix * g.sw - g.pw + kj * g.dw;
+                                if (oy < 0 || oy >= OH || ox < 0 || ox >= OW) continue;
+                                double t = x[((n * C + ci) * H + iy) * W + ix] *
+                                           w[((ci * og + o) * kh + ki) * kw + kj];
+                                int64_t i = ((n * O + (ci / cg) * og + o) * OH + oy) * OW + ox;
+                                (*y)[i] += t;
+                                (*mag)[i] += fabs(t);
+                            }
+    free(x);
+    free(w);
+}
+
+static void test_conv_transpose2d_batched(void) {
+    static const struct {
+        int64_t n, c, h, w, og, kh, kw, oph, opw;
+        cgeom g;
+    } cases[] = {
+        {400, 4, 5, 5, 3, 3, 3, 0, 0, {1, 1, 0, 0, 1, 1, 1}}, /* 3 chunks, the last short */
+        {50, 4, 4, 5, 2, 3, 3, 1, 0, {2, 2, 1, 1, 1, 2, 2}},  /* stride, padding, groups */
+        {1, 16, 8, 8, 6, 5, 5, 0, 0, {1, 1, 0, 0, 1, 1, 1}},  /* one image */
+        {64, 16, 8, 8, 6, 5, 5, 0, 0, {1, 1, 0, 0, 1, 1, 1}}, /* LeNet's input gradient */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int d = 0; d < 2; d++) {
+            oar_pool *p = oar_pool_push();
+            oar_dtype dt = d ? OAR_F64 : OAR_F32;
+            cgeom g = cases[k].g;
+            oar_tensor *x = randn4(dt, cases[k].n, cases[k].c, cases[k].h, cases[k].w);
+            oar_tensor *w = randn4(dt, cases[k].c, cases[k].og, cases[k].kh, cases[k].kw);
+            oar_tensor *y = oar_conv_transpose2d(
+                x, w, NULL, (int64_t[]){g.sh, g.sw}, (int64_t[]){g.ph, g.pw},
+                (int64_t[]){cases[k].oph, cases[k].opw}, (int64_t[]){g.dh, g.dw}, g.groups);
+            double *ry, *mag;
+            int64_t ny;
+            ref_conv_t(x, w, g, cases[k].oph, cases[k].opw, &ry, &mag, &ny);
+            check_close("conv_transpose2d", y, ry, mag, ny);
+            free(ry);
+            free(mag);
+            oar_pool_pop(p);
+        }
+}
+
+static oar_tensor *weight_grad(oar_tensor *x, oar_tensor *gy, const int64_t *ws, cgeom g) {
+    oari_attrs a = {.ni = 11,
+                    .i = {ws[0], ws[1], ws[2], ws[3], g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
+                          g.groups}};
+    return oari_call2(OARI_OP_conv2d_weight_grad, x, gy, &a);
+}
+
+/* gw [O, C/g, kh, kw] = sum over images and outputs of gy * x, in float64. */
+static void ref_weight_grad(oar_tensor *xt, oar_tensor *gyt, const int64_t *ws, cgeom g,
+                            double *gw, double *mag) {
+    const int64_t *xs = oar_tensor_shape(xt), *ys = oar_tensor_shape(gyt);
+    int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], O = ys[1], OH = ys[2], OW = ys[3];
+    int64_t cg = ws[1], kh = ws[2], kw = ws[3], og = O / g.groups;
+    double *x = test_values(xt), *gy = test_values(gyt);
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t c = 0; c < cg; c++)
+            for (int64_t ki = 0; ki < kh; ki++)
+                for (int64_t kj = 0; kj < kw; kj++) {
+                    double s = 0, m = 0;
+                    for (int64_t n = 0; n < N; n++)
+                        for (int64_t oy = 0; oy < OH; oy++)
+                            for (int64_t ox = 0; ox < OW; ox++) {
+                                int64_t iy = oy * g.sh - g.ph + ki * g.dh;
+                                int64_t ix = ox * g.sw - g.pw + kj * g.dw;
+                                if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                                double t = gy[((n * O + o) * OH + oy) * OW + ox] *
+                                           x[((n * C + (o / og) * cg + c) * H + iy) * W + ix];
+                                s += t;
+                                m += fabs(t);
+                            }
+                    int64_t i = ((o * cg + c) * kh + ki) * kw + kj;
+                    gw[i] = s;
+                    mag[i] = m;
+                }
+    free(x);
+    free(gy);
+}
+
+/* Bitwise equality of two tensors' values. */
+static bool same_bits(oar_tensor *a, oar_tensor *b) {
+    if (!a || !b || oar_tensor_numel(a) != oar_tensor_numel(b)) return false;
+    double *u = test_values(a), *v = test_values(b);
+    bool same = u && v && memcmp(u, v, (size_t)oar_tensor_numel(a) * sizeof(double)) == 0;
+    free(u);
+    free(v);
+    return same;
+}
+
+static void test_weight_grad_partials(void) {
+    static const struct {
+        int64_t n, c, h, w, o, kh, kw;
+        cgeom g;
+    } cases[] = {
+        {1, 3, 7, 7, 4, 3, 3, {1, 1, 1, 1, 1, 1, 1}},
+        {3, 3, 7, 7, 4, 3, 3, {1, 1, 1, 1, 1, 1, 1}},
+        {9, 4, 9, 8, 6, 3, 2, {2, 1, 1, 0, 2, 1, 2}}, /* 5 partials of 2, 2, 2, 2, 1 */
+        {64, 1, 28, 28, 6, 5, 5, {1, 1, 2, 2, 1, 1, 1}}, /* LeNet's first conv */
+        {64, 6, 12, 12, 16, 5, 5, {1, 1, 0, 0, 1, 1, 1}}, /* and its second */
+        {10, 8, 5, 5, 4, 1, 1, {1, 1, 0, 0, 1, 1, 1}},  /* 1x1: no im2col */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int d = 0; d < 2; d++) {
+            oar_pool *p = oar_pool_push();
+            oar_dtype dt = d ? OAR_F64 : OAR_F32;
+            cgeom g = cases[k].g;
+            int64_t kh = cases[k].kh, kw = cases[k].kw, H = cases[k].h, W = cases[k].w;
+            int64_t OH = (H + 2 * g.ph - g.dh * (kh - 1) - 1) / g.sh + 1;
+            int64_t OW = (W + 2 * g.pw - g.dw * (kw - 1) - 1) / g.sw + 1;
+            const int64_t ws[4] = {cases[k].o, cases[k].c / g.groups, kh, kw};
+            oar_tensor *x = randn4(dt, cases[k].n, cases[k].c, H, W);
+            oar_tensor *gy = randn4(dt, cases[k].n, cases[k].o, OH, OW);
+            oar_tensor *gw = weight_grad(x, gy, ws, g);
+            int64_t n = ws[0] * ws[1] * ws[2] * ws[3];
+            double *ref = calloc((size_t)n, sizeof(double)), *mag = calloc((size_t)n, sizeof(double));
+            ref_weight_grad(x, gy, ws, g, ref, mag);
+            check_close("conv2d_weight_grad", gw, ref, mag, n);
+            free(ref);
+            free(mag);
+            oar_pool_pop(p);
+        }
+}
+
+/* The same values on one thread and on two, for the three kernels. */
+static void test_thread_count_invariance(void) {
+#ifdef _OPENMP
+    int saved = omp_get_max_threads();
+    oar_pool *p = oar_pool_push();
+    const int64_t one[2] = {1, 1}, zero[2] = {0, 0}, pad[2] = {1, 1};
+    oar_tensor *x = randn4(OAR_F32, 200, 3, 7, 7), *w = randn4(OAR_F32, 4, 3, 3, 3);
+    oar_tensor *xt = randn4(OAR_F32, 400, 4, 5, 5), *wt = randn4(OAR_F32, 4, 3, 3, 3);
+    oar_tensor *gy = randn4(OAR_F32, 200, 4, 7, 7);
+    const int64_t ws[4] = {4, 3, 3, 3};
+    const cgeom g = {1, 1, 1, 1, 1, 1, 1};
+    oar_tensor *r[2][3];
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t + 1);
+        r[t][0] = oar_conv2d(x, w, NULL, one, pad, one, 1);
+        r[t][1] = oar_conv_transpose2d(xt, wt, NULL, one, zero, zero, one, 1);
+        r[t][2] = weight_grad(x, gy, ws, g);
+    }
+    omp_set_num_threads(saved);
+    for (int k = 0; k < 3; k++)
+        CHECK(same_bits(r[0][k], r[1][k]));
+    oar_pool_pop(p);
+#endif
+}
+
+/* max_pool2d with a 2x2 window, stride 2: against the generic scan written
+ * here (row by row, a value replaces the best if larger or NaN). */
+static void test_max_pool_2x2(void) {
+    static const int64_t shapes[][4] = {{2, 3, 8, 8}, {3, 2, 9, 11}, {1, 1, 2, 2}, {4, 5, 7, 3}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (int d = 0; d < 2; d++) {
+            oar_pool *p = oar_pool_push();
+            const int64_t *s = shapes[k];
+            int64_t n = s[0] * s[1] * s[2] * s[3], H = s[2], W = s[3], OH = H / 2, OW = W / 2;
+            double *v = malloc((size_t)n * sizeof(double));
+            oar_tensor *r = oar_randn(OAR_F64, 4, s);
+            double *rv = test_values(r);
+            for (int64_t i = 0; i < n; i++) {
+                /* ties, NaN and -inf sprinkled in */
+                v[i] = i % 7 == 3 ? NAN : i % 11 == 5 ? -INFINITY : i % 5 == 1 ? 0.5 : rv[i];
+            }
+            if (n >= 4) v[0] = v[1] = v[W] = v[W + 1] = -INFINITY; /* an all -inf window */
+            free(rv);
+            oar_tensor *x = oar_tensor_from_data(v, OAR_F64, 4, s);
+            if (!d) x = oar_cast(x, OAR_F32);
+            oar_tensor *ind = NULL;
+            const int64_t two[2] = {2, 2}, zero[2] = {0, 0}, one[2] = {1, 1};
+            oar_tensor *y = oar_max_pool2d(x, two, two, zero, one, false, &ind);
+            CHECK(y && ind && oar_tensor_numel(y) == s[0] * s[1] * OH * OW);
+            if (!y || !ind) {
+                free(v);
+                oar_pool_pop(p);
+                continue;
+            }
+            double *yv = test_values(y), *iv = test_values(ind);
+            int64_t bad = 0;
+            for (int64_t pl = 0; pl < s[0] * s[1]; pl++)
+                for (int64_t oy = 0; oy < OH; oy++)
+                    for (int64_t ox = 0; ox < OW; ox++) {
+                        double m = -INFINITY;
+                        int64_t best = 2 * oy * W + 2 * ox;
+                        for (int64_t iy = 2 * oy; iy < 2 * oy + 2; iy++)
+                            for (int64_t ix = 2 * ox; ix < 2 * ox + 2; ix++) {
+                                double u = (double)(d ? v[pl * H * W + iy * W + ix]
+                                                      : (float)v[pl * H * W + iy * W + ix]);
+                                if (u > m || isnan(u)) {
+                                    m = u;
+                                    best = iy * W + ix;
+                                }
+                            }
+                        int64_t o = (pl * OH + oy) * OW + ox;
+                        bool ok = (yv[o] == m || (isnan(yv[o]) && isnan(m))) &&
+                                  (int64_t)iv[o] == best;
+                        if (!ok && bad++ < 3)
+                            fprintf(stderr, "  max_pool2d [%lld]: %g at %lld, want %g at %lld\n",
+                                    (long long)o, yv[o], (long long)iv[o], m, (long long)best);
+                    }
+            CHECK(bad == 0);
+            free(yv);
+            free(iv);
+            free(v);
+            oar_pool_pop(p);
+        }
+}
+
+int main(void) {
+    oar_manual_seed(7);
+    RUN(test_conv2d_batched);
+    RUN(test_conv_transpose2d_batched);
+    RUN(test_weight_grad_partials);
+    RUN(test_thread_count_invariance);
+    RUN(test_max_pool_2x2);
+    return test_summary();
+}
