@@ -131,6 +131,8 @@ bool oari_c_elementwise(const oar_graph *g, const oari_gnode *n, const char *con
         if (at->ni && at->i[0]) /* tanh form */
             oari_sbuf_printf(o, "((%2$s)0.5 * %1$s * ((%2$s)1 + tanh%3$s((%2$s)0.7978845608028654 * "
                              "(%1$s + (%2$s)0.044715 * %1$s * %1$s * %1$s))))", a[0], T, F);
+        else if (od == OAR_F32) /* the CPU kernel's own x Phi(x), Phi from erfc (cpu_vmath.h, in every unit) */
+            oari_sbuf_printf(o, "oari_vgeluf(%s)", a[0]);
         else
             oari_sbuf_printf(o, "((%2$s)0.5 * %1$s * ((%2$s)1 + erf%3$s(%1$s * (%2$s)M_SQRT1_2)))", a[0], T, F);
         return true;
