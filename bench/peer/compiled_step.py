@@ -29,7 +29,7 @@ class CharLM(nn.Module):
     def forward(self, idx):
         x = self.tok(idx) + self.pos(self.positions)
         for layer in self.layers:
-            x = layer(x, src_mask=self.mask, is_causal=True)
+            x = layer(x, src_mask=self.mask)
         return self.head(self.norm(x))
 
 
