@@ -63,6 +63,9 @@ OARI_HIDDEN oari_fusion *oari_fusion_retain(oari_fusion *f);
  * for the same graph by another executor (predictors share one). */
 OARI_HIDDEN oari_fusion *oari_executor_fusion(const oar_executor *ex);
 OARI_HIDDEN int oari_executor_use_fusion(oar_executor *ex, oari_fusion *f);
+/* Benchmarks: while ns is set, each run adds every node's time (a compiled
+ * kernel's at its root) into ns[node], n_nodes entries; NULL stops. */
+OARI_HIDDEN void oari_executor_time_nodes(oar_executor *ex, double *ns);
 
 /* ---- code generation (codegen_c.c) ---------------------------------------- */
 

@@ -68,6 +68,7 @@ struct oar_executor {
     int64_t sym_vals[OARI_MAX_SYMS];
     int n_plans;
     uint64_t runs;
+    double *node_ns;          /* optional (oari_executor_time_nodes): ns per node, summed over runs */
 };
 
 static void drop_plan(const oar_graph *g, plan *p);
@@ -602,10 +603,12 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
     for (int i = 0; i < g->n_nodes; i++) {
         exec_node *e = &ex->p.en[i];
         int64_t prof_t0 = e->fused || e->k ? OARI_PROF_BEGIN() : 0; /* profiler: a span per kernel */
+        int64_t node_t0 = ex->node_ns ? oari_prof_now() : 0;
         oar_tensor **prof_out = &ex->p.vt[g->nodes[i].out[0]];
         if (e->fused) {
             e->fused(e->fargs, ex->p.sym_vals);
             OARI_PROF_END(OAR_PROFILER_OP, fused_names[g->nodes[i].op], prof_t0, 1, prof_out);
+            if (node_t0) ex->node_ns[i] += (double)(oari_prof_now() - node_t0);
             continue;
         }
         if (e->copy_k && (st = e->copy_k(ctx, &e->copy_call))) return st;
@@ -621,6 +624,7 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
         for (int c = e->n_pre; c < e->n_casts && e->k; c++)
             if ((st = e->casts[c].k(ctx, &e->casts[c].call))) return st;
         OARI_PROF_END(OAR_PROFILER_OP, oari_op_name(g->nodes[i].op), prof_t0, 1, prof_out);
+        if (node_t0) ex->node_ns[i] += (double)(oari_prof_now() - node_t0);
     }
     for (int j = 0; j < g->n_outputs; j++) outputs[j] = ex->p.vt[g->outputs[j]];
     return 0;
@@ -656,6 +660,10 @@ int oar_executor_compile(oar_executor *ex) {
 }
 
 oari_fusion *oari_executor_fusion(const oar_executor *ex) { return ex ? ex->fusion : NULL; }
+
+void oari_executor_time_nodes(oar_executor *ex, double *ns) {
+    if (ex) ex->node_ns = ns;
+}
 
 int oari_executor_use_fusion(oar_executor *ex, oari_fusion *f) {
     if (!ex || !f || f->n_nodes != ex->g->n_nodes)
