@@ -50,12 +50,17 @@ typedef struct plan {
     oar_tensor *arena;
     int64_t planned_bytes, unplanned_bytes;
     uint64_t used;            /* run count when last used (LRU) */
-    /* inputs read only by compiled kernels are read in place, not copied
-     * into the arena: the kernel arguments to point at each run */
     int64_t sym_vals[OARI_MAX_SYMS]; /* the symbols' sizes: compiled kernels read them */
+    /* inputs read in place, not copied into the arena (their slots are
+     * planned empty): every pointer into them, pointed at the caller's
+     * tensor on each run (a strided one is first copied into fallback[]) */
     bool in_place[64];
-    struct input_arg { int node, arg, input; } *in_args;
+    struct input_arg {
+        int node, kind, index, input; /* kind: IN_FUSED fargs[index], IN_KIN kin[index], IN_COPY copy_io[1] */
+        int64_t byte_off;             /* from the input's first element */
+    } *in_args;
     int n_in_args;
+    oar_tensor *fallback[64];
 } plan;
 
 #define N_CACHED_PLANS 3      /* plans kept besides the current one */
@@ -101,6 +106,7 @@ static void drop_plan(const oar_graph *g, plan *p) {
     }
     oar_tensor_release(p->arena);
     oari_free(p->in_args, (size_t)p->n_in_args * sizeof *p->in_args);
+    for (int i = 0; i < 64; i++) oar_tensor_release(p->fallback[i]);
     memset(p, 0, sizeof *p);
     p->planned_bytes = p->unplanned_bytes = -1;
 }
@@ -252,40 +258,89 @@ static int setup_casts(oar_executor *ex, const oari_gnode *n, exec_node *e, cons
     return 0;
 }
 
-/* Inputs whose every reader is a compiled kernel (views of them read
- * through index arithmetic) need no copy into the arena: their kernels'
- * arguments are pointed at the caller's tensor on each run. root[v]: the
- * value whose buffer v uses. */
-static int plan_inputs_in_place(oar_executor *ex, const int *root) {
+enum { IN_FUSED, IN_KIN, IN_COPY };
+
+/* Whether graph input i can be read in place: no graph output aliases it
+ * (outputs are the arena's), and no op run in f32 for lack of a half
+ * kernel reads it (its casts keep their own pointers). root[v]: the value
+ * whose buffer v uses. */
+static bool input_in_place(const oar_executor *ex, const int *root, const bool *emul, int i) {
     const oar_graph *g = ex->g;
-    if (!ex->fusion) return 0;
-    int n_args = 0;
-    for (int i = 0; i < g->n_inputs; i++) {
-        int v = g->inputs[i];
-        bool direct = true;
-        for (int j = 0; j < g->n_outputs && direct; j++) direct = root[g->outputs[j]] != v;
-        for (int n = 0; n < g->n_nodes && direct; n++) {
-            const oari_gnode *nd = &g->nodes[n];
-            if (kernel_of(ex, n) >= 0 || (oari_op_defs[nd->op]->flags & OARI_F_VIEW)) continue;
-            for (int k = 0; k < nd->n_in && direct; k++) direct = nd->in[k] < 0 || root[nd->in[k]] != v;
-        }
-        ex->p.in_place[i] = direct;
-        if (!direct) continue;
-        for (int k = 0; k < ex->fusion->n_kernels; k++)
-            for (int a = 1; a < ex->fusion->kernels[k].n_args; a++) n_args += ex->fusion->kernels[k].args[a] == v;
+    int v = g->inputs[i];
+    for (int j = 0; j < g->n_outputs; j++)
+        if (root[g->outputs[j]] == v) return false;
+    for (int n = 0; n < g->n_nodes; n++) {
+        if (!emul[n]) continue;
+        for (int k = 0; k < g->nodes[n].n_in; k++)
+            if (g->nodes[n].in[k] >= 0 && root[g->nodes[n].in[k]] == v) return false;
     }
-    if (!n_args) return 0;
-    if (!(ex->p.in_args = oari_calloc((size_t)n_args, sizeof *ex->p.in_args))) return OAR_ERR_NOMEM;
-    for (int i = 0; i < g->n_inputs; i++) {
-        if (!ex->p.in_place[i]) continue;
-        for (int k = 0; k < ex->fusion->n_kernels; k++) {
-            const oari_kernel *kn = &ex->fusion->kernels[k];
-            for (int a = 1; a < kn->n_args; a++)
-                if (kn->args[a] == g->inputs[i])
-                    ex->p.in_args[ex->p.n_in_args++] = (struct input_arg){kn->root, a, i};
+    return true;
+}
+
+/* Records every pointer into an input read in place (after the kernels'
+ * calls are prepared); 0 or OAR_ERR_NOMEM. */
+static int record_input_readers(oar_executor *ex, const int *root) {
+    const oar_graph *g = ex->g;
+    for (int pass = 0; pass < 2; pass++) { /* count, then fill */
+        int n = 0;
+        for (int i = 0; i < g->n_inputs; i++) {
+            if (!ex->p.in_place[i]) continue;
+            int v = g->inputs[i];
+            const char *base = oar_tensor_data(ex->p.vt[v]);
+            for (int nd = 0; nd < g->n_nodes; nd++) {
+                const oari_gnode *node = &g->nodes[nd];
+                exec_node *e = &ex->p.en[nd];
+                if (e->fused) {
+                    const oari_kernel *k = &ex->fusion->kernels[ex->fusion->kernel_of[nd]];
+                    for (int a = 1; a < k->n_args; a++)
+                        if (k->args[a] == v) {
+                            if (pass) ex->p.in_args[n] = (struct input_arg){nd, IN_FUSED, a, i, 0};
+                            n++;
+                        }
+                    continue;
+                }
+                bool inplace_op = oari_op_defs[node->op]->flags & OARI_F_INPLACE;
+                if (e->k && e->kin)
+                    for (int k = 0; k < node->n_in; k++) {
+                        if (node->in[k] < 0 || root[node->in[k]] != v || e->kin[k].dtype < 0) continue;
+                        if (inplace_op && k == 0) continue; /* the kernel reads its output there */
+                        if (pass)
+                            ex->p.in_args[n] = (struct input_arg){nd, IN_KIN, k, i,
+                                                                  (const char *)e->kin[k].data - base};
+                        n++;
+                    }
+                if (e->copy_k && node->in[0] >= 0 && root[node->in[0]] == v) {
+                    if (pass)
+                        ex->p.in_args[n] = (struct input_arg){nd, IN_COPY, 1, i,
+                                                              (const char *)e->copy_io[1].data - base};
+                    n++;
+                }
+            }
         }
+        if (!pass) {
+            if (!n) return 0;
+            if (!(ex->p.in_args = oari_calloc((size_t)n, sizeof *ex->p.in_args))) return OAR_ERR_NOMEM;
+        }
+        ex->p.n_in_args = n;
     }
     return 0;
+}
+
+/* Points every recorded reader of input i at base (its first element). */
+static void point_input_readers(oar_executor *ex, int i, char *base) {
+    for (int k = 0; k < ex->p.n_in_args; k++) {
+        struct input_arg *a = &ex->p.in_args[k];
+        if (a->input != i) continue;
+        exec_node *e = &ex->p.en[a->node];
+        if (a->kind == IN_FUSED) {
+            e->fargs[a->index] = base;
+            continue;
+        }
+        oar_ktensor *kt = a->kind == IN_KIN ? &e->kin[a->index] : &e->copy_io[1];
+        kt->data = base + a->byte_off;
+        kt->buffer = base;
+        kt->offset = a->byte_off / (int64_t)oar_dtype_size((oar_dtype)kt->dtype);
+    }
 }
 
 static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
@@ -433,6 +488,9 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
             nb++;
         }
     }
+    /* inputs read in place need no slot */
+    for (int i = 0; i < g->n_inputs; i++)
+        if ((ex->p.in_place[i] = input_in_place(ex, root, emul, i))) bufs[bufof[g->inputs[i]]].size = 0;
     int64_t peak = oari_memplan(bufs, nb, NULL);
     ex->p.unplanned_bytes = unplanned;
     if (peak < 0) {
@@ -514,7 +572,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
             .n_iattr = e->attrs.ni, .n_fattr = e->attrs.nf, .iattr = e->attrs.i, .fattr = e->attrs.f,
         };
     }
-    if (!st) st = plan_inputs_in_place(ex, root);
+    if (!st) st = record_input_readers(ex, root);
     if (!st) {
         for (int i = 0; i < g->n_inputs; i++) {
             ex->p.ndims[i] = inputs[i]->ndim;
@@ -584,12 +642,23 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
         oar_tensor *slot = ex->p.vt[g->inputs[i]], *t = inputs[i];
         if (!t->storage || t->storage->device != oari_device_cpu())
             return oari_error(OAR_ERR_INVALID, "executor: input %d must be a CPU tensor", i);
-        bool read_in_place = ex->p.in_place[i] && oar_tensor_is_contiguous(t);
-        for (int k = 0; k < ex->p.n_in_args; k++) {
-            struct input_arg *a = &ex->p.in_args[k];
-            if (a->input == i) ex->p.en[a->node].fargs[a->arg] = oar_tensor_data(read_in_place ? t : slot);
+        if (ex->p.in_place[i]) {
+            /* read in place; a strided input, or one living in this plan's
+             * arena (an output of the last run fed back: this run overwrites
+             * it), goes through a copy made once per plan (the slot is empty) */
+            oar_tensor *src = t;
+            if (!oar_tensor_is_contiguous(t) || t->storage == ex->p.arena->storage) {
+                if (!ex->p.fallback[i] &&
+                    !(ex->p.fallback[i] = oari_tensor_empty(oari_device_cpu(), t->dtype, t->ndim, t->shape)))
+                    return OAR_ERR_NOMEM;
+                oar_tensor *pair[2] = {ex->p.fallback[i], t}, *r = NULL;
+                if ((st = oari_dispatch(OARI_OP_copy, 2, pair, NULL, &r))) return st;
+                oar_tensor_release(r);
+                src = ex->p.fallback[i];
+            }
+            point_input_readers(ex, i, oar_tensor_data(src));
+            continue;
         }
-        if (read_in_place) continue;
         if (oar_tensor_is_contiguous(t)) {
             memcpy(oar_tensor_data(slot), oar_tensor_data(t), (size_t)t->numel * oar_dtype_size(t->dtype));
         } else {
