@@ -1,8 +1,8 @@
 /* The executor: runs a graph through the op kernels of the CPU device.
  * For each new input shape it re-runs every shape rule (dynamic dims),
  * plans one arena by liveness (passes/memplan.c) and prepares every kernel
- * call; a run then copies the inputs in and calls the kernels, allocating
- * nothing. */
+ * call; a run then points the calls at the caller's inputs (read in place
+ * when they can be) and calls the kernels, allocating nothing. */
 #include "ir.h"
 #include "../compiler/compiler.h"
 #include "../profiler/hooks.h"
