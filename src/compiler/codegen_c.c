@@ -813,6 +813,20 @@ static void write_header(cg *c, const char *name, int root_v, oari_sbuf *src) {
     }
 }
 
+/* The loop nest `loops` (its parallel pragma given separately) under a
+ * plain `if` on the work size: a run too small for threads calls no OpenMP
+ * at all (an `if` clause would still enter the runtime: a fraction of a
+ * microsecond, which is most of a small kernel's time), and for static
+ * shapes the compiler drops the branch not taken. */
+static void write_parallel(oari_sbuf *src, const char *work, const char *pragma, const oari_sbuf *loops) {
+    oari_sbuf_printf(src, "    if (%s > %s) {\n    %s\n", work, PARALLEL_MIN, pragma);
+    oari_sbuf_puts(src, oari_sbuf_str(loops));
+    oari_sbuf_puts(src, "    } else {\n");
+    oari_sbuf_puts(src, oari_sbuf_str(loops));
+    oari_sbuf_puts(src, "    }\n");
+    if (loops->failed) src->failed = true;
+}
+
 static void write_function(cg *c, const char *name, int root_v, const idx *I, int nd, const char *res,
                            oari_sbuf *src) {
     const oari_gvalue *rv = &c->g->values[root_v];
@@ -833,46 +847,52 @@ static void write_function(cg *c, const char *name, int root_v, const idx *I, in
     for (int d = 0; d < nd; d++) (c->outer_mask & (1u << d)) ? n_outer++ : n_inner++;
     oari_sbuf store = {0};
     oari_sbuf_printf(&store, "    a0[%s] = %s;\n", lin, res);
+    oari_sbuf loops = {0};
     if (!n_outer && n_inner == 1 && !c->n_reductions) {
         /* one flat loop: OpenMP threads over chunks, simd within */
         oari_sbuf_puts(src, oari_sbuf_str(&c->outer));
-        oari_sbuf_printf(src, "    #pragma omp parallel for if(%s > %s) schedule(static)\n", dim[0],
-                         PARALLEL_MIN);
-        oari_sbuf_printf(src, "    for (int64_t c0 = 0; c0 < %s; c0 += 4096) {\n", dim[0]);
-        oari_sbuf_printf(src, "    const int64_t e0 = c0 + 4096 < %s ? c0 + 4096 : %s;\n", dim[0], dim[0]);
-        oari_sbuf_puts(src, "    #pragma omp simd\n    for (int64_t i0 = c0; i0 < e0; i0++) {\n");
-        oari_sbuf_puts(src, oari_sbuf_str(&c->inner));
-        oari_sbuf_puts(src, oari_sbuf_str(&store));
-        oari_sbuf_puts(src, "    }\n    }\n}\n");
+        oari_sbuf_printf(&loops, "    for (int64_t c0 = 0; c0 < %s; c0 += 4096) {\n", dim[0]);
+        oari_sbuf_printf(&loops, "    const int64_t e0 = c0 + 4096 < %s ? c0 + 4096 : %s;\n", dim[0], dim[0]);
+        oari_sbuf_puts(&loops, "    #pragma omp simd\n    for (int64_t i0 = c0; i0 < e0; i0++) {\n");
+        oari_sbuf_puts(&loops, oari_sbuf_str(&c->inner));
+        oari_sbuf_puts(&loops, oari_sbuf_str(&store));
+        oari_sbuf_puts(&loops, "    }\n    }\n");
+        write_parallel(src, dim[0], "#pragma omp parallel for schedule(static)", &loops);
+        oari_sbuf_puts(src, "}\n");
     } else {
+        oari_sbuf *o = n_outer ? &loops : src; /* the outer loops go under write_parallel */
         if (n_outer) {
-            oari_sbuf_printf(src, "    #pragma omp parallel for collapse(%d) if(%s > %s) schedule(static)\n",
-                             n_outer, c->work_expr, PARALLEL_MIN);
             for (int d = 0; d < nd; d++)
                 if (c->outer_mask & (1u << d))
-                    oari_sbuf_printf(src, "    for (int64_t i%d = 0; i%d < %s; i%d++)\n", d, d, dim[d], d);
-            oari_sbuf_puts(src, "    {\n");
+                    oari_sbuf_printf(o, "    for (int64_t i%d = 0; i%d < %s; i%d++)\n", d, d, dim[d], d);
+            oari_sbuf_puts(o, "    {\n");
         }
-        oari_sbuf_puts(src, oari_sbuf_str(&c->outer));
+        oari_sbuf_puts(o, oari_sbuf_str(&c->outer));
         if (n_inner) {
             int seen = 0;
             for (int d = 0; d < nd; d++) {
                 if (c->outer_mask & (1u << d)) continue;
-                if (++seen == n_inner) oari_sbuf_puts(src, "    #pragma omp simd\n");
-                oari_sbuf_printf(src, "    for (int64_t i%d = 0; i%d < %s; i%d++)\n", d, d, dim[d], d);
+                if (++seen == n_inner) oari_sbuf_puts(o, "    #pragma omp simd\n");
+                oari_sbuf_printf(o, "    for (int64_t i%d = 0; i%d < %s; i%d++)\n", d, d, dim[d], d);
             }
-            oari_sbuf_puts(src, "    {\n");
-            oari_sbuf_puts(src, oari_sbuf_str(&c->inner));
-            oari_sbuf_puts(src, oari_sbuf_str(&store));
-            oari_sbuf_puts(src, "    }\n");
+            oari_sbuf_puts(o, "    {\n");
+            oari_sbuf_puts(o, oari_sbuf_str(&c->inner));
+            oari_sbuf_puts(o, oari_sbuf_str(&store));
+            oari_sbuf_puts(o, "    }\n");
         } else {
-            oari_sbuf_puts(src, oari_sbuf_str(&store));
+            oari_sbuf_puts(o, oari_sbuf_str(&store));
         }
-        if (n_outer) oari_sbuf_puts(src, "    }\n");
+        if (n_outer) {
+            oari_sbuf_puts(o, "    }\n");
+            char pragma[96];
+            snprintf(pragma, sizeof pragma, "#pragma omp parallel for collapse(%d) schedule(static)", n_outer);
+            write_parallel(src, c->work_expr, pragma, &loops);
+        }
         oari_sbuf_puts(src, "}\n");
     }
     if (store.failed || c->outer.failed || c->inner.failed) src->failed = true;
     oari_sbuf_free(&store);
+    oari_sbuf_free(&loops);
 }
 
 /* ---- reductions over leading dims -----------------------------------------------------
@@ -951,35 +971,38 @@ static const char *write_column_reduction(cg *c, const column_plan *p, int root_
     write_header(c, name, root_v, src);
     const char *accT = minmax ? T : "double";
     const char *init = kind == R_SUM ? "0" : kind == R_PROD ? "1" : kind == R_MAX ? "-INFINITY" : "INFINITY";
-    int n_outer = last;
-    oari_sbuf_printf(src, "    #pragma omp parallel for collapse(%d) if(%s > %s) schedule(static)\n", n_outer + 1,
-                     c->work_expr, PARALLEL_MIN);
+    oari_sbuf loops = {0}, *o = &loops;
     for (int d = 0; d < last; d++)
-        oari_sbuf_printf(src, "    for (int64_t i%d = 0; i%d < %s; i%d++)\n", d, d, dim_str(c, root_v, d), d);
-    oari_sbuf_printf(src, "    for (int64_t c0 = 0; c0 < %s; c0 += %d) {\n", ts, COLUMN_CHUNK);
-    oari_sbuf_puts(src, oari_sbuf_str(&c->outer));
-    oari_sbuf_printf(src, "    const int64_t n0 = %s - c0 < %d ? %s - c0 : %d;\n", ts, COLUMN_CHUNK, ts, COLUMN_CHUNK);
-    oari_sbuf_printf(src, "    %s acc[%d];\n", accT, COLUMN_CHUNK);
-    if (minmax) oari_sbuf_printf(src, "    uint8_t nan[%d];\n", COLUMN_CHUNK);
-    oari_sbuf_printf(src, "    for (int64_t v = 0; v < n0; v++) acc[v] = %s;\n", init);
-    if (minmax) oari_sbuf_puts(src, "    for (int64_t v = 0; v < n0; v++) nan[v] = 0;\n");
+        oari_sbuf_printf(o, "    for (int64_t i%d = 0; i%d < %s; i%d++)\n", d, d, dim_str(c, root_v, d), d);
+    oari_sbuf_printf(o, "    for (int64_t c0 = 0; c0 < %s; c0 += %d) {\n", ts, COLUMN_CHUNK);
+    oari_sbuf_puts(o, oari_sbuf_str(&c->outer));
+    oari_sbuf_printf(o, "    const int64_t n0 = %s - c0 < %d ? %s - c0 : %d;\n", ts, COLUMN_CHUNK, ts, COLUMN_CHUNK);
+    oari_sbuf_printf(o, "    %s acc[%d];\n", accT, COLUMN_CHUNK);
+    if (minmax) oari_sbuf_printf(o, "    uint8_t nan[%d];\n", COLUMN_CHUNK);
+    oari_sbuf_printf(o, "    for (int64_t v = 0; v < n0; v++) acc[v] = %s;\n", init);
+    if (minmax) oari_sbuf_puts(o, "    for (int64_t v = 0; v < n0; v++) nan[v] = 0;\n");
     for (int d = p->a, r = 0; d < p->b; d++, r++)
-        oari_sbuf_printf(src, "    for (int64_t r0_%d = 0; r0_%d < %s; r0_%d++)\n", r, r, dim_str(c, x, d), r);
-    oari_sbuf_puts(src, "    {\n    #pragma omp simd\n    for (int64_t v = 0; v < n0; v++) {\n");
-    oari_sbuf_puts(src, oari_sbuf_str(&unravel));
-    oari_sbuf_puts(src, oari_sbuf_str(&c->red[0].body));
+        oari_sbuf_printf(o, "    for (int64_t r0_%d = 0; r0_%d < %s; r0_%d++)\n", r, r, dim_str(c, x, d), r);
+    oari_sbuf_puts(o, "    {\n    #pragma omp simd\n    for (int64_t v = 0; v < n0; v++) {\n");
+    oari_sbuf_puts(o, oari_sbuf_str(&unravel));
+    oari_sbuf_puts(o, oari_sbuf_str(&c->red[0].body));
     switch (kind) {
-    case R_SUM: oari_sbuf_printf(src, "    acc[v] += %s;\n", val); break;
-    case R_PROD: oari_sbuf_printf(src, "    acc[v] *= %s;\n", val); break;
+    case R_SUM: oari_sbuf_printf(o, "    acc[v] += %s;\n", val); break;
+    case R_PROD: oari_sbuf_printf(o, "    acc[v] *= %s;\n", val); break;
     default:
-        oari_sbuf_printf(src, "    acc[v] = %s %s acc[v] ? %s : acc[v];\n    nan[v] |= %s != %s;\n", val,
+        oari_sbuf_printf(o, "    acc[v] = %s %s acc[v] ? %s : acc[v];\n    nan[v] |= %s != %s;\n", val,
                          kind == R_MAX ? ">" : "<", val, val, val);
     }
-    oari_sbuf_puts(src, "    }\n    }\n    for (int64_t v = 0; v < n0; v++) {\n");
-    oari_sbuf_puts(src, oari_sbuf_str(&unravel));
-    if (minmax) oari_sbuf_printf(src, "    a0[%s] = nan[v] ? (%s)NAN : acc[v];\n", lin, T);
-    else oari_sbuf_printf(src, "    a0[%s] = (%s)acc[v];\n", lin, T);
-    oari_sbuf_puts(src, "    }\n    }\n}\n");
+    oari_sbuf_puts(o, "    }\n    }\n    for (int64_t v = 0; v < n0; v++) {\n");
+    oari_sbuf_puts(o, oari_sbuf_str(&unravel));
+    if (minmax) oari_sbuf_printf(o, "    a0[%s] = nan[v] ? (%s)NAN : acc[v];\n", lin, T);
+    else oari_sbuf_printf(o, "    a0[%s] = (%s)acc[v];\n", lin, T);
+    oari_sbuf_puts(o, "    }\n    }\n");
+    char pragma[96];
+    snprintf(pragma, sizeof pragma, "#pragma omp parallel for collapse(%d) schedule(static)", last + 1);
+    write_parallel(src, c->work_expr, pragma, &loops);
+    oari_sbuf_puts(src, "}\n");
+    oari_sbuf_free(&loops);
     if (unravel.failed || c->red[0].body.failed) src->failed = true;
     oari_sbuf_free(&unravel);
     oari_sbuf_free(&c->red[0].body);
