@@ -60,9 +60,9 @@ static void free_uses(const oar_graph *g, uses *u) {
 static bool is_view(const oar_graph *g, int n) { return oari_op_defs[g->nodes[n].op]->flags & OARI_F_VIEW; }
 
 /* kr[n]: the root of n's kernel, or -1 (n runs its own library kernel or
- * is a view left to the executor). */
+ * is a view left to the executor). count: scratch, n_nodes entries. */
 static void assign_roots(const oar_graph *g, const uses *u, const bool *fusible, const bool *own_root,
-                         int *kr) {
+                         int *kr, int *count) {
     for (int n = g->n_nodes - 1; n >= 0; n--) {
         kr[n] = -1;
         if (!fusible[n]) continue;
@@ -77,20 +77,22 @@ static void assign_roots(const oar_graph *g, const uses *u, const bool *fusible,
         else if (!is_view(g, n)) kr[n] = n;
     }
     /* one computing node is no fusion: leave it (and its views) unfused */
+    memset(count, 0, (size_t)g->n_nodes * sizeof *count);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (kr[i] >= 0 && !is_view(g, i)) count[kr[i]]++;
     for (int r = 0; r < g->n_nodes; r++) {
         if (kr[r] != r) continue;
-        int computing = 0;
-        for (int i = 0; i <= r; i++) computing += kr[i] == r && !is_view(g, i);
+        int computing = count[r];
         const oari_gnode *n = &g->nodes[r];
         /* a reduction of a view (a transposed matmul result) reads strided: the
          * library kernel walks memory in order instead */
         int x = n->in[0];
         bool reduction = (n->op == OARI_OP_sum || n->op == OARI_OP_amax || n->op == OARI_OP_amin) &&
                          !(g->values[x].kind == OARI_V_NODE && is_view(g, g->values[x].producer));
-        if (computing < 2 && !(computing == 1 && reduction))
-            for (int i = 0; i <= r; i++)
-                if (kr[i] == r) kr[i] = -1;
+        if (computing < 2 && !(computing == 1 && reduction)) count[r] = -1; /* dissolve below */
     }
+    for (int i = 0; i < g->n_nodes; i++)
+        if (kr[i] >= 0 && count[kr[i]] < 0) kr[i] = -1;
 }
 
 oari_fusion *oari_fusion_retain(oari_fusion *f) {
@@ -116,9 +118,9 @@ int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
     size_t nb = (size_t)(nn ? nn : 1);
     uses u = {0};
     bool *fusible = oari_calloc(nb, sizeof *fusible), *own_root = oari_calloc(nb, sizeof *own_root);
-    int *kr = oari_malloc(nb * sizeof *kr);
+    int *kr = oari_malloc(nb * sizeof *kr), *count = oari_malloc(nb * sizeof *count);
     oari_fusion *f = oari_calloc(1, sizeof *f);
-    if (!fusible || !own_root || !kr || !f || (st = build_uses(g, &u))) {
+    if (!fusible || !own_root || !kr || !count || !f || (st = build_uses(g, &u))) {
         st = st ? st : OAR_ERR_NOMEM;
         goto done;
     }
@@ -132,7 +134,7 @@ int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
     /* group, generate; when the generator refuses a member, take it out and
      * group again (each round removes one node from some kernel) */
     for (int round = 0; round <= nn; round++) {
-        assign_roots(g, &u, fusible, own_root, kr);
+        assign_roots(g, &u, fusible, own_root, kr, count);
         for (int k = 0; k < f->n_kernels; k++) oari_free(f->kernels[k].args, (size_t)f->kernels[k].n_args * sizeof(int));
         oari_free(f->kernels, (size_t)f->cap_kernels * sizeof *f->kernels);
         f->kernels = NULL;
@@ -165,7 +167,6 @@ int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
                 else own_root[bad] = true;
                 continue;
             }
-            for (int i = 0; i <= n; i++) k->n_members += kr[i] == n;
             f->n_kernels++;
         }
         if (!retry) break;
@@ -175,9 +176,12 @@ int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
         goto done;
     }
     for (int n = 0; n < nn; n++) f->kernel_of[n] = -1;
-    for (int k = 0; k < f->n_kernels; k++)
-        for (int n = 0; n <= f->kernels[k].root; n++)
-            if (kr[n] == f->kernels[k].root) f->kernel_of[n] = k;
+    for (int k = 0; k < f->n_kernels; k++) f->kernel_of[f->kernels[k].root] = k;
+    for (int n = 0; n < nn; n++) /* members come before their root */
+        if (kr[n] >= 0 && f->kernel_of[kr[n]] >= 0) {
+            f->kernel_of[n] = f->kernel_of[kr[n]];
+            f->kernels[f->kernel_of[n]].n_members++;
+        }
     f->n_launches = f->n_kernels;
     for (int n = 0; n < nn; n++) f->n_launches += f->kernel_of[n] < 0 && !is_view(g, n);
 done:
@@ -185,6 +189,7 @@ done:
     oari_free(fusible, nb * sizeof *fusible);
     oari_free(own_root, nb * sizeof *own_root);
     oari_free(kr, nb * sizeof *kr);
+    oari_free(count, nb * sizeof *count);
     if (st) {
         if (f && !f->kernel_of) f->n_nodes = 0;
         oari_fusion_free(f);
