@@ -434,7 +434,7 @@ static const char *load(cg *c, int v, const idx *I) {
 /* ---- reductions ------------------------------------------------------------------ */
 
 typedef enum { R_SUM, R_PROD, R_MAX, R_MIN } red_kind;
-/* x, exp(x - m), (x - m)^2; exp(x - m) also stored into the output row at
+/* x, exp(x - m), (x - m)^2 in double; exp(x - m) also stored into the output row at
  * the same position (a softmax root reads it back instead of a second exp) */
 typedef enum { B_VALUE, B_EXP_SUB, B_SQ_DEV, B_EXP_SUB_STORE } body_kind;
 
@@ -487,7 +487,8 @@ static const char *reduce(cg *c, int node, red_kind kind, body_kind body, int x,
         contiguous_strides(c, x, stride); /* x has the root's shape */
         oari_sbuf_printf(&f->body, "    a0[%s] = %s;\n", linear(c, &X, stride), val);
     }
-    else if (body == B_SQ_DEV) val = emit_tmp(c, T, &X, strf(c, "(%s - %s) * (%s - %s)", xe, m, xe, m));
+    else if (body == B_SQ_DEV) /* in double, m a double mean: as the CPU kernel's moments */
+        val = emit_tmp(c, "double", &X, strf(c, "((double)%s - %s) * ((double)%s - %s)", xe, m, xe, m));
     const char *acc = strf(c, "acc%d", id), *nan = strf(c, "nan%d", id);
     oari_sbuf *o = &c->outer;
     const char *accT = kind == R_SUM || kind == R_PROD ? "double" : T;
@@ -597,20 +598,31 @@ static const char *eval_layer_norm(cg *c, const oari_gnode *n, int node, const i
     const char *cnt = dims_prod(c, x, nd - k, nd);
     const char *sum = reduce(c, node, R_SUM, B_VALUE, x, NULL, mask, I, T, "double");
     if (c->status) return "0";
-    const char *mean = strf(c, "t%d", c->n_tmp++), *meanT = strf(c, "t%d", c->n_tmp++);
-    oari_sbuf_printf(&c->outer, "    const double %s = %s / (double)%s;\n    const %s %s = (%s)%s;\n", mean,
-                     sum, cnt, T, meanT, T, mean);
-    const char *ss = reduce(c, node, R_SUM, B_SQ_DEV, x, meanT, mask, I, T, "double");
+    const char *mean = strf(c, "t%d", c->n_tmp++);
+    oari_sbuf_printf(&c->outer, "    const double %s = %s / (double)%s;\n", mean, sum, cnt);
+    const char *ss = reduce(c, node, R_SUM, B_SQ_DEV, x, mean, mask, I, T, "double");
     if (c->status) return "0";
     const char *rstd = strf(c, "t%d", c->n_tmp++);
-    oari_sbuf_printf(&c->outer, "    const %s %s = (%s)(1.0 / sqrt(%s / (double)%s + %.17g));\n", T, rstd, T,
-                     ss, cnt, n->attrs.f[0]);
-    const char *y = strf(c, "(%s - %s) * %s", eval(c, x, I), meanT, rstd);
+    oari_sbuf_printf(&c->outer, "    const double %s = 1.0 / sqrt(%s / (double)%s + %.17g);\n", rstd, ss, cnt,
+                     n->attrs.f[0]);
     idx W = {.nd = k};
     for (int d = 0; d < k; d++) W.c[d] = I->c[nd - k + d];
-    if (c->flat) W.nd = 0; /* never flat: layer_norm is not elementwise */
-    if (n->n_in > 1 && n->in[1] >= 0) y = strf(c, "%s * %s", y, eval(c, n->in[1], &W));
-    if (n->n_in > 2 && n->in[2] >= 0) y = strf(c, "%s + %s", y, eval(c, n->in[2], &W));
+    bool has_w = n->n_in > 1 && n->in[1] >= 0, has_b = n->n_in > 2 && n->in[2] >= 0;
+    const char *xe = eval(c, x, I), *y;
+    if (has_w && has_b) {
+        /* as the CPU kernel: in T, the mean split in two parts (x - hi is
+         * exact near the mean) */
+        const char *mh = strf(c, "t%d", c->n_tmp++), *ml = strf(c, "t%d", c->n_tmp++), *rt = strf(c, "t%d", c->n_tmp++);
+        oari_sbuf_printf(&c->outer, "    const %s %s = (%s)%s, %s = (%s)(%s - (double)%s), %s = (%s)%s;\n", T, mh, T,
+                         mean, ml, T, mean, mh, rt, T, rstd);
+        y = strf(c, "((%s - %s) - %s) * %s * %s + %s", xe, mh, ml, rt, eval(c, n->in[1], &W),
+                 eval(c, n->in[2], &W));
+    } else { /* in double */
+        y = strf(c, "((double)%s - %s) * %s", xe, mean, rstd);
+        if (has_w) y = strf(c, "%s * (double)%s", y, eval(c, n->in[1], &W));
+        if (has_b) y = strf(c, "%s + (double)%s", y, eval(c, n->in[2], &W));
+        y = strf(c, "(%s)(%s)", T, y);
+    }
     return emit_tmp(c, T, I, y);
 }
 
