@@ -7,6 +7,22 @@
 
 #include <complex.h>
 
+/* Lane shuffles of GNU vectors. gcc's __builtin_shuffle takes a mask
+ * vector; clang (the OAR_FUZZ build) has __builtin_shufflevector with
+ * constant lanes only, so a runtime mask becomes a loop there. */
+#if defined(__clang__)
+#define OARI_SHUFFLE2(a, b, MASK_T, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#define OARI_SHUFFLE1(v, mask)                                                    \
+    __extension__({                                                               \
+        __typeof__(v) r_;                                                         \
+        for (int k_ = 0; k_ < (int)(sizeof(r_) / sizeof(r_[0])); k_++) r_[k_] = (v)[(mask)[k_]]; \
+        r_;                                                                       \
+    })
+#else
+#define OARI_SHUFFLE2(a, b, MASK_T, ...) __builtin_shuffle(a, b, (MASK_T){__VA_ARGS__})
+#define OARI_SHUFFLE1(v, mask) __builtin_shuffle(v, mask)
+#endif
+
 /* Hot loops are compiled three times, for the baseline x86-64, x86-64-v3
  * (AVX2, FMA) and x86-64-v4 (AVX-512: half the instructions in the exp,
  * gelu and softmax loops, which run in 0.6-0.8 of the v3 time on the

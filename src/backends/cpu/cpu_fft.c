@@ -260,18 +260,18 @@ typedef int32_t v8i_t __attribute__((vector_size(32)));
 static inline void tr8(v8f_t *r) {
     v8f_t t[8], u[8];
     for (int q = 0; q < 8; q += 2) {
-        t[q] = __builtin_shuffle(r[q], r[q + 1], (v8i_t){0, 8, 1, 9, 4, 12, 5, 13});
-        t[q + 1] = __builtin_shuffle(r[q], r[q + 1], (v8i_t){2, 10, 3, 11, 6, 14, 7, 15});
+        t[q] = OARI_SHUFFLE2(r[q], r[q + 1], v8i_t, 0, 8, 1, 9, 4, 12, 5, 13);
+        t[q + 1] = OARI_SHUFFLE2(r[q], r[q + 1], v8i_t, 2, 10, 3, 11, 6, 14, 7, 15);
     }
     for (int q = 0; q < 8; q += 4) {
-        u[q] = __builtin_shuffle(t[q], t[q + 2], (v8i_t){0, 1, 8, 9, 4, 5, 12, 13});
-        u[q + 1] = __builtin_shuffle(t[q], t[q + 2], (v8i_t){2, 3, 10, 11, 6, 7, 14, 15});
-        u[q + 2] = __builtin_shuffle(t[q + 1], t[q + 3], (v8i_t){0, 1, 8, 9, 4, 5, 12, 13});
-        u[q + 3] = __builtin_shuffle(t[q + 1], t[q + 3], (v8i_t){2, 3, 10, 11, 6, 7, 14, 15});
+        u[q] = OARI_SHUFFLE2(t[q], t[q + 2], v8i_t, 0, 1, 8, 9, 4, 5, 12, 13);
+        u[q + 1] = OARI_SHUFFLE2(t[q], t[q + 2], v8i_t, 2, 3, 10, 11, 6, 7, 14, 15);
+        u[q + 2] = OARI_SHUFFLE2(t[q + 1], t[q + 3], v8i_t, 0, 1, 8, 9, 4, 5, 12, 13);
+        u[q + 3] = OARI_SHUFFLE2(t[q + 1], t[q + 3], v8i_t, 2, 3, 10, 11, 6, 7, 14, 15);
     }
     for (int q = 0; q < 4; q++) {
-        r[q] = __builtin_shuffle(u[q], u[q + 4], (v8i_t){0, 1, 2, 3, 8, 9, 10, 11});
-        r[q + 4] = __builtin_shuffle(u[q], u[q + 4], (v8i_t){4, 5, 6, 7, 12, 13, 14, 15});
+        r[q] = OARI_SHUFFLE2(u[q], u[q + 4], v8i_t, 0, 1, 2, 3, 8, 9, 10, 11);
+        r[q + 4] = OARI_SHUFFLE2(u[q], u[q + 4], v8i_t, 4, 5, 6, 7, 12, 13, 14, 15);
     }
 }
 
@@ -321,8 +321,8 @@ __attribute__((noinline)) static bool gather_adj8(void *A_, const char *src, int
         v8f_t v0, v1;
         memcpy(&v0, (const float *)src + 2 * k * ss, sizeof v0);
         memcpy(&v1, (const float *)src + 2 * k * ss + 8, sizeof v1);
-        A[2 * k] = __builtin_shuffle(v0, v1, (v8i_t){0, 2, 4, 6, 8, 10, 12, 14});
-        A[2 * k + 1] = __builtin_shuffle(v0, v1, (v8i_t){1, 3, 5, 7, 9, 11, 13, 15});
+        A[2 * k] = OARI_SHUFFLE2(v0, v1, v8i_t, 0, 2, 4, 6, 8, 10, 12, 14);
+        A[2 * k + 1] = OARI_SHUFFLE2(v0, v1, v8i_t, 1, 3, 5, 7, 9, 11, 13, 15);
     }
     return true;
 }
@@ -331,8 +331,8 @@ __attribute__((noinline)) static bool scatter_adj8(char *dst, int64_t ds, const 
     const float s = (float)s_;
     for (int64_t k = 0; k < nel; k++) {
         v8f_t r = B[2 * k] * s, i = B[2 * k + 1] * s;
-        v8f_t v0 = __builtin_shuffle(r, i, (v8i_t){0, 8, 1, 9, 2, 10, 3, 11});
-        v8f_t v1 = __builtin_shuffle(r, i, (v8i_t){4, 12, 5, 13, 6, 14, 7, 15});
+        v8f_t v0 = OARI_SHUFFLE2(r, i, v8i_t, 0, 8, 1, 9, 2, 10, 3, 11);
+        v8f_t v1 = OARI_SHUFFLE2(r, i, v8i_t, 4, 12, 5, 13, 6, 14, 7, 15);
         memcpy((float *)dst + 2 * k * ds, &v0, sizeof v0);
         memcpy((float *)dst + 2 * k * ds + 8, &v1, sizeof v1);
     }
@@ -345,8 +345,8 @@ __attribute__((noinline)) static bool gather_adj4d(void *A_, const char *src, in
         v4d_t v0, v1;
         memcpy(&v0, (const double *)src + 2 * k * ss, sizeof v0);
         memcpy(&v1, (const double *)src + 2 * k * ss + 4, sizeof v1);
-        A[2 * k] = __builtin_shuffle(v0, v1, (v4l_t){0, 2, 4, 6});
-        A[2 * k + 1] = __builtin_shuffle(v0, v1, (v4l_t){1, 3, 5, 7});
+        A[2 * k] = OARI_SHUFFLE2(v0, v1, v4l_t, 0, 2, 4, 6);
+        A[2 * k + 1] = OARI_SHUFFLE2(v0, v1, v4l_t, 1, 3, 5, 7);
     }
     return true;
 }
@@ -354,8 +354,8 @@ __attribute__((noinline)) static bool scatter_adj4d(char *dst, int64_t ds, const
     const v4d_t *B = B_;
     for (int64_t k = 0; k < nel; k++) {
         v4d_t r = B[2 * k] * s, i = B[2 * k + 1] * s;
-        v4d_t v0 = __builtin_shuffle(r, i, (v4l_t){0, 4, 1, 5});
-        v4d_t v1 = __builtin_shuffle(r, i, (v4l_t){2, 6, 3, 7});
+        v4d_t v0 = OARI_SHUFFLE2(r, i, v4l_t, 0, 4, 1, 5);
+        v4d_t v1 = OARI_SHUFFLE2(r, i, v4l_t, 2, 6, 3, 7);
         memcpy((double *)dst + 2 * k * ds, &v0, sizeof v0);
         memcpy((double *)dst + 2 * k * ds + 4, &v1, sizeof v1);
     }

@@ -481,7 +481,7 @@ typedef int64_t v4i_t __attribute__((vector_size(32)));
         for (int h = L / 2; h >= 1; h /= 2) {                                            \
             VI idx;                                                                      \
             for (int k = 0; k < L; k++) idx[k] = k ^ h;                                  \
-            VT sw = __builtin_shuffle(m0, idx);                                          \
+            VT sw = OARI_SHUFFLE1(m0, idx);                                              \
             VI kk = sw CMP m0;                                                           \
             m0 = (VT)(((VI)sw & kk) | ((VI)m0 & ~kk));                                   \
         }                                                                                \
