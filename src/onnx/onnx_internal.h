@@ -115,6 +115,21 @@ OARI_HIDDEN int oari_onnx_axis(int64_t axis, int nd, bool inclusive_end, int64_t
 #define OARI_ONNX_DECLARE(f) OARI_HIDDEN int oari_onnx_conv_##f(oari_onnx_node *nd);
 OARI_ONNX_CONVERTERS(OARI_ONNX_DECLARE)
 #undef OARI_ONNX_DECLARE
+
+/* Shorthands of the converters (nd is the node being converted): its op
+ * type is s; input k must be present (else return the error); set output 0
+ * and return (an error if y is NULL). */
+#define OP_IS(s) (!strcmp(nd->n->op_type, (s)))
+#define NEED(k)                                                                                          \
+    do {                                                                                                 \
+        int st_ = oari_onnx_need(nd, (k));                                                               \
+        if (st_) return st_;                                                                             \
+    } while (0)
+#define RESULT(y)                                                                                        \
+    do {                                                                                                 \
+        nd->out[0] = (y);                                                                                \
+        return nd->out[0] ? 0 : OAR_ERR_INVALID;                                                         \
+    } while (0)
 #endif
 
 #endif

@@ -6,11 +6,6 @@
 #include "onnx_internal.h"
 #include <string.h>
 
-#define NEED(k)                                                                                          \
-    do {                                                                                                 \
-        int st_ = oari_onnx_need(nd, (k));                                                               \
-        if (st_) return st_;                                                                             \
-    } while (0)
 
 static int64_t prod(const int64_t *s, int from, int to) {
     int64_t p = 1;

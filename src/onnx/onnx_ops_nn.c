@@ -7,17 +7,6 @@
 #include <math.h>
 #include <string.h>
 
-#define OP_IS(s) (!strcmp(nd->n->op_type, (s)))
-#define NEED(k)                                                                                          \
-    do {                                                                                                 \
-        int st_ = oari_onnx_need(nd, (k));                                                               \
-        if (st_) return st_;                                                                             \
-    } while (0)
-#define RESULT(y)                                                                                        \
-    do {                                                                                                 \
-        nd->out[0] = (y);                                                                                \
-        return nd->out[0] ? 0 : OAR_ERR_INVALID;                                                         \
-    } while (0)
 
 int oari_onnx_conv_matmul(oari_onnx_node *nd) {
     NEED(2);

@@ -7,16 +7,6 @@
 #include "onnx_internal.h"
 #include <string.h>
 
-#define NEED(k)                                                                                          \
-    do {                                                                                                 \
-        int st_ = oari_onnx_need(nd, (k));                                                               \
-        if (st_) return st_;                                                                             \
-    } while (0)
-#define RESULT(y)                                                                                        \
-    do {                                                                                                 \
-        nd->out[0] = (y);                                                                                \
-        return nd->out[0] ? 0 : OAR_ERR_INVALID;                                                         \
-    } while (0)
 
 /* v [n] shaped to broadcast along axis of a rank-r tensor (0-d stays). */
 static oar_tensor *along(oar_tensor *v, int64_t axis, int r) {

@@ -6,7 +6,6 @@
 #include "onnx_internal.h"
 #include <string.h>
 
-#define OP_IS(s) (!strcmp(nd->n->op_type, (s)))
 
 typedef struct {
     int kind;         /* 0 RNN, 1 GRU, 2 LSTM */
