@@ -8,22 +8,7 @@
 #include "test.h"
 
 #include <stdlib.h>
-
-static long fail_at = -1, n_calls, live;
-
-static void *failing_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size) {
-    (void)ctx;
-    (void)old_size;
-    if (new_size == 0) {
-        if (ptr) live--;
-        free(ptr);
-        return NULL;
-    }
-    if (fail_at >= 0 && n_calls++ == fail_at) return NULL;
-    void *q = realloc(ptr, new_size);
-    if (q && !ptr) live++;
-    return q;
-}
+#include "alloc_fail.h"
 
 static oar_device *dev;
 static oar_tensor *w, *x;

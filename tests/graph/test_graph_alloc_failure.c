@@ -6,25 +6,11 @@
 
 #include <oar/infer.h>
 #include <unistd.h>
+#include "alloc_fail.h"
 
-static long fail_at = -1, n_calls, live;
 static oar_module *net;
 static oar_tensor *x;
 static char dir[] = "/tmp/oar_gfail_XXXXXX";
-
-static void *failing_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size) {
-    (void)ctx;
-    (void)old_size;
-    if (new_size == 0) {
-        if (ptr) live--;
-        free(ptr);
-        return NULL;
-    }
-    if (fail_at >= 0 && n_calls++ == fail_at) return NULL;
-    void *q = realloc(ptr, new_size);
-    if (q && !ptr) live++;
-    return q;
-}
 
 /* Trace, optimise, run, save, load, predict; 0 on success. */
 static int step(void) {

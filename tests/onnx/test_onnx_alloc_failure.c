@@ -6,25 +6,11 @@
 #include "test.h"
 #include <oar/onnx.h>
 #include <unistd.h>
+#include "alloc_fail.h"
 
 #define NODE_DIR "/usr/share/libonnx-testdata/data/node/"
 
-static long fail_at = -1, n_calls, live;
 static bool with_testdata;
-
-static void *failing_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size) {
-    (void)ctx;
-    (void)old_size;
-    if (new_size == 0) {
-        if (ptr) live--;
-        free(ptr);
-        return NULL;
-    }
-    if (fail_at >= 0 && n_calls++ == fail_at) return NULL;
-    void *q = realloc(ptr, new_size);
-    if (q && !ptr) live++;
-    return q;
-}
 
 /* 0 if every load succeeds. */
 static int step(void) {

@@ -16,6 +16,7 @@
 #include <oar/oar.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "alloc_fail.h"
 
 /* A refusal the importer documents (docs/onnx.md): an op or attribute it
  * does not support, or sizes that follow a dynamic dim into arithmetic
@@ -682,20 +683,6 @@ static void test_failures(void) {
 
 /* Out of memory: every allocation of an export fails in turn; each is
  * reported and nothing leaks (the allocator counts live blocks). */
-static long fail_at = -1, n_calls, live;
-static void *failing_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size) {
-    (void)ctx;
-    (void)old_size;
-    if (new_size == 0) {
-        if (ptr) live--;
-        free(ptr);
-        return NULL;
-    }
-    if (fail_at >= 0 && n_calls++ == fail_at) return NULL;
-    void *q = realloc(ptr, new_size);
-    if (q && !ptr) live++;
-    return q;
-}
 
 static void test_allocation_failures(void) {
     oar_module *m = make_cnn();

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "alloc_fail.h"
 
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -408,22 +409,6 @@ static void test_env_profile(void) {
 }
 
 /* ---- a failing allocator while recording ---- */
-
-static long fail_at = -1, n_calls, live;
-
-static void *failing_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size) {
-    (void)ctx;
-    (void)old_size;
-    if (new_size == 0) {
-        if (ptr) live--;
-        free(ptr);
-        return NULL;
-    }
-    if (fail_at >= 0 && n_calls++ == fail_at) return NULL;
-    void *q = realloc(ptr, new_size);
-    if (q && !ptr) live++;
-    return q;
-}
 
 static void test_failing_allocator(void) {
     CHECK(oar_profiler_reset() == 0); /* buffers freed through the hook that made them */
