@@ -110,24 +110,25 @@ void oari_iter_run(const oari_iter *it, oari_inner_fn fn, void *ctx) {
     }
 }
 
-void oari_iter_call(const oar_kernel_call *call, oari_inner_fn fn, void *ctx) {
+/* The iterator over a call's output and inputs. */
+static void iter_of_call(const oar_kernel_call *call, oari_iter *it) {
     const oar_ktensor *ops[OARI_ITER_MAX];
     int n = 0;
     ops[n++] = &call->out[0];
     for (int i = 0; i < call->n_in && n < OARI_ITER_MAX; i++) ops[n++] = &call->in[i];
+    oari_iter_init(it, n, ops);
+}
+
+void oari_iter_call(const oar_kernel_call *call, oari_inner_fn fn, void *ctx) {
     oari_iter it;
-    oari_iter_init(&it, n, ops);
+    iter_of_call(call, &it);
     oari_iter_run(&it, fn, ctx);
 }
 
 void oari_iter_call2d(const oar_kernel_call *call, oari_inner_fn fn, oari_inner2d_fn fn2,
                       void *ctx) {
-    const oar_ktensor *ops[OARI_ITER_MAX];
-    int n = 0;
-    ops[n++] = &call->out[0];
-    for (int i = 0; i < call->n_in && n < OARI_ITER_MAX; i++) ops[n++] = &call->in[i];
     oari_iter it;
-    oari_iter_init(&it, n, ops);
+    iter_of_call(call, &it);
     /* (few long rows over threads: whole rows would balance badly, so the
      * element split of the generic walk) */
     if (it.ndim != 2 || it.numel == 0 || (it.numel >= OARI_PARALLEL_GRAIN && it.shape[0] < 16)) {
@@ -136,7 +137,7 @@ void oari_iter_call2d(const oar_kernel_call *call, oari_inner_fn fn, oari_inner2
     }
     const int64_t rows = it.shape[0], len = it.shape[1];
     int64_t inner[OARI_ITER_MAX], outer[OARI_ITER_MAX];
-    for (int k = 0; k < n; k++) {
+    for (int k = 0; k < it.n_ops; k++) {
         inner[k] = it.strides[k][1];
         outer[k] = it.strides[k][0];
     }
@@ -151,7 +152,7 @@ void oari_iter_call2d(const oar_kernel_call *call, oari_inner_fn fn, oari_inner2
         int64_t r0 = (int64_t)t * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
         if (r0 < r1) {
             char *ptrs[OARI_ITER_MAX];
-            for (int k = 0; k < n; k++) ptrs[k] = it.data[k] + r0 * outer[k] * it.elsize[k];
+            for (int k = 0; k < it.n_ops; k++) ptrs[k] = it.data[k] + r0 * outer[k] * it.elsize[k];
             fn2(ptrs, inner, outer, r1 - r0, len, ctx);
         }
     }
