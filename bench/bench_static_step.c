@@ -3,8 +3,9 @@
  * Eager: forward, oar_backward, an in-place update per parameter. Static:
  * the same loss traced with the parameters as inputs, backward and the SGD
  * step appended (oar_graph_append_backward / _sgd), optimized, run by the
- * executor from its planned arena; next:* is copied back into the
- * parameters. Prints time per step and peak tensor memory of each (peak
+ * executor from its planned arena with the parameters updated in place
+ * (oar_executor_update_in_place: next:* donated to the parameters, grad:*
+ * discarded). Prints time per step and peak tensor memory of each (peak
  * over the steps minus the memory held before them, so the static figure
  * includes its arena); "oar" lines are the static step, "torch"-less
  * ratios are printed here as static / eager. */
@@ -90,10 +91,10 @@ static int bench(const char *name, oar_module *m, int64_t batch, int steps) {
     oar_executor *ex = oar_executor_new(g);
     oar_tensor *in[18] = {x, y}, *out[40];
     for (int k = 0; k < np; k++) in[2 + k] = params[k];
+    if (oar_executor_update_in_place(ex) != np) return fprintf(stderr, "%s: %s\n", name, oar_last_error()), 1;
     for (int s = 0; s < 3 + steps; s++) {
         if (s == 3) t0 = now();
         if (oar_executor_run(ex, in, out)) return fprintf(stderr, "%s: %s\n", name, oar_last_error()), 1;
-        for (int k = 0; k < np; k++) oar_copy_(params[k], out[1 + np + k]);
     }
     double static_ms = (now() - t0) * 1e3 / steps;
     double static_peak = (double)(peak() - base) / (1 << 20);
@@ -103,10 +104,10 @@ static int bench(const char *name, oar_module *m, int64_t batch, int steps) {
     oar_memory_reset_peak();
     ex = oar_executor_new(g);
     if (oar_executor_compile(ex)) return fprintf(stderr, "%s: compile: %s\n", name, oar_last_error()), 1;
+    if (oar_executor_update_in_place(ex) != np) return fprintf(stderr, "%s: %s\n", name, oar_last_error()), 1;
     for (int s = 0; s < 3 + steps; s++) {
         if (s == 3) t0 = now();
         if (oar_executor_run(ex, in, out)) return fprintf(stderr, "%s: %s\n", name, oar_last_error()), 1;
-        for (int k = 0; k < np; k++) oar_copy_(params[k], out[1 + np + k]);
     }
     double compiled_ms = (now() - t0) * 1e3 / steps;
     double compiled_peak = (double)(peak() - base) / (1 << 20);

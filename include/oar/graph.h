@@ -149,7 +149,7 @@ OAR_API int oar_graph_append_sgd(oar_graph *g, double lr);
 /* ---- passes ------------------------------------------------------------------- */
 
 typedef enum oar_pass_list {
-    OAR_PASSES_TRAINING = 0,  /* dce, cse, constant folding, algebraic simplification */
+    OAR_PASSES_TRAINING = 0,  /* dce, cse, constant folding, algebraic simplification, schedule */
     OAR_PASSES_INFERENCE = 1, /* the above, drop dropout, fold batch norm */
 } oar_pass_list;
 
@@ -160,7 +160,10 @@ enum { OAR_PASS_PRINT = 1u << 0, /* prints the graph to stderr after each pass *
  * left valid but partly optimised. */
 OAR_API int oar_graph_optimize(oar_graph *g, oar_pass_list list, unsigned flags);
 /* Runs one pass by name: "dce", "cse", "constant_fold", "simplify",
- * "drop_dropout", "fold_batch_norm". Returns the number of changes (>= 0),
+ * "drop_dropout", "fold_batch_norm", "schedule" (moves each node whose
+ * outputs only leave the graph, with the producers feeding only it, to just
+ * after the last node touching its inputs: a train step's `next:w` update
+ * then runs as soon as grad:w is made and w is read no more). Returns the number of changes (>= 0),
  * or a negative status (unknown name: OAR_ERR_INVALID). */
 OAR_API int oar_graph_run_pass(oar_graph *g, const char *name);
 
@@ -185,6 +188,33 @@ OAR_API int64_t oar_executor_unplanned_bytes(const oar_executor *ex);
 /* How many times the executor planned an arena (once per input shape,
  * again for a shape whose plan was evicted). */
 OAR_API int oar_executor_num_plans(const oar_executor *ex);
+
+/* Donation (JAX's donate_argnums): output `output` is written into the
+ * caller's tensor for input `input` (same dtype and shape, dynamic dims
+ * included). After each run inputs[input] holds the output's value and
+ * outputs[output] is inputs[input] (the caller's tensor). The executor
+ * computes it in place -- no arena slot -- when the node making it is
+ * elementwise, reads the input only at the element it writes, and is the
+ * last to read the input (a train step's next:w after the "schedule"
+ * pass); otherwise it is computed in the arena and copied into the input
+ * at the end of the run (oar_executor_donated_in_place tells which). An
+ * input or output donated once cannot be donated again. Plans made before
+ * are dropped. 0 or OAR_ERR_INVALID naming the indices and shapes. */
+OAR_API int oar_executor_donate(oar_executor *ex, int input, int output);
+/* Marks output j as not wanted: its buffer is reused once the nodes that
+ * read it are done, and each run sets outputs[j] to NULL (the grad:*
+ * outputs of a train step whose next:* outputs are used). Plans made
+ * before are dropped. 0 or OAR_ERR_INVALID. */
+OAR_API int oar_executor_discard_output(oar_executor *ex, int output);
+/* For a train step from oar_graph_append_sgd: donates every "next:x"
+ * output to input "x" and discards every "grad:x" output that has one, so
+ * parameters are updated in place and no gradient outlives its update.
+ * Returns the number of donated outputs, or a negative status. */
+OAR_API int oar_executor_update_in_place(oar_executor *ex);
+/* Whether donated output j is computed in place by the current plan: 1 in
+ * place, 0 copied into the input at the end of a run, or a negative status
+ * (NULL, j out of range or not donated, no run yet). */
+OAR_API int oar_executor_donated_in_place(const oar_executor *ex, int output);
 
 /* ---- compiled kernels (src/compiler/) ---------------------------------------
  * Groups the fusible nodes of ex's graph (elementwise and broadcast chains,

@@ -818,9 +818,12 @@ static void write_header(cg *c, const char *name, int root_v, oari_sbuf *src) {
                      c->flat ? ", flat" : c->column ? ", column reduction" : "");
     oari_sbuf_printf(src, "void %s(void *const *restrict args, const int64_t *restrict s) {\n    (void)s;\n",
                      name);
+    /* a flat kernel may write over an input (the executor plans it so when
+     * that input dies here, or is a donated parameter): no `restrict` */
+    const char *restrict_ = c->flat ? "" : "restrict ";
     for (int k = 0; k < c->n_args; k++) {
         const char *T = oari_c_type(g->values[c->args[k]].dtype);
-        oari_sbuf_printf(src, "    %s%s *restrict a%d = (%s%s *)args[%d];\n", k ? "const " : "", T, k,
+        oari_sbuf_printf(src, "    %s%s *%sa%d = (%s%s *)args[%d];\n", k ? "const " : "", T, restrict_, k,
                          k ? "const " : "", T, k);
     }
 }
@@ -1022,7 +1025,7 @@ static const char *write_column_reduction(cg *c, const column_plan *p, int root_
 }
 
 int oari_codegen_kernel(const oar_graph *g, const int *kernel_root, int root, const char *name,
-                        oari_sbuf *src, int **args, int *n_args, int *bad) {
+                        oari_sbuf *src, int **args, int *n_args, int *bad, bool *flat) {
     cg c = {.g = g, .kr = kernel_root, .root = root, .bad = -1, .work_expr = "0"};
     *args = NULL;
     *n_args = 0;
@@ -1030,7 +1033,7 @@ int oari_codegen_kernel(const oar_graph *g, const int *kernel_root, int root, co
     int root_v = g->nodes[root].out[0];
     const oari_gvalue *rv = &g->values[root_v];
     arg_of(&c, root_v);
-    c.flat = kernel_is_flat(&c, root_v);
+    c.flat = *flat = kernel_is_flat(&c, root_v);
     int nd = c.flat ? 1 : rv->ndim;
     idx I;
     /* pass 1: every dim outer; which dims do the reductions' indices use? */

@@ -28,6 +28,8 @@ typedef struct oari_kernel {
     char name[32];
     size_t src_begin, src_end; /* its function in the fusion's source */
     oari_fused_fn fn;         /* set by oari_fusion_build */
+    bool flat;                /* every member elementwise over the output's shape, read at the
+                                 output's index: the output may be written over an input */
 } oari_kernel;
 
 typedef struct oari_fusion {
@@ -76,10 +78,12 @@ OARI_HIDDEN bool oari_fusible(const oar_graph *g, int n);
  * *args / *n_args (a new array: [0] the output value, then the leaves).
  * Returns 0, a negative status, or 1 when the grouping asks for something
  * the generator will not do (a reduction that would be recomputed per
- * element): *bad then names the member to take out of the kernel. */
+ * element): *bad then names the member to take out of the kernel. *flat
+ * tells whether the kernel is one flat elementwise loop, whose pointers
+ * are not `restrict` (its output may be planned over an input). */
 OARI_HIDDEN int oari_codegen_kernel(const oar_graph *g, const int *kernel_root, int root,
                                     const char *name, oari_sbuf *src, int **args, int *n_args,
-                                    int *bad);
+                                    int *bad, bool *flat);
 /* The lines every translation unit starts with (includes, helpers). */
 OARI_HIDDEN void oari_codegen_prelude(oari_sbuf *src);
 

@@ -157,7 +157,8 @@ int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
             k->root = n;
             int bad = -1;
             k->src_begin = f->source.len;
-            st = oari_codegen_kernel(g, kr, n, k->name, &f->source, &k->args, &k->n_args, &bad);
+            st = oari_codegen_kernel(g, kr, n, k->name, &f->source, &k->args, &k->n_args, &bad,
+                                     &k->flat);
             k->src_end = f->source.len;
             if (st < 0) goto done;
             if (st == 1) {

@@ -61,7 +61,10 @@ typedef struct plan {
     } *in_args;
     int n_in_args;
     oar_tensor *fallback[64];
+    int8_t *out_mode;         /* per output: OUT_PLAIN, OUT_DONATED (in place) or OUT_COPIED */
 } plan;
+
+enum { OUT_PLAIN, OUT_DONATED, OUT_COPIED };
 
 #define N_CACHED_PLANS 3      /* plans kept besides the current one */
 
@@ -74,6 +77,8 @@ struct oar_executor {
     int n_plans;
     uint64_t runs;
     double *node_ns;          /* optional (oari_executor_time_nodes): ns per node, summed over runs */
+    int *donor;               /* per output: the input it is written into (oar_executor_donate), or -1 */
+    bool *discard;            /* per output: not wanted (oar_executor_discard_output) */
 };
 
 static void drop_plan(const oar_graph *g, plan *p);
@@ -85,6 +90,14 @@ oar_executor *oar_executor_new(const oar_graph *g) {
     oar_executor *ex = oari_calloc(1, sizeof *ex);
     if (!ex) return NULL;
     ex->g = g;
+    size_t no = (size_t)(g->n_outputs ? g->n_outputs : 1);
+    ex->donor = oari_malloc(no * sizeof *ex->donor);
+    ex->discard = oari_calloc(no, sizeof *ex->discard);
+    if (!ex->donor || !ex->discard) {
+        oar_executor_free(ex);
+        return NULL;
+    }
+    for (int j = 0; j < g->n_outputs; j++) ex->donor[j] = -1;
     drop_plan(g, &ex->p);
     for (int i = 0; i < N_CACHED_PLANS; i++) drop_plan(g, &ex->cache[i]);
     return ex;
@@ -107,6 +120,7 @@ static void drop_plan(const oar_graph *g, plan *p) {
     oar_tensor_release(p->arena);
     oari_free(p->in_args, (size_t)p->n_in_args * sizeof *p->in_args);
     for (int i = 0; i < 64; i++) oar_tensor_release(p->fallback[i]);
+    oari_free(p->out_mode, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof *p->out_mode);
     memset(p, 0, sizeof *p);
     p->planned_bytes = p->unplanned_bytes = -1;
 }
@@ -116,12 +130,90 @@ void oar_executor_free(oar_executor *ex) {
     drop_plan(ex->g, &ex->p);
     for (int i = 0; i < N_CACHED_PLANS; i++) drop_plan(ex->g, &ex->cache[i]);
     oari_fusion_free(ex->fusion);
+    size_t no = (size_t)(ex->g->n_outputs ? ex->g->n_outputs : 1);
+    oari_free(ex->donor, no * sizeof *ex->donor);
+    oari_free(ex->discard, no * sizeof *ex->discard);
     oari_free(ex, sizeof *ex);
 }
 
 int64_t oar_executor_planned_bytes(const oar_executor *ex) { return ex ? ex->p.planned_bytes : -1; }
 int64_t oar_executor_unplanned_bytes(const oar_executor *ex) { return ex ? ex->p.unplanned_bytes : -1; }
 int oar_executor_num_plans(const oar_executor *ex) { return ex ? ex->n_plans : -1; }
+
+static void drop_all_plans(oar_executor *ex);
+
+int oar_executor_donate(oar_executor *ex, int input, int output) {
+    if (!ex) return oari_error(OAR_ERR_INVALID, "executor_donate: executor is NULL");
+    const oar_graph *g = ex->g;
+    if (input < 0 || input >= g->n_inputs || output < 0 || output >= g->n_outputs)
+        return oari_error(OAR_ERR_INVALID, "executor_donate: input %d or output %d out of range (%d inputs, "
+                          "%d outputs)", input, output, g->n_inputs, g->n_outputs);
+    const oari_gvalue *x = &g->values[g->inputs[input]], *o = &g->values[g->outputs[output]];
+    if (ex->donor[output] >= 0 || ex->discard[output])
+        return oari_error(OAR_ERR_INVALID, "executor_donate: output %d (%s) is already %s", output,
+                          g->output_names[output], ex->discard[output] ? "discarded" : "donated");
+    for (int j = 0; j < g->n_outputs; j++)
+        if (ex->donor[j] == input)
+            return oari_error(OAR_ERR_INVALID, "executor_donate: input %d (%s) already receives output %d",
+                              input, x->name, j);
+    bool same = x->dtype == o->dtype && x->ndim == o->ndim;
+    for (int d = 0; d < x->ndim && same; d++)
+        same = x->shape[d] == o->shape[d] && x->sym[d] == o->sym[d] && (x->sym[d] < 0 || x->smul[d] == o->smul[d]);
+    if (!same) {
+        char s1[200], s2[200];
+        return oari_error(OAR_ERR_INVALID, "executor_donate: output %d (%s) is %s %s, input %d (%s) is %s %s; "
+                          "they must agree (dynamic dims included)", output, g->output_names[output],
+                          oar_dtype_name(o->dtype), oari_shape_str(s1, o->ndim, o->shape), input, x->name,
+                          oar_dtype_name(x->dtype), oari_shape_str(s2, x->ndim, x->shape));
+    }
+    ex->donor[output] = input;
+    drop_all_plans(ex);
+    return 0;
+}
+
+int oar_executor_discard_output(oar_executor *ex, int output) {
+    if (!ex) return oari_error(OAR_ERR_INVALID, "executor_discard_output: executor is NULL");
+    if (output < 0 || output >= ex->g->n_outputs)
+        return oari_error(OAR_ERR_INVALID, "executor_discard_output: output %d out of range (%d outputs)",
+                          output, ex->g->n_outputs);
+    if (ex->donor[output] >= 0)
+        return oari_error(OAR_ERR_INVALID, "executor_discard_output: output %d (%s) is donated", output,
+                          ex->g->output_names[output]);
+    if (!ex->discard[output]) {
+        ex->discard[output] = true;
+        drop_all_plans(ex);
+    }
+    return 0;
+}
+
+int oar_executor_update_in_place(oar_executor *ex) {
+    if (!ex) return oari_error(OAR_ERR_INVALID, "executor_update_in_place: executor is NULL");
+    const oar_graph *g = ex->g;
+    int donated = 0, st;
+    for (int j = 0; j < g->n_outputs; j++) {
+        const char *name = g->output_names[j];
+        if (strncmp(name, "next:", 5) || ex->donor[j] >= 0) continue;
+        for (int i = 0; i < g->n_inputs; i++) {
+            if (strcmp(g->values[g->inputs[i]].name, name + 5)) continue;
+            if ((st = oar_executor_donate(ex, i, j))) return st;
+            donated++;
+            for (int q = 0; q < g->n_outputs; q++)
+                if (!strncmp(g->output_names[q], "grad:", 5) && !strcmp(g->output_names[q] + 5, name + 5) &&
+                    (st = oar_executor_discard_output(ex, q)))
+                    return st;
+            break;
+        }
+    }
+    return donated;
+}
+
+int oar_executor_donated_in_place(const oar_executor *ex, int output) {
+    if (!ex) return oari_error(OAR_ERR_INVALID, "executor_donated_in_place: executor is NULL");
+    if (output < 0 || output >= ex->g->n_outputs || ex->donor[output] < 0)
+        return oari_error(OAR_ERR_INVALID, "executor_donated_in_place: output %d is not donated", output);
+    if (!ex->p.planned) return oari_error(OAR_ERR_STATE, "executor_donated_in_place: no run yet");
+    return ex->p.out_mode[output] == OUT_DONATED;
+}
 
 /* A kernel view of t broadcast to (ndim, shape), as dispatch makes it. */
 static void ktensor_expanded(const oar_tensor *t, int ndim, const int64_t *shape, oar_ktensor *k) {
@@ -258,7 +350,7 @@ static int setup_casts(oar_executor *ex, const oari_gnode *n, exec_node *e, cons
     return 0;
 }
 
-enum { IN_FUSED, IN_KIN, IN_COPY };
+enum { IN_FUSED, IN_KIN, IN_COPY, IN_KOUT };
 
 /* Whether graph input i can be read in place: no graph output aliases it
  * (outputs are the arena's), and no op run in f32 for lack of a half
@@ -277,28 +369,85 @@ static bool input_in_place(const oar_executor *ex, const int *root, const bool *
     return true;
 }
 
-/* Records every pointer into an input read in place (after the kernels'
- * calls are prepared); 0 or OAR_ERR_NOMEM. */
+/* Whether node n, run alone, writes its output element by element from
+ * the same element of its inputs of that shape: elementwise or broadcast,
+ * no view, its output of `shape`. (A compiled kernel is so when flat.) */
+static bool pointwise(const oar_graph *g, int n, oar_tensor *const *sym, const oar_tensor *shape) {
+    const oari_gnode *nd = &g->nodes[n];
+    const oari_op_def *def = oari_op_defs[nd->op];
+    const oar_tensor *o = sym[nd->out[0]];
+    return (def->fusion == OARI_FUSE_ELEMWISE || def->fusion == OARI_FUSE_BROADCAST) &&
+           !(def->flags & (OARI_F_INPLACE | OARI_F_VIEW)) && nd->n_out == 1 && o->ndim == shape->ndim &&
+           !memcmp(o->shape, shape->shape, (size_t)o->ndim * sizeof(int64_t));
+}
+
+/* Whether output j, donated to input i, can be computed straight into the
+ * input's storage: a buffer of its own with the input's dtype and shape,
+ * made by a pointwise kernel that reads the input (directly, not through a
+ * view) only at the element it writes, after every other reader of the
+ * input; no op run in f32 touches it and no other output or compiled
+ * kernel argument is a view of it (their pointers could not follow). */
+static bool donation_in_place(const oar_executor *ex, const int *root, const bool *emul, oar_tensor *const *sym,
+                              int j, int i) {
+    const oar_graph *g = ex->g;
+    int o = g->outputs[j], x = g->inputs[i];
+    if (!ex->p.in_place[i] || g->values[o].kind != OARI_V_NODE || root[o] != o) return false;
+    for (int j2 = 0; j2 < g->n_outputs; j2++)
+        if (j2 != j && root[g->outputs[j2]] == o) return false;
+    int p = g->values[o].producer, at = reads_at(ex, p), k = kernel_of(ex, p);
+    if (emul[p] || (k >= 0 ? !ex->fusion->kernels[k].flat : !pointwise(g, p, sym, sym[o]))) return false;
+    for (int n = 0; n < g->n_nodes; n++) {
+        const oari_gnode *nd = &g->nodes[n];
+        bool member = n == p || (k >= 0 && kernel_of(ex, n) == k);
+        for (int q = 0; q < nd->n_in; q++) {
+            int v = nd->in[q];
+            if (v < 0) continue;
+            if (root[v] == o && (emul[n] || v != o)) return false;
+            if (root[v] != x) continue;
+            if (member ? v != x : reads_at(ex, n) >= at) return false;
+        }
+    }
+    return true;
+}
+
+/* Whether value v is an output the current plan makes in its donor input. */
+static bool made_in_input(const oar_executor *ex, int v) {
+    for (int j = 0; j < ex->g->n_outputs; j++)
+        if (ex->g->outputs[j] == v && ex->p.out_mode[j] == OUT_DONATED) return true;
+    return false;
+}
+
+/* Records every pointer into an input read in place, and into each
+ * output donated to it and made in place (after the kernels' calls are
+ * prepared); 0 or OAR_ERR_NOMEM. */
 static int record_input_readers(oar_executor *ex, const int *root) {
     const oar_graph *g = ex->g;
     for (int pass = 0; pass < 2; pass++) { /* count, then fill */
         int n = 0;
         for (int i = 0; i < g->n_inputs; i++) {
             if (!ex->p.in_place[i]) continue;
-            int v = g->inputs[i];
+            /* the input, then every output donated to it and made in place */
+            for (int j = -1; j < g->n_outputs; j++) {
+            if (j >= 0 && (ex->donor[j] != i || ex->p.out_mode[j] != OUT_DONATED)) continue;
+            int v = j < 0 ? g->inputs[i] : g->outputs[j];
             const char *base = oar_tensor_data(ex->p.vt[v]);
             for (int nd = 0; nd < g->n_nodes; nd++) {
                 const oari_gnode *node = &g->nodes[nd];
                 exec_node *e = &ex->p.en[nd];
                 if (e->fused) {
                     const oari_kernel *k = &ex->fusion->kernels[ex->fusion->kernel_of[nd]];
-                    for (int a = 1; a < k->n_args; a++)
+                    for (int a = 0; a < k->n_args; a++)
                         if (k->args[a] == v) {
                             if (pass) ex->p.in_args[n] = (struct input_arg){nd, IN_FUSED, a, i, 0};
                             n++;
                         }
                     continue;
                 }
+                for (int q = 0; q < node->n_out && e->k; q++)
+                    if (node->out[q] == v) { /* the donated output's writer */
+                        if (pass) ex->p.in_args[n] = (struct input_arg){nd, IN_KOUT, q, i, 0};
+                        n++;
+                    }
                 bool inplace_op = oari_op_defs[node->op]->flags & OARI_F_INPLACE;
                 if (e->k && e->kin)
                     for (int k = 0; k < node->n_in; k++) {
@@ -316,6 +465,7 @@ static int record_input_readers(oar_executor *ex, const int *root) {
                     n++;
                 }
             }
+            }
         }
         if (!pass) {
             if (!n) return 0;
@@ -326,7 +476,8 @@ static int record_input_readers(oar_executor *ex, const int *root) {
     return 0;
 }
 
-/* Points every recorded reader of input i at base (its first element). */
+/* Points every recorded reader of input i (and writer and reader of an
+ * output donated to it) at base, its first element. */
 static void point_input_readers(oar_executor *ex, int i, char *base) {
     for (int k = 0; k < ex->p.n_in_args; k++) {
         struct input_arg *a = &ex->p.in_args[k];
@@ -336,7 +487,8 @@ static void point_input_readers(oar_executor *ex, int i, char *base) {
             e->fargs[a->index] = base;
             continue;
         }
-        oar_ktensor *kt = a->kind == IN_KIN ? &e->kin[a->index] : &e->copy_io[1];
+        oar_ktensor *kt = a->kind == IN_KIN ? &e->kin[a->index] : a->kind == IN_KOUT ? &e->kout[a->index]
+                                                                                 : &e->copy_io[1];
         kt->data = base + a->byte_off;
         kt->buffer = base;
         kt->offset = a->byte_off / (int64_t)oar_dtype_size((oar_dtype)kt->dtype);
@@ -421,8 +573,29 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         }
     }
     if (st) goto done;
+    /* donated outputs: the input's shape, and where they are made */
+    if (!(ex->p.out_mode = oari_calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *ex->p.out_mode))) {
+        st = OAR_ERR_NOMEM;
+        goto done;
+    }
+    for (int i = 0; i < g->n_inputs; i++) ex->p.in_place[i] = input_in_place(ex, root, emul, i);
+    for (int j = 0; j < g->n_outputs && !st; j++) {
+        if (ex->donor[j] < 0) continue;
+        const oar_tensor *o = sym[g->outputs[j]], *x = sym[g->inputs[ex->donor[j]]];
+        char s1[200], s2[200];
+        int i = ex->donor[j];
+        if (o->dtype != x->dtype || o->ndim != x->ndim ||
+            memcmp(o->shape, x->shape, (size_t)o->ndim * sizeof(int64_t)))
+            st = oari_error(OAR_ERR_INVALID, "executor: output %d (%s) is %s %s and cannot be written into "
+                            "input %d (%s), %s %s", j, g->output_names[j], oar_dtype_name(o->dtype),
+                            oari_shape_str(s1, o->ndim, o->shape), i, g->values[g->inputs[i]].name,
+                            oar_dtype_name(x->dtype), oari_shape_str(s2, x->ndim, x->shape));
+        else ex->p.out_mode[j] = donation_in_place(ex, root, emul, sym, j, i) ? OUT_DONATED : OUT_COPIED;
+    }
+    if (st) goto done;
     /* 2. buffers by liveness: one per root value, live from its producer to
-     * the last node reading it or any view of it; outputs live to the end */
+     * the last node reading it or any view of it; wanted outputs live to
+     * the end */
     int nb = 0;
     for (int v = 0; v < nv; v++) {
         if (root[v] != v || is_internal(ex, v)) continue;
@@ -444,7 +617,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     }
     for (int j = 0; j < g->n_outputs; j++) {
         int v = g->outputs[j];
-        if (root[v] >= 0) bufs[bufof[root[v]]].last = nn;
+        if (root[v] >= 0 && !ex->discard[j] && ex->p.out_mode[j] != OUT_DONATED) bufs[bufof[root[v]]].last = nn;
     }
     /* an elementwise op may write over an input of its shape and dtype whose
      * buffer dies at that op (x -> exp -> sin reuses one buffer) */
@@ -455,13 +628,18 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         const oari_gnode *n = &g->nodes[i];
         const oari_op_def *def = oari_op_defs[n->op];
         int out = n->out[0];
-        if (kernel_of(ex, i) >= 0) continue; /* a kernel reads its inputs at other indices */
-        if ((def->fusion != OARI_FUSE_ELEMWISE && def->fusion != OARI_FUSE_BROADCAST) ||
-            (def->flags & (OARI_F_INPLACE | OARI_F_VIEW)) || n->n_out != 1 || root[out] != out)
+        /* a compiled kernel reads its inputs at other indices, unless flat */
+        int kern = kernel_of(ex, i);
+        const oari_kernel *K = kern >= 0 ? &ex->fusion->kernels[kern] : NULL;
+        if (K ? K->root != i || !K->flat
+              : (def->fusion != OARI_FUSE_ELEMWISE && def->fusion != OARI_FUSE_BROADCAST) ||
+                    (def->flags & (OARI_F_INPLACE | OARI_F_VIEW)) || n->n_out != 1)
             continue;
-        for (int k = 0; k < n->n_in; k++) {
-            int v = n->in[k];
-            if (v < 0 || root[v] != v || g->values[v].kind != OARI_V_NODE) continue;
+        if (root[out] != out || made_in_input(ex, out)) continue;
+        int n_read = K ? K->n_args - 1 : n->n_in;
+        for (int k = 0; k < n_read; k++) {
+            int v = K ? K->args[k + 1] : n->in[k];
+            if (v < 0 || root[v] != v || g->values[v].kind != OARI_V_NODE || made_in_input(ex, v)) continue;
             oari_membuf *b = &bufs[bufof[share[v]]];
             if (b->last != i || sym[v]->dtype != sym[out]->dtype || sym[v]->ndim != sym[out]->ndim ||
                 memcmp(sym[v]->shape, sym[out]->shape, (size_t)sym[v]->ndim * sizeof(int64_t)))
@@ -488,9 +666,11 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
             nb++;
         }
     }
-    /* inputs read in place need no slot */
+    /* inputs read in place, and outputs made in them, need no slot */
     for (int i = 0; i < g->n_inputs; i++)
-        if ((ex->p.in_place[i] = input_in_place(ex, root, emul, i))) bufs[bufof[g->inputs[i]]].size = 0;
+        if (ex->p.in_place[i]) bufs[bufof[g->inputs[i]]].size = 0;
+    for (int j = 0; j < g->n_outputs; j++)
+        if (ex->p.out_mode[j] == OUT_DONATED) bufs[bufof[g->outputs[j]]].size = 0;
     int64_t peak = oari_memplan(bufs, nb, NULL);
     ex->p.unplanned_bytes = unplanned;
     if (peak < 0) {
@@ -631,6 +811,17 @@ static int select_plan(oar_executor *ex, oar_tensor *const *inputs) {
     return plan_inputs(ex, inputs);
 }
 
+/* dst <- src through the copy op (any strides), outside autograd: the
+ * destination may be a parameter that requires grad. */
+static int copy_into(oar_tensor *dst, oar_tensor *src) {
+    oar_tensor *pair[2] = {dst, src}, *r = NULL;
+    oar_no_grad_push();
+    int st = oari_dispatch(OARI_OP_copy, 2, pair, NULL, &r);
+    oar_no_grad_pop();
+    oar_tensor_release(r);
+    return st;
+}
+
 int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs) {
     if (!ex || (!inputs && ex->g->n_inputs) || !outputs)
         return oari_error(OAR_ERR_INVALID, "executor_run: executor, inputs or outputs is NULL");
@@ -638,6 +829,7 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
     int st = 0;
     if ((st = select_plan(ex, inputs))) return st;
     ex->p.used = ++ex->runs;
+    bool via_fallback[64] = {0};
     for (int i = 0; i < g->n_inputs; i++) {
         oar_tensor *slot = ex->p.vt[g->inputs[i]], *t = inputs[i];
         if (!t->storage || t->storage->device != oari_device_cpu())
@@ -645,16 +837,22 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
         if (ex->p.in_place[i]) {
             /* read in place; a strided input, or one living in this plan's
              * arena (an output of the last run fed back: this run overwrites
-             * it), goes through a copy made once per plan (the slot is empty) */
+             * it), goes through a copy made once per plan (the slot is empty);
+             * so does an input written in place that shares its storage with
+             * another input (which must still read the old values) */
             oar_tensor *src = t;
-            if (!oar_tensor_is_contiguous(t) || t->storage == ex->p.arena->storage) {
+            bool written = false, shared = false;
+            for (int j = 0; j < g->n_outputs; j++)
+                written = written || (ex->donor[j] == i && ex->p.out_mode[j] == OUT_DONATED);
+            for (int q = 0; q < g->n_inputs && written; q++)
+                shared = shared || (q != i && inputs[q]->storage == t->storage);
+            if (!oar_tensor_is_contiguous(t) || t->storage == ex->p.arena->storage || shared) {
                 if (!ex->p.fallback[i] &&
                     !(ex->p.fallback[i] = oari_tensor_empty(oari_device_cpu(), t->dtype, t->ndim, t->shape)))
                     return OAR_ERR_NOMEM;
-                oar_tensor *pair[2] = {ex->p.fallback[i], t}, *r = NULL;
-                if ((st = oari_dispatch(OARI_OP_copy, 2, pair, NULL, &r))) return st;
-                oar_tensor_release(r);
+                if ((st = copy_into(ex->p.fallback[i], t))) return st;
                 src = ex->p.fallback[i];
+                via_fallback[i] = written;
             }
             point_input_readers(ex, i, oar_tensor_data(src));
             continue;
@@ -662,9 +860,7 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
         if (oar_tensor_is_contiguous(t)) {
             memcpy(oar_tensor_data(slot), oar_tensor_data(t), (size_t)t->numel * oar_dtype_size(t->dtype));
         } else {
-            oar_tensor *pair[2] = {slot, t}, *r = NULL;
-            if ((st = oari_dispatch(OARI_OP_copy, 2, pair, NULL, &r))) return st;
-            oar_tensor_release(r);
+            if ((st = copy_into(slot, t))) return st;
         }
     }
     void *ctx = oari_device_cpu()->ctx;
@@ -695,7 +891,14 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
         OARI_PROF_END(OAR_PROFILER_OP, oari_op_name(g->nodes[i].op), prof_t0, 1, prof_out);
         if (node_t0) ex->node_ns[i] += (double)(oari_prof_now() - node_t0);
     }
-    for (int j = 0; j < g->n_outputs; j++) outputs[j] = ex->p.vt[g->outputs[j]];
+    /* donated outputs land in their inputs */
+    for (int i = 0; i < g->n_inputs; i++)
+        if (via_fallback[i] && (st = copy_into(inputs[i], ex->p.fallback[i]))) return st;
+    for (int j = 0; j < g->n_outputs; j++)
+        if (ex->p.out_mode[j] == OUT_COPIED && (st = copy_into(inputs[ex->donor[j]], ex->p.vt[g->outputs[j]])))
+            return st;
+    for (int j = 0; j < g->n_outputs; j++)
+        outputs[j] = ex->discard[j] ? NULL : ex->donor[j] >= 0 ? inputs[ex->donor[j]] : ex->p.vt[g->outputs[j]];
     return 0;
 }
 

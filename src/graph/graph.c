@@ -79,6 +79,18 @@ int oari_graph_add_const(oar_graph *g, oar_tensor *t, const char *name) {
     return v;
 }
 
+int oari_graph_insert_node(oar_graph *g, int at, oari_op op, const oari_attrs *attrs, int n_in,
+                           const int *in, int n_out, const oari_meta *out) {
+    int last = oari_graph_add_node(g, op, attrs, n_in, in, n_out, out);
+    if (last < 0) return -1;
+    oari_gnode moved = g->nodes[last];
+    memmove(&g->nodes[at + 1], &g->nodes[at], (size_t)(last - at) * sizeof *g->nodes);
+    g->nodes[at] = moved;
+    for (int i = at; i <= last; i++)
+        for (int j = 0; j < g->nodes[i].n_out; j++) g->values[g->nodes[i].out[j]].producer = i;
+    return at;
+}
+
 int oari_graph_add_node(oar_graph *g, oari_op op, const oari_attrs *attrs, int n_in,
                         const int *in, int n_out, const oari_meta *out) {
     if (grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *g->nodes)) return -1;

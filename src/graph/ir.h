@@ -69,6 +69,10 @@ OARI_HIDDEN int oari_graph_add_const(oar_graph *g, oar_tensor *t, const char *na
  * the node index or -1. */
 OARI_HIDDEN int oari_graph_add_node(oar_graph *g, oari_op op, const oari_attrs *attrs, int n_in,
                                     const int *in, int n_out, const oari_meta *out);
+/* The same, placed at index `at` (nodes from there on move up one); the
+ * caller keeps the order topological. Returns at or -1. */
+OARI_HIDDEN int oari_graph_insert_node(oar_graph *g, int at, oari_op op, const oari_attrs *attrs, int n_in,
+                                       const int *in, int n_out, const oari_meta *out);
 /* Replaces every use of value `from` (node inputs, graph outputs) by `to`. */
 OARI_HIDDEN void oari_graph_replace_uses(oar_graph *g, int from, int to);
 /* Number of uses of each value (node inputs of live nodes and graph
@@ -109,6 +113,7 @@ OARI_HIDDEN int oari_pass_constant_fold(oar_graph *g);
 OARI_HIDDEN int oari_pass_simplify(oar_graph *g);
 OARI_HIDDEN int oari_pass_drop_dropout(oar_graph *g);
 OARI_HIDDEN int oari_pass_fold_batch_norm(oar_graph *g);
+OARI_HIDDEN int oari_pass_schedule(oar_graph *g);
 
 /* Memory planner (src/graph/passes/memplan.c): buffers with a size and a
  * live range [first, last] (node indices, inclusive) get offsets (64-byte

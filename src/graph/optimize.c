@@ -18,18 +18,20 @@ static const pass all_passes[] = {
     {"simplify", oari_pass_simplify},
     {"drop_dropout", oari_pass_drop_dropout},
     {"fold_batch_norm", oari_pass_fold_batch_norm},
+    {"schedule", oari_pass_schedule},
 };
 
-static const char *const training_list[] = {"dce", "cse", "constant_fold", "simplify", NULL};
+static const char *const training_list[] = {"dce", "cse", "constant_fold", "simplify",
+                                            "schedule", NULL};
 static const char *const inference_list[] = {"drop_dropout", "fold_batch_norm", "dce", "cse",
-                                             "constant_fold", "simplify", NULL};
+                                             "constant_fold", "simplify", "schedule", NULL};
 
 int oar_graph_run_pass(oar_graph *g, const char *name) {
     if (!g || !name) return oari_error(OAR_ERR_INVALID, "graph_run_pass: graph or name is NULL");
     for (size_t i = 0; i < sizeof all_passes / sizeof *all_passes; i++)
         if (!strcmp(all_passes[i].name, name)) return all_passes[i].run(g);
     return oari_error(OAR_ERR_INVALID, "graph_run_pass: unknown pass \"%s\" (dce, cse, constant_fold, "
-                      "simplify, drop_dropout, fold_batch_norm)", name);
+                      "simplify, drop_dropout, fold_batch_norm, schedule)", name);
 }
 
 int oar_graph_optimize(oar_graph *g, oar_pass_list list, unsigned flags) {

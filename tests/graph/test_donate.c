@@ -1,0 +1,232 @@
+/* Donated inputs and discarded outputs (oar_executor_donate,
+ * _discard_output, _update_in_place): a train step that updates its
+ * parameters in place trains as eager SGD does and plans less memory; an
+ * output that cannot be made in place is copied in at the end; strided
+ * and aliased inputs; every bad call fails with a message. */
+#include "graph_test_util.h"
+
+#include <string.h>
+
+typedef struct loss_ctx {
+    oar_module *m;
+} loss_ctx;
+
+static int loss_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    loss_ctx *c = ctx;
+    out[0] = oar_mse_loss(oar_module_forward(c->m, in[0]), in[1], OAR_REDUCTION_MEAN);
+    return out[0] ? 0 : -1;
+}
+
+/* The MLP's train step: loss, grad:* and next:* of its 4 parameters. */
+static oar_graph *train_step(loss_ctx *c, double lr) {
+    oar_graph_input_spec specs[2] = {{.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {8, 8}},
+                                     {.name = "t", .dtype = OAR_F32, .ndim = 2, .shape = {8, 4}}};
+    oar_graph *g = oar_trace(loss_fn, c, 2, specs, 1, &(oar_trace_options){.module = c->m, .params_as_inputs = true});
+    int wrt[4] = {2, 3, 4, 5};
+    CHECK(g && oar_graph_append_backward(g, 0, 4, wrt) == 1 && oar_graph_append_sgd(g, lr) == 4);
+    CHECK(oar_graph_optimize(g, OAR_PASSES_TRAINING, 0) == 0);
+    return g;
+}
+
+/* Five steps with the parameters updated in place against five eager SGD
+ * steps of the same module; `compile` runs generated kernels. */
+static void train_in_place(bool compile) {
+    const double lr = 0.1;
+    loss_ctx c = {.m = make_mlp()};
+    oar_graph *g = train_step(&c, lr);
+    oar_tensor *params[4], *gp[4], *in[6], *out[9];
+    CHECK(oar_module_parameters(c.m, params, 4) == 4);
+    for (int k = 0; k < 4; k++) gp[k] = oar_tensor_retain(oar_clone(params[k]));
+    oar_pool *p = oar_pool_push();
+    oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){8, 8}), *t = oar_randn(OAR_F32, 2, (int64_t[]){8, 4});
+    in[0] = x;
+    in[1] = t;
+    for (int k = 0; k < 4; k++) in[2 + k] = gp[k];
+    /* the same program without donation, for its planned size */
+    oar_executor *plain = oar_executor_new(g);
+    CHECK(oar_executor_run(plain, (oar_tensor *[]){x, t, oar_clone(gp[0]), oar_clone(gp[1]), oar_clone(gp[2]),
+                                                   oar_clone(gp[3])}, out) == 0);
+    int64_t plain_bytes = oar_executor_planned_bytes(plain);
+    oar_executor_free(plain);
+    oar_executor *ex = oar_executor_new(g);
+    if (compile) CHECK(oar_executor_compile(ex) == 0);
+    CHECK(oar_executor_update_in_place(ex) == 4);
+    double worst = 0;
+    for (int step = 0; step < 5; step++) {
+        CHECK(oar_executor_run(ex, in, out) == 0);
+        double graph_loss = oar_tensor_item(out[0]);
+        for (int k = 0; k < 4; k++) {
+            CHECK(out[1 + k] == NULL);   /* grad:* discarded */
+            CHECK(out[5 + k] == gp[k]);  /* next:* is the parameter itself */
+            CHECK(oar_executor_donated_in_place(ex, 5 + k) == 1);
+        }
+        oar_module_zero_grad(c.m);
+        oar_tensor *loss = NULL;
+        loss_fn(&c, (oar_tensor *[]){x, t}, &loss);
+        CHECK(oar_backward(loss, NULL) == 0);
+        oar_no_grad_push();
+        for (int k = 0; k < 4; k++) oar_add_scaled_(params[k], oar_tensor_grad(params[k]), -lr);
+        oar_no_grad_pop();
+        worst = fmax(worst, fabs(oar_tensor_item(loss) - graph_loss));
+        for (int k = 0; k < 4; k++) worst = fmax(worst, max_diff(gp[k], params[k]));
+    }
+    CHECK_NEAR(worst, 0, 1e-5);
+    /* the gradients die at their updates and no next:* needs a slot */
+    CHECK(oar_executor_planned_bytes(ex) < plain_bytes);
+    oar_executor_free(ex);
+    oar_pool_pop(p);
+    for (int k = 0; k < 4; k++) oar_tensor_release(gp[k]);
+    oar_graph_free(g);
+    oar_module_free(c.m);
+}
+
+static void test_train_in_place(void) { train_in_place(false); }
+static void test_train_in_place_compiled(void) { train_in_place(true); }
+
+/* y = x @ w donated to w: a matmul reads w everywhere, so it is made in
+ * the arena and copied into w at the end. */
+static int f_matmul(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_matmul(in[0], in[1]);
+    return out[0] ? 0 : -1;
+}
+
+/* (x + 1, x * 2): x is read after the add, so x + 1 cannot go into x
+ * before that read. */
+static int f_read_after(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_add_scalar(in[0], 1);
+    out[1] = oar_mul_scalar(in[0], 2);
+    return out[0] && out[1] ? 0 : -1;
+}
+
+/* (a + b, b * 3): a + b can go into a. */
+static int f_two(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_mul_scalar(in[1], 3);
+    out[1] = oar_add(in[0], in[1]);
+    return out[0] && out[1] ? 0 : -1;
+}
+
+static oar_graph *trace_n(oar_trace_fn fn, int n_in, int n_out) {
+    oar_graph_input_spec s[2] = {{.name = "a", .dtype = OAR_F32, .ndim = 2, .shape = {3, 3}},
+                                 {.name = "b", .dtype = OAR_F32, .ndim = 2, .shape = {3, 3}}};
+    return oar_trace(fn, NULL, n_in, s, n_out, NULL);
+}
+
+static void test_copied_when_not_safe(void) {
+    oar_pool *p = oar_pool_push();
+    oar_graph *g = trace_n(f_matmul, 2, 1);
+    oar_executor *ex = oar_executor_new(g);
+    CHECK(oar_executor_donate(ex, 1, 0) == 0);
+    oar_tensor *a = oar_randn(OAR_F32, 2, (int64_t[]){3, 3}), *w = oar_randn(OAR_F32, 2, (int64_t[]){3, 3});
+    oar_tensor *want = oar_matmul(a, w), *out = NULL;
+    CHECK(oar_executor_run(ex, (oar_tensor *[]){a, w}, &out) == 0);
+    CHECK(out == w && oar_executor_donated_in_place(ex, 0) == 0);
+    CHECK_NEAR(max_diff(w, want), 0, 1e-6);
+    oar_executor_free(ex);
+    oar_graph_free(g);
+
+    g = trace_n(f_read_after, 1, 2);
+    ex = oar_executor_new(g);
+    CHECK(oar_executor_donate(ex, 0, 0) == 0);
+    oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){3, 3}), *x0 = oar_clone(x), *o[2];
+    CHECK(oar_executor_run(ex, &x, o) == 0);
+    CHECK(o[0] == x);
+    CHECK_NEAR(max_diff(x, oar_add_scalar(x0, 1)), 0, 1e-6);
+    CHECK_NEAR(max_diff(o[1], oar_mul_scalar(x0, 2)), 0, 1e-6);
+    oar_executor_free(ex);
+    oar_graph_free(g);
+    oar_pool_pop(p);
+}
+
+static void test_strided_and_aliased_inputs(void) {
+    oar_pool *p = oar_pool_push();
+    oar_graph *g = trace_n(f_two, 2, 2);
+    oar_executor *ex = oar_executor_new(g);
+    CHECK(oar_executor_donate(ex, 0, 1) == 0);
+    oar_tensor *a = oar_randn(OAR_F32, 2, (int64_t[]){3, 3}), *b = oar_randn(OAR_F32, 2, (int64_t[]){3, 3});
+    oar_tensor *a0 = oar_clone(a), *o[2];
+    CHECK(oar_executor_run(ex, (oar_tensor *[]){a, b}, o) == 0);
+    CHECK(oar_executor_donated_in_place(ex, 1) == 1 && o[1] == a);
+    CHECK_NEAR(max_diff(a, oar_add(a0, b)), 0, 1e-6);
+    /* a strided donated input: computed in a contiguous copy, written back */
+    oar_tensor *base = oar_randn(OAR_F32, 2, (int64_t[]){3, 3}), *at = oar_transpose(base, 0, 1);
+    oar_tensor *at0 = oar_clone(at);
+    CHECK(oar_executor_run(ex, (oar_tensor *[]){at, b}, o) == 0);
+    CHECK(o[1] == at);
+    CHECK_NEAR(max_diff(at, oar_add(at0, b)), 0, 1e-6);
+    /* the same tensor as both inputs: b must still read the old values */
+    oar_tensor *s = oar_randn(OAR_F32, 2, (int64_t[]){3, 3}), *s0 = oar_clone(s);
+    CHECK(oar_executor_run(ex, (oar_tensor *[]){s, s}, o) == 0);
+    CHECK_NEAR(max_diff(o[0], oar_mul_scalar(s0, 3)), 0, 1e-6);
+    CHECK_NEAR(max_diff(s, oar_add(s0, s0)), 0, 1e-6);
+    oar_executor_free(ex);
+    oar_graph_free(g);
+    oar_pool_pop(p);
+}
+
+static void test_discard(void) {
+    oar_pool *p = oar_pool_push();
+    oar_graph *g = trace_n(f_two, 2, 2);
+    oar_executor *ex = oar_executor_new(g);
+    oar_tensor *a = oar_randn(OAR_F32, 2, (int64_t[]){3, 3}), *b = oar_randn(OAR_F32, 2, (int64_t[]){3, 3}), *o[2];
+    CHECK(oar_executor_run(ex, (oar_tensor *[]){a, b}, o) == 0);
+    int64_t both = oar_executor_planned_bytes(ex);
+    CHECK(oar_executor_discard_output(ex, 0) == 0);
+    CHECK(oar_executor_discard_output(ex, 0) == 0); /* twice: no change */
+    CHECK(oar_executor_run(ex, (oar_tensor *[]){a, b}, o) == 0);
+    CHECK(o[0] == NULL && o[1] != NULL);
+    CHECK_NEAR(max_diff(o[1], oar_add(a, b)), 0, 1e-6);
+    CHECK(oar_executor_planned_bytes(ex) < both);
+    oar_executor_free(ex);
+    oar_graph_free(g);
+    oar_pool_pop(p);
+}
+
+static void test_bad_calls(void) {
+    oar_pool *p = oar_pool_push();
+    oar_graph *g = trace_n(f_two, 2, 2);
+    oar_executor *ex = oar_executor_new(g);
+    CHECK(oar_executor_donate(NULL, 0, 0) == OAR_ERR_INVALID);
+    CHECK(oar_executor_discard_output(NULL, 0) == OAR_ERR_INVALID);
+    CHECK(oar_executor_update_in_place(NULL) == OAR_ERR_INVALID);
+    CHECK(oar_executor_donated_in_place(NULL, 0) == OAR_ERR_INVALID);
+    CHECK(oar_executor_donate(ex, 2, 0) == OAR_ERR_INVALID && strstr(oar_last_error(), "out of range"));
+    CHECK(oar_executor_donate(ex, 0, -1) == OAR_ERR_INVALID);
+    CHECK(oar_executor_discard_output(ex, 2) == OAR_ERR_INVALID && strstr(oar_last_error(), "out of range"));
+    CHECK(oar_executor_donated_in_place(ex, 0) == OAR_ERR_INVALID && strstr(oar_last_error(), "not donated"));
+    CHECK(oar_executor_update_in_place(ex) == 0); /* no next:* outputs */
+    CHECK(oar_executor_donate(ex, 0, 1) == 0);
+    CHECK(oar_executor_donated_in_place(ex, 1) == OAR_ERR_STATE && strstr(oar_last_error(), "no run"));
+    CHECK(oar_executor_donate(ex, 0, 1) == OAR_ERR_INVALID && strstr(oar_last_error(), "already donated"));
+    CHECK(oar_executor_donate(ex, 0, 0) == OAR_ERR_INVALID && strstr(oar_last_error(), "already receives"));
+    CHECK(oar_executor_discard_output(ex, 1) == OAR_ERR_INVALID && strstr(oar_last_error(), "is donated"));
+    CHECK(oar_executor_discard_output(ex, 0) == 0);
+    CHECK(oar_executor_donate(ex, 1, 0) == OAR_ERR_INVALID && strstr(oar_last_error(), "already discarded"));
+    oar_executor_free(ex);
+    oar_graph_free(g);
+    /* dtype or shape that differ are refused, naming both */
+    oar_graph_input_spec s[2] = {{.name = "a", .dtype = OAR_F32, .ndim = 2, .shape = {3, 3}},
+                                 {.name = "b", .dtype = OAR_F32, .ndim = 2, .shape = {3, 4}}};
+    g = oar_trace(f_matmul, NULL, 2, s, 1, NULL);
+    ex = oar_executor_new(g);
+    CHECK(oar_executor_donate(ex, 1, 0) == 0);             /* [3, 4] into b [3, 4] */
+    oar_executor_free(ex);
+    ex = oar_executor_new(g);
+    CHECK(oar_executor_donate(ex, 0, 0) == OAR_ERR_INVALID && strstr(oar_last_error(), "float32 [3, 4]") &&
+          strstr(oar_last_error(), "float32 [3, 3]"));
+    oar_executor_free(ex);
+    oar_graph_free(g);
+    oar_pool_pop(p);
+}
+
+int main(void) {
+    RUN(test_train_in_place);
+    RUN(test_train_in_place_compiled);
+    RUN(test_copied_when_not_safe);
+    RUN(test_strided_and_aliased_inputs);
+    RUN(test_discard);
+    RUN(test_bad_calls);
+    return test_summary();
+}
