@@ -88,6 +88,10 @@ OAR_API int64_t oar_loader_num_batches(const oar_loader *l);
  * 0 at the end of the epoch (the next call starts a new epoch, reshuffled),
  * negative on error. */
 OAR_API int oar_loader_next(oar_loader *l, oar_tensor **x, oar_tensor **y);
+/* Seconds callers have spent inside oar_loader_next since the loader was
+ * made: with prefetch, the time a training step waited for its batch;
+ * without, the time spent producing batches. -1 (error set) for NULL. */
+OAR_API double oar_loader_wait_seconds(const oar_loader *l);
 /* The index of sample k of the current epoch's order (for tests). */
 OAR_API int64_t oar_loader_index(const oar_loader *l, int64_t k);
 /* Epochs completed. */

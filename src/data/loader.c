@@ -144,6 +144,7 @@ struct oar_loader {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    int64_t wait_ns; /* time callers spent in oar_loader_next */
 };
 
 static uint64_t splitmix64(uint64_t *s) {
@@ -464,7 +465,14 @@ static int loader_next(oar_loader *l, oar_tensor **x, oar_tensor **y) {
  * only the wait for the worker). */
 int oar_loader_next(oar_loader *l, oar_tensor **x, oar_tensor **y) {
     int64_t prof_t0 = OARI_PROF_BEGIN(); /* profiler */
+    int64_t t0 = oari_prof_now();
     int r = loader_next(l, x, y);
+    if (l) l->wait_ns += oari_prof_now() - t0;
     OARI_PROF_END(OAR_PROFILER_DATA, "loader_next", prof_t0, 0, NULL); /* profiler */
     return r;
+}
+
+double oar_loader_wait_seconds(const oar_loader *l) {
+    if (!l) return oari_error(OAR_ERR_INVALID, "loader_wait_seconds: loader is NULL"), -1.0;
+    return 1e-9 * (double)l->wait_ns;
 }

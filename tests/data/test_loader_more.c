@@ -274,6 +274,28 @@ static void test_prefetch(void) {
     CHECK(oar_loader_sample_seed(1, 0, 0) != oar_loader_sample_seed(2, 0, 0));
 }
 
+/* A transform that sleeps 1 ms per sample: producing a batch of 4 takes
+ * at least 4 ms, which a synchronous loader's caller waits out. */
+static int slow(void *ctx, float *x, int ndim, const int64_t *shape, uint64_t seed) {
+    (void)ctx, (void)x, (void)ndim, (void)shape, (void)seed;
+    usleep(1000);
+    return 0;
+}
+
+static void test_wait_seconds(void) {
+    oar_dataset *ds = image_ds(8);
+    oar_loader *l = oar_loader_new(ds, &(oar_loader_options){.batch_size = 4, .transform = slow});
+    CHECK(oar_loader_wait_seconds(l) == 0);
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *x, *y;
+    CHECK(oar_loader_next(l, &x, &y) == 1 && oar_loader_next(l, &x, &y) == 1);
+    CHECK(oar_loader_wait_seconds(l) >= 8e-3);
+    oar_pool_pop(pool);
+    oar_loader_free(l);
+    oar_dataset_free(ds);
+    CHECK_STATUS_FAILS(oar_loader_wait_seconds(NULL) < 0, "loader is NULL");
+}
+
 /* Every allocation of a CSV load and a prefetching, augmenting loader's
  * life fails in turn: each failure is reported as out of memory, nothing
  * crashes, and ASan sees no leak. */
@@ -328,6 +350,7 @@ int main(void) {
     RUN(test_csv);
     RUN(test_augment);
     RUN(test_prefetch);
+    RUN(test_wait_seconds);
     RUN(test_alloc_failures);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) return 1;
