@@ -127,6 +127,11 @@ static int const_id(oari_tracer *tr, oar_tensor *t, const char *op) {
     return v < 0 ? -1 : remember(tr, t, v);
 }
 
+bool oari_trace_size_is_dynamic(int64_t size) {
+    const oari_tracer *tr = oari_trace_current;
+    return tr && oari_graph_sym_of(tr->g, size, NULL) >= 0;
+}
+
 int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
     oari_tracer *tr = oari_trace_current;
     const oari_op_def *def = oari_op_defs[op];

@@ -715,6 +715,14 @@ static int export_node(xp *x, int ni) {
         reduce(x, op, X, k, axes, a[1] != 0, Y);
         break;
     }
+    case OARI_OP_size_of: { /* the product of some dims of Shape(x), as a float */
+        int64_t axes[OAR_MAX_DIMS];
+        int k = mask_axes(a[0], rank, axes);
+        const char *dims = OP2("Gather", OP1("Shape", X, NULL), cst_i64(x, k, axes), NULL);
+        const char *prod = reduce(x, "ReduceProd", dims, 1, (int64_t[]){0}, false, NULL);
+        set_i(x, emit(x, "Cast", 1, &prod, Y), "to", onnx_type(ov->dtype));
+        break;
+    }
     case OARI_OP_all:
     case OARI_OP_any: { /* min / max of (x != 0) as int32 */
         int64_t axes[OAR_MAX_DIMS];

@@ -117,6 +117,10 @@ OARI_HIDDEN const char *oari_op_name(oari_op op);
  * no pool); returns 0, or a status with the error set and out[] NULL. */
 OARI_HIDDEN int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in,
                               const oari_attrs *attrs, oar_tensor **out);
+/* While this thread traces: whether a dim of this size stands for a dynamic
+ * dim (a multiple of a symbol's trace size); false when not tracing. Ops
+ * whose arithmetic uses a size (mean's divisor) then read it at run time. */
+OARI_HIDDEN bool oari_trace_size_is_dynamic(int64_t size);
 /* Single-output conveniences with public semantics: the output, adopted
  * by the innermost pool, or NULL. */
 OARI_HIDDEN oar_tensor *oari_call(oari_op op, int n_in, oar_tensor *const *in,

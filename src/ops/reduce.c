@@ -287,6 +287,24 @@ REDUCE_DEF(argmin, infer_arg, OARI_F_NONDIFF, 0, NULL)
 REDUCE_DEF(cumsum, infer_scan, 0, 0, grad_cumsum)
 REDUCE_DEF(cumprod, infer_scan, 0, OARI_SAVE_IN(0) | OARI_SAVE_OUT(0), grad_cumprod)
 
+static int infer_size_of(oari_infer *c) {
+    oar_dtype dt = (oar_dtype)c->attrs->i[1];
+    if (c->attrs->ni != 2 || c->attrs->i[1] < 0 || c->attrs->i[1] >= OAR_DTYPE_COUNT || !oar_dtype_is_float(dt))
+        return oari_error(OAR_ERR_INVALID, "size_of: attributes must be a dim mask and a float dtype");
+    if (c->attrs->i[0] < 0 || (c->in[0]->ndim < 63 && (c->attrs->i[0] >> c->in[0]->ndim)))
+        return oari_error(OAR_ERR_INVALID, "size_of: dim mask %lld names dims beyond rank %d",
+                          (long long)c->attrs->i[0], c->in[0]->ndim);
+    c->out[0] = (oari_meta){.dtype = dt, .ndim = 0};
+    c->kernel_dtype = dt;
+    return 0;
+}
+
+/* Reads only its input's shape: no fusion (a library call), no gradient. */
+const oari_op_def oari_def_size_of = {
+    .name = "size_of", .n_in = 1, .n_out = 1, .fusion = OARI_FUSE_OPAQUE, .flags = OARI_F_NONDIFF,
+    .infer = infer_size_of,
+};
+
 /* ---- public functions: primitives ---------------------------------------------- */
 
 static oar_tensor *reduce_call(oari_op op, oar_tensor *x, int ndims, const int64_t *dims,
@@ -386,6 +404,20 @@ static int need_float(const char *op, const oar_tensor *x) {
                       "it first (oar_cast)", op, oar_dtype_name(x->dtype));
 }
 
+/* While x is traced and a dim that mask selects is dynamic: the number of
+ * elements they hold, as a size_of node (read when the graph runs, so a
+ * graph run at another batch divides by its own count), in the real dtype
+ * of x's sums. NULL otherwise: the count is a plain number then. */
+static oar_tensor *traced_count(oar_tensor *x, int64_t mask) {
+    if (oar_tensor_data(x)) return NULL;
+    bool dynamic = false;
+    for (int d = 0; d < x->ndim; d++) dynamic = dynamic || (((mask >> d) & 1) && oari_trace_size_is_dynamic(x->shape[d]));
+    if (!dynamic) return NULL;
+    oar_dtype dt = x->dtype == OAR_F64 || x->dtype == OAR_C128 ? OAR_F64 : OAR_F32;
+    oari_attrs a = {.ni = 2, .i = {mask, dt}};
+    return oari_call1(OARI_OP_size_of, x, &a);
+}
+
 oar_tensor *oar_mean(oar_tensor *x, int ndims, const int64_t *dims, bool keepdim) {
     if (null_input("mean", x) || need_float("mean", x)) return NULL;
     int64_t mask = dims_mask("mean", x, ndims, dims);
@@ -394,7 +426,8 @@ oar_tensor *oar_mean(oar_tensor *x, int ndims, const int64_t *dims, bool keepdim
     oar_pool *p = oar_pool_push();
     /* f16/bf16: sum and divide in f32, round once */
     oar_tensor *xf = is_half(x->dtype) ? oar_cast(x, OAR_F32) : x;
-    oar_tensor *r = oar_div_scalar(oar_sum(xf, ndims, dims, keepdim), (double)count);
+    oar_tensor *n = traced_count(xf, mask), *s = oar_sum(xf, ndims, dims, keepdim);
+    oar_tensor *r = n ? oar_div(s, n) : oar_div_scalar(s, (double)count);
     if (is_half(x->dtype)) r = oar_cast(r, x->dtype);
     return oari_pool_return(p, r);
 }
@@ -410,7 +443,9 @@ static oar_tensor *var_impl(const char *op, bool take_sqrt, oar_tensor *x, int n
     oar_tensor *xf = is_half(x->dtype) ? oar_cast(x, OAR_F32) : x;
     oar_tensor *d = oar_sub(xf, oar_mean(xf, ndims, dims, true));
     oar_tensor *sq = oar_dtype_is_complex(x->dtype) ? oar_real(oar_mul(d, oar_conj(d))) : oar_mul(d, d);
-    oar_tensor *r = oar_div_scalar(oar_sum(sq, ndims, dims, keepdim), denom);
+    oar_tensor *n = traced_count(xf, mask), *s = oar_sum(sq, ndims, dims, keepdim);
+    /* max(count - correction, 0) as a graph value when the count is dynamic */
+    oar_tensor *r = n ? oar_div(s, oar_relu(oar_sub_scalar(n, correction))) : oar_div_scalar(s, denom);
     if (take_sqrt) r = oar_sqrt(r);
     if (is_half(x->dtype)) r = oar_cast(r, x->dtype);
     return oari_pool_return(p, r);

@@ -1,6 +1,6 @@
 /* Backward on the graph: gradient nodes appended from the ops' own
  * gradient rules agree with eager autograd (an MLP with MSE, a CNN with
- * cross entropy, a dynamic batch), and a traced SGD train step run by the
+ * cross entropy, a dynamic batch with a mean over it), and a traced SGD train step run by the
  * executor follows the eager training loop step by step. */
 #include "graph_test_util.h"
 
@@ -54,19 +54,22 @@ static void test_mlp_mse(void) {
     oar_graph_input_spec specs[2] = {
         {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 8}, .dim_names = {"N"}},
         {.name = "t", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 4}, .dim_names = {"N"}}};
-    /* a mean over the dynamic batch divides by a size the trace cannot keep
-     * symbolic: refused rather than baked in */
-    CHECK_FAILS(oar_trace(loss_fn, &c, 2, specs, 1, NULL), "looks computed from the dynamic dim N");
-    c.sum = true;
-    int np = 0;
-    oar_graph *g = trace_grad(&c, specs, &np);
-    CHECK(np == 4);
-    for (int64_t n = 3; n <= 6; n += 3) { /* the batch is dynamic in the backward too */
-        oar_pool *p = oar_pool_push();
-        check_grads(&c, g, np, oar_randn(OAR_F32, 2, (int64_t[]){n, 8}), oar_randn(OAR_F32, 2, (int64_t[]){n, 4}));
-        oar_pool_pop(p);
+    /* sum and mean: a mean over the dynamic batch divides by the count of
+     * the batch each run has (a size_of node), in forward and backward */
+    for (int sum = 1; sum >= 0; sum--) {
+        c.sum = sum;
+        int np = 0;
+        oar_graph *g = trace_grad(&c, specs, &np);
+        CHECK(np == 4);
+        CHECK(oar_graph_count_op(g, "size_of") == (sum ? 0 : 1));
+        for (int64_t n = 3; n <= 6; n += 3) { /* the batch is dynamic in the backward too */
+            oar_pool *p = oar_pool_push();
+            check_grads(&c, g, np, oar_randn(OAR_F32, 2, (int64_t[]){n, 8}),
+                        oar_randn(OAR_F32, 2, (int64_t[]){n, 4}));
+            oar_pool_pop(p);
+        }
+        oar_graph_free(g);
     }
-    oar_graph_free(g);
     oar_module_free(c.m);
 }
 

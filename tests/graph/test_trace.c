@@ -123,6 +123,37 @@ static void test_function(void) {
     oar_graph_free(g);
 }
 
+/* Means and variances over a dynamic dim divide by its size at run time. */
+static int stats_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *x = in[0];
+    oar_tensor *m = oar_mean(x, 2, (int64_t[]){0, 2}, false);                 /* [3] */
+    oar_tensor *v = oar_var(x, 1, (int64_t[]){0}, 1.0, false);                /* [3, 2] */
+    oar_tensor *s = oar_std(x, 2, (int64_t[]){1, 2}, 0.0, true);              /* [B, 1, 1] */
+    out[0] = oar_add(oar_sum(v, 1, (int64_t[]){1}, false), m);
+    out[1] = oar_add(s, oar_mean(x, 0, NULL, false));
+    return out[0] && out[1] ? 0 : -1;
+}
+
+static void test_dynamic_means(void) {
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F64, .ndim = 3, .shape = {-1, 3, 2}, .dim_names = {"B"}};
+    oar_graph *g = oar_trace(stats_fn, NULL, 1, &spec, 2, NULL);
+    CHECK(g != NULL);
+    CHECK(oar_graph_count_op(g, "size_of") >= 2); /* the std over fixed dims needs none */
+    oar_executor *ex = oar_executor_new(g);
+    for (int64_t b = 1; b <= 5; b += 2) { /* b = 1: var's count - 1 is 0, as eager (inf/nan alike) */
+        oar_pool *p = oar_pool_push();
+        oar_tensor *x = oar_randn(OAR_F64, 3, (int64_t[]){b, 3, 2}), *want[2], *got[2];
+        CHECK(stats_fn(NULL, &x, want) == 0);
+        CHECK(oar_executor_run(ex, &x, got) == 0);
+        if (b > 1) CHECK_NEAR(max_diff(got[0], want[0]), 0, 1e-12);
+        CHECK_NEAR(max_diff(got[1], want[1]), 0, 1e-12);
+        oar_pool_pop(p);
+    }
+    oar_executor_free(ex);
+    oar_graph_free(g);
+}
+
 static int drop_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     (void)ctx;
     out[0] = oar_dropout(in[0], 0.5, true);
@@ -250,6 +281,7 @@ int main(void) {
     RUN(test_mlp);
     RUN(test_cnn);
     RUN(test_function);
+    RUN(test_dynamic_means);
     RUN(test_plans_and_random);
     RUN(test_memory_plan);
     RUN(test_output_fed_back);

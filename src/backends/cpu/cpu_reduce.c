@@ -855,3 +855,18 @@ static int scan_run(const oar_kernel_call *c, scan_line_fn line, scan_block_fn b
 
 SCAN_ALL(cumsum, +=, 0)
 SCAN_ALL(cumprod, *=, 1)
+
+/* ---- size_of ---------------------------------------------------------------------
+ * The product of the dims iattr[0] selects from in[0]'s shape (its values are
+ * never read), stored as a 0-d float of the output's dtype. */
+static int k_size_of(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    double n = 1;
+    for (int d = 0; d < c->in[0].ndim; d++)
+        if ((c->iattr[0] >> d) & 1) n *= (double)c->in[0].shape[d];
+    oari_store_f64(c->out[0].data, (oar_dtype)c->out[0].dtype, n);
+    return 0;
+}
+
+const oari_cpu_kernels oari_cpu_k_size_of = {
+    [OAR_F16] = k_size_of, [OAR_BF16] = k_size_of, [OAR_F32] = k_size_of, [OAR_F64] = k_size_of};
