@@ -145,6 +145,18 @@ OAR_API int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const
  * output "next:x" = x - lr * grad:x. Feeding next:x back as x trains.
  * Returns the number of outputs added, or a negative status. */
 OAR_API int oar_graph_append_sgd(oar_graph *g, double lr);
+/* A traced AdamW step, as torch.optim.AdamW and oar_adamw_new (Adam when
+ * weight_decay is 0): for every input x with a "grad:x" output, adds the
+ * state inputs "adam_m:x" and "adam_v:x" (x's dtype and shape; zeros
+ * before the first step) and one input "adam_step" (float64, 0-d: the
+ * steps taken so far), and the outputs "next:x", "next:adam_m:x",
+ * "next:adam_v:x" and "next:adam_step". Feeding each next:* back as its
+ * input trains (oar_executor_update_in_place does it in place). Returns
+ * the number of outputs added (0 without gradients), or a negative status
+ * (invalid hyper-parameters: lr > 0, betas in [0, 1), eps >= 0,
+ * weight_decay >= 0; more than 64 parameters). */
+OAR_API int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, double eps,
+                                   double weight_decay);
 
 /* ---- passes ------------------------------------------------------------------- */
 

@@ -418,7 +418,7 @@ static const char *load(cg *c, int v, const idx *I) {
     const char *stride[OAR_MAX_DIMS];
     const char *lin;
     if (c->flat) {
-        lin = I->c[0];
+        lin = gv->ndim == 0 ? "0" : I->c[0]; /* a 0-d value: the same element everywhere */
     } else {
         if (gv->kind == OARI_V_CONST) {
             for (int d = 0; d < gv->ndim; d++)
@@ -745,7 +745,8 @@ bool oari_fusible(const oar_graph *g, int ni) {
 }
 
 /* Flat: every member is elementwise over exactly the root's shape (no
- * views, no broadcasting, no reductions), so one linear index serves all. */
+ * views, no broadcasting but of 0-d values, no reductions), so one linear
+ * index serves all. */
 static bool kernel_is_flat(const cg *c, int root_v) {
     const oar_graph *g = c->g;
     const oari_gvalue *r = &g->values[root_v];
@@ -757,7 +758,7 @@ static bool kernel_is_flat(const cg *c, int root_v) {
             return false;
         for (int k = 0; k < n->n_in; k++) {
             const oari_gvalue *v = &g->values[n->in[k]];
-            if (v->kind == OARI_V_CONST && v->constant->numel == 1) continue;
+            if (v->ndim == 0 || (v->kind == OARI_V_CONST && v->constant->numel == 1)) continue;
             if (v->kind == OARI_V_NODE && (oari_op_defs[g->nodes[v->producer].op]->flags & OARI_F_VIEW))
                 return false;
             if (v->kind == OARI_V_CONST && !oar_tensor_is_contiguous(v->constant)) return false;

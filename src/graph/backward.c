@@ -4,6 +4,7 @@
  * gradient nodes. Also a traced SGD update. */
 #include "ir.h"
 
+#include <math.h>
 #include <string.h>
 
 static void meta_of(const oari_gvalue *v, oari_meta *m) {
@@ -190,6 +191,141 @@ int oar_graph_append_sgd(oar_graph *g, double lr) {
     for (int v = 0; t && v < nv; v++) oar_tensor_release(t[v]);
     if (pool) oar_pool_pop(pool);
     oari_free(t, (size_t)(nv ? nv : 1) * sizeof *t);
+    if (!st) st = oar_graph_verify(g);
+    return st ? st : added;
+}
+
+/* Adds graph input `prefix` + name with v's dtype and shape (static dims). */
+static int add_state_input(oar_graph *g, const char *prefix, const char *name, const oari_gvalue *like) {
+    oari_gvalue meta = *like; /* copied: adding a value may move g->values */
+    int v = oari_graph_add_value(g, OARI_V_INPUT, meta.dtype, meta.ndim, meta.shape);
+    if (v < 0) return -1;
+    size_t len = strlen(prefix) + strlen(name) + 1;
+    char *s = oari_malloc(len);
+    int *a = s ? oari_realloc(g->inputs, (size_t)g->n_inputs * sizeof *a, (size_t)(g->n_inputs + 1) * sizeof *a)
+               : NULL;
+    if (!a) {
+        oari_free(s, len);
+        g->n_values--;
+        return -1;
+    }
+    snprintf(s, len, "%s%s", prefix, name);
+    g->values[v].name = s;
+    for (int d = 0; d < OAR_MAX_DIMS; d++) g->values[v].sym[d] = meta.sym[d];
+    g->inputs = a;
+    g->cap_inputs = g->n_inputs + 1;
+    g->inputs[g->n_inputs++] = v;
+    return v;
+}
+
+/* Moves nodes [from, g->n_nodes) that read only graph inputs, constants
+ * and each other to the front (the step count's bias corrections: every
+ * parameter's update reads them, and the "schedule" pass can then place
+ * each update as soon as its gradient exists). */
+static void hoist_input_only(oar_graph *g, int from) {
+    int nn = g->n_nodes;
+    bool *early = oari_calloc((size_t)nn, sizeof *early);
+    oari_gnode *tmp = oari_malloc((size_t)(nn ? nn : 1) * sizeof *tmp);
+    if (!early || !tmp) { /* only a worse order: leave it */
+        oari_free(early, (size_t)nn * sizeof *early);
+        oari_free(tmp, (size_t)(nn ? nn : 1) * sizeof *tmp);
+        return;
+    }
+    int k = 0;
+    for (int i = from; i < nn; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        bool ok = true;
+        for (int q = 0; q < n->n_in && ok; q++) {
+            int v = n->in[q];
+            ok = v < 0 || g->values[v].kind != OARI_V_NODE || early[g->values[v].producer];
+        }
+        if ((early[i] = ok)) tmp[k++] = *n;
+    }
+    for (int i = 0; i < from; i++) tmp[k++] = g->nodes[i];
+    for (int i = from; i < nn; i++)
+        if (!early[i]) tmp[k++] = g->nodes[i];
+    memcpy(g->nodes, tmp, (size_t)nn * sizeof *tmp);
+    for (int i = 0; i < nn; i++)
+        for (int j = 0; j < g->nodes[i].n_out; j++) g->values[g->nodes[i].out[j]].producer = i;
+    oari_free(early, (size_t)nn * sizeof *early);
+    oari_free(tmp, (size_t)nn * sizeof *tmp);
+}
+
+int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, double eps,
+                           double weight_decay) {
+    if (!g) return oari_error(OAR_ERR_INVALID, "graph_append_adamw: graph is NULL");
+    if (!(lr > 0) || !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(eps >= 0) ||
+        !(weight_decay >= 0))
+        return oari_error(OAR_ERR_INVALID, "graph_append_adamw: invalid lr %g, betas (%g, %g), eps %g or "
+                          "weight_decay %g (lr > 0, betas in [0, 1), eps and weight_decay >= 0)",
+                          lr, beta1, beta2, eps, weight_decay);
+    int n_in0 = g->n_inputs, n_out0 = g->n_outputs, n_nodes0 = g->n_nodes, added = 0, st = 0;
+    /* the state inputs first: the parameters that have a gradient */
+    int params[64], grads[64], np = 0;
+    for (int i = 0; i < n_in0; i++) {
+        const char *name = g->values[g->inputs[i]].name;
+        for (int j = 0; j < n_out0; j++)
+            if (!strncmp(g->output_names[j], "grad:", 5) && !strcmp(g->output_names[j] + 5, name)) {
+                if (np == 64)
+                    return oari_error(OAR_ERR_INVALID, "graph_append_adamw: more than 64 parameters");
+                params[np] = i;
+                grads[np++] = g->outputs[j];
+            }
+    }
+    if (!np) return 0;
+    int ms[64], vs[64], step;
+    oari_gvalue scalar = {.dtype = OAR_F64, .ndim = 0};
+    memset(scalar.sym, -1, sizeof scalar.sym);
+    for (int k = 0; k < np && !st; k++) {
+        const char *name = g->values[g->inputs[params[k]]].name;
+        if ((ms[k] = add_state_input(g, "adam_m:", name, &g->values[g->inputs[params[k]]])) < 0 ||
+            (vs[k] = add_state_input(g, "adam_v:", name, &g->values[g->inputs[params[k]]])) < 0)
+            st = OAR_ERR_NOMEM;
+    }
+    if (!st && (step = add_state_input(g, "", "adam_step", &scalar)) < 0) st = OAR_ERR_NOMEM;
+    if (st) return st;
+    int nv = g->n_values;
+    oar_tensor **t = oari_calloc((size_t)nv, sizeof *t);
+    void *tracer = t ? oari_trace_attach(g) : NULL;
+    oar_pool *pool = tracer ? oar_pool_push() : NULL;
+    if (!t || !tracer) st = t ? OAR_ERR_STATE : OAR_ERR_NOMEM;
+    if (!st) st = bind_values(g, nv, t);
+    /* torch.optim.AdamW (oar_adamw_new's formulas): step t = step + 1,
+     * bias corrections 1 - beta^t */
+    oar_tensor *tn = NULL, *bc1 = NULL, *sbc2 = NULL;
+    if (!st) {
+        tn = oar_add_scalar(t[step], 1);
+        bc1 = oar_neg(oar_add_scalar(oar_exp(oar_mul_scalar(tn, log(beta1 > 0 ? beta1 : 1e-300))), -1));
+        sbc2 = oar_sqrt(oar_neg(oar_add_scalar(oar_exp(oar_mul_scalar(tn, log(beta2 > 0 ? beta2 : 1e-300))), -1)));
+        if (!tn || !bc1 || !sbc2) st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+    }
+    for (int k = 0; k < np && !st; k++) {
+        const char *name = g->values[g->inputs[params[k]]].name;
+        oar_tensor *x = t[g->inputs[params[k]]], *gr = t[grads[k]], *m = t[ms[k]], *v = t[vs[k]];
+        if (weight_decay) x = oar_add(x, oar_mul_scalar(x, -lr * weight_decay));
+        oar_tensor *mn = oar_add(m, oar_mul_scalar(oar_sub(gr, m), 1 - beta1));
+        oar_tensor *vn = oar_add(v, oar_mul_scalar(oar_sub(oar_mul(gr, gr), v), 1 - beta2));
+        oar_tensor *den = oar_add_scalar(oar_div(oar_sqrt(vn), sbc2), eps);
+        oar_tensor *xn = oar_add(x, oar_div(oar_mul_scalar(oar_div(mn, den), -lr), bc1));
+        int vx = xn ? oari_trace_value_of(xn) : -1, vm = mn ? oari_trace_value_of(mn) : -1,
+            vv = vn ? oari_trace_value_of(vn) : -1;
+        if (vx < 0 || vm < 0 || vv < 0) {
+            st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+            break;
+        }
+        if ((st = add_output(g, vx, "next:", name)) || (st = add_output(g, vm, "next:adam_m:", name)) ||
+            (st = add_output(g, vv, "next:adam_v:", name)))
+            break;
+        added += 3;
+    }
+    int vt = !st ? oari_trace_value_of(tn) : -1;
+    if (!st && (vt < 0 || (st = add_output(g, vt, "next:", "adam_step")) == 0)) added++;
+    if (!st && vt < 0) st = OAR_ERR_NOMEM;
+    oari_trace_detach(tracer);
+    for (int v = 0; t && v < nv; v++) oar_tensor_release(t[v]);
+    if (pool) oar_pool_pop(pool);
+    oari_free(t, (size_t)nv * sizeof *t);
+    if (!st) hoist_input_only(g, n_nodes0);
     if (!st) st = oar_graph_verify(g);
     return st ? st : added;
 }

@@ -1,6 +1,8 @@
 /* Donated inputs and discarded outputs (oar_executor_donate,
  * _discard_output, _update_in_place): a train step that updates its
- * parameters in place trains as eager SGD does and plans less memory; an
+ * parameters in place trains as eager SGD does and plans less memory, and
+ * so does AdamW's (oar_graph_append_adamw, moments and step count in
+ * place too) against oar_adamw_new; an
  * output that cannot be made in place is copied in at the end; strided
  * and aliased inputs; every bad call fails with a message. */
 #include "graph_test_util.h"
@@ -78,6 +80,75 @@ static void train_in_place(bool compile) {
     for (int k = 0; k < 4; k++) oar_tensor_release(gp[k]);
     oar_graph_free(g);
     oar_module_free(c.m);
+}
+
+static int f_exp(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_exp(in[0]);
+    return out[0] ? 0 : -1;
+}
+
+/* AdamW (oar_graph_append_adamw) updated in place: parameters, both
+ * moments and the step count, five steps against oar_adamw_new. */
+static void adamw_in_place(bool compile) {
+    const double lr = 0.01, wd = 0.05;
+    loss_ctx c = {.m = make_mlp()};
+    oar_graph_input_spec specs[2] = {{.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {8, 8}},
+                                     {.name = "t", .dtype = OAR_F32, .ndim = 2, .shape = {8, 4}}};
+    oar_graph *g = oar_trace(loss_fn, &c, 2, specs, 1, &(oar_trace_options){.module = c.m, .params_as_inputs = true});
+    CHECK(g && oar_graph_append_backward(g, 0, 4, (int[]){2, 3, 4, 5}) == 1);
+    CHECK(oar_graph_append_adamw(g, lr, 0.9, 0.999, 1e-8, wd) == 13);
+    CHECK(oar_graph_num_inputs(g) == 15 && strcmp(oar_graph_input_name(g, 14), "adam_step") == 0);
+    CHECK(strcmp(oar_graph_input_name(g, 6), "adam_m:0.weight") == 0);
+    CHECK(oar_graph_optimize(g, OAR_PASSES_TRAINING, 0) == 0);
+    oar_tensor *params[4], *in[15], *out[18];
+    CHECK(oar_module_parameters(c.m, params, 4) == 4);
+    oar_pool *p = oar_pool_push();
+    in[0] = oar_randn(OAR_F32, 2, (int64_t[]){8, 8});
+    in[1] = oar_randn(OAR_F32, 2, (int64_t[]){8, 4});
+    for (int k = 0; k < 4; k++) {
+        in[2 + k] = oar_clone(params[k]);
+        in[6 + 2 * k] = oar_zeros_like(params[k]);
+        in[7 + 2 * k] = oar_zeros_like(params[k]);
+    }
+    in[14] = oar_zeros(OAR_F64, 0, NULL);
+    oar_executor *ex = oar_executor_new(g);
+    if (compile) CHECK(oar_executor_compile(ex) == 0);
+    CHECK(oar_executor_update_in_place(ex) == 13);
+    oar_optimizer *opt = oar_adamw_new(4, params, &(oar_adam_options){.lr = lr, .weight_decay = wd});
+    double worst = 0;
+    for (int step = 0; step < 5; step++) {
+        CHECK(oar_executor_run(ex, in, out) == 0);
+        double graph_loss = oar_tensor_item(out[0]);
+        for (int j = 5; j < 18; j++) CHECK(oar_executor_donated_in_place(ex, j) == 1);
+        oar_optim_zero_grad(opt);
+        oar_tensor *loss = NULL;
+        loss_fn(&c, in, &loss);
+        CHECK(oar_backward(loss, NULL) == 0 && oar_optim_step(opt) == 0);
+        worst = fmax(worst, fabs(oar_tensor_item(loss) - graph_loss));
+        for (int k = 0; k < 4; k++) worst = fmax(worst, max_diff(in[2 + k], params[k]));
+    }
+    CHECK(oar_tensor_item(in[14]) == 5);
+    CHECK_NEAR(worst, 0, 1e-6);
+    oar_optim_free(opt);
+    oar_executor_free(ex);
+    oar_pool_pop(p);
+    oar_graph_free(g);
+    oar_module_free(c.m);
+}
+
+static void test_adamw_in_place(void) {
+    adamw_in_place(false);
+    adamw_in_place(true);
+    /* bad hyper-parameters, and a graph without gradients */
+    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 1, .shape = {3}};
+    oar_graph *g = oar_trace(f_exp, NULL, 1, &s, 1, NULL);
+    CHECK_STATUS_FAILS(oar_graph_append_adamw(g, 0, 0.9, 0.999, 1e-8, 0), "invalid lr");
+    CHECK_STATUS_FAILS(oar_graph_append_adamw(g, 1e-3, 1, 0.999, 1e-8, 0), "betas");
+    CHECK_STATUS_FAILS(oar_graph_append_adamw(NULL, 1e-3, 0.9, 0.999, 1e-8, 0), "graph is NULL");
+    CHECK(oar_graph_append_adamw(g, 1e-3, 0.9, 0.999, 1e-8, 0) == 0);
+    CHECK(oar_graph_num_inputs(g) == 1);
+    oar_graph_free(g);
 }
 
 static void test_train_in_place(void) { train_in_place(false); }
@@ -224,6 +295,7 @@ static void test_bad_calls(void) {
 int main(void) {
     RUN(test_train_in_place);
     RUN(test_train_in_place_compiled);
+    RUN(test_adamw_in_place);
     RUN(test_copied_when_not_safe);
     RUN(test_strided_and_aliased_inputs);
     RUN(test_discard);

@@ -35,8 +35,16 @@ static void move_after(oar_graph *g, const bool *chain, int after, int *perm, oa
         for (int j = 0; j < g->nodes[i].n_out; j++) g->values[g->nodes[i].out[j]].producer = i;
 }
 
+/* An elementwise op or a view: cheap to move, so it may join a chain
+ * even when its output also leaves the graph (an optimizer's next moment,
+ * read by the parameter's update). */
+static bool cheap(const oari_gnode *n) {
+    const oari_op_def *def = oari_op_defs[n->op];
+    return def->fusion == OARI_FUSE_ELEMWISE || def->fusion == OARI_FUSE_BROADCAST || (def->flags & OARI_F_VIEW);
+}
+
 /* Marks in chain[] sink s and the producers whose outputs feed only the
- * chain (and leave the graph nowhere), walking back from s. */
+ * chain (and leave the graph nowhere, unless cheap), walking back from s. */
 static void find_chain(const oar_graph *g, int s, const int *uses, const int *outs, bool *chain,
                        int *chain_uses) {
     memset(chain, 0, (size_t)g->n_nodes * sizeof *chain);
@@ -48,7 +56,7 @@ static void find_chain(const oar_graph *g, int s, const int *uses, const int *ou
             bool only = n->n_out > 0;
             for (int j = 0; j < n->n_out && only; j++) {
                 int v = n->out[j];
-                only = !outs[v] && uses[v] > 0 && chain_uses[v] == uses[v];
+                only = (!outs[v] || cheap(n)) && uses[v] > 0 && chain_uses[v] == uses[v];
             }
             chain[i] = only;
         }
