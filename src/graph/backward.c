@@ -53,6 +53,17 @@ static int backward_nodes(oar_graph *g, int n0, const bool *req, oar_tensor **t,
         /* a copy: the rule's op calls append nodes, which may move g->nodes */
         oari_gnode node = g->nodes[i], *n = &node;
         if (n->dead) continue;
+        if (oari_is_ctrl(n->op)) { /* no gradient of cond / while nodes yet */
+            bool flows = false, needed = false;
+            for (int j = 0; j < n->n_out; j++) flows = flows || gr[n->out[j]];
+            for (int k = 0; k < n->n_in; k++) needed = needed || (n->in[k] >= 0 && req[n->in[k]]);
+            if (flows && needed)
+                return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: node %d is a %s node (oar_cond / "
+                                  "oar_while_loop traced on a traced value); graph gradients through "
+                                  "control flow are not implemented: differentiate eagerly (oar_grad)",
+                                  i, oari_gnode_def(n)->name);
+            continue;
+        }
         const oari_op_def *def = oari_op_defs[n->op];
         oar_tensor *gout[OARI_MAX_OUT], *out[OARI_MAX_OUT], *in[OARI_MAX_IN], *gin[OARI_MAX_IN];
         bool needs[OARI_MAX_IN], any_out = false, any_in = false;
@@ -120,7 +131,7 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
         const oari_gnode *n = &g->nodes[i];
         bool r = false;
         for (int k = 0; k < n->n_in; k++) r = r || (n->in[k] >= 0 && req[n->in[k]]);
-        if (n->dead || (oari_op_defs[n->op]->flags & OARI_F_NONDIFF)) r = false;
+        if (n->dead || (oari_gnode_def(n)->flags & OARI_F_NONDIFF)) r = false;
         for (int j = 0; j < n->n_out; j++) req[n->out[j]] = r && differentiable(g->values[n->out[j]].dtype);
     }
     int L = g->outputs[output];
