@@ -281,7 +281,8 @@ static int trace_while(oar_fn cond_fn, oar_fn body_fn, void *ctx, int n_vars, oa
 /* The truth of a one-element predicate; 0/1, or a negative status. */
 static int truth(const char *fn, const oar_tensor *p) {
     char sh[200];
-    if (!p) return oari_error(OAR_ERR_INVALID, "%s: the predicate is NULL", fn);
+    if (!p) /* a failed op made it: keep that op's message (DESIGN.md invariant 4) */
+        return oari_error_pending() ? OAR_ERR_INVALID : oari_error(OAR_ERR_INVALID, "%s: the predicate is NULL", fn);
     if (!p->storage)
         return oari_error(OAR_ERR_UNSUPPORTED, "%s: the predicate is a symbolic value %s; while tracing, "
                           "a loop records a graph node only when a loop variable is traced: pass the "
