@@ -126,9 +126,11 @@ OAR_API int oar_graph_freeze(oar_graph *g, oar_module *m);
  * variable's dtype and shape (else the trace fails naming the variable and
  * both shapes); at most 16 outputs / loop variables, and a sub-graph with
  * at most 64 inputs. The executor runs the branch taken / the loop
- * (max_iters is kept and checked at run time, with eager's error). Graph
- * gradients through these nodes are not implemented
- * (oar_graph_append_backward fails with OAR_ERR_UNSUPPORTED). A loop whose
+ * (max_iters is kept and checked at run time, with eager's error).
+ * oar_graph_append_backward differentiates a cond node into a cond of the
+ * branches' gradients (so again and again); through a while node, or a
+ * control node nested in a differentiated branch, it fails with
+ * OAR_ERR_UNSUPPORTED. A loop whose
  * variables are all concrete runs eagerly even while tracing; if its
  * predicate then reads a traced value the call fails: make that value a
  * loop variable. */
@@ -158,7 +160,7 @@ OAR_API int oar_while_loop(oar_fn cond_fn, oar_fn body_fn, void *ctx, int n_vars
  * (zeros for an input the output does not depend on). Returns the index of
  * the first new output, or a negative status (an op without a gradient
  * rule, an output that depends on none of the inputs; OAR_ERR_UNSUPPORTED
- * when the gradient would flow through a cond or while node). */
+ * when the gradient would flow through a while node). */
 OAR_API int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wrt);
 /* A traced SGD step: for every input x with a "grad:x" output, appends an
  * output "next:x" = x - lr * grad:x. Feeding next:x back as x trains.

@@ -48,26 +48,15 @@ static int bind_values(oar_graph *g, int nv, oar_tensor **t) {
     return 0;
 }
 
-static int backward_nodes(oar_graph *g, int n0, const bool *req, oar_tensor **t, oar_tensor **gr) {
+int oari_graph_backward_nodes(const oar_graph *g, int n0, const bool *req, oar_tensor **t, oar_tensor **gr) {
     for (int i = n0 - 1; i >= 0; i--) {
         /* a copy: the rule's op calls append nodes, which may move g->nodes */
         oari_gnode node = g->nodes[i], *n = &node;
         if (n->dead) continue;
-        if (oari_is_ctrl(n->op)) { /* no gradient of cond / while nodes yet */
-            bool flows = false, needed = false;
-            for (int j = 0; j < n->n_out; j++) flows = flows || gr[n->out[j]];
-            for (int k = 0; k < n->n_in; k++) needed = needed || (n->in[k] >= 0 && req[n->in[k]]);
-            if (flows && needed)
-                return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: node %d is a %s node (oar_cond / "
-                                  "oar_while_loop traced on a traced value); graph gradients through "
-                                  "control flow are not implemented: differentiate eagerly (oar_grad)",
-                                  i, oari_gnode_def(n)->name);
-            continue;
-        }
-        const oari_op_def *def = oari_op_defs[n->op];
-        oar_tensor *gout[OARI_MAX_OUT], *out[OARI_MAX_OUT], *in[OARI_MAX_IN], *gin[OARI_MAX_IN];
+        const oari_op_def *def = oari_gnode_def(n);
+        oar_tensor *gout[OARI_GMAX_OUT], *out[OARI_GMAX_OUT], *in[OARI_MAX_IN], *gin[OARI_MAX_IN];
         bool needs[OARI_MAX_IN], any_out = false, any_in = false;
-        oari_meta in_meta[OARI_MAX_IN], out_meta[OARI_MAX_OUT];
+        oari_meta in_meta[OARI_MAX_IN], out_meta[OARI_GMAX_OUT];
         for (int j = 0; j < n->n_out; j++) {
             gout[j] = gr[n->out[j]];
             out[j] = t[n->out[j]];
@@ -84,16 +73,25 @@ static int backward_nodes(oar_graph *g, int n0, const bool *req, oar_tensor **t,
             else memset(&in_meta[k], 0, sizeof in_meta[k]);
         }
         if (!any_out || !any_in) continue;
-        if (!def->grad)
-            return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: %s (node %d) has no gradient rule",
-                              def->name, i);
-        oari_grad_ctx c = {.op = n->op, .attrs = &n->attrs, .n_in = n->n_in, .n_out = n->n_out,
-                           .in = in, .in_meta = in_meta, .out = out, .out_meta = out_meta,
-                           .gout = gout, .needs = needs, .gin = gin};
-        int st = def->grad(&c);
-        if (st) {
-            if (!oari_error_pending()) oari_error(st, "graph_backward: the gradient rule of %s failed", def->name);
-            return st;
+        if (n->op == OARI_OP_WHILE)
+            return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: node %d is a while node (oar_while_loop "
+                              "traced on a traced value); graph gradients through loops are not "
+                              "implemented: differentiate eagerly (oar_grad)", i);
+        if (n->op == OARI_OP_COND) { /* a cond of the branches' gradients (control.c) */
+            int st = oari_cond_grad(n, in, gout, needs, gin);
+            if (st) return st;
+        } else {
+            if (!def->grad)
+                return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: %s (node %d) has no gradient rule",
+                                  def->name, i);
+            oari_grad_ctx c = {.op = n->op, .attrs = &n->attrs, .n_in = n->n_in, .n_out = n->n_out,
+                               .in = in, .in_meta = in_meta, .out = out, .out_meta = out_meta,
+                               .gout = gout, .needs = needs, .gin = gin};
+            int st = def->grad(&c);
+            if (st) {
+                if (!oari_error_pending()) oari_error(st, "graph_backward: the gradient rule of %s failed", def->name);
+                return st;
+            }
         }
         for (int k = 0; k < n->n_in; k++) {
             if (!needs[k] || !gin[k]) continue;
@@ -158,7 +156,7 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
         goto done;
     }
     gr[L] = seed;
-    if ((st = backward_nodes(g, n0, req, t, gr))) goto done;
+    if ((st = oari_graph_backward_nodes(g, n0, req, t, gr))) goto done;
     for (int k = 0; k < n_wrt && !st; k++) {
         int v = g->inputs[wrt[k]];
         oar_tensor *gw = gr[v] ? gr[v] : oar_mul_scalar(t[v], 0);

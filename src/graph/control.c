@@ -276,6 +276,108 @@ static int trace_while(oar_fn cond_fn, oar_fn body_fn, void *ctx, int n_vars, oa
     return st;
 }
 
+/* ---- gradients of cond nodes (backward.c) --------------------------------------- */
+
+/* What a gradient branch reads: the branch sub-graphs, then its inputs:
+ * the n_ops sub-graph inputs (operands and captures) followed by one
+ * gradient per output that has one (gout_of[]: which output); its
+ * outputs: the gradients of the sub-graph inputs need[0..n_need-1]. */
+typedef struct cond_grad {
+    const oar_graph *sub[2];
+    int n_ops, n_gout, n_need;
+    int gout_of[OARI_GMAX_OUT];
+    int need[MAX_CTRL_OUT];
+} cond_grad;
+
+static bool differentiable(oar_dtype d) { return oar_dtype_is_float(d) || oar_dtype_is_complex(d); }
+
+/* The vjp of sub-graph S: replays S's nodes on in[] through dispatch (so
+ * they trace into the branch being built), then runs their gradient rules
+ * backwards from the given output gradients. */
+static int grad_branch(const cond_grad *c, const oar_graph *S, oar_tensor *const *in, oar_tensor **out) {
+    int nv = S->n_values, st = 0;
+    size_t nb = (size_t)(nv ? nv : 1);
+    oar_tensor **t = oari_calloc(nb, sizeof *t), **gr = oari_calloc(nb, sizeof *gr);
+    bool *req = oari_calloc(nb, sizeof *req);
+    if (!t || !gr || !req) st = OAR_ERR_NOMEM;
+    for (int k = 0; k < c->n_ops && !st; k++) t[S->inputs[k]] = oar_tensor_retain(in[k]);
+    for (int m = 0; m < c->n_need && !st; m++) req[S->inputs[c->need[m]]] = true;
+    for (int i = 0; i < S->n_nodes && !st; i++) {
+        const oari_gnode *n = &S->nodes[i];
+        if (n->dead) continue;
+        if (oari_is_ctrl(n->op)) {
+            st = oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: a cond branch holds a %s node; graph "
+                            "gradients through nested control flow are not implemented",
+                            oari_gnode_def(n)->name);
+            break;
+        }
+        oar_tensor *ins[OARI_MAX_IN], *o[OARI_MAX_OUT] = {0};
+        for (int k = 0; k < n->n_in; k++) ins[k] = n->in[k] >= 0 ? t[n->in[k]] : NULL;
+        if ((st = oari_dispatch(n->op, n->n_in, ins, &n->attrs, o))) break;
+        bool r = false; /* which values need a gradient, as append_backward decides */
+        for (int k = 0; k < n->n_in; k++) r = r || (n->in[k] >= 0 && req[n->in[k]]);
+        if (oari_op_defs[n->op]->flags & OARI_F_NONDIFF) r = false;
+        for (int j = 0; j < n->n_out; j++) {
+            t[n->out[j]] = o[j];
+            req[n->out[j]] = r && differentiable(S->values[n->out[j]].dtype);
+        }
+    }
+    for (int g = 0; g < c->n_gout && !st; g++) {
+        int v = S->outputs[c->gout_of[g]];
+        oar_tensor *seed = in[c->n_ops + g];
+        if (!(gr[v] = gr[v] ? oar_add(gr[v], seed) : seed)) st = OAR_ERR_NOMEM;
+    }
+    if (!st) st = oari_graph_backward_nodes(S, S->n_nodes, req, t, gr);
+    for (int m = 0; m < c->n_need && !st; m++) {
+        int v = S->inputs[c->need[m]];
+        if (!(out[m] = gr[v] ? gr[v] : oar_mul_scalar(in[c->need[m]], 0)))
+            st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+    }
+    for (int v = 0; t && v < nv; v++) oar_tensor_release(t[v]);
+    oari_free(t, nb * sizeof *t);
+    oari_free(gr, nb * sizeof *gr);
+    oari_free(req, nb * sizeof *req);
+    return st;
+}
+
+static int then_grad(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)n_in, (void)n_out;
+    const cond_grad *c = ctx;
+    return grad_branch(c, c->sub[0], in, out);
+}
+
+static int else_grad(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)n_in, (void)n_out;
+    const cond_grad *c = ctx;
+    return grad_branch(c, c->sub[1], in, out);
+}
+
+int oari_cond_grad(const oari_gnode *n, oar_tensor *const *in, oar_tensor *const *gout, const bool *needs,
+                   oar_tensor **gin) {
+    cond_grad c = {.sub = {n->sub[0], n->sub[1]}, .n_ops = n->n_in - 1};
+    oar_tensor *ops[OARI_MAX_IN], *res[MAX_CTRL_OUT];
+    for (int k = 0; k < c.n_ops; k++) ops[k] = in[1 + k];
+    for (int j = 0; j < n->n_out; j++) {
+        if (!gout[j]) continue;
+        if (c.n_ops + c.n_gout == OARI_MAX_IN - 1)
+            return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: the gradient of a cond node needs more "
+                              "than %d inputs", OARI_MAX_IN - 1);
+        ops[c.n_ops + c.n_gout] = gout[j];
+        c.gout_of[c.n_gout++] = j;
+    }
+    for (int k = 0; k < c.n_ops; k++) {
+        if (!needs[1 + k]) continue;
+        if (c.n_need == MAX_CTRL_OUT)
+            return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: a cond node with more than %d inputs "
+                              "needing a gradient", MAX_CTRL_OUT);
+        c.need[c.n_need++] = k;
+    }
+    if (!c.n_need) return 0;
+    int st = oar_cond(in[0], then_grad, else_grad, &c, c.n_ops + c.n_gout, ops, c.n_need, res);
+    for (int m = 0; m < c.n_need && !st; m++) gin[1 + c.need[m]] = res[m];
+    return st;
+}
+
 /* ---- running eagerly ------------------------------------------------------------ */
 
 /* The truth of a one-element predicate; 0/1, or a negative status. */

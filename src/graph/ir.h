@@ -151,6 +151,18 @@ OARI_HIDDEN int oari_exec_control(oari_ctrl_exec **state, const oari_gnode *n, i
                                   oar_tensor *const *in, oar_tensor *const *out);
 OARI_HIDDEN void oari_exec_control_free(oari_ctrl_exec *state);
 
+/* ---- gradients on the graph (backward.c, control.c) ---------------------- */
+/* Calls the gradient rules of g's nodes [0, n0) in reverse on t[] (tensors
+ * standing for g's values, traced onto the current graph), accumulating
+ * gradients in gr[] (pool-owned); req[v]: value v needs a gradient. */
+OARI_HIDDEN int oari_graph_backward_nodes(const oar_graph *g, int n0, const bool *req, oar_tensor **t,
+                                          oar_tensor **gr);
+/* The gradient of cond node n (in[]: its inputs' tensors, gout[] its
+ * outputs' gradients or NULL): a cond node whose branches are the vjps of
+ * n's, traced onto the current graph; sets gin[k] for every needs[k]. */
+OARI_HIDDEN int oari_cond_grad(const oari_gnode *n, oar_tensor *const *in, oar_tensor *const *gout,
+                               const bool *needs, oar_tensor **gin);
+
 /* ---- passes (src/graph/passes/, one file each) --------------------------- */
 /* Each returns the number of changes (>= 0) or a negative status. */
 OARI_HIDDEN int oari_pass_dce(oar_graph *g);

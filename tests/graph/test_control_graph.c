@@ -471,6 +471,48 @@ static void test_malformed(void) {
     oar_pool_pop(p);
 }
 
+/* ---- graph gradients through a cond node ---------------------------------------- */
+
+/* cond_model's output 0 summed: then x*x + w + bias + 1, else exp(-x) * w + 1.
+ * First order (closed forms): then d/dx = 2x, d/dw = N; else d/dx =
+ * -exp(-x) w, d/dw = sum over rows of exp(-x). Second order of sum(d/dx)
+ * by x: then 2, else exp(-x) w. */
+static void test_cond_gradient(void) {
+    oar_pool *p = oar_pool_push();
+    model_ctx m = {.bias = vec(3, (float[]){0.5f, -1, 2})};
+    oar_graph *g = trace_cond_model(&m);
+    CHECK(g != NULL);
+    if (!g) return;
+    int first = oar_graph_append_backward(g, 0, 2, (int[]){0, 1});
+    CHECK(first == 2);
+    CHECK(oar_graph_count_op(g, "cond") == 2); /* the forward one and the gradient one */
+    int second = oar_graph_append_backward(g, 2, 1, (int[]){0});
+    CHECK(second == 4);
+    CHECK(oar_graph_count_op(g, "cond") == 3);
+    CHECK(oar_graph_optimize(g, OAR_PASSES_TRAINING, 0) == 0);
+    oar_executor *ex = oar_executor_new(g);
+    oar_tensor *w = vec(3, (float[]){1, 2, -3});
+    float xv[2][6] = {{1, 2, 3, -1, 0.5f, 0.25f}, {-1, -2, 0.5f, 0.1f, -0.3f, 0.2f}};
+    for (int c = 0; c < 2; c++) {
+        oar_tensor *x = mat(2, 3, xv[c]), *o[5];
+        CHECK(oar_executor_run(ex, (oar_tensor *[]){x, w}, o) == 0);
+        double gx[6], gw[3] = {0, 0, 0}, hx[6];
+        const float *wv = (const float[]){1, 2, -3};
+        for (int i = 0; i < 6; i++) {
+            double e = exp(-(double)xv[c][i]);
+            gx[i] = c == 0 ? 2.0 * xv[c][i] : -e * wv[i % 3];
+            gw[i % 3] += c == 0 ? 1 : e;
+            hx[i] = c == 0 ? 2 : e * wv[i % 3];
+        }
+        CHECK_VALUES(o[2], gx, 6, 1e-5);
+        CHECK_VALUES(o[3], gw, 3, 1e-5);
+        CHECK_VALUES(o[4], hx, 6, 1e-5);
+    }
+    oar_executor_free(ex);
+    oar_graph_free(g);
+    oar_pool_pop(p);
+}
+
 /* ---- trace-time errors and limits ----------------------------------------------- */
 
 static int widen_body(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
@@ -528,13 +570,15 @@ static void test_trace_errors(void) {
     CHECK_FAILS(oar_trace(disagree_model, &m, 1, &s, 1, NULL),
                 "output 0 is float32 [3] in the then branch but float32 [] in the else branch");
     CHECK_FAILS(oar_trace(uncarried_model, &m, 1, &s, 1, NULL), "pass the traced values the loop reads as loop variables");
-    /* graph backward through a control node is refused with a clear message */
-    oar_graph *g = trace_cond_model(&(model_ctx){.bias = vec(3, (float[]){0, 0, 0})});
+    /* graph backward through a while node is refused with a clear message */
+    model_ctx w = {.limit = 100, .max_iters = -1};
+    oar_graph_input_spec s2[2] = {s, {.name = "y", .dtype = OAR_F32, .ndim = 1, .shape = {3}}};
+    oar_graph *g = oar_trace(while_model, &w, 2, s2, 2, NULL);
     CHECK(g != NULL);
     if (g) {
         oar_clear_error();
-        CHECK(oar_graph_append_backward(g, 1, 1, (int[]){0}) == OAR_ERR_UNSUPPORTED);
-        CHECK(strstr(oar_last_error(), "cond node") && strstr(oar_last_error(), "not implemented"));
+        CHECK(oar_graph_append_backward(g, 0, 1, (int[]){0}) == OAR_ERR_UNSUPPORTED);
+        CHECK(strstr(oar_last_error(), "while node") && strstr(oar_last_error(), "not implemented"));
         oar_graph_free(g);
     }
     oar_pool_pop(p);
@@ -548,6 +592,7 @@ int main(void) {
     RUN(test_passes);
     RUN(test_save_load);
     RUN(test_malformed);
+    RUN(test_cond_gradient);
     RUN(test_trace_errors);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
