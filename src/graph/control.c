@@ -72,7 +72,8 @@ static int trace_branch(const char *what, oar_fn fn, void *ctx, int n_in, const 
     for (int j = 0; j < n_out && !st; j++) {
         char buf[32];
         snprintf(buf, sizeof buf, "out%d", j);
-        if (!res[j]) st = oari_error(OAR_ERR_INVALID, "%s left output %d NULL", what, j);
+        if (!res[j]) /* an op that failed inside keeps its message */
+            st = oari_error_pending() ? OAR_ERR_INVALID : oari_error(OAR_ERR_INVALID, "%s left output %d NULL", what, j);
         else if ((g->outputs[j] = oari_trace_value_of(res[j])) < 0)
             st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
         else if (!(g->output_names[j] = oari_strdup(buf)))

@@ -561,6 +561,43 @@ static int uncarried_model(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     return oar_while_loop(uncarried_cond, count_up, ctx, 1, &i0, -1, out);
 }
 
+/* the then branch keeps a symbolic tensor that the else branch reads */
+static oar_tensor *stash;
+
+static int stash_then(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)ctx, (void)n_in, (void)n_out;
+    out[0] = oar_exp(in[0]);
+    stash = oar_tensor_retain(out[0]); /* kept past the branch (the misuse under test) */
+    return 0;
+}
+
+static int stash_else(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)ctx, (void)n_in, (void)n_out;
+    out[0] = oar_add(in[0], stash);
+    return 0;
+}
+
+static int escape_model(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    oar_tensor *pred = oar_gt(oar_sum(in[0], 0, NULL, false), oar_scalar(0));
+    return oar_cond(pred, stash_then, stash_else, ctx, 1, in, 1, out);
+}
+
+/* a cond whose then branch holds a while loop: differentiating it is refused */
+static int loop_branch(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)n_in, (void)n_out;
+    oar_tensor *init[2] = {in[0], oar_scalar(0)}, *o[2];
+    int st = oar_while_loop(below, grow_body, ctx, 2, init, -1, o);
+    out[0] = st ? NULL : o[0];
+    return st;
+}
+
+static int loop_in_cond_model(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    model_ctx *m = ctx;
+    m->y = in[0];
+    oar_tensor *pred = oar_gt(oar_sum(in[0], 0, NULL, false), oar_scalar(0));
+    return oar_cond(pred, loop_branch, times3, ctx, 1, in, 1, out);
+}
+
 static void test_trace_errors(void) {
     oar_pool *p = oar_pool_push();
     model_ctx m = {.limit = 100};
@@ -570,6 +607,16 @@ static void test_trace_errors(void) {
     CHECK_FAILS(oar_trace(disagree_model, &m, 1, &s, 1, NULL),
                 "output 0 is float32 [3] in the then branch but float32 [] in the else branch");
     CHECK_FAILS(oar_trace(uncarried_model, &m, 1, &s, 1, NULL), "pass the traced values the loop reads as loop variables");
+    CHECK_FAILS(oar_trace(escape_model, &m, 1, &s, 1, NULL), "reads a symbolic tensor of another trace");
+    oar_tensor_release(stash);
+    oar_graph *lc = oar_trace(loop_in_cond_model, &m, 1, &s, 1, NULL);
+    CHECK(lc != NULL);
+    if (lc) {
+        oar_clear_error();
+        CHECK(oar_graph_append_backward(lc, 0, 1, (int[]){0}) == OAR_ERR_UNSUPPORTED);
+        CHECK(strstr(oar_last_error(), "holds a while node") && strstr(oar_last_error(), "nested control flow"));
+        oar_graph_free(lc);
+    }
     /* graph backward through a while node is refused with a clear message */
     model_ctx w = {.limit = 100, .max_iters = -1};
     oar_graph_input_spec s2[2] = {s, {.name = "y", .dtype = OAR_F32, .ndim = 1, .shape = {3}}};
