@@ -201,7 +201,8 @@ OAR_API void oar_executor_free(oar_executor *ex);
 OAR_API int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs);
 /* Bytes of the arena planned for the last input shape (the planned peak of
  * intermediate memory), and the bytes the same values would take without
- * buffer reuse. -1 before the first run. */
+ * buffer reuse (the sub-graphs of cond / while nodes run from arenas of
+ * their own, not counted here). -1 before the first run. */
 OAR_API int64_t oar_executor_planned_bytes(const oar_executor *ex);
 OAR_API int64_t oar_executor_unplanned_bytes(const oar_executor *ex);
 /* How many times the executor planned an arena (once per input shape,
