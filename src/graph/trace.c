@@ -96,9 +96,10 @@ static int resolve(oari_tracer *tr, oar_tensor *t, const char *op) {
     char buf[32];
     snprintf(buf, sizeof buf, "cap%d", tr->n_caps);
     int *ins = oari_realloc(g->inputs, (size_t)g->cap_inputs * sizeof *ins, (size_t)(g->n_inputs + 1) * sizeof *ins);
-    if (!(g->values[iv].name = oari_strdup(buf)) || !ins) return -1;
+    if (!ins) return -1;
     g->inputs = ins;
     g->cap_inputs = g->n_inputs + 1;
+    if (!(g->values[iv].name = oari_strdup(buf))) return -1;
     g->inputs[g->n_inputs++] = iv;
     tr->cap_outer[tr->n_caps] = pv;
     tr->cap_inner[tr->n_caps++] = iv;
