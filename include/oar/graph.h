@@ -128,8 +128,11 @@ OAR_API int oar_graph_freeze(oar_graph *g, oar_module *m);
  * at most 64 inputs. The executor runs the branch taken / the loop
  * (max_iters is kept and checked at run time, with eager's error).
  * oar_graph_append_backward differentiates a cond node into a cond of the
- * branches' gradients (so again and again); through a while node, or a
- * control node nested in a differentiated branch, it fails with
+ * branches' gradients (which differentiates again), and a while node into
+ * loops that count the trips and pull gradients back one body step at a
+ * time, recomputing that step's variables from the start (O(n^2) body
+ * steps for n trips, nothing stored per trip); through a control node
+ * nested in a differentiated branch or body it fails with
  * OAR_ERR_UNSUPPORTED. A loop whose
  * variables are all concrete runs eagerly even while tracing; if its
  * predicate then reads a traced value the call fails: make that value a
@@ -160,7 +163,8 @@ OAR_API int oar_while_loop(oar_fn cond_fn, oar_fn body_fn, void *ctx, int n_vars
  * (zeros for an input the output does not depend on). Returns the index of
  * the first new output, or a negative status (an op without a gradient
  * rule, an output that depends on none of the inputs; OAR_ERR_UNSUPPORTED
- * when the gradient would flow through a while node). */
+ * when the gradient would flow through control flow nested in a cond
+ * branch or while body). */
 OAR_API int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wrt);
 /* A traced SGD step: for every input x with a "grad:x" output, appends an
  * output "next:x" = x - lr * grad:x. Feeding next:x back as x trains.

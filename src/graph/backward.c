@@ -73,12 +73,9 @@ int oari_graph_backward_nodes(const oar_graph *g, int n0, const bool *req, oar_t
             else memset(&in_meta[k], 0, sizeof in_meta[k]);
         }
         if (!any_out || !any_in) continue;
-        if (n->op == OARI_OP_WHILE)
-            return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: node %d is a while node (oar_while_loop "
-                              "traced on a traced value); graph gradients through loops are not "
-                              "implemented: differentiate eagerly (oar_grad)", i);
-        if (n->op == OARI_OP_COND) { /* a cond of the branches' gradients (control.c) */
-            int st = oari_cond_grad(n, in, gout, needs, gin);
+        if (oari_is_ctrl(n->op)) { /* control.c: a cond of the branches' gradients; loops for a while */
+            int st = n->op == OARI_OP_COND ? oari_cond_grad(n, in, gout, needs, gin)
+                                           : oari_while_grad(n, in, gout, needs, gin);
             if (st) return st;
         } else {
             if (!def->grad)

@@ -292,23 +292,26 @@ typedef struct cond_grad {
 
 static bool differentiable(oar_dtype d) { return oar_dtype_is_float(d) || oar_dtype_is_complex(d); }
 
-/* The vjp of sub-graph S: replays S's nodes on in[] through dispatch (so
- * they trace into the branch being built), then runs their gradient rules
- * backwards from the given output gradients. */
-static int grad_branch(const cond_grad *c, const oar_graph *S, oar_tensor *const *in, oar_tensor **out) {
+/* Replays sub-graph S on in[] (one per S input) through dispatch, so its
+ * nodes trace into the graph being built. vals (optional) get its outputs'
+ * values. With n_need > 0 it then runs the gradient rules backwards from
+ * seeds[j] (output j's gradient; NULL: none) and sets grad[m] to the
+ * gradient of input need[m] (zeros where independent). Results pool-owned. */
+static int replay_sub(const oar_graph *S, oar_tensor *const *in, oar_tensor **vals, oar_tensor *const *seeds,
+                      int n_need, const int *need, oar_tensor **grad) {
     int nv = S->n_values, st = 0;
     size_t nb = (size_t)(nv ? nv : 1);
     oar_tensor **t = oari_calloc(nb, sizeof *t), **gr = oari_calloc(nb, sizeof *gr);
     bool *req = oari_calloc(nb, sizeof *req);
     if (!t || !gr || !req) st = OAR_ERR_NOMEM;
-    for (int k = 0; k < c->n_ops && !st; k++) t[S->inputs[k]] = oar_tensor_retain(in[k]);
-    for (int m = 0; m < c->n_need && !st; m++) req[S->inputs[c->need[m]]] = true;
+    for (int k = 0; k < S->n_inputs && !st; k++) t[S->inputs[k]] = oar_tensor_retain(in[k]);
+    for (int m = 0; m < n_need && !st; m++) req[S->inputs[need[m]]] = true;
     for (int i = 0; i < S->n_nodes && !st; i++) {
         const oari_gnode *n = &S->nodes[i];
         if (n->dead) continue;
         if (oari_is_ctrl(n->op)) {
-            st = oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: a cond branch holds a %s node; graph "
-                            "gradients through nested control flow are not implemented",
+            st = oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: a branch or loop body holds a %s node; "
+                            "graph gradients through nested control flow are not implemented",
                             oari_gnode_def(n)->name);
             break;
         }
@@ -323,15 +326,16 @@ static int grad_branch(const cond_grad *c, const oar_graph *S, oar_tensor *const
             req[n->out[j]] = r && differentiable(S->values[n->out[j]].dtype);
         }
     }
-    for (int g = 0; g < c->n_gout && !st; g++) {
-        int v = S->outputs[c->gout_of[g]];
-        oar_tensor *seed = in[c->n_ops + g];
-        if (!(gr[v] = gr[v] ? oar_add(gr[v], seed) : seed)) st = OAR_ERR_NOMEM;
+    for (int j = 0; vals && j < S->n_outputs && !st; j++)
+        if (!(vals[j] = oari_pool_adopt(oar_tensor_retain(t[S->outputs[j]])))) st = OAR_ERR_NOMEM;
+    for (int j = 0; n_need && j < S->n_outputs && !st; j++) {
+        int v = S->outputs[j];
+        if (seeds[j] && !(gr[v] = gr[v] ? oar_add(gr[v], seeds[j]) : seeds[j])) st = OAR_ERR_NOMEM;
     }
-    if (!st) st = oari_graph_backward_nodes(S, S->n_nodes, req, t, gr);
-    for (int m = 0; m < c->n_need && !st; m++) {
-        int v = S->inputs[c->need[m]];
-        if (!(out[m] = gr[v] ? gr[v] : oar_mul_scalar(in[c->need[m]], 0)))
+    if (!st && n_need) st = oari_graph_backward_nodes(S, S->n_nodes, req, t, gr);
+    for (int m = 0; m < n_need && !st; m++) {
+        int v = S->inputs[need[m]];
+        if (!(grad[m] = gr[v] ? gr[v] : oar_mul_scalar(in[need[m]], 0)))
             st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
     }
     for (int v = 0; t && v < nv; v++) oar_tensor_release(t[v]);
@@ -339,6 +343,13 @@ static int grad_branch(const cond_grad *c, const oar_graph *S, oar_tensor *const
     oari_free(gr, nb * sizeof *gr);
     oari_free(req, nb * sizeof *req);
     return st;
+}
+
+/* The vjp of branch S given the output gradients after the operands. */
+static int grad_branch(const cond_grad *c, const oar_graph *S, oar_tensor *const *in, oar_tensor **out) {
+    oar_tensor *seeds[OARI_GMAX_OUT] = {0};
+    for (int g = 0; g < c->n_gout; g++) seeds[c->gout_of[g]] = in[c->n_ops + g];
+    return replay_sub(S, in, NULL, seeds, c->n_need, c->need, out);
 }
 
 static int then_grad(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
@@ -377,6 +388,120 @@ int oari_cond_grad(const oari_gnode *n, oar_tensor *const *in, oar_tensor *const
     int st = oar_cond(in[0], then_grad, else_grad, &c, c.n_ops + c.n_gout, ops, c.n_need, res);
     for (int m = 0; m < c.n_need && !st; m++) gin[1 + c.need[m]] = res[m];
     return st;
+}
+
+/* ---- gradients of while nodes (backward.c) -------------------------------------- */
+
+/* The gradient of a while node by recomputation, in graph nodes: a loop
+ * counts the trips n (replaying cond and body), then a loop runs
+ * j = n..1, each step replaying the body j-1 times from the initial values
+ * (a nested loop) to get the variables it read, and pulling the variables'
+ * gradients back through one body step (its vjp), summing the captures'.
+ * O(n^2) body steps, constant memory; nothing is stored per iteration. */
+typedef struct while_grad {
+    const oar_graph *cond, *body;
+    int n_vars, n_caps;
+    oar_tensor *const *init;  /* the node's inputs: variables, then captures */
+    oar_tensor *m;            /* set: the replay loop stops after m steps */
+    int n_dvar, dvar[MAX_CTRL_OUT];   /* differentiable variables */
+    int n_dcap, dcap[MAX_CTRL_OUT];   /* captures needing a gradient */
+} while_grad;
+
+static void sub_ins(const while_grad *w, oar_tensor *const *vars, oar_tensor **ins) {
+    memcpy(ins, vars, (size_t)w->n_vars * sizeof *ins);
+    if (w->n_caps) memcpy(ins + w->n_vars, w->init + w->n_vars, (size_t)w->n_caps * sizeof *ins);
+}
+
+/* replay loop over (variables..., i): the forward predicate (counting), or i < m */
+static int replay_cond(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)n_in, (void)n_out;
+    const while_grad *w = ctx;
+    if (w->m) {
+        out[0] = oar_lt(in[w->n_vars], w->m);
+        return out[0] ? 0 : OAR_ERR_INVALID;
+    }
+    oar_tensor *ins[OARI_MAX_IN];
+    sub_ins(w, in, ins);
+    return replay_sub(w->cond, ins, out, NULL, 0, NULL, NULL);
+}
+
+static int replay_body(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)n_in, (void)n_out;
+    const while_grad *w = ctx;
+    oar_tensor *ins[OARI_MAX_IN];
+    sub_ins(w, in, ins);
+    int st = replay_sub(w->body, ins, out, NULL, 0, NULL, NULL);
+    if (!st && !(out[w->n_vars] = oar_add_scalar(in[w->n_vars], 1))) st = OAR_ERR_INVALID;
+    return st;
+}
+
+/* backward loop over (j, variable gradients..., capture gradients...) */
+static int back_cond(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)ctx, (void)n_in, (void)n_out;
+    out[0] = oar_gt(in[0], oar_scalar(0));
+    return out[0] ? 0 : OAR_ERR_INVALID;
+}
+
+static int back_body(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)n_in, (void)n_out;
+    while_grad *w = ctx;
+    int nv = w->n_vars, st;
+    oar_tensor *m = oar_add_scalar(in[0], -1), *rv[MAX_CTRL_OUT + 1], *x[MAX_CTRL_OUT + 1];
+    if (!m) return OAR_ERR_INVALID;
+    memcpy(rv, w->init, (size_t)nv * sizeof *rv);
+    rv[nv] = oar_scalar(0);
+    oar_tensor *outer_m = w->m;
+    w->m = m;
+    st = oar_while_loop(replay_cond, replay_body, w, nv + 1, rv, -1, x); /* the variables step j-1 read */
+    w->m = outer_m;
+    if (st) return st;
+    oar_tensor *ins[OARI_MAX_IN], *seeds[OARI_GMAX_OUT], *grad[2 * MAX_CTRL_OUT];
+    int need[2 * MAX_CTRL_OUT], n_need = 0;
+    sub_ins(w, x, ins);
+    for (int k = 0; k < nv; k++) seeds[k] = in[1 + k];
+    for (int k = 0; k < w->n_dvar; k++) need[n_need++] = w->dvar[k];
+    for (int c = 0; c < w->n_dcap; c++) need[n_need++] = nv + w->dcap[c];
+    if ((st = replay_sub(w->body, ins, NULL, seeds, n_need, need, grad))) return st;
+    out[0] = m;
+    for (int k = 0; k < nv; k++) out[1 + k] = in[1 + k]; /* not differentiable: zeros stay */
+    for (int k = 0; k < w->n_dvar; k++) out[1 + w->dvar[k]] = grad[k];
+    for (int c = 0; c < w->n_dcap; c++)
+        if (!(out[1 + nv + c] = oar_add(in[1 + nv + c], grad[w->n_dvar + c]))) return OAR_ERR_INVALID;
+    return 0;
+}
+
+int oari_while_grad(const oari_gnode *n, oar_tensor *const *in, oar_tensor *const *gout, const bool *needs,
+                    oar_tensor **gin) {
+    while_grad w = {.cond = n->sub[0], .body = n->sub[1], .n_vars = n->n_out, .n_caps = n->n_in - n->n_out,
+                    .init = in};
+    int nv = w.n_vars;
+    for (int k = 0; k < nv; k++)
+        if (differentiable(w.body->values[w.body->inputs[k]].dtype)) w.dvar[w.n_dvar++] = k;
+    for (int c = 0; c < w.n_caps; c++)
+        if (needs[nv + c] && w.n_dcap < MAX_CTRL_OUT) w.dcap[w.n_dcap++] = c;
+        else if (needs[nv + c]) w.n_dcap = MAX_CTRL_OUT + 1;
+    if (1 + nv + w.n_dcap > MAX_CTRL_OUT)
+        return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: the gradient of a while node with %d variables "
+                          "and %d captures needing gradients needs more than %d loop variables", nv, w.n_dcap,
+                          MAX_CTRL_OUT);
+    /* the trip count */
+    oar_tensor *cv[MAX_CTRL_OUT + 1], *co[MAX_CTRL_OUT + 1];
+    memcpy(cv, in, (size_t)nv * sizeof *cv);
+    cv[nv] = oar_scalar(0);
+    int st = oar_while_loop(replay_cond, replay_body, &w, nv + 1, cv, -1, co);
+    if (st) return st;
+    /* j = n..1 */
+    oar_tensor *bv[MAX_CTRL_OUT], *bo[MAX_CTRL_OUT];
+    bv[0] = co[nv];
+    for (int k = 0; k < nv; k++)
+        if (!(bv[1 + k] = gout[k] ? gout[k] : oar_mul_scalar(in[k], 0))) return OAR_ERR_INVALID;
+    for (int c = 0; c < w.n_dcap; c++)
+        if (!(bv[1 + nv + c] = oar_mul_scalar(in[nv + w.dcap[c]], 0))) return OAR_ERR_INVALID;
+    if ((st = oar_while_loop(back_cond, back_body, &w, 1 + nv + w.n_dcap, bv, -1, bo))) return st;
+    for (int k = 0; k < nv; k++)
+        if (needs[k]) gin[k] = bo[1 + k];
+    for (int c = 0; c < w.n_dcap; c++) gin[nv + w.dcap[c]] = bo[1 + nv + c];
+    return 0;
 }
 
 /* ---- running eagerly ------------------------------------------------------------ */

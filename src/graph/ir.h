@@ -162,6 +162,10 @@ OARI_HIDDEN int oari_graph_backward_nodes(const oar_graph *g, int n0, const bool
  * n's, traced onto the current graph; sets gin[k] for every needs[k]. */
 OARI_HIDDEN int oari_cond_grad(const oari_gnode *n, oar_tensor *const *in, oar_tensor *const *gout,
                                const bool *needs, oar_tensor **gin);
+/* The same for while node n: loops counting the trips and running the
+ * body's vjp backwards, recomputing each step's variables from the start. */
+OARI_HIDDEN int oari_while_grad(const oari_gnode *n, oar_tensor *const *in, oar_tensor *const *gout,
+                                const bool *needs, oar_tensor **gin);
 
 /* ---- passes (src/graph/passes/, one file each) --------------------------- */
 /* Each returns the number of changes (>= 0) or a negative status. */
