@@ -131,9 +131,8 @@ OAR_API int oar_graph_freeze(oar_graph *g, oar_module *m);
  * branches' gradients (which differentiates again), and a while node into
  * loops that count the trips and pull gradients back one body step at a
  * time, recomputing that step's variables from the start (O(n^2) body
- * steps for n trips, nothing stored per trip); through a control node
- * nested in a differentiated branch or body it fails with
- * OAR_ERR_UNSUPPORTED. A loop whose
+ * steps for n trips, nothing stored per trip); nested control flow is
+ * differentiated alike. A loop whose
  * variables are all concrete runs eagerly even while tracing; if its
  * predicate then reads a traced value the call fails: make that value a
  * loop variable. */
@@ -162,9 +161,7 @@ OAR_API int oar_while_loop(oar_fn cond_fn, oar_fn body_fn, void *ctx, int n_vars
  * own gradient rules, and adds one output "grad:<input name>" per entry
  * (zeros for an input the output does not depend on). Returns the index of
  * the first new output, or a negative status (an op without a gradient
- * rule, an output that depends on none of the inputs; OAR_ERR_UNSUPPORTED
- * when the gradient would flow through control flow nested in a cond
- * branch or while body). */
+ * rule, an output that depends on none of the inputs). */
 OAR_API int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wrt);
 /* A traced SGD step: for every input x with a "grad:x" output, appends an
  * output "next:x" = x - lr * grad:x. Feeding next:x back as x trains.

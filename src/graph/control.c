@@ -292,6 +292,51 @@ typedef struct cond_grad {
 
 static bool differentiable(oar_dtype d) { return oar_dtype_is_float(d) || oar_dtype_is_complex(d); }
 
+static int replay_sub(const oar_graph *S, oar_tensor *const *in, oar_tensor **vals, oar_tensor *const *seeds,
+                      int n_need, const int *need, oar_tensor **grad);
+
+/* Replaying a control node nested in S: oar_cond / oar_while_loop again,
+ * with callbacks replaying its sub-graphs (the loop's captures through ctx). */
+typedef struct replay_ctx {
+    const oari_gnode *n;
+    oar_tensor *const *caps;
+} replay_ctx;
+
+static int replay_then(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)n_in, (void)n_out;
+    return replay_sub(((replay_ctx *)ctx)->n->sub[0], in, out, NULL, 0, NULL, NULL);
+}
+
+static int replay_else(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)n_in, (void)n_out;
+    return replay_sub(((replay_ctx *)ctx)->n->sub[1], in, out, NULL, 0, NULL, NULL);
+}
+
+static int replay_loop_part(const replay_ctx *rc, int part, oar_tensor *const *vars, oar_tensor **out) {
+    const oari_gnode *n = rc->n;
+    oar_tensor *ins[OARI_MAX_IN];
+    memcpy(ins, vars, (size_t)n->n_out * sizeof *ins);
+    if (n->n_in > n->n_out) memcpy(ins + n->n_out, rc->caps, (size_t)(n->n_in - n->n_out) * sizeof *ins);
+    return replay_sub(n->sub[part], ins, out, NULL, 0, NULL, NULL);
+}
+
+static int replay_wcond(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)n_in, (void)n_out;
+    return replay_loop_part(ctx, 0, in, out);
+}
+
+static int replay_wbody(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)n_in, (void)n_out;
+    return replay_loop_part(ctx, 1, in, out);
+}
+
+/* o[] get n's results (pool-owned). */
+static int replay_ctrl(const oari_gnode *n, oar_tensor *const *ins, oar_tensor **o) {
+    replay_ctx rc = {.n = n, .caps = ins + n->n_out};
+    if (n->op == OARI_OP_COND) return oar_cond(ins[0], replay_then, replay_else, &rc, n->n_in - 1, ins + 1, n->n_out, o);
+    return oar_while_loop(replay_wcond, replay_wbody, &rc, n->n_out, ins, n->attrs.i[0], o);
+}
+
 /* Replays sub-graph S on in[] (one per S input) through dispatch, so its
  * nodes trace into the graph being built. vals (optional) get its outputs'
  * values. With n_need > 0 it then runs the gradient rules backwards from
@@ -309,18 +354,17 @@ static int replay_sub(const oar_graph *S, oar_tensor *const *in, oar_tensor **va
     for (int i = 0; i < S->n_nodes && !st; i++) {
         const oari_gnode *n = &S->nodes[i];
         if (n->dead) continue;
-        if (oari_is_ctrl(n->op)) {
-            st = oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: a branch or loop body holds a %s node; "
-                            "graph gradients through nested control flow are not implemented",
-                            oari_gnode_def(n)->name);
+        oar_tensor *ins[OARI_MAX_IN], *o[OARI_GMAX_OUT] = {0};
+        for (int k = 0; k < n->n_in; k++) ins[k] = n->in[k] >= 0 ? t[n->in[k]] : NULL;
+        if (oari_is_ctrl(n->op)) { /* nested control flow: its results retained like dispatch's */
+            if ((st = replay_ctrl(n, ins, o))) break;
+            for (int j = 0; j < n->n_out; j++) oar_tensor_retain(o[j]);
+        } else if ((st = oari_dispatch(n->op, n->n_in, ins, &n->attrs, o))) {
             break;
         }
-        oar_tensor *ins[OARI_MAX_IN], *o[OARI_MAX_OUT] = {0};
-        for (int k = 0; k < n->n_in; k++) ins[k] = n->in[k] >= 0 ? t[n->in[k]] : NULL;
-        if ((st = oari_dispatch(n->op, n->n_in, ins, &n->attrs, o))) break;
         bool r = false; /* which values need a gradient, as append_backward decides */
         for (int k = 0; k < n->n_in; k++) r = r || (n->in[k] >= 0 && req[n->in[k]]);
-        if (oari_op_defs[n->op]->flags & OARI_F_NONDIFF) r = false;
+        if (oari_gnode_def(n)->flags & OARI_F_NONDIFF) r = false;
         for (int j = 0; j < n->n_out; j++) {
             t[n->out[j]] = o[j];
             req[n->out[j]] = r && differentiable(S->values[n->out[j]].dtype);
