@@ -23,8 +23,9 @@
  * rewritten at run time, and every shape rule is re-run for the new input
  * shapes. Limits: other derived sizes (N/2, N*T) are not symbolic and a
  * constant computed from N (a mean's 1/N) is refused; value-dependent
- * control flow (oar_cond, oar_while_loop on a traced value) is refused with
- * an error; symbolic tensors must not escape the traced function. */
+ * control flow (oar_cond, oar_while_loop on a traced value) becomes a cond
+ * or while node owning sub-graphs (see "control flow" below); symbolic
+ * tensors must not escape the traced function (or a branch or loop body). */
 #ifndef OAR_GRAPH_H
 #define OAR_GRAPH_H
 
@@ -80,16 +81,19 @@ OAR_API void oar_graph_free(oar_graph *g);
 /* A deep copy (constants shared: they are read-only). NULL on failure. */
 OAR_API oar_graph *oar_graph_clone(const oar_graph *g);
 
-/* Writes a readable dump (one line per node, shapes with symbolic dims) to
- * f. 0 or an error status. */
+/* Writes a readable dump (one line per node, shapes with symbolic dims;
+ * a cond / while node's sub-graphs indented below it) to f. 0 or an error
+ * status. */
 OAR_API int oar_graph_print(const oar_graph *g, FILE *f);
 /* Checks the graph (topological order, input arities, every shape rule
- * reproducing the recorded shapes); 0 or OAR_ERR_INVALID naming the node. */
+ * reproducing the recorded shapes; control nodes' sub-graphs in turn and
+ * against the node); 0 or OAR_ERR_INVALID naming the node. */
 OAR_API int oar_graph_verify(const oar_graph *g);
 
 OAR_API int oar_graph_num_nodes(const oar_graph *g);
 OAR_API int oar_graph_num_constants(const oar_graph *g);
-/* Number of nodes running op `op_name`. */
+/* Number of nodes running op `op_name` ("cond" and "while" count control
+ * nodes; sub-graphs are not searched). */
 OAR_API int oar_graph_count_op(const oar_graph *g, const char *op_name);
 OAR_API int oar_graph_num_inputs(const oar_graph *g);
 OAR_API int oar_graph_num_outputs(const oar_graph *g);
@@ -109,11 +113,29 @@ OAR_API int oar_graph_freeze(oar_graph *g, oar_module *m);
 /* ---- value-dependent control flow --------------------------------------------
  * Callbacks are oar_fn (include/oar/autograd.h): read in[0..n_in-1]
  * (borrowed), write n_out op results to out[], return 0 or non-zero with an
- * error set. Both functions run eagerly on real values; gradients flow
+ * error set. Eagerly, the functions run on real values; gradients flow
  * through the branch taken and through every loop iteration (ordinary
- * autograd). While tracing, a predicate or loop variable that is a traced
- * value gives OAR_ERR_UNSUPPORTED: recording sub-graphs (cond / while nodes
- * in the graph) is not implemented yet, and is refused rather than baked in. */
+ * autograd).
+ * While tracing, a traced predicate (oar_cond) or a traced loop variable
+ * (oar_while_loop) records one node instead: each callback is traced once
+ * on symbolic inputs into a sub-graph (then/else, cond/body); values of the
+ * enclosing trace or concrete tensors a callback reads (through ctx) become
+ * extra inputs of the node (captures), so nesting works to any depth. out[]
+ * then get symbolic results. With a traced predicate both branches must
+ * give the same dtypes and shapes; a traced body must keep every loop
+ * variable's dtype and shape (else the trace fails naming the variable and
+ * both shapes); at most 16 outputs / loop variables, and a sub-graph with
+ * at most 64 inputs. The executor runs the branch taken / the loop
+ * (max_iters is kept and checked at run time, with eager's error).
+ * oar_graph_append_backward differentiates a cond node into a cond of the
+ * branches' gradients (which differentiates again), and a while node into
+ * loops that count the trips and pull gradients back one body step at a
+ * time, recomputing that step's variables from the start (O(n^2) body
+ * steps for n trips, nothing stored per trip); nested control flow is
+ * differentiated alike. A loop whose
+ * variables are all concrete runs eagerly even while tracing; if its
+ * predicate then reads a traced value the call fails: make that value a
+ * loop variable. */
 
 /* Runs then_fn if pred (one real element) is non-zero, else else_fn, on
  * in[0..n_in-1]; out[0..n_out-1] get the branch's results (pool rule, as op
@@ -168,7 +190,8 @@ typedef enum oar_pass_list {
 enum { OAR_PASS_PRINT = 1u << 0, /* prints the graph to stderr after each pass */ };
 
 /* Runs a pass list until the graph stops changing (OAR_DEBUG=2 also
- * prints after each pass). 0 or an error status; on error the graph is
+ * prints after each pass), then dce, cse and simplify inside the
+ * sub-graphs of control nodes. 0 or an error status; on error the graph is
  * left valid but partly optimised. */
 OAR_API int oar_graph_optimize(oar_graph *g, oar_pass_list list, unsigned flags);
 /* Runs one pass by name: "dce", "cse", "constant_fold", "simplify",
@@ -194,7 +217,8 @@ OAR_API void oar_executor_free(oar_executor *ex);
 OAR_API int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs);
 /* Bytes of the arena planned for the last input shape (the planned peak of
  * intermediate memory), and the bytes the same values would take without
- * buffer reuse. -1 before the first run. */
+ * buffer reuse (the sub-graphs of cond / while nodes run from arenas of
+ * their own, not counted here). -1 before the first run. */
 OAR_API int64_t oar_executor_planned_bytes(const oar_executor *ex);
 OAR_API int64_t oar_executor_unplanned_bytes(const oar_executor *ex);
 /* How many times the executor planned an arena (once per input shape,
@@ -253,14 +277,16 @@ OAR_API const char *oar_executor_kernel_source(const oar_executor *ex);
 
 /* ---- saved models ------------------------------------------------------------- */
 
-/* Writes `dir`/model.json (the graph, format version 1) and
+/* Writes `dir`/model.json (the graph, format version 1; version 2 when it
+ * has cond / while nodes, whose sub-graphs it nests) and
  * `dir`/weights.safetensors (the constants), creating dir if needed.
  * 0 or an error status. */
 OAR_API int oar_graph_save(const oar_graph *g, const char *dir);
 /* Loads a folder written by oar_graph_save; a new graph. NULL with an error
  * naming the file and the problem: missing or corrupt file, unsupported
  * version, unknown op, missing weight, weight of the wrong shape or dtype,
- * a node whose shape rule disagrees with the recorded shapes. */
+ * a node whose shape rule disagrees with the recorded shapes, a malformed
+ * sub-graph of a cond / while node (named by its node and branch). */
 OAR_API oar_graph *oar_graph_load(const char *dir);
 
 #ifdef __cplusplus

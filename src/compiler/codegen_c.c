@@ -647,7 +647,7 @@ static const char *eval(cg *c, int v, const idx *I) {
     if (c->status) return "0";
     const oari_gvalue *gv = &c->g->values[v];
     const oari_gnode *n = gv->kind == OARI_V_NODE ? &c->g->nodes[gv->producer] : NULL;
-    if (n && (oari_op_defs[n->op]->flags & OARI_F_VIEW)) {
+    if (n && (oari_gnode_def(n)->flags & OARI_F_VIEW)) {
         if (!view_supported(n)) { /* oari_fusible keeps these out; defensive */
             fail(c, c->root);
             return "0";
@@ -689,7 +689,7 @@ static bool is_float(oar_dtype d) { return d == OAR_F32 || d == OAR_F64; }
 static bool reads_through_views(const oar_graph *g, int v) {
     while (v >= 0 && g->values[v].kind == OARI_V_NODE) {
         const oari_gnode *p = &g->nodes[g->values[v].producer];
-        if (!(oari_op_defs[p->op]->flags & OARI_F_VIEW)) return true;
+        if (!(oari_gnode_def(p)->flags & OARI_F_VIEW)) return true;
         if (!view_supported(p)) return false;
         v = p->in[0];
     }
@@ -707,7 +707,8 @@ static bool value_used(const oar_graph *g, int v) {
 
 bool oari_fusible(const oar_graph *g, int ni) {
     const oari_gnode *n = &g->nodes[ni];
-    const oari_op_def *def = oari_op_defs[n->op];
+    const oari_op_def *def = oari_gnode_def(n);
+    if (oari_is_ctrl(n->op)) return false; /* control nodes are barriers; their sub-graphs run unfused */
     if (n->dead || (def->flags & (OARI_F_INPLACE | OARI_F_RANDOM))) return false;
     if (!oari_c_type(g->values[n->out[0]].dtype)) return false;
     if (def->flags & OARI_F_VIEW) return view_supported(n);
@@ -753,13 +754,13 @@ static bool kernel_is_flat(const cg *c, int root_v) {
     for (int i = 0; i <= c->root; i++) {
         if (c->kr[i] != c->root) continue;
         const oari_gnode *n = &g->nodes[i];
-        const oari_op_def *def = oari_op_defs[n->op];
+        const oari_op_def *def = oari_gnode_def(n);
         if ((def->flags & OARI_F_VIEW) || (def->fusion != OARI_FUSE_ELEMWISE && def->fusion != OARI_FUSE_BROADCAST))
             return false;
         for (int k = 0; k < n->n_in; k++) {
             const oari_gvalue *v = &g->values[n->in[k]];
             if (v->ndim == 0 || (v->kind == OARI_V_CONST && v->constant->numel == 1)) continue;
-            if (v->kind == OARI_V_NODE && (oari_op_defs[g->nodes[v->producer].op]->flags & OARI_F_VIEW))
+            if (v->kind == OARI_V_NODE && (oari_gnode_def(&g->nodes[v->producer])->flags & OARI_F_VIEW))
                 return false;
             if (v->kind == OARI_V_CONST && !oar_tensor_is_contiguous(v->constant)) return false;
             if (v->ndim != r->ndim || memcmp(v->shape, r->shape, (size_t)r->ndim * sizeof *r->shape) ||

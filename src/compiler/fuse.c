@@ -57,7 +57,7 @@ static void free_uses(const oar_graph *g, uses *u) {
     oari_free(u->is_output, (size_t)(g->n_values ? g->n_values : 1) * sizeof *u->is_output);
 }
 
-static bool is_view(const oar_graph *g, int n) { return oari_op_defs[g->nodes[n].op]->flags & OARI_F_VIEW; }
+static bool is_view(const oar_graph *g, int n) { return oari_gnode_def(&g->nodes[n])->flags & OARI_F_VIEW; }
 
 /* kr[n]: the root of n's kernel, or -1 (n runs its own library kernel or
  * is a view left to the executor). count: scratch, n_nodes entries. */

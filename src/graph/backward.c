@@ -49,15 +49,15 @@ static int bind_values(oar_graph *g, int nv, oar_tensor **t) {
     return 0;
 }
 
-static int backward_nodes(oar_graph *g, int n0, const bool *req, oar_tensor **t, oar_tensor **gr) {
+int oari_graph_backward_nodes(const oar_graph *g, int n0, const bool *req, oar_tensor **t, oar_tensor **gr) {
     for (int i = n0 - 1; i >= 0; i--) {
         /* a copy: the rule's op calls append nodes, which may move g->nodes */
         oari_gnode node = g->nodes[i], *n = &node;
         if (n->dead) continue;
-        const oari_op_def *def = oari_op_defs[n->op];
-        oar_tensor *gout[OARI_MAX_OUT], *out[OARI_MAX_OUT], *in[OARI_MAX_IN], *gin[OARI_MAX_IN];
+        const oari_op_def *def = oari_gnode_def(n);
+        oar_tensor *gout[OARI_GMAX_OUT], *out[OARI_GMAX_OUT], *in[OARI_MAX_IN], *gin[OARI_MAX_IN];
         bool needs[OARI_MAX_IN], any_out = false, any_in = false;
-        oari_meta in_meta[OARI_MAX_IN], out_meta[OARI_MAX_OUT];
+        oari_meta in_meta[OARI_MAX_IN], out_meta[OARI_GMAX_OUT];
         for (int j = 0; j < n->n_out; j++) {
             gout[j] = gr[n->out[j]];
             out[j] = t[n->out[j]];
@@ -74,16 +74,22 @@ static int backward_nodes(oar_graph *g, int n0, const bool *req, oar_tensor **t,
             else memset(&in_meta[k], 0, sizeof in_meta[k]);
         }
         if (!any_out || !any_in) continue;
-        if (!def->grad)
-            return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: %s (node %d) has no gradient rule",
-                              def->name, i);
-        oari_grad_ctx c = {.op = n->op, .attrs = &n->attrs, .n_in = n->n_in, .n_out = n->n_out,
-                           .in = in, .in_meta = in_meta, .out = out, .out_meta = out_meta,
-                           .gout = gout, .needs = needs, .gin = gin};
-        int st = def->grad(&c);
-        if (st) {
-            if (!oari_error_pending()) oari_error(st, "graph_backward: the gradient rule of %s failed", def->name);
-            return st;
+        if (oari_is_ctrl(n->op)) { /* control.c: a cond of the branches' gradients; loops for a while */
+            int st = n->op == OARI_OP_COND ? oari_cond_grad(n, in, gout, needs, gin)
+                                           : oari_while_grad(n, in, gout, needs, gin);
+            if (st) return st;
+        } else {
+            if (!def->grad)
+                return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: %s (node %d) has no gradient rule",
+                                  def->name, i);
+            oari_grad_ctx c = {.op = n->op, .attrs = &n->attrs, .n_in = n->n_in, .n_out = n->n_out,
+                               .in = in, .in_meta = in_meta, .out = out, .out_meta = out_meta,
+                               .gout = gout, .needs = needs, .gin = gin};
+            int st = def->grad(&c);
+            if (st) {
+                if (!oari_error_pending()) oari_error(st, "graph_backward: the gradient rule of %s failed", def->name);
+                return st;
+            }
         }
         for (int k = 0; k < n->n_in; k++) {
             if (!needs[k] || !gin[k]) continue;
@@ -121,7 +127,7 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
         const oari_gnode *n = &g->nodes[i];
         bool r = false;
         for (int k = 0; k < n->n_in; k++) r = r || (n->in[k] >= 0 && req[n->in[k]]);
-        if (n->dead || (oari_op_defs[n->op]->flags & OARI_F_NONDIFF)) r = false;
+        if (n->dead || (oari_gnode_def(n)->flags & OARI_F_NONDIFF)) r = false;
         for (int j = 0; j < n->n_out; j++) req[n->out[j]] = r && differentiable(g->values[n->out[j]].dtype);
     }
     int L = g->outputs[output];
@@ -148,7 +154,7 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
         goto done;
     }
     gr[L] = seed;
-    if ((st = backward_nodes(g, n0, req, t, gr))) goto done;
+    if ((st = oari_graph_backward_nodes(g, n0, req, t, gr))) goto done;
     for (int k = 0; k < n_wrt && !st; k++) {
         int v = g->inputs[wrt[k]];
         oar_tensor *gw = gr[v] ? gr[v] : oar_mul_scalar(t[v], 0);

@@ -79,6 +79,7 @@ struct oar_executor {
     double *node_ns;          /* optional (oari_executor_time_nodes): ns per node, summed over runs */
     int *donor;               /* per output: the input it is written into (oar_executor_donate), or -1 */
     bool *discard;            /* per output: not wanted (oar_executor_discard_output) */
+    oari_ctrl_exec **ctrl;    /* per node, made on first use: control nodes' sub-graph executors (exec_control.c) */
 };
 
 static void drop_plan(const oar_graph *g, plan *p);
@@ -133,6 +134,8 @@ void oar_executor_free(oar_executor *ex) {
     size_t no = (size_t)(ex->g->n_outputs ? ex->g->n_outputs : 1);
     oari_free(ex->donor, no * sizeof *ex->donor);
     oari_free(ex->discard, no * sizeof *ex->discard);
+    for (int i = 0; ex->ctrl && i < ex->g->n_nodes; i++) oari_exec_control_free(ex->ctrl[i]);
+    oari_free(ex->ctrl, (size_t)ex->g->n_nodes * sizeof *ex->ctrl);
     oari_free(ex, sizeof *ex);
 }
 
@@ -362,7 +365,7 @@ static bool input_in_place(const oar_executor *ex, const int *root, const bool *
     for (int j = 0; j < g->n_outputs; j++)
         if (root[g->outputs[j]] == v) return false;
     for (int n = 0; n < g->n_nodes; n++) {
-        if (!emul[n]) continue;
+        if (!emul[n] && !oari_is_ctrl(g->nodes[n].op)) continue; /* control nodes read vt[] */
         for (int k = 0; k < g->nodes[n].n_in; k++)
             if (g->nodes[n].in[k] >= 0 && root[g->nodes[n].in[k]] == v) return false;
     }
@@ -374,7 +377,7 @@ static bool input_in_place(const oar_executor *ex, const int *root, const bool *
  * no view, its output of `shape`. (A compiled kernel is so when flat.) */
 static bool pointwise(const oar_graph *g, int n, oar_tensor *const *sym, const oar_tensor *shape) {
     const oari_gnode *nd = &g->nodes[n];
-    const oari_op_def *def = oari_op_defs[nd->op];
+    const oari_op_def *def = oari_gnode_def(nd);
     const oar_tensor *o = sym[nd->out[0]];
     return (def->fusion == OARI_FUSE_ELEMWISE || def->fusion == OARI_FUSE_BROADCAST) &&
            !(def->flags & (OARI_F_INPLACE | OARI_F_VIEW)) && nd->n_out == 1 && o->ndim == shape->ndim &&
@@ -448,6 +451,7 @@ static int record_input_readers(oar_executor *ex, const int *root) {
                         if (pass) ex->p.in_args[n] = (struct input_arg){nd, IN_KOUT, q, i, 0};
                         n++;
                     }
+                if (oari_is_ctrl(node->op)) continue; /* reads no input in place (input_in_place) */
                 bool inplace_op = oari_op_defs[node->op]->flags & OARI_F_INPLACE;
                 if (e->k && e->kin)
                     for (int k = 0; k < node->n_in; k++) {
@@ -532,6 +536,12 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         if (g->values[v].kind == OARI_V_CONST) sym[v] = oar_tensor_retain(g->values[v].constant);
     for (int i = 0; i < nn && !st; i++) {
         const oari_gnode *n = &g->nodes[i];
+        if (oari_is_ctrl(n->op)) { /* control flow: outputs as recorded (exec_control.c) */
+            st = oari_exec_control_shapes(g, n, ex->sym_vals, sym);
+            for (int j = 0; j < n->n_out; j++) root[n->out[j]] = n->out[j];
+            kdt[i] = OAR_F32;
+            continue;
+        }
         const oari_op_def *def = oari_op_defs[n->op];
         exec_node *e = &ex->p.en[i];
         e->attrs = n->attrs;
@@ -626,6 +636,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     for (int v = 0; v < nv; v++) share[v] = v;
     for (int i = 0; i < nn; i++) {
         const oari_gnode *n = &g->nodes[i];
+        if (oari_is_ctrl(n->op)) continue;
         const oari_op_def *def = oari_op_defs[n->op];
         int out = n->out[0];
         /* a compiled kernel reads its inputs at other indices, unless flat */
@@ -695,6 +706,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     oar_device *cpu = oari_device_cpu();
     for (int i = 0; i < nn && !st; i++) {
         const oari_gnode *n = &g->nodes[i];
+        if (oari_is_ctrl(n->op)) continue; /* runs through oari_exec_control */
         const oari_op_def *def = oari_op_defs[n->op];
         exec_node *e = &ex->p.en[i];
         if (kernel_of(ex, i) >= 0) {
@@ -822,6 +834,16 @@ static int copy_into(oar_tensor *dst, oar_tensor *src) {
     return st;
 }
 
+/* Control node i on its planned values. */
+static int run_control(oar_executor *ex, int i) {
+    const oari_gnode *n = &ex->g->nodes[i];
+    if (!ex->ctrl && !(ex->ctrl = oari_calloc((size_t)ex->g->n_nodes, sizeof *ex->ctrl))) return OAR_ERR_NOMEM;
+    oar_tensor *in[OARI_MAX_IN], *out[OARI_GMAX_OUT];
+    for (int k = 0; k < n->n_in; k++) in[k] = ex->p.vt[n->in[k]];
+    for (int j = 0; j < n->n_out; j++) out[j] = ex->p.vt[n->out[j]];
+    return oari_exec_control(&ex->ctrl[i], n, i, in, out);
+}
+
 int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs) {
     if (!ex || (!inputs && ex->g->n_inputs) || !outputs)
         return oari_error(OAR_ERR_INVALID, "executor_run: executor, inputs or outputs is NULL");
@@ -866,6 +888,10 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
     void *ctx = oari_device_cpu()->ctx;
     if (OARI_PROF_ENABLED()) pthread_once(&fused_names_once, make_fused_names);
     for (int i = 0; i < g->n_nodes; i++) {
+        if (oari_is_ctrl(g->nodes[i].op)) { /* control flow: exec_control.c */
+            if ((st = run_control(ex, i))) return st;
+            continue;
+        }
         exec_node *e = &ex->p.en[i];
         int64_t prof_t0 = e->fused || e->k ? OARI_PROF_BEGIN() : 0; /* profiler: a span per kernel */
         int64_t node_t0 = ex->node_ns ? oari_prof_now() : 0;
@@ -950,7 +976,7 @@ int oar_executor_num_kernels(const oar_executor *ex) {
     if (!ex) return oari_error(OAR_ERR_INVALID, "executor_num_kernels: executor is NULL");
     if (ex->fusion) return ex->fusion->n_launches;
     int n = 0;
-    for (int i = 0; i < ex->g->n_nodes; i++) n += !(oari_op_defs[ex->g->nodes[i].op]->flags & OARI_F_VIEW);
+    for (int i = 0; i < ex->g->n_nodes; i++) n += !(oari_gnode_def(&ex->g->nodes[i])->flags & OARI_F_VIEW);
     return n;
 }
 

@@ -8,6 +8,32 @@
 
 oar_graph *oari_graph_new(void) { return oari_calloc(1, sizeof(oar_graph)); }
 
+/* Control nodes: opaque, never folded, merged or fused (RANDOM: their
+ * sub-graphs may draw), no shape, view or gradient rule. */
+const oari_op_def oari_ctrl_defs[2] = {
+    {.name = "cond", .n_in = -1, .n_out = -1, .fusion = OARI_FUSE_OPAQUE, .flags = OARI_F_RANDOM},
+    {.name = "while", .n_in = -1, .n_out = -1, .fusion = OARI_FUSE_OPAQUE, .flags = OARI_F_RANDOM},
+};
+
+int oari_graph_op_lookup(const char *name) {
+    for (int c = 0; c < 2; c++)
+        if (!strcmp(name, oari_ctrl_defs[c].name)) return OARI_OP_COUNT + c;
+    return oari_op_lookup(name);
+}
+
+oar_graph *oari_graph_new_sub(const oar_graph *g) {
+    oar_graph *s = oari_graph_new();
+    for (int k = 0; s && k < g->n_syms; k++) {
+        if (!(s->syms[k].name = oari_strdup(g->syms[k].name))) {
+            oar_graph_free(s);
+            return NULL;
+        }
+        s->syms[k].trace_size = g->syms[k].trace_size;
+        s->n_syms++;
+    }
+    return s;
+}
+
 static int grow(void **p, int *cap, int need, size_t elem) {
     if (need <= *cap) return 0;
     int nc = *cap ? *cap * 2 : 16;
@@ -122,7 +148,11 @@ int oari_graph_add_node(oar_graph *g, oari_op op, const oari_attrs *attrs, int n
     return g->n_nodes++;
 }
 
-static void free_node(oari_gnode *n) { oari_free(n->in, (size_t)(n->n_in ? n->n_in : 1) * sizeof *n->in); }
+static void free_node(oari_gnode *n) {
+    oari_free(n->in, (size_t)(n->n_in ? n->n_in : 1) * sizeof *n->in);
+    oar_graph_free(n->sub[0]);
+    oar_graph_free(n->sub[1]);
+}
 
 static void free_value(oari_gvalue *v) {
     oar_tensor_release(v->constant);
@@ -166,10 +196,13 @@ oar_graph *oar_graph_clone(const oar_graph *g) {
     }
     for (int i = 0; i < g->n_nodes; i++) {
         c->nodes[i] = g->nodes[i];
+        c->nodes[i].sub[0] = c->nodes[i].sub[1] = NULL;
         int n = g->nodes[i].n_in ? g->nodes[i].n_in : 1;
         if (!(c->nodes[i].in = oari_malloc((size_t)n * sizeof(int)))) goto fail;
         memcpy(c->nodes[i].in, g->nodes[i].in, (size_t)n * sizeof(int));
         c->n_nodes++;
+        for (int k = 0; k < 2; k++) /* control nodes: their sub-graphs too */
+            if (g->nodes[i].sub[k] && !(c->nodes[i].sub[k] = oar_graph_clone(g->nodes[i].sub[k]))) goto fail;
     }
     if (g->n_inputs) memcpy(c->inputs, g->inputs, (size_t)g->n_inputs * sizeof *c->inputs); /* onnxconf: a graph may have no inputs */
     c->n_inputs = g->n_inputs;
@@ -301,7 +334,7 @@ int oar_graph_num_constants(const oar_graph *g) {
 
 int oar_graph_count_op(const oar_graph *g, const char *op_name) {
     if (!g || !op_name) return -1;
-    int op = oari_op_lookup(op_name), n = 0;
+    int op = oari_graph_op_lookup(op_name), n = 0;
     for (int i = 0; i < g->n_nodes; i++) n += !g->nodes[i].dead && (int)g->nodes[i].op == op;
     return n;
 }
@@ -340,27 +373,30 @@ static void print_type(const oar_graph *g, const oari_gvalue *v, FILE *f) {
     fputc(']', f);
 }
 
-int oar_graph_print(const oar_graph *g, FILE *f) {
-    if (!g || !f) return oari_error(OAR_ERR_INVALID, "graph_print: graph or file is NULL");
-    fprintf(f, "graph(");
+static const char *const sub_labels[2][2] = {{"then", "else"}, {"cond", "body"}};
+
+/* Prints g as `label(inputs) { ... }` indented by ind spaces; control
+ * nodes' sub-graphs follow their line, indented further. */
+static void print_graph(const oar_graph *g, FILE *f, int ind, const char *label) {
+    fprintf(f, "%*s%s(", ind, "", label);
     for (int i = 0; i < g->n_inputs; i++) {
         const oari_gvalue *v = &g->values[g->inputs[i]];
-        fprintf(f, "%s%%%d %s: ", i ? ", " : "", g->inputs[i], v->name);
+        fprintf(f, "%s%%%d %s: ", i ? ", " : "", g->inputs[i], v->name ? v->name : "?");
         print_type(g, v, f);
     }
     fprintf(f, ") {\n");
     for (int v = 0; v < g->n_values; v++) {
         if (g->values[v].kind != OARI_V_CONST) continue;
-        fprintf(f, "  %%%d = const %s : ", v, g->values[v].name);
+        fprintf(f, "%*s  %%%d = const %s : ", ind, "", v, g->values[v].name);
         print_type(g, &g->values[v], f);
         fputc('\n', f);
     }
     for (int i = 0; i < g->n_nodes; i++) {
         const oari_gnode *n = &g->nodes[i];
         if (n->dead) continue;
-        fputs("  ", f);
+        fprintf(f, "%*s  ", ind, "");
         for (int j = 0; j < n->n_out; j++) fprintf(f, "%s%%%d", j ? ", " : "", n->out[j]);
-        fprintf(f, " = %s(", oari_op_name(n->op));
+        fprintf(f, " = %s(", oari_gnode_def(n)->name);
         for (int k = 0; k < n->n_in; k++) {
             if (n->in[k] < 0) fprintf(f, "%s_", k ? ", " : "");
             else fprintf(f, "%s%%%d", k ? ", " : "", n->in[k]);
@@ -386,15 +422,107 @@ int oar_graph_print(const oar_graph *g, FILE *f) {
             print_type(g, &g->values[n->out[j]], f);
         }
         fputc('\n', f);
+        for (int k = 0; k < 2 && oari_is_ctrl(n->op); k++)
+            if (n->sub[k]) print_graph(n->sub[k], f, ind + 4, sub_labels[n->op == OARI_OP_WHILE][k]);
     }
-    fputs("  return ", f);
+    fprintf(f, "%*s  return ", ind, "");
     for (int j = 0; j < g->n_outputs; j++)
         fprintf(f, "%s%s=%%%d", j ? ", " : "", g->output_names[j], g->outputs[j]);
-    fputs("\n}\n", f);
+    fprintf(f, "\n%*s}\n", ind, "");
+}
+
+int oar_graph_print(const oar_graph *g, FILE *f) {
+    if (!g || !f) return oari_error(OAR_ERR_INVALID, "graph_print: graph or file is NULL");
+    print_graph(g, f, 0, "graph");
     return 0;
 }
 
 /* ---- verifying ---------------------------------------------------------------- */
+
+/* 0 if value v (recorded) has t's dtype and shape, else an error naming
+ * the node, the place (`what`) and both. */
+static int same_as(const oari_gvalue *v, const oar_tensor *t, int i, const char *name, const char *what) {
+    char s1[200], s2[200];
+    if (v->dtype == t->dtype && v->ndim == t->ndim && !memcmp(v->shape, t->shape, (size_t)v->ndim * sizeof *v->shape))
+        return 0;
+    return oari_error(OAR_ERR_INVALID, "graph: node %d (%s): %s is %s %s but should be %s %s", i, name, what,
+                      oar_dtype_name(v->dtype), oari_shape_str(s1, v->ndim, v->shape),
+                      oar_dtype_name(t->dtype), oari_shape_str(s2, t->ndim, t->shape));
+}
+
+static int64_t value_numel(const oari_gvalue *v) {
+    int64_t n = 1;
+    for (int d = 0; d < v->ndim; d++) n *= v->shape[d];
+    return n;
+}
+
+/* Checks control node i (ir.h): arities, its sub-graphs (verified in turn)
+ * against the values it passes and the outputs it records; sets t[] of its
+ * outputs. */
+static int verify_ctrl(const oar_graph *g, int i, oar_tensor **t) {
+    const oari_gnode *n = &g->nodes[i];
+    bool loop = n->op == OARI_OP_WHILE;
+    const char *name = oari_gnode_def(n)->name;
+    int first = loop ? 0 : 1, st = 0; /* node inputs from `first` on are the sub-graphs' inputs */
+    char what[96];
+    if (!n->sub[0] || !n->sub[1])
+        return oari_error(OAR_ERR_INVALID, "graph: node %d (%s) lacks its sub-graphs", i, name);
+    if (n->n_out < 1 || n->n_in < first || (loop && n->n_in < n->n_out))
+        return oari_error(OAR_ERR_INVALID, "graph: node %d (%s) has %d inputs and %d outputs", i, name,
+                          n->n_in, n->n_out);
+    if (loop && (n->attrs.ni != 1 || n->attrs.i[0] < -1))
+        return oari_error(OAR_ERR_INVALID, "graph: node %d (while) needs one attribute, max_iters >= -1", i);
+    for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] < 0 || n->in[k] >= g->n_values || !t[n->in[k]])
+            return oari_error(OAR_ERR_INVALID, "graph: node %d (%s) input %d (%%%d) is not defined before it",
+                              i, name, k, n->in[k]);
+    if (!loop && (t[n->in[0]]->numel != 1 || oar_dtype_is_complex(t[n->in[0]]->dtype)))
+        return oari_error(OAR_ERR_INVALID, "graph: node %d (cond): the predicate must be one real element", i);
+    for (int s = 0; s < 2; s++) {
+        const oar_graph *sg = n->sub[s];
+        const char *label = sub_labels[loop][s];
+        int want_out = loop && s == 0 ? 1 : n->n_out;
+        if (sg->n_inputs != n->n_in - first || sg->n_outputs != want_out)
+            return oari_error(OAR_ERR_INVALID, "graph: node %d (%s): the %s sub-graph has %d inputs and %d "
+                              "outputs; the node passes %d and wants %d", i, name, label, sg->n_inputs,
+                              sg->n_outputs, n->n_in - first, want_out);
+        if ((st = oar_graph_verify(sg))) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", oar_last_error());
+            return oari_error(st, "graph: node %d (%s), %s sub-graph: %s", i, name, label, msg);
+        }
+        for (int k = 0; k < sg->n_inputs; k++) {
+            int v = sg->inputs[k];
+            if (v < 0 || v >= sg->n_values || sg->values[v].kind != OARI_V_INPUT)
+                return oari_error(OAR_ERR_INVALID, "graph: node %d (%s): %s input %d is not an input value",
+                                  i, name, label, k);
+            snprintf(what, sizeof what, "%s input %d", label, k);
+            if ((st = same_as(&sg->values[v], t[n->in[first + k]], i, name, what))) return st;
+        }
+        for (int j = 0; j < want_out; j++) {
+            const oari_gvalue *ov = &sg->values[sg->outputs[j]];
+            if (loop && s == 0) {
+                if (value_numel(ov) != 1 || oar_dtype_is_complex(ov->dtype))
+                    return oari_error(OAR_ERR_INVALID, "graph: node %d (while): the cond sub-graph must "
+                                      "give one real element", i);
+                continue;
+            }
+            oar_tensor *o = oari_graph_symbolic(&g->values[n->out[j]]);
+            if (!o) return OAR_ERR_NOMEM;
+            snprintf(what, sizeof what, "%s output %d", label, j);
+            st = same_as(ov, o, i, name, what);
+            if (!st && loop) { /* loop variables keep their dtype and shape */
+                snprintf(what, sizeof what, "loop variable %d", j);
+                st = same_as(&g->values[n->out[j]], t[n->in[j]], i, name, what);
+            }
+            oar_tensor_release(o);
+            if (st) return st;
+        }
+    }
+    for (int j = 0; j < n->n_out; j++)
+        if (!(t[n->out[j]] = oari_graph_symbolic(&g->values[n->out[j]]))) return OAR_ERR_NOMEM;
+    return 0;
+}
 
 int oar_graph_verify(const oar_graph *g) {
     if (!g) return oari_error(OAR_ERR_INVALID, "graph_verify: graph is NULL");
@@ -410,6 +538,14 @@ int oar_graph_verify(const oar_graph *g) {
     for (int i = 0; i < g->n_nodes && !st; i++) {
         const oari_gnode *n = &g->nodes[i];
         if (n->dead) continue;
+        if (oari_is_ctrl(n->op)) {
+            if (n->op != OARI_OP_COND && n->op != OARI_OP_WHILE) {
+                st = oari_error(OAR_ERR_INVALID, "graph: node %d has an unknown op id %d", i, (int)n->op);
+                break;
+            }
+            if ((st = verify_ctrl(g, i, t))) break;
+            continue;
+        }
         const oari_op_def *def = oari_op_defs[n->op];
         const char *name = oari_op_name(n->op);
         if (def->n_in >= 0 ? n->n_in != def->n_in : n->n_in < 1) {

@@ -7,6 +7,18 @@
 #include <oar/graph.h>
 
 #define OARI_MAX_SYMS 8
+#define OARI_GMAX_OUT 16   /* outputs of a node: OARI_MAX_OUT for ops, more for control nodes */
+
+/* Graph-only node kinds past the op table (never dispatched): control flow
+ * owning two sub-graphs (control.c, exec_control.c). A cond node reads
+ * [pred, operands..., captures...] and runs sub[0] (then) or sub[1] (else)
+ * on [operands..., captures...]; a while node reads [vars..., captures...],
+ * runs sub[0] (cond: one predicate out) and sub[1] (body: the vars out) on
+ * them, attrs.i[0] = max_iters (-1: no bound). Sub-graphs share the top
+ * graph's symbols and hold no constants (concrete tensors are captured from
+ * the top graph as inputs). */
+#define OARI_OP_COND ((oari_op)(OARI_OP_COUNT + 0))
+#define OARI_OP_WHILE ((oari_op)(OARI_OP_COUNT + 1))
 
 typedef enum oari_vkind {
     OARI_V_NODE = 0,   /* produced by a node */
@@ -38,9 +50,19 @@ typedef struct oari_gnode {
     int32_t imul[OARI_MAX_IATTR];
     int n_in, n_out;
     int *in;                   /* n_in value ids; -1 for an absent optional input */
-    int out[OARI_MAX_OUT];
+    int out[OARI_GMAX_OUT];
     bool dead;                 /* marked by a pass; removed by oari_graph_compact */
+    oar_graph *sub[2];         /* control nodes: then/else or cond/body (owned); NULL otherwise */
 } oari_gnode;
+
+static inline bool oari_is_ctrl(oari_op op) { return (unsigned)op >= OARI_OP_COUNT; }
+/* Definitions standing for the control nodes (name, opaque, no rules: the
+ * graph code handles them itself), so flag tests on any node are safe. */
+OARI_HIDDEN extern const oari_op_def oari_ctrl_defs[2];
+/* Node n's op definition: the op table's, or a control node's stand-in. */
+static inline const oari_op_def *oari_gnode_def(const oari_gnode *n) {
+    return oari_is_ctrl(n->op) ? &oari_ctrl_defs[n->op - OARI_OP_COUNT] : oari_op_defs[n->op];
+}
 
 typedef struct oari_gsym {
     char *name;
@@ -94,6 +116,10 @@ OARI_HIDDEN bool oari_graph_const_is(const oar_graph *g, int v, double x);
 /* Marks the node dead; its outputs must have no uses left. */
 OARI_HIDDEN void oari_graph_kill(oar_graph *g, int node);
 OARI_HIDDEN oar_dtype oari_dtype_from_name(const char *name);
+/* An op id by name, control nodes ("cond", "while") included; -1 if none. */
+OARI_HIDDEN int oari_graph_op_lookup(const char *name);
+/* A new empty graph with g's symbols (a sub-graph of g); NULL on failure. */
+OARI_HIDDEN oar_graph *oari_graph_new_sub(const oar_graph *g);
 
 /* ---- tracing onto an existing graph (src/graph/trace.c) ------------------ */
 /* Starts tracing onto g on this thread (g's constants map to their values,
@@ -102,8 +128,48 @@ OARI_HIDDEN void *oari_trace_attach(oar_graph *g);
 OARI_HIDDEN void oari_trace_detach(void *tracer);
 /* Marks t as standing for value v of the graph being traced. */
 OARI_HIDDEN void oari_trace_bind(oar_tensor *t, int v);
-/* The value t stands for (a concrete t becomes a constant), or -1. */
+/* The value t stands for (a concrete t becomes a constant, a value of an
+ * enclosing trace a capture), or -1. */
 OARI_HIDDEN int oari_trace_value_of(oar_tensor *t);
+/* Nested tracing into a sub-graph (control.c): the current tracer's graph;
+ * whether t is a value of the current trace or of one enclosing it; a
+ * child tracer onto sub made current (NULL on failure), its captures (the
+ * enclosing graph's value ids and the sub-graph inputs standing for them,
+ * in capture order; borrowed), and its end (the parent is current again). */
+OARI_HIDDEN oar_graph *oari_trace_graph(void);
+OARI_HIDDEN bool oari_trace_is_traced(const oar_tensor *t);
+OARI_HIDDEN void *oari_trace_push(oar_graph *sub);
+OARI_HIDDEN int oari_trace_captures(void *tracer, const int **outer, const int **inner);
+OARI_HIDDEN void oari_trace_pop(void *tracer);
+
+/* ---- control nodes in the executor (src/graph/exec_control.c) ------------ */
+typedef struct oari_ctrl_exec oari_ctrl_exec;
+/* Output tensors (symbolic) of control node n for the symbol sizes given,
+ * into sym[n->out[j]]; 0 or NOMEM. */
+OARI_HIDDEN int oari_exec_control_shapes(const oar_graph *g, const oari_gnode *n,
+                                         const int64_t *sym_vals, oar_tensor **sym);
+/* Runs control node n (index `node`) on in[0..n_in-1], writing out[0..n_out-1]
+ * (the planned buffers); *state holds its sub-graph executors, made on first
+ * use. 0 or an error status naming the node. */
+OARI_HIDDEN int oari_exec_control(oari_ctrl_exec **state, const oari_gnode *n, int node,
+                                  oar_tensor *const *in, oar_tensor *const *out);
+OARI_HIDDEN void oari_exec_control_free(oari_ctrl_exec *state);
+
+/* ---- gradients on the graph (backward.c, control.c) ---------------------- */
+/* Calls the gradient rules of g's nodes [0, n0) in reverse on t[] (tensors
+ * standing for g's values, traced onto the current graph), accumulating
+ * gradients in gr[] (pool-owned); req[v]: value v needs a gradient. */
+OARI_HIDDEN int oari_graph_backward_nodes(const oar_graph *g, int n0, const bool *req, oar_tensor **t,
+                                          oar_tensor **gr);
+/* The gradient of cond node n (in[]: its inputs' tensors, gout[] its
+ * outputs' gradients or NULL): a cond node whose branches are the vjps of
+ * n's, traced onto the current graph; sets gin[k] for every needs[k]. */
+OARI_HIDDEN int oari_cond_grad(const oari_gnode *n, oar_tensor *const *in, oar_tensor *const *gout,
+                               const bool *needs, oar_tensor **gin);
+/* The same for while node n: loops counting the trips and running the
+ * body's vjp backwards, recomputing each step's variables from the start. */
+OARI_HIDDEN int oari_while_grad(const oari_gnode *n, oar_tensor *const *in, oar_tensor *const *gout,
+                                const bool *needs, oar_tensor **gin);
 
 /* ---- passes (src/graph/passes/, one file each) --------------------------- */
 /* Each returns the number of changes (>= 0) or a negative status. */

@@ -34,6 +34,32 @@ int oar_graph_run_pass(oar_graph *g, const char *name) {
                       "simplify, drop_dropout, fold_batch_norm, schedule)", name);
 }
 
+/* The sub-graphs of control nodes (ir.h), recursively: the passes that
+ * need no constants (sub-graphs hold none), until nothing changes. Their
+ * inputs and outputs stay as they are. */
+static int optimize_subs(oar_graph *g) {
+    static const char *const sub_list[] = {"dce", "cse", "simplify", NULL};
+    for (int i = 0; i < g->n_nodes; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        if (n->dead || !oari_is_ctrl(n->op)) continue;
+        for (int k = 0; k < 2; k++) {
+            oar_graph *sg = n->sub[k];
+            for (int round = 0; round < 8; round++) {
+                int changed = 0;
+                for (int p = 0; sub_list[p]; p++) {
+                    int r = oar_graph_run_pass(sg, sub_list[p]);
+                    if (r < 0) return r;
+                    changed += r;
+                }
+                if (!changed) break;
+            }
+            int st = optimize_subs(sg);
+            if (st) return st;
+        }
+    }
+    return 0;
+}
+
 int oar_graph_optimize(oar_graph *g, oar_pass_list list, unsigned flags) {
     if (!g) return oari_error(OAR_ERR_INVALID, "graph_optimize: graph is NULL");
     if (list != OAR_PASSES_TRAINING && list != OAR_PASSES_INFERENCE)
@@ -54,5 +80,6 @@ int oar_graph_optimize(oar_graph *g, oar_pass_list list, unsigned flags) {
         }
         if (!changed) break;
     }
-    return oar_graph_verify(g);
+    int st = optimize_subs(g);
+    return st ? st : oar_graph_verify(g);
 }

@@ -11,6 +11,10 @@
  *    "nodes": [{"op": "matmul", "in": [0, 3], "out": [4],
  *               "i": ["N", 64], "f": [1e-05, "nan"]}, ...],
  *    "outputs": [{"name": "y", "value": 9}]}
+ * Version 2 (written when the graph has control nodes): a "cond" or "while"
+ * node also has "graphs": [two objects with "values", "inputs", "nodes" and
+ * "outputs" as above (no constants; the top graph's symbols)], its
+ * sub-graphs (ir.h). Version 1 files load as before.
  * A shape entry or integer attribute that is a string names a symbol (a
  * dynamic dim); other integers beyond 2^53 are written as decimal strings;
  * non-finite doubles as "nan", "inf", "-inf". Constants are stored in the
@@ -29,6 +33,8 @@
 
 #define FORMAT_NAME "oar.graph"
 #define FORMAT_VERSION 1
+#define FORMAT_VERSION_CTRL 2 /* graphs with control nodes */
+#define MAX_NESTING 16        /* sub-graphs inside sub-graphs */
 
 static const char *kind_names[] = {"node", "input", "const"};
 
@@ -71,17 +77,16 @@ static void const_key(const oar_graph *g, int v, char *buf, size_t n) {
     else snprintf(buf, n, "%s", name);
 }
 
-static cJSON *graph_json(const oar_graph *g) {
-    cJSON *root = cJSON_CreateObject();
-    if (!root) return NULL;
-    bool ok = cJSON_AddStringToObject(root, "format", FORMAT_NAME) &&
-              cJSON_AddNumberToObject(root, "version", FORMAT_VERSION);
-    cJSON *syms = cJSON_AddArrayToObject(root, "symbols");
-    for (int s = 0; ok && syms && s < g->n_syms; s++) {
-        cJSON *o = cJSON_CreateObject();
-        ok = push(syms, o) && cJSON_AddStringToObject(o, "name", g->syms[s].name) &&
-             cJSON_AddNumberToObject(o, "trace_size", (double)g->syms[s].trace_size);
-    }
+static bool has_ctrl(const oar_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && oari_is_ctrl(g->nodes[i].op)) return true;
+    return false;
+}
+
+/* Adds g's "values", "inputs", "nodes" and "outputs" to root (control
+ * nodes with their "graphs"); false on failure. */
+static bool body_json(const oar_graph *g, cJSON *root) {
+    bool ok = true;
     cJSON *vals = cJSON_AddArrayToObject(root, "values");
     for (int v = 0; ok && vals && v < g->n_values; v++) {
         const oari_gvalue *gv = &g->values[v];
@@ -107,7 +112,7 @@ static cJSON *graph_json(const oar_graph *g) {
         const oari_gnode *n = &g->nodes[i];
         if (n->dead) continue;
         cJSON *o = cJSON_CreateObject();
-        ok = push(nodes, o) && cJSON_AddStringToObject(o, "op", oari_op_name(n->op));
+        ok = push(nodes, o) && cJSON_AddStringToObject(o, "op", oari_gnode_def(n)->name);
         cJSON *a = ok ? cJSON_AddArrayToObject(o, "in") : NULL;
         for (int k = 0; ok && a && k < n->n_in; k++) ok = push(a, cJSON_CreateNumber(n->in[k]));
         cJSON *b = ok ? cJSON_AddArrayToObject(o, "out") : NULL;
@@ -117,6 +122,12 @@ static cJSON *graph_json(const oar_graph *g) {
         cJSON *fa = ok ? cJSON_AddArrayToObject(o, "f") : NULL;
         for (int k = 0; ok && fa && k < n->attrs.nf; k++) ok = push(fa, double_json(n->attrs.f[k]));
         ok = ok && a && b && ia && fa;
+        cJSON *subs = ok && oari_is_ctrl(n->op) ? cJSON_AddArrayToObject(o, "graphs") : NULL;
+        for (int k = 0; ok && subs && k < 2; k++) {
+            cJSON *so = cJSON_CreateObject();
+            ok = push(subs, so) && body_json(n->sub[k], so);
+        }
+        ok = ok && (subs || !oari_is_ctrl(n->op));
     }
     cJSON *outs = cJSON_AddArrayToObject(root, "outputs");
     for (int j = 0; ok && outs && j < g->n_outputs; j++) {
@@ -124,7 +135,21 @@ static cJSON *graph_json(const oar_graph *g) {
         ok = push(outs, o) && cJSON_AddStringToObject(o, "name", g->output_names[j]) &&
              cJSON_AddNumberToObject(o, "value", g->outputs[j]);
     }
-    if (!ok || !syms || !vals || !ins || !nodes || !outs) {
+    return ok && vals && ins && nodes && outs;
+}
+
+static cJSON *graph_json(const oar_graph *g) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    bool ok = cJSON_AddStringToObject(root, "format", FORMAT_NAME) &&
+              cJSON_AddNumberToObject(root, "version", has_ctrl(g) ? FORMAT_VERSION_CTRL : FORMAT_VERSION);
+    cJSON *syms = cJSON_AddArrayToObject(root, "symbols");
+    for (int s = 0; ok && syms && s < g->n_syms; s++) {
+        cJSON *o = cJSON_CreateObject();
+        ok = push(syms, o) && cJSON_AddStringToObject(o, "name", g->syms[s].name) &&
+             cJSON_AddNumberToObject(o, "trace_size", (double)g->syms[s].trace_size);
+    }
+    if (!ok || !syms || !body_json(g, root)) {
         cJSON_Delete(root);
         return NULL;
     }
@@ -186,7 +211,11 @@ int oar_graph_save(const oar_graph *g, const char *dir) {
 
 typedef struct loader {
     const char *file;
-    oar_graph *g;
+    oar_graph *g;             /* the graph being read (a sub-graph while reading one) */
+    int version, depth;
+    char where[256];          /* "" or the path to the sub-graph being read ("node 3 (while) body: ") */
+    const oar_tensor_dict *w;
+    const char *wfile;
 } loader;
 
 /* Reports an OAR_ERR_IO error; returns -1. */
@@ -259,8 +288,8 @@ static int read_values(loader *L, const cJSON *vals, const oar_tensor_dict *w, c
     int i = 0;
     const cJSON *o;
     cJSON_ArrayForEach(o, vals) {
-        char what[64];
-        snprintf(what, sizeof what, "value %d", i);
+        char what[256];
+        snprintf(what, sizeof what, "%.200svalue %d", L->where, i);
         const char *kind = string(o, "kind"), *dt = string(o, "dtype"), *name = string(o, "name");
         int k = -1;
         for (int c = 0; kind && c < 3; c++)
@@ -286,6 +315,8 @@ static int read_values(loader *L, const cJSON *vals, const oar_tensor_dict *w, c
         memcpy(gv->smul, mul, (size_t)ndim * sizeof *mul);
         if (k != OARI_V_NODE && !name) return fail("%s: %s has no name", L->file, what);
         if (name && !(gv->name = oari_strdup(name))) return -1;
+        if (k == OARI_V_CONST && L->depth)
+            return fail("%s: %s is a constant; sub-graphs take constants as inputs", L->file, what);
         if (k == OARI_V_CONST) {
             oar_tensor *t = oar_tensor_dict_get(w, name);
             char s1[200], s2[200];
@@ -303,30 +334,67 @@ static int read_values(loader *L, const cJSON *vals, const oar_tensor_dict *w, c
     return 0;
 }
 
+static int read_body(loader *L, const cJSON *obj);
+
+/* The two sub-graphs of control node n (ir.h), each read as a graph body
+ * with the enclosing graph's symbols; checked against n by the verifier. */
+static int read_subs(loader *L, const cJSON *subs, oari_gnode *n, const char *what, const char *opname) {
+    if (L->depth >= MAX_NESTING)
+        return fail("%s: %s: sub-graphs nested deeper than %d", L->file, what, MAX_NESTING);
+    static const char *const labels[2][2] = {{"then", "else"}, {"cond", "body"}};
+    oar_graph *g = L->g;
+    char saved[sizeof L->where];
+    memcpy(saved, L->where, sizeof saved);
+    for (int k = 0; k < 2; k++) {
+        const cJSON *so = cJSON_GetArrayItem(subs, k);
+        if (!(n->sub[k] = oari_graph_new_sub(g))) return -1;
+        snprintf(L->where, sizeof L->where, "%.200s (%.16s) %s sub-graph: ", what, opname,
+                 labels[n->op == OARI_OP_WHILE][k]);
+        L->g = n->sub[k];
+        L->depth++;
+        int st = cJSON_IsObject(so) ? read_body(L, so) : fail("%s: %sis not an object", L->file, L->where);
+        L->depth--;
+        L->g = g;
+        memcpy(L->where, saved, sizeof saved);
+        if (st) return -1;
+    }
+    return 0;
+}
+
 static int read_nodes(loader *L, const cJSON *nodes) {
     oar_graph *g = L->g;
     int i = 0;
     const cJSON *o;
     cJSON_ArrayForEach(o, nodes) {
-        char what[64];
-        snprintf(what, sizeof what, "node %d", i);
+        char what[256];
+        snprintf(what, sizeof what, "%.200snode %d", L->where, i);
         const char *opname = string(o, "op");
-        int op = opname ? oari_op_lookup(opname) : -1;
-        if (op < 0 || !oari_op_defs[op])
+        int op = opname ? oari_graph_op_lookup(opname) : -1;
+        bool ctrl = op >= 0 && oari_is_ctrl((oari_op)op);
+        if (op < 0 || (!ctrl && !oari_op_defs[op]))
             return fail("%s: %s has unknown op \"%s\" (not in this build of oar)", L->file, what,
                         opname ? opname : "");
+        if (ctrl && L->version < FORMAT_VERSION_CTRL)
+            return fail("%s: %s is a %s node, which needs format version %d", L->file, what, opname,
+                        FORMAT_VERSION_CTRL);
         const cJSON *in = array(L, o, "in", what), *out = array(L, o, "out", what);
         const cJSON *ia = array(L, o, "i", what), *fa = array(L, o, "f", what);
+        const cJSON *subs = cJSON_GetObjectItemCaseSensitive(o, "graphs");
         if (!in || !out || !ia || !fa) return -1;
+        if (ctrl != (subs != NULL) || (ctrl && (!cJSON_IsArray(subs) || cJSON_GetArraySize(subs) != 2)))
+            return fail("%s: %s (%s): %s", L->file, what, opname,
+                        ctrl ? "a control node needs \"graphs\": a list of its two sub-graphs"
+                             : "only cond and while nodes have sub-graphs");
         int n_in = cJSON_GetArraySize(in), n_out = cJSON_GetArraySize(out);
-        if (n_in > OARI_MAX_IN || n_out != oari_op_defs[op]->n_out || cJSON_GetArraySize(ia) > OARI_MAX_IATTR ||
+        if (n_in > OARI_MAX_IN || (ctrl ? n_out < 1 || n_out > OARI_GMAX_OUT : n_out != oari_op_defs[op]->n_out) ||
+            cJSON_GetArraySize(ia) > OARI_MAX_IATTR ||
             cJSON_GetArraySize(fa) > OARI_MAX_FATTR)
             return fail("%s: %s (%s) has %d inputs, %d outputs, %d+%d attributes: not what the op takes",
                         L->file, what, opname, n_in, n_out, cJSON_GetArraySize(ia), cJSON_GetArraySize(fa));
         int ins[OARI_MAX_IN];
         for (int k = 0; k < n_in; k++)
             if ((ins[k] = read_index(L, cJSON_GetArrayItem(in, k), -1, g->n_values, what)) < -1) return -1;
-        int outs[OARI_MAX_OUT];
+        int outs[OARI_GMAX_OUT];
         for (int j = 0; j < n_out; j++) {
             if ((outs[j] = read_index(L, cJSON_GetArrayItem(out, j), 0, g->n_values, what)) < 0) return -1;
             const oari_gvalue *ov = &g->values[outs[j]];
@@ -353,11 +421,48 @@ static int read_nodes(loader *L, const cJSON *nodes) {
             else if (cJSON_IsString(f) && !strcmp(f->valuestring, "-inf")) n->attrs.f[k] = -INFINITY;
             else return fail("%s: %s float attribute %d is not a number", L->file, what, k);
         }
+        if (ctrl && read_subs(L, subs, n, what, opname)) return -1;
         i++;
     }
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].kind == OARI_V_NODE && g->values[v].producer < 0)
-            return fail("%s: value %d is a node value no node produces", L->file, v);
+            return fail("%s: %svalue %d is a node value no node produces", L->file, L->where, v);
+    return 0;
+}
+
+/* Values, inputs, nodes and outputs of L->g from obj. */
+static int read_body(loader *L, const cJSON *obj) {
+    oar_graph *g = L->g;
+    const char *where = L->depth ? "a sub-graph" : "the model";
+    const cJSON *vals = array(L, obj, "values", where), *ins = array(L, obj, "inputs", where);
+    const cJSON *nodes = array(L, obj, "nodes", where), *outs = array(L, obj, "outputs", where);
+    if (!vals || !ins || !nodes || !outs) return -1;
+    if (read_values(L, vals, L->w, L->wfile)) return -1;
+    int ni = cJSON_GetArraySize(ins), no = cJSON_GetArraySize(outs);
+    if (no < 1) return fail("%s: %sthe graph has no outputs", L->file, L->where);
+    g->inputs = oari_calloc((size_t)(ni ? ni : 1), sizeof *g->inputs);
+    g->cap_inputs = ni ? ni : 1;
+    g->outputs = oari_calloc((size_t)no, sizeof *g->outputs);
+    g->output_names = oari_calloc((size_t)no, sizeof *g->output_names);
+    if (!g->inputs || !g->outputs || !g->output_names) return -1;
+    g->n_outputs = no;
+    for (int i = 0; i < ni; i++) {
+        int v = read_index(L, cJSON_GetArrayItem(ins, i), 0, g->n_values, "an input");
+        if (v < 0) return -1;
+        if (g->values[v].kind != OARI_V_INPUT)
+            return fail("%s: %sinput %d refers to value %d, which is not an input", L->file, L->where, i, v);
+        g->inputs[g->n_inputs++] = v;
+    }
+    if (read_nodes(L, nodes)) return -1;
+    for (int j = 0; j < no; j++) {
+        const cJSON *oj = cJSON_GetArrayItem(outs, j);
+        const char *name = string(oj, "name");
+        int v = read_index(L, cJSON_GetObjectItemCaseSensitive(oj, "value"), 0, g->n_values, "an output");
+        if (v < 0) return -1;
+        if (!name) return fail("%s: %soutput %d has no name", L->file, L->where, j);
+        g->outputs[j] = v;
+        if (!(g->output_names[j] = oari_strdup(name))) return -1;
+    }
     return 0;
 }
 
@@ -422,18 +527,17 @@ oar_graph *oar_graph_load(const char *dir) {
                    fmt ? fmt : "", FORMAT_NAME);
         goto done;
     }
-    if (!cJSON_IsNumber(ver) || ver->valuedouble != FORMAT_VERSION) {
-        oari_error(OAR_ERR_IO, "%s: unsupported format version %g (this build reads version %d)", jpath,
-                   cJSON_IsNumber(ver) ? ver->valuedouble : -1.0, FORMAT_VERSION);
+    if (!cJSON_IsNumber(ver) || (ver->valuedouble != FORMAT_VERSION && ver->valuedouble != FORMAT_VERSION_CTRL)) {
+        oari_error(OAR_ERR_IO, "%s: unsupported format version %g (this build reads versions %d and %d)", jpath,
+                   cJSON_IsNumber(ver) ? ver->valuedouble : -1.0, FORMAT_VERSION, FORMAT_VERSION_CTRL);
         goto done;
     }
+    L.version = (int)ver->valuedouble;
     if (!(w = oar_safetensors_load(wpath))) goto done;
     if (!(L.g = oari_graph_new())) goto done;
     oar_graph *g = L.g;
-    const cJSON *syms = array(&L, root, "symbols", "the model"), *vals = array(&L, root, "values", "the model");
-    const cJSON *ins = array(&L, root, "inputs", "the model"), *nodes = array(&L, root, "nodes", "the model");
-    const cJSON *outs = array(&L, root, "outputs", "the model");
-    if (!syms || !vals || !ins || !nodes || !outs) goto done;
+    const cJSON *syms = array(&L, root, "symbols", "the model");
+    if (!syms) goto done;
     const cJSON *o;
     cJSON_ArrayForEach(o, syms) {
         const char *name = string(o, "name");
@@ -445,40 +549,9 @@ oar_graph *oar_graph_load(const char *dir) {
         if (!(g->syms[g->n_syms].name = oari_strdup(name))) goto done;
         g->syms[g->n_syms++].trace_size = (int64_t)ts->valuedouble;
     }
-    if (read_values(&L, vals, w, wpath)) goto done;
-    int ni = cJSON_GetArraySize(ins), no = cJSON_GetArraySize(outs);
-    if (no < 1) {
-        fail("%s: the graph has no outputs", jpath);
-        goto done;
-    }
-    g->inputs = oari_calloc((size_t)(ni ? ni : 1), sizeof *g->inputs);
-    g->cap_inputs = ni ? ni : 1;
-    g->outputs = oari_calloc((size_t)no, sizeof *g->outputs);
-    g->output_names = oari_calloc((size_t)no, sizeof *g->output_names);
-    if (!g->inputs || !g->outputs || !g->output_names) goto done;
-    g->n_outputs = no;
-    for (int i = 0; i < ni; i++) {
-        int v = read_index(&L, cJSON_GetArrayItem(ins, i), 0, g->n_values, "an input");
-        if (v < 0) goto done;
-        if (g->values[v].kind != OARI_V_INPUT) {
-            fail("%s: input %d refers to value %d, which is not an input", jpath, i, v);
-            goto done;
-        }
-        g->inputs[g->n_inputs++] = v;
-    }
-    if (read_nodes(&L, nodes)) goto done;
-    for (int j = 0; j < no; j++) {
-        const cJSON *oj = cJSON_GetArrayItem(outs, j);
-        const char *name = string(oj, "name");
-        int v = read_index(&L, cJSON_GetObjectItemCaseSensitive(oj, "value"), 0, g->n_values, "an output");
-        if (v < 0) goto done;
-        if (!name) {
-            fail("%s: output %d has no name", jpath, j);
-            goto done;
-        }
-        g->outputs[j] = v;
-        if (!(g->output_names[j] = oari_strdup(name))) goto done;
-    }
+    L.w = w;
+    L.wfile = wpath;
+    if (read_body(&L, root)) goto done;
     if (oar_graph_verify(g)) {
         char msg[400];
         snprintf(msg, sizeof msg, "%s", oar_last_error());

@@ -20,18 +20,91 @@ typedef struct oari_tracer {
     oar_tensor **consts;   /* concrete tensors already in the graph, by value id */
     int n_consts, cap_consts;
     int *const_ids;
+    /* nested tracing (a cond branch, a loop body): the enclosing tracer, and
+     * the values captured from it as inputs of this one's sub-graph */
+    struct oari_tracer *parent;
+    int *cap_outer, *cap_inner, n_caps, cap_caps;
+    intptr_t serial;       /* tags the tensors this tracer binds */
 } oari_tracer;
 
 OARI_HIDDEN _Thread_local void *oari_trace_current;
 OARI_HIDDEN int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out);
 
+/* A tensor's trace_value holds (serial << SHIFT) | (value id + 1), so the
+ * value ids of a nested trace never collide with its parent's. */
+#define SERIAL_SHIFT (sizeof(intptr_t) >= 8 ? 32 : 24)
+static _Thread_local intptr_t last_serial;
+static intptr_t new_serial(void) {
+    last_serial = (last_serial + 1) & (sizeof(intptr_t) >= 8 ? 0x7fffffff : 0x7f);
+    if (!last_serial) last_serial = 1;
+    return last_serial;
+}
+
 static int traced_id(const oari_tracer *tr, const oar_tensor *t) {
     if (!t || !t->trace_value) return -1;
-    int v = (int)((intptr_t)t->trace_value - 1);
+    intptr_t x = (intptr_t)t->trace_value;
+    if (x >> SERIAL_SHIFT != tr->serial) return -1;
+    int v = (int)((x & (((intptr_t)1 << SERIAL_SHIFT) - 1)) - 1);
     return v >= 0 && v < tr->g->n_values ? v : -1;
 }
 
-static void set_traced(oar_tensor *t, int v) { t->trace_value = (void *)(intptr_t)(v + 1); }
+static void set_traced(const oari_tracer *tr, oar_tensor *t, int v) {
+    t->trace_value = (void *)((tr->serial << SERIAL_SHIFT) | (intptr_t)(v + 1));
+}
+
+/* Whether t is a value of tr's trace or of one enclosing it. */
+static bool traced_here_or_above(const oari_tracer *tr, const oar_tensor *t) {
+    for (; tr; tr = tr->parent)
+        if (traced_id(tr, t) >= 0) return true;
+    return false;
+}
+
+static int const_id(oari_tracer *tr, oar_tensor *t, const char *op);
+
+/* The value id of t in tr's graph: its own value, a capture of a value of
+ * an enclosing trace (a new sub-graph input, made once per value), or a
+ * constant (of the top graph, captured down). -1 with an error. */
+static int resolve(oari_tracer *tr, oar_tensor *t, const char *op) {
+    int v = traced_id(tr, t);
+    if (v >= 0) return v;
+    if (!tr->parent) return const_id(tr, t, op);
+    if (!t->storage && !traced_here_or_above(tr->parent, t))
+        return oari_error(OAR_ERR_STATE, "trace: %s reads a symbolic tensor of another trace (a value "
+                          "of another branch or an earlier loop body?); symbolic tensors must not escape "
+                          "the function that made them", op), -1;
+    int pv = resolve(tr->parent, t, op);
+    if (pv < 0) return -1;
+    for (int k = 0; k < tr->n_caps; k++)
+        if (tr->cap_outer[k] == pv) return tr->cap_inner[k];
+    if (tr->n_caps == tr->cap_caps) {
+        int nc = tr->cap_caps ? tr->cap_caps * 2 : 8;
+        int *a = oari_realloc(tr->cap_outer, (size_t)tr->cap_caps * sizeof *a, (size_t)nc * sizeof *a);
+        if (!a) return -1;
+        tr->cap_outer = a;
+        int *b = oari_realloc(tr->cap_inner, (size_t)tr->cap_caps * sizeof *b, (size_t)nc * sizeof *b);
+        if (!b) return -1;
+        tr->cap_inner = b;
+        tr->cap_caps = nc;
+    }
+    const oari_gvalue *ov = &tr->parent->g->values[pv];
+    oari_gvalue meta = *ov; /* a copy: adding values may move the array */
+    oar_graph *g = tr->g;
+    int iv = oari_graph_add_value(g, OARI_V_INPUT, meta.dtype, meta.ndim, meta.shape);
+    if (iv < 0) return -1;
+    memcpy(g->values[iv].sym, meta.sym, sizeof meta.sym);
+    memcpy(g->values[iv].smul, meta.smul, sizeof meta.smul);
+    char buf[32];
+    snprintf(buf, sizeof buf, "cap%d", tr->n_caps);
+    int *ins = oari_realloc(g->inputs, (size_t)g->cap_inputs * sizeof *ins, (size_t)(g->n_inputs + 1) * sizeof *ins);
+    if (!ins) return -1;
+    g->inputs = ins;
+    g->cap_inputs = g->n_inputs + 1;
+    if (!(g->values[iv].name = oari_strdup(buf))) return -1;
+    g->inputs[g->n_inputs++] = iv;
+    tr->cap_outer[tr->n_caps] = pv;
+    tr->cap_inner[tr->n_caps++] = iv;
+    return iv;
+}
 
 /* True if t is contiguous with every element equal (oar_full, zeros_like). */
 static bool is_splat(const oar_tensor *t) {
@@ -136,7 +209,7 @@ int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
     oari_tracer *tr = oari_trace_current;
     const oari_op_def *def = oari_op_defs[op];
     bool any = false;
-    for (int i = 0; i < c->n_in; i++) any = any || traced_id(tr, c->in[i]) >= 0;
+    for (int i = 0; i < c->n_in; i++) any = any || traced_here_or_above(tr, c->in[i]);
     /* a view of a module's tensor (a linear weight's transpose) stays a node,
      * so the graph keeps the named weight rather than a copy of its view */
     for (int s = 0; s < tr->n_state && !any && (def->flags & OARI_F_VIEW); s++)
@@ -144,6 +217,9 @@ int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
     /* random draws stay nodes, so the graph draws again on each run */
     if ((def->flags & OARI_F_RANDOM) && !(def->flags & OARI_F_INPLACE)) any = true;
     if (!any) return OARI_TRACE_PASS;
+    if ((def->flags & OARI_F_INPLACE) && traced_id(tr, c->in[0]) < 0 && traced_here_or_above(tr, c->in[0]))
+        return oari_error(OAR_ERR_STATE, "trace: %s writes in place into a value from outside the "
+                          "branch or loop body being traced; write into a copy made inside it", def->name);
     if ((def->flags & OARI_F_INPLACE) && traced_id(tr, c->in[0]) < 0)
         return oari_error(OAR_ERR_STATE, "trace: %s writes traced values into a concrete tensor "
                           "in place (a running statistic, an optimizer update); trace in eval "
@@ -163,7 +239,7 @@ int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
     for (int i = 0; i < c->n_in && !st; i++) {
         oar_tensor *t = cin[i] ? cin[i] : c->in[i];
         if (!t) in_ids[i] = -1;
-        else if ((in_ids[i] = traced_id(tr, t)) < 0 && (in_ids[i] = const_id(tr, t, def->name)) < 0)
+        else if ((in_ids[i] = resolve(tr, t, def->name)) < 0)
             st = oari_error_pending() ? OAR_ERR_INVALID : oari_nomem("trace");
     }
     if (!st && (ni = oari_graph_add_node(tr->g, op, c->attrs, c->n_in, in_ids, def->n_out, c->out)) < 0)
@@ -176,7 +252,7 @@ int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
             else if (def->flags & OARI_F_VIEW) out[j] = def->view(cin[0] ? cin[0] : c->in[0], c->attrs);
             else out[j] = oari_tensor_make(NULL, c->out[j].dtype, c->out[j].ndim, c->out[j].shape, NULL, 0);
             if (!out[j]) st = OAR_ERR_NOMEM;
-            else set_traced(out[j], node->out[j]);
+            else set_traced(tr, out[j], node->out[j]);
         }
     }
     for (int i = 0; i < c->n_in; i++) oar_tensor_release(cin[i]);
@@ -192,6 +268,8 @@ int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
 static void free_tracer(oari_tracer *tr) {
     oari_free(tr->consts, (size_t)tr->cap_consts * sizeof *tr->consts);
     oari_free(tr->const_ids, (size_t)tr->cap_consts * sizeof *tr->const_ids);
+    oari_free(tr->cap_outer, (size_t)tr->cap_caps * sizeof *tr->cap_outer);
+    oari_free(tr->cap_inner, (size_t)tr->cap_caps * sizeof *tr->cap_inner);
 }
 
 static int add_sym(oar_graph *g, const char *name) {
@@ -226,7 +304,7 @@ oar_graph *oar_trace(oar_trace_fn fn, void *ctx, int n_inputs, const oar_graph_i
     if (!opt) opt = &no_opt;
     if (opt->params_as_inputs && !opt->module)
         return oari_error(OAR_ERR_INVALID, "trace: params_as_inputs needs the module"), NULL;
-    oari_tracer tr = {.opt = opt};
+    oari_tracer tr = {.opt = opt, .serial = new_serial()};
     oar_graph *g = tr.g = oari_graph_new();
     if (!g) return NULL;
     if (opt->module && (tr.n_state = oar_module_state(opt->module, &tr.state)) < 0) goto fail;
@@ -271,7 +349,7 @@ oar_graph *oar_trace(oar_trace_fn fn, void *ctx, int n_inputs, const oar_graph_i
             st = OAR_ERR_NOMEM;
             break;
         }
-        set_traced(in[i], v);
+        set_traced(&tr, in[i], v);
     }
     /* parameters as graph inputs: the module's own tensors become traced */
     for (int s = 0; s < tr.n_state && opt->params_as_inputs && !st; s++) {
@@ -283,7 +361,7 @@ oar_graph *oar_trace(oar_trace_fn fn, void *ctx, int n_inputs, const oar_graph_i
             break;
         }
         for (int d = 0; d < OAR_MAX_DIMS; d++) g->values[v].sym[d] = -1;
-        set_traced(t, v);
+        set_traced(&tr, t, v);
         n_params++;
     }
     if (!st) {
@@ -343,6 +421,7 @@ void *oari_trace_attach(oar_graph *g) {
     oari_tracer *tr = oari_calloc(1, sizeof *tr);
     if (!tr) return NULL;
     tr->g = g;
+    tr->serial = new_serial();
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].kind == OARI_V_CONST && remember(tr, g->values[v].constant, v) < 0) {
             oari_trace_detach(tr);
@@ -364,13 +443,55 @@ void oari_trace_detach(void *p) {
     oari_free(tr, sizeof *tr);
 }
 
-void oari_trace_bind(oar_tensor *t, int v) { set_traced(t, v); }
+void oari_trace_bind(oar_tensor *t, int v) {
+    if (oari_trace_current) set_traced(oari_trace_current, t, v);
+}
 
 int oari_trace_value_of(oar_tensor *t) {
     oari_tracer *tr = oari_trace_current;
     if (!tr || !t) return -1;
-    int v = traced_id(tr, t);
-    return v >= 0 ? v : const_id(tr, t, "trace");
+    return resolve(tr, t, "trace");
+}
+
+/* ---- nested tracing (control.c) ------------------------------------------------ */
+
+oar_graph *oari_trace_graph(void) {
+    oari_tracer *tr = oari_trace_current;
+    return tr ? tr->g : NULL;
+}
+
+bool oari_trace_is_traced(const oar_tensor *t) {
+    return t && oari_trace_current && traced_here_or_above(oari_trace_current, t);
+}
+
+void *oari_trace_push(oar_graph *sub) {
+    oari_tracer *parent = oari_trace_current;
+    if (!parent) return oari_error(OAR_ERR_STATE, "trace: no trace to nest into"), NULL;
+    oari_tracer *tr = oari_calloc(1, sizeof *tr);
+    if (!tr) return NULL;
+    tr->g = sub;
+    tr->opt = parent->opt;
+    tr->state = parent->state;
+    tr->n_state = parent->n_state;
+    tr->parent = parent;
+    tr->serial = new_serial();
+    oari_trace_current = tr;
+    return tr;
+}
+
+int oari_trace_captures(void *p, const int **outer, const int **inner) {
+    oari_tracer *tr = p;
+    *outer = tr->cap_outer;
+    *inner = tr->cap_inner;
+    return tr->n_caps;
+}
+
+void oari_trace_pop(void *p) {
+    oari_tracer *tr = p;
+    if (!tr) return;
+    if (oari_trace_current == tr) oari_trace_current = tr->parent;
+    free_tracer(tr);
+    oari_free(tr, sizeof *tr);
 }
 
 static int module_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {

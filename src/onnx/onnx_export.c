@@ -107,7 +107,7 @@ OARI_PRINTF(2, 3) static int fail(xp *x, const char *fmt, ...) {
         x->st = oari_error(OAR_ERR_UNSUPPORTED, "oar_onnx_export: %s", msg);
     else
         x->st = oari_error(OAR_ERR_UNSUPPORTED, "oar_onnx_export: node %d (%s): %s", x->node,
-                           oari_op_name(x->g->nodes[x->node].op), msg);
+                           oari_gnode_def(&x->g->nodes[x->node])->name, msg);
     return x->st;
 }
 
@@ -296,7 +296,7 @@ static Onnx__NodeProto *emitn(xp *x, const char *op, int n_in, const char *const
     nd->op_type = (char *)op;
     /* "<oar op><node index>/<ONNX op>_<k>": an ONNX Runtime message leads back to the oar node */
     if (x->node >= 0)
-        nd->name = xstr(x, "%s%d/%s_%d", oari_op_name(x->g->nodes[x->node].op), x->node, op,
+        nd->name = xstr(x, "%s%d/%s_%d", oari_gnode_def(&x->g->nodes[x->node])->name, x->node, op,
                         x->n_onnx_nodes++);
     else
         nd->name = xstr(x, "output/%s_%d", op, x->n_onnx_nodes++);
@@ -598,6 +598,9 @@ static int export_node(xp *x, int ni) {
     const int64_t *a = n->attrs.i;
     const double *f = n->attrs.f;
     x->node = ni;
+    if (oari_is_ctrl(n->op)) /* control nodes (oar_cond / oar_while_loop) */
+        return fail(x, "control flow has no ONNX export yet (If / Loop are not written); export a "
+                    "graph traced with a concrete predicate");
     const oari_gvalue *iv = &g->values[n->in[0]];
     const oari_gvalue *ov = &g->values[n->out[0]];
     const char *X = in_name(x, n, 0), *X1 = in_name(x, n, 1), *X2 = in_name(x, n, 2);

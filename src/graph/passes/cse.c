@@ -40,7 +40,7 @@ int oari_pass_cse(oar_graph *g) {
     }
     for (int i = 0; i < g->n_nodes; i++) {
         oari_gnode *n = &g->nodes[i];
-        if (n->dead || (oari_op_defs[n->op]->flags & OARI_F_RANDOM)) continue;
+        if (n->dead || (oari_gnode_def(n)->flags & OARI_F_RANDOM)) continue;
         for (int j = 0; j < i; j++) {
             oari_gnode *m = &g->nodes[j];
             if (m->dead || !same_node(n, m)) continue;

@@ -20,7 +20,7 @@ static oar_tensor *const_value(oar_graph *g, int v) {
     if (is_const(g, v)) return oar_tensor_retain(g->values[v].constant);
     if (v < 0 || g->values[v].kind != OARI_V_NODE) return NULL;
     oari_gnode *p = &g->nodes[g->values[v].producer];
-    if (p->dead || !(oari_op_defs[p->op]->flags & OARI_F_VIEW) || !is_const(g, p->in[0])) return NULL;
+    if (p->dead || !(oari_gnode_def(p)->flags & OARI_F_VIEW) || !is_const(g, p->in[0])) return NULL;
     for (int k = 0; k < p->attrs.ni; k++)
         if (p->isym[k] >= 0) return NULL;
     oar_tensor *out[OARI_MAX_OUT] = {0};

@@ -14,7 +14,7 @@
 static int root_of(const oar_graph *g, int v) {
     while (g->values[v].kind == OARI_V_NODE) {
         const oari_gnode *n = &g->nodes[g->values[v].producer];
-        if (!(oari_op_defs[n->op]->flags & OARI_F_VIEW) || n->in[0] < 0) break;
+        if (!(oari_gnode_def(n)->flags & OARI_F_VIEW) || n->in[0] < 0) break;
         v = n->in[0];
     }
     return v;
@@ -39,7 +39,7 @@ static void move_after(oar_graph *g, const bool *chain, int after, int *perm, oa
  * even when its output also leaves the graph (an optimizer's next moment,
  * read by the parameter's update). */
 static bool cheap(const oari_gnode *n) {
-    const oari_op_def *def = oari_op_defs[n->op];
+    const oari_op_def *def = oari_gnode_def(n);
     return def->fusion == OARI_FUSE_ELEMWISE || def->fusion == OARI_FUSE_BROADCAST || (def->flags & OARI_F_VIEW);
 }
 

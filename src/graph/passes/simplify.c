@@ -27,7 +27,7 @@ static bool contiguous(oar_graph *g, int v) {
     const oari_gvalue *gv = &g->values[v];
     if (gv->kind == OARI_V_CONST) return oar_tensor_is_contiguous(gv->constant);
     if (gv->kind == OARI_V_INPUT) return true;
-    return !(oari_op_defs[g->nodes[gv->producer].op]->flags & OARI_F_VIEW);
+    return !(oari_gnode_def(&g->nodes[gv->producer])->flags & OARI_F_VIEW);
 }
 
 static bool is_identity(const oari_gnode *n) {
