@@ -181,6 +181,7 @@ oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d)
     if (out) {
         MPI_Request req;
         count(out->numel * (int64_t)oar_dtype_size(out->dtype));
+        oari_dist_count_call(OARI_COLL_ALL_REDUCE);
         int rc = MPI_Iallreduce(MPI_IN_PLACE, oar_tensor_data(out), (int)out->numel,
                                 mpi_type(out->dtype), mop, m->comm[d], &req);
         if (finish("all_reduce", rc, &req, m, d, out, NULL)) out = NULL;
@@ -252,6 +253,7 @@ oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int d) {
         if (y) {
             MPI_Request req;
             count(f->numel * es);
+            oari_dist_count_call(OARI_COLL_ALL_GATHER);
             int rc = MPI_Iallgatherv(oar_tensor_data(f), (int)(f->numel * es), MPI_BYTE,
                                      oar_tensor_data(y), counts, displs, MPI_BYTE, m->comm[d], &req);
             if (!finish("all_gather", rc, &req, m, d, f, y)) out = front_to_dim(y, perm, x->ndim);
@@ -288,12 +290,77 @@ oar_tensor *oari_reduce_scatter(oar_tensor *x, int dim, oar_reduce_op op, oar_me
         if (y) {
             MPI_Request req;
             count(f->numel * (int64_t)oar_dtype_size(f->dtype));
+            oari_dist_count_call(OARI_COLL_REDUCE_SCATTER);
             int rc = MPI_Ireduce_scatter(oar_tensor_data(f), oar_tensor_data(y), counts,
                                          mpi_type(f->dtype), mop, m->comm[d], &req);
             if (!finish("reduce_scatter", rc, &req, m, d, f, y)) out = front_to_dim(y, perm, x->ndim);
         }
         if (out && op == OAR_REDUCE_AVG) out = oar_div_scalar(out, (double)n);
         if (out && out->dtype != x->dtype) out = oar_cast(out, x->dtype);
+    }
+    return oari_pop_owned(pool, out);
+}
+
+/* Per-kind call counts (tests check which collective a reshard used). */
+static int64_t coll_calls[OARI_COLL_N];
+int64_t oari_dist_calls(oari_coll kind) {
+    return (unsigned)kind < OARI_COLL_N ? __atomic_load_n(&coll_calls[kind], __ATOMIC_RELAXED) : 0;
+}
+void oari_dist_count_call(oari_coll kind) { __atomic_add_fetch(&coll_calls[kind], 1, __ATOMIC_RELAXED); }
+
+oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar_mesh *m, int d) {
+    if (check_local("all_to_all", x, m, d)) return NULL;
+    if (from < 0 || from >= x->ndim || to < 0 || to >= x->ndim || from == to)
+        return oari_error(OAR_ERR_INVALID, "all_to_all: dims %d -> %d of a %d-d tensor", from, to, x->ndim), NULL;
+    int n = (int)m->shape[d], me = m->coord[d];
+    if (n > 64) return oari_error(OAR_ERR_UNSUPPORTED, "all_to_all: mesh dim of %d ranks (at most 64)", n), NULL;
+    int64_t start, len;
+    oari_chunk(n_from, n, me, &start, &len);
+    if (len != x->shape[from])
+        return oari_error(OAR_ERR_INVALID, "all_to_all: this rank holds %lld of dim %d, its chunk of %lld is %lld",
+                          (long long)x->shape[from], from, (long long)n_from, (long long)len), NULL;
+    /* Blocks go out and come in with `from` first and `to` second, so the
+     * received blocks, one after another, are the whole extent of `from`. */
+    int64_t perm[OAR_MAX_DIMS], inner = 1, es = (int64_t)oar_dtype_size(x->dtype);
+    perm[0] = from;
+    perm[1] = to;
+    for (int i = 0, k = 2; i < x->ndim; i++)
+        if (i != from && i != to) perm[k++] = i, inner *= x->shape[i];
+    int scounts[64], sdispls[64], rcounts[64], rdispls[64];
+    int64_t n_to = x->shape[to], my_start, my_len, soff = 0, roff = 0;
+    oari_chunk(n_to, n, me, &my_start, &my_len);
+    for (int c = 0; c < n; c++) {
+        int64_t s, l, fs, fl;
+        oari_chunk(n_to, n, c, &s, &l);
+        oari_chunk(n_from, n, c, &fs, &fl);
+        int64_t sb = x->shape[from] * l * inner * es, rb = fl * my_len * inner * es;
+        if (soff + sb > INT_MAX || roff + rb > INT_MAX)
+            return oari_error(OAR_ERR_UNSUPPORTED, "all_to_all: data exceeds one MPI call (2 GiB)"), NULL;
+        scounts[c] = (int)sb, sdispls[c] = (int)soff, soff += sb;
+        rcounts[c] = (int)rb, rdispls[c] = (int)roff, roff += rb;
+    }
+    oar_pool *pool = oar_pool_push();
+    int64_t shape[OAR_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[perm[i]];
+    shape[0] = n_from;
+    shape[1] = my_len;
+    oar_tensor *sbuf = oari_pool_adopt(oari_tensor_empty(NULL, OAR_U8, 1, (int64_t[]){soff}));
+    oar_tensor *y = oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, x->ndim, shape)), *out = NULL;
+    bool ok = sbuf && y;
+    for (int c = 0; c < n && ok; c++) {
+        int64_t s, l;
+        oari_chunk(n_to, n, c, &s, &l);
+        oar_tensor *blk = oar_contiguous(oar_permute(oar_slice(x, to, s, s + l, 1), perm));
+        if (!(ok = blk != NULL)) break;
+        if (scounts[c]) memcpy((char *)oar_tensor_data(sbuf) + sdispls[c], oar_tensor_data(blk), (size_t)scounts[c]);
+    }
+    if (ok) {
+        MPI_Request req;
+        count(x->numel * es);
+        oari_dist_count_call(OARI_COLL_ALL_TO_ALL);
+        int rc = MPI_Ialltoallv(oar_tensor_data(sbuf), scounts, sdispls, MPI_BYTE, oar_tensor_data(y), rcounts,
+                                rdispls, MPI_BYTE, m->comm[d], &req);
+        if (!finish("all_to_all", rc, &req, m, d, sbuf, y)) out = front_to_dim(y, perm, x->ndim);
     }
     return oari_pop_owned(pool, out);
 }

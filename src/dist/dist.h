@@ -73,9 +73,10 @@ static inline void oari_chunk(int64_t n, int64_t m, int64_t c, int64_t *start, i
 OARI_HIDDEN oar_tensor *oari_dtensor_wrap(oar_tensor *local, oar_mesh *mesh, const oar_placement *p,
                                           int ndim, const int64_t *global_shape);
 /* This rank's value under placements `to`, from its value `local` under
- * placements `from` (same mesh, same global value). Returns an owned
+ * placements `from` (same mesh, same global value of shape global_shape,
+ * which has local->ndim dims). Returns an owned
  * reference, possibly `local` itself. */
-OARI_HIDDEN oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *mesh,
+OARI_HIDDEN oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *mesh, const int64_t *global_shape,
                                            const oar_placement *from, const oar_placement *to);
 
 /* Collectives on local tensors over mesh dim d; each returns an owned
@@ -86,6 +87,19 @@ OARI_HIDDEN oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int
 /* Reduces x over the ranks and keeps this rank's chunk of tensor dim `dim`. */
 OARI_HIDDEN oar_tensor *oari_reduce_scatter(oar_tensor *x, int dim, oar_reduce_op op, oar_mesh *m,
                                             int d);
+/* Shard(from) -> Shard(to) along mesh dim d in one all-to-all: x holds
+ * this rank's chunk of tensor dim `from` (global extent n_from) and the
+ * whole extent of `to`; the result holds the whole of `from` and this
+ * rank's chunk of `to`. Uneven chunks as oari_chunk makes them. */
+OARI_HIDDEN oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar_mesh *m,
+                                        int d);
+/* Calls made by this process per collective kind (tests check which ran). */
+typedef enum oari_coll {
+    OARI_COLL_ALL_REDUCE, OARI_COLL_ALL_GATHER, OARI_COLL_REDUCE_SCATTER, OARI_COLL_ALL_TO_ALL,
+    OARI_COLL_SEND_RECV, OARI_COLL_N
+} oari_coll;
+OARI_HIDDEN int64_t oari_dist_calls(oari_coll kind);
+OARI_HIDDEN void oari_dist_count_call(oari_coll kind);
 /* Sums one int64 over mesh dim d. */
 OARI_HIDDEN int oari_sum_i64(int64_t *v, oar_mesh *m, int d);
 

@@ -108,8 +108,8 @@ static bool same(oar_placement a, oar_placement b) {
     return true;
 }
 
-oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *m, const oar_placement *from,
-                               const oar_placement *to) {
+oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *m, const int64_t *global_shape,
+                               const oar_placement *from, const oar_placement *to) {
     oar_placement cur[OAR_MESH_MAX_DIMS];
     memcpy(cur, from, sizeof(oar_placement) * (size_t)m->ndim);
     oar_pool *pool = oar_pool_push();
@@ -128,11 +128,33 @@ oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *m, const oar_placeme
             cur[d] = oar_replicate();
         }
     }
-    /* 2. Shard -> all-gather where the target differs (S->S goes through R). */
-    for (int d = 0; d < m->ndim && x; d++) {
-        if (cur[d].kind != OAR_PLACEMENT_SHARD || same(cur[d], to[d])) continue;
-        x = oari_pool_adopt(oari_all_gather(x, cur[d].dim, m, d));
-        cur[d] = oar_replicate();
+    /* 2. Shard(a) -> Shard(b) along a mesh dim: one all-to-all, once no
+     * other mesh dim shards tensor dim b. Where none can go (a cycle, as
+     * [S(0), S(1)] -> [S(1), S(0)]) one shard is all-gathered, which
+     * frees its dim (shards going to Replicate or Partial first). */
+    for (bool again = true; again && x;) {
+        again = false;
+        for (int d = 0; d < m->ndim && x; d++) {
+            if (cur[d].kind != OAR_PLACEMENT_SHARD || to[d].kind != OAR_PLACEMENT_SHARD ||
+                cur[d].dim == to[d].dim)
+                continue;
+            bool free_dim = true;
+            for (int e = 0; e < m->ndim; e++)
+                free_dim = free_dim && !(e != d && cur[e].kind == OAR_PLACEMENT_SHARD && cur[e].dim == to[d].dim);
+            if (!free_dim) continue;
+            x = oari_pool_adopt(oari_all_to_all(x, cur[d].dim, global_shape[cur[d].dim], to[d].dim, m, d));
+            cur[d] = to[d];
+            again = true;
+        }
+        /* gather shards bound elsewhere first: that may unblock an all-to-all */
+        for (int pass = 0; pass < 2 && !again; pass++)
+            for (int d = 0; d < m->ndim && x && !again; d++) {
+                if (cur[d].kind != OAR_PLACEMENT_SHARD || same(cur[d], to[d])) continue;
+                if (pass == 0 && to[d].kind == OAR_PLACEMENT_SHARD) continue;
+                x = oari_pool_adopt(oari_all_gather(x, cur[d].dim, m, d));
+                cur[d] = oar_replicate();
+                again = true;
+            }
     }
     /* 3. Replicate -> local chunk, or Partial by keeping the value on coordinate 0. */
     bool sliced = false;

@@ -44,7 +44,7 @@ static oar_tensor *place(oar_tensor *local, oar_mesh *m, int ndim, const int64_t
         for (int d = 0; d < m->ndim; d++) to[d] = oar_replicate();
     else
         oari_rs_get(a, OARI_RS_TO, m->ndim, to);
-    oar_tensor *l = oari_reshard_local(local, m, from, to);
+    oar_tensor *l = oari_reshard_local(local, m, shape, from, to);
     if (!l) return NULL;
     if (a->i[OARI_RS_TO_PLAIN]) {
         /* the caller may write the result: never hand out the shard itself */
