@@ -364,3 +364,47 @@ oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar
     }
     return oari_pop_owned(pool, out);
 }
+
+/* ---- point-to-point exchange (moves between meshes) --------------------- */
+
+int oari_exchange(int n, const int *peer, oar_tensor *const *buf, const bool *is_send) {
+    extern MPI_Comm oari_p2p_comm;
+    if (oari_p2p_comm == MPI_COMM_NULL)
+        return oari_error(OAR_ERR_STATE, "oar_reshard: moving between meshes needs oar_dist_init");
+    if (n > 128) return oari_error(OAR_ERR_UNSUPPORTED, "oar_reshard: %d messages in one move (at most 128)", n);
+    MPI_Request req[128];
+    int started = 0, rc = MPI_SUCCESS;
+    int64_t es_sent = 0;
+    /* receives first, then sends: nothing waits on a peer's order */
+    for (int pass = 0; pass < 2 && rc == MPI_SUCCESS; pass++)
+        for (int i = 0; i < n && rc == MPI_SUCCESS; i++) {
+            if (is_send[i] != (pass == 1)) continue;
+            int64_t bytes = buf[i]->numel * (int64_t)oar_dtype_size(buf[i]->dtype);
+            if (bytes > INT_MAX) return oari_error(OAR_ERR_UNSUPPORTED, "oar_reshard: a message exceeds 2 GiB");
+            void *p = bytes ? oar_tensor_data(buf[i]) : NULL;
+            if (is_send[i]) {
+                es_sent += bytes;
+                rc = MPI_Isend(p, (int)bytes, MPI_BYTE, peer[i], 0x6f61, oari_p2p_comm, &req[started++]);
+            } else {
+                rc = MPI_Irecv(p, (int)bytes, MPI_BYTE, peer[i], 0x6f61, oari_p2p_comm, &req[started++]);
+            }
+        }
+    if (rc != MPI_SUCCESS) return mpi_fail("oar_reshard", rc);
+    count(es_sent);
+    oari_dist_count_call(OARI_COLL_SEND_RECV);
+    double limit = oar_dist_timeout(), start = now_s();
+    for (long spins = 0;; spins++) {
+        int done = 0;
+        if ((rc = MPI_Testall(started, req, &done, MPI_STATUSES_IGNORE)) != MPI_SUCCESS)
+            return mpi_fail("oar_reshard", rc);
+        if (done) return 0;
+        if (spins > 20000) nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+        if ((spins & 255) == 0 && limit > 0 && now_s() - start > limit) break;
+    }
+    /* MPI may still write the buffers: keep them until oar_dist_finalize */
+    for (int i = 0; i < n && n_abandoned < (int)(sizeof abandoned / sizeof *abandoned); i++)
+        abandoned[n_abandoned++] = oar_tensor_retain(buf[i]);
+    return oari_error(OAR_ERR_STATE, "oar_reshard: rank %d waited %.0f s for the ranks of a move between "
+                      "meshes (OAR_DIST_TIMEOUT); a peer died or did not make the same call",
+                      oar_dist_rank(), limit);
+}

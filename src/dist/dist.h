@@ -48,11 +48,13 @@ OARI_HIDDEN oar_mesh *oari_mesh_retain(oar_mesh *m);
 /* The live mesh with this id, or NULL with the error set. */
 OARI_HIDDEN oar_mesh *oari_mesh_by_id(int64_t id);
 
-/* The dist_reshard op's attributes: mesh id, mesh ndim, whether the output
- * is a plain tensor (the global value), whether the forward input was
- * plain, then (kind, dim, reduce) per mesh dim for the target placements
+/* The dist_reshard op's attributes: target mesh id and ndim, whether the
+ * output is a plain tensor (the global value), whether the forward input
+ * was plain, source mesh id and ndim (the target's unless a move between
+ * meshes), then (kind, dim, reduce) per mesh dim for the target placements
  * and for the source ones (read by the gradient rule only). */
-enum { OARI_RS_MESH, OARI_RS_NDIM, OARI_RS_TO_PLAIN, OARI_RS_FROM_PLAIN, OARI_RS_TO };
+enum { OARI_RS_MESH, OARI_RS_NDIM, OARI_RS_TO_PLAIN, OARI_RS_FROM_PLAIN, OARI_RS_FROM_MESH, OARI_RS_FROM_NDIM,
+       OARI_RS_TO };
 #define OARI_RS_FROM(nd) (OARI_RS_TO + 3 * (nd))
 OARI_HIDDEN void oari_rs_put(oari_attrs *a, int at, int nd, const oar_placement *p);
 OARI_HIDDEN void oari_rs_get(const oari_attrs *a, int at, int nd, oar_placement *p);
@@ -100,6 +102,16 @@ typedef enum oari_coll {
 } oari_coll;
 OARI_HIDDEN int64_t oari_dist_calls(oari_coll kind);
 OARI_HIDDEN void oari_dist_count_call(oari_coll kind);
+/* Point-to-point messages of a move between meshes, on a duplicate of
+ * MPI_COMM_WORLD: buf[i] (contiguous) goes to or comes from world rank
+ * peer[i]. Waits for all with the timeout. 0 or the error set. */
+OARI_HIDDEN int oari_exchange(int n, const int *peer, oar_tensor *const *buf, const bool *is_send);
+/* The move of a dtensor (placements `from` on mesh a, possibly a rank
+ * outside it) to mesh b with placements `to`: an owned dtensor on b. */
+OARI_HIDDEN oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to);
+/* A dtensor on a rank outside its mesh: no data (local is an empty tensor). */
+OARI_HIDDEN oar_tensor *oari_dtensor_outside(oar_mesh *m, const oar_placement *p, oar_dtype dtype, int ndim,
+                                             const int64_t *global_shape);
 /* Sums one int64 over mesh dim d. */
 OARI_HIDDEN int oari_sum_i64(int64_t *v, oar_mesh *m, int d);
 
