@@ -167,8 +167,9 @@ static oar_tensor *front_to_dim(oar_tensor *y, const int64_t *perm, int ndim) {
 /* f16/bf16 are reduced in f32 (MPI has no half types); the caller casts back. */
 static oar_tensor *widen(oar_tensor *x) { return is_half(x->dtype) ? oar_cast(x, OAR_F32) : x; }
 
-oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d) {
-    if (check_local("all_reduce", x, m, d)) return NULL;
+int oari_all_reduce_start(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d, oari_pending *p) {
+    memset(p, 0, sizeof *p);
+    if (check_local("all_reduce", x, m, d)) return OAR_ERR_INVALID;
     oar_pool *pool = oar_pool_push();
     oar_tensor *w = widen(x);
     oar_tensor *out = w ? oar_clone(w) : NULL;
@@ -178,17 +179,45 @@ oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d)
         oari_error(OAR_ERR_UNSUPPORTED, "all_reduce: %lld elements exceed one MPI call", (long long)out->numel);
         out = NULL;
     }
-    if (out) {
-        MPI_Request req;
+    int st = out ? 0 : OAR_ERR_INVALID;
+    if (!st) {
         count(out->numel * (int64_t)oar_dtype_size(out->dtype));
         oari_dist_count_call(OARI_COLL_ALL_REDUCE);
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, oar_tensor_data(out), (int)out->numel,
-                                mpi_type(out->dtype), mop, m->comm[d], &req);
-        if (finish("all_reduce", rc, &req, m, d, out, NULL)) out = NULL;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, oar_tensor_data(out), (int)out->numel, mpi_type(out->dtype), mop,
+                                m->comm[d], &p->req);
+        if (rc != MPI_SUCCESS) st = mpi_fail("all_reduce", rc);
     }
-    if (out && op == OAR_REDUCE_AVG) out = oar_div_scalar(out, (double)m->shape[d]);
-    if (out && out->dtype != x->dtype) out = oar_cast(out, x->dtype);
+    if (!st) {
+        p->buf = oar_tensor_retain(out);
+        p->mesh = m;
+        p->d = d;
+        p->op = op;
+        p->dtype = x->dtype;
+    }
+    oar_pool_pop(pool);
+    return st;
+}
+
+void oari_all_reduce_poke(oari_pending *p) {
+    int done = 0;
+    if (p->buf && !p->done && MPI_Test(&p->req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) p->done = true;
+}
+
+oar_tensor *oari_all_reduce_wait(oari_pending *p) {
+    oar_tensor *out = p->buf;
+    if (!out) return oari_error(OAR_ERR_STATE, "all_reduce: nothing in flight"), NULL;
+    p->buf = NULL;
+    oar_pool *pool = oar_pool_push();
+    oari_pool_adopt(out);
+    if (!p->done && finish("all_reduce", MPI_SUCCESS, &p->req, p->mesh, p->d, out, NULL)) out = NULL;
+    if (out && p->op == OAR_REDUCE_AVG) out = oar_div_scalar(out, (double)p->mesh->shape[p->d]);
+    if (out && out->dtype != p->dtype) out = oar_cast(out, p->dtype);
     return oari_pop_owned(pool, out);
+}
+
+oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d) {
+    oari_pending p;
+    return oari_all_reduce_start(x, op, m, d, &p) ? NULL : oari_all_reduce_wait(&p);
 }
 
 /* Gathers each rank's int64 v along mesh dim d into all[] (m->shape[d]

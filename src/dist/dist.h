@@ -84,6 +84,23 @@ OARI_HIDDEN oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *mesh, co
 /* Collectives on local tensors over mesh dim d; each returns an owned
  * reference or NULL with the error set. */
 OARI_HIDDEN oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d);
+/* The same in two halves, so that work runs while it is in flight: start
+ * copies x and starts the non-blocking all-reduce (0 or the error set);
+ * poke lets MPI progress it; wait returns the owned result (after the
+ * timeout: NULL with the error set, and the mesh broken). Every started
+ * one must be waited for. */
+typedef struct oari_pending {
+    MPI_Request req;
+    oar_tensor *buf;        /* owned while in flight */
+    oar_mesh *mesh;
+    int d;
+    oar_reduce_op op;
+    oar_dtype dtype;        /* of the input (f16/bf16 are reduced in f32) */
+    bool done;
+} oari_pending;
+OARI_HIDDEN int oari_all_reduce_start(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d, oari_pending *p);
+OARI_HIDDEN void oari_all_reduce_poke(oari_pending *p);
+OARI_HIDDEN oar_tensor *oari_all_reduce_wait(oari_pending *p);
 /* Concatenates the ranks' x along tensor dim `dim` (sizes may differ). */
 OARI_HIDDEN oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int d);
 /* Reduces x over the ranks and keeps this rank's chunk of tensor dim `dim`. */
