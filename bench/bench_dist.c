@@ -16,7 +16,7 @@
  * overlapped with backward (OAR_BENCH_BUCKET bytes, default the reducer's),
  * or with "sync" after backward (oar_dist_reduce_grads); it also prints
  * the time per step spent in that call (communication not hidden).
- * Usage: mpirun -np N bench_dist [steps] [tp|sync] */
+ * Usage: mpirun -np N bench_dist [steps] [tp|sync|s2s] */
 #include <oar/oar.h>
 
 #include <stdio.h>
@@ -30,8 +30,42 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* "s2s": Shard(0) -> Shard(1) of a [4096, 1024] f32 dtensor, as one
+ * all-to-all against the old route through Replicate (all-gather, then a
+ * local slice), alternating; prints the time of each. */
+static int s2s(int steps) {
+    int world = oar_dist_world_size();
+    oar_mesh *mesh = oar_mesh_create(1, (int64_t[]){world}, NULL, NULL);
+    oar_tensor *g = oar_randn(OAR_F32, 2, (int64_t[]){4096, 1024});
+    oar_tensor *x = mesh && g ? oar_shard_tensor(g, mesh, (oar_placement[]){oar_shard(0)}) : NULL;
+    if (!x) return fprintf(stderr, "s2s: %s\n", oar_last_error()), 1;
+    double t_a2a = 0, t_via_r = 0;
+    for (int s = 0; s < steps + 1; s++) {
+        oar_pool *p = oar_pool_push();
+        double t0 = now();
+        oar_tensor *y = oar_reshard(x, mesh, (oar_placement[]){oar_shard(1)});
+        double t1 = now();
+        oar_tensor *r = oar_reshard(x, mesh, (oar_placement[]){oar_replicate()});
+        oar_tensor *z = r ? oar_reshard(r, mesh, (oar_placement[]){oar_shard(1)}) : NULL;
+        double t2 = now();
+        if (!y || !z) return fprintf(stderr, "s2s: %s\n", oar_last_error()), 1;
+        if (s) t_a2a += t1 - t0, t_via_r += t2 - t1; /* the first is warm-up */
+        oar_pool_pop(p);
+    }
+    if (oar_dist_rank() == 0) {
+        printf("oar s2s%d_all_to_all_ms %.3f ms\n", world, t_a2a / steps * 1e3);
+        printf("oar s2s%d_via_replicate_ms %.3f ms\n", world, t_via_r / steps * 1e3);
+        printf("# each rank sends %.0f bytes by all-to-all, %.0f through all-gather\n",
+               4096.0 * 1024 * 4 / world * (world - 1) / world, 4096.0 * 1024 * 4 / world * (world - 1));
+    }
+    oar_mesh_release(mesh);
+    oar_dist_finalize();
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (oar_dist_init(&argc, &argv)) return fprintf(stderr, "%s\n", oar_last_error()), 1;
+    if (argc > 2 && !strcmp(argv[2], "s2s")) return s2s(atoi(argv[1]));
     int world = oar_dist_world_size(), me = oar_dist_rank();
     int steps = argc > 1 ? atoi(argv[1]) : 10, warm = 2;
     bool tp = argc > 2 && !strcmp(argv[2], "tp"), sync = argc > 2 && !strcmp(argv[2], "sync");

@@ -356,39 +356,48 @@ oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar
     for (int i = 0, k = 2; i < x->ndim; i++)
         if (i != from && i != to) perm[k++] = i, inner *= x->shape[i];
     int scounts[64], sdispls[64], rcounts[64], rdispls[64];
-    int64_t n_to = x->shape[to], my_start, my_len, soff = 0, roff = 0;
+    int64_t n_to = x->shape[to], my_start, my_len, soff = 0;
     oari_chunk(n_to, n, me, &my_start, &my_len);
+    /* byte counts; this rank's own block is copied directly, not sent */
     for (int c = 0; c < n; c++) {
         int64_t s, l, fs, fl;
         oari_chunk(n_to, n, c, &s, &l);
         oari_chunk(n_from, n, c, &fs, &fl);
-        int64_t sb = x->shape[from] * l * inner * es, rb = fl * my_len * inner * es;
-        if (soff + sb > INT_MAX || roff + rb > INT_MAX)
+        int64_t sb = c == me ? 0 : x->shape[from] * l * inner * es, rb = c == me ? 0 : fl * my_len * inner * es;
+        if (soff + sb > INT_MAX || fs * my_len * inner * es + rb > INT_MAX)
             return oari_error(OAR_ERR_UNSUPPORTED, "all_to_all: data exceeds one MPI call (2 GiB)"), NULL;
         scounts[c] = (int)sb, sdispls[c] = (int)soff, soff += sb;
-        rcounts[c] = (int)rb, rdispls[c] = (int)roff, roff += rb;
+        rcounts[c] = (int)rb, rdispls[c] = (int)(fs * my_len * inner * es);
     }
     oar_pool *pool = oar_pool_push();
-    int64_t shape[OAR_MAX_DIMS];
-    for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[perm[i]];
+    oari_no_grad_push();
+    int64_t shape[OAR_MAX_DIMS], bshape[OAR_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) shape[i] = bshape[i] = x->shape[perm[i]];
     shape[0] = n_from;
     shape[1] = my_len;
-    oar_tensor *sbuf = oari_pool_adopt(oari_tensor_empty(NULL, OAR_U8, 1, (int64_t[]){soff}));
+    oar_tensor *sbuf = oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, 1, (int64_t[]){soff / es}));
     oar_tensor *y = oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, x->ndim, shape)), *out = NULL;
     bool ok = sbuf && y;
+    /* each block is packed by one strided copy, from first and to second */
     for (int c = 0; c < n && ok; c++) {
         int64_t s, l;
         oari_chunk(n_to, n, c, &s, &l);
-        oar_tensor *blk = oar_contiguous(oar_permute(oar_slice(x, to, s, s + l, 1), perm));
-        if (!(ok = blk != NULL)) break;
-        if (scounts[c]) memcpy((char *)oar_tensor_data(sbuf) + sdispls[c], oar_tensor_data(blk), (size_t)scounts[c]);
+        oar_tensor *src = oar_permute(oar_slice(x, to, s, s + l, 1), perm), *dst;
+        if (c == me) {
+            dst = oar_slice(y, 0, start, start + len, 1);
+        } else {
+            bshape[1] = l;
+            dst = oar_reshape(oar_slice(sbuf, 0, sdispls[c] / es, (sdispls[c] + scounts[c]) / es, 1), x->ndim, bshape);
+        }
+        ok = src && dst && (!oar_tensor_numel(src) || !oar_copy_(dst, src));
     }
+    oari_no_grad_pop();
     if (ok) {
         MPI_Request req;
         count(x->numel * es);
         oari_dist_count_call(OARI_COLL_ALL_TO_ALL);
-        int rc = MPI_Ialltoallv(oar_tensor_data(sbuf), scounts, sdispls, MPI_BYTE, oar_tensor_data(y), rcounts,
-                                rdispls, MPI_BYTE, m->comm[d], &req);
+        int rc = MPI_Ialltoallv(soff ? oar_tensor_data(sbuf) : NULL, scounts, sdispls, MPI_BYTE,
+                                oar_tensor_data(y), rcounts, rdispls, MPI_BYTE, m->comm[d], &req);
         if (!finish("all_to_all", rc, &req, m, d, sbuf, y)) out = front_to_dim(y, perm, x->ndim);
     }
     return oari_pop_owned(pool, out);
@@ -418,7 +427,11 @@ int oari_exchange(int n, const int *peer, oar_tensor *const *buf, const bool *is
                 rc = MPI_Irecv(p, (int)bytes, MPI_BYTE, peer[i], 0x6f61, oari_p2p_comm, &req[started++]);
             }
         }
-    if (rc != MPI_SUCCESS) return mpi_fail("oar_reshard", rc);
+    if (rc != MPI_SUCCESS) { /* the requests already posted may still touch their buffers */
+        for (int i = 0; i < n && n_abandoned < (int)(sizeof abandoned / sizeof *abandoned); i++)
+            abandoned[n_abandoned++] = oar_tensor_retain(buf[i]);
+        return mpi_fail("oar_reshard", rc);
+    }
     count(es_sent);
     oari_dist_count_call(OARI_COLL_SEND_RECV);
     double limit = oar_dist_timeout(), start = now_s();
