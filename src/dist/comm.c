@@ -337,6 +337,14 @@ int64_t oari_dist_calls(oari_coll kind) {
 }
 void oari_dist_count_call(oari_coll kind) { __atomic_add_fetch(&coll_calls[kind], 1, __ATOMIC_RELAXED); }
 
+/* True if the dims of shape before `dim` all have extent 1, so a range
+ * along `dim` of a contiguous tensor is one block of memory. */
+static bool outermost(const int64_t *shape, int dim) {
+    for (int i = 0; i < dim; i++)
+        if (shape[i] != 1) return false;
+    return true;
+}
+
 oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar_mesh *m, int d) {
     if (check_local("all_to_all", x, m, d)) return NULL;
     if (from < 0 || from >= x->ndim || to < 0 || to >= x->ndim || from == to)
@@ -348,58 +356,77 @@ oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar
     if (len != x->shape[from])
         return oari_error(OAR_ERR_INVALID, "all_to_all: this rank holds %lld of dim %d, its chunk of %lld is %lld",
                           (long long)x->shape[from], from, (long long)n_from, (long long)len), NULL;
-    /* Blocks go out and come in with `from` first and `to` second, so the
-     * received blocks, one after another, are the whole extent of `from`. */
-    int64_t perm[OAR_MAX_DIMS], inner = 1, es = (int64_t)oar_dtype_size(x->dtype);
-    perm[0] = from;
-    perm[1] = to;
-    for (int i = 0, k = 2; i < x->ndim; i++)
-        if (i != from && i != to) perm[k++] = i, inner *= x->shape[i];
-    int scounts[64], sdispls[64], rcounts[64], rdispls[64];
-    int64_t n_to = x->shape[to], my_start, my_len, soff = 0;
+    /* Blocks keep the dim order. The block for rank c is x's chunk c of
+     * `to`: sent straight from x when that is one piece of memory, else
+     * packed by one strided copy. The block from rank c is the result's
+     * chunk c of `from`: received in place when that is one piece, else
+     * received whole and copied in. This rank's own block is copied. */
+    int64_t n_to = x->shape[to], my_start, my_len, inner = 1, es = (int64_t)oar_dtype_size(x->dtype);
+    for (int i = 0; i < x->ndim; i++)
+        if (i != from && i != to) inner *= x->shape[i];
     oari_chunk(n_to, n, me, &my_start, &my_len);
-    /* byte counts; this rank's own block is copied directly, not sent */
+    int64_t yshape[OAR_MAX_DIMS], bshape[OAR_MAX_DIMS];
+    memcpy(yshape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    yshape[from] = n_from;
+    yshape[to] = my_len;
+    bool send_direct = oar_tensor_is_contiguous(x) && outermost(x->shape, to);
+    bool recv_direct = outermost(yshape, from);
+    int scounts[64], sdispls[64], rcounts[64], rdispls[64];
+    int64_t soff = 0, roff = 0;
     for (int c = 0; c < n; c++) {
         int64_t s, l, fs, fl;
         oari_chunk(n_to, n, c, &s, &l);
         oari_chunk(n_from, n, c, &fs, &fl);
-        int64_t sb = c == me ? 0 : x->shape[from] * l * inner * es, rb = c == me ? 0 : fl * my_len * inner * es;
-        if (soff + sb > INT_MAX || fs * my_len * inner * es + rb > INT_MAX)
+        int64_t sb = c == me ? 0 : len * l * inner * es, rb = c == me ? 0 : fl * my_len * inner * es;
+        int64_t sd = send_direct ? s * (x->numel / (n_to ? n_to : 1)) * es : soff;
+        int64_t rd = recv_direct ? fs * my_len * inner * es : roff;
+        if (sd + sb > INT_MAX || rd + rb > INT_MAX)
             return oari_error(OAR_ERR_UNSUPPORTED, "all_to_all: data exceeds one MPI call (2 GiB)"), NULL;
-        scounts[c] = (int)sb, sdispls[c] = (int)soff, soff += sb;
-        rcounts[c] = (int)rb, rdispls[c] = (int)(fs * my_len * inner * es);
+        scounts[c] = (int)sb, sdispls[c] = (int)sd, soff += sb;
+        rcounts[c] = (int)rb, rdispls[c] = (int)rd, roff += rb;
     }
     oar_pool *pool = oar_pool_push();
     oari_no_grad_push();
-    int64_t shape[OAR_MAX_DIMS], bshape[OAR_MAX_DIMS];
-    for (int i = 0; i < x->ndim; i++) shape[i] = bshape[i] = x->shape[perm[i]];
-    shape[0] = n_from;
-    shape[1] = my_len;
-    oar_tensor *sbuf = oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, 1, (int64_t[]){soff / es}));
-    oar_tensor *y = oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, x->ndim, shape)), *out = NULL;
-    bool ok = sbuf && y;
-    /* each block is packed by one strided copy, from first and to second */
-    for (int c = 0; c < n && ok; c++) {
+    oar_tensor *y = oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, x->ndim, yshape)), *out = NULL;
+    oar_tensor *sbuf = send_direct ? x : oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, 1, (int64_t[]){soff / es}));
+    oar_tensor *rbuf = recv_direct ? y : oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, 1, (int64_t[]){roff / es}));
+    bool ok = y && sbuf && rbuf;
+    for (int c = 0; c < n && ok; c++) { /* pack, and this rank's own block */
+        if (c != me && send_direct) continue;
         int64_t s, l;
         oari_chunk(n_to, n, c, &s, &l);
-        oar_tensor *src = oar_permute(oar_slice(x, to, s, s + l, 1), perm), *dst;
+        oar_tensor *src = oar_slice(x, to, s, s + l, 1), *dst;
         if (c == me) {
-            dst = oar_slice(y, 0, start, start + len, 1);
+            dst = oar_slice(y, from, start, start + len, 1);
         } else {
-            bshape[1] = l;
+            memcpy(bshape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+            bshape[to] = l;
             dst = oar_reshape(oar_slice(sbuf, 0, sdispls[c] / es, (sdispls[c] + scounts[c]) / es, 1), x->ndim, bshape);
         }
         ok = src && dst && (!oar_tensor_numel(src) || !oar_copy_(dst, src));
     }
-    oari_no_grad_pop();
     if (ok) {
         MPI_Request req;
         count(x->numel * es);
         oari_dist_count_call(OARI_COLL_ALL_TO_ALL);
-        int rc = MPI_Ialltoallv(soff ? oar_tensor_data(sbuf) : NULL, scounts, sdispls, MPI_BYTE,
-                                oar_tensor_data(y), rcounts, rdispls, MPI_BYTE, m->comm[d], &req);
-        if (!finish("all_to_all", rc, &req, m, d, sbuf, y)) out = front_to_dim(y, perm, x->ndim);
+        int rc = MPI_Ialltoallv(oar_tensor_numel(sbuf) ? oar_tensor_data(sbuf) : NULL, scounts, sdispls, MPI_BYTE,
+                                oar_tensor_numel(rbuf) ? oar_tensor_data(rbuf) : NULL, rcounts, rdispls, MPI_BYTE,
+                                m->comm[d], &req);
+        ok = !finish("all_to_all", rc, &req, m, d, sbuf, rbuf);
     }
+    for (int c = 0; c < n && ok && !recv_direct; c++) { /* unpack */
+        if (c == me || !rcounts[c]) continue;
+        int64_t fs, fl;
+        oari_chunk(n_from, n, c, &fs, &fl);
+        memcpy(bshape, yshape, sizeof(int64_t) * (size_t)x->ndim);
+        bshape[from] = fl;
+        oar_tensor *src = oar_reshape(oar_slice(rbuf, 0, rdispls[c] / es, (rdispls[c] + rcounts[c]) / es, 1),
+                                      x->ndim, bshape);
+        oar_tensor *dst = oar_slice(y, from, fs, fs + fl, 1);
+        ok = src && dst && !oar_copy_(dst, src);
+    }
+    oari_no_grad_pop();
+    if (ok) out = y;
     return oari_pop_owned(pool, out);
 }
 

@@ -77,6 +77,15 @@ static void test_all_to_all_1d(void) {
     oar_tensor *g3 = oar_randn(OAR_F64, 3, (int64_t[]){3, 2 * W + 1, 4});
     check_s2s(m, g3, (oar_placement[]){oar_shard(1)}, (oar_placement[]){oar_shard(2)}, 1, 0);
     check_s2s(m, g3, (oar_placement[]){oar_shard(2)}, (oar_placement[]){oar_shard(0)}, 1, 0);
+    /* a shard that is not contiguous (a transposed dtensor's) is packed */
+    {
+        oar_tensor *g2 = oar_randn(OAR_F64, 2, (int64_t[]){2 * W + 1, W + 2});
+        oar_tensor *xt = oar_transpose(oar_shard_tensor(g2, m, (oar_placement[]){oar_shard(0)}), 0, 1);
+        CHECK(xt && oar_dtensor_placements(xt)[0].dim == 1);
+        CHECK(oar_tensor_shape(oar_dtensor_local(xt))[1] < 2 || !oar_tensor_is_contiguous(oar_dtensor_local(xt)));
+        oar_tensor *y = oar_reshard(xt, m, (oar_placement[]){oar_shard(0)});
+        CHECK(max_diff(oar_unshard(y), oar_transpose(g2, 0, 1)) == 0);
+    }
     /* bf16 moves as bytes */
     check_s2s(m, oar_cast(g3, OAR_BF16), (oar_placement[]){oar_shard(0)}, (oar_placement[]){oar_shard(1)}, 1, 0);
     oar_pool_pop(pool);
