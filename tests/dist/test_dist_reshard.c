@@ -11,6 +11,7 @@
 #include "dist/dist.h"
 
 #include <oar/dist.h>
+#include <time.h>
 
 static int W, ME;
 
@@ -291,6 +292,31 @@ static void test_move(void) {
     oar_mesh_release(m);
 }
 
+/* A move whose sender never comes: the receiver gives up after the
+ * timeout with a clear error and both meshes refuse further use; the
+ * sender's late call completes the abandoned receive. */
+static void test_move_timeout(void) {
+    if (W < 2) return;
+    oar_mesh *a = oar_mesh_create(1, (int64_t[]){1}, (int[]){0}, NULL);
+    oar_mesh *b = oar_mesh_create(1, (int64_t[]){1}, (int[]){1}, NULL);
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *g = oar_ones(OAR_F32, 2, (int64_t[]){2, 3});
+    oar_tensor *x = oar_shard_tensor(g, a, (oar_placement[]){oar_replicate()});
+    double old = oar_dist_timeout();
+    oar_dist_set_timeout(1.0);
+    if (ME == 1) {
+        CHECK_FAILS(oar_reshard(x, b, (oar_placement[]){oar_replicate()}), "did not make the same call");
+        CHECK_FAILS(oar_reshard(x, b, (oar_placement[]){oar_replicate()}), "unusable");
+    } else if (ME == 0) {
+        nanosleep(&(struct timespec){.tv_sec = 2}, NULL);
+        CHECK(oar_reshard(x, b, (oar_placement[]){oar_replicate()}) != NULL);
+    }
+    oar_dist_set_timeout(old);
+    oar_pool_pop(pool);
+    oar_mesh_release(a);
+    oar_mesh_release(b);
+}
+
 int main(int argc, char **argv) {
     if (oar_dist_init(&argc, &argv)) {
         fprintf(stderr, "oar_dist_init: %s\n", oar_last_error());
@@ -303,6 +329,7 @@ int main(int argc, char **argv) {
     RUN(test_all_to_all_2d);
     RUN(test_all_to_all_grad);
     RUN(test_move);
+    RUN(test_move_timeout);
     int rc = test_summary();
     oar_dist_finalize();
     return rc;
