@@ -5,8 +5,11 @@
  * point-to-point messages, its gradient the reverse move. Values against
  * the global value; gradients against central differences (gradcheck.h)
  * or closed forms. Runs on any number of ranks (CTest: 1, 2 and 4); the
- * moves between disjoint rank sets need 4. */
+ * moves between disjoint rank sets need 4. The whole program runs on the
+ * failing allocator of alloc_fail.h, so a local call (a reducer's
+ * creation) is also checked failing at each of its allocations. */
 #include "test.h"
+#include "alloc_fail.h"
 #include "gradcheck.h"
 #include "dist/dist.h"
 
@@ -317,7 +320,37 @@ static void test_move_timeout(void) {
     oar_mesh_release(b);
 }
 
+/* oar_dist_reducer_new with its Nth allocation failing, for every N:
+ * NULL with the error set, nothing leaked; then it succeeds. */
+static void test_reducer_alloc_failure(void) {
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *p[3];
+    for (int i = 0; i < 3; i++) {
+        p[i] = oar_shard_tensor(oar_ones(OAR_F32, 1, (int64_t[]){4 + i}), m, (oar_placement[]){oar_replicate()});
+        oar_tensor_set_requires_grad(p[i], true);
+    }
+    oar_dist_reducer *r = NULL;
+    int failures = 0;
+    for (long n = 0; n < 100 && !r; n++) {
+        long before = live;
+        n_calls = 0;
+        fail_at = n;
+        r = oar_dist_reducer_new(3, p, 8);
+        fail_at = -1;
+        if (!r) {
+            failures++;
+            CHECK(live == before);
+        }
+    }
+    CHECK(r && failures >= 10); /* the struct and its ten arrays */
+    oar_dist_reducer_free(r);
+    oar_pool_pop(pool);
+    oar_mesh_release(m);
+}
+
 int main(int argc, char **argv) {
+    oar_set_allocator(failing_alloc, NULL); /* counts blocks; fails only when asked */
     if (oar_dist_init(&argc, &argv)) {
         fprintf(stderr, "oar_dist_init: %s\n", oar_last_error());
         return 1;
@@ -330,6 +363,7 @@ int main(int argc, char **argv) {
     RUN(test_all_to_all_grad);
     RUN(test_move);
     RUN(test_move_timeout);
+    RUN(test_reducer_alloc_failure);
     int rc = test_summary();
     oar_dist_finalize();
     return rc;
