@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
-# Data-parallel throughput: bench_dist on 1 rank and on 2 ranks (1 OpenMP
-# thread each), alternating, twice, under the shared benchmark environment.
-# Prints each run and the 2-rank / 1-rank throughput ratio (target >= 1.8).
-#   bash bench/run_dist.sh [steps]
+# Data-parallel throughput: bench_dist on 1 rank, on 2 ranks with gradients
+# reduced after backward ("sync"), and on 2 ranks with buckets overlapped
+# with backward (1 OpenMP thread per rank), alternating, `rounds` times,
+# under the shared benchmark environment. Prints each run, the 2-rank /
+# 1-rank throughput ratio of each round (target >= 1.8) and the medians.
+#   bash bench/run_dist.sh [steps] [rounds]
 set -u
 cd "$(dirname "$0")/.."
 shared=../shared/bench/peer-env.sh
 [ -f "$shared" ] && . "$shared"
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 steps=${1:-10}
-for round in 1 2; do
+rounds=${2:-2}
+rs=() ro=()
+for round in $(seq "$rounds"); do
     one=$(mpirun -np 1 build/bench_dist "$steps") || exit 1
-    two=$(mpirun -np 2 --oversubscribe build/bench_dist "$steps") || exit 1
+    two=$(mpirun -np 2 --oversubscribe build/bench_dist "$steps" sync) || exit 1
+    ovl=$(mpirun -np 2 --oversubscribe build/bench_dist "$steps") || exit 1
     echo "$one"
     echo "$two"
+    echo "$ovl"
     a=$(echo "$one" | awk '$2 == "dp1_samples_per_s" {print $3}')
-    b=$(echo "$two" | awk '$2 == "dp2_samples_per_s" {print $3}')
-    awk -v a="$a" -v b="$b" 'BEGIN {printf "ratio dp2/dp1 throughput = %.3f (round '"$round"')\n", b / a}'
+    b=$(echo "$two" | awk '$2 == "dpsync2_samples_per_s" {print $3}')
+    c=$(echo "$ovl" | awk '$2 == "dp2_samples_per_s" {print $3}')
+    r1=$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.3f", b / a}')
+    r2=$(awk -v a="$a" -v c="$c" 'BEGIN {printf "%.3f", c / a}')
+    rs+=("$r1") ro+=("$r2")
+    echo "ratio dp2/dp1 throughput: after backward $r1, overlapped $r2 (round $round)"
 done
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+echo "median ratio dp2/dp1 over $rounds rounds: after backward $(median "${rs[@]}"), overlapped $(median "${ro[@]}")"

@@ -102,7 +102,9 @@ OAR_API oar_placement oar_partial(oar_reduce_op op);
 /* From a global value that every rank holds: each rank keeps its shard (a
  * copy). Partial placements keep the value on coordinate 0 and the
  * identity of the reduction elsewhere (zeros for sum; the value itself for
- * avg, max, min; ones for prod). placements has oar_mesh_ndim entries. */
+ * avg, max, min; ones for prod). placements has oar_mesh_ndim entries.
+ * On a rank outside the mesh: a dtensor without data (for oar_reshard to
+ * another mesh). */
 OAR_API oar_tensor *oar_shard_tensor(oar_tensor *global, oar_mesh *mesh,
                                      const oar_placement *placements);
 /* Wraps this rank's local shard (retained, not copied). global_shape NULL
@@ -111,11 +113,19 @@ OAR_API oar_tensor *oar_shard_tensor(oar_tensor *global, oar_mesh *mesh,
 OAR_API oar_tensor *oar_dtensor_from_local(oar_tensor *local, oar_mesh *mesh,
                                            const oar_placement *placements,
                                            const int64_t *global_shape);
-/* The same global value with other placements on the same mesh; the
- * collectives it needs (all-gather, all-reduce, reduce-scatter) run on
- * communicators made once per mesh dim. Collective. */
+/* The same global value with other placements. On the tensor's own mesh
+ * the collectives it needs (all-gather, all-reduce, reduce-scatter, and
+ * all-to-all for Shard(a) -> Shard(b)) run on communicators made once per
+ * mesh dim. On another mesh (other ranks, or the same ranks arranged
+ * otherwise) the value moves by point-to-point messages; every rank of
+ * either mesh calls it, and a rank outside the target mesh gets a dtensor
+ * without data (one outside the source mesh passes one, as
+ * oar_shard_tensor makes it there), which only reshard and autograd
+ * accept. Differentiable: the gradient is the reverse reshard or move
+ * (ranks outside the source mesh get zeros). Collective. */
 OAR_API oar_tensor *oar_reshard(oar_tensor *t, oar_mesh *mesh, const oar_placement *placements);
-/* The global value as a plain tensor on every rank. Collective. */
+/* The global value as a plain tensor on every rank of the mesh (an error
+ * on a rank outside it). Collective. */
 OAR_API oar_tensor *oar_unshard(oar_tensor *t);
 
 OAR_API bool oar_tensor_is_dist(const oar_tensor *t);
@@ -159,12 +169,39 @@ OAR_API int oar_parallelize(oar_module *m, oar_mesh *mesh, int mesh_dim, int n_r
  * Replicate, packing gradients of one dtype and layout into buckets of up
  * to bucket_bytes (0: 25 MiB) so that each bucket is one all-reduce per
  * mesh dim. Call after backward, before the optimizer step. Collective.
- * Not yet overlapped with backward. Returns the number of all-reduce calls
+ * Not overlapped with backward (oar_dist_reducer is). Returns the number of all-reduce calls
  * made, or -1 with the error set. */
 OAR_API int oar_dist_reduce_grads(int n, oar_tensor *const *params, size_t bucket_bytes);
 
-/* Bytes of tensor data this rank has handed to all-reduce, all-gather and
- * reduce-scatter since the process started (each call's local payload). */
+/* Data-parallel gradient reduction overlapped with backward, as PyTorch's
+ * DistributedDataParallel does it. The parameters (dtensors, as
+ * oar_parallelize leaves them) are split, last first, into buckets: the
+ * first up to 1 MiB, the others up to bucket_bytes (0: 25 MiB). During
+ * each oar_backward, once every gradient of a bucket is complete, its
+ * Partial gradients start one non-blocking all-reduce (per layout) while
+ * backward goes on. oar_dist_reducer_wait, after backward and before the
+ * optimizer step, starts the rest, waits for all and leaves the gradients
+ * Replicate: the values oar_dist_reduce_grads gives. One backward per
+ * wait; to accumulate gradients over several backwards, use
+ * oar_dist_reduce_grads instead. The parameter list is copied, the
+ * parameters are borrowed (they must outlive the reducer). Returns a new
+ * reducer (free it with oar_dist_reducer_free) or NULL with the error set
+ * (empty or NULL list, a NULL parameter, more than 16 reducers alive). */
+typedef struct oar_dist_reducer oar_dist_reducer;
+OAR_API oar_dist_reducer *oar_dist_reducer_new(int n, oar_tensor *const *params, size_t bucket_bytes);
+/* Collective. The number of all-reduce calls of this step, or -1 with the
+ * error set (a gradient changed after its bucket started, as a second
+ * backward does; a bucket that could not start; a peer that timed out).
+ * Either way the reducer is ready for the next step. */
+OAR_API int oar_dist_reducer_wait(oar_dist_reducer *r);
+/* How many buckets of the last waited step started during backward. */
+OAR_API int oar_dist_reducer_overlapped(const oar_dist_reducer *r);
+/* Waits for anything still in flight and frees r (NULL: no-op). */
+OAR_API void oar_dist_reducer_free(oar_dist_reducer *r);
+
+/* Bytes of tensor data this rank has handed to all-reduce, all-gather,
+ * reduce-scatter and all-to-all since the process started (each call's
+ * local payload), and sent to other ranks in moves between meshes. */
 OAR_API int64_t oar_dist_bytes_moved(void);
 
 /* How many op calls on dtensors ran by replicating their inputs because

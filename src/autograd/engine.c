@@ -88,8 +88,18 @@ static int input_index(const engine *e, const oar_tensor *t, int from) {
     return -1;
 }
 
+oari_leaf_hooks oari_leaf_hook; /* dist branch: see node.h */
+
+static int to_leaf_sum(engine *e, oar_tensor *leaf, oar_tensor *g);
+
 /* The gradient g (borrowed) arrives at a leaf. */
 static int to_leaf(engine *e, oar_tensor *leaf, oar_tensor *g) {
+    int st = to_leaf_sum(e, leaf, g);
+    if (!st && !e->grad_mode && oari_leaf_hook.arrive) oari_leaf_hook.arrive(leaf); /* dist branch */
+    return st;
+}
+
+static int to_leaf_sum(engine *e, oar_tensor *leaf, oar_tensor *g) {
     if (e->grad_mode) {
         for (int i = input_index(e, leaf, 0); i >= 0; i = input_index(e, leaf, i + 1)) {
             e->reached[i] = true;
@@ -211,6 +221,8 @@ static int run_graph(engine *e) {
         struct oari_node *n = e->slots[k].node;
         for (int i = 0; i < n->n_in && !st; i++) {
             struct oari_node *f = n->edges[i].fn;
+            if (!f && n->edges[i].leaf && !e->grad_mode && oari_leaf_hook.expect)
+                oari_leaf_hook.expect(n->edges[i].leaf); /* dist branch */
             if (!f) continue;
             if (f->bw_slot < 0 && (st = add_node(e, f))) break;
             e->slots[f->bw_slot].deps++;

@@ -53,6 +53,18 @@ OARI_HIDDEN void oari_node_release_saved(struct oari_node *n);
 OARI_HIDDEN struct oari_node *oari_node_retain(struct oari_node *n);
 OARI_HIDDEN void oari_node_release(struct oari_node *n);
 
+/* dist branch: leaf-gradient hooks, NULL unless a data-parallel reducer
+ * (src/dist/parallel.c) is alive. In oar_backward (not oar_grad), `expect`
+ * runs once per edge into a leaf as the graph is found, `arrive` once per
+ * gradient (or NULL gradient) delivered along such an edge, after it is
+ * summed into .grad: when arrivals match expectations, .grad is complete
+ * and its bucket's all-reduce can start while backward goes on. */
+typedef struct oari_leaf_hooks {
+    void (*expect)(oar_tensor *leaf);
+    void (*arrive)(oar_tensor *leaf);
+} oari_leaf_hooks;
+OARI_HIDDEN extern oari_leaf_hooks oari_leaf_hook;
+
 /* Grad mode depth, saved and forced (for create_graph inside no_grad). */
 OARI_HIDDEN int oari_grad_mode_set_depth(int depth); /* returns the previous depth */
 

@@ -167,8 +167,9 @@ static oar_tensor *front_to_dim(oar_tensor *y, const int64_t *perm, int ndim) {
 /* f16/bf16 are reduced in f32 (MPI has no half types); the caller casts back. */
 static oar_tensor *widen(oar_tensor *x) { return is_half(x->dtype) ? oar_cast(x, OAR_F32) : x; }
 
-oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d) {
-    if (check_local("all_reduce", x, m, d)) return NULL;
+int oari_all_reduce_start(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d, oari_pending *p) {
+    memset(p, 0, sizeof *p);
+    if (check_local("all_reduce", x, m, d)) return OAR_ERR_INVALID;
     oar_pool *pool = oar_pool_push();
     oar_tensor *w = widen(x);
     oar_tensor *out = w ? oar_clone(w) : NULL;
@@ -178,16 +179,45 @@ oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d)
         oari_error(OAR_ERR_UNSUPPORTED, "all_reduce: %lld elements exceed one MPI call", (long long)out->numel);
         out = NULL;
     }
-    if (out) {
-        MPI_Request req;
+    int st = out ? 0 : OAR_ERR_INVALID;
+    if (!st) {
         count(out->numel * (int64_t)oar_dtype_size(out->dtype));
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, oar_tensor_data(out), (int)out->numel,
-                                mpi_type(out->dtype), mop, m->comm[d], &req);
-        if (finish("all_reduce", rc, &req, m, d, out, NULL)) out = NULL;
+        oari_dist_count_call(OARI_COLL_ALL_REDUCE);
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, oar_tensor_data(out), (int)out->numel, mpi_type(out->dtype), mop,
+                                m->comm[d], &p->req);
+        if (rc != MPI_SUCCESS) st = mpi_fail("all_reduce", rc);
     }
-    if (out && op == OAR_REDUCE_AVG) out = oar_div_scalar(out, (double)m->shape[d]);
-    if (out && out->dtype != x->dtype) out = oar_cast(out, x->dtype);
+    if (!st) {
+        p->buf = oar_tensor_retain(out);
+        p->mesh = m;
+        p->d = d;
+        p->op = op;
+        p->dtype = x->dtype;
+    }
+    oar_pool_pop(pool);
+    return st;
+}
+
+void oari_all_reduce_poke(oari_pending *p) {
+    int done = 0;
+    if (p->buf && !p->done && MPI_Test(&p->req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) p->done = true;
+}
+
+oar_tensor *oari_all_reduce_wait(oari_pending *p) {
+    oar_tensor *out = p->buf;
+    if (!out) return oari_error(OAR_ERR_STATE, "all_reduce: nothing in flight"), NULL;
+    p->buf = NULL;
+    oar_pool *pool = oar_pool_push();
+    oari_pool_adopt(out);
+    if (!p->done && finish("all_reduce", MPI_SUCCESS, &p->req, p->mesh, p->d, out, NULL)) out = NULL;
+    if (out && p->op == OAR_REDUCE_AVG) out = oar_div_scalar(out, (double)p->mesh->shape[p->d]);
+    if (out && out->dtype != p->dtype) out = oar_cast(out, p->dtype);
     return oari_pop_owned(pool, out);
+}
+
+oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d) {
+    oari_pending p;
+    return oari_all_reduce_start(x, op, m, d, &p) ? NULL : oari_all_reduce_wait(&p);
 }
 
 /* Gathers each rank's int64 v along mesh dim d into all[] (m->shape[d]
@@ -252,6 +282,7 @@ oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int d) {
         if (y) {
             MPI_Request req;
             count(f->numel * es);
+            oari_dist_count_call(OARI_COLL_ALL_GATHER);
             int rc = MPI_Iallgatherv(oar_tensor_data(f), (int)(f->numel * es), MPI_BYTE,
                                      oar_tensor_data(y), counts, displs, MPI_BYTE, m->comm[d], &req);
             if (!finish("all_gather", rc, &req, m, d, f, y)) out = front_to_dim(y, perm, x->ndim);
@@ -288,6 +319,7 @@ oar_tensor *oari_reduce_scatter(oar_tensor *x, int dim, oar_reduce_op op, oar_me
         if (y) {
             MPI_Request req;
             count(f->numel * (int64_t)oar_dtype_size(f->dtype));
+            oari_dist_count_call(OARI_COLL_REDUCE_SCATTER);
             int rc = MPI_Ireduce_scatter(oar_tensor_data(f), oar_tensor_data(y), counts,
                                          mpi_type(f->dtype), mop, m->comm[d], &req);
             if (!finish("reduce_scatter", rc, &req, m, d, f, y)) out = front_to_dim(y, perm, x->ndim);
@@ -296,4 +328,152 @@ oar_tensor *oari_reduce_scatter(oar_tensor *x, int dim, oar_reduce_op op, oar_me
         if (out && out->dtype != x->dtype) out = oar_cast(out, x->dtype);
     }
     return oari_pop_owned(pool, out);
+}
+
+/* Per-kind call counts (tests check which collective a reshard used). */
+static int64_t coll_calls[OARI_COLL_N];
+int64_t oari_dist_calls(oari_coll kind) {
+    return (unsigned)kind < OARI_COLL_N ? __atomic_load_n(&coll_calls[kind], __ATOMIC_RELAXED) : 0;
+}
+void oari_dist_count_call(oari_coll kind) { __atomic_add_fetch(&coll_calls[kind], 1, __ATOMIC_RELAXED); }
+
+/* True if the dims of shape before `dim` all have extent 1, so a range
+ * along `dim` of a contiguous tensor is one block of memory. */
+static bool outermost(const int64_t *shape, int dim) {
+    for (int i = 0; i < dim; i++)
+        if (shape[i] != 1) return false;
+    return true;
+}
+
+oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar_mesh *m, int d) {
+    if (check_local("all_to_all", x, m, d)) return NULL;
+    if (from < 0 || from >= x->ndim || to < 0 || to >= x->ndim || from == to)
+        return oari_error(OAR_ERR_INVALID, "all_to_all: dims %d -> %d of a %d-d tensor", from, to, x->ndim), NULL;
+    int n = (int)m->shape[d], me = m->coord[d];
+    if (n > 64) return oari_error(OAR_ERR_UNSUPPORTED, "all_to_all: mesh dim of %d ranks (at most 64)", n), NULL;
+    int64_t start, len;
+    oari_chunk(n_from, n, me, &start, &len);
+    if (len != x->shape[from])
+        return oari_error(OAR_ERR_INVALID, "all_to_all: this rank holds %lld of dim %d, its chunk of %lld is %lld",
+                          (long long)x->shape[from], from, (long long)n_from, (long long)len), NULL;
+    /* Blocks keep the dim order. The block for rank c is x's chunk c of
+     * `to`: sent straight from x when that is one piece of memory, else
+     * packed by one strided copy. The block from rank c is the result's
+     * chunk c of `from`: received in place when that is one piece, else
+     * received whole and copied in. This rank's own block is copied. */
+    int64_t n_to = x->shape[to], my_start, my_len, inner = 1, es = (int64_t)oar_dtype_size(x->dtype);
+    for (int i = 0; i < x->ndim; i++)
+        if (i != from && i != to) inner *= x->shape[i];
+    oari_chunk(n_to, n, me, &my_start, &my_len);
+    int64_t yshape[OAR_MAX_DIMS], bshape[OAR_MAX_DIMS];
+    memcpy(yshape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    yshape[from] = n_from;
+    yshape[to] = my_len;
+    bool send_direct = oar_tensor_is_contiguous(x) && outermost(x->shape, to);
+    bool recv_direct = outermost(yshape, from);
+    int scounts[64], sdispls[64], rcounts[64], rdispls[64];
+    int64_t soff = 0, roff = 0;
+    for (int c = 0; c < n; c++) {
+        int64_t s, l, fs, fl;
+        oari_chunk(n_to, n, c, &s, &l);
+        oari_chunk(n_from, n, c, &fs, &fl);
+        int64_t sb = c == me ? 0 : len * l * inner * es, rb = c == me ? 0 : fl * my_len * inner * es;
+        int64_t sd = send_direct ? s * (x->numel / (n_to ? n_to : 1)) * es : soff;
+        int64_t rd = recv_direct ? fs * my_len * inner * es : roff;
+        if (sd + sb > INT_MAX || rd + rb > INT_MAX)
+            return oari_error(OAR_ERR_UNSUPPORTED, "all_to_all: data exceeds one MPI call (2 GiB)"), NULL;
+        scounts[c] = (int)sb, sdispls[c] = (int)sd, soff += sb;
+        rcounts[c] = (int)rb, rdispls[c] = (int)rd, roff += rb;
+    }
+    oar_pool *pool = oar_pool_push();
+    oari_no_grad_push();
+    oar_tensor *y = oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, x->ndim, yshape)), *out = NULL;
+    oar_tensor *sbuf = send_direct ? x : oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, 1, (int64_t[]){soff / es}));
+    oar_tensor *rbuf = recv_direct ? y : oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, 1, (int64_t[]){roff / es}));
+    bool ok = y && sbuf && rbuf;
+    for (int c = 0; c < n && ok; c++) { /* pack, and this rank's own block */
+        if (c != me && send_direct) continue;
+        int64_t s, l;
+        oari_chunk(n_to, n, c, &s, &l);
+        oar_tensor *src = oar_slice(x, to, s, s + l, 1), *dst;
+        if (c == me) {
+            dst = oar_slice(y, from, start, start + len, 1);
+        } else {
+            memcpy(bshape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+            bshape[to] = l;
+            dst = oar_reshape(oar_slice(sbuf, 0, sdispls[c] / es, (sdispls[c] + scounts[c]) / es, 1), x->ndim, bshape);
+        }
+        ok = src && dst && (!oar_tensor_numel(src) || !oar_copy_(dst, src));
+    }
+    if (ok) {
+        MPI_Request req;
+        count(x->numel * es);
+        oari_dist_count_call(OARI_COLL_ALL_TO_ALL);
+        int rc = MPI_Ialltoallv(oar_tensor_numel(sbuf) ? oar_tensor_data(sbuf) : NULL, scounts, sdispls, MPI_BYTE,
+                                oar_tensor_numel(rbuf) ? oar_tensor_data(rbuf) : NULL, rcounts, rdispls, MPI_BYTE,
+                                m->comm[d], &req);
+        ok = !finish("all_to_all", rc, &req, m, d, sbuf, rbuf);
+    }
+    for (int c = 0; c < n && ok && !recv_direct; c++) { /* unpack */
+        if (c == me || !rcounts[c]) continue;
+        int64_t fs, fl;
+        oari_chunk(n_from, n, c, &fs, &fl);
+        memcpy(bshape, yshape, sizeof(int64_t) * (size_t)x->ndim);
+        bshape[from] = fl;
+        oar_tensor *src = oar_reshape(oar_slice(rbuf, 0, rdispls[c] / es, (rdispls[c] + rcounts[c]) / es, 1),
+                                      x->ndim, bshape);
+        oar_tensor *dst = oar_slice(y, from, fs, fs + fl, 1);
+        ok = src && dst && !oar_copy_(dst, src);
+    }
+    oari_no_grad_pop();
+    if (ok) out = y;
+    return oari_pop_owned(pool, out);
+}
+
+/* ---- point-to-point exchange (moves between meshes) --------------------- */
+
+int oari_exchange(int n, const int *peer, oar_tensor *const *buf, const bool *is_send) {
+    extern MPI_Comm oari_p2p_comm;
+    if (oari_p2p_comm == MPI_COMM_NULL)
+        return oari_error(OAR_ERR_STATE, "oar_reshard: moving between meshes needs oar_dist_init");
+    if (n > 128) return oari_error(OAR_ERR_UNSUPPORTED, "oar_reshard: %d messages in one move (at most 128)", n);
+    MPI_Request req[128];
+    int started = 0, rc = MPI_SUCCESS;
+    int64_t es_sent = 0;
+    /* receives first, then sends: nothing waits on a peer's order */
+    for (int pass = 0; pass < 2 && rc == MPI_SUCCESS; pass++)
+        for (int i = 0; i < n && rc == MPI_SUCCESS; i++) {
+            if (is_send[i] != (pass == 1)) continue;
+            int64_t bytes = buf[i]->numel * (int64_t)oar_dtype_size(buf[i]->dtype);
+            if (bytes > INT_MAX) return oari_error(OAR_ERR_UNSUPPORTED, "oar_reshard: a message exceeds 2 GiB");
+            void *p = bytes ? oar_tensor_data(buf[i]) : NULL;
+            if (is_send[i]) {
+                es_sent += bytes;
+                rc = MPI_Isend(p, (int)bytes, MPI_BYTE, peer[i], 0x6f61, oari_p2p_comm, &req[started++]);
+            } else {
+                rc = MPI_Irecv(p, (int)bytes, MPI_BYTE, peer[i], 0x6f61, oari_p2p_comm, &req[started++]);
+            }
+        }
+    if (rc != MPI_SUCCESS) { /* the requests already posted may still touch their buffers */
+        for (int i = 0; i < n && n_abandoned < (int)(sizeof abandoned / sizeof *abandoned); i++)
+            abandoned[n_abandoned++] = oar_tensor_retain(buf[i]);
+        return mpi_fail("oar_reshard", rc);
+    }
+    count(es_sent);
+    oari_dist_count_call(OARI_COLL_SEND_RECV);
+    double limit = oar_dist_timeout(), start = now_s();
+    for (long spins = 0;; spins++) {
+        int done = 0;
+        if ((rc = MPI_Testall(started, req, &done, MPI_STATUSES_IGNORE)) != MPI_SUCCESS)
+            return mpi_fail("oar_reshard", rc);
+        if (done) return 0;
+        if (spins > 20000) nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+        if ((spins & 255) == 0 && limit > 0 && now_s() - start > limit) break;
+    }
+    /* MPI may still write the buffers: keep them until oar_dist_finalize */
+    for (int i = 0; i < n && n_abandoned < (int)(sizeof abandoned / sizeof *abandoned); i++)
+        abandoned[n_abandoned++] = oar_tensor_retain(buf[i]);
+    return oari_error(OAR_ERR_STATE, "oar_reshard: rank %d waited %.0f s for the ranks of a move between "
+                      "meshes (OAR_DIST_TIMEOUT); a peer died or did not make the same call",
+                      oar_dist_rank(), limit);
 }

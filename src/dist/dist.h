@@ -48,11 +48,13 @@ OARI_HIDDEN oar_mesh *oari_mesh_retain(oar_mesh *m);
 /* The live mesh with this id, or NULL with the error set. */
 OARI_HIDDEN oar_mesh *oari_mesh_by_id(int64_t id);
 
-/* The dist_reshard op's attributes: mesh id, mesh ndim, whether the output
- * is a plain tensor (the global value), whether the forward input was
- * plain, then (kind, dim, reduce) per mesh dim for the target placements
+/* The dist_reshard op's attributes: target mesh id and ndim, whether the
+ * output is a plain tensor (the global value), whether the forward input
+ * was plain, source mesh id and ndim (the target's unless a move between
+ * meshes), then (kind, dim, reduce) per mesh dim for the target placements
  * and for the source ones (read by the gradient rule only). */
-enum { OARI_RS_MESH, OARI_RS_NDIM, OARI_RS_TO_PLAIN, OARI_RS_FROM_PLAIN, OARI_RS_TO };
+enum { OARI_RS_MESH, OARI_RS_NDIM, OARI_RS_TO_PLAIN, OARI_RS_FROM_PLAIN, OARI_RS_FROM_MESH, OARI_RS_FROM_NDIM,
+       OARI_RS_TO };
 #define OARI_RS_FROM(nd) (OARI_RS_TO + 3 * (nd))
 OARI_HIDDEN void oari_rs_put(oari_attrs *a, int at, int nd, const oar_placement *p);
 OARI_HIDDEN void oari_rs_get(const oari_attrs *a, int at, int nd, oar_placement *p);
@@ -73,19 +75,60 @@ static inline void oari_chunk(int64_t n, int64_t m, int64_t c, int64_t *start, i
 OARI_HIDDEN oar_tensor *oari_dtensor_wrap(oar_tensor *local, oar_mesh *mesh, const oar_placement *p,
                                           int ndim, const int64_t *global_shape);
 /* This rank's value under placements `to`, from its value `local` under
- * placements `from` (same mesh, same global value). Returns an owned
+ * placements `from` (same mesh, same global value of shape global_shape,
+ * which has local->ndim dims). Returns an owned
  * reference, possibly `local` itself. */
-OARI_HIDDEN oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *mesh,
+OARI_HIDDEN oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *mesh, const int64_t *global_shape,
                                            const oar_placement *from, const oar_placement *to);
 
 /* Collectives on local tensors over mesh dim d; each returns an owned
  * reference or NULL with the error set. */
 OARI_HIDDEN oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d);
+/* The same in two halves, so that work runs while it is in flight: start
+ * copies x and starts the non-blocking all-reduce (0 or the error set);
+ * poke lets MPI progress it; wait returns the owned result (after the
+ * timeout: NULL with the error set, and the mesh broken). Every started
+ * one must be waited for. */
+typedef struct oari_pending {
+    MPI_Request req;
+    oar_tensor *buf;        /* owned while in flight */
+    oar_mesh *mesh;
+    int d;
+    oar_reduce_op op;
+    oar_dtype dtype;        /* of the input (f16/bf16 are reduced in f32) */
+    bool done;
+} oari_pending;
+OARI_HIDDEN int oari_all_reduce_start(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d, oari_pending *p);
+OARI_HIDDEN void oari_all_reduce_poke(oari_pending *p);
+OARI_HIDDEN oar_tensor *oari_all_reduce_wait(oari_pending *p);
 /* Concatenates the ranks' x along tensor dim `dim` (sizes may differ). */
 OARI_HIDDEN oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int d);
 /* Reduces x over the ranks and keeps this rank's chunk of tensor dim `dim`. */
 OARI_HIDDEN oar_tensor *oari_reduce_scatter(oar_tensor *x, int dim, oar_reduce_op op, oar_mesh *m,
                                             int d);
+/* Shard(from) -> Shard(to) along mesh dim d in one all-to-all: x holds
+ * this rank's chunk of tensor dim `from` (global extent n_from) and the
+ * whole extent of `to`; the result holds the whole of `from` and this
+ * rank's chunk of `to`. Uneven chunks as oari_chunk makes them. */
+OARI_HIDDEN oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar_mesh *m,
+                                        int d);
+/* Calls made by this process per collective kind (tests check which ran). */
+typedef enum oari_coll {
+    OARI_COLL_ALL_REDUCE, OARI_COLL_ALL_GATHER, OARI_COLL_REDUCE_SCATTER, OARI_COLL_ALL_TO_ALL,
+    OARI_COLL_SEND_RECV, OARI_COLL_N
+} oari_coll;
+OARI_HIDDEN int64_t oari_dist_calls(oari_coll kind);
+OARI_HIDDEN void oari_dist_count_call(oari_coll kind);
+/* Point-to-point messages of a move between meshes, on a duplicate of
+ * MPI_COMM_WORLD: buf[i] (contiguous) goes to or comes from world rank
+ * peer[i]. Waits for all with the timeout. 0 or the error set. */
+OARI_HIDDEN int oari_exchange(int n, const int *peer, oar_tensor *const *buf, const bool *is_send);
+/* The move of a dtensor (placements `from` on mesh a, possibly a rank
+ * outside it) to mesh b with placements `to`: an owned dtensor on b. */
+OARI_HIDDEN oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to);
+/* A dtensor on a rank outside its mesh: no data (local is an empty tensor). */
+OARI_HIDDEN oar_tensor *oari_dtensor_outside(oar_mesh *m, const oar_placement *p, oar_dtype dtype, int ndim,
+                                             const int64_t *global_shape);
 /* Sums one int64 over mesh dim d. */
 OARI_HIDDEN int oari_sum_i64(int64_t *v, oar_mesh *m, int d);
 

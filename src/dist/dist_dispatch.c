@@ -54,7 +54,7 @@ static int inplace(oari_op op, const oari_op_def *def, int n_in, oar_tensor *con
             int k = a->p[d].dim - (dst->ndim - src->ndim);
             if (k >= 0 && src->shape[k] == dst->shape[a->p[d].dim]) to[d] = oar_shard(k);
         }
-        local[1] = oari_reshard_local(src->dist ? src->dist->local : src, m, from, to);
+        local[1] = oari_reshard_local(src->dist ? src->dist->local : src, m, src->shape, from, to);
         if (!local[1]) return OAR_ERR_INVALID;
     }
     oari_no_grad_push();
@@ -125,7 +125,7 @@ int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_a
     for (int i = 0; i < n_in && !st; i++) {
         if (!in[i]) continue;
         oar_tensor *src = in[i]->dist ? in[i]->dist->local : in[i];
-        local[i] = oari_reshard_local(src, mesh, in_p[i], plan.in[i]);
+        local[i] = oari_reshard_local(src, mesh, in[i]->shape, in_p[i], plan.in[i]);
         if (!local[i]) st = OAR_ERR_INVALID;
     }
     /* a view needs a viewable shard: shards of permuted dtensors may not be */

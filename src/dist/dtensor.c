@@ -40,11 +40,21 @@ oar_tensor *oari_dtensor_wrap(oar_tensor *local, oar_mesh *mesh, const oar_place
     return t;
 }
 
-/* Checks placements against a tensor rank; writes normalised ones to out. */
+oar_tensor *oari_dtensor_outside(oar_mesh *m, const oar_placement *p, oar_dtype dtype, int ndim,
+                                 const int64_t *global_shape) {
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *none = oar_empty(dtype, 1, (int64_t[]){0}, NULL);
+    oar_tensor *r = none ? oari_dtensor_wrap(none, m, p, ndim, global_shape) : NULL;
+    oar_pool_pop(pool);
+    return r;
+}
+
+/* Checks placements against a tensor rank; writes normalised ones to out.
+ * outside_ok: this rank may be outside the mesh. */
 static int check_placements(const char *what, const oar_mesh *m, const oar_placement *p, int ndim,
-                            oar_placement *out) {
+                            oar_placement *out, bool outside_ok) {
     if (!m || !p) return oari_error(OAR_ERR_INVALID, "%s: mesh or placements is NULL", what);
-    if (m->coord[0] < 0) return oari_error(OAR_ERR_STATE, "%s: this rank is not in the mesh", what);
+    if (m->coord[0] < 0 && !outside_ok) return oari_error(OAR_ERR_STATE, "%s: this rank is not in the mesh", what);
     bool used[OAR_MAX_DIMS] = {false};
     for (int d = 0; d < m->ndim; d++) {
         out[d] = p[d];
@@ -108,8 +118,8 @@ static bool same(oar_placement a, oar_placement b) {
     return true;
 }
 
-oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *m, const oar_placement *from,
-                               const oar_placement *to) {
+oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *m, const int64_t *global_shape,
+                               const oar_placement *from, const oar_placement *to) {
     oar_placement cur[OAR_MESH_MAX_DIMS];
     memcpy(cur, from, sizeof(oar_placement) * (size_t)m->ndim);
     oar_pool *pool = oar_pool_push();
@@ -128,11 +138,33 @@ oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *m, const oar_placeme
             cur[d] = oar_replicate();
         }
     }
-    /* 2. Shard -> all-gather where the target differs (S->S goes through R). */
-    for (int d = 0; d < m->ndim && x; d++) {
-        if (cur[d].kind != OAR_PLACEMENT_SHARD || same(cur[d], to[d])) continue;
-        x = oari_pool_adopt(oari_all_gather(x, cur[d].dim, m, d));
-        cur[d] = oar_replicate();
+    /* 2. Shard(a) -> Shard(b) along a mesh dim: one all-to-all, once no
+     * other mesh dim shards tensor dim b. Where none can go (a cycle, as
+     * [S(0), S(1)] -> [S(1), S(0)]) one shard is all-gathered, which
+     * frees its dim (shards going to Replicate or Partial first). */
+    for (bool again = true; again && x;) {
+        again = false;
+        for (int d = 0; d < m->ndim && x; d++) {
+            if (cur[d].kind != OAR_PLACEMENT_SHARD || to[d].kind != OAR_PLACEMENT_SHARD ||
+                cur[d].dim == to[d].dim)
+                continue;
+            bool free_dim = true;
+            for (int e = 0; e < m->ndim; e++)
+                free_dim = free_dim && !(e != d && cur[e].kind == OAR_PLACEMENT_SHARD && cur[e].dim == to[d].dim);
+            if (!free_dim) continue;
+            x = oari_pool_adopt(oari_all_to_all(x, cur[d].dim, global_shape[cur[d].dim], to[d].dim, m, d));
+            cur[d] = to[d];
+            again = true;
+        }
+        /* gather shards bound elsewhere first: that may unblock an all-to-all */
+        for (int pass = 0; pass < 2 && !again; pass++)
+            for (int d = 0; d < m->ndim && x && !again; d++) {
+                if (cur[d].kind != OAR_PLACEMENT_SHARD || same(cur[d], to[d])) continue;
+                if (pass == 0 && to[d].kind == OAR_PLACEMENT_SHARD) continue;
+                x = oari_pool_adopt(oari_all_gather(x, cur[d].dim, m, d));
+                cur[d] = oar_replicate();
+                again = true;
+            }
     }
     /* 3. Replicate -> local chunk, or Partial by keeping the value on coordinate 0. */
     bool sliced = false;
@@ -152,15 +184,17 @@ oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *m, const oar_placeme
 }
 
 /* Calls the dist_reshard op, so autograd records it. */
-static oar_tensor *reshard_call(oar_tensor *t, const oar_placement *from, bool from_plain,
+static oar_tensor *reshard_call(oar_tensor *t, oar_mesh *from_mesh, const oar_placement *from, bool from_plain,
                                 oar_mesh *mesh, const oar_placement *to, bool to_plain) {
     oari_attrs a = {.ni = 0};
     a.i[OARI_RS_MESH] = mesh->id;
     a.i[OARI_RS_NDIM] = mesh->ndim;
     a.i[OARI_RS_TO_PLAIN] = to_plain;
     a.i[OARI_RS_FROM_PLAIN] = from_plain;
+    a.i[OARI_RS_FROM_MESH] = from_mesh->id;
+    a.i[OARI_RS_FROM_NDIM] = from_mesh->ndim;
     oari_rs_put(&a, OARI_RS_TO, mesh->ndim, to);
-    oari_rs_put(&a, OARI_RS_FROM(mesh->ndim), mesh->ndim, from);
+    oari_rs_put(&a, OARI_RS_FROM(mesh->ndim), from_mesh->ndim, from);
     return oari_call1(OARI_OP_dist_reshard, t, &a);
 }
 
@@ -173,9 +207,9 @@ oar_tensor *oar_shard_tensor(oar_tensor *global, oar_mesh *mesh, const oar_place
     if (global->dist)
         return oari_error(OAR_ERR_INVALID, "oar_shard_tensor: tensor is already distributed; use "
                                            "oar_reshard"), NULL;
-    if (check_placements("oar_shard_tensor", mesh, placements, global->ndim, p)) return NULL;
+    if (check_placements("oar_shard_tensor", mesh, placements, global->ndim, p, true)) return NULL;
     for (int d = 0; d < mesh->ndim; d++) rep[d] = oar_replicate();
-    return reshard_call(global, rep, true, mesh, p, false);
+    return reshard_call(global, mesh, rep, true, mesh, p, false);
 }
 
 oar_tensor *oar_dtensor_from_local(oar_tensor *local, oar_mesh *mesh, const oar_placement *placements,
@@ -189,7 +223,7 @@ oar_tensor *oar_dtensor_from_local(oar_tensor *local, oar_mesh *mesh, const oar_
         return oari_error(OAR_ERR_INVALID, "oar_dtensor_from_local: tensor is already distributed"), NULL;
     if (!local->storage)
         return oari_error(OAR_ERR_INVALID, "oar_dtensor_from_local: tensor has no data (symbolic)"), NULL;
-    if (check_placements("oar_dtensor_from_local", mesh, placements, local->ndim, p)) return NULL;
+    if (check_placements("oar_dtensor_from_local", mesh, placements, local->ndim, p, false)) return NULL;
     int64_t global[OAR_MAX_DIMS], want[OAR_MAX_DIMS];
     memcpy(global, local->shape, sizeof(int64_t) * (size_t)local->ndim);
     if (global_shape) {
@@ -226,19 +260,20 @@ oar_tensor *oar_reshard(oar_tensor *t, oar_mesh *mesh, const oar_placement *plac
     oari_dist_attr *a = dist_of("oar_reshard", t);
     if (!a) return NULL;
     oar_placement p[OAR_MESH_MAX_DIMS];
-    if (mesh != a->mesh)
-        return oari_error(OAR_ERR_UNSUPPORTED, "oar_reshard: moving between meshes is not supported yet; "
-                                               "pass the tensor's own mesh"), NULL;
-    if (check_placements("oar_reshard", mesh, placements, t->ndim, p)) return NULL;
-    return reshard_call(t, a->p, false, mesh, p, false);
+    if (check_placements("oar_reshard", mesh, placements, t->ndim, p, true)) return NULL;
+    if (a->mesh->coord[0] < 0 && mesh->coord[0] < 0 && mesh != a->mesh)
+        return oari_error(OAR_ERR_STATE, "oar_reshard: this rank is in neither mesh"), NULL;
+    return reshard_call(t, a->mesh, a->p, false, mesh, p, false);
 }
 
 oar_tensor *oar_unshard(oar_tensor *t) {
     oari_dist_attr *a = dist_of("oar_unshard", t);
     if (!a) return NULL;
+    if (a->mesh->coord[0] < 0)
+        return oari_error(OAR_ERR_STATE, "oar_unshard: this rank is not in the tensor's mesh"), NULL;
     oar_placement rep[OAR_MESH_MAX_DIMS];
     for (int d = 0; d < a->mesh->ndim; d++) rep[d] = oar_replicate();
-    return reshard_call(t, a->p, false, a->mesh, rep, true);
+    return reshard_call(t, a->mesh, a->p, false, a->mesh, rep, true);
 }
 
 bool oar_tensor_is_dist(const oar_tensor *t) { return t && t->dist; }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 static bool we_initialised;
+MPI_Comm oari_p2p_comm = MPI_COMM_NULL; /* moves between meshes: a world of their own tags */
 
 bool oari_dist_ready(void) {
     int on = 0, off = 0;
@@ -16,18 +17,24 @@ bool oari_dist_ready(void) {
 }
 
 int oar_dist_init(int *argc, char ***argv) {
-    if (oari_dist_ready()) return 0;
-    int provided = 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return oari_error(OAR_ERR_STATE, "oar_dist_init: MPI_Init_thread failed");
-    /* Errors come back as codes, which oar turns into messages, instead of
-     * aborting the job. */
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    we_initialised = true;
+    if (!oari_dist_ready()) {
+        int provided = 0;
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return oari_error(OAR_ERR_STATE, "oar_dist_init: MPI_Init_thread failed");
+        /* Errors come back as codes, which oar turns into messages, instead of
+         * aborting the job. */
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        we_initialised = true;
+    }
+    /* the communicator of moves between meshes (collective over the world) */
+    if (oari_p2p_comm == MPI_COMM_NULL && MPI_Comm_dup(MPI_COMM_WORLD, &oari_p2p_comm) != MPI_SUCCESS)
+        return oari_error(OAR_ERR_STATE, "oar_dist_init: MPI_Comm_dup failed");
     return 0;
 }
 
 void oar_dist_finalize(void) {
+    if (oari_p2p_comm != MPI_COMM_NULL && oari_dist_ready()) MPI_Comm_free(&oari_p2p_comm);
+    oari_p2p_comm = MPI_COMM_NULL;
     if (we_initialised && oari_dist_ready()) MPI_Finalize();
     we_initialised = false;
     oari_dist_release_abandoned();

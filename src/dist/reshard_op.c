@@ -29,7 +29,8 @@ void oari_rs_get(const oari_attrs *a, int at, int nd, oar_placement *p) {
 static int infer_reshard(oari_infer *c) {
     const oari_attrs *a = c->attrs;
     if (a->ni < OARI_RS_TO || a->i[OARI_RS_NDIM] < 1 || a->i[OARI_RS_NDIM] > OAR_MESH_MAX_DIMS ||
-        a->ni != OARI_RS_FROM(a->i[OARI_RS_NDIM]) + 3 * a->i[OARI_RS_NDIM])
+        a->i[OARI_RS_FROM_NDIM] < 1 || a->i[OARI_RS_FROM_NDIM] > OAR_MESH_MAX_DIMS ||
+        a->ni != OARI_RS_FROM(a->i[OARI_RS_NDIM]) + 3 * a->i[OARI_RS_FROM_NDIM])
         return oari_error(OAR_ERR_INVALID, "dist_reshard: malformed attributes");
     oari_meta_from(&c->out[0], c->in[0]);
     return 0;
@@ -44,7 +45,12 @@ static oar_tensor *place(oar_tensor *local, oar_mesh *m, int ndim, const int64_t
         for (int d = 0; d < m->ndim; d++) to[d] = oar_replicate();
     else
         oari_rs_get(a, OARI_RS_TO, m->ndim, to);
-    oar_tensor *l = oari_reshard_local(local, m, from, to);
+    if (m->coord[0] < 0) { /* a rank outside the mesh: no data; a gradient of zeros */
+        if (!a->i[OARI_RS_TO_PLAIN]) return oari_dtensor_outside(m, to, local->dtype, ndim, shape);
+        oar_pool *p = oar_pool_push();
+        return oari_pop_owned(p, oar_zeros(local->dtype, ndim, shape));
+    }
+    oar_tensor *l = oari_reshard_local(local, m, shape, from, to);
     if (!l) return NULL;
     if (a->i[OARI_RS_TO_PLAIN]) {
         /* the caller may write the result: never hand out the shard itself */
@@ -63,7 +69,6 @@ static oar_tensor *view_reshard(oar_tensor *x, const oari_attrs *a) {
     oar_mesh *m = oari_mesh_by_id(a->i[OARI_RS_MESH]);
     if (!m) return NULL;
     if (m->ndim != a->i[OARI_RS_NDIM]) return oari_error(OAR_ERR_INVALID, "dist_reshard: mesh rank changed"), NULL;
-    if (m->coord[0] < 0) return oari_error(OAR_ERR_STATE, "dist_reshard: this rank is not in the mesh"), NULL;
     oar_placement rep[OAR_MESH_MAX_DIMS];
     for (int d = 0; d < m->ndim; d++) rep[d] = oar_replicate();
     if (a->i[OARI_RS_TO_PLAIN]) return oar_tensor_retain(x);
@@ -72,28 +77,37 @@ static oar_tensor *view_reshard(oar_tensor *x, const oari_attrs *a) {
 
 int oari_dist_reshard_run(oar_tensor *x, const oari_attrs *a, oar_tensor **out) {
     oari_dist_attr *da = x->dist;
-    if (da->mesh->id != a->i[OARI_RS_MESH])
-        return oari_error(OAR_ERR_UNSUPPORTED, "oar_reshard: moving between meshes is not supported "
-                                               "yet; pass the tensor's own mesh");
+    if (da->mesh->id != a->i[OARI_RS_MESH]) { /* a move between meshes */
+        oar_mesh *b = oari_mesh_by_id(a->i[OARI_RS_MESH]);
+        if (!b) return OAR_ERR_STATE;
+        oar_placement to[OAR_MESH_MAX_DIMS];
+        oari_rs_get(a, OARI_RS_TO, b->ndim, to);
+        *out = a->i[OARI_RS_TO_PLAIN] ? NULL : oari_dist_move(x, b, to);
+        if (a->i[OARI_RS_TO_PLAIN]) oari_error(OAR_ERR_INVALID, "dist_reshard: unshard onto another mesh");
+        return *out ? 0 : OAR_ERR_INVALID;
+    }
     *out = place(da->local, da->mesh, x->ndim, x->shape, da->p, a);
     return *out ? 0 : OAR_ERR_INVALID;
 }
 
 static int grad_reshard(oari_grad_ctx *g) {
     const oari_attrs *a = g->attrs;
-    int nd = (int)a->i[OARI_RS_NDIM];
+    int nd = (int)a->i[OARI_RS_NDIM], fnd = (int)a->i[OARI_RS_FROM_NDIM];
     oari_attrs b = {.ni = 0};
     oar_placement from[OAR_MESH_MAX_DIMS], to[OAR_MESH_MAX_DIMS];
-    oari_rs_get(a, OARI_RS_FROM(nd), nd, from);
+    oari_rs_get(a, OARI_RS_FROM(nd), fnd, from);
     oari_rs_get(a, OARI_RS_TO, nd, to);
-    for (int d = 0; d < nd; d++)
+    for (int d = 0; d < fnd; d++)
         if (from[d].kind == OAR_PLACEMENT_PARTIAL) from[d] = oar_replicate();
-    b.i[OARI_RS_MESH] = a->i[OARI_RS_MESH];
-    b.i[OARI_RS_NDIM] = nd;
+    /* the reverse reshard (a move back to the source mesh for a move) */
+    b.i[OARI_RS_MESH] = a->i[OARI_RS_FROM_MESH];
+    b.i[OARI_RS_NDIM] = fnd;
+    b.i[OARI_RS_FROM_MESH] = a->i[OARI_RS_MESH];
+    b.i[OARI_RS_FROM_NDIM] = nd;
     b.i[OARI_RS_TO_PLAIN] = a->i[OARI_RS_FROM_PLAIN];
     b.i[OARI_RS_FROM_PLAIN] = a->i[OARI_RS_TO_PLAIN];
-    oari_rs_put(&b, OARI_RS_TO, nd, from);
-    oari_rs_put(&b, OARI_RS_FROM(nd), nd, to);
+    oari_rs_put(&b, OARI_RS_TO, fnd, from);
+    oari_rs_put(&b, OARI_RS_FROM(fnd), nd, to);
     g->gin[0] = oari_call1(OARI_OP_dist_reshard, g->gout[0], &b);
     return g->gin[0] ? 0 : OAR_ERR_INVALID;
 }

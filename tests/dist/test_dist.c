@@ -275,7 +275,8 @@ static void test_errors(void) {
     int64_t moved = oar_dist_bytes_moved();
     CHECK(oar_unshard(xd) != NULL && oar_dist_bytes_moved() - moved == oar_tensor_numel(oar_dtensor_local(xd)) * 4);
     CHECK_FAILS(oar_dtensor_local(x), "not distributed");
-    CHECK_FAILS(oar_reshard(xd, m2, (oar_placement[]){oar_replicate(), oar_replicate()}), "between meshes");
+    /* another mesh over the same ranks: a move (tests/dist/test_dist_reshard.c) */
+    CHECK(max_diff(oar_unshard(oar_reshard(xd, m2, (oar_placement[]){oar_replicate(), oar_replicate()})), x) == 0);
     float buf[12];
     CHECK_STATUS_FAILS(oar_tensor_to_host(xd, buf, sizeof buf), "distributed");
     oar_tensor *xi = oar_shard_tensor(oar_ones(OAR_I64, 1, (int64_t[]){4}), m,
@@ -425,12 +426,21 @@ static oar_module *make_transformer(void) {
 
 static oar_module *(*make_model)(void) = make_mlp;
 
+/* > 0: gradients reduced by an oar_dist_reducer with buckets of this many
+ * bytes (overlapped with backward); reducer_overlapped gets the buckets
+ * started during backward, summed over the steps */
+static size_t reducer_bucket;
+static int reducer_overlapped;
+
 static void train(oar_mesh *mesh, int dp_mesh_dim, int tp_mesh_dim, int n_rules,
                   const oar_parallel_rule *rules, oar_tensor *x, oar_tensor *y, double *loss, int *calls) {
     oar_module *mlp = make_model();
     if (mesh) CHECK(oar_parallelize(mlp, mesh, tp_mesh_dim, n_rules, rules) == 0);
     oar_tensor *params[32];
     int np = oar_module_parameters(mlp, params, 32);
+    oar_dist_reducer *red = mesh && reducer_bucket ? oar_dist_reducer_new(np, params, reducer_bucket) : NULL;
+    CHECK(!(mesh && reducer_bucket) || red);
+    reducer_overlapped = 0;
     oar_optimizer *opt = oar_sgd_new(np, params, &(oar_sgd_options){.lr = 0.1, .momentum = 0.9});
     CHECK(opt != NULL);
     oar_tensor *xb = x, *yb = y;
@@ -448,15 +458,17 @@ static void train(oar_mesh *mesh, int dp_mesh_dim, int tp_mesh_dim, int n_rules,
         oar_tensor *l = oar_mul_scalar(oar_sum(oar_square(d), 0, NULL, false), 1.0 / (double)oar_tensor_numel(y));
         CHECK(oar_backward(l, NULL) == 0);
         if (mesh) {
-            int c = oar_dist_reduce_grads(np, params, 0);
+            int c = red ? oar_dist_reducer_wait(red) : oar_dist_reduce_grads(np, params, 0);
             CHECK(c >= 0);
             if (calls) *calls += c;
+            reducer_overlapped += oar_dist_reducer_overlapped(red);
         }
         CHECK(oar_optim_step(opt) == 0);
         loss[step] = oar_tensor_item(mesh ? oar_unshard(l) : l);
         oar_pool_pop(pool);
     }
     oar_pool_pop(outer);
+    oar_dist_reducer_free(red);
     oar_optim_free(opt);
     oar_module_free(mlp);
 }
@@ -487,6 +499,18 @@ static void test_train(void) {
     /* one bucket per step: all four gradients in one all-reduce (none with one rank... still one call) */
     CHECK(calls == 5);
 
+    /* the same with buckets overlapped with backward: one parameter per
+     * bucket (64 bytes), each started inside backward; the same losses */
+    double sync[5];
+    memcpy(sync, got, sizeof sync);
+    reducer_bucket = 64;
+    calls = 0;
+    train(m, 0, 0, 0, NULL, x, y, got, &calls);
+    check_curve("data parallel, overlapped buckets", got, ref);
+    for (int i = 0; i < 5; i++) CHECK(got[i] == sync[i]);
+    CHECK(calls == 5 * 4 && reducer_overlapped == 5 * 4);
+    reducer_bucket = 0;
+
     const oar_parallel_rule megatron[2] = {{"0.*", OAR_PARALLEL_COLWISE}, {"2.*", OAR_PARALLEL_ROWWISE}};
     train(m, -1, 0, 2, megatron, x, y, got, NULL);
     check_curve("tensor parallel", got, ref);
@@ -496,7 +520,36 @@ static void test_train(void) {
         oar_mesh *m2 = oar_mesh_create(2, (int64_t[]){2, 2}, NULL, (const char *const[]){"dp", "tp"});
         train(m2, 0, 1, 2, megatron, x, y, got, NULL);
         check_curve("2-D data x tensor parallel", got, ref);
+        memcpy(sync, got, sizeof sync);
+        reducer_bucket = 256;
+        train(m2, 0, 1, 2, megatron, x, y, got, NULL);
+        check_curve("2-D data x tensor parallel, overlapped buckets", got, ref);
+        for (int i = 0; i < 5; i++) CHECK(got[i] == sync[i]);
+        CHECK(reducer_overlapped > 0);
+        reducer_bucket = 0;
         oar_mesh_release(m2);
+    }
+
+    /* the reducer's errors: bad lists; a second backward before wait */
+    {
+        oar_mesh *m1 = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+        oar_tensor *pa = oar_shard_tensor(oar_ones(OAR_F32, 1, (int64_t[]){4}), m1, (oar_placement[]){oar_replicate()});
+        oar_tensor_set_requires_grad(pa, true);
+        CHECK_FAILS(oar_dist_reducer_new(0, &pa, 0), "bad parameter list");
+        CHECK_FAILS(oar_dist_reducer_new(1, (oar_tensor *[]){NULL}, 0), "parameter 0 is NULL");
+        CHECK_STATUS_FAILS(oar_dist_reducer_wait(NULL), "NULL");
+        oar_dist_reducer *red = oar_dist_reducer_new(1, &pa, 0);
+        oar_tensor *xd = oar_shard_tensor(oar_ones(OAR_F32, 2, (int64_t[]){2 * W, 4}), m1, (oar_placement[]){oar_shard(0)});
+        CHECK(oar_backward(oar_sum(oar_mul(xd, pa), 0, NULL, false), NULL) == 0);
+        CHECK(oar_backward(oar_sum(oar_mul(xd, pa), 0, NULL, false), NULL) == 0);
+        CHECK_STATUS_FAILS(oar_dist_reducer_wait(red), "changed after its bucket");
+        oar_tensor_zero_grad(pa);
+        CHECK(oar_backward(oar_sum(oar_mul(xd, pa), 0, NULL, false), NULL) == 0);
+        CHECK(oar_dist_reducer_wait(red) == 1 && oar_dist_reducer_overlapped(red) == 1);
+        CHECK(max_diff(oar_unshard(oar_tensor_grad(pa)), oar_full(OAR_F32, 1, (int64_t[]){4}, 2.0 * W)) == 0);
+        oar_dist_reducer_free(red);
+        oar_dist_reducer_free(NULL);
+        oar_mesh_release(m1);
     }
 
     /* bucket size: one all-reduce per gradient when nothing fits together */
@@ -571,6 +624,14 @@ static void test_train_transformer(void) {
     oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
     train(m, 0, 0, 0, NULL, x, y, got, NULL);
     check_curve("transformer, data parallel", got, ref);
+    double sync[5];
+    memcpy(sync, got, sizeof sync);
+    reducer_bucket = 1024; /* several buckets */
+    train(m, 0, 0, 0, NULL, x, y, got, NULL);
+    check_curve("transformer, data parallel, overlapped buckets", got, ref);
+    for (int i = 0; i < 5; i++) CHECK(got[i] == sync[i]);
+    CHECK(reducer_overlapped > 5);
+    reducer_bucket = 0;
     const oar_parallel_rule megatron[4] = {
         {"self_attn.in_proj_*", OAR_PARALLEL_COLWISE}, {"self_attn.out_proj.*", OAR_PARALLEL_ROWWISE},
         {"linear1.*", OAR_PARALLEL_COLWISE}, {"linear2.*", OAR_PARALLEL_ROWWISE}};
