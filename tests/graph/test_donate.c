@@ -38,7 +38,7 @@ static void train_in_place(bool compile) {
     oar_graph *g = train_step(&c, lr);
     oar_tensor *params[4], *gp[4], *in[6], *out[9];
     CHECK(oar_module_parameters(c.m, params, 4) == 4);
-    for (int k = 0; k < 4; k++) gp[k] = oar_tensor_retain(oar_clone(params[k]));
+    for (int k = 0; k < 4; k++) gp[k] = oar_clone(params[k]); /* outside any pool: ours */
     oar_pool *p = oar_pool_push();
     oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){8, 8}), *t = oar_randn(OAR_F32, 2, (int64_t[]){8, 4});
     in[0] = x;
