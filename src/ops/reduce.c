@@ -475,8 +475,12 @@ oar_tensor *oar_logsumexp(oar_tensor *x, int ndims, const int64_t *dims, bool ke
     if (reduced_count(x, mask) == 0) {
         r = oar_log(oar_sum(xf, ndims, dims, keepdim)); /* log 0 = -inf */
     } else {
-        oar_tensor *m = oar_detach(oar_amax(xf, ndims, dims, true));
-        m = oar_where(oar_isinf(m), oar_zeros_like(m), m);
+        /* m is detached (the gradients through it cancel anyway); while
+         * tracing there is no tape, and a detached copy of a traced value
+         * would leave the graph */
+        oar_tensor *m = oar_amax(xf, ndims, dims, true);
+        if (m && oar_tensor_data(m)) m = oar_detach(m);
+        m = m ? oar_where(oar_isinf(m), oar_scalar_of(0, m->dtype), m) : NULL;
         r = oar_add(oar_log(oar_sum(oar_exp(oar_sub(xf, m)), ndims, dims, true)), m);
         r = oar_reshape(r, nd, shape);
     }

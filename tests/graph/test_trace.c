@@ -135,6 +135,35 @@ static int stats_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     return out[0] && out[1] ? 0 : -1;
 }
 
+/* logsumexp traces (its max is detached only in eager mode) */
+static int lse_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_logsumexp(in[0], 1, (int64_t[]){1}, false);
+    out[1] = oar_logsumexp(in[0], 2, (int64_t[]){0, 2}, true);
+    return out[0] && out[1] ? 0 : -1;
+}
+
+static void test_logsumexp(void) {
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F64, .ndim = 3, .shape = {-1, 3, 2}, .dim_names = {"B"}};
+    oar_graph *g = oar_trace(lse_fn, NULL, 1, &spec, 2, NULL);
+    CHECK(g != NULL && oar_graph_append_backward(g, 0, 1, (int[]){0}) == 2);
+    oar_executor *ex = oar_executor_new(g);
+    for (int64_t b = 2; b <= 5; b += 3) {
+        oar_pool *p = oar_pool_push();
+        oar_tensor *x = oar_mul_scalar(oar_randn(OAR_F64, 3, (int64_t[]){b, 3, 2}), 30), *want[2], *got[3], *gx;
+        oar_tensor_set_requires_grad(x, true);
+        CHECK(lse_fn(NULL, &x, want) == 0);
+        CHECK(oar_grad(1, want, (oar_tensor *[]){oar_ones_like(want[0])}, 1, &x, false, false, &gx) == 0);
+        CHECK(oar_executor_run(ex, &x, got) == 0);
+        CHECK_NEAR(max_diff(got[0], want[0]), 0, 1e-12);
+        CHECK_NEAR(max_diff(got[1], want[1]), 0, 1e-12);
+        CHECK_NEAR(max_diff(got[2], gx), 0, 1e-12);
+        oar_pool_pop(p);
+    }
+    oar_executor_free(ex);
+    oar_graph_free(g);
+}
+
 static void test_dynamic_means(void) {
     oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F64, .ndim = 3, .shape = {-1, 3, 2}, .dim_names = {"B"}};
     oar_graph *g = oar_trace(stats_fn, NULL, 1, &spec, 2, NULL);
@@ -282,6 +311,7 @@ int main(void) {
     RUN(test_cnn);
     RUN(test_function);
     RUN(test_dynamic_means);
+    RUN(test_logsumexp);
     RUN(test_plans_and_random);
     RUN(test_memory_plan);
     RUN(test_output_fed_back);
