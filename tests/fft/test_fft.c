@@ -318,7 +318,29 @@ static void test_numpy_values_narrow(void) {
     oari_fft_force_narrow(false);
 }
 
+/* which engine runs: in an FFTW build (test_fft_fftw, -DOAR_FFTW=ON) a
+ * transform of a new shape adds one FFTW plan to the cache, and the same
+ * shape again adds none */
+static void test_engine(void) {
+    oar_pool *p = oar_pool_push();
+    int64_t sh[2] = {3, 77};
+    oar_tensor *x = oar_cast(oar_randn(OAR_F32, 2, sh), OAR_C64);
+#ifdef OAR_FFTW
+    CHECK(!strcmp(oari_fft_engine_name(), "fftw3"));
+    long before = oari_fft_fftw_cache_blocks();
+    CHECK(oar_fft_fft(x, -1, -1, NULL) != NULL);
+    CHECK(oari_fft_fftw_cache_blocks() == before + 1);
+    CHECK(oar_fft_fft(x, -1, -1, NULL) != NULL);
+    CHECK(oari_fft_fftw_cache_blocks() == before + 1);
+#else
+    CHECK(!strcmp(oari_fft_engine_name(), "oar"));
+    CHECK(oar_fft_fft(x, -1, -1, NULL) != NULL);
+#endif
+    oar_pool_pop(p);
+}
+
 int main(void) {
+    RUN(test_engine);
     RUN(test_numpy_values);
     RUN(test_numpy_values_narrow);
     RUN(test_freq);

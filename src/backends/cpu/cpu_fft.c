@@ -50,8 +50,8 @@ typedef enum {
 } line_kind;
 
 typedef struct {
-    const oari_fft_plan *plan;   /* complex plan of n, or a real plan (even n, R2C/C2R) */
-    bool dbl, real;
+    const oari_fft_plan *plan;   /* complex plan of n, or a real plan (even n, R2C/C2R); made by run_dim */
+    bool dbl, real, inverse;
     line_kind kind;
     int64_t n;       /* transform length */
     int64_t n_in;    /* elements read per line */
@@ -370,11 +370,25 @@ GROUP_FN(f64x4, double, v4d_t, 4, oari_fft_exec_v4d, no_gather, no_scatter, gath
 
 /* Transforms every line of src along dim d into dst (same shape except
  * along d). src may equal dst (each line is read before it is written). */
-static int run_dim(const line_job *j, const geom *src, const geom *dst, int d) {
+static int run_dim(line_job *j, const geom *src, const geom *dst, int d) {
     int64_t lines = 1;
     for (int i = 0; i < dst->ndim; i++)
         if (i != d) lines *= dst->shape[i];
     if (lines == 0) return 0;
+#ifdef OAR_FFTW
+    { /* the FFTW build: one FFTW plan for the whole dim where FFTW has one */
+        const int nt = lines > 1 && lines * j->n >= FFT_PARALLEL_GRAIN ? omp_get_max_threads() : 1;
+        const oari_fft_kind kind = j->kind == L_C2C ? OARI_FFT_C2C : j->kind == L_R2C ? OARI_FFT_R2C : OARI_FFT_C2R;
+        int st = oari_fft_fftw_dim(kind, j->n, j->dbl, j->inverse, j->scale, nt, dst->ndim, dst->shape, d,
+                                   src->data, src->strides, dst->data, dst->strides);
+        if (st <= 0) return st; /* done, or failed */
+    }
+#endif
+    if (!j->plan) {
+        j->plan = j->real ? oari_fft_plan_get_real(j->n, j->dbl, j->inverse)
+                          : oari_fft_plan_get(j->n, j->dbl, j->inverse);
+        if (!j->plan) return OAR_ERR_NOMEM;
+    }
 #if OARI_FFT_X86
     const bool wide = oari_fft_have_avx2();
 #else
@@ -433,13 +447,15 @@ static int run_dim(const line_job *j, const geom *src, const geom *dst, int d) {
     return 0;
 }
 
+/* The engine plan is made by run_dim (none where FFTW runs the dim). */
 static int plan_for(line_job *j, int64_t n, bool dbl, bool inverse) {
     /* real transforms of even length run at half length */
     j->real = j->kind != L_C2C && n % 2 == 0;
-    j->plan = j->real ? oari_fft_plan_get_real(n, dbl, inverse) : oari_fft_plan_get(n, dbl, inverse);
+    j->plan = NULL;
     j->dbl = dbl;
+    j->inverse = inverse;
     j->n = n;
-    return j->plan ? 0 : OAR_ERR_NOMEM;
+    return 0;
 }
 
 /* c2c over the dims, in[0] -> out[0]; the first dim reads the input, the
