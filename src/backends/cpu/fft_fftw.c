@@ -120,6 +120,126 @@ static void scale_lines(const fkey *k, int64_t n_out, int64_t es, void *dst, dou
     }
 }
 
+/* Lines along a strided dim (a column pass) are not FFTW_ESTIMATE's
+ * strength: its plan walks each line at the stride, several times slower
+ * than a row pass. Those go GROUP lines at a time through a small buffer
+ * laid out as the source is, element e of line j at e * GROUP + j (so
+ * adjacent lines copy as one run of GROUP elements), transformed there by
+ * one FFTW plan (stride GROUP, GROUP lines 1 apart: FFTW's vector loop),
+ * and scattered back with the scale; groups spread over OpenMP threads. */
+#define GROUP 8
+
+/* Element offset of line l: row-major over the batch dims of k. */
+static int64_t line_off(const fkey *k, int64_t l, bool out) {
+    int64_t off = 0;
+    for (int i = (int)k->hrank - 1; i >= 0; i--) {
+        off += (l % k->hn[i]) * (out ? k->hos[i] : k->his[i]);
+        l /= k->hn[i];
+    }
+    return off;
+}
+
+#define MOVE_FN(SFX, T)                                                                        \
+    /* nl lines from line l0: buf (element e of line j at e * GROUP + j) <-> x (n          \
+     * elements of c reals each, stride st); to buf when in, else from buf times s */      \
+    static void move_##SFX(const fkey *k, bool in, int64_t l0, int nl, int64_t n, int c,     \
+                           int64_t st, T *x, T *buf, T s) {                                    \
+        int64_t off[GROUP];                                                                    \
+        bool adj = true;                                                                       \
+        for (int j = 0; j < nl; j++) {                                                         \
+            off[j] = line_off(k, l0 + j, !in) * c;                                             \
+            adj = adj && off[j] == off[0] + j * c;                                             \
+        }                                                                                      \
+        for (int64_t e = 0; e < n; e++) {                                                      \
+            T *a = x + off[0] + e * st * c, *b = buf + e * GROUP * c;                          \
+            if (adj && in) {                                                                   \
+                memcpy(b, a, (size_t)(nl * c) * sizeof(T));                                    \
+            } else if (adj) {                                                                  \
+                for (int i = 0; i < nl * c; i++) a[i] = b[i] * s;                              \
+            } else {                                                                           \
+                for (int j = 0; j < nl; j++)                                                   \
+                    for (int i = 0; i < c; i++) {                                              \
+                        T *aj = x + off[j] + e * st * c + i, *bj = b + j * c + i;              \
+                        if (in) *bj = *aj;                                                     \
+                        else *aj = *bj * s;                                                    \
+                    }                                                                          \
+            }                                                                                  \
+        }                                                                                      \
+    }
+MOVE_FN(f32, float)
+MOVE_FN(f64, double)
+
+static void execute(const fkey *k, void *plan, void *in, void *out) {
+    if (k->dbl) {
+        switch (k->kind) {
+        case OARI_FFT_C2C: fftw_execute_dft(plan, in, out); break;
+        case OARI_FFT_R2C: fftw_execute_dft_r2c(plan, in, out); break;
+        default: fftw_execute_dft_c2r(plan, in, out); break;
+        }
+    } else {
+        switch (k->kind) {
+        case OARI_FFT_C2C: fftwf_execute_dft(plan, in, out); break;
+        case OARI_FFT_R2C: fftwf_execute_dft_r2c(plan, in, out); break;
+        default: fftwf_execute_dft_c2r(plan, in, out); break;
+        }
+    }
+}
+
+/* The strided dim of k through per-thread buffers (see GROUP). */
+static int run_grouped(const fkey *k, int64_t lines, const void *src, void *dst, double scale) {
+    const int64_t n_in = k->kind == OARI_FFT_C2R ? k->n / 2 + 1 : k->n;
+    const int64_t n_out = k->kind == OARI_FFT_R2C ? k->n / 2 + 1 : k->n;
+    const int c_in = k->kind == OARI_FFT_R2C ? 1 : 2, c_out = k->kind == OARI_FFT_C2R ? 1 : 2;
+    const size_t es = k->dbl ? sizeof(double) : sizeof(float);
+    /* per thread: GROUP input lines, GROUP output lines, each 64-byte aligned */
+    const size_t bin = ((size_t)(GROUP * n_in * c_in) * es + 63) & ~(size_t)63;
+    const size_t per = bin + (((size_t)(GROUP * n_out * c_out) * es + 63) & ~(size_t)63);
+    const int nt = (int)k->nthreads;
+    const size_t bytes = (size_t)nt * per + 64;
+    char *mem = oari_malloc(bytes);
+    if (!mem) return OAR_ERR_NOMEM;
+    char *base = (char *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+    /* plans for GROUP contiguous lines and for the last lines % GROUP */
+    fkey g = *k;
+    g.nthreads = 1;
+    g.inplace = 0;
+    g.is = g.os = GROUP;
+    g.hrank = 1;
+    g.his[0] = g.hos[0] = 1;
+    g.align_in = g.align_out = 0;
+    memset(g.hn + 1, 0, sizeof g.hn - sizeof g.hn[0]);
+    memset(g.his + 1, 0, sizeof g.his - sizeof g.his[0]);
+    memset(g.hos + 1, 0, sizeof g.hos - sizeof g.hos[0]);
+    fkey r = g;
+    g.hn[0] = GROUP;
+    r.hn[0] = lines % GROUP;
+    void *pg = NULL, *pr = NULL;
+    int st = 0;
+    if (lines >= GROUP) st = plan_get(&g, base, base + bin, &pg);
+    if (!st && r.hn[0]) st = plan_get(&r, base, base + bin, &pr);
+    if (st || (lines >= GROUP && !pg) || (r.hn[0] && !pr)) {
+        oari_free(mem, bytes);
+        return st ? st : 1;
+    }
+    const int64_t groups = (lines + GROUP - 1) / GROUP;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        char *bi = base + (size_t)omp_get_thread_num() * per, *bo = bi + bin;
+#pragma omp for schedule(static)
+        for (int64_t q = 0; q < groups; q++) {
+            const int64_t l0 = q * GROUP;
+            const int nl = lines - l0 < GROUP ? (int)(lines - l0) : GROUP;
+            if (k->dbl) move_f64(k, true, l0, nl, n_in, c_in, k->is, (double *)src, (double *)bi, 1);
+            else move_f32(k, true, l0, nl, n_in, c_in, k->is, (float *)src, (float *)bi, 1);
+            execute(k, nl == GROUP ? pg : pr, bi, bo);
+            if (k->dbl) move_f64(k, false, l0, nl, n_out, c_out, k->os, dst, (double *)bo, scale);
+            else move_f32(k, false, l0, nl, n_out, c_out, k->os, dst, (float *)bo, (float)scale);
+        }
+    }
+    oari_free(mem, bytes);
+    return 0;
+}
+
 int oari_fft_fftw_dim(oari_fft_kind kind, int64_t n, bool dbl, bool inverse, double scale,
                       int nthreads, int ndim, const int64_t *shape, int d, const void *src,
                       const int64_t *src_strides, void *dst, const int64_t *dst_strides) {
@@ -136,29 +256,20 @@ int oari_fft_fftw_dim(oari_fft_kind kind, int64_t n, bool dbl, bool inverse, dou
     k.n = n;
     k.is = src_strides[d];
     k.os = dst_strides[d];
+    int64_t lines = 1;
     for (int i = 0; i < ndim; i++) {
         if (i == d || shape[i] == 1) continue;
+        lines *= shape[i];
         k.hn[k.hrank] = shape[i];
         k.his[k.hrank] = src_strides[i];
         k.hos[k.hrank++] = dst_strides[i];
     }
+    if ((k.is != 1 || k.os != 1) && n > 1) return run_grouped(&k, lines, src, dst, scale);
     void *plan;
     int st = plan_get(&k, in, dst, &plan);
     if (st) return st;
     if (!plan) return 1;
-    if (dbl) {
-        switch (kind) {
-        case OARI_FFT_C2C: fftw_execute_dft(plan, in, dst); break;
-        case OARI_FFT_R2C: fftw_execute_dft_r2c(plan, in, dst); break;
-        case OARI_FFT_C2R: fftw_execute_dft_c2r(plan, in, dst); break;
-        }
-    } else {
-        switch (kind) {
-        case OARI_FFT_C2C: fftwf_execute_dft(plan, in, dst); break;
-        case OARI_FFT_R2C: fftwf_execute_dft_r2c(plan, in, dst); break;
-        case OARI_FFT_C2R: fftwf_execute_dft_c2r(plan, in, dst); break;
-        }
-    }
+    execute(&k, plan, in, dst);
     if (scale != 1.0)
         scale_lines(&k, kind == OARI_FFT_C2R ? n : kind == OARI_FFT_R2C ? n / 2 + 1 : n,
                     kind == OARI_FFT_C2R ? 1 : 2, dst, scale);
