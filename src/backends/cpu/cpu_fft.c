@@ -322,6 +322,10 @@ __attribute__((noinline)) static bool gather_adj8(void *A_, const char *src, int
     v8f_t *A = A_;
     for (int64_t k = 0; k < nel; k++) {
         v8f_t v0, v1;
+        if (k + 8 < nel) { /* elements ss apart: too far for the hardware prefetcher */
+            __builtin_prefetch((const float *)src + 2 * (k + 8) * ss);
+            __builtin_prefetch((const float *)src + 2 * (k + 8) * ss + 15);
+        }
         memcpy(&v0, (const float *)src + 2 * k * ss, sizeof v0);
         memcpy(&v1, (const float *)src + 2 * k * ss + 8, sizeof v1);
         A[2 * k] = OARI_SHUFFLE2(v0, v1, v8i_t, 0, 2, 4, 6, 8, 10, 12, 14);
@@ -346,6 +350,10 @@ __attribute__((noinline)) static bool gather_adj4d(void *A_, const char *src, in
     v4d_t *A = A_;
     for (int64_t k = 0; k < nel; k++) {
         v4d_t v0, v1;
+        if (k + 8 < nel) { /* as gather_adj8 */
+            __builtin_prefetch((const double *)src + 2 * (k + 8) * ss);
+            __builtin_prefetch((const double *)src + 2 * (k + 8) * ss + 7);
+        }
         memcpy(&v0, (const double *)src + 2 * k * ss, sizeof v0);
         memcpy(&v1, (const double *)src + 2 * k * ss + 4, sizeof v1);
         A[2 * k] = OARI_SHUFFLE2(v0, v1, v4l_t, 0, 2, 4, 6);
