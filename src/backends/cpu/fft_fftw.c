@@ -10,8 +10,8 @@
  * and alignment as planned. Plans use FFTW_ESTIMATE: FFTW_MEASURE times
  * candidate plans on the whole batch, 35 ms (rows) to 390 ms (columns) for
  * each new 16x256x256 shape a test or a model meets, to save ~0.7 ms per
- * row pass; the column passes' loss it would recover is recovered here by
- * the buffered path below. No wisdom is saved. FFTW's own allocations do
+ * row pass; most of what it would win on column passes the buffered path
+ * below wins too. No wisdom is saved. FFTW's own allocations do
  * not go through oari_malloc (FFTW has no allocator hook). */
 #ifdef OAR_FFTW
 
