@@ -3,15 +3,20 @@
  * given output gradient). Prints "oar <metric> <us per call> us", the
  * fastest single call of 5 x iters (the machine is shared: a mean over
  * calls mostly measures the neighbours); the peer, bench/peer/fft.py,
- * measures the same way. */
+ * measures the same way. With OAR_BENCH_CPU_TIME=1 both time CPU time of
+ * the process instead (with OMP_NUM_THREADS=1 here and one torch thread
+ * there): on a machine loaded by others, wall time mostly measures them. */
 #include <oar/oar.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 static double now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    static int cpu = -1;
+    if (cpu < 0) cpu = getenv("OAR_BENCH_CPU_TIME") && atoi(getenv("OAR_BENCH_CPU_TIME"));
+    clock_gettime(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 

@@ -15,6 +15,7 @@ pkgs=(
     bible-kjv                # text for examples/char_lm.c (scripts/bible-text.sh)
     protobuf-c-compiler libprotobuf-c-dev python3-onnx # ONNX import: protoc-c, libprotobuf-c, onnx.proto
     libonnx-testdata         # the ONNX backend node tests (tests/onnx/test_onnx_conformance.c)
+    libfftw3-dev             # optional FFT engine (GPL-2+): -DOAR_FFTW=ON, and test_fft_fftw
 )
 
 missing=()

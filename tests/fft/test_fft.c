@@ -318,7 +318,71 @@ static void test_numpy_values_narrow(void) {
     oari_fft_force_narrow(false);
 }
 
+/* 2-D transforms of a batch big enough that each thread takes whole slabs
+ * (run_passes in cpu_fft.c: every pass on one slab before the next) against
+ * the same transform of each slab alone (one slab: pass by pass), in both
+ * precisions, with a strided (permuted) input too */
+static oar_tensor *run_slabs_case(int f, oar_tensor *x) {
+    static const int64_t dims02[2] = {0, 2};
+    return f == 0   ? oar_fft_rfft2(x, NULL, NULL, "ortho")
+           : f == 1 ? oar_fft_fft2(x, NULL, NULL, NULL)
+           : f == 2 ? oar_fft_irfft2(x, NULL, NULL, "forward")
+                    : oar_fft_ifftn(x, 2, NULL, dims02, NULL);
+}
+
+static void test_batched_slabs(void) {
+    oar_pool *p = oar_pool_push();
+    oar_manual_seed(11);
+    int64_t sh[3] = {8, 64, 72};
+    for (int dt = 0; dt < 2; dt++) {
+        const double tol = dt ? 1e-12 : 1e-5;
+        oar_tensor *xr = oar_randn(dt ? OAR_F64 : OAR_F32, 3, sh);
+        oar_tensor *xc = oar_fft_fft(xr, -1, 0, NULL); /* complex, not Hermitian */
+        oar_tensor *xt = oar_permute(xc, (const int64_t[]){1, 0, 2}); /* [64, 8, 72] strided */
+        for (int f = 0; f < 4; f++) {
+            double err = 0;
+            oar_tensor *all = run_slabs_case(f, f == 0 ? xr : f == 3 ? xt : xc);
+            CHECK(all != NULL);
+            for (int b = 0; all && b < 8; b++) {
+                oar_tensor *x = f == 0 ? xr : f == 3 ? xt : xc;
+                oar_tensor *y = run_slabs_case(f, oar_slice(x, f == 3 ? 1 : 0, b, b + 1, 1));
+                oar_tensor *ya = oar_slice(all, f == 3 ? 1 : 0, b, b + 1, 1);
+                oar_tensor *d = y && ya ? oar_abs(oar_sub(y, ya)) : NULL;
+                double e = d ? oar_tensor_item(oar_amax(d, 0, NULL, false)) : INFINITY;
+                double m = y ? oar_tensor_item(oar_amax(oar_abs(y), 0, NULL, false)) : 1;
+                err = fmax(err, e / fmax(m, 1.0));
+            }
+            if (err > tol) fprintf(stderr, "batched slabs: dtype %d case %d: error %g\n", dt, f, err);
+            CHECK(err <= tol);
+        }
+    }
+    oar_pool_pop(p);
+}
+
+/* which engine runs: in an FFTW build (test_fft_fftw, -DOAR_FFTW=ON) a
+ * transform of a new shape adds one FFTW plan to the cache, and the same
+ * shape again adds none */
+static void test_engine(void) {
+    oar_pool *p = oar_pool_push();
+    int64_t sh[2] = {3, 77};
+    oar_tensor *x = oar_cast(oar_randn(OAR_F32, 2, sh), OAR_C64);
+#ifdef OAR_FFTW
+    CHECK(!strcmp(oari_fft_engine_name(), "fftw3"));
+    long before = oari_fft_fftw_cache_blocks();
+    CHECK(oar_fft_fft(x, -1, -1, NULL) != NULL);
+    CHECK(oari_fft_fftw_cache_blocks() == before + 1);
+    CHECK(oar_fft_fft(x, -1, -1, NULL) != NULL);
+    CHECK(oari_fft_fftw_cache_blocks() == before + 1);
+#else
+    CHECK(!strcmp(oari_fft_engine_name(), "oar"));
+    CHECK(oar_fft_fft(x, -1, -1, NULL) != NULL);
+#endif
+    oar_pool_pop(p);
+}
+
 int main(void) {
+    RUN(test_engine);
+    RUN(test_batched_slabs);
     RUN(test_numpy_values);
     RUN(test_numpy_values_narrow);
     RUN(test_freq);

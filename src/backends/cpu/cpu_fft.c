@@ -50,8 +50,8 @@ typedef enum {
 } line_kind;
 
 typedef struct {
-    const oari_fft_plan *plan;   /* complex plan of n, or a real plan (even n, R2C/C2R) */
-    bool dbl, real;
+    const oari_fft_plan *plan;   /* complex plan of n, or a real plan (even n, R2C/C2R); made by run_dim */
+    bool dbl, real, inverse;
     line_kind kind;
     int64_t n;       /* transform length */
     int64_t n_in;    /* elements read per line */
@@ -255,6 +255,10 @@ GROUP_FN(f64, double, v2d_t, 2, oari_fft_exec_v2d, no_gather, no_scatter, no_gat
 typedef float v8f_t __attribute__((vector_size(32)));
 typedef double v4d_t __attribute__((vector_size(32)));
 typedef int32_t v8i_t __attribute__((vector_size(32)));
+/* unaligned loads and stores straight into registers: a memcpy into a
+ * v8f_t array went through the stack as two 16-byte halves, and the 32-byte
+ * reload of each stalled on store forwarding (half of the transposes' time) */
+typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
 
 /* In-place 8x8 transpose of r[0..7]. */
 static inline void tr8(v8f_t *r) {
@@ -282,9 +286,9 @@ static bool gather8(void *A_, const char *const *src, int64_t nel) {
     int64_t k = 0;
     for (; k + 4 <= nel; k += 4) {
         v8f_t r[8];
-        for (int l = 0; l < 8; l++) memcpy(&r[l], (const float *)src[l] + 2 * k, sizeof r[l]);
+        for (int l = 0; l < 8; l++) r[l] = *(const v8f_u *)((const float *)src[l] + 2 * k);
         tr8(r);
-        memcpy(A + 16 * k, r, sizeof r);
+        for (int q = 0; q < 8; q++) ((v8f_t *)(A + 16 * k))[q] = r[q];
     }
     for (; k < nel; k++)
         for (int l = 0; l < 8; l++) {
@@ -300,10 +304,9 @@ static bool scatter8(char *const *dst, const void *B_, int64_t nel, double s_) {
     int64_t k = 0;
     for (; k + 4 <= nel; k += 4) {
         v8f_t r[8];
-        memcpy(r, B + 16 * k, sizeof r);
-        for (int q = 0; q < 8; q++) r[q] *= s;
+        for (int q = 0; q < 8; q++) r[q] = ((const v8f_t *)(B + 16 * k))[q] * s;
         tr8(r);
-        for (int l = 0; l < 8; l++) memcpy((float *)dst[l] + 2 * k, &r[l], sizeof r[l]);
+        for (int l = 0; l < 8; l++) *(v8f_u *)((float *)dst[l] + 2 * k) = r[l];
     }
     for (; k < nel; k++)
         for (int l = 0; l < 8; l++) {
@@ -319,6 +322,10 @@ __attribute__((noinline)) static bool gather_adj8(void *A_, const char *src, int
     v8f_t *A = A_;
     for (int64_t k = 0; k < nel; k++) {
         v8f_t v0, v1;
+        if (k + 8 < nel) { /* elements ss apart: too far for the hardware prefetcher */
+            __builtin_prefetch((const float *)src + 2 * (k + 8) * ss);
+            __builtin_prefetch((const float *)src + 2 * (k + 8) * ss + 15);
+        }
         memcpy(&v0, (const float *)src + 2 * k * ss, sizeof v0);
         memcpy(&v1, (const float *)src + 2 * k * ss + 8, sizeof v1);
         A[2 * k] = OARI_SHUFFLE2(v0, v1, v8i_t, 0, 2, 4, 6, 8, 10, 12, 14);
@@ -343,6 +350,10 @@ __attribute__((noinline)) static bool gather_adj4d(void *A_, const char *src, in
     v4d_t *A = A_;
     for (int64_t k = 0; k < nel; k++) {
         v4d_t v0, v1;
+        if (k + 8 < nel) { /* as gather_adj8 */
+            __builtin_prefetch((const double *)src + 2 * (k + 8) * ss);
+            __builtin_prefetch((const double *)src + 2 * (k + 8) * ss + 7);
+        }
         memcpy(&v0, (const double *)src + 2 * k * ss, sizeof v0);
         memcpy(&v1, (const double *)src + 2 * k * ss + 4, sizeof v1);
         A[2 * k] = OARI_SHUFFLE2(v0, v1, v4l_t, 0, 2, 4, 6);
@@ -368,13 +379,29 @@ GROUP_FN(f64x4, double, v4d_t, 4, oari_fft_exec_v4d, no_gather, no_scatter, gath
 #pragma GCC pop_options
 #endif
 
+/* Plans j on the in-tree engine and sets *per to the bytes of buffer one
+ * thread needs to run its lines. */
+static int job_prepare(line_job *j, size_t *per) {
+    if (!j->plan) {
+        j->plan = j->real ? oari_fft_plan_get_real(j->n, j->dbl, j->inverse)
+                          : oari_fft_plan_get(j->n, j->dbl, j->inverse);
+        if (!j->plan) return OAR_ERR_NOMEM;
+    }
+    const int V = (j->dbl ? 2 : 4) * 2; /* the widest lanes */
+    const size_t es = j->dbl ? sizeof(double) : sizeof(float);
+    *per = (((size_t)V * (size_t)(4 * j->n + oari_fft_plan_work(j->plan) * 2) * es) + 63) & ~(size_t)63;
+    return 0;
+}
+
 /* Transforms every line of src along dim d into dst (same shape except
- * along d). src may equal dst (each line is read before it is written). */
-static int run_dim(const line_job *j, const geom *src, const geom *dst, int d) {
+ * along d), spread over nt threads (1: the caller's thread), each with per
+ * bytes of base (64-byte aligned). src may equal dst (each line is read
+ * before it is written). */
+static void run_lines(const line_job *j, const geom *src, const geom *dst, int d, char *base, size_t per,
+                      int nt) {
     int64_t lines = 1;
     for (int i = 0; i < dst->ndim; i++)
         if (i != d) lines *= dst->shape[i];
-    if (lines == 0) return 0;
 #if OARI_FFT_X86
     const bool wide = oari_fft_have_avx2();
 #else
@@ -384,21 +411,14 @@ static int run_dim(const line_job *j, const geom *src, const geom *dst, int d) {
     /* vector groups: complex lines, and real lines of even length */
     const bool vec = lines >= V && (j->kind == L_C2C || j->real);
     const int64_t groups = vec ? lines / V : 0, rest = lines - groups * V;
-    const int64_t per = V * (4 * j->n + oari_fft_plan_work(j->plan) * 2); /* reals */
     const size_t es = j->dbl ? sizeof(double) : sizeof(float);
-    const bool par = groups + rest > 1 && lines * j->n >= FFT_PARALLEL_GRAIN;
-    const int nt = par ? omp_get_max_threads() : 1;
-    const size_t bytes = (size_t)nt * (size_t)per * es + 64;
-    void *bufs = oari_malloc(bytes);
-    if (!bufs) return OAR_ERR_NOMEM;
-    char *base = (char *)(((uintptr_t)bufs + 63) & ~(uintptr_t)63); /* vector alignment */
     const size_t sel = j->kind == L_C2C || j->kind == L_C2R ? 2 * es : es; /* src element bytes */
     const size_t del = j->kind == L_C2R ? es : 2 * es;
     const int64_t ss = src->strides[d], ds = dst->strides[d];
-#pragma omp parallel num_threads(nt) if (par)
+#pragma omp parallel num_threads(nt) if (nt > 1)
     {
         const int t = omp_get_thread_num();
-        char *buf = base + (size_t)t * (size_t)per * es;
+        char *buf = base + (size_t)t * per;
 #pragma omp for schedule(static)
         for (int64_t g = 0; g < groups + rest; g++) {
             if (g < groups) {
@@ -429,17 +449,120 @@ static int run_dim(const line_job *j, const geom *src, const geom *dst, int d) {
             else line_f32(j, sl, ss, o, ds, (float *)buf);
         }
     }
+}
+
+static int run_dim(line_job *j, const geom *src, const geom *dst, int d);
+
+/* One dim's transform of a kernel: src -> dst along d. */
+typedef struct {
+    line_job j;
+    const geom *src, *dst;
+    int d;
+} pass;
+
+/* Byte size of an element of g in pass p (the source if src). */
+static int64_t elem_bytes(const pass *p, bool src) {
+    const int64_t es = p->j.dbl ? 8 : 4;
+    if (src) return p->j.kind == L_R2C ? es : 2 * es;
+    return p->j.kind == L_C2R ? es : 2 * es;
+}
+
+/* Runs the passes in order. Where the dims no pass transforms (the batch)
+ * hold at least two slabs per thread, and there are two passes or more,
+ * each thread takes whole slabs and runs every pass on one slab before the
+ * next: the later passes find the slab in cache instead of making another
+ * trip through memory over the whole tensor. Otherwise each pass runs over
+ * the whole tensor, its lines spread over the threads. */
+static int run_passes(pass *p, int np) {
+    const geom *g0 = p[np - 1].dst;
+    bool tdim[OAR_MAX_DIMS] = {false};
+    for (int i = 0; i < np; i++) tdim[p[i].d] = true;
+    int64_t slabs = 1, total = 1;
+    for (int i = 0; i < g0->ndim; i++) {
+        if (!tdim[i]) slabs *= g0->shape[i];
+        total *= g0->shape[i];
+    }
+    if (total == 0) return 0;
+    const int maxt = omp_get_max_threads();
+    bool blocked = np >= 2 && slabs >= 2 * maxt && total >= FFT_PARALLEL_GRAIN;
+#ifdef OAR_FFTW
+    blocked = false; /* FFTW plans whole dims */
+#endif
+    if (!blocked) {
+        for (int i = 0; i < np; i++) {
+            int st = run_dim(&p[i].j, p[i].src, p[i].dst, p[i].d);
+            if (st) return st;
+        }
+        return 0;
+    }
+    size_t per = 0;
+    for (int i = 0; i < np; i++) {
+        size_t pi;
+        int st = job_prepare(&p[i].j, &pi);
+        if (st) return st;
+        if (pi > per) per = pi;
+    }
+    const size_t bytes = (size_t)maxt * per + 64;
+    void *bufs = oari_malloc(bytes);
+    if (!bufs) return OAR_ERR_NOMEM;
+    char *base = (char *)(((uintptr_t)bufs + 63) & ~(uintptr_t)63);
+#pragma omp parallel for schedule(static) num_threads(maxt)
+    for (int64_t b = 0; b < slabs; b++) {
+        char *buf = base + (size_t)omp_get_thread_num() * per;
+        for (int i = 0; i < np; i++) {
+            /* the slab: batch dims fixed at b's index, size 1 */
+            geom sub[2] = {*p[i].src, *p[i].dst};
+            for (int side = 0; side < 2; side++) {
+                int64_t r = b, off = 0;
+                for (int q = g0->ndim - 1; q >= 0; q--) {
+                    if (tdim[q]) continue;
+                    off += (r % g0->shape[q]) * sub[side].strides[q];
+                    r /= g0->shape[q];
+                    sub[side].shape[q] = 1;
+                }
+                sub[side].data += off * elem_bytes(&p[i], side == 0);
+            }
+            run_lines(&p[i].j, &sub[0], &sub[1], p[i].d, buf, per, 1);
+        }
+    }
     oari_free(bufs, bytes);
     return 0;
 }
 
-static int plan_for(line_job *j, int64_t n, bool dbl, bool inverse) {
+/* Transforms every line of src along dim d into dst over the whole
+ * tensors, lines spread over the threads. */
+static int run_dim(line_job *j, const geom *src, const geom *dst, int d) {
+    int64_t lines = 1;
+    for (int i = 0; i < dst->ndim; i++)
+        if (i != d) lines *= dst->shape[i];
+    if (lines == 0) return 0;
+#ifdef OAR_FFTW
+    { /* the FFTW build: one FFTW plan for the whole dim where FFTW has one */
+        const int nt = lines > 1 && lines * j->n >= FFT_PARALLEL_GRAIN ? omp_get_max_threads() : 1;
+        const oari_fft_kind kind = j->kind == L_C2C ? OARI_FFT_C2C : j->kind == L_R2C ? OARI_FFT_R2C : OARI_FFT_C2R;
+        int st = oari_fft_fftw_dim(kind, j->n, j->dbl, j->inverse, j->scale, nt, dst->ndim, dst->shape, d,
+                                   src->data, src->strides, dst->data, dst->strides);
+        if (st <= 0) return st; /* done, or failed */
+    }
+#endif
+    size_t per;
+    int st = job_prepare(j, &per);
+    if (st) return st;
+    const int nt = lines > 1 && lines * j->n >= FFT_PARALLEL_GRAIN ? omp_get_max_threads() : 1;
+    const size_t bytes = (size_t)nt * per + 64;
+    void *bufs = oari_malloc(bytes);
+    if (!bufs) return OAR_ERR_NOMEM;
+    run_lines(j, src, dst, d, (char *)(((uintptr_t)bufs + 63) & ~(uintptr_t)63), per, nt);
+    oari_free(bufs, bytes);
+    return 0;
+}
+
+static void job_init(line_job *j, line_kind kind, int64_t n, int64_t n_in, int64_t n_out, bool dbl,
+                     bool inverse, double scale) {
+    *j = (line_job){.kind = kind, .n = n, .n_in = n_in, .n_out = n_out, .dbl = dbl, .inverse = inverse,
+                    .scale = scale};
     /* real transforms of even length run at half length */
-    j->real = j->kind != L_C2C && n % 2 == 0;
-    j->plan = j->real ? oari_fft_plan_get_real(n, dbl, inverse) : oari_fft_plan_get(n, dbl, inverse);
-    j->dbl = dbl;
-    j->n = n;
-    return j->plan ? 0 : OAR_ERR_NOMEM;
+    j->real = kind != L_C2C && n % 2 == 0;
 }
 
 /* c2c over the dims, in[0] -> out[0]; the first dim reads the input, the
@@ -452,15 +575,16 @@ static int k_c2c(void *ctx, const oar_kernel_call *c) {
     geom in = geom_of(&c->in[0]), out = geom_of(&c->out[0]);
     double N = 1;
     for (int i = 0; i < k; i++) N *= (double)out.shape[c->iattr[3 + i]];
+    pass p[OAR_MAX_DIMS];
     for (int i = 0; i < k; i++) {
         const int d = (int)c->iattr[3 + i];
-        line_job j = {.kind = L_C2C, .n_in = out.shape[d], .n_out = out.shape[d]};
-        j.scale = i == k - 1 ? norm_scale(mode, N) : 1.0;
-        int st = plan_for(&j, out.shape[d], dbl, inverse);
-        if (!st) st = run_dim(&j, i == 0 ? &in : &out, &out, d);
-        if (st) return st;
+        job_init(&p[i].j, L_C2C, out.shape[d], out.shape[d], out.shape[d], dbl, inverse,
+                 i == k - 1 ? norm_scale(mode, N) : 1.0);
+        p[i].src = i == 0 ? &in : &out;
+        p[i].dst = &out;
+        p[i].d = d;
     }
-    return 0;
+    return run_passes(p, k);
 }
 
 /* r2c: the half dim (listed last) first, real -> complex; then c2c forward
@@ -474,18 +598,20 @@ static int k_r2c(void *ctx, const oar_kernel_call *c) {
     double N = 1;
     for (int i = 0; i < k; i++) N *= (double)in.shape[c->iattr[3 + i]];
     const int h = (int)c->iattr[3 + k - 1];
-    line_job j = {.kind = L_R2C, .n_in = in.shape[h], .n_out = out.shape[h]};
-    j.scale = k == 1 ? norm_scale(mode, N) : 1.0;
-    int st = plan_for(&j, in.shape[h], dbl, false);
-    if (!st) st = run_dim(&j, &in, &out, h);
-    for (int i = 0; i < k - 1 && !st; i++) {
+    pass p[OAR_MAX_DIMS];
+    job_init(&p[0].j, L_R2C, in.shape[h], in.shape[h], out.shape[h], dbl, false,
+             k == 1 ? norm_scale(mode, N) : 1.0);
+    p[0].src = &in;
+    p[0].dst = &out;
+    p[0].d = h;
+    for (int i = 0; i < k - 1; i++) {
         const int d = (int)c->iattr[3 + i];
-        line_job jc = {.kind = L_C2C, .n_in = out.shape[d], .n_out = out.shape[d]};
-        jc.scale = i == k - 2 ? norm_scale(mode, N) : 1.0;
-        st = plan_for(&jc, out.shape[d], dbl, false);
-        if (!st) st = run_dim(&jc, &out, &out, d);
+        job_init(&p[i + 1].j, L_C2C, out.shape[d], out.shape[d], out.shape[d], dbl, false,
+                 i == k - 2 ? norm_scale(mode, N) : 1.0);
+        p[i + 1].src = p[i + 1].dst = &out;
+        p[i + 1].d = d;
     }
-    return st;
+    return run_passes(p, k);
 }
 
 /* c2r: c2c inverse on the other dims into a scratch copy, then the half
@@ -502,7 +628,7 @@ static int k_c2r(void *ctx, const oar_kernel_call *c) {
     geom tmp = in;
     void *scratch = NULL;
     size_t sbytes = 0;
-    int st = 0;
+    pass p[OAR_MAX_DIMS];
     if (k > 1) {
         int64_t numel = 1;
         for (int i = 0; i < in.ndim; i++) numel *= in.shape[i];
@@ -510,19 +636,19 @@ static int k_c2r(void *ctx, const oar_kernel_call *c) {
         if (!(scratch = oari_malloc(sbytes ? sbytes : 1))) return OAR_ERR_NOMEM;
         tmp.data = scratch;
         oari_contiguous_strides(tmp.ndim, tmp.shape, tmp.strides);
-        for (int i = 0; i < k - 1 && !st; i++) {
+        for (int i = 0; i < k - 1; i++) {
             const int d = (int)c->iattr[3 + i];
-            line_job jc = {.kind = L_C2C, .n_in = in.shape[d], .n_out = in.shape[d], .scale = 1.0};
-            st = plan_for(&jc, in.shape[d], dbl, true);
-            if (!st) st = run_dim(&jc, i == 0 ? &in : &tmp, &tmp, d);
+            job_init(&p[i].j, L_C2C, in.shape[d], in.shape[d], in.shape[d], dbl, true, 1.0);
+            p[i].src = i == 0 ? &in : &tmp;
+            p[i].dst = &tmp;
+            p[i].d = d;
         }
     }
-    if (!st) {
-        line_job j = {.kind = L_C2R, .n_in = in.shape[h], .n_out = out.shape[h]};
-        j.scale = norm_scale(mode, N);
-        st = plan_for(&j, out.shape[h], dbl, true);
-        if (!st) st = run_dim(&j, &tmp, &out, h);
-    }
+    job_init(&p[k - 1].j, L_C2R, out.shape[h], in.shape[h], out.shape[h], dbl, true, norm_scale(mode, N));
+    p[k - 1].src = &tmp;
+    p[k - 1].dst = &out;
+    p[k - 1].d = h;
+    int st = run_passes(p, k);
     oari_free(scratch, sbytes ? sbytes : 1);
     return st;
 }

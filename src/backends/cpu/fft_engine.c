@@ -122,7 +122,18 @@ long oari_fft_plan_cache_blocks(void) {
     pthread_mutex_lock(&cache_lock);
     long n = cache_blocks;
     pthread_mutex_unlock(&cache_lock);
+#ifdef OAR_FFTW
+    n += oari_fft_fftw_cache_blocks();
+#endif
     return n;
+}
+
+const char *oari_fft_engine_name(void) {
+#ifdef OAR_FFTW
+    return "fftw3";
+#else
+    return "oar";
+#endif
 }
 
 static oari_fft_plan *plan_new(int64_t n, bool dbl, bool inverse) {

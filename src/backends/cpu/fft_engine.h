@@ -56,6 +56,28 @@ OARI_HIDDEN void oari_fft_exec_v4d(const oari_fft_plan *p, const void *in, int64
 #else
 #define OARI_FFT_X86 0
 #endif
+/* The optional FFTW3 engine (fft_fftw.c, built with -DOAR_FFTW=ON): every
+ * line along dim d of a tensor in one cached FFTW plan. shape: the output's
+ * (src has n along d for C2C and R2C, n/2+1 for C2R); strides in elements
+ * of each side's type (complex or real); src == dst runs in place (C2C
+ * only). C2C forward or inverse; R2C forward to the n/2+1 outputs; C2R
+ * inverse from n/2+1 inputs (imaginary parts of the first and, for even n,
+ * the middle one ignored); no scaling but scale. nthreads: OpenMP threads
+ * for one transform (1 inside a parallel region). Returns 0; OAR_ERR_NOMEM
+ * (negative) with the error set; or 1 if FFTW has no plan for it (the caller uses
+ * the in-tree engine). */
+typedef enum { OARI_FFT_C2C, OARI_FFT_R2C, OARI_FFT_C2R } oari_fft_kind;
+#ifdef OAR_FFTW
+OARI_HIDDEN int oari_fft_fftw_dim(oari_fft_kind kind, int64_t n, bool dbl, bool inverse, double scale,
+                                  int nthreads, int ndim, const int64_t *shape, int d, const void *src,
+                                  const int64_t *src_strides, void *dst, const int64_t *dst_strides);
+/* Host allocations held by the FFTW plan cache (FFTW's own memory is not
+ * counted: it does not go through oari_malloc). */
+OARI_HIDDEN long oari_fft_fftw_cache_blocks(void);
+#endif
+/* The engine in this build: "fftw3" or "oar" (the in-tree one). */
+OARI_HIDDEN const char *oari_fft_engine_name(void);
+
 /* Tests: run the SSE2 (4 float / 2 double lane) path even where AVX2 is
  * available, so both paths are checked on one machine. */
 OARI_HIDDEN void oari_fft_force_narrow(bool on);
