@@ -101,6 +101,9 @@ static void test_conv2d_batched(void) {
         {4, 3, 16, 16, 6, 5, 5, {1, 1, 2, 2, 1, 1, 1}, true},
         {3, 4, 10, 10, 10, 3, 3, {1, 1, 0, 0, 1, 1, 2}, true},
         {2, 1, 28, 28, 6, 5, 5, {1, 1, 0, 0, 1, 1, 1}, true}, /* LeNet's first conv */
+        /* a 7x7 plane with many channels: 6 images per gemm (256 columns
+         * at least), the last chunk of 2 */
+        {8, 320, 7, 7, 40, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         for (int d = 0; d < 2; d++) {
@@ -387,9 +390,9 @@ static void check_max_pool(const int64_t s[4], int64_t k, int64_t st, int64_t pa
                 int64_t o = (pl * OH + oy) * OW + ox;
                 bool ok = (yv[o] == m || (isnan(yv[o]) && isnan(m))) && (int64_t)iv[o] == best;
                 if (!ok && bad++ < 3)
-                    fprintf(stderr, "  max_pool2d %lldx%lld s%lld p%lld [%lld]: %g at %lld, want %g at %lld\n",
-                            (long long)k, (long long)k, (long long)st, (long long)pad, (long long)o,
-                            yv[o], (long long)iv[o], m, (long long)best);
+                    fprintf(stderr, "  max_pool2d k%lld s%lld p%lld [%lld]: %g at %lld, want %g at %lld\n",
+                            (long long)k, (long long)st, (long long)pad, (long long)o, yv[o],
+                            (long long)iv[o], m, (long long)best);
             }
     CHECK(bad == 0);
     free(yv);
