@@ -390,7 +390,8 @@ static void check_max_pool(const int64_t s[4], int64_t k, int64_t st, int64_t pa
                 int64_t o = (pl * OH + oy) * OW + ox;
                 bool ok = (yv[o] == m || (isnan(yv[o]) && isnan(m))) && (int64_t)iv[o] == best;
                 if (!ok && bad++ < 3)
-                    fprintf(stderr, "  max_pool2d k%lld s%lld p%lld [%lld]: %g at %lld, want %g at %lld\n",
+                    fprintf(stderr,
+                            "  max_pool2d k%lld s%lld p%lld [%lld]: %g at %lld, want %g at %lld\n",
                             (long long)k, (long long)st, (long long)pad, (long long)o, yv[o],
                             (long long)iv[o], m, (long long)best);
             }
