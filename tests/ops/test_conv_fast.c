@@ -101,9 +101,9 @@ static void test_conv2d_batched(void) {
         {4, 3, 16, 16, 6, 5, 5, {1, 1, 2, 2, 1, 1, 1}, true},
         {3, 4, 10, 10, 10, 3, 3, {1, 1, 0, 0, 1, 1, 2}, true},
         {2, 1, 28, 28, 6, 5, 5, {1, 1, 0, 0, 1, 1, 1}, true}, /* LeNet's first conv */
-        /* a 7x7 plane with many channels: 6 images per gemm (256 columns
-         * at least), the last chunk of 2 */
-        {8, 320, 7, 7, 40, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true},
+        /* a 7x7 plane with many channels: 4 images per gemm (192 columns
+         * at least), the last chunk of 3 */
+        {7, 320, 7, 7, 40, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         for (int d = 0; d < 2; d++) {
@@ -136,7 +136,7 @@ static void test_conv2d_tiled(void) {
     } cases[] = {
         {2, 128, 48, 47, 20, 1, 1, {1, 1, 0, 0, 1, 1, 1}, true},   /* 1x1 in place, 3 tiles */
         {1, 128, 27, 27, 260, 1, 1, {2, 2, 0, 0, 1, 1, 1}, false}, /* 1x1 stride 2, 2 blocks */
-        {1, 64, 30, 31, 70, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true},    /* 4 tiles, the last short */
+        {1, 64, 31, 31, 70, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true},    /* 5 tiles, the last short */
         {3, 32, 33, 33, 40, 3, 3, {2, 2, 1, 1, 1, 1, 1}, true},    /* stride 2, one tile each */
         {1, 256, 7, 7, 200, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true},    /* blocks of 112 and 88 */
         {2, 64, 24, 24, 96, 3, 3, {1, 1, 2, 2, 2, 2, 2}, true},    /* dilation 2, groups 2 */

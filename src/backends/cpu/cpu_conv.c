@@ -452,7 +452,7 @@ static int FN(conv2d_direct)(const T *x, const T *w, const oar_ktensor *bias, T 
  * convs read x in place (no im2col). */
 #ifndef CONV_TILE_BYTES
 #define CONV_TILE_BYTES ((int64_t)512 << 10)
-#define CONV_TILE_MIN_COLS 256
+#define CONV_TILE_MIN_COLS 192
 /* (each block packs the tile's col again: ResNet's 512 x 4608 weights on
  * 49 columns in 4 blocks cost 10% more than in 2, on one thread) */
 #define CONV_UNITS 2
@@ -468,6 +468,7 @@ static int FN(conv2d_tiled)(const T *x, const T *w, const oar_ktensor *bias, T *
     if (R < 1) R = 1;
     if (R > g->oh) R = g->oh;
     const int64_t ntile = (g->oh + R - 1) / R, units = xd.n * groups * ntile;
+    R = (g->oh + ntile - 1) / ntile; /* tiles of equal height (the last may be shorter) */
     /* fewer than CONV_UNITS tiles in all: the channels in as many blocks
      * (of CONV_OB_MIN rows at least, a multiple of 16) as make up the number */
     int64_t nob = units < CONV_UNITS ? (CONV_UNITS + units - 1) / units : 1;
