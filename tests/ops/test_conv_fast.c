@@ -101,6 +101,8 @@ static void test_conv2d_batched(void) {
         {4, 3, 16, 16, 6, 5, 5, {1, 1, 2, 2, 1, 1, 1}, true},
         {3, 4, 10, 10, 10, 3, 3, {1, 1, 0, 0, 1, 1, 2}, true},
         {2, 1, 28, 28, 6, 5, 5, {1, 1, 0, 0, 1, 1, 1}, true}, /* LeNet's first conv */
+        /* two rows at a time and an odd last one, channel blocks of 8 and 1 */
+        {2, 5, 11, 18, 9, 3, 3, {1, 1, 0, 0, 1, 1, 1}, true},
         /* a 7x7 plane with many channels: 4 images per gemm (192 columns
          * at least), the last chunk of 3 */
         {7, 320, 7, 7, 40, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true},
