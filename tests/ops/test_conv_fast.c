@@ -4,8 +4,11 @@
  * dilation, one image), conv2d's two direct kernels (channel blocks,
  * column tiles, padding, groups), conv2d_weight_grad accumulated image by image into
  * fixed partials (1, 3, 9 and 64 images), results bitwise the same on one
- * and on two threads, and max_pool2d's 2x2 stride-2 path (odd planes, NaN,
- * -inf, ties: values and indices exactly as the generic scan). */
+ * and on two threads, conv2d's row tiles (images too large to batch: 1x1
+ * in place, strides, padding, dilation, groups, channel blocks, batch 1 and
+ * more), and max_pool2d's 2x2 stride-2 and 3x3 paths (odd planes, padding,
+ * strides 1 to 3, ceil mode, NaN, -inf, ties: values and indices exactly as
+ * the generic scan). */
 #include "test.h"
 
 #include "ops/op.h"
@@ -98,6 +101,11 @@ static void test_conv2d_batched(void) {
         {4, 3, 16, 16, 6, 5, 5, {1, 1, 2, 2, 1, 1, 1}, true},
         {3, 4, 10, 10, 10, 3, 3, {1, 1, 0, 0, 1, 1, 2}, true},
         {2, 1, 28, 28, 6, 5, 5, {1, 1, 0, 0, 1, 1, 1}, true}, /* LeNet's first conv */
+        /* two rows at a time and an odd last one, channel blocks of 8 and 1 */
+        {2, 5, 11, 18, 9, 3, 3, {1, 1, 0, 0, 1, 1, 1}, true},
+        /* a 7x7 plane with many channels: 4 images per gemm (192 columns
+         * at least), the last chunk of 3 */
+        {7, 320, 7, 7, 40, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         for (int d = 0; d < 2; d++) {
@@ -113,6 +121,44 @@ static void test_conv2d_batched(void) {
             int64_t ny;
             ref_conv2d(x, w, b, g, &ry, &mag, &ny);
             check_close("conv2d", y, ry, mag, ny);
+            free(ry);
+            free(mag);
+            oar_pool_pop(p);
+        }
+}
+
+/* conv2d on images too large to batch (row tiles, channel blocks; see
+ * conv2d_tiled in cpu_conv.c), against the float64 loops. The comments give
+ * the f32 tiling. */
+static void test_conv2d_tiled(void) {
+    static const struct {
+        int64_t n, c, h, w, o, kh, kw;
+        cgeom g;
+        bool bias;
+    } cases[] = {
+        {2, 128, 48, 47, 20, 1, 1, {1, 1, 0, 0, 1, 1, 1}, true},   /* 1x1 in place, 3 tiles */
+        {1, 128, 27, 27, 260, 1, 1, {2, 2, 0, 0, 1, 1, 1}, false}, /* 1x1 stride 2, 2 blocks */
+        {1, 64, 31, 31, 70, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true},    /* 5 tiles, the last short */
+        {3, 32, 33, 33, 40, 3, 3, {2, 2, 1, 1, 1, 1, 1}, true},    /* stride 2, one tile each */
+        {1, 256, 7, 7, 200, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true},    /* blocks of 112 and 88 */
+        {2, 64, 24, 24, 96, 3, 3, {1, 1, 2, 2, 2, 2, 2}, true},    /* dilation 2, groups 2 */
+        {1, 3, 64, 63, 16, 7, 7, {2, 2, 3, 3, 1, 1, 1}, true},     /* ResNet's stem, smaller */
+        {1, 40, 20, 21, 33, 3, 5, {1, 2, 2, 1, 1, 1, 1}, true},    /* unequal kernel, strides */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int d = 0; d < 2; d++) {
+            oar_pool *p = oar_pool_push();
+            oar_dtype dt = d ? OAR_F64 : OAR_F32;
+            cgeom g = cases[k].g;
+            oar_tensor *x = randn4(dt, cases[k].n, cases[k].c, cases[k].h, cases[k].w);
+            oar_tensor *w = randn4(dt, cases[k].o, cases[k].c / g.groups, cases[k].kh, cases[k].kw);
+            oar_tensor *b = cases[k].bias ? oar_randn(dt, 1, (int64_t[]){cases[k].o}) : NULL;
+            oar_tensor *y = oar_conv2d(x, w, b, (int64_t[]){g.sh, g.sw}, (int64_t[]){g.ph, g.pw},
+                                       (int64_t[]){g.dh, g.dw}, g.groups);
+            double *ry, *mag;
+            int64_t ny;
+            ref_conv2d(x, w, b, g, &ry, &mag, &ny);
+            check_close("conv2d tiled", y, ry, mag, ny);
             free(ry);
             free(mag);
             oar_pool_pop(p);
@@ -263,7 +309,8 @@ static void test_weight_grad_partials(void) {
         }
 }
 
-/* The same values on one thread and on two, for the three kernels. */
+/* The same values on one, two and three threads, for the three kernels
+ * (and conv2d's row tiles). */
 static void test_thread_count_invariance(void) {
 #ifdef _OPENMP
     int saved = omp_get_max_threads();
@@ -274,86 +321,123 @@ static void test_thread_count_invariance(void) {
     oar_tensor *gy = randn4(OAR_F32, 200, 4, 7, 7);
     const int64_t ws[4] = {4, 3, 3, 3};
     const cgeom g = {1, 1, 1, 1, 1, 1, 1};
-    oar_tensor *r[2][3];
-    for (int t = 0; t < 2; t++) {
+    /* conv2d's row tiles: one deep image (channel blocks shared by the
+     * threads), one wide image (tiles), two images */
+    oar_tensor *xd = randn4(OAR_F32, 1, 256, 7, 7), *wd = randn4(OAR_F32, 200, 256, 3, 3);
+    oar_tensor *xw = randn4(OAR_F32, 2, 64, 30, 31), *ww = randn4(OAR_F32, 70, 64, 3, 3);
+    oar_tensor *r[3][5];
+    for (int t = 0; t < 3; t++) {
         omp_set_num_threads(t + 1);
         r[t][0] = oar_conv2d(x, w, NULL, one, pad, one, 1);
         r[t][1] = oar_conv_transpose2d(xt, wt, NULL, one, zero, zero, one, 1);
         r[t][2] = weight_grad(x, gy, ws, g);
+        r[t][3] = oar_conv2d(xd, wd, NULL, one, pad, one, 1);
+        r[t][4] = oar_conv2d(t == 1 ? oar_slice(xw, 0, 0, 1, 1) : xw, ww, NULL, one, pad, one, 1);
     }
     omp_set_num_threads(saved);
-    for (int k = 0; k < 3; k++)
-        CHECK(same_bits(r[0][k], r[1][k]));
+    for (int k = 0; k < 4; k++)
+        CHECK(same_bits(r[0][k], r[1][k]) && same_bits(r[0][k], r[2][k]));
+    CHECK(same_bits(r[0][4], r[2][4]) && same_bits(oar_slice(r[0][4], 0, 0, 1, 1), r[1][4]));
     oar_pool_pop(p);
 #endif
 }
 
-/* max_pool2d with a 2x2 window, stride 2: against the generic scan written
- * here (row by row, a value replaces the best if larger or NaN). */
+/* max_pool2d with a k x k window (dilation 1) on planes of shape s: values
+ * and indices against the generic scan written here (window clipped to the
+ * plane, row by row, a value replaces the best if larger or NaN), with
+ * ties, NaN and -inf sprinkled in and an all -inf window. */
+static void check_max_pool(const int64_t s[4], int64_t k, int64_t st, int64_t pad, bool ceil,
+                           int d) {
+    oar_pool *p = oar_pool_push();
+    int64_t n = s[0] * s[1] * s[2] * s[3], H = s[2], W = s[3];
+    double *v = malloc((size_t)n * sizeof(double));
+    oar_tensor *r = oar_randn(OAR_F64, 4, s);
+    double *rv = test_values(r);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = i % 7 == 3 ? NAN : i % 11 == 5 ? -INFINITY : i % 5 == 1 ? 0.5 : rv[i];
+    if (H >= 2 && W >= 2) v[0] = v[1] = v[W] = v[W + 1] = -INFINITY;
+    free(rv);
+    oar_tensor *x = oar_tensor_from_data(v, OAR_F64, 4, s);
+    if (!d) x = oar_cast(x, OAR_F32);
+    oar_tensor *ind = NULL;
+    const int64_t kk[2] = {k, k}, ss[2] = {st, st}, pp[2] = {pad, pad}, one[2] = {1, 1};
+    oar_tensor *y = oar_max_pool2d(x, kk, ss, pp, one, ceil, &ind);
+    CHECK(y && ind && oar_tensor_ndim(y) == 4);
+    if (!y || !ind || oar_tensor_ndim(y) != 4) {
+        fprintf(stderr, "  max_pool2d: %s\n", oar_last_error());
+        free(v);
+        oar_pool_pop(p);
+        return;
+    }
+    const int64_t OH = oar_tensor_shape(y)[2], OW = oar_tensor_shape(y)[3];
+    double *yv = test_values(y), *iv = test_values(ind);
+    int64_t bad = 0;
+    for (int64_t pl = 0; pl < s[0] * s[1]; pl++)
+        for (int64_t oy = 0; oy < OH; oy++)
+            for (int64_t ox = 0; ox < OW; ox++) {
+                int64_t y0 = oy * st - pad, x0 = ox * st - pad;
+                int64_t y1 = y0 + k < H ? y0 + k : H, x1 = x0 + k < W ? x0 + k : W;
+                y0 = y0 < 0 ? 0 : y0, x0 = x0 < 0 ? 0 : x0;
+                double m = -INFINITY;
+                int64_t best = y0 * W + x0;
+                for (int64_t iy = y0; iy < y1; iy++)
+                    for (int64_t ix = x0; ix < x1; ix++) {
+                        double u = (double)(d ? v[pl * H * W + iy * W + ix]
+                                              : (float)v[pl * H * W + iy * W + ix]);
+                        if (u > m || isnan(u)) {
+                            m = u;
+                            best = iy * W + ix;
+                        }
+                    }
+                int64_t o = (pl * OH + oy) * OW + ox;
+                bool ok = (yv[o] == m || (isnan(yv[o]) && isnan(m))) && (int64_t)iv[o] == best;
+                if (!ok && bad++ < 3)
+                    fprintf(stderr,
+                            "  max_pool2d k%lld s%lld p%lld [%lld]: %g at %lld, want %g at %lld\n",
+                            (long long)k, (long long)st, (long long)pad, (long long)o, yv[o],
+                            (long long)iv[o], m, (long long)best);
+            }
+    CHECK(bad == 0);
+    free(yv);
+    free(iv);
+    free(v);
+    oar_pool_pop(p);
+}
+
+/* The 2x2 stride-2 path (no padding). */
 static void test_max_pool_2x2(void) {
     static const int64_t shapes[][4] = {{2, 3, 8, 8}, {3, 2, 9, 11}, {1, 1, 2, 2}, {4, 5, 7, 3}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
-        for (int d = 0; d < 2; d++) {
-            oar_pool *p = oar_pool_push();
-            const int64_t *s = shapes[k];
-            int64_t n = s[0] * s[1] * s[2] * s[3], H = s[2], W = s[3], OH = H / 2, OW = W / 2;
-            double *v = malloc((size_t)n * sizeof(double));
-            oar_tensor *r = oar_randn(OAR_F64, 4, s);
-            double *rv = test_values(r);
-            for (int64_t i = 0; i < n; i++) {
-                /* ties, NaN and -inf sprinkled in */
-                v[i] = i % 7 == 3 ? NAN : i % 11 == 5 ? -INFINITY : i % 5 == 1 ? 0.5 : rv[i];
-            }
-            if (n >= 4) v[0] = v[1] = v[W] = v[W + 1] = -INFINITY; /* an all -inf window */
-            free(rv);
-            oar_tensor *x = oar_tensor_from_data(v, OAR_F64, 4, s);
-            if (!d) x = oar_cast(x, OAR_F32);
-            oar_tensor *ind = NULL;
-            const int64_t two[2] = {2, 2}, zero[2] = {0, 0}, one[2] = {1, 1};
-            oar_tensor *y = oar_max_pool2d(x, two, two, zero, one, false, &ind);
-            CHECK(y && ind && oar_tensor_numel(y) == s[0] * s[1] * OH * OW);
-            if (!y || !ind) {
-                free(v);
-                oar_pool_pop(p);
-                continue;
-            }
-            double *yv = test_values(y), *iv = test_values(ind);
-            int64_t bad = 0;
-            for (int64_t pl = 0; pl < s[0] * s[1]; pl++)
-                for (int64_t oy = 0; oy < OH; oy++)
-                    for (int64_t ox = 0; ox < OW; ox++) {
-                        double m = -INFINITY;
-                        int64_t best = 2 * oy * W + 2 * ox;
-                        for (int64_t iy = 2 * oy; iy < 2 * oy + 2; iy++)
-                            for (int64_t ix = 2 * ox; ix < 2 * ox + 2; ix++) {
-                                double u = (double)(d ? v[pl * H * W + iy * W + ix]
-                                                      : (float)v[pl * H * W + iy * W + ix]);
-                                if (u > m || isnan(u)) {
-                                    m = u;
-                                    best = iy * W + ix;
-                                }
-                            }
-                        int64_t o = (pl * OH + oy) * OW + ox;
-                        bool ok = (yv[o] == m || (isnan(yv[o]) && isnan(m))) &&
-                                  (int64_t)iv[o] == best;
-                        if (!ok && bad++ < 3)
-                            fprintf(stderr, "  max_pool2d [%lld]: %g at %lld, want %g at %lld\n",
-                                    (long long)o, yv[o], (long long)iv[o], m, (long long)best);
-                    }
-            CHECK(bad == 0);
-            free(yv);
-            free(iv);
-            free(v);
-            oar_pool_pop(p);
-        }
+        for (int d = 0; d < 2; d++)
+            check_max_pool(shapes[k], 2, 2, 0, false, d);
+}
+
+/* The 3x3 path: ResNet's stem pool (stride 2, padding 1) on even and odd
+ * planes, stride 1 and 3, no padding, ceil mode, the smallest planes
+ * (3 x 3, and 2 x 5 which takes the generic loop), batch 1 and more. */
+static void test_max_pool_3x3(void) {
+    static const struct {
+        int64_t s[4], st, pad;
+        bool ceil;
+    } cases[] = {
+        {{1, 4, 16, 16}, 2, 1, false}, {{2, 3, 15, 17}, 2, 1, false}, {{1, 2, 9, 10}, 1, 1, false},
+        {{2, 2, 11, 12}, 1, 0, false}, {{1, 3, 13, 14}, 3, 1, false}, {{1, 2, 10, 9}, 2, 0, true},
+        {{2, 2, 12, 11}, 2, 1, true},  {{1, 1, 3, 3}, 2, 1, false},  {{1, 1, 3, 3}, 1, 0, false},
+        {{1, 2, 2, 5}, 2, 1, false},   {{3, 64, 28, 28}, 2, 1, false},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int d = 0; d < 2; d++)
+            check_max_pool(cases[k].s, 3, cases[k].st, cases[k].pad, cases[k].ceil, d);
 }
 
 int main(void) {
     oar_manual_seed(7);
     RUN(test_conv2d_batched);
+    RUN(test_conv2d_tiled);
     RUN(test_conv_transpose2d_batched);
     RUN(test_weight_grad_partials);
     RUN(test_thread_count_invariance);
     RUN(test_max_pool_2x2);
+    RUN(test_max_pool_3x3);
     return test_summary();
 }

@@ -166,15 +166,15 @@ typedef CONV_T FN(real);
 /* (no-tree-loop-distribute-patterns: gcc would turn each short row copy
  * back into a memcpy call.) */
 OARI_SIMD_CLONES __attribute__((optimize("no-tree-loop-distribute-patterns")))
-static void FN(im2col_s1)(const T *restrict x, int64_t c, const geom *g, T *restrict col,
-                          int64_t ld) {
-    const int64_t oh = g->oh, ow = g->ow, iw = g->iw, ih = g->ih, kh = g->kh, kw = g->kw;
+static void FN(im2col_s1)(const T *restrict x, int64_t c, const geom *g, int64_t oy0,
+                          int64_t oy1, T *restrict col, int64_t ld) {
+    const int64_t ow = g->ow, iw = g->iw, ih = g->ih, kh = g->kh, kw = g->kw;
     for (int64_t ci = 0; ci < c; ci++)
         for (int64_t ki = 0; ki < kh; ki++)
             for (int64_t kj = 0; kj < kw; kj++) {
-                T *restrict row = col + ((ci * kh + ki) * kw + kj) * ld;
+                T *restrict row = col + ((ci * kh + ki) * kw + kj) * ld - oy0 * ow;
                 const T *restrict src = x + (ci * ih + ki) * iw + kj;
-                for (int64_t oy = 0; oy < oh; oy++) {
+                for (int64_t oy = oy0; oy < oy1; oy++) {
 #pragma omp simd
                     for (int64_t ox = 0; ox < ow; ox++)
                         row[oy * ow + ox] = src[oy * iw + ox];
@@ -182,11 +182,15 @@ static void FN(im2col_s1)(const T *restrict x, int64_t c, const geom *g, T *rest
             }
 }
 
-/* col [kh*kw*c rows ordered (c, ki, kj), oh*ow] <- input planes x [c, ih, iw]. */
-static void FN(im2col)(const T *x, int64_t c, const geom *g, T *col, int64_t ld) {
+/* col [kh*kw*c rows ordered (c, ki, kj), (oy1 - oy0) * ow] <- input planes
+ * x [c, ih, iw]: output rows oy0 .. oy1 - 1 of every kernel tap. Stride 2
+ * (ResNet's stem and downsampling) has its own gather loop, which
+ * vectorizes with a constant stride. */
+OARI_SIMD_CLONES static void FN(im2col)(const T *x, int64_t c, const geom *g, int64_t oy0,
+                                        int64_t oy1, T *col, int64_t ld) {
     if (g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 && g->dh == 1 && g->dw == 1 &&
         g->oh + g->kh - 1 == g->ih && g->ow + g->kw - 1 == g->iw) {
-        FN(im2col_s1)(x, c, g, col, ld);
+        FN(im2col_s1)(x, c, g, oy0, oy1, col, ld);
         return;
     }
     for (int64_t ci = 0; ci < c; ci++)
@@ -197,9 +201,9 @@ static void FN(im2col)(const T *x, int64_t c, const geom *g, T *col, int64_t ld)
                 const int64_t off = kj * g->dw - g->pw; /* ix = ox * sw + off */
                 int64_t x0, x1;
                 valid_range(off, g->sw, g->iw, g->ow, &x0, &x1);
-                for (int64_t oy = 0; oy < g->oh; oy++) {
+                for (int64_t oy = oy0; oy < oy1; oy++) {
                     int64_t iy = oy * g->sh - g->ph + ki * g->dh;
-                    T *r = row + oy * g->ow;
+                    T *r = row + (oy - oy0) * g->ow;
                     if (iy < 0 || iy >= g->ih || x0 >= x1) {
                         memset(r, 0, (size_t)g->ow * sizeof(T));
                         continue;
@@ -207,11 +211,16 @@ static void FN(im2col)(const T *x, int64_t c, const geom *g, T *col, int64_t ld)
                     const T *src = plane + iy * g->iw + off;
                     for (int64_t ox = 0; ox < x0; ox++)
                         r[ox] = 0;
-                    if (g->sw == 1)
+                    if (g->sw == 1) {
                         memcpy(r + x0, src + x0, (size_t)(x1 - x0) * sizeof(T));
-                    else
+                    } else if (g->sw == 2) {
+#pragma omp simd
+                        for (int64_t ox = x0; ox < x1; ox++)
+                            r[ox] = src[2 * ox];
+                    } else {
                         for (int64_t ox = x0; ox < x1; ox++)
                             r[ox] = src[ox * g->sw];
+                    }
                     for (int64_t ox = x1; ox < g->ow; ox++)
                         r[ox] = 0;
                 }
@@ -245,13 +254,15 @@ OARI_SIMD_CLONES static void FN(col2im)(const T *col, int64_t c, const geom *g, 
             }
 }
 
-OARI_SIMD_CLONES static void FN(add_bias)(T *out, const oar_ktensor *b, int64_t o0, int64_t no, int64_t plane) {
+/* out [no rows ld apart][cols] += bias[o0 + row] (nothing without a bias). */
+OARI_SIMD_CLONES static void FN(add_bias)(T *out, const oar_ktensor *b, int64_t o0, int64_t no,
+                                          int64_t cols, int64_t ld) {
     if (b->dtype < 0) return;
     for (int64_t o = 0; o < no; o++) {
         T v = *((const T *)b->data + (o0 + o) * b->strides[0]);
-        T *p = out + o * plane;
+        T *p = out + o * ld;
 #pragma omp simd
-        for (int64_t i = 0; i < plane; i++)
+        for (int64_t i = 0; i < cols; i++)
             p[i] += v;
     }
 }
@@ -342,6 +353,42 @@ OARI_SIMD_CLONES static void FN(direct_cols8)(const T *xp, int64_t xw, int64_t x
         memcpy(out + j * ldo, &acc[j], sizeof acc[j]);
 }
 
+/* direct_cols8 for two output rows oy, oy + 1 at once: 16 accumulators
+ * (8 in flight on two FMA pipes of latency 4 left no slack), each weight
+ * broadcast serving both rows. Every output sums the same terms in the same
+ * order as direct_cols8, so the results are the same bits. */
+OARI_SIMD_CLONES static void FN(direct_cols8x2)(const T *xp, int64_t xw, int64_t xh, const T *wp,
+                                                int64_t cg, int64_t kh, int64_t kw, int64_t oy,
+                                                int64_t ox0, T *out, int64_t ldo, int64_t ow,
+                                                int64_t nvl) {
+    FN(vec8) a0 = {0}, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    FN(vec8) b0 = a0, b1 = a0, b2 = a0, b3 = a0, b4 = a0, b5 = a0, b6 = a0, b7 = a0;
+    for (int64_t c = 0; c < cg; c++)
+        for (int64_t ki = 0; ki < kh; ki++) {
+            const T *xr = xp + (c * xh + (oy + ki)) * xw + ox0;
+            const T *wr = wp + ((c * kh + ki) * kw) * 8;
+            for (int64_t kj = 0; kj < kw; kj++) {
+                FN(vec8) xv, xu;
+                memcpy(&xv, xr + kj, sizeof xv);
+                memcpy(&xu, xr + xw + kj, sizeof xu);
+                const T *wk = wr + kj * 8;
+                T w0 = wk[0], w1 = wk[1], w2 = wk[2], w3 = wk[3];
+                T w4 = wk[4], w5 = wk[5], w6 = wk[6], w7 = wk[7];
+                a0 += w0 * xv, a1 += w1 * xv, a2 += w2 * xv, a3 += w3 * xv;
+                a4 += w4 * xv, a5 += w5 * xv, a6 += w6 * xv, a7 += w7 * xv;
+                b0 += w0 * xu, b1 += w1 * xu, b2 += w2 * xu, b3 += w3 * xu;
+                b4 += w4 * xu, b5 += w5 * xu, b6 += w6 * xu, b7 += w7 * xu;
+            }
+        }
+    /* row oy at out, row oy + 1 at out + ow */
+    FN(vec8) acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    FN(vec8) acc2[8] = {b0, b1, b2, b3, b4, b5, b6, b7};
+    for (int64_t j = 0; j < nvl; j++) {
+        memcpy(out + j * ldo, &acc[j], sizeof acc[j]);
+        memcpy(out + j * ldo + ow, &acc2[j], sizeof acc2[j]);
+    }
+}
+
 /* When the direct kernels beat im2col + gemm (one thread, CPU time, us):
  * LeNet's second conv (K 150, og 16, width 8) 215-250 against 400-430;
  * its first without padding (K 25, og 6, width 24) 185 against 255; with
@@ -401,7 +448,12 @@ static int FN(conv2d_direct)(const T *x, const T *w, const oar_ktensor *bias, T 
                 const T *wb = wp + (gi * nob + ob) * K * BL;
                 T *yb = y + (n * wd.n + gi * og + ob * BL) * P;
                 if (cols8) {
-                    for (int64_t oy = 0; oy < g->oh; oy++)
+                    int64_t oy = 0;
+                    for (; oy + 2 <= g->oh; oy += 2)
+                        for (int64_t ox0 = 0; ox0 < g->ow; ox0 += 8)
+                            FN(direct_cols8x2)(xp, phw, phh, wb, cg, g->kh, g->kw, oy, ox0,
+                                               yb + oy * g->ow + ox0, P, g->ow, nvl);
+                    for (; oy < g->oh; oy++)
                         for (int64_t ox0 = 0; ox0 < g->ow; ox0 += 8)
                             FN(direct_cols8)(xp, phw, phh, wb, cg, g->kh, g->kw, oy, ox0,
                                              yb + oy * g->ow + ox0, P, nvl);
@@ -419,13 +471,112 @@ static int FN(conv2d_direct)(const T *x, const T *w, const oar_ktensor *bias, T 
                 }
             }
         }
-        FN(add_bias)(y + n * wd.n * P, bias, 0, wd.n, P);
+        FN(add_bias)(y + n * wd.n * P, bias, 0, wd.n, P, P);
     }
     scratch_free(buf, per * (size_t)nt * sizeof(T));
     scratch_free(wp, wpn * sizeof(T));
     return 0;
 }
 #undef VL
+
+/* ---- conv2d on images too large to batch: tiles of output rows ----------------
+ * Each (image, group) is cut into tiles of whole output rows, about
+ * CONV_TILE_BYTES of im2col columns each (so a tile's col stays in L2 from
+ * im2col to gemm), and the group's output channels into blocks (see
+ * below); one gemm per (tile, block) writes y in place, and the bias is
+ * added to the tile while it is in cache. The tiles and blocks follow from
+ * the shapes alone, so the gemm calls, and the results, are the same for
+ * every thread count. Many tiles: threads take whole tiles (im2col into
+ * their own buffer, then every block). Few (small planes, or batch 1 deep
+ * in the network): one (image, group) at a time, its im2col split over
+ * input channels and its (tile, block) gemms over the threads. 1x1 stride-1
+ * convs read x in place (no im2col). */
+#ifndef CONV_TILE_BYTES
+#define CONV_TILE_BYTES ((int64_t)512 << 10)
+#define CONV_TILE_MIN_COLS 192
+/* (each block packs the tile's col again: ResNet's 512 x 4608 weights on
+ * 49 columns in 4 blocks cost 10% more than in 2, on one thread) */
+#define CONV_UNITS 2
+#define CONV_OB_MIN 64
+#endif
+static int FN(conv2d_tiled)(const T *x, const T *w, const oar_ktensor *bias, T *y, dims4 xd,
+                            dims4 wd, const geom *g, int64_t groups, bool direct) {
+    const int64_t cg = xd.c / groups, og = wd.n / groups, K = cg * g->kh * g->kw;
+    const int64_t P = g->oh * g->ow, X = g->ih * g->iw, kk = g->kh * g->kw;
+    /* rows per tile, tiles per plane; blocks of output channels */
+    int64_t R = CONV_TILE_BYTES / (int64_t)sizeof(T) / (K * g->ow);
+    if (R * g->ow < CONV_TILE_MIN_COLS) R = (CONV_TILE_MIN_COLS + g->ow - 1) / g->ow;
+    if (R < 1) R = 1;
+    if (R > g->oh) R = g->oh;
+    const int64_t ntile = (g->oh + R - 1) / R, units = xd.n * groups * ntile;
+    R = (g->oh + ntile - 1) / ntile; /* tiles of equal height (the last may be shorter) */
+    /* fewer than CONV_UNITS tiles in all: the channels in as many blocks
+     * (of CONV_OB_MIN rows at least, a multiple of 16) as make up the number */
+    int64_t nob = units < CONV_UNITS ? (CONV_UNITS + units - 1) / units : 1;
+    if (nob > og / CONV_OB_MIN) nob = og / CONV_OB_MIN;
+    if (nob < 1) nob = 1;
+    int64_t OB = (og + nob - 1) / nob;
+    if (nob > 1) OB = (OB + 15) / 16 * 16;
+    nob = (og + OB - 1) / OB;
+    const int nt = max_threads();
+    const bool par = nt > 1 && (double)xd.n * (double)K * (double)P * (double)wd.n > 5e5;
+    const bool wide = par && units < 2 * nt; /* threads inside one (image, group) */
+    const size_t per = direct ? 0 : wide ? (size_t)(K * P) : (size_t)(K * R * g->ow);
+    const size_t coln = per * (size_t)(wide || !par ? 1 : nt);
+    T *cols = coln ? scratch_alloc(coln * sizeof(T)) : NULL;
+    if (coln && !cols) return OAR_ERR_NOMEM;
+    const bool has_bias = bias->dtype >= 0;
+    if (!wide) {
+#pragma omp parallel for schedule(dynamic) if (par)
+        for (int64_t u = 0; u < units; u++) {
+            const int64_t n = u / (groups * ntile), gi = u / ntile % groups, t = u % ntile;
+            const int64_t oy0 = t * R, oy1 = oy0 + R < g->oh ? oy0 + R : g->oh;
+            const int64_t pc = (oy1 - oy0) * g->ow;
+            const T *xg = x + (n * xd.c + gi * cg) * X, *src = xg + oy0 * g->ow;
+            int64_t ld = P;
+            if (!direct) {
+                T *col = cols + (size_t)(par ? thread_id() : 0) * per;
+                FN(im2col)(xg, cg, g, oy0, oy1, col, pc);
+                src = col, ld = pc;
+            }
+            T *yt = y + (n * wd.n + gi * og) * P + oy0 * g->ow;
+            for (int64_t ob = 0; ob < nob; ob++) {
+                const int64_t o0 = ob * OB, no = og - o0 < OB ? og - o0 : OB;
+                CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)no, (int)pc, (int)K,
+                          1, w + (gi * og + o0) * K, (int)K, src, (int)ld, 0, yt + o0 * P,
+                          (int)P);
+                if (has_bias) FN(add_bias)(yt + o0 * P, bias, gi * og + o0, no, pc, P);
+            }
+        }
+    } else {
+        for (int64_t ng = 0; ng < xd.n * groups; ng++) {
+            const int64_t n = ng / groups, gi = ng % groups;
+            const T *xg = x + (n * xd.c + gi * cg) * X, *src = direct ? xg : cols;
+#pragma omp parallel
+            {
+                if (!direct) {
+#pragma omp for schedule(static)
+                    for (int64_t ci = 0; ci < cg; ci++)
+                        FN(im2col)(xg + ci * X, 1, g, 0, g->oh, cols + ci * kk * P, P);
+                }
+#pragma omp for schedule(dynamic)
+                for (int64_t tb = 0; tb < ntile * nob; tb++) {
+                    const int64_t t = tb / nob, ob = tb % nob;
+                    const int64_t oy0 = t * R, oy1 = oy0 + R < g->oh ? oy0 + R : g->oh;
+                    const int64_t pc = (oy1 - oy0) * g->ow;
+                    const int64_t o0 = ob * OB, no = og - o0 < OB ? og - o0 : OB;
+                    T *yt = y + (n * wd.n + gi * og + o0) * P + oy0 * g->ow;
+                    CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)no, (int)pc,
+                              (int)K, 1, w + (gi * og + o0) * K, (int)K, src + oy0 * g->ow,
+                              (int)P, 0, yt, (int)P);
+                    if (has_bias) FN(add_bias)(yt, bias, gi * og + o0, no, pc, P);
+                }
+            }
+        }
+    }
+    scratch_free(cols, coln * sizeof(T));
+    return 0;
+}
 
 /* conv2d: in x [N, C, H, W], w [O, C/g, kh, kw], bias? [O]; out [N, O, OH, OW].
  * nb images at a time: col [K, nb*P] (im2col side by side), one gemm per
@@ -456,7 +607,21 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
     }
     const bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 &&
                         g.pw == 0 && g.ih == g.oh && g.iw == g.ow;
-    const int64_t nb = direct ? 1 : conv_chunk(xd.n, K + og, P);
+    int64_t nb = direct ? 1 : conv_chunk(xd.n, K + og, P);
+    /* small planes with many channels (ResNet's last stage, 7x7): at least
+     * CONV_TILE_MIN_COLS columns per gemm all the same, so that the weights
+     * are packed once for several images (batch 32: 3.8 -> 2.7 ms an image
+     * for 512 x 4608 weights on 49 columns, OpenBLAS on one thread) */
+    if (!direct && P > 0 && nb * P < CONV_TILE_MIN_COLS) {
+        const int64_t m = (CONV_TILE_MIN_COLS + P - 1) / P;
+        nb = m < xd.n ? m : xd.n;
+    }
+    if (nb == 1 && K > 0 && P > 0) {
+        int st = FN(conv2d_tiled)(x, w, &c->in[2], y, xd, wd, &g, groups, direct);
+        scratch_free(xo, xn);
+        scratch_free(wo, wn);
+        return st;
+    }
     const int64_t nch = (xd.n + nb - 1) / nb;
     const bool par = nch > 1 && (double)xd.n * (double)K * (double)P * (double)wd.n > 5e5;
     const int nt = par ? max_threads() : 1;
@@ -475,8 +640,8 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
                 const T *src = x + (n0 * xd.c + gi * cg) * g.ih * g.iw;
                 if (!direct) {
                     for (int64_t i = 0; i < m; i++)
-                        FN(im2col)(x + ((n0 + i) * xd.c + gi * cg) * g.ih * g.iw, cg, &g,
-                                   col + i * P, ld);
+                        FN(im2col)(x + ((n0 + i) * xd.c + gi * cg) * g.ih * g.iw, cg, &g, 0,
+                                   g.oh, col + i * P, ld);
                     src = col;
                 }
                 T *dst = m > 1 ? yb : y + (n0 * wd.n + gi * og) * P;
@@ -494,7 +659,7 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
                                    (size_t)P * sizeof(T));
             }
             for (int64_t i = 0; i < m; i++)
-                FN(add_bias)(y + (n0 + i) * wd.n * P, &c->in[2], 0, wd.n, P);
+                FN(add_bias)(y + (n0 + i) * wd.n * P, &c->in[2], 0, wd.n, P, P);
         }
     }
     scratch_free(cols, coln * sizeof(T));
@@ -557,7 +722,7 @@ static int FN(k_conv_transpose2d)(void *ctx, const oar_kernel_call *c) {
                     FN(col2im)(col + i * P, og, &g, yn + (i * yd.c + gi * og) * Y, ld);
             }
             for (int64_t i = 0; i < m; i++)
-                FN(add_bias)(yn + i * yd.c * Y, &c->in[2], 0, yd.c, Y);
+                FN(add_bias)(yn + i * yd.c * Y, &c->in[2], 0, yd.c, Y, Y);
         }
     }
     scratch_free(cols, (coln ? coln : 1) * sizeof(T));
@@ -619,7 +784,7 @@ static int FN(k_conv2d_weight_grad)(void *ctx, const oar_kernel_call *c) {
                 for (int64_t gi = 0; gi < groups; gi++) {
                     const T *xg = x + (n * xd.c + gi * cg) * g.ih * g.iw, *src = xg;
                     if (!direct) {
-                        FN(im2col)(xg, cg, &g, cb, P);
+                        FN(im2col)(xg, cg, &g, 0, g.oh, cb, P);
                         src = cb;
                     }
                     /* gw_g [og, K] (+)= gy_n,g [og, P] x col^T [P, K] */
@@ -670,6 +835,84 @@ OARI_SIMD_CLONES static void FN(max_pool_2x2)(const T *x, T *y, int64_t *ind, in
         }
 }
 
+/* One max_pool2d output: the window at (y0, x0) (top-left, may start in the
+ * padding) scanned row by row; a value replaces the best if larger or NaN.
+ * The index is that of the first element in the plane when none wins. */
+static inline void FN(max_window)(const T *xp, int64_t H, int64_t W, int64_t y0, int64_t x0,
+                                  int64_t kh, int64_t kw, int64_t dh, int64_t dw, T *yo,
+                                  int64_t *io) {
+    int64_t y1 = y0 + (kh - 1) * dh + 1, x1 = x0 + (kw - 1) * dw + 1;
+    if (y1 > H) y1 = H;
+    if (x1 > W) x1 = W;
+    while (y0 < 0)
+        y0 += dh;
+    while (x0 < 0)
+        x0 += dw;
+    int64_t best = y0 * W + x0;
+    T m = -(T)INFINITY;
+    for (int64_t iy = y0; iy < y1; iy += dh)
+        for (int64_t ix = x0; ix < x1; ix += dw) {
+            T v = xp[iy * W + ix];
+            if (v > m || isnan(v)) {
+                m = v;
+                best = iy * W + ix;
+            }
+        }
+    *yo = m;
+    *io = best;
+}
+
+/* The 3x3 window, dilation 1, any stride and padding (ResNet's stem pool,
+ * 3x3 stride 2 pad 1): the outputs whose window lies inside the plane take
+ * the generic scan's order with selects instead of branches; the border
+ * rows and columns take max_window. Threaded over the planes. */
+OARI_SIMD_CLONES static void FN(max_pool_3x3)(const T *x, T *y, int64_t *ind, int64_t np,
+                                               int64_t H, int64_t W, int64_t OH, int64_t OW,
+                                               int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
+    int64_t oy0, oy1, ox0, ox1; /* outputs whose 3 rows / 3 columns are all inside */
+    valid_range(-ph, sh, H - 2, OH, &oy0, &oy1);
+    valid_range(-pw, sw, W - 2, OW, &ox0, &ox1);
+#pragma omp parallel for schedule(static) if (np * OH * OW * 9 > OARI_PARALLEL_GRAIN)
+    for (int64_t p = 0; p < np; p++) {
+        const T *xp = x + p * H * W;
+        T *yp = y + p * OH * OW;
+        int64_t *ip = ind + p * OH * OW;
+        for (int64_t oy = 0; oy < OH; oy++) {
+            const int64_t iy = oy * sh - ph;
+            T *yo = yp + oy * OW;
+            int64_t *io = ip + oy * OW;
+            const bool inner = oy >= oy0 && oy < oy1;
+            for (int64_t ox = 0; ox < (inner ? ox0 : OW); ox++)
+                FN(max_window)(xp, H, W, iy, ox * sw - pw, 3, 3, 1, 1, yo + ox, io + ox);
+            if (!inner) continue;
+            for (int64_t ox = ox1; ox < OW; ox++)
+                FN(max_window)(xp, H, W, iy, ox * sw - pw, 3, 3, 1, 1, yo + ox, io + ox);
+            const T *r0 = xp + iy * W - pw, *r1 = r0 + W, *r2 = r1 + W;
+            const int64_t b0 = iy * W - pw;
+#pragma omp simd
+            for (int64_t ox = ox0; ox < ox1; ox++) {
+                const int64_t c = ox * sw;
+                T m = r0[c], v;
+                int64_t bi = b0 + c;
+                bool t;
+#define MAX_STEP(row, dc, off)                                                                     \
+    v = row[c + dc], t = v > m || v != v, m = t ? v : m, bi = t ? b0 + (off) + c + dc : bi
+                MAX_STEP(r0, 1, 0);
+                MAX_STEP(r0, 2, 0);
+                MAX_STEP(r1, 0, W);
+                MAX_STEP(r1, 1, W);
+                MAX_STEP(r1, 2, W);
+                MAX_STEP(r2, 0, 2 * W);
+                MAX_STEP(r2, 1, 2 * W);
+                MAX_STEP(r2, 2, 2 * W);
+#undef MAX_STEP
+                yo[ox] = m;
+                io[ox] = bi;
+            }
+        }
+    }
+}
+
 /* max_pool2d: out[0] values, out[1] i64 indices (h * W + w in the input plane). */
 static int FN(k_max_pool2d)(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
@@ -691,32 +934,18 @@ static int FN(k_max_pool2d)(void *ctx, const oar_kernel_call *c) {
         scratch_free(xo, xn);
         return 0;
     }
+    if (kh == 3 && kw == 3 && dh == 1 && dw == 1 && H >= 3 && W >= 3) {
+        FN(max_pool_3x3)(x, y, ind, np, H, W, OH, OW, sh, sw, ph, pw);
+        scratch_free(xo, xn);
+        return 0;
+    }
 #pragma omp parallel for schedule(static) if (np * OH * OW * kh * kw > OARI_PARALLEL_GRAIN)
     for (int64_t p = 0; p < np; p++) {
         const T *xp = x + p * H * W;
         for (int64_t oy = 0; oy < OH; oy++)
-            for (int64_t ox = 0; ox < OW; ox++) {
-                int64_t y0 = oy * sh - ph, x0 = ox * sw - pw;
-                int64_t y1 = y0 + (kh - 1) * dh + 1, x1 = x0 + (kw - 1) * dw + 1;
-                if (y1 > H) y1 = H;
-                if (x1 > W) x1 = W;
-                while (y0 < 0)
-                    y0 += dh;
-                while (x0 < 0)
-                    x0 += dw;
-                int64_t best = y0 * W + x0;
-                T m = -(T)INFINITY;
-                for (int64_t iy = y0; iy < y1; iy += dh)
-                    for (int64_t ix = x0; ix < x1; ix += dw) {
-                        T v = xp[iy * W + ix];
-                        if (v > m || isnan(v)) {
-                            m = v;
-                            best = iy * W + ix;
-                        }
-                    }
-                y[(p * OH + oy) * OW + ox] = m;
-                ind[(p * OH + oy) * OW + ox] = best;
-            }
+            for (int64_t ox = 0; ox < OW; ox++)
+                FN(max_window)(xp, H, W, oy * sh - ph, ox * sw - pw, kh, kw, dh, dw,
+                               y + (p * OH + oy) * OW + ox, ind + (p * OH + oy) * OW + ox);
     }
     scratch_free(xo, xn);
     return 0;
