@@ -307,11 +307,17 @@ static void test_move_timeout(void) {
     oar_tensor *x = oar_shard_tensor(g, a, (oar_placement[]){oar_replicate()});
     double old = oar_dist_timeout();
     oar_dist_set_timeout(1.0);
+    /* every rank here before the clock starts (an all-gather over the
+     * world): a rank arriving late under load must not find the sender */
+    oar_mesh *w = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    CHECK(oar_unshard(oar_shard_tensor(oar_ones(OAR_F32, 1, (int64_t[]){W}), w,
+                                       (oar_placement[]){oar_shard(0)})) != NULL);
+    oar_mesh_release(w);
     if (ME == 1) {
         CHECK_FAILS(oar_reshard(x, b, (oar_placement[]){oar_replicate()}), "did not make the same call");
         CHECK_FAILS(oar_reshard(x, b, (oar_placement[]){oar_replicate()}), "unusable");
     } else if (ME == 0) {
-        nanosleep(&(struct timespec){.tv_sec = 2}, NULL);
+        nanosleep(&(struct timespec){.tv_sec = 3}, NULL); /* 2 s past the receiver's timeout */
         CHECK(oar_reshard(x, b, (oar_placement[]){oar_replicate()}) != NULL);
     }
     oar_dist_set_timeout(old);
