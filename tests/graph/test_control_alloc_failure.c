@@ -7,7 +7,7 @@
 
 #include <oar/infer.h>
 #include <unistd.h>
-#include "alloc_fail.h"
+#include "alloc_fail_loop.h"
 
 static oar_tensor *x, *yv, *captured;
 static char dir[] = "/dev/shm/oar_cfail_XXXXXX"; /* memory: saves fsync thousands of times */
@@ -77,41 +77,7 @@ static void test_every_allocation_fails_cleanly(void) {
     x = oar_tensor_from_data((float[]){1, -2, 0.5f, 3}, OAR_F32, 2, (int64_t[]){2, 2});
     yv = oar_tensor_from_data((float[]){0.25f, -1}, OAR_F32, 1, (int64_t[]){2});
     CHECK(step() == 0);
-    oar_memory_empty_cache();
-    oar_memory_stats base;
-    oar_memory_stats_get(&base);
-    long base_live = live;
-    int failures = 0, n;
-    for (n = 0; n < 100000; n++) {
-        n_calls = 0;
-        fail_at = n;
-        oar_clear_error();
-        int st = step();
-        fail_at = -1;
-        if (st == 0 && n_calls <= n) break;
-        if (st != 0) {
-            failures++;
-            if (!strstr(oar_last_error(), "out of memory")) {
-                test_failed++;
-                fprintf(stderr, "allocation %d failed with message \"%s\"\n", n, oar_last_error());
-            }
-        }
-        oar_memory_empty_cache();
-        oar_memory_stats s;
-        oar_memory_stats_get(&s);
-        if (s.bytes_in_use != base.bytes_in_use || live != base_live) {
-            test_failed++;
-            fprintf(stderr, "after failing allocation %d: %zu bytes in use (base %zu), %ld live blocks "
-                    "(base %ld); last error \"%s\"\n", n, s.bytes_in_use, base.bytes_in_use, live, base_live,
-                    oar_last_error());
-            break;
-        }
-        if (step() != 0) {
-            test_failed++;
-            fprintf(stderr, "oar unusable after failing allocation %d: %s\n", n, oar_last_error());
-            break;
-        }
-    }
+    int failures, n = fail_each_allocation(step, &failures);
     printf("failed each of %d allocations of trace+optimize+run+save+load+predict\n", n);
     CHECK(failures > 100);
     CHECK(n < 100000);

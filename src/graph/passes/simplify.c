@@ -129,22 +129,13 @@ int oari_pass_simplify(oar_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         oari_gnode *n = &g->nodes[i];
         if (n->dead) continue;
-        int out = n->out[0], keep = -1;
+        int out = n->out[0], keep = -1, inserted = 0; /* nodes a rewrite placed before i */
         switch (n->op) {
         case OARI_OP_mul: {
             if (oari_graph_const_is(g, n->in[1], 1)) keep = n->in[0];
             else if (oari_graph_const_is(g, n->in[0], 1)) keep = n->in[1];
             if (keep >= 0) break;
-            int r = mask_through_max_pool(g, i, uses);
-            if (r < 0) {
-                oari_free(uses, (size_t)(g->n_values ? g->n_values : 1) * sizeof *uses);
-                return r;
-            }
-            if (r) {
-                i += r;
-                changes++;
-                continue;
-            }
+            inserted = mask_through_max_pool(g, i, uses);
             break;
         }
         case OARI_OP_add:
@@ -167,18 +158,7 @@ int oari_pass_simplify(oar_graph *g) {
                 changes++;
             }
             if (is_identity(n)) keep = n->in[0];
-            if (keep < 0 && !p) {
-                int r = transpose_of_matmul(g, i, uses);
-                if (r < 0) {
-                    oari_free(uses, (size_t)(g->n_values ? g->n_values : 1) * sizeof *uses);
-                    return r;
-                }
-                if (r) {
-                    i += r;
-                    changes++;
-                    continue;
-                }
-            }
+            if (keep < 0 && !p) inserted = transpose_of_matmul(g, i, uses);
             break;
         }
         case OARI_OP_view: {
@@ -193,6 +173,15 @@ int oari_pass_simplify(oar_graph *g) {
         }
         default:
             break;
+        }
+        if (inserted < 0) {
+            oari_free(uses, (size_t)(g->n_values ? g->n_values : 1) * sizeof *uses);
+            return inserted;
+        }
+        if (inserted) { /* node i moved to i + inserted and is dead */
+            i += inserted;
+            changes++;
+            continue;
         }
         if (keep >= 0 && same_meta(&g->values[keep], &g->values[out])) {
             oari_graph_replace_uses(g, out, keep);
