@@ -176,7 +176,7 @@ OAR_API int oar_graph_append_sgd(oar_graph *g, double lr);
  * input trains (oar_executor_update_in_place does it in place). Returns
  * the number of outputs added (0 without gradients), or a negative status
  * (invalid hyper-parameters: lr > 0, betas in [0, 1), eps >= 0,
- * weight_decay >= 0; more than 64 parameters). */
+ * weight_decay >= 0; out of memory). */
 OAR_API int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, double eps,
                                    double weight_decay);
 

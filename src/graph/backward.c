@@ -208,19 +208,14 @@ static int add_state_input(oar_graph *g, const char *prefix, const char *name, c
     if (v < 0) return -1;
     size_t len = strlen(prefix) + strlen(name) + 1;
     char *s = oari_malloc(len);
-    int *a = s ? oari_realloc(g->inputs, (size_t)g->n_inputs * sizeof *a, (size_t)(g->n_inputs + 1) * sizeof *a)
-               : NULL;
-    if (!a) {
+    if (!s || oari_graph_add_input(g, v)) {
         oari_free(s, len);
         g->n_values--;
         return -1;
     }
     snprintf(s, len, "%s%s", prefix, name);
     g->values[v].name = s;
-    for (int d = 0; d < OAR_MAX_DIMS; d++) g->values[v].sym[d] = meta.sym[d];
-    g->inputs = a;
-    g->cap_inputs = g->n_inputs + 1;
-    g->inputs[g->n_inputs++] = v;
+    memcpy(g->values[v].sym, meta.sym, sizeof meta.sym);
     return v;
 }
 
@@ -229,32 +224,27 @@ static int add_state_input(oar_graph *g, const char *prefix, const char *name, c
  * parameter's update reads them, and the "schedule" pass can then place
  * each update as soon as its gradient exists). */
 static void hoist_input_only(oar_graph *g, int from) {
-    int nn = g->n_nodes;
-    bool *early = oari_calloc((size_t)nn, sizeof *early);
-    oari_gnode *tmp = oari_malloc((size_t)(nn ? nn : 1) * sizeof *tmp);
-    if (!early || !tmp) { /* only a worse order: leave it */
-        oari_free(early, (size_t)nn * sizeof *early);
-        oari_free(tmp, (size_t)(nn ? nn : 1) * sizeof *tmp);
-        return;
-    }
-    int k = 0;
-    for (int i = from; i < nn; i++) {
+    int nn = g->n_nodes, k = 0;
+    size_t sz = (size_t)(nn ? nn : 1);
+    bool *early = oari_calloc(sz, sizeof *early);
+    int *order = oari_malloc(sz * sizeof *order);
+    for (int i = from; i < nn && early && order; i++) {
         const oari_gnode *n = &g->nodes[i];
         bool ok = true;
         for (int q = 0; q < n->n_in && ok; q++) {
             int v = n->in[q];
             ok = v < 0 || g->values[v].kind != OARI_V_NODE || early[g->values[v].producer];
         }
-        if ((early[i] = ok)) tmp[k++] = *n;
+        if ((early[i] = ok)) order[k++] = i;
     }
-    for (int i = 0; i < from; i++) tmp[k++] = g->nodes[i];
-    for (int i = from; i < nn; i++)
-        if (!early[i]) tmp[k++] = g->nodes[i];
-    memcpy(g->nodes, tmp, (size_t)nn * sizeof *tmp);
-    for (int i = 0; i < nn; i++)
-        for (int j = 0; j < g->nodes[i].n_out; j++) g->values[g->nodes[i].out[j]].producer = i;
-    oari_free(early, (size_t)nn * sizeof *early);
-    oari_free(tmp, (size_t)nn * sizeof *tmp);
+    if (early && order) {
+        for (int i = 0; i < from; i++) order[k++] = i;
+        for (int i = from; i < nn; i++)
+            if (!early[i]) order[k++] = i;
+        oari_graph_reorder(g, order); /* out of memory: only a worse order */
+    }
+    oari_free(early, sz * sizeof *early);
+    oari_free(order, sz * sizeof *order);
 }
 
 int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, double eps,
@@ -265,21 +255,26 @@ int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, 
         return oari_error(OAR_ERR_INVALID, "graph_append_adamw: invalid lr %g, betas (%g, %g), eps %g or "
                           "weight_decay %g (lr > 0, betas in [0, 1), eps and weight_decay >= 0)",
                           lr, beta1, beta2, eps, weight_decay);
-    int n_in0 = g->n_inputs, n_out0 = g->n_outputs, n_nodes0 = g->n_nodes, added = 0, st = 0;
-    /* the state inputs first: the parameters that have a gradient */
-    int params[64], grads[64], np = 0;
+    int n_in0 = g->n_inputs, n_out0 = g->n_outputs, n_nodes0 = g->n_nodes, added = 0, st = 0, np = 0, step;
+    /* per parameter with a gradient: its input index, the gradient's value,
+     * the m and v inputs' values */
+    size_t arr = (size_t)(n_in0 ? n_in0 : 1) * 4 * sizeof(int);
+    int *params = oari_malloc(arr);
+    if (!params) return OAR_ERR_NOMEM;
+    int *grads = params + n_in0, *ms = grads + n_in0, *vs = ms + n_in0;
     for (int i = 0; i < n_in0; i++) {
         const char *name = g->values[g->inputs[i]].name;
         for (int j = 0; j < n_out0; j++)
             if (!strncmp(g->output_names[j], "grad:", 5) && !strcmp(g->output_names[j] + 5, name)) {
-                if (np == 64)
-                    return oari_error(OAR_ERR_INVALID, "graph_append_adamw: more than 64 parameters");
                 params[np] = i;
                 grads[np++] = g->outputs[j];
+                break;
             }
     }
-    if (!np) return 0;
-    int ms[64], vs[64], step;
+    if (!np) {
+        oari_free(params, arr);
+        return 0;
+    }
     oari_gvalue scalar = {.dtype = OAR_F64, .ndim = 0};
     memset(scalar.sym, -1, sizeof scalar.sym);
     for (int k = 0; k < np && !st; k++) {
@@ -289,7 +284,10 @@ int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, 
             st = OAR_ERR_NOMEM;
     }
     if (!st && (step = add_state_input(g, "", "adam_step", &scalar)) < 0) st = OAR_ERR_NOMEM;
-    if (st) return st;
+    if (st) {
+        oari_free(params, arr);
+        return st;
+    }
     int nv = g->n_values;
     oar_tensor **t = oari_calloc((size_t)nv, sizeof *t);
     void *tracer = t ? oari_trace_attach(g) : NULL;
@@ -301,8 +299,9 @@ int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, 
     oar_tensor *tn = NULL, *bc1 = NULL, *sbc2 = NULL;
     if (!st) {
         tn = oar_add_scalar(t[step], 1);
-        bc1 = oar_neg(oar_add_scalar(oar_exp(oar_mul_scalar(tn, log(beta1 > 0 ? beta1 : 1e-300))), -1));
-        sbc2 = oar_sqrt(oar_neg(oar_add_scalar(oar_exp(oar_mul_scalar(tn, log(beta2 > 0 ? beta2 : 1e-300))), -1)));
+        /* beta^t = exp(t log beta); beta = 0 gives log 0 = -inf and exp(-inf) = 0 */
+        bc1 = oar_neg(oar_add_scalar(oar_exp(oar_mul_scalar(tn, log(beta1))), -1));
+        sbc2 = oar_sqrt(oar_neg(oar_add_scalar(oar_exp(oar_mul_scalar(tn, log(beta2))), -1)));
         if (!tn || !bc1 || !sbc2) st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
     }
     for (int k = 0; k < np && !st; k++) {
@@ -324,13 +323,16 @@ int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, 
             break;
         added += 3;
     }
-    int vt = !st ? oari_trace_value_of(tn) : -1;
-    if (!st && (vt < 0 || (st = add_output(g, vt, "next:", "adam_step")) == 0)) added++;
-    if (!st && vt < 0) st = OAR_ERR_NOMEM;
+    if (!st) {
+        int vt = oari_trace_value_of(tn);
+        st = vt < 0 ? OAR_ERR_NOMEM : add_output(g, vt, "next:", "adam_step");
+        added += !st;
+    }
     oari_trace_detach(tracer);
     for (int v = 0; t && v < nv; v++) oar_tensor_release(t[v]);
     if (pool) oar_pool_pop(pool);
     oari_free(t, (size_t)nv * sizeof *t);
+    oari_free(params, arr);
     if (!st) hoist_input_only(g, n_nodes0);
     if (!st) st = oar_graph_verify(g);
     return st ? st : added;

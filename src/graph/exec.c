@@ -62,6 +62,7 @@ typedef struct plan {
     int n_in_args;
     oar_tensor *fallback[64];
     int8_t *out_mode;         /* per output: OUT_PLAIN, OUT_DONATED (in place) or OUT_COPIED */
+    bool written[64];         /* input i receives an output made in place */
 } plan;
 
 enum { OUT_PLAIN, OUT_DONATED, OUT_COPIED };
@@ -420,6 +421,48 @@ static bool made_in_input(const oar_executor *ex, int v) {
     return false;
 }
 
+/* Every pointer into value v's buffer, which stands for input i: kernel
+ * arguments, library kernels' inputs (and output, for a donated output)
+ * and in-place ops' copies. Counts them from *n on, and with `fill`
+ * records them in in_args. */
+static void record_pointers(oar_executor *ex, const int *root, int v, int i, bool fill, int *n) {
+    const oar_graph *g = ex->g;
+    const char *base = oar_tensor_data(ex->p.vt[v]);
+    for (int nd = 0; nd < g->n_nodes; nd++) {
+        const oari_gnode *node = &g->nodes[nd];
+        exec_node *e = &ex->p.en[nd];
+        if (e->fused) {
+            const oari_kernel *k = &ex->fusion->kernels[ex->fusion->kernel_of[nd]];
+            for (int a = 0; a < k->n_args; a++)
+                if (k->args[a] == v) {
+                    if (fill) ex->p.in_args[*n] = (struct input_arg){nd, IN_FUSED, a, i, 0};
+                    (*n)++;
+                }
+            continue;
+        }
+        if (oari_is_ctrl(node->op)) continue; /* reads no input in place (input_in_place) */
+        for (int q = 0; q < node->n_out && e->k; q++)
+            if (node->out[q] == v) { /* a donated output's writer */
+                if (fill) ex->p.in_args[*n] = (struct input_arg){nd, IN_KOUT, q, i, 0};
+                (*n)++;
+            }
+        bool inplace_op = oari_op_defs[node->op]->flags & OARI_F_INPLACE;
+        if (e->k && e->kin)
+            for (int k = 0; k < node->n_in; k++) {
+                if (node->in[k] < 0 || root[node->in[k]] != v || e->kin[k].dtype < 0) continue;
+                if (inplace_op && k == 0) continue; /* the kernel reads its output there */
+                if (fill)
+                    ex->p.in_args[*n] = (struct input_arg){nd, IN_KIN, k, i, (const char *)e->kin[k].data - base};
+                (*n)++;
+            }
+        if (e->copy_k && node->in[0] >= 0 && root[node->in[0]] == v) {
+            if (fill)
+                ex->p.in_args[*n] = (struct input_arg){nd, IN_COPY, 1, i, (const char *)e->copy_io[1].data - base};
+            (*n)++;
+        }
+    }
+}
+
 /* Records every pointer into an input read in place, and into each
  * output donated to it and made in place (after the kernels' calls are
  * prepared); 0 or OAR_ERR_NOMEM. */
@@ -429,47 +472,10 @@ static int record_input_readers(oar_executor *ex, const int *root) {
         int n = 0;
         for (int i = 0; i < g->n_inputs; i++) {
             if (!ex->p.in_place[i]) continue;
-            /* the input, then every output donated to it and made in place */
-            for (int j = -1; j < g->n_outputs; j++) {
-            if (j >= 0 && (ex->donor[j] != i || ex->p.out_mode[j] != OUT_DONATED)) continue;
-            int v = j < 0 ? g->inputs[i] : g->outputs[j];
-            const char *base = oar_tensor_data(ex->p.vt[v]);
-            for (int nd = 0; nd < g->n_nodes; nd++) {
-                const oari_gnode *node = &g->nodes[nd];
-                exec_node *e = &ex->p.en[nd];
-                if (e->fused) {
-                    const oari_kernel *k = &ex->fusion->kernels[ex->fusion->kernel_of[nd]];
-                    for (int a = 0; a < k->n_args; a++)
-                        if (k->args[a] == v) {
-                            if (pass) ex->p.in_args[n] = (struct input_arg){nd, IN_FUSED, a, i, 0};
-                            n++;
-                        }
-                    continue;
-                }
-                for (int q = 0; q < node->n_out && e->k; q++)
-                    if (node->out[q] == v) { /* the donated output's writer */
-                        if (pass) ex->p.in_args[n] = (struct input_arg){nd, IN_KOUT, q, i, 0};
-                        n++;
-                    }
-                if (oari_is_ctrl(node->op)) continue; /* reads no input in place (input_in_place) */
-                bool inplace_op = oari_op_defs[node->op]->flags & OARI_F_INPLACE;
-                if (e->k && e->kin)
-                    for (int k = 0; k < node->n_in; k++) {
-                        if (node->in[k] < 0 || root[node->in[k]] != v || e->kin[k].dtype < 0) continue;
-                        if (inplace_op && k == 0) continue; /* the kernel reads its output there */
-                        if (pass)
-                            ex->p.in_args[n] = (struct input_arg){nd, IN_KIN, k, i,
-                                                                  (const char *)e->kin[k].data - base};
-                        n++;
-                    }
-                if (e->copy_k && node->in[0] >= 0 && root[node->in[0]] == v) {
-                    if (pass)
-                        ex->p.in_args[n] = (struct input_arg){nd, IN_COPY, 1, i,
-                                                              (const char *)e->copy_io[1].data - base};
-                    n++;
-                }
-            }
-            }
+            record_pointers(ex, root, g->inputs[i], i, pass, &n);
+            for (int j = 0; j < g->n_outputs; j++)
+                if (ex->donor[j] == i && ex->p.out_mode[j] == OUT_DONATED)
+                    record_pointers(ex, root, g->outputs[j], i, pass, &n);
         }
         if (!pass) {
             if (!n) return 0;
@@ -583,26 +589,20 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         }
     }
     if (st) goto done;
-    /* donated outputs: the input's shape, and where they are made */
+    /* donated outputs: where they are made */
     if (!(ex->p.out_mode = oari_calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *ex->p.out_mode))) {
         st = OAR_ERR_NOMEM;
         goto done;
     }
     for (int i = 0; i < g->n_inputs; i++) ex->p.in_place[i] = input_in_place(ex, root, emul, i);
-    for (int j = 0; j < g->n_outputs && !st; j++) {
-        if (ex->donor[j] < 0) continue;
-        const oar_tensor *o = sym[g->outputs[j]], *x = sym[g->inputs[ex->donor[j]]];
-        char s1[200], s2[200];
+    /* (oar_executor_donate checked that the two agree in dtype and shape,
+     * dynamic dims included, so they do in every plan) */
+    for (int j = 0; j < g->n_outputs; j++) {
         int i = ex->donor[j];
-        if (o->dtype != x->dtype || o->ndim != x->ndim ||
-            memcmp(o->shape, x->shape, (size_t)o->ndim * sizeof(int64_t)))
-            st = oari_error(OAR_ERR_INVALID, "executor: output %d (%s) is %s %s and cannot be written into "
-                            "input %d (%s), %s %s", j, g->output_names[j], oar_dtype_name(o->dtype),
-                            oari_shape_str(s1, o->ndim, o->shape), i, g->values[g->inputs[i]].name,
-                            oar_dtype_name(x->dtype), oari_shape_str(s2, x->ndim, x->shape));
-        else ex->p.out_mode[j] = donation_in_place(ex, root, emul, sym, j, i) ? OUT_DONATED : OUT_COPIED;
+        if (i < 0) continue;
+        ex->p.out_mode[j] = donation_in_place(ex, root, emul, sym, j, i) ? OUT_DONATED : OUT_COPIED;
+        ex->p.written[i] = ex->p.written[i] || ex->p.out_mode[j] == OUT_DONATED;
     }
-    if (st) goto done;
     /* 2. buffers by liveness: one per root value, live from its producer to
      * the last node reading it or any view of it; wanted outputs live to
      * the end */
@@ -863,9 +863,7 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
              * so does an input written in place that shares its storage with
              * another input (which must still read the old values) */
             oar_tensor *src = t;
-            bool written = false, shared = false;
-            for (int j = 0; j < g->n_outputs; j++)
-                written = written || (ex->donor[j] == i && ex->p.out_mode[j] == OUT_DONATED);
+            bool written = ex->p.written[i], shared = false;
             for (int q = 0; q < g->n_inputs && written; q++)
                 shared = shared || (q != i && inputs[q]->storage == t->storage);
             if (!oar_tensor_is_contiguous(t) || t->storage == ex->p.arena->storage || shared) {

@@ -105,6 +105,27 @@ int oari_graph_add_const(oar_graph *g, oar_tensor *t, const char *name) {
     return v;
 }
 
+int oari_graph_reorder(oar_graph *g, const int *order) {
+    size_t sz = (size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof(oari_gnode);
+    oari_gnode *tmp = oari_malloc(sz);
+    if (!tmp) return OAR_ERR_NOMEM;
+    for (int i = 0; i < g->n_nodes; i++) tmp[i] = g->nodes[order[i]];
+    memcpy(g->nodes, tmp, (size_t)g->n_nodes * sizeof *tmp);
+    oari_free(tmp, sz);
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i].n_out; j++) g->values[g->nodes[i].out[j]].producer = i;
+    return 0;
+}
+
+int oari_graph_add_input(oar_graph *g, int v) {
+    int *a = oari_realloc(g->inputs, (size_t)g->cap_inputs * sizeof *a, (size_t)(g->n_inputs + 1) * sizeof *a);
+    if (!a) return OAR_ERR_NOMEM;
+    g->inputs = a;
+    g->cap_inputs = g->n_inputs + 1;
+    g->inputs[g->n_inputs++] = v;
+    return 0;
+}
+
 int oari_graph_insert_node(oar_graph *g, int at, oari_op op, const oari_attrs *attrs, int n_in,
                            const int *in, int n_out, const oari_meta *out) {
     int last = oari_graph_add_node(g, op, attrs, n_in, in, n_out, out);

@@ -91,7 +91,13 @@ OARI_HIDDEN int oari_graph_add_const(oar_graph *g, oar_tensor *t, const char *na
  * the node index or -1. */
 OARI_HIDDEN int oari_graph_add_node(oar_graph *g, oari_op op, const oari_attrs *attrs, int n_in,
                                     const int *in, int n_out, const oari_meta *out);
-/* The same, placed at index `at` (nodes from there on move up one); the
+/* Reorders the nodes: new node i is old node order[i] (a permutation the
+ * caller keeps topological); producers follow. 0 or OAR_ERR_NOMEM. */
+OARI_HIDDEN int oari_graph_reorder(oar_graph *g, const int *order);
+/* Appends value v (kind OARI_V_INPUT, named) to the graph inputs. 0 or
+ * OAR_ERR_NOMEM. */
+OARI_HIDDEN int oari_graph_add_input(oar_graph *g, int v);
+/* The same as oari_graph_add_node, placed at index `at` (nodes from there on move up one); the
  * caller keeps the order topological. Returns at or -1. */
 OARI_HIDDEN int oari_graph_insert_node(oar_graph *g, int at, oari_op op, const oari_attrs *attrs, int n_in,
                                        const int *in, int n_out, const oari_meta *out);

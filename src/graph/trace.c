@@ -95,12 +95,7 @@ static int resolve(oari_tracer *tr, oar_tensor *t, const char *op) {
     memcpy(g->values[iv].smul, meta.smul, sizeof meta.smul);
     char buf[32];
     snprintf(buf, sizeof buf, "cap%d", tr->n_caps);
-    int *ins = oari_realloc(g->inputs, (size_t)g->cap_inputs * sizeof *ins, (size_t)(g->n_inputs + 1) * sizeof *ins);
-    if (!ins) return -1;
-    g->inputs = ins;
-    g->cap_inputs = g->n_inputs + 1;
-    if (!(g->values[iv].name = oari_strdup(buf))) return -1;
-    g->inputs[g->n_inputs++] = iv;
+    if (!(g->values[iv].name = oari_strdup(buf)) || oari_graph_add_input(g, iv)) return -1;
     tr->cap_outer[tr->n_caps] = pv;
     tr->cap_inner[tr->n_caps++] = iv;
     return iv;
@@ -284,15 +279,6 @@ static int add_sym(oar_graph *g, const char *name) {
     return g->n_syms++;
 }
 
-static int add_input(oar_graph *g, int v) {
-    int *a = oari_realloc(g->inputs, (size_t)g->cap_inputs * sizeof *a, (size_t)(g->n_inputs + 1) * sizeof *a);
-    if (!a) return OAR_ERR_NOMEM;
-    g->inputs = a;
-    g->cap_inputs = g->n_inputs + 1;
-    g->inputs[g->n_inputs++] = v;
-    return 0;
-}
-
 oar_graph *oar_trace(oar_trace_fn fn, void *ctx, int n_inputs, const oar_graph_input_spec *specs,
                      int n_outputs, const oar_trace_options *opt) {
     static const oar_trace_options no_opt;
@@ -344,7 +330,7 @@ oar_graph *oar_trace(oar_trace_fn fn, void *ctx, int n_inputs, const oar_graph_i
         int v = oari_graph_add_value(g, OARI_V_INPUT, sp->dtype, sp->ndim, shape);
         char buf[32];
         snprintf(buf, sizeof buf, "input%d", i);
-        if (v < 0 || !(g->values[v].name = oari_strdup(sp->name ? sp->name : buf)) || add_input(g, v) ||
+        if (v < 0 || !(g->values[v].name = oari_strdup(sp->name ? sp->name : buf)) || oari_graph_add_input(g, v) ||
             !(in[i] = oari_tensor_make(NULL, sp->dtype, sp->ndim, shape, NULL, 0))) {
             st = OAR_ERR_NOMEM;
             break;
@@ -356,7 +342,7 @@ oar_graph *oar_trace(oar_trace_fn fn, void *ctx, int n_inputs, const oar_graph_i
         if (!tr.state[s].is_parameter) continue;
         oar_tensor *t = tr.state[s].tensor;
         int v = oari_graph_add_value(g, OARI_V_INPUT, t->dtype, t->ndim, t->shape);
-        if (v < 0 || !(g->values[v].name = oari_strdup(tr.state[s].name)) || add_input(g, v)) {
+        if (v < 0 || !(g->values[v].name = oari_strdup(tr.state[s].name)) || oari_graph_add_input(g, v)) {
             st = OAR_ERR_NOMEM;
             break;
         }

@@ -6,6 +6,7 @@
  * output that cannot be made in place is copied in at the end; strided
  * and aliased inputs; every bad call fails with a message. */
 #include "graph_test_util.h"
+#include "alloc_fail_loop.h"
 
 #include <string.h>
 
@@ -292,6 +293,64 @@ static void test_bad_calls(void) {
     oar_pool_pop(p);
 }
 
+/* A tiny AdamW train step traced, planned and run with its parameters
+ * updated in place, under every failing allocation in turn. */
+static oar_module *oom_m;
+static oar_tensor *oom_x, *oom_t;
+
+static int oom_loss(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    out[0] = oar_mse_loss(oar_module_forward(ctx, in[0]), in[1], OAR_REDUCTION_MEAN);
+    return out[0] ? 0 : -1;
+}
+
+static int adamw_step(void) {
+    oar_graph_input_spec specs[2] = {{.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {2, 3}},
+                                     {.name = "t", .dtype = OAR_F32, .ndim = 2, .shape = {2, 2}}};
+    oar_graph *g = oar_trace(oom_loss, oom_m, 2, specs, 1,
+                             &(oar_trace_options){.module = oom_m, .params_as_inputs = true});
+    oar_executor *ex = NULL;
+    oar_pool *p = oar_pool_push();
+    int st = g ? 0 : -1;
+    if (!st) st = oar_graph_append_backward(g, 0, 2, (int[]){2, 3}) < 0;
+    if (!st) st = oar_graph_append_adamw(g, 0.01, 0.9, 0.999, 1e-8, 0.01) < 0;
+    if (!st) st = oar_graph_optimize(g, OAR_PASSES_TRAINING, 0);
+    if (!st && !(ex = oar_executor_new(g))) st = -1;
+    if (!st) st = oar_executor_update_in_place(ex) < 0;
+    oar_tensor *in[9] = {oom_x, oom_t}, *out[16], *params[2];
+    if (!st) {
+        oar_module_parameters(oom_m, params, 2);
+        for (int k = 0; k < 2; k++) {
+            in[2 + k] = oar_clone(params[k]);
+            in[4 + 2 * k] = oar_zeros_like(params[k]);
+            in[5 + 2 * k] = oar_zeros_like(params[k]);
+        }
+        in[8] = oar_zeros(OAR_F64, 0, NULL);
+        for (int k = 2; k < 9 && !st; k++) st = in[k] == NULL;
+    }
+    if (!st) st = oar_executor_run(ex, in, out);
+    oar_pool_pop(p);
+    oar_executor_free(ex);
+    oar_graph_free(g);
+    return st;
+}
+
+static void test_adamw_allocations_fail_cleanly(void) {
+    oar_manual_seed(3);
+    oom_m = oar_linear_new(3, 2, true);
+    oom_x = oar_randn(OAR_F32, 2, (int64_t[]){2, 3});
+    oom_t = oar_randn(OAR_F32, 2, (int64_t[]){2, 2});
+    CHECK(adamw_step() == 0);
+    oar_set_allocator(failing_alloc, NULL);
+    int failures, n = fail_each_allocation(adamw_step, &failures);
+    oar_memory_empty_cache();
+    oar_set_allocator(NULL, NULL);
+    printf("failed each of %d allocations of trace+backward+adamw+optimize+run\n", n);
+    CHECK(failures > 100 && n < 100000);
+    oar_tensor_release(oom_x);
+    oar_tensor_release(oom_t);
+    oar_module_free(oom_m);
+}
+
 int main(void) {
     RUN(test_train_in_place);
     RUN(test_train_in_place_compiled);
@@ -300,5 +359,6 @@ int main(void) {
     RUN(test_strided_and_aliased_inputs);
     RUN(test_discard);
     RUN(test_bad_calls);
+    RUN(test_adamw_allocations_fail_cleanly);
     return test_summary();
 }

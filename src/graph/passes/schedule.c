@@ -20,19 +20,16 @@ static int root_of(const oar_graph *g, int v) {
     return v;
 }
 
-/* Moves the nodes marked in `chain` (kept in their order) to just after
- * node `after`; renumbers producers. perm is scratch of n_nodes ints. */
-static void move_after(oar_graph *g, const bool *chain, int after, int *perm, oari_gnode *scratch) {
+/* Moves the nodes marked in `chain` that lie after node `after` (kept in
+ * their order) to just after it. perm is scratch of n_nodes ints. */
+static int move_after(oar_graph *g, const bool *chain, int after, int *perm) {
     int nn = g->n_nodes, m = 0;
     for (int i = 0; i <= after; i++) perm[m++] = i;
     for (int i = after + 1; i < nn; i++)
         if (chain[i]) perm[m++] = i;
     for (int i = after + 1; i < nn; i++)
         if (!chain[i]) perm[m++] = i;
-    for (int i = 0; i < nn; i++) scratch[i] = g->nodes[perm[i]];
-    memcpy(g->nodes, scratch, (size_t)nn * sizeof *scratch);
-    for (int i = 0; i < nn; i++)
-        for (int j = 0; j < g->nodes[i].n_out; j++) g->values[g->nodes[i].out[j]].producer = i;
+    return oari_graph_reorder(g, perm);
 }
 
 /* An elementwise op or a view: cheap to move, so it may join a chain
@@ -78,8 +75,7 @@ int oari_pass_schedule(oar_graph *g) {
     int *perm = oari_malloc(nsz * sizeof *perm);
     bool *chain = oari_malloc(nsz * sizeof *chain);
     bool *in_a_chain = oari_calloc(vsz, sizeof *in_a_chain);
-    oari_gnode *scratch = oari_malloc(nsz * sizeof *scratch);
-    if (!uses || !outs || !chain_uses || !root || !last || !sinks || !perm || !chain || !in_a_chain || !scratch) {
+    if (!uses || !outs || !chain_uses || !root || !last || !sinks || !perm || !chain || !in_a_chain) {
         st = OAR_ERR_NOMEM;
         goto done;
     }
@@ -133,7 +129,7 @@ int oari_pass_schedule(oar_graph *g) {
         bool placed = true;
         for (int i = after + 1; i < s && placed; i++) placed = chain[i] || in_a_chain[g->nodes[i].out[0]];
         if (placed) continue;
-        move_after(g, chain, after, perm, scratch);
+        if ((st = move_after(g, chain, after, perm))) break;
         moved++;
     }
 done:
@@ -146,6 +142,5 @@ done:
     oari_free(perm, nsz * sizeof *perm);
     oari_free(chain, nsz * sizeof *chain);
     oari_free(in_a_chain, vsz * sizeof *in_a_chain);
-    oari_free(scratch, nsz * sizeof *scratch);
     return st ? st : moved;
 }
