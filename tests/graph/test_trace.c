@@ -4,6 +4,8 @@
  * smaller than the sum of the values; errors are reported. */
 #include "graph_test_util.h"
 
+#include "ops/op.h"
+
 static const oar_graph_input_spec mlp_spec = {
     .name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 8}, .dim_names = {"N"}};
 static const oar_graph_input_spec cnn_spec = {
@@ -133,6 +135,25 @@ static int stats_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     out[0] = oar_add(oar_sum(v, 1, (int64_t[]){1}, false), m);
     out[1] = oar_add(s, oar_mean(x, 0, NULL, false));
     return out[0] && out[1] ? 0 : -1;
+}
+
+/* size_of itself: the count of some dims, in a float dtype; bad
+ * attributes are refused (a malformed model.json could carry them) */
+static void test_size_of(void) {
+    oar_pool *p = oar_pool_push();
+    oar_tensor *x = oar_zeros(OAR_I32, 3, (int64_t[]){4, 3, 5});
+    oari_attrs a = {.ni = 2, .i = {5, OAR_F64}}; /* dims 0 and 2 */
+    oar_tensor *n = oari_call1(OARI_OP_size_of, x, &a);
+    CHECK(n && oar_tensor_ndim(n) == 0 && oar_tensor_dtype(n) == OAR_F64 && oar_tensor_item(n) == 20);
+    a.i[1] = OAR_I64;
+    CHECK_FAILS(oari_call1(OARI_OP_size_of, x, &a), "float dtype");
+    a.i[1] = 99;
+    CHECK_FAILS(oari_call1(OARI_OP_size_of, x, &a), "float dtype");
+    a = (oari_attrs){.ni = 2, .i = {8, OAR_F32}};
+    CHECK_FAILS(oari_call1(OARI_OP_size_of, x, &a), "beyond rank 3");
+    a = (oari_attrs){.ni = 1, .i = {1}};
+    CHECK_FAILS(oari_call1(OARI_OP_size_of, x, &a), "float dtype");
+    oar_pool_pop(p);
 }
 
 /* logsumexp traces (its max is detached only in eager mode) */
@@ -311,6 +332,7 @@ int main(void) {
     RUN(test_cnn);
     RUN(test_function);
     RUN(test_dynamic_means);
+    RUN(test_size_of);
     RUN(test_logsumexp);
     RUN(test_plans_and_random);
     RUN(test_memory_plan);
