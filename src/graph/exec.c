@@ -823,11 +823,14 @@ static int select_plan(oar_executor *ex, oar_tensor *const *inputs) {
     return plan_inputs(ex, inputs);
 }
 
-/* dst <- src through the copy op (any strides), outside autograd: the
- * destination may be a parameter that requires grad. */
-static int copy_into(oar_tensor *dst, oar_tensor *src) {
+int oari_exec_copy(oar_tensor *dst, oar_tensor *src) {
+    if (dst == src || !dst->numel) return 0;
+    if (oar_tensor_is_contiguous(dst) && oar_tensor_is_contiguous(src)) {
+        memcpy(oar_tensor_data(dst), oar_tensor_data(src), (size_t)dst->numel * oar_dtype_size(dst->dtype));
+        return 0;
+    }
     oar_tensor *pair[2] = {dst, src}, *r = NULL;
-    oar_no_grad_push();
+    oar_no_grad_push(); /* dst may be a parameter that requires grad */
     int st = oari_dispatch(OARI_OP_copy, 2, pair, NULL, &r);
     oar_no_grad_pop();
     oar_tensor_release(r);
@@ -870,18 +873,14 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
                 if (!ex->p.fallback[i] &&
                     !(ex->p.fallback[i] = oari_tensor_empty(oari_device_cpu(), t->dtype, t->ndim, t->shape)))
                     return OAR_ERR_NOMEM;
-                if ((st = copy_into(ex->p.fallback[i], t))) return st;
+                if ((st = oari_exec_copy(ex->p.fallback[i], t))) return st;
                 src = ex->p.fallback[i];
                 via_fallback[i] = written;
             }
             point_input_readers(ex, i, oar_tensor_data(src));
             continue;
         }
-        if (oar_tensor_is_contiguous(t)) {
-            memcpy(oar_tensor_data(slot), oar_tensor_data(t), (size_t)t->numel * oar_dtype_size(t->dtype));
-        } else {
-            if ((st = copy_into(slot, t))) return st;
-        }
+        if ((st = oari_exec_copy(slot, t))) return st;
     }
     void *ctx = oari_device_cpu()->ctx;
     if (OARI_PROF_ENABLED()) pthread_once(&fused_names_once, make_fused_names);
@@ -917,9 +916,9 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
     }
     /* donated outputs land in their inputs */
     for (int i = 0; i < g->n_inputs; i++)
-        if (via_fallback[i] && (st = copy_into(inputs[i], ex->p.fallback[i]))) return st;
+        if (via_fallback[i] && (st = oari_exec_copy(inputs[i], ex->p.fallback[i]))) return st;
     for (int j = 0; j < g->n_outputs; j++)
-        if (ex->p.out_mode[j] == OUT_COPIED && (st = copy_into(inputs[ex->donor[j]], ex->p.vt[g->outputs[j]])))
+        if (ex->p.out_mode[j] == OUT_COPIED && (st = oari_exec_copy(inputs[ex->donor[j]], ex->p.vt[g->outputs[j]])))
             return st;
     for (int j = 0; j < g->n_outputs; j++)
         outputs[j] = ex->discard[j] ? NULL : ex->donor[j] >= 0 ? inputs[ex->donor[j]] : ex->p.vt[g->outputs[j]];

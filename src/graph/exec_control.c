@@ -33,19 +33,6 @@ static bool same_shape(const oar_tensor *a, const oar_tensor *b) {
     return a->dtype == b->dtype && a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape);
 }
 
-/* dst = src (same dtype and shape, no overlap). */
-static int copy_into(oar_tensor *dst, oar_tensor *src) {
-    if (dst == src || !dst->numel) return 0;
-    if (oar_tensor_is_contiguous(dst) && oar_tensor_is_contiguous(src)) {
-        memcpy(oar_tensor_data(dst), oar_tensor_data(src), (size_t)dst->numel * oar_dtype_size(dst->dtype));
-        return 0;
-    }
-    oar_tensor *pair[2] = {dst, src}, *r = NULL;
-    int st = oari_dispatch(OARI_OP_copy, 2, pair, NULL, &r);
-    oar_tensor_release(r);
-    return st;
-}
-
 /* Runs sub-graph executor ex; errors name the node and the sub-graph. */
 static int run_sub(oar_executor *ex, int node, const char *name, const char *label, oar_tensor *const *in,
                    oar_tensor **res) {
@@ -83,7 +70,7 @@ int oari_exec_control(oari_ctrl_exec **state, const oari_gnode *n, int node, oar
                                   "as %s %s; the graph plans %s %s", node, t ? "then" : "else", j,
                                   oar_dtype_name(res[j]->dtype), oari_shape_str(s1, res[j]->ndim, res[j]->shape),
                                   oar_dtype_name(out[j]->dtype), oari_shape_str(s2, out[j]->ndim, out[j]->shape));
-            st = copy_into(out[j], res[j]);
+            st = oari_exec_copy(out[j], res[j]);
         }
         return st;
     }
@@ -109,10 +96,10 @@ int oari_exec_control(oari_ctrl_exec **state, const oari_gnode *n, int node, oar
                                   "dtype and shape", node, (long long)iter, j,
                                   oar_dtype_name(out[j]->dtype), oari_shape_str(s1, out[j]->ndim, out[j]->shape),
                                   oar_dtype_name(res[j]->dtype), oari_shape_str(s2, res[j]->ndim, res[j]->shape));
-        for (int j = 0; j < nv && !st; j++) st = copy_into(out[j], res[j]);
+        for (int j = 0; j < nv && !st; j++) st = oari_exec_copy(out[j], res[j]);
         if (st) return st;
         memcpy(cur, out, (size_t)nv * sizeof *cur);
     }
-    for (int j = 0; j < nv && !iter && !st; j++) st = copy_into(out[j], in[j]);
+    for (int j = 0; j < nv && !iter && !st; j++) st = oari_exec_copy(out[j], in[j]);
     return st;
 }

@@ -160,6 +160,10 @@ OARI_HIDDEN int oari_exec_control_shapes(const oar_graph *g, const oari_gnode *n
 OARI_HIDDEN int oari_exec_control(oari_ctrl_exec **state, const oari_gnode *n, int node,
                                   oar_tensor *const *in, oar_tensor *const *out);
 OARI_HIDDEN void oari_exec_control_free(oari_ctrl_exec *state);
+/* dst <- src, same dtype and shape, any strides, outside autograd (dst may
+ * be a parameter): the executor's copies of inputs and results. 0 or a
+ * status. */
+OARI_HIDDEN int oari_exec_copy(oar_tensor *dst, oar_tensor *src);
 
 /* ---- gradients on the graph (backward.c, control.c) ---------------------- */
 /* Calls the gradient rules of g's nodes [0, n0) in reverse on t[] (tensors

@@ -37,36 +37,9 @@ int oar_graph_run_pass(oar_graph *g, const char *name) {
 /* The sub-graphs of control nodes (ir.h), recursively: the passes that
  * need no constants (sub-graphs hold none), until nothing changes. Their
  * inputs and outputs stay as they are. */
-static int optimize_subs(oar_graph *g) {
-    static const char *const sub_list[] = {"dce", "cse", "simplify", NULL};
-    for (int i = 0; i < g->n_nodes; i++) {
-        const oari_gnode *n = &g->nodes[i];
-        if (n->dead || !oari_is_ctrl(n->op)) continue;
-        for (int k = 0; k < 2; k++) {
-            oar_graph *sg = n->sub[k];
-            for (int round = 0; round < 8; round++) {
-                int changed = 0;
-                for (int p = 0; sub_list[p]; p++) {
-                    int r = oar_graph_run_pass(sg, sub_list[p]);
-                    if (r < 0) return r;
-                    changed += r;
-                }
-                if (!changed) break;
-            }
-            int st = optimize_subs(sg);
-            if (st) return st;
-        }
-    }
-    return 0;
-}
-
-int oar_graph_optimize(oar_graph *g, oar_pass_list list, unsigned flags) {
-    if (!g) return oari_error(OAR_ERR_INVALID, "graph_optimize: graph is NULL");
-    if (list != OAR_PASSES_TRAINING && list != OAR_PASSES_INFERENCE)
-        return oari_error(OAR_ERR_INVALID, "graph_optimize: unknown pass list %d", (int)list);
-    const char *dbg = getenv("OAR_DEBUG");
-    bool print = (flags & OAR_PASS_PRINT) || (dbg && atoi(dbg) >= 2);
-    const char *const *names = list == OAR_PASSES_INFERENCE ? inference_list : training_list;
+/* Runs the passes `names` until the graph stops changing (at most 8
+ * rounds), printing the graph after each pass when asked. */
+static int run_list(oar_graph *g, const char *const *names, bool print) {
     for (int round = 0; round < 8; round++) {
         int changed = 0;
         for (int p = 0; names[p]; p++) {
@@ -80,6 +53,30 @@ int oar_graph_optimize(oar_graph *g, oar_pass_list list, unsigned flags) {
         }
         if (!changed) break;
     }
-    int st = optimize_subs(g);
+    return 0;
+}
+
+static int optimize_subs(oar_graph *g) {
+    static const char *const sub_list[] = {"dce", "cse", "simplify", NULL};
+    for (int i = 0; i < g->n_nodes; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        if (n->dead || !oari_is_ctrl(n->op)) continue;
+        for (int k = 0; k < 2; k++) {
+            int st = run_list(n->sub[k], sub_list, false);
+            if (!st) st = optimize_subs(n->sub[k]);
+            if (st) return st;
+        }
+    }
+    return 0;
+}
+
+int oar_graph_optimize(oar_graph *g, oar_pass_list list, unsigned flags) {
+    if (!g) return oari_error(OAR_ERR_INVALID, "graph_optimize: graph is NULL");
+    if (list != OAR_PASSES_TRAINING && list != OAR_PASSES_INFERENCE)
+        return oari_error(OAR_ERR_INVALID, "graph_optimize: unknown pass list %d", (int)list);
+    const char *dbg = getenv("OAR_DEBUG");
+    bool print = (flags & OAR_PASS_PRINT) || (dbg && atoi(dbg) >= 2);
+    int st = run_list(g, list == OAR_PASSES_INFERENCE ? inference_list : training_list, print);
+    if (!st) st = optimize_subs(g);
     return st ? st : oar_graph_verify(g);
 }
