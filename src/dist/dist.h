@@ -61,6 +61,8 @@ OARI_HIDDEN void oari_rs_get(const oari_attrs *a, int at, int nd, oar_placement 
 /* The dist_reshard op on a dtensor input (dist dispatch calls it). */
 OARI_HIDDEN int oari_dist_reshard_run(oar_tensor *x, const oari_attrs *a, oar_tensor **out);
 
+/* The row-major coordinates in m of mesh position pos (0 .. size-1). */
+OARI_HIDDEN void oari_mesh_coords(const oar_mesh *m, int64_t pos, int *coord);
 /* Shard extent of a dim of size n split over m ranks, at coordinate c. */
 static inline void oari_chunk(int64_t n, int64_t m, int64_t c, int64_t *start, int64_t *len) {
     int64_t size = (n + m - 1) / m;

@@ -150,12 +150,7 @@ oar_mesh *oar_mesh_create(int ndim, const int64_t *shape, const int *ranks,
         if (dim_names && dim_names[d]) snprintf(m->names[d], sizeof m->names[d], "%s", dim_names[d]);
         else snprintf(m->names[d], sizeof m->names[d], "d%d", d);
     }
-    /* Row-major coordinates of this rank. */
-    if (mine >= 0)
-        for (int d = ndim - 1, rest = (int)mine; d >= 0; d--) {
-            m->coord[d] = rest % (int)shape[d];
-            rest /= (int)shape[d];
-        }
+    if (mine >= 0) oari_mesh_coords(m, mine, m->coord);
     /* One communicator per mesh dim: ranks whose other coordinates agree.
      * Every world rank takes part in every split, in dim order. */
     for (int d = 0; d < ndim; d++) {
@@ -185,6 +180,13 @@ const int64_t *oar_mesh_shape(const oar_mesh *m) { return m ? m->shape : NULL; }
 
 const char *oar_mesh_dim_name(const oar_mesh *m, int dim) {
     return m && dim >= 0 && dim < m->ndim ? m->names[dim] : NULL;
+}
+
+void oari_mesh_coords(const oar_mesh *m, int64_t pos, int *coord) {
+    for (int d = m->ndim - 1; d >= 0; d--) {
+        coord[d] = (int)(pos % m->shape[d]);
+        pos /= m->shape[d];
+    }
 }
 
 int oar_mesh_coord(const oar_mesh *m, int dim) {

@@ -22,17 +22,10 @@ typedef struct box {
     int64_t lo[OAR_MAX_DIMS], hi[OAR_MAX_DIMS];
 } box;
 
-static void coords_of(const oar_mesh *m, int64_t pos, int *coord) {
-    for (int d = m->ndim - 1; d >= 0; d--) {
-        coord[d] = (int)(pos % m->shape[d]);
-        pos /= m->shape[d];
-    }
-}
-
 static void box_of(const oar_mesh *m, int64_t pos, const oar_placement *p, int ndim, const int64_t *shape,
                    box *b) {
     int coord[OAR_MESH_MAX_DIMS];
-    coords_of(m, pos, coord);
+    oari_mesh_coords(m, pos, coord);
     for (int k = 0; k < ndim; k++) b->lo[k] = 0, b->hi[k] = shape[k];
     for (int d = 0; d < m->ndim; d++) {
         if (p[d].kind != OAR_PLACEMENT_SHARD) continue;
@@ -57,10 +50,10 @@ static bool overlap(const box *a, const box *b, int ndim, box *out) {
  * for the class of source position pi. */
 static int64_t sender(const oar_mesh *a, const oar_placement *from, int64_t pi, int q, int64_t qi) {
     int cp[OAR_MESH_MAX_DIMS], cj[OAR_MESH_MAX_DIMS];
-    coords_of(a, pi, cp);
+    oari_mesh_coords(a, pi, cp);
     int64_t n = 0;
     for (int64_t pj = 0; pj < a->size; pj++) {
-        coords_of(a, pj, cj);
+        oari_mesh_coords(a, pj, cj);
         bool same_class = true;
         for (int d = 0; d < a->ndim; d++)
             if (from[d].kind == OAR_PLACEMENT_SHARD && cj[d] != cp[d]) same_class = false;
@@ -70,7 +63,7 @@ static int64_t sender(const oar_mesh *a, const oar_placement *from, int64_t pi, 
     }
     int64_t want = qi % n;
     for (int64_t pj = 0; pj < a->size; pj++) {
-        coords_of(a, pj, cj);
+        oari_mesh_coords(a, pj, cj);
         bool same_class = true;
         for (int d = 0; d < a->ndim; d++)
             if (from[d].kind == OAR_PLACEMENT_SHARD && cj[d] != cp[d]) same_class = false;
