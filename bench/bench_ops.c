@@ -56,6 +56,8 @@ static oar_tensor *f_mean_last(oar_tensor **in) { int64_t d = -1; return oar_mea
 static oar_tensor *f_amax_last(oar_tensor **in) { int64_t d = -1; return oar_amax(in[0], 1, &d, false); }
 static oar_tensor *f_softmax(oar_tensor **in) { return oar_softmax(in[3], -1); }
 static oar_tensor *f_layer_norm(oar_tensor **in) { return oar_layer_norm(in[0], 1, in[4], in[5], 1e-5); }
+static oar_tensor *f_topk_vocab(oar_tensor **in) { return oar_topk(in[13], 50, -1, true, true, NULL); }
+static oar_tensor *f_topk_rows(oar_tensor **in) { return oar_topk(in[0], 16, -1, true, true, NULL); }
 static oar_tensor *f_conv1(oar_tensor **in) {
     int64_t s[2] = {1, 1}, p[2] = {0, 0}, d[2] = {1, 1};
     return oar_conv2d(in[6], in[7], in[8], s, p, d, 1);
@@ -78,13 +80,13 @@ int main(int argc, char **argv) {
     int64_t act[2] = {512, 128}, row[1] = {128}, att[3] = {32, 64, 64};
     int64_t x1[4] = {64, 1, 28, 28}, w1[4] = {6, 1, 5, 5}, b1[1] = {6};
     int64_t x2[4] = {64, 6, 12, 12}, w2[4] = {16, 6, 5, 5}, b2[1] = {16};
-    int64_t pool_in[4] = {64, 6, 24, 24};
-    oar_tensor *in[13] = {
+    int64_t pool_in[4] = {64, 6, 24, 24}, logits[2] = {8, 32000};
+    oar_tensor *in[14] = {
         oar_randn(OAR_F32, 2, act), oar_randn(OAR_F32, 2, act), oar_randn(OAR_F32, 1, row),
         oar_randn(OAR_F32, 3, att), oar_ones(OAR_F32, 1, row), oar_zeros(OAR_F32, 1, row),
         oar_randn(OAR_F32, 4, x1), oar_randn(OAR_F32, 4, w1), oar_randn(OAR_F32, 1, b1),
         oar_randn(OAR_F32, 4, x2), oar_randn(OAR_F32, 4, w2), oar_randn(OAR_F32, 1, b2),
-        oar_randn(OAR_F32, 4, pool_in)};
+        oar_randn(OAR_F32, 4, pool_in), oar_randn(OAR_F32, 2, logits)};
     bench("add_512x128", f_add, in, 2000);
     bench("mul_bcast_512x128", f_mul_bcast, in, 2000);
     bench("exp_512x128", f_exp, in, 2000);
@@ -98,6 +100,8 @@ int main(int argc, char **argv) {
     bench("conv2d_lenet1", f_conv1, in, 100);
     bench("conv2d_lenet2", f_conv2, in, 100);
     bench("max_pool2d_lenet", f_maxpool, in, 200);
-    for (int i = 0; i < 13; i++) oar_tensor_release(in[i]);
+    bench("topk_8x32000_k50", f_topk_vocab, in, 100);
+    bench("topk_512x128_k16", f_topk_rows, in, 200);
+    for (int i = 0; i < 14; i++) oar_tensor_release(in[i]);
     return 0;
 }

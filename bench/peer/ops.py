@@ -13,7 +13,7 @@ a = torch.randn(512, 128); b = torch.randn(512, 128); r = torch.randn(128)
 att = torch.randn(32, 64, 64); w = torch.ones(128); bias = torch.zeros(128)
 x1 = torch.randn(64, 1, 28, 28); w1 = torch.randn(6, 1, 5, 5); b1 = torch.randn(6)
 x2 = torch.randn(64, 6, 12, 12); w2 = torch.randn(16, 6, 5, 5); b2 = torch.randn(16)
-pin = torch.randn(64, 6, 24, 24)
+pin = torch.randn(64, 6, 24, 24); logits = torch.randn(8, 32000)
 
 def bench(name, fn, iters):
     best = 1e30
@@ -38,3 +38,5 @@ bench("layer_norm_512x128", lambda: F.layer_norm(a, (128,), w, bias, 1e-5), 1000
 bench("conv2d_lenet1", lambda: F.conv2d(x1, w1, b1), 100)
 bench("conv2d_lenet2", lambda: F.conv2d(x2, w2, b2), 100)
 bench("max_pool2d_lenet", lambda: F.max_pool2d(pin, 2), 200)
+bench("topk_8x32000_k50", lambda: torch.topk(logits, 50, -1), 100)
+bench("topk_512x128_k16", lambda: torch.topk(a, 16, -1), 200)

@@ -369,6 +369,71 @@ static void test_topk(void) {
     oar_pool_pop(p);
 }
 
+/* Lines long enough for the heap selection (k <= n/4), with many ties and
+ * NaNs, both directions, a strided input and f64/i32: every result checked
+ * against a plain O(n k) selection written here (best value first, ties to
+ * the lower position, NaN largest). */
+static bool topk_before(double a, int64_t ia, double b, int64_t ib, bool largest) {
+    bool an = a != a, bn = b != b;
+    if (an != bn) return largest ? an : bn;
+    if (!an && a != b) return largest ? a > b : a < b;
+    return ia < ib;
+}
+
+static void test_topk_long_lines(void) {
+    oar_pool *p = oar_pool_push();
+    enum { R = 5, L = 257 };
+    /* x: the lines (NaN in the float copy only); xt: the same, transposed in
+     * memory, read back through a transposed view (strided lines) */
+    double *x = malloc(R * L * sizeof *x), *xi = malloc(R * L * sizeof *xi);
+    double *xt = malloc(R * L * sizeof *xt), *xti = malloc(R * L * sizeof *xti);
+    uint64_t seed = 12345;
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t i = 0; i < L; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            int64_t u = (int64_t)(seed >> 33) % 40; /* 40 values: ties everywhere */
+            x[r * L + i] = xt[i * R + r] = u == 0 ? NAN : (double)(u - 20);
+            xi[r * L + i] = xti[i * R + r] = (double)(u - 20);
+        }
+    const oar_dtype dts[3] = {OAR_F32, OAR_F64, OAR_I32};
+    const int64_t ks[3] = {1, 17, 64};
+    int bad = 0, checked = 0;
+    double *got = malloc(R * 64 * sizeof *got);
+    int64_t *gi = malloc(R * 64 * sizeof *gi);
+    for (int d = 0; d < 3; d++)
+        for (int kk = 0; kk < 3; kk++)
+            for (int largest = 0; largest < 2; largest++)
+                for (int strided = 0; strided < 2; strided++) {
+                    const int64_t k = ks[kk];
+                    const double *want = dts[d] == OAR_I32 ? xi : x;
+                    const double *data = dts[d] == OAR_I32 ? (strided ? xti : xi) : (strided ? xt : x);
+                    oar_tensor *src = strided ? oar_transpose(tens(data, dts[d], 2, SHAPE(L, R)), 0, 1)
+                                              : tens(data, dts[d], 2, SHAPE(R, L));
+                    oar_tensor *ix = NULL, *v = oar_topk(src, k, 1, largest, true, &ix);
+                    CHECK(v && oar_tensor_to_host(oar_cast(v, OAR_F64), got, R * k * sizeof *got) == 0);
+                    CHECK(ix && oar_tensor_to_host(ix, gi, R * k * sizeof *gi) == 0);
+                    for (int64_t r = 0; r < R; r++) {
+                        const double *line = want + r * L;
+                        bool used[L] = {false};
+                        for (int64_t j = 0; j < k; j++) {
+                            int64_t best = -1;
+                            for (int64_t i = 0; i < L; i++)
+                                if (!used[i] && (best < 0 || topk_before(line[i], i, line[best], best, largest)))
+                                    best = i;
+                            used[best] = true;
+                            double g = got[r * k + j];
+                            bool same = (g != g && line[best] != line[best]) || g == line[best];
+                            bad += !same || gi[r * k + j] != best;
+                            checked++;
+                        }
+                    }
+                }
+    CHECK(checked == 3 * 2 * 2 * R * (1 + 17 + 64));
+    CHECK(bad == 0);
+    free(x), free(xi), free(xt), free(xti), free(got), free(gi);
+    oar_pool_pop(p);
+}
+
 static void test_masked_fill(void) {
     oar_pool *p = oar_pool_push();
     oar_tensor *x = tens(masked_x, OAR_F32, 2, SHAPE(2, 3));
@@ -634,6 +699,7 @@ int main(void) {
     RUN(test_one_hot);
     RUN(test_sort);
     RUN(test_topk);
+    RUN(test_topk_long_lines);
     RUN(test_masked_fill);
     RUN(test_bad_input);
     RUN(test_gradients);
