@@ -211,14 +211,16 @@ OAR_API oar_tensor *oar_batch_norm(oar_tensor *x, oar_tensor *running_mean, oar_
 OAR_API oar_tensor *oar_dropout(oar_tensor *x, double p, bool training);
 /* weight [num, dim], indices any shape -> [..., dim]. */
 OAR_API oar_tensor *oar_embedding(oar_tensor *weight, oar_tensor *indices);
-/* x [N, C, L], w [O, C/groups, K]; bias NULL or [O]. */
+/* x [N, C, L] (or unbatched [C, L], giving [O, L']), w [O, C/groups, K];
+ * bias NULL or [O]. */
 OAR_API oar_tensor *oar_conv1d(oar_tensor *x, oar_tensor *w, oar_tensor *bias, int64_t stride,
                                int64_t padding, int64_t dilation, int64_t groups);
-/* x [N, C, H, W], w [O, C/groups, kh, kw]; bias NULL or [O]. */
+/* x [N, C, H, W] (or unbatched [C, H, W], giving [O, H', W']),
+ * w [O, C/groups, kh, kw]; bias NULL or [O]. */
 OAR_API oar_tensor *oar_conv2d(oar_tensor *x, oar_tensor *w, oar_tensor *bias,
                                const int64_t stride[2], const int64_t padding[2],
                                const int64_t dilation[2], int64_t groups);
-/* w [C, O/groups, kh, kw]. */
+/* x [N, C, H, W] or unbatched [C, H, W]; w [C, O/groups, kh, kw]. */
 OAR_API oar_tensor *oar_conv_transpose2d(oar_tensor *x, oar_tensor *w, oar_tensor *bias,
                                          const int64_t stride[2], const int64_t padding[2],
                                          const int64_t output_padding[2],

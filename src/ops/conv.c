@@ -607,17 +607,25 @@ static bool null_arg(const char *op, const void *p, const char *what) {
     return true;
 }
 
+/* An unbatched input ([C, ...] as torch takes it) runs as a batch of one:
+ * a view in, the batch dim dropped from the result (both views, so autograd
+ * and tracing see them); NULL stays NULL with the error kept. */
+static oar_tensor *batch_of_one(oar_tensor *x) { return oar_unsqueeze(x, 0); }
+static oar_tensor *unbatch(oar_tensor *y) { return y ? oar_squeeze(y, 0) : NULL; }
+
 oar_tensor *oar_conv2d(oar_tensor *x, oar_tensor *w, oar_tensor *bias, const int64_t stride[2],
                        const int64_t padding[2], const int64_t dilation[2], int64_t groups) {
     if (null_arg("conv2d", stride, "stride") || null_arg("conv2d", padding, "padding") ||
         null_arg("conv2d", dilation, "dilation"))
         return NULL;
+    if (x && x->ndim == 3)
+        return unbatch(oar_conv2d(batch_of_one(x), w, bias, stride, padding, dilation, groups));
     oari_attrs a = {
         .ni = 7,
         .i = {stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], groups}};
     if (x && x->ndim != 4) {
         char b[200];
-        oari_error(OAR_ERR_INVALID, "conv2d: expected a 4-D input [N, C, H, W], got %s",
+        oari_error(OAR_ERR_INVALID, "conv2d: expected a 4-D input [N, C, H, W] or 3-D [C, H, W], got %s",
                    oari_shape_str(b, x->ndim, x->shape));
         return NULL;
     }
@@ -631,9 +639,11 @@ oar_tensor *oar_conv2d(oar_tensor *x, oar_tensor *w, oar_tensor *bias, const int
 
 oar_tensor *oar_conv1d(oar_tensor *x, oar_tensor *w, oar_tensor *bias, int64_t stride,
                        int64_t padding, int64_t dilation, int64_t groups) {
+    if (x && x->ndim == 2)
+        return unbatch(oar_conv1d(batch_of_one(x), w, bias, stride, padding, dilation, groups));
     if (x && x->ndim != 3) {
         char b[200];
-        oari_error(OAR_ERR_INVALID, "conv1d: expected a 3-D input [N, C, L], got %s",
+        oari_error(OAR_ERR_INVALID, "conv1d: expected a 3-D input [N, C, L] or 2-D [C, L], got %s",
                    oari_shape_str(b, x->ndim, x->shape));
         return NULL;
     }
@@ -654,9 +664,12 @@ oar_tensor *oar_conv_transpose2d(oar_tensor *x, oar_tensor *w, oar_tensor *bias,
     if (null_arg(op, stride, "stride") || null_arg(op, padding, "padding") ||
         null_arg(op, output_padding, "output_padding") || null_arg(op, dilation, "dilation"))
         return NULL;
+    if (x && x->ndim == 3)
+        return unbatch(oar_conv_transpose2d(batch_of_one(x), w, bias, stride, padding,
+                                            output_padding, dilation, groups));
     if (x && x->ndim != 4) {
         char b[200];
-        oari_error(OAR_ERR_INVALID, "%s: expected a 4-D input [N, C, H, W], got %s", op,
+        oari_error(OAR_ERR_INVALID, "%s: expected a 4-D input [N, C, H, W] or 3-D [C, H, W], got %s", op,
                    oari_shape_str(b, x->ndim, x->shape));
         return NULL;
     }

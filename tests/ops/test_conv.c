@@ -545,7 +545,7 @@ static void test_bad_input(void) {
     CHECK_FAILS(
         oar_conv2d(x, oar_ones(OAR_F32, 4, (int64_t[]){3, 3, 3, 3}), NULL, zero, zero, one, 1),
         "must be >= 1");
-    CHECK_FAILS(oar_conv2d(oar_ones(OAR_F32, 3, (int64_t[]){3, 5, 5}), w, NULL, one, zero, one, 1),
+    CHECK_FAILS(oar_conv2d(oar_ones(OAR_F32, 2, (int64_t[]){5, 5}), w, NULL, one, zero, one, 1),
                 "expected a 4-D input");
     CHECK_FAILS(oar_conv2d(x, NULL, NULL, one, zero, one, 1), "weight is NULL");
     CHECK_FAILS(oar_conv2d(NULL, w, NULL, one, zero, one, 1), "NULL");
