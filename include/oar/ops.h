@@ -212,7 +212,8 @@ OAR_API oar_tensor *oar_dropout(oar_tensor *x, double p, bool training);
 /* weight [num, dim], indices any shape -> [..., dim]. */
 OAR_API oar_tensor *oar_embedding(oar_tensor *weight, oar_tensor *indices);
 /* x [N, C, L] (or unbatched [C, L], giving [O, L']), w [O, C/groups, K];
- * bias NULL or [O]. */
+ * bias NULL or [O]. The convolutions take float or complex tensors, input,
+ * weight and bias of one dtype (complex: four real convolutions). */
 OAR_API oar_tensor *oar_conv1d(oar_tensor *x, oar_tensor *w, oar_tensor *bias, int64_t stride,
                                int64_t padding, int64_t dilation, int64_t groups);
 /* x [N, C, H, W] (or unbatched [C, H, W], giving [O, H', W']),

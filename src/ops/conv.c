@@ -2,7 +2,7 @@
  * gradient rules written with ops) and public functions. Kernels:
  * src/backends/cpu/cpu_conv.c. Attribute layouts: src/ops/defs/conv.def. */
 #include "op.h"
-
+#include <oar/complex.h>
 #include <string.h>
 
 /* ---- shared checks ---------------------------------------------------------- */
@@ -613,6 +613,52 @@ static bool null_arg(const char *op, const void *p, const char *what) {
 static oar_tensor *batch_of_one(oar_tensor *x) { return oar_unsqueeze(x, 0); }
 static oar_tensor *unbatch(oar_tensor *y) { return y ? oar_squeeze(y, 0) : NULL; }
 
+/* Complex convolution (input and weight of one complex dtype, as torch):
+ * four real convolutions, y = (xr*wr - xi*wi + br) + i (xr*wi + xi*wr + bi),
+ * built from differentiable ops so gradients (and their gradients) follow
+ * the conjugate convention of every complex op. conv is one of the real
+ * wrappers with its other arguments bound in args. */
+typedef oar_tensor *(*real_conv_fn)(oar_tensor *x, oar_tensor *w, oar_tensor *b, const void *args);
+
+static bool is_complex_conv(oar_tensor *x, oar_tensor *w) {
+    return x && w && (oar_dtype_is_complex(x->dtype) || oar_dtype_is_complex(w->dtype));
+}
+
+static oar_tensor *complex_conv(const char *op, oar_tensor *x, oar_tensor *w, oar_tensor *bias,
+                                real_conv_fn conv, const void *args) {
+    if (check_same_dtype(op, "weight", x, w) || check_same_dtype(op, "bias", x, bias)) return NULL;
+    oar_tensor *xr = oar_real(x), *xi = oar_imag(x), *wr = oar_real(w), *wi = oar_imag(w);
+    oar_tensor *br = bias ? oar_real(bias) : NULL, *bi = bias ? oar_imag(bias) : NULL;
+    oar_tensor *re = oar_sub(conv(xr, wr, br, args), conv(xi, wi, NULL, args));
+    oar_tensor *im = oar_add(conv(xr, wi, bi, args), conv(xi, wr, NULL, args));
+    return oar_complex(re, im);
+}
+
+typedef struct conv2d_args {
+    const int64_t *stride, *padding, *dilation;
+    int64_t groups;
+} conv2d_args;
+static oar_tensor *real_conv2d(oar_tensor *x, oar_tensor *w, oar_tensor *b, const void *args) {
+    const conv2d_args *a = args;
+    return oar_conv2d(x, w, b, a->stride, a->padding, a->dilation, a->groups);
+}
+typedef struct conv1d_args {
+    int64_t stride, padding, dilation, groups;
+} conv1d_args;
+static oar_tensor *real_conv1d(oar_tensor *x, oar_tensor *w, oar_tensor *b, const void *args) {
+    const conv1d_args *a = args;
+    return oar_conv1d(x, w, b, a->stride, a->padding, a->dilation, a->groups);
+}
+typedef struct conv_t_args {
+    const int64_t *stride, *padding, *output_padding, *dilation;
+    int64_t groups;
+} conv_t_args;
+static oar_tensor *real_conv_t(oar_tensor *x, oar_tensor *w, oar_tensor *b, const void *args) {
+    const conv_t_args *a = args;
+    return oar_conv_transpose2d(x, w, b, a->stride, a->padding, a->output_padding, a->dilation,
+                                a->groups);
+}
+
 oar_tensor *oar_conv2d(oar_tensor *x, oar_tensor *w, oar_tensor *bias, const int64_t stride[2],
                        const int64_t padding[2], const int64_t dilation[2], int64_t groups) {
     if (null_arg("conv2d", stride, "stride") || null_arg("conv2d", padding, "padding") ||
@@ -620,6 +666,9 @@ oar_tensor *oar_conv2d(oar_tensor *x, oar_tensor *w, oar_tensor *bias, const int
         return NULL;
     if (x && x->ndim == 3)
         return unbatch(oar_conv2d(batch_of_one(x), w, bias, stride, padding, dilation, groups));
+    if (is_complex_conv(x, w))
+        return complex_conv("conv2d", x, w, bias, real_conv2d,
+                            &(conv2d_args){stride, padding, dilation, groups});
     oari_attrs a = {
         .ni = 7,
         .i = {stride[0], stride[1], padding[0], padding[1], dilation[0], dilation[1], groups}};
@@ -641,6 +690,9 @@ oar_tensor *oar_conv1d(oar_tensor *x, oar_tensor *w, oar_tensor *bias, int64_t s
                        int64_t padding, int64_t dilation, int64_t groups) {
     if (x && x->ndim == 2)
         return unbatch(oar_conv1d(batch_of_one(x), w, bias, stride, padding, dilation, groups));
+    if (is_complex_conv(x, w))
+        return complex_conv("conv1d", x, w, bias, real_conv1d,
+                            &(conv1d_args){stride, padding, dilation, groups});
     if (x && x->ndim != 3) {
         char b[200];
         oari_error(OAR_ERR_INVALID, "conv1d: expected a 3-D input [N, C, L] or 2-D [C, L], got %s",
@@ -667,6 +719,9 @@ oar_tensor *oar_conv_transpose2d(oar_tensor *x, oar_tensor *w, oar_tensor *bias,
     if (x && x->ndim == 3)
         return unbatch(oar_conv_transpose2d(batch_of_one(x), w, bias, stride, padding,
                                             output_padding, dilation, groups));
+    if (is_complex_conv(x, w))
+        return complex_conv(op, x, w, bias, real_conv_t,
+                            &(conv_t_args){stride, padding, output_padding, dilation, groups});
     if (x && x->ndim != 4) {
         char b[200];
         oari_error(OAR_ERR_INVALID, "%s: expected a 4-D input [N, C, H, W] or 3-D [C, H, W], got %s", op,
