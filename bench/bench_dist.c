@@ -16,6 +16,9 @@
  * overlapped with backward (OAR_BENCH_BUCKET bytes, default the reducer's),
  * or with "sync" after backward (oar_dist_reduce_grads); it also prints
  * the time per step spent in that call (communication not hidden).
+ * OAR_BENCH_PER_RANK_BATCH=B measures weak scaling instead, the usual way
+ * data-parallel throughput is quoted (PyTorch DDP's scaling figures): every
+ * rank takes B sequences, so the global batch grows with the ranks.
  * Usage: mpirun -np N bench_dist [steps] [tp|sync|s2s] */
 #include <oar/oar.h>
 
@@ -69,7 +72,9 @@ int main(int argc, char **argv) {
     int world = oar_dist_world_size(), me = oar_dist_rank();
     int steps = argc > 1 ? atoi(argv[1]) : 10, warm = 2;
     bool tp = argc > 2 && !strcmp(argv[2], "tp"), sync = argc > 2 && !strcmp(argv[2], "sync");
-    const int64_t batch = 16, seq = 64, d = 128;
+    const char *per_rank = getenv("OAR_BENCH_PER_RANK_BATCH");
+    const int64_t batch = per_rank && atoi(per_rank) > 0 ? (int64_t)atoi(per_rank) * world : 16, seq = 64,
+                  d = 128;
     oar_mesh *mesh = oar_mesh_create(1, (int64_t[]){world}, NULL, (const char *const[]){"dp"});
     oar_manual_seed(1);
     oar_transformer_options o = {.dim_feedforward = 512, .norm_first = true, .causal = true};
@@ -123,9 +128,9 @@ int main(int argc, char **argv) {
         printf("oar %s%d_samples_per_s %.2f 1/s\n", mode, world, (double)batch / dt);
         if (!tp) printf("oar %s%d_reduce_wait_ms %.3f ms\n", mode, world, t_reduce / steps * 1e3);
         if (red) printf("# buckets started during backward per step: %.1f\n", (double)overlapped / steps);
-        printf("# %s, ranks %d, loss %.6f, fallbacks %lld, bytes handed to collectives per step %.0f "
+        printf("# %s, ranks %d, global batch %lld, loss %.6f, fallbacks %lld, bytes handed to collectives per step %.0f "
                "(the recipe's minimum payload %.0f; parameter bytes %lld)\n",
-               mode, world, loss, (long long)oar_dist_fallback_count(), sent, minimum, (long long)param_bytes);
+               mode, world, (long long)batch, loss, (long long)oar_dist_fallback_count(), sent, minimum, (long long)param_bytes);
     }
     oar_dist_reducer_free(red);
     oar_optim_free(opt);

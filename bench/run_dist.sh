@@ -4,6 +4,9 @@
 # with backward (1 OpenMP thread per rank), alternating, `rounds` times,
 # under the shared benchmark environment. Prints each run, the 2-rank /
 # 1-rank throughput ratio of each round (target >= 1.8) and the medians.
+# With PER_RANK=B in the environment every run takes B sequences per rank
+# (weak scaling: the global batch is B x ranks) instead of one global batch
+# of 16 split over the ranks (strong scaling, the default).
 #   bash bench/run_dist.sh [steps] [rounds]
 set -u
 cd "$(dirname "$0")/.."
@@ -12,6 +15,7 @@ shared=../shared/bench/peer-env.sh
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 steps=${1:-10}
 rounds=${2:-2}
+[ -n "${PER_RANK:-}" ] && export OAR_BENCH_PER_RANK_BATCH=$PER_RANK
 rs=() ro=()
 for round in $(seq "$rounds"); do
     one=$(mpirun -np 1 build/bench_dist "$steps") || exit 1
