@@ -452,5 +452,14 @@ void oar_tensor_print(const oar_tensor *t, const char *name) {
         printf("%s: <error: %s>\n", name ? name : "tensor", oar_last_error());
         return;
     }
-    printf("%s = %s%s\n", name ? name : "tensor", small, (size_t)n >= sizeof small ? "..." : "");
+    char *text = small;
+    if ((size_t)n >= sizeof small) { /* longer than the stack buffer: the whole text, not a cut */
+        if (!(text = oari_malloc((size_t)n + 1)) || oar_tensor_format(t, text, (size_t)n + 1) < 0) {
+            oari_free(text, (size_t)n + 1);
+            printf("%s: <error: %s>\n", name ? name : "tensor", oar_last_error());
+            return;
+        }
+    }
+    printf("%s = %s\n", name ? name : "tensor", text);
+    if (text != small) oari_free(text, (size_t)n + 1);
 }

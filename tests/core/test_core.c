@@ -3,6 +3,7 @@
 #include "test.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 static void test_dtypes(void) {
     CHECK(oar_dtype_size(OAR_C128) == 16);
@@ -219,6 +220,70 @@ static void test_format(void) {
     oar_tensor_release(t);
 }
 
+/* oar_tensor_print writes "name = <oar_tensor_format's text>" to stdout,
+ * whole however long; captured here through a temporary file. */
+static char *captured_print(const oar_tensor *t, const char *name) {
+    fflush(stdout);
+    int saved = dup(1);
+    FILE *f = tmpfile();
+    if (saved < 0 || !f) return NULL;
+    dup2(fileno(f), 1);
+    oar_tensor_print(t, name);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    long n = ftell(f);
+    char *text = n >= 0 ? calloc((size_t)n + 1, 1) : NULL;
+    rewind(f);
+    if (text && fread(text, 1, (size_t)n, f) != (size_t)n) text[0] = 0;
+    fclose(f);
+    return text;
+}
+
+static void test_print(void) {
+    oar_pool *p = oar_pool_push();
+    oar_tensor *t = oar_tensor_from_data((int32_t[]){1, 2, 3, 4}, OAR_I32, 2, (int64_t[]){2, 2});
+    char *text = captured_print(t, "t");
+    CHECK(text && !strcmp(text, "t = tensor([[1, 2], [3, 4]], shape=[2, 2], dtype=int32)\n"));
+    free(text);
+    /* longer than print's stack buffer: the same text as oar_tensor_format */
+    oar_tensor *big = oar_arange(0, 3000, 1, OAR_I64);
+    int n = oar_tensor_format(big, NULL, 0);
+    char *want = malloc((size_t)n + 1);
+    CHECK(n > 4096 && oar_tensor_format(big, want, (size_t)n + 1) == n);
+    text = captured_print(big, NULL);
+    CHECK(text && !strncmp(text, "tensor = ", 9) && !strncmp(text + 9, want, (size_t)n) && text[9 + n] == '\n');
+    free(text), free(want);
+    text = captured_print(NULL, "x");
+    CHECK(text && !strncmp(text, "x: <error: ", 11));
+    free(text);
+    oar_pool_pop(p);
+}
+
+static void test_like_and_peak(void) {
+    oar_pool *p = oar_pool_push();
+    oar_tensor *x = oar_transpose(oar_zeros(OAR_F64, 2, (int64_t[]){2, 3}), 0, 1);
+    oar_tensor *f = oar_full_like(x, 2.5);
+    CHECK(f && oar_tensor_dtype(f) == OAR_F64 && oar_tensor_shape(f)[0] == 3 && oar_tensor_shape(f)[1] == 2);
+    CHECK(f && oar_tensor_item(oar_sum(f, 0, NULL, false)) == 15.0);
+    CHECK(oar_tensor_item(oar_amax(oar_full_like(oar_ones(OAR_I32, 1, (int64_t[]){4}), 7), 0, NULL, false)) == 7);
+    CHECK_FAILS(oar_full_like(NULL, 1), "full_like: input is NULL");
+    /* the peak drops back to what is in use, then follows new allocations */
+    oar_memory_stats s;
+    oar_tensor *big = oar_ones(OAR_F32, 1, (int64_t[]){1 << 20});
+    oar_tensor_release(oar_tensor_retain(big));
+    oar_memory_reset_peak();
+    oar_memory_stats_get(&s);
+    CHECK(s.peak_bytes == s.bytes_in_use);
+    size_t in_use = s.bytes_in_use;
+    oar_tensor *more = oar_ones(OAR_F32, 1, (int64_t[]){1 << 18});
+    oar_memory_stats_get(&s);
+    CHECK(more && s.peak_bytes >= in_use + (1 << 20));
+    oar_pool_pop(p);
+    oar_memory_stats_get(&s);
+    CHECK(s.peak_bytes >= s.bytes_in_use + (1 << 20)); /* popping frees, the peak stays */
+}
+
 /* A thread that uses pools frees its recycled ones when it exits (the
  * ASan build's leak check fails this test otherwise); its results are its
  * own. */
@@ -256,5 +321,7 @@ int main(void) {
     RUN(test_allocator_cache);
     RUN(test_random);
     RUN(test_format);
+    RUN(test_print);
+    RUN(test_like_and_peak);
     return test_summary();
 }

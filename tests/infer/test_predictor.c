@@ -45,6 +45,9 @@ static void test_basics(void) {
     CHECK(p != NULL);
     CHECK(oar_predictor_num_inputs(p) == 1 && oar_predictor_num_outputs(p) == 1);
     CHECK(strcmp(oar_predictor_input_name(p, 0), "x") == 0);
+    CHECK(strcmp(oar_predictor_output_name(p, 0), "y") == 0);
+    CHECK(oar_predictor_output_name(p, 1) == NULL && oar_predictor_output_name(p, -1) == NULL);
+    CHECK(oar_predictor_input_name(p, 1) == NULL && oar_predictor_output_name(NULL, 0) == NULL);
     CHECK(oar_predictor_output_index(p, "y") == 0 && oar_predictor_input_index(p, "nope") == -1);
     int64_t shape[8];
     oar_dtype dt;

@@ -162,6 +162,9 @@ static void test_default_init(void) {
     CHECK_NEAR(oar_tensor_item(oar_mean(w, 0, NULL, false)), 3, 0.05);
     CHECK(oar_init_ones_(w) == 0);
     CHECK_NEAR(oar_tensor_item(oar_sum(w, 0, NULL, false)), 2000, 0);
+    CHECK(oar_init_zeros_(w) == 0);
+    CHECK_NEAR(oar_tensor_item(oar_sum(oar_abs(w), 0, NULL, false)), 0, 0);
+    CHECK_STATUS_FAILS(oar_init_zeros_(NULL), "NULL");
     int64_t fi, fo;
     CHECK(oar_init_fans(oar_module_get(conv, "weight"), &fi, &fo) == 0 && fi == 27 && fo == 72);
     CHECK_STATUS_FAILS(oar_init_fans(oar_module_get(conv, "bias"), &fi, &fo), "at least 2 dims");
