@@ -1,0 +1,110 @@
+/* Collectives on dtensors whose shards live on a device:
+ * - on the fakecoll device (tests/devices/plugins/coll_plugin.c), whose
+ *   all_reduce member reduces through shared memory and counts its calls:
+ *   Partial -> Replicate reshards (sum, avg, max) go through the member
+ *   (the count grows by one each, the values are the sums over the ranks),
+ *   while reduce-scatter, all-gather and a move to another mesh, which
+ *   it lacks, are staged through the host (the count does not move);
+ * - on opencl:0, which has no collective members: every collective is
+ *   staged, and results stay on the device (skipped with a message where
+ *   no OpenCL device exists).
+ * Runs alone and under mpirun with 2 ranks (CTest runs both). */
+#include "test.h"
+
+#include <dlfcn.h>
+#include <oar/dist.h>
+
+static int W, ME;
+static long (*coll_calls)(void);
+
+/* Rank r's local value: 2 x 3, element i = (r + 1) (i + 1) / 2. */
+static oar_tensor *local_value(int r) {
+    float v[6];
+    for (int i = 0; i < 6; i++) v[i] = (float)((r + 1) * (i + 1)) * 0.5f;
+    return oar_tensor_from_data(v, OAR_F32, 2, (int64_t[]){2, 3});
+}
+
+static void check_on(oar_tensor *t, oar_device *d, const double *want, int64_t n) {
+    CHECK(t && oar_tensor_device(t) == d);
+    oar_tensor *h = oar_tensor_to(t, oar_device_cpu());
+    CHECK_VALUES(h, want, n, 1e-6);
+}
+
+static void run_on(oar_device *dev, bool hooked) {
+    oar_pool *pool = oar_pool_push();
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    CHECK(m != NULL);
+    const int64_t shape[2] = {2, 3};
+    double sum[6], avg[6], max[6];
+    for (int i = 0; i < 6; i++) {
+        sum[i] = (i + 1) * 0.5 * W * (W + 1) / 2.0;
+        avg[i] = sum[i] / W;
+        max[i] = (i + 1) * 0.5 * W;
+    }
+    oar_tensor *local = oar_tensor_to(local_value(ME), dev);
+    long before = hooked ? coll_calls() : 0;
+    const oar_reduce_op ops[3] = {OAR_REDUCE_SUM, OAR_REDUCE_AVG, OAR_REDUCE_MAX};
+    const double *want[3] = {sum, avg, max};
+    for (int k = 0; k < 3; k++) {
+        oar_tensor *x = oar_dtensor_from_local(local, m, (oar_placement[]){oar_partial(ops[k])}, shape);
+        oar_tensor *y = oar_reshard(x, m, (oar_placement[]){oar_replicate()});
+        check_on(oar_dtensor_local(y), dev, want[k], 6);
+        if (hooked) CHECK(coll_calls() == before + k + 1);
+    }
+    /* reduce-scatter into Shard(1), then all-gather back: staged */
+    oar_tensor *x = oar_dtensor_from_local(local, m, (oar_placement[]){oar_partial(OAR_REDUCE_SUM)}, shape);
+    oar_tensor *s = oar_reshard(x, m, (oar_placement[]){oar_shard(1)});
+    CHECK(s && oar_tensor_device(oar_dtensor_local(s)) == dev);
+    oar_tensor *r = oar_reshard(s, m, (oar_placement[]){oar_replicate()});
+    check_on(oar_dtensor_local(r), dev, sum, 6);
+    /* a move to another mesh (point-to-point messages: staged), and back to
+     * the whole value (all-gather: staged) */
+    oar_mesh *m2 = oar_mesh_create(2, (int64_t[]){1, W}, NULL, NULL);
+    oar_tensor *mv = oar_reshard(r, m2, (oar_placement[]){oar_replicate(), oar_shard(1)});
+    CHECK(mv && oar_tensor_device(oar_dtensor_local(mv)) == dev);
+    oar_tensor *u = oar_unshard(mv);
+    check_on(u, dev, sum, 6);
+    if (hooked) CHECK(coll_calls() == before + 3);
+    oar_mesh_release(m2);
+    oar_mesh_release(m);
+    oar_pool_pop(pool);
+}
+
+static void test_hooked(void) {
+    oar_device *dev = oar_device_get("fakecoll:0");
+    void *lib = dlopen(OAR_TEST_COLL_PLUGIN_DIR "/fakecoll.so", RTLD_NOW | RTLD_NOLOAD);
+    coll_calls = lib ? (long (*)(void))dlsym(lib, "oar_test_coll_calls") : NULL;
+    CHECK(dev && coll_calls);
+    if (dev && coll_calls) run_on(dev, true);
+    if (lib) dlclose(lib);
+}
+
+static void test_staged_opencl(void) {
+    oar_device *cl = oar_device_get("opencl:0");
+    if (!cl) {
+        printf("rank %d: no OpenCL device (%s): the staged part is skipped\n", ME, oar_last_error());
+        oar_clear_error();
+        return;
+    }
+    run_on(cl, false);
+}
+
+int main(int argc, char **argv) {
+#ifdef OAR_PLUGIN_BUILD_DIR
+    setenv("OAR_PLUGIN_PATH", OAR_TEST_COLL_PLUGIN_DIR ":" OAR_PLUGIN_BUILD_DIR, 1);
+#else
+    setenv("OAR_PLUGIN_PATH", OAR_TEST_COLL_PLUGIN_DIR, 1);
+#endif
+    setenv("OAR_PLUGIN_NO_INSTALL_DIR", "1", 1);
+    if (oar_dist_init(&argc, &argv)) {
+        fprintf(stderr, "oar_dist_init: %s\n", oar_last_error());
+        return 1;
+    }
+    W = oar_dist_world_size();
+    ME = oar_dist_rank();
+    RUN(test_hooked);
+    RUN(test_staged_opencl);
+    int rc = test_summary();
+    oar_dist_finalize();
+    return rc;
+}
