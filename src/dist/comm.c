@@ -578,10 +578,18 @@ static void *device_comm(oar_mesh *m, int d, oar_device *dev) {
 
 void oari_mesh_free_device_comms(oar_mesh *m) {
     for (int d = 0; d < m->ndim; d++) {
-        if (m->dev_state[d] > 0) m->dev_of[d]->iface->comm_destroy(m->dev_of[d]->ctx, m->dev_of[d]->index, m->dev_comm[d]);
+        oar_device *dev = m->dev_of[d];
+        if (m->dev_state[d] > 0) dev->iface->comm_destroy(dev->ctx, dev->index, m->dev_comm[d]);
         m->dev_state[d] = 0;
         m->dev_comm[d] = NULL;
     }
+}
+
+/* Reports a failed collective member (unless the plugin did). */
+static int member_failed(const char *what, oar_device *dev, int rc) {
+    if (!oari_device_reported)
+        oari_error(OAR_ERR_IO, "%s: %s's %s member failed (%d)", what, dev->name, what, rc);
+    return rc;
 }
 
 /* all_reduce through dev's member, in place on a fresh copy of x: an owned
@@ -600,9 +608,7 @@ static oar_tensor *device_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *
                                         op == OAR_REDUCE_AVG ? OAR_REDUCE_SUM : op, NULL);
         if (!rc) rc = oar_device_synchronize(dev);
         if (rc) {
-            if (!oari_device_reported && !oari_error_pending())
-                oari_error(OAR_ERR_IO, "all_reduce: %s's all_reduce of %lld %s failed (%d)", dev->name,
-                           (long long)y->numel, oar_dtype_name(y->dtype), rc);
+            member_failed("all_reduce", dev, rc);
             y = NULL;
         }
     }
@@ -630,11 +636,70 @@ int oari_all_reduce_start(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d, o
     return st;
 }
 
-/* The other collectives stage device shards through the host. */
+/* all_gather / reduce_scatter through dev's member on x with tensor dim
+ * `dim` moved to the front (in a buffer of its own): this rank's part is
+ * f's block, the result's first dim is n times (gather) or 1/n of
+ * (scatter, avg divided after) f's. Returns an owned result on dev, or
+ * NULL with the error set. */
+static oar_tensor *device_gather_scatter(bool gather, oar_tensor *x, int dim, oar_reduce_op op, oar_mesh *m,
+                                         int d, oar_device *dev, void *comm) {
+    int64_t n = m->shape[d], perm[OAR_MAX_DIMS], shape[OAR_MAX_DIMS];
+    oar_pool *pool = oar_pool_push();
+    oari_no_grad_push();
+    oar_tensor *f = dim_to_front(x, dim, perm);
+    if (f && f->offset) f = oar_clone(f); /* the member reads from the buffer's start */
+    oar_tensor *y = NULL, *out = NULL;
+    if (f) {
+        memcpy(shape, f->shape, sizeof(int64_t) * (size_t)f->ndim);
+        shape[0] = gather ? shape[0] * n : shape[0] / n;
+        y = oari_pool_adopt(oari_tensor_empty(dev, f->dtype, f->ndim, shape));
+    }
+    if (y) {
+        const char *what = gather ? "all_gather" : "reduce_scatter";
+        count(f->numel * (int64_t)oar_dtype_size(f->dtype));
+        oari_dist_count_call(gather ? OARI_COLL_ALL_GATHER : OARI_COLL_REDUCE_SCATTER);
+        oari_device_reported = false;
+        const oar_device_iface *fi = dev->iface;
+        int rc = !y->numel ? 0
+                 : gather ? fi->all_gather(dev->ctx, dev->index, comm, f->storage->data, y->storage->data,
+                                           (size_t)f->numel, (int32_t)f->dtype, NULL)
+                          : fi->reduce_scatter(dev->ctx, dev->index, comm, f->storage->data, y->storage->data,
+                                               (size_t)y->numel, (int32_t)f->dtype,
+                                               op == OAR_REDUCE_AVG ? OAR_REDUCE_SUM : op, NULL);
+        if (!rc) rc = oar_device_synchronize(dev);
+        if (rc) member_failed(what, dev, rc);
+        else out = front_to_dim(y, perm, x->ndim);
+        if (out && !gather && op == OAR_REDUCE_AVG) out = oar_div_scalar(out, (double)n);
+    }
+    oari_no_grad_pop();
+    return oari_pop_owned(pool, out);
+}
+
+/* The device communicator for a gather or scatter of x along `dim` when
+ * dev has the member and the parts are even (n equal blocks), else NULL
+ * (staged; the host path reports bad arguments). Collective over mesh dim
+ * d, as the calls that use it. */
+static void *even_comm(bool gather, oar_tensor *x, int dim, oar_mesh *m, int d, oar_device *dev) {
+    if (check_mesh(gather ? "all_gather" : "reduce_scatter", x, m, d) || dim < 0 || dim >= x->ndim)
+        return NULL;
+    if (gather ? !dev->iface->all_gather : !dev->iface->reduce_scatter) return NULL;
+    void *comm = device_comm(m, d, dev);
+    if (!comm) return NULL;
+    int64_t n = m->shape[d], len = x->shape[dim];
+    if (!gather) return len % n == 0 ? comm : NULL;
+    int64_t sizes[64];
+    if (n > 64 || gather_i64(len, sizes, m, d)) return NULL;
+    for (int64_t c = 0; c < n; c++)
+        if (sizes[c] != len) return NULL;
+    return comm;
+}
+
 oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int d) {
     oar_device *dev = device_of(x);
     if (dev == oari_device_cpu()) return all_gather_host(x, dim, m, d);
-    oar_pool *pool = oar_pool_push();
+    void *comm = even_comm(true, x, dim, m, d, dev);
+    if (comm) return device_gather_scatter(true, x, dim, OAR_REDUCE_SUM, m, d, dev, comm);
+    oar_pool *pool = oar_pool_push(); /* staged */
     oar_tensor *h = oari_pool_adopt(staged(x));
     oar_tensor *r = h ? oari_pool_adopt(all_gather_host(h, dim, m, d)) : NULL;
     return oari_pop_owned(pool, r ? staged_back(r, dev) : NULL);
@@ -643,12 +708,15 @@ oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int d) {
 oar_tensor *oari_reduce_scatter(oar_tensor *x, int dim, oar_reduce_op op, oar_mesh *m, int d) {
     oar_device *dev = device_of(x);
     if (dev == oari_device_cpu()) return reduce_scatter_host(x, dim, op, m, d);
-    oar_pool *pool = oar_pool_push();
+    void *comm = even_comm(false, x, dim, m, d, dev);
+    if (comm) return device_gather_scatter(false, x, dim, op, m, d, dev, comm);
+    oar_pool *pool = oar_pool_push(); /* staged */
     oar_tensor *h = oari_pool_adopt(staged(x));
     oar_tensor *r = h ? oari_pool_adopt(reduce_scatter_host(h, dim, op, m, d)) : NULL;
     return oari_pop_owned(pool, r ? staged_back(r, dev) : NULL);
 }
 
+/* All-to-all stages device shards through the host. */
 oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar_mesh *m, int d) {
     oar_device *dev = device_of(x);
     if (dev == oari_device_cpu()) return all_to_all_host(x, from, n_from, to, m, d);

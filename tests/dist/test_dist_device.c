@@ -1,10 +1,11 @@
 /* Collectives on dtensors whose shards live on a device:
  * - on the fakecoll device (tests/devices/plugins/coll_plugin.c), whose
- *   all_reduce member reduces through shared memory and counts its calls:
- *   Partial -> Replicate reshards (sum, avg, max) go through the member
- *   (the count grows by one each, the values are the sums over the ranks),
- *   while reduce-scatter, all-gather and a move to another mesh, which
- *   it lacks, are staged through the host (the count does not move);
+ *   all_reduce, all_gather and reduce_scatter members go through shared
+ *   memory and count their calls: Partial -> Replicate (sum, avg, max),
+ *   Partial -> Shard and Shard -> Replicate with even blocks go through
+ *   the members (one call each, the values are the reductions over the
+ *   ranks), while uneven blocks and moves to another mesh are staged
+ *   through the host (the counts do not move);
  * - on opencl:0, which has no collective members: every collective is
  *   staged, and results stay on the device (skipped with a message where
  *   no OpenCL device exists).
@@ -15,13 +16,13 @@
 #include <oar/dist.h>
 
 static int W, ME;
-static long (*coll_calls)(void);
+static long (*coll_calls)(int kind); /* the plugin's: 0 all_reduce, 1 all_gather, 2 reduce_scatter */
 
-/* Rank r's local value: 2 x 3, element i = (r + 1) (i + 1) / 2. */
+/* Rank r's local value: 4 x 3, element i = (r + 1) (i + 1) / 2. */
 static oar_tensor *local_value(int r) {
-    float v[6];
-    for (int i = 0; i < 6; i++) v[i] = (float)((r + 1) * (i + 1)) * 0.5f;
-    return oar_tensor_from_data(v, OAR_F32, 2, (int64_t[]){2, 3});
+    float v[12];
+    for (int i = 0; i < 12; i++) v[i] = (float)((r + 1) * (i + 1)) * 0.5f;
+    return oar_tensor_from_data(v, OAR_F32, 2, (int64_t[]){4, 3});
 }
 
 static void check_on(oar_tensor *t, oar_device *d, const double *want, int64_t n) {
@@ -30,41 +31,59 @@ static void check_on(oar_tensor *t, oar_device *d, const double *want, int64_t n
     CHECK_VALUES(h, want, n, 1e-6);
 }
 
+/* The plugin's calls since `base` equal (ar, ag, rs); nothing to check
+ * on a device without the plugin. */
+static void check_calls(bool hooked, const long *base, long ar, long ag, long rs) {
+    if (!hooked) return;
+    CHECK(coll_calls(0) - base[0] == ar);
+    CHECK(coll_calls(1) - base[1] == ag);
+    CHECK(coll_calls(2) - base[2] == rs);
+}
+
 static void run_on(oar_device *dev, bool hooked) {
     oar_pool *pool = oar_pool_push();
     oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
     CHECK(m != NULL);
-    const int64_t shape[2] = {2, 3};
-    double sum[6], avg[6], max[6];
-    for (int i = 0; i < 6; i++) {
+    const int64_t shape[2] = {4, 3};
+    double sum[12], avg[12], max[12];
+    for (int i = 0; i < 12; i++) {
         sum[i] = (i + 1) * 0.5 * W * (W + 1) / 2.0;
         avg[i] = sum[i] / W;
         max[i] = (i + 1) * 0.5 * W;
     }
     oar_tensor *local = oar_tensor_to(local_value(ME), dev);
-    long before = hooked ? coll_calls() : 0;
+    long base[3] = {0, 0, 0};
+    for (int k = 0; hooked && k < 3; k++) base[k] = coll_calls(k);
+    /* Partial -> Replicate: all-reduce */
     const oar_reduce_op ops[3] = {OAR_REDUCE_SUM, OAR_REDUCE_AVG, OAR_REDUCE_MAX};
     const double *want[3] = {sum, avg, max};
     for (int k = 0; k < 3; k++) {
         oar_tensor *x = oar_dtensor_from_local(local, m, (oar_placement[]){oar_partial(ops[k])}, shape);
         oar_tensor *y = oar_reshard(x, m, (oar_placement[]){oar_replicate()});
-        check_on(oar_dtensor_local(y), dev, want[k], 6);
-        if (hooked) CHECK(coll_calls() == before + k + 1);
+        check_on(oar_dtensor_local(y), dev, want[k], 12);
+        check_calls(hooked, base, k + 1, 0, 0);
     }
-    /* reduce-scatter into Shard(1), then all-gather back: staged */
+    /* Partial -> Shard(0): reduce-scatter, 4 rows in even blocks; then
+     * all-gather back to the whole value */
     oar_tensor *x = oar_dtensor_from_local(local, m, (oar_placement[]){oar_partial(OAR_REDUCE_SUM)}, shape);
-    oar_tensor *s = oar_reshard(x, m, (oar_placement[]){oar_shard(1)});
+    oar_tensor *s = oar_reshard(x, m, (oar_placement[]){oar_shard(0)});
     CHECK(s && oar_tensor_device(oar_dtensor_local(s)) == dev);
-    oar_tensor *r = oar_reshard(s, m, (oar_placement[]){oar_replicate()});
-    check_on(oar_dtensor_local(r), dev, sum, 6);
-    /* a move to another mesh (point-to-point messages: staged), and back to
-     * the whole value (all-gather: staged) */
+    check_on(oar_unshard(s), dev, sum, 12);
+    check_calls(hooked, base, 3, 1, 1);
+    /* Shard(1): 3 columns, uneven on 2 ranks (staged there) */
+    long even = 3 % W == 0;
+    oar_tensor *c = oar_reshard(x, m, (oar_placement[]){oar_shard(1)});
+    CHECK(c && oar_tensor_device(oar_dtensor_local(c)) == dev);
+    oar_tensor *r = oar_reshard(c, m, (oar_placement[]){oar_replicate()});
+    check_on(oar_dtensor_local(r), dev, sum, 12);
+    check_calls(hooked, base, 3, 1 + even, 1 + even);
+    /* a move to another mesh (point-to-point messages: staged), then the
+     * whole value back (an all-gather of the uneven columns) */
     oar_mesh *m2 = oar_mesh_create(2, (int64_t[]){1, W}, NULL, NULL);
     oar_tensor *mv = oar_reshard(r, m2, (oar_placement[]){oar_replicate(), oar_shard(1)});
     CHECK(mv && oar_tensor_device(oar_dtensor_local(mv)) == dev);
-    oar_tensor *u = oar_unshard(mv);
-    check_on(u, dev, sum, 6);
-    if (hooked) CHECK(coll_calls() == before + 3);
+    check_on(oar_unshard(mv), dev, sum, 12);
+    check_calls(hooked, base, 3, 1 + 2 * even, 1 + even);
     oar_mesh_release(m2);
     oar_mesh_release(m);
     oar_pool_pop(pool);
@@ -73,7 +92,7 @@ static void run_on(oar_device *dev, bool hooked) {
 static void test_hooked(void) {
     oar_device *dev = oar_device_get("fakecoll:0");
     void *lib = dlopen(OAR_TEST_COLL_PLUGIN_DIR "/fakecoll.so", RTLD_NOW | RTLD_NOLOAD);
-    coll_calls = lib ? (long (*)(void))dlsym(lib, "oar_test_coll_calls") : NULL;
+    coll_calls = lib ? (long (*)(int))dlsym(lib, "oar_test_coll_calls") : NULL;
     CHECK(dev && coll_calls);
     if (dev && coll_calls) run_on(dev, true);
     if (lib) dlclose(lib);

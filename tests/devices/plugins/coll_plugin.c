@@ -1,12 +1,12 @@
 /* A device plugin for the distributed tests: one "fakecoll" device whose
  * memory is host memory and which has no kernels (every op runs on the
- * CPU with copies), but has the collective members of ABI 1.2: a
- * communicator is a file mapped by every process of the group, and
- * all_reduce (f32, f64; sum, max, min, prod) goes through it, as NCCL's
- * goes through GPU links. It counts its all_reduce calls
+ * CPU with copies), but has collective members (ABI 1.2): a communicator
+ * is a file mapped by every process of the group, and all_reduce,
+ * all_gather and reduce_scatter (f32, f64; sum, max, min, prod) go
+ * through it, as NCCL's go through GPU links. It counts its calls
  * (oar_test_coll_calls), so a test sees that oar's distributed layer used
- * the hook rather than MPI. The other collective members stay NULL: oar
- * stages those through the host. Built against <oar/device.h> alone. */
+ * the members rather than MPI. broadcast, send and recv stay NULL. Built
+ * against <oar/device.h> alone. */
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
 
@@ -24,9 +24,12 @@
 #define HEADER 64
 
 static const oar_host_api *host;
-static long calls;
+static long calls[3];
 
-__attribute__((visibility("default"))) long oar_test_coll_calls(void) { return calls; }
+/* Calls made so far: kind 0 all_reduce, 1 all_gather, 2 reduce_scatter. */
+__attribute__((visibility("default"))) long oar_test_coll_calls(int kind) {
+    return kind >= 0 && kind < 3 ? calls[kind] : -1;
+}
 
 typedef struct group {
     int nranks, rank;
@@ -139,13 +142,14 @@ static void comm_destroy(void *ctx, int index, void *comm) {
     host->free(g, sizeof *g);
 }
 
+/* recv[i] = op over ranks r of slot r's element at + i, for i < count */
 #define REDUCE(T)                                                                          \
     do {                                                                                   \
         T *o = recv;                                                                       \
         for (size_t i = 0; i < count; i++) {                                               \
-            T acc = ((const T *)slot(g, 0))[i];                                            \
+            T acc = ((const T *)slot(g, 0))[at + i];                                       \
             for (int r = 1; r < g->nranks; r++) {                                          \
-                T v = ((const T *)slot(g, r))[i];                                          \
+                T v = ((const T *)slot(g, r))[at + i];                                     \
                 acc = op == OAR_REDUCE_SUM ? acc + v : op == OAR_REDUCE_PROD ? acc * v     \
                     : op == OAR_REDUCE_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);    \
             }                                                                              \
@@ -155,21 +159,61 @@ static void comm_destroy(void *ctx, int index, void *comm) {
 
 static unsigned char *slot(group *g, int r) { return g->map + HEADER + (size_t)r * SLOT_BYTES; }
 
+/* Puts this rank's n bytes in its slot and waits for the others'. */
+static int publish(group *g, const void *send, size_t n) {
+    if (n > SLOT_BYTES) return host->error(-3, "fakecoll: more than 1 MiB per rank");
+    memcpy(slot(g, g->rank), send, n);
+    return barrier(g) ? host->error(-5, "fakecoll: the other ranks did not come") : 0;
+}
+
+/* Nobody writes its slot again before all have read. */
+static int done(group *g, int kind) {
+    calls[kind]++;
+    return barrier(g) ? host->error(-5, "fakecoll: the other ranks did not come") : 0;
+}
+
+static size_t elem_size(int32_t dtype, oar_reduce_op op) {
+    return op == OAR_REDUCE_AVG ? 0 : dtype == 6 ? 4 : dtype == 7 ? 8 : 0;
+}
+
 static int all_reduce(void *ctx, int index, void *comm, const void *send, void *recv, size_t count,
                       int32_t dtype, oar_reduce_op op, oar_stream s) {
     (void)ctx, (void)index, (void)s;
     group *g = comm;
-    size_t es = dtype == 6 ? 4 : dtype == 7 ? 8 : 0;
-    if (!es || op == OAR_REDUCE_AVG)
-        return host->error(-3, "fakecoll all_reduce: f32 and f64; sum, max, min, prod");
-    if (count * es > SLOT_BYTES) return host->error(-3, "fakecoll all_reduce: more than 1 MiB");
-    memcpy(slot(g, g->rank), send, count * es);
-    if (barrier(g)) return host->error(-5, "fakecoll all_reduce: the others did not come");
+    size_t es = elem_size(dtype, op), at = 0;
+    if (!es) return host->error(-3, "fakecoll all_reduce: f32 and f64; sum, max, min, prod");
+    int st = publish(g, send, count * es);
+    if (st) return st;
     if (es == 4) REDUCE(float);
     else REDUCE(double);
-    calls++;
-    /* nobody writes its slot again before all have read */
-    return barrier(g) ? host->error(-5, "fakecoll all_reduce: the others did not come") : 0;
+    return done(g, 0);
+}
+
+/* Each rank's send_count elements, in rank order. */
+static int all_gather(void *ctx, int index, void *comm, const void *send, void *recv, size_t send_count,
+                      int32_t dtype, oar_stream s) {
+    (void)ctx, (void)index, (void)s;
+    group *g = comm;
+    size_t es = elem_size(dtype, OAR_REDUCE_SUM), n = send_count * es;
+    if (!es) return host->error(-3, "fakecoll all_gather: f32 and f64");
+    int st = publish(g, send, n);
+    if (st) return st;
+    for (int r = 0; r < g->nranks; r++) memcpy((char *)recv + (size_t)r * n, slot(g, r), n);
+    return done(g, 1);
+}
+
+/* This rank's block of recv_count elements of the reduction. */
+static int reduce_scatter(void *ctx, int index, void *comm, const void *send, void *recv, size_t count,
+                          int32_t dtype, oar_reduce_op op, oar_stream s) {
+    (void)ctx, (void)index, (void)s;
+    group *g = comm;
+    size_t es = elem_size(dtype, op), at = (size_t)g->rank * count;
+    if (!es) return host->error(-3, "fakecoll reduce_scatter: f32 and f64; sum, max, min, prod");
+    int st = publish(g, send, count * (size_t)g->nranks * es);
+    if (st) return st;
+    if (es == 4) REDUCE(float);
+    else REDUCE(double);
+    return done(g, 2);
 }
 
 static const oar_device_iface iface = {
@@ -184,6 +228,8 @@ static const oar_device_iface iface = {
     .copy_to_host = to_host,
     .get_kernel = get_kernel,
     .all_reduce = all_reduce,
+    .all_gather = all_gather,
+    .reduce_scatter = reduce_scatter,
     .comm_unique_id = comm_id,
     .comm_create = comm_create,
     .comm_destroy = comm_destroy,
