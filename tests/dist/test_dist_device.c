@@ -5,7 +5,8 @@
  *   Partial -> Shard and Shard -> Replicate with even blocks go through
  *   the members (one call each, the values are the reductions over the
  *   ranks), while uneven blocks and moves to another mesh are staged
- *   through the host (the counts do not move);
+ *   through the host (the counts do not move); a data-parallel step's
+ *   gradient reduction (oar_dist_reduce_grads) goes through all_reduce;
  * - on opencl:0, which has no collective members: every collective is
  *   staged, and results stay on the device (skipped with a message where
  *   no OpenCL device exists).
@@ -89,12 +90,44 @@ static void run_on(oar_device *dev, bool hooked) {
     oar_pool_pop(pool);
 }
 
+/* A data-parallel step on dev: w replicated, the batch sharded by rows,
+ * loss = sum(x @ w); oar_dist_reduce_grads all-reduces w's Partial
+ * gradient (through the member when hooked): the sum over all ranks' rows. */
+static void data_parallel_on(oar_device *dev, bool hooked) {
+    oar_pool *pool = oar_pool_push();
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_tensor *w = oar_dtensor_from_local(oar_tensor_to(oar_ones(OAR_F32, 2, (int64_t[]){3, 2}), dev), m,
+                                           (oar_placement[]){oar_replicate()}, (int64_t[]){3, 2});
+    CHECK(w && oar_tensor_set_requires_grad(w, true) == 0);
+    oar_tensor *x = oar_dtensor_from_local(oar_tensor_to(local_value(ME), dev), m,
+                                           (oar_placement[]){oar_shard(0)}, NULL);
+    CHECK(oar_backward(oar_sum(oar_matmul(x, w), 0, NULL, false), NULL) == 0);
+    long before = hooked ? coll_calls(0) : 0;
+    int n = oar_dist_reduce_grads(1, &w, 0);
+    CHECK(n >= 1);
+    if (hooked) CHECK(coll_calls(0) - before == n);
+    double want[6];
+    for (int i = 0; i < 3; i++) {
+        double g = 0;
+        for (int r = 0; r < W; r++)
+            for (int row = 0; row < 4; row++) g += (r + 1) * (row * 3 + i + 1) * 0.5;
+        want[2 * i] = want[2 * i + 1] = g;
+    }
+    oar_tensor *g = oar_tensor_grad(w);
+    CHECK(g && oar_tensor_is_dist(g) && oar_dtensor_placements(g)[0].kind == OAR_PLACEMENT_REPLICATE);
+    if (g) check_on(oar_dtensor_local(g), dev, want, 6);
+    oar_tensor_zero_grad(w);
+    oar_mesh_release(m);
+    oar_pool_pop(pool);
+}
+
 static void test_hooked(void) {
     oar_device *dev = oar_device_get("fakecoll:0");
     void *lib = dlopen(OAR_TEST_COLL_PLUGIN_DIR "/fakecoll.so", RTLD_NOW | RTLD_NOLOAD);
     coll_calls = lib ? (long (*)(int))dlsym(lib, "oar_test_coll_calls") : NULL;
     CHECK(dev && coll_calls);
     if (dev && coll_calls) run_on(dev, true);
+    if (dev && coll_calls) data_parallel_on(dev, true);
     if (lib) dlclose(lib);
 }
 
@@ -106,6 +139,7 @@ static void test_staged_opencl(void) {
         return;
     }
     run_on(cl, false);
+    data_parallel_on(cl, false);
 }
 
 int main(int argc, char **argv) {
