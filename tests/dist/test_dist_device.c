@@ -9,7 +9,8 @@
  *   gradient reduction (oar_dist_reduce_grads) goes through all_reduce;
  * - on opencl:0, which has no collective members: every collective is
  *   staged, and results stay on the device (skipped with a message where
- *   no OpenCL device exists).
+ *   no OpenCL device exists);
+ * - on cuda:<rank> where the cuda plugin loads (NCCL), values only.
  * Runs alone and under mpirun with 2 ranks (CTest runs both). */
 #include "test.h"
 
@@ -142,6 +143,20 @@ static void test_staged_opencl(void) {
     data_parallel_on(cl, false);
 }
 
+/* On a GPU machine (the cuda plugin found, OAR_PLUGIN_PATH naming its
+ * folder): values through NCCL, one GPU per rank where there are enough,
+ * else staged (NCCL refuses two ranks on one GPU). */
+static void test_cuda(void) {
+    char name[32];
+    snprintf(name, sizeof name, "cuda:%d", ME);
+    oar_device *cu = oar_device_get(name);
+    if (!cu) cu = oar_device_get("cuda:0");
+    oar_clear_error();
+    if (!cu) return; /* no GPU: nothing to say */
+    run_on(cu, false);
+    data_parallel_on(cu, false);
+}
+
 int main(int argc, char **argv) {
 #ifdef OAR_PLUGIN_BUILD_DIR
     setenv("OAR_PLUGIN_PATH", OAR_TEST_COLL_PLUGIN_DIR ":" OAR_PLUGIN_BUILD_DIR, 1);
@@ -157,6 +172,7 @@ int main(int argc, char **argv) {
     ME = oar_dist_rank();
     RUN(test_hooked);
     RUN(test_staged_opencl);
+    RUN(test_cuda);
     int rc = test_summary();
     oar_dist_finalize();
     return rc;
