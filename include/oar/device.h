@@ -48,9 +48,10 @@ extern "C" {
 #endif
 
 #define OAR_DEVICE_ABI_MAJOR 1
-#define OAR_DEVICE_ABI_MINOR 1
+#define OAR_DEVICE_ABI_MINOR 2
 #define OAR_DEVICE_ABI_VERSION ((OAR_DEVICE_ABI_MAJOR << 16) | OAR_DEVICE_ABI_MINOR)
 #define OAR_KERNEL_MAX_DIMS 8
+#define OAR_COMM_ID_BYTES 256 /* at most this many bytes name a communicator (comm_unique_id) */
 
 /* The symbol oar looks up in a plugin, and its signature. */
 #define OAR_PLUGIN_INIT_SYMBOL "oar_plugin_init"
@@ -166,9 +167,14 @@ typedef struct oar_device_iface {
                                        oar_stream s);
     /* optional collectives over `count` elements of `dtype` among the
      * devices of a communicator the plugin made (comm: the plugin's handle,
-     * e.g. an NCCL communicator; rank/peer: positions in it). NULL means
-     * the device has none: oar's distributed layer then moves the data
-     * through host memory and MPI. */
+     * e.g. an NCCL communicator made by comm_create below; rank/peer:
+     * positions in it). send/recv are buffers alloc returned, read and
+     * written from their start (send == recv: in place); all_gather's recv
+     * holds the ranks' parts in rank order, reduce_scatter's send the
+     * parts for every rank in rank order. A call may be queued on stream s
+     * (NULL: the default one): oar synchronizes the device before it reads
+     * the result. NULL means the device has none: oar's distributed layer
+     * then moves the data through host memory and MPI. */
     int (*all_reduce)(void *ctx, int index, void *comm, const void *send, void *recv,
                       size_t count, int32_t dtype, oar_reduce_op op, oar_stream s);
     int (*all_gather)(void *ctx, int index, void *comm, const void *send, void *recv,
@@ -181,6 +187,21 @@ typedef struct oar_device_iface {
                 int peer, oar_stream s);
     int (*recv)(void *ctx, int index, void *comm, void *buf, size_t count, int32_t dtype,
                 int peer, oar_stream s);
+
+    /* ---- ABI 1.2 -------------------------------------------------------- */
+    /* optional communicators for the collectives above: oar calls those
+     * only on a device that has all three of these (NULL: data moves
+     * through host memory and MPI). For a group of nranks processes, one
+     * device each, oar calls comm_unique_id in the group's first process
+     * (it writes at most OAR_COMM_ID_BYTES bytes to id and their count to
+     * *len), sends those bytes to the others over MPI, and every process
+     * calls comm_create with its rank in [0, nranks) at the same time (it
+     * may wait for the others, as ncclCommInitRank does); it returns the
+     * handle the collectives get as `comm`, or NULL after reporting.
+     * comm_destroy frees it (when the mesh it serves is freed). */
+    int (*comm_unique_id)(void *ctx, int index, void *id, size_t *len);
+    void *(*comm_create)(void *ctx, int index, int nranks, int rank, const void *id, size_t len);
+    void (*comm_destroy)(void *ctx, int index, void *comm);
 } oar_device_iface;
 
 /* Log levels of oar_host_api.log. */
@@ -276,9 +297,12 @@ OAR_DEVICE_API int oar_device_synchronize(oar_device *d);
 OAR_DEVICE_API int oar_device_report(char *buf, size_t size);
 
 /* A copy of t on device d (a new reference following the pool rule), or t
- * itself (retained) when it is already there. The copy is a leaf:
- * gradients do not flow back through a device move, so move parameters
- * before setting requires_grad. NULL with an error on failure. */
+ * itself (retained, nothing recorded) when it is already there. The move
+ * is the op to_device, so autograd records it: when t requires grad (and
+ * grad mode is on) the copy is not a leaf, and the gradient that reaches
+ * it moves back to t's device (a move that differentiates again). Move
+ * parameters before setting requires_grad, or under oar_no_grad_push, to
+ * get leaves on d. NULL with an error on failure. */
 OAR_DEVICE_API oar_tensor *oar_tensor_to(oar_tensor *t, oar_device *d);
 
 /* Filled creation on a device (NULL: the CPU), as oar_full; dtype is an

@@ -10,8 +10,11 @@
  *   f32 matmul of two 2-D operands with a unit stride in one dim each,
  *     into a contiguous output, through cuBLAS (cublasSgemm); other
  *     matmuls are refused by supports_op
- * No collectives (the members are NULL). It has been compiled and linked,
- * never run: the machine it was written on has no GPU. */
+ * Collectives (all_reduce, all_gather, reduce_scatter, broadcast, send,
+ * recv and communicators) over NCCL when CMake found it (cuda_nccl.c,
+ * OAR_CUDA_NCCL); without it the members are NULL and oar stages device
+ * shards through the host. It has been compiled and linked, never run: the
+ * machine it was written on has no GPU. */
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
 
@@ -23,6 +26,9 @@
 #include <string.h>
 
 #include "cuda_kernels.h"
+#ifdef OAR_CUDA_NCCL
+#include "cuda_nccl.h"
+#endif
 
 #define MAX_DEV 16
 #define DT_F32 6
@@ -320,6 +326,17 @@ static const oar_device_iface iface = {
     .copy_to_device_async = to_device_async,
     .copy_to_host_async = to_host_async,
     .copy_device_to_device_async = d2d_async,
+#ifdef OAR_CUDA_NCCL /* collectives over NCCL (cuda_nccl.c) */
+    .all_reduce = oar_cuda_nccl_all_reduce,
+    .all_gather = oar_cuda_nccl_all_gather,
+    .reduce_scatter = oar_cuda_nccl_reduce_scatter,
+    .broadcast = oar_cuda_nccl_broadcast,
+    .send = oar_cuda_nccl_send,
+    .recv = oar_cuda_nccl_recv,
+    .comm_unique_id = oar_cuda_nccl_unique_id,
+    .comm_create = oar_cuda_nccl_comm_create,
+    .comm_destroy = oar_cuda_nccl_comm_destroy,
+#endif
 };
 
 static void shutdown(void *ctx) {
@@ -334,6 +351,9 @@ static void shutdown(void *ctx) {
 __attribute__((visibility("default"))) int oar_plugin_init(const oar_host_api *h,
                                                            oar_plugin_desc *out) {
     host = h;
+#ifdef OAR_CUDA_NCCL
+    oar_cuda_nccl_init(h);
+#endif
     out->name = "cuda";
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);

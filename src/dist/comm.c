@@ -49,16 +49,23 @@ static MPI_Op mpi_op(const char *what, oar_reduce_op op, oar_dtype d) {
     return MPI_OP_NULL;
 }
 
-static int check_local(const char *what, oar_tensor *x, oar_mesh *m, int d) {
+static int check_mesh(const char *what, oar_tensor *x, oar_mesh *m, int d) {
     if (!x || !m || d < 0 || d >= m->ndim)
         return oari_error(OAR_ERR_INVALID, "%s: bad tensor or mesh dim", what);
     if (m->comm[d] == MPI_COMM_NULL)
         return oari_error(OAR_ERR_STATE, "%s: this rank is not in the mesh", what);
     if (m->broken)
         return oari_error(OAR_ERR_STATE, "%s: the mesh is unusable after a timed-out collective", what);
+    return 0;
+}
+
+/* The MPI paths take CPU tensors (device shards are staged before them). */
+static int check_local(const char *what, oar_tensor *x, oar_mesh *m, int d) {
+    int st = check_mesh(what, x, m, d);
+    if (st) return st;
     if (x->storage && x->storage->device != oari_device_cpu())
-        return oari_error(OAR_ERR_UNSUPPORTED, "%s: collectives run on CPU tensors only for now (got %s)",
-                          what, x->storage->device->name);
+        return oari_error(OAR_ERR_UNSUPPORTED, "%s: internal: the MPI path got a tensor on %s "
+                          "(device shards are staged first)", what, x->storage->device->name);
     return 0;
 }
 
@@ -164,11 +171,12 @@ static oar_tensor *front_to_dim(oar_tensor *y, const int64_t *perm, int ndim) {
     return oar_contiguous(oar_permute(y, inv));
 }
 
+static oar_tensor *staged_back(oar_tensor *r, oar_device *dev);
+
 /* f16/bf16 are reduced in f32 (MPI has no half types); the caller casts back. */
 static oar_tensor *widen(oar_tensor *x) { return is_half(x->dtype) ? oar_cast(x, OAR_F32) : x; }
 
-int oari_all_reduce_start(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d, oari_pending *p) {
-    memset(p, 0, sizeof *p);
+static int all_reduce_start_host(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d, oari_pending *p) {
     if (check_local("all_reduce", x, m, d)) return OAR_ERR_INVALID;
     oar_pool *pool = oar_pool_push();
     oar_tensor *w = widen(x);
@@ -212,6 +220,7 @@ oar_tensor *oari_all_reduce_wait(oari_pending *p) {
     if (!p->done && finish("all_reduce", MPI_SUCCESS, &p->req, p->mesh, p->d, out, NULL)) out = NULL;
     if (out && p->op == OAR_REDUCE_AVG) out = oar_div_scalar(out, (double)p->mesh->shape[p->d]);
     if (out && out->dtype != p->dtype) out = oar_cast(out, p->dtype);
+    if (out && p->stage_dev) out = staged_back(out, p->stage_dev); /* devices: back from the host */
     return oari_pop_owned(pool, out);
 }
 
@@ -253,7 +262,7 @@ int oari_sum_i64(int64_t *v, oar_mesh *m, int d) {
     return st;
 }
 
-oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int d) {
+static oar_tensor *all_gather_host(oar_tensor *x, int dim, oar_mesh *m, int d) {
     if (check_local("all_gather", x, m, d)) return NULL;
     if (dim < 0 || dim >= x->ndim)
         return oari_error(OAR_ERR_INVALID, "all_gather: dim %d of a %d-d tensor", dim, x->ndim), NULL;
@@ -291,7 +300,7 @@ oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int d) {
     return oari_pop_owned(pool, out);
 }
 
-oar_tensor *oari_reduce_scatter(oar_tensor *x, int dim, oar_reduce_op op, oar_mesh *m, int d) {
+static oar_tensor *reduce_scatter_host(oar_tensor *x, int dim, oar_reduce_op op, oar_mesh *m, int d) {
     if (check_local("reduce_scatter", x, m, d)) return NULL;
     if (dim < 0 || dim >= x->ndim)
         return oari_error(OAR_ERR_INVALID, "reduce_scatter: dim %d of a %d-d tensor", dim, x->ndim), NULL;
@@ -345,7 +354,7 @@ static bool outermost(const int64_t *shape, int dim) {
     return true;
 }
 
-oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar_mesh *m, int d) {
+static oar_tensor *all_to_all_host(oar_tensor *x, int from, int64_t n_from, int to, oar_mesh *m, int d) {
     if (check_local("all_to_all", x, m, d)) return NULL;
     if (from < 0 || from >= x->ndim || to < 0 || to >= x->ndim || from == to)
         return oari_error(OAR_ERR_INVALID, "all_to_all: dims %d -> %d of a %d-d tensor", from, to, x->ndim), NULL;
@@ -476,4 +485,243 @@ int oari_exchange(int n, const int *peer, oar_tensor *const *buf, const bool *is
     return oari_error(OAR_ERR_STATE, "oar_reshard: rank %d waited %.0f s for the ranks of a move between "
                       "meshes (OAR_DIST_TIMEOUT); a peer died or did not make the same call",
                       oar_dist_rank(), limit);
+}
+
+/* ---- local tensors on devices ---------------------------------------------
+ * A shard on a device other than the CPU goes through the device's
+ * collective members (include/oar/device.h) when every rank of the mesh
+ * dim has them: one device communicator per mesh dim, made on first use
+ * by all ranks of the dim together. Otherwise it is staged: copied to host
+ * memory, sent through MPI as a CPU tensor is, and the result copied back
+ * to the device. Copies run outside autograd: dist_reshard records the
+ * whole move. */
+
+static oar_device *device_of(const oar_tensor *x) {
+    return x && x->storage ? x->storage->device : oari_device_cpu();
+}
+
+static bool has_collectives(const oar_device *dev) {
+    const oar_device_iface *f = dev->iface;
+    return dev != oari_device_cpu() && f->comm_unique_id && f->comm_create && f->comm_destroy &&
+           f->all_reduce;
+}
+
+/* A copy of x (on a device) in host memory, owned; NULL with the error set. */
+static oar_tensor *staged(oar_tensor *x) {
+    oar_pool *pool = oar_pool_push();
+    oari_no_grad_push();
+    oar_tensor *h = oar_tensor_to(x, oari_device_cpu());
+    oari_no_grad_pop();
+    return oari_pop_owned(pool, h);
+}
+
+/* r (a host result, in the caller's pool) copied to dev, in the caller's pool. */
+static oar_tensor *staged_back(oar_tensor *r, oar_device *dev) {
+    oari_no_grad_push();
+    oar_tensor *t = oar_tensor_to(r, dev);
+    oari_no_grad_pop();
+    return t;
+}
+
+/* The device communicator of mesh dim d on dev, or NULL when the shards
+ * are staged. The first call on a dim is collective over it: the ranks
+ * agree that all have collective members, the dim's first rank asks its
+ * device for a communicator id, MPI sends it to the others, and each makes
+ * its communicator (all ranks must succeed, else the dim is staged). */
+static void *device_comm(oar_mesh *m, int d, oar_device *dev) {
+    if (m->dev_state[d] > 0) return m->dev_of[d] == dev ? m->dev_comm[d] : NULL;
+    if (m->dev_state[d] < 0) return NULL;
+    m->dev_state[d] = -1;
+    int64_t n = m->shape[d], all = has_collectives(dev);
+    if (oari_sum_i64(&all, m, d) || all != n) return NULL;
+    /* the id, with its length in front (-1: the first rank could not make one) */
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *buf = oari_pool_adopt(oari_tensor_empty(NULL, OAR_U8, 1, (int64_t[]){8 + OAR_COMM_ID_BYTES}));
+    void *c = NULL;
+    int st = buf ? 0 : OAR_ERR_NOMEM;
+    if (!st) {
+        unsigned char *b = buf->storage->data;
+        memset(b, 0, 8 + OAR_COMM_ID_BYTES);
+        int64_t len = -1;
+        if (m->coord[d] == 0) {
+            size_t got = 0;
+            oari_device_reported = false;
+            if (!dev->iface->comm_unique_id(dev->ctx, dev->index, b + 8, &got) && got <= OAR_COMM_ID_BYTES)
+                len = (int64_t)got;
+        }
+        memcpy(b, &len, 8);
+        MPI_Request req;
+        int rc = MPI_Ibcast(b, 8 + OAR_COMM_ID_BYTES, MPI_BYTE, 0, m->comm[d], &req);
+        st = finish("dist: device communicator", rc, &req, m, d, buf, NULL);
+        if (!st) memcpy(&len, b, 8);
+        if (!st && len >= 0) {
+            oari_device_reported = false;
+            c = dev->iface->comm_create(dev->ctx, dev->index, (int)n, m->coord[d], b + 8, (size_t)len);
+        }
+        int64_t ok = c != NULL;
+        if (!st && len >= 0 && (st = oari_sum_i64(&ok, m, d)) == 0 && ok != n && c) {
+            dev->iface->comm_destroy(dev->ctx, dev->index, c);
+            c = NULL;
+        }
+    }
+    oar_pool_pop(pool);
+    if (!c) {
+        if (!st) oari_log(OAR_LOG_WARN, dev->name, "no device communicator for mesh dim %s; "
+                          "collectives go through host memory and MPI", m->names[d]);
+        return NULL;
+    }
+    m->dev_state[d] = 1;
+    m->dev_of[d] = dev;
+    m->dev_comm[d] = c;
+    return c;
+}
+
+void oari_mesh_free_device_comms(oar_mesh *m) {
+    for (int d = 0; d < m->ndim; d++) {
+        oar_device *dev = m->dev_of[d];
+        if (m->dev_state[d] > 0) dev->iface->comm_destroy(dev->ctx, dev->index, m->dev_comm[d]);
+        m->dev_state[d] = 0;
+        m->dev_comm[d] = NULL;
+    }
+}
+
+/* Reports a failed collective member (unless the plugin did). */
+static int member_failed(const char *what, oar_device *dev, int rc) {
+    if (!oari_device_reported)
+        oari_error(OAR_ERR_IO, "%s: %s's %s member failed (%d)", what, dev->name, what, rc);
+    return rc;
+}
+
+/* all_reduce through dev's member, in place on a fresh copy of x: an owned
+ * result on dev, or NULL with the error set. */
+static oar_tensor *device_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d, oar_device *dev,
+                                     void *comm) {
+    oar_pool *pool = oar_pool_push();
+    oari_no_grad_push();
+    oar_tensor *y = oar_clone(x); /* its own buffer, from offset 0 */
+    if (y && y->numel) {
+        count(y->numel * (int64_t)oar_dtype_size(y->dtype));
+        oari_dist_count_call(OARI_COLL_ALL_REDUCE);
+        oari_device_reported = false;
+        void *b = y->storage->data;
+        int rc = dev->iface->all_reduce(dev->ctx, dev->index, comm, b, b, (size_t)y->numel, (int32_t)y->dtype,
+                                        op == OAR_REDUCE_AVG ? OAR_REDUCE_SUM : op, NULL);
+        if (!rc) rc = oar_device_synchronize(dev);
+        if (rc) {
+            member_failed("all_reduce", dev, rc);
+            y = NULL;
+        }
+    }
+    if (y && op == OAR_REDUCE_AVG) y = oar_div_scalar(y, (double)m->shape[d]);
+    oari_no_grad_pop();
+    return oari_pop_owned(pool, y);
+}
+
+int oari_all_reduce_start(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d, oari_pending *p) {
+    memset(p, 0, sizeof *p);
+    oar_device *dev = device_of(x);
+    if (dev == oari_device_cpu()) return all_reduce_start_host(x, op, m, d, p);
+    if (check_mesh("all_reduce", x, m, d)) return OAR_ERR_INVALID;
+    void *comm = device_comm(m, d, dev);
+    if (comm) { /* done when it returns: wait only hands the result over */
+        oar_tensor *y = device_all_reduce(x, op, m, d, dev, comm);
+        if (!y) return OAR_ERR_INVALID;
+        *p = (oari_pending){.buf = y, .mesh = m, .d = d, .op = OAR_REDUCE_SUM, .dtype = y->dtype, .done = true};
+        return 0;
+    }
+    oar_tensor *h = staged(x);
+    int st = h ? all_reduce_start_host(h, op, m, d, p) : OAR_ERR_NOMEM;
+    oar_tensor_release(h);
+    if (!st) p->stage_dev = dev;
+    return st;
+}
+
+/* all_gather / reduce_scatter through dev's member on x with tensor dim
+ * `dim` moved to the front (in a buffer of its own): this rank's part is
+ * f's block, the result's first dim is n times (gather) or 1/n of
+ * (scatter, avg divided after) f's. Returns an owned result on dev, or
+ * NULL with the error set. */
+static oar_tensor *device_gather_scatter(bool gather, oar_tensor *x, int dim, oar_reduce_op op, oar_mesh *m,
+                                         int d, oar_device *dev, void *comm) {
+    int64_t n = m->shape[d], perm[OAR_MAX_DIMS], shape[OAR_MAX_DIMS];
+    oar_pool *pool = oar_pool_push();
+    oari_no_grad_push();
+    oar_tensor *f = dim_to_front(x, dim, perm);
+    if (f && f->offset) f = oar_clone(f); /* the member reads from the buffer's start */
+    oar_tensor *y = NULL, *out = NULL;
+    if (f) {
+        memcpy(shape, f->shape, sizeof(int64_t) * (size_t)f->ndim);
+        shape[0] = gather ? shape[0] * n : shape[0] / n;
+        y = oari_pool_adopt(oari_tensor_empty(dev, f->dtype, f->ndim, shape));
+    }
+    if (y) {
+        const char *what = gather ? "all_gather" : "reduce_scatter";
+        count(f->numel * (int64_t)oar_dtype_size(f->dtype));
+        oari_dist_count_call(gather ? OARI_COLL_ALL_GATHER : OARI_COLL_REDUCE_SCATTER);
+        oari_device_reported = false;
+        const oar_device_iface *fi = dev->iface;
+        int rc = !y->numel ? 0
+                 : gather ? fi->all_gather(dev->ctx, dev->index, comm, f->storage->data, y->storage->data,
+                                           (size_t)f->numel, (int32_t)f->dtype, NULL)
+                          : fi->reduce_scatter(dev->ctx, dev->index, comm, f->storage->data, y->storage->data,
+                                               (size_t)y->numel, (int32_t)f->dtype,
+                                               op == OAR_REDUCE_AVG ? OAR_REDUCE_SUM : op, NULL);
+        if (!rc) rc = oar_device_synchronize(dev);
+        if (rc) member_failed(what, dev, rc);
+        else out = front_to_dim(y, perm, x->ndim);
+        if (out && !gather && op == OAR_REDUCE_AVG) out = oar_div_scalar(out, (double)n);
+    }
+    oari_no_grad_pop();
+    return oari_pop_owned(pool, out);
+}
+
+/* The device communicator for a gather or scatter of x along `dim` when
+ * dev has the member and the parts are even (n equal blocks), else NULL
+ * (staged; the host path reports bad arguments). Collective over mesh dim
+ * d, as the calls that use it. */
+static void *even_comm(bool gather, oar_tensor *x, int dim, oar_mesh *m, int d, oar_device *dev) {
+    if (check_mesh(gather ? "all_gather" : "reduce_scatter", x, m, d) || dim < 0 || dim >= x->ndim)
+        return NULL;
+    if (gather ? !dev->iface->all_gather : !dev->iface->reduce_scatter) return NULL;
+    void *comm = device_comm(m, d, dev);
+    if (!comm) return NULL;
+    int64_t n = m->shape[d], len = x->shape[dim];
+    if (!gather) return len % n == 0 ? comm : NULL;
+    int64_t sizes[64];
+    if (n > 64 || gather_i64(len, sizes, m, d)) return NULL;
+    for (int64_t c = 0; c < n; c++)
+        if (sizes[c] != len) return NULL;
+    return comm;
+}
+
+oar_tensor *oari_all_gather(oar_tensor *x, int dim, oar_mesh *m, int d) {
+    oar_device *dev = device_of(x);
+    if (dev == oari_device_cpu()) return all_gather_host(x, dim, m, d);
+    void *comm = even_comm(true, x, dim, m, d, dev);
+    if (comm) return device_gather_scatter(true, x, dim, OAR_REDUCE_SUM, m, d, dev, comm);
+    oar_pool *pool = oar_pool_push(); /* staged */
+    oar_tensor *h = oari_pool_adopt(staged(x));
+    oar_tensor *r = h ? oari_pool_adopt(all_gather_host(h, dim, m, d)) : NULL;
+    return oari_pop_owned(pool, r ? staged_back(r, dev) : NULL);
+}
+
+oar_tensor *oari_reduce_scatter(oar_tensor *x, int dim, oar_reduce_op op, oar_mesh *m, int d) {
+    oar_device *dev = device_of(x);
+    if (dev == oari_device_cpu()) return reduce_scatter_host(x, dim, op, m, d);
+    void *comm = even_comm(false, x, dim, m, d, dev);
+    if (comm) return device_gather_scatter(false, x, dim, op, m, d, dev, comm);
+    oar_pool *pool = oar_pool_push(); /* staged */
+    oar_tensor *h = oari_pool_adopt(staged(x));
+    oar_tensor *r = h ? oari_pool_adopt(reduce_scatter_host(h, dim, op, m, d)) : NULL;
+    return oari_pop_owned(pool, r ? staged_back(r, dev) : NULL);
+}
+
+/* All-to-all stages device shards through the host. */
+oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar_mesh *m, int d) {
+    oar_device *dev = device_of(x);
+    if (dev == oari_device_cpu()) return all_to_all_host(x, from, n_from, to, m, d);
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *h = oari_pool_adopt(staged(x));
+    oar_tensor *r = h ? oari_pool_adopt(all_to_all_host(h, from, n_from, to, m, d)) : NULL;
+    return oari_pop_owned(pool, r ? staged_back(r, dev) : NULL);
 }

@@ -21,6 +21,11 @@ struct oar_mesh {
     bool broken;                        /* a collective timed out: refuse further ones */
     int n_pending;                      /* requests of collectives given up on */
     MPI_Request pending[8];
+    /* devices with collective members (comm.c): per dim, 0 not tried yet,
+     * 1 dev_comm made on device dev_of, -1 shards on devices are staged */
+    int dev_state[OAR_MESH_MAX_DIMS];
+    oar_device *dev_of[OAR_MESH_MAX_DIMS];
+    void *dev_comm[OAR_MESH_MAX_DIMS];
 };
 
 /* What a dtensor carries: its mesh, placements and this rank's shard. The
@@ -84,7 +89,11 @@ OARI_HIDDEN oar_tensor *oari_reshard_local(oar_tensor *local, oar_mesh *mesh, co
                                            const oar_placement *from, const oar_placement *to);
 
 /* Collectives on local tensors over mesh dim d; each returns an owned
- * reference or NULL with the error set. */
+ * reference or NULL with the error set. A local tensor on a device other
+ * than the CPU goes through that device's collective members when every
+ * rank of the dim has them (all ranks of a dim keep their shards on one
+ * device type), else through host memory and MPI; the result is on the
+ * input's device. */
 OARI_HIDDEN oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d);
 /* The same in two halves, so that work runs while it is in flight: start
  * copies x and starts the non-blocking all-reduce (0 or the error set);
@@ -99,6 +108,7 @@ typedef struct oari_pending {
     oar_reduce_op op;
     oar_dtype dtype;        /* of the input (f16/bf16 are reduced in f32) */
     bool done;
+    oar_device *stage_dev;  /* the input's device when it was staged through the host, else NULL */
 } oari_pending;
 OARI_HIDDEN int oari_all_reduce_start(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d, oari_pending *p);
 OARI_HIDDEN void oari_all_reduce_poke(oari_pending *p);
@@ -131,6 +141,8 @@ OARI_HIDDEN oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_pla
 /* A dtensor on a rank outside its mesh: no data (local is an empty tensor). */
 OARI_HIDDEN oar_tensor *oari_dtensor_outside(oar_mesh *m, const oar_placement *p, oar_dtype dtype, int ndim,
                                              const int64_t *global_shape);
+/* Frees the device communicators of m (mesh.c, when m is freed). */
+OARI_HIDDEN void oari_mesh_free_device_comms(oar_mesh *m);
 /* Sums one int64 over mesh dim d. */
 OARI_HIDDEN int oari_sum_i64(int64_t *v, oar_mesh *m, int d);
 

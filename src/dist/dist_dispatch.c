@@ -22,6 +22,26 @@ static bool wants_grad(const oari_op_def *def, int n_in, oar_tensor *const *in) 
     return false;
 }
 
+/* devices: a plain input is a replicated value; when the dtensors' shards
+ * live on a device, its local copy (*t, owned) joins them there, as a 0-d
+ * CPU input follows a device in plain dispatch (gradient rules make their
+ * seeds and constants on the CPU). Outside autograd: the call is recorded
+ * on the dtensors. */
+static int to_shard_device(oar_tensor **t, oar_tensor *const *in, int n_in) {
+    oar_device *dev = NULL;
+    for (int i = 0; i < n_in && !dev; i++)
+        if (in[i] && in[i]->dist && in[i]->dist->local->storage) dev = in[i]->dist->local->storage->device;
+    if (!*t || !dev || !(*t)->storage || (*t)->storage->device == dev) return 0;
+    oar_pool *p = oar_pool_push();
+    oari_no_grad_push();
+    oar_tensor *m = oar_tensor_to(*t, dev);
+    oari_no_grad_pop();
+    m = oari_pop_owned(p, m);
+    oar_tensor_release(*t);
+    *t = m;
+    return m ? 0 : OAR_ERR_NOMEM;
+}
+
 /* fill_ and copy_ into a dtensor: each rank writes its shard (the source
  * resharded to match), so the target keeps its placements. */
 static int inplace(oari_op op, const oari_op_def *def, int n_in, oar_tensor *const *in,
@@ -56,6 +76,7 @@ static int inplace(oari_op op, const oari_op_def *def, int n_in, oar_tensor *con
         }
         local[1] = oari_reshard_local(src->dist ? src->dist->local : src, m, src->shape, from, to);
         if (!local[1]) return OAR_ERR_INVALID;
+        if (!src->dist && (st = to_shard_device(&local[1], in, n_in))) return st; /* devices */
     }
     oari_no_grad_push();
     st = oari_dispatch(op, n_in, local, attrs, &r);
@@ -127,6 +148,7 @@ int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_a
         oar_tensor *src = in[i]->dist ? in[i]->dist->local : in[i];
         local[i] = oari_reshard_local(src, mesh, in[i]->shape, in_p[i], plan.in[i]);
         if (!local[i]) st = OAR_ERR_INVALID;
+        else if (!in[i]->dist) st = to_shard_device(&local[i], in, n_in); /* devices */
     }
     /* a view needs a viewable shard: shards of permuted dtensors may not be */
     if (!st && op == OARI_OP_view && !oar_tensor_is_contiguous(local[0])) {

@@ -85,6 +85,7 @@ static void mesh_free(oar_mesh *m) {
     }
     /* A communicator with a collective still in flight must not be freed. */
     bool idle = !m->n_pending || (oari_dist_ready() && oari_mesh_drain(m));
+    if (idle) oari_mesh_free_device_comms(m); /* devices: their communicators (comm.c) */
     for (int d = 0; d < m->ndim && idle; d++)
         if (m->comm[d] != MPI_COMM_NULL && oari_dist_ready()) MPI_Comm_free(&m->comm[d]);
     oari_free(m->ranks, (size_t)m->size * sizeof *m->ranks);

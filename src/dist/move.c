@@ -110,6 +110,8 @@ oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to) 
     box hb;
     if (my_a >= 0) {
         have = oari_pool_adopt(oari_reshard_local(da->local, a, shape, da->p, from_r));
+        if (have && have->storage->device != oari_device_cpu()) /* devices: messages go from host memory */
+            have = oar_tensor_to(have, oari_device_cpu());
         if (!have) st = OAR_ERR_INVALID;
         box_of(a, my_a, from_r, ndim, shape, &hb);
     }
@@ -172,6 +174,7 @@ oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to) 
     oar_tensor *r = NULL;
     if (!st && my_b >= 0) {
         oar_tensor *l = oari_pool_adopt(oari_reshard_local(out, b, shape, to_r, to));
+        if (l && da->local && da->local->storage) l = oar_tensor_to(l, da->local->storage->device); /* devices */
         r = l ? oari_dtensor_wrap(l, b, to, ndim, shape) : NULL;
     } else if (!st) {
         r = oari_dtensor_outside(b, to, x->dtype, ndim, shape);

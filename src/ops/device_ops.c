@@ -1,6 +1,6 @@
-/* Tensors on devices: moving them (oar_tensor_to), creating them there
- * (oar_full_on), and the two things dispatch does for a device other than
- * the CPU: 0-d CPU inputs follow the device, and ops without a device
+/* Tensors on devices: moving them (oar_tensor_to, the to_device op),
+ * creating them there (oar_full_on), and the two things dispatch does for
+ * a device other than the CPU: 0-d CPU inputs follow the device, and ops without a device
  * kernel run on the CPU with copies and a one-time warning. */
 #include "device_ops.h"
 
@@ -50,6 +50,40 @@ static oar_tensor *moved(oar_tensor *t, oar_device *d) {
     return r;
 }
 
+/* The to_device op: a move is an op, so autograd records it like any
+ * other (dispatch's view path runs it: its output lives on another device
+ * than its input, which no kernel expresses). Its gradient is the move
+ * back, itself a to_device, so it differentiates again. */
+static int infer_to_device(oari_infer *c) {
+    const oari_attrs *a = c->attrs;
+    int n = oar_device_count();
+    if (a->ni != 2 || a->i[0] < 0 || a->i[0] >= n || a->i[1] < 0 || a->i[1] >= n)
+        return oari_error(OAR_ERR_INVALID, "to_device: malformed attributes (device ids out of "
+                          "range [0, %d))", n);
+    oari_meta_from(&c->out[0], c->in[0]);
+    return 0;
+}
+
+static oar_tensor *view_to_device(oar_tensor *x, const oari_attrs *a) {
+    oar_device *d = oar_device_at((int)a->i[0]);
+    return d ? moved(x, d) : NULL;
+}
+
+static int grad_to_device(oari_grad_ctx *g) {
+    oari_attrs back = {.ni = 2, .i = {g->attrs->i[1], g->attrs->i[0]}};
+    g->gin[0] = oari_call1(OARI_OP_to_device, g->gout[0], &back);
+    return g->gin[0] ? 0 : OAR_ERR_INVALID;
+}
+
+const oari_op_def oari_def_to_device = {
+    .name = "to_device", .n_in = 1, .n_out = 1, .fusion = OARI_FUSE_OPAQUE, .flags = OARI_F_VIEW,
+    .infer = infer_to_device, .view = view_to_device, .grad = grad_to_device,
+};
+
+/* No kernel (the CPU table of src/backends/cpu/ names one per op): the
+ * op moves data through the devices' copy members. */
+const oar_kernel_fn oari_cpu_k_to_device[OAR_DTYPE_COUNT] = {0};
+
 oar_tensor *oar_tensor_to(oar_tensor *t, oar_device *d) {
     if (!t) {
         if (!oari_error_pending()) oari_error(OAR_ERR_INVALID, "oar_tensor_to: tensor is NULL");
@@ -58,7 +92,9 @@ oar_tensor *oar_tensor_to(oar_tensor *t, oar_device *d) {
     if (!d) return oari_error(OAR_ERR_INVALID, "oar_tensor_to: device is NULL"), NULL;
     if (!t->storage)
         return oari_error(OAR_ERR_STATE, "oar_tensor_to: tensor is symbolic (traced)"), NULL;
-    return oari_pool_adopt(moved(t, d));
+    if (t->storage->device == d) return oari_pool_adopt(oar_tensor_retain(t)); /* no copy, no node */
+    oari_attrs a = {.ni = 2, .i = {d->id, t->storage->device->id}};
+    return oari_call1(OARI_OP_to_device, t, &a);
 }
 
 oar_tensor *oar_full_on(int32_t dtype, int ndim, const int64_t *shape, double value,

@@ -2,7 +2,8 @@
  * device of tests/devices/plugins/ (whose buffers come from the host's
  * allocator, so the hook fails them too), a step that moves tensors to the
  * device, runs ops with and without device kernels (the CPU fallback), a
- * 0-d CPU input following the device, and a backward pass, is run with
+ * 0-d CPU input following the device, a backward pass, and first and
+ * second order gradients through moves of a CPU leaf, is run with
  * the Nth host allocation failing, for every N. Each run reports "out of
  * memory", leaks nothing and leaves oar usable. */
 #include "test.h"
@@ -24,6 +25,15 @@ static int step(void) {
     oar_tensor *g = NULL;
     if (!st) st = loss ? oar_grad(1, &loss, NULL, 1, &dw, false, false, &g) : -1;
     if (!st && !oar_tensor_to(g, oar_device_cpu())) st = -1;
+    /* a CPU leaf moved with grad: gradients come back through to_device,
+     * to second order */
+    oar_tensor *lw = st ? NULL : oar_clone(w), *g1 = NULL, *g2 = NULL;
+    if (!st) st = lw ? oar_tensor_set_requires_grad(lw, true) : -1;
+    oar_tensor *l1 = st ? NULL : oar_sum(oar_tensor_to(oar_tanh(oar_mul(oar_tensor_to(lw, dev), dx)),
+                                                       oar_device_cpu()), 0, NULL, false);
+    if (!st) st = l1 ? oar_grad(1, &l1, NULL, 1, &lw, true, false, &g1) : -1;
+    oar_tensor *l2 = st ? NULL : oar_sum(oar_square(g1), 0, NULL, false);
+    if (!st) st = l2 ? oar_grad(1, &l2, NULL, 1, &lw, false, false, &g2) : -1;
     oar_pool_pop(p);
     return st;
 }

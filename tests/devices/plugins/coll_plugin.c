@@ -1,0 +1,245 @@
+/* A device plugin for the distributed tests: one "fakecoll" device whose
+ * memory is host memory and which has no kernels (every op runs on the
+ * CPU with copies), but has collective members (ABI 1.2): a communicator
+ * is a file mapped by every process of the group, and all_reduce,
+ * all_gather and reduce_scatter (f32, f64; sum, max, min, prod) go
+ * through it, as NCCL's go through GPU links. It counts its calls
+ * (oar_test_coll_calls), so a test sees that oar's distributed layer used
+ * the members rather than MPI. broadcast, send and recv stay NULL. Built
+ * against <oar/device.h> alone. */
+#define OAR_DEVICE_PLUGIN_ONLY
+#include <oar/device.h>
+
+#include <fcntl.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOT_BYTES (1u << 20) /* the most one rank contributes to one call */
+#define HEADER 64
+
+static const oar_host_api *host;
+static long calls[3];
+
+/* Calls made so far: kind 0 all_reduce, 1 all_gather, 2 reduce_scatter. */
+__attribute__((visibility("default"))) long oar_test_coll_calls(int kind) {
+    return kind >= 0 && kind < 3 ? calls[kind] : -1;
+}
+
+typedef struct group {
+    int nranks, rank;
+    size_t size;
+    unsigned char *map; /* header (two counters), then nranks slots */
+} group;
+
+static int n_devices(void *ctx) { (void)ctx; return 1; }
+
+static int props(void *ctx, int index, oar_device_props *out) {
+    (void)ctx, (void)index;
+    strcpy(out->name, "fake collective device");
+    out->total_memory = 1u << 30;
+    return 0;
+}
+
+static void *alloc(void *ctx, int index, size_t n) {
+    (void)ctx, (void)index;
+    return host->alloc(n ? n : 1);
+}
+
+static void release(void *ctx, int index, void *p, size_t n) {
+    (void)ctx, (void)index;
+    host->free(p, n ? n : 1);
+}
+
+static int to_dev(void *ctx, int index, void *dst, size_t off, const void *src, size_t n) {
+    (void)ctx, (void)index;
+    memcpy((char *)dst + off, src, n);
+    return 0;
+}
+
+static int to_host(void *ctx, int index, void *dst, const void *src, size_t off, size_t n) {
+    (void)ctx, (void)index;
+    memcpy(dst, (const char *)src + off, n);
+    return 0;
+}
+
+static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dtype) {
+    (void)ctx, (void)index, (void)op, (void)dtype;
+    return NULL;
+}
+
+/* Every process of the group arrives before any leaves (a counter and a
+ * generation in the shared header); -1 after 60 s without the others. */
+static int barrier(group *g) {
+    atomic_uint *arrived = (atomic_uint *)g->map, *gen = arrived + 1;
+    unsigned mine = atomic_load(gen);
+    if (atomic_fetch_add(arrived, 1) + 1 == (unsigned)g->nranks) {
+        atomic_store(arrived, 0);
+        atomic_fetch_add(gen, 1);
+        return 0;
+    }
+    time_t start = time(NULL);
+    for (long spins = 0; atomic_load(gen) == mine; spins++) {
+        if (spins > 1000) sched_yield();
+        if ((spins & 1023) == 0 && time(NULL) - start > 60) return -1;
+    }
+    return 0;
+}
+
+/* The id is the path of a fresh file the group maps. */
+static int comm_id(void *ctx, int index, void *id, size_t *len) {
+    (void)ctx, (void)index;
+    const char *dir = getenv("TMPDIR");
+    char path[OAR_COMM_ID_BYTES];
+    snprintf(path, sizeof path, "%s/oar_fakecoll_XXXXXX", dir && strlen(dir) < 200 ? dir : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0) return host->error(-4, "fakecoll: cannot make the group's file");
+    close(fd);
+    *len = strlen(path) + 1;
+    memcpy(id, path, *len);
+    return 0;
+}
+
+static void *comm_create(void *ctx, int index, int nranks, int rank, const void *id, size_t len) {
+    (void)ctx, (void)index;
+    if (!len || ((const char *)id)[len - 1] || nranks < 1 || rank < 0 || rank >= nranks) {
+        host->error(-1, "fakecoll: bad communicator arguments");
+        return NULL;
+    }
+    group *g = host->alloc(sizeof *g);
+    if (!g) return NULL;
+    g->nranks = nranks;
+    g->rank = rank;
+    g->size = HEADER + (size_t)nranks * SLOT_BYTES;
+    int fd = open(id, O_RDWR);
+    if (fd < 0 || ftruncate(fd, (off_t)g->size)) { /* the same size from every process */
+        if (fd >= 0) close(fd);
+        host->free(g, sizeof *g);
+        host->error(-4, "fakecoll: cannot open the group's file");
+        return NULL;
+    }
+    g->map = mmap(NULL, g->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (g->map == MAP_FAILED || barrier(g)) {
+        if (g->map != MAP_FAILED) munmap(g->map, g->size);
+        host->free(g, sizeof *g);
+        host->error(-4, "fakecoll: the group did not assemble");
+        return NULL;
+    }
+    if (rank == 0) unlink(id); /* everyone has it mapped */
+    return g;
+}
+
+static void comm_destroy(void *ctx, int index, void *comm) {
+    (void)ctx, (void)index;
+    group *g = comm;
+    munmap(g->map, g->size);
+    host->free(g, sizeof *g);
+}
+
+/* recv[i] = op over ranks r of slot r's element at + i, for i < count */
+#define REDUCE(T)                                                                          \
+    do {                                                                                   \
+        T *o = recv;                                                                       \
+        for (size_t i = 0; i < count; i++) {                                               \
+            T acc = ((const T *)slot(g, 0))[at + i];                                       \
+            for (int r = 1; r < g->nranks; r++) {                                          \
+                T v = ((const T *)slot(g, r))[at + i];                                     \
+                acc = op == OAR_REDUCE_SUM ? acc + v : op == OAR_REDUCE_PROD ? acc * v     \
+                    : op == OAR_REDUCE_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);    \
+            }                                                                              \
+            o[i] = acc;                                                                    \
+        }                                                                                  \
+    } while (0)
+
+static unsigned char *slot(group *g, int r) { return g->map + HEADER + (size_t)r * SLOT_BYTES; }
+
+/* Puts this rank's n bytes in its slot and waits for the others'. */
+static int publish(group *g, const void *send, size_t n) {
+    if (n > SLOT_BYTES) return host->error(-3, "fakecoll: more than 1 MiB per rank");
+    memcpy(slot(g, g->rank), send, n);
+    return barrier(g) ? host->error(-5, "fakecoll: the other ranks did not come") : 0;
+}
+
+/* Nobody writes its slot again before all have read. */
+static int done(group *g, int kind) {
+    calls[kind]++;
+    return barrier(g) ? host->error(-5, "fakecoll: the other ranks did not come") : 0;
+}
+
+static size_t elem_size(int32_t dtype, oar_reduce_op op) {
+    return op == OAR_REDUCE_AVG ? 0 : dtype == 6 ? 4 : dtype == 7 ? 8 : 0;
+}
+
+static int all_reduce(void *ctx, int index, void *comm, const void *send, void *recv, size_t count,
+                      int32_t dtype, oar_reduce_op op, oar_stream s) {
+    (void)ctx, (void)index, (void)s;
+    group *g = comm;
+    size_t es = elem_size(dtype, op), at = 0;
+    if (!es) return host->error(-3, "fakecoll all_reduce: f32 and f64; sum, max, min, prod");
+    int st = publish(g, send, count * es);
+    if (st) return st;
+    if (es == 4) REDUCE(float);
+    else REDUCE(double);
+    return done(g, 0);
+}
+
+/* Each rank's send_count elements, in rank order. */
+static int all_gather(void *ctx, int index, void *comm, const void *send, void *recv, size_t send_count,
+                      int32_t dtype, oar_stream s) {
+    (void)ctx, (void)index, (void)s;
+    group *g = comm;
+    size_t es = elem_size(dtype, OAR_REDUCE_SUM), n = send_count * es;
+    if (!es) return host->error(-3, "fakecoll all_gather: f32 and f64");
+    int st = publish(g, send, n);
+    if (st) return st;
+    for (int r = 0; r < g->nranks; r++) memcpy((char *)recv + (size_t)r * n, slot(g, r), n);
+    return done(g, 1);
+}
+
+/* This rank's block of recv_count elements of the reduction. */
+static int reduce_scatter(void *ctx, int index, void *comm, const void *send, void *recv, size_t count,
+                          int32_t dtype, oar_reduce_op op, oar_stream s) {
+    (void)ctx, (void)index, (void)s;
+    group *g = comm;
+    size_t es = elem_size(dtype, op), at = (size_t)g->rank * count;
+    if (!es) return host->error(-3, "fakecoll reduce_scatter: f32 and f64; sum, max, min, prod");
+    int st = publish(g, send, count * (size_t)g->nranks * es);
+    if (st) return st;
+    if (es == 4) REDUCE(float);
+    else REDUCE(double);
+    return done(g, 2);
+}
+
+static const oar_device_iface iface = {
+    .abi_version = OAR_DEVICE_ABI_VERSION,
+    .struct_size = sizeof(oar_device_iface),
+    .type_name = "fakecoll",
+    .device_count = n_devices,
+    .get_props = props,
+    .alloc = alloc,
+    .free = release,
+    .copy_to_device = to_dev,
+    .copy_to_host = to_host,
+    .get_kernel = get_kernel,
+    .all_reduce = all_reduce,
+    .all_gather = all_gather,
+    .reduce_scatter = reduce_scatter,
+    .comm_unique_id = comm_id,
+    .comm_create = comm_create,
+    .comm_destroy = comm_destroy,
+};
+
+__attribute__((visibility("default"))) int oar_plugin_init(const oar_host_api *h,
+                                                           oar_plugin_desc *out) {
+    host = h;
+    out->abi_version = OAR_DEVICE_ABI_VERSION;
+    out->name = "fakecoll";
+    out->iface = &iface;
+    return 0;
+}

@@ -1,0 +1,178 @@
+/* Autograd through moves between devices (oar_tensor_to, the to_device
+ * op): a loss computed on another device from CPU leaves moved there gives
+ * the leaves' gradients on the CPU, first and second order.
+ * - On the mock device of tests/devices/plugins/ (host memory; its f64 ops
+ *   run on the CPU with copies), in f64 against central differences
+ *   (tests/gradcheck.h), moves both ways, first and second order.
+ * - On opencl:0 (PoCL here) in f32, against the same graph computed all on
+ *   the CPU, first order (backward) and second order (a Hessian-vector
+ *   product through oar_grad with create_graph); the profiler shows the
+ *   moves. Skipped with a message where no OpenCL device exists.
+ * - A move under no-grad mode, and a move to the tensor's own device,
+ *   record nothing. */
+#include "test.h"
+
+#include "gradcheck.h"
+#include "opencl_common.h"
+
+static oar_device *mock;
+
+/* f(x, w) = sum over the mock of sin(x @ w) * (x @ w), back on the CPU. */
+static oar_tensor *f_mock(void *ctx, int n, oar_tensor *const *x) {
+    (void)ctx, (void)n;
+    oar_tensor *a = oar_tensor_to(x[0], mock), *b = oar_tensor_to(x[1], mock);
+    oar_tensor *y = oar_matmul(a, b);
+    oar_tensor *z = oar_sum(oar_mul(oar_sin(y), y), 0, NULL, false);
+    if (z && oar_tensor_device(z) != mock) return NULL;
+    return oar_tensor_to(z, oar_device_cpu());
+}
+
+/* A device result (not moved back): the gradient's move is the one the
+ * checks go through; the value comes back through oar_tensor_to too. */
+static oar_tensor *f_mock_out(void *ctx, int n, oar_tensor *const *x) {
+    (void)ctx, (void)n;
+    oar_tensor *a = oar_tensor_to(x[0], mock);
+    return oar_tensor_to(oar_mul(oar_exp(a), a), oar_device_cpu());
+}
+
+static void test_gradcheck_mock(void) {
+    gc_input in[2] = {{.ndim = 2, .shape = {3, 4}, .lo = -1, .hi = 1},
+                      {.ndim = 2, .shape = {4, 2}, .lo = -1, .hi = 1}};
+    gc_opts o = {.seed = 7};
+    CHECK(gradcheck("to mock and back, matmul, sin", f_mock, NULL, 2, in, &o));
+    CHECK(gradcheck("to mock and back, exp", f_mock_out, NULL, 1, in, &o));
+}
+
+static void test_nothing_recorded(oar_device *d) {
+    oar_pool *p = oar_pool_push();
+    oar_tensor *x = oar_ones(OAR_F32, 1, (int64_t[]){3});
+    CHECK(oar_tensor_set_requires_grad(x, true) == 0);
+    /* on its own device: x itself, no node */
+    CHECK(oar_tensor_to(x, oar_device_cpu()) == x && oar_tensor_is_leaf(x));
+    /* under no-grad: a leaf that does not require grad */
+    oar_no_grad_push();
+    oar_tensor *y = oar_tensor_to(x, d);
+    oar_no_grad_pop();
+    CHECK(y && oar_tensor_device(y) == d && oar_tensor_is_leaf(y) && !oar_tensor_requires_grad(y));
+    /* with grad: a node, and the gradient lands on the CPU leaf */
+    oar_tensor *z = oar_tensor_to(x, d);
+    CHECK(z && !oar_tensor_is_leaf(z) && oar_tensor_requires_grad(z));
+    CHECK(oar_backward(oar_sum(oar_tensor_to(z, oar_device_cpu()), 0, NULL, false), NULL) == 0);
+    CHECK(oar_tensor_grad(x) && oar_tensor_device(oar_tensor_grad(x)) == oar_device_cpu());
+    CHECK_VALUES(oar_tensor_grad(x), ((double[]){1, 1, 1}), 3, 0);
+    /* the move of a NULL keeps the first message */
+    CHECK_FAILS(oar_tensor_to(oar_tensor_to(NULL, d), oar_device_cpu()), "tensor is NULL");
+    oar_pool_pop(p);
+}
+
+static void test_mock(void) {
+    mock = oar_device_get("mock:0");
+    CHECK(mock != NULL);
+    if (!mock) return;
+    test_gradcheck_mock();
+    test_nothing_recorded(mock);
+}
+
+/* ---- opencl:0 against the CPU ------------------------------------------- */
+
+static oar_tensor *seq(int64_t r, int64_t c, double scale, double shift) {
+    int64_t s[2] = {r, c};
+    float *v = malloc((size_t)(r * c) * sizeof *v);
+    for (int64_t i = 0; i < r * c; i++) v[i] = (float)(scale * (double)((i * 7) % 11 - 5) + shift);
+    oar_tensor *t = oar_tensor_from_data(v, OAR_F32, 2, s);
+    free(v);
+    return t;
+}
+
+static void check_same(oar_tensor *got, oar_tensor *want, double tol) {
+    CHECK(got && want && oar_tensor_device(got) == oar_device_cpu());
+    if (!got || !want) return;
+    CHECK(oar_tensor_numel(got) == oar_tensor_numel(want));
+    double *g = test_values(got), *w = test_values(want), worst = 0;
+    for (int64_t i = 0; g && w && i < oar_tensor_numel(want); i++)
+        if (fabs(g[i] - w[i]) > worst) worst = fabs(g[i] - w[i]);
+    CHECK(g && w);
+    CHECK_NEAR(worst, 0, tol);
+    free(g);
+    free(w);
+}
+
+/* loss = sum(tanh(x @ w + b)^2), computed on d (moving x, w, b there)
+ * or, with d NULL, on the CPU. */
+static oar_tensor *loss_on(oar_device *d, oar_tensor *x, oar_tensor *w, oar_tensor *b) {
+    if (d) x = oar_tensor_to(x, d), w = oar_tensor_to(w, d), b = oar_tensor_to(b, d);
+    oar_tensor *l = oar_sum(oar_square(oar_tanh(oar_add(oar_matmul(x, w), b))), 0, NULL, false);
+    CHECK(l && oar_tensor_device(l) == (d ? d : oar_device_cpu()));
+    return l;
+}
+
+static int64_t profiled(const char *name, oar_profiler_kind kind) {
+    oar_profiler_stat rows[256];
+    int n = oar_profiler_stats(rows, 256);
+    for (int i = 0; i < n && i < 256; i++)
+        if (rows[i].kind == kind && !strcmp(rows[i].name, name)) return rows[i].calls;
+    return 0;
+}
+
+static void test_opencl(oar_device *cl) {
+    oar_pool *p = oar_pool_push();
+    oar_tensor *x = seq(5, 3, 0.1, 0.05), *w = seq(3, 4, 0.2, -0.1), *b = seq(1, 4, 0.1, 0.2);
+    oar_tensor *leaves[3] = {x, w, b};
+    for (int i = 0; i < 3; i++) CHECK(oar_tensor_set_requires_grad(leaves[i], true) == 0);
+
+    /* first order: backward from opencl:0 into the CPU leaves */
+    CHECK(oar_profiler_start() == 0);
+    oar_tensor *dl = loss_on(cl, x, w, b);
+    CHECK(oar_backward(dl, NULL) == 0);
+    CHECK(oar_profiler_stop() == 0);
+    oar_tensor *gd[3];
+    for (int i = 0; i < 3; i++) {
+        gd[i] = oar_tensor_grad(leaves[i]);
+        CHECK(gd[i] && oar_tensor_device(gd[i]) == oar_device_cpu());
+        oar_tensor_retain(gd[i]);
+        oar_tensor_zero_grad(leaves[i]);
+    }
+    /* three moves there, three gradients moved back */
+    CHECK(profiled("to_device", OAR_PROFILER_OP) == 6);
+    CHECK(profiled("to_device", OAR_PROFILER_BACKWARD) == 3);
+    CHECK(oar_backward(loss_on(NULL, x, w, b), NULL) == 0);
+    for (int i = 0; i < 3; i++) {
+        check_same(gd[i], oar_tensor_grad(leaves[i]), 1e-5);
+        oar_tensor_release(gd[i]);
+    }
+
+    /* second order: H v for v = 1 through grad(grad) on each side */
+    oar_tensor *gx[2] = {NULL, NULL}, *hv[2] = {NULL, NULL};
+    for (int side = 0; side < 2; side++) {
+        oar_tensor *l = loss_on(side ? NULL : cl, x, w, b);
+        CHECK(oar_grad(1, &l, NULL, 1, &x, true, false, &gx[side]) == 0);
+        CHECK(gx[side] && oar_tensor_requires_grad(gx[side]));
+        CHECK(gx[side] && oar_tensor_device(gx[side]) == oar_device_cpu());
+        oar_tensor *s = oar_sum(oar_mul(gx[side], seq(5, 3, 0.3, 0.1)), 0, NULL, false);
+        CHECK(oar_grad(1, &s, NULL, 1, &x, false, false, &hv[side]) == 0);
+    }
+    check_same(gx[0], gx[1], 1e-5);
+    check_same(hv[0], hv[1], 1e-4);
+    test_nothing_recorded(cl);
+    oar_pool_pop(p);
+}
+
+int main(void) {
+    /* the mock (tests/devices/plugins) and, where built, the opencl plugin */
+    char path[2048];
+#ifdef OAR_PLUGIN_BUILD_DIR
+    snprintf(path, sizeof path, "%s:%s", OAR_TEST_PLUGIN_DIR, OAR_PLUGIN_BUILD_DIR);
+#else
+    snprintf(path, sizeof path, "%s", OAR_TEST_PLUGIN_DIR);
+#endif
+    setenv("OAR_PLUGIN_PATH", path, 1);
+    setenv("OAR_PLUGIN_NO_INSTALL_DIR", "1", 1);
+    RUN(test_mock);
+    oar_device *cl = opencl_device_or_skip(); /* prints why when there is none */
+    if (cl) {
+        test_current = "test_opencl";
+        oar_clear_error();
+        test_opencl(cl);
+    }
+    return test_summary();
+}

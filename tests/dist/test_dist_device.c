@@ -1,0 +1,179 @@
+/* Collectives on dtensors whose shards live on a device:
+ * - on the fakecoll device (tests/devices/plugins/coll_plugin.c), whose
+ *   all_reduce, all_gather and reduce_scatter members go through shared
+ *   memory and count their calls: Partial -> Replicate (sum, avg, max),
+ *   Partial -> Shard and Shard -> Replicate with even blocks go through
+ *   the members (one call each, the values are the reductions over the
+ *   ranks), while uneven blocks and moves to another mesh are staged
+ *   through the host (the counts do not move); a data-parallel step's
+ *   gradient reduction (oar_dist_reduce_grads) goes through all_reduce;
+ * - on opencl:0, which has no collective members: every collective is
+ *   staged, and results stay on the device (skipped with a message where
+ *   no OpenCL device exists);
+ * - on cuda:<rank> where the cuda plugin loads (NCCL), values only.
+ * Runs alone and under mpirun with 2 ranks (CTest runs both). */
+#include "test.h"
+
+#include <dlfcn.h>
+#include <oar/dist.h>
+
+static int W, ME;
+static long (*coll_calls)(int kind); /* the plugin's: 0 all_reduce, 1 all_gather, 2 reduce_scatter */
+
+/* Rank r's local value: 4 x 3, element i = (r + 1) (i + 1) / 2. */
+static oar_tensor *local_value(int r) {
+    float v[12];
+    for (int i = 0; i < 12; i++) v[i] = (float)((r + 1) * (i + 1)) * 0.5f;
+    return oar_tensor_from_data(v, OAR_F32, 2, (int64_t[]){4, 3});
+}
+
+static void check_on(oar_tensor *t, oar_device *d, const double *want, int64_t n) {
+    CHECK(t && oar_tensor_device(t) == d);
+    oar_tensor *h = oar_tensor_to(t, oar_device_cpu());
+    CHECK_VALUES(h, want, n, 1e-6);
+}
+
+/* The plugin's calls since `base` equal (ar, ag, rs); nothing to check
+ * on a device without the plugin. */
+static void check_calls(bool hooked, const long *base, long ar, long ag, long rs) {
+    if (!hooked) return;
+    CHECK(coll_calls(0) - base[0] == ar);
+    CHECK(coll_calls(1) - base[1] == ag);
+    CHECK(coll_calls(2) - base[2] == rs);
+}
+
+static void run_on(oar_device *dev, bool hooked) {
+    oar_pool *pool = oar_pool_push();
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    CHECK(m != NULL);
+    const int64_t shape[2] = {4, 3};
+    double sum[12], avg[12], max[12];
+    for (int i = 0; i < 12; i++) {
+        sum[i] = (i + 1) * 0.5 * W * (W + 1) / 2.0;
+        avg[i] = sum[i] / W;
+        max[i] = (i + 1) * 0.5 * W;
+    }
+    oar_tensor *local = oar_tensor_to(local_value(ME), dev);
+    long base[3] = {0, 0, 0};
+    for (int k = 0; hooked && k < 3; k++) base[k] = coll_calls(k);
+    /* Partial -> Replicate: all-reduce */
+    const oar_reduce_op ops[3] = {OAR_REDUCE_SUM, OAR_REDUCE_AVG, OAR_REDUCE_MAX};
+    const double *want[3] = {sum, avg, max};
+    for (int k = 0; k < 3; k++) {
+        oar_tensor *x = oar_dtensor_from_local(local, m, (oar_placement[]){oar_partial(ops[k])}, shape);
+        oar_tensor *y = oar_reshard(x, m, (oar_placement[]){oar_replicate()});
+        check_on(oar_dtensor_local(y), dev, want[k], 12);
+        check_calls(hooked, base, k + 1, 0, 0);
+    }
+    /* Partial -> Shard(0): reduce-scatter, 4 rows in even blocks; then
+     * all-gather back to the whole value */
+    oar_tensor *x = oar_dtensor_from_local(local, m, (oar_placement[]){oar_partial(OAR_REDUCE_SUM)}, shape);
+    oar_tensor *s = oar_reshard(x, m, (oar_placement[]){oar_shard(0)});
+    CHECK(s && oar_tensor_device(oar_dtensor_local(s)) == dev);
+    check_on(oar_unshard(s), dev, sum, 12);
+    check_calls(hooked, base, 3, 1, 1);
+    /* Shard(1): 3 columns, uneven on 2 ranks (staged there) */
+    long even = 3 % W == 0;
+    oar_tensor *c = oar_reshard(x, m, (oar_placement[]){oar_shard(1)});
+    CHECK(c && oar_tensor_device(oar_dtensor_local(c)) == dev);
+    oar_tensor *r = oar_reshard(c, m, (oar_placement[]){oar_replicate()});
+    check_on(oar_dtensor_local(r), dev, sum, 12);
+    check_calls(hooked, base, 3, 1 + even, 1 + even);
+    /* a move to another mesh (point-to-point messages: staged), then the
+     * whole value back (an all-gather of the uneven columns) */
+    oar_mesh *m2 = oar_mesh_create(2, (int64_t[]){1, W}, NULL, NULL);
+    oar_tensor *mv = oar_reshard(r, m2, (oar_placement[]){oar_replicate(), oar_shard(1)});
+    CHECK(mv && oar_tensor_device(oar_dtensor_local(mv)) == dev);
+    check_on(oar_unshard(mv), dev, sum, 12);
+    check_calls(hooked, base, 3, 1 + 2 * even, 1 + even);
+    oar_mesh_release(m2);
+    oar_mesh_release(m);
+    oar_pool_pop(pool);
+}
+
+/* A data-parallel step on dev: w replicated, the batch sharded by rows,
+ * loss = sum(x @ w); oar_dist_reduce_grads all-reduces w's Partial
+ * gradient (through the member when hooked): the sum over all ranks' rows. */
+static void data_parallel_on(oar_device *dev, bool hooked) {
+    oar_pool *pool = oar_pool_push();
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_tensor *w = oar_dtensor_from_local(oar_tensor_to(oar_ones(OAR_F32, 2, (int64_t[]){3, 2}), dev), m,
+                                           (oar_placement[]){oar_replicate()}, (int64_t[]){3, 2});
+    CHECK(w && oar_tensor_set_requires_grad(w, true) == 0);
+    oar_tensor *x = oar_dtensor_from_local(oar_tensor_to(local_value(ME), dev), m,
+                                           (oar_placement[]){oar_shard(0)}, NULL);
+    CHECK(oar_backward(oar_sum(oar_matmul(x, w), 0, NULL, false), NULL) == 0);
+    long before = hooked ? coll_calls(0) : 0;
+    int n = oar_dist_reduce_grads(1, &w, 0);
+    CHECK(n >= 1);
+    if (hooked) CHECK(coll_calls(0) - before == n);
+    double want[6];
+    for (int i = 0; i < 3; i++) {
+        double g = 0;
+        for (int r = 0; r < W; r++)
+            for (int row = 0; row < 4; row++) g += (r + 1) * (row * 3 + i + 1) * 0.5;
+        want[2 * i] = want[2 * i + 1] = g;
+    }
+    oar_tensor *g = oar_tensor_grad(w);
+    CHECK(g && oar_tensor_is_dist(g) && oar_dtensor_placements(g)[0].kind == OAR_PLACEMENT_REPLICATE);
+    if (g) check_on(oar_dtensor_local(g), dev, want, 6);
+    oar_tensor_zero_grad(w);
+    oar_mesh_release(m);
+    oar_pool_pop(pool);
+}
+
+static void test_hooked(void) {
+    oar_device *dev = oar_device_get("fakecoll:0");
+    void *lib = dlopen(OAR_TEST_COLL_PLUGIN_DIR "/fakecoll.so", RTLD_NOW | RTLD_NOLOAD);
+    coll_calls = lib ? (long (*)(int))dlsym(lib, "oar_test_coll_calls") : NULL;
+    CHECK(dev && coll_calls);
+    if (dev && coll_calls) run_on(dev, true);
+    if (dev && coll_calls) data_parallel_on(dev, true);
+    if (lib) dlclose(lib);
+}
+
+static void test_staged_opencl(void) {
+    oar_device *cl = oar_device_get("opencl:0");
+    if (!cl) {
+        printf("rank %d: no OpenCL device (%s): the staged part is skipped\n", ME, oar_last_error());
+        oar_clear_error();
+        return;
+    }
+    run_on(cl, false);
+    data_parallel_on(cl, false);
+}
+
+/* On a GPU machine (the cuda plugin found, OAR_PLUGIN_PATH naming its
+ * folder): values through NCCL, one GPU per rank where there are enough,
+ * else staged (NCCL refuses two ranks on one GPU). */
+static void test_cuda(void) {
+    char name[32];
+    snprintf(name, sizeof name, "cuda:%d", ME);
+    oar_device *cu = oar_device_get(name);
+    if (!cu) cu = oar_device_get("cuda:0");
+    oar_clear_error();
+    if (!cu) return; /* no GPU: nothing to say */
+    run_on(cu, false);
+    data_parallel_on(cu, false);
+}
+
+int main(int argc, char **argv) {
+#ifdef OAR_PLUGIN_BUILD_DIR
+    setenv("OAR_PLUGIN_PATH", OAR_TEST_COLL_PLUGIN_DIR ":" OAR_PLUGIN_BUILD_DIR, 1);
+#else
+    setenv("OAR_PLUGIN_PATH", OAR_TEST_COLL_PLUGIN_DIR, 1);
+#endif
+    setenv("OAR_PLUGIN_NO_INSTALL_DIR", "1", 1);
+    if (oar_dist_init(&argc, &argv)) {
+        fprintf(stderr, "oar_dist_init: %s\n", oar_last_error());
+        return 1;
+    }
+    W = oar_dist_world_size();
+    ME = oar_dist_rank();
+    RUN(test_hooked);
+    RUN(test_staged_opencl);
+    RUN(test_cuda);
+    int rc = test_summary();
+    oar_dist_finalize();
+    return rc;
+}
