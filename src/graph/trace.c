@@ -212,6 +212,11 @@ int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
     /* random draws stay nodes, so the graph draws again on each run */
     if ((def->flags & OARI_F_RANDOM) && !(def->flags & OARI_F_INPLACE)) any = true;
     if (!any) return OARI_TRACE_PASS;
+    /* a move names devices of this process, and the executor plans views
+     * once: move the model and the inputs before tracing */
+    if (op == OARI_OP_to_device)
+        return oari_error(OAR_ERR_UNSUPPORTED, "trace: oar_tensor_to (a move between devices) cannot "
+                          "be traced; move the model and the inputs before tracing");
     if ((def->flags & OARI_F_INPLACE) && traced_id(tr, c->in[0]) < 0 && traced_here_or_above(tr, c->in[0]))
         return oari_error(OAR_ERR_STATE, "trace: %s writes in place into a value from outside the "
                           "branch or loop body being traced; write into a copy made inside it", def->name);

@@ -91,7 +91,8 @@ oar_tensor *oar_tensor_to(oar_tensor *t, oar_device *d) {
     }
     if (!d) return oari_error(OAR_ERR_INVALID, "oar_tensor_to: device is NULL"), NULL;
     if (!t->storage)
-        return oari_error(OAR_ERR_STATE, "oar_tensor_to: tensor is symbolic (traced)"), NULL;
+        return oari_error(OAR_ERR_STATE, "oar_tensor_to: tensor is symbolic (traced): a move between "
+                          "devices cannot be traced; move the model and the inputs before tracing"), NULL;
     if (t->storage->device == d) return oari_pool_adopt(oar_tensor_retain(t)); /* no copy, no node */
     oari_attrs a = {.ni = 2, .i = {d->id, t->storage->device->id}};
     return oari_call1(OARI_OP_to_device, t, &a);

@@ -65,12 +65,42 @@ static void test_nothing_recorded(oar_device *d) {
     oar_pool_pop(p);
 }
 
+/* A move inside a traced function is refused with a reason (the graph
+ * would name this process's devices), whether of a traced value or of a
+ * module's weight; a move of a plain tensor is computed while tracing. */
+static oar_tensor *trace_weight;
+static int traced_move(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    *out = oar_tensor_to(in[0], mock);
+    return *out ? 0 : -1;
+}
+static int traced_weight_move(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *w = oar_tensor_to(oar_tensor_to(trace_weight, mock), oar_device_cpu());
+    *out = oar_add(in[0], w);
+    return *out ? 0 : -1;
+}
+
+static void test_trace_refuses_moves(void) {
+    oar_pool *p = oar_pool_push();
+    oar_graph_input_spec x = {.name = "x", .dtype = OAR_F32, .ndim = 1, .shape = {3}};
+    CHECK_FAILS(oar_trace(traced_move, NULL, 1, &x, 1, NULL), "cannot be traced");
+    oar_module *m = oar_linear_new(3, 3, true);
+    trace_weight = m ? oar_module_get(m, "bias") : NULL;
+    CHECK(trace_weight != NULL);
+    CHECK_FAILS(oar_trace(traced_weight_move, NULL, 1, &x, 1, &(oar_trace_options){.module = m}),
+                "move the model and the inputs before tracing");
+    oar_module_free(m);
+    oar_pool_pop(p);
+}
+
 static void test_mock(void) {
     mock = oar_device_get("mock:0");
     CHECK(mock != NULL);
     if (!mock) return;
     test_gradcheck_mock();
     test_nothing_recorded(mock);
+    test_trace_refuses_moves();
 }
 
 /* ---- opencl:0 against the CPU ------------------------------------------- */
