@@ -1,0 +1,57 @@
+#!/usr/bin/python3
+"""ONNX If and Loop models whose condition and trip count are graph inputs
+(computed at run time), for oar's importer (run from tests/:
+/usr/bin/python3 ref/gen_onnx_control.py). The expected values are closed
+forms the C test computes itself (tests/onnx/test_onnx_control.c).
+
+  control_if.onnx    x [N, 3] float, c bool []:
+                     y = c ? x * 2 + w : x - w   (w an initializer [3] read
+                     by both branches from the outer scope)
+  control_loop.onnx  x [3] float, M int64 [], limit float []:
+                     v = x; for i < M while sum(v) < limit: v = v * 2 + i
+                     (the body's condition computed from v; i is the
+                     iteration number); outputs v and the trip count
+                     (a second loop-carried value k = k + 1)
+"""
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+vi = helper.make_tensor_value_info
+
+
+def save(graph, name, opset=13):
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="gen_onnx_control")
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, "onnx/%s.onnx" % name)
+
+
+w = numpy_helper.from_array(np.array([0.5, -1.0, 2.0], dtype=np.float32), "w")
+two = numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two")
+then_g = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["t0"]), helper.make_node("Add", ["t0", "w"], ["ty"])],
+                           "then", [], [vi("ty", TensorProto.FLOAT, ["N", 3])])
+else_g = helper.make_graph([helper.make_node("Sub", ["x", "w"], ["ey"])], "else", [],
+                           [vi("ey", TensorProto.FLOAT, ["N", 3])])
+save(helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g, name="if")],
+                       "control_if", [vi("x", TensorProto.FLOAT, ["N", 3]), vi("c", TensorProto.BOOL, [])],
+                       [vi("y", TensorProto.FLOAT, ["N", 3])], [w, two]), "control_if")
+
+one = numpy_helper.from_array(np.array(1, dtype=np.int64), "one")
+body = helper.make_graph(
+    [helper.make_node("Mul", ["v_in", "two"], ["v2"]),
+     helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+     helper.make_node("Add", ["v2", "fi"], ["v_out"]),
+     helper.make_node("Add", ["k_in", "one"], ["k_out"]),
+     helper.make_node("ReduceSum", ["v_out"], ["s"], keepdims=0),
+     helper.make_node("Less", ["s", "limit"], ["c_out"])],
+    "body", [vi("i", TensorProto.INT64, []), vi("c_in", TensorProto.BOOL, []), vi("v_in", TensorProto.FLOAT, [3]),
+             vi("k_in", TensorProto.INT64, [])],
+    [vi("c_out", TensorProto.BOOL, []), vi("v_out", TensorProto.FLOAT, [3]), vi("k_out", TensorProto.INT64, [])])
+zero = numpy_helper.from_array(np.array(0, dtype=np.int64), "zero")
+true = numpy_helper.from_array(np.array(True), "true")
+save(helper.make_graph([helper.make_node("Loop", ["M", "true", "x", "zero"], ["v", "k"], body=body, name="loop")],
+                       "control_loop", [vi("x", TensorProto.FLOAT, [3]), vi("M", TensorProto.INT64, []),
+                                        vi("limit", TensorProto.FLOAT, [])],
+                       [vi("v", TensorProto.FLOAT, [3]), vi("k", TensorProto.INT64, [])], [two, one, zero, true]),
+     "control_loop")
