@@ -70,6 +70,30 @@ static void check_loop(oar_graph *g) {
     oar_executor_free(ex);
 }
 
+/* g exported at opset 13 and 17 (If / Loop), re-imported (a cond / while
+ * node again), and checked by check(). */
+static void round_trip(oar_graph *g, const char *op, void (*check)(oar_graph *)) {
+    char path[] = "/tmp/oar_onnx_ctl_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    for (int opset = 13; opset <= 17; opset += 4) {
+        int st = oar_onnx_export(g, path, &(oar_onnx_export_options){.opset = opset});
+        if (st) fprintf(stderr, "export: %s\n", oar_last_error());
+        CHECK(st == 0);
+        oar_graph *h = st ? NULL : oar_onnx_load(path);
+        if (!st && !h) fprintf(stderr, "re-import: %s\n", oar_last_error());
+        CHECK(st || h);
+        if (h) {
+            CHECK(oar_graph_count_op(h, op) == 1);
+            check(h);
+        }
+        oar_graph_free(h);
+    }
+    unlink(path);
+}
+
 static void test_if_node(void) {
     oar_graph *g = oar_onnx_load("onnx/control_if.onnx");
     if (!g) fprintf(stderr, "control_if: %s\n", oar_last_error());
@@ -77,6 +101,7 @@ static void test_if_node(void) {
     if (!g) return;
     CHECK(oar_graph_count_op(g, "cond") == 1);
     check_if(g);
+    round_trip(g, "cond", check_if);
     oar_graph_free(g);
 }
 
@@ -87,6 +112,7 @@ static void test_loop_node(void) {
     if (!g) return;
     CHECK(oar_graph_count_op(g, "while") == 1);
     check_loop(g);
+    round_trip(g, "while", check_loop);
     oar_graph_free(g);
 }
 
