@@ -116,8 +116,82 @@ static void test_loop_node(void) {
     oar_graph_free(g);
 }
 
+/* A graph oar traced itself: a loop over a dynamic batch whose body holds
+ * a cond (nested control flow) reading a weight from two levels up:
+ *   while sum(h) < 50: h = sum(h) > 0 ? h * 2 + w : w - h   (at most 64 trips)
+ * then y = h * 3. Exported, re-imported, and run against the original graph. */
+typedef struct { oar_tensor *w; } nest_ctx;
+static int nest_pos(void *c, int n, oar_tensor *const *in, int m, oar_tensor **out) {
+    (void)n, (void)m;
+    out[0] = oar_add(oar_mul_scalar(in[0], 2), ((nest_ctx *)c)->w);
+    return out[0] ? 0 : -1;
+}
+static int nest_neg(void *c, int n, oar_tensor *const *in, int m, oar_tensor **out) {
+    (void)n, (void)m;
+    out[0] = oar_sub(((nest_ctx *)c)->w, in[0]);
+    return out[0] ? 0 : -1;
+}
+static int nest_cond(void *c, int n, oar_tensor *const *in, int m, oar_tensor **out) {
+    (void)c, (void)n, (void)m;
+    out[0] = oar_lt(oar_sum(in[0], 0, NULL, false), oar_scalar(50));
+    return out[0] ? 0 : -1;
+}
+static int nest_body(void *c, int n, oar_tensor *const *in, int m, oar_tensor **out) {
+    (void)n, (void)m;
+    oar_tensor *p = oar_gt(oar_sum(in[0], 0, NULL, false), oar_scalar(0));
+    return oar_cond(p, nest_pos, nest_neg, c, 1, in, 1, out);
+}
+static int nest_fn(void *c, oar_tensor *const *in, oar_tensor **out) {
+    oar_tensor *h = NULL;
+    int st = oar_while_loop(nest_cond, nest_body, c, 1, in, 64, &h);
+    out[0] = st ? NULL : oar_mul_scalar(h, 3);
+    return out[0] ? 0 : -1;
+}
+
+static void test_traced_nested(void) {
+    nest_ctx c = {oar_tensor_from_data((float[]){0.5f, -1, 2}, OAR_F32, 1, (int64_t[]){3})};
+    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 3}, .dim_names = {"N"}};
+    oar_graph *g = oar_trace(nest_fn, &c, 1, &s, 1, NULL);
+    if (!g) fprintf(stderr, "trace: %s\n", oar_last_error());
+    CHECK(g != NULL);
+    char path[] = "/tmp/oar_onnx_nest_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    int st = g && fd >= 0 ? oar_onnx_export(g, path, NULL) : -1;
+    if (st) fprintf(stderr, "export: %s\n", oar_last_error());
+    CHECK(st == 0);
+    oar_graph *h = st ? NULL : oar_onnx_load(path);
+    if (!st && !h) fprintf(stderr, "re-import: %s\n", oar_last_error());
+    CHECK(st || h);
+    if (h) CHECK(oar_graph_count_op(h, "while") == 1);
+    oar_executor *ea = g ? oar_executor_new(g) : NULL, *eb = h ? oar_executor_new(h) : NULL;
+    for (int k = 0; ea && eb && k < 3; k++) {
+        int64_t n = k == 2 ? 4 : 2;
+        float xs[12];
+        for (int i = 0; i < 3 * n; i++)
+            xs[i] = (k == 1 ? -1.0f : 0.5f) * (float)(i % 5) + 0.125f;
+        oar_tensor *x = oar_tensor_from_data(xs, OAR_F32, 2, (int64_t[]){n, 3}), *ya = NULL, *yb = NULL;
+        CHECK(oar_executor_run(ea, &x, &ya) == 0 && oar_executor_run(eb, &x, &yb) == 0);
+        if (ya && yb) {
+            CHECK(oar_tensor_numel(ya) == 3 * n && oar_tensor_numel(yb) == 3 * n);
+            const float *a = oar_tensor_data(ya), *b = oar_tensor_data(yb);
+            for (int i = 0; i < 3 * n && oar_tensor_numel(yb) == 3 * n; i++)
+                CHECK_NEAR(a[i], b[i], 1e-5 * fabs(a[i]) + 1e-6);
+        }
+        oar_tensor_release(x);
+    }
+    oar_executor_free(ea);
+    oar_executor_free(eb);
+    oar_graph_free(g);
+    oar_graph_free(h);
+    unlink(path);
+    oar_tensor_release(c.w);
+}
+
 int main(void) {
     RUN(test_if_node);
     RUN(test_loop_node);
+    RUN(test_traced_nested);
     return test_summary();
 }
