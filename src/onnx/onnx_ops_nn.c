@@ -385,6 +385,61 @@ int oari_onnx_conv_softmax(oari_onnx_node *nd) {
     RESULT(softmax_kind(nd, nd->in[0], (int)axis));
 }
 
+/* NumPy's legacy generator (MT19937 seeded by init_genrand, random_sample
+ * from two draws: 53 bits): np.random.seed(seed); np.random.uniform(0, 1, n)
+ * into u[0..n-1]. */
+static void numpy_uniform(uint32_t seed, int64_t n, double *u) {
+    uint32_t mt[624];
+    int i = 624;
+    mt[0] = seed;
+    for (int k = 1; k < 624; k++) mt[k] = 1812433253u * (mt[k - 1] ^ (mt[k - 1] >> 30)) + (uint32_t)k;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t w[2];
+        for (int h = 0; h < 2; h++) {
+            if (i >= 624) { /* the next 624 words */
+                for (int k = 0; k < 624; k++) {
+                    uint32_t y = (mt[k] & 0x80000000u) | (mt[(k + 1) % 624] & 0x7fffffffu);
+                    mt[k] = mt[(k + 397) % 624] ^ (y >> 1) ^ (y & 1 ? 0x9908b0dfu : 0);
+                }
+                i = 0;
+            }
+            uint32_t y = mt[i++];
+            y ^= y >> 11;
+            y ^= (y << 7) & 0x9d2c5680u;
+            y ^= (y << 15) & 0xefc60000u;
+            w[h] = y ^ (y >> 18);
+        }
+        u[j] = ((w[0] >> 5) * 67108864.0 + (w[1] >> 6)) / 9007199254740992.0;
+    }
+}
+
+/* Training mode with ratio > 0: y = x * mask / (1 - ratio), mask = u >= ratio.
+ * With a seed attribute and a static shape the mask is NumPy's for that
+ * seed (ONNX's reference), drawn at import: the same mask every run; else
+ * oar's generator draws a new one each run (a random node). */
+static int dropout_train(oari_onnx_node *nd, oar_tensor *x, double ratio) {
+    if (!(ratio >= 0 && ratio < 1)) return oari_error(OAR_ERR_INVALID, "ratio %g outside [0, 1)", ratio);
+    oar_tensor *mask;
+    const int64_t *shape = oar_tensor_shape(x);
+    int r = oar_tensor_ndim(x);
+    if (oari_onnx_attr(nd, "seed") && (nd->static_shapes || !oari_onnx_dynamic_shape(r, shape))) {
+        int64_t n = oar_tensor_numel(x);
+        double *u = oari_malloc((size_t)(n ? n : 1) * sizeof *u);
+        if (!u) return OAR_ERR_NOMEM;
+        numpy_uniform((uint32_t)oari_onnx_attr_i(nd, "seed", 0), n, u);
+        oar_tensor *ut = oar_tensor_from_data(u, OAR_F64, r, shape);
+        oari_free(u, (size_t)(n ? n : 1) * sizeof *u);
+        mask = oar_ge(ut, oari_onnx_scalar(ratio, OAR_F64));
+    } else {
+        /* bernoulli of a traced probability: a random node, drawn again each run */
+        oar_tensor *p = oari_onnx_traced(oari_onnx_scalar(1 - ratio, OAR_F32));
+        mask = p ? oar_cast(oar_bernoulli(oar_expand(p, r, shape)), OAR_BOOL) : NULL;
+    }
+    if (nd->n_out > 1 && nd->n->output[1][0]) nd->out[1] = mask;
+    oar_dtype dt = oar_tensor_dtype(x);
+    RESULT(oar_mul(oar_mul(x, oar_cast(mask, dt)), oari_onnx_scalar(1 / (1 - ratio), dt)));
+}
+
 int oari_onnx_conv_dropout(oari_onnx_node *nd) {
     NEED(1);
     oar_tensor *x = nd->in[0];
@@ -400,8 +455,7 @@ int oari_onnx_conv_dropout(oari_onnx_node *nd) {
         if (st) return st;
         training = t != 0;
     }
-    if (training && ratio != 0)
-        return oari_error(OAR_ERR_UNSUPPORTED, "training_mode with ratio %g is not supported (its random mask cannot match)", ratio);
+    if (training && ratio != 0) return dropout_train(nd, x, ratio);
     if (nd->n_out > 1 && nd->n->output[1][0]) nd->out[1] = oar_ones_like(oar_cast(x, OAR_BOOL));
     RESULT(oar_clone(x));
 }

@@ -44,7 +44,7 @@ const oari_onnx_op oari_onnx_ops[] = {
     ROW("DequantizeLinear", 10, 18, dequantize, "uint8 and int32 inputs (oar has no int8)"),
     ROW("Det", 11, 18, det, "matrices up to 3x3 (cofactor expansion)"),
     ROW("Div", 7, 18, div, "integer division truncates"),
-    ROW("Dropout", 7, 18, dropout, "inference only (training_mode with ratio > 0 is refused: random)"),
+    ROW("Dropout", 7, 18, dropout, "training_mode: with a seed and a static shape NumPy's mask for that seed (as the ONNX reference), fixed at import; else oar's generator, a new mask each run"),
     ROW("DynamicQuantizeLinear", 11, 18, dynamic_quantize, ""),
     ROW("Einsum", 12, 18, einsum, "what oar_einsum parses"),
     ROW("Elu", 6, 18, elu, ""),

@@ -189,9 +189,44 @@ static void test_traced_nested(void) {
     oar_tensor_release(c.w);
 }
 
+/* Training-mode Dropout without a seed (tests/onnx/dropout_train.onnx,
+ * ratio 0.25): y = x * mask / 0.75, about 3/4 kept, a new mask per run. */
+static void test_dropout_training(void) {
+    oar_graph *g = oar_onnx_load("onnx/dropout_train.onnx");
+    if (!g) fprintf(stderr, "dropout_train: %s\n", oar_last_error());
+    CHECK(g != NULL);
+    oar_executor *ex = g ? oar_executor_new(g) : NULL;
+    float xs[16 * 64];
+    for (int i = 0; i < 16 * 64; i++)
+        xs[i] = 1 + (float)(i % 7);
+    bool first[16 * 64];
+    int differ = 0;
+    for (int run = 0; ex && run < 2; run++) {
+        oar_tensor *x = oar_tensor_from_data(xs, OAR_F32, 2, (int64_t[]){16, 64}), *out[2] = {0};
+        CHECK(oar_executor_run(ex, &x, out) == 0);
+        if (out[0] && out[1] && oar_tensor_numel(out[1]) == 16 * 64) {
+            const float *y = oar_tensor_data(out[0]);
+            const bool *m = oar_tensor_data(out[1]);
+            int kept = 0;
+            for (int i = 0; i < 16 * 64; i++) {
+                CHECK_NEAR(y[i], m[i] ? xs[i] / 0.75f : 0.0f, 1e-5);
+                kept += m[i];
+                if (run) differ += m[i] != first[i];
+                else first[i] = m[i];
+            }
+            CHECK(kept > 700 && kept < 840); /* 768 expected; 4.5 standard deviations */
+        }
+        oar_tensor_release(x);
+    }
+    CHECK(differ > 0);
+    oar_executor_free(ex);
+    oar_graph_free(g);
+}
+
 int main(void) {
     RUN(test_if_node);
     RUN(test_loop_node);
     RUN(test_traced_nested);
+    RUN(test_dropout_training);
     return test_summary();
 }

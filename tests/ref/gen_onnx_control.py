@@ -12,6 +12,9 @@ forms the C test computes itself (tests/onnx/test_onnx_control.c).
                      (the body's condition computed from v; i is the
                      iteration number); outputs v and the trip count
                      (a second loop-carried value k = k + 1)
+  dropout_train.onnx x [N, 64] float: training-mode Dropout without a seed
+                     (ratio 0.25), outputs y and the mask (oar draws a new
+                     mask each run; the test checks y against the mask)
 """
 import numpy as np
 import onnx
@@ -55,3 +58,9 @@ save(helper.make_graph([helper.make_node("Loop", ["M", "true", "x", "zero"], ["v
                                         vi("limit", TensorProto.FLOAT, [])],
                        [vi("v", TensorProto.FLOAT, [3]), vi("k", TensorProto.INT64, [])], [two, one, zero, true]),
      "control_loop")
+
+r = numpy_helper.from_array(np.array(0.25, dtype=np.float32), "r")
+save(helper.make_graph([helper.make_node("Dropout", ["x", "r", "true"], ["y", "mask"], name="drop")],
+                       "dropout_train", [vi("x", TensorProto.FLOAT, ["N", 64])],
+                       [vi("y", TensorProto.FLOAT, ["N", 64]), vi("mask", TensorProto.BOOL, ["N", 64])], [r, true]),
+     "dropout_train")
