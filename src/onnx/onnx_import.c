@@ -371,6 +371,9 @@ static int run_node(ctx *c, const Onnx__NodeProto *n) {
             end = end < start ? start : end > r ? r : end;
             have = oari_onnx_sym_shape(nd.in[0], start, end, &out_sym);
         }
+    } else if (any && !strcmp(op, "Range")) { /* to a dynamic length */
+        if (!(nd.out[0] = oari_onnx_sym_range(&nd, sym))) return OAR_ERR_UNSUPPORTED;
+        row = NULL;
     } else if (any) {
         char what[64];
         bool rest = false;
@@ -394,7 +397,7 @@ static int run_node(ctx *c, const Onnx__NodeProto *n) {
             }
         }
     }
-    int st = row->fn(&nd);
+    int st = row ? row->fn(&nd) : 0;
     if (st) return st;
     if (have && nd.out[0] && !oari_onnx_svec_dynamic(&out_sym)) { /* exact constants, not placeholders */
         if (!(nd.out[0] = oari_onnx_sym_concrete(&out_sym, oar_tensor_dtype(nd.out[0]), "output")))

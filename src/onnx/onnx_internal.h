@@ -94,6 +94,10 @@ OARI_HIDDEN oar_tensor *oari_onnx_sym_concrete(const oari_onnx_svec *v, oar_dtyp
  * must be a node, not a constant of placeholder sizes. t itself when not
  * concrete or not tracing; NULL on failure. */
 OARI_HIDDEN oar_tensor *oari_onnx_traced(oar_tensor *t);
+/* Range whose limit is a symbolic size (start and delta constants; the
+ * length a multiple of one dynamic dim): a node, not a constant. NULL with
+ * an error otherwise. */
+OARI_HIDDEN oar_tensor *oari_onnx_sym_range(const oari_onnx_node *nd, const oari_onnx_svec *const *sym);
 /* Whether a size of shape[0..n-1] is a placeholder for a dynamic dim. */
 OARI_HIDDEN bool oari_onnx_dynamic_shape(int n, const int64_t *shape);
 /* An error if a dim of traced t is a product of dynamic dims (the graph

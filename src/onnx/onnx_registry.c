@@ -110,7 +110,7 @@ const oari_onnx_op oari_onnx_ops[] = {
     ROW("QLinearMatMul", 10, 18, qlinear_matmul, "uint8 only"),
     ROW("QuantizeLinear", 10, 18, quantize, "uint8 outputs only (oar has no int8)"),
     ROW("RNN", 7, 18, rnn, "default activation (Tanh) only; unrolled over the sequence"),
-    ROW("Range", 11, 18, range, "start, limit, delta must be constants"),
+    ROW("Range", 11, 18, range, "start, limit, delta must be constants; or a limit computed from dynamic dims, the length a multiple of one"),
     ROW("Reciprocal", 6, 18, unary, ""),
     ROW("ReduceL1", 1, 17, reduce, "axes attribute"),
     ROW("ReduceL1", 18, 18, reduce_axes_input, "axes input, must be a constant"),

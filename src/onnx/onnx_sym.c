@@ -504,3 +504,35 @@ bool oari_onnx_dynamic_shape(int n, const int64_t *shape) {
         if (oari_trace_size_is_dynamic(shape[d])) return true;
     return false;
 }
+
+oar_tensor *oari_onnx_sym_range(const oari_onnx_node *nd, const svec *const *sym) {
+    svec a[3];
+    int64_t s0, d0;
+    char buf[160];
+    for (int i = 0; i < 3; i++)
+        if (!input(nd, sym, i, &a[i]) || a[i].n != 1) {
+            oari_error(OAR_ERR_UNSUPPORTED, "start, limit and delta must be whole numbers");
+            return NULL;
+        }
+    if (!is_const(&a[0].v[0], &s0) || !is_const(&a[2].v[0], &d0) || d0 == 0) {
+        oari_error(OAR_ERR_UNSUPPORTED, "a start or delta computed from the model's dynamic dims (only the limit "
+                   "may be)");
+        return NULL;
+    }
+    sexpr span = add(&a[1].v[0], &a[0].v[0], -1), d = sconst(d0);
+    svec len = {.rank = 1, .n = 1};
+    len.v[0] = divide(&span, &d, false);
+    if (len.v[0].n < 0) {
+        oari_error(OAR_ERR_UNSUPPORTED, "the length (%s) / %lld is not a whole polynomial in the dynamic dims",
+                   expr_str(&span, buf, sizeof buf), (long long)d0);
+        return NULL;
+    }
+    oar_tensor *L = oari_onnx_sym_concrete(&len, OAR_I64, "the length");
+    if (!L) return NULL;
+    int64_t n = *(const int64_t *)oar_tensor_data(L);
+    /* start + delta * (cumsum(ones) - 1): ones a node expanded to the dynamic length */
+    oar_tensor *one = oari_onnx_traced(oari_onnx_scalar(1, OAR_F64));
+    oar_tensor *i = one ? oar_sub(oar_cumsum(oar_expand(one, 1, &n), 0), oari_onnx_scalar(1, OAR_F64)) : NULL;
+    oar_tensor *y = i ? oar_add(oar_mul_scalar(i, (double)d0), oari_onnx_scalar((double)s0, OAR_F64)) : NULL;
+    return y ? oar_cast(y, oar_tensor_dtype(nd->in[0])) : NULL;
+}

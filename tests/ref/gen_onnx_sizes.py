@@ -7,7 +7,8 @@ Writes tests/onnx/torch/sizes_op17_dynamic.onnx (input x [N, 6, 4], batch
 "N" dynamic) and tests/onnx/sizes_ref.h with PyTorch's outputs at batches 2
 and 5. The model reshapes to sizes computed from x.shape (N*6//2, 2*4: Mul,
 Div), uses the batch as a value (a mean by hand: Cast, Div; n + 1 as a
-factor), builds a tensor from it (new_zeros: ConstantOfShape) and outputs
+factor), builds tensors from it (new_zeros: ConstantOfShape; arange(0, 2n,
+2): Range) and outputs
 the number of elements (Size-like arithmetic: Mul of the dims).
 
 Also tests/onnx/torch/encoder_op17_dynseq.onnx: nn.TransformerEncoderLayer
@@ -30,7 +31,8 @@ class Sizes(nn.Module):
         mean = y.sum(0) / n                          # the batch as a value
         z = y * (n + 1) + x.new_zeros(n * 3, 1)      # [3N, 8]
         count = torch.tensor(n * t * d).reshape(1)   # elements of x, an int64 output
-        return z.reshape(n, 3, 8), mean, count
+        pos = torch.arange(0, 2 * n, 2).float().reshape(n, 1, 1)  # Range to a dynamic limit
+        return z.reshape(n, 3, 8) + pos, mean, count
 
 
 def carr(name, a, ctype="double"):
