@@ -223,10 +223,22 @@ static void test_dropout_training(void) {
     oar_graph_free(g);
 }
 
+/* What the nodes cannot hold is refused at import, naming the node: scan
+ * outputs of a loop with a run-time trip count (libonnx-testdata's
+ * test_loop11, M an input), branches of different shapes. */
+static void test_refusals(void) {
+    const char *loop11 = "/usr/share/libonnx-testdata/data/node/test_loop11/model.onnx";
+    if (access(loop11, R_OK) == 0)
+        CHECK_FAILS(oar_onnx_load(loop11), "(Loop, opset 11): scan outputs of a loop whose trip count is computed "
+                                           "at run time");
+    CHECK_FAILS(oar_onnx_load("onnx/control_if_shapes.onnx"), "node 0 'if' (If, opset 13): cond: output 0 is");
+}
+
 int main(void) {
     RUN(test_if_node);
     RUN(test_loop_node);
     RUN(test_traced_nested);
     RUN(test_dropout_training);
+    RUN(test_refusals);
     return test_summary();
 }

@@ -108,6 +108,11 @@ static void test_size_refusals(void) {
     CHECK(g == NULL);
     CHECK(strstr(oar_last_error(), "N*T") != NULL);
     oar_graph_free(g);
+    /* N + 1 as a reshape size */
+    g = oar_onnx_load("onnx/size_refused.onnx");
+    CHECK(g == NULL);
+    CHECK(strstr(oar_last_error(), "node 5 'rs' (Reshape, opset 13): input 1 (a shape) entry 0 is N + 1") != NULL);
+    oar_graph_free(g);
 }
 
 int main(void) {

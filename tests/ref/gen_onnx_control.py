@@ -12,6 +12,8 @@ forms the C test computes itself (tests/onnx/test_onnx_control.c).
                      (the body's condition computed from v; i is the
                      iteration number); outputs v and the trip count
                      (a second loop-carried value k = k + 1)
+  control_if_shapes.onnx  as control_if, the else branch [N, 2]: refused
+                     (a cond node's branches agree on shapes)
   dropout_train.onnx x [N, 64] float: training-mode Dropout without a seed
                      (ratio 0.25), outputs y and the mask (oar draws a new
                      mask each run; the test checks y against the mask)
@@ -64,3 +66,10 @@ save(helper.make_graph([helper.make_node("Dropout", ["x", "r", "true"], ["y", "m
                        "dropout_train", [vi("x", TensorProto.FLOAT, ["N", 64])],
                        [vi("y", TensorProto.FLOAT, ["N", 64]), vi("mask", TensorProto.BOOL, ["N", 64])], [r, true]),
      "dropout_train")
+
+else2 = helper.make_graph([helper.make_node("Slice", ["x", "s0", "s2", "s1"], ["ey"])], "else", [],
+                         [vi("ey", TensorProto.FLOAT, ["N", 2])])
+s012 = [numpy_helper.from_array(np.array([v], dtype=np.int64), n) for v, n in ((0, "s0"), (1, "s1"), (2, "s2"))]
+save(helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else2, name="if")],
+                       "control_if_shapes", [vi("x", TensorProto.FLOAT, ["N", 3]), vi("c", TensorProto.BOOL, [])],
+                       [vi("y", TensorProto.FLOAT, ["N", None])], [w, two] + s012), "control_if_shapes")
