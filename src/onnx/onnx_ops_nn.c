@@ -49,48 +49,53 @@ typedef struct {
     int64_t k[2], stride[2], dil[2], pb[2], pe[2]; /* pads: begin, end */
 } window;
 
-static int window_of(oari_onnx_node *nd, int ns, const int64_t *in_size, const int64_t *kernel, window *w) {
-    if (ns < 1 || ns > 2) return oari_error(OAR_ERR_UNSUPPORTED, "%d-D %s: only 1-D and 2-D are supported", ns, nd->n->op_type);
-    w->ns = ns;
-    int64_t s[2], d[2], p[4];
-    for (int i = 0; i < 2; i++) w->k[i] = w->stride[i] = w->dil[i] = 1, w->pb[i] = w->pe[i] = 0;
-    int o = 2 - ns;
+/* The node's kernel, strides, dilations and pads over ns (1..3) spatial
+ * dims, into arrays of ns. */
+static int window_attrs(oari_onnx_node *nd, int ns, const int64_t *in_size, const int64_t *kernel, int64_t *k,
+                        int64_t *stride, int64_t *dil, int64_t *pb, int64_t *pe) {
+    int64_t p[6];
     int n;
-    if ((n = oari_onnx_attr_ints(nd, "strides", s, 2)) >= 0 && n != ns) return oari_error(OAR_ERR_INVALID, "strides has %d entries for %d-D", n, ns);
-    if (n == ns) memcpy(w->stride + o, s, (size_t)ns * sizeof *s);
+    for (int i = 0; i < ns; i++) k[i] = kernel[i], stride[i] = dil[i] = 1, pb[i] = pe[i] = 0;
+    if ((n = oari_onnx_attr_ints(nd, "strides", stride, ns)) >= 0 && n != ns) return oari_error(OAR_ERR_INVALID, "strides has %d entries for %d-D", n, ns);
     if (n < -1) return n;
-    if ((n = oari_onnx_attr_ints(nd, "dilations", d, 2)) >= 0 && n != ns) return oari_error(OAR_ERR_INVALID, "dilations has %d entries for %d-D", n, ns);
-    if (n == ns) memcpy(w->dil + o, d, (size_t)ns * sizeof *d);
+    if ((n = oari_onnx_attr_ints(nd, "dilations", dil, ns)) >= 0 && n != ns) return oari_error(OAR_ERR_INVALID, "dilations has %d entries for %d-D", n, ns);
     if (n < -1) return n;
-    memcpy(w->k + o, kernel, (size_t)ns * sizeof *kernel);
-    for (int i = 0; i < 2; i++)
-        if (w->k[i] < 1 || w->stride[i] < 1 || w->dil[i] < 1)
+    for (int i = 0; i < ns; i++)
+        if (k[i] < 1 || stride[i] < 1 || dil[i] < 1)
             return oari_error(OAR_ERR_INVALID, "kernel, strides and dilations must be >= 1");
     bool same_upper = oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "SAME_UPPER");
     bool same_lower = oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "SAME_LOWER");
     bool valid = oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "VALID");
     if (same_upper || same_lower) {
         for (int i = 0; i < ns; i++) {
-            int64_t in = in_size[i], st = w->stride[o + i];
+            int64_t in = in_size[i], st = stride[i];
             int64_t out = (in + st - 1) / st;
-            int64_t tot = (out - 1) * st + (w->k[o + i] - 1) * w->dil[o + i] + 1 - in;
+            int64_t tot = (out - 1) * st + (k[i] - 1) * dil[i] + 1 - in;
             if (tot < 0) tot = 0;
-            w->pb[o + i] = same_upper ? tot / 2 : tot - tot / 2;
-            w->pe[o + i] = tot - w->pb[o + i];
+            pb[i] = same_upper ? tot / 2 : tot - tot / 2;
+            pe[i] = tot - pb[i];
         }
     } else if (!valid) {
         if (!oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "NOTSET"))
             return oari_error(OAR_ERR_INVALID, "unknown auto_pad");
-        if ((n = oari_onnx_attr_ints(nd, "pads", p, 4)) >= 0 && n != 2 * ns)
+        if ((n = oari_onnx_attr_ints(nd, "pads", p, 2 * ns)) >= 0 && n != 2 * ns)
             return oari_error(OAR_ERR_INVALID, "pads has %d entries for %d-D", n, ns);
         if (n < -1) return n;
         for (int i = 0; i < ns && n > 0; i++) {
-            w->pb[o + i] = p[i];
-            w->pe[o + i] = p[ns + i];
+            pb[i] = p[i];
+            pe[i] = p[ns + i];
             if (p[i] < 0 || p[ns + i] < 0) return oari_error(OAR_ERR_UNSUPPORTED, "negative pads");
         }
     }
     return 0;
+}
+
+static int window_of(oari_onnx_node *nd, int ns, const int64_t *in_size, const int64_t *kernel, window *w) {
+    if (ns < 1 || ns > 2) return oari_error(OAR_ERR_UNSUPPORTED, "%d-D %s: only 1-D and 2-D are supported", ns, nd->n->op_type);
+    w->ns = ns;
+    for (int i = 0; i < 2; i++) w->k[i] = w->stride[i] = w->dil[i] = 1, w->pb[i] = w->pe[i] = 0;
+    int o = 2 - ns;
+    return window_attrs(nd, ns, in_size, kernel, w->k + o, w->stride + o, w->dil + o, w->pb + o, w->pe + o);
 }
 
 /* x [N, C, L] as [N, C, 1, L]. */
@@ -185,34 +190,82 @@ int oari_onnx_conv_conv_transpose(oari_onnx_node *nd) {
     RESULT(from2d(y, ns));
 }
 
+/* MaxPool or AveragePool of 4-D x2 over window w (values only). */
+static oar_tensor *pool_core(oari_onnx_node *nd, oar_tensor *x2, window w, bool ceil) {
+    bool big = w.pb[0] > w.k[0] / 2 || w.pb[1] > w.k[1] / 2;
+    if (OP_IS("MaxPool")) {
+        if (!symmetric(&w) || big) x2 = prepad(x2, &w, -INFINITY);
+        return oar_max_pool2d(x2, w.k, w.stride, w.pb, w.dil, ceil, NULL);
+    }
+    if (w.dil[0] != 1 || w.dil[1] != 1) return oari_error(OAR_ERR_UNSUPPORTED, "dilated AveragePool"), NULL;
+    bool incl = oari_onnx_attr_i(nd, "count_include_pad", 0) != 0;
+    if (symmetric(&w) && !big) return oar_avg_pool2d(x2, w.k, w.stride, w.pb, ceil, incl);
+    window wm = w;
+    oar_tensor *xp = prepad(x2, &w, 0.0);
+    oar_tensor *y = oar_avg_pool2d(xp, w.k, w.stride, w.pb, ceil, true);
+    if (!incl) { /* the mean over the real elements: avg(x padded) / avg(mask padded) */
+        const int64_t *s = oar_tensor_shape(x2);
+        oar_tensor *m = prepad(oar_ones(oar_tensor_dtype(x2), 4, (int64_t[]){1, 1, s[2], s[3]}), &wm, 0.0);
+        y = oar_div(y, oar_avg_pool2d(m, w.k, w.stride, w.pb, ceil, true));
+    }
+    return y;
+}
+
+/* 3-D pooling as two passes (max and the mean over a box, padding
+ * excluded or not, are separable): over (H, W) on [N, C*D, H, W], then
+ * over D on [N, C*H'*W', 1, D]. */
+static int pool3d(oari_onnx_node *nd, oar_tensor *x, const int64_t *ks, bool ceil) {
+    if (nd->n_out > 1 && nd->n->output[1][0]) return oari_error(OAR_ERR_UNSUPPORTED, "Indices of 3-D MaxPool");
+    int64_t k[3], st[3], dl[3], pb[3], pe[3];
+    const int64_t *xs = oar_tensor_shape(x);
+    int e = window_attrs(nd, 3, xs + 2, ks, k, st, dl, pb, pe);
+    if (e) return e;
+    window hw = {.ns = 2, .k = {k[1], k[2]}, .stride = {st[1], st[2]}, .dil = {dl[1], dl[2]},
+                 .pb = {pb[1], pb[2]}, .pe = {pe[1], pe[2]}};
+    window d = {.ns = 1, .k = {1, k[0]}, .stride = {1, st[0]}, .dil = {1, dl[0]}, .pb = {0, pb[0]}, .pe = {0, pe[0]}};
+    int64_t N = xs[0], C = xs[1], D = xs[2];
+    oar_tensor *y = pool_core(nd, oar_reshape(x, 4, (int64_t[]){N, C * D, xs[3], xs[4]}), hw, ceil);
+    if (!y) return OAR_ERR_INVALID;
+    int64_t H = oar_tensor_shape(y)[2], W = oar_tensor_shape(y)[3];
+    y = oar_permute(oar_reshape(y, 4, (int64_t[]){N, C, D, H * W}), (int64_t[]){0, 1, 3, 2});
+    y = pool_core(nd, oar_reshape(y, 4, (int64_t[]){N, C * H * W, 1, D}), d, ceil);
+    if (!y) return OAR_ERR_INVALID;
+    int64_t D2 = oar_tensor_shape(y)[3];
+    y = oar_permute(oar_reshape(y, 5, (int64_t[]){N, C, H, W, D2}), (int64_t[]){0, 1, 4, 2, 3});
+    RESULT(oar_contiguous(y));
+}
+
 int oari_onnx_conv_pool(oari_onnx_node *nd) {
     NEED(1);
     oar_tensor *x = nd->in[0];
     int ns = oar_tensor_ndim(x) - 2;
-    int64_t ks[2];
-    int n = oari_onnx_attr_ints(nd, "kernel_shape", ks, 2);
+    int64_t ks[3];
+    int n = oari_onnx_attr_ints(nd, "kernel_shape", ks, 3);
     if (n == -1) return oari_error(OAR_ERR_INVALID, "kernel_shape is required");
-    if (n < -1) return oari_error(OAR_ERR_UNSUPPORTED, "%zu-D pooling: only 1-D and 2-D are supported",
+    if (n < -1) return oari_error(OAR_ERR_UNSUPPORTED, "%zu-D pooling: only 1-D, 2-D and 3-D are supported",
                                   oari_onnx_attr(nd, "kernel_shape")->n_ints);
     if (n != ns) return oari_error(OAR_ERR_INVALID, "kernel_shape has %d entries for input rank %d", n, ns + 2);
-    window w;
-    int st = window_of(nd, ns, oar_tensor_shape(x) + 2, ks, &w);
-    if (st) return st;
     bool col_major = oari_onnx_attr_i(nd, "storage_order", 0) != 0;
     bool ceil = oari_onnx_attr_i(nd, "ceil_mode", 0) != 0;
     oar_dtype dt = oar_tensor_dtype(x);
+    if (OP_IS("AveragePool") && !oar_dtype_is_float(dt))
+        return oari_error(OAR_ERR_UNSUPPORTED, "AveragePool of %s", oar_dtype_name(dt));
     if (!oar_dtype_is_float(dt)) x = oar_cast(x, OAR_F32); /* integer pools: exact in f32 up to 2^24 */
+    if (ns == 3) {
+        int st = pool3d(nd, x, ks, ceil);
+        if (!st && nd->out[0]) nd->out[0] = oar_cast(nd->out[0], dt);
+        return st ? st : nd->out[0] ? 0 : OAR_ERR_INVALID;
+    }
+    window w;
+    int st = window_of(nd, ns, oar_tensor_shape(x) + 2, ks, &w);
+    if (st) return st;
     oar_tensor *x2 = to2d(x, ns);
     bool big = w.pb[0] > w.k[0] / 2 || w.pb[1] > w.k[1] / 2;
-    if (OP_IS("MaxPool")) {
-        bool want_idx = nd->n_out > 1 && nd->n->output[1][0];
-        if (!symmetric(&w) || big) {
-            if (want_idx) return oari_error(OAR_ERR_UNSUPPORTED, "Indices with asymmetric pads");
-            x2 = prepad(x2, &w, -INFINITY);
-        }
+    if (OP_IS("MaxPool") && nd->n_out > 1 && nd->n->output[1][0]) { /* with Indices */
+        if (!symmetric(&w) || big) return oari_error(OAR_ERR_UNSUPPORTED, "Indices with asymmetric pads");
         oar_tensor *idx = NULL;
-        oar_tensor *y = oar_max_pool2d(x2, w.k, w.stride, w.pb, w.dil, ceil, want_idx ? &idx : NULL);
-        if (want_idx && y) { /* oar's indices count within each plane; ONNX's over the tensor */
+        oar_tensor *y = oar_max_pool2d(x2, w.k, w.stride, w.pb, w.dil, ceil, &idx);
+        if (y) { /* oar's indices count within each plane; ONNX's over the tensor */
             const int64_t *s = oar_tensor_shape(x2);
             oar_tensor *base = oar_reshape(oar_arange(0, (double)(s[0] * s[1]), 1, OAR_I64), 4,
                                            (int64_t[]){s[0], s[1], 1, 1});
@@ -225,19 +278,8 @@ int oari_onnx_conv_pool(oari_onnx_node *nd) {
         }
         RESULT(from2d(oar_cast(y, dt), ns));
     }
-    if (w.dil[0] != 1 || w.dil[1] != 1) return oari_error(OAR_ERR_UNSUPPORTED, "dilated AveragePool");
-    if (!oar_dtype_is_float(dt)) return oari_error(OAR_ERR_UNSUPPORTED, "AveragePool of %s", oar_dtype_name(dt));
-    bool incl = oari_onnx_attr_i(nd, "count_include_pad", 0) != 0;
-    if (symmetric(&w) && !big) RESULT(from2d(oar_avg_pool2d(x2, w.k, w.stride, w.pb, ceil, incl), ns));
-    window wm = w;
-    oar_tensor *xp = prepad(x2, &w, 0.0);
-    oar_tensor *y = oar_avg_pool2d(xp, w.k, w.stride, w.pb, ceil, true);
-    if (!incl) { /* the mean over the real elements: avg(x padded) / avg(mask padded) */
-        const int64_t *s = oar_tensor_shape(x2);
-        oar_tensor *m = prepad(oar_ones(oar_tensor_dtype(x2), 4, (int64_t[]){1, 1, s[2], s[3]}), &wm, 0.0);
-        y = oar_div(y, oar_avg_pool2d(m, w.k, w.stride, w.pb, ceil, true));
-    }
-    RESULT(from2d(y, ns));
+    oar_tensor *y = pool_core(nd, x2, w, ceil);
+    RESULT(from2d(y ? oar_cast(y, dt) : NULL, ns));
 }
 
 int oari_onnx_conv_global_pool(oari_onnx_node *nd) {

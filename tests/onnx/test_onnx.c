@@ -6,6 +6,7 @@
 #include "test.h"
 #include "onnx/onnx_ref.h"
 #include "onnx/dyn13_ref.h"
+#include "onnx/pool3d_ref.h"
 #include <math.h>
 #include <oar/oar.h>
 #include <oar/onnx.h>
@@ -255,6 +256,39 @@ static void test_conformance_errors(void) {
     CHECK_FAILS(oar_onnx_tensor_load_buffer(short_data, sizeof short_data), "does not hold 2 float elements");
 }
 
+/* 3-D MaxPool / AveragePool (strides, pads, dilations, ceil_mode,
+ * count_include_pad; imported as two separable passes) against PyTorch's
+ * max_pool3d / avg_pool3d (tests/ref/gen_onnx_pool3d.py). */
+static void test_pool3d(void) {
+    float x[sizeof pool3d_x / sizeof *pool3d_x];
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++)
+        x[i] = (float)pool3d_x[i];
+    for (int c = 0; c < 4; c++) {
+        char path[64];
+        snprintf(path, sizeof path, "onnx/pool3d_%d.onnx", c);
+        oar_graph *g = oar_onnx_load(path);
+        if (!g) fprintf(stderr, "%s: %s\n", path, oar_last_error());
+        CHECK(g != NULL);
+        oar_executor *ex = g ? oar_executor_new(g) : NULL;
+        oar_tensor *xt = oar_tensor_from_data(x, OAR_F32, 5, (int64_t[]){2, 3, 5, 6, 7}), *y = NULL;
+        CHECK(!ex || oar_executor_run(ex, &xt, &y) == 0);
+        if (y) {
+            int64_t n = 1;
+            for (int d = 0; d < 5; d++) {
+                CHECK(oar_tensor_shape(y)[d] == pool3d_shape[c][d]);
+                n *= pool3d_shape[c][d];
+            }
+            CHECK(oar_tensor_numel(y) == n);
+            const float *v = oar_tensor_data(y);
+            for (int64_t i = 0; i < n && oar_tensor_numel(y) == n; i++)
+                CHECK_NEAR(v[i], pool3d_y[c][i], 1e-5);
+        }
+        oar_tensor_release(xt);
+        oar_executor_free(ex);
+        oar_graph_free(g);
+    }
+}
+
 int main(void) {
     RUN(test_pytorch_models);
     RUN(test_softmax_opset11);
@@ -263,6 +297,7 @@ int main(void) {
     RUN(test_mutations);
     RUN(test_conformance_errors);
     RUN(test_dynamic_shape_values);
+    RUN(test_pool3d);
     RUN(test_mutations_node_models);
     return test_summary();
 }
