@@ -126,34 +126,74 @@ int oari_onnx_conv_conv(oari_onnx_node *nd) {
     RESULT(from2d(oar_conv2d(x2, w2, b, w.stride, w.pb, w.dil, oari_onnx_attr_i(nd, "group", 1)), ns));
 }
 
+/* 3-D ConvTranspose as a sum over the depth taps kd of 2-D ones over
+ * (H, W) (pad[1..2], opad[1..2], crop[1..2] as in the 2-D case), each
+ * placed at depths d * s[0] + kd * dil[0] of the full depth, which is then
+ * cropped by the depth pads pb0, pe0. */
+static oar_tensor *conv_transpose3d(oar_tensor *x, oar_tensor *wt, oar_tensor *b, const int64_t *s, const int64_t *pad,
+                                    const int64_t *opad, const int64_t *dil, const int64_t *crop, int64_t full0,
+                                    int64_t pb0, int64_t pe0, int64_t groups) {
+    const int64_t *xs = oar_tensor_shape(x), *ws = oar_tensor_shape(wt);
+    int64_t N = xs[0], C = xs[1], D = xs[2], kD = ws[2];
+    oar_tensor *x2 = oar_reshape(oar_permute(x, (int64_t[]){0, 2, 1, 3, 4}), 4, (int64_t[]){N * D, C, xs[3], xs[4]});
+    oar_tensor *sum = NULL;
+    for (int64_t kd = 0; kd < kD; kd++) {
+        oar_tensor *wk = oar_squeeze(oar_slice(wt, 2, kd, kd + 1, 1), 2);
+        oar_tensor *z = oar_conv_transpose2d(x2, wk, NULL, s + 1, pad + 1, opad + 1, dil + 1, groups);
+        for (int i = 1; i < 3 && z; i++)
+            if (crop[i]) z = oar_slice(z, 1 + i, 0, oar_tensor_shape(z)[1 + i] - crop[i], 1);
+        if (!z) return NULL;
+        const int64_t *zs = oar_tensor_shape(z);
+        int64_t Co = zs[1], H = zs[2], W = zs[3];
+        z = oar_reshape(z, 5, (int64_t[]){N, D, Co, H, W});
+        if (s[0] > 1) { /* depth d at d * s[0]: zeros between */
+            int64_t zp[10] = {0, 0, 0, 0, 0, 0, 0, s[0] - 1, 0, 0};
+            z = oar_pad(oar_unsqueeze(z, 2), 10, zp, OAR_PAD_CONSTANT, 0.0);
+            z = oar_slice(oar_reshape(z, 5, (int64_t[]){N, D * s[0], Co, H, W}), 1, 0, (D - 1) * s[0] + 1, 1);
+        }
+        int64_t len = (D - 1) * s[0] + 1, front = kd * dil[0];
+        int64_t dp[8] = {0, 0, 0, 0, 0, 0, front, full0 - len - front};
+        z = oar_pad(z, 8, dp, OAR_PAD_CONSTANT, 0.0);
+        sum = sum ? oar_add(sum, z) : z;
+        if (!sum) return NULL;
+    }
+    oar_tensor *y = oar_slice(sum, 1, pb0, full0 - pe0, 1);
+    y = oar_permute(y, (int64_t[]){0, 2, 1, 3, 4});
+    if (b) y = oar_add(y, oar_reshape(b, 4, (int64_t[]){-1, 1, 1, 1}));
+    return oar_contiguous(y);
+}
+
 int oari_onnx_conv_conv_transpose(oari_onnx_node *nd) {
     NEED(2);
     oar_tensor *x = nd->in[0], *wt = nd->in[1], *b = nd->n_in > 2 ? nd->in[2] : NULL;
     int ns = oar_tensor_ndim(wt) - 2;
-    if (ns < 1 || ns > 2) return oari_error(OAR_ERR_UNSUPPORTED, "%d-D ConvTranspose: only 1-D and 2-D are supported", ns);
+    if (ns < 1 || ns > 3) return oari_error(OAR_ERR_UNSUPPORTED, "%d-D ConvTranspose: only 1-D, 2-D and 3-D are supported", ns);
     if (oar_tensor_ndim(x) != ns + 2)
         return oari_error(OAR_ERR_INVALID, "X rank %d and W rank %d disagree", oar_tensor_ndim(x), ns + 2);
-    int o = 2 - ns;
-    int64_t k[2] = {1, 1}, s[2] = {1, 1}, d[2] = {1, 1}, pb[2] = {0, 0}, pe[2] = {0, 0}, op[2] = {0, 0}, v[4];
-    int64_t in[2] = {1, 1};
+    int o = 3 - ns; /* dims 0..2: D, H, W; a 1-D or 2-D node uses the last ones */
+    int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0}, pe[3] = {0}, op[3] = {0}, v[6];
+    int64_t in[3] = {1, 1, 1};
     for (int i = 0; i < ns; i++) k[o + i] = oar_tensor_shape(wt)[2 + i], in[o + i] = oar_tensor_shape(x)[2 + i];
     int n;
-    if ((n = oari_onnx_attr_ints(nd, "strides", v, 2)) == ns) memcpy(s + o, v, (size_t)ns * 8);
+    if ((n = oari_onnx_attr_ints(nd, "strides", v, 3)) == ns) memcpy(s + o, v, (size_t)ns * 8);
     else if (n != -1) return oari_error(OAR_ERR_INVALID, "bad strides");
-    if ((n = oari_onnx_attr_ints(nd, "dilations", v, 2)) == ns) memcpy(d + o, v, (size_t)ns * 8);
+    if ((n = oari_onnx_attr_ints(nd, "dilations", v, 3)) == ns) memcpy(d + o, v, (size_t)ns * 8);
     else if (n != -1) return oari_error(OAR_ERR_INVALID, "bad dilations");
-    if ((n = oari_onnx_attr_ints(nd, "output_padding", v, 2)) == ns) memcpy(op + o, v, (size_t)ns * 8);
+    if ((n = oari_onnx_attr_ints(nd, "output_padding", v, 3)) == ns) memcpy(op + o, v, (size_t)ns * 8);
     else if (n != -1) return oari_error(OAR_ERR_INVALID, "bad output_padding");
-    int64_t full[2], want[2];
-    for (int i = 0; i < 2; i++) full[i] = s[i] * (in[i] - 1) + op[i] + (k[i] - 1) * d[i] + 1;
-    if ((n = oari_onnx_attr_ints(nd, "output_shape", v, 4)) >= 0) {
+    for (int i = 0; i < 3; i++)
+        if (s[i] < 1 || d[i] < 1 || op[i] < 0) return oari_error(OAR_ERR_INVALID, "strides and dilations must be >= 1");
+    int64_t full[3], want[3];
+    for (int i = 0; i < 3; i++) full[i] = s[i] * (in[i] - 1) + op[i] + (k[i] - 1) * d[i] + 1;
+    if ((n = oari_onnx_attr_ints(nd, "output_shape", v, 6)) >= 0) {
         if (n != ns) return oari_error(OAR_ERR_UNSUPPORTED, "output_shape with %d entries for %d-D", n, ns);
-        for (int i = 0; i < 2; i++) want[i] = i < o ? 1 : v[i - o];
+        for (int i = 0; i < 3; i++) want[i] = i < o ? 1 : v[i - o];
         bool lower = oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "SAME_LOWER");
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 3; i++) {
             int64_t tot = full[i] - want[i];
             if (tot < 0) { /* more than the full output: extra output padding */
                 op[i] += -tot;
+                full[i] += -tot;
                 tot = 0;
             }
             pb[i] = lower ? tot - tot / 2 : tot / 2;
@@ -162,13 +202,13 @@ int oari_onnx_conv_conv_transpose(oari_onnx_node *nd) {
     } else if (oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "SAME_UPPER") ||
                oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "SAME_LOWER")) {
         bool lower = oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "SAME_LOWER");
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 3; i++) {
             int64_t tot = full[i] - in[i] * s[i];
             if (tot < 0) tot = 0;
             pb[i] = lower ? tot - tot / 2 : tot / 2;
             pe[i] = tot - pb[i];
         }
-    } else if ((n = oari_onnx_attr_ints(nd, "pads", v, 4)) >= 0) {
+    } else if ((n = oari_onnx_attr_ints(nd, "pads", v, 6)) >= 0) {
         if (n != 2 * ns) return oari_error(OAR_ERR_INVALID, "pads has %d entries for %d-D", n, ns);
         for (int i = 0; i < ns; i++) pb[o + i] = v[i], pe[o + i] = v[ns + i];
     } else if (n < -1) {
@@ -176,17 +216,23 @@ int oari_onnx_conv_conv_transpose(oari_onnx_node *nd) {
     }
     /* oar pads both sides by pb; a larger end pad crops after, a smaller
      * one is output padding */
-    int64_t pad[2], opad[2], crop[2];
-    for (int i = 0; i < 2; i++) {
+    int64_t pad[3], opad[3], crop[3];
+    for (int i = 0; i < 3; i++) {
         pad[i] = pb[i];
         int64_t extra = pb[i] - pe[i]; /* > 0: the end is padded less */
         opad[i] = op[i] + (extra > 0 ? extra : 0);
         crop[i] = extra < 0 ? -extra : 0;
     }
-    oar_tensor *y = oar_conv_transpose2d(to2d(x, ns), to2d(wt, ns), b, s, pad, opad, d,
-                                         oari_onnx_attr_i(nd, "group", 1));
-    for (int i = 0; i < 2 && y; i++)
-        if (crop[i]) y = oar_slice(y, 2 + i, 0, oar_tensor_shape(y)[2 + i] - crop[i], 1);
+    int64_t groups = oari_onnx_attr_i(nd, "group", 1);
+    if (ns == 3) {
+        if (pb[0] < 0 || pe[0] < 0 || pb[0] + pe[0] >= full[0])
+            return oari_error(OAR_ERR_INVALID, "depth pads %lld, %lld for a full depth of %lld", (long long)pb[0],
+                              (long long)pe[0], (long long)full[0]);
+        RESULT(conv_transpose3d(x, wt, b, s, pad, opad, d, crop, full[0], pb[0], pe[0], groups));
+    }
+    oar_tensor *y = oar_conv_transpose2d(to2d(x, ns), to2d(wt, ns), b, s + 1, pad + 1, opad + 1, d + 1, groups);
+    for (int i = 1; i < 3 && y; i++)
+        if (crop[i]) y = oar_slice(y, 1 + i, 0, oar_tensor_shape(y)[1 + i] - crop[i], 1);
     RESULT(from2d(y, ns));
 }
 

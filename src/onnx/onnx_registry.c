@@ -35,7 +35,7 @@ const oari_onnx_op oari_onnx_ops[] = {
     ROW("ConstantOfShape", 9, 18, constant_of_shape, "the shape must be a constant"),
     ROW("Conv", 1, 18, conv, "1-D and 2-D"),
     ROW("ConvInteger", 10, 18, conv_integer, "uint8 only; as Conv"),
-    ROW("ConvTranspose", 1, 18, conv_transpose, "1-D and 2-D"),
+    ROW("ConvTranspose", 1, 18, conv_transpose, "1-D, 2-D and 3-D (3-D as a sum of 2-D ones over the depth taps)"),
     ROW("Cos", 7, 18, unary, ""),
     ROW("Cosh", 9, 18, unary, ""),
     ROW("CumSum", 11, 18, cumsum, "the axis must be a constant"),

@@ -289,6 +289,35 @@ static void test_pool3d(void) {
     }
 }
 
+/* 3-D ConvTranspose (strides, pads, output_padding, dilations, 2 groups,
+ * bias; a sum of 2-D ones over the depth taps) against PyTorch's
+ * conv_transpose3d (tests/ref/gen_onnx_pool3d.py). */
+static void test_conv_transpose3d(void) {
+    float x[sizeof convt3d_x / sizeof *convt3d_x];
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++)
+        x[i] = (float)convt3d_x[i];
+    oar_graph *g = oar_onnx_load("onnx/convt3d.onnx");
+    if (!g) fprintf(stderr, "convt3d: %s\n", oar_last_error());
+    CHECK(g != NULL);
+    oar_executor *ex = g ? oar_executor_new(g) : NULL;
+    oar_tensor *xt = oar_tensor_from_data(x, OAR_F32, 5, (int64_t[]){1, 4, 3, 4, 3}), *y = NULL;
+    CHECK(!ex || oar_executor_run(ex, &xt, &y) == 0);
+    if (y) {
+        int64_t n = 1;
+        for (int d = 0; d < 5; d++) {
+            CHECK(oar_tensor_shape(y)[d] == convt3d_shape[d]);
+            n *= convt3d_shape[d];
+        }
+        CHECK(oar_tensor_numel(y) == n);
+        const float *v = oar_tensor_data(y);
+        for (int64_t i = 0; i < n && oar_tensor_numel(y) == n; i++)
+            CHECK_NEAR(v[i], convt3d_y[i], 1e-4);
+    }
+    oar_tensor_release(xt);
+    oar_executor_free(ex);
+    oar_graph_free(g);
+}
+
 int main(void) {
     RUN(test_pytorch_models);
     RUN(test_softmax_opset11);
@@ -298,6 +327,7 @@ int main(void) {
     RUN(test_conformance_errors);
     RUN(test_dynamic_shape_values);
     RUN(test_pool3d);
+    RUN(test_conv_transpose3d);
     RUN(test_mutations_node_models);
     return test_summary();
 }

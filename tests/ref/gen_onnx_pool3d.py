@@ -3,12 +3,14 @@
 ceil_mode and count_include_pad, and PyTorch's max_pool3d / avg_pool3d of
 one input as the reference (run from tests/: /usr/bin/python3
 ref/gen_onnx_pool3d.py). Writes tests/onnx/pool3d_<k>.onnx and
-tests/onnx/pool3d_ref.h."""
+tests/onnx/pool3d_ref.h. Also a 3-D ConvTranspose (strides, pads,
+output_padding, dilations, 2 groups, bias; weights as initializers) and
+PyTorch's conv_transpose3d: tests/onnx/convt3d.onnx, convt3d_y in the header."""
 import numpy as np
 import onnx
 import torch
 import torch.nn.functional as F
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 CASES = [  # op, kernel, strides, pads (symmetric), dilations, ceil_mode, count_include_pad
     ("MaxPool", (2, 3, 3), (2, 1, 2), (1, 1, 0), (1, 2, 1), 1, 0),
@@ -46,6 +48,23 @@ def main():
         onnx.save(m, "onnx/pool3d_%d.onnx" % i)
         h.append(carr("pool3d_y%d" % i, y.numpy()))
         h.append("static const int64_t pool3d_shape%d[5] = {%s};\n" % (i, ", ".join(map(str, y.shape))))
+    x6 = torch.randn(1, 4, 3, 4, 3)
+    wt = torch.randn(4, 3, 2, 3, 2) * 0.5  # [Cin, Cout / groups, kD, kH, kW]
+    bias = torch.randn(6)
+    y = F.conv_transpose3d(x6, wt, bias, stride=(2, 1, 2), padding=(1, 0, 1), output_padding=(1, 0, 1), groups=2,
+                           dilation=(1, 2, 1))
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 1, 2], pads=[1, 0, 1, 1, 0, 1],
+                            output_padding=[1, 0, 1], group=2, dilations=[1, 2, 1])
+    g = helper.make_graph([node], "convt3d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x6.shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(y.shape))],
+                          [numpy_helper.from_array(wt.numpy(), "w"), numpy_helper.from_array(bias.numpy(), "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, "onnx/convt3d.onnx")
+    h.append(carr("convt3d_x", x6.numpy()))
+    h.append(carr("convt3d_y", y.numpy()))
+    h.append("static const int64_t convt3d_shape[5] = {%s};\n" % ", ".join(map(str, y.shape)))
     h.append("static const double *const pool3d_y[] = {%s};\n" % ", ".join("pool3d_y%d" % i for i in range(len(CASES))))
     h.append("static const int64_t *const pool3d_shape[] = {%s};\n" %
              ", ".join("pool3d_shape%d" % i for i in range(len(CASES))))
