@@ -455,6 +455,9 @@ int oari_onnx_run_subgraph(oari_onnx_node *nd, const Onnx__GraphProto *g, int n_
     for (int j = 0; j < n_out && !st; j++) {
         entry *e = lookup(c, g->output[j]->name ? g->output[j]->name : "");
         if (!e) st = oari_error(OAR_ERR_INVALID, "sub-graph output '%s' is not computed", g->output[j]->name);
+        else if (sym_of(c, e)) /* sizes leaving a sub-graph: computed at run time */
+            st = (out[j] = oari_onnx_sym_runtime(sym_of(c, e), oar_tensor_dtype(e->t), c->sym_src, c->sym_dim))
+                     ? 0 : OAR_ERR_UNSUPPORTED;
         else out[j] = e->t;
     }
     c->n = mark; /* the sub-graph's names go out of scope */

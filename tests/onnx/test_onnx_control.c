@@ -223,6 +223,30 @@ static void test_dropout_training(void) {
     oar_graph_free(g);
 }
 
+/* y = c ? Shape(x) : Shape(x) * 2 with x [N, 3]: sizes leaving a branch
+ * are computed at run time (not the placeholder of the trace). */
+static void test_if_sizes(void) {
+    oar_graph *g = oar_onnx_load("onnx/control_if_sizes.onnx");
+    if (!g) fprintf(stderr, "control_if_sizes: %s\n", oar_last_error());
+    CHECK(g != NULL);
+    oar_executor *ex = g ? oar_executor_new(g) : NULL;
+    for (int k = 0; ex && k < 4; k++) {
+        int64_t n = k < 2 ? 2 : 5;
+        bool c = k % 2;
+        oar_tensor *in[2] = {oar_zeros(OAR_F32, 2, (int64_t[]){n, 3}), oar_tensor_from_data(&c, OAR_BOOL, 0, NULL)};
+        oar_tensor *y = NULL;
+        CHECK(oar_executor_run(ex, in, &y) == 0);
+        if (y && oar_tensor_numel(y) == 2) {
+            const int64_t *v = oar_tensor_data(y);
+            CHECK(v[0] == (c ? n : 2 * n) && v[1] == (c ? 3 : 6));
+        }
+        oar_tensor_release(in[0]);
+        oar_tensor_release(in[1]);
+    }
+    oar_executor_free(ex);
+    oar_graph_free(g);
+}
+
 /* What the nodes cannot hold is refused at import, naming the node: scan
  * outputs of a loop with a run-time trip count (libonnx-testdata's
  * test_loop11, M an input), branches of different shapes. */
@@ -239,6 +263,7 @@ int main(void) {
     RUN(test_loop_node);
     RUN(test_traced_nested);
     RUN(test_dropout_training);
+    RUN(test_if_sizes);
     RUN(test_refusals);
     return test_summary();
 }

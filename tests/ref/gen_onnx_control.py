@@ -14,6 +14,9 @@ forms the C test computes itself (tests/onnx/test_onnx_control.c).
                      (a second loop-carried value k = k + 1)
   control_if_shapes.onnx  as control_if, the else branch [N, 2]: refused
                      (a cond node's branches agree on shapes)
+  control_if_sizes.onnx  x [N, 3], c bool: y = c ? Shape(x) : Shape(x) * 2
+                     (sizes of a dynamic dim leaving a branch: computed
+                     at run time)
   dropout_train.onnx x [N, 64] float: training-mode Dropout without a seed
                      (ratio 0.25), outputs y and the mask (oar draws a new
                      mask each run; the test checks y against the mask)
@@ -73,3 +76,11 @@ s012 = [numpy_helper.from_array(np.array([v], dtype=np.int64), n) for v, n in ((
 save(helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else2, name="if")],
                        "control_if_shapes", [vi("x", TensorProto.FLOAT, ["N", 3]), vi("c", TensorProto.BOOL, [])],
                        [vi("y", TensorProto.FLOAT, ["N", None])], [w, two] + s012), "control_if_shapes")
+
+i2 = numpy_helper.from_array(np.array([2], dtype=np.int64), "i2")
+then_s = helper.make_graph([helper.make_node("Shape", ["x"], ["ts"])], "then", [], [vi("ts", TensorProto.INT64, [2])])
+else_s = helper.make_graph([helper.make_node("Shape", ["x"], ["es0"]), helper.make_node("Mul", ["es0", "i2"], ["es"])],
+                           "else", [], [vi("es", TensorProto.INT64, [2])])
+save(helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then_s, else_branch=else_s, name="if")],
+                       "control_if_sizes", [vi("x", TensorProto.FLOAT, ["N", 3]), vi("c", TensorProto.BOOL, [])],
+                       [vi("y", TensorProto.INT64, [2])], [i2]), "control_if_sizes")
