@@ -22,9 +22,9 @@ static void run_compare(const char *path, oar_executor *ex, int n_out, int out, 
     float *xf = malloc((size_t)n * sizeof *xf);
     for (int64_t i = 0; i < n; i++)
         xf[i] = (float)x[i];
-    oar_tensor *xt = oar_tensor_from_data(xf, OAR_F32, xnd, xshape), *ys[4] = {0};
+    oar_tensor *xt = oar_tensor_from_data(xf, OAR_F32, xnd, xshape), *ys[8] = {0};
     free(xf);
-    CHECK(n_out <= 4 && oar_executor_run(ex, &xt, ys) == 0);
+    CHECK(n_out <= 8 && oar_executor_run(ex, &xt, ys) == 0);
     oar_tensor *yt = ys[out];
     if (yt) {
         CHECK(oar_tensor_ndim(yt) == ynd && oar_tensor_numel(yt) == m);
@@ -80,8 +80,9 @@ static void test_torch_models(void) {
 
 /* Sizes that follow the dynamic batch through shape arithmetic
  * (tests/ref/gen_onnx_sizes.py): reshaped to 3N, used as values (a mean,
- * a factor n + 1: size_of at run time), a ConstantOfShape, the element
- * count as an int64 output; at batches 2 and 5 on one executor. */
+ * a factor n + 1: size_of at run time), a ConstantOfShape, a Range, the
+ * element count as an int64 output, expand(-1, t, -1) (Equal, Where), a
+ * slice to 2N times x.numel(); at batches 2 and 5 on one executor. */
 static void test_size_arithmetic(void) {
     const char *path = "onnx/torch/sizes_op17_dynamic.onnx";
     oar_graph *g = oar_onnx_load(path);
@@ -92,10 +93,12 @@ static void test_size_arithmetic(void) {
     for (int k = 0; ex && k < 2; k++) {
         int64_t n = k ? 5 : 2, xs[3] = {n, 6, 4}, zs[3] = {n, 3, 8}, ms[1] = {8};
         const double *x = k ? sizes_x5 : sizes_x2, *z = k ? sizes_z5 : sizes_z2, *mean = k ? sizes_mean5 : sizes_mean2;
-        run_compare(path, ex, 3, 0, x, 3, xs, z, 3, zs);
-        run_compare(path, ex, 3, 1, x, 3, xs, mean, 1, ms);
+        run_compare(path, ex, 5, 0, x, 3, xs, z, 3, zs);
+        run_compare(path, ex, 5, 1, x, 3, xs, mean, 1, ms);
         double count = (double)(k ? sizes_count5 : sizes_count2);
-        run_compare(path, ex, 3, 2, x, 3, xs, &count, 1, (int64_t[]){1});
+        run_compare(path, ex, 5, 2, x, 3, xs, &count, 1, (int64_t[]){1});
+        run_compare(path, ex, 5, 3, x, 3, xs, k ? sizes_e5 : sizes_e2, 3, xs);
+        run_compare(path, ex, 5, 4, x, 3, xs, k ? sizes_f5 : sizes_f2, 1, (int64_t[]){4});
     }
     oar_executor_free(ex);
     oar_graph_free(g);

@@ -9,7 +9,9 @@ and 5. The model reshapes to sizes computed from x.shape (N*6//2, 2*4: Mul,
 Div), uses the batch as a value (a mean by hand: Cast, Div; n + 1 as a
 factor), builds tensors from it (new_zeros: ConstantOfShape; arange(0, 2n,
 2): Range) and outputs
-the number of elements (Size-like arithmetic: Mul of the dims).
+the number of elements (Size-like arithmetic: Mul of the dims); an
+expand(-1, t, -1) (Equal, Where, ConstantOfShape on the sizes) and a
+slice to 2N scaled by x.numel() (ReduceProd of the shape).
 
 Also tests/onnx/torch/encoder_op17_dynseq.onnx: nn.TransformerEncoderLayer
 with the batch and the sequence dynamic ("N", "T"); it reshapes to N*T,
@@ -36,7 +38,9 @@ class Sizes(nn.Module):
         z = y * (n + 1) + x.new_zeros(n * 3, 1)      # [3N, 8]
         count = torch.tensor(n * t * d).reshape(1)   # elements of x, an int64 output
         pos = torch.arange(0, 2 * n, 2).float().reshape(n, 1, 1)  # Range to a dynamic limit
-        return z.reshape(n, 3, 8) + pos, mean, count
+        e = x[:, :1, :].expand(-1, t, -1) * 2 + x  # expand(-1, ...): Equal, Where, ConstantOfShape
+        f = x.reshape(-1, d)[: n * 2].sum(0) * x.numel()  # Slice to 2N; the element count (ReduceProd)
+        return z.reshape(n, 3, 8) + pos, mean, count, e, f
 
 
 def carr(name, a, ctype="double"):
@@ -49,8 +53,8 @@ def main():
     torch.manual_seed(0)
     m = Sizes().eval()
     torch.onnx.export(m, torch.randn(3, 6, 4), "onnx/torch/sizes_op17_dynamic.onnx", opset_version=17,
-                      input_names=["x"], output_names=["z", "mean", "count"],
-                      dynamic_axes={"x": {0: "N"}, "z": {0: "N"}})
+                      input_names=["x"], output_names=["z", "mean", "count", "e", "f"],
+                      dynamic_axes={"x": {0: "N"}, "z": {0: "N"}, "e": {0: "N"}})
     enc = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, dropout=0.0, batch_first=True).eval()
     torch.onnx.export(enc, torch.randn(2, 5, 16), "onnx/torch/encoder_op17_dynseq.onnx", opset_version=17,
                       input_names=["x"], output_names=["y"],
@@ -74,10 +78,12 @@ def main():
     for n in (2, 5):
         x = torch.randn(n, 6, 4)
         with torch.no_grad():
-            z, mean, count = m(x)
+            z, mean, count, e, f = m(x)
         h.append(carr("sizes_x%d" % n, x.numpy()))
         h.append(carr("sizes_z%d" % n, z.numpy()))
         h.append(carr("sizes_mean%d" % n, mean.numpy()))
+        h.append(carr("sizes_e%d" % n, e.numpy()))
+        h.append(carr("sizes_f%d" % n, f.numpy()))
         h.append("static const long long sizes_count%d = %d;\n" % (n, int(count[0])))
     with open("onnx/sizes_ref.h", "w") as f:
         f.write("".join(h))
