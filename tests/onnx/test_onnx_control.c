@@ -223,6 +223,42 @@ static void test_dropout_training(void) {
     oar_graph_free(g);
 }
 
+/* The loop of check_loop with M = 10 a constant: the body's condition is
+ * computed at run time, so the importer makes a while node after all. */
+static void test_loop_constant_trips(void) {
+    oar_graph *g = oar_onnx_load("onnx/control_loop_m10.onnx");
+    if (!g) fprintf(stderr, "control_loop_m10: %s\n", oar_last_error());
+    CHECK(g != NULL);
+    if (g) CHECK(oar_graph_count_op(g, "while") == 1);
+    oar_executor *ex = g ? oar_executor_new(g) : NULL;
+    static const float limits[] = {40, 1e6f, -1};
+    for (int t = 0; ex && t < 3; t++) {
+        float x[3] = {1, -0.5f, 0.25f}, v[3] = {1, -0.5f, 0.25f}, limit = limits[t];
+        int64_t trips = 0;
+        for (int64_t i = 0; i < 10; i++) {
+            float s = 0;
+            for (int d = 0; d < 3; d++)
+                s += v[d] = v[d] * 2 + (float)i;
+            trips++;
+            if (!(s < limit)) break;
+        }
+        oar_tensor *in[2] = {oar_tensor_from_data(x, OAR_F32, 1, (int64_t[]){3}),
+                             oar_tensor_from_data(&limit, OAR_F32, 0, NULL)};
+        oar_tensor *out[2] = {0};
+        CHECK(oar_executor_run(ex, in, out) == 0);
+        if (out[0] && out[1]) {
+            const float *y = oar_tensor_data(out[0]);
+            for (int d = 0; d < 3; d++)
+                CHECK_NEAR(y[d], v[d], 1e-5 * fabs(v[d]) + 1e-6);
+            CHECK(*(const int64_t *)oar_tensor_data(out[1]) == trips);
+        }
+        oar_tensor_release(in[0]);
+        oar_tensor_release(in[1]);
+    }
+    oar_executor_free(ex);
+    oar_graph_free(g);
+}
+
 /* y = c ? Shape(x) : Shape(x) * 2 with x [N, 3]: sizes leaving a branch
  * are computed at run time (not the placeholder of the trace). */
 static void test_if_sizes(void) {
@@ -263,6 +299,7 @@ int main(void) {
     RUN(test_loop_node);
     RUN(test_traced_nested);
     RUN(test_dropout_training);
+    RUN(test_loop_constant_trips);
     RUN(test_if_sizes);
     RUN(test_refusals);
     return test_summary();

@@ -12,6 +12,9 @@ forms the C test computes itself (tests/onnx/test_onnx_control.c).
                      (the body's condition computed from v; i is the
                      iteration number); outputs v and the trip count
                      (a second loop-carried value k = k + 1)
+  control_loop_m10.onnx  as control_loop with M = 10 an initializer: the
+                     trip count is known, the body's condition is not
+                     (unrolling stops at it and a while node is made)
   control_if_shapes.onnx  as control_if, the else branch [N, 2]: refused
                      (a cond node's branches agree on shapes)
   control_if_sizes.onnx  x [N, 3], c bool: y = c ? Shape(x) : Shape(x) * 2
@@ -84,3 +87,9 @@ else_s = helper.make_graph([helper.make_node("Shape", ["x"], ["es0"]), helper.ma
 save(helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then_s, else_branch=else_s, name="if")],
                        "control_if_sizes", [vi("x", TensorProto.FLOAT, ["N", 3]), vi("c", TensorProto.BOOL, [])],
                        [vi("y", TensorProto.INT64, [2])], [i2]), "control_if_sizes")
+
+m10 = numpy_helper.from_array(np.array(10, dtype=np.int64), "M")
+save(helper.make_graph([helper.make_node("Loop", ["M", "true", "x", "zero"], ["v", "k"], body=body, name="loop")],
+                       "control_loop_m10", [vi("x", TensorProto.FLOAT, [3]), vi("limit", TensorProto.FLOAT, [])],
+                       [vi("v", TensorProto.FLOAT, [3]), vi("k", TensorProto.INT64, [])], [two, one, zero, true, m10]),
+     "control_loop_m10")
