@@ -4,6 +4,7 @@
  * helpers the converters share: attributes, constant inputs, TensorProtos. */
 #define OARI_ONNX_PROTO
 #include "onnx_internal.h"
+#include "../graph/ir.h"
 #include <math.h>
 #include <oar/onnx.h>
 #include <stddef.h>
@@ -249,7 +250,7 @@ oar_tensor *oari_onnx_flatten2d(oar_tensor *x, int64_t axis) {
 typedef struct {
     const char *name;
     oar_tensor *t;
-    bool dyn_size; /* holds sizes from a Shape of dynamic dims (placeholders the tracer rewrites) */
+    int sym; /* index in ctx.syms of what its sizes stand for (from a Shape of dynamic dims), or -1 */
 } entry;
 
 typedef struct {
@@ -264,6 +265,10 @@ typedef struct {
     oar_tensor **bound;
     bool static_shapes;
     int64_t training_opset; /* of OARI_ONNX_TRAINING_DOMAIN, -1 if not imported */
+    oari_onnx_svec *syms;   /* symbolic sizes, referred to by entries */
+    size_t n_syms, cap_syms;
+    oar_tensor *sym_src[OARI_MAX_SYMS]; /* a graph input whose dim sym_dim[s] is symbol s */
+    int sym_dim[OARI_MAX_SYMS];
 } ctx;
 
 static entry *lookup(ctx *c, const char *name) {
@@ -280,21 +285,33 @@ static int bind(ctx *c, const char *name, oar_tensor *t) {
         c->map = m;
         c->cap = cap;
     }
-    c->map[c->n++] = (entry){name, t, false};
+    c->map[c->n++] = (entry){name, t, -1};
     return 0;
 }
 
-/* Sizes from a Shape of a dynamic dim are the tracer's placeholder values:
- * it rewrites them where they become a Reshape, Expand or ConstantOfShape
- * target, so they may flow only through ops that move them unchanged to
- * one. ok_in: the inputs of op that may hold such sizes; carries: whether
- * the outputs then do. */
-static bool size_flow(const char *op, int i, bool *carries) {
-    static const char *const moves[] = {"Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "Identity"};
-    for (size_t k = 0; k < sizeof moves / sizeof *moves; k++)
-        if (!strcmp(op, moves[k])) return *carries = true, !strcmp(op, "Gather") ? i == 0 : true;
-    if (!strcmp(op, "Slice")) return *carries = true, i == 0;
-    if (!strcmp(op, "Reshape") || !strcmp(op, "Expand")) return i == 1;
+/* Keeps v; its index, or -1 on failure. */
+static int keep_sym(ctx *c, const oari_onnx_svec *v) {
+    if (c->n_syms == c->cap_syms) {
+        size_t cap = c->cap_syms ? 2 * c->cap_syms : 16;
+        oari_onnx_svec *m = oari_realloc(c->syms, c->cap_syms * sizeof *m, cap * sizeof *m);
+        if (!m) return -1;
+        c->syms = m;
+        c->cap_syms = cap;
+    }
+    c->syms[c->n_syms] = *v;
+    return (int)c->n_syms++;
+}
+
+static const oari_onnx_svec *sym_of(const ctx *c, const entry *e) {
+    return e->sym >= 0 && oari_onnx_svec_dynamic(&c->syms[e->sym]) ? &c->syms[e->sym] : NULL;
+}
+
+/* Inputs whose values become a shape (or an attribute the tracer rewrites
+ * per run): symbolic sizes reach them as placeholder sizes. */
+static bool size_sink(const char *op, int i) {
+    if (!strcmp(op, "Reshape") || !strcmp(op, "Expand") || !strcmp(op, "Tile") || !strcmp(op, "TopK")) return i == 1;
+    if (!strcmp(op, "Resize")) return i == 3; /* sizes */
+    if (!strcmp(op, "Slice")) return i >= 1;
     return !strcmp(op, "ConstantOfShape");
 }
 
@@ -328,27 +345,72 @@ static int run_node(ctx *c, const Onnx__NodeProto *n) {
     if (n->n_output < 1) return oari_error(OAR_ERR_INVALID, "no output");
     oari_onnx_node nd = {.n = n, .opset = opset, .static_shapes = c->static_shapes,
                          .n_in = (int)n->n_input, .n_out = (int)n->n_output, .ctx = c};
-    bool dyn_out = !c->static_shapes && !strcmp(op, "Shape");
+    const oari_onnx_svec *sym[OARI_ONNX_MAX_IO] = {0};
+    bool any = false;
     for (size_t i = 0; i < n->n_input; i++) {
         if (!n->input[i][0]) continue; /* an omitted optional input */
         entry *e = lookup(c, n->input[i]);
         if (!e) return oari_error(OAR_ERR_INVALID, "input '%s' is not defined before the node", n->input[i]);
         nd.in[i] = e->t;
-        bool carries = false;
-        if (e->dyn_size && !size_flow(op, (int)i, &carries))
-            return oari_error(OAR_ERR_UNSUPPORTED, "input '%s' holds sizes taken from the model's dynamic dims; oar "
-                              "follows them only into Reshape, Expand and ConstantOfShape shapes (through Gather, "
-                              "Unsqueeze, Squeeze, Concat, Slice, Cast): use static input shapes", n->input[i]);
-        dyn_out = dyn_out || (e->dyn_size && carries);
+        sym[i] = sym_of(c, e);
+        any = any || sym[i];
     }
-    int st = row->fn(&nd);
+    /* symbolic sizes: into a shape as placeholder sizes, through shape
+     * arithmetic as polynomials, anywhere else computed at run time */
+    oari_onnx_svec out_sym;
+    int have = 0;
+    if (!c->static_shapes && nd.n_in > 0 && nd.in[0] && (!strcmp(op, "Shape") || !strcmp(op, "Size"))) {
+        if (!strcmp(op, "Size")) {
+            have = oari_onnx_sym_size(nd.in[0], &out_sym);
+        } else {
+            int r = oar_tensor_ndim(nd.in[0]);
+            int64_t start = oari_onnx_attr_i(&nd, "start", 0), end = oari_onnx_attr_i(&nd, "end", r);
+            start = start < 0 ? start + r : start;
+            end = end < 0 ? end + r : end;
+            start = start < 0 ? 0 : start > r ? r : start;
+            end = end < start ? start : end > r ? r : end;
+            have = oari_onnx_sym_shape(nd.in[0], start, end, &out_sym);
+        }
+    } else if (any && !strcmp(op, "Range")) { /* to a dynamic length */
+        if (!(nd.out[0] = oari_onnx_sym_range(&nd, sym))) return OAR_ERR_UNSUPPORTED;
+        row = NULL;
+    } else if (any) {
+        char what[64];
+        bool rest = false;
+        for (int i = 0; i < nd.n_in; i++) {
+            if (!sym[i] || !size_sink(op, i)) {
+                rest = rest || sym[i];
+                continue;
+            }
+            snprintf(what, sizeof what, "input %d (a shape)", i);
+            if (!(nd.in[i] = oari_onnx_sym_concrete(sym[i], oar_tensor_dtype(nd.in[i]), what)))
+                return OAR_ERR_UNSUPPORTED;
+            sym[i] = NULL;
+        }
+        if (rest && oari_onnx_sym_carries(op)) have = oari_onnx_sym_node(&nd, sym, &out_sym);
+        for (int i = 0; i < nd.n_in && rest && !have; i++) {
+            if (!sym[i]) continue;
+            if (!(nd.in[i] = oari_onnx_sym_runtime(sym[i], oar_tensor_dtype(nd.in[i]), c->sym_src, c->sym_dim))) {
+                char msg[512];
+                snprintf(msg, sizeof msg, "%s", oar_last_error());
+                return oari_error(OAR_ERR_UNSUPPORTED, "input %d '%s': %s", i, n->input[i], msg);
+            }
+        }
+    }
+    int st = row ? row->fn(&nd) : 0;
     if (st) return st;
+    if (have && nd.out[0] && !oari_onnx_svec_dynamic(&out_sym)) { /* exact constants, not placeholders */
+        if (!(nd.out[0] = oari_onnx_sym_concrete(&out_sym, oar_tensor_dtype(nd.out[0]), "output")))
+            return OAR_ERR_INVALID;
+        have = 0;
+    }
     for (size_t j = 0; j < n->n_output; j++) {
         if (!n->output[j][0]) continue;
         if (!nd.out[j])
             return oari_error(OAR_ERR_UNSUPPORTED, "output %zu '%s' is not supported", j, n->output[j]);
+        if (!c->static_shapes && (st = oari_onnx_sym_check(nd.out[j]))) return st;
         if ((st = bind(c, n->output[j], nd.out[j]))) return st;
-        c->map[c->n - 1].dyn_size = dyn_out;
+        if (j == 0 && have && (c->map[c->n - 1].sym = keep_sym(c, &out_sym)) < 0) return OAR_ERR_NOMEM;
     }
     return 0;
 }
@@ -393,6 +455,9 @@ int oari_onnx_run_subgraph(oari_onnx_node *nd, const Onnx__GraphProto *g, int n_
     for (int j = 0; j < n_out && !st; j++) {
         entry *e = lookup(c, g->output[j]->name ? g->output[j]->name : "");
         if (!e) st = oari_error(OAR_ERR_INVALID, "sub-graph output '%s' is not computed", g->output[j]->name);
+        else if (sym_of(c, e)) /* sizes leaving a sub-graph: computed at run time */
+            st = (out[j] = oari_onnx_sym_runtime(sym_of(c, e), oar_tensor_dtype(e->t), c->sym_src, c->sym_dim))
+                     ? 0 : OAR_ERR_UNSUPPORTED;
         else out[j] = e->t;
     }
     c->n = mark; /* the sub-graph's names go out of scope */
@@ -403,8 +468,18 @@ static int trace_fn(void *vc, oar_tensor *const *inputs, oar_tensor **outputs) {
     ctx *c = vc;
     Onnx__GraphProto *g = c->g;
     int st;
-    for (size_t i = 0; i < c->n_in; i++)
+    const oar_graph *tg = oari_trace_graph();
+    for (size_t i = 0; i < c->n_in; i++) {
         if ((st = bind(c, c->in_names[i], inputs[i]))) return st;
+        for (int d = 0; d < oar_tensor_ndim(inputs[i]); d++) { /* where size_of reads each symbol */
+            int32_t k = 0;
+            int s = oari_graph_sym_of(tg, oar_tensor_shape(inputs[i])[d], &k);
+            if (s >= 0 && k == 1 && !c->sym_src[s]) {
+                c->sym_src[s] = inputs[i];
+                c->sym_dim[s] = d;
+            }
+        }
+    }
     for (size_t i = 0; i < c->n_bound; i++)
         if ((st = bind(c, c->bound_names[i], c->bound[i]))) return st;
     for (size_t i = 0; i < g->n_initializer; i++) {
@@ -419,7 +494,11 @@ static int trace_fn(void *vc, oar_tensor *const *inputs, oar_tensor **outputs) {
         /* an output that is an input gets its own node */
         bool wrap = false;
         for (size_t i = 0; i < c->n_in; i++) wrap = wrap || e->t == inputs[i];
-        outputs[j] = wrap ? oar_clone(e->t) : e->t;
+        const oari_onnx_svec *sv = sym_of(c, e);
+        if (sv) /* sizes as an output: computed at run time */
+            outputs[j] = oari_onnx_sym_runtime(sv, oar_tensor_dtype(e->t), c->sym_src, c->sym_dim);
+        else
+            outputs[j] = wrap ? oar_clone(e->t) : e->t;
         if (!outputs[j]) return OAR_ERR_INVALID;
     }
     return 0;
@@ -509,6 +588,7 @@ static oar_graph *import_model(Onnx__ModelProto *m, const oar_onnx_options *opt)
     oar_graph *graph = oar_trace(trace_fn, &c, (int)c.n_in, specs, (int)g->n_output,
                                  &(oar_trace_options){.output_names = out_names});
     oari_free(c.map, c.cap * sizeof *c.map);
+    oari_free(c.syms, c.cap_syms * sizeof *c.syms);
     return graph;
 }
 

@@ -64,6 +64,49 @@ struct oari_onnx_node {
 OARI_HIDDEN int oari_onnx_run_subgraph(oari_onnx_node *nd, const Onnx__GraphProto *g, int n_in,
                                        oar_tensor *const *in, int n_out, oar_tensor **out);
 
+/* ---- symbolic sizes (onnx_sym.c) ------------------------------------------- */
+/* What the entries of a small integer vector computed from a Shape stand
+ * for: each a polynomial in the graph's symbols (sum of c * prod sym^e). */
+#define OARI_ONNX_SYM_LEN 8
+#define OARI_ONNX_SYM_TERMS 4
+typedef struct { int64_t c; uint8_t e[8]; } oari_onnx_sterm; /* e: exponent per symbol (OARI_MAX_SYMS) */
+typedef struct { int n; oari_onnx_sterm t[OARI_ONNX_SYM_TERMS]; } oari_onnx_sexpr; /* n < 0: unknown */
+typedef struct { int rank, n; oari_onnx_sexpr v[OARI_ONNX_SYM_LEN]; } oari_onnx_svec; /* rank 0 or 1 */
+
+/* Whether an entry of v depends on a symbol (or is unknown). */
+OARI_HIDDEN bool oari_onnx_svec_dynamic(const oari_onnx_svec *v);
+/* The shape of traced x (dims start..end-1), or its number of elements, as
+ * polynomials; 1 if one depends on a symbol, else 0. */
+OARI_HIDDEN int oari_onnx_sym_shape(oar_tensor *x, int64_t start, int64_t end, oari_onnx_svec *out);
+OARI_HIDDEN int oari_onnx_sym_size(oar_tensor *x, oari_onnx_svec *out);
+/* Whether op may compute on symbolic sizes (oari_onnx_sym_node). */
+OARI_HIDDEN bool oari_onnx_sym_carries(const char *op);
+/* Output 0 of node nd as polynomials, from its inputs' (sym[i], or NULL
+ * for a concrete input): 1, or 0 where it cannot (the sizes are then
+ * computed at run time). */
+OARI_HIDDEN int oari_onnx_sym_node(const oari_onnx_node *nd, const oari_onnx_svec *const *sym, oari_onnx_svec *out);
+/* v as a concrete tensor of dtype dt whose symbolic entries hold the
+ * tracer's placeholder sizes (k * trace size) for a shape `what`; NULL
+ * with an error naming the entry if one is not k * one symbol. */
+OARI_HIDDEN oar_tensor *oari_onnx_sym_concrete(const oari_onnx_svec *v, oar_dtype dt, const char *what);
+/* A concrete t as a value of the graph being traced (a constant), so that
+ * ops on it become nodes: an Expand or ConstantOfShape to a dynamic shape
+ * must be a node, not a constant of placeholder sizes. t itself when not
+ * concrete or not tracing; NULL on failure. */
+OARI_HIDDEN oar_tensor *oari_onnx_traced(oar_tensor *t);
+/* Range whose limit is a symbolic size (start and delta constants; the
+ * length a multiple of one dynamic dim): a node, not a constant. NULL with
+ * an error otherwise. */
+OARI_HIDDEN oar_tensor *oari_onnx_sym_range(const oari_onnx_node *nd, const oari_onnx_svec *const *sym);
+/* Whether a size of shape[0..n-1] is a placeholder for a dynamic dim. */
+OARI_HIDDEN bool oari_onnx_dynamic_shape(int n, const int64_t *shape);
+/* An error if a dim of traced t is a product of dynamic dims (the graph
+ * would read it as a multiple of one of them); else 0. */
+OARI_HIDDEN int oari_onnx_sym_check(oar_tensor *t);
+/* v computed at run time: size_of nodes on src[s] (dim src_dim[s] is symbol s). */
+OARI_HIDDEN oar_tensor *oari_onnx_sym_runtime(const oari_onnx_svec *v, oar_dtype dt, oar_tensor *const *src,
+                                              const int *src_dim);
+
 /* ---- attributes (onnx_import.c) --------------------------------------------- */
 OARI_HIDDEN const Onnx__AttributeProto *oari_onnx_attr(const oari_onnx_node *nd, const char *name);
 OARI_HIDDEN int64_t oari_onnx_attr_i(const oari_onnx_node *nd, const char *name, int64_t def);

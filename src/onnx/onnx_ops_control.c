@@ -1,9 +1,12 @@
-/* ONNX import, control flow: If, Loop and Scan run their sub-graphs
- * inline while tracing. A branch condition and a trip count must be
- * concrete (oar records no cond/while nodes yet), so the graph gets the
- * branch taken or the unrolled loop. */
+/* ONNX import, control flow. If with a constant condition and Loop with a
+ * constant trip count and conditions run their sub-graphs inline while
+ * tracing (the graph gets the branch taken, the unrolled loop); with a
+ * condition or trip count computed at run time they become oar's cond and
+ * while nodes (oar_cond, oar_while_loop: each sub-graph traced once, outer
+ * names read by it become captures). Scan is unrolled. */
 #define OARI_ONNX_PROTO
 #include "onnx_internal.h"
+#include <oar/graph.h>
 #include <string.h>
 
 #define MAX_ITERS 4096
@@ -22,14 +25,92 @@ static int concrete_bool(oar_tensor *t, const char *what, bool *out) {
     return 0;
 }
 
+/* If on a traced condition: a cond node whose branches run the ONNX branches. */
+typedef struct {
+    oari_onnx_node *nd;
+    const Onnx__GraphProto *g[2]; /* then, else */
+} if_ctx;
+
+static int run_branch(if_ctx *b, int k, int n_out, oar_tensor **out) {
+    oar_tensor *res[OARI_ONNX_MAX_IO];
+    int st = oari_onnx_run_subgraph(b->nd, b->g[k], 0, NULL, n_out, res);
+    for (int j = 0; j < n_out && !st; j++) out[j] = res[j];
+    return st;
+}
+static int then_fn(void *c, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)n_in, (void)in;
+    return run_branch(c, 0, n_out, out);
+}
+static int else_fn(void *c, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)n_in, (void)in;
+    return run_branch(c, 1, n_out, out);
+}
+
 int oari_onnx_conv_if(oari_onnx_node *nd) {
     int st = oari_onnx_need(nd, 1);
     bool cond;
-    if (st || (st = concrete_bool(nd->in[0], "the condition", &cond))) return st;
+    if (st) return st;
+    if (!oar_tensor_data(nd->in[0])) {
+        if (oar_tensor_numel(nd->in[0]) != 1) return oari_error(OAR_ERR_INVALID, "the condition must hold one value");
+        if_ctx b = {nd, {graph_attr(nd, "then_branch"), graph_attr(nd, "else_branch")}};
+        if (!b.g[0] || !b.g[1]) return oari_error(OAR_ERR_INVALID, "a branch is missing");
+        return oar_cond(nd->in[0], then_fn, else_fn, &b, 0, NULL, nd->n_out, nd->out);
+    }
+    if ((st = concrete_bool(nd->in[0], "the condition", &cond))) return st;
     st = oari_onnx_run_subgraph(nd, graph_attr(nd, cond ? "then_branch" : "else_branch"), 0, NULL, nd->n_out, nd->out);
     for (int j = 0; j < nd->n_out && !st; j++) /* an outer value passed through gets its own result */
         for (int i = 0; i < nd->n_in; i++)
             if (nd->out[j] == nd->in[i]) nd->out[j] = oar_clone(nd->out[j]);
+    return st;
+}
+
+/* Loop on a trip count or condition computed at run time: a while node over
+ * (iter, M, cond, v...): it runs while iter < M and cond, the body runs the
+ * ONNX body on (iter, cond, v...) and adds 1 to iter. */
+typedef struct {
+    oari_onnx_node *nd;
+    const Onnx__GraphProto *body;
+    int nv;
+} loop_ctx;
+
+static int loop_cond(void *c, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)c, (void)n_in, (void)n_out;
+    out[0] = oar_logical_and(oar_lt(in[0], in[1]), in[2]);
+    return out[0] ? 0 : OAR_ERR_INVALID;
+}
+
+static int loop_body(void *vc, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    loop_ctx *l = vc;
+    oar_tensor *bin[OARI_ONNX_MAX_IO], *bout[OARI_ONNX_MAX_IO];
+    (void)n_in, (void)n_out;
+    bin[0] = in[0];
+    bin[1] = in[2];
+    for (int i = 0; i < l->nv; i++) bin[2 + i] = in[3 + i];
+    int st = oari_onnx_run_subgraph(l->nd, l->body, 2 + l->nv, bin, 1 + l->nv, bout);
+    if (st) return st;
+    out[0] = oar_add_scalar(in[0], 1);
+    out[1] = in[1];
+    out[2] = oar_reshape(oar_cast(bout[0], OAR_BOOL), 0, NULL);
+    for (int i = 0; i < l->nv; i++) out[3 + i] = bout[1 + i];
+    for (int j = 0; j < 3 + l->nv; j++)
+        if (!out[j]) return OAR_ERR_INVALID;
+    return 0;
+}
+
+static int loop_node(oari_onnx_node *nd, const Onnx__GraphProto *body, int nv, int nscan) {
+    if (nscan)
+        return oari_error(OAR_ERR_UNSUPPORTED, "scan outputs of a loop whose trip count is computed at run time "
+                          "(their length would be too)");
+    if (nv + 3 > OARI_ONNX_MAX_IO) return oari_error(OAR_ERR_UNSUPPORTED, "%d loop-carried values", nv);
+    oar_tensor *init[OARI_ONNX_MAX_IO], *out[OARI_ONNX_MAX_IO];
+    init[0] = oari_onnx_scalar(0, OAR_I64);
+    init[1] = nd->in[0] ? oar_reshape(oar_cast(nd->in[0], OAR_I64), 0, NULL) : oari_onnx_scalar(9.2e18, OAR_I64);
+    init[2] = nd->in[1] ? oar_reshape(oar_cast(nd->in[1], OAR_BOOL), 0, NULL) : oari_onnx_scalar(1, OAR_BOOL);
+    for (int i = 0; i < nv; i++) init[3 + i] = nd->in[2 + i];
+    if (!init[1] || !init[2]) return OAR_ERR_INVALID;
+    loop_ctx l = {nd, body, nv};
+    int st = oar_while_loop(loop_cond, loop_body, &l, 3 + nv, init, -1, out);
+    for (int i = 0; i < nv && !st; i++) nd->out[i] = out[3 + i];
     return st;
 }
 
@@ -45,6 +126,10 @@ int oari_onnx_conv_loop(oari_onnx_node *nd) {
     int64_t M = -1;
     bool cond = true;
     int st;
+    for (int i = 0; i < nv; i++)
+        if (!nd->in[2 + i]) return oari_error(OAR_ERR_INVALID, "loop-carried value %d is missing", i);
+    if ((nd->in[0] && !oar_tensor_data(nd->in[0])) || (nd->in[1] && !oar_tensor_data(nd->in[1])))
+        return loop_node(nd, body, nv, nscan);
     if (nd->in[0]) {
         int k = oari_onnx_input_ints(nd, 0, &M, 1);
         if (k < 0) return k;
@@ -65,6 +150,10 @@ int oari_onnx_conv_loop(oari_onnx_node *nd) {
         bin[1] = oari_onnx_scalar(1, OAR_BOOL);
         for (int i = 0; i < nv; i++) bin[2 + i] = v[i];
         if ((st = oari_onnx_run_subgraph(nd, body, 2 + nv, bin, 1 + nv + nscan, bout))) break;
+        if (!oar_tensor_data(bout[0]) && oar_tensor_numel(bout[0]) == 1) { /* decided at run time */
+            oari_free(scans, (size_t)(cap * nscan) * sizeof *scans);
+            return loop_node(nd, body, nv, nscan); /* the unrolled nodes so far are left unused */
+        }
         if ((st = concrete_bool(bout[0], "the body's condition", &cond))) break;
         for (int i = 0; i < nv; i++) v[i] = bout[1 + i];
         if (nscan) {

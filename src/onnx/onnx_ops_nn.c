@@ -49,48 +49,53 @@ typedef struct {
     int64_t k[2], stride[2], dil[2], pb[2], pe[2]; /* pads: begin, end */
 } window;
 
-static int window_of(oari_onnx_node *nd, int ns, const int64_t *in_size, const int64_t *kernel, window *w) {
-    if (ns < 1 || ns > 2) return oari_error(OAR_ERR_UNSUPPORTED, "%d-D %s: only 1-D and 2-D are supported", ns, nd->n->op_type);
-    w->ns = ns;
-    int64_t s[2], d[2], p[4];
-    for (int i = 0; i < 2; i++) w->k[i] = w->stride[i] = w->dil[i] = 1, w->pb[i] = w->pe[i] = 0;
-    int o = 2 - ns;
+/* The node's kernel, strides, dilations and pads over ns (1..3) spatial
+ * dims, into arrays of ns. */
+static int window_attrs(oari_onnx_node *nd, int ns, const int64_t *in_size, const int64_t *kernel, int64_t *k,
+                        int64_t *stride, int64_t *dil, int64_t *pb, int64_t *pe) {
+    int64_t p[6];
     int n;
-    if ((n = oari_onnx_attr_ints(nd, "strides", s, 2)) >= 0 && n != ns) return oari_error(OAR_ERR_INVALID, "strides has %d entries for %d-D", n, ns);
-    if (n == ns) memcpy(w->stride + o, s, (size_t)ns * sizeof *s);
+    for (int i = 0; i < ns; i++) k[i] = kernel[i], stride[i] = dil[i] = 1, pb[i] = pe[i] = 0;
+    if ((n = oari_onnx_attr_ints(nd, "strides", stride, ns)) >= 0 && n != ns) return oari_error(OAR_ERR_INVALID, "strides has %d entries for %d-D", n, ns);
     if (n < -1) return n;
-    if ((n = oari_onnx_attr_ints(nd, "dilations", d, 2)) >= 0 && n != ns) return oari_error(OAR_ERR_INVALID, "dilations has %d entries for %d-D", n, ns);
-    if (n == ns) memcpy(w->dil + o, d, (size_t)ns * sizeof *d);
+    if ((n = oari_onnx_attr_ints(nd, "dilations", dil, ns)) >= 0 && n != ns) return oari_error(OAR_ERR_INVALID, "dilations has %d entries for %d-D", n, ns);
     if (n < -1) return n;
-    memcpy(w->k + o, kernel, (size_t)ns * sizeof *kernel);
-    for (int i = 0; i < 2; i++)
-        if (w->k[i] < 1 || w->stride[i] < 1 || w->dil[i] < 1)
+    for (int i = 0; i < ns; i++)
+        if (k[i] < 1 || stride[i] < 1 || dil[i] < 1)
             return oari_error(OAR_ERR_INVALID, "kernel, strides and dilations must be >= 1");
     bool same_upper = oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "SAME_UPPER");
     bool same_lower = oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "SAME_LOWER");
     bool valid = oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "VALID");
     if (same_upper || same_lower) {
         for (int i = 0; i < ns; i++) {
-            int64_t in = in_size[i], st = w->stride[o + i];
+            int64_t in = in_size[i], st = stride[i];
             int64_t out = (in + st - 1) / st;
-            int64_t tot = (out - 1) * st + (w->k[o + i] - 1) * w->dil[o + i] + 1 - in;
+            int64_t tot = (out - 1) * st + (k[i] - 1) * dil[i] + 1 - in;
             if (tot < 0) tot = 0;
-            w->pb[o + i] = same_upper ? tot / 2 : tot - tot / 2;
-            w->pe[o + i] = tot - w->pb[o + i];
+            pb[i] = same_upper ? tot / 2 : tot - tot / 2;
+            pe[i] = tot - pb[i];
         }
     } else if (!valid) {
         if (!oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "NOTSET"))
             return oari_error(OAR_ERR_INVALID, "unknown auto_pad");
-        if ((n = oari_onnx_attr_ints(nd, "pads", p, 4)) >= 0 && n != 2 * ns)
+        if ((n = oari_onnx_attr_ints(nd, "pads", p, 2 * ns)) >= 0 && n != 2 * ns)
             return oari_error(OAR_ERR_INVALID, "pads has %d entries for %d-D", n, ns);
         if (n < -1) return n;
         for (int i = 0; i < ns && n > 0; i++) {
-            w->pb[o + i] = p[i];
-            w->pe[o + i] = p[ns + i];
+            pb[i] = p[i];
+            pe[i] = p[ns + i];
             if (p[i] < 0 || p[ns + i] < 0) return oari_error(OAR_ERR_UNSUPPORTED, "negative pads");
         }
     }
     return 0;
+}
+
+static int window_of(oari_onnx_node *nd, int ns, const int64_t *in_size, const int64_t *kernel, window *w) {
+    if (ns < 1 || ns > 2) return oari_error(OAR_ERR_UNSUPPORTED, "%d-D %s: only 1-D and 2-D are supported", ns, nd->n->op_type);
+    w->ns = ns;
+    for (int i = 0; i < 2; i++) w->k[i] = w->stride[i] = w->dil[i] = 1, w->pb[i] = w->pe[i] = 0;
+    int o = 2 - ns;
+    return window_attrs(nd, ns, in_size, kernel, w->k + o, w->stride + o, w->dil + o, w->pb + o, w->pe + o);
 }
 
 /* x [N, C, L] as [N, C, 1, L]. */
@@ -121,34 +126,74 @@ int oari_onnx_conv_conv(oari_onnx_node *nd) {
     RESULT(from2d(oar_conv2d(x2, w2, b, w.stride, w.pb, w.dil, oari_onnx_attr_i(nd, "group", 1)), ns));
 }
 
+/* 3-D ConvTranspose as a sum over the depth taps kd of 2-D ones over
+ * (H, W) (pad[1..2], opad[1..2], crop[1..2] as in the 2-D case), each
+ * placed at depths d * s[0] + kd * dil[0] of the full depth, which is then
+ * cropped by the depth pads pb0, pe0. */
+static oar_tensor *conv_transpose3d(oar_tensor *x, oar_tensor *wt, oar_tensor *b, const int64_t *s, const int64_t *pad,
+                                    const int64_t *opad, const int64_t *dil, const int64_t *crop, int64_t full0,
+                                    int64_t pb0, int64_t pe0, int64_t groups) {
+    const int64_t *xs = oar_tensor_shape(x), *ws = oar_tensor_shape(wt);
+    int64_t N = xs[0], C = xs[1], D = xs[2], kD = ws[2];
+    oar_tensor *x2 = oar_reshape(oar_permute(x, (int64_t[]){0, 2, 1, 3, 4}), 4, (int64_t[]){N * D, C, xs[3], xs[4]});
+    oar_tensor *sum = NULL;
+    for (int64_t kd = 0; kd < kD; kd++) {
+        oar_tensor *wk = oar_squeeze(oar_slice(wt, 2, kd, kd + 1, 1), 2);
+        oar_tensor *z = oar_conv_transpose2d(x2, wk, NULL, s + 1, pad + 1, opad + 1, dil + 1, groups);
+        for (int i = 1; i < 3 && z; i++)
+            if (crop[i]) z = oar_slice(z, 1 + i, 0, oar_tensor_shape(z)[1 + i] - crop[i], 1);
+        if (!z) return NULL;
+        const int64_t *zs = oar_tensor_shape(z);
+        int64_t Co = zs[1], H = zs[2], W = zs[3];
+        z = oar_reshape(z, 5, (int64_t[]){N, D, Co, H, W});
+        if (s[0] > 1) { /* depth d at d * s[0]: zeros between */
+            int64_t zp[10] = {0, 0, 0, 0, 0, 0, 0, s[0] - 1, 0, 0};
+            z = oar_pad(oar_unsqueeze(z, 2), 10, zp, OAR_PAD_CONSTANT, 0.0);
+            z = oar_slice(oar_reshape(z, 5, (int64_t[]){N, D * s[0], Co, H, W}), 1, 0, (D - 1) * s[0] + 1, 1);
+        }
+        int64_t len = (D - 1) * s[0] + 1, front = kd * dil[0];
+        int64_t dp[8] = {0, 0, 0, 0, 0, 0, front, full0 - len - front};
+        z = oar_pad(z, 8, dp, OAR_PAD_CONSTANT, 0.0);
+        sum = sum ? oar_add(sum, z) : z;
+        if (!sum) return NULL;
+    }
+    oar_tensor *y = oar_slice(sum, 1, pb0, full0 - pe0, 1);
+    y = oar_permute(y, (int64_t[]){0, 2, 1, 3, 4});
+    if (b) y = oar_add(y, oar_reshape(b, 4, (int64_t[]){-1, 1, 1, 1}));
+    return oar_contiguous(y);
+}
+
 int oari_onnx_conv_conv_transpose(oari_onnx_node *nd) {
     NEED(2);
     oar_tensor *x = nd->in[0], *wt = nd->in[1], *b = nd->n_in > 2 ? nd->in[2] : NULL;
     int ns = oar_tensor_ndim(wt) - 2;
-    if (ns < 1 || ns > 2) return oari_error(OAR_ERR_UNSUPPORTED, "%d-D ConvTranspose: only 1-D and 2-D are supported", ns);
+    if (ns < 1 || ns > 3) return oari_error(OAR_ERR_UNSUPPORTED, "%d-D ConvTranspose: only 1-D, 2-D and 3-D are supported", ns);
     if (oar_tensor_ndim(x) != ns + 2)
         return oari_error(OAR_ERR_INVALID, "X rank %d and W rank %d disagree", oar_tensor_ndim(x), ns + 2);
-    int o = 2 - ns;
-    int64_t k[2] = {1, 1}, s[2] = {1, 1}, d[2] = {1, 1}, pb[2] = {0, 0}, pe[2] = {0, 0}, op[2] = {0, 0}, v[4];
-    int64_t in[2] = {1, 1};
+    int o = 3 - ns; /* dims 0..2: D, H, W; a 1-D or 2-D node uses the last ones */
+    int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, d[3] = {1, 1, 1}, pb[3] = {0}, pe[3] = {0}, op[3] = {0}, v[6];
+    int64_t in[3] = {1, 1, 1};
     for (int i = 0; i < ns; i++) k[o + i] = oar_tensor_shape(wt)[2 + i], in[o + i] = oar_tensor_shape(x)[2 + i];
     int n;
-    if ((n = oari_onnx_attr_ints(nd, "strides", v, 2)) == ns) memcpy(s + o, v, (size_t)ns * 8);
+    if ((n = oari_onnx_attr_ints(nd, "strides", v, 3)) == ns) memcpy(s + o, v, (size_t)ns * 8);
     else if (n != -1) return oari_error(OAR_ERR_INVALID, "bad strides");
-    if ((n = oari_onnx_attr_ints(nd, "dilations", v, 2)) == ns) memcpy(d + o, v, (size_t)ns * 8);
+    if ((n = oari_onnx_attr_ints(nd, "dilations", v, 3)) == ns) memcpy(d + o, v, (size_t)ns * 8);
     else if (n != -1) return oari_error(OAR_ERR_INVALID, "bad dilations");
-    if ((n = oari_onnx_attr_ints(nd, "output_padding", v, 2)) == ns) memcpy(op + o, v, (size_t)ns * 8);
+    if ((n = oari_onnx_attr_ints(nd, "output_padding", v, 3)) == ns) memcpy(op + o, v, (size_t)ns * 8);
     else if (n != -1) return oari_error(OAR_ERR_INVALID, "bad output_padding");
-    int64_t full[2], want[2];
-    for (int i = 0; i < 2; i++) full[i] = s[i] * (in[i] - 1) + op[i] + (k[i] - 1) * d[i] + 1;
-    if ((n = oari_onnx_attr_ints(nd, "output_shape", v, 4)) >= 0) {
+    for (int i = 0; i < 3; i++)
+        if (s[i] < 1 || d[i] < 1 || op[i] < 0) return oari_error(OAR_ERR_INVALID, "strides and dilations must be >= 1");
+    int64_t full[3], want[3];
+    for (int i = 0; i < 3; i++) full[i] = s[i] * (in[i] - 1) + op[i] + (k[i] - 1) * d[i] + 1;
+    if ((n = oari_onnx_attr_ints(nd, "output_shape", v, 6)) >= 0) {
         if (n != ns) return oari_error(OAR_ERR_UNSUPPORTED, "output_shape with %d entries for %d-D", n, ns);
-        for (int i = 0; i < 2; i++) want[i] = i < o ? 1 : v[i - o];
+        for (int i = 0; i < 3; i++) want[i] = i < o ? 1 : v[i - o];
         bool lower = oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "SAME_LOWER");
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 3; i++) {
             int64_t tot = full[i] - want[i];
             if (tot < 0) { /* more than the full output: extra output padding */
                 op[i] += -tot;
+                full[i] += -tot;
                 tot = 0;
             }
             pb[i] = lower ? tot - tot / 2 : tot / 2;
@@ -157,13 +202,13 @@ int oari_onnx_conv_conv_transpose(oari_onnx_node *nd) {
     } else if (oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "SAME_UPPER") ||
                oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "SAME_LOWER")) {
         bool lower = oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "SAME_LOWER");
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 3; i++) {
             int64_t tot = full[i] - in[i] * s[i];
             if (tot < 0) tot = 0;
             pb[i] = lower ? tot - tot / 2 : tot / 2;
             pe[i] = tot - pb[i];
         }
-    } else if ((n = oari_onnx_attr_ints(nd, "pads", v, 4)) >= 0) {
+    } else if ((n = oari_onnx_attr_ints(nd, "pads", v, 6)) >= 0) {
         if (n != 2 * ns) return oari_error(OAR_ERR_INVALID, "pads has %d entries for %d-D", n, ns);
         for (int i = 0; i < ns; i++) pb[o + i] = v[i], pe[o + i] = v[ns + i];
     } else if (n < -1) {
@@ -171,48 +216,102 @@ int oari_onnx_conv_conv_transpose(oari_onnx_node *nd) {
     }
     /* oar pads both sides by pb; a larger end pad crops after, a smaller
      * one is output padding */
-    int64_t pad[2], opad[2], crop[2];
-    for (int i = 0; i < 2; i++) {
+    int64_t pad[3], opad[3], crop[3];
+    for (int i = 0; i < 3; i++) {
         pad[i] = pb[i];
         int64_t extra = pb[i] - pe[i]; /* > 0: the end is padded less */
         opad[i] = op[i] + (extra > 0 ? extra : 0);
         crop[i] = extra < 0 ? -extra : 0;
     }
-    oar_tensor *y = oar_conv_transpose2d(to2d(x, ns), to2d(wt, ns), b, s, pad, opad, d,
-                                         oari_onnx_attr_i(nd, "group", 1));
-    for (int i = 0; i < 2 && y; i++)
-        if (crop[i]) y = oar_slice(y, 2 + i, 0, oar_tensor_shape(y)[2 + i] - crop[i], 1);
+    int64_t groups = oari_onnx_attr_i(nd, "group", 1);
+    if (ns == 3) {
+        if (pb[0] < 0 || pe[0] < 0 || pb[0] + pe[0] >= full[0])
+            return oari_error(OAR_ERR_INVALID, "depth pads %lld, %lld for a full depth of %lld", (long long)pb[0],
+                              (long long)pe[0], (long long)full[0]);
+        RESULT(conv_transpose3d(x, wt, b, s, pad, opad, d, crop, full[0], pb[0], pe[0], groups));
+    }
+    oar_tensor *y = oar_conv_transpose2d(to2d(x, ns), to2d(wt, ns), b, s + 1, pad + 1, opad + 1, d + 1, groups);
+    for (int i = 1; i < 3 && y; i++)
+        if (crop[i]) y = oar_slice(y, 1 + i, 0, oar_tensor_shape(y)[1 + i] - crop[i], 1);
     RESULT(from2d(y, ns));
+}
+
+/* MaxPool or AveragePool of 4-D x2 over window w (values only). */
+static oar_tensor *pool_core(oari_onnx_node *nd, oar_tensor *x2, window w, bool ceil) {
+    bool big = w.pb[0] > w.k[0] / 2 || w.pb[1] > w.k[1] / 2;
+    if (OP_IS("MaxPool")) {
+        if (!symmetric(&w) || big) x2 = prepad(x2, &w, -INFINITY);
+        return oar_max_pool2d(x2, w.k, w.stride, w.pb, w.dil, ceil, NULL);
+    }
+    if (w.dil[0] != 1 || w.dil[1] != 1) return oari_error(OAR_ERR_UNSUPPORTED, "dilated AveragePool"), NULL;
+    bool incl = oari_onnx_attr_i(nd, "count_include_pad", 0) != 0;
+    if (symmetric(&w) && !big) return oar_avg_pool2d(x2, w.k, w.stride, w.pb, ceil, incl);
+    window wm = w;
+    oar_tensor *xp = prepad(x2, &w, 0.0);
+    oar_tensor *y = oar_avg_pool2d(xp, w.k, w.stride, w.pb, ceil, true);
+    if (!incl) { /* the mean over the real elements: avg(x padded) / avg(mask padded) */
+        const int64_t *s = oar_tensor_shape(x2);
+        oar_tensor *m = prepad(oar_ones(oar_tensor_dtype(x2), 4, (int64_t[]){1, 1, s[2], s[3]}), &wm, 0.0);
+        y = oar_div(y, oar_avg_pool2d(m, w.k, w.stride, w.pb, ceil, true));
+    }
+    return y;
+}
+
+/* 3-D pooling as two passes (max and the mean over a box, padding
+ * excluded or not, are separable): over (H, W) on [N, C*D, H, W], then
+ * over D on [N, C*H'*W', 1, D]. */
+static int pool3d(oari_onnx_node *nd, oar_tensor *x, const int64_t *ks, bool ceil) {
+    if (nd->n_out > 1 && nd->n->output[1][0]) return oari_error(OAR_ERR_UNSUPPORTED, "Indices of 3-D MaxPool");
+    int64_t k[3], st[3], dl[3], pb[3], pe[3];
+    const int64_t *xs = oar_tensor_shape(x);
+    int e = window_attrs(nd, 3, xs + 2, ks, k, st, dl, pb, pe);
+    if (e) return e;
+    window hw = {.ns = 2, .k = {k[1], k[2]}, .stride = {st[1], st[2]}, .dil = {dl[1], dl[2]},
+                 .pb = {pb[1], pb[2]}, .pe = {pe[1], pe[2]}};
+    window d = {.ns = 1, .k = {1, k[0]}, .stride = {1, st[0]}, .dil = {1, dl[0]}, .pb = {0, pb[0]}, .pe = {0, pe[0]}};
+    int64_t N = xs[0], C = xs[1], D = xs[2];
+    oar_tensor *y = pool_core(nd, oar_reshape(x, 4, (int64_t[]){N, C * D, xs[3], xs[4]}), hw, ceil);
+    if (!y) return OAR_ERR_INVALID;
+    int64_t H = oar_tensor_shape(y)[2], W = oar_tensor_shape(y)[3];
+    y = oar_permute(oar_reshape(y, 4, (int64_t[]){N, C, D, H * W}), (int64_t[]){0, 1, 3, 2});
+    y = pool_core(nd, oar_reshape(y, 4, (int64_t[]){N, C * H * W, 1, D}), d, ceil);
+    if (!y) return OAR_ERR_INVALID;
+    int64_t D2 = oar_tensor_shape(y)[3];
+    y = oar_permute(oar_reshape(y, 5, (int64_t[]){N, C, H, W, D2}), (int64_t[]){0, 1, 4, 2, 3});
+    RESULT(oar_contiguous(y));
 }
 
 int oari_onnx_conv_pool(oari_onnx_node *nd) {
     NEED(1);
     oar_tensor *x = nd->in[0];
     int ns = oar_tensor_ndim(x) - 2;
-    int64_t ks[2];
-    int n = oari_onnx_attr_ints(nd, "kernel_shape", ks, 2);
+    int64_t ks[3];
+    int n = oari_onnx_attr_ints(nd, "kernel_shape", ks, 3);
     if (n == -1) return oari_error(OAR_ERR_INVALID, "kernel_shape is required");
-    if (n < -1) return oari_error(OAR_ERR_UNSUPPORTED, "%zu-D pooling: only 1-D and 2-D are supported",
+    if (n < -1) return oari_error(OAR_ERR_UNSUPPORTED, "%zu-D pooling: only 1-D, 2-D and 3-D are supported",
                                   oari_onnx_attr(nd, "kernel_shape")->n_ints);
     if (n != ns) return oari_error(OAR_ERR_INVALID, "kernel_shape has %d entries for input rank %d", n, ns + 2);
-    window w;
-    int st = window_of(nd, ns, oar_tensor_shape(x) + 2, ks, &w);
-    if (st) return st;
     bool col_major = oari_onnx_attr_i(nd, "storage_order", 0) != 0;
     bool ceil = oari_onnx_attr_i(nd, "ceil_mode", 0) != 0;
     oar_dtype dt = oar_tensor_dtype(x);
+    if (OP_IS("AveragePool") && !oar_dtype_is_float(dt))
+        return oari_error(OAR_ERR_UNSUPPORTED, "AveragePool of %s", oar_dtype_name(dt));
     if (!oar_dtype_is_float(dt)) x = oar_cast(x, OAR_F32); /* integer pools: exact in f32 up to 2^24 */
+    if (ns == 3) {
+        int st = pool3d(nd, x, ks, ceil);
+        if (!st && nd->out[0]) nd->out[0] = oar_cast(nd->out[0], dt);
+        return st ? st : nd->out[0] ? 0 : OAR_ERR_INVALID;
+    }
+    window w;
+    int st = window_of(nd, ns, oar_tensor_shape(x) + 2, ks, &w);
+    if (st) return st;
     oar_tensor *x2 = to2d(x, ns);
     bool big = w.pb[0] > w.k[0] / 2 || w.pb[1] > w.k[1] / 2;
-    if (OP_IS("MaxPool")) {
-        bool want_idx = nd->n_out > 1 && nd->n->output[1][0];
-        if (!symmetric(&w) || big) {
-            if (want_idx) return oari_error(OAR_ERR_UNSUPPORTED, "Indices with asymmetric pads");
-            x2 = prepad(x2, &w, -INFINITY);
-        }
+    if (OP_IS("MaxPool") && nd->n_out > 1 && nd->n->output[1][0]) { /* with Indices */
+        if (!symmetric(&w) || big) return oari_error(OAR_ERR_UNSUPPORTED, "Indices with asymmetric pads");
         oar_tensor *idx = NULL;
-        oar_tensor *y = oar_max_pool2d(x2, w.k, w.stride, w.pb, w.dil, ceil, want_idx ? &idx : NULL);
-        if (want_idx && y) { /* oar's indices count within each plane; ONNX's over the tensor */
+        oar_tensor *y = oar_max_pool2d(x2, w.k, w.stride, w.pb, w.dil, ceil, &idx);
+        if (y) { /* oar's indices count within each plane; ONNX's over the tensor */
             const int64_t *s = oar_tensor_shape(x2);
             oar_tensor *base = oar_reshape(oar_arange(0, (double)(s[0] * s[1]), 1, OAR_I64), 4,
                                            (int64_t[]){s[0], s[1], 1, 1});
@@ -225,19 +324,8 @@ int oari_onnx_conv_pool(oari_onnx_node *nd) {
         }
         RESULT(from2d(oar_cast(y, dt), ns));
     }
-    if (w.dil[0] != 1 || w.dil[1] != 1) return oari_error(OAR_ERR_UNSUPPORTED, "dilated AveragePool");
-    if (!oar_dtype_is_float(dt)) return oari_error(OAR_ERR_UNSUPPORTED, "AveragePool of %s", oar_dtype_name(dt));
-    bool incl = oari_onnx_attr_i(nd, "count_include_pad", 0) != 0;
-    if (symmetric(&w) && !big) RESULT(from2d(oar_avg_pool2d(x2, w.k, w.stride, w.pb, ceil, incl), ns));
-    window wm = w;
-    oar_tensor *xp = prepad(x2, &w, 0.0);
-    oar_tensor *y = oar_avg_pool2d(xp, w.k, w.stride, w.pb, ceil, true);
-    if (!incl) { /* the mean over the real elements: avg(x padded) / avg(mask padded) */
-        const int64_t *s = oar_tensor_shape(x2);
-        oar_tensor *m = prepad(oar_ones(oar_tensor_dtype(x2), 4, (int64_t[]){1, 1, s[2], s[3]}), &wm, 0.0);
-        y = oar_div(y, oar_avg_pool2d(m, w.k, w.stride, w.pb, ceil, true));
-    }
-    RESULT(from2d(y, ns));
+    oar_tensor *y = pool_core(nd, x2, w, ceil);
+    RESULT(from2d(y ? oar_cast(y, dt) : NULL, ns));
 }
 
 int oari_onnx_conv_global_pool(oari_onnx_node *nd) {
@@ -385,6 +473,61 @@ int oari_onnx_conv_softmax(oari_onnx_node *nd) {
     RESULT(softmax_kind(nd, nd->in[0], (int)axis));
 }
 
+/* NumPy's legacy generator (MT19937 seeded by init_genrand, random_sample
+ * from two draws: 53 bits): np.random.seed(seed); np.random.uniform(0, 1, n)
+ * into u[0..n-1]. */
+static void numpy_uniform(uint32_t seed, int64_t n, double *u) {
+    uint32_t mt[624];
+    int i = 624;
+    mt[0] = seed;
+    for (int k = 1; k < 624; k++) mt[k] = 1812433253u * (mt[k - 1] ^ (mt[k - 1] >> 30)) + (uint32_t)k;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t w[2];
+        for (int h = 0; h < 2; h++) {
+            if (i >= 624) { /* the next 624 words */
+                for (int k = 0; k < 624; k++) {
+                    uint32_t y = (mt[k] & 0x80000000u) | (mt[(k + 1) % 624] & 0x7fffffffu);
+                    mt[k] = mt[(k + 397) % 624] ^ (y >> 1) ^ (y & 1 ? 0x9908b0dfu : 0);
+                }
+                i = 0;
+            }
+            uint32_t y = mt[i++];
+            y ^= y >> 11;
+            y ^= (y << 7) & 0x9d2c5680u;
+            y ^= (y << 15) & 0xefc60000u;
+            w[h] = y ^ (y >> 18);
+        }
+        u[j] = ((w[0] >> 5) * 67108864.0 + (w[1] >> 6)) / 9007199254740992.0;
+    }
+}
+
+/* Training mode with ratio > 0: y = x * mask / (1 - ratio), mask = u >= ratio.
+ * With a seed attribute and a static shape the mask is NumPy's for that
+ * seed (ONNX's reference), drawn at import: the same mask every run; else
+ * oar's generator draws a new one each run (a random node). */
+static int dropout_train(oari_onnx_node *nd, oar_tensor *x, double ratio) {
+    if (!(ratio >= 0 && ratio < 1)) return oari_error(OAR_ERR_INVALID, "ratio %g outside [0, 1)", ratio);
+    oar_tensor *mask;
+    const int64_t *shape = oar_tensor_shape(x);
+    int r = oar_tensor_ndim(x);
+    if (oari_onnx_attr(nd, "seed") && (nd->static_shapes || !oari_onnx_dynamic_shape(r, shape))) {
+        int64_t n = oar_tensor_numel(x);
+        double *u = oari_malloc((size_t)(n ? n : 1) * sizeof *u);
+        if (!u) return OAR_ERR_NOMEM;
+        numpy_uniform((uint32_t)oari_onnx_attr_i(nd, "seed", 0), n, u);
+        oar_tensor *ut = oar_tensor_from_data(u, OAR_F64, r, shape);
+        oari_free(u, (size_t)(n ? n : 1) * sizeof *u);
+        mask = oar_ge(ut, oari_onnx_scalar(ratio, OAR_F64));
+    } else {
+        /* bernoulli of a traced probability: a random node, drawn again each run */
+        oar_tensor *p = oari_onnx_traced(oari_onnx_scalar(1 - ratio, OAR_F32));
+        mask = p ? oar_cast(oar_bernoulli(oar_expand(p, r, shape)), OAR_BOOL) : NULL;
+    }
+    if (nd->n_out > 1 && nd->n->output[1][0]) nd->out[1] = mask;
+    oar_dtype dt = oar_tensor_dtype(x);
+    RESULT(oar_mul(oar_mul(x, oar_cast(mask, dt)), oari_onnx_scalar(1 / (1 - ratio), dt)));
+}
+
 int oari_onnx_conv_dropout(oari_onnx_node *nd) {
     NEED(1);
     oar_tensor *x = nd->in[0];
@@ -400,8 +543,7 @@ int oari_onnx_conv_dropout(oari_onnx_node *nd) {
         if (st) return st;
         training = t != 0;
     }
-    if (training && ratio != 0)
-        return oari_error(OAR_ERR_UNSUPPORTED, "training_mode with ratio %g is not supported (its random mask cannot match)", ratio);
+    if (training && ratio != 0) return dropout_train(nd, x, ratio);
     if (nd->n_out > 1 && nd->n->output[1][0]) nd->out[1] = oar_ones_like(oar_cast(x, OAR_BOOL));
     RESULT(oar_clone(x));
 }

@@ -265,6 +265,7 @@ int oari_onnx_conv_expand(oari_onnx_node *nd) { /* bidirectional broadcast */
                               (long long)a, d);
         shape[d] = a == 1 ? b : a;
     }
+    if (oari_onnx_dynamic_shape(out, shape) && !(x = oari_onnx_traced(x))) return OAR_ERR_NOMEM;
     RESULT(oar_contiguous(oar_expand(x, out, shape)));
 }
 
@@ -323,7 +324,7 @@ int oari_onnx_conv_pad(oari_onnx_node *nd) {
 
 int oari_onnx_conv_shape(oari_onnx_node *nd) {
     NEED(1);
-    /* with dynamic dims the values hold placeholders: the importer lets them reach shape targets only */
+    /* with dynamic dims the values hold placeholders: the importer tracks what they stand for (onnx_sym.c) */
     int r = oar_tensor_ndim(nd->in[0]);
     int64_t start = oari_onnx_attr_i(nd, "start", 0), end = oari_onnx_attr_i(nd, "end", r);
     if (start < 0) start += r;
@@ -335,8 +336,7 @@ int oari_onnx_conv_shape(oari_onnx_node *nd) {
 }
 
 int oari_onnx_conv_size(oari_onnx_node *nd) {
-    NEED(1);
-    if (!nd->static_shapes) return oari_error(OAR_ERR_UNSUPPORTED, "Size of a model with dynamic dims");
+    NEED(1); /* with dynamic dims a placeholder count: the importer tracks what it stands for */
     RESULT(oari_onnx_scalar((double)oar_tensor_numel(nd->in[0]), OAR_I64));
 }
 
@@ -354,6 +354,10 @@ int oari_onnx_conv_constant_of_shape(oari_onnx_node *nd) {
         if (oar_tensor_numel(t) != 1) return oari_error(OAR_ERR_INVALID, "value must hold one element");
         dt = oar_tensor_dtype(t);
         v = oar_tensor_item(t);
+    }
+    if (oari_onnx_dynamic_shape(k, shape)) { /* a node expanding the value, not a constant */
+        oar_tensor *s = oari_onnx_traced(oari_onnx_scalar(v, dt));
+        RESULT(s ? oar_contiguous(oar_expand(s, k, shape)) : NULL);
     }
     RESULT(oar_full(dt, k, shape, v));
 }

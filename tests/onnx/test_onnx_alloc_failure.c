@@ -1,6 +1,7 @@
 /* Out of memory in ONNX import (DESIGN.md invariant 5): make the Nth host
  * allocation fail, for every N, while parsing and importing models (a
- * PyTorch CNN, a Reshape with a bound shape, a TensorProto file, and when
+ * PyTorch CNN, a Reshape with a bound shape, sizes following a dynamic
+ * batch, a Loop imported as a while node, a TensorProto file, and when
  * libonnx-testdata is installed an LSTM and a cubic Resize node test).
  * Each failure must be reported, leak nothing and leave oar usable. */
 #include "test.h"
@@ -24,6 +25,13 @@ static int step(void) {
     st |= g == NULL;
     oar_graph_free(g);
     oar_tensor_release(shape);
+    /* symbolic sizes (size_of, Range, ConstantOfShape nodes) and a while node */
+    g = oar_onnx_load("onnx/torch/sizes_op17_dynamic.onnx");
+    st |= g == NULL;
+    oar_graph_free(g);
+    g = oar_onnx_load("onnx/control_loop.onnx");
+    st |= g == NULL;
+    oar_graph_free(g);
     oar_tensor *t = oar_onnx_tensor_load("onnx/tensor_i64.pb");
     st |= t == NULL;
     oar_tensor_release(t);

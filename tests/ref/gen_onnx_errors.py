@@ -42,7 +42,7 @@ open("onnx/tensor_i64.pb", "wb").write(t.SerializeToString())
 t = helper.make_tensor("t8", TensorProto.INT8, [2], [1, -2])
 open("onnx/tensor_i8.pb", "wb").write(t.SerializeToString())
 # x [N, 3] with N dynamic: Shape -> Gather -> Add 1 is arithmetic on the
-# placeholder size, refused (only moves into Reshape/Expand shapes are followed)
+# dynamic size (N + 1 as an output: computed at run time)
 i0 = helper.make_tensor("i0", TensorProto.INT64, [], [0])
 one = helper.make_tensor("one", TensorProto.INT64, [], [1])
 save([helper.make_node("Shape", ["x"], ["s"], name="shape"), helper.make_node("Gather", ["s", "i0"], ["n"], name="g"),
