@@ -5,6 +5,7 @@
  * when they can be) and calls the kernels, allocating nothing. */
 #include "ir.h"
 #include "../compiler/compiler.h"
+#include "../ops/device_ops.h" /* devices: an op without a device kernel runs on the CPU */
 #include "../profiler/hooks.h"
 
 #include <pthread.h>
@@ -38,11 +39,14 @@ typedef struct exec_node {
     oari_fused_fn fused;      /* a compiled kernel rooted here (src/compiler/) */
     void **fargs;             /* its output and input pointers, into the arena and constants */
     int n_fargs;
+    bool on_cpu;              /* devices: no device kernel; runs on the CPU with copies */
 } exec_node;
 
 /* Everything prepared for one input-shape signature. */
 typedef struct plan {
     bool planned;
+    oar_device *dev;          /* where the inputs, the arena and every kernel are (the CPU or a plugin's) */
+    oari_fusion *fusion;      /* the compiled kernels this plan runs (borrowed), or NULL */
     int ndims[64];
     int64_t shapes[64][OAR_MAX_DIMS];
     oar_tensor **vt;          /* per value: arena tensor, view or constant */
@@ -237,13 +241,20 @@ static void ktensor_expanded(const oar_tensor *t, int ndim, const int64_t *shape
 static int bind_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     const oar_graph *g = ex->g;
     bool bound[OARI_MAX_SYMS] = {0};
+    /* devices: the plan runs where input 0 lives; every input must be there */
+    oar_device *dev = g->n_inputs && inputs[0] && inputs[0]->storage ? inputs[0]->storage->device
+                                                                     : oari_device_cpu();
+    ex->p.dev = dev;
     for (int i = 0; i < g->n_inputs; i++) {
         const oari_gvalue *v = &g->values[g->inputs[i]];
         oar_tensor *t = inputs[i];
         char s1[200], s2[200];
         if (!t) return oari_error(OAR_ERR_INVALID, "executor: input %d (%s) is NULL", i, v->name);
-        bool ok = t->dtype == v->dtype && t->ndim == v->ndim && t->storage &&
-                  t->storage->device == oari_device_cpu();
+        if (t->storage && t->storage->device != dev)
+            return oari_error(OAR_ERR_INVALID, "executor: input %d (%s) is on %s, input 0 on %s; the inputs "
+                              "of a run must be on one device (move them with oar_tensor_to)", i, v->name,
+                              t->storage->device->name, dev->name);
+        bool ok = t->dtype == v->dtype && t->ndim == v->ndim && t->storage;
         for (int d = 0; d < v->ndim && ok; d++) {
             int s = v->sym[d];
             int64_t m = v->smul[d] > 0 ? v->smul[d] : 1;
@@ -280,15 +291,15 @@ static void make_fused_names(void) {
 
 /* Compiled kernels (oar_executor_compile): node i is computed inside a
  * kernel (a member), is where that kernel runs (its root), or neither. */
-static int kernel_of(const oar_executor *ex, int i) { return ex->fusion ? ex->fusion->kernel_of[i] : -1; }
+static int kernel_of(const oar_executor *ex, int i) { return ex->p.fusion ? ex->p.fusion->kernel_of[i] : -1; }
 static bool is_kernel_root(const oar_executor *ex, int i) {
     int k = kernel_of(ex, i);
-    return k >= 0 && ex->fusion->kernels[k].root == i;
+    return k >= 0 && ex->p.fusion->kernels[k].root == i;
 }
 /* Where node i reads its inputs: at its kernel's root when fused. */
 static int reads_at(const oar_executor *ex, int i) {
     int k = kernel_of(ex, i);
-    return k >= 0 ? ex->fusion->kernels[k].root : i;
+    return k >= 0 ? ex->p.fusion->kernels[k].root : i;
 }
 /* A value that only exists inside a kernel (no buffer). */
 static bool is_internal(const oar_executor *ex, int v) {
@@ -300,7 +311,7 @@ static bool is_internal(const oar_executor *ex, int v) {
  * check that the shapes it was generated for (symbolic dims included)
  * are the planned ones. */
 static int setup_fused(oar_executor *ex, int i, oar_tensor *const *sym) {
-    const oari_kernel *k = &ex->fusion->kernels[ex->fusion->kernel_of[i]];
+    const oari_kernel *k = &ex->p.fusion->kernels[ex->p.fusion->kernel_of[i]];
     exec_node *e = &ex->p.en[i];
     if (!(e->fargs = oari_calloc((size_t)k->n_args, sizeof *e->fargs))) return OAR_ERR_NOMEM;
     e->n_fargs = k->n_args;
@@ -399,7 +410,7 @@ static bool donation_in_place(const oar_executor *ex, const int *root, const boo
     for (int j2 = 0; j2 < g->n_outputs; j2++)
         if (j2 != j && root[g->outputs[j2]] == o) return false;
     int p = g->values[o].producer, at = reads_at(ex, p), k = kernel_of(ex, p);
-    if (emul[p] || (k >= 0 ? !ex->fusion->kernels[k].flat : !pointwise(g, p, sym, sym[o]))) return false;
+    if (emul[p] || (k >= 0 ? !ex->p.fusion->kernels[k].flat : !pointwise(g, p, sym, sym[o]))) return false;
     for (int n = 0; n < g->n_nodes; n++) {
         const oari_gnode *nd = &g->nodes[n];
         bool member = n == p || (k >= 0 && kernel_of(ex, n) == k);
@@ -432,7 +443,7 @@ static void record_pointers(oar_executor *ex, const int *root, int v, int i, boo
         const oari_gnode *node = &g->nodes[nd];
         exec_node *e = &ex->p.en[nd];
         if (e->fused) {
-            const oari_kernel *k = &ex->fusion->kernels[ex->fusion->kernel_of[nd]];
+            const oari_kernel *k = &ex->p.fusion->kernels[ex->p.fusion->kernel_of[nd]];
             for (int a = 0; a < k->n_args; a++)
                 if (k->args[a] == v) {
                     if (fill) ex->p.in_args[*n] = (struct input_arg){nd, IN_FUSED, a, i, 0};
@@ -505,11 +516,30 @@ static void point_input_readers(oar_executor *ex, int i, char *base) {
     }
 }
 
+/* Devices: a constant's copy on dev, its storage whole, so that its view
+ * (shape, strides, offset) is the same as on the CPU. Owned; NULL with an
+ * error. */
+static oar_tensor *const_on(oar_tensor *c, oar_device *dev) {
+    int64_t nbytes = (int64_t)c->storage->nbytes;
+    oar_tensor *bytes = oari_tensor_empty(dev, OAR_U8, 1, &nbytes);
+    if (!bytes) return NULL;
+    oar_tensor *t = oari_tensor_make(bytes->storage, c->dtype, c->ndim, c->shape, c->strides, c->offset);
+    oar_tensor_release(bytes);
+    if (t && oari_device_from_host(dev, t->storage->data, 0, c->storage->data, c->storage->nbytes)) {
+        oar_tensor_release(t);
+        return NULL;
+    }
+    return t;
+}
+
 static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     const oar_graph *g = ex->g;
     drop_plan(g, &ex->p);
     int st = bind_inputs(ex, inputs);
     if (st) return st;
+    oar_device *dev = ex->p.dev;
+    const bool on_dev = dev != oari_device_cpu(); /* devices: see run_on_device */
+    ex->p.fusion = on_dev ? NULL : ex->fusion;
     int nv = g->n_values, nn = g->n_nodes;
     oar_tensor **sym = oari_calloc((size_t)(nv ? nv : 1), sizeof *sym);
     int *root = oari_malloc((size_t)(nv ? nv : 1) * sizeof *root);
@@ -574,7 +604,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
                 st = oari_error(OAR_ERR_INVALID, "executor: node %d (%s) input %d needs a cast the "
                                 "graph lacks", i, def->name, k);
         kdt[i] = c.kernel_dtype;
-        emul[i] = is_half(c.kernel_dtype) && !(def->flags & (OARI_F_VIEW | OARI_F_INPLACE)) &&
+        emul[i] = !on_dev && is_half(c.kernel_dtype) && !(def->flags & (OARI_F_VIEW | OARI_F_INPLACE)) &&
                   !oari_kernel_lookup(oari_device_cpu(), n->op, c.kernel_dtype);
         for (int j = 0; j < n->n_out && !st; j++) {
             int v = n->out[j];
@@ -594,7 +624,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         st = OAR_ERR_NOMEM;
         goto done;
     }
-    for (int i = 0; i < g->n_inputs; i++) ex->p.in_place[i] = input_in_place(ex, root, emul, i);
+    for (int i = 0; i < g->n_inputs; i++) ex->p.in_place[i] = !on_dev && input_in_place(ex, root, emul, i);
     /* (oar_executor_donate checked that the two agree in dtype and shape,
      * dynamic dims included, so they do in every plan) */
     for (int j = 0; j < g->n_outputs; j++) {
@@ -641,7 +671,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         int out = n->out[0];
         /* a compiled kernel reads its inputs at other indices, unless flat */
         int kern = kernel_of(ex, i);
-        const oari_kernel *K = kern >= 0 ? &ex->fusion->kernels[kern] : NULL;
+        const oari_kernel *K = kern >= 0 ? &ex->p.fusion->kernels[kern] : NULL;
         if (K ? K->root != i || !K->flat
               : (def->fusion != OARI_FUSE_ELEMWISE && def->fusion != OARI_FUSE_BROADCAST) ||
                     (def->flags & (OARI_F_INPLACE | OARI_F_VIEW)) || n->n_out != 1)
@@ -690,13 +720,14 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     }
     ex->p.planned_bytes = peak;
     int64_t asize = peak > 0 ? peak : 64;
-    if (!(ex->p.arena = oari_tensor_empty(oari_device_cpu(), OAR_U8, 1, &asize))) {
+    if (!(ex->p.arena = oari_tensor_empty(dev, OAR_U8, 1, &asize))) {
         st = OAR_ERR_NOMEM;
         goto done;
     }
     /* 3. real tensors in the arena; views of them; constants */
     for (int v = 0; v < nv && !st; v++) {
-        if (g->values[v].kind == OARI_V_CONST) ex->p.vt[v] = oar_tensor_retain(g->values[v].constant);
+        if (g->values[v].kind == OARI_V_CONST)
+            ex->p.vt[v] = on_dev ? const_on(g->values[v].constant, dev) : oar_tensor_retain(g->values[v].constant);
         else if (root[v] == v && !is_internal(ex, v))
             ex->p.vt[v] = oari_tensor_make(ex->p.arena->storage, sym[v]->dtype, sym[v]->ndim, sym[v]->shape,
                                            NULL, bufs[bufof[share[v]]].offset / (int64_t)oar_dtype_size(sym[v]->dtype));
@@ -740,7 +771,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
             oari_ktensor(tv[n->n_in + j], &e->kout[j]);
             empty = empty && tv[n->n_in + j]->numel == 0;
         }
-        if ((def->flags & OARI_F_INPLACE)) {
+        if ((def->flags & OARI_F_INPLACE) && !on_dev) { /* on a device: run_on_device copies */
             oar_tensor *src = ex->p.vt[n->in[0]];
             if (!(e->copy_k = oari_kernel_lookup(cpu, OARI_OP_copy, out0->dtype))) {
                 st = oari_error(OAR_ERR_UNSUPPORTED, "executor: no copy kernel for %s",
@@ -753,7 +784,11 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
                                              .out = e->copy_io};
         }
         if (empty) continue;
-        if (!(e->k = oari_kernel_lookup(cpu, n->op, emul[i] ? OAR_F32 : kdt[i]))) {
+        if (on_dev) { /* the device's kernel, or the CPU with copies (dispatch's rule) */
+            if (oari_device_needs_fallback(dev, n->op, kdt[i], n->n_in, tv, &e->attrs) ||
+                !(e->k = oari_kernel_lookup(dev, n->op, kdt[i])))
+                e->on_cpu = true;
+        } else if (!(e->k = oari_kernel_lookup(cpu, n->op, emul[i] ? OAR_F32 : kdt[i]))) {
             st = oari_error(OAR_ERR_UNSUPPORTED, "executor: %s has no CPU kernel for %s", def->name,
                             oar_dtype_name(kdt[i]));
             break;
@@ -791,6 +826,7 @@ done:
 
 static bool same_shapes(const oar_graph *g, const plan *p, oar_tensor *const *inputs) {
     if (!p->planned) return false;
+    if (g->n_inputs && inputs[0] && inputs[0]->storage && inputs[0]->storage->device != p->dev) return false;
     for (int i = 0; i < g->n_inputs; i++) {
         const oar_tensor *t = inputs[i];
         if (!t || t->ndim != p->ndims[i] || memcmp(t->shape, p->shapes[i], (size_t)t->ndim * sizeof(int64_t)))
@@ -847,6 +883,68 @@ static int run_control(oar_executor *ex, int i) {
     return oari_exec_control(&ex->ctrl[i], n, i, in, out);
 }
 
+/* ---- devices other than the CPU --------------------------------------------------
+ * The arena and the constants live on the plan's device and each node runs
+ * the device's kernel, or (no kernel for its op and dtype, or the device's
+ * supports_op says no: dispatch's rule) runs on the CPU with copies through
+ * oari_device_run_on_cpu, which warns once per op. Inputs are copied into
+ * their slots (none read in place) and donated outputs copied back. A loop
+ * of its own, so the CPU loop above does no per-node device work. */
+
+/* dst <- src on one device, outside autograd (through dispatch's copy). */
+static int copy_on_device(oar_tensor *dst, oar_tensor *src) {
+    if (dst == src || !dst->numel) return 0;
+    oar_tensor *pair[2] = {dst, src}, *r = NULL;
+    oar_no_grad_push();
+    int st = oari_dispatch(OARI_OP_copy, 2, pair, NULL, &r);
+    oar_no_grad_pop();
+    oar_tensor_release(r);
+    return st;
+}
+
+static int run_on_device(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs) {
+    const oar_graph *g = ex->g;
+    oar_device *dev = ex->p.dev;
+    int st = 0;
+    for (int i = 0; i < g->n_inputs; i++)
+        if ((st = copy_on_device(ex->p.vt[g->inputs[i]], inputs[i]))) return st;
+    if (OARI_PROF_ENABLED()) pthread_once(&fused_names_once, make_fused_names);
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        if (oari_is_ctrl(n->op)) { /* control flow: exec_control.c */
+            st = run_control(ex, i);
+            continue;
+        }
+        exec_node *e = &ex->p.en[i];
+        if (!e->k && !e->on_cpu) continue; /* a view, an empty output, a kernel member */
+        const oari_op_def *def = oari_op_defs[n->op];
+        int64_t prof_t0 = OARI_PROF_BEGIN();
+        oar_tensor *in[OARI_MAX_IN], *out[OARI_MAX_OUT];
+        for (int k = 0; k < n->n_in; k++) in[k] = n->in[k] >= 0 ? ex->p.vt[n->in[k]] : NULL;
+        for (int j = 0; j < n->n_out; j++) out[j] = ex->p.vt[n->out[j]];
+        if ((def->flags & OARI_F_INPLACE)) { /* the kernel updates its target: a copy of in[0] */
+            if ((st = copy_on_device(out[0], in[0]))) break;
+            in[0] = out[0];
+        }
+        if (e->rand_stride) e->attrs.i[1] = n->attrs.i[1] + (int64_t)(ex->runs - 1) * e->rand_stride;
+        if (e->on_cpu) st = oari_device_run_on_cpu(n->op, dev, n->n_in, in, &e->attrs, n->n_out, out);
+        else st = e->k(dev->ctx, &e->call);
+        if (st) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", oar_last_error());
+            return oari_error(st, "executor: node %d (%s) on %s: %s", i, def->name, dev->name, msg);
+        }
+        OARI_PROF_END(OAR_PROFILER_OP, def->name, prof_t0, 1, out);
+    }
+    if (st) return st;
+    for (int j = 0; j < g->n_outputs; j++)
+        if (ex->p.out_mode[j] == OUT_COPIED && (st = copy_on_device(inputs[ex->donor[j]], ex->p.vt[g->outputs[j]])))
+            return st;
+    for (int j = 0; j < g->n_outputs; j++)
+        outputs[j] = ex->discard[j] ? NULL : ex->donor[j] >= 0 ? inputs[ex->donor[j]] : ex->p.vt[g->outputs[j]];
+    return 0;
+}
+
 int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs) {
     if (!ex || (!inputs && ex->g->n_inputs) || !outputs)
         return oari_error(OAR_ERR_INVALID, "executor_run: executor, inputs or outputs is NULL");
@@ -854,11 +952,13 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
     int st = 0;
     if ((st = select_plan(ex, inputs))) return st;
     ex->p.used = ++ex->runs;
+    if (ex->p.dev != oari_device_cpu()) return run_on_device(ex, inputs, outputs);
     bool via_fallback[64] = {0};
     for (int i = 0; i < g->n_inputs; i++) {
         oar_tensor *slot = ex->p.vt[g->inputs[i]], *t = inputs[i];
         if (!t->storage || t->storage->device != oari_device_cpu())
-            return oari_error(OAR_ERR_INVALID, "executor: input %d must be a CPU tensor", i);
+            return oari_error(OAR_ERR_INVALID, "executor: input %d is on %s; the plan is for the CPU", i,
+                              t->storage ? t->storage->device->name : "no device");
         if (ex->p.in_place[i]) {
             /* read in place; a strided input, or one living in this plan's
              * arena (an output of the last run fed back: this run overwrites
