@@ -40,6 +40,10 @@ typedef struct exec_node {
     void **fargs;             /* its output and input pointers, into the arena and constants */
     int n_fargs;
     bool on_cpu;              /* devices: no device kernel; runs on the CPU with copies */
+    void *dev_fn;             /* devices: a compiled kernel rooted here (fargs: its buffers) */
+    int64_t *fscal;           /* its scalars: buffer offsets, symbol sizes, work-items */
+    int n_fscal;
+    size_t global;            /* its work-items */
 } exec_node;
 
 /* Everything prepared for one input-shape signature. */
@@ -85,6 +89,9 @@ struct oar_executor {
     int *donor;               /* per output: the input it is written into (oar_executor_donate), or -1 */
     bool *discard;            /* per output: not wanted (oar_executor_discard_output) */
     oari_ctrl_exec **ctrl;    /* per node, made on first use: control nodes' sub-graph executors (exec_control.c) */
+    bool compile_wanted;      /* oar_executor_compile was called: compile for the device of each plan */
+    oari_fusion *dev_fusion;  /* kernels rendered as OpenCL C, built on dev_fusion->device */
+    oar_device *dev_failed;   /* the device they failed to build on (said once; runs unfused) */
 };
 
 static void drop_plan(const oar_graph *g, plan *p);
@@ -120,6 +127,7 @@ static void drop_plan(const oar_graph *g, plan *p) {
             for (int c = 0; c < p->en[i].n_casts; c++) oar_tensor_release(p->en[i].casts[c].tmp);
             oari_free(p->en[i].casts, (size_t)(g->nodes[i].n_in + g->nodes[i].n_out) * sizeof(cast_call));
             oari_free(p->en[i].fargs, (size_t)p->en[i].n_fargs * sizeof(void *));
+            oari_free(p->en[i].fscal, (size_t)p->en[i].n_fscal * sizeof(int64_t));
         }
         oari_free(p->en, (size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p->en);
     }
@@ -136,6 +144,7 @@ void oar_executor_free(oar_executor *ex) {
     drop_plan(ex->g, &ex->p);
     for (int i = 0; i < N_CACHED_PLANS; i++) drop_plan(ex->g, &ex->cache[i]);
     oari_fusion_free(ex->fusion);
+    oari_fusion_free(ex->dev_fusion);
     size_t no = (size_t)(ex->g->n_outputs ? ex->g->n_outputs : 1);
     oari_free(ex->donor, no * sizeof *ex->donor);
     oari_free(ex->discard, no * sizeof *ex->discard);
@@ -329,6 +338,24 @@ static int setup_fused(oar_executor *ex, int i, oar_tensor *const *sym) {
         }
         e->fargs[a] = oar_tensor_data(ex->p.vt[v]);
     }
+    if (ex->p.dev != oari_device_cpu()) { /* buffers, then offsets, symbols' sizes, work-items */
+        const oar_graph *g = ex->g;
+        if (!(e->fscal = oari_calloc((size_t)(k->n_args + g->n_syms + 1), sizeof *e->fscal))) return OAR_ERR_NOMEM;
+        e->n_fscal = k->n_args + g->n_syms + 1;
+        for (int a = 0; a < k->n_args; a++) {
+            e->fargs[a] = ex->p.vt[k->args[a]]->storage->data;
+            e->fscal[a] = ex->p.vt[k->args[a]]->offset;
+        }
+        for (int q = 0; q < g->n_syms; q++) e->fscal[k->n_args + q] = ex->sym_vals[q];
+        const oar_tensor *r = sym[k->args[0]];
+        int64_t n = k->flat ? r->numel : 1;
+        for (int d = 0; d < r->ndim && !k->flat; d++)
+            if (k->outer_mask & (1u << d)) n *= r->shape[d];
+        e->fscal[e->n_fscal - 1] = n;
+        e->global = (size_t)n;
+        e->dev_fn = n && r->numel ? k->dev_fn : NULL;
+        return 0;
+    }
     e->fused = k->fn;
     return 0;
 }
@@ -516,6 +543,32 @@ static void point_input_readers(oar_executor *ex, int i, char *base) {
     }
 }
 
+/* Devices: the compiled kernels for dev (after oar_executor_compile): the
+ * graph's grouping rendered as OpenCL C and built through the device's
+ * build_program, once per executor and device. NULL: run unfused (not
+ * compiled, the device runs no generated code, or the build failed: said
+ * once, the device's message, e.g. the build log, left in oar_last_error()). */
+static oari_fusion *device_fusion(oar_executor *ex, oar_device *dev) {
+    if (!ex->compile_wanted || ex->dev_failed == dev || !dev->iface->build_program) return NULL;
+    if (ex->dev_fusion && ex->dev_fusion->device == dev) return ex->dev_fusion;
+    oari_fusion_free(ex->dev_fusion);
+    ex->dev_fusion = NULL;
+    oari_fusion *f = NULL;
+    int st = oari_fuse_graph(ex->g, &oari_render_cl, &f);
+    const char *dbg = getenv("OAR_DEBUG");
+    if (!st && dbg && atoi(dbg) >= 1 && f->n_kernels)
+        fprintf(stderr, "oar: compiled kernels for %s (%d)\n%s", dev->name, f->n_kernels, oari_sbuf_str(&f->source));
+    if (!st) st = oari_fusion_build_on(f, dev);
+    if (st) {
+        oari_fusion_free(f);
+        ex->dev_failed = dev;
+        oari_log(OAR_LOG_WARN, dev->name, "the graph's compiled kernels failed to build; it runs unfused "
+                 "(oar_last_error() has the reason)");
+        return NULL;
+    }
+    return ex->dev_fusion = f;
+}
+
 /* Devices: a constant's copy on dev, its storage whole, so that its view
  * (shape, strides, offset) is the same as on the CPU. Owned; NULL with an
  * error. */
@@ -539,7 +592,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     if (st) return st;
     oar_device *dev = ex->p.dev;
     const bool on_dev = dev != oari_device_cpu(); /* devices: see run_on_device */
-    ex->p.fusion = on_dev ? NULL : ex->fusion;
+    ex->p.fusion = on_dev ? device_fusion(ex, dev) : ex->fusion;
     int nv = g->n_values, nn = g->n_nodes;
     oar_tensor **sym = oari_calloc((size_t)(nv ? nv : 1), sizeof *sym);
     int *root = oari_malloc((size_t)(nv ? nv : 1) * sizeof *root);
@@ -861,7 +914,9 @@ static int select_plan(oar_executor *ex, oar_tensor *const *inputs) {
 
 int oari_exec_copy(oar_tensor *dst, oar_tensor *src) {
     if (dst == src || !dst->numel) return 0;
-    if (oar_tensor_is_contiguous(dst) && oar_tensor_is_contiguous(src)) {
+    oar_device *cpu = oari_device_cpu(); /* devices: dispatch's copy below */
+    if (dst->storage->device == cpu && src->storage->device == cpu && oar_tensor_is_contiguous(dst) &&
+        oar_tensor_is_contiguous(src)) {
         memcpy(oar_tensor_data(dst), oar_tensor_data(src), (size_t)dst->numel * oar_dtype_size(dst->dtype));
         return 0;
     }
@@ -891,15 +946,17 @@ static int run_control(oar_executor *ex, int i) {
  * their slots (none read in place) and donated outputs copied back. A loop
  * of its own, so the CPU loop above does no per-node device work. */
 
-/* dst <- src on one device, outside autograd (through dispatch's copy). */
-static int copy_on_device(oar_tensor *dst, oar_tensor *src) {
-    if (dst == src || !dst->numel) return 0;
-    oar_tensor *pair[2] = {dst, src}, *r = NULL;
-    oar_no_grad_push();
-    int st = oari_dispatch(OARI_OP_copy, 2, pair, NULL, &r);
-    oar_no_grad_pop();
-    oar_tensor_release(r);
-    return st;
+/* Outputs donated to an input but made elsewhere are copied into it; the
+ * caller's outputs[] are set. */
+static int finish_outputs(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs) {
+    const oar_graph *g = ex->g;
+    int st;
+    for (int j = 0; j < g->n_outputs; j++)
+        if (ex->p.out_mode[j] == OUT_COPIED && (st = oari_exec_copy(inputs[ex->donor[j]], ex->p.vt[g->outputs[j]])))
+            return st;
+    for (int j = 0; j < g->n_outputs; j++)
+        outputs[j] = ex->discard[j] ? NULL : ex->donor[j] >= 0 ? inputs[ex->donor[j]] : ex->p.vt[g->outputs[j]];
+    return 0;
 }
 
 static int run_on_device(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs) {
@@ -907,7 +964,7 @@ static int run_on_device(oar_executor *ex, oar_tensor *const *inputs, oar_tensor
     oar_device *dev = ex->p.dev;
     int st = 0;
     for (int i = 0; i < g->n_inputs; i++)
-        if ((st = copy_on_device(ex->p.vt[g->inputs[i]], inputs[i]))) return st;
+        if ((st = oari_exec_copy(ex->p.vt[g->inputs[i]], inputs[i]))) return st;
     if (OARI_PROF_ENABLED()) pthread_once(&fused_names_once, make_fused_names);
     for (int i = 0; i < g->n_nodes && !st; i++) {
         const oari_gnode *n = &g->nodes[i];
@@ -916,6 +973,14 @@ static int run_on_device(oar_executor *ex, oar_tensor *const *inputs, oar_tensor
             continue;
         }
         exec_node *e = &ex->p.en[i];
+        if (e->dev_fn) { /* a compiled kernel */
+            int64_t prof_t0 = OARI_PROF_BEGIN();
+            if ((st = dev->iface->launch(dev->ctx, dev->index, e->dev_fn, e->n_fargs, e->fargs, e->n_fscal, e->fscal,
+                                         e->global)))
+                return oari_error(st, "executor: compiled kernel at node %d on %s: %s", i, dev->name, oar_last_error());
+            OARI_PROF_END(OAR_PROFILER_OP, fused_names[n->op], prof_t0, 1, &ex->p.vt[n->out[0]]);
+            continue;
+        }
         if (!e->k && !e->on_cpu) continue; /* a view, an empty output, a kernel member */
         const oari_op_def *def = oari_op_defs[n->op];
         int64_t prof_t0 = OARI_PROF_BEGIN();
@@ -923,7 +988,7 @@ static int run_on_device(oar_executor *ex, oar_tensor *const *inputs, oar_tensor
         for (int k = 0; k < n->n_in; k++) in[k] = n->in[k] >= 0 ? ex->p.vt[n->in[k]] : NULL;
         for (int j = 0; j < n->n_out; j++) out[j] = ex->p.vt[n->out[j]];
         if ((def->flags & OARI_F_INPLACE)) { /* the kernel updates its target: a copy of in[0] */
-            if ((st = copy_on_device(out[0], in[0]))) break;
+            if ((st = oari_exec_copy(out[0], in[0]))) break;
             in[0] = out[0];
         }
         if (e->rand_stride) e->attrs.i[1] = n->attrs.i[1] + (int64_t)(ex->runs - 1) * e->rand_stride;
@@ -936,13 +1001,7 @@ static int run_on_device(oar_executor *ex, oar_tensor *const *inputs, oar_tensor
         }
         OARI_PROF_END(OAR_PROFILER_OP, def->name, prof_t0, 1, out);
     }
-    if (st) return st;
-    for (int j = 0; j < g->n_outputs; j++)
-        if (ex->p.out_mode[j] == OUT_COPIED && (st = copy_on_device(inputs[ex->donor[j]], ex->p.vt[g->outputs[j]])))
-            return st;
-    for (int j = 0; j < g->n_outputs; j++)
-        outputs[j] = ex->discard[j] ? NULL : ex->donor[j] >= 0 ? inputs[ex->donor[j]] : ex->p.vt[g->outputs[j]];
-    return 0;
+    return st ? st : finish_outputs(ex, inputs, outputs);
 }
 
 int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs) {
@@ -1017,12 +1076,7 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
     /* donated outputs land in their inputs */
     for (int i = 0; i < g->n_inputs; i++)
         if (via_fallback[i] && (st = oari_exec_copy(inputs[i], ex->p.fallback[i]))) return st;
-    for (int j = 0; j < g->n_outputs; j++)
-        if (ex->p.out_mode[j] == OUT_COPIED && (st = oari_exec_copy(inputs[ex->donor[j]], ex->p.vt[g->outputs[j]])))
-            return st;
-    for (int j = 0; j < g->n_outputs; j++)
-        outputs[j] = ex->discard[j] ? NULL : ex->donor[j] >= 0 ? inputs[ex->donor[j]] : ex->p.vt[g->outputs[j]];
-    return 0;
+    return finish_outputs(ex, inputs, outputs);
 }
 
 /* ---- compiled kernels (src/compiler/) ------------------------------------------- */
@@ -1034,9 +1088,13 @@ static void drop_all_plans(oar_executor *ex) {
 
 int oar_executor_compile(oar_executor *ex) {
     if (!ex) return oari_error(OAR_ERR_INVALID, "executor_compile: executor is NULL");
+    if (!ex->compile_wanted) { /* devices: plans made from now on compile for their device */
+        ex->compile_wanted = true;
+        drop_all_plans(ex);
+    }
     if (ex->fusion) return 0;
     oari_fusion *f = NULL;
-    int st = oari_fuse_graph(ex->g, &f);
+    int st = oari_fuse_graph(ex->g, &oari_render_c, &f);
     if (st) return st;
     const char *dbg = getenv("OAR_DEBUG");
     if (dbg && atoi(dbg) >= 1 && f->n_kernels)
@@ -1071,7 +1129,8 @@ int oari_executor_use_fusion(oar_executor *ex, oari_fusion *f) {
 
 int oar_executor_num_kernels(const oar_executor *ex) {
     if (!ex) return oari_error(OAR_ERR_INVALID, "executor_num_kernels: executor is NULL");
-    if (ex->fusion) return ex->fusion->n_launches;
+    oari_fusion *f = ex->p.planned && ex->p.dev != oari_device_cpu() ? ex->p.fusion : ex->fusion; /* devices */
+    if (f) return f->n_launches;
     int n = 0;
     for (int i = 0; i < ex->g->n_nodes; i++) n += !(oari_gnode_def(&ex->g->nodes[i])->flags & OARI_F_VIEW);
     return n;

@@ -59,6 +59,17 @@ static double rel_diff(oar_tensor *a, oar_tensor *b) {
     return m;
 }
 
+/* make_mlp's forward traced over a [4, 8] input x (made here). */
+static oar_graph *small_mlp(uint64_t seed, oar_module **m, oar_tensor **x) {
+    oar_manual_seed(seed);
+    *m = make_mlp();
+    *x = oar_randn(OAR_F32, 2, (int64_t[]){4, 8});
+    oar_graph_input_spec s = spec_of("x", *x);
+    oar_graph *g = oar_trace_module(*m, &s);
+    CHECK(g != NULL);
+    return g;
+}
+
 static void run_mlp(bool compile) {
     oar_pool *p = oar_pool_push();
     oar_manual_seed(21);
@@ -126,24 +137,134 @@ static void run_mlp(bool compile) {
 }
 
 static void test_mlp_step_unfused(void) { run_mlp(false); }
+static void test_mlp_step_compiled(void) { run_mlp(true); }
 
-/* Inputs on two devices are refused, naming both. */
+/* Random graphs: compiled on OpenCL against the CPU unfused executor. */
+static void test_random_graphs(void) {
+    const char *env_n = getenv("FUZZ_GRAPHS");
+    int graphs = env_n ? atoi(env_n) : 60, compared = 0, bad = 0, kernels = 0;
+    for (uint64_t seed = 1; compared < graphs && seed <= (uint64_t)graphs; seed++) {
+        oar_pool *p = oar_pool_push();
+        oar_manual_seed(seed);
+        fuzz_case fc;
+        make_case(&fc, seed);
+        oar_graph_input_spec specs[2 * SUBGRAPHS];
+        case_specs(&fc, specs);
+        oar_graph *g = oar_trace(traced, &fc, 2 * SUBGRAPHS, specs, SUBGRAPHS, NULL);
+        CHECK(g != NULL);
+        if (!g) {
+            oar_pool_pop(p);
+            break;
+        }
+        oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0);
+        oar_executor *plain = oar_executor_new(g), *ocl = oar_executor_new(g);
+        CHECK(oar_executor_compile(ocl) == 0);
+        oar_tensor *in[2 * SUBGRAPHS], *din[2 * SUBGRAPHS], *y0[SUBGRAPHS], *y1[SUBGRAPHS];
+        for (int64_t batch = 2; batch <= 5; batch += 3) { /* the dynamic batch at two sizes */
+            for (int i = 0; i < 2 * SUBGRAPHS; i++) {
+                int64_t sh[5];
+                for (int d = 0; d < specs[i].ndim; d++) sh[d] = batch_of(specs[i].shape[d], batch);
+                in[i] = oar_randn(OAR_F32, specs[i].ndim, sh);
+                din[i] = oar_tensor_to(in[i], dev);
+            }
+            int st0 = oar_executor_run(plain, in, y0), st1 = oar_executor_run(ocl, din, y1);
+            CHECK(st0 == 0 && st1 == 0);
+            if (st0 || st1) {
+                fprintf(stderr, "seed %llu: %s\n", (unsigned long long)seed, oar_last_error());
+                break;
+            }
+            for (int i = 0; i < SUBGRAPHS; i++) {
+                double *a = test_values(y0[i]), *b = test_values(y1[i]);
+                bool ok = a && b && oar_tensor_numel(y0[i]) == oar_tensor_numel(y1[i]);
+                int64_t at = 0;
+                for (; ok && at < oar_tensor_numel(y0[i]); at++)
+                    if (!(fabs(a[at] - b[at]) <= 1e-5 * fmax(1.0, fabs(a[at])) || (isnan(a[at]) && isnan(b[at])))) {
+                        ok = false;
+                        fprintf(stderr, "seed %llu subgraph %d batch %lld: element %lld is %.9g unfused on the CPU, "
+                                "%.9g compiled on OpenCL\n", (unsigned long long)seed, i, (long long)batch,
+                                (long long)at, a[at], b[at]);
+                    }
+                bad += !ok;
+                free(a);
+                free(b);
+                compared += batch == 2;
+            }
+        }
+        /* as many launches as the same grouping rendered as C */
+        oari_fusion *cf = NULL;
+        CHECK(oari_fuse_graph(g, &oari_render_c, &cf) == 0);
+        CHECK(cf && oar_executor_num_kernels(ocl) == cf->n_launches);
+        oari_fusion_free(cf);
+        kernels += oar_executor_num_kernels(ocl) < oar_executor_num_kernels(plain);
+        oar_executor_free(plain);
+        oar_executor_free(ocl);
+        oar_graph_free(g);
+        oar_pool_pop(p);
+    }
+    fprintf(stderr, "%d random graphs compared on OpenCL, %d mismatches (%d traces fused)\n", compared, bad, kernels);
+    CHECK(compared >= graphs);
+    CHECK(kernels == (graphs + SUBGRAPHS - 1) / SUBGRAPHS); /* every trace ran fused kernels */
+    CHECK(bad == 0);
+}
+
+/* Generated source that does not build: the build log in oar_last_error(),
+ * one message, and the graph runs unfused (right results). */
+static void test_build_failure(void) {
+    oar_pool *p = oar_pool_push();
+    oar_module *m;
+    oar_tensor *x;
+    oar_graph *g = small_mlp(5, &m, &x);
+    oar_executor *ex = oar_executor_new(g);
+    CHECK(oar_executor_compile(ex) == 0);
+    oari_cl_prelude_extra = "this is not OpenCL C;\n";
+    oar_clear_error();
+    oar_tensor *y[1];
+    CHECK(oar_executor_run(ex, (oar_tensor *[]){oar_tensor_to(x, dev)}, y) == 0);
+    oari_cl_prelude_extra = NULL;
+    const char *err = oar_last_error();
+    fprintf(stderr, "after a failed build: %.300s\n", err);
+    CHECK(strstr(err, "failed to build") != NULL && strstr(err, "build log") != NULL);
+    CHECK(strstr(err, "error") != NULL); /* the compiler's own words */
+    CHECK_NEAR(rel_diff(oar_module_forward(m, x), y[0]), 0, 1e-5);
+    oar_executor *plain = oar_executor_new(g);
+    CHECK(oar_executor_num_kernels(ex) == oar_executor_num_kernels(plain)); /* unfused */
+    /* a second plan (another device buffer, same shapes) does not try again */
+    CHECK(oar_executor_run(ex, (oar_tensor *[]){oar_tensor_to(oar_mul_scalar(x, 2), dev)}, y) == 0);
+    oar_executor_free(plain);
+    oar_executor_free(ex);
+    oar_graph_free(g);
+    oar_module_free(m);
+    oar_pool_pop(p);
+}
+
+static int add2(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_add(in[0], in[1]);
+    return out[0] ? 0 : -1;
+}
+
+/* One executor runs plans for the CPU and the device side by side; inputs
+ * on two devices are refused, naming both. */
 static void test_mixed_devices(void) {
     oar_pool *p = oar_pool_push();
-    oar_manual_seed(3);
-    oar_module *m = make_mlp();
-    oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){4, 8});
-    oar_graph_input_spec s = spec_of("x", x);
-    oar_graph *g = oar_trace_module(m, &s);
-    CHECK(g != NULL);
+    oar_module *m;
+    oar_tensor *x;
+    oar_graph *g = small_mlp(3, &m, &x);
     oar_executor *ex = oar_executor_new(g);
     oar_tensor *y[1];
     CHECK(oar_executor_run(ex, (oar_tensor *[]){oar_tensor_to(x, dev)}, y) == 0);
-    double d = rel_diff(oar_module_forward(m, x), y[0]);
-    CHECK_NEAR(d, 0, 1e-5);
-    /* then a CPU run of the same executor: a plan of its own */
+    CHECK(oar_tensor_device(y[0]) == dev);
+    CHECK_NEAR(rel_diff(oar_module_forward(m, x), y[0]), 0, 1e-5);
     CHECK(oar_executor_run(ex, (oar_tensor *[]){x}, y) == 0);
     CHECK(oar_tensor_device(y[0]) == oar_device_cpu());
+    CHECK_NEAR(rel_diff(oar_module_forward(m, x), y[0]), 0, 1e-6);
+    oar_executor_free(ex);
+    oar_graph_free(g);
+    oar_graph_input_spec specs[2] = {spec_of("a", x), spec_of("b", x)};
+    g = oar_trace(add2, NULL, 2, specs, 1, NULL);
+    ex = oar_executor_new(g);
+    CHECK(oar_executor_run(ex, (oar_tensor *[]){x, oar_tensor_to(x, dev)}, y) == OAR_ERR_INVALID);
+    CHECK(strstr(oar_last_error(), "opencl:0") && strstr(oar_last_error(), "cpu"));
     oar_executor_free(ex);
     oar_graph_free(g);
     oar_module_free(m);
@@ -154,5 +275,8 @@ int main(void) {
     if (!(dev = opencl_device_or_skip())) return TEST_SKIP;
     RUN(test_mlp_step_unfused);
     RUN(test_mixed_devices);
+    RUN(test_mlp_step_compiled);
+    RUN(test_build_failure);
+    RUN(test_random_graphs);
     return test_summary();
 }
