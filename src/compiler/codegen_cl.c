@@ -94,9 +94,7 @@ int oari_fusion_build_on(oari_fusion *f, oar_device *dev) {
     if (!t->build_program || !t->get_function || !t->launch)
         return oari_error(OAR_ERR_UNSUPPORTED, "compiler: %s runs no generated kernels; the graph runs unfused",
                           dev->name);
-    if (strcmp(f->renderer->language, "opencl") || strcmp(t->type_name, "opencl"))
-        return oari_error(OAR_ERR_UNSUPPORTED, "compiler: kernels rendered as %s cannot run on %s",
-                          f->renderer->language, dev->name);
+    /* the language goes with the source: a device that does not take it refuses it */
     oari_device_reported = false;
     void *prog = t->build_program(dev->ctx, dev->index, f->renderer->language, oari_sbuf_str(&f->source));
     if (!prog) {

@@ -551,6 +551,8 @@ static void point_input_readers(oar_executor *ex, int i, char *base) {
 static oari_fusion *device_fusion(oar_executor *ex, oar_device *dev) {
     if (!ex->compile_wanted || ex->dev_failed == dev || !dev->iface->build_program) return NULL;
     if (ex->dev_fusion && ex->dev_fusion->device == dev) return ex->dev_fusion;
+    for (int i = 0; ex->dev_fusion && i < N_CACHED_PLANS; i++) /* plans that borrow the kernels replaced */
+        if (ex->cache[i].fusion == ex->dev_fusion) drop_plan(ex->g, &ex->cache[i]);
     oari_fusion_free(ex->dev_fusion);
     ex->dev_fusion = NULL;
     oari_fusion *f = NULL;
