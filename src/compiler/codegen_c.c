@@ -216,6 +216,7 @@ static const char *linear(cg *c, const idx *I, const char *const *stride) {
         else oari_sbuf_printf(&b, "%s*%s", I->c[d], stride[d]);
     }
     const char *s = b.len ? strf(c, "%s", oari_sbuf_str(&b)) : "0";
+    if (b.failed && !c->status) c->status = OAR_ERR_NOMEM; /* else "0" would stand for the index */
     oari_sbuf_free(&b);
     return s;
 }
@@ -280,6 +281,7 @@ static idx reshape_index(cg *c, int in, int out, const idx *I) {
             else oari_sbuf_printf(&L, "%s*%s", I->c[t], st);
         }
         const char *lin = L.len ? strf(c, "(%s)", oari_sbuf_str(&L)) : "0";
+        if (L.failed && !c->status) c->status = OAR_ERR_NOMEM;
         oari_sbuf_free(&L);
         for (int s = i0; s < i; s++) {
             if (S->shape[s] == 1) { J.c[s] = "0"; continue; }

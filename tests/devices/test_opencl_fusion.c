@@ -13,6 +13,7 @@
 
 #include "compiler/compiler.h"
 
+#include "alloc_fail_loop.h"
 #include "opencl_common.h"
 
 static oar_device *dev;
@@ -271,6 +272,41 @@ static void test_mixed_devices(void) {
     oar_pool_pop(p);
 }
 
+/* Every host allocation of a compiled run on the device failing in turn
+ * (plan, constants, kernel arguments, the fallback's copies): an "out of
+ * memory" status or a correct run, nothing leaked, oar usable after. */
+static oar_graph *af_graph;
+static oar_tensor *af_x;
+
+static int af_step(void) {
+    oar_executor *ex = oar_executor_new(af_graph);
+    oar_tensor *y[1];
+    int st = ex ? oar_executor_compile(ex) : -1;
+    if (!st) st = oar_executor_run(ex, &af_x, y);
+    oar_executor_free(ex);
+    return st;
+}
+
+static void test_alloc_failure(void) {
+    oar_module *m;
+    oar_tensor *x;
+    oar_pool *p = oar_pool_push();
+    af_graph = small_mlp(7, &m, &x);
+    af_x = oar_tensor_retain(oar_tensor_to(x, dev));
+    oar_pool_pop(p);
+    CHECK(af_step() == 0);
+    oar_set_allocator(failing_alloc, NULL);
+    int failures = 0, n = fail_each_allocation(af_step, &failures);
+    oar_set_allocator(NULL, NULL);
+    fprintf(stderr, "compiled run on %s: %d allocations failed in turn, %d runs failed\n", oar_device_name(dev), n,
+            failures);
+    CHECK(n > 5 && failures > 0);
+    CHECK(oar_device_synchronize(dev) == 0); /* no kernel left queued at exit (PoCL compiles lazily) */
+    oar_tensor_release(af_x);
+    oar_graph_free(af_graph);
+    oar_module_free(m);
+}
+
 int main(void) {
     if (!(dev = opencl_device_or_skip())) return TEST_SKIP;
     RUN(test_mlp_step_unfused);
@@ -278,5 +314,6 @@ int main(void) {
     RUN(test_mlp_step_compiled);
     RUN(test_build_failure);
     RUN(test_random_graphs);
+    RUN(test_alloc_failure);
     return test_summary();
 }
