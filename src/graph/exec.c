@@ -1,8 +1,9 @@
-/* The executor: runs a graph through the op kernels of the CPU device.
- * For each new input shape it re-runs every shape rule (dynamic dims),
- * plans one arena by liveness (passes/memplan.c) and prepares every kernel
- * call; a run then points the calls at the caller's inputs (read in place
- * when they can be) and calls the kernels, allocating nothing. */
+/* The executor: runs a graph through the op kernels of the device its
+ * inputs live on (the CPU, or a plugin's device: run_on_device).
+ * For each new input shape (and device) it re-runs every shape rule (dynamic
+ * dims), plans one arena by liveness (passes/memplan.c) and prepares every
+ * kernel call; a run then points the calls at the caller's inputs (read in
+ * place when they can be) and calls the kernels, allocating nothing. */
 #include "ir.h"
 #include "../compiler/compiler.h"
 #include "../ops/device_ops.h" /* devices: an op without a device kernel runs on the CPU */
