@@ -272,6 +272,50 @@ static void test_mixed_devices(void) {
     oar_pool_pop(p);
 }
 
+/* Control flow on the device: a cond node's predicate is read back, its
+ * branches run by sub-executors on the device's tensors. */
+static int square_fn(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)ctx, (void)n_in, (void)n_out;
+    out[0] = oar_mul(in[0], in[0]);
+    return out[0] ? 0 : -1;
+}
+
+static int neg_fn(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)ctx, (void)n_in, (void)n_out;
+    out[0] = oar_neg(in[0]);
+    return out[0] ? 0 : -1;
+}
+
+static int cond_graph(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *pred = oar_gt(oar_sum(in[0], 0, NULL, false), oar_scalar(0)), *x = oar_exp(in[0]), *o;
+    int st = oar_cond(pred, square_fn, neg_fn, NULL, 1, &x, 1, &o);
+    out[0] = st ? NULL : oar_tanh(o);
+    return st;
+}
+
+static void test_control_flow(void) {
+    oar_pool *p = oar_pool_push();
+    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 1, .shape = {6}};
+    oar_graph *g = oar_trace(cond_graph, NULL, 1, &s, 1, NULL);
+    CHECK(g != NULL);
+    for (int compiled = 0; compiled < 2 && g; compiled++) {
+        oar_executor *ex = oar_executor_new(g);
+        if (compiled) CHECK(oar_executor_compile(ex) == 0);
+        for (int sign = -1; sign <= 1; sign += 2) { /* both branches */
+            oar_tensor *x = oar_add_scalar(oar_mul_scalar(oar_randn(OAR_F32, 1, (int64_t[]){6}), 0.1), sign), *y0, *y1;
+            CHECK(oar_executor_run(ex, &x, &y0) == 0);
+            y0 = oar_clone(y0);
+            CHECK(oar_executor_run(ex, (oar_tensor *[]){oar_tensor_to(x, dev)}, &y1) == 0);
+            CHECK(oar_tensor_device(y1) == dev);
+            CHECK_NEAR(rel_diff(y0, y1), 0, 1e-6);
+        }
+        oar_executor_free(ex);
+    }
+    oar_graph_free(g);
+    oar_pool_pop(p);
+}
+
 /* Every host allocation of a compiled run on the device failing in turn
  * (plan, constants, kernel arguments, the fallback's copies): an "out of
  * memory" status or a correct run, nothing leaked, oar usable after. */
@@ -313,6 +357,7 @@ int main(void) {
     RUN(test_mixed_devices);
     RUN(test_mlp_step_compiled);
     RUN(test_build_failure);
+    RUN(test_control_flow);
     RUN(test_random_graphs);
     RUN(test_alloc_failure);
     return test_summary();
