@@ -272,6 +272,43 @@ static void test_mixed_devices(void) {
     oar_pool_pop(p);
 }
 
+/* The train step with its parameters updated in place (donated outputs):
+ * on the device they are copied back into the caller's tensors; three
+ * steps end at the CPU executor's parameters. */
+static void test_update_in_place(void) {
+    oar_pool *p = oar_pool_push();
+    oar_manual_seed(23);
+    oar_module *m = oar_sequential_new(3, (oar_module *[]){oar_linear_new(6, 16, true), oar_relu_new(),
+                                                           oar_linear_new(16, 3, true)});
+    oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){10, 6});
+    oar_tensor *y = oar_randint(0, 3, OAR_I64, 1, (int64_t[]){10});
+    oar_tensor *params[16];
+    int np = 0;
+    oar_graph *g = mlp_step_graph(m, x, y, &np, params);
+    oar_executor *cpu = oar_executor_new(g), *ocl = oar_executor_new(g);
+    CHECK(oar_executor_update_in_place(cpu) == np && oar_executor_update_in_place(ocl) == np);
+    CHECK(oar_executor_compile(cpu) == 0 && oar_executor_compile(ocl) == 0);
+    oar_tensor *cin[18] = {x, y}, *din[18] = {oar_tensor_to(x, dev), oar_tensor_to(y, dev)}, *out[40];
+    for (int k = 0; k < np; k++) {
+        cin[2 + k] = oar_clone(params[k]);
+        din[2 + k] = oar_tensor_to(params[k], dev);
+    }
+    for (int step = 0; step < 3; step++) {
+        CHECK(oar_executor_run(cpu, cin, out) == 0);
+        CHECK(oar_executor_run(ocl, din, out) == 0);
+        CHECK(out[1 + np] == din[2]); /* the donated output is the caller's tensor */
+    }
+    double worst = 0;
+    for (int k = 0; k < np; k++) worst = fmax(worst, rel_diff(cin[2 + k], din[2 + k]));
+    CHECK(rel_diff(cin[2], params[0]) > 1e-3); /* the parameters moved */
+    CHECK_NEAR(worst, 0, 1e-5);
+    oar_executor_free(cpu);
+    oar_executor_free(ocl);
+    oar_graph_free(g);
+    oar_module_free(m);
+    oar_pool_pop(p);
+}
+
 /* Control flow on the device: a cond node's predicate is read back, its
  * branches run by sub-executors on the device's tensors. */
 static int square_fn(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
@@ -358,6 +395,7 @@ int main(void) {
     RUN(test_mlp_step_compiled);
     RUN(test_build_failure);
     RUN(test_control_flow);
+    RUN(test_update_in_place);
     RUN(test_random_graphs);
     RUN(test_alloc_failure);
     return test_summary();
