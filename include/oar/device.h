@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define OAR_DEVICE_ABI_MAJOR 1
-#define OAR_DEVICE_ABI_MINOR 2
+#define OAR_DEVICE_ABI_MINOR 3
 #define OAR_DEVICE_ABI_VERSION ((OAR_DEVICE_ABI_MAJOR << 16) | OAR_DEVICE_ABI_MINOR)
 #define OAR_KERNEL_MAX_DIMS 8
 #define OAR_COMM_ID_BYTES 256 /* at most this many bytes name a communicator (comm_unique_id) */
@@ -202,6 +202,23 @@ typedef struct oar_device_iface {
     int (*comm_unique_id)(void *ctx, int index, void *id, size_t *len);
     void *(*comm_create)(void *ctx, int index, int nranks, int rank, const void *id, size_t len);
     void (*comm_destroy)(void *ctx, int index, void *comm);
+    
+    /* ---- ABI 1.3: generated kernels (oar's compiler) --------------------- */
+    /* optional: builds `source`, a program in `language` ("opencl": OpenCL
+     * C), and returns a handle that stays valid until shutdown (the plugin
+     * may cache programs by source). NULL after reporting through the host's
+     * error hook (a build error: with the compiler's log). NULL member: the
+     * device runs no generated code, and compiled graphs run on it unfused.
+     * build_program, get_function and launch come together. */
+    void *(*build_program)(void *ctx, int index, const char *language, const char *source);
+    /* optional (with build_program): the kernel `name` of a program, a
+     * handle valid as long as the program; NULL after reporting */
+    void *(*get_function)(void *ctx, int index, void *program, const char *name);
+    /* optional (with build_program): queues fn over global_size work-items
+     * (one dimension) on the default stream; its parameters are n_buffers
+     * device buffers (what alloc returned), then n_scalars 64-bit integers */
+    int (*launch)(void *ctx, int index, void *fn, int n_buffers, void *const *buffers,
+                  int n_scalars, const int64_t *scalars, size_t global_size);
 } oar_device_iface;
 
 /* Log levels of oar_host_api.log. */

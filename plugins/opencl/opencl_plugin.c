@@ -734,6 +734,139 @@ static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt
     return NULL;
 }
 
+/* ---- generated kernels (ABI 1.3: oar's compiler) ---------------------------
+ * Programs are built once per source and device and kept, with their
+ * kernels, until shutdown: PoCL takes a good fraction of a second per
+ * build, and an executor's plans, or a second executor of the same graph,
+ * ask again for the same source. */
+typedef struct gen_program {
+    struct gen_program *next;
+    int dev;
+    uint64_t hash;
+    size_t len;
+    cl_program prog;
+    cl_uint n_kernels;
+    cl_kernel *kernels;
+    char (*names)[32];        /* oar names them oar_k<n> */
+} gen_program;
+
+static gen_program *programs;
+static pthread_mutex_t programs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t fnv1a(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Host memory through oar's allocator hook, zeroed. */
+static void *zalloc(size_t n) {
+    void *q = host->alloc(n ? n : 1);
+    if (q) memset(q, 0, n ? n : 1);
+    return q;
+}
+
+static void free_program(gen_program *p) {
+    size_t n = p->n_kernels ? p->n_kernels : 1;
+    for (cl_uint k = 0; p->kernels && k < p->n_kernels; k++)
+        if (p->kernels[k]) clReleaseKernel(p->kernels[k]);
+    if (p->kernels) host->free(p->kernels, n * sizeof *p->kernels);
+    if (p->names) host->free(p->names, n * sizeof *p->names);
+    if (p->prog) clReleaseProgram(p->prog);
+    host->free(p, sizeof *p);
+}
+
+static void *build_program(void *ctx, int index, const char *language, const char *source) {
+    (void)ctx;
+    if (strcmp(language, "opencl")) {
+        host->error(-3, "opencl: build_program takes OpenCL C source only");
+        return NULL;
+    }
+    size_t len = strlen(source);
+    uint64_t h = fnv1a(source, len);
+    pthread_mutex_lock(&programs_lock);
+    for (gen_program *p = programs; p; p = p->next)
+        if (p->dev == index && p->hash == h && p->len == len) {
+            pthread_mutex_unlock(&programs_lock);
+            return p;
+        }
+    cl_dev *d = &devs[index];
+    gen_program *p = zalloc(sizeof *p);
+    cl_int err = p ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
+    if (!err) p->prog = clCreateProgramWithSource(d->ctx, 1, &source, &len, &err);
+    if (!err) {
+        err = clBuildProgram(p->prog, 1, &d->id, "-cl-std=CL1.2", NULL, NULL);
+        if (err == CL_BUILD_PROGRAM_FAILURE) {
+            size_t n = 0;
+            clGetProgramBuildInfo(p->prog, d->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
+            char *log = host->alloc(n + 1), *msg = host->alloc(n + 200);
+            if (log && msg) {
+                log[0] = 0;
+                clGetProgramBuildInfo(p->prog, d->id, CL_PROGRAM_BUILD_LOG, n, log, NULL);
+                log[n] = 0;
+                snprintf(msg, n + 200, "opencl: generated kernels failed to build on %s; build log:\n%s", d->name, log);
+                host->error(-1, msg);
+            } else {
+                host->error(-1, "opencl: generated kernels failed to build (no memory for the log)");
+            }
+            if (log) host->free(log, n + 1);
+            if (msg) host->free(msg, n + 200);
+            free_program(p);
+            pthread_mutex_unlock(&programs_lock);
+            return NULL;
+        }
+    }
+    if (!err) err = clCreateKernelsInProgram(p->prog, 0, NULL, &p->n_kernels);
+    size_t nk = p && p->n_kernels ? p->n_kernels : 1;
+    if (!err && !(p->kernels = zalloc(nk * sizeof *p->kernels))) err = CL_OUT_OF_HOST_MEMORY;
+    if (!err && !(p->names = zalloc(nk * sizeof *p->names))) err = CL_OUT_OF_HOST_MEMORY;
+    if (!err) err = clCreateKernelsInProgram(p->prog, p->n_kernels, p->kernels, NULL);
+    for (cl_uint k = 0; !err && k < p->n_kernels; k++)
+        err = clGetKernelInfo(p->kernels[k], CL_KERNEL_FUNCTION_NAME, sizeof p->names[k] - 1, p->names[k], NULL);
+    if (err) {
+        fail("building generated kernels", err);
+        if (p) free_program(p);
+        pthread_mutex_unlock(&programs_lock);
+        return NULL;
+    }
+    p->dev = index;
+    p->hash = h;
+    p->len = len;
+    p->next = programs;
+    programs = p;
+    pthread_mutex_unlock(&programs_lock);
+    return p;
+}
+
+static void *get_function(void *ctx, int index, void *program, const char *name) {
+    (void)ctx, (void)index;
+    gen_program *p = program;
+    for (cl_uint k = 0; k < p->n_kernels; k++)
+        if (!strcmp(p->names[k], name)) return p->kernels[k];
+    char msg[160];
+    snprintf(msg, sizeof msg, "opencl: no kernel %.64s in the generated program", name);
+    host->error(-1, msg);
+    return NULL;
+}
+
+static int launch_fn(void *ctx, int index, void *fn, int n_buffers, void *const *buffers, int n_scalars,
+                     const int64_t *scalars, size_t global_size) {
+    (void)ctx;
+    cl_dev *d = &devs[index];
+    cl_kernel k = fn;
+    cl_int err = CL_SUCCESS;
+    pthread_mutex_lock(&d->lock); /* arguments and enqueue, as one */
+    for (int i = 0; i < n_buffers && !err; i++) err = clSetKernelArg(k, (cl_uint)i, sizeof(cl_mem), &buffers[i]);
+    for (int i = 0; i < n_scalars && !err; i++) {
+        cl_long v = scalars[i];
+        err = clSetKernelArg(k, (cl_uint)(n_buffers + i), sizeof v, &v);
+    }
+    size_t g = global_size ? global_size : 1;
+    if (!err) err = clEnqueueNDRangeKernel(d->q, k, 1, NULL, &g, NULL, 0, NULL, NULL);
+    pthread_mutex_unlock(&d->lock);
+    return err ? fail("a generated kernel's launch", err) : 0;
+}
+
 /* Input dtypes each kernel handles (the compute dtype is checked above). */
 static int supports(void *ctx, int index, const oar_kernel_call *c) {
     (void)ctx, (void)index;
@@ -779,6 +912,9 @@ static const oar_device_iface iface = {
     .copy_device_to_device = d2d,
     .synchronize = sync_dev,
     .supports_op = supports,
+    .build_program = build_program,
+    .get_function = get_function,
+    .launch = launch_fn,
 };
 
 static void shutdown(void *ctx) {
@@ -790,6 +926,11 @@ static void shutdown(void *ctx) {
         if (d->prog) clReleaseProgram(d->prog);
         d->n_kernels = 0;
         d->prog = NULL;
+    }
+    while (programs) {
+        gen_program *p = programs;
+        programs = p->next;
+        free_program(p);
     }
 }
 

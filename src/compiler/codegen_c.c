@@ -58,6 +58,7 @@ typedef struct red_frame {
 
 typedef struct cg {
     const oar_graph *g;
+    const oari_renderer *r; /* the back end: C or OpenCL C */
     const int *kr;  /* kernel root of every node */
     int root;
     bool analysis;  /* first pass: every root dim outer; learn which ones reductions use */
@@ -215,6 +216,7 @@ static const char *linear(cg *c, const idx *I, const char *const *stride) {
         else oari_sbuf_printf(&b, "%s*%s", I->c[d], stride[d]);
     }
     const char *s = b.len ? strf(c, "%s", oari_sbuf_str(&b)) : "0";
+    if (b.failed && !c->status) c->status = OAR_ERR_NOMEM; /* else "0" would stand for the index */
     oari_sbuf_free(&b);
     return s;
 }
@@ -279,6 +281,7 @@ static idx reshape_index(cg *c, int in, int out, const idx *I) {
             else oari_sbuf_printf(&L, "%s*%s", I->c[t], st);
         }
         const char *lin = L.len ? strf(c, "(%s)", oari_sbuf_str(&L)) : "0";
+        if (L.failed && !c->status) c->status = OAR_ERR_NOMEM;
         oari_sbuf_free(&L);
         for (int s = i0; s < i; s++) {
             if (S->shape[s] == 1) { J.c[s] = "0"; continue; }
@@ -499,7 +502,7 @@ static const char *reduce(cg *c, int node, red_kind kind, body_kind body, int x,
     int l = 0;
     for (int d = 0; d < xv->ndim; d++) {
         if (!(mask & (1u << d))) continue;
-        if (++l == n_loops) {
+        if (++l == n_loops && c->r->openmp) {
             if (kind == R_SUM) oari_sbuf_printf(o, "    #pragma omp simd reduction(+:%s)\n", acc);
             else if (kind == R_PROD) oari_sbuf_printf(o, "    #pragma omp simd reduction(*:%s)\n", acc);
             else oari_sbuf_printf(o, "    #pragma omp simd reduction(%s:%s) reduction(|:%s)\n",
@@ -801,11 +804,11 @@ static const char *run_pass(cg *c, int root_v, idx *I, int nd) {
     return eval(c, root_v, I);
 }
 
-/* The comment naming the kernel, its signature and its argument pointers. */
-static void write_header(cg *c, const char *name, int root_v, oari_sbuf *src) {
+/* The comment naming the kernel (every renderer's). */
+static void write_comment(cg *c, const char *name, int root_v, oari_sbuf *src) {
     const oar_graph *g = c->g;
     const oari_gvalue *rv = &g->values[root_v];
-    char shape[256];
+    char shape[256] = ""; /* a 0-d root writes no dims */
     int len = 0;
     for (int d = 0; d < rv->ndim && len < 200; d++) {
         const char *sep = d ? ", " : "";
@@ -818,15 +821,19 @@ static void write_header(cg *c, const char *name, int root_v, oari_sbuf *src) {
     oari_sbuf_printf(src, "\n/* %s: %s [%s], %d nodes ending in node %d (%s)%s */\n", name,
                      oar_dtype_name(rv->dtype), shape, members, c->root, oari_op_name(g->nodes[c->root].op),
                      c->flat ? ", flat" : c->column ? ", column reduction" : "");
+}
+
+/* C: the signature and the argument pointers. */
+static void c_signature(const oari_kernel_text *k, oari_sbuf *src) {
     oari_sbuf_printf(src, "void %s(void *const *restrict args, const int64_t *restrict s) {\n    (void)s;\n",
-                     name);
+                     k->name);
     /* a flat kernel may write over an input (the executor plans it so when
      * that input dies here, or is a donated parameter): no `restrict` */
-    const char *restrict_ = c->flat ? "" : "restrict ";
-    for (int k = 0; k < c->n_args; k++) {
-        const char *T = oari_c_type(g->values[c->args[k]].dtype);
-        oari_sbuf_printf(src, "    %s%s *%sa%d = (%s%s *)args[%d];\n", k ? "const " : "", T, restrict_, k,
-                         k ? "const " : "", T, k);
+    const char *restrict_ = k->flat ? "" : "restrict ";
+    for (int a = 0; a < k->n_args; a++) {
+        const char *T = oari_c_type(k->g->values[k->args[a]].dtype);
+        oari_sbuf_printf(src, "    %s%s *%sa%d = (%s%s *)args[%d];\n", a ? "const " : "", T, restrict_, a,
+                         a ? "const " : "", T, a);
     }
 }
 
@@ -844,10 +851,65 @@ static void write_parallel(oari_sbuf *src, const char *work, const char *pragma,
     if (loops->failed) src->failed = true;
 }
 
+/* C: the kernel's loop nest, threads over the outer dims (or chunks of a
+ * flat loop), simd over the innermost. */
+static void c_function(const oari_kernel_text *k, oari_sbuf *src) {
+    c_signature(k, src);
+    const char *const *dim = k->dim;
+    int nd = k->nd, n_outer = 0, n_inner = 0;
+    for (int d = 0; d < nd; d++) (k->outer_mask & (1u << d)) ? n_outer++ : n_inner++;
+    oari_sbuf loops = {0};
+    if (!n_outer && n_inner == 1 && !k->reductions) {
+        /* one flat loop: OpenMP threads over chunks, simd within */
+        oari_sbuf_puts(src, k->outer);
+        oari_sbuf_printf(&loops, "    for (int64_t c0 = 0; c0 < %s; c0 += 4096) {\n", dim[0]);
+        oari_sbuf_printf(&loops, "    const int64_t e0 = c0 + 4096 < %s ? c0 + 4096 : %s;\n", dim[0], dim[0]);
+        oari_sbuf_puts(&loops, "    #pragma omp simd\n    for (int64_t i0 = c0; i0 < e0; i0++) {\n");
+        oari_sbuf_puts(&loops, k->inner);
+        oari_sbuf_puts(&loops, k->store);
+        oari_sbuf_puts(&loops, "    }\n    }\n");
+        write_parallel(src, dim[0], "#pragma omp parallel for schedule(static)", &loops);
+        oari_sbuf_puts(src, "}\n");
+    } else {
+        oari_sbuf *o = n_outer ? &loops : src; /* the outer loops go under write_parallel */
+        if (n_outer) {
+            for (int d = 0; d < nd; d++)
+                if (k->outer_mask & (1u << d))
+                    oari_sbuf_printf(o, "    for (int64_t i%d = 0; i%d < %s; i%d++)\n", d, d, dim[d], d);
+            oari_sbuf_puts(o, "    {\n");
+        }
+        oari_sbuf_puts(o, k->outer);
+        if (n_inner) {
+            int seen = 0;
+            for (int d = 0; d < nd; d++) {
+                if (k->outer_mask & (1u << d)) continue;
+                if (++seen == n_inner) oari_sbuf_puts(o, "    #pragma omp simd\n");
+                oari_sbuf_printf(o, "    for (int64_t i%d = 0; i%d < %s; i%d++)\n", d, d, dim[d], d);
+            }
+            oari_sbuf_puts(o, "    {\n");
+            oari_sbuf_puts(o, k->inner);
+            oari_sbuf_puts(o, k->store);
+            oari_sbuf_puts(o, "    }\n");
+        } else {
+            oari_sbuf_puts(o, k->store);
+        }
+        if (n_outer) {
+            oari_sbuf_puts(o, "    }\n");
+            char pragma[96];
+            snprintf(pragma, sizeof pragma, "#pragma omp parallel for collapse(%d) schedule(static)", n_outer);
+            write_parallel(src, k->work, pragma, &loops);
+        }
+        oari_sbuf_puts(src, "}\n");
+    }
+    if (loops.failed) src->failed = true;
+    oari_sbuf_free(&loops);
+}
+
+/* The kernel through the renderer: its comment, then the function. */
 static void write_function(cg *c, const char *name, int root_v, const idx *I, int nd, const char *res,
                            oari_sbuf *src) {
     const oari_gvalue *rv = &c->g->values[root_v];
-    write_header(c, name, root_v, src);
+    write_comment(c, name, root_v, src);
     /* dims of the loops */
     const char *dim[OAR_MAX_DIMS];
     if (c->flat) dim[0] = dims_prod(c, root_v, 0, rv->ndim);
@@ -860,56 +922,16 @@ static void write_function(cg *c, const char *name, int root_v, const idx *I, in
         contiguous_strides(c, root_v, stride);
         lin = linear(c, I, stride);
     }
-    int n_outer = 0, n_inner = 0;
-    for (int d = 0; d < nd; d++) (c->outer_mask & (1u << d)) ? n_outer++ : n_inner++;
     oari_sbuf store = {0};
     oari_sbuf_printf(&store, "    a0[%s] = %s;\n", lin, res);
-    oari_sbuf loops = {0};
-    if (!n_outer && n_inner == 1 && !c->n_reductions) {
-        /* one flat loop: OpenMP threads over chunks, simd within */
-        oari_sbuf_puts(src, oari_sbuf_str(&c->outer));
-        oari_sbuf_printf(&loops, "    for (int64_t c0 = 0; c0 < %s; c0 += 4096) {\n", dim[0]);
-        oari_sbuf_printf(&loops, "    const int64_t e0 = c0 + 4096 < %s ? c0 + 4096 : %s;\n", dim[0], dim[0]);
-        oari_sbuf_puts(&loops, "    #pragma omp simd\n    for (int64_t i0 = c0; i0 < e0; i0++) {\n");
-        oari_sbuf_puts(&loops, oari_sbuf_str(&c->inner));
-        oari_sbuf_puts(&loops, oari_sbuf_str(&store));
-        oari_sbuf_puts(&loops, "    }\n    }\n");
-        write_parallel(src, dim[0], "#pragma omp parallel for schedule(static)", &loops);
-        oari_sbuf_puts(src, "}\n");
-    } else {
-        oari_sbuf *o = n_outer ? &loops : src; /* the outer loops go under write_parallel */
-        if (n_outer) {
-            for (int d = 0; d < nd; d++)
-                if (c->outer_mask & (1u << d))
-                    oari_sbuf_printf(o, "    for (int64_t i%d = 0; i%d < %s; i%d++)\n", d, d, dim[d], d);
-            oari_sbuf_puts(o, "    {\n");
-        }
-        oari_sbuf_puts(o, oari_sbuf_str(&c->outer));
-        if (n_inner) {
-            int seen = 0;
-            for (int d = 0; d < nd; d++) {
-                if (c->outer_mask & (1u << d)) continue;
-                if (++seen == n_inner) oari_sbuf_puts(o, "    #pragma omp simd\n");
-                oari_sbuf_printf(o, "    for (int64_t i%d = 0; i%d < %s; i%d++)\n", d, d, dim[d], d);
-            }
-            oari_sbuf_puts(o, "    {\n");
-            oari_sbuf_puts(o, oari_sbuf_str(&c->inner));
-            oari_sbuf_puts(o, oari_sbuf_str(&store));
-            oari_sbuf_puts(o, "    }\n");
-        } else {
-            oari_sbuf_puts(o, oari_sbuf_str(&store));
-        }
-        if (n_outer) {
-            oari_sbuf_puts(o, "    }\n");
-            char pragma[96];
-            snprintf(pragma, sizeof pragma, "#pragma omp parallel for collapse(%d) schedule(static)", n_outer);
-            write_parallel(src, c->work_expr, pragma, &loops);
-        }
-        oari_sbuf_puts(src, "}\n");
-    }
+    oari_kernel_text k = {
+        .g = c->g, .name = name, .args = c->args, .n_args = c->n_args, .flat = c->flat,
+        .reductions = c->n_reductions > 0, .nd = nd, .dim = dim, .outer_mask = c->outer_mask,
+        .outer = oari_sbuf_str(&c->outer), .inner = oari_sbuf_str(&c->inner), .store = oari_sbuf_str(&store),
+        .work = c->work_expr};
+    c->r->function(&k, src);
     if (store.failed || c->outer.failed || c->inner.failed) src->failed = true;
     oari_sbuf_free(&store);
-    oari_sbuf_free(&loops);
 }
 
 /* ---- reductions over leading dims -----------------------------------------------------
@@ -985,7 +1007,8 @@ static const char *write_column_reduction(cg *c, const column_plan *p, int root_
     const char *stride[OAR_MAX_DIMS];
     contiguous_strides(c, root_v, stride);
     const char *lin = linear(c, &I, stride);
-    write_header(c, name, root_v, src);
+    write_comment(c, name, root_v, src);
+    c_signature(&(oari_kernel_text){.g = g, .name = name, .args = c->args, .n_args = c->n_args}, src);
     const char *accT = minmax ? T : "double";
     const char *init = kind == R_SUM ? "0" : kind == R_PROD ? "1" : kind == R_MAX ? "-INFINITY" : "INFINITY";
     oari_sbuf loops = {0}, *o = &loops;
@@ -1026,9 +1049,10 @@ static const char *write_column_reduction(cg *c, const column_plan *p, int root_
     return "";
 }
 
-int oari_codegen_kernel(const oar_graph *g, const int *kernel_root, int root, const char *name,
-                        oari_sbuf *src, int **args, int *n_args, int *bad, bool *flat) {
-    cg c = {.g = g, .kr = kernel_root, .root = root, .bad = -1, .work_expr = "0"};
+int oari_codegen_kernel(const oar_graph *g, const oari_renderer *r, const int *kernel_root, int root,
+                        const char *name, oari_sbuf *src, int **args, int *n_args, int *bad, bool *flat,
+                        unsigned *outer_mask) {
+    cg c = {.g = g, .r = r, .kr = kernel_root, .root = root, .bad = -1, .work_expr = "0"};
     *args = NULL;
     *n_args = 0;
     *bad = -1;
@@ -1043,17 +1067,19 @@ int oari_codegen_kernel(const oar_graph *g, const int *kernel_root, int root, co
     c.outer_mask = ~0u;
     run_pass(&c, root_v, &I, nd);
     column_plan cp;
-    if (!c.status && column_shape(&c, &cp)) {
+    if (!c.status && r->openmp && column_shape(&c, &cp)) {
         c.analysis = false;
         write_column_reduction(&c, &cp, root_v, src, name);
     } else if (!c.status) {
         c.analysis = false;
         if (c.n_reductions) c.outer_mask = c.ref_mask;
+        else if (r->all_dims_parallel) c.outer_mask = nd >= 32 ? ~0u : (1u << nd) - 1;
         else c.outer_mask = nd >= 2 ? (1u << (nd - 1)) - 1 : 0;
         const char *res = run_pass(&c, root_v, &I, nd);
         if (!c.status) write_function(&c, name, root_v, &I, nd, res, src);
     }
     int st = c.status;
+    *outer_mask = c.outer_mask;
     if (st == 1) *bad = c.bad;
     if (!st && src->failed) st = OAR_ERR_NOMEM;
     if (!st) { /* exactly n_args long: the fusion frees it by that size */
@@ -1072,7 +1098,7 @@ int oari_codegen_kernel(const oar_graph *g, const int *kernel_root, int root, co
     return st;
 }
 
-void oari_codegen_prelude(oari_sbuf *src) {
+static void c_prelude(oari_sbuf *src) {
     oari_sbuf_puts(src,
         "/* Generated by oar's compiler (src/compiler/codegen_c.c): one function per\n"
         " * kernel; args[0] is the output, the other args the inputs; s[] holds the\n"
@@ -1097,3 +1123,6 @@ void oari_codegen_prelude(oari_sbuf *src) {
         "#endif\n");
     oari_sbuf_puts(src, oari_vmath_text); /* oari_vexpf, ...: src/backends/cpu/cpu_vmath.h */
 }
+
+const oari_renderer oari_render_c = {
+    .language = "c", .openmp = true, .all_dims_parallel = false, .prelude = c_prelude, .function = c_function};

@@ -8,7 +8,8 @@
  * else. Everything a kernel reads from outside (graph inputs, constants,
  * outputs of other kernels or of library calls) is a leaf: a contiguous
  * buffer, or a constant read through its own strides. View ops are index
- * arithmetic, never copies. Shapes that follow a symbol (a dynamic batch)
+ * arithmetic, never copies. The same lowering renders as C (the JIT) or as
+ * OpenCL C (a device's build_program): oari_renderer. Shapes that follow a symbol (a dynamic batch)
  * are read from the syms argument, so a new batch size never recompiles. */
 #ifndef OARI_COMPILER_H
 #define OARI_COMPILER_H
@@ -20,6 +21,37 @@
 /* A generated kernel: writes args[0] (its root's output), reads the rest. */
 typedef void (*oari_fused_fn)(void *const *args, const int64_t *syms);
 
+/* What a renderer gets to write one kernel: the lowering (grouping, index
+ * and reduction logic) is codegen_c.c's, shared; a renderer only writes the
+ * function around it: signature, loops or work-items, the store. */
+typedef struct oari_kernel_text {
+    const oar_graph *g;
+    const char *name;
+    const int *args;          /* value ids: [0] the output, then the leaves (a0, a1, ...) */
+    int n_args;
+    bool flat;                /* one flat loop (pointers may alias: no restrict) */
+    bool reductions;          /* the kernel reduces (loops inside its body) */
+    int nd;                   /* loop dims i0.. (1 when flat) */
+    const char *const *dim;   /* their sizes: expressions over s[] (the symbols' sizes) */
+    unsigned outer_mask;      /* the parallel dims (threads / work-items) */
+    const char *outer;        /* statements per parallel iteration */
+    const char *inner;        /* statements per inner iteration, before the store */
+    const char *store;        /* "    a0[...] = tN;\n" */
+    const char *work;         /* elements touched (the C renderer's threading threshold) */
+} oari_kernel_text;
+
+/* A back end of the code generator. */
+typedef struct oari_renderer {
+    const char *language;     /* "c" (the JIT), "opencl" (a device's build_program) */
+    bool openmp;              /* OpenMP/simd pragmas and the column-reduction template (C only) */
+    bool all_dims_parallel;   /* a kernel without reductions runs one work-item per element */
+    void (*prelude)(oari_sbuf *src);
+    void (*function)(const oari_kernel_text *k, oari_sbuf *src);
+} oari_renderer;
+
+OARI_HIDDEN extern const oari_renderer oari_render_c;  /* codegen_c.c */
+OARI_HIDDEN extern const oari_renderer oari_render_cl; /* codegen_cl.c: one __kernel per kernel */
+
 typedef struct oari_kernel {
     int root;                 /* node whose output it writes */
     int n_members;            /* nodes it computes, root included */
@@ -28,6 +60,8 @@ typedef struct oari_kernel {
     char name[32];
     size_t src_begin, src_end; /* its function in the fusion's source */
     oari_fused_fn fn;         /* set by oari_fusion_build */
+    void *dev_fn;             /* set by oari_fusion_build_on (the device's handle) */
+    unsigned outer_mask;      /* its parallel dims (work-items: their product; all of them when flat) */
     bool flat;                /* every member elementwise over the output's shape, read at the
                                  output's index: the output may be written over an input */
 } oari_kernel;
@@ -43,18 +77,28 @@ typedef struct oari_fusion {
     oari_jit_lib **libs;      /* one per unit of OARI_KERNELS_PER_UNIT kernels */
     int n_libs;
     int refs;                 /* executors sharing it (atomic); freed with the last */
+    const oari_renderer *renderer;
+    oar_device *device;       /* oari_fusion_build_on: where the kernels were built */
 } oari_fusion;
 
 /* Groups g's nodes and writes the C of every kernel (nothing compiled
  * yet). *out gets a new fusion (free with oari_fusion_free). 0 or an error
  * status (out of memory). A graph with nothing to fuse gives zero kernels. */
-OARI_HIDDEN int oari_fuse_graph(const oar_graph *g, oari_fusion **out);
+OARI_HIDDEN int oari_fuse_graph(const oar_graph *g, const oari_renderer *r, oari_fusion **out);
 /* Compiles (or loads from the cache) f's kernels and resolves them: units
  * of OARI_KERNELS_PER_UNIT kernels, built by parallel jobs (one per core, at
  * most 8), each cached on its own. 0, or an error status
  * (OAR_ERR_UNSUPPORTED without a C compiler). */
 #define OARI_KERNELS_PER_UNIT 16
 OARI_HIDDEN int oari_fusion_build(oari_fusion *f);
+/* Builds f (rendered by oari_render_cl) on device dev through its
+ * build_program and resolves every kernel's dev_fn (codegen_cl.c). 0;
+ * OAR_ERR_UNSUPPORTED when dev runs no generated code; else the device's
+ * status, with its message (a build error: the compiler's log). */
+OARI_HIDDEN int oari_fusion_build_on(oari_fusion *f, oar_device *dev);
+/* Tests: text appended to the OpenCL prelude (NULL: none), to make the
+ * generated source fail to build on purpose. */
+OARI_HIDDEN extern const char *oari_cl_prelude_extra;
 /* Drops a reference (the fusion is freed with the last). */
 OARI_HIDDEN void oari_fusion_free(oari_fusion *f);
 /* Another reference to f. */
@@ -81,11 +125,9 @@ OARI_HIDDEN bool oari_fusible(const oar_graph *g, int n);
  * element): *bad then names the member to take out of the kernel. *flat
  * tells whether the kernel is one flat elementwise loop, whose pointers
  * are not `restrict` (its output may be planned over an input). */
-OARI_HIDDEN int oari_codegen_kernel(const oar_graph *g, const int *kernel_root, int root,
-                                    const char *name, oari_sbuf *src, int **args, int *n_args,
-                                    int *bad, bool *flat);
-/* The lines every translation unit starts with (includes, helpers). */
-OARI_HIDDEN void oari_codegen_prelude(oari_sbuf *src);
+OARI_HIDDEN int oari_codegen_kernel(const oar_graph *g, const oari_renderer *r, const int *kernel_root,
+                                    int root, const char *name, oari_sbuf *src, int **args, int *n_args,
+                                    int *bad, bool *flat, unsigned *outer_mask);
 
 /* ---- scalar formulas (op_c.c) ----------------------------------------------- */
 

@@ -111,7 +111,7 @@ void oari_fusion_free(oari_fusion *f) {
     oari_free(f, sizeof *f);
 }
 
-int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
+int oari_fuse_graph(const oar_graph *g, const oari_renderer *r, oari_fusion **out) {
     if (!g || !out) return oari_error(OAR_ERR_INVALID, "compiler: graph or result is NULL");
     *out = NULL;
     int nn = g->n_nodes, st = 0;
@@ -126,6 +126,7 @@ int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
     }
     f->n_nodes = nn;
     f->refs = 1;
+    f->renderer = r;
     if (!(f->kernel_of = oari_malloc(nb * sizeof *f->kernel_of))) {
         st = OAR_ERR_NOMEM;
         goto done;
@@ -147,7 +148,7 @@ int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
             goto done;
         }
         f->cap_kernels = n_roots ? n_roots : 1;
-        oari_codegen_prelude(&f->source);
+        r->prelude(&f->source);
         f->prelude_len = f->source.len;
         bool retry = false;
         for (int n = 0; n < nn && !retry; n++) {
@@ -157,8 +158,8 @@ int oari_fuse_graph(const oar_graph *g, oari_fusion **out) {
             k->root = n;
             int bad = -1;
             k->src_begin = f->source.len;
-            st = oari_codegen_kernel(g, kr, n, k->name, &f->source, &k->args, &k->n_args, &bad,
-                                     &k->flat);
+            st = oari_codegen_kernel(g, r, kr, n, k->name, &f->source, &k->args, &k->n_args, &bad,
+                                     &k->flat, &k->outer_mask);
             k->src_end = f->source.len;
             if (st < 0) goto done;
             if (st == 1) {

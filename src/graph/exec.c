@@ -1,10 +1,12 @@
-/* The executor: runs a graph through the op kernels of the CPU device.
- * For each new input shape it re-runs every shape rule (dynamic dims),
- * plans one arena by liveness (passes/memplan.c) and prepares every kernel
- * call; a run then points the calls at the caller's inputs (read in place
- * when they can be) and calls the kernels, allocating nothing. */
+/* The executor: runs a graph through the op kernels of the device its
+ * inputs live on (the CPU, or a plugin's device: run_on_device).
+ * For each new input shape (and device) it re-runs every shape rule (dynamic
+ * dims), plans one arena by liveness (passes/memplan.c) and prepares every
+ * kernel call; a run then points the calls at the caller's inputs (read in
+ * place when they can be) and calls the kernels, allocating nothing. */
 #include "ir.h"
 #include "../compiler/compiler.h"
+#include "../ops/device_ops.h" /* devices: an op without a device kernel runs on the CPU */
 #include "../profiler/hooks.h"
 
 #include <pthread.h>
@@ -38,11 +40,18 @@ typedef struct exec_node {
     oari_fused_fn fused;      /* a compiled kernel rooted here (src/compiler/) */
     void **fargs;             /* its output and input pointers, into the arena and constants */
     int n_fargs;
+    bool on_cpu;              /* devices: no device kernel; runs on the CPU with copies */
+    void *dev_fn;             /* devices: a compiled kernel rooted here (fargs: its buffers) */
+    int64_t *fscal;           /* its scalars: buffer offsets, symbol sizes, work-items */
+    int n_fscal;
+    size_t global;            /* its work-items */
 } exec_node;
 
 /* Everything prepared for one input-shape signature. */
 typedef struct plan {
     bool planned;
+    oar_device *dev;          /* where the inputs, the arena and every kernel are (the CPU or a plugin's) */
+    oari_fusion *fusion;      /* the compiled kernels this plan runs (borrowed), or NULL */
     int ndims[64];
     int64_t shapes[64][OAR_MAX_DIMS];
     oar_tensor **vt;          /* per value: arena tensor, view or constant */
@@ -81,6 +90,9 @@ struct oar_executor {
     int *donor;               /* per output: the input it is written into (oar_executor_donate), or -1 */
     bool *discard;            /* per output: not wanted (oar_executor_discard_output) */
     oari_ctrl_exec **ctrl;    /* per node, made on first use: control nodes' sub-graph executors (exec_control.c) */
+    bool compile_wanted;      /* oar_executor_compile was called: compile for the device of each plan */
+    oari_fusion *dev_fusion;  /* kernels rendered as OpenCL C, built on dev_fusion->device */
+    oar_device *dev_failed;   /* the device they failed to build on (said once; runs unfused) */
 };
 
 static void drop_plan(const oar_graph *g, plan *p);
@@ -116,6 +128,7 @@ static void drop_plan(const oar_graph *g, plan *p) {
             for (int c = 0; c < p->en[i].n_casts; c++) oar_tensor_release(p->en[i].casts[c].tmp);
             oari_free(p->en[i].casts, (size_t)(g->nodes[i].n_in + g->nodes[i].n_out) * sizeof(cast_call));
             oari_free(p->en[i].fargs, (size_t)p->en[i].n_fargs * sizeof(void *));
+            oari_free(p->en[i].fscal, (size_t)p->en[i].n_fscal * sizeof(int64_t));
         }
         oari_free(p->en, (size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *p->en);
     }
@@ -132,6 +145,7 @@ void oar_executor_free(oar_executor *ex) {
     drop_plan(ex->g, &ex->p);
     for (int i = 0; i < N_CACHED_PLANS; i++) drop_plan(ex->g, &ex->cache[i]);
     oari_fusion_free(ex->fusion);
+    oari_fusion_free(ex->dev_fusion);
     size_t no = (size_t)(ex->g->n_outputs ? ex->g->n_outputs : 1);
     oari_free(ex->donor, no * sizeof *ex->donor);
     oari_free(ex->discard, no * sizeof *ex->discard);
@@ -237,13 +251,20 @@ static void ktensor_expanded(const oar_tensor *t, int ndim, const int64_t *shape
 static int bind_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     const oar_graph *g = ex->g;
     bool bound[OARI_MAX_SYMS] = {0};
+    /* devices: the plan runs where input 0 lives; every input must be there */
+    oar_device *dev = g->n_inputs && inputs[0] && inputs[0]->storage ? inputs[0]->storage->device
+                                                                     : oari_device_cpu();
+    ex->p.dev = dev;
     for (int i = 0; i < g->n_inputs; i++) {
         const oari_gvalue *v = &g->values[g->inputs[i]];
         oar_tensor *t = inputs[i];
         char s1[200], s2[200];
         if (!t) return oari_error(OAR_ERR_INVALID, "executor: input %d (%s) is NULL", i, v->name);
-        bool ok = t->dtype == v->dtype && t->ndim == v->ndim && t->storage &&
-                  t->storage->device == oari_device_cpu();
+        if (t->storage && t->storage->device != dev)
+            return oari_error(OAR_ERR_INVALID, "executor: input %d (%s) is on %s, input 0 on %s; the inputs "
+                              "of a run must be on one device (move them with oar_tensor_to)", i, v->name,
+                              t->storage->device->name, dev->name);
+        bool ok = t->dtype == v->dtype && t->ndim == v->ndim && t->storage;
         for (int d = 0; d < v->ndim && ok; d++) {
             int s = v->sym[d];
             int64_t m = v->smul[d] > 0 ? v->smul[d] : 1;
@@ -280,15 +301,15 @@ static void make_fused_names(void) {
 
 /* Compiled kernels (oar_executor_compile): node i is computed inside a
  * kernel (a member), is where that kernel runs (its root), or neither. */
-static int kernel_of(const oar_executor *ex, int i) { return ex->fusion ? ex->fusion->kernel_of[i] : -1; }
+static int kernel_of(const oar_executor *ex, int i) { return ex->p.fusion ? ex->p.fusion->kernel_of[i] : -1; }
 static bool is_kernel_root(const oar_executor *ex, int i) {
     int k = kernel_of(ex, i);
-    return k >= 0 && ex->fusion->kernels[k].root == i;
+    return k >= 0 && ex->p.fusion->kernels[k].root == i;
 }
 /* Where node i reads its inputs: at its kernel's root when fused. */
 static int reads_at(const oar_executor *ex, int i) {
     int k = kernel_of(ex, i);
-    return k >= 0 ? ex->fusion->kernels[k].root : i;
+    return k >= 0 ? ex->p.fusion->kernels[k].root : i;
 }
 /* A value that only exists inside a kernel (no buffer). */
 static bool is_internal(const oar_executor *ex, int v) {
@@ -300,7 +321,7 @@ static bool is_internal(const oar_executor *ex, int v) {
  * check that the shapes it was generated for (symbolic dims included)
  * are the planned ones. */
 static int setup_fused(oar_executor *ex, int i, oar_tensor *const *sym) {
-    const oari_kernel *k = &ex->fusion->kernels[ex->fusion->kernel_of[i]];
+    const oari_kernel *k = &ex->p.fusion->kernels[ex->p.fusion->kernel_of[i]];
     exec_node *e = &ex->p.en[i];
     if (!(e->fargs = oari_calloc((size_t)k->n_args, sizeof *e->fargs))) return OAR_ERR_NOMEM;
     e->n_fargs = k->n_args;
@@ -317,6 +338,24 @@ static int setup_fused(oar_executor *ex, int i, oar_tensor *const *sym) {
                               k->name, v, oari_shape_str(s1, gv->ndim, gv->shape));
         }
         e->fargs[a] = oar_tensor_data(ex->p.vt[v]);
+    }
+    if (ex->p.dev != oari_device_cpu()) { /* buffers, then offsets, symbols' sizes, work-items */
+        const oar_graph *g = ex->g;
+        if (!(e->fscal = oari_calloc((size_t)(k->n_args + g->n_syms + 1), sizeof *e->fscal))) return OAR_ERR_NOMEM;
+        e->n_fscal = k->n_args + g->n_syms + 1;
+        for (int a = 0; a < k->n_args; a++) {
+            e->fargs[a] = ex->p.vt[k->args[a]]->storage->data;
+            e->fscal[a] = ex->p.vt[k->args[a]]->offset;
+        }
+        for (int q = 0; q < g->n_syms; q++) e->fscal[k->n_args + q] = ex->sym_vals[q];
+        const oar_tensor *r = sym[k->args[0]];
+        int64_t n = k->flat ? r->numel : 1;
+        for (int d = 0; d < r->ndim && !k->flat; d++)
+            if (k->outer_mask & (1u << d)) n *= r->shape[d];
+        e->fscal[e->n_fscal - 1] = n;
+        e->global = (size_t)n;
+        e->dev_fn = n && r->numel ? k->dev_fn : NULL;
+        return 0;
     }
     e->fused = k->fn;
     return 0;
@@ -399,7 +438,7 @@ static bool donation_in_place(const oar_executor *ex, const int *root, const boo
     for (int j2 = 0; j2 < g->n_outputs; j2++)
         if (j2 != j && root[g->outputs[j2]] == o) return false;
     int p = g->values[o].producer, at = reads_at(ex, p), k = kernel_of(ex, p);
-    if (emul[p] || (k >= 0 ? !ex->fusion->kernels[k].flat : !pointwise(g, p, sym, sym[o]))) return false;
+    if (emul[p] || (k >= 0 ? !ex->p.fusion->kernels[k].flat : !pointwise(g, p, sym, sym[o]))) return false;
     for (int n = 0; n < g->n_nodes; n++) {
         const oari_gnode *nd = &g->nodes[n];
         bool member = n == p || (k >= 0 && kernel_of(ex, n) == k);
@@ -432,7 +471,7 @@ static void record_pointers(oar_executor *ex, const int *root, int v, int i, boo
         const oari_gnode *node = &g->nodes[nd];
         exec_node *e = &ex->p.en[nd];
         if (e->fused) {
-            const oari_kernel *k = &ex->fusion->kernels[ex->fusion->kernel_of[nd]];
+            const oari_kernel *k = &ex->p.fusion->kernels[ex->p.fusion->kernel_of[nd]];
             for (int a = 0; a < k->n_args; a++)
                 if (k->args[a] == v) {
                     if (fill) ex->p.in_args[*n] = (struct input_arg){nd, IN_FUSED, a, i, 0};
@@ -505,11 +544,58 @@ static void point_input_readers(oar_executor *ex, int i, char *base) {
     }
 }
 
+/* Devices: the compiled kernels for dev (after oar_executor_compile): the
+ * graph's grouping rendered as OpenCL C and built through the device's
+ * build_program, once per executor and device. NULL: run unfused (not
+ * compiled, the device runs no generated code, or the build failed: said
+ * once, the device's message, e.g. the build log, left in oar_last_error()). */
+static oari_fusion *device_fusion(oar_executor *ex, oar_device *dev) {
+    if (!ex->compile_wanted || ex->dev_failed == dev || !dev->iface->build_program) return NULL;
+    if (ex->dev_fusion && ex->dev_fusion->device == dev) return ex->dev_fusion;
+    for (int i = 0; ex->dev_fusion && i < N_CACHED_PLANS; i++) /* plans that borrow the kernels replaced */
+        if (ex->cache[i].fusion == ex->dev_fusion) drop_plan(ex->g, &ex->cache[i]);
+    oari_fusion_free(ex->dev_fusion);
+    ex->dev_fusion = NULL;
+    oari_fusion *f = NULL;
+    int st = oari_fuse_graph(ex->g, &oari_render_cl, &f);
+    const char *dbg = getenv("OAR_DEBUG");
+    if (!st && dbg && atoi(dbg) >= 1 && f->n_kernels)
+        fprintf(stderr, "oar: compiled kernels for %s (%d)\n%s", dev->name, f->n_kernels, oari_sbuf_str(&f->source));
+    if (!st) st = oari_fusion_build_on(f, dev);
+    if (st) {
+        oari_fusion_free(f);
+        ex->dev_failed = dev;
+        oari_log(OAR_LOG_WARN, dev->name, "the graph's compiled kernels failed to build; it runs unfused "
+                 "(oar_last_error() has the reason)");
+        return NULL;
+    }
+    return ex->dev_fusion = f;
+}
+
+/* Devices: a constant's copy on dev, its storage whole, so that its view
+ * (shape, strides, offset) is the same as on the CPU. Owned; NULL with an
+ * error. */
+static oar_tensor *const_on(oar_tensor *c, oar_device *dev) {
+    int64_t nbytes = (int64_t)c->storage->nbytes;
+    oar_tensor *bytes = oari_tensor_empty(dev, OAR_U8, 1, &nbytes);
+    if (!bytes) return NULL;
+    oar_tensor *t = oari_tensor_make(bytes->storage, c->dtype, c->ndim, c->shape, c->strides, c->offset);
+    oar_tensor_release(bytes);
+    if (t && oari_device_from_host(dev, t->storage->data, 0, c->storage->data, c->storage->nbytes)) {
+        oar_tensor_release(t);
+        return NULL;
+    }
+    return t;
+}
+
 static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     const oar_graph *g = ex->g;
     drop_plan(g, &ex->p);
     int st = bind_inputs(ex, inputs);
     if (st) return st;
+    oar_device *dev = ex->p.dev;
+    const bool on_dev = dev != oari_device_cpu(); /* devices: see run_on_device */
+    ex->p.fusion = on_dev ? device_fusion(ex, dev) : ex->fusion;
     int nv = g->n_values, nn = g->n_nodes;
     oar_tensor **sym = oari_calloc((size_t)(nv ? nv : 1), sizeof *sym);
     int *root = oari_malloc((size_t)(nv ? nv : 1) * sizeof *root);
@@ -574,7 +660,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
                 st = oari_error(OAR_ERR_INVALID, "executor: node %d (%s) input %d needs a cast the "
                                 "graph lacks", i, def->name, k);
         kdt[i] = c.kernel_dtype;
-        emul[i] = is_half(c.kernel_dtype) && !(def->flags & (OARI_F_VIEW | OARI_F_INPLACE)) &&
+        emul[i] = !on_dev && is_half(c.kernel_dtype) && !(def->flags & (OARI_F_VIEW | OARI_F_INPLACE)) &&
                   !oari_kernel_lookup(oari_device_cpu(), n->op, c.kernel_dtype);
         for (int j = 0; j < n->n_out && !st; j++) {
             int v = n->out[j];
@@ -594,7 +680,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         st = OAR_ERR_NOMEM;
         goto done;
     }
-    for (int i = 0; i < g->n_inputs; i++) ex->p.in_place[i] = input_in_place(ex, root, emul, i);
+    for (int i = 0; i < g->n_inputs; i++) ex->p.in_place[i] = !on_dev && input_in_place(ex, root, emul, i);
     /* (oar_executor_donate checked that the two agree in dtype and shape,
      * dynamic dims included, so they do in every plan) */
     for (int j = 0; j < g->n_outputs; j++) {
@@ -641,7 +727,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         int out = n->out[0];
         /* a compiled kernel reads its inputs at other indices, unless flat */
         int kern = kernel_of(ex, i);
-        const oari_kernel *K = kern >= 0 ? &ex->fusion->kernels[kern] : NULL;
+        const oari_kernel *K = kern >= 0 ? &ex->p.fusion->kernels[kern] : NULL;
         if (K ? K->root != i || !K->flat
               : (def->fusion != OARI_FUSE_ELEMWISE && def->fusion != OARI_FUSE_BROADCAST) ||
                     (def->flags & (OARI_F_INPLACE | OARI_F_VIEW)) || n->n_out != 1)
@@ -690,13 +776,14 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     }
     ex->p.planned_bytes = peak;
     int64_t asize = peak > 0 ? peak : 64;
-    if (!(ex->p.arena = oari_tensor_empty(oari_device_cpu(), OAR_U8, 1, &asize))) {
+    if (!(ex->p.arena = oari_tensor_empty(dev, OAR_U8, 1, &asize))) {
         st = OAR_ERR_NOMEM;
         goto done;
     }
     /* 3. real tensors in the arena; views of them; constants */
     for (int v = 0; v < nv && !st; v++) {
-        if (g->values[v].kind == OARI_V_CONST) ex->p.vt[v] = oar_tensor_retain(g->values[v].constant);
+        if (g->values[v].kind == OARI_V_CONST)
+            ex->p.vt[v] = on_dev ? const_on(g->values[v].constant, dev) : oar_tensor_retain(g->values[v].constant);
         else if (root[v] == v && !is_internal(ex, v))
             ex->p.vt[v] = oari_tensor_make(ex->p.arena->storage, sym[v]->dtype, sym[v]->ndim, sym[v]->shape,
                                            NULL, bufs[bufof[share[v]]].offset / (int64_t)oar_dtype_size(sym[v]->dtype));
@@ -740,7 +827,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
             oari_ktensor(tv[n->n_in + j], &e->kout[j]);
             empty = empty && tv[n->n_in + j]->numel == 0;
         }
-        if ((def->flags & OARI_F_INPLACE)) {
+        if ((def->flags & OARI_F_INPLACE) && !on_dev) { /* on a device: run_on_device copies */
             oar_tensor *src = ex->p.vt[n->in[0]];
             if (!(e->copy_k = oari_kernel_lookup(cpu, OARI_OP_copy, out0->dtype))) {
                 st = oari_error(OAR_ERR_UNSUPPORTED, "executor: no copy kernel for %s",
@@ -753,7 +840,11 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
                                              .out = e->copy_io};
         }
         if (empty) continue;
-        if (!(e->k = oari_kernel_lookup(cpu, n->op, emul[i] ? OAR_F32 : kdt[i]))) {
+        if (on_dev) { /* the device's kernel, or the CPU with copies (dispatch's rule) */
+            if (oari_device_needs_fallback(dev, n->op, kdt[i], n->n_in, tv, &e->attrs) ||
+                !(e->k = oari_kernel_lookup(dev, n->op, kdt[i])))
+                e->on_cpu = true;
+        } else if (!(e->k = oari_kernel_lookup(cpu, n->op, emul[i] ? OAR_F32 : kdt[i]))) {
             st = oari_error(OAR_ERR_UNSUPPORTED, "executor: %s has no CPU kernel for %s", def->name,
                             oar_dtype_name(kdt[i]));
             break;
@@ -791,6 +882,7 @@ done:
 
 static bool same_shapes(const oar_graph *g, const plan *p, oar_tensor *const *inputs) {
     if (!p->planned) return false;
+    if (g->n_inputs && inputs[0] && inputs[0]->storage && inputs[0]->storage->device != p->dev) return false;
     for (int i = 0; i < g->n_inputs; i++) {
         const oar_tensor *t = inputs[i];
         if (!t || t->ndim != p->ndims[i] || memcmp(t->shape, p->shapes[i], (size_t)t->ndim * sizeof(int64_t)))
@@ -825,7 +917,9 @@ static int select_plan(oar_executor *ex, oar_tensor *const *inputs) {
 
 int oari_exec_copy(oar_tensor *dst, oar_tensor *src) {
     if (dst == src || !dst->numel) return 0;
-    if (oar_tensor_is_contiguous(dst) && oar_tensor_is_contiguous(src)) {
+    oar_device *cpu = oari_device_cpu(); /* devices: dispatch's copy below */
+    if (dst->storage->device == cpu && src->storage->device == cpu && oar_tensor_is_contiguous(dst) &&
+        oar_tensor_is_contiguous(src)) {
         memcpy(oar_tensor_data(dst), oar_tensor_data(src), (size_t)dst->numel * oar_dtype_size(dst->dtype));
         return 0;
     }
@@ -847,6 +941,72 @@ static int run_control(oar_executor *ex, int i) {
     return oari_exec_control(&ex->ctrl[i], n, i, in, out);
 }
 
+/* ---- devices other than the CPU --------------------------------------------------
+ * The arena and the constants live on the plan's device and each node runs
+ * the device's kernel, or (no kernel for its op and dtype, or the device's
+ * supports_op says no: dispatch's rule) runs on the CPU with copies through
+ * oari_device_run_on_cpu, which warns once per op. Inputs are copied into
+ * their slots (none read in place) and donated outputs copied back. A loop
+ * of its own, so the CPU loop above does no per-node device work. */
+
+/* Outputs donated to an input but made elsewhere are copied into it; the
+ * caller's outputs[] are set. */
+static int finish_outputs(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs) {
+    const oar_graph *g = ex->g;
+    int st;
+    for (int j = 0; j < g->n_outputs; j++)
+        if (ex->p.out_mode[j] == OUT_COPIED && (st = oari_exec_copy(inputs[ex->donor[j]], ex->p.vt[g->outputs[j]])))
+            return st;
+    for (int j = 0; j < g->n_outputs; j++)
+        outputs[j] = ex->discard[j] ? NULL : ex->donor[j] >= 0 ? inputs[ex->donor[j]] : ex->p.vt[g->outputs[j]];
+    return 0;
+}
+
+static int run_on_device(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs) {
+    const oar_graph *g = ex->g;
+    oar_device *dev = ex->p.dev;
+    int st = 0;
+    for (int i = 0; i < g->n_inputs; i++)
+        if ((st = oari_exec_copy(ex->p.vt[g->inputs[i]], inputs[i]))) return st;
+    if (OARI_PROF_ENABLED()) pthread_once(&fused_names_once, make_fused_names);
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        if (oari_is_ctrl(n->op)) { /* control flow: exec_control.c */
+            st = run_control(ex, i);
+            continue;
+        }
+        exec_node *e = &ex->p.en[i];
+        if (e->dev_fn) { /* a compiled kernel */
+            int64_t prof_t0 = OARI_PROF_BEGIN();
+            if ((st = dev->iface->launch(dev->ctx, dev->index, e->dev_fn, e->n_fargs, e->fargs, e->n_fscal, e->fscal,
+                                         e->global)))
+                return oari_error(st, "executor: compiled kernel at node %d on %s: %s", i, dev->name, oar_last_error());
+            OARI_PROF_END(OAR_PROFILER_OP, fused_names[n->op], prof_t0, 1, &ex->p.vt[n->out[0]]);
+            continue;
+        }
+        if (!e->k && !e->on_cpu) continue; /* a view, an empty output, a kernel member */
+        const oari_op_def *def = oari_op_defs[n->op];
+        int64_t prof_t0 = OARI_PROF_BEGIN();
+        oar_tensor *in[OARI_MAX_IN], *out[OARI_MAX_OUT];
+        for (int k = 0; k < n->n_in; k++) in[k] = n->in[k] >= 0 ? ex->p.vt[n->in[k]] : NULL;
+        for (int j = 0; j < n->n_out; j++) out[j] = ex->p.vt[n->out[j]];
+        if ((def->flags & OARI_F_INPLACE)) { /* the kernel updates its target: a copy of in[0] */
+            if ((st = oari_exec_copy(out[0], in[0]))) break;
+            in[0] = out[0];
+        }
+        if (e->rand_stride) e->attrs.i[1] = n->attrs.i[1] + (int64_t)(ex->runs - 1) * e->rand_stride;
+        if (e->on_cpu) st = oari_device_run_on_cpu(n->op, dev, n->n_in, in, &e->attrs, n->n_out, out);
+        else st = e->k(dev->ctx, &e->call);
+        if (st) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", oar_last_error());
+            return oari_error(st, "executor: node %d (%s) on %s: %s", i, def->name, dev->name, msg);
+        }
+        OARI_PROF_END(OAR_PROFILER_OP, def->name, prof_t0, 1, out);
+    }
+    return st ? st : finish_outputs(ex, inputs, outputs);
+}
+
 int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **outputs) {
     if (!ex || (!inputs && ex->g->n_inputs) || !outputs)
         return oari_error(OAR_ERR_INVALID, "executor_run: executor, inputs or outputs is NULL");
@@ -854,11 +1014,13 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
     int st = 0;
     if ((st = select_plan(ex, inputs))) return st;
     ex->p.used = ++ex->runs;
+    if (ex->p.dev != oari_device_cpu()) return run_on_device(ex, inputs, outputs);
     bool via_fallback[64] = {0};
     for (int i = 0; i < g->n_inputs; i++) {
         oar_tensor *slot = ex->p.vt[g->inputs[i]], *t = inputs[i];
         if (!t->storage || t->storage->device != oari_device_cpu())
-            return oari_error(OAR_ERR_INVALID, "executor: input %d must be a CPU tensor", i);
+            return oari_error(OAR_ERR_INVALID, "executor: input %d is on %s; the plan is for the CPU", i,
+                              t->storage ? t->storage->device->name : "no device");
         if (ex->p.in_place[i]) {
             /* read in place; a strided input, or one living in this plan's
              * arena (an output of the last run fed back: this run overwrites
@@ -917,12 +1079,7 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
     /* donated outputs land in their inputs */
     for (int i = 0; i < g->n_inputs; i++)
         if (via_fallback[i] && (st = oari_exec_copy(inputs[i], ex->p.fallback[i]))) return st;
-    for (int j = 0; j < g->n_outputs; j++)
-        if (ex->p.out_mode[j] == OUT_COPIED && (st = oari_exec_copy(inputs[ex->donor[j]], ex->p.vt[g->outputs[j]])))
-            return st;
-    for (int j = 0; j < g->n_outputs; j++)
-        outputs[j] = ex->discard[j] ? NULL : ex->donor[j] >= 0 ? inputs[ex->donor[j]] : ex->p.vt[g->outputs[j]];
-    return 0;
+    return finish_outputs(ex, inputs, outputs);
 }
 
 /* ---- compiled kernels (src/compiler/) ------------------------------------------- */
@@ -934,9 +1091,13 @@ static void drop_all_plans(oar_executor *ex) {
 
 int oar_executor_compile(oar_executor *ex) {
     if (!ex) return oari_error(OAR_ERR_INVALID, "executor_compile: executor is NULL");
+    if (!ex->compile_wanted) { /* devices: plans made from now on compile for their device */
+        ex->compile_wanted = true;
+        drop_all_plans(ex);
+    }
     if (ex->fusion) return 0;
     oari_fusion *f = NULL;
-    int st = oari_fuse_graph(ex->g, &f);
+    int st = oari_fuse_graph(ex->g, &oari_render_c, &f);
     if (st) return st;
     const char *dbg = getenv("OAR_DEBUG");
     if (dbg && atoi(dbg) >= 1 && f->n_kernels)
@@ -971,7 +1132,8 @@ int oari_executor_use_fusion(oar_executor *ex, oari_fusion *f) {
 
 int oar_executor_num_kernels(const oar_executor *ex) {
     if (!ex) return oari_error(OAR_ERR_INVALID, "executor_num_kernels: executor is NULL");
-    if (ex->fusion) return ex->fusion->n_launches;
+    oari_fusion *f = ex->p.planned && ex->p.dev != oari_device_cpu() ? ex->p.fusion : ex->fusion; /* devices */
+    if (f) return f->n_launches;
     int n = 0;
     for (int i = 0; i < ex->g->n_nodes; i++) n += !(oari_gnode_def(&ex->g->nodes[i])->flags & OARI_F_VIEW);
     return n;

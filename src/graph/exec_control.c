@@ -45,7 +45,10 @@ static int run_sub(oar_executor *ex, int node, const char *name, const char *lab
     return 0;
 }
 
-static bool truth(const oar_tensor *p) { return oari_load_f64(oar_tensor_data(p), p->dtype) != 0; }
+static bool truth(oar_tensor *p) {
+    if (p->storage->device != oari_device_cpu()) return oar_tensor_item(p) != 0; /* devices: read back */
+    return oari_load_f64(oar_tensor_data(p), p->dtype) != 0;
+}
 
 int oari_exec_control(oari_ctrl_exec **state, const oari_gnode *n, int node, oar_tensor *const *in,
                       oar_tensor *const *out) {
