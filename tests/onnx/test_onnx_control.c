@@ -94,27 +94,21 @@ static void round_trip(oar_graph *g, const char *op, void (*check)(oar_graph *))
     unlink(path);
 }
 
-static void test_if_node(void) {
-    oar_graph *g = oar_onnx_load("onnx/control_if.onnx");
-    if (!g) fprintf(stderr, "control_if: %s\n", oar_last_error());
+/* A committed model with one control node of kind op: checked as imported
+ * and after an export/re-import round trip. */
+static void control_node(const char *file, const char *op, void (*check)(oar_graph *)) {
+    oar_graph *g = oar_onnx_load(file);
+    if (!g) fprintf(stderr, "%s: %s\n", file, oar_last_error());
     CHECK(g != NULL);
     if (!g) return;
-    CHECK(oar_graph_count_op(g, "cond") == 1);
-    check_if(g);
-    round_trip(g, "cond", check_if);
+    CHECK(oar_graph_count_op(g, op) == 1);
+    check(g);
+    round_trip(g, op, check);
     oar_graph_free(g);
 }
 
-static void test_loop_node(void) {
-    oar_graph *g = oar_onnx_load("onnx/control_loop.onnx");
-    if (!g) fprintf(stderr, "control_loop: %s\n", oar_last_error());
-    CHECK(g != NULL);
-    if (!g) return;
-    CHECK(oar_graph_count_op(g, "while") == 1);
-    check_loop(g);
-    round_trip(g, "while", check_loop);
-    oar_graph_free(g);
-}
+static void test_if_node(void) { control_node("onnx/control_if.onnx", "cond", check_if); }
+static void test_loop_node(void) { control_node("onnx/control_loop.onnx", "while", check_loop); }
 
 /* A graph oar traced itself: a loop over a dynamic batch whose body holds
  * a cond (nested control flow) reading a weight from two levels up:
