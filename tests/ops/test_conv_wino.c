@@ -167,7 +167,8 @@ static void test_selected(void) {
 }
 
 /* The selection: 3x3 stride 1 undilated ungrouped with 16 channels and 32
- * tiles at least; everything else stays with the other kernels. */
+ * tiles at least (64 beyond 256 x 256 channels); everything else stays
+ * with the other kernels. */
 static void test_selection(void) {
     CHECK(oari_cpu_wino_ok(1, 64, 64, 56, 56, 3, 3, 1, 1, 1, 1, 1));
     CHECK(!oari_cpu_wino_ok(1, 64, 64, 28, 28, 3, 3, 2, 2, 1, 1, 1)); /* stride 2 */
@@ -175,7 +176,11 @@ static void test_selection(void) {
     CHECK(!oari_cpu_wino_ok(1, 64, 64, 56, 56, 3, 3, 1, 1, 1, 1, 2)); /* groups */
     CHECK(!oari_cpu_wino_ok(1, 64, 64, 56, 56, 5, 5, 1, 1, 1, 1, 1)); /* 5x5 */
     CHECK(!oari_cpu_wino_ok(1, 3, 64, 56, 56, 3, 3, 1, 1, 1, 1, 1));  /* 3 channels in */
-    CHECK(!oari_cpu_wino_ok(1, 512, 512, 7, 7, 3, 3, 1, 1, 1, 1, 1)); /* 4 tiles */
+    CHECK(!oari_cpu_wino_ok(1, 256, 256, 14, 14, 3, 3, 1, 1, 1, 1, 1)); /* 16 tiles */
+    CHECK(oari_cpu_wino_ok(2, 256, 256, 14, 14, 3, 3, 1, 1, 1, 1, 1));  /* 32 */
+    CHECK(!oari_cpu_wino_ok(1, 512, 512, 7, 7, 3, 3, 1, 1, 1, 1, 1));   /* 4 */
+    CHECK(!oari_cpu_wino_ok(8, 512, 512, 7, 7, 3, 3, 1, 1, 1, 1, 1));   /* 32, 512 channels */
+    CHECK(oari_cpu_wino_ok(16, 512, 512, 7, 7, 3, 3, 1, 1, 1, 1, 1));   /* 64 */
 }
 
 /* Local failing allocator: the n-th allocation through the hook fails. */

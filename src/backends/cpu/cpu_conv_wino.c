@@ -43,6 +43,10 @@
  * gemms). A block is whole tile rows, one at least. */
 #ifndef WINO_BLOCK_BYTES
 #define WINO_BLOCK_BYTES ((int64_t)1 << 20)
+/* ... but 128 tiles at least: every block reads all of U (36 O C floats),
+ * which for 512 channels is 37 MB (batch 8, one thread: 59 ms a conv on
+ * blocks of 6 tiles, 30 on 128) */
+#define WINO_BLOCK_MIN_TILES 128
 #endif
 
 typedef float wvec __attribute__((vector_size(64)));
@@ -99,11 +103,16 @@ bool oari_cpu_wino_ok(int64_t n, int64_t c, int64_t o, int64_t oh, int64_t ow, i
                       int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t groups) {
     if (kh != 3 || kw != 3 || sh != 1 || sw != 1 || dh != 1 || dw != 1 || groups != 1) return false;
     if (c < 16 || o < 16 || oh < 4 || ow < 4) return false;
-    /* the filter transform (C*O*36 floats written per call) has to be paid
-     * by the tiles: fewer than 64 tiles with C*O large lose (see
-     * docs/architecture.md for the per-layer figures) */
+    /* The filter transform (C*O*36 floats written, then read by the gemms,
+     * on every call) has to be paid for by the tiles. One thread, CPU
+     * time, against im2col + gemm (bench_conv): 256 channels in and out
+     * lose on 16 tiles (14x14 at batch 1: 3.6-5.1 ms against 2.8-3.3) and
+     * win from 32 (batch 2: 5.5-6.6 against 6.3-6.6; batch 4: 8.1-9.8
+     * against 12.5-13.3); 512 (U: 37 MB) lose up to 16 tiles, tie at 32
+     * (25.5-27.4 against 23.7-28.7) and win from 64 (34.7-36.8 against
+     * 51.5-53.0). */
     const int64_t tiles = n * ((oh + WT - 1) / WT) * ((ow + WT - 1) / WT);
-    return tiles >= 32;
+    return tiles >= (c * o > 256 * 256 ? 64 : 32);
 }
 
 /* U [36][O][C] <- the filters w [O][C][3][3], output channels [o0, o1). */
@@ -313,6 +322,7 @@ int oari_cpu_conv2d_wino(const float *x, const float *w, const oar_ktensor *bias
     wgeom g = {N, C, H, W, O, OH, OW, ph, pw, (OH + WT - 1) / WT, ntx, (ntx + WVL - 1) / WVL};
     const int64_t rows = N * g.nty; /* tile rows in all */
     int64_t rb = WINO_BLOCK_BYTES / (int64_t)sizeof(float) / (WK * (C + O) * g.ntx);
+    if (rb * g.ntx < WINO_BLOCK_MIN_TILES) rb = (WINO_BLOCK_MIN_TILES + g.ntx - 1) / g.ntx;
     if (rb < 1) rb = 1;
     if (rb > rows) rb = rows;
     const int64_t nblk = (rows + rb - 1) / rb;
