@@ -1,4 +1,5 @@
-/* conv2d's Winograd F(4x4, 3x3) path (src/backends/cpu/cpu_conv_wino.c)
+/* conv2d's Winograd F(4x4, 3x3) and F(2x2, 3x3) paths
+ * (src/backends/cpu/cpu_conv_wino.c)
  * against direct float64 loops written here: the kernel itself on odd
  * planes (H, W not multiples of the 4x4 tile, planes smaller than a tile
  * plus padding, wider than one chunk of 16 tiles), padding 0, 1 and 2,
@@ -87,7 +88,6 @@ static void test_kernel(void) {
         for (int64_t i = 0; i < N * C * H * W; i++) x[i] = frand(&seed);
         for (int64_t i = 0; i < O * C * 9; i++) w[i] = frand(&seed);
         for (int64_t i = 0; i < O; i++) b[i] = frand(&seed);
-        for (int64_t i = 0; i < ny; i++) y[i] = NAN;
         oar_ktensor bk = {.dtype = -1};
         if (cases[k].bias) {
             bk.data = b;
@@ -96,13 +96,17 @@ static void test_kernel(void) {
             bk.shape[0] = O;
             bk.strides[0] = 1;
         }
-        int st = oari_cpu_conv2d_wino(x, w, &bk, y, N, C, H, W, O, OH, OW, ph, pw);
-        CHECK(st == 0);
         ref_conv(x, w, cases[k].bias ? b : NULL, N, C, H, W, O, ph, pw, ry, mag);
-        int64_t bad = count_bad("wino", y, ry, mag, ny);
-        if (bad)
-            fprintf(stderr, "  case %zu: %lld of %lld off\n", k, (long long)bad, (long long)ny);
-        CHECK(bad == 0);
+        for (int m = 4; m >= 2; m -= 2) { /* F(4x4, 3x3) and F(2x2, 3x3) */
+            for (int64_t i = 0; i < ny; i++) y[i] = NAN;
+            int st = oari_cpu_conv2d_wino(x, w, &bk, y, N, C, H, W, O, OH, OW, ph, pw, m);
+            CHECK(st == 0);
+            int64_t bad = count_bad("wino", y, ry, mag, ny);
+            if (bad)
+                fprintf(stderr, "  case %zu, m %d: %lld of %lld off\n", k, m, (long long)bad,
+                        (long long)ny);
+            CHECK(bad == 0);
+        }
         free(x), free(w), free(b), free(y), free(ry), free(mag);
     }
 }
@@ -125,17 +129,19 @@ static float *run_conv(oar_tensor *x, oar_tensor *w, oar_tensor *b, int64_t p) {
 static void test_selected(void) {
     static const struct {
         int64_t n, c, h, w, o, p;
+        int m;
     } cases[] = {
-        {1, 64, 30, 29, 64, 1}, /* 8 x 7 tiles, one image */
-        {3, 16, 17, 19, 24, 0}, /* 15 x 17 outputs, three images */
-        {2, 32, 14, 14, 48, 1}, /* ResNet's 14x14 stage at batch 2 (32 tiles) */
+        {1, 64, 30, 29, 64, 1, 4}, /* 8 x 7 tiles, one image */
+        {3, 16, 17, 19, 24, 0, 4}, /* 15 x 17 outputs, three images */
+        {2, 32, 14, 14, 48, 1, 4}, /* ResNet's 14x14 stage at batch 2 (32 tiles) */
+        {1, 32, 14, 13, 40, 1, 2}, /* batch 1: 16 4x4 tiles, 49 2x2 tiles */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         oar_pool *pool = oar_pool_push();
         const int64_t N = cases[k].n, C = cases[k].c, H = cases[k].h, W = cases[k].w;
         const int64_t O = cases[k].o, p = cases[k].p, OH = H + 2 * p - 2, OW = W + 2 * p - 2;
         const int64_t ny = N * O * OH * OW;
-        CHECK(oari_cpu_wino_ok(N, C, O, OH, OW, 3, 3, 1, 1, 1, 1, 1));
+        CHECK(oari_cpu_wino_ok(N, C, O, OH, OW, 3, 3, 1, 1, 1, 1, 1) == cases[k].m);
         /* x as a transposed view of [N, C, W, H]: conv2d copies it first */
         oar_tensor *xt = oar_randn(OAR_F32, 4, (int64_t[]){N, C, W, H});
         oar_tensor *x = oar_transpose(xt, 2, 3);
@@ -166,21 +172,23 @@ static void test_selected(void) {
     }
 }
 
-/* The selection: 3x3 stride 1 undilated ungrouped with 16 channels and 32
- * tiles at least (64 beyond 256 x 256 channels); everything else stays
- * with the other kernels. */
+/* The selection: 3x3 stride 1 undilated ungrouped with 16 channels, F(4x4)
+ * from 32 4x4 tiles (64 beyond 256 x 256 channels), else F(2x2) from 48
+ * 2x2 tiles up to 256 x 256 channels; everything else stays with the
+ * other kernels. */
 static void test_selection(void) {
-    CHECK(oari_cpu_wino_ok(1, 64, 64, 56, 56, 3, 3, 1, 1, 1, 1, 1));
+    CHECK(oari_cpu_wino_ok(1, 64, 64, 56, 56, 3, 3, 1, 1, 1, 1, 1) == 4);
     CHECK(!oari_cpu_wino_ok(1, 64, 64, 28, 28, 3, 3, 2, 2, 1, 1, 1)); /* stride 2 */
     CHECK(!oari_cpu_wino_ok(1, 64, 64, 56, 56, 3, 3, 1, 1, 2, 2, 1)); /* dilation */
     CHECK(!oari_cpu_wino_ok(1, 64, 64, 56, 56, 3, 3, 1, 1, 1, 1, 2)); /* groups */
     CHECK(!oari_cpu_wino_ok(1, 64, 64, 56, 56, 5, 5, 1, 1, 1, 1, 1)); /* 5x5 */
     CHECK(!oari_cpu_wino_ok(1, 3, 64, 56, 56, 3, 3, 1, 1, 1, 1, 1));  /* 3 channels in */
-    CHECK(!oari_cpu_wino_ok(1, 256, 256, 14, 14, 3, 3, 1, 1, 1, 1, 1)); /* 16 tiles */
-    CHECK(oari_cpu_wino_ok(2, 256, 256, 14, 14, 3, 3, 1, 1, 1, 1, 1));  /* 32 */
-    CHECK(!oari_cpu_wino_ok(1, 512, 512, 7, 7, 3, 3, 1, 1, 1, 1, 1));   /* 4 */
-    CHECK(!oari_cpu_wino_ok(8, 512, 512, 7, 7, 3, 3, 1, 1, 1, 1, 1));   /* 32, 512 channels */
-    CHECK(oari_cpu_wino_ok(16, 512, 512, 7, 7, 3, 3, 1, 1, 1, 1, 1));   /* 64 */
+    CHECK(oari_cpu_wino_ok(1, 256, 256, 14, 14, 3, 3, 1, 1, 1, 1, 1) == 2); /* 16 + 49 tiles */
+    CHECK(!oari_cpu_wino_ok(1, 256, 256, 12, 12, 3, 3, 1, 1, 1, 1, 1));     /* 9 + 36 */
+    CHECK(oari_cpu_wino_ok(2, 256, 256, 14, 14, 3, 3, 1, 1, 1, 1, 1) == 4); /* 32 */
+    CHECK(!oari_cpu_wino_ok(1, 512, 512, 7, 7, 3, 3, 1, 1, 1, 1, 1));       /* 4 */
+    CHECK(!oari_cpu_wino_ok(8, 512, 512, 7, 7, 3, 3, 1, 1, 1, 1, 1));       /* 32, 512 ch. */
+    CHECK(oari_cpu_wino_ok(16, 512, 512, 7, 7, 3, 3, 1, 1, 1, 1, 1) == 4);  /* 64 */
 }
 
 /* Local failing allocator: the n-th allocation through the hook fails. */

@@ -608,10 +608,11 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
         return st;
     }
 #ifdef CONV_WINO
-    if (oari_cpu_wino_ok(xd.n, xd.c, wd.n, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw,
-                         groups)) {
+    const int wm = oari_cpu_wino_ok(xd.n, xd.c, wd.n, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.dh,
+                                    g.dw, groups);
+    if (wm) {
         int st = oari_cpu_conv2d_wino(x, w, &c->in[2], y, xd.n, xd.c, g.ih, g.iw, wd.n, g.oh,
-                                      g.ow, g.ph, g.pw);
+                                      g.ow, g.ph, g.pw, wm);
         scratch_free(xo, xn);
         scratch_free(wo, wn);
         return st;
