@@ -7,9 +7,10 @@
  * (. the element-wise product), so the 9 multiply-adds per output and input
  * channel of im2col + gemm become 36 / 16 = 2.25, done as 36 gemms
  *     M[k] (O x T) = U[k] (O x C) V[k] (C x T),   k = 0 .. 35
- * over the tiles T of a block of tile rows. The input transform reads a tile
- * row with the row direction vectorized over the tiles (grouped stride-4
- * loads), then the column direction over contiguous tiles; the output
+ * over the tiles T of a block of tile rows. The input transform applies
+ * B^T down the six rows of a tile row along whole padded rows, then, per
+ * chunk of 16 tiles, de-interleaves the stride-4 columns with shuffles and
+ * applies B^T across, all on 64-byte vectors; the output
  * transform does the same backwards and adds the bias. F(2x2, 3x3) (4x4
  * input tiles, 16 gemms, 4 multiply-adds per output) serves small planes
  * whose 4x4 tiles are too few (see oari_cpu_wino_ok).
