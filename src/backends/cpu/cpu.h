@@ -116,4 +116,18 @@ static inline int64_t oari_kt_numel(const oar_ktensor *k) {
 static inline float oari_ld_f16(const void *p) { return oari_f16_to_f32(*(const uint16_t *)p); }
 static inline float oari_ld_bf16(const void *p) { return oari_bf16_to_f32(*(const uint16_t *)p); }
 
+/* conv2d by Winograd F(m x m, 3x3), float32 (cpu_conv_wino.c): the output
+ * tile m (4 or 2) it takes for a conv of these sizes (3x3, stride 1, no
+ * dilation, no groups, enough channels and tiles), 0 for none; and the
+ * kernel: x [N, C, H, W] and w [O, C, 3, 3] contiguous, y [N, O, OH, OW],
+ * padding ph, pw; bias dtype -1 for none; m 4 or 2. 0, or OAR_ERR_NOMEM
+ * (error set). */
+OARI_HIDDEN int oari_cpu_wino_ok(int64_t n, int64_t c, int64_t o, int64_t oh, int64_t ow,
+                                 int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh,
+                                 int64_t dw, int64_t groups);
+OARI_HIDDEN int oari_cpu_conv2d_wino(const float *x, const float *w, const oar_ktensor *bias,
+                                     float *y, int64_t N, int64_t C, int64_t H, int64_t W,
+                                     int64_t O, int64_t OH, int64_t OW, int64_t ph, int64_t pw,
+                                     int m);
+
 #endif

@@ -124,7 +124,9 @@ static int64_t adaptive_end(int64_t o, int64_t out, int64_t in) {
 #define CONV_T float
 #define CONV_SFX f32
 #define CONV_GEMM cblas_sgemm
+#define CONV_WINO /* float32 3x3 convs may take Winograd (cpu_conv_wino.c) */
 #include "cpu_conv.c"
+#undef CONV_WINO
 #undef CONV_T
 #undef CONV_SFX
 #undef CONV_GEMM
@@ -605,6 +607,17 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
         scratch_free(wo, wn);
         return st;
     }
+#ifdef CONV_WINO
+    const int wm = oari_cpu_wino_ok(xd.n, xd.c, wd.n, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.dh,
+                                    g.dw, groups);
+    if (wm) {
+        int st = oari_cpu_conv2d_wino(x, w, &c->in[2], y, xd.n, xd.c, g.ih, g.iw, wd.n, g.oh,
+                                      g.ow, g.ph, g.pw, wm);
+        scratch_free(xo, xn);
+        scratch_free(wo, wn);
+        return st;
+    }
+#endif
     const bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 &&
                         g.pw == 0 && g.ih == g.oh && g.iw == g.ow;
     int64_t nb = direct ? 1 : conv_chunk(xd.n, K + og, P);
