@@ -27,14 +27,18 @@ extern "C" {
 #endif
 
 /* Reads the ONNX model at path and returns a new graph (the caller frees it
- * with oar_graph_free). NULL with oar_last_error() set on failure: the file
- * cannot be read (OAR_ERR_IO), it is not a valid ModelProto, an opset or
+ * with oar_graph_free). Initializers stored as external data are read from
+ * the files their `location` names, relative to path's folder (never
+ * outside it). NULL with oar_last_error() set on failure: the file or an
+ * external data file cannot be read or is short (OAR_ERR_IO / _INVALID,
+ * naming the tensor and file), it is not a valid ModelProto, an opset or
  * op outside the list above (the message names the node, its op and the
  * opset), an unsupported element type or attribute, or a shape error in a
  * node (named). */
 OAR_API oar_graph *oar_onnx_load(const char *path);
 
-/* As oar_onnx_load, from n bytes in memory (borrowed). */
+/* As oar_onnx_load, from n bytes in memory (borrowed); a model with
+ * external data is refused (there is no folder to read it from). */
 OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n);
 
 /* ==== ONNX export (onnxexport branch) ==========================================
@@ -113,7 +117,8 @@ OAR_API oar_graph *oar_onnx_load_buffer_with(const void *data, size_t n, const o
 /* Reads a serialized TensorProto (an ONNX test's input_0.pb) as a new
  * tensor (pool rule, as oar_tensor_from_data). NULL with an error naming
  * the file and the problem: unreadable, not a TensorProto, an element type
- * oar lacks (int8, uint16..uint64, string), external or inconsistent data. */
+ * oar lacks (int8, uint16..uint64, string), external (refused here) or
+ * inconsistent data. */
 OAR_API oar_tensor *oar_onnx_tensor_load(const char *path);
 /* As oar_onnx_tensor_load, from n bytes in memory (borrowed). */
 OAR_API oar_tensor *oar_onnx_tensor_load_buffer(const void *data, size_t n);

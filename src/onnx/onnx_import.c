@@ -9,6 +9,7 @@
 #include <oar/onnx.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* protobuf-c allocates through the one hook; free gets no size, so keep it
@@ -140,14 +141,74 @@ static const char *elem_name(int32_t e) {
     return e >= 0 && e < (int32_t)(sizeof names / sizeof *names) ? names[e] : "unknown";
 }
 
+/* The folder of the model file being imported on this thread (external
+ * data paths are relative to it); NULL while importing from memory. */
+static _Thread_local const char *model_dir;
+
+/* An external_data value, or NULL. */
+static const char *external_value(const Onnx__TensorProto *tp, const char *key) {
+    for (size_t i = 0; i < tp->n_external_data; i++)
+        if (tp->external_data[i]->key && !strcmp(tp->external_data[i]->key, key)) return tp->external_data[i]->value;
+    return NULL;
+}
+
+/* A non-negative byte count from an external_data value ("offset",
+ * "length"), or -1. */
+static long long external_count(const char *v) {
+    if (!v || !*v) return -1;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    return *end || x < 0 ? -1 : x;
+}
+
+/* Reads the raw little-endian bytes of tp from the file its external_data
+ * names (ONNX's rules: "location" relative to the model's folder, never
+ * absolute nor through "..", optional "offset" and "length"). */
+static int read_external(const Onnx__TensorProto *tp, const char *what, const char *name, void *dst,
+                         size_t nbytes) {
+    const char *loc = external_value(tp, "location"), *off_s = external_value(tp, "offset");
+    const char *len_s = external_value(tp, "length");
+    if (!model_dir)
+        return oari_error(OAR_ERR_UNSUPPORTED, "onnx: %s '%s': its data is in an external file; load the model "
+                          "from its file (oar_onnx_load), not from memory", what, name);
+    if (!loc || !*loc)
+        return oari_error(OAR_ERR_INVALID, "onnx: %s '%s': external data without a location", what, name);
+    if (loc[0] == '/' || !strcmp(loc, "..") || !strncmp(loc, "../", 3) || strstr(loc, "/../") ||
+        (strlen(loc) >= 3 && !strcmp(loc + strlen(loc) - 3, "/..")))
+        return oari_error(OAR_ERR_INVALID, "onnx: %s '%s': external data location '%s' must be a path inside the "
+                          "model's folder", what, name, loc);
+    long long off = off_s ? external_count(off_s) : 0, len = len_s ? external_count(len_s) : (long long)nbytes;
+    if (off < 0 || len < 0)
+        return oari_error(OAR_ERR_INVALID, "onnx: %s '%s': bad external data offset '%s' or length '%s'", what,
+                          name, off_s ? off_s : "", len_s ? len_s : "");
+    if ((size_t)len != nbytes)
+        return oari_error(OAR_ERR_INVALID, "onnx: %s '%s': external data length %lld, but the tensor holds %zu "
+                          "bytes", what, name, len, nbytes);
+    size_t plen = strlen(model_dir) + strlen(loc) + 2;
+    char *path = oari_malloc(plen);
+    if (!path) return OAR_ERR_NOMEM;
+    snprintf(path, plen, "%s/%s", model_dir, loc);
+    FILE *f = fopen(path, "rb");
+    int st = 0;
+    long long size = -1;
+    if (!f)
+        st = oari_error(OAR_ERR_IO, "onnx: %s '%s': cannot open its external data file '%s'", what, name, path);
+    else if (fseeko(f, 0, SEEK_END) != 0 || (size = ftello(f)) < 0)
+        st = oari_error(OAR_ERR_IO, "onnx: %s '%s': cannot size '%s'", what, name, path);
+    else if (off > size || (long long)nbytes > size - off)
+        st = oari_error(OAR_ERR_INVALID, "onnx: %s '%s': '%s' holds %lld bytes, the tensor needs %zu at offset "
+                        "%lld (truncated?)", what, name, path, size, nbytes, off);
+    else if (fseeko(f, (off_t)off, SEEK_SET) != 0 || (nbytes && fread(dst, 1, nbytes, f) != nbytes))
+        st = oari_error(OAR_ERR_IO, "onnx: %s '%s': short read of '%s'", what, name, path);
+    if (f) fclose(f);
+    oari_free(path, plen);
+    return st;
+}
+
 oar_tensor *oari_onnx_tensor_of(const Onnx__TensorProto *tp, const char *what) {
     const char *name = tp->name ? tp->name : "";
     if (tp->n_dims > OAR_MAX_DIMS) {
         oari_error(OAR_ERR_UNSUPPORTED, "onnx: %s '%s': %zu dims (max %d)", what, name, tp->n_dims, OAR_MAX_DIMS);
-        return NULL;
-    }
-    if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
-        oari_error(OAR_ERR_UNSUPPORTED, "onnx: %s '%s': external data is not supported", what, name);
         return NULL;
     }
     if (tp->segment) {
@@ -174,6 +235,13 @@ oar_tensor *oari_onnx_tensor_of(const Onnx__TensorProto *tp, const char *what) {
     if (!t) return NULL;
     void *dst = oar_tensor_data(t);
     size_t n = (size_t)count;
+    if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+        if (read_external(tp, what, name, dst, n * esz)) {
+            oar_tensor_release(t);
+            return NULL;
+        }
+        return oari_pool_adopt(t);
+    }
     if (tp->has_raw_data) { /* little-endian, as on every host oar runs on */
         if (tp->raw_data.len != n * esz) goto bad_count;
         if (n) memcpy(dst, tp->raw_data.data, n * esz);
@@ -647,11 +715,33 @@ static void *read_file(const char *path, size_t *n, const char *fn) {
     return buf;
 }
 
+/* path's folder in a new string of *size bytes ("." for a bare name), or NULL. */
+static char *folder_of(const char *path, size_t *size) {
+    const char *slash = strrchr(path, '/');
+    size_t len = slash ? (size_t)(slash - path) : 1;
+    if (slash && len == 0) len = 1; /* "/model.onnx" */
+    char *dir = oari_malloc(len + 1);
+    if (!dir) return NULL;
+    memcpy(dir, slash ? path : ".", len);
+    dir[len] = 0;
+    *size = len + 1;
+    return dir;
+}
+
 OAR_API oar_graph *oar_onnx_load_with(const char *path, const oar_onnx_options *opt) {
-    size_t n = 0;
+    size_t n = 0, dsize = 0;
     void *buf = read_file(path, &n, "oar_onnx_load");
     if (!buf) return NULL;
+    char *dir = folder_of(path, &dsize);
+    if (!dir) {
+        oari_free(buf, n + 1);
+        return NULL;
+    }
+    const char *outer = model_dir; /* (a load from inside a load keeps its own) */
+    model_dir = dir;
     oar_graph *g = oar_onnx_load_buffer_with(buf, n, opt);
+    model_dir = outer;
+    oari_free(dir, dsize);
     oari_free(buf, n + 1);
     return g;
 }
