@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "cuda_kernels.h"
+#include "cuda_jit.h"
 #ifdef OAR_CUDA_NCCL
 #include "cuda_nccl.h"
 #endif
@@ -326,6 +327,9 @@ static const oar_device_iface iface = {
     .copy_to_device_async = to_device_async,
     .copy_to_host_async = to_host_async,
     .copy_device_to_device_async = d2d_async,
+    .build_program = oar_cuda_build_program, /* generated kernels (cuda_jit.c) */
+    .get_function = oar_cuda_get_function,
+    .launch = oar_cuda_launch,
 #ifdef OAR_CUDA_NCCL /* collectives over NCCL (cuda_nccl.c) */
     .all_reduce = oar_cuda_nccl_all_reduce,
     .all_gather = oar_cuda_nccl_all_gather,
@@ -341,6 +345,7 @@ static const oar_device_iface iface = {
 
 static void shutdown(void *ctx) {
     (void)ctx;
+    oar_cuda_jit_shutdown();
     for (int i = 0; i < MAX_DEV; i++)
         if (blas[i]) {
             cublasDestroy(blas[i]);
@@ -351,6 +356,7 @@ static void shutdown(void *ctx) {
 __attribute__((visibility("default"))) int oar_plugin_init(const oar_host_api *h,
                                                            oar_plugin_desc *out) {
     host = h;
+    oar_cuda_jit_init(h);
 #ifdef OAR_CUDA_NCCL
     oar_cuda_nccl_init(h);
 #endif

@@ -45,42 +45,46 @@ static void cl_prelude(oari_sbuf *src) {
     if (oari_cl_prelude_extra) oari_sbuf_puts(src, oari_cl_prelude_extra);
 }
 
-static void cl_function(const oari_kernel_text *k, oari_sbuf *src) {
+void oari_work_item_function(const oari_kernel_text *k, oari_sbuf *src, const oari_work_item_dialect *w) {
     const oar_graph *g = k->g;
-    oari_sbuf_printf(src, "__kernel void %s(", k->name);
+    const char *I = w->int_t;
+    oari_sbuf_printf(src, "%s void %s(", w->qualifiers, k->name);
     for (int a = 0; a < k->n_args; a++)
-        oari_sbuf_printf(src, "__global %s%s *a%d, ", a ? "const " : "", oari_c_type(g->values[k->args[a]].dtype), a);
-    for (int a = 0; a < k->n_args; a++) oari_sbuf_printf(src, "const long o%d, ", a);
-    for (int q = 0; q < g->n_syms; q++) oari_sbuf_printf(src, "const long s%d, ", q);
-    oari_sbuf_puts(src, "const long n_work) {\n    const long gid = get_global_id(0);\n"
-                        "    if (gid >= n_work) return;\n");
+        oari_sbuf_printf(src, "%s%s%s *a%d, ", w->buffer, a ? "const " : "", oari_c_type(g->values[k->args[a]].dtype), a);
+    for (int a = 0; a < k->n_args; a++) oari_sbuf_printf(src, "const %s o%d, ", I, a);
+    for (int q = 0; q < g->n_syms; q++) oari_sbuf_printf(src, "const %s s%d, ", I, q);
+    oari_sbuf_printf(src, "const %s n_work) {\n    const %s gid = %s;\n    if (gid >= n_work) return;\n", I, I,
+                     w->gid);
     for (int a = 0; a < k->n_args; a++) oari_sbuf_printf(src, "    a%d += o%d;\n", a, a);
-    oari_sbuf_printf(src, "    const long s[%d] = {", g->n_syms ? g->n_syms : 1);
+    oari_sbuf_printf(src, "    const %s s[%d] = {", I, g->n_syms ? g->n_syms : 1);
     for (int q = 0; q < g->n_syms; q++) oari_sbuf_printf(src, "%ss%d", q ? ", " : "", q);
     oari_sbuf_puts(src, g->n_syms ? "};\n    (void)s;\n" : "0};\n    (void)s;\n");
     /* the work-item's outer index, the last outer dim fastest */
     int first = -1;
-    for (int d = 0; d < k->nd; d++)
-        if (k->outer_mask & (1u << d)) {
-            first = d;
-            break;
-        }
-    if (first >= 0) oari_sbuf_puts(src, "    long q = gid;\n");
+    for (int d = 0; d < k->nd && first < 0; d++)
+        if (k->outer_mask & (1u << d)) first = d;
+    if (first >= 0) oari_sbuf_printf(src, "    %s q = gid;\n", I);
     for (int d = k->nd - 1; d >= 0; d--) {
         if (!(k->outer_mask & (1u << d))) continue;
-        if (d == first) oari_sbuf_printf(src, "    const long i%d = q;\n", d);
-        else oari_sbuf_printf(src, "    const long i%d = q %% (%s);\n    q /= (%s);\n", d, k->dim[d], k->dim[d]);
+        if (d == first) oari_sbuf_printf(src, "    const %s i%d = q;\n", I, d);
+        else oari_sbuf_printf(src, "    const %s i%d = q %% (%s);\n    q /= (%s);\n", I, d, k->dim[d], k->dim[d]);
     }
     oari_sbuf_puts(src, k->outer);
     int n_inner = 0;
     for (int d = 0; d < k->nd; d++)
         if (!(k->outer_mask & (1u << d))) {
-            oari_sbuf_printf(src, "    for (long i%d = 0; i%d < %s; i%d++)\n", d, d, k->dim[d], d);
+            oari_sbuf_printf(src, "    for (%s i%d = 0; i%d < %s; i%d++)\n", I, d, d, k->dim[d], d);
             n_inner++;
         }
     if (n_inner) oari_sbuf_printf(src, "    {\n%s%s    }\n", k->inner, k->store);
     else oari_sbuf_printf(src, "%s%s", k->inner, k->store);
     oari_sbuf_puts(src, "}\n");
+}
+
+static void cl_function(const oari_kernel_text *k, oari_sbuf *src) {
+    static const oari_work_item_dialect cl = {
+        .qualifiers = "__kernel", .buffer = "__global ", .int_t = "long", .gid = "get_global_id(0)"};
+    oari_work_item_function(k, src, &cl);
 }
 
 const oari_renderer oari_render_cl = {

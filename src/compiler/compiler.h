@@ -51,6 +51,23 @@ typedef struct oari_renderer {
 
 OARI_HIDDEN extern const oari_renderer oari_render_c;  /* codegen_c.c */
 OARI_HIDDEN extern const oari_renderer oari_render_cl; /* codegen_cl.c: one __kernel per kernel */
+OARI_HIDDEN extern const oari_renderer oari_render_cu; /* codegen_cu.c: one __global__ per kernel (NVRTC) */
+
+/* The function around a kernel for a work-item device (OpenCL, CUDA): one
+ * work-item per iteration of the parallel dims; the dialect names the
+ * function and buffer qualifiers, the 64-bit integer type and the global
+ * work-item index. */
+typedef struct oari_work_item_dialect {
+    const char *qualifiers;   /* before "void" */
+    const char *buffer;       /* before a buffer's element type */
+    const char *int_t;        /* the 64-bit integer type */
+    const char *gid;          /* the expression of the work-item's index */
+} oari_work_item_dialect;
+OARI_HIDDEN void oari_work_item_function(const oari_kernel_text *k, oari_sbuf *src,
+                                         const oari_work_item_dialect *w);
+/* The renderer for device dev's generated kernels: CUDA C on a "cuda"
+ * device, OpenCL C otherwise (the device refuses a language it lacks). */
+OARI_HIDDEN const oari_renderer *oari_renderer_for(const oar_device *dev);
 
 typedef struct oari_kernel {
     int root;                 /* node whose output it writes */

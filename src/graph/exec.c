@@ -545,7 +545,8 @@ static void point_input_readers(oar_executor *ex, int i, char *base) {
 }
 
 /* Devices: the compiled kernels for dev (after oar_executor_compile): the
- * graph's grouping rendered as OpenCL C and built through the device's
+ * graph's grouping rendered as OpenCL C (CUDA C on a cuda device,
+ * oari_renderer_for) and built through the device's
  * build_program, once per executor and device. NULL: run unfused (not
  * compiled, the device runs no generated code, or the build failed: said
  * once, the device's message, e.g. the build log, left in oar_last_error()). */
@@ -557,7 +558,7 @@ static oari_fusion *device_fusion(oar_executor *ex, oar_device *dev) {
     oari_fusion_free(ex->dev_fusion);
     ex->dev_fusion = NULL;
     oari_fusion *f = NULL;
-    int st = oari_fuse_graph(ex->g, &oari_render_cl, &f);
+    int st = oari_fuse_graph(ex->g, oari_renderer_for(dev), &f);
     const char *dbg = getenv("OAR_DEBUG");
     if (!st && dbg && atoi(dbg) >= 1 && f->n_kernels)
         fprintf(stderr, "oar: compiled kernels for %s (%d)\n%s", dev->name, f->n_kernels, oari_sbuf_str(&f->source));

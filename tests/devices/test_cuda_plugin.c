@@ -2,7 +2,8 @@
  * (CUDA runtime, cuBLAS) and oar_plugin_init runs. Without a GPU it is
  * refused with the driver's reason and oar keeps running on the CPU; with
  * one, the ops it claims run on cuda:0 without fallback and equal the CPU's
- * results (test_backend_ops then also runs every claimed kernel). Skipped
+ * results (test_backend_ops then also runs every claimed kernel), and a
+ * compiled graph runs its generated CUDA kernels there. Skipped
  * (exit 77) where the plugin was not built (no CUDA toolkit). */
 #include "test.h"
 
@@ -17,6 +18,35 @@ static void check_close(oar_tensor *got, oar_tensor *want, double tol) {
     CHECK_NEAR(worst, 0, tol);
     free(g);
     free(w);
+}
+
+/* A traced chain with a softmax row, compiled: on cuda:0 its kernels are
+ * CUDA C built by NVRTC (src/compiler/codegen_cu.c, cuda_jit.c); the
+ * results equal the CPU executor's and fewer launches run than unfused. */
+static int chain(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *x = in[0];
+    out[0] = oar_softmax(oar_sub(oar_mul(oar_tanh(oar_add_scalar(oar_mul_scalar(x, 0.5), 1.0)), x), oar_relu(x)), 1);
+    return out[0] ? 0 : -1;
+}
+
+static void check_compiled_on(oar_device *d) {
+    oar_pool *pool = oar_pool_push();
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 77}, .dim_names = {"N"}};
+    oar_graph *g = oar_trace(chain, NULL, 1, &spec, 1, NULL);
+    oar_executor *cpu = g ? oar_executor_new(g) : NULL, *gpu = g ? oar_executor_new(g) : NULL;
+    CHECK(cpu && gpu && oar_executor_compile(gpu) == 0);
+    for (int64_t batch = 3; batch <= 300; batch *= 10) { /* a new batch never recompiles */
+        oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){batch, 77}), *dx = oar_tensor_to(x, d), *y0, *y1;
+        CHECK(oar_executor_run(cpu, &x, &y0) == 0 && oar_executor_run(gpu, &dx, &y1) == 0);
+        CHECK(oar_tensor_device(y1) == d);
+        check_close(oar_tensor_to(y1, oar_device_cpu()), y0, 1e-5);
+    }
+    CHECK(oar_executor_num_kernels(gpu) < oar_executor_num_kernels(cpu));
+    oar_executor_free(cpu);
+    oar_executor_free(gpu);
+    oar_graph_free(g);
+    oar_pool_pop(pool);
 }
 #endif
 
@@ -57,6 +87,7 @@ int main(void) {
     check_close(oar_softmax(da, 1), oar_softmax(a, 1), 1e-6); /* through the CPU fallback */
     CHECK(oar_device_fallback_count() > 0);
     oar_pool_pop(pool);
+    check_compiled_on(d);
     return test_summary();
 #endif
 }
