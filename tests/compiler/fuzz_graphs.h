@@ -222,4 +222,12 @@ static inline void case_specs(const fuzz_case *fc, oar_graph_input_spec *specs) 
     }
 }
 
+/* Case seed drawn into *fc, its input specs into specs (2 * SUBGRAPHS),
+ * and traced: a new graph, or NULL with the tracer's error. */
+static inline oar_graph *trace_case(uint64_t seed, fuzz_case *fc, oar_graph_input_spec *specs) {
+    make_case(fc, seed);
+    case_specs(fc, specs);
+    return oar_trace(traced, fc, 2 * SUBGRAPHS, specs, SUBGRAPHS, NULL);
+}
+
 #endif

@@ -67,10 +67,8 @@ static void test_random_graphs(void) {
         oar_pool *p = oar_pool_push();
         oar_manual_seed(seed);
         fuzz_case fc;
-        make_case(&fc, seed);
         oar_graph_input_spec specs[2 * SUBGRAPHS];
-        case_specs(&fc, specs);
-        oar_graph *g = oar_trace(traced, &fc, 2 * SUBGRAPHS, specs, SUBGRAPHS, NULL);
+        oar_graph *g = trace_case(seed, &fc, specs);
         CHECK(g != NULL);
         if (g) {
             oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0);
@@ -121,10 +119,8 @@ static void test_mlp_step(void) {
 static void test_broken_source_fails(void) {
     oar_pool *p = oar_pool_push();
     fuzz_case fc;
-    make_case(&fc, 1);
     oar_graph_input_spec specs[2 * SUBGRAPHS];
-    case_specs(&fc, specs);
-    oar_graph *g = oar_trace(traced, &fc, 2 * SUBGRAPHS, specs, SUBGRAPHS, NULL);
+    oar_graph *g = trace_case(1, &fc, specs);
     oari_fusion *cu = NULL;
     CHECK(g && oari_fuse_graph(g, &oari_render_cu, &cu) == 0 && cu->n_kernels > 0);
     if (cu) {

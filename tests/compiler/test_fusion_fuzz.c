@@ -14,10 +14,8 @@ static int n_kernels, n_reduce_kernels; /* what the compiler made, over the run 
  * mismatches into *bad. */
 static int run_case(uint64_t seed, int *bad) {
     fuzz_case fc;
-    make_case(&fc, seed);
     oar_graph_input_spec specs[2 * SUBGRAPHS];
-    case_specs(&fc, specs);
-    oar_graph *g = oar_trace(traced, &fc, 2 * SUBGRAPHS, specs, SUBGRAPHS, NULL);
+    oar_graph *g = trace_case(seed, &fc, specs);
     if (!g) {
         fprintf(stderr, "seed %llu: trace failed: %s\n", (unsigned long long)seed, oar_last_error());
         (*bad)++;

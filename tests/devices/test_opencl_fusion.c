@@ -148,10 +148,8 @@ static void test_random_graphs(void) {
         oar_pool *p = oar_pool_push();
         oar_manual_seed(seed);
         fuzz_case fc;
-        make_case(&fc, seed);
         oar_graph_input_spec specs[2 * SUBGRAPHS];
-        case_specs(&fc, specs);
-        oar_graph *g = oar_trace(traced, &fc, 2 * SUBGRAPHS, specs, SUBGRAPHS, NULL);
+        oar_graph *g = trace_case(seed, &fc, specs);
         CHECK(g != NULL);
         if (!g) {
             oar_pool_pop(p);
