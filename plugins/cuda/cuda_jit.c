@@ -131,7 +131,9 @@ void *oar_cuda_build_program(void *ctx, int index, const char *language, const c
         return p;
     }
     size_t nbin = 0;
-    char *bin = cudaSetDevice(index) == cudaSuccess ? compile(index, source, &nbin) : NULL;
+    char *bin = NULL;
+    if (cudaSetDevice(index) != cudaSuccess) report(-4, "generated kernels", "cudaSetDevice failed");
+    else bin = compile(index, source, &nbin);
     CUmodule mod = NULL;
     CUresult e = bin ? module_load(&mod, bin) : CUDA_ERROR_INVALID_VALUE;
     if (bin) host->free(bin, nbin ? nbin : 1);
