@@ -190,6 +190,22 @@ static int64_t row_width(const wgeom *g) { return g->nch * g->m * WVL + WVL; }
  * transforms (six rows); the output side uses an output row. */
 static int64_t scratch_floats(const wgeom *g) { return 2 * WA * row_width(g); }
 
+/* Rows iy0 .. iy0 + n - 1 of plane, each written to rows + i * rw with pw
+ * zero columns before and zeros after (W + 2 pw <= the tiles' width < rw);
+ * zero[i] marks the rows outside the image (padding), left unwritten. */
+static void padded_rows(const wgeom *g, const float *plane, int64_t iy0, int n, float *rows, int64_t rw,
+                        bool *zero) {
+    for (int i = 0; i < n; i++) {
+        const int64_t iy = iy0 + i;
+        float *row = rows + i * rw;
+        zero[i] = iy < 0 || iy >= g->H;
+        if (zero[i]) continue;
+        memset(row, 0, (size_t)g->pw * sizeof(float));
+        memcpy(row + g->pw, plane + iy * g->W, (size_t)g->W * sizeof(float));
+        memset(row + g->pw + g->W, 0, (size_t)(rw - g->pw - g->W) * sizeof(float));
+    }
+}
+
 /* V [36][C][ldv] columns col .. col + ntx <- channel c of tile row ty of
  * image n. The column direction (B^T over the six rows) runs along the
  * padded rows; then each chunk of 16 tiles de-interleaves its 64 (+2)
@@ -199,18 +215,8 @@ OARI_SIMD_CLONES static void input_row(const wgeom *g, const float *x, int64_t n
                                        float *scratch) {
     const int64_t rw = row_width(g);
     float *rows = scratch, *cols = scratch + WA * rw;
-    const float *plane = x + (n * g->C + c) * g->H * g->W;
     bool zero[WA];
-    for (int i = 0; i < WA; i++) {
-        const int64_t iy = ty * WT - g->ph + i;
-        float *row = rows + i * rw;
-        zero[i] = iy < 0 || iy >= g->H;
-        if (zero[i]) continue;
-        /* columns pw .. pw + W hold the image row (W + 2 pw <= 4 ntx + 2 < rw) */
-        memset(row, 0, (size_t)g->pw * sizeof(float));
-        memcpy(row + g->pw, plane + iy * g->W, (size_t)g->W * sizeof(float));
-        memset(row + g->pw + g->W, 0, (size_t)(rw - g->pw - g->W) * sizeof(float));
-    }
+    padded_rows(g, x + (n * g->C + c) * g->H * g->W, ty * WT - g->ph, WA, rows, rw, zero);
     const wvec z = {0};
     for (int64_t xx = 0; xx < rw; xx += WVL) {
         wvec d[WA], r[WA];
@@ -362,17 +368,8 @@ OARI_SIMD_CLONES static void input_row2(const wgeom *g, const float *x, int64_t 
                                         float *scratch) {
     const int64_t rw = row_width(g);
     float *rows = scratch, *cols = scratch + 4 * rw;
-    const float *plane = x + (n * g->C + c) * g->H * g->W;
     bool zero[4];
-    for (int i = 0; i < 4; i++) {
-        const int64_t iy = ty * 2 - g->ph + i;
-        float *row = rows + i * rw;
-        zero[i] = iy < 0 || iy >= g->H;
-        if (zero[i]) continue;
-        memset(row, 0, (size_t)g->pw * sizeof(float));
-        memcpy(row + g->pw, plane + iy * g->W, (size_t)g->W * sizeof(float));
-        memset(row + g->pw + g->W, 0, (size_t)(rw - g->pw - g->W) * sizeof(float));
-    }
+    padded_rows(g, x + (n * g->C + c) * g->H * g->W, ty * 2 - g->ph, 4, rows, rw, zero);
     const wvec z = {0};
     for (int64_t xx = 0; xx < rw; xx += WVL) {
         wvec d[4], r[4];
