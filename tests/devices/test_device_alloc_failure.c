@@ -9,7 +9,7 @@
 #include "test.h"
 
 #include <stdlib.h>
-#include "alloc_fail.h"
+#include "alloc_fail_loop.h"
 
 static oar_device *dev;
 static oar_tensor *w, *x;
@@ -47,37 +47,7 @@ static void test_every_allocation_fails_cleanly(void) {
     w = oar_randn(OAR_F32, 2, s);
     x = oar_randn(OAR_F32, 2, s);
     CHECK(step() == 0);
-    oar_memory_empty_cache();
-    long base_live = live;
-    int failures = 0, n;
-    for (n = 0; n < 100000; n++) {
-        oar_memory_empty_cache(); /* cold caches: the step allocates everything it uses */
-        n_calls = 0;
-        fail_at = n;
-        oar_clear_error();
-        int st = step();
-        fail_at = -1;
-        if (st == 0 && n_calls <= n) break;
-        if (st != 0) {
-            failures++;
-            if (!strstr(oar_last_error(), "out of memory")) {
-                test_failed++;
-                fprintf(stderr, "allocation %d failed with message \"%s\"\n", n, oar_last_error());
-            }
-        }
-        oar_memory_empty_cache();
-        if (live != base_live) {
-            test_failed++;
-            fprintf(stderr, "after failing allocation %d: %ld live blocks (base %ld)\n", n, live,
-                    base_live);
-            break;
-        }
-        if (step() != 0) {
-            test_failed++;
-            fprintf(stderr, "oar unusable after failing allocation %d: %s\n", n, oar_last_error());
-            break;
-        }
-    }
+    int failures, n = fail_each_allocation_with(step, &failures, (fail_loop_opts){.cold = true, .live_only = true});
     printf("failed each of %d allocations of a device step\n", n);
     CHECK(failures > n / 2 && n > 10);
     CHECK(n < 100000);

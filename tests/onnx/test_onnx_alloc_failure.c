@@ -7,7 +7,7 @@
 #include "test.h"
 #include <oar/onnx.h>
 #include <unistd.h>
-#include "alloc_fail.h"
+#include "alloc_fail_loop.h"
 
 #define NODE_DIR "/usr/share/libonnx-testdata/data/node/"
 
@@ -55,40 +55,7 @@ static int step(void) {
 static void test_every_allocation_fails_cleanly(void) {
     with_testdata = access(NODE_DIR "test_lstm_with_peepholes/model.onnx", R_OK) == 0;
     CHECK(step() == 0);
-    oar_memory_empty_cache();
-    oar_memory_stats base;
-    oar_memory_stats_get(&base);
-    long base_live = live;
-    int failures = 0, n;
-    for (n = 0; n < 200000; n++) {
-        n_calls = 0;
-        fail_at = n;
-        oar_clear_error();
-        int st = step();
-        fail_at = -1;
-        if (st == 0 && n_calls <= n) break;
-        if (st != 0) {
-            failures++;
-            if (!oar_last_error()[0]) {
-                test_failed++;
-                fprintf(stderr, "allocation %d failed with no message\n", n);
-            }
-        }
-        oar_memory_empty_cache();
-        oar_memory_stats s;
-        oar_memory_stats_get(&s);
-        if (s.bytes_in_use != base.bytes_in_use || live != base_live) {
-            test_failed++;
-            fprintf(stderr, "after failing allocation %d: %zu bytes in use (base %zu), %ld live blocks (base %ld); "
-                    "last error \"%s\"\n", n, s.bytes_in_use, base.bytes_in_use, live, base_live, oar_last_error());
-            break;
-        }
-        if (step() != 0) {
-            test_failed++;
-            fprintf(stderr, "oar unusable after failing allocation %d: %s\n", n, oar_last_error());
-            break;
-        }
-    }
+    int failures, n = fail_each_allocation_with(step, &failures, (fail_loop_opts){.any_message = true});
     printf("failed each of %d allocations of the ONNX loads%s\n", n, with_testdata ? " (with node tests)" : "");
     CHECK(failures > 100);
     CHECK(n < 200000);
