@@ -79,12 +79,37 @@ static void ref_conv2d(oar_tensor *xt, oar_tensor *wt, oar_tensor *bt, cgeom g, 
     free(b);
 }
 
+/* A conv2d case: x [n, c, h, w], w [o, c/groups, kh, kw], bias or not. */
+typedef struct conv_case {
+    int64_t n, c, h, w, o, kh, kw;
+    cgeom g;
+    bool bias;
+} conv_case;
+
+/* Each case in f32 and f64 against the float64 loops. */
+static void check_conv_cases(const char *what, const conv_case *cases, size_t n_cases) {
+    for (size_t k = 0; k < n_cases; k++)
+        for (int d = 0; d < 2; d++) {
+            oar_pool *p = oar_pool_push();
+            oar_dtype dt = d ? OAR_F64 : OAR_F32;
+            cgeom g = cases[k].g;
+            oar_tensor *x = randn4(dt, cases[k].n, cases[k].c, cases[k].h, cases[k].w);
+            oar_tensor *w = randn4(dt, cases[k].o, cases[k].c / g.groups, cases[k].kh, cases[k].kw);
+            oar_tensor *b = cases[k].bias ? oar_randn(dt, 1, (int64_t[]){cases[k].o}) : NULL;
+            oar_tensor *y = oar_conv2d(x, w, b, (int64_t[]){g.sh, g.sw}, (int64_t[]){g.ph, g.pw},
+                                       (int64_t[]){g.dh, g.dw}, g.groups);
+            double *ry, *mag;
+            int64_t ny;
+            ref_conv2d(x, w, b, g, &ry, &mag, &ny);
+            check_close(what, y, ry, mag, ny);
+            free(ry);
+            free(mag);
+            oar_pool_pop(p);
+        }
+}
+
 static void test_conv2d_batched(void) {
-    static const struct {
-        int64_t n, c, h, w, o, kh, kw;
-        cgeom g;
-        bool bias;
-    } cases[] = {
+    static const conv_case cases[] = {
         {200, 3, 7, 7, 4, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true}, /* 3 chunks, the last short */
         {37, 4, 9, 8, 6, 3, 2, {2, 1, 1, 0, 2, 1, 2}, true},  /* groups, stride, dilation */
         {1, 3, 7, 7, 4, 3, 3, {1, 1, 0, 0, 1, 1, 1}, false},  /* one image */
@@ -107,35 +132,14 @@ static void test_conv2d_batched(void) {
          * at least), the last chunk of 3 */
         {7, 320, 7, 7, 40, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true},
     };
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-        for (int d = 0; d < 2; d++) {
-            oar_pool *p = oar_pool_push();
-            oar_dtype dt = d ? OAR_F64 : OAR_F32;
-            cgeom g = cases[k].g;
-            oar_tensor *x = randn4(dt, cases[k].n, cases[k].c, cases[k].h, cases[k].w);
-            oar_tensor *w = randn4(dt, cases[k].o, cases[k].c / g.groups, cases[k].kh, cases[k].kw);
-            oar_tensor *b = cases[k].bias ? oar_randn(dt, 1, (int64_t[]){cases[k].o}) : NULL;
-            oar_tensor *y = oar_conv2d(x, w, b, (int64_t[]){g.sh, g.sw}, (int64_t[]){g.ph, g.pw},
-                                       (int64_t[]){g.dh, g.dw}, g.groups);
-            double *ry, *mag;
-            int64_t ny;
-            ref_conv2d(x, w, b, g, &ry, &mag, &ny);
-            check_close("conv2d", y, ry, mag, ny);
-            free(ry);
-            free(mag);
-            oar_pool_pop(p);
-        }
+    check_conv_cases("conv2d", cases, sizeof cases / sizeof cases[0]);
 }
 
 /* conv2d on images too large to batch (row tiles, channel blocks; see
  * conv2d_tiled in cpu_conv.c), against the float64 loops. The comments give
  * the f32 tiling. */
 static void test_conv2d_tiled(void) {
-    static const struct {
-        int64_t n, c, h, w, o, kh, kw;
-        cgeom g;
-        bool bias;
-    } cases[] = {
+    static const conv_case cases[] = {
         {2, 128, 48, 47, 20, 1, 1, {1, 1, 0, 0, 1, 1, 1}, true},   /* 1x1 in place, 3 tiles */
         {1, 128, 27, 27, 260, 1, 1, {2, 2, 0, 0, 1, 1, 1}, false}, /* 1x1 stride 2, 2 blocks */
         {1, 64, 31, 31, 70, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true},    /* 5 tiles, the last short */
@@ -145,24 +149,7 @@ static void test_conv2d_tiled(void) {
         {1, 3, 64, 63, 16, 7, 7, {2, 2, 3, 3, 1, 1, 1}, true},     /* ResNet's stem, smaller */
         {1, 40, 20, 21, 33, 3, 5, {1, 2, 2, 1, 1, 1, 1}, true},    /* unequal kernel, strides */
     };
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-        for (int d = 0; d < 2; d++) {
-            oar_pool *p = oar_pool_push();
-            oar_dtype dt = d ? OAR_F64 : OAR_F32;
-            cgeom g = cases[k].g;
-            oar_tensor *x = randn4(dt, cases[k].n, cases[k].c, cases[k].h, cases[k].w);
-            oar_tensor *w = randn4(dt, cases[k].o, cases[k].c / g.groups, cases[k].kh, cases[k].kw);
-            oar_tensor *b = cases[k].bias ? oar_randn(dt, 1, (int64_t[]){cases[k].o}) : NULL;
-            oar_tensor *y = oar_conv2d(x, w, b, (int64_t[]){g.sh, g.sw}, (int64_t[]){g.ph, g.pw},
-                                       (int64_t[]){g.dh, g.dw}, g.groups);
-            double *ry, *mag;
-            int64_t ny;
-            ref_conv2d(x, w, b, g, &ry, &mag, &ny);
-            check_close("conv2d tiled", y, ry, mag, ny);
-            free(ry);
-            free(mag);
-            oar_pool_pop(p);
-        }
+    check_conv_cases("conv2d tiled", cases, sizeof cases / sizeof cases[0]);
 }
 
 /* conv_transpose2d in float64: x [N, C, H, W], w [C, O/g, kh, kw]. */
