@@ -91,7 +91,10 @@ struct oar_executor {
     bool *discard;            /* per output: not wanted (oar_executor_discard_output) */
     oari_ctrl_exec **ctrl;    /* per node, made on first use: control nodes' sub-graph executors (exec_control.c) */
     bool compile_wanted;      /* oar_executor_compile was called: compile for the device of each plan */
-    oari_fusion *dev_fusion;  /* kernels rendered as OpenCL C, built on dev_fusion->device */
+    oari_fusion *dev_fusion;  /* kernels rendered for dev_fusion->device (OpenCL or CUDA C), built there */
+    oar_tensor **dev_const;   /* per value: its constant's copy on dev_const_on (plans share them) */
+    oar_device *dev_const_on;
+    int n_dev_const;          /* entries of dev_const */
     oar_device *dev_failed;   /* the device they failed to build on (said once; runs unfused) */
 };
 
@@ -140,12 +143,21 @@ static void drop_plan(const oar_graph *g, plan *p) {
     p->planned_bytes = p->unplanned_bytes = -1;
 }
 
+static void drop_dev_consts(oar_executor *ex) {
+    for (int v = 0; v < ex->n_dev_const; v++) oar_tensor_release(ex->dev_const[v]);
+    oari_free(ex->dev_const, (size_t)ex->n_dev_const * sizeof *ex->dev_const);
+    ex->n_dev_const = 0;
+    ex->dev_const = NULL;
+    ex->dev_const_on = NULL;
+}
+
 void oar_executor_free(oar_executor *ex) {
     if (!ex) return;
     drop_plan(ex->g, &ex->p);
     for (int i = 0; i < N_CACHED_PLANS; i++) drop_plan(ex->g, &ex->cache[i]);
     oari_fusion_free(ex->fusion);
     oari_fusion_free(ex->dev_fusion);
+    drop_dev_consts(ex);
     size_t no = (size_t)(ex->g->n_outputs ? ex->g->n_outputs : 1);
     oari_free(ex->donor, no * sizeof *ex->donor);
     oari_free(ex->discard, no * sizeof *ex->discard);
@@ -573,10 +585,19 @@ static oari_fusion *device_fusion(oar_executor *ex, oar_device *dev) {
     return ex->dev_fusion = f;
 }
 
-/* Devices: a constant's copy on dev, its storage whole, so that its view
- * (shape, strides, offset) is the same as on the CPU. Owned; NULL with an
- * error. */
-static oar_tensor *const_on(oar_tensor *c, oar_device *dev) {
+/* Devices: constant v's copy on dev, its storage whole, so that its view
+ * (shape, strides, offset) is the same as on the CPU. Copied once per
+ * executor and device, shared by its plans (a new input shape uploads no
+ * weights again). A new reference; NULL with an error. */
+static oar_tensor *const_on(oar_executor *ex, int v, oar_device *dev) {
+    if (ex->dev_const_on != dev) {
+        drop_dev_consts(ex);
+        if (!(ex->dev_const = oari_calloc((size_t)ex->g->n_values, sizeof *ex->dev_const))) return NULL;
+        ex->n_dev_const = ex->g->n_values;
+        ex->dev_const_on = dev;
+    }
+    if (ex->dev_const[v]) return oar_tensor_retain(ex->dev_const[v]);
+    oar_tensor *c = ex->g->values[v].constant;
     int64_t nbytes = (int64_t)c->storage->nbytes;
     oar_tensor *bytes = oari_tensor_empty(dev, OAR_U8, 1, &nbytes);
     if (!bytes) return NULL;
@@ -586,7 +607,7 @@ static oar_tensor *const_on(oar_tensor *c, oar_device *dev) {
         oar_tensor_release(t);
         return NULL;
     }
-    return t;
+    return t ? oar_tensor_retain(ex->dev_const[v] = t) : NULL;
 }
 
 static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
@@ -784,7 +805,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     /* 3. real tensors in the arena; views of them; constants */
     for (int v = 0; v < nv && !st; v++) {
         if (g->values[v].kind == OARI_V_CONST)
-            ex->p.vt[v] = on_dev ? const_on(g->values[v].constant, dev) : oar_tensor_retain(g->values[v].constant);
+            ex->p.vt[v] = on_dev ? const_on(ex, v, dev) : oar_tensor_retain(g->values[v].constant);
         else if (root[v] == v && !is_internal(ex, v))
             ex->p.vt[v] = oari_tensor_make(ex->p.arena->storage, sym[v]->dtype, sym[v]->ndim, sym[v]->shape,
                                            NULL, bufs[bufof[share[v]]].offset / (int64_t)oar_dtype_size(sym[v]->dtype));
