@@ -22,6 +22,13 @@ static inline double max_diff(oar_tensor *a, oar_tensor *b) {
 }
 
 /* Linear(8, 16) - ReLU - Linear(16, 4). */
+/* The loss the train-step tests trace: mse(m(x), t); ctx: the module m,
+ * in: x and t. */
+static inline int module_mse_loss(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    out[0] = oar_mse_loss(oar_module_forward(ctx, in[0]), in[1], OAR_REDUCTION_MEAN);
+    return out[0] ? 0 : -1;
+}
+
 static inline oar_module *make_mlp(void) {
     oar_manual_seed(1);
     return oar_sequential_new(3, (oar_module *[]){oar_linear_new(8, 16, true), oar_relu_new(),

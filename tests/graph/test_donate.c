@@ -10,21 +10,11 @@
 
 #include <string.h>
 
-typedef struct loss_ctx {
-    oar_module *m;
-} loss_ctx;
-
-static int loss_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
-    loss_ctx *c = ctx;
-    out[0] = oar_mse_loss(oar_module_forward(c->m, in[0]), in[1], OAR_REDUCTION_MEAN);
-    return out[0] ? 0 : -1;
-}
-
 /* The MLP's train step: loss, grad:* and next:* of its 4 parameters. */
-static oar_graph *train_step(loss_ctx *c, double lr) {
+static oar_graph *train_step(oar_module *m, double lr) {
     oar_graph_input_spec specs[2] = {{.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {8, 8}},
                                      {.name = "t", .dtype = OAR_F32, .ndim = 2, .shape = {8, 4}}};
-    oar_graph *g = oar_trace(loss_fn, c, 2, specs, 1, &(oar_trace_options){.module = c->m, .params_as_inputs = true});
+    oar_graph *g = oar_trace(module_mse_loss, m, 2, specs, 1, &(oar_trace_options){.module = m, .params_as_inputs = true});
     int wrt[4] = {2, 3, 4, 5};
     CHECK(g && oar_graph_append_backward(g, 0, 4, wrt) == 1 && oar_graph_append_sgd(g, lr) == 4);
     CHECK(oar_graph_optimize(g, OAR_PASSES_TRAINING, 0) == 0);
@@ -35,10 +25,10 @@ static oar_graph *train_step(loss_ctx *c, double lr) {
  * steps of the same module; `compile` runs generated kernels. */
 static void train_in_place(bool compile) {
     const double lr = 0.1;
-    loss_ctx c = {.m = make_mlp()};
-    oar_graph *g = train_step(&c, lr);
+    oar_module *m = make_mlp();
+    oar_graph *g = train_step(m, lr);
     oar_tensor *params[4], *gp[4], *in[6], *out[9];
-    CHECK(oar_module_parameters(c.m, params, 4) == 4);
+    CHECK(oar_module_parameters(m, params, 4) == 4);
     for (int k = 0; k < 4; k++) gp[k] = oar_clone(params[k]); /* outside any pool: ours */
     oar_pool *p = oar_pool_push();
     oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){8, 8}), *t = oar_randn(OAR_F32, 2, (int64_t[]){8, 4});
@@ -63,9 +53,9 @@ static void train_in_place(bool compile) {
             CHECK(out[5 + k] == gp[k]);  /* next:* is the parameter itself */
             CHECK(oar_executor_donated_in_place(ex, 5 + k) == 1);
         }
-        oar_module_zero_grad(c.m);
+        oar_module_zero_grad(m);
         oar_tensor *loss = NULL;
-        loss_fn(&c, (oar_tensor *[]){x, t}, &loss);
+        module_mse_loss(m, (oar_tensor *[]){x, t}, &loss);
         CHECK(oar_backward(loss, NULL) == 0);
         oar_no_grad_push();
         for (int k = 0; k < 4; k++) oar_add_scaled_(params[k], oar_tensor_grad(params[k]), -lr);
@@ -80,7 +70,7 @@ static void train_in_place(bool compile) {
     oar_pool_pop(p);
     for (int k = 0; k < 4; k++) oar_tensor_release(gp[k]);
     oar_graph_free(g);
-    oar_module_free(c.m);
+    oar_module_free(m);
 }
 
 static int f_exp(void *ctx, oar_tensor *const *in, oar_tensor **out) {
@@ -93,17 +83,17 @@ static int f_exp(void *ctx, oar_tensor *const *in, oar_tensor **out) {
  * moments and the step count, five steps against oar_adamw_new. */
 static void adamw_in_place(bool compile) {
     const double lr = 0.01, wd = 0.05;
-    loss_ctx c = {.m = make_mlp()};
+    oar_module *m = make_mlp();
     oar_graph_input_spec specs[2] = {{.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {8, 8}},
                                      {.name = "t", .dtype = OAR_F32, .ndim = 2, .shape = {8, 4}}};
-    oar_graph *g = oar_trace(loss_fn, &c, 2, specs, 1, &(oar_trace_options){.module = c.m, .params_as_inputs = true});
+    oar_graph *g = oar_trace(module_mse_loss, m, 2, specs, 1, &(oar_trace_options){.module = m, .params_as_inputs = true});
     CHECK(g && oar_graph_append_backward(g, 0, 4, (int[]){2, 3, 4, 5}) == 1);
     CHECK(oar_graph_append_adamw(g, lr, 0.9, 0.999, 1e-8, wd) == 13);
     CHECK(oar_graph_num_inputs(g) == 15 && strcmp(oar_graph_input_name(g, 14), "adam_step") == 0);
     CHECK(strcmp(oar_graph_input_name(g, 6), "adam_m:0.weight") == 0);
     CHECK(oar_graph_optimize(g, OAR_PASSES_TRAINING, 0) == 0);
     oar_tensor *params[4], *in[15], *out[18];
-    CHECK(oar_module_parameters(c.m, params, 4) == 4);
+    CHECK(oar_module_parameters(m, params, 4) == 4);
     oar_pool *p = oar_pool_push();
     in[0] = oar_randn(OAR_F32, 2, (int64_t[]){8, 8});
     in[1] = oar_randn(OAR_F32, 2, (int64_t[]){8, 4});
@@ -124,7 +114,7 @@ static void adamw_in_place(bool compile) {
         for (int j = 5; j < 18; j++) CHECK(oar_executor_donated_in_place(ex, j) == 1);
         oar_optim_zero_grad(opt);
         oar_tensor *loss = NULL;
-        loss_fn(&c, in, &loss);
+        module_mse_loss(m, in, &loss);
         CHECK(oar_backward(loss, NULL) == 0 && oar_optim_step(opt) == 0);
         worst = fmax(worst, fabs(oar_tensor_item(loss) - graph_loss));
         for (int k = 0; k < 4; k++) worst = fmax(worst, max_diff(in[2 + k], params[k]));
@@ -135,7 +125,7 @@ static void adamw_in_place(bool compile) {
     oar_executor_free(ex);
     oar_pool_pop(p);
     oar_graph_free(g);
-    oar_module_free(c.m);
+    oar_module_free(m);
 }
 
 static void test_adamw_in_place(void) {
@@ -298,15 +288,10 @@ static void test_bad_calls(void) {
 static oar_module *oom_m;
 static oar_tensor *oom_x, *oom_t;
 
-static int oom_loss(void *ctx, oar_tensor *const *in, oar_tensor **out) {
-    out[0] = oar_mse_loss(oar_module_forward(ctx, in[0]), in[1], OAR_REDUCTION_MEAN);
-    return out[0] ? 0 : -1;
-}
-
 static int adamw_step(void) {
     oar_graph_input_spec specs[2] = {{.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {2, 3}},
                                      {.name = "t", .dtype = OAR_F32, .ndim = 2, .shape = {2, 2}}};
-    oar_graph *g = oar_trace(oom_loss, oom_m, 2, specs, 1,
+    oar_graph *g = oar_trace(module_mse_loss, oom_m, 2, specs, 1,
                              &(oar_trace_options){.module = oom_m, .params_as_inputs = true});
     oar_executor *ex = NULL;
     oar_pool *p = oar_pool_push();

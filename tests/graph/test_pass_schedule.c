@@ -8,16 +8,6 @@
 
 #include <string.h>
 
-typedef struct loss_ctx {
-    oar_module *m;
-} loss_ctx;
-
-static int loss_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
-    loss_ctx *c = ctx;
-    out[0] = oar_mse_loss(oar_module_forward(c->m, in[0]), in[1], OAR_REDUCTION_MEAN);
-    return out[0] ? 0 : -1;
-}
-
 /* Node index of the last reader of input x other than `except`, through views. */
 static int last_reader(const oar_graph *g, int x, int except) {
     int last = -1;
@@ -44,15 +34,15 @@ static void run_step(oar_graph *g, oar_tensor **in, oar_tensor **res) {
 }
 
 static void test_train_step_updates_move_up(void) {
-    loss_ctx c = {.m = make_mlp()};
+    oar_module *m = make_mlp();
     oar_graph_input_spec specs[2] = {{.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {8, 8}},
                                      {.name = "t", .dtype = OAR_F32, .ndim = 2, .shape = {8, 4}}};
-    oar_graph *g = oar_trace(loss_fn, &c, 2, specs, 1, &(oar_trace_options){.module = c.m, .params_as_inputs = true});
+    oar_graph *g = oar_trace(module_mse_loss, m, 2, specs, 1, &(oar_trace_options){.module = m, .params_as_inputs = true});
     CHECK(oar_graph_append_backward(g, 0, 4, (int[]){2, 3, 4, 5}) == 1 && oar_graph_append_sgd(g, 0.1) == 4);
     CHECK(oar_graph_run_pass(g, "dce") >= 0);
     oar_pool *p = oar_pool_push();
     oar_tensor *in[6] = {oar_randn(OAR_F32, 2, (int64_t[]){8, 8}), oar_randn(OAR_F32, 2, (int64_t[]){8, 4})};
-    oar_module_parameters(c.m, in + 2, 4);
+    oar_module_parameters(m, in + 2, 4);
     oar_tensor *before[9], *after[9];
     run_step(g, in, before);
     int moved = oar_graph_run_pass(g, "schedule");
@@ -73,7 +63,7 @@ static void test_train_step_updates_move_up(void) {
     for (int j = 0; j < 9; j++) CHECK_NEAR(max_diff(before[j], after[j]), 0, 0);
     oar_pool_pop(p);
     oar_graph_free(g);
-    oar_module_free(c.m);
+    oar_module_free(m);
 }
 
 /* A graph without sinks to move is left alone. */
