@@ -34,6 +34,7 @@ typedef struct program {
     int dev;
     uint64_t hash;
     size_t len;
+    char *source; /* compared on a hash match: a collision must not run the wrong code */
     CUmodule module;
 } program;
 
@@ -125,7 +126,8 @@ void *oar_cuda_build_program(void *ctx, int index, const char *language, const c
     uint64_t h = fnv1a(source, len);
     pthread_mutex_lock(&programs_lock);
     program *p = programs;
-    while (p && !(p->dev == index && p->hash == h && p->len == len)) p = p->next;
+    while (p && !(p->dev == index && p->hash == h && p->len == len && !memcmp(p->source, source, len)))
+        p = p->next;
     if (p) {
         pthread_mutex_unlock(&programs_lock);
         return p;
@@ -138,10 +140,13 @@ void *oar_cuda_build_program(void *ctx, int index, const char *language, const c
     CUresult e = bin ? module_load(&mod, bin) : CUDA_ERROR_INVALID_VALUE;
     if (bin) host->free(bin, nbin ? nbin : 1);
     if (bin && e != CUDA_SUCCESS) report(-4, "generated kernels", "cuModuleLoadData failed");
-    if (e == CUDA_SUCCESS && (p = host->alloc(sizeof *p))) {
-        *p = (program){.next = programs, .dev = index, .hash = h, .len = len, .module = mod};
+    char *copy = e == CUDA_SUCCESS ? host->alloc(len + 1) : NULL;
+    if (copy && (p = host->alloc(sizeof *p))) {
+        memcpy(copy, source, len + 1);
+        *p = (program){.next = programs, .dev = index, .hash = h, .len = len, .source = copy, .module = mod};
         programs = p;
     } else if (e == CUDA_SUCCESS) {
+        if (copy) host->free(copy, len + 1);
         report(-2, "generated kernels", "out of host memory");
     }
     pthread_mutex_unlock(&programs_lock);
@@ -181,6 +186,7 @@ void oar_cuda_jit_shutdown(void) {
     while (programs) { /* modules go with the context at process exit */
         program *p = programs;
         programs = p->next;
+        host->free(p->source, p->len + 1);
         host->free(p, sizeof *p);
     }
     pthread_mutex_unlock(&programs_lock);

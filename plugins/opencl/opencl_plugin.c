@@ -744,6 +744,7 @@ typedef struct gen_program {
     int dev;
     uint64_t hash;
     size_t len;
+    char *source; /* compared on a hash match: a collision must not run the wrong code */
     cl_program prog;
     cl_uint n_kernels;
     cl_kernel *kernels;
@@ -773,6 +774,7 @@ static void free_program(gen_program *p) {
     if (p->kernels) host->free(p->kernels, n * sizeof *p->kernels);
     if (p->names) host->free(p->names, n * sizeof *p->names);
     if (p->prog) clReleaseProgram(p->prog);
+    if (p->source) host->free(p->source, p->len + 1);
     host->free(p, sizeof *p);
 }
 
@@ -786,14 +788,18 @@ static void *build_program(void *ctx, int index, const char *language, const cha
     uint64_t h = fnv1a(source, len);
     pthread_mutex_lock(&programs_lock);
     for (gen_program *p = programs; p; p = p->next)
-        if (p->dev == index && p->hash == h && p->len == len) {
+        if (p->dev == index && p->hash == h && p->len == len && !memcmp(p->source, source, len)) {
             pthread_mutex_unlock(&programs_lock);
             return p;
         }
     cl_dev *d = &devs[index];
     gen_program *p = zalloc(sizeof *p);
-    cl_int err = p ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
-    if (!err) p->prog = clCreateProgramWithSource(d->ctx, 1, &source, &len, &err);
+    cl_int err = p && (p->source = host->alloc(len + 1)) ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
+    if (!err) {
+        memcpy(p->source, source, len + 1);
+        p->len = len;
+        p->prog = clCreateProgramWithSource(d->ctx, 1, &source, &len, &err);
+    }
     if (!err) {
         err = clBuildProgram(p->prog, 1, &d->id, "-cl-std=CL1.2", NULL, NULL);
         if (err == CL_BUILD_PROGRAM_FAILURE) {
@@ -831,7 +837,6 @@ static void *build_program(void *ctx, int index, const char *language, const cha
     }
     p->dev = index;
     p->hash = h;
-    p->len = len;
     p->next = programs;
     programs = p;
     pthread_mutex_unlock(&programs_lock);
