@@ -369,8 +369,9 @@ static void test_topk(void) {
     oar_pool_pop(p);
 }
 
-/* Lines long enough for the heap selection (k <= n/4), with many ties and
- * NaNs, both directions, a strided input and f64/i32: every result checked
+/* Lines long enough for the selections (k <= n/4: insertion up to k 16,
+ * the heap above), with many ties and NaNs, both directions, a strided
+ * input and f64/i32: every result checked
  * against a plain O(n k) selection written here (best value first, ties to
  * the lower position, NaN largest). */
 static bool topk_before(double a, int64_t ia, double b, int64_t ib, bool largest) {
@@ -396,12 +397,12 @@ static void test_topk_long_lines(void) {
             xi[r * L + i] = xti[i * R + r] = (double)(u - 20);
         }
     const oar_dtype dts[3] = {OAR_F32, OAR_F64, OAR_I32};
-    const int64_t ks[3] = {1, 17, 64};
+    const int64_t ks[5] = {1, 5, 16, 17, 64};
     int bad = 0, checked = 0;
     double *got = malloc(R * 64 * sizeof *got);
     int64_t *gi = malloc(R * 64 * sizeof *gi);
     for (int d = 0; d < 3; d++)
-        for (int kk = 0; kk < 3; kk++)
+        for (int kk = 0; kk < 5; kk++)
             for (int largest = 0; largest < 2; largest++)
                 for (int strided = 0; strided < 2; strided++) {
                     const int64_t k = ks[kk];
@@ -428,7 +429,7 @@ static void test_topk_long_lines(void) {
                         }
                     }
                 }
-    CHECK(checked == 3 * 2 * 2 * R * (1 + 17 + 64));
+    CHECK(checked == 3 * 2 * 2 * R * (1 + 5 + 16 + 17 + 64));
     CHECK(bad == 0);
     free(x), free(xi), free(xt), free(xti), free(got), free(gi);
     oar_pool_pop(p);
