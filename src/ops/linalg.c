@@ -81,7 +81,15 @@ static int grad_matmul(oari_grad_ctx *g) {
         if (a1 && ga) ga = oar_squeeze(ga, ga->ndim - 2);
         if (!(g->gin[0] = oari_sum_to(ga, ma))) return OAR_ERR_NOMEM;
     }
-    if (g->needs[1]) {
+    if (g->needs[1] && mb->ndim == 2 && ma->ndim > 2) {
+        /* a 2-D B under batched A (a linear layer on [batch, seq, k]): one
+         * GEMM over the folded batch, A^H [k, batch*n] @ gout [batch*n, m],
+         * not a GEMM per batch entry and a sum of their [batch, k, m] */
+        int64_t k = ma->shape[ma->ndim - 1], m = mb->shape[1];
+        oar_tensor *af = oar_reshape(cj(a), 2, (int64_t[]){-1, k});
+        oar_tensor *gf = oar_reshape(g2, 2, (int64_t[]){-1, m});
+        if (!(g->gin[1] = oar_matmul(mT(af), gf))) return OAR_ERR_NOMEM;
+    } else if (g->needs[1]) {
         oar_tensor *a2 = a1 ? oar_unsqueeze(a, 0) : a; /* [1, k] */
         oar_tensor *gb = oar_matmul(mT(cj(a2)), g2); /* [..., k, m] */
         if (b1 && gb) gb = oar_squeeze(gb, gb->ndim - 1);

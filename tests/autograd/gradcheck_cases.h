@@ -278,6 +278,10 @@ static const op_case op_cases[] = {
     {"matmul", "batched broadcast", f_matmul, 2, {{SH3(2, 3, 4)}, {SH2(4, 2)}}, NOOPT},
     {"matmul", "vector", f_matmul, 2, {{SH1(4)}, {SH3(2, 4, 3)}}, NOOPT},
     {"matmul", "complex", f_matmul, 2, {{SH2(2, 3), C128}, {SH2(3, 2), C128}}, NOOPT},
+    /* a 2-D right operand under a batched left one: its gradient is one GEMM
+     * over the folded batch (linalg.c), here with 2 batch dims and complex */
+    {"matmul", "4-D times 2-D", f_matmul, 2, {{SH4(2, 2, 3, 4)}, {SH2(4, 2)}}, NOOPT},
+    {"matmul", "batched complex", f_matmul, 2, {{SH3(2, 3, 4), C128}, {SH2(4, 2), C128}}, NOOPT},
     {"softmax", "", f_softmax, 1, {{SH2(3, 4)}}, NOOPT},
     {"log_softmax", "", f_log_softmax, 1, {{SH2(3, 4)}}, NOOPT},
 
