@@ -548,19 +548,24 @@ static void conv_cases(oar_device *dev) {
 static void check_coverage(oar_device *dev) {
     static const oar_dtype dts[] = {OAR_BOOL, OAR_U8, OAR_I32, OAR_I64, OAR_F16, OAR_BF16,
                                     OAR_F32, OAR_F64, OAR_C64, OAR_C128};
-    int claimed = 0;
+    int claimed = 0, claimed_f64 = 0;
     for (int op = 0; op < OARI_OP_COUNT; op++)
         for (int k = 0; k < 10; k++) {
             if (!oari_kernel_lookup(dev, (oari_op)op, dts[k])) continue;
             claimed++;
+            claimed_f64 += dts[k] == OAR_F64;
             if (!covered[op][dts[k]]) {
                 fprintf(stderr, "%s claims %s for %s, and no case here tests it\n", dev->name,
                         oari_op_name((oari_op)op), oar_dtype_name(dts[k]));
                 CHECK(0);
             }
         }
-    printf("%s: %d (op, dtype) kernels claimed, %d cases run, %d skipped as unsupported\n",
-           dev->name, claimed, n_run, n_skipped);
+    printf("%s: %d (op, dtype) kernels claimed (%d f64), %d cases run, %d skipped as unsupported\n",
+           dev->name, claimed, claimed_f64, n_run, n_skipped);
+    /* OAR_OPENCL_NO_FP64=1 (a CTest variant): opencl claims no f64 kernel,
+     * as on a device without cl_khr_fp64 */
+    const char *no64 = getenv("OAR_OPENCL_NO_FP64");
+    if (!strncmp(dev->name, "opencl", 6) && no64 && *no64 && strcmp(no64, "0")) CHECK(claimed_f64 == 0);
 }
 
 /* Every device of the plugins built in this tree (opencl:0 here; cuda:0
