@@ -256,9 +256,15 @@ static const char *const reduce_names[] = {"sum", "amax", "amin", "prod", NULL};
     cl_dev *d = dev_of(c);                                                              \
     if (!d) return host->error(-4, "opencl: a buffer of the call is not an OpenCL buffer")
 
+/* The float kernels pick f32 or f64 by in[0] and write out[0] in it. */
+#define SAME_DT(c)                                                                      \
+    if ((c)->out[0].dtype != (c)->in[0].dtype)                                          \
+    return host->error(-3, "opencl: a float kernel's output dtype differs from its input's")
+
 static int k_unary(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     int op = index_of(unary_names, c->op);
     if (op == 27 && c->n_iattr && c->iattr[0] == 1) op = 28; /* gelu, tanh form */
     int32_t dt = c->in[0].dtype;
@@ -317,6 +323,7 @@ static int elementwise(const oar_kernel_call *c, const char *name, int op) {
 
 static int k_binary(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
+    SAME_DT(c);
     return elementwise(c, KN("binary", c->in[0].dtype), index_of(binary_names, c->op));
 }
 static int k_compare(void *ctx, const oar_kernel_call *c) {
@@ -347,6 +354,7 @@ static int k_where(void *ctx, const oar_kernel_call *c) {
 static int k_scatter_add(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *x = &c->in[0], *ix = &c->in[1], *src = &c->in[2], *o = &c->out[0];
     cl_long dim = c->iattr[0], size = o->ndim ? o->shape[dim] : 1, n = numel(o);
     kdesc to = desc(o), tx = desc(x), ti = desc(ix), ts = desc(src);
@@ -461,6 +469,7 @@ static int k_fill(void *ctx, const oar_kernel_call *c) {
 static int k_reduce(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *x = &c->in[0];
     int64_t mask = c->iattr[0];
     kdesc kept, red;
@@ -492,6 +501,7 @@ static int k_reduce(void *ctx, const oar_kernel_call *c) {
 static int k_matmul(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *A = &c->in[0], *B = &c->in[1], *O = &c->out[0];
     bool a1 = A->ndim == 1, b1 = B->ndim == 1;
     cl_long n = a1 ? 1 : A->shape[A->ndim - 2], k = A->shape[A->ndim - 1];
@@ -550,6 +560,7 @@ static kdesc rows_of(const oar_ktensor *t, int dim) {
 static int k_softmax(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *x = &c->in[0], *o = &c->out[0];
     int dim = x->ndim ? (int)c->iattr[0] : -1;
     kdesc rx = rows_of(x, dim), ro = rows_of(o, dim);
@@ -573,6 +584,7 @@ static int k_softmax(void *ctx, const oar_kernel_call *c) {
 static int k_layer_norm(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *x = &c->in[0];
     int nn = (int)c->iattr[0];
     cl_long dd = 1;
@@ -605,6 +617,7 @@ static int k_layer_norm(void *ctx, const oar_kernel_call *c) {
 static int k_index(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *x = &c->in[0], *ix = &c->in[1], *o = &c->out[0];
     cl_long dim = c->iattr[0], size = x->ndim ? x->shape[dim] : 1, n = numel(o);
     cl_int err, zero = 0, bad = 0;
@@ -668,6 +681,7 @@ static cl_long8 long8_of(const int64_t *v, int n) {
 static int k_conv(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     bool tr = !strcmp(c->op, "conv_transpose2d");
     const oar_ktensor *y = &c->out[0], *x = &c->in[0], *w = &c->in[1];
     cl_int has_b = c->n_in > 2 && c->in[2].dtype >= 0;
@@ -694,6 +708,7 @@ static int k_conv(void *ctx, const oar_kernel_call *c) {
 static int k_conv_weight_grad(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *gw = &c->out[0], *x = &c->in[0], *gy = &c->in[1];
     kdesc tg = desc(gw), tx = desc(x), ty = desc(gy);
     cl_long8 a8 = long8_of(c->iattr + 4, 6);
@@ -714,6 +729,7 @@ static int k_conv_weight_grad(void *ctx, const oar_kernel_call *c) {
 static int k_max_pool(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *y = &c->out[0], *ind = &c->out[1], *x = &c->in[0];
     kdesc ty = desc(y), ti = desc(ind), tx = desc(x);
     cl_long8 a8 = long8_of(c->iattr, 8);
@@ -733,6 +749,7 @@ static int k_max_pool(void *ctx, const oar_kernel_call *c) {
 static int k_max_pool_backward(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *gx = &c->out[0], *gy = &c->in[0], *ind = &c->in[1];
     kdesc tgx = desc(gx), tgy = desc(gy), ti = desc(ind);
     args a = {0};
