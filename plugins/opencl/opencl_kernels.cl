@@ -93,7 +93,7 @@ static real unary_op(int op, real x, real p0, real p1) {
 }
 
 __kernel void K(unary)(__global real *o, T to, __global const real *x, T tx, int op, real p0,
-                        real p1, long n) {
+                       real p1, long n) {
     long i = get_global_id(0);
     if (i < n) o[at(&to, i)] = unary_op(op, x[at(&tx, i)], p0, p1);
 }
@@ -117,7 +117,7 @@ __kernel void logical_not_b(__global uchar *o, T to, __global const uchar *x, T 
 enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW, B_ATAN2 };
 
 __kernel void K(binary)(__global real *o, T to, __global const real *a, T ta,
-                         __global const real *b, T tb, int op, long n) {
+                        __global const real *b, T tb, int op, long n) {
     long i = get_global_id(0);
     if (i >= n) return;
     real x = a[at(&ta, i)], y = b[at(&tb, i)], r;
@@ -238,7 +238,7 @@ FILL(float, f32)
 enum { R_SUM, R_MAX, R_MIN, R_PROD };
 
 __kernel void K(reduce)(__global real *o, long o_off, __global const real *x, T kept, T red,
-                         int op, long n_out, long n_red) {
+                        int op, long n_out, long n_red) {
     long i = get_global_id(0);
     if (i >= n_out) return;
     long base = at(&kept, i);
@@ -265,9 +265,9 @@ __kernel void K(reduce)(__global real *o, long o_off, __global const real *x, T 
 /* o[b, i, j] = sum_k a[b, i, k] b[b, k, j]; ba/bb: the batch dims (out's
  * batch shape, the operand's strides, 0 on broadcast; offset: operand's). */
 #define TS 16
-__kernel void K(matmul)(__global real *o, long o_off, __global const real *a, __global const real *b,
-                         long n, long m, long k, long sa_n, long sa_k, long sb_k, long sb_m,
-                         T ba, T bb) {
+__kernel void K(matmul)(__global real *o, long o_off, __global const real *a,
+                        __global const real *b, long n, long m, long k, long sa_n, long sa_k,
+                        long sb_k, long sb_m, T ba, T bb) {
     __local real As[TS][TS];
     __local real Bs[TS][TS + 1];
     long col = get_global_id(0), row = get_global_id(1), z = get_global_id(2);
@@ -288,7 +288,7 @@ __kernel void K(matmul)(__global real *o, long o_off, __global const real *a, __
 /* ---- softmax / log_softmax: one work item per row --------------------- */
 /* rows_x / rows_o: x's / o's dims other than the softmax dim. */
 __kernel void K(softmax)(__global real *o, __global const real *x, T rows_x, T rows_o,
-                          long len, long sx, long so, int log_, long n_rows) {
+                         long len, long sx, long so, int log_, long n_rows) {
     long r = get_global_id(0);
     if (r >= n_rows) return;
     long bx = at(&rows_x, r), bo = at(&rows_o, r);
@@ -306,10 +306,10 @@ __kernel void K(softmax)(__global real *o, __global const real *x, T rows_x, T r
 /* ---- layer_norm: one work item per row of d normalised elements ------- */
 /* y contiguous [rows, d]; mean, rstd [rows]; w, b: descriptors over [d]. */
 __kernel void K(layer_norm)(__global real *y, __global real *mean, __global real *rstd,
-                             long y_off, long mean_off, long rstd_off,
-                             __global const real *x, T tx, __global const real *w, T tw,
-                             __global const real *b, T tb, int has_w, int has_b, real eps,
-                             long d, long rows) {
+                            long y_off, long mean_off, long rstd_off,
+                            __global const real *x, T tx, __global const real *w, T tw,
+                            __global const real *b, T tb, int has_w, int has_b, real eps,
+                            long d, long rows) {
     long r = get_global_id(0);
     if (r >= rows) return;
     real mu = R(0.0);
@@ -336,8 +336,8 @@ __kernel void K(layer_norm)(__global real *y, __global real *mean, __global real
 /* o = x gathered along dim by idx (same rank, idx's shape); to/tx/ti full
  * descriptors; sd: x's stride along dim; bad[0] set on an out-of-range index */
 __kernel void K(gather)(__global real *o, T to, __global const real *x, T tx,
-                         __global const long *idx, T ti, long dim, long size,
-                         __global int *bad, long n) {
+                        __global const long *idx, T ti, long dim, long size,
+                        __global int *bad, long n) {
     long i = get_global_id(0);
     if (i >= n) return;
     long j = idx[at(&ti, i)];
@@ -358,8 +358,8 @@ __kernel void K(gather)(__global real *o, T to, __global const real *x, T tx,
 
 /* o = x with its rows along dim picked by the 1-D idx (index_select) */
 __kernel void K(index_select)(__global real *o, T to, __global const real *x, T tx,
-                               __global const long *idx, T ti, long dim, long size,
-                               __global int *bad, long n) {
+                              __global const long *idx, T ti, long dim, long size,
+                              __global int *bad, long n) {
     long i = get_global_id(0);
     if (i >= n) return;
     long off = tx.off, rest = i;
@@ -385,8 +385,8 @@ __kernel void K(index_select)(__global real *o, T to, __global const real *x, T 
  * element adds its contributions in index order, as the CPU does, so the
  * sums are deterministic. ti, ts: the index and src over the index's shape. */
 __kernel void K(scatter_add)(__global real *o, T to, __global const real *x, T tx,
-                              __global const long *idx, T ti, __global const real *src, T ts,
-                              long dim, long size, __global int *bad, long n) {
+                             __global const long *idx, T ti, __global const real *src, T ts,
+                             long dim, long size, __global int *bad, long n) {
     long i = get_global_id(0);
     if (i >= n) return;
     long c[8], rest = i;
@@ -427,8 +427,8 @@ static long dim_w(const T *t) { return t->shape[t->nd - 1]; }
 
 /* a: stride2, padding2, dilation2, groups */
 __kernel void K(conv2d)(__global real *y, T ty, __global const real *x, T tx,
-                         __global const real *w, T tw, __global const real *b, T tb,
-                         int has_b, long8 a, long n_out) {
+                        __global const real *w, T tw, __global const real *b, T tb,
+                        int has_b, long8 a, long n_out) {
     long i = get_global_id(0);
     if (i >= n_out) return;
     long OH = dim_h(&ty), OW = dim_w(&ty), O = ty.shape[1];
@@ -452,8 +452,8 @@ __kernel void K(conv2d)(__global real *y, T ty, __global const real *x, T tx,
 
 /* a: stride2, padding2, output_padding2, dilation2; groups separately */
 __kernel void K(conv_transpose2d)(__global real *y, T ty, __global const real *x, T tx,
-                                   __global const real *w, T tw, __global const real *b, T tb,
-                                   int has_b, long8 a, long groups, long n_out) {
+                                  __global const real *w, T tw, __global const real *b, T tb,
+                                  int has_b, long8 a, long groups, long n_out) {
     long i = get_global_id(0);
     if (i >= n_out) return;
     long YH = dim_h(&ty), YW = dim_w(&ty), O = ty.shape[1];
@@ -481,8 +481,8 @@ __kernel void K(conv_transpose2d)(__global real *y, T ty, __global const real *x
 
 /* gw [O, cg, kh, kw]; a: stride2, padding2, dilation2; groups separately */
 __kernel void K(conv2d_weight_grad)(__global real *gw, T tg, __global const real *x, T tx,
-                                     __global const real *gy, T ty, long8 a, long groups,
-                                     long n_out) {
+                                    __global const real *gy, T ty, long8 a, long groups,
+                                    long n_out) {
     long i = get_global_id(0);
     if (i >= n_out) return;
     long KH = dim_h(&tg), KW = dim_w(&tg), CG = tg.shape[1], O = tg.shape[0];
@@ -507,7 +507,7 @@ __kernel void K(conv2d_weight_grad)(__global real *gw, T tg, __global const real
  * dilation2. Indices are h * W + w in the input plane (first maximum; NaN
  * wins), as the CPU's. */
 __kernel void K(max_pool2d)(__global real *y, T ty, __global long *ind, T ti,
-                             __global const real *x, T tx, long8 a, long n_out) {
+                            __global const real *x, T tx, long8 a, long n_out) {
     long i = get_global_id(0);
     if (i >= n_out) return;
     long OH = ty.shape[ty.nd - 2], OW = ty.shape[ty.nd - 1];
@@ -535,8 +535,8 @@ __kernel void K(max_pool2d)(__global real *y, T ty, __global long *ind, T ti,
 
 /* gx [..., H, W] = gy summed at the indices (in order: deterministic) */
 __kernel void K(max_pool2d_backward)(__global real *gx, T tgx, __global const real *gy, T tgy,
-                                      __global const long *ind, T ti, __global int *bad,
-                                      long n_out) {
+                                     __global const long *ind, T ti, __global int *bad,
+                                     long n_out) {
     long i = get_global_id(0);
     if (i >= n_out) return;
     long H = tgx.shape[tgx.nd - 2], W = tgx.shape[tgx.nd - 1];

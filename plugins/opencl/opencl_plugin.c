@@ -134,7 +134,8 @@ static cl_dev *dev_of(const oar_kernel_call *c) {
 static int build(cl_dev *d, int p) {
     if (d->prog[p]) return 0;
     if (d->build_failed[p]) return host->error(-4, "opencl: the kernels failed to build earlier");
-    if (p && !d->fp64) return host->error(-3, "opencl: the device has no cl_khr_fp64 (f64 kernels)");
+    if (p && !d->fp64)
+        return host->error(-3, "opencl: the device has no cl_khr_fp64 (f64 kernels)");
     const char *src = oar_opencl_source;
     cl_int err;
     d->prog[p] = clCreateProgramWithSource(d->ctx, 1, &src, NULL, &err);
@@ -636,8 +637,8 @@ static int k_index(void *ctx, const oar_kernel_call *c) {
     ARG(&a, size);
     ARG(&a, flag);
     ARG(&a, n);
-    int st = launch1(d, !strcmp(c->op, "gather") ? KN("gather", x->dtype) : KN("index_select", x->dtype),
-                     &a, n);
+    bool ga = !strcmp(c->op, "gather");
+    int st = launch1(d, ga ? KN("gather", x->dtype) : KN("index_select", x->dtype), &a, n);
     if (!st) {
         err = clEnqueueReadBuffer(d->q, flag, CL_TRUE, 0, sizeof bad, &bad, 0, NULL, NULL);
         if (err) st = fail("clEnqueueReadBuffer", err);
