@@ -1,9 +1,27 @@
 /* OpenCL C kernels of the oar opencl plugin (embedded into the plugin as a
- * string by CMake and built once per device on first use). Every tensor
+ * string by CMake and built per device on first use). Every tensor
  * arrives as a buffer plus a descriptor `T` (offset, rank, shape, strides
  * in elements; stride 0 on broadcast dims), so views, broadcasts and
  * non-contiguous inputs need no copies. One work item per output element
- * unless said otherwise. */
+ * unless said otherwise.
+ *
+ * The source is built twice: as it is, giving the f32 kernels (named
+ * <kernel>_f32) and the bool/u8/i32/i64 ones; and, on a device with
+ * cl_khr_fp64, with -DOAR_F64, giving the same floating-point kernels in
+ * double (<kernel>_f64, accumulating in double) and the conversions,
+ * compare, where and fill of f64. `real` is the floating-point type, R(x)
+ * a literal of it (x##f in f32, so f32 keeps single-precision constants),
+ * K(name) the kernel's name with the suffix. */
+#ifdef OAR_F64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+typedef double real;
+#define R(x) x
+#define K(name) name##_f64
+#else
+typedef float real;
+#define R(x) x##f
+#define K(name) name##_f32
+#endif
 
 typedef struct { long off; long nd; long shape[8]; long st[8]; } T;
 
@@ -18,17 +36,17 @@ static long at(const T *t, long i) {
     return off;
 }
 
-/* ---- unary, f32 --------------------------------------------------------- */
+/* ---- unary --------------------------------------------------------- */
 enum { U_NEG, U_ABS, U_SIGN, U_EXP, U_EXP2, U_LOG, U_LOG2, U_LOG1P, U_EXPM1, U_SQRT, U_RSQRT,
        U_SQUARE, U_RECIP, U_SIN, U_COS, U_TAN, U_ASIN, U_ACOS, U_ATAN, U_SINH, U_COSH, U_TANH,
        U_SIGMOID, U_RELU, U_RELU6, U_LEAKY, U_ELU, U_GELU_ERF, U_GELU_TANH, U_SILU, U_SOFTPLUS,
        U_ERF, U_FLOOR, U_CEIL, U_ROUND, U_TRUNC, U_CLAMP, U_CONJ };
 
-static float unary_op(int op, float x, float p0, float p1) {
+static real unary_op(int op, real x, real p0, real p1) {
     switch (op) {
     case U_NEG: return -x;
     case U_ABS: return fabs(x);
-    case U_SIGN: return x > 0 ? 1.0f : x < 0 ? -1.0f : 0.0f; /* 0 for NaN, as PyTorch */
+    case U_SIGN: return x > 0 ? R(1.0) : x < 0 ? -R(1.0) : R(0.0); /* 0 for NaN, as PyTorch */
     case U_EXP: return exp(x);
     case U_EXP2: return exp2(x);
     case U_LOG: return log(x);
@@ -36,9 +54,9 @@ static float unary_op(int op, float x, float p0, float p1) {
     case U_LOG1P: return log1p(x);
     case U_EXPM1: return expm1(x);
     case U_SQRT: return sqrt(x);
-    case U_RSQRT: return 1.0f / sqrt(x);
+    case U_RSQRT: return R(1.0) / sqrt(x);
     case U_SQUARE: return x * x;
-    case U_RECIP: return 1.0f / x;
+    case U_RECIP: return R(1.0) / x;
     case U_SIN: return sin(x);
     case U_COS: return cos(x);
     case U_TAN: return tan(x);
@@ -48,15 +66,15 @@ static float unary_op(int op, float x, float p0, float p1) {
     case U_SINH: return sinh(x);
     case U_COSH: return cosh(x);
     case U_TANH: return tanh(x);
-    case U_SIGMOID: return 1.0f / (1.0f + exp(-x));
-    case U_RELU: return isnan(x) ? x : x > 0 ? x : 0.0f;
-    case U_RELU6: return isnan(x) ? x : fmin(fmax(x, 0.0f), 6.0f);
+    case U_SIGMOID: return R(1.0) / (R(1.0) + exp(-x));
+    case U_RELU: return isnan(x) ? x : x > 0 ? x : R(0.0);
+    case U_RELU6: return isnan(x) ? x : fmin(fmax(x, R(0.0)), R(6.0));
     case U_LEAKY: return x > 0 ? x : x * p0;
     case U_ELU: return x > 0 ? x : p0 * expm1(x);
-    case U_GELU_ERF: return 0.5f * x * (1.0f + erf(x * 0.70710678118654752f));
+    case U_GELU_ERF: return R(0.5) * x * (R(1.0) + erf(x * R(0.70710678118654752)));
     case U_GELU_TANH:
-        return 0.5f * x * (1.0f + tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-    case U_SILU: return x / (1.0f + exp(-x));
+        return R(0.5) * x * (R(1.0) + tanh(R(0.79788456080286536) * (x + R(0.044715) * x * x * x)));
+    case U_SILU: return x / (R(1.0) + exp(-x));
     case U_SOFTPLUS: return x * p0 > p1 ? x : log1p(exp(x * p0)) / p0;
     case U_ERF: return erf(x);
     case U_FLOOR: return floor(x);
@@ -64,7 +82,7 @@ static float unary_op(int op, float x, float p0, float p1) {
     case U_ROUND: return rint(x);
     case U_TRUNC: return trunc(x);
     case U_CLAMP: {
-        float r = x;
+        real r = x;
         if (!isnan(p0) && r < p0) r = p0;
         if (!isnan(p1) && r > p1) r = p1;
         return isnan(x) ? x : r;
@@ -74,33 +92,35 @@ static float unary_op(int op, float x, float p0, float p1) {
     return x;
 }
 
-__kernel void unary_f32(__global float *o, T to, __global const float *x, T tx, int op, float p0,
-                        float p1, long n) {
+__kernel void K(unary)(__global real *o, T to, __global const real *x, T tx, int op, real p0,
+                       real p1, long n) {
     long i = get_global_id(0);
     if (i < n) o[at(&to, i)] = unary_op(op, x[at(&tx, i)], p0, p1);
 }
 
-/* isnan (0) / isinf (1) of f32, to bool */
-__kernel void test_f32(__global uchar *o, T to, __global const float *x, T tx, int op, long n) {
+/* isnan (0) / isinf (1), to bool */
+__kernel void K(test)(__global uchar *o, T to, __global const real *x, T tx, int op, long n) {
     long i = get_global_id(0);
     if (i >= n) return;
-    float v = x[at(&tx, i)];
+    real v = x[at(&tx, i)];
     o[at(&to, i)] = op == 0 ? isnan(v) != 0 : isinf(v) != 0;
 }
 
+#ifndef OAR_F64
 __kernel void logical_not_b(__global uchar *o, T to, __global const uchar *x, T tx, long n) {
     long i = get_global_id(0);
     if (i < n) o[at(&to, i)] = x[at(&tx, i)] == 0;
 }
+#endif
 
-/* ---- binary, f32 (inputs broadcast to the output's shape) ---------------- */
+/* ---- binary (inputs broadcast to the output's shape) ---------------- */
 enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW, B_ATAN2 };
 
-__kernel void binary_f32(__global float *o, T to, __global const float *a, T ta,
-                         __global const float *b, T tb, int op, long n) {
+__kernel void K(binary)(__global real *o, T to, __global const real *a, T ta,
+                        __global const real *b, T tb, int op, long n) {
     long i = get_global_id(0);
     if (i >= n) return;
-    float x = a[at(&ta, i)], y = b[at(&tb, i)], r;
+    real x = a[at(&ta, i)], y = b[at(&tb, i)], r;
     switch (op) {
     case B_ADD: r = x + y; break;
     case B_SUB: r = x - y; break;
@@ -133,6 +153,9 @@ enum { C_EQ, C_NE, C_LT, C_LE, C_GT, C_GE };
         }                                                                                  \
         o[at(&to, i)] = r != 0;                                                            \
     }
+#ifdef OAR_F64
+COMPARE(double, f64)
+#else
 COMPARE(float, f32)
 COMPARE(int, i32)
 COMPARE(long, i64)
@@ -145,6 +168,7 @@ __kernel void logical_b(__global uchar *o, T to, __global const uchar *a, T ta,
     int x = a[at(&ta, i)] != 0, y = b[at(&tb, i)] != 0;
     o[at(&to, i)] = op == 0 ? (x && y) : op == 1 ? (x || y) : (x != y);
 }
+#endif
 
 #define WHERE(TY, NY)                                                                      \
     __kernel void where_##NY(__global TY *o, T to, __global const uchar *c, T tc,          \
@@ -152,10 +176,14 @@ __kernel void logical_b(__global uchar *o, T to, __global const uchar *a, T ta,
         long i = get_global_id(0);                                                         \
         if (i < n) o[at(&to, i)] = c[at(&tc, i)] ? a[at(&ta, i)] : b[at(&tb, i)];          \
     }
+#ifdef OAR_F64
+WHERE(double, f64)
+#else
 WHERE(float, f32)
 WHERE(int, i32)
 WHERE(long, i64)
 WHERE(uchar, b)
+#endif
 
 /* ---- conversions: cast, copy, contiguous --------------------------------- */
 #define TO_b(v) ((uchar)((v) != 0))
@@ -163,6 +191,7 @@ WHERE(uchar, b)
 #define TO_i32(v) ((int)(v))
 #define TO_i64(v) ((long)(v))
 #define TO_f32(v) ((float)(v))
+#define TO_f64(v) ((double)(v))
 #define CONVERT(TI, NI, TO, NO)                                                            \
     __kernel void convert_##NI##_##NO(__global TO *o, T to, __global const TI *x, T tx,   \
                                       long n) {                                            \
@@ -172,39 +201,53 @@ WHERE(uchar, b)
 #define CONVERT_FROM(TI, NI)                                                               \
     CONVERT(TI, NI, uchar, b) CONVERT(TI, NI, uchar, u8) CONVERT(TI, NI, int, i32)         \
     CONVERT(TI, NI, long, i64) CONVERT(TI, NI, float, f32)
+#ifdef OAR_F64 /* every conversion to or from f64 */
+CONVERT_FROM(double, f64)
+CONVERT(double, f64, double, f64)
+CONVERT(uchar, b, double, f64)
+CONVERT(uchar, u8, double, f64)
+CONVERT(int, i32, double, f64)
+CONVERT(long, i64, double, f64)
+CONVERT(float, f32, double, f64)
+#else
 CONVERT_FROM(uchar, b)
 CONVERT_FROM(uchar, u8)
 CONVERT_FROM(int, i32)
 CONVERT_FROM(long, i64)
 CONVERT_FROM(float, f32)
+#endif
 
 #define FILL(TO, NO)                                                                       \
     __kernel void fill_##NO(__global TO *o, T to, TO v, long n) {                          \
         long i = get_global_id(0);                                                         \
         if (i < n) o[at(&to, i)] = v;                                                      \
     }
+#ifdef OAR_F64
+FILL(double, f64)
+#else
 FILL(uchar, b)
 FILL(uchar, u8)
 FILL(int, i32)
 FILL(long, i64)
 FILL(float, f32)
+#endif
 
-/* ---- reductions, f32: one work item per output element ------------------- */
+/* ---- reductions: one work item per output element ------------------- */
 /* kept: the kept dims of x (shape, x's strides, x's offset); red: the
  * reduced dims (shape, x's strides, offset 0). Output contiguous. */
 enum { R_SUM, R_MAX, R_MIN, R_PROD };
 
-__kernel void reduce_f32(__global float *o, long o_off, __global const float *x, T kept, T red,
-                         int op, long n_out, long n_red) {
+__kernel void K(reduce)(__global real *o, long o_off, __global const real *x, T kept, T red,
+                        int op, long n_out, long n_red) {
     long i = get_global_id(0);
     if (i >= n_out) return;
     long base = at(&kept, i);
-    float acc = op == R_SUM ? 0.0f : op == R_PROD ? 1.0f : op == R_MAX ? -INFINITY : INFINITY;
-    float comp = 0.0f; /* Kahan compensation of the sum */
+    real acc = op == R_SUM ? R(0.0) : op == R_PROD ? R(1.0) : op == R_MAX ? -INFINITY : INFINITY;
+    real comp = R(0.0); /* Kahan compensation of the sum */
     for (long r = 0; r < n_red; r++) {
-        float v = x[base + at(&red, r)];
+        real v = x[base + at(&red, r)];
         if (op == R_SUM) {
-            float y = v - comp, t = acc + y;
+            real y = v - comp, t = acc + y;
             comp = (t - acc) - y;
             acc = t;
         } else if (op == R_PROD) {
@@ -218,23 +261,23 @@ __kernel void reduce_f32(__global float *o, long o_off, __global const float *x,
     o[o_off + i] = acc;
 }
 
-/* ---- matmul, f32: 16x16 tiles through local memory ------------------------ */
+/* ---- matmul: 16x16 tiles through local memory ------------------------ */
 /* o[b, i, j] = sum_k a[b, i, k] b[b, k, j]; ba/bb: the batch dims (out's
  * batch shape, the operand's strides, 0 on broadcast; offset: operand's). */
 #define TS 16
-__kernel void matmul_f32(__global float *o, long o_off, __global const float *a, __global const float *b,
-                         long n, long m, long k, long sa_n, long sa_k, long sb_k, long sb_m,
-                         T ba, T bb) {
-    __local float As[TS][TS];
-    __local float Bs[TS][TS + 1];
+__kernel void K(matmul)(__global real *o, long o_off, __global const real *a,
+                        __global const real *b, long n, long m, long k, long sa_n, long sa_k,
+                        long sb_k, long sb_m, T ba, T bb) {
+    __local real As[TS][TS];
+    __local real Bs[TS][TS + 1];
     long col = get_global_id(0), row = get_global_id(1), z = get_global_id(2);
     int lc = get_local_id(0), lr = get_local_id(1);
     long a0 = at(&ba, z), b0 = at(&bb, z);
-    float acc = 0.0f;
+    real acc = R(0.0);
     for (long t = 0; t < k; t += TS) {
         long ka = t + lc, kb = t + lr;
-        As[lr][lc] = row < n && ka < k ? a[a0 + row * sa_n + ka * sa_k] : 0.0f;
-        Bs[lr][lc] = kb < k && col < m ? b[b0 + kb * sb_k + col * sb_m] : 0.0f;
+        As[lr][lc] = row < n && ka < k ? a[a0 + row * sa_n + ka * sa_k] : R(0.0);
+        Bs[lr][lc] = kb < k && col < m ? b[b0 + kb * sb_k + col * sb_m] : R(0.0);
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int q = 0; q < TS; q++) acc += As[lr][q] * Bs[q][lc];
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -242,65 +285,65 @@ __kernel void matmul_f32(__global float *o, long o_off, __global const float *a,
     if (row < n && col < m) o[o_off + (z * n + row) * m + col] = acc;
 }
 
-/* ---- softmax / log_softmax, f32: one work item per row --------------------- */
+/* ---- softmax / log_softmax: one work item per row --------------------- */
 /* rows_x / rows_o: x's / o's dims other than the softmax dim. */
-__kernel void softmax_f32(__global float *o, __global const float *x, T rows_x, T rows_o,
-                          long len, long sx, long so, int log_, long n_rows) {
+__kernel void K(softmax)(__global real *o, __global const real *x, T rows_x, T rows_o,
+                         long len, long sx, long so, int log_, long n_rows) {
     long r = get_global_id(0);
     if (r >= n_rows) return;
     long bx = at(&rows_x, r), bo = at(&rows_o, r);
-    float mx = -INFINITY;
+    real mx = -INFINITY;
     for (long j = 0; j < len; j++) mx = fmax(mx, x[bx + j * sx]);
-    float s = 0.0f;
+    real s = R(0.0);
     for (long j = 0; j < len; j++) s += exp(x[bx + j * sx] - mx);
-    float ls = log(s);
+    real ls = log(s);
     for (long j = 0; j < len; j++) {
-        float v = x[bx + j * sx] - mx;
+        real v = x[bx + j * sx] - mx;
         o[bo + j * so] = log_ ? v - ls : exp(v) / s;
     }
 }
 
-/* ---- layer_norm, f32: one work item per row of d normalised elements ------- */
+/* ---- layer_norm: one work item per row of d normalised elements ------- */
 /* y contiguous [rows, d]; mean, rstd [rows]; w, b: descriptors over [d]. */
-__kernel void layer_norm_f32(__global float *y, __global float *mean, __global float *rstd,
-                             long y_off, long mean_off, long rstd_off,
-                             __global const float *x, T tx, __global const float *w, T tw,
-                             __global const float *b, T tb, int has_w, int has_b, float eps,
-                             long d, long rows) {
+__kernel void K(layer_norm)(__global real *y, __global real *mean, __global real *rstd,
+                            long y_off, long mean_off, long rstd_off,
+                            __global const real *x, T tx, __global const real *w, T tw,
+                            __global const real *b, T tb, int has_w, int has_b, real eps,
+                            long d, long rows) {
     long r = get_global_id(0);
     if (r >= rows) return;
-    float mu = 0.0f;
+    real mu = R(0.0);
     for (long j = 0; j < d; j++) mu += x[at(&tx, r * d + j)];
-    mu /= (float)d;
-    float var = 0.0f;
+    mu /= (real)d;
+    real var = R(0.0);
     for (long j = 0; j < d; j++) {
-        float c = x[at(&tx, r * d + j)] - mu;
+        real c = x[at(&tx, r * d + j)] - mu;
         var += c * c;
     }
-    var /= (float)d;
-    float rs = 1.0f / sqrt(var + eps);
+    var /= (real)d;
+    real rs = R(1.0) / sqrt(var + eps);
     mean[mean_off + r] = mu;
     rstd[rstd_off + r] = rs;
     for (long j = 0; j < d; j++) {
-        float v = (x[at(&tx, r * d + j)] - mu) * rs;
+        real v = (x[at(&tx, r * d + j)] - mu) * rs;
         if (has_w) v *= w[at(&tw, j)];
         if (has_b) v += b[at(&tb, j)];
         y[y_off + r * d + j] = v;
     }
 }
 
-/* ---- indexing, f32 with i64 indices --------------------------------------- */
+/* ---- indexing with i64 indices --------------------------------------- */
 /* o = x gathered along dim by idx (same rank, idx's shape); to/tx/ti full
  * descriptors; sd: x's stride along dim; bad[0] set on an out-of-range index */
-__kernel void gather_f32(__global float *o, T to, __global const float *x, T tx,
-                         __global const long *idx, T ti, long dim, long size,
-                         __global int *bad, long n) {
+__kernel void K(gather)(__global real *o, T to, __global const real *x, T tx,
+                        __global const long *idx, T ti, long dim, long size,
+                        __global int *bad, long n) {
     long i = get_global_id(0);
     if (i >= n) return;
     long j = idx[at(&ti, i)];
     if (j < 0 || j >= size) {
         bad[0] = 1;
-        o[at(&to, i)] = 0.0f;
+        o[at(&to, i)] = R(0.0);
         return;
     }
     /* x's offset of the element with i's coordinates, dim replaced by j */
@@ -314,9 +357,9 @@ __kernel void gather_f32(__global float *o, T to, __global const float *x, T tx,
 }
 
 /* o = x with its rows along dim picked by the 1-D idx (index_select) */
-__kernel void index_select_f32(__global float *o, T to, __global const float *x, T tx,
-                               __global const long *idx, T ti, long dim, long size,
-                               __global int *bad, long n) {
+__kernel void K(index_select)(__global real *o, T to, __global const real *x, T tx,
+                              __global const long *idx, T ti, long dim, long size,
+                              __global int *bad, long n) {
     long i = get_global_id(0);
     if (i >= n) return;
     long off = tx.off, rest = i;
@@ -341,9 +384,9 @@ __kernel void index_select_f32(__global float *o, T to, __global const float *x,
  * index names this element's coordinate along dim. One work item per output
  * element adds its contributions in index order, as the CPU does, so the
  * sums are deterministic. ti, ts: the index and src over the index's shape. */
-__kernel void scatter_add_f32(__global float *o, T to, __global const float *x, T tx,
-                              __global const long *idx, T ti, __global const float *src, T ts,
-                              long dim, long size, __global int *bad, long n) {
+__kernel void K(scatter_add)(__global real *o, T to, __global const real *x, T tx,
+                             __global const long *idx, T ti, __global const real *src, T ts,
+                             long dim, long size, __global int *bad, long n) {
     long i = get_global_id(0);
     if (i >= n) return;
     long c[8], rest = i;
@@ -351,7 +394,7 @@ __kernel void scatter_add_f32(__global float *o, T to, __global const float *x, 
         c[d] = rest % to.shape[d];
         rest /= to.shape[d];
     }
-    float v = x[at(&tx, i)];
+    real v = x[at(&tx, i)];
     bool inside = true;
     for (long d = 0; d < ti.nd; d++)
         if (d != dim && c[d] >= ti.shape[d]) inside = false;
@@ -373,7 +416,7 @@ __kernel void scatter_add_f32(__global float *o, T to, __global const float *x, 
     o[at(&to, i)] = v;
 }
 
-/* ---- convolutions and max pooling, f32 (direct; one work item per output) -- */
+/* ---- convolutions and max pooling (direct; one work item per output) -- */
 /* Operands [N, C, H, W], or [N, C, L] read as H = 1. */
 static long at4(const T *t, long n, long c, long h, long w) {
     if (t->nd == 4) return t->off + n * t->st[0] + c * t->st[1] + h * t->st[2] + w * t->st[3];
@@ -383,16 +426,16 @@ static long dim_h(const T *t) { return t->nd == 4 ? t->shape[2] : 1; }
 static long dim_w(const T *t) { return t->shape[t->nd - 1]; }
 
 /* a: stride2, padding2, dilation2, groups */
-__kernel void conv2d_f32(__global float *y, T ty, __global const float *x, T tx,
-                         __global const float *w, T tw, __global const float *b, T tb,
-                         int has_b, long8 a, long n_out) {
+__kernel void K(conv2d)(__global real *y, T ty, __global const real *x, T tx,
+                        __global const real *w, T tw, __global const real *b, T tb,
+                        int has_b, long8 a, long n_out) {
     long i = get_global_id(0);
     if (i >= n_out) return;
     long OH = dim_h(&ty), OW = dim_w(&ty), O = ty.shape[1];
     long ox = i % OW, oy = (i / OW) % OH, o = (i / (OW * OH)) % O, n = i / (OW * OH * O);
     long groups = a.s6, cg = tx.shape[1] / groups, og = O / groups, g = o / og;
     long H = dim_h(&tx), W = dim_w(&tx), KH = dim_h(&tw), KW = dim_w(&tw);
-    float acc = 0.0f;
+    real acc = R(0.0);
     for (long c = 0; c < cg; c++)
         for (long ky = 0; ky < KH; ky++) {
             long iy = oy * a.s0 - a.s2 + ky * a.s4;
@@ -408,16 +451,16 @@ __kernel void conv2d_f32(__global float *y, T ty, __global const float *x, T tx,
 }
 
 /* a: stride2, padding2, output_padding2, dilation2; groups separately */
-__kernel void conv_transpose2d_f32(__global float *y, T ty, __global const float *x, T tx,
-                                   __global const float *w, T tw, __global const float *b, T tb,
-                                   int has_b, long8 a, long groups, long n_out) {
+__kernel void K(conv_transpose2d)(__global real *y, T ty, __global const real *x, T tx,
+                                  __global const real *w, T tw, __global const real *b, T tb,
+                                  int has_b, long8 a, long groups, long n_out) {
     long i = get_global_id(0);
     if (i >= n_out) return;
     long YH = dim_h(&ty), YW = dim_w(&ty), O = ty.shape[1];
     long ix = i % YW, iy = (i / YW) % YH, o = (i / (YW * YH)) % O, n = i / (YW * YH * O);
     long cg = tx.shape[1] / groups, og = tw.shape[1], g = o / og, oo = o % og;
     long H = dim_h(&tx), W = dim_w(&tx), KH = dim_h(&tw), KW = dim_w(&tw);
-    float acc = 0.0f;
+    real acc = R(0.0);
     for (long c = 0; c < cg; c++)
         for (long ky = 0; ky < KH; ky++) {
             long ty_ = iy + a.s2 - ky * a.s6; /* = oy * sh */
@@ -437,16 +480,16 @@ __kernel void conv_transpose2d_f32(__global float *y, T ty, __global const float
 }
 
 /* gw [O, cg, kh, kw]; a: stride2, padding2, dilation2; groups separately */
-__kernel void conv2d_weight_grad_f32(__global float *gw, T tg, __global const float *x, T tx,
-                                     __global const float *gy, T ty, long8 a, long groups,
-                                     long n_out) {
+__kernel void K(conv2d_weight_grad)(__global real *gw, T tg, __global const real *x, T tx,
+                                    __global const real *gy, T ty, long8 a, long groups,
+                                    long n_out) {
     long i = get_global_id(0);
     if (i >= n_out) return;
     long KH = dim_h(&tg), KW = dim_w(&tg), CG = tg.shape[1], O = tg.shape[0];
     long kx = i % KW, ky = (i / KW) % KH, c = (i / (KW * KH)) % CG, o = i / (KW * KH * CG);
     long og = O / groups, g = o / og;
     long N = tx.shape[0], H = dim_h(&tx), W = dim_w(&tx), OH = dim_h(&ty), OW = dim_w(&ty);
-    float acc = 0.0f;
+    real acc = R(0.0);
     for (long n = 0; n < N; n++)
         for (long oy = 0; oy < OH; oy++) {
             long iy = oy * a.s0 - a.s2 + ky * a.s4;
@@ -463,8 +506,8 @@ __kernel void conv2d_weight_grad_f32(__global float *gw, T tg, __global const fl
 /* max_pool2d over the last two dims; a: kernel2, stride2, padding2,
  * dilation2. Indices are h * W + w in the input plane (first maximum; NaN
  * wins), as the CPU's. */
-__kernel void max_pool2d_f32(__global float *y, T ty, __global long *ind, T ti,
-                             __global const float *x, T tx, long8 a, long n_out) {
+__kernel void K(max_pool2d)(__global real *y, T ty, __global long *ind, T ti,
+                            __global const real *x, T tx, long8 a, long n_out) {
     long i = get_global_id(0);
     if (i >= n_out) return;
     long OH = ty.shape[ty.nd - 2], OW = ty.shape[ty.nd - 1];
@@ -477,10 +520,10 @@ __kernel void max_pool2d_f32(__global float *y, T ty, __global long *ind, T ti,
     while (y0 < 0) y0 += a.s6;
     while (x0 < 0) x0 += a.s7;
     long best = y0 * W + x0;
-    float m = -INFINITY;
+    real m = -INFINITY;
     for (long iy = y0; iy < y1; iy += a.s6)
         for (long ix = x0; ix < x1; ix += a.s7) {
-            float v = x[at(&tx, p * H * W + iy * W + ix)];
+            real v = x[at(&tx, p * H * W + iy * W + ix)];
             if (v > m || isnan(v)) {
                 m = v;
                 best = iy * W + ix;
@@ -491,15 +534,15 @@ __kernel void max_pool2d_f32(__global float *y, T ty, __global long *ind, T ti,
 }
 
 /* gx [..., H, W] = gy summed at the indices (in order: deterministic) */
-__kernel void max_pool2d_backward_f32(__global float *gx, T tgx, __global const float *gy, T tgy,
-                                      __global const long *ind, T ti, __global int *bad,
-                                      long n_out) {
+__kernel void K(max_pool2d_backward)(__global real *gx, T tgx, __global const real *gy, T tgy,
+                                     __global const long *ind, T ti, __global int *bad,
+                                     long n_out) {
     long i = get_global_id(0);
     if (i >= n_out) return;
     long H = tgx.shape[tgx.nd - 2], W = tgx.shape[tgx.nd - 1];
     long OH = tgy.shape[tgy.nd - 2], OW = tgy.shape[tgy.nd - 1];
     long k = i % (H * W), p = i / (H * W);
-    float acc = 0.0f;
+    real acc = R(0.0);
     for (long j = 0; j < OH * OW; j++) {
         long q = ind[at(&ti, p * OH * OW + j)];
         if (q < 0 || q >= H * W) bad[0] = 1;

@@ -1,8 +1,9 @@
 /* The OpenCL device plugin: every OpenCL device the ICD loader finds
  * becomes "opencl:<i>". Buffers are cl_mem objects; kernels (opencl_kernels.cl)
  * are built once per device on first use. Built against <oar/device.h>
- * alone. Ops claimed (f32 compute unless said otherwise; get_kernel returns
- * NULL for everything else, which oar runs on the CPU):
+ * alone. Ops claimed (f32 compute unless said otherwise, and f64 wherever
+ * f32 is said on a device with cl_khr_fp64; get_kernel returns NULL for
+ * everything else, which oar runs on the CPU):
  *   unary: neg abs sign exp exp2 log log2 log1p expm1 sqrt rsqrt square
  *     reciprocal sin cos tan asin acos atan sinh cosh tanh sigmoid relu relu6
  *     leaky_relu elu gelu silu softplus erf floor ceil round trunc clamp conj,
@@ -10,7 +11,7 @@
  *   binary: add sub mul div maximum minimum pow atan2; eq ne lt le gt ge
  *     (f32, i32, i64 -> bool), logical_and/or/xor (bool), where (bool
  *     condition; f32, i32, i64 or bool values)
- *   cast, copy: between bool u8 i32 i64 f32; fill, contiguous: those dtypes
+ *   cast, copy: between bool u8 i32 i64 f32 (f64); fill, contiguous: those dtypes
  *   reductions: sum prod amax amin over any dims
  *   matmul (tiled, batched, broadcast batch dims, 1-D operands), softmax,
  *   log_softmax, layer_norm, gather, index_select, scatter_add and
@@ -18,7 +19,13 @@
  *   conv2d, conv_transpose2d, conv2d_weight_grad (direct, any groups,
  *   strides, padding, dilation), max_pool2d and max_pool2d_backward.
  *   Not claimed: avg/adaptive pooling, interpolate, norms other than
- *   layer_norm, sort/topk, cumsum, random ops, f64 and complex. */
+ *   layer_norm, sort/topk, cumsum, random ops, f16/bf16 (oar runs them
+ *   through the f32 kernels) and complex.
+ * f64: the .cl source is built a second time with -DOAR_F64 on first use
+ * of an f64 kernel (the same kernels in double, accumulating in double;
+ * scalar arguments such as eps passed as double). On a device without
+ * cl_khr_fp64, or with OAR_OPENCL_NO_FP64=1 in the environment when the
+ * plugin loads, f64 ops are not claimed and run on the CPU. */
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
 
@@ -32,7 +39,8 @@
 #include "opencl_kernels.h" /* oar_opencl_source: opencl_kernels.cl as a string */
 
 #define MAX_DEV 8
-enum { DT_BOOL = 0, DT_U8 = 1, DT_I32 = 2, DT_I64 = 3, DT_F32 = 6 };
+#define MAX_KERNELS 128 /* per device, of both programs */
+enum { DT_BOOL = 0, DT_U8 = 1, DT_I32 = 2, DT_I64 = 3, DT_F32 = 6, DT_F64 = 7 };
 
 typedef struct { cl_long off, nd, shape[8], st[8]; } kdesc; /* T in the .cl file */
 
@@ -40,11 +48,12 @@ typedef struct cl_dev {
     cl_device_id id;
     cl_context ctx;
     cl_command_queue q;
-    cl_program prog;  /* built on first kernel use */
-    int build_failed;
+    cl_program prog[2]; /* the f32 (and integer) kernels, and the f64 ones; built on first use */
+    int build_failed[2];
+    int fp64;           /* cl_khr_fp64: the f64 program can be built */
     pthread_mutex_t lock; /* kernel arguments and enqueue */
-    cl_kernel kernels[64];
-    const char *kernel_names[64];
+    cl_kernel kernels[MAX_KERNELS];
+    const char *kernel_names[MAX_KERNELS];
     int n_kernels;
     char name[64];
     cl_ulong mem;
@@ -120,33 +129,43 @@ static cl_dev *dev_of(const oar_kernel_call *c) {
     return NULL;
 }
 
-static int build(cl_dev *d) {
-    if (d->prog) return 0;
-    if (d->build_failed) return host->error(-4, "opencl: the kernels failed to build earlier");
+/* Program p of d: 0 the source as it is (f32 and integer kernels), 1 the
+ * source with -DOAR_F64 (f64 kernels; only on a device with cl_khr_fp64). */
+static int build(cl_dev *d, int p) {
+    if (d->prog[p]) return 0;
+    if (d->build_failed[p]) return host->error(-4, "opencl: the kernels failed to build earlier");
+    if (p && !d->fp64)
+        return host->error(-3, "opencl: the device has no cl_khr_fp64 (f64 kernels)");
     const char *src = oar_opencl_source;
     cl_int err;
-    d->prog = clCreateProgramWithSource(d->ctx, 1, &src, NULL, &err);
-    if (err) return fail("clCreateProgramWithSource", err);
-    err = clBuildProgram(d->prog, 1, &d->id, "-cl-std=CL1.2", NULL, NULL);
+    d->prog[p] = clCreateProgramWithSource(d->ctx, 1, &src, NULL, &err);
+    if (err) {
+        d->prog[p] = NULL;
+        return fail("clCreateProgramWithSource", err);
+    }
+    err = clBuildProgram(d->prog[p], 1, &d->id, p ? "-cl-std=CL1.2 -DOAR_F64" : "-cl-std=CL1.2",
+                         NULL, NULL);
     if (err) {
         char log[2048] = "";
-        clGetProgramBuildInfo(d->prog, d->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+        clGetProgramBuildInfo(d->prog[p], d->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
         host->log(OAR_LOG_ERROR, "opencl", log);
-        clReleaseProgram(d->prog);
-        d->prog = NULL;
-        d->build_failed = 1;
+        clReleaseProgram(d->prog[p]);
+        d->prog[p] = NULL;
+        d->build_failed[p] = 1;
         return fail("clBuildProgram", err);
     }
     return 0;
 }
 
-/* The named kernel of d (created once); call with d->lock held. */
+/* The named kernel of d (created once); call with d->lock held. A kernel
+ * whose name mentions f64 lives in the f64 program. */
 static cl_kernel kernel(cl_dev *d, const char *name) {
     for (int i = 0; i < d->n_kernels; i++)
         if (!strcmp(d->kernel_names[i], name)) return d->kernels[i];
-    if (build(d) || d->n_kernels == 64) return NULL;
+    int p = strstr(name, "f64") != NULL;
+    if (build(d, p) || d->n_kernels == MAX_KERNELS) return NULL;
     cl_int err;
-    cl_kernel k = clCreateKernel(d->prog, name, &err);
+    cl_kernel k = clCreateKernel(d->prog[p], name, &err);
     if (err) {
         fail(name, err);
         return NULL;
@@ -165,6 +184,20 @@ static void arg(args *a, size_t size, const void *p) {
     a->p[a->n++] = p;
 }
 #define ARG(a, v) arg(a, sizeof(v), &(v))
+
+/* The kernel `base` for compute dtype dt: base_f64 for f64, else base_f32
+ * (a string literal: kernel() keeps the pointer). */
+#define KN(base, dt) ((dt) == DT_F64 ? base "_f64" : base "_f32")
+
+/* A floating-point scalar argument: float for f32 kernels, double for f64
+ * ones (`real` in the .cl file); r must live until the launch. */
+typedef struct { cl_float f; cl_double d; } real_arg;
+static void arg_real(args *a, int32_t dt, real_arg *r, double v) {
+    r->f = (cl_float)v;
+    r->d = v;
+    if (dt == DT_F64) ARG(a, r->d);
+    else ARG(a, r->f);
+}
 
 static int launch(cl_dev *d, const char *name, args *a, int dims, const size_t *global,
                   const size_t *local) {
@@ -203,17 +236,6 @@ static long numel(const oar_ktensor *t) {
     return n;
 }
 
-static const char *dt_suffix(int32_t dt) {
-    switch (dt) {
-    case DT_BOOL: return "b";
-    case DT_U8: return "u8";
-    case DT_I32: return "i32";
-    case DT_I64: return "i64";
-    case DT_F32: return "f32";
-    default: return NULL;
-    }
-}
-
 static int index_of(const char *const *names, const char *op) {
     for (int i = 0; names[i]; i++)
         if (!strcmp(names[i], op)) return i;
@@ -235,12 +257,19 @@ static const char *const reduce_names[] = {"sum", "amax", "amin", "prod", NULL};
     cl_dev *d = dev_of(c);                                                              \
     if (!d) return host->error(-4, "opencl: a buffer of the call is not an OpenCL buffer")
 
+/* The float kernels pick f32 or f64 by in[0] and write out[0] in it. */
+#define SAME_DT(c)                                                                      \
+    if ((c)->out[0].dtype != (c)->in[0].dtype)                                          \
+    return host->error(-3, "opencl: a float kernel's output dtype differs from its input's")
+
 static int k_unary(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     int op = index_of(unary_names, c->op);
     if (op == 27 && c->n_iattr && c->iattr[0] == 1) op = 28; /* gelu, tanh form */
-    float p0 = c->n_fattr > 0 ? (float)c->fattr[0] : 0, p1 = c->n_fattr > 1 ? (float)c->fattr[1] : 0;
+    int32_t dt = c->in[0].dtype;
+    real_arg p0, p1;
     kdesc to = desc(&c->out[0]), tx = desc(&c->in[0]);
     cl_long n = numel(&c->out[0]);
     cl_int cop = op;
@@ -250,10 +279,10 @@ static int k_unary(void *ctx, const oar_kernel_call *c) {
     arg(&a, sizeof(cl_mem), &c->in[0].buffer);
     ARG(&a, tx);
     ARG(&a, cop);
-    ARG(&a, p0);
-    ARG(&a, p1);
+    arg_real(&a, dt, &p0, c->n_fattr > 0 ? c->fattr[0] : 0);
+    arg_real(&a, dt, &p1, c->n_fattr > 1 ? c->fattr[1] : 0);
     ARG(&a, n);
-    return launch1(d, "unary_f32", &a, n);
+    return launch1(d, KN("unary", dt), &a, n);
 }
 
 static int k_test(void *ctx, const oar_kernel_call *c) {
@@ -269,7 +298,7 @@ static int k_test(void *ctx, const oar_kernel_call *c) {
     ARG(&a, tx);
     ARG(&a, op);
     ARG(&a, n);
-    return launch1(d, "test_f32", &a, n);
+    return launch1(d, KN("test", c->in[0].dtype), &a, n);
 }
 
 /* out = f(in...) elementwise: kernel `name` over out and n_in inputs, then
@@ -295,12 +324,16 @@ static int elementwise(const oar_kernel_call *c, const char *name, int op) {
 
 static int k_binary(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
-    return elementwise(c, "binary_f32", index_of(binary_names, c->op));
+    SAME_DT(c);
+    return elementwise(c, KN("binary", c->in[0].dtype), index_of(binary_names, c->op));
 }
 static int k_compare(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     int32_t dt = c->in[0].dtype;
-    return elementwise(c, dt == DT_F32 ? "compare_f32" : dt == DT_I32 ? "compare_i32" : "compare_i64",
+    return elementwise(c, dt == DT_F32   ? "compare_f32"
+                          : dt == DT_F64 ? "compare_f64"
+                          : dt == DT_I32 ? "compare_i32"
+                                         : "compare_i64",
                        index_of(compare_names, c->op));
 }
 static int k_logical(void *ctx, const oar_kernel_call *c) {
@@ -313,14 +346,16 @@ static int k_logical_not(void *ctx, const oar_kernel_call *c) {
 }
 static int k_where(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
-    static const char *names[] = {"where_b", "", "where_i32", "where_i64", "", "", "where_f32"};
+    static const char *names[] = {"where_b", "", "where_i32", "where_i64", "", "", "where_f32",
+                                  "where_f64"};
     return elementwise(c, names[c->out[0].dtype], -1);
 }
 
-/* scatter_add / index_add, f32 with i64 indices */
+/* scatter_add / index_add, f32 or f64 with i64 indices */
 static int k_scatter_add(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *x = &c->in[0], *ix = &c->in[1], *src = &c->in[2], *o = &c->out[0];
     cl_long dim = c->iattr[0], size = o->ndim ? o->shape[dim] : 1, n = numel(o);
     kdesc to = desc(o), tx = desc(x), ti = desc(ix), ts = desc(src);
@@ -350,7 +385,7 @@ static int k_scatter_add(void *ctx, const oar_kernel_call *c) {
     ARG(&a, size);
     ARG(&a, flag);
     ARG(&a, n);
-    int st = launch1(d, "scatter_add_f32", &a, n);
+    int st = launch1(d, KN("scatter_add", x->dtype), &a, n);
     if (!st) {
         err = clEnqueueReadBuffer(d->q, flag, CL_TRUE, 0, sizeof bad, &bad, 0, NULL, NULL);
         if (err) st = fail("clEnqueueReadBuffer", err);
@@ -365,14 +400,33 @@ static int k_scatter_add(void *ctx, const oar_kernel_call *c) {
     return st;
 }
 
+/* convert_names[from][to], by dt_slot */
+#define CONVERT_ROW(f)                                                                        \
+    {"convert_" f "_b", "convert_" f "_u8", "convert_" f "_i32", "convert_" f "_i64",         \
+     "convert_" f "_f32", "convert_" f "_f64"}
+static const char *const convert_names[6][6] = {CONVERT_ROW("b"), CONVERT_ROW("u8"),
+                                                CONVERT_ROW("i32"), CONVERT_ROW("i64"),
+                                                CONVERT_ROW("f32"), CONVERT_ROW("f64")};
+static int dt_slot(int32_t dt) {
+    switch (dt) {
+    case DT_BOOL: return 0;
+    case DT_U8: return 1;
+    case DT_I32: return 2;
+    case DT_I64: return 3;
+    case DT_F32: return 4;
+    case DT_F64: return 5;
+    default: return -1;
+    }
+}
+
 /* dst = src converted: cast and contiguous (out[0] = in[0]), copy (in[0] = in[1]) */
 static int k_convert(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
     bool copy = !strcmp(c->op, "copy");
     const oar_ktensor *dst = copy ? &c->in[0] : &c->out[0], *src = copy ? &c->in[1] : &c->in[0];
-    char name[32];
-    snprintf(name, sizeof name, "convert_%s_%s", dt_suffix(src->dtype), dt_suffix(dst->dtype));
+    int from = dt_slot(src->dtype), to = dt_slot(dst->dtype);
+    if (from < 0 || to < 0) return host->error(-3, "opencl: unsupported conversion");
     kdesc td = desc(dst), ts = desc(src);
     cl_long n = numel(dst);
     args a = {0};
@@ -381,15 +435,7 @@ static int k_convert(void *ctx, const oar_kernel_call *c) {
     arg(&a, sizeof(cl_mem), &src->buffer);
     ARG(&a, ts);
     ARG(&a, n);
-    static const char *names[] = {"convert_b_b", "convert_b_u8", "convert_b_i32", "convert_b_i64",
-        "convert_b_f32", "convert_u8_b", "convert_u8_u8", "convert_u8_i32", "convert_u8_i64",
-        "convert_u8_f32", "convert_i32_b", "convert_i32_u8", "convert_i32_i32", "convert_i32_i64",
-        "convert_i32_f32", "convert_i64_b", "convert_i64_u8", "convert_i64_i32", "convert_i64_i64",
-        "convert_i64_f32", "convert_f32_b", "convert_f32_u8", "convert_f32_i32", "convert_f32_i64",
-        "convert_f32_f32", NULL};
-    int k = index_of(names, name); /* launch keeps the pointer: use the static string */
-    if (k < 0) return host->error(-3, "opencl: unsupported conversion");
-    return launch1(d, names[k], &a, n);
+    return launch1(d, convert_names[from][to], &a, n);
 }
 
 static int k_fill(void *ctx, const oar_kernel_call *c) {
@@ -403,15 +449,18 @@ static int k_fill(void *ctx, const oar_kernel_call *c) {
     cl_int vi = (cl_int)v;
     cl_long vl = (cl_long)v;
     cl_float vf = (cl_float)v;
+    cl_double vd = v;
     args a = {0};
     arg(&a, sizeof(cl_mem), &t->buffer);
     ARG(&a, td);
-    static const char *names[] = {"fill_b", "fill_u8", "fill_i32", "fill_i64", "", "", "fill_f32"};
+    static const char *names[] = {"fill_b", "fill_u8", "fill_i32", "fill_i64", "", "", "fill_f32",
+                                  "fill_f64"};
     switch (t->dtype) {
     case DT_BOOL: ARG(&a, vb); break;
     case DT_U8: ARG(&a, vu); break;
     case DT_I32: ARG(&a, vi); break;
     case DT_I64: ARG(&a, vl); break;
+    case DT_F64: ARG(&a, vd); break;
     default: ARG(&a, vf); break;
     }
     ARG(&a, n);
@@ -421,6 +470,7 @@ static int k_fill(void *ctx, const oar_kernel_call *c) {
 static int k_reduce(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *x = &c->in[0];
     int64_t mask = c->iattr[0];
     kdesc kept, red;
@@ -446,12 +496,13 @@ static int k_reduce(void *ctx, const oar_kernel_call *c) {
     ARG(&a, op);
     ARG(&a, n_out);
     ARG(&a, n_red);
-    return launch1(d, "reduce_f32", &a, n_out);
+    return launch1(d, KN("reduce", x->dtype), &a, n_out);
 }
 
 static int k_matmul(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *A = &c->in[0], *B = &c->in[1], *O = &c->out[0];
     bool a1 = A->ndim == 1, b1 = B->ndim == 1;
     cl_long n = a1 ? 1 : A->shape[A->ndim - 2], k = A->shape[A->ndim - 1];
@@ -491,7 +542,7 @@ static int k_matmul(void *ctx, const oar_kernel_call *c) {
     ARG(&a, bb);
     size_t local[3] = {16, 16, 1};
     size_t global[3] = {((size_t)m + 15) / 16 * 16, ((size_t)n + 15) / 16 * 16, (size_t)batch};
-    return launch(d, "matmul_f32", &a, 3, global, local);
+    return launch(d, KN("matmul", A->dtype), &a, 3, global, local);
 }
 
 /* rows: t's dims other than dim */
@@ -510,6 +561,7 @@ static kdesc rows_of(const oar_ktensor *t, int dim) {
 static int k_softmax(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *x = &c->in[0], *o = &c->out[0];
     int dim = x->ndim ? (int)c->iattr[0] : -1;
     kdesc rx = rows_of(x, dim), ro = rows_of(o, dim);
@@ -527,12 +579,13 @@ static int k_softmax(void *ctx, const oar_kernel_call *c) {
     ARG(&a, so);
     ARG(&a, lg);
     ARG(&a, rows);
-    return launch1(d, "softmax_f32", &a, rows);
+    return launch1(d, KN("softmax", x->dtype), &a, rows);
 }
 
 static int k_layer_norm(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *x = &c->in[0];
     int nn = (int)c->iattr[0];
     cl_long dd = 1;
@@ -542,7 +595,7 @@ static int k_layer_norm(void *ctx, const oar_kernel_call *c) {
     cl_int has_w = c->n_in > 1 && c->in[1].dtype >= 0, has_b = c->n_in > 2 && c->in[2].dtype >= 0;
     tw = has_w ? desc(&c->in[1]) : tx;
     tb = has_b ? desc(&c->in[2]) : tx;
-    cl_float eps = (cl_float)c->fattr[0];
+    real_arg eps;
     cl_long offs[3] = {c->out[0].offset, c->out[1].offset, c->out[2].offset};
     args a = {0};
     for (int j = 0; j < 3; j++) arg(&a, sizeof(cl_mem), &c->out[j].buffer);
@@ -555,16 +608,17 @@ static int k_layer_norm(void *ctx, const oar_kernel_call *c) {
     ARG(&a, tb);
     ARG(&a, has_w);
     ARG(&a, has_b);
-    ARG(&a, eps);
+    arg_real(&a, x->dtype, &eps, c->fattr[0]);
     ARG(&a, dd);
     ARG(&a, rows);
-    return launch1(d, "layer_norm_f32", &a, rows);
+    return launch1(d, KN("layer_norm", x->dtype), &a, rows);
 }
 
 /* gather / index_select; an index outside [0, size) fails the call */
 static int k_index(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *x = &c->in[0], *ix = &c->in[1], *o = &c->out[0];
     cl_long dim = c->iattr[0], size = x->ndim ? x->shape[dim] : 1, n = numel(o);
     cl_int err, zero = 0, bad = 0;
@@ -583,7 +637,8 @@ static int k_index(void *ctx, const oar_kernel_call *c) {
     ARG(&a, size);
     ARG(&a, flag);
     ARG(&a, n);
-    int st = launch1(d, !strcmp(c->op, "gather") ? "gather_f32" : "index_select_f32", &a, n);
+    bool ga = !strcmp(c->op, "gather");
+    int st = launch1(d, ga ? KN("gather", x->dtype) : KN("index_select", x->dtype), &a, n);
     if (!st) {
         err = clEnqueueReadBuffer(d->q, flag, CL_TRUE, 0, sizeof bad, &bad, 0, NULL, NULL);
         if (err) st = fail("clEnqueueReadBuffer", err);
@@ -627,6 +682,7 @@ static cl_long8 long8_of(const int64_t *v, int n) {
 static int k_conv(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     bool tr = !strcmp(c->op, "conv_transpose2d");
     const oar_ktensor *y = &c->out[0], *x = &c->in[0], *w = &c->in[1];
     cl_int has_b = c->n_in > 2 && c->in[2].dtype >= 0;
@@ -647,12 +703,13 @@ static int k_conv(void *ctx, const oar_kernel_call *c) {
     ARG(&a, a8);
     if (tr) ARG(&a, groups);
     ARG(&a, n);
-    return launch1(d, tr ? "conv_transpose2d_f32" : "conv2d_f32", &a, n);
+    return launch1(d, tr ? KN("conv_transpose2d", x->dtype) : KN("conv2d", x->dtype), &a, n);
 }
 
 static int k_conv_weight_grad(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *gw = &c->out[0], *x = &c->in[0], *gy = &c->in[1];
     kdesc tg = desc(gw), tx = desc(x), ty = desc(gy);
     cl_long8 a8 = long8_of(c->iattr + 4, 6);
@@ -667,12 +724,13 @@ static int k_conv_weight_grad(void *ctx, const oar_kernel_call *c) {
     ARG(&a, a8);
     ARG(&a, groups);
     ARG(&a, n);
-    return launch1(d, "conv2d_weight_grad_f32", &a, n);
+    return launch1(d, KN("conv2d_weight_grad", x->dtype), &a, n);
 }
 
 static int k_max_pool(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *y = &c->out[0], *ind = &c->out[1], *x = &c->in[0];
     kdesc ty = desc(y), ti = desc(ind), tx = desc(x);
     cl_long8 a8 = long8_of(c->iattr, 8);
@@ -686,12 +744,13 @@ static int k_max_pool(void *ctx, const oar_kernel_call *c) {
     ARG(&a, tx);
     ARG(&a, a8);
     ARG(&a, n);
-    return launch1(d, "max_pool2d_f32", &a, n);
+    return launch1(d, KN("max_pool2d", x->dtype), &a, n);
 }
 
 static int k_max_pool_backward(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     DEV(c);
+    SAME_DT(c);
     const oar_ktensor *gx = &c->out[0], *gy = &c->in[0], *ind = &c->in[1];
     kdesc tgx = desc(gx), tgy = desc(gy), ti = desc(ind);
     args a = {0};
@@ -701,36 +760,45 @@ static int k_max_pool_backward(void *ctx, const oar_kernel_call *c) {
     ARG(&a, tgy);
     arg(&a, sizeof(cl_mem), &ind->buffer);
     ARG(&a, ti);
-    int bad, st = run_flagged(d, "max_pool2d_backward_f32", &a, numel(gx), &bad);
+    int bad, st = run_flagged(d, KN("max_pool2d_backward", gy->dtype), &a, numel(gx), &bad);
     if (!st && bad)
         return host->error(-1, "max_pool2d_backward: an index is out of range of the input plane");
     return st;
 }
 
+/* f32, or f64 on a device with cl_khr_fp64: the dtypes of the float kernels */
+static bool is_real(int index, int32_t dt) {
+    return dt == DT_F32 || (dt == DT_F64 && devs[index].fp64);
+}
+/* the dtypes of cast, copy, contiguous and fill */
+static bool is_small(int index, int32_t dt) {
+    return dt_slot(dt) >= 0 && (dt != DT_F64 || devs[index].fp64);
+}
+
 static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt) {
-    (void)ctx, (void)index;
-    bool f32 = dt == DT_F32, small = dt_suffix(dt) != NULL;
-    if (f32 && index_of(unary_names, op) >= 0) return k_unary;
-    if (f32 && (!strcmp(op, "isnan") || !strcmp(op, "isinf"))) return k_test;
-    if (f32 && index_of(binary_names, op) >= 0) return k_binary;
-    if ((f32 || dt == DT_I32 || dt == DT_I64) && index_of(compare_names, op) >= 0) return k_compare;
+    (void)ctx;
+    bool fl = is_real(index, dt), small = is_small(index, dt); /* fl: f32, or f64 with fp64 */
+    if (fl && index_of(unary_names, op) >= 0) return k_unary;
+    if (fl && (!strcmp(op, "isnan") || !strcmp(op, "isinf"))) return k_test;
+    if (fl && index_of(binary_names, op) >= 0) return k_binary;
+    if ((fl || dt == DT_I32 || dt == DT_I64) && index_of(compare_names, op) >= 0) return k_compare;
     if (dt == DT_BOOL && index_of(logical_names, op) >= 0) return k_logical;
     if (dt == DT_BOOL && !strcmp(op, "logical_not")) return k_logical_not;
-    if ((f32 || dt == DT_I32 || dt == DT_I64 || dt == DT_BOOL) && !strcmp(op, "where"))
+    if ((fl || dt == DT_I32 || dt == DT_I64 || dt == DT_BOOL) && !strcmp(op, "where"))
         return k_where;
-    if (f32 && (!strcmp(op, "scatter_add") || !strcmp(op, "index_add"))) return k_scatter_add;
+    if (fl && (!strcmp(op, "scatter_add") || !strcmp(op, "index_add"))) return k_scatter_add;
     if (small && (!strcmp(op, "cast") || !strcmp(op, "copy") || !strcmp(op, "contiguous")))
         return k_convert;
     if (small && !strcmp(op, "fill")) return k_fill;
-    if (f32 && index_of(reduce_names, op) >= 0) return k_reduce;
-    if (f32 && !strcmp(op, "matmul")) return k_matmul;
-    if (f32 && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
-    if (f32 && !strcmp(op, "layer_norm")) return k_layer_norm;
-    if (f32 && (!strcmp(op, "gather") || !strcmp(op, "index_select"))) return k_index;
-    if (f32 && (!strcmp(op, "conv2d") || !strcmp(op, "conv_transpose2d"))) return k_conv;
-    if (f32 && !strcmp(op, "conv2d_weight_grad")) return k_conv_weight_grad;
-    if (f32 && !strcmp(op, "max_pool2d")) return k_max_pool;
-    if (f32 && !strcmp(op, "max_pool2d_backward")) return k_max_pool_backward;
+    if (fl && index_of(reduce_names, op) >= 0) return k_reduce;
+    if (fl && !strcmp(op, "matmul")) return k_matmul;
+    if (fl && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
+    if (fl && !strcmp(op, "layer_norm")) return k_layer_norm;
+    if (fl && (!strcmp(op, "gather") || !strcmp(op, "index_select"))) return k_index;
+    if (fl && (!strcmp(op, "conv2d") || !strcmp(op, "conv_transpose2d"))) return k_conv;
+    if (fl && !strcmp(op, "conv2d_weight_grad")) return k_conv_weight_grad;
+    if (fl && !strcmp(op, "max_pool2d")) return k_max_pool;
+    if (fl && !strcmp(op, "max_pool2d_backward")) return k_max_pool_backward;
     return NULL;
 }
 
@@ -872,34 +940,30 @@ static int launch_fn(void *ctx, int index, void *fn, int n_buffers, void *const 
     return err ? fail("a generated kernel's launch", err) : 0;
 }
 
-/* Input dtypes each kernel handles (the compute dtype is checked above). */
+/* Input dtypes each kernel handles (get_kernel checked the compute dtype):
+ * the float kernels take inputs of their own dtype, f32 or f64. */
 static int supports(void *ctx, int index, const oar_kernel_call *c) {
-    (void)ctx, (void)index;
+    (void)ctx;
     for (int i = 0; i < c->n_in; i++)
         if (c->in[i].ndim > 8) return 0;
     const char *op = c->op;
-    if (!strcmp(op, "cast") || !strcmp(op, "contiguous"))
-        return dt_suffix(c->in[0].dtype) != NULL;
-    if (!strcmp(op, "copy")) return dt_suffix(c->in[1].dtype) != NULL;
+    int32_t d0 = c->n_in ? c->in[0].dtype : -1, d1 = c->n_in > 1 ? c->in[1].dtype : -1;
+    if (!strcmp(op, "cast") || !strcmp(op, "contiguous")) return is_small(index, d0);
+    if (!strcmp(op, "copy")) return is_small(index, d0) && is_small(index, d1);
     if (!strcmp(op, "where"))
-        return c->in[0].dtype == DT_BOOL && c->in[1].dtype == c->in[2].dtype &&
-               dt_suffix(c->in[1].dtype) && c->in[1].dtype != DT_U8;
+        return d0 == DT_BOOL && d1 == c->in[2].dtype && is_small(index, d1) && d1 != DT_U8;
     if (!strcmp(op, "gather") || !strcmp(op, "index_select"))
-        return c->in[0].dtype == DT_F32 && c->in[1].dtype == DT_I64;
+        return is_real(index, d0) && d1 == DT_I64;
     if (!strcmp(op, "scatter_add") || !strcmp(op, "index_add"))
-        return c->in[0].dtype == DT_F32 && c->in[1].dtype == DT_I64 && c->in[2].dtype == DT_F32;
-    if (!strcmp(op, "max_pool2d_backward"))
-        return c->in[0].dtype == DT_F32 && c->in[1].dtype == DT_I64;
+        return is_real(index, d0) && d1 == DT_I64 && c->in[2].dtype == d0;
+    if (!strcmp(op, "max_pool2d_backward")) return is_real(index, d0) && d1 == DT_I64;
     if (index_of(compare_names, op) >= 0)
-        return c->in[0].dtype == c->in[1].dtype &&
-               (c->in[0].dtype == DT_F32 || c->in[0].dtype == DT_I32 || c->in[0].dtype == DT_I64);
+        return d0 == d1 && (is_real(index, d0) || d0 == DT_I32 || d0 == DT_I64);
     if (!strcmp(op, "fill")) return 1;
-    if (!strcmp(op, "prod") || !strcmp(op, "sum")) /* sum/prod of f32 stay f32 */
-        return c->in[0].dtype == DT_F32;
-    for (int i = 0; i < c->n_in; i++) {
-        int want = index_of(logical_names, op) >= 0 || !strcmp(op, "logical_not") ? DT_BOOL : DT_F32;
+    int want = index_of(logical_names, op) >= 0 || !strcmp(op, "logical_not") ? DT_BOOL : d0;
+    if (want != DT_BOOL && !is_real(index, want)) return 0; /* e.g. sum/prod of integers */
+    for (int i = 0; i < c->n_in; i++)
         if (c->in[i].dtype >= 0 && c->in[i].dtype != want) return 0;
-    }
     return 1;
 }
 
@@ -928,15 +992,37 @@ static void shutdown(void *ctx) {
         cl_dev *d = &devs[i];
         clFinish(d->q);
         for (int k = 0; k < d->n_kernels; k++) clReleaseKernel(d->kernels[k]);
-        if (d->prog) clReleaseProgram(d->prog);
+        for (int p = 0; p < 2; p++) {
+            if (d->prog[p]) clReleaseProgram(d->prog[p]);
+            d->prog[p] = NULL;
+        }
         d->n_kernels = 0;
-        d->prog = NULL;
     }
     while (programs) {
         gen_program *p = programs;
         programs = p->next;
         free_program(p);
     }
+}
+
+/* Whether device id has cl_khr_fp64 (the f64 kernels), unless
+ * OAR_OPENCL_NO_FP64 is set and not "0" (its f64 ops then run on the CPU,
+ * as on a device without doubles). */
+static int has_fp64(cl_device_id id) {
+    const char *off = getenv("OAR_OPENCL_NO_FP64");
+    if (off && *off && strcmp(off, "0")) return 0;
+    size_t n = 0;
+    if (clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, 0, NULL, &n) || !n) return 0;
+    char *ext = host->alloc(n + 1);
+    if (!ext) return 0;
+    int yes = 0;
+    if (!clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, n, ext, NULL)) {
+        ext[n] = 0;
+        for (const char *p = ext; (p = strstr(p, "cl_khr_fp64")); p += 11)
+            if ((p == ext || p[-1] == ' ') && (p[11] == ' ' || p[11] == 0)) yes = 1;
+    }
+    host->free(ext, n + 1);
+    return yes;
 }
 
 __attribute__((visibility("default"))) int oar_plugin_init(const oar_host_api *h,
@@ -966,6 +1052,7 @@ __attribute__((visibility("default"))) int oar_plugin_init(const oar_host_api *h
             }
             clGetDeviceInfo(ids[i], CL_DEVICE_NAME, sizeof d->name - 1, d->name, NULL);
             clGetDeviceInfo(ids[i], CL_DEVICE_GLOBAL_MEM_SIZE, sizeof d->mem, &d->mem, NULL);
+            d->fp64 = has_fp64(ids[i]);
             pthread_mutex_init(&d->lock, NULL);
             n_devs++;
         }

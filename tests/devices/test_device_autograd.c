@@ -8,6 +8,11 @@
  *   the CPU, first order (backward) and second order (a Hessian-vector
  *   product through oar_grad with create_graph); the profiler shows the
  *   moves. Skipped with a message where no OpenCL device exists.
+ * - On opencl:0 in f64 (its cl_khr_fp64 kernels): a small MLP (embedding,
+ *   matmul, layer_norm, gelu, cross entropy with class indices) and a small
+ *   CNN (conv2d, tanh, max_pool2d, conv_transpose2d, softmax), gradients
+ *   first and second order against central differences, the losses equal
+ *   to the CPU's to 1e-12, and no op falls back to the CPU.
  * - A move under no-grad mode, and a move to the tensor's own device,
  *   record nothing. */
 #include "test.h"
@@ -180,6 +185,80 @@ static void test_opencl(oar_device *cl) {
     oar_pool_pop(p);
 }
 
+/* ---- opencl:0 in f64: gradcheck, nothing on the CPU ----------------------- */
+
+/* x[] moved to the device ctx (an oar_device *), the loss moved back:
+ * emb [7, 4], w1 [4, 5], b1 [5], gamma [5], beta [5], w2 [5, 3];
+ * tokens [6] and classes [6] (i64, fixed). */
+static oar_tensor *f_mlp(void *ctx, int n, oar_tensor *const *x) {
+    oar_device *d = ctx;
+    oar_tensor *v[8];
+    for (int i = 0; i < n && i < 8; i++) v[i] = oar_tensor_to(x[i], d);
+    oar_tensor *h = oar_add(oar_matmul(oar_embedding(v[0], v[6]), v[1]), v[2]);
+    h = oar_gelu(oar_layer_norm(h, 1, v[3], v[4], 1e-5), false);
+    oar_tensor *loss = oar_cross_entropy(oar_matmul(h, v[5]), v[7], NULL, -100, 0, OAR_REDUCTION_MEAN);
+    if (loss && oar_tensor_device(loss) != d) return NULL;
+    return oar_tensor_to(loss, oar_device_cpu());
+}
+
+/* x [2, 2, 6, 6], w [3, 2, 3, 3], b [3], wt [3, 2, 2, 2]: conv2d (padding
+ * 1), tanh, 2x2 max_pool2d, conv_transpose2d (stride 2), softmax over the
+ * flattened maps, weighted by a fixed ramp r [2, 72]. */
+static oar_tensor *f_cnn(void *ctx, int n, oar_tensor *const *x) {
+    oar_device *d = ctx;
+    oar_tensor *v[5];
+    for (int i = 0; i < n && i < 5; i++) v[i] = oar_tensor_to(x[i], d);
+    const int64_t one[2] = {1, 1}, two[2] = {2, 2}, zero[2] = {0, 0}, flat[2] = {2, 72};
+    oar_tensor *y = oar_tanh(oar_conv2d(v[0], v[1], v[2], one, one, one, 1));
+    y = oar_max_pool2d(y, two, two, zero, one, false, NULL);
+    y = oar_conv_transpose2d(y, v[3], NULL, two, zero, zero, one, 1); /* [2, 2, 6, 6] */
+    oar_tensor *p = oar_softmax(oar_reshape(y, 2, flat), 1);
+    oar_tensor *loss = oar_sum(oar_mul(p, v[4]), 0, NULL, false);
+    if (loss && oar_tensor_device(loss) != d) return NULL;
+    return oar_tensor_to(loss, oar_device_cpu());
+}
+
+/* f on the CPU and on d from the same f64 inputs: equal to 1e-12. */
+static void check_loss_like_cpu(gc_fn f, oar_device *d, int n, const gc_input *in) {
+    oar_pool *p = oar_pool_push();
+    gc_opts o = {.seed = 3};
+    oar_tensor *x[GC_MAX_IN];
+    gc_state = 3;
+    for (int i = 0; i < n; i++) x[i] = gc_make(&in[i], &o, false);
+    oar_tensor *a = f(oar_device_cpu(), n, x), *b = f(d, n, x);
+    CHECK(a && b);
+    if (a && b) CHECK_NEAR(oar_tensor_item(b), oar_tensor_item(a), 1e-12 * (1 + fabs(oar_tensor_item(a))));
+    oar_pool_pop(p);
+}
+
+static void test_opencl_f64(oar_device *cl) {
+    int64_t tok[6] = {3, 0, 6, 3, 1, 5}, cls[6] = {2, 0, 1, 1, 0, 2};
+    gc_input mlp[8] = {{.ndim = 2, .shape = {7, 4}, .lo = -1, .hi = 1},
+                       {.ndim = 2, .shape = {4, 5}, .lo = -1, .hi = 1},
+                       {.ndim = 1, .shape = {5}, .lo = -0.5, .hi = 0.5},
+                       {.ndim = 1, .shape = {5}, .lo = 0.5, .hi = 1.5},
+                       {.ndim = 1, .shape = {5}, .lo = -0.5, .hi = 0.5},
+                       {.ndim = 2, .shape = {5, 3}, .lo = -1, .hi = 1},
+                       {.dtype = OAR_I64, .ndim = 1, .shape = {6}, .data = tok},
+                       {.dtype = OAR_I64, .ndim = 1, .shape = {6}, .data = cls}};
+    double ramp[144];
+    for (int i = 0; i < 144; i++) ramp[i] = (double)(i % 13) / 13.0 - 0.4;
+    gc_input cnn[5] = {{.ndim = 4, .shape = {2, 2, 6, 6}, .lo = -1, .hi = 1},
+                       {.ndim = 4, .shape = {3, 2, 3, 3}, .lo = -0.5, .hi = 0.5},
+                       {.ndim = 1, .shape = {3}, .lo = -0.5, .hi = 0.5},
+                       {.ndim = 4, .shape = {3, 2, 2, 2}, .lo = -1, .hi = 1},
+                       {.dtype = OAR_F64, .ndim = 2, .shape = {2, 72}, .data = ramp}};
+    oar_device_fallback_reset();
+    check_loss_like_cpu(f_mlp, cl, 8, mlp);
+    check_loss_like_cpu(f_cnn, cl, 5, cnn);
+    gc_opts o = {.seed = 11, .contiguous_only = true};
+    CHECK(gradcheck("opencl f64 MLP (embedding, layer_norm, gelu, cross entropy)", f_mlp, cl, 8, mlp, &o));
+    CHECK(gradcheck("opencl f64 CNN (conv2d, max_pool2d, conv_transpose2d, softmax)", f_cnn, cl, 5, cnn, &o));
+    int64_t fb = oar_device_fallback_count();
+    if (fb) fprintf(stderr, "%lld op calls in f64 ran on the CPU instead of opencl:0\n", (long long)fb);
+    CHECK(fb == 0);
+}
+
 int main(void) {
     /* the mock (tests/devices/plugins) and, where built, the opencl plugin */
     char path[2048];
@@ -196,6 +275,8 @@ int main(void) {
         test_current = "test_opencl";
         oar_clear_error();
         test_opencl(cl);
+        test_current = "test_opencl_f64";
+        test_opencl_f64(cl);
     }
     return test_summary();
 }

@@ -7,7 +7,10 @@
  * - random graphs (the CPU fuzzer's generator, fewer of them) compiled on
  *   OpenCL agree with the CPU unfused executor to 1e-5;
  * - generated source that does not build reports the OpenCL build log
- *   through oar_last_error() and the executor falls back to unfused.
+ *   through oar_last_error() and the executor falls back to unfused;
+ * - an f64 graph (matmul, tanh, softmax, sum) runs on opencl:0 unfused
+ *   (the plugin's f64 kernels) and compiled, equal to the CPU to 1e-12,
+ *   with no op on the CPU.
  * Skipped (exit 77) where no OpenCL device exists. */
 #include "compiler/fuzz_graphs.h"
 
@@ -386,8 +389,48 @@ static void test_alloc_failure(void) {
     oar_module_free(m);
 }
 
+static int f64_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *h = oar_tanh(oar_add(oar_matmul(in[0], in[1]), in[2]));
+    out[0] = oar_sum(oar_mul(oar_softmax(h, 1), h), 0, NULL, false);
+    return out[0] ? 0 : -1;
+}
+
+static void test_f64_graph(void) {
+    oar_pool *p = oar_pool_push();
+    oar_graph_input_spec s[3] = {{.name = "x", .dtype = OAR_F64, .ndim = 2, .shape = {6, 5}},
+                                 {.name = "w", .dtype = OAR_F64, .ndim = 2, .shape = {5, 4}},
+                                 {.name = "b", .dtype = OAR_F64, .ndim = 1, .shape = {4}}};
+    oar_graph *g = oar_trace(f64_fn, NULL, 3, s, 1, NULL);
+    CHECK(g != NULL);
+    oar_manual_seed(5);
+    oar_tensor *cin[3] = {oar_randn(OAR_F64, 2, s[0].shape), oar_randn(OAR_F64, 2, s[1].shape),
+                          oar_randn(OAR_F64, 1, s[2].shape)};
+    oar_tensor *din[3];
+    for (int i = 0; i < 3; i++) din[i] = oar_tensor_to(cin[i], dev);
+    for (int compile = 0; g && compile < 2; compile++) {
+        oar_executor *cpu = oar_executor_new(g), *ocl = oar_executor_new(g);
+        if (compile) {
+            CHECK(oar_executor_compile(cpu) == 0);
+            CHECK(oar_executor_compile(ocl) == 0);
+        }
+        oar_tensor *cout[1] = {NULL}, *dout[1] = {NULL};
+        oar_device_fallback_reset();
+        CHECK(oar_executor_run(cpu, cin, cout) == 0);
+        CHECK(oar_executor_run(ocl, din, dout) == 0);
+        CHECK(oar_device_fallback_count() == 0);
+        CHECK(dout[0] && oar_tensor_device(dout[0]) == dev);
+        CHECK_NEAR(rel_diff(cout[0], dout[0]), 0, 1e-12);
+        oar_executor_free(cpu);
+        oar_executor_free(ocl);
+    }
+    oar_graph_free(g);
+    oar_pool_pop(p);
+}
+
 int main(void) {
     if (!(dev = opencl_device_or_skip())) return TEST_SKIP;
+    RUN(test_f64_graph);
     RUN(test_mlp_step_unfused);
     RUN(test_mixed_devices);
     RUN(test_mlp_step_compiled);
