@@ -436,6 +436,14 @@ static bool pointwise(const oar_graph *g, int n, oar_tensor *const *sym, const o
            !memcmp(o->shape, shape->shape, (size_t)o->ndim * sizeof(int64_t));
 }
 
+/* Whether compiled kernel K reads value x, if at all, only at the element
+ * it writes (flat, or x a leaf in its same_index). */
+static bool kernel_reads_at_output(const oari_kernel *K, int x) {
+    for (int a = 1; a < K->n_args; a++)
+        if (K->args[a] == x && !K->flat && !(a < 64 && (K->same_index >> a & 1))) return false;
+    return true;
+}
+
 /* Whether output j, donated to input i, can be computed straight into the
  * input's storage: a buffer of its own with the input's dtype and shape,
  * made by a pointwise kernel that reads the input (directly, not through a
@@ -450,7 +458,8 @@ static bool donation_in_place(const oar_executor *ex, const int *root, const boo
     for (int j2 = 0; j2 < g->n_outputs; j2++)
         if (j2 != j && root[g->outputs[j2]] == o) return false;
     int p = g->values[o].producer, at = reads_at(ex, p), k = kernel_of(ex, p);
-    if (emul[p] || (k >= 0 ? !ex->p.fusion->kernels[k].flat : !pointwise(g, p, sym, sym[o]))) return false;
+    if (emul[p] || (k >= 0 ? !kernel_reads_at_output(ex->p.fusion->kernels + k, x) : !pointwise(g, p, sym, sym[o])))
+        return false;
     for (int n = 0; n < g->n_nodes; n++) {
         const oari_gnode *nd = &g->nodes[n];
         bool member = n == p || (k >= 0 && kernel_of(ex, n) == k);
@@ -747,10 +756,11 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         if (oari_is_ctrl(n->op)) continue;
         const oari_op_def *def = oari_op_defs[n->op];
         int out = n->out[0];
-        /* a compiled kernel reads its inputs at other indices, unless flat */
+        /* a compiled kernel reads its inputs at other indices, unless flat
+         * or but for some leaves (same_index) */
         int kern = kernel_of(ex, i);
         const oari_kernel *K = kern >= 0 ? &ex->p.fusion->kernels[kern] : NULL;
-        if (K ? K->root != i || !K->flat
+        if (K ? K->root != i || (!K->flat && !K->same_index)
               : (def->fusion != OARI_FUSE_ELEMWISE && def->fusion != OARI_FUSE_BROADCAST) ||
                     (def->flags & (OARI_F_INPLACE | OARI_F_VIEW)) || n->n_out != 1)
             continue;
@@ -758,6 +768,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         int n_read = K ? K->n_args - 1 : n->n_in;
         for (int k = 0; k < n_read; k++) {
             int v = K ? K->args[k + 1] : n->in[k];
+            if (K && !kernel_reads_at_output(K, v)) continue;
             if (v < 0 || root[v] != v || g->values[v].kind != OARI_V_NODE || made_in_input(ex, v)) continue;
             oari_membuf *b = &bufs[bufof[share[v]]];
             if (b->last != i || sym[v]->dtype != sym[out]->dtype || sym[v]->ndim != sym[out]->ndim ||
