@@ -69,6 +69,7 @@ typedef struct cg {
     int n_reductions;
     const char *out_lin;  /* the output's linear index at the pass's index (not flat) */
     uint64_t elsewhere;   /* bit k: leaf a<k> is read at another index than the output's */
+    bool store_in_loop;   /* the output is written inside a reduction's loop too (softmax's row) */
     int *args, n_args, cap_args;
     memo *memo;
     int n_memo, cap_memo;
@@ -495,6 +496,7 @@ static const char *reduce(cg *c, int node, red_kind kind, body_kind body, int x,
     if (body == B_EXP_SUB || body == B_EXP_SUB_STORE)
         val = emit_tmp(c, T, &X, strf(c, "%s(%s - %s)", flt ? "oari_vexpf" : "exp", xe, m));
     if (body == B_EXP_SUB_STORE) {
+        c->store_in_loop = true;
         const char *stride[OAR_MAX_DIMS];
         contiguous_strides(c, x, stride); /* x has the root's shape */
         oari_sbuf_printf(&f->body, "    a0[%s] = %s;\n", linear(c, &X, stride), val);
@@ -801,6 +803,7 @@ static void reset_pass(cg *c) {
     c->n_tmp = c->n_red = c->n_reductions = 0;
     c->n_args = 1; /* the output stays a0 */
     c->elsewhere = 0;
+    c->store_in_loop = false;
     c->depth = 0;
     c->work_numel = 0;
     c->work_expr = "0";
@@ -828,9 +831,12 @@ static const char *run_pass(cg *c, int root_v, idx *I, int nd) {
 }
 
 /* Bit a (1..63): leaf a<a> is read only at the element the kernel writes,
- * in a kernel without reductions, so the output may be written over it. */
+ * so the output may be written over it. With reductions too: such a load
+ * uses every dim of the output, so it sits in the last loop, after the
+ * row's reductions (which then never read it), unless the output is also
+ * written inside a reduction's loop (softmax) or accumulated by columns. */
 static uint64_t same_index(const cg *c) {
-    if (c->n_reductions || c->column) return 0;
+    if (c->store_in_loop || c->column) return 0;
     uint64_t m = 0;
     for (int a = 1; a < c->n_args && a < 64; a++)
         if (!(c->elsewhere >> a & 1)) m |= 1ull << a;

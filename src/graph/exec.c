@@ -858,6 +858,14 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
             int v = K ? K->args[k + 1] : n->in[k];
             if (K && !kernel_reads_at_output(K, v)) continue;
             if (v < 0 || root[v] != v || g->values[v].kind != OARI_V_NODE || made_in_input(ex, v)) continue;
+            /* a kernel's other leaves must not read the same buffer (a view of
+             * it left to the executor is read at other indices) */
+            bool other_reader = false;
+            for (int a = 1; K && a < K->n_args && !other_reader; a++) {
+                int r = root[K->args[a]];
+                other_reader = K->args[a] != v && r >= 0 && share[r] == share[v];
+            }
+            if (other_reader) continue;
             oari_membuf *b = &bufs[bufof[share[v]]];
             if (b->last != i || sym[v]->dtype != sym[out]->dtype || sym[v]->ndim != sym[out]->ndim ||
                 memcmp(sym[v]->shape, sym[out]->shape, (size_t)sym[v]->ndim * sizeof(int64_t)))
