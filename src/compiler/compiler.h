@@ -79,6 +79,7 @@ typedef struct oari_kernel {
     size_t src_begin, src_end; /* its function in the fusion's source */
     int code;                 /* the kernel whose function it calls: itself, or an earlier kernel
                                  whose generated code is the same but for the name */
+    int unit;                 /* the library holding its function, if its own (oari_fusion_build) */
     oari_fused_fn fn;         /* set by oari_fusion_build */
     void *dev_fn;             /* set by oari_fusion_build_on (the device's handle) */
     unsigned outer_mask;      /* its parallel dims (work-items: their product; all of them when flat) */
@@ -97,7 +98,7 @@ typedef struct oari_fusion {
     int n_launches;           /* kernel calls per run: fused kernels plus unfused non-view nodes */
     oari_sbuf source;         /* the prelude, then every kernel */
     size_t prelude_len;
-    oari_jit_lib **libs;      /* one per unit of OARI_KERNELS_PER_UNIT kernels */
+    oari_jit_lib **libs;      /* one per unit of OARI_KERNELS_PER_UNIT functions */
     int n_libs;
     int refs;                 /* executors sharing it (atomic); freed with the last */
     const oari_renderer *renderer;
@@ -109,8 +110,9 @@ typedef struct oari_fusion {
  * status (out of memory). A graph with nothing to fuse gives zero kernels. */
 OARI_HIDDEN int oari_fuse_graph(const oar_graph *g, const oari_renderer *r, oari_fusion **out);
 /* Compiles (or loads from the cache) f's kernels and resolves them: units
- * of OARI_KERNELS_PER_UNIT kernels, built by parallel jobs (one per core, at
- * most 8), each cached on its own. 0, or an error status
+ * of OARI_KERNELS_PER_UNIT functions (kernels sharing code count once),
+ * built by parallel jobs (one per core, at most 8), each cached on its
+ * own. 0, or an error status
  * (OAR_ERR_UNSUPPORTED without a C compiler). */
 #define OARI_KERNELS_PER_UNIT 16
 OARI_HIDDEN int oari_fusion_build(oari_fusion *f);

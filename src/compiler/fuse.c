@@ -256,16 +256,15 @@ typedef struct build_job {
     char error[512];          /* its message (errors are per thread) */
 } build_job;
 
-/* The source of unit u: the prelude and its kernels. */
+/* The source of unit u: the prelude and its kernels' functions. */
 static char *unit_source(const oari_fusion *f, int u) {
-    int k0 = u * OARI_KERNELS_PER_UNIT, k1 = k0 + OARI_KERNELS_PER_UNIT;
-    if (k1 > f->n_kernels) k1 = f->n_kernels;
     oari_sbuf b = {0};
     const char *all = oari_sbuf_str(&f->source);
     oari_sbuf_printf(&b, "%.*s", (int)f->prelude_len, all);
-    for (int k = k0; k < k1; k++)
-        oari_sbuf_printf(&b, "%.*s", (int)(f->kernels[k].src_end - f->kernels[k].src_begin),
-                         all + f->kernels[k].src_begin);
+    for (int k = 0; k < f->n_kernels; k++)
+        if (f->kernels[k].code == k && f->kernels[k].unit == u)
+            oari_sbuf_printf(&b, "%.*s", (int)(f->kernels[k].src_end - f->kernels[k].src_begin),
+                             all + f->kernels[k].src_begin);
     if (b.failed) {
         oari_sbuf_free(&b);
         return NULL;
@@ -295,7 +294,12 @@ int oari_fusion_build(oari_fusion *f) {
     if (!f->n_kernels || f->libs) return 0;
     if (!oari_jit_available())
         return oari_error(OAR_ERR_UNSUPPORTED, "compiler: no C compiler; the graph runs unfused");
-    int n_units = (f->n_kernels + OARI_KERNELS_PER_UNIT - 1) / OARI_KERNELS_PER_UNIT;
+    /* units of OARI_KERNELS_PER_UNIT functions (a kernel sharing another's
+     * code adds none) */
+    int n_functions = 0;
+    for (int k = 0; k < f->n_kernels; k++)
+        if (f->kernels[k].code == k) f->kernels[k].unit = n_functions++ / OARI_KERNELS_PER_UNIT;
+    int n_units = (n_functions + OARI_KERNELS_PER_UNIT - 1) / OARI_KERNELS_PER_UNIT;
     if (!(f->libs = oari_calloc((size_t)n_units, sizeof *f->libs))) return OAR_ERR_NOMEM;
     f->n_libs = n_units;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -319,7 +323,7 @@ int oari_fusion_build(oari_fusion *f) {
             return oari_error(jobs[t].status, "%s", jobs[t].error);
     for (int k = 0; k < f->n_kernels; k++) {
         int c = f->kernels[k].code; /* the kernel whose function it calls */
-        void *p = oari_jit_symbol(f->libs[c / OARI_KERNELS_PER_UNIT], f->kernels[c].name);
+        void *p = oari_jit_symbol(f->libs[f->kernels[c].unit], f->kernels[c].name);
         if (!p) return OAR_ERR_INVALID;
         /* dlsym gives an object pointer; the kernel is a function (POSIX) */
         memcpy(&f->kernels[k].fn, &p, sizeof p);
