@@ -118,6 +118,12 @@ int main(void) {
         fused_ms = b < fused_ms ? b : fused_ms;
     }
     if (getenv("BENCH_KERNELS")) { /* each kernel against the sum of its nodes, unfused */
+        int dp = 0, df = 0;
+        for (int j = 0; j < oar_graph_num_outputs(g); j++) {
+            dp += oar_executor_donated_in_place(plain, j) == 1;
+            df += oar_executor_donated_in_place(fused, j) == 1;
+        }
+        printf("donated in place: %d unfused, %d compiled\n", dp, df);
         int nn = oar_graph_num_nodes(g);
         double *tf = calloc((size_t)nn, sizeof *tf), *tu = calloc((size_t)nn, sizeof *tu);
         oari_executor_time_nodes(fused, tf);
@@ -143,6 +149,15 @@ int main(void) {
                 printf("kernel %s: %d nodes, root %s, %.1f us compiled, %.1f us unfused\n", f->kernels[k].name,
                        f->kernels[k].n_members, oari_op_name(g->nodes[f->kernels[k].root].op),
                        a / 1e3 / (3 * (2 + STEPS)), b / 1e3 / (3 * (2 + STEPS)));
+            if (getenv("BENCH_KERNELS")[0] == '2') { /* its members and the root's shape */
+                printf("    ops:");
+                for (int i = 0; i < nn; i++)
+                    if (f->kernel_of[i] == k) printf(" %s", oari_op_name(g->nodes[i].op));
+                const oari_gvalue *v = &g->values[g->nodes[f->kernels[k].root].out[0]];
+                printf("; out [");
+                for (int d = 0; d < v->ndim; d++) printf(d ? " %lld" : "%lld", (long long)v->shape[d]);
+                printf("]\n");
+            }
         }
         printf("kernels: %d compiled, %d more than 5%% slower than their nodes unfused (worst %.2fx); all "
                "kernels together %.2f ms compiled vs %.2f ms unfused per step\n", f->n_kernels, slower, worst,

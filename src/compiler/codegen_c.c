@@ -67,6 +67,9 @@ typedef struct cg {
                      * trailing dims (write_column_reduction) */
     unsigned outer_mask, ref_mask;
     int n_reductions;
+    const char *out_lin;  /* the output's linear index at the pass's index (not flat) */
+    uint64_t elsewhere;   /* bit k: leaf a<k> is read at another index than the output's */
+    bool store_in_loop;   /* the output is written inside a reduction's loop too (softmax's row) */
     int *args, n_args, cap_args;
     memo *memo;
     int n_memo, cap_memo;
@@ -431,6 +434,13 @@ static const char *load(cg *c, int v, const idx *I) {
         }
         lin = linear(c, I, stride);
     }
+    /* the output may be written over this leaf only if every read of it is
+     * at the element being written (same index, same shape and dtype) */
+    const oari_gvalue *ov = &c->g->values[c->args[0]];
+    if (gv->kind == OARI_V_CONST || gv->dtype != ov->dtype || gv->ndim != ov->ndim ||
+        memcmp(gv->shape, ov->shape, (size_t)gv->ndim * sizeof *gv->shape) ||
+        memcmp(gv->sym, ov->sym, (size_t)gv->ndim) || strcmp(lin, c->flat ? "i0" : c->out_lin))
+        c->elsewhere |= k < 64 ? 1ull << k : 0;
     return emit_tmp(c, oari_c_type(gv->dtype), I, strf(c, "a%d[%s]", k, lin));
 }
 
@@ -486,6 +496,7 @@ static const char *reduce(cg *c, int node, red_kind kind, body_kind body, int x,
     if (body == B_EXP_SUB || body == B_EXP_SUB_STORE)
         val = emit_tmp(c, T, &X, strf(c, "%s(%s - %s)", flt ? "oari_vexpf" : "exp", xe, m));
     if (body == B_EXP_SUB_STORE) {
+        c->store_in_loop = true;
         const char *stride[OAR_MAX_DIMS];
         contiguous_strides(c, x, stride); /* x has the root's shape */
         oari_sbuf_printf(&f->body, "    a0[%s] = %s;\n", linear(c, &X, stride), val);
@@ -791,6 +802,8 @@ static void reset_pass(cg *c) {
     oari_sbuf_free(&c->inner);
     c->n_tmp = c->n_red = c->n_reductions = 0;
     c->n_args = 1; /* the output stays a0 */
+    c->elsewhere = 0;
+    c->store_in_loop = false;
     c->depth = 0;
     c->work_numel = 0;
     c->work_expr = "0";
@@ -809,7 +822,25 @@ static const char *run_pass(cg *c, int root_v, idx *I, int nd) {
     note_work(c, root_v);
     I->nd = nd;
     for (int d = 0; d < nd; d++) I->c[d] = strf(c, "i%d", d);
+    if (!c->flat) {
+        const char *stride[OAR_MAX_DIMS];
+        contiguous_strides(c, root_v, stride);
+        c->out_lin = linear(c, I, stride);
+    }
     return eval(c, root_v, I);
+}
+
+/* Bit a (1..63): leaf a<a> is read only at the element the kernel writes,
+ * so the output may be written over it. With reductions too: such a load
+ * uses every dim of the output, so it sits in the last loop, after the
+ * row's reductions (which then never read it), unless the output is also
+ * written inside a reduction's loop (softmax) or accumulated by columns. */
+static uint64_t same_index(const cg *c) {
+    if (c->store_in_loop || c->column) return 0;
+    uint64_t m = 0;
+    for (int a = 1; a < c->n_args && a < 64; a++)
+        if (!(c->elsewhere >> a & 1)) m |= 1ull << a;
+    return m;
 }
 
 /* The comment naming the kernel (every renderer's). */
@@ -835,13 +866,14 @@ static void write_comment(cg *c, const char *name, int root_v, oari_sbuf *src) {
 static void c_signature(const oari_kernel_text *k, oari_sbuf *src) {
     oari_sbuf_printf(src, "void %s(void *const *restrict args, const int64_t *restrict s) {\n    (void)s;\n",
                      k->name);
-    /* a flat kernel may write over an input (the executor plans it so when
-     * that input dies here, or is a donated parameter): no `restrict` */
-    const char *restrict_ = k->flat ? "" : "restrict ";
+    /* the output may be written over an input read only at the element
+     * written (k->same_index; the executor plans it so when that input dies
+     * here, or is a donated parameter): neither pointer is `restrict` */
     for (int a = 0; a < k->n_args; a++) {
         const char *T = oari_c_type(k->g->values[k->args[a]].dtype);
-        oari_sbuf_printf(src, "    %s%s *%sa%d = (%s%s *)args[%d];\n", a ? "const " : "", T, restrict_, a,
-                         a ? "const " : "", T, a);
+        bool may_alias = k->flat || (k->same_index && (!a || (a < 64 && (k->same_index >> a & 1))));
+        oari_sbuf_printf(src, "    %s%s *%sa%d = (%s%s *)args[%d];\n", a ? "const " : "", T,
+                         may_alias ? "" : "restrict ", a, a ? "const " : "", T, a);
     }
 }
 
@@ -934,6 +966,7 @@ static void write_function(cg *c, const char *name, int root_v, const idx *I, in
     oari_sbuf_printf(&store, "    a0[%s] = %s;\n", lin, res);
     oari_kernel_text k = {
         .g = c->g, .name = name, .args = c->args, .n_args = c->n_args, .flat = c->flat,
+        .same_index = same_index(c),
         .reductions = c->n_reductions > 0, .nd = nd, .dim = dim, .outer_mask = c->outer_mask,
         .outer = oari_sbuf_str(&c->outer), .inner = oari_sbuf_str(&c->inner), .store = oari_sbuf_str(&store),
         .work = c->work_expr};
@@ -1059,7 +1092,7 @@ static const char *write_column_reduction(cg *c, const column_plan *p, int root_
 
 int oari_codegen_kernel(const oar_graph *g, const oari_renderer *r, const int *kernel_root, int root,
                         const char *name, oari_sbuf *src, int **args, int *n_args, int *bad, bool *flat,
-                        unsigned *outer_mask) {
+                        unsigned *outer_mask, uint64_t *same_index_) {
     cg c = {.g = g, .r = r, .kr = kernel_root, .root = root, .bad = -1, .work_expr = "0"};
     *args = NULL;
     *n_args = 0;
@@ -1088,6 +1121,7 @@ int oari_codegen_kernel(const oar_graph *g, const oari_renderer *r, const int *k
     }
     int st = c.status;
     *outer_mask = c.outer_mask;
+    *same_index_ = same_index(&c);
     if (st == 1) *bad = c.bad;
     if (!st && src->failed) st = OAR_ERR_NOMEM;
     if (!st) { /* exactly n_args long: the fusion frees it by that size */

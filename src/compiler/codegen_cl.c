@@ -108,7 +108,8 @@ int oari_fusion_build_on(oari_fusion *f, oar_device *dev) {
     }
     for (int k = 0; k < f->n_kernels; k++) {
         oari_device_reported = false;
-        if (!(f->kernels[k].dev_fn = t->get_function(dev->ctx, dev->index, prog, f->kernels[k].name))) {
+        if (!(f->kernels[k].dev_fn = t->get_function(dev->ctx, dev->index, prog,
+                                                         f->kernels[f->kernels[k].code].name))) {
             if (!oari_device_reported)
                 return oari_error(OAR_ERR_INVALID, "compiler: kernel %s not found on %s", f->kernels[k].name,
                                   dev->name);

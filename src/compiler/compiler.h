@@ -30,6 +30,7 @@ typedef struct oari_kernel_text {
     const int *args;          /* value ids: [0] the output, then the leaves (a0, a1, ...) */
     int n_args;
     bool flat;                /* one flat loop (pointers may alias: no restrict) */
+    uint64_t same_index;      /* bit a: leaf a is read only at the element written (a0 and it: no restrict) */
     bool reductions;          /* the kernel reduces (loops inside its body) */
     int nd;                   /* loop dims i0.. (1 when flat) */
     const char *const *dim;   /* their sizes: expressions over s[] (the symbols' sizes) */
@@ -76,11 +77,17 @@ typedef struct oari_kernel {
     int *args;                /* value ids: [0] the output, then the leaves */
     char name[32];
     size_t src_begin, src_end; /* its function in the fusion's source */
+    int code;                 /* the kernel whose function it calls: itself, or an earlier kernel
+                                 whose generated code is the same but for the name */
+    int unit;                 /* the library holding its function, if its own (oari_fusion_build) */
     oari_fused_fn fn;         /* set by oari_fusion_build */
     void *dev_fn;             /* set by oari_fusion_build_on (the device's handle) */
     unsigned outer_mask;      /* its parallel dims (work-items: their product; all of them when flat) */
     bool flat;                /* every member elementwise over the output's shape, read at the
                                  output's index: the output may be written over an input */
+    uint64_t same_index;      /* bit a (1..63): leaf a is read only at the element the kernel writes
+                                 (same shape and dtype, no reductions): the output may be written
+                                 over it (with flat, every such leaf) */
 } oari_kernel;
 
 typedef struct oari_fusion {
@@ -91,7 +98,7 @@ typedef struct oari_fusion {
     int n_launches;           /* kernel calls per run: fused kernels plus unfused non-view nodes */
     oari_sbuf source;         /* the prelude, then every kernel */
     size_t prelude_len;
-    oari_jit_lib **libs;      /* one per unit of OARI_KERNELS_PER_UNIT kernels */
+    oari_jit_lib **libs;      /* one per unit of OARI_KERNELS_PER_UNIT functions */
     int n_libs;
     int refs;                 /* executors sharing it (atomic); freed with the last */
     const oari_renderer *renderer;
@@ -103,8 +110,9 @@ typedef struct oari_fusion {
  * status (out of memory). A graph with nothing to fuse gives zero kernels. */
 OARI_HIDDEN int oari_fuse_graph(const oar_graph *g, const oari_renderer *r, oari_fusion **out);
 /* Compiles (or loads from the cache) f's kernels and resolves them: units
- * of OARI_KERNELS_PER_UNIT kernels, built by parallel jobs (one per core, at
- * most 8), each cached on its own. 0, or an error status
+ * of OARI_KERNELS_PER_UNIT functions (kernels sharing code count once),
+ * built by parallel jobs (one per core, at most 8), each cached on its
+ * own. 0, or an error status
  * (OAR_ERR_UNSUPPORTED without a C compiler). */
 #define OARI_KERNELS_PER_UNIT 16
 OARI_HIDDEN int oari_fusion_build(oari_fusion *f);
@@ -141,10 +149,12 @@ OARI_HIDDEN bool oari_fusible(const oar_graph *g, int n);
  * the generator will not do (a reduction that would be recomputed per
  * element): *bad then names the member to take out of the kernel. *flat
  * tells whether the kernel is one flat elementwise loop, whose pointers
- * are not `restrict` (its output may be planned over an input). */
+ * are not `restrict` (its output may be planned over an input);
+ * *same_index has bit a set when leaf a is read only at the element written
+ * (no reductions), so the output may be planned over it (no `restrict`). */
 OARI_HIDDEN int oari_codegen_kernel(const oar_graph *g, const oari_renderer *r, const int *kernel_root,
                                     int root, const char *name, oari_sbuf *src, int **args, int *n_args,
-                                    int *bad, bool *flat, unsigned *outer_mask);
+                                    int *bad, bool *flat, unsigned *outer_mask, uint64_t *same_index);
 
 /* ---- scalar formulas (op_c.c) ----------------------------------------------- */
 

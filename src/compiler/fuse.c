@@ -111,6 +111,50 @@ void oari_fusion_free(oari_fusion *f) {
     oari_free(f, sizeof *f);
 }
 
+/* Kernel k's function in f's source, its name excluded: *pre is the text
+ * from the end of the kernel's comment to the name, *post what follows the
+ * name. False when the text has no such shape. */
+static bool function_text(const oari_fusion *f, int k, const char **pre, size_t *n_pre, const char **post,
+                          size_t *n_post) {
+    const oari_kernel *K = &f->kernels[k];
+    const char *all = oari_sbuf_str(&f->source), *end = all + K->src_end;
+    const char *c = strstr(all + K->src_begin, "*/\n");
+    size_t len = strlen(K->name);
+    const char *name = c ? strstr(c, K->name) : NULL;
+    if (!name || name + len >= end || name[len] != '(') return false;
+    *pre = c + 3;
+    *n_pre = (size_t)(name - *pre);
+    *post = name + len;
+    *n_post = (size_t)(end - *post);
+    return true;
+}
+
+/* Kernel k (the last written) calls the function of an earlier kernel
+ * whose code is the same but for the name (the SGD update of every
+ * parameter of a shape, a layer's norm in each of its copies): its own text
+ * shrinks to its comment. Fewer functions are fewer cold instruction
+ * fetches per step, which for a kernel of a microsecond is most of its
+ * time, and less to compile. */
+static void share_code(oari_fusion *f, int k) {
+    oari_kernel *K = &f->kernels[k];
+    K->code = k;
+    const char *pre, *post;
+    size_t n_pre, n_post;
+    if (f->source.failed || !function_text(f, k, &pre, &n_pre, &post, &n_post)) return;
+    for (int j = 0; j < k; j++) {
+        const char *pj, *qj;
+        size_t npj, nqj;
+        if (f->kernels[j].code != j || !function_text(f, j, &pj, &npj, &qj, &nqj)) continue;
+        if (npj != n_pre || nqj != n_post || memcmp(pj, pre, n_pre) || memcmp(qj, post, n_post)) continue;
+        K->code = j;
+        f->source.len = (size_t)(pre - f->source.s); /* keep the comment */
+        f->source.s[f->source.len] = '\0';
+        oari_sbuf_printf(&f->source, "/* (%s runs %s's code) */\n", K->name, f->kernels[j].name);
+        K->src_end = f->source.len;
+        return;
+    }
+}
+
 int oari_fuse_graph(const oar_graph *g, const oari_renderer *r, oari_fusion **out) {
     if (!g || !out) return oari_error(OAR_ERR_INVALID, "compiler: graph or result is NULL");
     *out = NULL;
@@ -159,7 +203,7 @@ int oari_fuse_graph(const oar_graph *g, const oari_renderer *r, oari_fusion **ou
             int bad = -1;
             k->src_begin = f->source.len;
             st = oari_codegen_kernel(g, r, kr, n, k->name, &f->source, &k->args, &k->n_args, &bad,
-                                     &k->flat, &k->outer_mask);
+                                     &k->flat, &k->outer_mask, &k->same_index);
             k->src_end = f->source.len;
             if (st < 0) goto done;
             if (st == 1) {
@@ -169,6 +213,7 @@ int oari_fuse_graph(const oar_graph *g, const oari_renderer *r, oari_fusion **ou
                 else own_root[bad] = true;
                 continue;
             }
+            share_code(f, f->n_kernels);
             f->n_kernels++;
         }
         if (!retry) break;
@@ -211,16 +256,15 @@ typedef struct build_job {
     char error[512];          /* its message (errors are per thread) */
 } build_job;
 
-/* The source of unit u: the prelude and its kernels. */
+/* The source of unit u: the prelude and its kernels' functions. */
 static char *unit_source(const oari_fusion *f, int u) {
-    int k0 = u * OARI_KERNELS_PER_UNIT, k1 = k0 + OARI_KERNELS_PER_UNIT;
-    if (k1 > f->n_kernels) k1 = f->n_kernels;
     oari_sbuf b = {0};
     const char *all = oari_sbuf_str(&f->source);
     oari_sbuf_printf(&b, "%.*s", (int)f->prelude_len, all);
-    for (int k = k0; k < k1; k++)
-        oari_sbuf_printf(&b, "%.*s", (int)(f->kernels[k].src_end - f->kernels[k].src_begin),
-                         all + f->kernels[k].src_begin);
+    for (int k = 0; k < f->n_kernels; k++)
+        if (f->kernels[k].code == k && f->kernels[k].unit == u)
+            oari_sbuf_printf(&b, "%.*s", (int)(f->kernels[k].src_end - f->kernels[k].src_begin),
+                             all + f->kernels[k].src_begin);
     if (b.failed) {
         oari_sbuf_free(&b);
         return NULL;
@@ -250,7 +294,12 @@ int oari_fusion_build(oari_fusion *f) {
     if (!f->n_kernels || f->libs) return 0;
     if (!oari_jit_available())
         return oari_error(OAR_ERR_UNSUPPORTED, "compiler: no C compiler; the graph runs unfused");
-    int n_units = (f->n_kernels + OARI_KERNELS_PER_UNIT - 1) / OARI_KERNELS_PER_UNIT;
+    /* units of OARI_KERNELS_PER_UNIT functions (a kernel sharing another's
+     * code adds none) */
+    int n_functions = 0;
+    for (int k = 0; k < f->n_kernels; k++)
+        if (f->kernels[k].code == k) f->kernels[k].unit = n_functions++ / OARI_KERNELS_PER_UNIT;
+    int n_units = (n_functions + OARI_KERNELS_PER_UNIT - 1) / OARI_KERNELS_PER_UNIT;
     if (!(f->libs = oari_calloc((size_t)n_units, sizeof *f->libs))) return OAR_ERR_NOMEM;
     f->n_libs = n_units;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -273,7 +322,8 @@ int oari_fusion_build(oari_fusion *f) {
         if (jobs[t].failed_unit >= 0)
             return oari_error(jobs[t].status, "%s", jobs[t].error);
     for (int k = 0; k < f->n_kernels; k++) {
-        void *p = oari_jit_symbol(f->libs[k / OARI_KERNELS_PER_UNIT], f->kernels[k].name);
+        int c = f->kernels[k].code; /* the kernel whose function it calls */
+        void *p = oari_jit_symbol(f->libs[f->kernels[c].unit], f->kernels[c].name);
         if (!p) return OAR_ERR_INVALID;
         /* dlsym gives an object pointer; the kernel is a function (POSIX) */
         memcpy(&f->kernels[k].fn, &p, sizeof p);

@@ -71,6 +71,10 @@ typedef struct plan {
     int n_in_args;
     oar_tensor *fallback[64];
     int8_t *out_mode;         /* per output: OUT_PLAIN, OUT_DONATED (in place) or OUT_COPIED */
+    /* compiled kernels run later than their root (donation_in_place): run
+     * just before node run_at[root] (n_nodes: after the last) */
+    int *run_at;              /* per node; NULL when none is deferred */
+    int *deferred, n_deferred; /* their roots, by run_at */
     bool written[64];         /* input i receives an output made in place */
 } plan;
 
@@ -139,6 +143,8 @@ static void drop_plan(const oar_graph *g, plan *p) {
     oari_free(p->in_args, (size_t)p->n_in_args * sizeof *p->in_args);
     for (int i = 0; i < 64; i++) oar_tensor_release(p->fallback[i]);
     oari_free(p->out_mode, (size_t)(g->n_outputs ? g->n_outputs : 1) * sizeof *p->out_mode);
+    if (p->run_at) oari_free(p->run_at, (size_t)g->n_nodes * sizeof *p->run_at);
+    oari_free(p->deferred, (size_t)p->n_deferred * sizeof *p->deferred);
     memset(p, 0, sizeof *p);
     p->planned_bytes = p->unplanned_bytes = -1;
 }
@@ -311,6 +317,16 @@ static void make_fused_names(void) {
         snprintf(fused_names[op], sizeof fused_names[op], "fused:%s", oari_op_name((oari_op)op));
 }
 
+/* Runs the compiled kernel rooted at node i (a deferred one: run_at). */
+static void run_fused(oar_executor *ex, int i) {
+    exec_node *e = &ex->p.en[i];
+    int64_t prof_t0 = OARI_PROF_BEGIN();
+    int64_t node_t0 = ex->node_ns ? oari_prof_now() : 0;
+    e->fused(e->fargs, ex->p.sym_vals);
+    OARI_PROF_END(OAR_PROFILER_OP, fused_names[ex->g->nodes[i].op], prof_t0, 1, &ex->p.vt[ex->g->nodes[i].out[0]]);
+    if (node_t0) ex->node_ns[i] += (double)(oari_prof_now() - node_t0);
+}
+
 /* Compiled kernels (oar_executor_compile): node i is computed inside a
  * kernel (a member), is where that kernel runs (its root), or neither. */
 static int kernel_of(const oar_executor *ex, int i) { return ex->p.fusion ? ex->p.fusion->kernel_of[i] : -1; }
@@ -318,10 +334,12 @@ static bool is_kernel_root(const oar_executor *ex, int i) {
     int k = kernel_of(ex, i);
     return k >= 0 && ex->p.fusion->kernels[k].root == i;
 }
-/* Where node i reads its inputs: at its kernel's root when fused. */
+/* Where node i reads its inputs: at its kernel's root when fused, or
+ * just before node run_at[root] when that kernel is deferred. */
 static int reads_at(const oar_executor *ex, int i) {
     int k = kernel_of(ex, i);
-    return k >= 0 ? ex->p.fusion->kernels[k].root : i;
+    int r = k >= 0 ? ex->p.fusion->kernels[k].root : i;
+    return k >= 0 && ex->p.run_at ? ex->p.run_at[r] : r;
 }
 /* A value that only exists inside a kernel (no buffer). */
 static bool is_internal(const oar_executor *ex, int v) {
@@ -436,6 +454,35 @@ static bool pointwise(const oar_graph *g, int n, oar_tensor *const *sym, const o
            !memcmp(o->shape, shape->shape, (size_t)o->ndim * sizeof(int64_t));
 }
 
+/* Whether compiled kernel K reads value x, if at all, only at the element
+ * it writes (flat, or x a leaf in its same_index). */
+static bool kernel_reads_at_output(const oari_kernel *K, int x) {
+    for (int a = 1; a < K->n_args; a++)
+        if (K->args[a] == x && !K->flat && !(a < 64 && (K->same_index >> a & 1))) return false;
+    return true;
+}
+
+/* Whether compiled kernel k, making output o (donated to input x), may
+ * run later than its root: no node reads o, and it reads no input but x
+ * (so no other donation's order changes). */
+static bool deferrable(const oar_executor *ex, const int *root, int o, int x, int k) {
+    const oar_graph *g = ex->g;
+    const oari_kernel *K = &ex->p.fusion->kernels[k];
+    for (int n = 0; n < g->n_nodes; n++)
+        for (int q = 0; q < g->nodes[n].n_in; q++)
+            if (g->nodes[n].in[q] >= 0 && root[g->nodes[n].in[q]] == o) return false;
+    for (int a = 1; a < K->n_args; a++) {
+        int v = K->args[a];
+        if (v != x && g->values[v].kind != OARI_V_CONST &&
+            (root[v] < 0 || g->values[root[v]].kind != OARI_V_NODE))
+            return false;
+    }
+    return true;
+}
+
+static bool donation_readers_ok(const oar_executor *ex, const int *root, const bool *emul, int o, int x, int k,
+                                int p, int at);
+
 /* Whether output j, donated to input i, can be computed straight into the
  * input's storage: a buffer of its own with the input's dtype and shape,
  * made by a pointwise kernel that reads the input (directly, not through a
@@ -450,7 +497,33 @@ static bool donation_in_place(const oar_executor *ex, const int *root, const boo
     for (int j2 = 0; j2 < g->n_outputs; j2++)
         if (j2 != j && root[g->outputs[j2]] == o) return false;
     int p = g->values[o].producer, at = reads_at(ex, p), k = kernel_of(ex, p);
-    if (emul[p] || (k >= 0 ? !ex->p.fusion->kernels[k].flat : !pointwise(g, p, sym, sym[o]))) return false;
+    if (emul[p] || (k >= 0 ? !kernel_reads_at_output(ex->p.fusion->kernels + k, x) : !pointwise(g, p, sym, sym[o])))
+        return false;
+    /* a compiled kernel whose output nothing reads may run later, after the
+     * last reader of the input: a layer norm's backward kernel runs at its
+     * root, after the update of its weight that follows the weight's last
+     * reader in node order */
+    if (k >= 0 && ex->p.run_at && deferrable(ex, root, o, x, k)) {
+        int last = -1;
+        for (int n = 0; n < g->n_nodes; n++) {
+            bool member = kernel_of(ex, n) == k;
+            for (int q = 0; q < g->nodes[n].n_in && !member; q++)
+                if (g->nodes[n].in[q] >= 0 && root[g->nodes[n].in[q]] == x && reads_at(ex, n) > last)
+                    last = reads_at(ex, n);
+        }
+        if (last >= at) {
+            if (!donation_readers_ok(ex, root, emul, o, x, k, p, last + 1)) return false;
+            ex->p.run_at[p] = last + 1;
+            return true;
+        }
+    }
+    return donation_readers_ok(ex, root, emul, o, x, k, p, at);
+}
+
+/* The rest of donation_in_place, for output o made at `at`. */
+static bool donation_readers_ok(const oar_executor *ex, const int *root, const bool *emul, int o, int x, int k,
+                                int p, int at) {
+    const oar_graph *g = ex->g;
     for (int n = 0; n < g->n_nodes; n++) {
         const oari_gnode *nd = &g->nodes[n];
         bool member = n == p || (k >= 0 && kernel_of(ex, n) == k);
@@ -703,6 +776,13 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         goto done;
     }
     for (int i = 0; i < g->n_inputs; i++) ex->p.in_place[i] = !on_dev && input_in_place(ex, root, emul, i);
+    if (ex->p.fusion && !on_dev) { /* compiled kernels may be deferred (donation_in_place) */
+        if (!(ex->p.run_at = oari_malloc((size_t)nn * sizeof *ex->p.run_at))) {
+            st = OAR_ERR_NOMEM;
+            goto done;
+        }
+        for (int i = 0; i < nn; i++) ex->p.run_at[i] = i;
+    }
     /* (oar_executor_donate checked that the two agree in dtype and shape,
      * dynamic dims included, so they do in every plan) */
     for (int j = 0; j < g->n_outputs; j++) {
@@ -710,6 +790,23 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         if (i < 0) continue;
         ex->p.out_mode[j] = donation_in_place(ex, root, emul, sym, j, i) ? OUT_DONATED : OUT_COPIED;
         ex->p.written[i] = ex->p.written[i] || ex->p.out_mode[j] == OUT_DONATED;
+    }
+    if (ex->p.run_at) { /* the deferred kernels' roots, in the order they run */
+        int nd = 0;
+        for (int i = 0; i < nn; i++) nd += ex->p.run_at[i] != i;
+        if (nd && !(ex->p.deferred = oari_malloc((size_t)nd * sizeof *ex->p.deferred))) {
+            st = OAR_ERR_NOMEM;
+            goto done;
+        }
+        ex->p.n_deferred = nd;
+        nd = 0;
+        for (int at = 0; at <= nn; at++)
+            for (int i = 0; i < nn; i++)
+                if (ex->p.run_at[i] != i && ex->p.run_at[i] == at) ex->p.deferred[nd++] = i;
+        if (!nd) {
+            oari_free(ex->p.run_at, (size_t)nn * sizeof *ex->p.run_at);
+            ex->p.run_at = NULL;
+        }
     }
     /* 2. buffers by liveness: one per root value, live from its producer to
      * the last node reading it or any view of it; wanted outputs live to
@@ -747,10 +844,11 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         if (oari_is_ctrl(n->op)) continue;
         const oari_op_def *def = oari_op_defs[n->op];
         int out = n->out[0];
-        /* a compiled kernel reads its inputs at other indices, unless flat */
+        /* a compiled kernel reads its inputs at other indices, unless flat
+         * or but for some leaves (same_index) */
         int kern = kernel_of(ex, i);
         const oari_kernel *K = kern >= 0 ? &ex->p.fusion->kernels[kern] : NULL;
-        if (K ? K->root != i || !K->flat
+        if (K ? K->root != i || (!K->flat && !K->same_index)
               : (def->fusion != OARI_FUSE_ELEMWISE && def->fusion != OARI_FUSE_BROADCAST) ||
                     (def->flags & (OARI_F_INPLACE | OARI_F_VIEW)) || n->n_out != 1)
             continue;
@@ -758,7 +856,16 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         int n_read = K ? K->n_args - 1 : n->n_in;
         for (int k = 0; k < n_read; k++) {
             int v = K ? K->args[k + 1] : n->in[k];
+            if (K && !kernel_reads_at_output(K, v)) continue;
             if (v < 0 || root[v] != v || g->values[v].kind != OARI_V_NODE || made_in_input(ex, v)) continue;
+            /* a kernel's other leaves must not read the same buffer (a view of
+             * it left to the executor is read at other indices) */
+            bool other_reader = false;
+            for (int a = 1; K && a < K->n_args && !other_reader; a++) {
+                int r = root[K->args[a]];
+                other_reader = K->args[a] != v && r >= 0 && share[r] == share[v];
+            }
+            if (other_reader) continue;
             oari_membuf *b = &bufs[bufof[share[v]]];
             if (b->last != i || sym[v]->dtype != sym[out]->dtype || sym[v]->ndim != sym[out]->ndim ||
                 memcmp(sym[v]->shape, sym[out]->shape, (size_t)sym[v]->ndim * sizeof(int64_t)))
@@ -1068,7 +1175,10 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
     }
     void *ctx = oari_device_cpu()->ctx;
     if (OARI_PROF_ENABLED()) pthread_once(&fused_names_once, make_fused_names);
+    int next_deferred = 0;
     for (int i = 0; i < g->n_nodes; i++) {
+        while (next_deferred < ex->p.n_deferred && ex->p.run_at[ex->p.deferred[next_deferred]] <= i)
+            run_fused(ex, ex->p.deferred[next_deferred++]);
         if (oari_is_ctrl(g->nodes[i].op)) { /* control flow: exec_control.c */
             if ((st = run_control(ex, i))) return st;
             continue;
@@ -1078,6 +1188,7 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
         int64_t node_t0 = ex->node_ns ? oari_prof_now() : 0;
         oar_tensor **prof_out = &ex->p.vt[g->nodes[i].out[0]];
         if (e->fused) {
+            if (ex->p.run_at && ex->p.run_at[i] != i) continue; /* runs later */
             e->fused(e->fargs, ex->p.sym_vals);
             OARI_PROF_END(OAR_PROFILER_OP, fused_names[g->nodes[i].op], prof_t0, 1, prof_out);
             if (node_t0) ex->node_ns[i] += (double)(oari_prof_now() - node_t0);
@@ -1098,6 +1209,7 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
         OARI_PROF_END(OAR_PROFILER_OP, oari_op_name(g->nodes[i].op), prof_t0, 1, prof_out);
         if (node_t0) ex->node_ns[i] += (double)(oari_prof_now() - node_t0);
     }
+    while (next_deferred < ex->p.n_deferred) run_fused(ex, ex->p.deferred[next_deferred++]);
     /* donated outputs land in their inputs */
     for (int i = 0; i < g->n_inputs; i++)
         if (via_fallback[i] && (st = oari_exec_copy(inputs[i], ex->p.fallback[i]))) return st;

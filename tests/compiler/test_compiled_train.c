@@ -51,14 +51,22 @@ static void check_train(const char *name, model_case *c, oar_tensor *x, oar_tens
     CHECK(oar_executor_is_compiled(ex));
     fprintf(stderr, "%s: %d nodes, %d kernel launches compiled\n", name, oar_graph_num_nodes(g),
             oar_executor_num_kernels(ex));
-    oar_tensor *gp[64], *in[66] = {x, target}, *out[130];
+    /* the same step updating its parameters in place (donated): every update
+     * is made in the parameter's storage (a kernel reading a gradient through
+     * a view, or one deferred past the weight's last reader), as unfused */
+    oar_executor *dx = oar_executor_new(g);
+    CHECK(oar_executor_compile(dx) == 0 && oar_executor_update_in_place(dx) == np);
+    oar_tensor *gp[64], *dp[64], *in[66] = {x, target}, *din[66] = {x, target}, *out[130], *dout[130];
     for (int k = 0; k < np; k++) gp[k] = oar_tensor_retain(oar_clone(params[k])); /* ours, beyond the pools */
+    for (int k = 0; k < np; k++) din[2 + k] = dp[k] = oar_tensor_retain(oar_clone(params[k]));
     double worst = 0, first = 0, last = 0;
     for (int step = 0; step < 4; step++) {
         oar_pool *p = oar_pool_push();
         for (int k = 0; k < np; k++) in[2 + k] = gp[k];
         CHECK(oar_executor_run(ex, in, out) == 0);
+        CHECK(oar_executor_run(dx, din, dout) == 0);
         double graph_loss = oar_tensor_item(out[0]);
+        CHECK_NEAR(oar_tensor_item(dout[0]), graph_loss, 1e-6 * fmax(1.0, fabs(graph_loss)));
         for (int k = 0; k < np; k++) {
             oar_tensor_release(gp[k]);
             gp[k] = oar_tensor_retain(oar_clone(out[1 + np + k]));
@@ -84,6 +92,17 @@ static void check_train(const char *name, model_case *c, oar_tensor *x, oar_tens
         oar_tensor_release(gp[k]);
     }
     CHECK_NEAR(pd, 0, 1e-4);
+    double dd = 0;
+    int made_in_place = 0;
+    for (int j = 0; j < oar_graph_num_outputs(g); j++) made_in_place += oar_executor_donated_in_place(dx, j) == 1;
+    for (int k = 0; k < np; k++) {
+        dd = fmax(dd, max_diff(dp[k], params[k]));
+        oar_tensor_release(dp[k]);
+    }
+    CHECK_NEAR(dd, 0, 1e-4);
+    fprintf(stderr, "%s: %d of %d updates made in place\n", name, made_in_place, np);
+    CHECK(made_in_place == np);
+    oar_executor_free(dx);
     oar_executor_free(ex);
     oar_graph_free(g);
 }

@@ -36,7 +36,7 @@ static bool compiles(const oari_fusion *f, const char *what) {
         ok = ptx && nvrtcGetPTX(prog, ptx) == NVRTC_SUCCESS;
         for (int k = 0; ok && k < f->n_kernels; k++) {
             char entry[64];
-            snprintf(entry, sizeof entry, ".entry %s(", f->kernels[k].name);
+            snprintf(entry, sizeof entry, ".entry %s(", f->kernels[f->kernels[k].code].name); /* shared code */
             if (!strstr(ptx, entry)) {
                 fprintf(stderr, "%s: no %s in the PTX\n", what, entry);
                 ok = false;

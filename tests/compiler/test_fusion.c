@@ -117,6 +117,23 @@ static int fused_kernels(oar_trace_fn fn, int n_in, const oar_graph_input_spec *
     return n;
 }
 
+/* x + (x @ W1 + B1): a kernel with a broadcast leaf, whose output may be
+ * written over the GEMM's result */
+static int f_residual_bias(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_add(in[0], oar_add(oar_matmul(in[0], W1), B1));
+    return out[0] ? 0 : -1;
+}
+
+/* log_softmax's backward, g - exp(y) * sum(g), y a GEMM's result: a row
+ * kernel reading y only at the element it writes */
+static int f_log_softmax_backward(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *y = oar_matmul(in[0], W1);
+    out[0] = oar_sub(in[1], oar_mul(oar_exp(y), oar_sum(in[1], 1, (int64_t[]){-1}, true)));
+    return out[0] ? 0 : -1;
+}
+
 static oar_graph_input_spec spec(const char *name, int ndim, const int64_t *shape) {
     oar_graph_input_spec s = {.name = name, .dtype = OAR_F32, .ndim = ndim};
     for (int d = 0; d < ndim; d++) {
@@ -251,6 +268,37 @@ static void test_new_batch_size_does_not_recompile(void) {
 
 /* Inputs read only by kernels are read in place; a strided input is
  * copied into the arena first, and gives the same result. */
+/* A compiled kernel's output is planned over a leaf that dies there when
+ * every read of it is at the element written, as a library elementwise op
+ * writes over its input: the arena is no bigger than unfused. */
+static void test_output_over_dying_leaf(void) {
+    oar_pool *p = oar_pool_push();
+    oar_manual_seed(3);
+    W1 = oar_mul_scalar(oar_randn(OAR_F32, 2, (int64_t[]){32, 32}), 0.1); /* exp(y) stays small */
+    B1 = oar_randn(OAR_F32, 1, (int64_t[]){32});
+    oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){64, 32}), *gr = oar_randn(OAR_F32, 2, (int64_t[]){64, 32});
+    oar_graph_input_spec s[2] = {spec("x", 2, (int64_t[]){64, 32}), spec("g", 2, (int64_t[]){64, 32})};
+    oar_trace_fn fns[2] = {f_residual_bias, f_log_softmax_backward};
+    for (int f = 0; f < 2; f++) {
+        oar_graph *g = oar_trace(fns[f], NULL, f + 1, s, 1, NULL);
+        CHECK(g != NULL);
+        if (!g) continue;
+        oar_executor *plain = oar_executor_new(g), *fused = oar_executor_new(g);
+        CHECK(oar_executor_compile(fused) == 0 && oar_executor_num_kernels(fused) == 2); /* GEMM + 1 */
+        oar_tensor *in[2] = {x, gr}, *y0 = NULL, *y1 = NULL;
+        CHECK(oar_executor_run(plain, in, &y0) == 0 && oar_executor_run(fused, in, &y1) == 0);
+        CHECK(max_diff(y0, y1) <= 1e-4);
+        if (max_diff(y0, y1) > 1e-4) fprintf(stderr, "graph %d: max diff %g\n", f, max_diff(y0, y1));
+        int64_t bp = oar_executor_planned_bytes(plain), bf = oar_executor_planned_bytes(fused);
+        CHECK(bf > 0 && bf <= bp);
+        if (bf > bp) fprintf(stderr, "graph %d: arena %lld bytes compiled, %lld unfused\n", f, (long long)bf, (long long)bp);
+        oar_executor_free(plain);
+        oar_executor_free(fused);
+        oar_graph_free(g);
+    }
+    oar_pool_pop(p);
+}
+
 static void test_strided_input(void) {
     oar_pool *p = oar_pool_push();
     int64_t sh[2] = {-1, 37};
@@ -332,6 +380,7 @@ int main(void) {
     RUN(test_attention_is_two_gemms_and_one);
     RUN(test_conv_batch_norm_inference);
     RUN(test_new_batch_size_does_not_recompile);
+    RUN(test_output_over_dying_leaf);
     RUN(test_strided_input);
     RUN(test_predictor);
     RUN(test_bad_input);
