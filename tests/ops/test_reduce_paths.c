@@ -172,6 +172,74 @@ static void test_sum_small_terms(void) {
     oar_pool_pop(p);
 }
 
+/* f32 amax/amin over the last dim of contiguous rows run eight rows at a
+ * time (cpu_reduce.c): row counts around multiples of 8, lengths below 8,
+ * multiples of 8 and odd tails (some rows' extremes in them), +-inf, and
+ * NaNs in the vector part and in
+ * the tail: a row with a NaN gives NaN (which NaN's payload is not
+ * specified, as in PyTorch), any other its extreme exactly. */
+static uint32_t bits_of(float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+
+static void test_extreme_rows(void) {
+    static const int64_t rows[] = {1, 7, 8, 9, 17, 67};
+    static const int64_t lens[] = {1, 5, 8, 9, 16, 31, 128, 130};
+    int64_t bad = 0, checked = 0;
+    uint64_t seed = 7;
+    for (size_t a = 0; a < sizeof rows / sizeof rows[0]; a++)
+        for (size_t b = 0; b < sizeof lens / sizeof lens[0]; b++) {
+            oar_pool *p = oar_pool_push();
+            const int64_t R = rows[a], n = lens[b];
+            float *v = malloc((size_t)(R * n) * sizeof *v);
+            for (int64_t i = 0; i < R * n; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                v[i] = (float)((int64_t)(seed >> 40) % 2001 - 1000) / 100.0f;
+            }
+            for (int64_t r = 0; r < R; r++) {
+                if (r % 3 == 0) v[r * n + n - 1] = 50; /* extremes in the tail */
+                if (r % 3 == 0 && n > 1) v[r * n + n - 2] = -50;
+                if (r % 5 == 1) v[r * n + (r * 7) % n] = INFINITY;
+                if (r % 6 == 2) v[r * n + (r * 3) % n] = -INFINITY;
+                if (r % 4 == 3 && (r / 8) % 2) { /* two NaNs, in every other group of 8 rows */
+                    uint32_t u1 = 0x7fc00000u | (uint32_t)(r + 1), u2 = 0x7fc00000u | 0x2000u;
+                    int64_t j1 = (r * 5) % n, j2 = n - 1;
+                    if (j2 > j1) memcpy(&v[r * n + j2], &u2, sizeof u2);
+                    memcpy(&v[r * n + j1], &u1, sizeof u1);
+                }
+            }
+            oar_tensor *x = oar_tensor_from_data(v, OAR_F32, 2, (int64_t[]){R, n});
+            float *got = malloc((size_t)R * sizeof *got);
+            int64_t last = -1;
+            for (int op = 0; op < 2; op++) {
+                oar_tensor *y = op ? oar_amin(x, 1, &last, false) : oar_amax(x, 1, &last, false);
+                CHECK(y && oar_tensor_to_host(y, got, (size_t)R * sizeof *got) == 0);
+                for (int64_t r = 0; r < R; r++) {
+                    float want = v[r * n];
+                    for (int64_t j = 1; j < n && want == want; j++) {
+                        float e = v[r * n + j];
+                        if (e != e || (op ? e < want : e > want)) want = e;
+                    }
+                    checked++;
+                    bool same = want != want ? got[r] != got[r] : bits_of(got[r]) == bits_of(want);
+                    if (!same) {
+                        if (bad++ < 3)
+                            fprintf(stderr, "  %s of row %lld of [%lld, %lld]: %g (0x%08x), want %g (0x%08x)\n",
+                                    op ? "amin" : "amax", (long long)r, (long long)R, (long long)n,
+                                    got[r], bits_of(got[r]), want, bits_of(want));
+                    }
+                }
+            }
+            free(v);
+            free(got);
+            oar_pool_pop(p);
+        }
+    CHECK(checked == 2 * (1 + 7 + 8 + 9 + 17 + 67) * 8);
+    CHECK(bad == 0);
+}
+
 int main(void) {
     oar_manual_seed(5);
     RUN(test_sum_first);
@@ -179,5 +247,6 @@ int main(void) {
     RUN(test_sum_last);
     RUN(test_thread_invariance);
     RUN(test_sum_small_terms);
+    RUN(test_extreme_rows);
     return test_summary();
 }

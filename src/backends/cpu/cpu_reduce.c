@@ -571,7 +571,89 @@ typedef int64_t v4i_t __attribute__((vector_size(32)));
 #define FAST_MIN_f64(T) FAST_EXTREME(T, v4d_t, v4i_t, <)
 #define FAST_NONE(T)
 
-#define MINMAX(N, T, BETTER, WORST, FAST)                                                \
+/* f32 amax/amin of contiguous rows (last-dim reductions), eight rows at a
+ * time: each row keeps its own vector of lane extremes, so eight
+ * compare-select chains run side by side, and one transpose-and-reduce of
+ * the eight vectors (three levels of shuffles) gives the eight results. A
+ * row alone waited on its single chain and folded its lanes by itself: 1.3x
+ * PyTorch's time at 512 rows of 128. One NaN flag covers the eight rows;
+ * when set, each row is reduced again by the exact loop (`run`: the first
+ * NaN is the result). The rows left over (fewer than eight) and rows
+ * shorter than eight go through `run` too. */
+#define SEL8(CMP, a, b) ({ v8i_t k_ = (a) CMP (b); (v8f_t)(((v8i_t)(a) & k_) | ((v8i_t)(b) & ~k_)); })
+/* one level of the transpose-and-reduce: lanes LO of (a, b) against lanes HI */
+/* lanes of the three levels (lo lanes, then hi lanes): pairs of rows, then
+ * quads, then the two halves */
+#define PAIRS1 0, 8, 1, 9, 4, 12, 5, 13, 2, 10, 3, 11, 6, 14, 7, 15
+#define PAIRS2 0, 1, 8, 9, 4, 5, 12, 13, 2, 3, 10, 11, 6, 7, 14, 15
+#define PAIRS3 0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15
+#define LEVEL8(CMP, a, b, LANES) LEVEL8_(CMP, a, b, LANES) /* (LANES expands first) */
+#define LEVEL8_(CMP, a, b, l0, l1, l2, l3, l4, l5, l6, l7, h0, h1, h2, h3, h4, h5, h6, h7) \
+    ({                                                                                   \
+        v8f_t lo_ = OARI_SHUFFLE2(a, b, v8i_t, l0, l1, l2, l3, l4, l5, l6, l7);          \
+        v8f_t hi_ = OARI_SHUFFLE2(a, b, v8i_t, h0, h1, h2, h3, h4, h5, h6, h7);          \
+        SEL8(CMP, lo_, hi_);                                                             \
+    })
+#define EXTREME_ROWS8(NAME, CMP, RUN, WORST)                                             \
+    OARI_SIMD_CLONES static void NAME(char *out, const char *p, int64_t nrows, int64_t rs, \
+                                      int64_t n) {                                       \
+        float *o = (float *)out;                                                         \
+        const float *x = (const float *)p;                                               \
+        int64_t r = 0;                                                                   \
+        for (; n >= 8 && r + 8 <= nrows; r += 8) {                                       \
+            const float *q = x + r * rs;                                                 \
+            v8f_t m0, m1, m2, m3, m4, m5, m6, m7;                                        \
+            memcpy(&m0, q, 32), memcpy(&m1, q + rs, 32), memcpy(&m2, q + 2 * rs, 32);    \
+            memcpy(&m3, q + 3 * rs, 32), memcpy(&m4, q + 4 * rs, 32);                    \
+            memcpy(&m5, q + 5 * rs, 32), memcpy(&m6, q + 6 * rs, 32);                    \
+            memcpy(&m7, q + 7 * rs, 32);                                                 \
+            v8i_t nan = (m0 != m0) | (m1 != m1) | (m2 != m2) | (m3 != m3) | (m4 != m4) |   \
+                      (m5 != m5) | (m6 != m6) | (m7 != m7);                              \
+            int64_t i = 8;                                                               \
+            for (; i + 8 <= n; i += 8) {                                                 \
+                v8f_t v;                                                                 \
+                memcpy(&v, q + i, 32), nan |= v != v, m0 = SEL8(CMP, v, m0);             \
+                memcpy(&v, q + rs + i, 32), nan |= v != v, m1 = SEL8(CMP, v, m1);        \
+                memcpy(&v, q + 2 * rs + i, 32), nan |= v != v, m2 = SEL8(CMP, v, m2);    \
+                memcpy(&v, q + 3 * rs + i, 32), nan |= v != v, m3 = SEL8(CMP, v, m3);    \
+                memcpy(&v, q + 4 * rs + i, 32), nan |= v != v, m4 = SEL8(CMP, v, m4);    \
+                memcpy(&v, q + 5 * rs + i, 32), nan |= v != v, m5 = SEL8(CMP, v, m5);    \
+                memcpy(&v, q + 6 * rs + i, 32), nan |= v != v, m6 = SEL8(CMP, v, m6);    \
+                memcpy(&v, q + 7 * rs + i, 32), nan |= v != v, m7 = SEL8(CMP, v, m7);    \
+            }                                                                            \
+            /* lane k of e: the extreme of row k's vector */                             \
+            v8f_t c01 = LEVEL8(CMP, m0, m1, PAIRS1);                                     \
+            v8f_t c23 = LEVEL8(CMP, m2, m3, PAIRS1);                                     \
+            v8f_t c45 = LEVEL8(CMP, m4, m5, PAIRS1);                                     \
+            v8f_t c67 = LEVEL8(CMP, m6, m7, PAIRS1);                                     \
+            v8f_t d03 = LEVEL8(CMP, c01, c23, PAIRS2);                                   \
+            v8f_t d47 = LEVEL8(CMP, c45, c67, PAIRS2);                                   \
+            v8f_t e = LEVEL8(CMP, d03, d47, PAIRS3);                                     \
+            int any = 0;                                                                 \
+            for (int k = 0; k < 8; k++) any |= nan[k] != 0;                              \
+            for (int k = 0; k < 8; k++) {                                                \
+                const float *row = q + k * rs;                                           \
+                float m = e[k];                                                          \
+                for (int64_t t = i; t < n; t++) {                                        \
+                    any |= row[t] != row[t];                                             \
+                    m = row[t] CMP m ? row[t] : m;                                       \
+                }                                                                        \
+                o[r + k] = m;                                                            \
+            }                                                                            \
+            for (int k = 0; any && k < 8; k++) {                                         \
+                float a = WORST;                                                         \
+                RUN(&a, (const char *)(q + k * rs), 1, n, 0);                            \
+                o[r + k] = a;                                                            \
+            }                                                                            \
+        }                                                                                \
+        for (; r < nrows; r++) {                                                         \
+            float a = WORST;                                                             \
+            RUN(&a, (const char *)(x + r * rs), 1, n, 0);                                \
+            o[r] = a;                                                                    \
+        }                                                                                \
+    }
+
+#define MINMAX(N, T, BETTER, WORST, FAST, ROWS)                                          \
     static void N##_init(void *acc, int64_t n) {                                         \
         for (int64_t i = 0; i < n; i++) ((T *)acc)[i] = WORST;                           \
     }                                                                                    \
@@ -620,27 +702,31 @@ typedef int64_t v4i_t __attribute__((vector_size(32)));
         if (BETTER(v, *(T *)a)) *(T *)a = v;                                             \
     }                                                                                    \
     static void N##_store(char *out, const void *acc) { *(T *)out = *(const T *)acc; }   \
-    static const rkind N##_kind = {sizeof(T), N##_init, N##_run, N##_row, N##_combine, N##_store, NULL, NULL};
+    static const rkind N##_kind = {sizeof(T), N##_init, N##_run, N##_row, N##_combine, N##_store, ROWS, NULL};
 
 /* v replaces the best so far if larger (smaller), or NaN: once NaN, stays NaN. */
 #define GT_NAN(v, a) ((v) > (a) || (v) != (v))
 #define LT_NAN(v, a) ((v) < (a) || (v) != (v))
 #define GT_INT(v, a) ((v) > (a))
-#define MINMAX_I(N, T, B, W) MINMAX(N, T, B, W, FAST_NONE)
+#define MINMAX_I(N, T, B, W) MINMAX(N, T, B, W, FAST_NONE, NULL)
 #define LT_INT(v, a) ((v) < (a))
 
+OARI_SIMD_CLONES static void amax_f32_rows8(char *, const char *, int64_t, int64_t, int64_t);
+OARI_SIMD_CLONES static void amin_f32_rows8(char *, const char *, int64_t, int64_t, int64_t);
 MINMAX_I(amax_b8, uint8_t, GT_INT, 0)
 MINMAX_I(amax_u8, uint8_t, GT_INT, 0)
 MINMAX_I(amax_i32, int32_t, GT_INT, INT32_MIN)
 MINMAX_I(amax_i64, int64_t, GT_INT, INT64_MIN)
-MINMAX(amax_f32, float, GT_NAN, -INFINITY, FAST_MAX_f32)
-MINMAX(amax_f64, double, GT_NAN, -INFINITY, FAST_MAX_f64)
+MINMAX(amax_f32, float, GT_NAN, -INFINITY, FAST_MAX_f32, amax_f32_rows8)
+MINMAX(amax_f64, double, GT_NAN, -INFINITY, FAST_MAX_f64, NULL)
 MINMAX_I(amin_b8, uint8_t, LT_INT, 1)
 MINMAX_I(amin_u8, uint8_t, LT_INT, UINT8_MAX)
 MINMAX_I(amin_i32, int32_t, LT_INT, INT32_MAX)
 MINMAX_I(amin_i64, int64_t, LT_INT, INT64_MAX)
-MINMAX(amin_f32, float, LT_NAN, INFINITY, FAST_MIN_f32)
-MINMAX(amin_f64, double, LT_NAN, INFINITY, FAST_MIN_f64)
+MINMAX(amin_f32, float, LT_NAN, INFINITY, FAST_MIN_f32, amin_f32_rows8)
+MINMAX(amin_f64, double, LT_NAN, INFINITY, FAST_MIN_f64, NULL)
+EXTREME_ROWS8(amax_f32_rows8, >, amax_f32_run, -INFINITY)
+EXTREME_ROWS8(amin_f32_rows8, <, amin_f32_run, INFINITY)
 
 /* ---- argmax and argmin: the first index of the extreme; NaN counts as the
  * extreme (the first NaN wins), as in PyTorch. ---------------------------------- */
