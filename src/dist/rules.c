@@ -185,6 +185,31 @@ static int passes_to(oari_op op, oar_tensor *x, const oari_attrs *a, const oari_
     }
 }
 
+/* view: where sharded input dim k lands when it is the outermost of dims
+ * k..j merged into one output dim (a linear layer's [batch, seq, k] ->
+ * [batch*seq, k]), or -1. The merged dim is sharded like dim k only when
+ * dim k splits evenly over the mesh dim (size m): then each rank's chunk of
+ * the merged dim is its chunk of dim k times the inner dims. No other mesh
+ * dim may shard a dim inside the merge. */
+static int merges_to(oar_tensor *x, const oari_meta *out, int k, int64_t m, int d,
+                     oar_placement (*in_p)[OAR_MESH_MAX_DIMS], int mesh_ndim) {
+    if (x->shape[k] % m) return -1;
+    int64_t before = 1;
+    for (int i = 0; i < k; i++) before *= x->shape[i];
+    int64_t acc = 1;
+    int o = 0;
+    while (o < out->ndim && acc < before) acc *= out->shape[o++];
+    if (acc != before || o >= out->ndim) return -1;
+    int64_t merged = x->shape[k];
+    int j = k;
+    while (merged < out->shape[o] && j + 1 < x->ndim) merged *= x->shape[++j];
+    if (merged != out->shape[o] || j == k) return -1;
+    for (int d2 = 0; d2 < mesh_ndim; d2++)
+        if (d2 != d && in_p[0][d2].kind == OAR_PLACEMENT_SHARD && in_p[0][d2].dim > k && in_p[0][d2].dim <= j)
+            return -1;
+    return o;
+}
+
 /* Ops that are linear in their input: Partial(sum) passes through. */
 static bool linear_movement(oari_op op) {
     return op == OARI_OP_permute || op == OARI_OP_expand || op == OARI_OP_slice || op == OARI_OP_view ||
@@ -201,6 +226,7 @@ static void passthrough(oari_op op, oar_tensor *x, oar_placement (*in_p)[OAR_MES
             if (linear_movement(op) && p.reduce == OAR_REDUCE_SUM) plan->in[0][d] = plan->out[0][d] = p;
         } else if (p.kind == OAR_PLACEMENT_SHARD) {
             int o = passes_to(op, x, attrs, out, p.dim);
+            if (o < 0 && op == OARI_OP_view) o = merges_to(x, out, p.dim, mesh->shape[d], d, in_p, mesh->ndim);
             if (o >= 0) {
                 plan->in[0][d] = p;
                 plan->out[0][d] = oar_shard(o);

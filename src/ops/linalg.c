@@ -81,13 +81,12 @@ static int grad_matmul(oari_grad_ctx *g) {
         if (a1 && ga) ga = oar_squeeze(ga, ga->ndim - 2);
         if (!(g->gin[0] = oari_sum_to(ga, ma))) return OAR_ERR_NOMEM;
     }
-    if (g->needs[1] && mb->ndim == 2 && ma->ndim > 2 && !a->dist && !g2->dist) {
+    if (g->needs[1] && mb->ndim == 2 && ma->ndim > 2) {
         /* a 2-D B under batched A (a linear layer on [batch, seq, k]): one
          * GEMM over the folded batch, A^H [k, batch*n] @ gout [batch*n, m],
-         * not a GEMM per batch entry and a sum of their [batch, k, m].
-         * (Not for distributed tensors: the view rule does not yet keep a
-         * batch shard through the merge of batch and seq, so the fold
-         * would all-gather the activations.) */
+         * not a GEMM per batch entry and a sum of their [batch, k, m]
+         * (on distributed tensors the view rule keeps a batch shard
+         * through the merge: src/dist/rules.c, merges_to) */
         int64_t k = ma->shape[ma->ndim - 1], m = mb->shape[1];
         oar_tensor *af = oar_reshape(cj(a), 2, (int64_t[]){-1, k});
         oar_tensor *gf = oar_reshape(g2, 2, (int64_t[]){-1, m});

@@ -212,6 +212,21 @@ static void test_ops(void) {
     CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
     r = check_op(oar_reshape(oar_transpose(xs0, 0, 1), 2, (int64_t[]){2, 3 * rows}),
                  oar_reshape(oar_transpose(x, 0, 1), 2, (int64_t[]){2, 3 * rows}), "reshape of a transposed S(0)");
+    /* merging a sharded dim with the dims after it: sharded like it when it
+     * splits evenly (no bytes move), else replicated first (rows = 2W + 1) */
+    {
+        oar_tensor *x3 = oar_randn(OAR_F64, 3, (int64_t[]){2 * W, 3, 2});
+        oar_tensor *x3s = oar_shard_tensor(x3, m, (oar_placement[]){oar_shard(0)});
+        int64_t moved = oar_dist_bytes_moved();
+        oar_tensor *merged = oar_reshape(x3s, 2, (int64_t[]){-1, 2});
+        CHECK(oar_dist_bytes_moved() == moved);
+        r = check_op(merged, oar_reshape(x3, 2, (int64_t[]){-1, 2}), "reshape merging S(0), even");
+        CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
+        CHECK(oar_tensor_dim(oar_dtensor_local(merged), 0) == 2 * 3);
+        r = check_op(oar_reshape(xs0, 1, (int64_t[]){6 * rows}), oar_reshape(x, 1, (int64_t[]){6 * rows}),
+                     "reshape merging S(0), uneven");
+        if (W > 1) CHECK(placement0(r).kind == OAR_PLACEMENT_REPLICATE);
+    }
     r = check_op(oar_reshape(xp, 1, (int64_t[]){6 * rows}), oar_reshape(x, 1, (int64_t[]){6 * rows}), "reshape P");
     CHECK(placement0(r).kind == OAR_PLACEMENT_PARTIAL);
     r = check_op(oar_expand(oar_unsqueeze(xs0, 0), 3, (int64_t[]){3, rows, 6}),
