@@ -125,6 +125,24 @@ void oari_iter_call(const oar_kernel_call *call, oari_inner_fn fn, void *ctx) {
     oari_iter_run(&it, fn, ctx);
 }
 
+/* The calling thread's share of the rows of a 2-D walk (all of them outside
+ * a parallel region). */
+static void rows_of_thread(const oari_iter *it, oari_inner2d_fn fn2, void *ctx, int64_t rows,
+                           int64_t len, const int64_t *inner, const int64_t *outer) {
+#ifdef _OPENMP
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+    int nt = 1, t = 0;
+#endif
+    int64_t chunk = (rows + nt - 1) / nt;
+    int64_t r0 = (int64_t)t * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    if (r0 < r1) {
+        char *ptrs[OARI_ITER_MAX];
+        for (int k = 0; k < it->n_ops; k++) ptrs[k] = it->data[k] + r0 * outer[k] * it->elsize[k];
+        fn2(ptrs, inner, outer, r1 - r0, len, ctx);
+    }
+}
+
 void oari_iter_call2d(const oar_kernel_call *call, oari_inner_fn fn, oari_inner2d_fn fn2,
                       void *ctx) {
     oari_iter it;
@@ -141,19 +159,12 @@ void oari_iter_call2d(const oar_kernel_call *call, oari_inner_fn fn, oari_inner2
         inner[k] = it.strides[k][1];
         outer[k] = it.strides[k][0];
     }
-#pragma omp parallel if (it.numel >= OARI_PARALLEL_GRAIN && rows > 1)
-    {
-#ifdef _OPENMP
-        int nt = omp_get_num_threads(), t = omp_get_thread_num();
-#else
-        int nt = 1, t = 0;
-#endif
-        int64_t chunk = (rows + nt - 1) / nt;
-        int64_t r0 = (int64_t)t * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
-        if (r0 < r1) {
-            char *ptrs[OARI_ITER_MAX];
-            for (int k = 0; k < it.n_ops; k++) ptrs[k] = it.data[k] + r0 * outer[k] * it.elsize[k];
-            fn2(ptrs, inner, outer, r1 - r0, len, ctx);
-        }
+    /* (a branch, not an if clause: a serialised region still costs a futex
+     * syscall in libgomp; see OARI_PARALLEL_FOR_IF) */
+    if (it.numel >= OARI_PARALLEL_GRAIN && rows > 1) {
+#pragma omp parallel
+        rows_of_thread(&it, fn2, ctx, rows, len, inner, outer);
+    } else {
+        rows_of_thread(&it, fn2, ctx, rows, len, inner, outer);
     }
 }

@@ -101,7 +101,7 @@ static int map_copy(const oar_ktensor *out, const oar_ktensor *in, int64_t *cons
     }
     const int64_t rows = numel / L;
     const char *src0 = in->data;
-#pragma omp parallel for schedule(static) if (numel >= OARI_PARALLEL_GRAIN)
+    OARI_PARALLEL_FOR_IF(numel >= OARI_PARALLEL_GRAIN,
     for (int64_t r = 0; r < rows; r++) {
         int64_t rem = r, base = 0;
         bool filled = false;
@@ -123,7 +123,7 @@ static int map_copy(const oar_ktensor *out, const oar_ktensor *in, int64_t *cons
             if (s->fill) fill_elems(d, s->len, fill, es, fill_zero);
             else copy_elems(d, src0 + (base + s->src) * (int64_t)es, s->len, s->step, es);
         }
-    }
+    });
     oari_free(segs, (size_t)L * sizeof *segs);
     return 0;
 }
@@ -253,7 +253,7 @@ static int tri(const oar_kernel_call *c, bool lower) {
     const int64_t M = out->shape[nd - 2], N = out->shape[nd - 1], k = c->iattr[0];
     const int64_t rows = oari_kt_numel(out) / (N ? N : 1);
     if (!N) return 0;
-#pragma omp parallel for schedule(static) if (rows * N >= OARI_PARALLEL_GRAIN)
+    OARI_PARALLEL_FOR_IF(rows * N >= OARI_PARALLEL_GRAIN,
     for (int64_t r = 0; r < rows; r++) {
         int64_t i = r % M;
         char *row = (char *)out->data + r * N * (int64_t)es;
@@ -266,7 +266,7 @@ static int tri(const oar_kernel_call *c, bool lower) {
             int64_t to = lim < 0 ? 0 : lim > N ? N : lim;
             if (to > 0) memset(row, 0, (size_t)to * es);
         }
-    }
+    });
     return 0;
 }
 

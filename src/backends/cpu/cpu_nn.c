@@ -135,7 +135,7 @@ static void softmax_middle(const oar_ktensor *in, const oar_ktensor *out, int di
     for (int d = dim + 1; d < in->ndim; d++) inner *= in->shape[d];
     int64_t blocks = (inner + COLS - 1) / COLS, tasks = outer * blocks;
     const bool is64 = in->dtype == OAR_F64;
-#pragma omp parallel for if (outer * n * inner > OARI_PARALLEL_GRAIN && tasks > 1) schedule(static)
+    OARI_PARALLEL_FOR_IF(outer * n * inner > OARI_PARALLEL_GRAIN && tasks > 1,
     for (int64_t t = 0; t < tasks; t++) {
         int64_t o = t / blocks, j0 = (t % blocks) * COLS;
         int64_t nb = inner - j0 < COLS ? inner - j0 : COLS, off = o * n * inner + j0;
@@ -145,7 +145,7 @@ static void softmax_middle(const oar_ktensor *in, const oar_ktensor *out, int di
         else
             cols_f32((const float *)in->data + off, (float *)out->data + off, n, inner, nb,
                      log_out);
-    }
+    });
 }
 
 static int softmax_common(const oar_kernel_call *c, bool log_out) {
@@ -177,7 +177,7 @@ static int softmax_common(const oar_kernel_call *c, bool log_out) {
     /* rows of a contiguous input and output over the last dim sit at r * n
      * (no index division per row) */
     const bool flat = nd && dim == nd - 1 && oari_kt_contiguous(in) && oari_kt_contiguous(out);
-#pragma omp parallel for if (rows * n > OARI_PARALLEL_GRAIN && rows > 1) schedule(static)
+    OARI_PARALLEL_FOR_IF(rows * n > OARI_PARALLEL_GRAIN && rows > 1,
     for (int64_t r = 0; r < rows; r++) {
         int64_t oi = flat ? r * n : oari_strided_index(rn, rshape, rin, r);
         int64_t oo = flat ? r * n : oari_strided_index(rn, rshape, rout, r);
@@ -192,7 +192,7 @@ static int softmax_common(const oar_kernel_call *c, bool log_out) {
             if (log_out) row_log_softmax_f32((const float *)x, si, (float *)y, so, n);
             else row_softmax_f32((const float *)x, si, (float *)y, so, n);
         }
-    }
+    });
     return 0;
 }
 

@@ -204,9 +204,9 @@ static int FN(k_layer_norm)(void *ctx, const oar_kernel_call *c) {
     }
     const double eps = c->fattr[0];
     T *y = c->out[0].data, *mo = c->out[1].data, *ro = c->out[2].data;
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * m > OARI_PARALLEL_GRAIN)
+    OARI_PARALLEL_FOR_IF(rows > 1 && rows * m > OARI_PARALLEL_GRAIN,
     for (int64_t r = 0; r < rows; r++)
-        FN(ln_row)(x + r * m, y + r * m, w, b, m, eps, mo + r, ro + r);
+        FN(ln_row)(x + r * m, y + r * m, w, b, m, eps, mo + r, ro + r););
     free_inputs(&in);
     return 0;
 }
@@ -227,7 +227,7 @@ static int FN(k_group_norm)(void *ctx, const oar_kernel_call *c) {
         s *= xk->shape[d];
     const double eps = c->fattr[0];
     T *y = c->out[0].data, *mo = c->out[1].data, *ro = c->out[2].data;
-#pragma omp parallel for schedule(static) if (n * groups > 1 && n * ch * s > OARI_PARALLEL_GRAIN)
+    OARI_PARALLEL_FOR_IF(n * groups > 1 && n * ch * s > OARI_PARALLEL_GRAIN,
     for (int64_t ng = 0; ng < n * groups; ng++) {
         const T *xg = x + ng * cg * s;
         double mean, var;
@@ -242,7 +242,7 @@ static int FN(k_group_norm)(void *ctx, const oar_kernel_call *c) {
         }
         mo[ng] = (T)mean;
         ro[ng] = (T)rstd;
-    }
+    });
     free_inputs(&in);
     return 0;
 }
@@ -266,7 +266,7 @@ static int FN(k_batch_norm)(void *ctx, const oar_kernel_call *c) {
     const bool training = c->iattr[0] != 0;
     const double eps = c->fattr[0], cnt = (double)(n * s);
     T *y = c->out[0].data, *mo = c->out[1].data, *ro = c->out[2].data, *uv = c->out[3].data;
-#pragma omp parallel for schedule(static) if (ch > 1 && n * ch * s > OARI_PARALLEL_GRAIN)
+    OARI_PARALLEL_FOR_IF(ch > 1 && n * ch * s > OARI_PARALLEL_GRAIN,
     for (int64_t cc = 0; cc < ch; cc++) {
         double mean, var;
         if (training) {
@@ -301,7 +301,7 @@ static int FN(k_batch_norm)(void *ctx, const oar_kernel_call *c) {
         }
         mo[cc] = (T)mean;
         ro[cc] = (T)rstd;
-    }
+    });
     free_inputs(&in);
     return 0;
 }

@@ -65,12 +65,12 @@ static int run(dist_kind kind, const oar_kernel_call *c) {
     uint64_t seed = (uint64_t)c->iattr[0], offset = (uint64_t)c->iattr[1];
     int64_t n = oari_kt_numel(t), es = (int64_t)oar_dtype_size((oar_dtype)t->dtype);
     bool contiguous = oari_kt_contiguous(t);
-#pragma omp parallel for schedule(static) if (n > 4096)
+    OARI_PARALLEL_FOR_IF(n > 4096,
     for (int64_t i = 0; i < n; i++) {
         double v = draw(kind, c, seed, offset + (uint64_t)i, p, i);
         int64_t off = contiguous ? i : oari_strided_index(t->ndim, t->shape, t->strides, i);
         oari_store_f64((char *)t->data + off * es, (oar_dtype)t->dtype, v);
-    }
+    });
     return 0;
 }
 

@@ -160,7 +160,11 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
     const size_t as = k->acc_size;
     const char *xd = x->data;
     char *od = out->data;
-    const bool parallel = pl.n_out * (pl.R ? pl.R : 1) >= OARI_PARALLEL_GRAIN;
+    /* (one thread: no parallel region at all; libgomp still sets up a team) */
+    bool parallel = pl.n_out * (pl.R ? pl.R : 1) >= OARI_PARALLEL_GRAIN;
+#ifdef _OPENMP
+    parallel = parallel && omp_get_max_threads() > 1;
+#endif
     const bool outer = pl.nk >= 1 && pl.kshape[pl.nk - 1] > 1 &&
                        (pl.nr == 0 || pl.kstride[pl.nk - 1] < pl.rstride[pl.nr - 1]);
 
@@ -168,15 +172,15 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
         const int64_t nch = pl.R > CHUNK_INNER ? (pl.R + CHUNK_INNER - 1) / CHUNK_INNER : 1;
         if (nch == 1 && k->rows && pl.nk == 1 && pl.nr == 1 && pl.rstride[0] == 1) {
             const int64_t blk = 64, nb = (pl.n_out + blk - 1) / blk;
-#pragma omp parallel for schedule(static) if (parallel)
+            OARI_PARALLEL_FOR_IF(parallel,
             for (int64_t b = 0; b < nb; b++) {
                 int64_t r0 = b * blk, nr = pl.n_out - r0 < blk ? pl.n_out - r0 : blk;
                 k->rows(od + r0 * os, xd + r0 * pl.kstride[0] * es, nr, pl.kstride[0], pl.R);
-            }
+            });
             return 0;
         }
         if (nch == 1 && as <= 32) { /* one chunk per output: no shared buffer, one region */
-#pragma omp parallel for schedule(static) if (parallel)
+            OARI_PARALLEL_FOR_IF(parallel,
             for (int64_t o = 0; o < pl.n_out; o++) {
                 _Alignas(16) char a[32];
                 k->init(a, 1);
@@ -189,26 +193,26 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
                 else
                     inner_range(k, &pl, base, es, a, 0, pl.R);
                 k->store(od + o * os, a);
-            }
+            });
             return 0;
         }
         const int64_t items = pl.n_out * nch;
         char *acc = oari_malloc((size_t)items * as);
         if (!acc) return OAR_ERR_NOMEM;
         k->init(acc, items);
-#pragma omp parallel for schedule(static) if (parallel)
+        OARI_PARALLEL_FOR_IF(parallel,
         for (int64_t w = 0; w < items; w++) {
             int64_t o = w / nch, c = w % nch;
             int64_t r0 = c * CHUNK_INNER, r1 = r0 + CHUNK_INNER < pl.R ? r0 + CHUNK_INNER : pl.R;
             const char *base = xd + lin_offset(pl.nk, pl.kshape, pl.kstride, o) * es;
             inner_range(k, &pl, base, es, acc + (size_t)w * as, r0, r1);
-        }
-#pragma omp parallel for schedule(static) if (parallel)
+        });
+        OARI_PARALLEL_FOR_IF(parallel,
         for (int64_t o = 0; o < pl.n_out; o++) {
             char *a = acc + (size_t)(o * nch) * as;
             for (int64_t c = 1; c < nch; c++) k->combine(a, a + (size_t)c * as);
             k->store(od + o * os, a);
-        }
+        });
         oari_free(acc, (size_t)items * as);
         return 0;
     }
@@ -236,7 +240,7 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
     if (!acc) return OAR_ERR_NOMEM;
     k->init(acc, n_acc);
     const int64_t items = n_ko * nj * nch;
-#pragma omp parallel for schedule(static) if (parallel)
+    OARI_PARALLEL_FOR_IF(parallel,
     for (int64_t w = 0; w < items; w++) {
         int64_t c = w % nch, rest = w / nch;
         int64_t bj = rest % nj, ko = rest / nj;
@@ -266,13 +270,13 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
                 idx[d] = 0;
             }
         }
-    }
-#pragma omp parallel for schedule(static) if (parallel && pl.n_out * nch >= OARI_PARALLEL_GRAIN / 4)
+    });
+    OARI_PARALLEL_FOR_IF(parallel && pl.n_out * nch >= OARI_PARALLEL_GRAIN / 4,
     for (int64_t o = 0; o < pl.n_out; o++) {
         char *a = acc + (size_t)o * as;
         for (int64_t c = 1; c < nch; c++) k->combine(a, acc + (size_t)(c * pl.n_out + o) * as);
         k->store(od + o * os, a);
-    }
+    });
     oari_free(acc, (size_t)n_acc * as);
     return 0;
 }
@@ -973,22 +977,22 @@ static int scan_run(const oar_kernel_call *c, scan_line_fn line, scan_block_fn b
         /* rows of the merged inner dim are scanned together, vectorised over it */
         const int64_t si = ni ? istride[0] : 0;
         const int64_t nj = (inner + SCAN_BLOCK - 1) / SCAN_BLOCK;
-#pragma omp parallel for schedule(static) if (parallel)
+        OARI_PARALLEL_FOR_IF(parallel,
         for (int64_t w = 0; w < outer * nj; w++) {
             int64_t o = w / nj, j0 = (w % nj) * SCAN_BLOCK;
             int64_t m = j0 + SCAN_BLOCK < inner ? SCAN_BLOCK : inner - j0;
             int64_t xoff = lin_offset(dim, x->shape, x->strides, o) + j0 * si;
             block(xd + xoff * es, sd, si, od + (o * n * inner + j0) * os, inner, n, m);
-        }
+        });
         return 0;
     }
     /* one line per (outer, inner) position */
-#pragma omp parallel for schedule(static) if (parallel)
+    OARI_PARALLEL_FOR_IF(parallel,
     for (int64_t l = 0; l < outer * inner; l++) {
         int64_t o = l / inner, j = l % inner;
         int64_t xoff = lin_offset(dim, x->shape, x->strides, o) + lin_offset(ni, ishape, istride, j);
         line(xd + xoff * es, sd, od + (o * n * inner + j) * os, inner, n);
-    }
+    });
     return 0;
 }
 
