@@ -251,6 +251,22 @@ OARI_SIMD_CLONES static void input_row(const wgeom *g, const float *x, int64_t n
         }
 }
 
+/* Rows ty * nrows .. of output channel o of image n <- the staged rows
+ * orow (orw apart) plus bias b, cut at the plane's bottom edge. */
+OARI_SIMD_CLONES static void store_rows(const wgeom *g, const float *orow, int64_t orw, int nrows,
+                                        int64_t n, int64_t o, int64_t ty, float b, float *y) {
+    float *yo = y + (n * g->O + o) * g->OH * g->OW;
+    for (int p = 0; p < nrows; p++) {
+        const int64_t oy = ty * nrows + p;
+        if (oy >= g->OH) break;
+        const float *src = orow + p * orw;
+        float *dst = yo + oy * g->OW;
+#pragma omp simd
+        for (int64_t ox = 0; ox < g->OW; ox++)
+            dst[ox] = src[ox] + b;
+    }
+}
+
 /* Output channel o of tile row ty of image n <- M [36][O][ldm] columns col
  * .. col + ntx, plus bias b: per chunk of 16 tiles, A^T down the columns,
  * A^T along the rows, and the four results interleaved into the row. */
@@ -295,16 +311,7 @@ OARI_SIMD_CLONES static void output_row(const wgeom *g, const float *M, int64_t 
             memcpy(dst + 48, &o3, sizeof o3);
         }
     }
-    float *yo = y + (n * g->O + o) * g->OH * g->OW;
-    for (int p = 0; p < WT; p++) {
-        const int64_t oy = ty * WT + p;
-        if (oy >= g->OH) break;
-        const float *src = orow + p * orw;
-        float *dst = yo + oy * g->OW;
-#pragma omp simd
-        for (int64_t ox = 0; ox < g->OW; ox++)
-            dst[ox] = src[ox] + b;
-    }
+    store_rows(g, orow, orw, WT, n, o, ty, b, y);
 }
 
 /* ---- F(2x2, 3x3): 4x4 input tiles, 16 gemms --------------------------------
@@ -422,16 +429,7 @@ OARI_SIMD_CLONES static void output_row2(const wgeom *g, const float *M, int64_t
             memcpy(dst + 16, &o1, sizeof o1);
         }
     }
-    float *yo = y + (n * g->O + o) * g->OH * g->OW;
-    for (int p = 0; p < 2; p++) {
-        const int64_t oy = ty * 2 + p;
-        if (oy >= g->OH) break;
-        const float *src = orow + p * orw;
-        float *dst = yo + oy * g->OW;
-#pragma omp simd
-        for (int64_t ox = 0; ox < g->OW; ox++)
-            dst[ox] = src[ox] + b;
-    }
+    store_rows(g, orow, orw, 2, n, o, ty, b, y);
 }
 
 /* M[k] = U[k] V[k] for k in [k0, k1): tb tiles, rows ld apart. */
