@@ -38,6 +38,32 @@ static void check_if(oar_graph *g) {
 }
 
 /* v = x; for i < M while sum(v) < limit: v = v * 2 + i; k counts the trips. */
+/* The loop written out: v <- v * 2 + i for i < M while the sum of v stays
+ * under limit (the trip that reaches it still counts); returns the trips. */
+static int64_t loop_reference(int64_t M, float limit, float v[3]) {
+    int64_t trips = 0;
+    for (int64_t i = 0; i < M; i++) {
+        float s = 0;
+        for (int d = 0; d < 3; d++)
+            s += v[d] = v[d] * 2 + (float)i;
+        trips++;
+        if (!(s < limit)) break;
+    }
+    return trips;
+}
+
+/* Runs ex on in and checks its outputs (v, trips) against the reference. */
+static void check_loop_run(oar_executor *ex, oar_tensor **in, const float v[3], int64_t trips) {
+    oar_tensor *out[2] = {0};
+    CHECK(oar_executor_run(ex, in, out) == 0);
+    if (out[0] && out[1]) {
+        const float *y = oar_tensor_data(out[0]);
+        for (int d = 0; d < 3; d++)
+            CHECK_NEAR(y[d], v[d], 1e-5 * fabs(v[d]) + 1e-6);
+        CHECK(*(const int64_t *)oar_tensor_data(out[1]) == trips);
+    }
+}
+
 static void check_loop(oar_graph *g) {
     oar_executor *ex = oar_executor_new(g);
     CHECK(ex != NULL);
@@ -45,25 +71,11 @@ static void check_loop(oar_graph *g) {
     static const float limits[] = {100, 100, 100, 40, 1e6f};
     for (int t = 0; ex && t < 5; t++) {
         float x[3] = {1, -0.5f, 0.25f}, v[3] = {1, -0.5f, 0.25f}, limit = limits[t];
-        int64_t M = Ms[t], trips = 0;
-        for (int64_t i = 0; i < M; i++) { /* the reference: the loop written out */
-            float s = 0;
-            for (int d = 0; d < 3; d++)
-                s += v[d] = v[d] * 2 + (float)i;
-            trips++;
-            if (!(s < limit)) break;
-        }
+        int64_t M = Ms[t], trips = loop_reference(M, limit, v);
         oar_tensor *in[3] = {oar_tensor_from_data(x, OAR_F32, 1, (int64_t[]){3}),
                              oar_tensor_from_data(&M, OAR_I64, 0, NULL),
                              oar_tensor_from_data(&limit, OAR_F32, 0, NULL)};
-        oar_tensor *out[2] = {0};
-        CHECK(oar_executor_run(ex, in, out) == 0);
-        if (out[0] && out[1]) {
-            const float *y = oar_tensor_data(out[0]);
-            for (int d = 0; d < 3; d++)
-                CHECK_NEAR(y[d], v[d], 1e-5 * fabs(v[d]) + 1e-6);
-            CHECK(*(const int64_t *)oar_tensor_data(out[1]) == trips);
-        }
+        check_loop_run(ex, in, v, trips);
         for (int i = 0; i < 3; i++)
             oar_tensor_release(in[i]);
     }
@@ -228,24 +240,10 @@ static void test_loop_constant_trips(void) {
     static const float limits[] = {40, 1e6f, -1};
     for (int t = 0; ex && t < 3; t++) {
         float x[3] = {1, -0.5f, 0.25f}, v[3] = {1, -0.5f, 0.25f}, limit = limits[t];
-        int64_t trips = 0;
-        for (int64_t i = 0; i < 10; i++) {
-            float s = 0;
-            for (int d = 0; d < 3; d++)
-                s += v[d] = v[d] * 2 + (float)i;
-            trips++;
-            if (!(s < limit)) break;
-        }
+        int64_t trips = loop_reference(10, limit, v);
         oar_tensor *in[2] = {oar_tensor_from_data(x, OAR_F32, 1, (int64_t[]){3}),
                              oar_tensor_from_data(&limit, OAR_F32, 0, NULL)};
-        oar_tensor *out[2] = {0};
-        CHECK(oar_executor_run(ex, in, out) == 0);
-        if (out[0] && out[1]) {
-            const float *y = oar_tensor_data(out[0]);
-            for (int d = 0; d < 3; d++)
-                CHECK_NEAR(y[d], v[d], 1e-5 * fabs(v[d]) + 1e-6);
-            CHECK(*(const int64_t *)oar_tensor_data(out[1]) == trips);
-        }
+        check_loop_run(ex, in, v, trips);
         oar_tensor_release(in[0]);
         oar_tensor_release(in[1]);
     }
