@@ -317,7 +317,7 @@ static void make_fused_names(void) {
         snprintf(fused_names[op], sizeof fused_names[op], "fused:%s", oari_op_name((oari_op)op));
 }
 
-/* Runs the compiled kernel rooted at node i (a deferred one: run_at). */
+/* Runs the compiled kernel rooted at node i, in node order or deferred (run_at). */
 static void run_fused(oar_executor *ex, int i) {
     exec_node *e = &ex->p.en[i];
     int64_t prof_t0 = OARI_PROF_BEGIN();
@@ -1184,16 +1184,13 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
             continue;
         }
         exec_node *e = &ex->p.en[i];
-        int64_t prof_t0 = e->fused || e->k ? OARI_PROF_BEGIN() : 0; /* profiler: a span per kernel */
-        int64_t node_t0 = ex->node_ns ? oari_prof_now() : 0;
-        oar_tensor **prof_out = &ex->p.vt[g->nodes[i].out[0]];
         if (e->fused) {
-            if (ex->p.run_at && ex->p.run_at[i] != i) continue; /* runs later */
-            e->fused(e->fargs, ex->p.sym_vals);
-            OARI_PROF_END(OAR_PROFILER_OP, fused_names[g->nodes[i].op], prof_t0, 1, prof_out);
-            if (node_t0) ex->node_ns[i] += (double)(oari_prof_now() - node_t0);
+            if (!ex->p.run_at || ex->p.run_at[i] == i) run_fused(ex, i); /* else: runs later */
             continue;
         }
+        int64_t prof_t0 = e->k ? OARI_PROF_BEGIN() : 0; /* profiler: a span per kernel */
+        int64_t node_t0 = ex->node_ns ? oari_prof_now() : 0;
+        oar_tensor **prof_out = &ex->p.vt[g->nodes[i].out[0]];
         if (e->copy_k && (st = e->copy_k(ctx, &e->copy_call))) return st;
         /* random ops draw fresh values each run: the trace's offset, advanced */
         if (e->rand_stride) e->attrs.i[1] = g->nodes[i].attrs.i[1] + (int64_t)(ex->runs - 1) * e->rand_stride;
