@@ -1,5 +1,6 @@
 /* Algebraic simplification: x*1, x+0, x-0, x/1, a double transpose, a
- * reshape of a reshape, and the transpose of a matmul. */
+ * reshape of a reshape, the transpose of a matmul, ReLU's mask through max
+ * pooling, and a gradient split in pieces joined by one concat. */
 #include "pass_test_util.h"
 
 #include "graph/ir.h"
@@ -104,6 +105,60 @@ static void test_mask_through_max_pool(void) {
     mask_through_pool(3, 1, 1); /* overlapping windows: an element picked by several */
 }
 
+/* A [N, 3, 12] input split in pieces along its last dim, each piece used
+ * by its own op: the backward pads each piece's gradient to the whole
+ * (slice_backward) and sums them, which simplify turns into one concat.
+ * WHICH selects the pieces: 0 all three chunks, 1 the first and the last
+ * (not adjacent: left as it is), 2 four uneven slices. */
+static int WHICH;
+static int split_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *x = oar_mul(in[0], in[0]), *c[3], *y;
+    if (WHICH == 2) {
+        oar_tensor *a = oar_slice(x, 2, 0, 5, 1), *b = oar_slice(x, 2, 5, 6, 1), *d = oar_slice(x, 2, 6, 9, 1),
+                   *e = oar_slice(x, 2, 9, 12, 1);
+        y = oar_add(oar_add(oar_sum(oar_sin(a), 1, (int64_t[]){2}, true), oar_exp(b)),
+                    oar_add(oar_sum(oar_mul(d, e), 1, (int64_t[]){-1}, true), oar_scalar(1)));
+    } else {
+        if (oar_chunk(x, 3, -1, 3, c) != 3) return -1;
+        oar_tensor *t = oar_add(oar_sin(c[0]), oar_cos(c[2]));
+        y = WHICH == 1 ? t : oar_mul(t, c[1]);
+    }
+    out[0] = oar_sum(y, 0, NULL, false);
+    return out[0] ? 0 : -1;
+}
+
+static void join_slice_grads(int which, int concats, int slice_backwards) {
+    WHICH = which;
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F64, .ndim = 3, .shape = {-1, 3, 12},
+                                 .dim_names = {"N"}};
+    oar_graph *g = oar_trace(split_fn, NULL, 1, &spec, 1, NULL);
+    CHECK(g && oar_graph_append_backward(g, 0, 1, (int[]){0}) == 1);
+    CHECK(oar_graph_optimize(g, OAR_PASSES_TRAINING, 0) == 0);
+    CHECK(oar_graph_count_op(g, "concat") == concats);
+    CHECK(oar_graph_count_op(g, "slice_backward") == slice_backwards);
+    oar_pool *pl = oar_pool_push();
+    oar_executor *ex = oar_executor_new(g);
+    for (int64_t n = 2; n <= 5; n += 3) { /* the batch is symbolic: two sizes, one graph */
+        oar_tensor *x = oar_randn(OAR_F64, 3, (int64_t[]){n, 3, 12}), *out[2], *y = NULL, *gx = NULL;
+        oar_tensor_set_requires_grad(x, true);
+        CHECK(oar_executor_run(ex, &x, out) == 0);
+        CHECK(split_fn(NULL, &x, &y) == 0);
+        CHECK(oar_grad(1, &y, NULL, 1, &x, false, false, &gx) == 0);
+        CHECK_NEAR(max_diff(out[0], y), 0, 1e-12);
+        CHECK_NEAR(max_diff(out[1], gx), 0, 1e-12);
+    }
+    oar_executor_free(ex);
+    oar_pool_pop(pl);
+    oar_graph_free(g);
+}
+
+static void test_join_slice_grads(void) {
+    join_slice_grads(0, 1, 0); /* q, k, v: one concat, no padding left */
+    join_slice_grads(1, 0, 2); /* a gap between the pieces: two paddings summed */
+    join_slice_grads(2, 1, 0); /* four uneven pieces */
+}
+
 static void test_simplify(void) {
     oar_graph *g = trace1(fn, NULL);
     CHECK(oar_graph_count_op(g, "permute") == 2 && oar_graph_count_op(g, "view") == 2);
@@ -127,5 +182,6 @@ int main(void) {
     RUN(test_simplify);
     RUN(test_transpose_of_matmul);
     RUN(test_mask_through_max_pool);
+    RUN(test_join_slice_grads);
     return test_summary();
 }

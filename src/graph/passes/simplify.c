@@ -3,8 +3,9 @@
  * permute (or nothing); view of view becomes one view; a view to x's own
  * shape becomes x; the transpose of a 2-D matmul used nowhere else becomes
  * the matmul of the transposes, (a b)^T = b^T a^T, which makes a weight
- * gradient contiguous (the GEMM reads transposed operands for free); and
- * ReLU's backward mask moves through max pooling (below). */
+ * gradient contiguous (the GEMM reads transposed operands for free);
+ * ReLU's backward mask moves through max pooling; and the gradient of a
+ * tensor split in pieces is joined by one concat (all below). */
 #include "../ir.h"
 
 #include <string.h>
@@ -121,6 +122,119 @@ static int mask_through_max_pool(oar_graph *g, int i, const int *uses) {
     return 0;
 }
 
+/* Node p, a slice_backward with static dim, start and end, step 1: its
+ * interval [*lo, *hi) along *dim. */
+static bool slice_interval(const oari_gnode *p, int *dim, int64_t *lo, int64_t *hi) {
+    for (int k = 0; k < 4; k++)
+        if (p->isym[k] >= 0) return false;
+    *dim = (int)p->attrs.i[0], *lo = p->attrs.i[1], *hi = p->attrs.i[2];
+    return p->attrs.i[3] == 1 && *lo >= 0 && *lo < *hi;
+}
+
+/* add(slice_backward(a), slice_backward(b)) of adjacent intervals of one
+ * dim -> slice_backward(concat(a, b)) over both: a gradient split into
+ * pieces (the q, k and v of a fused projection) is put together by one
+ * copy instead of zero-filled full-size tensors summed. Repeated, the
+ * three pieces become one concat over the whole dim, an identity
+ * slice_backward (removed below). Returns the nodes inserted before node
+ * i (2), 0, or a negative status. */
+static int join_slice_grads(oar_graph *g, int i, const int *uses) {
+    oari_gnode *n = &g->nodes[i];
+    int a = n->in[0], b = n->in[1];
+    oari_gnode *pa = producer(g, a, OARI_OP_slice_backward), *pb = producer(g, b, OARI_OP_slice_backward);
+    int da, db;
+    int64_t la, ha, lb, hb;
+    if (!pa || !pb || uses[a] != 1 || uses[b] != 1 || !same_meta(&g->values[a], &g->values[b]) ||
+        !same_meta(&g->values[a], &g->values[n->out[0]]) || !slice_interval(pa, &da, &la, &ha) ||
+        !slice_interval(pb, &db, &lb, &hb) || da != db || pa->attrs.ni != pb->attrs.ni ||
+        memcmp(pa->attrs.i + 4, pb->attrs.i + 4, (size_t)(pa->attrs.ni - 4) * sizeof *pa->attrs.i) ||
+        (ha != lb && hb != la))
+        return 0;
+    if (hb == la) { /* a's piece comes second */
+        oari_gnode *t = pa;
+        pa = pb, pb = t;
+        la = lb, hb = ha;
+    }
+    int pieces[2] = {pa->in[0], pb->in[0]};
+    const oari_gvalue *x = &g->values[pieces[0]], *y = &g->values[pieces[1]];
+    if (x->dtype != y->dtype || x->sym[da] >= 0 || y->sym[da] >= 0) return 0;
+    oari_meta m = {.dtype = x->dtype, .ndim = x->ndim};
+    memcpy(m.shape, x->shape, sizeof m.shape);
+    m.shape[da] += y->shape[da];
+    int8_t sym[OAR_MAX_DIMS];
+    int32_t smul[OAR_MAX_DIMS];
+    memcpy(sym, x->sym, sizeof sym);
+    memcpy(smul, x->smul, sizeof smul);
+    oari_gnode first = *pa; /* its attributes and their symbols, before the arrays move */
+    if (oari_graph_insert_node(g, i, OARI_OP_concat, &(oari_attrs){.ni = 1, .i = {da}}, 2, pieces, 1, &m) < 0)
+        return OAR_ERR_NOMEM;
+    int joined = g->nodes[i].out[0];
+    memcpy(g->values[joined].sym, sym, sizeof sym);
+    memcpy(g->values[joined].smul, smul, sizeof smul);
+    oari_attrs sa = first.attrs;
+    sa.i[1] = la, sa.i[2] = hb;
+    const oari_gvalue *o = &g->values[g->nodes[i + 1].out[0]];
+    oari_meta om = {.dtype = o->dtype, .ndim = o->ndim};
+    memcpy(om.shape, o->shape, sizeof om.shape);
+    if (oari_graph_insert_node(g, i + 1, OARI_OP_slice_backward, &sa, 1, &joined, 1, &om) < 0)
+        return OAR_ERR_NOMEM;
+    oari_gnode *s = &g->nodes[i + 1];
+    memcpy(s->isym, first.isym, sizeof s->isym);
+    memcpy(s->imul, first.imul, sizeof s->imul);
+    n = &g->nodes[i + 2];
+    oari_gvalue *sv = &g->values[s->out[0]];
+    memcpy(sv->sym, g->values[n->out[0]].sym, sizeof sv->sym);
+    memcpy(sv->smul, g->values[n->out[0]].smul, sizeof sv->smul);
+    oari_graph_replace_uses(g, n->out[0], s->out[0]);
+    n->dead = true;
+    return 2;
+}
+
+/* concat(concat(a, b), c) along one dim, the inner one used only there ->
+ * concat(a, b, c): one copy. Returns 1 (the node inserted before i), 0,
+ * or a negative status. */
+static int flatten_concat(oar_graph *g, int i, const int *uses) {
+    oari_gnode *n = &g->nodes[i];
+    int total = 0, in[64];
+    bool any = false;
+    for (int k = 0; k < n->n_in; k++) {
+        oari_gnode *p = producer(g, n->in[k], OARI_OP_concat);
+        bool merge = p && uses[n->in[k]] == 1 && p->attrs.i[0] == n->attrs.i[0];
+        int add = merge ? p->n_in : 1;
+        if (total + add > 64) return 0;
+        if (merge) memcpy(in + total, p->in, (size_t)p->n_in * sizeof *in);
+        else in[total] = n->in[k];
+        total += add;
+        any = any || merge;
+    }
+    if (!any) return 0;
+    const oari_gvalue *o = &g->values[n->out[0]];
+    oari_meta m = {.dtype = o->dtype, .ndim = o->ndim};
+    memcpy(m.shape, o->shape, sizeof m.shape);
+    oari_attrs at = n->attrs;
+    if (oari_graph_insert_node(g, i, OARI_OP_concat, &at, total, in, 1, &m) < 0) return OAR_ERR_NOMEM;
+    int v = g->nodes[i].out[0];
+    n = &g->nodes[i + 1];
+    memcpy(g->values[v].sym, g->values[n->out[0]].sym, sizeof g->values[v].sym);
+    memcpy(g->values[v].smul, g->values[n->out[0]].smul, sizeof g->values[v].smul);
+    oari_graph_replace_uses(g, n->out[0], v);
+    n->dead = true;
+    return 1;
+}
+
+/* slice_backward over the whole of its dim (start 0, step 1, the input
+ * already the output's shape): the input itself. */
+static bool whole_slice_backward(const oar_graph *g, const oari_gnode *n) {
+    int d;
+    int64_t lo, hi;
+    const oari_gvalue *x = &g->values[n->in[0]], *y = &g->values[n->out[0]];
+    if (!slice_interval(n, &d, &lo, &hi) || lo != 0 || !same_meta(x, y) || hi != y->shape[d] || x->sym[d] >= 0)
+        return false;
+    for (int k = 0; k < x->ndim; k++)
+        if (x->sym[k] != y->sym[k] || (x->sym[k] >= 0 && x->smul[k] != y->smul[k])) return false;
+    return true;
+}
+
 int oari_pass_simplify(oar_graph *g) {
     int changes = 0;
     int *uses = oari_malloc((size_t)(g->n_values ? g->n_values : 1) * sizeof *uses);
@@ -141,6 +255,13 @@ int oari_pass_simplify(oar_graph *g) {
         case OARI_OP_add:
             if (oari_graph_const_is(g, n->in[1], 0)) keep = n->in[0];
             else if (oari_graph_const_is(g, n->in[0], 0)) keep = n->in[1];
+            else inserted = join_slice_grads(g, i, uses);
+            break;
+        case OARI_OP_concat:
+            inserted = flatten_concat(g, i, uses);
+            break;
+        case OARI_OP_slice_backward:
+            if (whole_slice_backward(g, n)) keep = n->in[0];
             break;
         case OARI_OP_sub:
             if (oari_graph_const_is(g, n->in[1], 0)) keep = n->in[0];
