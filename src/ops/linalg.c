@@ -3,6 +3,8 @@
  * dot and einsum. Kernels: src/backends/cpu/cpu_linalg.c. */
 #include "op.h"
 
+#include <oar/dist.h>
+
 #include <string.h>
 
 /* ---- matmul: shape rule ---------------------------------------------------- */
@@ -58,6 +60,17 @@ static oar_tensor *mT(oar_tensor *x) { return oar_transpose(x, -2, -1); }
 /* conj for complex x; x itself otherwise (oar_conj would copy a real x). */
 static oar_tensor *cj(oar_tensor *x) { return x && oar_dtype_is_complex(x->dtype) ? oar_conj(x) : x; }
 
+/* A 2-D matrix stored transposed, as a linear layer's W^T is (on a
+ * distributed tensor: its local shard): its gradient is computed as the
+ * transpose of a contiguous product, so the transpose's backward gives W a
+ * contiguous gradient instead of copying one (PyTorch's mm_mat2_backward
+ * does the same). */
+static bool stored_transposed(oar_tensor *t) {
+    if (t->dist) t = oar_dtensor_local(t);
+    return t && t->ndim == 2 && t->shape[0] > 1 && t->shape[1] > 1 && t->strides[0] == 1 &&
+           t->strides[1] == t->shape[0];
+}
+
 static int grad_matmul(oari_grad_ctx *g) {
     /* gA = gout @ B^H, gB = A^H @ gout, summed over broadcast batch dims;
      * 1-D operands were promoted ([k] -> [1, k] for A, [k, 1] for B). */
@@ -75,7 +88,9 @@ static int grad_matmul(oari_grad_ctx *g) {
     oar_tensor *g2 = go;
     if (a1) g2 = oar_unsqueeze(g2, go->ndim - 1);      /* [..., m] -> [..., 1, m] */
     if (b1) g2 = oar_unsqueeze(g2, go->ndim);          /* [..., n] -> [..., n, 1] */
-    if (g->needs[0]) {
+    if (g->needs[0] && ma->ndim == 2 && mb->ndim == 2 && stored_transposed(a)) {
+        if (!(g->gin[0] = mT(oar_matmul(cj(b), mT(g2))))) return OAR_ERR_NOMEM; /* (B^H^T gout^T)^T */
+    } else if (g->needs[0]) {
         oar_tensor *b2 = b1 ? oar_unsqueeze(b, 1) : b; /* [k, 1] */
         oar_tensor *ga = oar_matmul(g2, mT(cj(b2))); /* [..., n, k] */
         if (a1 && ga) ga = oar_squeeze(ga, ga->ndim - 2);
@@ -90,7 +105,10 @@ static int grad_matmul(oari_grad_ctx *g) {
         int64_t k = ma->shape[ma->ndim - 1], m = mb->shape[1];
         oar_tensor *af = oar_reshape(cj(a), 2, (int64_t[]){-1, k});
         oar_tensor *gf = oar_reshape(g2, 2, (int64_t[]){-1, m});
-        if (!(g->gin[1] = oar_matmul(mT(af), gf))) return OAR_ERR_NOMEM;
+        g->gin[1] = stored_transposed(b) ? mT(oar_matmul(mT(gf), af)) : oar_matmul(mT(af), gf);
+        if (!g->gin[1]) return OAR_ERR_NOMEM;
+    } else if (g->needs[1] && ma->ndim == 2 && mb->ndim == 2 && stored_transposed(b)) {
+        if (!(g->gin[1] = mT(oar_matmul(mT(g2), cj(a))))) return OAR_ERR_NOMEM; /* (gout^T A^H^T)^T */
     } else if (g->needs[1]) {
         oar_tensor *a2 = a1 ? oar_unsqueeze(a, 0) : a; /* [1, k] */
         oar_tensor *gb = oar_matmul(mT(cj(a2)), g2); /* [..., k, m] */

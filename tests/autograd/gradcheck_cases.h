@@ -106,6 +106,8 @@ FN(f_sort, oar_sort(x[0], 1, false, NULL)) FN(f_sort_desc, oar_sort(x[0], 0, tru
 FN(f_topk, oar_topk(x[0], 2, 1, true, true, NULL))
 /* linalg, nn */
 FN(f_matmul, oar_matmul(x[0], x[1]))
+FN(f_matmul_wt, oar_matmul(x[0], oar_transpose(x[1], 0, 1))) /* a linear layer's x W^T */
+FN(f_matmul_at, oar_matmul(oar_transpose(x[0], 0, 1), x[1]))
 FN(f_softmax, oar_softmax(x[0], 1)) FN(f_log_softmax, oar_log_softmax(x[0], -1))
 FN(f_layer_norm, oar_layer_norm(x[0], 1, x[1], x[2], 1e-5))
 FN(f_layer_norm2, oar_layer_norm(x[0], 2, NULL, NULL, 1e-5))
@@ -282,6 +284,13 @@ static const op_case op_cases[] = {
      * over the folded batch (linalg.c), here with 2 batch dims and complex */
     {"matmul", "4-D times 2-D", f_matmul, 2, {{SH4(2, 2, 3, 4)}, {SH2(4, 2)}}, NOOPT},
     {"matmul", "batched complex", f_matmul, 2, {{SH3(2, 3, 4), C128}, {SH2(4, 2), C128}}, NOOPT},
+    /* operands stored transposed: their gradients are made as transposes of
+     * contiguous products (linalg.c, stored_transposed) */
+    {"matmul", "x W^T", f_matmul_wt, 2, {{SH2(3, 4)}, {SH2(2, 4)}}, NOOPT},
+    {"matmul", "batched x W^T", f_matmul_wt, 2, {{SH3(2, 3, 4)}, {SH2(2, 4)}}, NOOPT},
+    {"matmul", "complex x W^T", f_matmul_wt, 2, {{SH2(3, 4), C128}, {SH2(2, 4), C128}}, NOOPT},
+    {"matmul", "A^T B", f_matmul_at, 2, {{SH2(4, 3)}, {SH2(4, 2)}}, NOOPT},
+    {"matmul", "complex A^T B", f_matmul_at, 2, {{SH2(4, 3), C128}, {SH2(4, 2), C128}}, NOOPT},
     {"softmax", "", f_softmax, 1, {{SH2(3, 4)}}, NOOPT},
     {"log_softmax", "", f_log_softmax, 1, {{SH2(3, 4)}}, NOOPT},
 

@@ -475,6 +475,33 @@ static void test_alloc_failures(void) {
     oar_set_allocator(NULL, NULL);
 }
 
+/* y = x W^T, as a linear layer computes it: W's gradient comes out of the
+ * GEMM in W's own layout, so backward copies nothing (no contiguous op),
+ * and it equals g^T x. */
+static void test_weight_grad_layout(void) {
+    oar_pool *p = oar_pool_push();
+    oar_manual_seed(3);
+    oar_tensor *x = oar_randn(OAR_F64, 3, (int64_t[]){2, 5, 4}), *w = oar_randn(OAR_F64, 2, (int64_t[]){3, 4});
+    oar_tensor_set_requires_grad(w, true);
+    oar_tensor *y = oar_matmul(x, oar_transpose(w, 0, 1)); /* [2, 5, 3] */
+    oar_tensor *g = oar_randn(OAR_F64, 3, (int64_t[]){2, 5, 3});
+    CHECK(oar_profiler_start() == 0);
+    CHECK(oar_backward(y, g) == 0);
+    CHECK(oar_profiler_stop() == 0);
+    oar_profiler_stat st[64];
+    int n = oar_profiler_stats(st, 64);
+    CHECK(n > 0 && n <= 64);
+    for (int i = 0; i < n && i < 64; i++)
+        if (st[i].kind == OAR_PROFILER_OP) CHECK(strcmp(st[i].name, "contiguous") && strcmp(st[i].name, "copy"));
+    oar_tensor *gw = oar_tensor_grad(w);
+    CHECK(gw && oar_tensor_is_contiguous(gw));
+    /* closed form: sum over batch and rows of g^T x */
+    double *want = test_values(oar_sum(oar_matmul(oar_transpose(g, 1, 2), x), 1, (int64_t[]){0}, false));
+    CHECK_VALUES(gw, want, 12, 1e-12);
+    free(want);
+    oar_pool_pop(p);
+}
+
 int main(void) {
     RUN(test_alloc_failures);
     RUN(test_backward_composite);
@@ -487,5 +514,6 @@ int main(void) {
     RUN(test_functional);
     RUN(test_memory);
     RUN(test_no_rule);
+    RUN(test_weight_grad_layout);
     return test_summary();
 }
