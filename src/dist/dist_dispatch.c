@@ -42,12 +42,12 @@ static int to_shard_device(oar_tensor **t, oar_tensor *const *in, int n_in) {
     return m ? 0 : OAR_ERR_NOMEM;
 }
 
-/* fill_ and copy_ into a dtensor: each rank writes its shard (the source
- * resharded to match), so the target keeps its placements. */
+/* fill_, copy_ and add_scaled_ into a dtensor: each rank writes its shard
+ * (the source resharded to match), so the target keeps its placements. */
 static int inplace(oari_op op, const oari_op_def *def, int n_in, oar_tensor *const *in,
                    const oari_attrs *attrs, oar_tensor **out) {
     oar_tensor *dst = in[0];
-    if (!dst->dist || (op != OARI_OP_fill && op != OARI_OP_copy))
+    if (!dst->dist || (op != OARI_OP_fill && op != OARI_OP_copy && op != OARI_OP_add_scaled))
         return oari_error(OAR_ERR_UNSUPPORTED, "%s: in-place op on dtensors is not supported yet%s",
                           def->name, dst->dist ? "" : " (the target must be the dtensor)");
     if (oari_grad_mode_enabled() && dst->requires_grad)

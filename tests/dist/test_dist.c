@@ -303,6 +303,14 @@ static void test_errors(void) {
     CHECK(oar_fill_(xd, 2.0) == 0 && max_diff(oar_unshard(xd), oar_full(OAR_F32, 2, (int64_t[]){4, 3}, 2.0)) == 0);
     oar_tensor *src = oar_randn(OAR_F32, 1, (int64_t[]){3});
     CHECK(oar_copy_(xd, src) == 0 && max_diff(oar_unshard(xd), oar_expand(src, 2, (int64_t[]){4, 3})) == 0);
+    /* add_scaled_ (an optimizer's update) from a Partial source (reduced
+     * first) and from a plain one */
+    oar_tensor *g = oar_randn(OAR_F32, 2, (int64_t[]){4, 3}), *before = oar_unshard(xd);
+    CHECK(oar_add_scaled_(xd, oar_shard_tensor(g, m, (oar_placement[]){oar_partial(OAR_REDUCE_SUM)}), -0.5) == 0);
+    CHECK(max_diff(oar_unshard(xd), oar_add(before, oar_mul_scalar(g, -0.5))) < 1e-6);
+    CHECK(oar_add_scaled_(xd, src, 2.0) == 0);
+    CHECK(max_diff(oar_unshard(xd), oar_add(oar_add(before, oar_mul_scalar(g, -0.5)), oar_mul_scalar(src, 2.0))) < 1e-6);
+    CHECK(oar_dtensor_placements(xd) && oar_dtensor_placements(xd)[0].kind == OAR_PLACEMENT_SHARD);
     oar_tensor *xpart = oar_shard_tensor(x, m, (oar_placement[]){oar_partial(OAR_REDUCE_SUM)});
     CHECK_STATUS_FAILS(oar_fill_(xpart, 1.0), "Partial");
     CHECK_STATUS_FAILS(oar_copy_(x, xd), "the target must be the dtensor");
