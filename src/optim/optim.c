@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <oar/autograd.h>
+#include <oar/dist.h>
 #include <oar/ops.h>
 #include <oar/optim.h>
 #include <string.h>
@@ -152,6 +153,15 @@ oar_optimizer *oar_rmsprop_new(int n, oar_tensor *const *params, const oar_rmspr
 /* A retained fresh copy of x (state tensors live outside pools). */
 static oar_tensor *keep(oar_tensor *x) { return oar_tensor_retain(oar_clone(x)); }
 
+/* dst += alpha * src: add_scaled_ in one pass on the CPU; composed of ops
+ * that every device implements elsewhere (no CPU fallback there). */
+static int axpy_(oar_tensor *dst, oar_tensor *src, double alpha) {
+    oar_tensor *shard = oar_tensor_is_dist(dst) ? oar_dtensor_local(dst) : dst;
+    if (oar_tensor_device(shard) == oar_device_cpu()) return oar_add_scaled_(dst, src, alpha);
+    return oar_copy_(dst, oar_add(dst, oar_mul_scalar(src, alpha)));
+}
+
+/* torch.optim.SGD's update; the parameter moves in one pass (axpy_). */
 static int sgd_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
     if (o->wd) g = oar_add(g, oar_mul_scalar(p, o->wd));
     if (o->momentum) {
@@ -164,14 +174,7 @@ static int sgd_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
         }
         g = o->nesterov ? oar_add(g, oar_mul_scalar(o->s1[i], o->momentum)) : o->s1[i];
     }
-    return oar_copy_(p, oar_sub(p, oar_mul_scalar(g, o->lr)));
-}
-
-/* dst += alpha * src: add_scaled_ in one pass on the CPU; composed of ops
- * that every device implements elsewhere (no CPU fallback there). */
-static int axpy_(oar_tensor *dst, oar_tensor *src, double alpha) {
-    if (oar_tensor_device(dst) == oar_device_cpu()) return oar_add_scaled_(dst, src, alpha);
-    return oar_copy_(dst, oar_add(dst, oar_mul_scalar(src, alpha)));
+    return axpy_(p, g, -o->lr);
 }
 
 /* torch's single-tensor Adam/AdamW, updated in place with axpy_ (m and v
