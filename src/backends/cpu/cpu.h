@@ -94,6 +94,12 @@ OARI_HIDDEN void oari_iter_run(const oari_iter *it, oari_inner_fn fn, void *ctx)
 /* Convenience for the common case: out = call->out[0], inputs = call->in[...]. */
 OARI_HIDDEN void oari_iter_call(const oar_kernel_call *call, oari_inner_fn fn, void *ctx);
 
+/* dst <- src: same dtype and shape, any strides (the iterator's order,
+ * OpenMP above the grain). Elements move by their size: a constant-size
+ * copy is one load and store, where memcpy of a run-time size was a call
+ * per element (4 ns each in a transpose). */
+OARI_HIDDEN void oari_copy_strided(const oar_ktensor *dst, const oar_ktensor *src);
+
 /* A 2-D inner loop: `rows` runs of n elements, run r of operand k at
  * ptrs[k] + r * outer[k] elements, strides[k] along the run. Broadcast ops
  * (a row against a matrix) merge to two dims with short runs; one call for

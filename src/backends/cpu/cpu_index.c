@@ -238,22 +238,7 @@ static int k_index_select(void *ctx, const oar_kernel_call *c) {
  * out = x, then along each line in index order out[.., index, ..] (op)= src:
  * duplicates resolve the same way (last write wins; sums in index order) on
  * any number of threads. */
-static void copy_run(char **p, const int64_t *s, int64_t n, void *ctx) {
-    int64_t es = *(const int64_t *)ctx;
-    if (s[0] == 1 && s[1] == 1) {
-        memcpy(p[0], p[1], (size_t)(n * es));
-        return;
-    }
-    for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0] * es, p[1] + i * s[1] * es, (size_t)es);
-}
-
-static void copy_into(const oar_ktensor *dst, const oar_ktensor *src) {
-    const oar_ktensor *ops[2] = {dst, src};
-    oari_iter it;
-    oari_iter_init(&it, 2, ops);
-    int64_t es = elsize(dst);
-    oari_iter_run(&it, copy_run, &es);
-}
+static void copy_into(const oar_ktensor *dst, const oar_ktensor *src) { oari_copy_strided(dst, src); }
 
 typedef enum { S_SET, S_ADD } scatter_mode;
 

@@ -168,3 +168,35 @@ void oari_iter_call2d(const oar_kernel_call *call, oari_inner_fn fn, oari_inner2
         rows_of_thread(&it, fn2, ctx, rows, len, inner, outer);
     }
 }
+
+/* One run of a same-dtype copy; ctx: the element size. */
+static void copy_run(char **p, const int64_t *s, int64_t n, void *ctx) {
+    const size_t es = *(const size_t *)ctx;
+    if (s[0] == 1 && s[1] == 1) {
+        memcpy(p[0], p[1], (size_t)n * es);
+        return;
+    }
+    const int64_t so = s[0] * (int64_t)es, si = s[1] * (int64_t)es;
+    char *o = p[0];
+    const char *a = p[1];
+#define COPY_RUN(SIZE) \
+    for (int64_t i = 0; i < n; i++) memcpy(o + i * so, a + i * si, SIZE); \
+    break
+    switch (es) {
+    case 1: COPY_RUN(1);
+    case 2: COPY_RUN(2);
+    case 4: COPY_RUN(4);
+    case 8: COPY_RUN(8);
+    case 16: COPY_RUN(16);
+    default: COPY_RUN(es);
+    }
+#undef COPY_RUN
+}
+
+void oari_copy_strided(const oar_ktensor *dst, const oar_ktensor *src) {
+    const oar_ktensor *ops[2] = {dst, src};
+    oari_iter it;
+    oari_iter_init(&it, 2, ops);
+    size_t es = oar_dtype_size((oar_dtype)dst->dtype);
+    oari_iter_run(&it, copy_run, &es);
+}

@@ -103,27 +103,16 @@ static const oari_inner_fn conversions[OAR_DTYPE_COUNT][OAR_DTYPE_COUNT] = {
     {FOR_DTYPES(ENTRY, f32)}, {FOR_DTYPES(ENTRY, f64)}, {FOR_DTYPES(ENTRY, c64)},
     {FOR_DTYPES(ENTRY, c128)}};
 
-/* Same-dtype copies move bytes. */
-static void copy_bytes(char **p, const int64_t *s, int64_t n, void *ctx) {
-    int64_t es = *(const int64_t *)ctx;
-    if (s[0] == 1 && s[1] == 1) {
-        memcpy(p[0], p[1], (size_t)(n * es));
-        return;
-    }
-    for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0] * es, p[1] + i * s[1] * es, (size_t)es);
-}
-
 /* dst (strided, any dtype) <- src (strided, same shape, any dtype). */
 static void convert(const oar_ktensor *dst, const oar_ktensor *src) {
+    if (dst->dtype == src->dtype) {
+        oari_copy_strided(dst, src);
+        return;
+    }
     const oar_ktensor *ops[2] = {dst, src};
     oari_iter it;
     oari_iter_init(&it, 2, ops);
-    if (dst->dtype == src->dtype) {
-        int64_t es = (int64_t)oar_dtype_size((oar_dtype)dst->dtype);
-        oari_iter_run(&it, copy_bytes, &es);
-    } else {
-        oari_iter_run(&it, conversions[dst->dtype][src->dtype], NULL);
-    }
+    oari_iter_run(&it, conversions[dst->dtype][src->dtype], NULL);
 }
 
 static int k_copy(void *ctx, const oar_kernel_call *c) { /* in[0] dst, in[1] src (broadcast) */

@@ -33,25 +33,7 @@ static void fill_elems(char *dst, int64_t n, const unsigned char *value, size_t 
     for (int64_t i = 0; i < n; i++) memcpy(dst + i * (int64_t)es, value, es);
 }
 
-/* Strided same-dtype copy through the iterator (merges dims, runs memcpy
- * on unit-stride runs, OpenMP above the grain). */
-static void copy_run(char **p, const int64_t *s, int64_t n, void *ctx) {
-    size_t es = *(const size_t *)ctx;
-    if (s[0] == 1) {
-        copy_elems(p[0], p[1], n, s[1], es);
-        return;
-    }
-    for (int64_t i = 0; i < n; i++)
-        memcpy(p[0] + i * s[0] * (int64_t)es, p[1] + i * s[1] * (int64_t)es, es);
-}
-
-static void strided_copy(const oar_ktensor *dst, const oar_ktensor *src) {
-    const oar_ktensor *ops[2] = {dst, src};
-    oari_iter it;
-    oari_iter_init(&it, 2, ops);
-    size_t es = oar_dtype_size((oar_dtype)dst->dtype);
-    oari_iter_run(&it, copy_run, &es);
-}
+static void strided_copy(const oar_ktensor *dst, const oar_ktensor *src) { oari_copy_strided(dst, src); }
 
 static size_t kt_bytes(const oar_ktensor *k) {
     return (size_t)oari_kt_numel(k) * oar_dtype_size((oar_dtype)k->dtype);

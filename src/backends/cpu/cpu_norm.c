@@ -20,12 +20,6 @@ static void scratch_free(void *p, size_t n) {
     if (p) oari_cpu_block_free(p, n ? n : 1);
 }
 
-static void copy_elems(char **p, const int64_t *s, int64_t n, void *ctx) {
-    size_t es = *(const size_t *)ctx;
-    for (int64_t i = 0; i < n; i++)
-        memcpy(p[0] + i * s[0] * (int64_t)es, p[1] + i * s[1] * (int64_t)es, es);
-}
-
 /* k's elements in row-major order: k's own data when contiguous, else a
  * copy in *owned (*owned_n bytes, freed by the caller); NULL if the copy
  * cannot be allocated. An absent optional input (dtype -1) gives NULL. */
@@ -40,10 +34,7 @@ static const void *contig(const oar_ktensor *k, void **owned, size_t *owned_n) {
     oar_ktensor dst = *k;
     dst.data = buf;
     oari_contiguous_strides(k->ndim, k->shape, dst.strides);
-    const oar_ktensor *ops[2] = {&dst, k};
-    oari_iter it;
-    oari_iter_init(&it, 2, ops);
-    oari_iter_run(&it, copy_elems, &es);
+    oari_copy_strided(&dst, k);
     *owned = buf;
     *owned_n = (size_t)(n ? n : 1) * es;
     return buf;
