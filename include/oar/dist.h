@@ -145,9 +145,9 @@ OAR_API oar_tensor *oar_unshard(oar_tensor *t);
  * root. The bytes are copied as they are: every rank of the group must
  * pass a tensor of the same dtype, shape and device type (a byte count
  * that differs is an MPI error at best; a dtype that differs is not
- * detected). Autograd does not record it (t's version is bumped, so a
- * value saved for backward before it is reported as modified); a leaf
- * that requires grad may be broadcast. Collective over the group: CPU
+ * detected). Autograd does not record it (t's version is bumped on the
+ * ranks other than the root, so a value saved for backward before it is
+ * reported as modified there); a leaf that requires grad may be broadcast. Collective over the group: CPU
  * tensors go through MPI_Ibcast on the mesh dim's communicator, device
  * tensors through the device's broadcast member where it has one (else
  * through host memory), waited for as every collective

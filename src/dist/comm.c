@@ -810,7 +810,7 @@ int oar_dist_broadcast_(oar_tensor *t, oar_mesh *mesh, int mesh_dim, int root) {
     else if (dev->iface->broadcast && (comm = device_comm(mesh, mesh_dim, dev)))
         st = broadcast_device(t, root, dev, comm);
     else st = broadcast_staged(t, n, root, mesh, mesh_dim, dev);
-    if (!st) oari_storage_bump_version(t->storage); /* autograd sees the write */
+    if (!st && mesh->coord[mesh_dim] != root) oari_storage_bump_version(t->storage); /* autograd sees the write */
     return st;
 }
 
