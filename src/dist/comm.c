@@ -736,6 +736,7 @@ oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar
  * through host memory. */
 
 static int check_broadcast(const char *what, oar_tensor *t, oar_mesh *m, int d, int root) {
+    if (!t && oari_error_pending()) return oari_last_status(); /* t came from a failed call: keep its message */
     if (!t || !m) return oari_error(OAR_ERR_INVALID, "%s: the %s is NULL", what, t ? "mesh" : "tensor");
     if (t->dist)
         return oari_error(OAR_ERR_INVALID, "%s: the tensor is a dtensor; broadcast its local shard "
@@ -765,8 +766,9 @@ static int broadcast_mpi(void *data, int64_t n, oar_tensor *keep, int root, oar_
 }
 
 /* Through dev's member, in place in t's buffer, or in a copy when t does
- * not start its buffer (members address whole buffers). */
-static int broadcast_device(oar_tensor *t, int root, oar_device *dev, void *comm) {
+ * not start its buffer (members address whole buffers; the root's copy
+ * needs no writing back). */
+static int broadcast_device(oar_tensor *t, int root, bool is_root, oar_device *dev, void *comm) {
     if (!t->numel) return 0;
     oar_pool *pool = oar_pool_push();
     oari_no_grad_push();
@@ -780,17 +782,19 @@ static int broadcast_device(oar_tensor *t, int root, oar_device *dev, void *comm
         if (!rc) rc = oar_device_synchronize(dev);
         if (rc) member_failed("broadcast", dev, rc);
     }
-    if (!rc && y != t) rc = oar_copy_(t, y);
+    if (!rc && y != t && !is_root) rc = oar_copy_(t, y);
     oari_no_grad_pop();
     oar_pool_pop(pool);
     return rc;
 }
 
-/* Through host memory: a copy of t broadcast by MPI, written back to t. */
-static int broadcast_staged(oar_tensor *t, int64_t n, int root, oar_mesh *m, int d, oar_device *dev) {
+/* Through host memory: a copy of t broadcast by MPI, written back to t
+ * (but on the root). */
+static int broadcast_staged(oar_tensor *t, int64_t n, int root, bool is_root, oar_mesh *m, int d,
+                            oar_device *dev) {
     oar_tensor *h = staged(t);
     int st = h ? broadcast_mpi(oar_tensor_data(h), n, h, root, m, d) : oari_last_status();
-    if (!st) {
+    if (!st && !is_root) {
         size_t at = (size_t)t->offset * oar_dtype_size(t->dtype);
         st = oari_device_from_host(dev, t->storage->data, at, oar_tensor_data(h), (size_t)n);
     }
@@ -805,12 +809,13 @@ int oar_dist_broadcast_(oar_tensor *t, oar_mesh *mesh, int mesh_dim, int root) {
     int64_t n = t->numel * (int64_t)oar_dtype_size(t->dtype);
     count(n);
     oari_dist_count_call(OARI_COLL_BROADCAST);
+    bool is_root = mesh->coord[mesh_dim] == root;
     void *comm = NULL;
     if (dev == oari_device_cpu()) st = broadcast_mpi(oar_tensor_data(t), n, t, root, mesh, mesh_dim);
     else if (dev->iface->broadcast && (comm = device_comm(mesh, mesh_dim, dev)))
-        st = broadcast_device(t, root, dev, comm);
-    else st = broadcast_staged(t, n, root, mesh, mesh_dim, dev);
-    if (!st && mesh->coord[mesh_dim] != root) oari_storage_bump_version(t->storage); /* autograd sees the write */
+        st = broadcast_device(t, root, is_root, dev, comm);
+    else st = broadcast_staged(t, n, root, is_root, mesh, mesh_dim, dev);
+    if (!st && !is_root) oari_storage_bump_version(t->storage); /* autograd sees the write */
     return st;
 }
 

@@ -156,6 +156,9 @@ static void broadcast_on(oar_device *dev, bool hooked) {
     for (int i = 0; i < 12; i++) want[i] = (i < 3 || i >= 9 ? ME + 1 : 1) * (i + 1) * 0.5;
     check_on(big, dev, want, 12);
     if (hooked) CHECK(coll_calls(3) - before == 5);
+    if (hooked) /* the member's failure comes back (the plugin's slot holds 1 MiB) */
+        CHECK_STATUS_FAILS(oar_dist_broadcast_(oar_full_on(OAR_F32, 1, (int64_t[]){300000}, 1.0, dev), m, 0, 0),
+                           "fakecoll broadcast: more than 1 MiB");
     oar_mesh_release(m2);
     oar_mesh_release(m);
     oar_pool_pop(pool);
@@ -203,6 +206,16 @@ static void move_on(oar_device *dev, bool hooked) {
     /* the value is whole on every source rank after the reduction: local parts only */
     check_move(dev, hooked, m, &P, mr, &S1, g64, 0, 0);
     check_move(dev, hooked, m, &R, mr, &P, g, 0, 0);
+    /* the gradient of a move is the reverse move, through the members too */
+    oar_tensor *x = oar_tensor_to(g64, dev), *c = oar_tensor_to(oar_mul_scalar(g64, -0.5), dev);
+    CHECK(oar_tensor_set_requires_grad(x, true) == 0);
+    long s0 = hooked ? coll_calls(4) : 0;
+    oar_tensor *y = oar_reshard(oar_shard_tensor(x, m, &S0), mr, &S0);
+    CHECK(oar_backward(y, oar_shard_tensor(c, mr, &S0)) == 0);
+    if (hooked) CHECK(coll_calls(4) - s0 == 2 * mirror);
+    double want[24];
+    for (int i = 0; i < 24; i++) want[i] = -0.5 * i;
+    check_on(oar_tensor_grad(x), dev, want, 24);
     if (W == 4) {
         /* 2 x 2 [S(0), S(1)] -> reversed 1-D S(0): each target row comes in
          * two halves from two other ranks; and back to [S(0), R]: each
