@@ -128,7 +128,9 @@ OAR_API oar_tensor *oar_dtensor_from_local(oar_tensor *local, oar_mesh *mesh,
  * the first such move and kept until oar_dist_finalize), else through host
  * memory; every rank of a move must hold its shard on the same device
  * type (a rank outside the source mesh: the device of the tensor
- * oar_shard_tensor got there). Collective. */
+ * oar_shard_tensor got there; the first device move over a set of ranks
+ * makes their communicator with MPI_Comm_create_group, which waits
+ * without a deadline for a rank whose shard is on the CPU). Collective. */
 OAR_API oar_tensor *oar_reshard(oar_tensor *t, oar_mesh *mesh, const oar_placement *placements);
 /* The global value as a plain tensor on every rank of the mesh (an error
  * on a rank outside it). Collective. */
