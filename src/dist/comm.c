@@ -1,6 +1,8 @@
 /* Collectives on local CPU tensors over one mesh dim, as MPI calls on the
  * mesh's communicator for that dim. A collective along a tensor dim moves
- * that dim to the front so each rank's part is one contiguous block. */
+ * that dim to the front so each rank's part is one contiguous block. Then
+ * the messages of moves between meshes, local tensors on devices, the
+ * public broadcast, and device messages of moves (in a deadlock-free order). */
 #include "dist.h"
 
 #include <limits.h>
