@@ -174,7 +174,19 @@ typedef struct oar_device_iface {
      * parts for every rank in rank order. A call may be queued on stream s
      * (NULL: the default one): oar synchronizes the device before it reads
      * the result. NULL means the device has none: oar's distributed layer
-     * then moves the data through host memory and MPI. */
+     * then moves the data through host memory and MPI.
+     * broadcast: every rank gets the count elements of rank `root`'s send
+     * in its recv (in place when send == recv). send and recv: count
+     * elements to or from rank `peer`; messages between two ranks in one
+     * direction match in the order they were sent. A send may wait until
+     * the peer has posted the matching recv (as ncclSend outside a group
+     * does), and there are no group calls, so oar orders the messages of a
+     * move so that no cycle of waits can form: every rank handles its
+     * peers in one global order of pairs (min(rank, peer), max(rank,
+     * peer)), and within a pair the lower rank sends, then receives, the
+     * higher receives, then sends. A recv may likewise wait for its send.
+     * oar calls send and recv only on a device that has both and the
+     * three communicator members below. */
     int (*all_reduce)(void *ctx, int index, void *comm, const void *send, void *recv,
                       size_t count, int32_t dtype, oar_reduce_op op, oar_stream s);
     int (*all_gather)(void *ctx, int index, void *comm, const void *send, void *recv,

@@ -122,11 +122,44 @@ OAR_API oar_tensor *oar_dtensor_from_local(oar_tensor *local, oar_mesh *mesh,
  * without data (one outside the source mesh passes one, as
  * oar_shard_tensor makes it there), which only reshard and autograd
  * accept. Differentiable: the gradient is the reverse reshard or move
- * (ranks outside the source mesh get zeros). Collective. */
+ * (ranks outside the source mesh get zeros). Shards on a device move
+ * through the device's send and recv members when every rank of the move
+ * has them (a device communicator over the ranks of both meshes, made on
+ * the first such move and kept until oar_dist_finalize), else through host
+ * memory; every rank of a move must hold its shard on the same device
+ * type (a rank outside the source mesh: the device of the tensor
+ * oar_shard_tensor got there; the first device move over a set of ranks
+ * makes their communicator with MPI_Comm_create_group, which waits
+ * without a deadline for a rank whose shard is on the CPU). Collective. */
 OAR_API oar_tensor *oar_reshard(oar_tensor *t, oar_mesh *mesh, const oar_placement *placements);
 /* The global value as a plain tensor on every rank of the mesh (an error
  * on a rank outside it). Collective. */
 OAR_API oar_tensor *oar_unshard(oar_tensor *t);
+
+/* Broadcast, as torch.distributed.broadcast and paddle.distributed.broadcast
+ * do it, e.g. to start data-parallel training from the same parameters:
+ * in place on t, a plain (not distributed) contiguous tensor on any
+ * device, every rank of this rank's group along mesh dim `mesh_dim` (the
+ * ranks whose other coordinates equal this rank's) gets the values of the
+ * group's member whose coordinate along mesh_dim is `root` (0 ..
+ * shape[mesh_dim] - 1; on a 1-D mesh over the world, the world rank
+ * mesh->ranks[root]). On a 2-D mesh, each group broadcasts from its own
+ * root. The bytes are copied as they are: every rank of the group must
+ * pass a tensor of the same dtype, shape and device type (a byte count
+ * that differs is an MPI error at best; a dtype that differs is not
+ * detected). Autograd does not record it (t's version is bumped on the
+ * ranks other than the root, so a value saved for backward before it is
+ * reported as modified there); a leaf that requires grad may be broadcast. Collective over the group: CPU
+ * tensors go through MPI_Ibcast on the mesh dim's communicator, device
+ * tensors through the device's broadcast member where it has one (else
+ * through host memory), waited for as every collective
+ * (oar_dist_set_timeout). 0, or a status with oar_last_error() naming the
+ * problem: a NULL tensor or mesh, a dtensor, a non-contiguous or traced
+ * tensor, a bad mesh dim or root, this rank outside the mesh (an error,
+ * not a no-op: it has no group), a mesh made unusable by a timeout, a
+ * peer that timed out (the mesh is then unusable), or a tensor over 2 GiB
+ * on the MPI path. */
+OAR_API int oar_dist_broadcast_(oar_tensor *t, oar_mesh *mesh, int mesh_dim, int root);
 
 OAR_API bool oar_tensor_is_dist(const oar_tensor *t);
 OAR_API oar_tensor *oar_dtensor_local(oar_tensor *t);                   /* borrowed; NULL if not a dtensor */
@@ -200,8 +233,9 @@ OAR_API int oar_dist_reducer_overlapped(const oar_dist_reducer *r);
 OAR_API void oar_dist_reducer_free(oar_dist_reducer *r);
 
 /* Bytes of tensor data this rank has handed to all-reduce, all-gather,
- * reduce-scatter and all-to-all since the process started (each call's
- * local payload), and sent to other ranks in moves between meshes. */
+ * reduce-scatter, all-to-all and broadcast since the process started
+ * (each call's local payload, on every rank of a broadcast), and sent to
+ * other ranks in moves between meshes. */
 OAR_API int64_t oar_dist_bytes_moved(void);
 
 /* How many op calls on dtensors ran by replicating their inputs because

@@ -1,6 +1,8 @@
 /* Collectives on local CPU tensors over one mesh dim, as MPI calls on the
  * mesh's communicator for that dim. A collective along a tensor dim moves
- * that dim to the front so each rank's part is one contiguous block. */
+ * that dim to the front so each rank's part is one contiguous block. Then
+ * the messages of moves between meshes, local tensors on devices, the
+ * public broadcast, and device messages of moves (in a deadlock-free order). */
 #include "dist.h"
 
 #include <limits.h>
@@ -500,10 +502,13 @@ static oar_device *device_of(const oar_tensor *x) {
     return x && x->storage ? x->storage->device : oari_device_cpu();
 }
 
-static bool has_collectives(const oar_device *dev) {
+/* dev has communicators and the members m's communicator serves: send and
+ * recv for the group of a move between meshes, all_reduce for a mesh dim
+ * (the other collectives are checked where they are called). */
+static bool has_collectives(const oar_mesh *m, const oar_device *dev) {
     const oar_device_iface *f = dev->iface;
-    return dev != oari_device_cpu() && f->comm_unique_id && f->comm_create && f->comm_destroy &&
-           f->all_reduce;
+    bool members = m->move_group ? f->send && f->recv : f->all_reduce != NULL;
+    return dev != oari_device_cpu() && f->comm_unique_id && f->comm_create && f->comm_destroy && members;
 }
 
 /* A copy of x (on a device) in host memory, owned; NULL with the error set. */
@@ -532,7 +537,7 @@ static void *device_comm(oar_mesh *m, int d, oar_device *dev) {
     if (m->dev_state[d] > 0) return m->dev_of[d] == dev ? m->dev_comm[d] : NULL;
     if (m->dev_state[d] < 0) return NULL;
     m->dev_state[d] = -1;
-    int64_t n = m->shape[d], all = has_collectives(dev);
+    int64_t n = m->shape[d], all = has_collectives(m, dev);
     if (oari_sum_i64(&all, m, d) || all != n) return NULL;
     /* the id, with its length in front (-1: the first rank could not make one) */
     oar_pool *pool = oar_pool_push();
@@ -724,4 +729,170 @@ oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar
     oar_tensor *h = oari_pool_adopt(staged(x));
     oar_tensor *r = h ? oari_pool_adopt(all_to_all_host(h, from, n_from, to, m, d)) : NULL;
     return oari_pop_owned(pool, r ? staged_back(r, dev) : NULL);
+}
+
+/* ---- broadcast ------------------------------------------------------------
+ * In place on a plain local tensor, from coordinate `root` of mesh dim d:
+ * MPI_Ibcast of its bytes on the CPU, the device's broadcast member on a
+ * device that has it (through the dim's device communicator), else staged
+ * through host memory. */
+
+static int check_broadcast(const char *what, oar_tensor *t, oar_mesh *m, int d, int root) {
+    if (!t && oari_error_pending()) return oari_last_status(); /* t came from a failed call: keep its message */
+    if (!t || !m) return oari_error(OAR_ERR_INVALID, "%s: the %s is NULL", what, t ? "mesh" : "tensor");
+    if (t->dist)
+        return oari_error(OAR_ERR_INVALID, "%s: the tensor is a dtensor; broadcast its local shard "
+                          "(oar_dtensor_local) or reshard it to Replicate", what);
+    if (!t->storage) return oari_error(OAR_ERR_INVALID, "%s: a traced tensor has no data to send", what);
+    if (!oar_tensor_is_contiguous(t)) {
+        char s[200];
+        return oari_error(OAR_ERR_INVALID, "%s: the tensor %s is not contiguous; broadcast "
+                          "oar_contiguous(t) and copy it back", what, oari_shape_str(s, t->ndim, t->shape));
+    }
+    if (d < 0 || d >= m->ndim)
+        return oari_error(OAR_ERR_INVALID, "%s: mesh dim %d of a %d-d mesh", what, d, m->ndim);
+    if (root < 0 || root >= m->shape[d])
+        return oari_error(OAR_ERR_INVALID, "%s: root %d is not a coordinate of mesh dim %s (size %lld)", what,
+                          root, m->names[d], (long long)m->shape[d]);
+    return check_mesh(what, t, m, d);
+}
+
+/* n bytes at data (in keep, which outlives a call given up on) from root. */
+static int broadcast_mpi(void *data, int64_t n, oar_tensor *keep, int root, oar_mesh *m, int d) {
+    if (n > INT_MAX)
+        return oari_error(OAR_ERR_UNSUPPORTED, "oar_dist_broadcast_: %lld bytes exceed one MPI call (2 GiB)",
+                          (long long)n);
+    MPI_Request req;
+    int rc = MPI_Ibcast(data, (int)n, MPI_BYTE, root, m->comm[d], &req);
+    return finish("oar_dist_broadcast_", rc, &req, m, d, keep, NULL);
+}
+
+/* Through dev's member, in place in t's buffer, or in a copy when t does
+ * not start its buffer (members address whole buffers; the root's copy
+ * needs no writing back). */
+static int broadcast_device(oar_tensor *t, int root, bool is_root, oar_device *dev, void *comm) {
+    if (!t->numel) return 0;
+    oar_pool *pool = oar_pool_push();
+    oari_no_grad_push();
+    oar_tensor *y = t->offset ? oar_clone(t) : t;
+    int rc = y ? 0 : oari_last_status();
+    if (!rc) {
+        oari_device_reported = false;
+        void *b = y->storage->data;
+        rc = dev->iface->broadcast(dev->ctx, dev->index, comm, b, b, (size_t)y->numel, (int32_t)y->dtype, root,
+                                   NULL);
+        if (!rc) rc = oar_device_synchronize(dev);
+        if (rc) member_failed("broadcast", dev, rc);
+    }
+    if (!rc && y != t && !is_root) rc = oar_copy_(t, y);
+    oari_no_grad_pop();
+    oar_pool_pop(pool);
+    return rc;
+}
+
+/* Through host memory: a copy of t broadcast by MPI, written back to t
+ * (but on the root). */
+static int broadcast_staged(oar_tensor *t, int64_t n, int root, bool is_root, oar_mesh *m, int d,
+                            oar_device *dev) {
+    oar_tensor *h = staged(t);
+    int st = h ? broadcast_mpi(oar_tensor_data(h), n, h, root, m, d) : oari_last_status();
+    if (!st && !is_root) {
+        size_t at = (size_t)t->offset * oar_dtype_size(t->dtype);
+        st = oari_device_from_host(dev, t->storage->data, at, oar_tensor_data(h), (size_t)n);
+    }
+    oar_tensor_release(h);
+    return st;
+}
+
+int oar_dist_broadcast_(oar_tensor *t, oar_mesh *mesh, int mesh_dim, int root) {
+    int st = check_broadcast("oar_dist_broadcast_", t, mesh, mesh_dim, root);
+    if (st) return st;
+    oar_device *dev = device_of(t);
+    int64_t n = t->numel * (int64_t)oar_dtype_size(t->dtype);
+    count(n);
+    oari_dist_count_call(OARI_COLL_BROADCAST);
+    bool is_root = mesh->coord[mesh_dim] == root;
+    void *comm = NULL;
+    if (dev == oari_device_cpu()) st = broadcast_mpi(oar_tensor_data(t), n, t, root, mesh, mesh_dim);
+    else if (dev->iface->broadcast && (comm = device_comm(mesh, mesh_dim, dev)))
+        st = broadcast_device(t, root, is_root, dev, comm);
+    else st = broadcast_staged(t, n, root, is_root, mesh, mesh_dim, dev);
+    if (!st && !is_root) oari_storage_bump_version(t->storage); /* autograd sees the write */
+    return st;
+}
+
+/* ---- point-to-point on devices (moves between meshes) ---------------------
+ * A device's send may wait until the peer has posted the matching recv
+ * (NCCL's ncclSend outside a group does), and the ABI has no group calls.
+ * So every rank handles its messages in one global order of pairs
+ * (min(rank, peer), max(rank, peer)); within a pair the lower rank sends
+ * first and the higher receives first. The least pair not yet done then
+ * always has both its ranks at it, so no cycle of waits can form. */
+
+int oari_move_device_comm(oar_mesh *a, oar_mesh *b, oar_device *dev, oar_mesh **group, void **comm) {
+    *group = NULL;
+    *comm = NULL;
+    if (dev == oari_device_cpu()) return 0;
+    oar_mesh *g = oari_move_group(a, b);
+    if (!g) return oari_last_status();
+    *group = g;
+    *comm = device_comm(g, 0, dev); /* the ranks agree there that all have send and recv */
+    return g->broken ? oari_error(OAR_ERR_STATE, "oar_reshard: the ranks of the move did not agree on "
+                                  "their devices (a peer died or did not make the same call)") : 0;
+}
+
+/* The place of message i in this rank's order (smaller first). */
+static int64_t pair_key(int me, int peer, bool is_send, int64_t world) {
+    int64_t lo = me < peer ? me : peer, hi = me < peer ? peer : me;
+    bool first = (me < peer) == is_send; /* the lower rank sends first, the higher receives first */
+    return (lo * world + hi) * 2 + !first;
+}
+
+/* order[] = 0..n-1 sorted by pair_key, ties (one pair and direction) in
+ * list order, as the peer lists them. */
+static void pair_order(int n, const int *peer, const bool *is_send, int *order) {
+    int me = oar_dist_rank();
+    int64_t world = oar_dist_world_size();
+    for (int i = 0; i < n; i++) {
+        int64_t k = pair_key(me, peer[i], is_send[i], world);
+        int j = i;
+        for (; j > 0 && pair_key(me, peer[order[j - 1]], is_send[order[j - 1]], world) > k; j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
+}
+
+static int group_position(const oar_mesh *g, int rank) {
+    for (int64_t i = 0; i < g->size; i++)
+        if (g->ranks[i] == rank) return (int)i;
+    return -1;
+}
+
+int oari_exchange_device(oar_mesh *group, void *comm, oar_device *dev, int n, const int *peer,
+                         oar_tensor *const *buf, const bool *is_send) {
+    if (n > 128) return oari_error(OAR_ERR_UNSUPPORTED, "oar_reshard: %d messages in one move (at most 128)", n);
+    int order[128];
+    pair_order(n, peer, is_send, order);
+    const oar_device_iface *f = dev->iface;
+    int64_t sent = 0;
+    for (int k = 0; k < n; k++) {
+        int i = order[k], to = group_position(group, peer[i]);
+        oar_tensor *t = buf[i];
+        if (to < 0 || t->offset || !oar_tensor_is_contiguous(t) || device_of(t) != dev)
+            return oari_error(OAR_ERR_STATE, "oar_reshard: internal: a message that is not a whole buffer "
+                              "on %s, or to a rank outside the move", dev->name);
+        if (!t->numel) continue;
+        oari_device_reported = false;
+        int rc = is_send[i] ? f->send(dev->ctx, dev->index, comm, t->storage->data, (size_t)t->numel,
+                                      (int32_t)t->dtype, to, NULL)
+                            : f->recv(dev->ctx, dev->index, comm, t->storage->data, (size_t)t->numel,
+                                      (int32_t)t->dtype, to, NULL);
+        if (rc) return member_failed(is_send[i] ? "send" : "recv", dev, rc);
+        if (is_send[i]) sent += t->numel * (int64_t)oar_dtype_size(t->dtype);
+    }
+    int rc = oar_device_synchronize(dev);
+    if (rc) return member_failed("synchronize", dev, rc);
+    count(sent);
+    oari_dist_count_call(OARI_COLL_SEND_RECV);
+    return 0;
 }

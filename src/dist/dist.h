@@ -26,6 +26,7 @@ struct oar_mesh {
     int dev_state[OAR_MESH_MAX_DIMS];
     oar_device *dev_of[OAR_MESH_MAX_DIMS];
     void *dev_comm[OAR_MESH_MAX_DIMS];
+    bool move_group;                    /* the ranks of moves between meshes (oari_move_group), not a user's mesh */
 };
 
 /* What a dtensor carries: its mesh, placements and this rank's shard. The
@@ -127,7 +128,7 @@ OARI_HIDDEN oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from,
 /* Calls made by this process per collective kind (tests check which ran). */
 typedef enum oari_coll {
     OARI_COLL_ALL_REDUCE, OARI_COLL_ALL_GATHER, OARI_COLL_REDUCE_SCATTER, OARI_COLL_ALL_TO_ALL,
-    OARI_COLL_SEND_RECV, OARI_COLL_N
+    OARI_COLL_SEND_RECV, OARI_COLL_BROADCAST, OARI_COLL_N
 } oari_coll;
 OARI_HIDDEN int64_t oari_dist_calls(oari_coll kind);
 OARI_HIDDEN void oari_dist_count_call(oari_coll kind);
@@ -135,12 +136,32 @@ OARI_HIDDEN void oari_dist_count_call(oari_coll kind);
  * MPI_COMM_WORLD: buf[i] (contiguous) goes to or comes from world rank
  * peer[i]. Waits for all with the timeout. 0 or the error set. */
 OARI_HIDDEN int oari_exchange(int n, const int *peer, oar_tensor *const *buf, const bool *is_send);
+/* The same messages through dev's send and recv members on comm, the
+ * device communicator of group (oari_move_device_comm); buf[i] are whole
+ * buffers on dev (contiguous, offset 0). Orders the messages so that
+ * sends that wait for their receive cannot wait in a cycle. */
+OARI_HIDDEN int oari_exchange_device(oar_mesh *group, void *comm, oar_device *dev, int n, const int *peer,
+                                     oar_tensor *const *buf, const bool *is_send);
+/* The mesh of the ranks of a and b (sorted by world rank, one mesh dim):
+ * made on the first call for a rank set, collectively over exactly those
+ * ranks, and kept until oar_dist_finalize. Borrowed; NULL with the error
+ * set. */
+OARI_HIDDEN oar_mesh *oari_move_group(const oar_mesh *a, const oar_mesh *b);
+/* For a move between meshes a and b of shards on dev: *comm is the device
+ * communicator of the move's ranks (*group) when every one of them holds
+ * its shard on a device with send and recv members, else NULL (staged
+ * through host memory; always on the CPU). Collective over the ranks of
+ * a and b on devices. 0 or the error set. */
+OARI_HIDDEN int oari_move_device_comm(oar_mesh *a, oar_mesh *b, oar_device *dev, oar_mesh **group,
+                                      void **comm);
 /* The move of a dtensor (placements `from` on mesh a, possibly a rank
  * outside it) to mesh b with placements `to`: an owned dtensor on b. */
 OARI_HIDDEN oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to);
-/* A dtensor on a rank outside its mesh: no data (local is an empty tensor). */
+/* A dtensor on a rank outside its mesh: no data (local is an empty tensor
+ * on dev, NULL: the CPU, so that a move from or to it knows the device
+ * type of the shards). */
 OARI_HIDDEN oar_tensor *oari_dtensor_outside(oar_mesh *m, const oar_placement *p, oar_dtype dtype, int ndim,
-                                             const int64_t *global_shape);
+                                             const int64_t *global_shape, oar_device *dev);
 /* Frees the device communicators of m (mesh.c, when m is freed). */
 OARI_HIDDEN void oari_mesh_free_device_comms(oar_mesh *m);
 /* Sums one int64 over mesh dim d. */

@@ -41,9 +41,9 @@ oar_tensor *oari_dtensor_wrap(oar_tensor *local, oar_mesh *mesh, const oar_place
 }
 
 oar_tensor *oari_dtensor_outside(oar_mesh *m, const oar_placement *p, oar_dtype dtype, int ndim,
-                                 const int64_t *global_shape) {
+                                 const int64_t *global_shape, oar_device *dev) {
     oar_pool *pool = oar_pool_push();
-    oar_tensor *none = oar_empty(dtype, 1, (int64_t[]){0}, NULL);
+    oar_tensor *none = oari_pool_adopt(oari_tensor_empty(dev, dtype, 1, (int64_t[]){0}));
     oar_tensor *r = none ? oari_dtensor_wrap(none, m, p, ndim, global_shape) : NULL;
     oar_pool_pop(pool);
     return r;

@@ -4,6 +4,7 @@
 #include "dist.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool we_initialised;
@@ -32,7 +33,10 @@ int oar_dist_init(int *argc, char ***argv) {
     return 0;
 }
 
+static void free_move_groups(void);
+
 void oar_dist_finalize(void) {
+    free_move_groups();
     if (oari_p2p_comm != MPI_COMM_NULL && oari_dist_ready()) MPI_Comm_free(&oari_p2p_comm);
     oari_p2p_comm = MPI_COMM_NULL;
     if (we_initialised && oari_dist_ready()) MPI_Finalize();
@@ -101,6 +105,24 @@ void oar_mesh_release(oar_mesh *m) {
     if (m && __atomic_sub_fetch(&m->refcount, 1, __ATOMIC_ACQ_REL) == 0) mesh_free(m);
 }
 
+/* A mesh of `size` ranks (not filled in), outside the registry, with no
+ * communicators; NULL with the error set. */
+static oar_mesh *mesh_new(int ndim, int64_t size) {
+    oar_mesh *m = oari_calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->ranks = oari_malloc((size_t)size * sizeof *m->ranks);
+    if (!m->ranks) return oari_free(m, sizeof *m), NULL;
+    m->refcount = 1;
+    m->id = -1;
+    m->ndim = ndim;
+    m->size = size;
+    for (int d = 0; d < OAR_MESH_MAX_DIMS; d++) {
+        m->comm[d] = MPI_COMM_NULL;
+        m->coord[d] = -1;
+    }
+    return m;
+}
+
 oar_mesh *oar_mesh_create(int ndim, const int64_t *shape, const int *ranks,
                           const char *const *dim_names) {
     if (!oari_dist_ready())
@@ -119,18 +141,8 @@ oar_mesh *oar_mesh_create(int ndim, const int64_t *shape, const int *ranks,
     if (size > world || (!ranks && size != world))
         return oari_error(OAR_ERR_INVALID, "oar_mesh_create: a mesh of %lld ranks %s the world size %d",
                           (long long)size, ranks ? "exceeds" : "does not match", world), NULL;
-    oar_mesh *m = oari_calloc(1, sizeof *m);
+    oar_mesh *m = mesh_new(ndim, size);
     if (!m) return NULL;
-    m->ranks = oari_malloc((size_t)size * sizeof *m->ranks);
-    if (!m->ranks) return oari_free(m, sizeof *m), NULL;
-    m->refcount = 1;
-    m->id = -1;
-    m->ndim = ndim;
-    m->size = size;
-    for (int d = 0; d < OAR_MESH_MAX_DIMS; d++) {
-        m->comm[d] = MPI_COMM_NULL;
-        m->coord[d] = -1;
-    }
     int64_t mine = -1;
     for (int64_t i = 0; i < size; i++) {
         int r = ranks ? ranks[i] : (int)i;
@@ -221,4 +233,77 @@ const char *oar_placements_str(const oar_mesh *m, const oar_placement *p, char *
     }
     if (len >= size) buf[size - 1] = 0;
     return buf;
+}
+
+/* ---- the ranks of moves between meshes ------------------------------------
+ * A move between meshes of shards on devices sends through a device
+ * communicator over exactly the ranks of the two meshes (ranks in neither
+ * take no part, so nothing may need the whole world). Each such rank set
+ * gets a 1-D mesh of its own, its MPI communicator made with
+ * MPI_Comm_create_group, collective over those ranks only, on the first
+ * move over them; comm.c hangs the device communicator on it. */
+
+static oar_mesh **groups;
+static int n_groups, cap_groups;
+
+static int by_rank(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* The group of ranks[0..n-1] (sorted), made collectively over them. */
+static oar_mesh *make_group(const int *ranks, int n) {
+    if (n_groups == cap_groups) {
+        int cap = cap_groups ? 2 * cap_groups : 8;
+        oar_mesh **g = oari_malloc((size_t)cap * sizeof *g);
+        if (!g) return NULL;
+        if (n_groups) memcpy(g, groups, (size_t)n_groups * sizeof *g);
+        oari_free(groups, (size_t)cap_groups * sizeof *groups);
+        groups = g;
+        cap_groups = cap;
+    }
+    oar_mesh *m = mesh_new(1, n);
+    if (!m) return NULL;
+    memcpy(m->ranks, ranks, (size_t)n * sizeof *ranks);
+    m->shape[0] = n;
+    m->move_group = true;
+    snprintf(m->names[0], sizeof m->names[0], "move");
+    for (int i = 0, me = oar_dist_rank(); i < n; i++)
+        if (ranks[i] == me) m->coord[0] = i;
+    MPI_Group world, g;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    int rc = MPI_Group_incl(world, n, ranks, &g);
+    MPI_Group_free(&world);
+    if (rc == MPI_SUCCESS) {
+        rc = MPI_Comm_create_group(MPI_COMM_WORLD, g, 0x6f62, &m->comm[0]);
+        MPI_Group_free(&g);
+    }
+    if (rc != MPI_SUCCESS) {
+        oari_error(OAR_ERR_STATE, "oar_reshard: MPI_Comm_create_group failed for the %d ranks of a move", n);
+        mesh_free(m);
+        return NULL;
+    }
+    groups[n_groups++] = m;
+    return m;
+}
+
+oar_mesh *oari_move_group(const oar_mesh *a, const oar_mesh *b) {
+    size_t cap = (size_t)(a->size + b->size);
+    int *u = oari_malloc(cap * sizeof *u), n = 0;
+    if (!u) return NULL;
+    memcpy(u, a->ranks, (size_t)a->size * sizeof *u);
+    memcpy(u + a->size, b->ranks, (size_t)b->size * sizeof *u);
+    qsort(u, cap, sizeof *u, by_rank);
+    for (size_t i = 0; i < cap; i++)
+        if (!n || u[n - 1] != u[i]) u[n++] = u[i];
+    oar_mesh *g = NULL;
+    for (int i = 0; i < n_groups && !g; i++)
+        if (groups[i]->size == n && !memcmp(groups[i]->ranks, u, (size_t)n * sizeof *u)) g = groups[i];
+    if (!g) g = make_group(u, n);
+    oari_free(u, cap * sizeof *u);
+    return g;
+}
+
+static void free_move_groups(void) {
+    for (int i = 0; i < n_groups; i++) oar_mesh_release(groups[i]);
+    oari_free(groups, (size_t)cap_groups * sizeof *groups);
+    groups = NULL;
+    n_groups = cap_groups = 0;
 }

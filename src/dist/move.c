@@ -13,7 +13,10 @@
  *      target's Partial dims (the value on coordinate 0, the identity
  *      elsewhere).
  * Ranks outside the source mesh hold dtensors without data; ranks outside
- * the target mesh get one. Ranks in neither take no part. */
+ * the target mesh get one. Ranks in neither take no part.
+ * Shards on a device move through the device's send and recv members when
+ * every rank of the move has them (the pieces are cut and assembled on the
+ * device); otherwise the pieces go through host memory and MPI. */
 #include "dist.h"
 
 #include <string.h>
@@ -87,6 +90,13 @@ static oar_tensor *cut(oar_tensor *local, const box *have, const box *b, int ndi
     return x;
 }
 
+/* A message's buffer: the part of `have` (box hb) to send, as a tensor of
+ * its own on a device (members send whole buffers); in the caller's pool. */
+static oar_tensor *piece(oar_tensor *have, const box *hb, const box *part, int ndim, bool whole) {
+    oar_tensor *p = oar_contiguous(cut(have, hb, part, ndim));
+    return p && whole && p->offset ? oar_clone(p) : p;
+}
+
 oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to) {
     oari_dist_attr *da = x->dist;
     oar_mesh *a = da->mesh;
@@ -100,18 +110,22 @@ oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to) 
     for (int d = 0; d < b->ndim; d++)
         to_r[d] = to[d].kind == OAR_PLACEMENT_PARTIAL ? oar_replicate() : to[d];
     int64_t my_a = position(a, me), my_b = position(b, me);
-    if (my_a < 0 && my_b < 0) return oari_dtensor_outside(b, to, x->dtype, ndim, shape);
+    oar_device *dev = da->local && da->local->storage ? da->local->storage->device : oari_device_cpu();
+    if (my_a < 0 && my_b < 0) return oari_dtensor_outside(b, to, x->dtype, ndim, shape, dev);
 
+    oar_mesh *group;
+    void *dcomm;
+    int st = oari_move_device_comm(a, b, dev, &group, &dcomm);
+    if (st) return NULL;
+    oar_device *at = dcomm ? dev : oari_device_cpu(); /* where the pieces are cut and assembled */
     oar_pool *pool = oar_pool_push();
     oari_no_grad_push();
-    int st = 0;
     /* 1. this rank's box of the value on the source mesh */
     oar_tensor *have = NULL;
     box hb;
     if (my_a >= 0) {
         have = oari_pool_adopt(oari_reshard_local(da->local, a, shape, da->p, from_r));
-        if (have && have->storage->device != oari_device_cpu()) /* devices: messages go from host memory */
-            have = oar_tensor_to(have, oari_device_cpu());
+        if (have && have->storage->device != at) have = oar_tensor_to(have, at); /* staged */
         if (!have) st = OAR_ERR_INVALID;
         box_of(a, my_a, from_r, ndim, shape, &hb);
     }
@@ -122,7 +136,7 @@ oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to) 
         box_of(b, my_b, to_r, ndim, shape, &want);
         int64_t lshape[OAR_MAX_DIMS];
         for (int k = 0; k < ndim; k++) lshape[k] = want.hi[k] - want.lo[k];
-        if (!(out = oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, ndim, lshape)))) st = OAR_ERR_NOMEM;
+        if (!(out = oari_pool_adopt(oari_tensor_empty(at, x->dtype, ndim, lshape)))) st = OAR_ERR_NOMEM;
     }
     int n = 0, peer[128];
     bool is_send[128];
@@ -148,13 +162,13 @@ oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to) 
                 continue;
             }
             if (p == me) {
-                buf[n] = oar_contiguous(cut(have, &hb, &part, ndim));
+                buf[n] = piece(have, &hb, &part, ndim, dcomm != NULL);
                 peer[n] = q;
                 is_send[n] = true;
             } else {
                 int64_t pshape[OAR_MAX_DIMS];
                 for (int k = 0; k < ndim; k++) pshape[k] = part.hi[k] - part.lo[k];
-                buf[n] = oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, ndim, pshape));
+                buf[n] = oari_pool_adopt(oari_tensor_empty(at, x->dtype, ndim, pshape));
                 peer[n] = p;
                 is_send[n] = false;
             }
@@ -162,8 +176,10 @@ oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to) 
             if (!buf[n++]) st = OAR_ERR_NOMEM;
         }
     }
-    if (!st && n && (st = oari_exchange(n, peer, buf, is_send))) {
-        a->broken = b->broken = true;
+    if (!st && n) {
+        st = dcomm ? oari_exchange_device(group, dcomm, dev, n, peer, buf, is_send)
+                   : oari_exchange(n, peer, buf, is_send);
+        if (st) a->broken = b->broken = true;
     }
     /* 3. assemble, then the target's Partial dims */
     for (int i = 0; i < n && !st; i++) {
@@ -174,10 +190,10 @@ oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to) 
     oar_tensor *r = NULL;
     if (!st && my_b >= 0) {
         oar_tensor *l = oari_pool_adopt(oari_reshard_local(out, b, shape, to_r, to));
-        if (l && da->local && da->local->storage) l = oar_tensor_to(l, da->local->storage->device); /* devices */
+        if (l && at != dev) l = oar_tensor_to(l, dev); /* staged: back to the device */
         r = l ? oari_dtensor_wrap(l, b, to, ndim, shape) : NULL;
     } else if (!st) {
-        r = oari_dtensor_outside(b, to, x->dtype, ndim, shape);
+        r = oari_dtensor_outside(b, to, x->dtype, ndim, shape, dev);
     }
     oari_no_grad_pop();
     oar_pool_pop(pool);

@@ -46,7 +46,8 @@ static oar_tensor *place(oar_tensor *local, oar_mesh *m, int ndim, const int64_t
     else
         oari_rs_get(a, OARI_RS_TO, m->ndim, to);
     if (m->coord[0] < 0) { /* a rank outside the mesh: no data; a gradient of zeros */
-        if (!a->i[OARI_RS_TO_PLAIN]) return oari_dtensor_outside(m, to, local->dtype, ndim, shape);
+        oar_device *dev = local->storage ? local->storage->device : NULL;
+        if (!a->i[OARI_RS_TO_PLAIN]) return oari_dtensor_outside(m, to, local->dtype, ndim, shape, dev);
         oar_pool *p = oar_pool_push();
         return oari_pop_owned(p, oar_zeros(local->dtype, ndim, shape));
     }

@@ -156,6 +156,76 @@ static oar_placement placement0(oar_tensor *t) {
     return p ? p[0] : (oar_placement){.kind = -1};
 }
 
+/* Rank r's values for the broadcast tests: 2 x 3, element i = 10 r + i. */
+static oar_tensor *rank_values(int r, oar_dtype dtype) {
+    double v[6];
+    for (int i = 0; i < 6; i++) v[i] = 10.0 * r + i;
+    return oar_cast(oar_tensor_from_data(v, OAR_F64, 2, (int64_t[]){2, 3}), dtype);
+}
+
+/* oar_dist_broadcast_: every rank of a group ends with the root member's
+ * values (1-D mesh with the last rank as root; a 2-D mesh along dim 1 and
+ * along dim 0, each group from its own root), in place, in f32, f64 and
+ * int64, into a contiguous slice without touching its neighbours, onto a
+ * leaf that requires grad (its version moves, so a value saved before it
+ * is refused by backward), with its payload counted; then the errors. */
+static void test_broadcast(void) {
+    oar_pool *pool = oar_pool_push();
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    const oar_dtype dtypes[3] = {OAR_F32, OAR_F64, OAR_I64};
+    for (int k = 0; k < 3; k++) {
+        oar_tensor *t = oar_contiguous(rank_values(ME, dtypes[k]));
+        int64_t before = oar_dist_bytes_moved();
+        CHECK(oar_dist_broadcast_(t, m, 0, W - 1) == 0);
+        CHECK(max_diff(t, rank_values(W - 1, dtypes[k])) == 0);
+        CHECK(oar_dist_bytes_moved() - before == 6 * (int64_t)oar_dtype_size(dtypes[k]));
+    }
+    /* 2-D: groups along dim 1 are the rows of the mesh, along dim 0 its columns */
+    int64_t s1 = W % 2 ? 1 : 2, s0 = W / s1;
+    oar_mesh *m2 = oar_mesh_create(2, (int64_t[]){s0, s1}, NULL, NULL);
+    oar_tensor *t = oar_contiguous(rank_values(ME, OAR_F64));
+    CHECK(oar_dist_broadcast_(t, m2, 1, (int)s1 - 1) == 0);
+    int row_root = ME / (int)s1 * (int)s1 + (int)s1 - 1;
+    CHECK(max_diff(t, rank_values(row_root, OAR_F64)) == 0);
+    CHECK(oar_dist_broadcast_(t, m2, 0, (int)s0 - 1) == 0);
+    CHECK(max_diff(t, rank_values((int)(s0 - 1) * (int)s1 + (int)s1 - 1, OAR_F64)) == 0);
+    /* a slice (rows 1..2 of 4): the rows around it keep this rank's values */
+    oar_tensor *big = oar_arange(0, 12, 1, OAR_F32);
+    big = oar_add_scalar(oar_reshape(big, 2, (int64_t[]){4, 3}), 100.0 * ME);
+    oar_tensor *keep = oar_clone(big);
+    CHECK(oar_dist_broadcast_(oar_slice(big, 0, 1, 3, 1), m, 0, 0) == 0);
+    CHECK(max_diff(oar_slice(big, 0, 1, 3, 1), oar_slice(oar_sub_scalar(keep, 100.0 * ME), 0, 1, 3, 1)) == 0);
+    CHECK(max_diff(oar_slice(big, 0, 0, 1, 1), oar_slice(keep, 0, 0, 1, 1)) == 0);
+    CHECK(max_diff(oar_slice(big, 0, 3, 4, 1), oar_slice(keep, 0, 3, 4, 1)) == 0);
+    /* a parameter: allowed; a value saved for backward before it is refused */
+    oar_tensor *w = oar_contiguous(rank_values(ME, OAR_F64));
+    CHECK(oar_tensor_set_requires_grad(w, true) == 0);
+    oar_tensor *loss = oar_sum(oar_mul(w, w), 0, NULL, false);
+    CHECK(oar_dist_broadcast_(w, m, 0, 0) == 0);
+    CHECK(max_diff(w, rank_values(0, OAR_F64)) == 0);
+    if (ME == 0) CHECK(oar_backward(loss, NULL) == 0); /* the root's values did not change */
+    else CHECK_STATUS_FAILS(oar_backward(loss, NULL), "modified by an in-place operation");
+    /* errors */
+    oar_tensor *x = oar_contiguous(rank_values(ME, OAR_F32));
+    CHECK_STATUS_FAILS(oar_dist_broadcast_(NULL, m, 0, 0), "the tensor is NULL");
+    CHECK_STATUS_FAILS(oar_dist_broadcast_(x, NULL, 0, 0), "the mesh is NULL");
+    CHECK_STATUS_FAILS(oar_dist_broadcast_(oar_shard_tensor(x, m, (oar_placement[]){oar_replicate()}), m, 0, 0),
+                       "oar_dtensor_local");
+    CHECK_STATUS_FAILS(oar_dist_broadcast_(oar_transpose(x, 0, 1), m, 0, 0), "[3, 2] is not contiguous");
+    CHECK_STATUS_FAILS(oar_dist_broadcast_(x, m, 1, 0), "mesh dim 1 of a 1-d mesh");
+    CHECK_STATUS_FAILS(oar_dist_broadcast_(x, m, -1, 0), "mesh dim -1");
+    CHECK_STATUS_FAILS(oar_dist_broadcast_(x, m, 0, W), "root");
+    CHECK_STATUS_FAILS(oar_dist_broadcast_(x, m, 0, -1), "root -1");
+    oar_mesh *first = oar_mesh_create(1, (int64_t[]){1}, (int[]){0}, NULL);
+    if (ME > 0) CHECK_STATUS_FAILS(oar_dist_broadcast_(x, first, 0, 0), "not in the mesh");
+    else CHECK(oar_dist_broadcast_(x, first, 0, 0) == 0); /* a group of one: nothing changes */
+    CHECK(max_diff(x, rank_values(ME, OAR_F32)) == 0);
+    oar_mesh_release(first);
+    oar_mesh_release(m2);
+    oar_mesh_release(m);
+    oar_pool_pop(pool);
+}
+
 static void test_ops(void) {
     oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
     oar_pool *pool = oar_pool_push();
@@ -649,6 +719,28 @@ static void test_timeout(void) {
     oar_mesh_release(m);
 }
 
+/* A broadcast whose root does not arrive: the others give up after the
+ * timeout with the message of every collective; the root's late call
+ * completes (its small message leaves eagerly). */
+static void test_broadcast_timeout(void) {
+    if (W < 2) return;
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *t = oar_contiguous(rank_values(ME, OAR_F32));
+    double old = oar_dist_timeout();
+    oar_dist_set_timeout(1.0);
+    if (ME != 1) {
+        CHECK_STATUS_FAILS(oar_dist_broadcast_(t, m, 0, 1), "did not make the same call");
+        CHECK_STATUS_FAILS(oar_dist_broadcast_(t, m, 0, 1), "unusable");
+    } else {
+        nanosleep(&(struct timespec){.tv_sec = 2}, NULL);
+        CHECK(oar_dist_broadcast_(t, m, 0, 1) == 0);
+    }
+    oar_dist_set_timeout(old);
+    oar_pool_pop(pool);
+    oar_mesh_release(m);
+}
+
 /* The transformer encoder layer (pre-norm, causal, GELU, f64) trained in
  * data parallel, Megatron tensor parallel (attention projections and the
  * feed-forward block split) and 2-D: the loss curve equals one process's. */
@@ -703,12 +795,14 @@ int main(int argc, char **argv) {
     RUN(test_reshard_1d);
     RUN(test_reshard_2d);
     RUN(test_from_local);
+    RUN(test_broadcast);
     RUN(test_ops);
     RUN(test_autograd);
     RUN(test_train);
     RUN(test_train_transformer);
     RUN(test_errors);
     RUN(test_timeout);
+    RUN(test_broadcast_timeout);
     int rc = test_summary();
     oar_dist_finalize();
     return rc;

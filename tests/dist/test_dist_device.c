@@ -4,21 +4,25 @@
  *   memory and count their calls: Partial -> Replicate (sum, avg, max),
  *   Partial -> Shard and Shard -> Replicate with even blocks go through
  *   the members (one call each, the values are the reductions over the
- *   ranks), while uneven blocks and moves to another mesh are staged
- *   through the host (the counts do not move); a data-parallel step's
- *   gradient reduction (oar_dist_reduce_grads) goes through all_reduce;
+ *   ranks), while uneven blocks are staged through the host (the counts
+ *   do not move); a data-parallel step's gradient reduction
+ *   (oar_dist_reduce_grads) goes through all_reduce; oar_dist_broadcast_
+ *   through broadcast; moves between meshes through send and recv (the
+ *   plugin's send waits for its receiver, so a move where two ranks both
+ *   send to and receive from each other passes only in oar's order);
  * - on opencl:0, which has no collective members: every collective is
  *   staged, and results stay on the device (skipped with a message where
  *   no OpenCL device exists);
  * - on cuda:<rank> where the cuda plugin loads (NCCL), values only.
- * Runs alone and under mpirun with 2 ranks (CTest runs both). */
+ * Runs alone and under mpirun with 2 and 4 ranks (CTest runs all three). */
 #include "test.h"
 
 #include <dlfcn.h>
 #include <oar/dist.h>
 
 static int W, ME;
-static long (*coll_calls)(int kind); /* the plugin's: 0 all_reduce, 1 all_gather, 2 reduce_scatter */
+/* the plugin's: 0 all_reduce, 1 all_gather, 2 reduce_scatter, 3 broadcast, 4 send, 5 recv */
+static long (*coll_calls)(int kind);
 
 /* Rank r's local value: 4 x 3, element i = (r + 1) (i + 1) / 2. */
 static oar_tensor *local_value(int r) {
@@ -79,8 +83,9 @@ static void run_on(oar_device *dev, bool hooked) {
     oar_tensor *r = oar_reshard(c, m, (oar_placement[]){oar_replicate()});
     check_on(oar_dtensor_local(r), dev, sum, 12);
     check_calls(hooked, base, 3, 1 + even, 1 + even);
-    /* a move to another mesh (point-to-point messages: staged), then the
-     * whole value back (an all-gather of the uneven columns) */
+    /* a move to another mesh over the same ranks (every rank holds the
+     * value, so each takes its part locally: no message), then the whole
+     * value back (an all-gather of the uneven columns) */
     oar_mesh *m2 = oar_mesh_create(2, (int64_t[]){1, W}, NULL, NULL);
     oar_tensor *mv = oar_reshard(r, m2, (oar_placement[]){oar_replicate(), oar_shard(1)});
     CHECK(mv && oar_tensor_device(oar_dtensor_local(mv)) == dev);
@@ -122,6 +127,116 @@ static void data_parallel_on(oar_device *dev, bool hooked) {
     oar_pool_pop(pool);
 }
 
+/* oar_dist_broadcast_ on dev: f32 and f64 from the last rank of a 1-D
+ * mesh, along dim 1 of a 2-D mesh (each row of the mesh from its own
+ * root), and into a slice that does not start its buffer (the rows around
+ * it keep their values). One broadcast member call each when hooked. */
+static void broadcast_on(oar_device *dev, bool hooked) {
+    oar_pool *pool = oar_pool_push();
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    int64_t s1 = W % 2 ? 1 : 2;
+    oar_mesh *m2 = oar_mesh_create(2, (int64_t[]){W / s1, s1}, NULL, NULL);
+    long before = hooked ? coll_calls(3) : 0;
+    const oar_dtype dtypes[2] = {OAR_F32, OAR_F64};
+    for (int k = 0; k < 2; k++) {
+        oar_tensor *t = oar_tensor_to(oar_cast(local_value(ME), dtypes[k]), dev);
+        CHECK(oar_dist_broadcast_(t, m, 0, W - 1) == 0);
+        double want[12];
+        for (int i = 0; i < 12; i++) want[i] = W * (i + 1) * 0.5;
+        check_on(t, dev, want, 12);
+        int root = ME / (int)s1 * (int)s1; /* coordinate 0 along dim 1 of this rank's row */
+        oar_tensor *u = oar_tensor_to(oar_cast(local_value(ME), dtypes[k]), dev);
+        CHECK(oar_dist_broadcast_(u, m2, 1, 0) == 0);
+        for (int i = 0; i < 12; i++) want[i] = (root + 1) * (i + 1) * 0.5;
+        check_on(u, dev, want, 12);
+    }
+    oar_tensor *big = oar_tensor_to(local_value(ME), dev); /* 4 x 3 */
+    CHECK(oar_dist_broadcast_(oar_slice(big, 0, 1, 3, 1), m, 0, 0) == 0);
+    double want[12];
+    for (int i = 0; i < 12; i++) want[i] = (i < 3 || i >= 9 ? ME + 1 : 1) * (i + 1) * 0.5;
+    check_on(big, dev, want, 12);
+    if (hooked) CHECK(coll_calls(3) - before == 5);
+    if (hooked) /* the member's failure comes back (the plugin's slot holds 1 MiB) */
+        CHECK_STATUS_FAILS(oar_dist_broadcast_(oar_full_on(OAR_F32, 1, (int64_t[]){300000}, 1.0, dev), m, 0, 0),
+                           "fakecoll broadcast: more than 1 MiB");
+    oar_mesh_release(m2);
+    oar_mesh_release(m);
+    oar_pool_pop(pool);
+}
+
+/* x (plain global value g, on dev) placed on mesh a by `from`, moved to
+ * mesh b with `to`: the global value comes out on b's ranks, on dev (a
+ * rank outside b gets a dtensor without data whose shard is on dev), and,
+ * when hooked, this rank made `sends` send and `recvs` recv member calls. */
+static void check_move(oar_device *dev, bool hooked, oar_mesh *a, const oar_placement *from,
+                       oar_mesh *b, const oar_placement *to, oar_tensor *g, long sends, long recvs) {
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *x = oar_shard_tensor(oar_tensor_to(g, dev), a, from);
+    long s0 = hooked ? coll_calls(4) : 0, r0 = hooked ? coll_calls(5) : 0;
+    oar_tensor *y = oar_reshard(x, b, to);
+    CHECK(y && oar_tensor_device(oar_dtensor_local(y)) == dev);
+    if (hooked) CHECK(coll_calls(4) - s0 == sends && coll_calls(5) - r0 == recvs);
+    if (y && oar_mesh_coord(b, 0) >= 0) {
+        int64_t n = oar_tensor_numel(g);
+        double want[64];
+        oar_tensor *g64 = oar_contiguous(oar_cast(g, OAR_F64));
+        memcpy(want, oar_tensor_data(g64), sizeof(double) * (size_t)n);
+        check_on(oar_unshard(y), dev, want, n);
+    }
+    oar_pool_pop(pool);
+}
+
+/* Moves between meshes of shards on dev. The target mesh lists the ranks
+ * in reverse, so with Shard(0) -> Shard(0) each rank sends its rows to its
+ * mirror rank and gets the mirror's: on 2 ranks, both send to and receive
+ * from each other (on the plugin, a deadlock but for oar's order). */
+static void move_on(oar_device *dev, bool hooked) {
+    oar_pool *pool = oar_pool_push();
+    int rev[4], lo[2] = {0, 1}, hi[2] = {2, 3};
+    for (int r = 0; r < W && W <= 4; r++) rev[r] = W - 1 - r;
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_mesh *mr = oar_mesh_create(1, (int64_t[]){W}, rev, NULL);
+    oar_tensor *g = oar_reshape(oar_arange(0, 24, 1, OAR_F32), 2, (int64_t[]){4, 6});
+    oar_tensor *g64 = oar_cast(g, OAR_F64);
+    const oar_placement S0 = oar_shard(0), S1 = oar_shard(1), R = oar_replicate();
+    const oar_placement P = oar_partial(OAR_REDUCE_SUM);
+    long mirror = W > 1 && ME != W - 1 - ME; /* a rank in the middle of an odd mesh keeps its rows */
+    check_move(dev, hooked, m, &S0, mr, &S0, g, mirror, mirror);
+    check_move(dev, hooked, m, &S0, mr, &S0, g64, mirror, mirror);
+    /* the value is whole on every source rank after the reduction: local parts only */
+    check_move(dev, hooked, m, &P, mr, &S1, g64, 0, 0);
+    check_move(dev, hooked, m, &R, mr, &P, g, 0, 0);
+    /* the gradient of a move is the reverse move, through the members too */
+    oar_tensor *x = oar_tensor_to(g64, dev), *c = oar_tensor_to(oar_mul_scalar(g64, -0.5), dev);
+    CHECK(oar_tensor_set_requires_grad(x, true) == 0);
+    long s0 = hooked ? coll_calls(4) : 0;
+    oar_tensor *y = oar_reshard(oar_shard_tensor(x, m, &S0), mr, &S0);
+    CHECK(oar_backward(y, oar_shard_tensor(c, mr, &S0)) == 0);
+    if (hooked) CHECK(coll_calls(4) - s0 == 2 * mirror);
+    double want[24];
+    for (int i = 0; i < 24; i++) want[i] = -0.5 * i;
+    check_on(oar_tensor_grad(x), dev, want, 24);
+    if (W == 4) {
+        /* 2 x 2 [S(0), S(1)] -> reversed 1-D S(0): each target row comes in
+         * two halves from two other ranks; and back to [S(0), R]: each
+         * target's two rows from the two ranks holding them. Either way
+         * ranks 0 and 2 (1 and 3) send to each other. */
+        oar_mesh *m22 = oar_mesh_create(2, (int64_t[]){2, 2}, NULL, NULL);
+        check_move(dev, hooked, m22, (oar_placement[]){S0, S1}, mr, &S0, g64, 2, 2);
+        check_move(dev, hooked, mr, &S0, m22, (oar_placement[]){S0, R}, g, 2, 2);
+        /* disjoint meshes: ranks 2, 3 hold dtensors without data on dev */
+        oar_mesh *a = oar_mesh_create(1, (int64_t[]){2}, lo, NULL);
+        oar_mesh *b = oar_mesh_create(1, (int64_t[]){2}, hi, NULL);
+        check_move(dev, hooked, a, &S0, b, &S1, g, ME < 2 ? 2 : 0, ME < 2 ? 0 : 2);
+        oar_mesh_release(a);
+        oar_mesh_release(b);
+        oar_mesh_release(m22);
+    }
+    oar_mesh_release(mr);
+    oar_mesh_release(m);
+    oar_pool_pop(pool);
+}
+
 static void test_hooked(void) {
     oar_device *dev = oar_device_get("fakecoll:0");
     void *lib = dlopen(OAR_TEST_COLL_PLUGIN_DIR "/fakecoll.so", RTLD_NOW | RTLD_NOLOAD);
@@ -129,6 +244,8 @@ static void test_hooked(void) {
     CHECK(dev && coll_calls);
     if (dev && coll_calls) run_on(dev, true);
     if (dev && coll_calls) data_parallel_on(dev, true);
+    if (dev && coll_calls) broadcast_on(dev, true);
+    if (dev && coll_calls) move_on(dev, true);
     if (lib) dlclose(lib);
 }
 
@@ -141,6 +258,8 @@ static void test_staged_opencl(void) {
     }
     run_on(cl, false);
     data_parallel_on(cl, false);
+    broadcast_on(cl, false);
+    move_on(cl, false);
 }
 
 /* On a GPU machine (the cuda plugin found, OAR_PLUGIN_PATH naming its

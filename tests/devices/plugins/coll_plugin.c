@@ -5,7 +5,11 @@
  * all_gather and reduce_scatter (f32, f64; sum, max, min, prod) go
  * through it, as NCCL's go through GPU links. It counts its calls
  * (oar_test_coll_calls), so a test sees that oar's distributed layer used
- * the members rather than MPI. broadcast, send and recv stay NULL. Built
+ * the members rather than MPI. broadcast (any dtype) goes through the
+ * root's slot; send and recv (any dtype) through a mailbox per ordered
+ * pair of ranks, and a send returns only once the receiver has taken the
+ * message, so an order of sends and recvs that could deadlock on NCCL
+ * fails here too (after a timeout) instead of passing by luck. Built
  * against <oar/device.h> alone. */
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
@@ -22,20 +26,31 @@
 
 #define SLOT_BYTES (1u << 20) /* the most one rank contributes to one call */
 #define HEADER 64
+#define MBOX_BYTES (64u << 10) /* one chunk of a message between two ranks */
+#define P2P_WAIT_S 30          /* a send or recv fails after this long without its peer */
 
 static const oar_host_api *host;
-static long calls[3];
+static long calls[6];
 
-/* Calls made so far: kind 0 all_reduce, 1 all_gather, 2 reduce_scatter. */
+/* Calls made so far: kind 0 all_reduce, 1 all_gather, 2 reduce_scatter,
+ * 3 broadcast, 4 send, 5 recv. */
 __attribute__((visibility("default"))) long oar_test_coll_calls(int kind) {
-    return kind >= 0 && kind < 3 ? calls[kind] : -1;
+    return kind >= 0 && kind < 6 ? calls[kind] : -1;
 }
 
 typedef struct group {
     int nranks, rank;
     size_t size;
-    unsigned char *map; /* header (two counters), then nranks slots */
+    unsigned char *map; /* header (two counters), nranks slots, nranks x nranks mailboxes */
 } group;
+
+/* One direction between two ranks: full is 1 while a chunk waits in data. */
+typedef struct mailbox {
+    atomic_uint full;
+    uint32_t len;    /* bytes of this chunk */
+    uint64_t total;  /* bytes of the whole message */
+    unsigned char data[MBOX_BYTES];
+} mailbox;
 
 static int n_devices(void *ctx) { (void)ctx; return 1; }
 
@@ -115,7 +130,7 @@ static void *comm_create(void *ctx, int index, int nranks, int rank, const void 
     if (!g) return NULL;
     g->nranks = nranks;
     g->rank = rank;
-    g->size = HEADER + (size_t)nranks * SLOT_BYTES;
+    g->size = HEADER + (size_t)nranks * SLOT_BYTES + (size_t)nranks * (size_t)nranks * sizeof(mailbox);
     int fd = open(id, O_RDWR);
     if (fd < 0 || ftruncate(fd, (off_t)g->size)) { /* the same size from every process */
         if (fd >= 0) close(fd);
@@ -216,6 +231,94 @@ static int reduce_scatter(void *ctx, int index, void *comm, const void *send, vo
     return done(g, 2);
 }
 
+static size_t dtype_size(int32_t dtype) {
+    static const unsigned char size[] = {1, 1, 4, 8, 2, 2, 4, 8, 8, 16}; /* oar_dtype order */
+    return dtype >= 0 && dtype < 10 ? size[dtype] : 0;
+}
+
+/* Root's count elements to every rank, through root's slot. */
+static int broadcast(void *ctx, int index, void *comm, const void *send, void *recv, size_t count,
+                     int32_t dtype, int root, oar_stream s) {
+    (void)ctx, (void)index, (void)s;
+    group *g = comm;
+    size_t n = count * dtype_size(dtype);
+    if (!dtype_size(dtype) || root < 0 || root >= g->nranks)
+        return host->error(-3, "fakecoll broadcast: bad dtype or root");
+    if (n > SLOT_BYTES) return host->error(-3, "fakecoll broadcast: more than 1 MiB");
+    if (g->rank == root) memcpy(slot(g, root), send, n);
+    if (barrier(g)) return host->error(-5, "fakecoll: the other ranks did not come");
+    memmove(recv, slot(g, root), n);
+    return done(g, 3);
+}
+
+static mailbox *mbox(group *g, int from, int to) {
+    mailbox *first = (mailbox *)(g->map + HEADER + (size_t)g->nranks * SLOT_BYTES);
+    return first + (size_t)from * (size_t)g->nranks + (size_t)to;
+}
+
+/* Waits until *flag is want; -1 after P2P_WAIT_S seconds. */
+static int wait_flag(atomic_uint *flag, unsigned want) {
+    time_t start = time(NULL);
+    for (long spins = 0; atomic_load(flag) != want; spins++) {
+        if (spins > 1000) sched_yield();
+        if ((spins & 1023) == 0 && time(NULL) - start > P2P_WAIT_S) return -1;
+    }
+    return 0;
+}
+
+static int check_p2p(group *g, const char *what, int32_t dtype, int peer) {
+    if (!dtype_size(dtype) || peer < 0 || peer >= g->nranks || peer == g->rank) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "fakecoll %s: bad dtype %d or peer %d (rank %d of %d)", what,
+                 (int)dtype, peer, g->rank, g->nranks);
+        return host->error(-3, msg);
+    }
+    return 0;
+}
+
+/* Chunk by chunk through the mailbox (this rank -> peer); returns once
+ * the receiver has taken the last chunk. */
+static int p2p_send(void *ctx, int index, void *comm, const void *buf, size_t count, int32_t dtype,
+                    int peer, oar_stream s) {
+    (void)ctx, (void)index, (void)s;
+    group *g = comm;
+    int st = check_p2p(g, "send", dtype, peer);
+    if (st) return st;
+    mailbox *m = mbox(g, g->rank, peer);
+    size_t n = count * dtype_size(dtype), at = 0;
+    do {
+        if (wait_flag(&m->full, 0)) return host->error(-5, "fakecoll send: the receiver took nothing");
+        size_t len = n - at < MBOX_BYTES ? n - at : MBOX_BYTES;
+        memcpy(m->data, (const char *)buf + at, len);
+        m->len = (uint32_t)len;
+        m->total = n;
+        atomic_store(&m->full, 1);
+        at += len;
+    } while (at < n);
+    if (wait_flag(&m->full, 0)) return host->error(-5, "fakecoll send: the receiver took nothing");
+    calls[4]++;
+    return 0;
+}
+
+static int p2p_recv(void *ctx, int index, void *comm, void *buf, size_t count, int32_t dtype,
+                    int peer, oar_stream s) {
+    (void)ctx, (void)index, (void)s;
+    group *g = comm;
+    int st = check_p2p(g, "recv", dtype, peer);
+    if (st) return st;
+    mailbox *m = mbox(g, peer, g->rank);
+    size_t n = count * dtype_size(dtype), at = 0;
+    do {
+        if (wait_flag(&m->full, 1)) return host->error(-5, "fakecoll recv: no message came");
+        if (m->total != n) return host->error(-3, "fakecoll recv: the message has another size");
+        memcpy((char *)buf + at, m->data, m->len);
+        at += m->len;
+        atomic_store(&m->full, 0);
+    } while (at < n);
+    calls[5]++;
+    return 0;
+}
+
 static const oar_device_iface iface = {
     .abi_version = OAR_DEVICE_ABI_VERSION,
     .struct_size = sizeof(oar_device_iface),
@@ -230,6 +333,9 @@ static const oar_device_iface iface = {
     .all_reduce = all_reduce,
     .all_gather = all_gather,
     .reduce_scatter = reduce_scatter,
+    .broadcast = broadcast,
+    .send = p2p_send,
+    .recv = p2p_recv,
     .comm_unique_id = comm_id,
     .comm_create = comm_create,
     .comm_destroy = comm_destroy,
