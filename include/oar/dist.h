@@ -149,11 +149,11 @@ OAR_API oar_tensor *oar_unshard(oar_tensor *t);
  * that differs is an MPI error at best; a dtype that differs is not
  * detected). Autograd does not record it (t's version is bumped on the
  * ranks other than the root, so a value saved for backward before it is
- * reported as modified there); a leaf that requires grad may be broadcast. Collective over the group: CPU
- * tensors go through MPI_Ibcast on the mesh dim's communicator, device
- * tensors through the device's broadcast member where it has one (else
- * through host memory), waited for as every collective
- * (oar_dist_set_timeout). 0, or a status with oar_last_error() naming the
+ * reported as modified there); a leaf that requires grad may be
+ * broadcast. Collective over the group: CPU tensors go through MPI_Ibcast
+ * on the mesh dim's communicator, device tensors through the device's
+ * broadcast member where it has one (else through host memory), waited
+ * for as every collective (oar_dist_set_timeout). 0, or a status with oar_last_error() naming the
  * problem: a NULL tensor or mesh, a dtensor, a non-contiguous or traced
  * tensor, a bad mesh dim or root, this rank outside the mesh (an error,
  * not a no-op: it has no group), a mesh made unusable by a timeout, a
