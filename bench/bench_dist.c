@@ -2,7 +2,8 @@
  * encoder layers (d 128, 4 heads, feed-forward 512, causal, sequence 64),
  * a regression loss, SGD. Every rank takes batch / world_size sequences
  * of one global batch of 16; parameters are replicated dtensors, gradients
- * are all-reduced in buckets. Rank 0 prints the step time, the throughput
+ * are all-reduced in buckets. Rank 0 prints the step time (the median over
+ * the steps; the mean on a comment line), the throughput
  * and the bytes this rank handed to collectives per step against the
  * recipe's analytic minimum payload (the gradient bytes; a ring all-reduce
  * then moves 2 (n-1)/n of it). The peer is the same
@@ -26,6 +27,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n-1] (sorts v). */
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 static double now(void) {
     struct timespec ts;
@@ -71,6 +83,7 @@ int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[2], "s2s")) return s2s(atoi(argv[1]));
     int world = oar_dist_world_size(), me = oar_dist_rank();
     int steps = argc > 1 ? atoi(argv[1]) : 10, warm = 2;
+    if (steps < 1) steps = 1;
     bool tp = argc > 2 && !strcmp(argv[2], "tp"), sync = argc > 2 && !strcmp(argv[2], "sync");
     const char *per_rank = getenv("OAR_BENCH_PER_RANK_BATCH");
     const int64_t batch = per_rank && atoi(per_rank) > 0 ? (int64_t)atoi(per_rank) * world : 16, seq = 64,
@@ -98,13 +111,15 @@ int main(int argc, char **argv) {
     oar_tensor *y = oar_randn(OAR_F32, 3, (int64_t[]){batch, seq, d});
     oar_placement rows[1] = {tp ? oar_replicate() : oar_shard(0)};
     oar_tensor *xd = oar_shard_tensor(x, mesh, rows), *yd = oar_shard_tensor(y, mesh, rows);
-    double t0 = 0, loss = 0;
+    double t0 = 0, loss = 0, *step_s = calloc((size_t)steps, sizeof *step_s);
     int64_t b0 = 0;
+    if (!step_s) return fprintf(stderr, "out of memory\n"), 1;
     for (int s = 0; s < warm + steps; s++) {
         if (s == warm) {
             t0 = now();
             b0 = oar_dist_bytes_moved();
         }
+        double ts = now();
         oar_pool *p = oar_pool_push();
         oar_optim_zero_grad(opt);
         oar_tensor *diff = oar_sub(oar_module_forward(model, xd), yd);
@@ -116,8 +131,10 @@ int main(int argc, char **argv) {
         if (s >= warm) t_reduce += now() - tr, overlapped += oar_dist_reducer_overlapped(red);
         loss = oar_tensor_item(oar_unshard(l));
         oar_pool_pop(p);
+        if (s >= warm) step_s[s - warm] = now() - ts;
     }
-    double dt = (now() - t0) / steps;
+    double mean = (now() - t0) / steps, dt = median(step_s, steps);
+    free(step_s);
     double sent = (double)(oar_dist_bytes_moved() - b0) / steps;
     /* the payload the recipe must hand to all-reduce per step: the gradients
      * (data parallel) or, per layer, four activations (tensor parallel) */
@@ -125,6 +142,7 @@ int main(int argc, char **argv) {
     if (me == 0) {
         const char *mode = tp ? "tp" : sync ? "dpsync" : "dp";
         printf("oar %s%d_step_ms %.2f ms\n", mode, world, dt * 1e3);
+        printf("# %s%d mean step %.2f ms (the figures above are medians over the steps)\n", mode, world, mean * 1e3);
         printf("oar %s%d_samples_per_s %.2f 1/s\n", mode, world, (double)batch / dt);
         if (!tp) printf("oar %s%d_reduce_wait_ms %.3f ms\n", mode, world, t_reduce / steps * 1e3);
         if (red) printf("# buckets started during backward per step: %.1f\n", (double)overlapped / steps);
