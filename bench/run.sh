@@ -5,13 +5,15 @@
 # Each bench/bench_<name> prints lines "oar <metric> <value> <unit>"; the peer
 # bench/peer/<name>.py prints "torch <metric> <value> <unit>". Lower is
 # better for every unit we print (ns, ms, s); GFLOP/s lines carry their own
-# ratio. Peer figures need PyTorch (/usr/bin/python3 with python3-torch).
+# ratio. Peer figures need PyTorch (/usr/bin/python3 with python3-torch;
+# OAR_PEER_PYTHON names another interpreter, e.g. a venv with PyTorch 2 for
+# compiled_step's torch.compile line). OAR_BENCH_ROUNDS: rounds (default 2).
 set -u
 cd "$(dirname "$0")/.."
 here=$(pwd)
 shared=$here/../shared/bench/peer-env.sh
 [ -f "$shared" ] && . "$shared"
-py=/usr/bin/python3
+py=${OAR_PEER_PYTHON:-/usr/bin/python3}
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
     for f in build/bench_*; do names+=("$(basename "$f" | sed 's/^bench_//')"); done
@@ -21,7 +23,7 @@ for name in "${names[@]}"; do
     peer=bench/peer/$name.py
     [ -x "$bin" ] || { echo "no $bin (run make build)"; continue; }
     echo "== $name"
-    for round in 1 2; do
+    for round in $(seq "${OAR_BENCH_ROUNDS:-2}"); do
         oar_out=$("$bin")
         echo "$oar_out"
         if [ -f "$peer" ] && $py -c "import torch" 2>/dev/null; then
