@@ -15,6 +15,8 @@
 
 #include "compiler/compiler.h" /* per-kernel timing (BENCH_KERNELS) */
 
+#include "bench_median.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -61,17 +63,6 @@ static int loss_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     return out[0] ? 0 : -1;
 }
 
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of v[0..n-1] (sorts v: v[0] is then the best). */
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, by_value);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static int die(const char *what) {
     fprintf(stderr, "bench_compiled_step: %s: %s\n", what, oar_last_error());
     exit(1);
@@ -111,7 +102,7 @@ int main(void) {
         oar_pool_pop(p);
         if (s >= 2 && (s - 1) % STEPS == 0) eager_w[(s - 2) / STEPS] = (now() - t0) * 1e3 / STEPS;
     }
-    double eager_ms = median(eager_w, WINDOWS);
+    double eager_ms = bench_median(eager_w, WINDOWS);
     /* static: traced once, run unfused and compiled */
     oar_graph_input_spec specs[2] = {{.name = "x", .dtype = OAR_I64, .ndim = 2, .shape = {BATCH, T}},
                                      {.name = "y", .dtype = OAR_I64, .ndim = 1, .shape = {BATCH * T}}};
@@ -133,7 +124,7 @@ int main(void) {
         unfused_w[r] = static_steps(plain, in, params, np);
         fused_w[r] = static_steps(fused, in, params, np);
     }
-    double unfused_ms = median(unfused_w, WINDOWS), fused_ms = median(fused_w, WINDOWS);
+    double unfused_ms = bench_median(unfused_w, WINDOWS), fused_ms = bench_median(fused_w, WINDOWS);
     if (getenv("BENCH_KERNELS")) { /* each kernel against the sum of its nodes, unfused */
         int dp = 0, df = 0;
         for (int j = 0; j < oar_graph_num_outputs(g); j++) {

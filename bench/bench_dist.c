@@ -23,21 +23,12 @@
  * Usage: mpirun -np N bench_dist [steps] [tp|sync|s2s] */
 #include <oar/oar.h>
 
+#include "bench_median.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of v[0..n-1] (sorts v). */
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, by_value);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static double now(void) {
     struct timespec ts;
@@ -133,7 +124,7 @@ int main(int argc, char **argv) {
         oar_pool_pop(p);
         if (s >= warm) step_s[s - warm] = now() - ts;
     }
-    double mean = (now() - t0) / steps, dt = median(step_s, steps);
+    double mean = (now() - t0) / steps, dt = bench_median(step_s, steps);
     free(step_s);
     double sent = (double)(oar_dist_bytes_moved() - b0) / steps;
     /* the payload the recipe must hand to all-reduce per step: the gradients
