@@ -15,6 +15,15 @@ static bool same_meta(const oari_gvalue *a, const oari_gvalue *b) {
            !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape);
 }
 
+/* Uses of each value counted when the pass began; a value a rewrite made
+ * since has none counted (the next round of the pass list counts it). */
+typedef struct use_counts {
+    int *n;
+    int len;
+} use_counts;
+
+static bool used_once(const use_counts *u, int v) { return v >= 0 && v < u->len && u->n[v] == 1; }
+
 /* The node producing v if it is live and runs op, else NULL. */
 static oari_gnode *producer(oar_graph *g, int v, oari_op op) {
     if (v < 0 || g->values[v].kind != OARI_V_NODE) return NULL;
@@ -55,11 +64,11 @@ static int insert_transpose(oar_graph *g, int at, int v) {
 /* permute(matmul(a, b), [1, 0]) -> matmul(b^T, a^T) when the product is
  * 2-D and used only there; returns the number of nodes inserted before
  * node i (2), 0 when the rule does not apply, or a negative status. */
-static int transpose_of_matmul(oar_graph *g, int i, const int *uses) {
+static int transpose_of_matmul(oar_graph *g, int i, const use_counts *uses) {
     oari_gnode *n = &g->nodes[i];
     int t = n->in[0];
     oari_gnode *p = producer(g, t, OARI_OP_matmul);
-    if (!p || uses[t] != 1 || n->attrs.ni != 2 || n->attrs.i[0] != 1 || g->values[t].ndim != 2 ||
+    if (!p || !used_once(uses, t) || n->attrs.ni != 2 || n->attrs.i[0] != 1 || g->values[t].ndim != 2 ||
         g->values[p->in[0]].ndim != 2 || g->values[p->in[1]].ndim != 2)
         return 0;
     int at = g->values[t].producer, a = p->in[0], b = p->in[1];
@@ -88,12 +97,12 @@ static int transpose_of_matmul(oar_graph *g, int i, const int *uses) {
  * pre-pool activation, then dies after the forward pass instead of being
  * kept for backward. Returns the nodes inserted before node i (2), 0, or a
  * negative status. */
-static int mask_through_max_pool(oar_graph *g, int i, const int *uses) {
+static int mask_through_max_pool(oar_graph *g, int i, const use_counts *uses) {
     oari_gnode *n = &g->nodes[i];
     for (int side = 0; side < 2; side++) {
         int a = n->in[side], s = n->in[1 - side];
         oari_gnode *bw = producer(g, a, OARI_OP_max_pool2d_backward), *sg = producer(g, s, OARI_OP_sign);
-        if (!bw || !sg || uses[a] != 1 || !same_meta(&g->values[a], &g->values[s]) ||
+        if (!bw || !sg || !used_once(uses, a) || !same_meta(&g->values[a], &g->values[s]) ||
             !same_meta(&g->values[a], &g->values[n->out[0]]))
             continue;
         int idx = bw->in[1];
@@ -138,13 +147,13 @@ static bool slice_interval(const oari_gnode *p, int *dim, int64_t *lo, int64_t *
  * three pieces become one concat over the whole dim, an identity
  * slice_backward (removed below). Returns the nodes inserted before node
  * i (2), 0, or a negative status. */
-static int join_slice_grads(oar_graph *g, int i, const int *uses) {
+static int join_slice_grads(oar_graph *g, int i, const use_counts *uses) {
     oari_gnode *n = &g->nodes[i];
     int a = n->in[0], b = n->in[1];
     oari_gnode *pa = producer(g, a, OARI_OP_slice_backward), *pb = producer(g, b, OARI_OP_slice_backward);
     int da, db;
     int64_t la, ha, lb, hb;
-    if (!pa || !pb || uses[a] != 1 || uses[b] != 1 || !same_meta(&g->values[a], &g->values[b]) ||
+    if (!pa || !pb || !used_once(uses, a) || !used_once(uses, b) || !same_meta(&g->values[a], &g->values[b]) ||
         !same_meta(&g->values[a], &g->values[n->out[0]]) || !slice_interval(pa, &da, &la, &ha) ||
         !slice_interval(pb, &db, &lb, &hb) || da != db || pa->attrs.ni != pb->attrs.ni ||
         memcmp(pa->attrs.i + 4, pb->attrs.i + 4, (size_t)(pa->attrs.ni - 4) * sizeof *pa->attrs.i) ||
@@ -193,13 +202,13 @@ static int join_slice_grads(oar_graph *g, int i, const int *uses) {
 /* concat(concat(a, b), c) along one dim, the inner one used only there ->
  * concat(a, b, c): one copy. Returns 1 (the node inserted before i), 0,
  * or a negative status. */
-static int flatten_concat(oar_graph *g, int i, const int *uses) {
+static int flatten_concat(oar_graph *g, int i, const use_counts *uses) {
     oari_gnode *n = &g->nodes[i];
     int total = 0, in[64];
     bool any = false;
     for (int k = 0; k < n->n_in; k++) {
         oari_gnode *p = producer(g, n->in[k], OARI_OP_concat);
-        bool merge = p && uses[n->in[k]] == 1 && p->attrs.i[0] == n->attrs.i[0];
+        bool merge = p && used_once(uses, n->in[k]) && p->attrs.i[0] == n->attrs.i[0];
         int add = merge ? p->n_in : 1;
         if (total + add > 64) return 0;
         if (merge) memcpy(in + total, p->in, (size_t)p->n_in * sizeof *in);
@@ -237,9 +246,10 @@ static bool whole_slice_backward(const oar_graph *g, const oari_gnode *n) {
 
 int oari_pass_simplify(oar_graph *g) {
     int changes = 0;
-    int *uses = oari_malloc((size_t)(g->n_values ? g->n_values : 1) * sizeof *uses);
-    if (!uses) return OAR_ERR_NOMEM;
-    oari_graph_use_counts(g, uses);
+    use_counts u = {.len = g->n_values}, *uses = &u;
+    size_t bytes = (size_t)(u.len ? u.len : 1) * sizeof *u.n;
+    if (!(u.n = oari_malloc(bytes))) return OAR_ERR_NOMEM;
+    oari_graph_use_counts(g, u.n);
     for (int i = 0; i < g->n_nodes; i++) {
         oari_gnode *n = &g->nodes[i];
         if (n->dead) continue;
@@ -296,7 +306,7 @@ int oari_pass_simplify(oar_graph *g) {
             break;
         }
         if (inserted < 0) {
-            oari_free(uses, (size_t)(g->n_values ? g->n_values : 1) * sizeof *uses);
+            oari_free(u.n, bytes);
             return inserted;
         }
         if (inserted) { /* node i moved to i + inserted and is dead */
@@ -310,7 +320,7 @@ int oari_pass_simplify(oar_graph *g) {
             changes++;
         }
     }
-    oari_free(uses, (size_t)(g->n_values ? g->n_values : 1) * sizeof *uses);
+    oari_free(u.n, bytes);
     int st = oari_graph_compact(g);
     return st ? st : changes;
 }
