@@ -1,8 +1,10 @@
 /* Linear algebra: matmul (1-D, 2-D, batched, broadcast, non-contiguous,
  * every dtype class), bmm, dot, outer and einsum against PyTorch values
- * (tests/ref/gen_linalg_nn.py), a larger product against a naive loop, and
- * bad input. */
+ * (tests/ref/gen_linalg_nn.py), larger products against a naive loop (one
+ * split over threads), and bad input. */
 #include "test.h"
+
+#include <omp.h>
 
 #include "ref/linalg_nn_ref.h"
 
@@ -245,6 +247,57 @@ static void test_matmul_empty_and_large(void) {
     oar_pool_pop(p);
 }
 
+/* A product of at least 2^23 multiply-adds on several threads is split
+ * into blocks of C's rows (n >= m) or columns, one BLAS call each
+ * (cpu_linalg.c): every dtype and transposition, on 2 and 3 threads (an
+ * uneven split), against the naive sum in double. Complex values with
+ * both parts nonzero: (1 + 2i) x. */
+static void split_product(int n, int m, int k, bool ta, bool tb) {
+    oar_pool *p = oar_pool_push();
+    oar_tensor *a = oar_randn(OAR_F64, 2, ta ? SHAPE(k, n) : SHAPE(n, k));
+    oar_tensor *b = oar_randn(OAR_F64, 2, tb ? SHAPE(m, k) : SHAPE(k, m));
+    double *av = test_values(a), *bv = test_values(b), *want = malloc(sizeof(double) * (size_t)n * m);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < m; j++) {
+            double acc = 0;
+            for (int q = 0; q < k; q++)
+                acc += av[ta ? q * n + i : i * k + q] * bv[tb ? j * k + q : q * m + j];
+            want[i * m + j] = acc;
+        }
+    oar_tensor *ao = ta ? oar_transpose(a, 0, 1) : a, *bo = tb ? oar_transpose(b, 0, 1) : b;
+    for (int threads = 2; threads <= 3; threads++) {
+        omp_set_num_threads(threads);
+        CHECK_VALUES(oar_matmul(ao, bo), want, (int64_t)n * m, 1e-11);
+        CHECK_VALUES(oar_matmul(oar_cast(ao, OAR_F32), oar_cast(bo, OAR_F32)), want, (int64_t)n * m, 1e-3);
+        oar_tensor *c = oar_matmul(oar_mul(oar_cast(ao, OAR_C128), oar_complex(oar_cast(oar_scalar(1), OAR_F64), oar_cast(oar_scalar(2), OAR_F64))),
+                                   oar_cast(bo, OAR_C128));
+        double *re = test_values(oar_real(c)), *im = imag_values(c), worst = 0;
+        for (int64_t i = 0; re && im && i < (int64_t)n * m; i++) {
+            double e = fabs(re[i] - want[i]) + fabs(im[i] - 2 * want[i]);
+            worst = e > worst ? e : worst;
+        }
+        CHECK(re && im && worst < 1e-10);
+        free(re);
+        free(im);
+        CHECK_VALUES(oar_real(oar_matmul(oar_cast(ao, OAR_C64), oar_cast(bo, OAR_C64))), want, (int64_t)n * m, 1e-3);
+    }
+    omp_set_num_threads(1);
+    free(av);
+    free(bv);
+    free(want);
+    oar_pool_pop(p);
+}
+
+static void test_matmul_split(void) {
+    int threads = omp_get_max_threads();
+    oar_manual_seed(11);
+    split_product(203, 161, 257, false, false); /* rows: 8.4M multiply-adds */
+    split_product(203, 161, 257, true, true);
+    split_product(64, 515, 256, false, true); /* columns */
+    split_product(64, 515, 256, true, false);
+    omp_set_num_threads(threads);
+}
+
 static void test_einsum(void) {
     oar_pool *p = oar_pool_push();
     oar_tensor *ea = mk(es_a, OAR_F64, 3, SHAPE(2, 2, 3)),
@@ -428,6 +481,7 @@ int main(void) {
     RUN(test_matmul_vectors);
     RUN(test_matmul_dtypes);
     RUN(test_matmul_empty_and_large);
+    RUN(test_matmul_split);
     RUN(test_einsum);
     RUN(test_gradients);
     RUN(test_bad_input);

@@ -92,20 +92,12 @@ static void *pack(const oar_ktensor *t, oar_ktensor *c, size_t *nbytes) {
     return buf;
 }
 
-static void gemm(int dt, bool ta, bool tb, int64_t n, int64_t m, int64_t k, const void *a,
-                 int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc) {
+/* One BLAS call: C [n, m] (row-major, ldc) = op(A) [n, k] op(B) [k, m]. */
+static void blas_gemm(int dt, bool ta, bool tb, int64_t n, int64_t m, int64_t k, const void *a, int64_t lda,
+                      const void *b, int64_t ldb, void *c, int64_t ldc) {
     enum CBLAS_TRANSPOSE tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
     blasint N = (blasint)n, M = (blasint)m, K = (blasint)k;
     blasint LA = (blasint)lda, LB = (blasint)ldb, LC = (blasint)ldc;
-    /* OpenBLAS's OpenMP build threads every product, and for small ones
-     * (a transformer's 512x128x128) two threads cost 4x one: measured, the
-     * transformer step drops from 166 to 43 ms. Below 2^23 multiply-adds a
-     * product runs on one thread (OpenBLAS reads this thread's
-     * nthreads ICV at each call). */
-    const int64_t small = (int64_t)1 << 23;
-    int threads = omp_get_max_threads();
-    bool one = threads > 1 && !omp_in_parallel() && n * m * k < small;
-    if (one) omp_set_num_threads(1);
     switch (dt) {
     case OAR_F32:
         cblas_sgemm(CblasRowMajor, tra, trb, N, M, K, 1.0f, a, LA, b, LB, 0.0f, c, LC);
@@ -124,7 +116,45 @@ static void gemm(int dt, bool ta, bool tb, int64_t n, int64_t m, int64_t k, cons
         break;
     }
     }
-    if (one) omp_set_num_threads(threads);
+}
+
+/* C = op(A) op(B) on the calling thread's threads. Below 2^23
+ * multiply-adds a product runs on one thread: OpenBLAS's OpenMP build
+ * threads every product, and for small ones (a transformer's 512x128x128)
+ * two threads cost 4x one (the transformer step went from 166 to 43 ms).
+ * Above, C is split into one block of rows (or of columns, when it has
+ * more of them; at least 64 each) per thread, each a one-thread BLAS call inside one
+ * parallel region (where OpenBLAS runs on the calling thread): OpenBLAS's
+ * own threads share packed panels and wait on each other inside a
+ * product, and ran 1.0-1.7x slower here than independent blocks
+ * (1024x128x512 on 2 threads: 847-1388 us against 828-839 us). */
+static void gemm(int dt, bool ta, bool tb, int64_t n, int64_t m, int64_t k, const void *a,
+                 int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc) {
+    const int64_t small = (int64_t)1 << 23, es = (int64_t)oar_dtype_size((oar_dtype)dt);
+    int threads = omp_get_max_threads();
+    if (threads == 1 || omp_in_parallel()) {
+        blas_gemm(dt, ta, tb, n, m, k, a, lda, b, ldb, c, ldc);
+    } else if (n * m * k < small) {
+        omp_set_num_threads(1);
+        blas_gemm(dt, ta, tb, n, m, k, a, lda, b, ldb, c, ldc);
+        omp_set_num_threads(threads);
+    } else if (n < 64 * threads && m < 64 * threads) { /* blocks too thin: OpenBLAS's threads */
+        blas_gemm(dt, ta, tb, n, m, k, a, lda, b, ldb, c, ldc);
+    } else {
+        bool rows = n >= m;
+        int64_t len = rows ? n : m, per = ((len + threads - 1) / threads + 15) / 16 * 16;
+        const char *A = a, *B = b;
+        char *C = c;
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < threads; t++) {
+            int64_t s = t * per, l = len - s < per ? len - s : per;
+            if (l <= 0) continue;
+            if (rows) /* rows s.. of op(A) and of C */
+                blas_gemm(dt, ta, tb, l, m, k, A + (ta ? s : s * lda) * es, lda, B, ldb, C + s * ldc * es, ldc);
+            else /* columns s.. of op(B) and of C */
+                blas_gemm(dt, ta, tb, n, l, k, A, lda, B + (tb ? s * ldb : s) * es, ldb, C + s * es, ldc);
+        }
+    }
 }
 
 /* y = op(M) x with M stored row-major (rows x cols, ld), x at stride incx. */
