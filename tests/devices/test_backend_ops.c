@@ -568,6 +568,16 @@ static void check_coverage(oar_device *dev) {
     if (!strncmp(dev->name, "opencl", 6) && no64 && *no64 && strcmp(no64, "0")) CHECK(claimed_f64 == 0);
 }
 
+/* The case groups run in each float dtype. */
+static const struct {
+    const char *name, *name_f64;
+    void (*run)(oar_device *dev);
+} groups[] = {
+    {"unary", "unary f64", unary_cases},         {"binary", "binary f64", binary_cases},
+    {"reductions", "reductions f64", reduce_cases}, {"matmul", "matmul f64", matmul_cases},
+    {"nn", "nn f64", nn_cases},                  {"conv", "conv f64", conv_cases},
+};
+
 /* Every device of the plugins built in this tree (opencl:0 here; cuda:0
  * too on a machine with a GPU). */
 int main(void) {
@@ -579,20 +589,12 @@ int main(void) {
         n_run = n_skipped = 0;
         test_current = "conversions";
         conversion_cases(d); /* every pair of bool u8 i32 i64 f32 f64 */
-        for (int f = 0; f < 2; f++) {
+        for (int f = 0; f < 2; f++) { /* every float group in f32, then in f64 */
             FD = f ? OAR_F64 : OAR_F32;
-            test_current = f ? "unary f64" : "unary";
-            unary_cases(d);
-            test_current = f ? "binary f64" : "binary";
-            binary_cases(d);
-            test_current = f ? "reductions f64" : "reductions";
-            reduce_cases(d);
-            test_current = f ? "matmul f64" : "matmul";
-            matmul_cases(d);
-            test_current = f ? "nn f64" : "nn";
-            nn_cases(d);
-            test_current = f ? "conv f64" : "conv";
-            conv_cases(d);
+            for (size_t k = 0; k < sizeof groups / sizeof *groups; k++) {
+                test_current = f ? groups[k].name_f64 : groups[k].name;
+                groups[k].run(d);
+            }
         }
         test_current = "coverage";
         check_coverage(d);
