@@ -342,7 +342,10 @@ static int next_kernel(const oar_executor *ex, int i, int next_deferred) {
  * (a [128] parameter's update), asked into the cache while the node before
  * it runs: such a kernel is a few loads from lines nothing has touched for
  * a while, and waited 0.3-0.5 us on them (BENCH_KERNELS in
- * bench_compiled_step: 1.0-1.3 us against 0.7 us for its two ops unfused). */
+ * bench_compiled_step: 1.0-1.3 us against 0.7 us for its two ops unfused).
+ * The sizes are looked up here at each call: a version that kept them with
+ * the plan measured worse (7-9 kernels over 5% against 0-1, alternating
+ * builds), for a reason not found. */
 static void prefetch_small_args(const oar_executor *ex, int i) {
     const exec_node *e = &ex->p.en[i];
     const oari_kernel *k = &ex->p.fusion->kernels[ex->p.fusion->kernel_of[i]];
