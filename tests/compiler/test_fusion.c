@@ -318,6 +318,76 @@ static void test_strided_input(void) {
     oar_pool_pop(p);
 }
 
+/* Row reductions that codegen_c.c writes in blocks of one vector (rows with
+ * a tail, 2 to 8 vectors wide): sum, amax, amin, prod, softmax, log_softmax,
+ * layer_norm over the last dim, and a sum over the last two dims (an outer
+ * reduced loop around the blocks), each after an elementwise op fused in. */
+static int f_row_reductions(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *x = oar_mul_scalar(in[0], 0.5);
+    int64_t last = -1;
+    out[0] = oar_sum(x, 1, &last, true);
+    out[1] = oar_amax(x, 1, &last, false);
+    out[2] = oar_amin(x, 1, &last, false);
+    out[3] = oar_prod(oar_add_scalar(oar_mul_scalar(x, 0.01), 1), 1, &last, false);
+    out[4] = oar_softmax(x, -1);
+    out[5] = oar_log_softmax(x, -1);
+    out[6] = oar_layer_norm(x, 1, NULL, NULL, 1e-5);
+    out[7] = oar_sum(x, 2, (int64_t[]){1, 2}, false);
+    return 0;
+}
+
+/* Compiled against unfused for one dtype and row width, with NaNs placed in
+ * the last block, in the stretch the last block overlaps, and in the first. */
+static void check_row_reductions(oar_dtype dt, int64_t n, double tol) {
+    oar_pool *p = oar_pool_push();
+    oar_graph_input_spec s = {.name = "x", .dtype = dt, .ndim = 3, .shape = {4, 3, n}};
+    oar_graph *g = oar_trace(f_row_reductions, NULL, 1, &s, 8, NULL);
+    oar_executor *plain = g ? oar_executor_new(g) : NULL, *fused = g ? oar_executor_new(g) : NULL;
+    CHECK(fused && oar_executor_compile(fused) == 0 && oar_executor_is_compiled(fused));
+    const char *src = fused ? oar_executor_kernel_source(fused) : NULL;
+    CHECK(src && strstr(src, "#pragma omp simd\n    for (int64_t q")); /* the blocked form */
+    oar_tensor *x = oar_mul_scalar(oar_randn(dt, 3, (int64_t[]){4, 3, n}), 3);
+    for (int with_nan = 0; with_nan < 2; with_nan++) {
+        if (with_nan) { /* rows (0, 1), (1, 2), (2, 0); row 3 stays finite */
+            int64_t at[3] = {1 * n + n - 1, 5 * n + n - 9, 6 * n + 2};
+            for (int k = 0; k < 3; k++) {
+                if (dt == OAR_F32) ((float *)oar_tensor_data(x))[at[k]] = NAN;
+                else ((double *)oar_tensor_data(x))[at[k]] = NAN;
+            }
+        }
+        oar_tensor *y0[8], *y1[8];
+        CHECK(oar_executor_run(plain, &x, y0) == 0);
+        for (int k = 0; k < 8; k++) y0[k] = oar_contiguous(y0[k]); /* the executor's until its next run */
+        CHECK(oar_executor_run(fused, &x, y1) == 0);
+        for (int k = 0; k < 8; k++) {
+            double *a = test_values(y0[k]), *b = test_values(y1[k]), worst = 0;
+            int64_t m = oar_tensor_numel(y0[k]);
+            bool same_nans = m == oar_tensor_numel(y1[k]);
+            for (int64_t i = 0; same_nans && i < m; i++) {
+                same_nans = isnan(a[i]) == isnan(b[i]);
+                if (!isnan(a[i])) worst = fmax(worst, fabs(a[i] - b[i]) / fmax(1, fabs(a[i])));
+            }
+            CHECK(same_nans && worst <= tol);
+            if (!same_nans || worst > tol)
+                fprintf(stderr, "%s n=%lld output %d nan=%d: diff %g\n", oar_dtype_name(dt), (long long)n, k,
+                        with_nan, worst);
+            free(a);
+            free(b);
+        }
+    }
+    oar_executor_free(plain);
+    oar_executor_free(fused);
+    oar_graph_free(g);
+    oar_pool_pop(p);
+}
+
+static void test_blocked_row_reductions(void) {
+    static const int64_t f32_widths[] = {33, 73, 100, 127}, f64_widths[] = {17, 23, 63};
+    for (size_t i = 0; i < sizeof f32_widths / sizeof *f32_widths; i++) check_row_reductions(OAR_F32, f32_widths[i], 1e-5);
+    for (size_t i = 0; i < sizeof f64_widths / sizeof *f64_widths; i++) check_row_reductions(OAR_F64, f64_widths[i], 1e-12);
+}
+
 /* The predictor compiles by default and shares the kernels between its
  * executors; no_compile runs unfused; both agree. */
 static void test_predictor(void) {
@@ -382,6 +452,7 @@ int main(void) {
     RUN(test_new_batch_size_does_not_recompile);
     RUN(test_output_over_dying_leaf);
     RUN(test_strided_input);
+    RUN(test_blocked_row_reductions);
     RUN(test_predictor);
     RUN(test_bad_input);
     return test_summary();
