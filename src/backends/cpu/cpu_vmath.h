@@ -15,19 +15,24 @@
  * (different target options), which would leave a call per element. */
 #define OARI_VINLINE static inline __attribute__((always_inline))
 
-/* The core of both exps below: k = x / ln2 rounded to nearest (into *kf)
- * and e^r, r = x - k ln2, by Cephes' polynomial. */
-OARI_VINLINE float oari_vexpf_core(float x, float *kf) {
-    float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    float r = x - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
+/* The core of both exps below: k = x / ln2 rounded to nearest (into *k)
+ * and e^r, r = x - k ln2, by Cephes' polynomial. Adding 1.5 * 2^23 rounds
+ * x / ln2 to an integer that sits in the sum's low mantissa bits: k is read
+ * from there (an integer subtract, not a float-to-int conversion). */
+OARI_VINLINE float oari_vexpf_core(float x, int32_t *k) {
+    float t = x * 1.44269504088896341f + 12582912.0f;
+    float kf = t - 12582912.0f; /* round to nearest */
+    int32_t bits;
+    memcpy(&bits, &t, sizeof bits);
+    *k = bits - 0x4B400000; /* the bits of 12582912.0f; |k| < 2^22 */
+    float r = x - kf * 0.693359375f;
+    r = r - kf * -2.12194440e-4f;
     float y = 1.9875691500e-4f;
     y = y * r + 1.3981999507e-3f;
     y = y * r + 8.3334519073e-3f;
     y = y * r + 4.1665795894e-2f;
     y = y * r + 1.6666665459e-1f;
     y = y * r + 5.0000001201e-1f;
-    *kf = k;
     return y * r * r + r + 1.0f;
 }
 
@@ -35,10 +40,11 @@ OARI_VINLINE float oari_vexpf_core(float x, float *kf) {
  * once. Within 2 ulp over the whole range. */
 OARI_VINLINE float oari_vexpf(float x) {
     const float hi = 88.72283935546875f, lo = -103.97208404541015625f;
-    float xs = x == x ? (x > hi ? hi : x < lo ? lo : x) : 0.0f;
-    float kf;
-    float y = oari_vexpf_core(xs, &kf);
-    int32_t k = (int32_t)kf, k1 = k / 2, k2 = k - k1;
+    float xs = x < hi ? x : hi; /* NaN becomes hi here; x itself is returned below */
+    xs = xs > lo ? xs : lo;
+    int32_t k;
+    float y = oari_vexpf_core(xs, &k);
+    int32_t k1 = k >> 1, k2 = k - k1; /* floor: y 2^k1 is exact either way, the product rounds once */
     int32_t b1 = (k1 + 127) << 23, b2 = (k2 + 127) << 23;
     float s1, s2;
     memcpy(&s1, &b1, sizeof s1);
@@ -98,9 +104,9 @@ OARI_VINLINE float oari_verff(float x) {
  * polynomial of oari_vexpf, scaled by 2^k in one step (k >= -24, so the
  * scale is a normal float). Within 2 ulp on that range. */
 OARI_VINLINE float oari_vexpf_neg16(float t) {
-    float kf;
-    float y = oari_vexpf_core(t, &kf);
-    int32_t b = ((int32_t)kf + 127) << 23;
+    int32_t k;
+    float y = oari_vexpf_core(t, &k);
+    int32_t b = (k + 127) << 23;
     float s;
     memcpy(&s, &b, sizeof s);
     return y * s;
