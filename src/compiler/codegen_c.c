@@ -453,24 +453,31 @@ typedef enum { B_VALUE, B_EXP_SUB, B_SQ_DEV, B_EXP_SUB_STORE } body_kind;
 
 static const char *eval(cg *c, int v, const idx *I);
 
-/* The length of the innermost reduced loop when the blocked form below
- * pays, else 0: C, float or double, a static length n with a tail (not a
- * multiple of the 64-byte vector's W lanes), 2W <= n < 8W, and no input of
- * the kernel so far narrower than T (a byte mask would make the simd loop
- * want 64 lanes, more than a block has: gcc then leaves it scalar). Longer
- * rows, and rows without a tail, ran as fast or faster as one `omp simd`
- * loop (bench/bench_fusion.c's rows, 17 to 1024 wide). */
+/* The lanes W of one 64-byte vector of T (16 floats, 8 doubles) when a
+ * C loop of static length n pays to run in blocks of W (below), else 0:
+ * float or double, n with a tail (not a multiple of W), 2W <= n < 8W, and
+ * no argument narrower than T (a byte mask would make the simd loop want
+ * 64 lanes, more than a block has: gcc then leaves it scalar). Longer
+ * loops, and loops without a tail, ran as fast or faster as one `omp simd`
+ * loop (rows 17 to 1024 wide). */
+static int block_lanes(const oar_graph *g, const int *args, int n_args, oar_dtype T, int64_t n) {
+    if (T != OAR_F32 && T != OAR_F64) return 0;
+    int W = T == OAR_F32 ? 16 : 8;
+    if (n % W == 0 || n < 2 * W || n >= 8 * W) return 0;
+    for (int a = 0; a < n_args; a++)
+        if (oar_dtype_size(g->values[args[a]].dtype) < oar_dtype_size(T)) return 0;
+    return W;
+}
+
+/* The length of the innermost reduced loop when it runs in blocks, else 0
+ * (T: the reduction's type, x's). */
 static int64_t block_length(const cg *c, const oari_gvalue *xv, unsigned mask, const char *T) {
     int last = -1;
     for (int d = 0; d < xv->ndim; d++)
         if (mask & (1u << d)) last = d;
-    bool flt = !strcmp(T, "float");
-    if (!c->r->openmp || last < 0 || xv->sym[last] >= 0 || !(flt || !strcmp(T, "double"))) return 0;
-    int64_t n = xv->shape[last], W = flt ? 16 : 8;
-    if (n % W == 0 || n < 2 * W || n >= 8 * W) return 0;
-    for (int a = 0; a < c->n_args; a++)
-        if (oar_dtype_size(c->g->values[c->args[a]].dtype) < (size_t)(flt ? 4 : 8)) return 0;
-    return n;
+    if (!c->r->openmp || last < 0 || xv->sym[last] >= 0 || strcmp(T, oari_c_type(xv->dtype))) return 0;
+    int64_t n = xv->shape[last];
+    return block_lanes(c->g, c->args, c->n_args, xv->dtype, n) ? n : 0;
 }
 
 /* The innermost loop of a C reduction in blocks of one 64-byte vector of T
@@ -1016,7 +1023,25 @@ static void c_function(const oari_kernel_text *k, oari_sbuf *src) {
             oari_sbuf_puts(o, "    {\n");
         }
         oari_sbuf_puts(o, k->outer);
-        if (n_inner) {
+        int d_in = -1, W = 0; /* a single inner loop of static length: in blocks? */
+        for (int d = 0; d < nd; d++)
+            if (!(k->outer_mask & (1u << d))) d_in = d;
+        char *end = NULL;
+        long long n_in = n_inner == 1 ? strtoll(dim[d_in], &end, 10) : 0;
+        if (n_inner == 1 && end && !*end && !k->inner_reads_output && !k->same_index)
+            W = block_lanes(k->g, k->args, k->n_args, k->g->values[k->args[0]].dtype, n_in);
+        if (W) {
+            /* as write_blocked_reduction: the last block moves back to end at
+             * the row's end and writes its overlap again, with the same values
+             * (a0 is restrict here and not read by the loop) */
+            oari_sbuf_printf(o, "    for (int64_t b = 0; b < %lld; b += %d) {\n", n_in, W);
+            oari_sbuf_printf(o, "    const int64_t o = b + %d <= %lld ? b : %lld;\n    #pragma omp simd\n", W, n_in,
+                             n_in - W);
+            oari_sbuf_printf(o, "    for (int64_t i%d = o; i%d < o + %d; i%d++)\n    {\n", d_in, d_in, W, d_in);
+            oari_sbuf_puts(o, k->inner);
+            oari_sbuf_puts(o, k->store);
+            oari_sbuf_puts(o, "    }\n    }\n");
+        } else if (n_inner) {
             int seen = 0;
             for (int d = 0; d < nd; d++) {
                 if (k->outer_mask & (1u << d)) continue;
@@ -1066,6 +1091,7 @@ static void write_function(cg *c, const char *name, int root_v, const idx *I, in
         .same_index = same_index(c),
         .reductions = c->n_reductions > 0, .nd = nd, .dim = dim, .outer_mask = c->outer_mask,
         .outer = oari_sbuf_str(&c->outer), .inner = oari_sbuf_str(&c->inner), .store = oari_sbuf_str(&store),
+        .inner_reads_output = c->store_in_loop,
         .work = c->work_expr};
     c->r->function(&k, src);
     if (store.failed || c->outer.failed || c->inner.failed) src->failed = true;

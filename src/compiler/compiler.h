@@ -38,6 +38,7 @@ typedef struct oari_kernel_text {
     const char *outer;        /* statements per parallel iteration */
     const char *inner;        /* statements per inner iteration, before the store */
     const char *store;        /* "    a0[...] = tN;\n" */
+    bool inner_reads_output;  /* the inner loop reads a0 (softmax's row, scaled in place) */
     const char *work;         /* elements touched (the C renderer's threading threshold) */
 } oari_kernel_text;
 

@@ -36,7 +36,11 @@
 
 extern char **environ;
 
-#define BASE_FLAGS "-O3 -march=native -fPIC -shared -fopenmp -fno-math-errno -std=gnu11"
+/* -fno-trapping-math (as the CPU kernels' #pragma): comparisons may become
+ * selects and max/min, so row reductions and clamps vectorize fully (a
+ * softmax over 1024-wide rows: 10% less time). Unlike -ffast-math it
+ * changes no result and links no crtfastmath.o; oar never reads FP flags. */
+#define BASE_FLAGS "-O3 -march=native -fPIC -shared -fopenmp -fno-math-errno -fno-trapping-math -std=gnu11"
 #if defined(__x86_64__) && defined(__GLIBC__)
 /* glibc's vector math (expf, logf, tanhf, ... for SSE/AVX2/AVX-512): the
  * generated code declares them __attribute__((simd)) so loops vectorise. */

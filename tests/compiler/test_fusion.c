@@ -318,22 +318,24 @@ static void test_strided_input(void) {
     oar_pool_pop(p);
 }
 
-/* Row reductions that codegen_c.c writes in blocks of one vector (rows with
- * a tail, 2 to 8 vectors wide): sum, amax, amin, prod, softmax, log_softmax,
- * layer_norm over the last dim, and a sum over the last two dims (an outer
- * reduced loop around the blocks), each after an elementwise op fused in. */
+/* Rows that codegen_c.c runs in blocks of one vector (rows with a tail, 2
+ * to 8 vectors wide; write_blocked_reduction and the inner loop of
+ * c_function): sum, amax, amin, prod, softmax, log_softmax, layer_norm over
+ * the last dim, and a sum over the last two dims (an outer reduced loop
+ * around the blocks), each after an elementwise op fused in. */
 static int f_row_reductions(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     (void)ctx;
-    oar_tensor *x = oar_mul_scalar(in[0], 0.5);
+    oar_tensor *x[8]; /* one scaled copy per output: each kernel fuses its own */
+    for (int k = 0; k < 8; k++) x[k] = oar_mul_scalar(in[0], 0.5 + 0.125 * k);
     int64_t last = -1;
-    out[0] = oar_sum(x, 1, &last, true);
-    out[1] = oar_amax(x, 1, &last, false);
-    out[2] = oar_amin(x, 1, &last, false);
-    out[3] = oar_prod(oar_add_scalar(oar_mul_scalar(x, 0.01), 1), 1, &last, false);
-    out[4] = oar_softmax(x, -1);
-    out[5] = oar_log_softmax(x, -1);
-    out[6] = oar_layer_norm(x, 1, NULL, NULL, 1e-5);
-    out[7] = oar_sum(x, 2, (int64_t[]){1, 2}, false);
+    out[0] = oar_sum(x[0], 1, &last, true);
+    out[1] = oar_amax(x[1], 1, &last, false);
+    out[2] = oar_amin(x[2], 1, &last, false);
+    out[3] = oar_prod(oar_add_scalar(oar_mul_scalar(x[3], 0.01), 1), 1, &last, false);
+    out[4] = oar_softmax(x[4], -1);
+    out[5] = oar_log_softmax(x[5], -1);
+    out[6] = oar_layer_norm(x[6], 1, NULL, NULL, 1e-5);
+    out[7] = oar_sum(x[7], 2, (int64_t[]){1, 2}, false);
     return 0;
 }
 
@@ -346,7 +348,9 @@ static void check_row_reductions(oar_dtype dt, int64_t n, double tol) {
     oar_executor *plain = g ? oar_executor_new(g) : NULL, *fused = g ? oar_executor_new(g) : NULL;
     CHECK(fused && oar_executor_compile(fused) == 0 && oar_executor_is_compiled(fused));
     const char *src = fused ? oar_executor_kernel_source(fused) : NULL;
-    CHECK(src && strstr(src, "#pragma omp simd\n    for (int64_t q")); /* the blocked form */
+    CHECK(oar_executor_num_kernels(fused) == 8);
+    CHECK(src && strstr(src, "#pragma omp simd\n    for (int64_t q")); /* reductions in blocks */
+    CHECK(src && strstr(src, "const int64_t o = b + ")); /* and log_softmax's and layer_norm's rows */
     oar_tensor *x = oar_mul_scalar(oar_randn(dt, 3, (int64_t[]){4, 3, n}), 3);
     for (int with_nan = 0; with_nan < 2; with_nan++) {
         if (with_nan) { /* rows (0, 1), (1, 2), (2, 0); row 3 stays finite */
