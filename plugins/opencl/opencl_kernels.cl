@@ -40,7 +40,7 @@ static long at(const T *t, long i) {
 enum { U_NEG, U_ABS, U_SIGN, U_EXP, U_EXP2, U_LOG, U_LOG2, U_LOG1P, U_EXPM1, U_SQRT, U_RSQRT,
        U_SQUARE, U_RECIP, U_SIN, U_COS, U_TAN, U_ASIN, U_ACOS, U_ATAN, U_SINH, U_COSH, U_TANH,
        U_SIGMOID, U_RELU, U_RELU6, U_LEAKY, U_ELU, U_GELU_ERF, U_GELU_TANH, U_SILU, U_SOFTPLUS,
-       U_ERF, U_FLOOR, U_CEIL, U_ROUND, U_TRUNC, U_CLAMP, U_CONJ };
+       U_ERF, U_FLOOR, U_CEIL, U_ROUND, U_TRUNC, U_CLAMP, U_CONJ, U_GELU_GRAD };
 
 static real unary_op(int op, real x, real p0, real p1) {
     switch (op) {
@@ -88,6 +88,8 @@ static real unary_op(int op, real x, real p0, real p1) {
         return isnan(x) ? x : r;
     }
     case U_CONJ: return x; /* real input */
+    case U_GELU_GRAD: /* Phi(x) + x phi(x) */
+        return R(0.5) * erfc(-x * R(0.70710678118654752)) + x * exp(R(-0.5) * x * x) * R(0.39894228040143268);
     }
     return x;
 }

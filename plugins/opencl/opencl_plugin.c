@@ -6,7 +6,8 @@
  * everything else, which oar runs on the CPU):
  *   unary: neg abs sign exp exp2 log log2 log1p expm1 sqrt rsqrt square
  *     reciprocal sin cos tan asin acos atan sinh cosh tanh sigmoid relu relu6
- *     leaky_relu elu gelu silu softplus erf floor ceil round trunc clamp conj,
+ *     leaky_relu elu gelu gelu_grad silu softplus erf floor ceil round trunc clamp
+ *     conj,
  *     isnan isinf (f32 -> bool), logical_not (bool)
  *   binary: add sub mul div maximum minimum pow atan2; eq ne lt le gt ge
  *     (f32, i32, i64 -> bool), logical_and/or/xor (bool), where (bool
@@ -246,7 +247,7 @@ static const char *const unary_names[] = {
     "neg", "abs", "sign", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt",
     "square", "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
     "sigmoid", "relu", "relu6", "leaky_relu", "elu", "gelu", "(gelu_tanh)", "silu", "softplus",
-    "erf", "floor", "ceil", "round", "trunc", "clamp", "conj", NULL};
+    "erf", "floor", "ceil", "round", "trunc", "clamp", "conj", "gelu_grad", NULL};
 static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum",
                                            "pow", "atan2", NULL};
 static const char *const compare_names[] = {"eq", "ne", "lt", "le", "gt", "ge", NULL};

@@ -41,7 +41,9 @@ static void cl_prelude(oari_sbuf *src) {
         "#define nearbyintf(x) rint(x)\n#define nearbyint(x) rint(x)\n"
         "#define powf(x, y) pow(x, y)\n#define atan2f(y, x) atan2(y, x)\n"
         "#define oari_vexpf(x) exp(x)\n"
-        "#define oari_vgeluf(x) (0.5f * (x) * (1.0f + erf((x) * M_SQRT1_2_F)))\n");
+        "#define oari_vgeluf(x) (0.5f * (x) * (1.0f + erf((x) * M_SQRT1_2_F)))\n"
+        "#define oari_vgelu_gradf(x) (0.5f * erfc(-(x) * M_SQRT1_2_F) + (x) * exp(-0.5f * (x) * (x)) * "
+        "0.39894228040143268f)\n");
     if (oari_cl_prelude_extra) oari_sbuf_puts(src, oari_cl_prelude_extra);
 }
 

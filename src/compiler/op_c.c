@@ -136,6 +136,14 @@ bool oari_c_elementwise(const oar_graph *g, const oari_gnode *n, const char *con
         else
             oari_sbuf_printf(o, "((%2$s)0.5 * %1$s * ((%2$s)1 + erf%3$s(%1$s * (%2$s)M_SQRT1_2)))", a[0], T, F);
         return true;
+    case OARI_OP_gelu_grad: /* Phi(x) + x phi(x) */
+        if (!is_float(od) || d0 != od) return false;
+        if (od == OAR_F32) /* the CPU kernel's own (cpu_vmath.h, in every unit) */
+            oari_sbuf_printf(o, "oari_vgelu_gradf(%s)", a[0]);
+        else
+            oari_sbuf_printf(o, "((%2$s)0.5 * erfc%3$s(-%1$s * (%2$s)M_SQRT1_2) + %1$s * exp%3$s((%2$s)-0.5 * %1$s * %1$s) "
+                             "* (%2$s)0.39894228040143268)", a[0], T, F);
+        return true;
     case OARI_OP_softplus:
         if (!is_float(od) || d0 != od || at->nf < 2) return false;
         oari_sbuf_printf(o, "(%s * ", a[0]);

@@ -167,13 +167,16 @@ static int grad_gelu(oari_grad_ctx *g) {
         oar_tensor *right = oar_mul(oar_mul(oar_mul(x, sc(0.5)), oar_sub(sc(1), oar_square(t))), dinner);
         d = oar_add(left, right);
     } else {
-        /* Phi(x) + x phi(x) */
-        oar_tensor *cdf = oar_mul(oar_add(oar_erf(oar_mul(x, sc(M_SQRT1_2))), sc(1)), sc(0.5));
-        oar_tensor *pdf = oar_mul(oar_exp(oar_mul(oar_square(x), sc(-0.5))), sc(M_2_SQRTPI * M_SQRT1_2 * 0.5));
-        d = oar_add(cdf, oar_mul(x, pdf));
+        d = oari_call1(OARI_OP_gelu_grad, x, NULL); /* Phi(x) + x phi(x), one kernel */
     }
     g->gin[0] = oar_mul(g->gout[0], d);
     return done(g);
+}
+/* gelu_grad's own derivative: d/dx (Phi + x phi) = 2 phi - x^2 phi = phi (2 - x^2) */
+static int grad_gelu_grad(oari_grad_ctx *g) {
+    oar_tensor *x = X(g), *x2 = oar_square(x);
+    oar_tensor *pdf = oar_mul(oar_exp(oar_mul(x2, sc(-0.5))), sc(M_2_SQRTPI * M_SQRT1_2 * 0.5));
+    return chain(g, oar_mul(pdf, oar_sub(sc(2), x2)));
 }
 static int grad_silu(oari_grad_ctx *g) {
     /* s (1 + x (1 - s)) */
@@ -263,6 +266,7 @@ UNARY_DEF(relu6,      U_SAME,     false, false, grad_relu6,      SX, 0)
 UNARY_DEF_ONLY(leaky_relu, U_FLOAT, false, true, grad_leaky_relu, SX, 0)
 UNARY_DEF_ONLY(elu,   U_FLOAT,    false, true,  grad_elu,        SX, 0)
 UNARY_DEF_ONLY(gelu,  U_FLOAT,    false, true,  grad_gelu,       SX, 0)
+UNARY_DEF_ONLY(gelu_grad, U_FLOAT, false, true, grad_gelu_grad,  SX, 0)
 UNARY_DEF(silu,       U_FLOAT,    false, true,  grad_silu,       SX, 0)
 UNARY_DEF(erf,        U_FLOAT,    false, true,  grad_erf,        SX, 0)
 UNARY_DEF(floor,      U_SAME,     false, false, grad_zero,       0,  0)

@@ -50,6 +50,7 @@ FN(f_atan, oar_atan(x[0])) FN(f_sinh, oar_sinh(x[0])) FN(f_cosh, oar_cosh(x[0]))
 FN(f_tanh, oar_tanh(x[0])) FN(f_sigmoid, oar_sigmoid(x[0])) FN(f_relu, oar_relu(x[0]))
 FN(f_relu6, oar_relu6(x[0])) FN(f_leaky_relu, oar_leaky_relu(x[0], 0.1))
 FN(f_elu, oar_elu(x[0], 1.3)) FN(f_gelu, oar_gelu(x[0], false)) FN(f_gelu_tanh, oar_gelu(x[0], true))
+FN(f_gelu_grad, oari_call1(OARI_OP_gelu_grad, x[0], NULL)) /* internal: gelu's backward */
 FN(f_silu, oar_silu(x[0])) FN(f_softplus, oar_softplus(x[0], 1.5, 20))
 FN(f_softplus_thr, oar_softplus(x[0], 1.0, 1.0))
 FN(f_erf, oar_erf(x[0])) FN(f_floor, oar_floor(x[0])) FN(f_ceil, oar_ceil(x[0]))
@@ -194,6 +195,7 @@ static const op_case op_cases[] = {
     {"elu", "", f_elu, 1, {{SH2(3, 4)}}, KINK0},
     {"gelu", "erf", f_gelu, 1, {{SH2(3, 4)}}, NOOPT},
     {"gelu", "tanh", f_gelu_tanh, 1, {{SH2(3, 4)}}, NOOPT},
+    {"gelu_grad", "", f_gelu_grad, 1, {{SH2(3, 4)}}, NOOPT},
     {"silu", "", f_silu, 1, {{SH2(3, 4)}}, NOOPT},
     {"softplus", "", f_softplus, 1, {{SH2(3, 4)}}, NOOPT},
     {"softplus", "threshold", f_softplus_thr, 1, {{SH2(3, 4)}}, {.kinks = {1}, .n_kinks = 1, .margin = 0.05}},

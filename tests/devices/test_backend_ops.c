@@ -310,7 +310,7 @@ static const char *const unary_ops[] = {
     "neg", "abs", "sign", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "square",
     "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid",
     "relu", "relu6", "leaky_relu", "elu", "gelu", "silu", "softplus", "erf", "floor", "ceil",
-    "round", "trunc", "clamp", "conj", NULL};
+    "round", "trunc", "clamp", "conj", "gelu_grad", NULL};
 
 static void unary_cases(oar_device *dev) {
     for (int u = 0; unary_ops[u]; u++) {

@@ -173,6 +173,10 @@ static int k_gelu_f64(void *ctx, const oar_kernel_call *c) {
 }
 const oari_cpu_kernels oari_cpu_k_gelu = {K_FLOAT(gelu)};
 
+/* gelu_grad: Phi(x) + x phi(x); in f64 Phi from erfc (accurate in the left tail) */
+MATH_R(gelu_grad, oari_vgelu_gradf(x),
+       0.5 * erfc(-x * M_SQRT1_2) + x * exp(-0.5 * x * x) * 0.39894228040143268)
+
 MATH_R(silu, x / (1.0f + oari_vexpf(-x)), x / (1.0 + exp(-x)))
 
 /* softplus: fattr[0] beta, fattr[1] threshold; linear where beta x > threshold */

@@ -137,4 +137,29 @@ OARI_VINLINE float oari_vgeluf(float x) {
     return x * phi;
 }
 
+/* gelu's derivative, Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi):
+ * Phi as in oari_vgeluf, from the E = exp(-x^2/2) that phi needs anyway
+ * (erfc(a) = E Q(1 / (1 + a/2)), a = |x| / sqrt 2), so one exp serves both
+ * (the graph's decomposition took an erf and an exp). NaN passes through;
+ * +-inf give NaN (inf * 0), as the decomposition. */
+OARI_VINLINE float oari_vgelu_gradf(float x) {
+    float a0 = fabsf(x) * 0.70710678118654752f;
+    float a = a0 < 4.0f ? a0 : 4.0f;
+    float u = 1.0f / (1.0f + 0.5f * a);
+    float q = -4.972551018e-02f;
+    q = q * u + 3.381822705e-01f;
+    q = q * u + -8.881477714e-01f;
+    q = q * u + 1.012204766e+00f;
+    q = q * u + -4.022063613e-01f;
+    q = q * u + 4.733629823e-01f;
+    q = q * u + 2.271027714e-01f;
+    q = q * u + 2.896826565e-01f;
+    q = q * u + -4.557223583e-04f;
+    float e = oari_vexpf((-0.5f * x) * x); /* -x^2/2 with one rounding */
+    float h = 0.5f * e * q;
+    h = a0 < 4.0f ? h : 0.0f; /* (false for NaN too) */
+    float phi = x < 0.0f ? h : 1.0f - h;
+    return phi + x * (e * 0.39894228040143268f);
+}
+
 #endif
