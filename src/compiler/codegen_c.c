@@ -1026,10 +1026,10 @@ static void c_function(const oari_kernel_text *k, oari_sbuf *src) {
         int d_in = -1, W = 0; /* a single inner loop of static length: in blocks? */
         for (int d = 0; d < nd; d++)
             if (!(k->outer_mask & (1u << d))) d_in = d;
-        char *end = NULL;
-        long long n_in = n_inner == 1 ? strtoll(dim[d_in], &end, 10) : 0;
-        if (n_inner == 1 && end && !*end && !k->inner_reads_output && !k->same_index)
-            W = block_lanes(k->g, k->args, k->n_args, k->g->values[k->args[0]].dtype, n_in);
+        const oari_gvalue *root = &k->g->values[k->args[0]]; /* the loops' dims are its dims */
+        long long n_in = n_inner == 1 && root->sym[d_in] < 0 ? (long long)root->shape[d_in] : 0;
+        if (n_in && !k->inner_reads_output && !k->same_index)
+            W = block_lanes(k->g, k->args, k->n_args, root->dtype, n_in);
         if (W) {
             /* as write_blocked_reduction: the last block moves back to end at
              * the row's end and writes its overlap again, with the same values

@@ -15,29 +15,33 @@ static float *gelu_f32(const float *v, int64_t n, oar_tensor **keep) {
     return *keep ? (float *)oar_tensor_data(*keep) : NULL;
 }
 
-static void test_gelu_dense_sweep(void) {
+/* f over 2^21 points on [-10, 10] against ref in double: |y - ref| / (1 +
+ * |ref|) within `bound` everywhere, and |y - ref| / |ref| within
+ * `bound_tail` in the left tail (x in [-5.5, -1]). */
+static void check_sweep(const char *name, float *(*f)(const float *, int64_t, oar_tensor **),
+                        double (*ref)(double), double bound, double bound_tail) {
     oar_pool *p = oar_pool_push();
     const int64_t n = (int64_t)1 << 21;
     float *v = malloc((size_t)n * sizeof *v);
     for (int64_t i = 0; i < n; i++) v[i] = -10.0f + 20.0f * (float)i / (float)n;
     oar_tensor *keep;
-    const float *y = gelu_f32(v, n, &keep);
+    const float *y = f(v, n, &keep);
     CHECK(y != NULL);
     double worst = 0, worst_tail = 0;
     for (int64_t i = 0; y && i < n; i++) {
-        double r = gelu_ref(v[i]), e = fabs((double)y[i] - r);
+        double r = ref(v[i]), e = fabs((double)y[i] - r);
         if (!(e / (1 + fabs(r)) <= worst)) worst = e / (1 + fabs(r));
-        if (v[i] >= -5.5f && v[i] <= -1.0f && !(e / fabs(r) <= worst_tail))
-            worst_tail = e / fabs(r);
+        if (v[i] >= -5.5f && v[i] <= -1.0f && !(e / fabs(r) <= worst_tail)) worst_tail = e / fabs(r);
     }
-    CHECK(worst <= 1.5e-7);
-    CHECK(worst_tail <= 4e-6);
-    if (worst > 1.5e-7 || worst_tail > 4e-6)
-        fprintf(stderr, "gelu f32: worst %g (abs, scaled), %g (relative, left tail)\n", worst,
-                worst_tail);
+    CHECK(worst <= bound);
+    CHECK(worst_tail <= bound_tail);
+    if (worst > bound || worst_tail > bound_tail || getenv("SHOW"))
+        fprintf(stderr, "%s f32: worst %g (abs, scaled), %g (relative, left tail)\n", name, worst, worst_tail);
     free(v);
     oar_pool_pop(p);
 }
+
+static void test_gelu_dense_sweep(void) { check_sweep("gelu", gelu_f32, gelu_ref, 1.5e-7, 4e-6); }
 
 static void test_gelu_tails_and_specials(void) {
     static const int64_t sizes[] = {1, 7, 8, 9, 17};
@@ -90,26 +94,11 @@ static float *gelu_grad_f32(const float *v, int64_t n, oar_tensor **keep) {
  * [-5.5, -1]: the result falls from -0.08 to -1.3e-6), within 2e-6
  * relative (measured 6.5e-7); specials. */
 static void test_gelu_grad(void) {
+    check_sweep("gelu_grad", gelu_grad_f32, gelu_grad_ref, 2e-7, 2e-6);
     oar_pool *p = oar_pool_push();
-    const int64_t n = (int64_t)1 << 21;
-    float *v = malloc((size_t)n * sizeof *v);
-    for (int64_t i = 0; i < n; i++) v[i] = -10.0f + 20.0f * (float)i / (float)n;
     oar_tensor *keep;
-    const float *y = gelu_grad_f32(v, n, &keep);
-    CHECK(y != NULL);
-    double worst = 0, worst_tail = 0;
-    for (int64_t i = 0; y && i < n; i++) {
-        double r = gelu_grad_ref(v[i]), e = fabs((double)y[i] - r);
-        if (!(e / (1 + fabs(r)) <= worst)) worst = e / (1 + fabs(r));
-        if (v[i] >= -5.5f && v[i] <= -1.0f && !(e / fabs(r) <= worst_tail)) worst_tail = e / fabs(r);
-    }
-    CHECK(worst <= 2e-7);
-    CHECK(worst_tail <= 2e-6);
-    if (worst > 2e-7 || worst_tail > 2e-6 || getenv("SHOW"))
-        fprintf(stderr, "gelu_grad f32: worst %g (abs, scaled), %g (relative, left tail)\n", worst, worst_tail);
-    free(v);
     const float sp[] = {NAN, INFINITY, -INFINITY, 0.0f, 30.0f, -30.0f};
-    y = gelu_grad_f32(sp, 6, &keep);
+    const float *y = gelu_grad_f32(sp, 6, &keep);
     CHECK(y != NULL);
     if (y) {
         CHECK(isnan(y[0]));

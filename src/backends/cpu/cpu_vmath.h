@@ -112,54 +112,46 @@ OARI_VINLINE float oari_vexpf_neg16(float t) {
     return y * s;
 }
 
-/* gelu's x Phi(x), Phi(x) = 0.5 erfc(-x / sqrt 2): with a = |x| / sqrt 2,
- * E = erfc(a) = exp(-a^2) Q(1 / (1 + a/2)), Q fitted to erfc(a) exp(a^2)
- * over [0, 4] (relative 1.2e-8); Phi = E/2 for x < 0 (relative accuracy
- * kept in the left tail), 1 - E/2 for x >= 0. For a >= 4 (erfc(4) =
- * 1.5e-8), Phi is 0 or 1: x < -5.65 gives -0 and -inf gives NaN (-inf * 0),
- * as PyTorch; NaN passes through. */
+/* Phi(x) = 0.5 erfc(-x / sqrt 2), for gelu and its derivative: with
+ * a0 = |x| / sqrt 2 and a = min(a0, 4), erfc(a) = exp(-a^2) Q(1 / (1 + a/2)),
+ * Q fitted to erfc(a) exp(a^2) over [0, 4] (relative 1.2e-8); e is the
+ * caller's exp(-a^2). Phi = E/2 for x < 0 (relative accuracy kept in the
+ * left tail), 1 - E/2 for x >= 0. For a0 >= 4 (erfc(4) = 1.5e-8), Phi is 0
+ * or 1; NaN gives NaN (its comparisons are false: 1 - 0.5 e Q, e NaN). */
+OARI_VINLINE float oari_vphif(float x, float a0, float e) {
+    float a = a0 < 4.0f ? a0 : 4.0f;
+    float u = 1.0f / (1.0f + 0.5f * a);
+    float q = -4.972551018e-02f;
+    q = q * u + 3.381822705e-01f;
+    q = q * u + -8.881477714e-01f;
+    q = q * u + 1.012204766e+00f;
+    q = q * u + -4.022063613e-01f;
+    q = q * u + 4.733629823e-01f;
+    q = q * u + 2.271027714e-01f;
+    q = q * u + 2.896826565e-01f;
+    q = q * u + -4.557223583e-04f;
+    float h = 0.5f * e * q;
+    h = a0 < 4.0f ? h : 0.0f; /* (false for NaN too) */
+    return x < 0.0f ? h : 1.0f - h;
+}
+
+/* gelu's x Phi(x), e = exp(-a^2) over [-16, 0] (a <= 4): x < -5.65 gives -0
+ * and -inf gives NaN (-inf * 0), as PyTorch; NaN passes through. */
 OARI_VINLINE float oari_vgeluf(float x) {
     float a0 = fabsf(x) * 0.70710678118654752f;
     float a = a0 < 4.0f ? a0 : 4.0f;
-    float u = 1.0f / (1.0f + 0.5f * a);
-    float q = -4.972551018e-02f;
-    q = q * u + 3.381822705e-01f;
-    q = q * u + -8.881477714e-01f;
-    q = q * u + 1.012204766e+00f;
-    q = q * u + -4.022063613e-01f;
-    q = q * u + 4.733629823e-01f;
-    q = q * u + 2.271027714e-01f;
-    q = q * u + 2.896826565e-01f;
-    q = q * u + -4.557223583e-04f;
-    float h = 0.5f * oari_vexpf_neg16(-(a * a)) * q;
-    h = a0 < 4.0f ? h : 0.0f; /* (false for NaN too) */
-    float phi = x < 0.0f ? h : 1.0f - h;
-    return x * phi;
+    return x * oari_vphif(x, a0, oari_vexpf_neg16(-(a * a)));
 }
 
 /* gelu's derivative, Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi):
- * Phi as in oari_vgeluf, from the E = exp(-x^2/2) that phi needs anyway
- * (erfc(a) = E Q(1 / (1 + a/2)), a = |x| / sqrt 2), so one exp serves both
- * (the graph's decomposition took an erf and an exp). NaN passes through;
- * +-inf give NaN (inf * 0), as the decomposition. */
+ * the E = exp(-x^2/2) that phi needs is Phi's exp(-a^2) too (a = a0 below
+ * 4, and Phi ignores it beyond), so one exp serves both (the graph's
+ * decomposition took an erf and an exp). NaN passes through; +-inf give
+ * NaN (inf * 0), as the decomposition. */
 OARI_VINLINE float oari_vgelu_gradf(float x) {
     float a0 = fabsf(x) * 0.70710678118654752f;
-    float a = a0 < 4.0f ? a0 : 4.0f;
-    float u = 1.0f / (1.0f + 0.5f * a);
-    float q = -4.972551018e-02f;
-    q = q * u + 3.381822705e-01f;
-    q = q * u + -8.881477714e-01f;
-    q = q * u + 1.012204766e+00f;
-    q = q * u + -4.022063613e-01f;
-    q = q * u + 4.733629823e-01f;
-    q = q * u + 2.271027714e-01f;
-    q = q * u + 2.896826565e-01f;
-    q = q * u + -4.557223583e-04f;
     float e = oari_vexpf((-0.5f * x) * x); /* -x^2/2 with one rounding */
-    float h = 0.5f * e * q;
-    h = a0 < 4.0f ? h : 0.0f; /* (false for NaN too) */
-    float phi = x < 0.0f ? h : 1.0f - h;
-    return phi + x * (e * 0.39894228040143268f);
+    return oari_vphif(x, a0, e) + x * (e * 0.39894228040143268f);
 }
 
 #endif
