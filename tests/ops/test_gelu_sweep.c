@@ -6,6 +6,8 @@
  * Then gelu's derivative (the gelu_grad op its backward runs) the same way. */
 #include "test.h"
 
+#include "ops/op.h" /* oari_call1: gelu_grad has no public function */
+
 /* The reference in double. */
 static double gelu_ref(double x) { return 0.5 * x * erfc(-x * M_SQRT1_2); }
 
@@ -107,6 +109,9 @@ static void test_gelu_grad(void) {
         CHECK(y[4] == 1.0f);
         CHECK(y[5] == 0.0f); /* Phi(-30) and -30 phi(-30) underflow */
     }
+    /* bad input: none, a complex one (gelu is real-only) */
+    CHECK_FAILS(oari_call1(OARI_OP_gelu_grad, NULL, NULL), "NULL");
+    CHECK_FAILS(oari_call1(OARI_OP_gelu_grad, oar_zeros(OAR_C64, 1, (int64_t[]){3}), NULL), "complex");
     oar_pool_pop(p);
 }
 
