@@ -36,7 +36,7 @@ static int add_node(engine *e, struct oari_node *n) {
     if (e->n == e->cap) {
         int cap = e->cap ? e->cap * 2 : 64;
         slot *s = oari_obj_realloc(e->slots, (size_t)e->cap * sizeof *s, (size_t)cap * sizeof *s);
-        if (!s) return OAR_ERR_NOMEM;
+        if (!s) return oari_fail_status();
         e->slots = s;
         e->cap = cap;
     }
@@ -44,7 +44,7 @@ static int add_node(engine *e, struct oari_node *n) {
         int cap = e->capgrads ? e->capgrads * 2 : 128;
         while (cap < e->ngrads + n->n_out) cap *= 2;
         oar_tensor **g = oari_obj_realloc(e->grads, (size_t)e->capgrads * sizeof *g, (size_t)cap * sizeof *g);
-        if (!g) return OAR_ERR_NOMEM;
+        if (!g) return oari_fail_status();
         memset(g + e->capgrads, 0, (size_t)(cap - e->capgrads) * sizeof *g);
         e->grads = g;
         e->capgrads = cap;
@@ -76,7 +76,7 @@ static int accumulate(oar_tensor **acc, oar_tensor *g) {
     oar_pool *p = oar_pool_push();
     oar_tensor *s = oar_tensor_retain(oar_add(*acc, g));
     oar_pool_pop(p);
-    if (!s) return OAR_ERR_NOMEM;
+    if (!s) return oari_fail_status();
     oar_tensor_release(*acc);
     *acc = s;
     return 0;
@@ -103,7 +103,7 @@ static int to_leaf_sum(engine *e, oar_tensor *leaf, oar_tensor *g) {
     if (e->grad_mode) {
         for (int i = input_index(e, leaf, 0); i >= 0; i = input_index(e, leaf, i + 1)) {
             e->reached[i] = true;
-            if (g && accumulate(&e->res[i], g)) return OAR_ERR_NOMEM;
+            if (g && accumulate(&e->res[i], g)) return oari_fail_status();
         }
         return 0;
     }
@@ -116,7 +116,7 @@ static int to_leaf_sum(engine *e, oar_tensor *leaf, oar_tensor *g) {
             oar_pool *p = oar_pool_push();
             oar_tensor *c = oar_tensor_retain(oar_clone(g));
             oar_pool_pop(p);
-            if (!c) return OAR_ERR_NOMEM;
+            if (!c) return oari_fail_status();
             leaf->grad = c;
             return 0;
         }
@@ -156,10 +156,10 @@ static int run_node(engine *e, slot *s) {
     oar_tensor **buf = stack_buf;
     bool *needs = needs_buf;
     size_t nbuf = (size_t)(2 * n_in + n_out), nbytes = nbuf * sizeof *buf;
-    if (nbuf > 16 && !(buf = oari_calloc(nbuf, sizeof *buf))) return OAR_ERR_NOMEM;
+    if (nbuf > 16 && !(buf = oari_calloc(nbuf, sizeof *buf))) return oari_fail_status();
     if (n_in > 8 && !(needs = oari_calloc((size_t)n_in, sizeof *needs))) {
         if (buf != stack_buf) oari_free(buf, nbytes);
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
     memset(buf, 0, nbuf * sizeof *buf);
     oar_tensor **in = buf, **out = buf + n_in, **gin = buf + n_in + n_out;
@@ -172,7 +172,7 @@ static int run_node(engine *e, slot *s) {
     for (int k = 0; k < n_in + n_out && !st && any; k++) {
         oar_tensor *t = NULL;
         st = oari_saved_unpack(n, k, e->create_graph, &t);
-        if (t && !oari_pool_adopt(t)) st = OAR_ERR_NOMEM;
+        if (t && !oari_pool_adopt(t)) st = oari_fail_status();
         if (k < n_in) in[k] = t;
         else out[k - n_in] = t;
     }
@@ -230,7 +230,7 @@ static int run_graph(engine *e) {
     }
     if (st) return st;
     e->norder = e->n ? e->n : 1;
-    if (!(e->order = oari_obj_alloc((size_t)e->norder * sizeof *e->order))) return OAR_ERR_NOMEM;
+    if (!(e->order = oari_obj_alloc((size_t)e->norder * sizeof *e->order))) return oari_fail_status();
     int head = 0, tail = 0;
     for (int k = 0; k < e->n; k++)
         if (e->slots[k].deps == 0) e->order[tail++] = k;
@@ -320,11 +320,11 @@ static int engine_run(int n_out, oar_tensor *const *outputs, oar_tensor *const *
     if (grad_mode) {
         e.res = oari_obj_calloc((size_t)n_in * sizeof *e.res);
         e.reached = oari_obj_calloc((size_t)n_in * sizeof *e.reached);
-        if (!e.res || !e.reached) st = OAR_ERR_NOMEM;
+        if (!e.res || !e.reached) st = oari_fail_status();
     }
     int old_depth = oari_grad_mode_set_depth(e.create_graph ? 0 : 1);
     oar_pool *p = oar_pool_push();
-    if (!p) st = OAR_ERR_NOMEM;
+    if (!p) st = oari_fail_status();
     /* seed the roots */
     for (int k = 0; k < n_out && !st; k++) {
         oar_tensor *o = outputs[k];
@@ -340,7 +340,7 @@ static int engine_run(int n_out, oar_tensor *const *outputs, oar_tensor *const *
                                 "a one-element real output; output %d is %s %s: pass grad_output", api,
                                 k, oar_dtype_name(o->dtype), oari_shape_str(a, o->ndim, o->shape));
             else if (!(go = oar_ones_like(o)))
-                st = OAR_ERR_NOMEM;
+                st = oari_fail_status();
         } else if (go->ndim != o->ndim || memcmp(go->shape, o->shape, (size_t)o->ndim * sizeof *o->shape)) {
             st = oari_error(OAR_ERR_INVALID, "%s: grad_output %d has shape %s but output %d has shape %s",
                             api, k, oari_shape_str(a, go->ndim, go->shape), k,
@@ -351,7 +351,7 @@ static int engine_run(int n_out, oar_tensor *const *outputs, oar_tensor *const *
                                 "is real (%s)", api, k, oar_dtype_name(go->dtype), k,
                                 oar_dtype_name(o->dtype));
             else if (!(go = oar_cast(go, o->dtype)))
-                st = OAR_ERR_NOMEM;
+                st = oari_fail_status();
         }
         if (st) break;
         if (o->grad_fn) {
@@ -369,14 +369,14 @@ static int engine_run(int n_out, oar_tensor *const *outputs, oar_tensor *const *
                                 "outputs (pass allow_unused to get NULL for it)", i);
             continue;
         }
-        if (!(e.res[i] = oar_tensor_retain(oar_zeros_like(inputs[i])))) st = OAR_ERR_NOMEM;
+        if (!(e.res[i] = oar_tensor_retain(oar_zeros_like(inputs[i])))) st = oari_fail_status();
     }
     engine_free(&e);
     oar_pool_pop(p);
     oari_grad_mode_set_depth(old_depth);
     for (int i = 0; i < e.n_in && e.res; i++) {
         if (!st) {
-            if (e.res[i] && !(grads[i] = oari_pool_adopt(e.res[i]))) st = OAR_ERR_NOMEM;
+            if (e.res[i] && !(grads[i] = oari_pool_adopt(e.res[i]))) st = oari_fail_status();
         } else {
             oar_tensor_release(e.res[i]);
         }

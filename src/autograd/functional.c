@@ -27,7 +27,7 @@ static int prep_inputs(const char *api, int n_in, oar_tensor *const *inputs, boo
             xs[i] = x;
             continue;
         }
-        if (!(xs[i] = oar_detach(x))) return OAR_ERR_NOMEM;
+        if (!(xs[i] = oar_detach(x))) return oari_fail_status();
         xs[i]->requires_grad = true;
     }
     return 0;
@@ -55,7 +55,7 @@ static int call_fn(const char *api, oar_fn fn, void *ctx, int n_in, oar_tensor *
 static int grad_or_zeros(int n_out, oar_tensor **outs, oar_tensor *const *gouts, int n_in,
                          oar_tensor **ins, unsigned flags, oar_tensor **grads) {
     oar_tensor **o = tarray(n_out), **go = tarray(n_out);
-    int st = o && go ? 0 : OAR_ERR_NOMEM, m = 0;
+    int st = o && go ? 0 : oari_fail_status(), m = 0;
     for (int j = 0; j < n_out && !st; j++) {
         if (!outs[j]->requires_grad) continue;
         o[m] = outs[j];
@@ -64,7 +64,7 @@ static int grad_or_zeros(int n_out, oar_tensor **outs, oar_tensor *const *gouts,
     for (int i = 0; i < n_in; i++) grads[i] = NULL;
     if (!st && m) st = oar_grad_ex(m, o, go, n_in, ins, flags | OAR_GRAD_ALLOW_UNUSED, grads);
     for (int i = 0; i < n_in && !st; i++)
-        if (!grads[i] && !(grads[i] = oar_zeros_like(ins[i]))) st = OAR_ERR_NOMEM;
+        if (!grads[i] && !(grads[i] = oar_zeros_like(ins[i]))) st = oari_fail_status();
     tfree(o, n_out);
     tfree(go, n_out);
     return st;
@@ -75,7 +75,7 @@ static int hand_out(oar_pool *p, int st, int n, oar_tensor **res) {
     for (int i = 0; i < n; i++) res[i] = st ? NULL : oar_tensor_retain(res[i]);
     oar_pool_pop(p);
     for (int i = 0; i < n && !st; i++)
-        if (!oari_pool_adopt(res[i])) st = OAR_ERR_NOMEM;
+        if (!oari_pool_adopt(res[i])) st = oari_fail_status();
     if (st)
         for (int i = 0; i < n; i++) res[i] = NULL;
     return st;
@@ -84,7 +84,7 @@ static int hand_out(oar_pool *p, int st, int n, oar_tensor **res) {
 /* Outputs as the caller sees them: detached unless create_graph. */
 static int detach_outputs(int n, oar_tensor **outs, bool create_graph) {
     for (int j = 0; j < n && !create_graph; j++)
-        if (outs[j]->requires_grad && !(outs[j] = oar_detach(outs[j]))) return OAR_ERR_NOMEM;
+        if (outs[j]->requires_grad && !(outs[j] = oar_detach(outs[j]))) return oari_fail_status();
     return 0;
 }
 
@@ -94,7 +94,7 @@ int oar_vjp(oar_fn fn, void *ctx, int n_in, oar_tensor *const *inputs, int n_out
     oar_pool *p = oar_pool_push();
     int n_res = n_in + n_out;
     oar_tensor **xs = tarray(n_in), **res = tarray(n_res);
-    int st = xs && res ? 0 : OAR_ERR_NOMEM;
+    int st = xs && res ? 0 : oari_fail_status();
     oar_tensor **outs = res ? res + n_in : NULL;
     if (!st) st = prep_inputs("oar_vjp", n_in, inputs, create_graph, xs);
     if (!st) st = call_fn("oar_vjp", fn, ctx, n_in, xs, n_out, outs);
@@ -115,7 +115,7 @@ int oar_jvp(oar_fn fn, void *ctx, int n_in, oar_tensor *const *inputs, oar_tenso
     int n_res = 2 * n_out;
     oar_tensor **xs = tarray(n_in), **res = tarray(n_res), **u = tarray(n_out),
                **g = tarray(n_in), **gr = tarray(n_in), **tr = tarray(n_in);
-    int st = xs && res && u && g && gr && tr ? 0 : OAR_ERR_NOMEM;
+    int st = xs && res && u && g && gr && tr ? 0 : oari_fail_status();
     oar_tensor **outs = res ? res + n_out : NULL;
     if (!st) st = prep_inputs("oar_jvp", n_in, inputs, create_graph, xs);
     for (int i = 0; i < n_in && !st; i++) {
@@ -131,7 +131,7 @@ int oar_jvp(oar_fn fn, void *ctx, int n_in, oar_tensor *const *inputs, oar_tenso
             st = oari_error(OAR_ERR_INVALID, "oar_jvp: output %d is complex; jvp supports real "
                             "functions (use oar_vjp or oar_jacobian)", j);
         else if (!(u[j] = oar_zeros_like(outs[j])))
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
         else
             u[j]->requires_grad = true;
     }
@@ -147,7 +147,7 @@ int oar_jvp(oar_fn fn, void *ctx, int n_in, oar_tensor *const *inputs, oar_tenso
         st = oar_grad_ex(m, gr, tr, n_out, u,
                          OAR_GRAD_ALLOW_UNUSED | (create_graph ? OAR_GRAD_CREATE_GRAPH : 0), res);
     for (int j = 0; j < n_out && !st; j++)
-        if (!res[j] && !(res[j] = oar_zeros_like(outs[j]))) st = OAR_ERR_NOMEM;
+        if (!res[j] && !(res[j] = oar_zeros_like(outs[j]))) st = oari_fail_status();
     if (!st) st = detach_outputs(n_out, outs, create_graph);
     st = hand_out(p, st, res ? (outputs ? n_res : n_out) : 0, res);
     for (int j = 0; j < n_out; j++) jvp[j] = res && !st ? res[j] : NULL;
@@ -172,7 +172,7 @@ int oar_jacobian(oar_fn fn, void *ctx, int n_in, oar_tensor *const *inputs, int 
     oar_pool *p = oar_pool_push();
     int n_res = n_out * n_in;
     oar_tensor **xs = tarray(n_in), **outs = tarray(n_out), **res = tarray(n_res), **g = tarray(n_in);
-    int st = xs && outs && res && g ? 0 : OAR_ERR_NOMEM;
+    int st = xs && outs && res && g ? 0 : oari_fail_status();
     if (!st) st = prep_inputs("oar_jacobian", n_in, inputs, create_graph, xs);
     if (!st) st = call_fn("oar_jacobian", fn, ctx, n_in, xs, n_out, outs);
     unsigned flags = OAR_GRAD_RETAIN_GRAPH | OAR_GRAD_ALLOW_UNUSED | (create_graph ? OAR_GRAD_CREATE_GRAPH : 0);
@@ -187,14 +187,14 @@ int oar_jacobian(oar_fn fn, void *ctx, int n_in, oar_tensor *const *inputs, int 
         }
         if (st) break;
         oar_tensor **rows = tarray((int)(m * n_in));
-        if (!rows) { st = OAR_ERR_NOMEM; break; }
+        if (!rows) { st = oari_fail_status(); break; }
         bool live = o->requires_grad && m > 0;
         for (int64_t k = 0; k < m && live && !st; k++) {
             oar_tensor *e = one_hot_like(o, k);
-            if (!e) { st = OAR_ERR_NOMEM; break; }
+            if (!e) { st = oari_fail_status(); break; }
             st = oar_grad_ex(1, &o, &e, n_in, xs, flags, g);
             for (int i = 0; i < n_in && !st; i++)
-                if (!(rows[i * m + k] = g[i] ? g[i] : oar_zeros_like(xs[i]))) st = OAR_ERR_NOMEM;
+                if (!(rows[i * m + k] = g[i] ? g[i] : oar_zeros_like(xs[i]))) st = oari_fail_status();
         }
         for (int i = 0; i < n_in && !st; i++) {
             int64_t shape[OAR_MAX_DIMS];
@@ -203,7 +203,7 @@ int oar_jacobian(oar_fn fn, void *ctx, int n_in, oar_tensor *const *inputs, int 
             memcpy(shape + o->ndim, xs[i]->shape, (size_t)xs[i]->ndim * sizeof *shape);
             oar_tensor *r = live ? oar_reshape(oar_stack((int)m, rows + i * m, 0), nd, shape)
                                  : oar_zeros(xs[i]->dtype, nd, shape);
-            if (!(res[j * n_in + i] = r)) st = OAR_ERR_NOMEM;
+            if (!(res[j * n_in + i] = r)) st = oari_fail_status();
         }
         tfree(rows, (int)(m * n_in));
     }
@@ -249,7 +249,7 @@ int oar_hvp(oar_fn fn, void *ctx, int n_in, oar_tensor *const *inputs, oar_tenso
     oar_pool *p = oar_pool_push();
     int n_res = n_in + 1;
     oar_tensor **xs = tarray(n_in), **res = tarray(n_res), **g = tarray(n_in);
-    int st = xs && res && g ? 0 : OAR_ERR_NOMEM;
+    int st = xs && res && g ? 0 : oari_fail_status();
     if (!st) st = prep_inputs("oar_hvp", n_in, inputs, create_graph, xs);
     for (int i = 0; i < n_in && !st; i++) {
         if (v[i]) continue;

@@ -36,7 +36,7 @@ int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_in, oar_tens
     size_t size = head + n_meta * sizeof(oari_meta) + (size_t)n_in * sizeof(oari_edge) +
                   n_meta * sizeof(oari_saved);
     struct oari_node *n = oari_obj_calloc(size);
-    if (!n) return OAR_ERR_NOMEM;
+    if (!n) return oari_fail_status();
     char *p = (char *)n + head;
     n->in_meta = (oari_meta *)p;
     n->out_meta = n->in_meta + n_in;
@@ -161,7 +161,7 @@ int oari_saved_unpack(struct oari_node *n, int k, bool graph, oar_tensor **out) 
     }
     oar_tensor *t = s->dist ? oari_dtensor_from_attr(s->dist, m->dtype, m->ndim, m->shape)
                             : oari_tensor_make(s->storage, m->dtype, m->ndim, m->shape, s->strides, s->offset);
-    if (!t) return OAR_ERR_NOMEM;
+    if (!t) return oari_fail_status();
     t->wrapped_number = s->wrapped_number;
     if (graph) {
         struct oari_node *fn = is_in ? n->edges[idx].fn : n;

@@ -1246,13 +1246,13 @@ int oari_codegen_kernel(const oar_graph *g, const oari_renderer *r, const int *k
     *outer_mask = c.outer_mask;
     *same_index_ = same_index(&c);
     if (st == 1) *bad = c.bad;
-    if (!st && src->failed) st = OAR_ERR_NOMEM;
+    if (!st && src->failed) st = oari_fail_status();
     if (!st) { /* exactly n_args long: the fusion frees it by that size */
         int *a = oari_realloc(c.args, (size_t)c.cap_args * sizeof *a, (size_t)c.n_args * sizeof *a);
         if (!a) {
             oari_free(c.args, (size_t)c.cap_args * sizeof *c.args);
             free_cg(&c);
-            return OAR_ERR_NOMEM;
+            return oari_fail_status();
         }
         *args = a;
         *n_args = c.n_args;

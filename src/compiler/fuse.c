@@ -32,13 +32,13 @@ static int build_uses(const oar_graph *g, uses *u) {
     u->start = oari_calloc((size_t)nv + 1, sizeof *u->start);
     u->idx = oari_malloc((size_t)(total ? total : 1) * sizeof *u->idx);
     u->is_output = oari_calloc((size_t)(nv ? nv : 1), sizeof *u->is_output);
-    if (!u->start || !u->idx || !u->is_output) return OAR_ERR_NOMEM;
+    if (!u->start || !u->idx || !u->is_output) return oari_fail_status();
     for (int i = 0; i < nn; i++)
         for (int k = 0; k < g->nodes[i].n_in; k++)
             if (g->nodes[i].in[k] >= 0) u->start[g->nodes[i].in[k] + 1]++;
     for (int v = 0; v < nv; v++) u->start[v + 1] += u->start[v];
     int *fill = oari_calloc((size_t)(nv ? nv : 1), sizeof *fill);
-    if (!fill) return OAR_ERR_NOMEM;
+    if (!fill) return oari_fail_status();
     for (int i = 0; i < nn; i++)
         for (int k = 0; k < g->nodes[i].n_in; k++) {
             int v = g->nodes[i].in[k];
@@ -165,14 +165,14 @@ int oari_fuse_graph(const oar_graph *g, const oari_renderer *r, oari_fusion **ou
     int *kr = oari_malloc(nb * sizeof *kr), *count = oari_malloc(nb * sizeof *count);
     oari_fusion *f = oari_calloc(1, sizeof *f);
     if (!fusible || !own_root || !kr || !count || !f || (st = build_uses(g, &u))) {
-        st = st ? st : OAR_ERR_NOMEM;
+        st = st ? st : oari_fail_status();
         goto done;
     }
     f->n_nodes = nn;
     f->refs = 1;
     f->renderer = r;
     if (!(f->kernel_of = oari_malloc(nb * sizeof *f->kernel_of))) {
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
         goto done;
     }
     for (int n = 0; n < nn; n++) fusible[n] = oari_fusible(g, n);
@@ -188,7 +188,7 @@ int oari_fuse_graph(const oar_graph *g, const oari_renderer *r, oari_fusion **ou
         int n_roots = 0;
         for (int n = 0; n < nn; n++) n_roots += kr[n] == n;
         if (!(f->kernels = oari_calloc((size_t)(n_roots ? n_roots : 1), sizeof *f->kernels))) {
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
             goto done;
         }
         f->cap_kernels = n_roots ? n_roots : 1;
@@ -219,7 +219,7 @@ int oari_fuse_graph(const oar_graph *g, const oari_renderer *r, oari_fusion **ou
         if (!retry) break;
     }
     if (f->source.failed) {
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
         goto done;
     }
     for (int n = 0; n < nn; n++) f->kernel_of[n] = -1;
@@ -300,7 +300,7 @@ int oari_fusion_build(oari_fusion *f) {
     for (int k = 0; k < f->n_kernels; k++)
         if (f->kernels[k].code == k) f->kernels[k].unit = n_functions++ / OARI_KERNELS_PER_UNIT;
     int n_units = (n_functions + OARI_KERNELS_PER_UNIT - 1) / OARI_KERNELS_PER_UNIT;
-    if (!(f->libs = oari_calloc((size_t)n_units, sizeof *f->libs))) return OAR_ERR_NOMEM;
+    if (!(f->libs = oari_calloc((size_t)n_units, sizeof *f->libs))) return oari_fail_status();
     f->n_libs = n_units;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int n_jobs = (int)(cores < 1 ? 1 : cores > 8 ? 8 : cores);

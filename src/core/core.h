@@ -54,6 +54,11 @@ OARI_HIDDEN bool oari_error_pending(void);
 /* The status the pending error was set with (0 if none): for callers of
  * functions that return NULL on failure. */
 OARI_HIDDEN int oari_last_status(void);
+/* The status to return after a callee failed: the one its message was set
+ * with, or OAR_ERR_NOMEM when it set none. Status and oar_last_error()
+ * then agree: a shape error deep inside a gradient rule stays a shape
+ * error, not an out-of-memory. */
+OARI_HIDDEN int oari_fail_status(void);
 
 /* ---- host allocation: every byte goes through the hook ----------------- */
 OARI_HIDDEN void *oari_malloc(size_t n);              /* NULL and error set on failure */

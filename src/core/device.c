@@ -44,7 +44,7 @@ int oari_device_register(const oar_device_iface *iface, void *ctx, int index) {
     } else {
         oar_device *d = oari_calloc(1, sizeof *d);
         if (!d) {
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
         } else {
             d->iface = iface;
             d->ctx = ctx;

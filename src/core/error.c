@@ -15,6 +15,8 @@ int oari_verror(int status, const char *fmt, va_list ap) {
 
 int oari_last_status(void) { return last_error[0] ? last_status : 0; }
 
+int oari_fail_status(void) { return last_error[0] && last_status ? last_status : OAR_ERR_NOMEM; }
+
 int oari_error(int status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

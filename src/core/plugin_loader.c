@@ -201,7 +201,7 @@ static int load_locked(const char *path) {
         return oari_error(OAR_ERR_INVALID, "plugin path is longer than %zu characters",
                           sizeof plugins[0]->info.path - 1);
     plugin *p = oari_calloc(1, sizeof *p);
-    if (!p) return OAR_ERR_NOMEM;
+    if (!p) return oari_fail_status();
     snprintf(p->info.path, sizeof p->info.path, "%s", path);
     try_load(p);
     plugins[n_plugins++] = p;

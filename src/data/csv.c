@@ -18,7 +18,7 @@ static int push(csv_buf *b, double v) {
     if (b->n == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 256;
         double *nv = oari_realloc(b->v, b->cap * sizeof *nv, cap * sizeof *nv);
-        if (!nv) return OAR_ERR_NOMEM;
+        if (!nv) return oari_fail_status();
         b->v = nv;
         b->cap = cap;
     }
@@ -38,7 +38,7 @@ static int read_line(FILE *f, char **line, size_t *cap) {
         if (len + 1 >= *cap) {
             size_t ncap = *cap ? 2 * *cap : 256;
             char *nl = oari_realloc(*line, *cap, ncap);
-            if (!nl) return OAR_ERR_NOMEM;
+            if (!nl) return oari_fail_status();
             *line = nl;
             *cap = ncap;
         }
@@ -48,7 +48,7 @@ static int read_line(FILE *f, char **line, size_t *cap) {
     if (len && (*line)[len - 1] == '\r') len--;
     if (!*line) {
         *line = oari_malloc(1);
-        if (!*line) return OAR_ERR_NOMEM;
+        if (!*line) return oari_fail_status();
         *cap = 1;
     }
     (*line)[len] = 0;

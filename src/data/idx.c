@@ -112,7 +112,7 @@ oar_tensor *oar_idx_load(const char *path) {
             if (ncap > nbytes) ncap = nbytes;
             unsigned char *r = oari_realloc(raw, cap, ncap);
             if (!r) {
-                st = OAR_ERR_NOMEM;
+                st = oari_fail_status();
                 goto out;
             }
             raw = r;
@@ -151,7 +151,7 @@ oar_tensor *oar_idx_load(const char *path) {
     }
     t = oari_tensor_empty(NULL, dtype, ndim, shape);
     if (!t) {
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
         goto out;
     }
     void *dst = t->storage->data;

@@ -419,13 +419,13 @@ static int take_slot(oar_loader *l, int r, oar_tensor **x, oar_tensor **y) {
     oar_tensor *yb = xf ? oari_tensor_empty(NULL, l->ds->y->dtype, l->ds->y->ndim, ys) : NULL;
     if (!xf || !yb) {
         oar_tensor_release(xf);
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
     memcpy(xf->storage->data, l->sx, (size_t)(l->sb * l->row_x) * sizeof(float));
     memcpy(yb->storage->data, l->sy, (size_t)(l->sb * l->row_y) * oar_dtype_size(yb->dtype));
     *x = oari_pool_adopt(xf);
     *y = oari_pool_adopt(yb);
-    return *x && *y ? 1 : OAR_ERR_NOMEM;
+    return *x && *y ? 1 : oari_fail_status();
 }
 
 static int loader_next(oar_loader *l, oar_tensor **x, oar_tensor **y) {

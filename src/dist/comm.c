@@ -237,7 +237,7 @@ static int gather_i64(int64_t v, int64_t *all, oar_mesh *m, int d) {
     oar_pool *pool = oar_pool_push();
     oar_tensor *mine = oar_tensor_from_data(&v, OAR_I64, 0, NULL);
     oar_tensor *every = oar_zeros(OAR_I64, 1, (int64_t[]){m->shape[d]});
-    int st = mine && every ? 0 : OAR_ERR_NOMEM;
+    int st = mine && every ? 0 : oari_fail_status();
     if (!st) {
         MPI_Request req;
         int rc = MPI_Iallgather(oar_tensor_data(mine), 1, MPI_INT64_T, oar_tensor_data(every), 1,
@@ -253,7 +253,7 @@ int oari_sum_i64(int64_t *v, oar_mesh *m, int d) {
     if (m->broken) return oari_error(OAR_ERR_STATE, "dtensor: the mesh is unusable after a timed-out collective");
     oar_pool *pool = oar_pool_push();
     oar_tensor *t = oar_tensor_from_data(v, OAR_I64, 0, NULL);
-    int st = t ? 0 : OAR_ERR_NOMEM;
+    int st = t ? 0 : oari_fail_status();
     if (!st) {
         MPI_Request req;
         int rc = MPI_Iallreduce(MPI_IN_PLACE, oar_tensor_data(t), 1, MPI_INT64_T, MPI_SUM, m->comm[d], &req);
@@ -543,7 +543,7 @@ static void *device_comm(oar_mesh *m, int d, oar_device *dev) {
     oar_pool *pool = oar_pool_push();
     oar_tensor *buf = oari_pool_adopt(oari_tensor_empty(NULL, OAR_U8, 1, (int64_t[]){8 + OAR_COMM_ID_BYTES}));
     void *c = NULL;
-    int st = buf ? 0 : OAR_ERR_NOMEM;
+    int st = buf ? 0 : oari_fail_status();
     if (!st) {
         unsigned char *b = buf->storage->data;
         memset(b, 0, 8 + OAR_COMM_ID_BYTES);
@@ -635,7 +635,7 @@ int oari_all_reduce_start(oar_tensor *x, oar_reduce_op op, oar_mesh *m, int d, o
         return 0;
     }
     oar_tensor *h = staged(x);
-    int st = h ? all_reduce_start_host(h, op, m, d, p) : OAR_ERR_NOMEM;
+    int st = h ? all_reduce_start_host(h, op, m, d, p) : oari_fail_status();
     oar_tensor_release(h);
     if (!st) p->stage_dev = dev;
     return st;

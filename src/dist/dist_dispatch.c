@@ -39,7 +39,7 @@ static int to_shard_device(oar_tensor **t, oar_tensor *const *in, int n_in) {
     m = oari_pop_owned(p, m);
     oar_tensor_release(*t);
     *t = m;
-    return m ? 0 : OAR_ERR_NOMEM;
+    return m ? 0 : oari_fail_status();
 }
 
 /* fill_, copy_ and add_scaled_ into a dtensor: each rank writes its shard
@@ -155,7 +155,7 @@ int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_a
         oar_pool *p = oar_pool_push();
         oar_tensor *c = oari_pop_owned(p, oar_contiguous(local[0]));
         oar_tensor_release(local[0]);
-        if (!(local[0] = c)) st = OAR_ERR_NOMEM;
+        if (!(local[0] = c)) st = oari_fail_status();
     }
     if (!st) {
         oari_no_grad_push();
@@ -164,7 +164,7 @@ int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_a
     }
     for (int j = 0; j < def->n_out && !st; j++) {
         out[j] = oari_dtensor_wrap(lout[j], mesh, plan.out[j], c.out[j].ndim, c.out[j].shape);
-        if (!out[j]) st = OAR_ERR_NOMEM;
+        if (!out[j]) st = oari_fail_status();
     }
     if (!st && record) st = oari_autograd_record(op, attrs, n_in, in, def->n_out, out);
     for (int i = 0; i < n_in; i++) oar_tensor_release(local[i]);

@@ -136,7 +136,7 @@ oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to) 
         box_of(b, my_b, to_r, ndim, shape, &want);
         int64_t lshape[OAR_MAX_DIMS];
         for (int k = 0; k < ndim; k++) lshape[k] = want.hi[k] - want.lo[k];
-        if (!(out = oari_pool_adopt(oari_tensor_empty(at, x->dtype, ndim, lshape)))) st = OAR_ERR_NOMEM;
+        if (!(out = oari_pool_adopt(oari_tensor_empty(at, x->dtype, ndim, lshape)))) st = oari_fail_status();
     }
     int n = 0, peer[128];
     bool is_send[128];
@@ -173,7 +173,7 @@ oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to) 
                 is_send[n] = false;
             }
             where[n] = part;
-            if (!buf[n++]) st = OAR_ERR_NOMEM;
+            if (!buf[n++]) st = oari_fail_status();
         }
     }
     if (!st && n) {

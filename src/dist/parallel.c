@@ -33,10 +33,10 @@ int oar_parallelize(oar_module *m, oar_mesh *mesh, int mesh_dim, int n_rules,
     if (n < 0) return OAR_ERR_INVALID;
     /* Names first: module_set invalidates the state array. */
     char **names = oari_calloc((size_t)(n ? n : 1), sizeof *names);
-    if (!names) return OAR_ERR_NOMEM;
+    if (!names) return oari_fail_status();
     int st = 0;
     for (int i = 0; i < n && !st; i++)
-        if (!(names[i] = oari_strdup(state[i].name))) st = OAR_ERR_NOMEM;
+        if (!(names[i] = oari_strdup(state[i].name))) st = oari_fail_status();
     for (int i = 0; i < n && !st; i++) {
         oar_tensor *t = oar_module_get(m, names[i]);
         if (!t) {
@@ -111,7 +111,7 @@ static int flush(oar_tensor *const *params, int from, int to, int *calls) {
         off += loc->numel;
         oar_tensor *ng = part ? oari_dtensor_wrap(part, m, p, g->ndim, g->shape) : NULL;
         if (!ng) {
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
             break;
         }
         params[i]->grad = ng;
@@ -400,7 +400,7 @@ int oar_dist_reducer_wait(oar_dist_reducer *r) {
             off += loc->numel;
             oar_tensor *ng = part ? oari_dtensor_wrap(part, a->mesh, gr->p, g0->ndim, g0->shape) : NULL;
             if (!ng) {
-                st = OAR_ERR_NOMEM;
+                st = oari_fail_status();
                 break;
             }
             param->grad = ng;

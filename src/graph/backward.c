@@ -19,14 +19,14 @@ static bool differentiable(oar_dtype d) { return oar_dtype_is_float(d) || oar_dt
 static int add_output(oar_graph *g, int v, const char *prefix, const char *name) {
     int n = g->n_outputs;
     int *o = oari_realloc(g->outputs, (size_t)n * sizeof *o, (size_t)(n + 1) * sizeof *o);
-    if (!o) return OAR_ERR_NOMEM;
+    if (!o) return oari_fail_status();
     g->outputs = o;
     char **nm = oari_realloc(g->output_names, (size_t)n * sizeof *nm, (size_t)(n + 1) * sizeof *nm);
-    if (!nm) return OAR_ERR_NOMEM; /* outputs keeps its larger size until the next add */
+    if (!nm) return oari_fail_status(); /* outputs keeps its larger size until the next add */
     g->output_names = nm;
     size_t len = strlen(prefix) + strlen(name) + 1;
     char *s = oari_malloc(len);
-    if (!s) return OAR_ERR_NOMEM;
+    if (!s) return oari_fail_status();
     snprintf(s, len, "%s%s", prefix, name);
     g->outputs[n] = v;
     g->output_names[n] = s;
@@ -43,7 +43,7 @@ static int bind_values(oar_graph *g, int nv, oar_tensor **t) {
             t[v] = oar_tensor_retain(gv->constant);
             continue;
         }
-        if (!(t[v] = oari_graph_symbolic(gv))) return OAR_ERR_NOMEM;
+        if (!(t[v] = oari_graph_symbolic(gv))) return oari_fail_status();
         oari_trace_bind(t[v], v);
     }
     return 0;
@@ -95,7 +95,7 @@ int oari_graph_backward_nodes(const oar_graph *g, int n0, const bool *req, oar_t
             if (!needs[k] || !gin[k]) continue;
             int v = n->in[k];
             oar_tensor *sum = gr[v] ? oar_add(gr[v], gin[k]) : gin[k];
-            if (!sum) return OAR_ERR_NOMEM;
+            if (!sum) return oari_fail_status();
             gr[v] = sum; /* pool-owned, like every tensor made here */
         }
     }
@@ -119,7 +119,7 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
     void *tracer = NULL;
     oar_pool *pool = NULL;
     if (!req || !t || !gr) {
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
         goto done;
     }
     for (int k = 0; k < n_wrt; k++) req[g->inputs[wrt[k]]] = differentiable(g->values[g->inputs[wrt[k]]].dtype);
@@ -150,7 +150,7 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
     if (seed) oari_trace_bind(seed, sv);
     if (seed && lv->ndim) seed = oar_expand(seed, lv->ndim, lv->shape);
     if (!seed) {
-        st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+        st = oari_fail_status();
         goto done;
     }
     gr[L] = seed;
@@ -159,7 +159,7 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
         int v = g->inputs[wrt[k]];
         oar_tensor *gw = gr[v] ? gr[v] : oar_mul_scalar(t[v], 0);
         int gv = gw ? oari_trace_value_of(gw) : -1;
-        if (gv < 0) st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+        if (gv < 0) st = oari_fail_status();
         else st = add_output(g, gv, "grad:", g->values[v].name);
     }
 done:
@@ -179,7 +179,7 @@ int oar_graph_append_sgd(oar_graph *g, double lr) {
     oar_tensor **t = oari_calloc((size_t)(nv ? nv : 1), sizeof *t);
     void *tracer = t ? oari_trace_attach(g) : NULL;
     oar_pool *pool = tracer ? oar_pool_push() : NULL;
-    if (!t || !tracer) st = t ? OAR_ERR_STATE : OAR_ERR_NOMEM;
+    if (!t || !tracer) st = t ? OAR_ERR_STATE : oari_fail_status();
     if (!st) st = bind_values(g, nv, t);
     for (int i = 0; i < g->n_inputs && !st; i++) {
         int x = g->inputs[i];
@@ -189,7 +189,7 @@ int oar_graph_append_sgd(oar_graph *g, double lr) {
             if (strncmp(on, "grad:", 5) || strcmp(on + 5, name)) continue;
             oar_tensor *next = oar_sub(t[x], oar_mul_scalar(t[g->outputs[j]], lr));
             int v = next ? oari_trace_value_of(next) : -1;
-            st = v < 0 ? (oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM) : add_output(g, v, "next:", name);
+            st = v < 0 ? (oari_fail_status()) : add_output(g, v, "next:", name);
             added++;
         }
     }
@@ -260,7 +260,7 @@ int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, 
      * the m and v inputs' values */
     size_t arr = (size_t)(n_in0 ? n_in0 : 1) * 4 * sizeof(int);
     int *params = oari_malloc(arr);
-    if (!params) return OAR_ERR_NOMEM;
+    if (!params) return oari_fail_status();
     int *grads = params + n_in0, *ms = grads + n_in0, *vs = ms + n_in0;
     for (int i = 0; i < n_in0; i++) {
         const char *name = g->values[g->inputs[i]].name;
@@ -281,9 +281,9 @@ int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, 
         const char *name = g->values[g->inputs[params[k]]].name;
         if ((ms[k] = add_state_input(g, "adam_m:", name, &g->values[g->inputs[params[k]]])) < 0 ||
             (vs[k] = add_state_input(g, "adam_v:", name, &g->values[g->inputs[params[k]]])) < 0)
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
     }
-    if (!st && (step = add_state_input(g, "", "adam_step", &scalar)) < 0) st = OAR_ERR_NOMEM;
+    if (!st && (step = add_state_input(g, "", "adam_step", &scalar)) < 0) st = oari_fail_status();
     if (st) {
         oari_free(params, arr);
         return st;
@@ -292,7 +292,7 @@ int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, 
     oar_tensor **t = oari_calloc((size_t)nv, sizeof *t);
     void *tracer = t ? oari_trace_attach(g) : NULL;
     oar_pool *pool = tracer ? oar_pool_push() : NULL;
-    if (!t || !tracer) st = t ? OAR_ERR_STATE : OAR_ERR_NOMEM;
+    if (!t || !tracer) st = t ? OAR_ERR_STATE : oari_fail_status();
     if (!st) st = bind_values(g, nv, t);
     /* torch.optim.AdamW (oar_adamw_new's formulas): step t = step + 1,
      * bias corrections 1 - beta^t */
@@ -302,7 +302,7 @@ int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, 
         /* beta^t = exp(t log beta); beta = 0 gives log 0 = -inf and exp(-inf) = 0 */
         bc1 = oar_neg(oar_add_scalar(oar_exp(oar_mul_scalar(tn, log(beta1))), -1));
         sbc2 = oar_sqrt(oar_neg(oar_add_scalar(oar_exp(oar_mul_scalar(tn, log(beta2))), -1)));
-        if (!tn || !bc1 || !sbc2) st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+        if (!tn || !bc1 || !sbc2) st = oari_fail_status();
     }
     for (int k = 0; k < np && !st; k++) {
         const char *name = g->values[g->inputs[params[k]]].name;
@@ -315,7 +315,7 @@ int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, 
         int vx = xn ? oari_trace_value_of(xn) : -1, vm = mn ? oari_trace_value_of(mn) : -1,
             vv = vn ? oari_trace_value_of(vn) : -1;
         if (vx < 0 || vm < 0 || vv < 0) {
-            st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+            st = oari_fail_status();
             break;
         }
         if ((st = add_output(g, vx, "next:", name)) || (st = add_output(g, vm, "next:adam_m:", name)) ||
@@ -325,7 +325,7 @@ int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, 
     }
     if (!st) {
         int vt = oari_trace_value_of(tn);
-        st = vt < 0 ? OAR_ERR_NOMEM : add_output(g, vt, "next:", "adam_step");
+        st = vt < 0 ? oari_fail_status() : add_output(g, vt, "next:", "adam_step");
         added += !st;
     }
     oari_trace_detach(tracer);

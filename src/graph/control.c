@@ -37,15 +37,15 @@ static int trace_branch(const char *what, oar_fn fn, void *ctx, int n_in, const 
                         branch *b) {
     oar_graph *outer = oari_trace_graph();
     memset(b, 0, sizeof *b);
-    if (!(b->g = oari_graph_new_sub(outer))) return OAR_ERR_NOMEM;
+    if (!(b->g = oari_graph_new_sub(outer))) return oari_fail_status();
     oar_tensor *sym[OARI_MAX_IN] = {0}, *res[MAX_CTRL_OUT] = {0};
     int st = 0;
     void *tr = oari_trace_push(b->g);
-    if (!tr) st = OAR_ERR_NOMEM;
+    if (!tr) st = oari_fail_status();
     oar_graph *g = b->g;
     g->inputs = oari_calloc((size_t)(n_in ? n_in : 1), sizeof *g->inputs);
     g->cap_inputs = n_in ? n_in : 1;
-    if (!g->inputs) st = OAR_ERR_NOMEM;
+    if (!g->inputs) st = oari_fail_status();
     for (int k = 0; k < n_in && !st; k++) {
         const oari_gvalue ov = outer->values[ids[k]];
         int v = oari_graph_add_value(g, OARI_V_INPUT, ov.dtype, ov.ndim, ov.shape);
@@ -53,7 +53,7 @@ static int trace_branch(const char *what, oar_fn fn, void *ctx, int n_in, const 
         snprintf(buf, sizeof buf, "in%d", k);
         if (v < 0 || !(g->values[v].name = oari_strdup(buf)) ||
             !(sym[k] = oari_graph_symbolic(&g->values[v]))) {
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
             break;
         }
         memcpy(g->values[v].sym, ov.sym, sizeof ov.sym);
@@ -68,16 +68,16 @@ static int trace_branch(const char *what, oar_fn fn, void *ctx, int n_in, const 
         (g->output_names = oari_calloc((size_t)n_out, sizeof *g->output_names)))
         g->n_outputs = n_out;
     else if (!st)
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
     for (int j = 0; j < n_out && !st; j++) {
         char buf[32];
         snprintf(buf, sizeof buf, "out%d", j);
         if (!res[j]) /* an op that failed inside keeps its message */
             st = oari_error_pending() ? OAR_ERR_INVALID : oari_error(OAR_ERR_INVALID, "%s left output %d NULL", what, j);
         else if ((g->outputs[j] = oari_trace_value_of(res[j])) < 0)
-            st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+            st = oari_fail_status();
         else if (!(g->output_names[j] = oari_strdup(buf)))
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
     }
     if (!st) { /* keep the captures: the sub-graph's inputs after the operands */
         const int *co, *ci;
@@ -88,7 +88,7 @@ static int trace_branch(const char *what, oar_fn fn, void *ctx, int n_in, const 
             if (nc) memcpy(b->caps, co, (size_t)nc * sizeof *co);
             if (nc) memcpy(b->inner, ci, (size_t)nc * sizeof *ci);
         } else {
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
         }
         b->n_caps = nc; /* sizes for branch_free */
     }
@@ -119,7 +119,7 @@ static int unify_captures(branch *a, branch *b, int n_op, int *u, int *n_u, int 
     for (int s = 0; s < 2; s++) {
         oar_graph *g = br[s]->g;
         int *ins = oari_malloc((size_t)(n_op + n ? n_op + n : 1) * sizeof *ins);
-        if (!ins) return OAR_ERR_NOMEM;
+        if (!ins) return oari_fail_status();
         memcpy(ins, g->inputs, (size_t)n_op * sizeof *ins);
         for (int m = 0; m < n; m++) {
             int iv = -1;
@@ -129,7 +129,7 @@ static int unify_captures(branch *a, branch *b, int n_op, int *u, int *n_u, int 
                 const oari_gvalue ov = outer->values[u[m]];
                 if ((iv = oari_graph_add_value(g, OARI_V_INPUT, ov.dtype, ov.ndim, ov.shape)) < 0) {
                     oari_free(ins, (size_t)(n_op + n ? n_op + n : 1) * sizeof *ins);
-                    return OAR_ERR_NOMEM;
+                    return oari_fail_status();
                 }
                 memcpy(g->values[iv].sym, ov.sym, sizeof ov.sym);
                 memcpy(g->values[iv].smul, ov.smul, sizeof ov.smul);
@@ -140,7 +140,7 @@ static int unify_captures(branch *a, branch *b, int n_op, int *u, int *n_u, int 
             char *nm = oari_strdup(buf);
             if (!nm) {
                 oari_free(ins, (size_t)(n_op + n ? n_op + n : 1) * sizeof *ins);
-                return OAR_ERR_NOMEM;
+                return oari_fail_status();
             }
             oari_strfree(g->values[iv].name);
             g->values[iv].name = nm;
@@ -174,7 +174,7 @@ static int add_ctrl_node(oari_op op, const oari_attrs *attrs, int n_lead, const 
         memcpy(m[j].shape, v->shape, sizeof v->shape);
     }
     int ni = oari_graph_add_node(g, op, attrs, n_lead + n_u, ins, n_out, m);
-    if (ni < 0) return OAR_ERR_NOMEM;
+    if (ni < 0) return oari_fail_status();
     oari_gnode *n = &g->nodes[ni];
     n->sub[0] = a->g;
     n->sub[1] = b->g;
@@ -184,7 +184,7 @@ static int add_ctrl_node(oari_op op, const oari_attrs *attrs, int n_lead, const 
         if (t) oari_trace_bind(t, n->out[j]);
         if (!(out[j] = oari_pool_adopt(t))) {
             for (int k = 0; k < j; k++) out[k] = NULL;
-            return OAR_ERR_NOMEM;
+            return oari_fail_status();
         }
     }
     return 0;
@@ -206,11 +206,11 @@ static int trace_cond(oar_tensor *pred, oar_fn then_fn, oar_fn else_fn, void *ct
         return oari_error(OAR_ERR_INVALID, "cond: the predicate must be one real element, got %s %s",
                           oar_dtype_name(pred->dtype), oari_shape_str(s1, pred->ndim, pred->shape));
     int lead[OARI_MAX_IN], u[OARI_MAX_IN], n_u = 0, st = 0;
-    if ((lead[0] = oari_trace_value_of(pred)) < 0) return oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+    if ((lead[0] = oari_trace_value_of(pred)) < 0) return oari_fail_status();
     for (int k = 0; k < n_in; k++) {
         if (!in[k]) return oari_error(OAR_ERR_INVALID, "cond: input %d is NULL", k);
         if ((lead[1 + k] = oari_trace_value_of(in[k])) < 0)
-            return oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+            return oari_fail_status();
     }
     branch a = {0}, b = {0};
     if ((st = trace_branch("cond: the then branch", then_fn, ctx, n_in, lead + 1, n_out, &a))) return st;
@@ -243,7 +243,7 @@ static int trace_while(oar_fn cond_fn, oar_fn body_fn, void *ctx, int n_vars, oa
     int lead[MAX_CTRL_OUT], u[OARI_MAX_IN], n_u = 0, st = 0;
     for (int j = 0; j < n_vars; j++)
         if ((lead[j] = oari_trace_value_of(init[j])) < 0)
-            return oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+            return oari_fail_status();
     branch c = {0}, b = {0};
     if ((st = trace_branch("while_loop: cond_fn", cond_fn, ctx, n_vars, lead, 1, &c))) return st;
     const oari_gvalue *p = &c.g->values[c.g->outputs[0]];
@@ -348,7 +348,7 @@ static int replay_sub(const oar_graph *S, oar_tensor *const *in, oar_tensor **va
     size_t nb = (size_t)(nv ? nv : 1);
     oar_tensor **t = oari_calloc(nb, sizeof *t), **gr = oari_calloc(nb, sizeof *gr);
     bool *req = oari_calloc(nb, sizeof *req);
-    if (!t || !gr || !req) st = OAR_ERR_NOMEM;
+    if (!t || !gr || !req) st = oari_fail_status();
     for (int k = 0; k < S->n_inputs && !st; k++) t[S->inputs[k]] = oar_tensor_retain(in[k]);
     for (int m = 0; m < n_need && !st; m++) req[S->inputs[need[m]]] = true;
     for (int i = 0; i < S->n_nodes && !st; i++) {
@@ -371,16 +371,16 @@ static int replay_sub(const oar_graph *S, oar_tensor *const *in, oar_tensor **va
         }
     }
     for (int j = 0; vals && j < S->n_outputs && !st; j++)
-        if (!(vals[j] = oari_pool_adopt(oar_tensor_retain(t[S->outputs[j]])))) st = OAR_ERR_NOMEM;
+        if (!(vals[j] = oari_pool_adopt(oar_tensor_retain(t[S->outputs[j]])))) st = oari_fail_status();
     for (int j = 0; n_need && j < S->n_outputs && !st; j++) {
         int v = S->outputs[j];
-        if (seeds[j] && !(gr[v] = gr[v] ? oar_add(gr[v], seeds[j]) : seeds[j])) st = OAR_ERR_NOMEM;
+        if (seeds[j] && !(gr[v] = gr[v] ? oar_add(gr[v], seeds[j]) : seeds[j])) st = oari_fail_status();
     }
     if (!st && n_need) st = oari_graph_backward_nodes(S, S->n_nodes, req, t, gr);
     for (int m = 0; m < n_need && !st; m++) {
         int v = S->inputs[need[m]];
         if (!(grad[m] = gr[v] ? gr[v] : oar_mul_scalar(in[need[m]], 0)))
-            st = oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+            st = oari_fail_status();
     }
     for (int v = 0; t && v < nv; v++) oar_tensor_release(t[v]);
     oari_free(t, nb * sizeof *t);
@@ -670,7 +670,7 @@ int oar_while_loop(oar_fn cond_fn, oar_fn body_fn, void *ctx, int n_vars, oar_te
     for (int j = 0; j < n_vars; j++) {
         if (!(out[j] = oari_pool_adopt(cur[j]))) {
             for (int k = j + 1; k < n_vars; k++) oar_tensor_release(cur[k]);
-            return OAR_ERR_NOMEM;
+            return oari_fail_status();
         }
     }
     return 0;

@@ -385,7 +385,7 @@ static bool is_internal(const oar_executor *ex, int v) {
 static int setup_fused(oar_executor *ex, int i, oar_tensor *const *sym) {
     const oari_kernel *k = &ex->p.fusion->kernels[ex->p.fusion->kernel_of[i]];
     exec_node *e = &ex->p.en[i];
-    if (!(e->fargs = oari_calloc((size_t)k->n_args, sizeof *e->fargs))) return OAR_ERR_NOMEM;
+    if (!(e->fargs = oari_calloc((size_t)k->n_args, sizeof *e->fargs))) return oari_fail_status();
     e->n_fargs = k->n_args;
     for (int a = 0; a < k->n_args; a++) {
         int v = k->args[a];
@@ -403,7 +403,7 @@ static int setup_fused(oar_executor *ex, int i, oar_tensor *const *sym) {
     }
     if (ex->p.dev != oari_device_cpu()) { /* buffers, then offsets, symbols' sizes, work-items */
         const oar_graph *g = ex->g;
-        if (!(e->fscal = oari_calloc((size_t)(k->n_args + g->n_syms + 1), sizeof *e->fscal))) return OAR_ERR_NOMEM;
+        if (!(e->fscal = oari_calloc((size_t)(k->n_args + g->n_syms + 1), sizeof *e->fscal))) return oari_fail_status();
         e->n_fscal = k->n_args + g->n_syms + 1;
         for (int a = 0; a < k->n_args; a++) {
             e->fargs[a] = ex->p.vt[k->args[a]]->storage->data;
@@ -430,7 +430,7 @@ static int setup_casts(oar_executor *ex, const oari_gnode *n, exec_node *e, cons
                        oar_tensor **tv) {
     oar_device *cpu = oari_device_cpu();
     int nt = n->n_in + n->n_out, b = 0;
-    if (!(e->casts = oari_calloc((size_t)nt, sizeof *e->casts))) return OAR_ERR_NOMEM;
+    if (!(e->casts = oari_calloc((size_t)nt, sizeof *e->casts))) return oari_fail_status();
     for (int pass = 0; pass < 2; pass++) { /* inputs first (pre), then outputs (post) */
         for (int k = pass ? n->n_in : 0; k < (pass ? nt : n->n_in); k++) {
             oar_tensor *t = tv[k];
@@ -438,7 +438,7 @@ static int setup_casts(oar_executor *ex, const oari_gnode *n, exec_node *e, cons
             cast_call *c = &e->casts[e->n_casts];
             if (!(c->tmp = oari_tensor_make(ex->p.arena->storage, OAR_F32, t->ndim, t->shape, NULL,
                                             bufs[b++].offset / 4)))
-                return OAR_ERR_NOMEM;
+                return oari_fail_status();
             e->n_casts++;
             c->dtype = pass ? t->dtype : OAR_F32;
             oari_ktensor(pass ? c->tmp : t, &c->in);
@@ -635,7 +635,7 @@ static int record_input_readers(oar_executor *ex, const int *root) {
         }
         if (!pass) {
             if (!n) return 0;
-            if (!(ex->p.in_args = oari_calloc((size_t)n, sizeof *ex->p.in_args))) return OAR_ERR_NOMEM;
+            if (!(ex->p.in_args = oari_calloc((size_t)n, sizeof *ex->p.in_args))) return oari_fail_status();
         }
         ex->p.n_in_args = n;
     }
@@ -737,7 +737,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     ex->p.vt = oari_calloc((size_t)(nv ? nv : 1), sizeof *ex->p.vt);
     ex->p.en = oari_calloc((size_t)(nn ? nn : 1), sizeof *ex->p.en);
     if (!sym || !root || !bufof || !share || !bufs || !emul || !tmp_first || !kdt || !ex->p.vt || !ex->p.en) {
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
         goto done;
     }
     for (int v = 0; v < nv; v++) {
@@ -749,7 +749,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         int v = g->inputs[i];
         root[v] = v;
         if (!(sym[v] = oari_tensor_make(NULL, inputs[i]->dtype, inputs[i]->ndim, inputs[i]->shape, NULL, 0)))
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
     }
     for (int v = 0; v < nv && !st; v++)
         if (g->values[v].kind == OARI_V_CONST) sym[v] = oar_tensor_retain(g->values[v].constant);
@@ -798,19 +798,19 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
                 sym[v] = oari_tensor_make(NULL, c.out[j].dtype, c.out[j].ndim, c.out[j].shape, NULL, 0);
                 root[v] = v;
             }
-            if (!sym[v]) st = OAR_ERR_NOMEM;
+            if (!sym[v]) st = oari_fail_status();
         }
     }
     if (st) goto done;
     /* donated outputs: where they are made */
     if (!(ex->p.out_mode = oari_calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *ex->p.out_mode))) {
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
         goto done;
     }
     for (int i = 0; i < g->n_inputs; i++) ex->p.in_place[i] = !on_dev && input_in_place(ex, root, emul, i);
     if (ex->p.fusion && !on_dev) { /* compiled kernels may be deferred (donation_in_place) */
         if (!(ex->p.run_at = oari_malloc((size_t)nn * sizeof *ex->p.run_at))) {
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
             goto done;
         }
         for (int i = 0; i < nn; i++) ex->p.run_at[i] = i;
@@ -827,7 +827,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         int nd = 0;
         for (int i = 0; i < nn; i++) nd += ex->p.run_at[i] != i;
         if (nd && !(ex->p.deferred = oari_malloc((size_t)nd * sizeof *ex->p.deferred))) {
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
             goto done;
         }
         ex->p.n_deferred = nd;
@@ -932,13 +932,13 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     int64_t peak = oari_memplan(bufs, nb, NULL);
     ex->p.unplanned_bytes = unplanned;
     if (peak < 0) {
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
         goto done;
     }
     ex->p.planned_bytes = peak;
     int64_t asize = peak > 0 ? peak : 64;
     if (!(ex->p.arena = oari_tensor_empty(dev, OAR_U8, 1, &asize))) {
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
         goto done;
     }
     /* 3. real tensors in the arena; views of them; constants */
@@ -949,7 +949,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
             ex->p.vt[v] = oari_tensor_make(ex->p.arena->storage, sym[v]->dtype, sym[v]->ndim, sym[v]->shape,
                                            NULL, bufs[bufof[share[v]]].offset / (int64_t)oar_dtype_size(sym[v]->dtype));
         else continue;
-        if (!ex->p.vt[v]) st = OAR_ERR_NOMEM;
+        if (!ex->p.vt[v]) st = oari_fail_status();
     }
     oar_device *cpu = oari_device_cpu();
     for (int i = 0; i < nn && !st; i++) {
@@ -962,11 +962,11 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
             continue;
         }
         if (def->flags & OARI_F_VIEW) {
-            if (!(ex->p.vt[n->out[0]] = def->view(ex->p.vt[n->in[0]], &e->attrs))) st = OAR_ERR_NOMEM;
+            if (!(ex->p.vt[n->out[0]] = def->view(ex->p.vt[n->in[0]], &e->attrs))) st = oari_fail_status();
             continue;
         }
         if (!(e->kin = oari_calloc((size_t)(n->n_in ? n->n_in : 1), sizeof *e->kin))) {
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
             break;
         }
         oar_tensor *tv[OARI_MAX_IN + OARI_MAX_OUT]; /* what the kernel reads and writes */
@@ -1095,7 +1095,7 @@ int oari_exec_copy(oar_tensor *dst, oar_tensor *src) {
 /* Control node i on its planned values. */
 static int run_control(oar_executor *ex, int i) {
     const oari_gnode *n = &ex->g->nodes[i];
-    if (!ex->ctrl && !(ex->ctrl = oari_calloc((size_t)ex->g->n_nodes, sizeof *ex->ctrl))) return OAR_ERR_NOMEM;
+    if (!ex->ctrl && !(ex->ctrl = oari_calloc((size_t)ex->g->n_nodes, sizeof *ex->ctrl))) return oari_fail_status();
     oar_tensor *in[OARI_MAX_IN], *out[OARI_GMAX_OUT];
     for (int k = 0; k < n->n_in; k++) in[k] = ex->p.vt[n->in[k]];
     for (int j = 0; j < n->n_out; j++) out[j] = ex->p.vt[n->out[j]];
@@ -1195,7 +1195,7 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
             if (!oar_tensor_is_contiguous(t) || t->storage == ex->p.arena->storage || shared) {
                 if (!ex->p.fallback[i] &&
                     !(ex->p.fallback[i] = oari_tensor_empty(oari_device_cpu(), t->dtype, t->ndim, t->shape)))
-                    return OAR_ERR_NOMEM;
+                    return oari_fail_status();
                 if ((st = oari_exec_copy(ex->p.fallback[i], t))) return st;
                 src = ex->p.fallback[i];
                 via_fallback[i] = written;

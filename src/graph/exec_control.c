@@ -17,7 +17,7 @@ int oari_exec_control_shapes(const oar_graph *g, const oari_gnode *n, const int6
         const oari_gvalue *v = &g->values[n->out[j]];
         int64_t shape[OAR_MAX_DIMS];
         for (int d = 0; d < v->ndim; d++) shape[d] = v->sym[d] >= 0 ? v->smul[d] * sym_vals[v->sym[d]] : v->shape[d];
-        if (!(sym[n->out[j]] = oari_tensor_make(NULL, v->dtype, v->ndim, shape, NULL, 0))) return OAR_ERR_NOMEM;
+        if (!(sym[n->out[j]] = oari_tensor_make(NULL, v->dtype, v->ndim, shape, NULL, 0))) return oari_fail_status();
     }
     return 0;
 }
@@ -56,11 +56,11 @@ int oari_exec_control(oari_ctrl_exec **state, const oari_gnode *n, int node, oar
     const char *name = oari_gnode_def(n)->name;
     oari_ctrl_exec *s = *state;
     if (!s) {
-        if (!(s = oari_calloc(1, sizeof *s))) return OAR_ERR_NOMEM;
+        if (!(s = oari_calloc(1, sizeof *s))) return oari_fail_status();
         *state = s;
     }
     for (int k = 0; k < 2; k++)
-        if (!s->ex[k] && !(s->ex[k] = oar_executor_new(n->sub[k]))) return oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+        if (!s->ex[k] && !(s->ex[k] = oar_executor_new(n->sub[k]))) return oari_fail_status();
     oar_tensor *res[OARI_GMAX_OUT];
     char s1[200], s2[200];
     int st = 0;

@@ -39,7 +39,7 @@ static int grow(void **p, int *cap, int need, size_t elem) {
     int nc = *cap ? *cap * 2 : 16;
     while (nc < need) nc *= 2;
     void *q = oari_realloc(*p, (size_t)*cap * elem, (size_t)nc * elem);
-    if (!q) return OAR_ERR_NOMEM;
+    if (!q) return oari_fail_status();
     *p = q;
     *cap = nc;
     return 0;
@@ -108,7 +108,7 @@ int oari_graph_add_const(oar_graph *g, oar_tensor *t, const char *name) {
 int oari_graph_reorder(oar_graph *g, const int *order) {
     size_t sz = (size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof(oari_gnode);
     oari_gnode *tmp = oari_malloc(sz);
-    if (!tmp) return OAR_ERR_NOMEM;
+    if (!tmp) return oari_fail_status();
     for (int i = 0; i < g->n_nodes; i++) tmp[i] = g->nodes[order[i]];
     memcpy(g->nodes, tmp, (size_t)g->n_nodes * sizeof *tmp);
     oari_free(tmp, sz);
@@ -119,7 +119,7 @@ int oari_graph_reorder(oar_graph *g, const int *order) {
 
 int oari_graph_add_input(oar_graph *g, int v) {
     int *a = oari_realloc(g->inputs, (size_t)g->cap_inputs * sizeof *a, (size_t)(g->n_inputs + 1) * sizeof *a);
-    if (!a) return OAR_ERR_NOMEM;
+    if (!a) return oari_fail_status();
     g->inputs = a;
     g->cap_inputs = g->n_inputs + 1;
     g->inputs[g->n_inputs++] = v;
@@ -270,7 +270,7 @@ void oari_graph_kill(oar_graph *g, int node) { g->nodes[node].dead = true; }
 int oari_graph_compact(oar_graph *g) {
     int nv = g->n_values;
     int *keep = oari_calloc((size_t)(nv ? nv : 1), sizeof *keep);
-    if (!keep) return OAR_ERR_NOMEM;
+    if (!keep) return oari_fail_status();
     for (int i = 0; i < g->n_inputs; i++) keep[g->inputs[i]] = 1;
     for (int j = 0; j < g->n_outputs; j++) keep[g->outputs[j]] = 1;
     for (int i = 0; i < g->n_nodes; i++) {
@@ -529,7 +529,7 @@ static int verify_ctrl(const oar_graph *g, int i, oar_tensor **t) {
                 continue;
             }
             oar_tensor *o = oari_graph_symbolic(&g->values[n->out[j]]);
-            if (!o) return OAR_ERR_NOMEM;
+            if (!o) return oari_fail_status();
             snprintf(what, sizeof what, "%s output %d", label, j);
             st = same_as(ov, o, i, name, what);
             if (!st && loop) { /* loop variables keep their dtype and shape */
@@ -541,7 +541,7 @@ static int verify_ctrl(const oar_graph *g, int i, oar_tensor **t) {
         }
     }
     for (int j = 0; j < n->n_out; j++)
-        if (!(t[n->out[j]] = oari_graph_symbolic(&g->values[n->out[j]]))) return OAR_ERR_NOMEM;
+        if (!(t[n->out[j]] = oari_graph_symbolic(&g->values[n->out[j]]))) return oari_fail_status();
     return 0;
 }
 
@@ -549,12 +549,12 @@ int oar_graph_verify(const oar_graph *g) {
     if (!g) return oari_error(OAR_ERR_INVALID, "graph_verify: graph is NULL");
     int st = 0;
     oar_tensor **t = oari_calloc((size_t)(g->n_values ? g->n_values : 1), sizeof *t);
-    if (!t) return OAR_ERR_NOMEM;
+    if (!t) return oari_fail_status();
     for (int v = 0; v < g->n_values && !st; v++) {
         const oari_gvalue *gv = &g->values[v];
         if (gv->kind == OARI_V_CONST) t[v] = oar_tensor_retain(gv->constant);
         else if (gv->kind == OARI_V_INPUT) t[v] = oari_graph_symbolic(gv);
-        if (gv->kind != OARI_V_NODE && !t[v]) st = OAR_ERR_NOMEM;
+        if (gv->kind != OARI_V_NODE && !t[v]) st = oari_fail_status();
     }
     for (int i = 0; i < g->n_nodes && !st; i++) {
         const oari_gnode *n = &g->nodes[i];
@@ -625,7 +625,7 @@ int oar_graph_verify(const oar_graph *g) {
             } else {
                 t[n->out[j]] = oari_tensor_make(NULL, ov->dtype, ov->ndim, ov->shape, NULL, 0);
             }
-            if (!t[n->out[j]]) st = OAR_ERR_NOMEM;
+            if (!t[n->out[j]]) st = oari_fail_status();
         }
     }
     for (int j = 0; j < g->n_outputs && !st; j++)

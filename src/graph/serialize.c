@@ -167,12 +167,12 @@ int oar_graph_save(const oar_graph *g, const char *dir) {
     oar_tensor **ts = oari_calloc((size_t)(nc ? nc : 1), sizeof *ts);
     size_t plen = strlen(dir) + 32;
     char *path = oari_malloc(plen), *tmp = oari_malloc(plen + 8);
-    if (!names || !ts || !path || !tmp) st = OAR_ERR_NOMEM;
+    if (!names || !ts || !path || !tmp) st = oari_fail_status();
     for (int v = 0; v < g->n_values && !st; v++) {
         if (g->values[v].kind != OARI_V_CONST) continue;
         char key[512];
         const_key(g, v, key, sizeof key);
-        if (!(names[k] = oari_strdup(key))) st = OAR_ERR_NOMEM;
+        if (!(names[k] = oari_strdup(key))) st = oari_fail_status();
         ts[k++] = g->values[v].constant;
     }
     if (!st) {

@@ -243,7 +243,7 @@ int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
             st = oari_error_pending() ? OAR_ERR_INVALID : oari_nomem("trace");
     }
     if (!st && (ni = oari_graph_add_node(tr->g, op, c->attrs, c->n_in, in_ids, def->n_out, c->out)) < 0)
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
     if (!st) {
         node = &tr->g->nodes[ni];
         oari_graph_mark_attr_syms(tr->g, node);
@@ -251,7 +251,7 @@ int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
             if (def->flags & OARI_F_INPLACE) out[j] = oar_tensor_retain(c->in[0]);
             else if (def->flags & OARI_F_VIEW) out[j] = def->view(cin[0] ? cin[0] : c->in[0], c->attrs);
             else out[j] = oari_tensor_make(NULL, c->out[j].dtype, c->out[j].ndim, c->out[j].shape, NULL, 0);
-            if (!out[j]) st = OAR_ERR_NOMEM;
+            if (!out[j]) st = oari_fail_status();
             else set_traced(tr, out[j], node->out[j]);
         }
     }
@@ -279,7 +279,7 @@ static int add_sym(oar_graph *g, const char *name) {
         return oari_error(OAR_ERR_INVALID, "trace: more than %d dynamic dims", OARI_MAX_SYMS);
     char buf[16];
     snprintf(buf, sizeof buf, "s%d", g->n_syms);
-    if (!(g->syms[g->n_syms].name = oari_strdup(name ? name : buf))) return OAR_ERR_NOMEM;
+    if (!(g->syms[g->n_syms].name = oari_strdup(name ? name : buf))) return oari_fail_status();
     g->syms[g->n_syms].trace_size = trace_sizes[g->n_syms];
     return g->n_syms++;
 }
@@ -337,7 +337,7 @@ oar_graph *oar_trace(oar_trace_fn fn, void *ctx, int n_inputs, const oar_graph_i
         snprintf(buf, sizeof buf, "input%d", i);
         if (v < 0 || !(g->values[v].name = oari_strdup(sp->name ? sp->name : buf)) || oari_graph_add_input(g, v) ||
             !(in[i] = oari_tensor_make(NULL, sp->dtype, sp->ndim, shape, NULL, 0))) {
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
             break;
         }
         set_traced(&tr, in[i], v);
@@ -348,7 +348,7 @@ oar_graph *oar_trace(oar_trace_fn fn, void *ctx, int n_inputs, const oar_graph_i
         oar_tensor *t = tr.state[s].tensor;
         int v = oari_graph_add_value(g, OARI_V_INPUT, t->dtype, t->ndim, t->shape);
         if (v < 0 || !(g->values[v].name = oari_strdup(tr.state[s].name)) || oari_graph_add_input(g, v)) {
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
             break;
         }
         for (int d = 0; d < OAR_MAX_DIMS; d++) g->values[v].sym[d] = -1;
@@ -372,7 +372,7 @@ oar_graph *oar_trace(oar_trace_fn fn, void *ctx, int n_inputs, const oar_graph_i
             oari_free(g->output_names, (size_t)n_outputs * sizeof *g->output_names);
             g->outputs = NULL;
             g->output_names = NULL;
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
         } else {
             g->n_outputs = n_outputs;
         }
@@ -388,7 +388,7 @@ oar_graph *oar_trace(oar_trace_fn fn, void *ctx, int n_inputs, const oar_graph_i
         snprintf(buf, sizeof buf, "output%d", j);
         g->outputs[j] = v < 0 ? 0 : v;
         const char *nm = opt->output_names && opt->output_names[j] ? opt->output_names[j] : buf;
-        if (!(g->output_names[j] = oari_strdup(nm))) st = OAR_ERR_NOMEM;
+        if (!(g->output_names[j] = oari_strdup(nm))) st = oari_fail_status();
     }
     if (pool) oar_pool_pop(pool);
     for (int s = 0; s < tr.n_state && opt->params_as_inputs; s++) tr.state[s].tensor->trace_value = NULL;

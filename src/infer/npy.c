@@ -153,7 +153,7 @@ int oar_npy_save(const char *path, const oar_tensor *t) {
     const void *data = c ? oar_tensor_data(c) : NULL;
     int st = 0;
     if (!data) {
-        st = c ? oari_error(OAR_ERR_INVALID, "npy_save: tensor is not on the CPU") : OAR_ERR_NOMEM;
+        st = c ? oari_error(OAR_ERR_INVALID, "npy_save: tensor is not on the CPU") : oari_fail_status();
         oar_pool_pop(pool);
         return st;
     }
@@ -161,7 +161,7 @@ int oar_npy_save(const char *path, const oar_tensor *t) {
     char *tmp = oari_malloc(plen);
     if (!tmp) {
         oar_pool_pop(pool);
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
     snprintf(tmp, plen, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");

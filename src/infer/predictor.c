@@ -83,7 +83,7 @@ static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config 
     m->g = g;
     if (!cfg->no_compile) { /* compile once; every executor shares the kernels */
         oar_executor *ex = oar_executor_new(g);
-        int st = ex ? oar_executor_compile(ex) : OAR_ERR_NOMEM;
+        int st = ex ? oar_executor_compile(ex) : oari_fail_status();
         if (st == OAR_ERR_IO) { /* an unwritable kernel cache: serve unfused rather than not at all */
             oari_log(OAR_LOG_WARN, "predictor", "%s; the model runs unfused", oar_last_error());
             oar_clear_error();
@@ -210,7 +210,7 @@ int oar_predictor_run(oar_predictor *p, oar_tensor *const *inputs, oar_tensor **
     pthread_mutex_lock(&p->lock);
     oar_executor *ex = p->n_idle ? p->idle[--p->n_idle] : NULL;
     pthread_mutex_unlock(&p->lock);
-    if (!ex && !(ex = new_executor(p->m))) return OAR_ERR_NOMEM;
+    if (!ex && !(ex = new_executor(p->m))) return oari_fail_status();
     oar_tensor *res[64];
     bool fresh[64] = {0};
     int no = g->n_outputs < 64 ? g->n_outputs : 64;
@@ -243,7 +243,7 @@ int oar_predictor_run_borrowed(oar_predictor *p, oar_tensor *const *inputs, oar_
     if (!p || !outputs) return oari_error(OAR_ERR_INVALID, "predictor_run_borrowed: predictor or outputs is NULL");
     pthread_mutex_lock(&p->borrowed_lock);
     int st = 0;
-    if (!p->borrowed && !(p->borrowed = new_executor(p->m))) st = OAR_ERR_NOMEM;
+    if (!p->borrowed && !(p->borrowed = new_executor(p->m))) st = oari_fail_status();
     if (!st) st = run_on(p, p->borrowed, inputs, outputs);
     pthread_mutex_unlock(&p->borrowed_lock);
     return st;

@@ -162,14 +162,14 @@ int oar_safetensors_save_meta(const char *path, int n, const char *const *names,
                                   names[i]);
     }
     char *header = build_header(n, names, tensors, n_meta, keys, values);
-    if (!header) return OAR_ERR_NOMEM;
+    if (!header) return oari_fail_status();
     size_t hlen = strlen(header), padded = (hlen + 7) & ~(size_t)7;
 
     size_t plen = strlen(path) + 32;
     char *tmp = oari_malloc(plen);
     if (!tmp) {
         cJSON_free(header);
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
     snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
     int st = 0;
@@ -189,7 +189,7 @@ int oar_safetensors_save_meta(const char *path, int n, const char *const *names,
         if (!nbytes) continue;
         void *buf = oari_malloc(nbytes);
         if (!buf) {
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
             break;
         }
         if (oar_tensor_to_host(tensors[i], buf, nbytes))
@@ -235,12 +235,12 @@ static int dict_push(oar_tensor_dict *d, const char *name, oar_tensor *t) {
         int cap = d->cap ? 2 * d->cap : 8;
         void *items = oari_realloc(d->items, (size_t)d->cap * sizeof *d->items,
                                    (size_t)cap * sizeof *d->items);
-        if (!items) return OAR_ERR_NOMEM;
+        if (!items) return oari_fail_status();
         d->items = items;
         d->cap = cap;
     }
     char *copy = oari_strdup(name);
-    if (!copy) return OAR_ERR_NOMEM;
+    if (!copy) return oari_fail_status();
     d->items[d->n++] = (struct oari_dict_item){copy, t};
     return 0;
 }
@@ -295,7 +295,7 @@ static int load_entry(const char *path, FILE *f, uint64_t data_start, uint64_t d
         return bad(path, "%s", m);
     }
     oar_tensor *t = oari_tensor_empty(NULL, (oar_dtype)dtype, ndim, dims);
-    if (!t) return OAR_ERR_NOMEM;
+    if (!t) return oari_fail_status();
     if (nbytes && (fseeko(f, (off_t)(data_start + (uint64_t)b), SEEK_SET) != 0 ||
                    fread(t->storage->data, 1, nbytes, f) != nbytes)) {
         oar_tensor_release(t);
@@ -345,7 +345,7 @@ static oar_tensor_dict *load_stream(FILE *f, const char *path) {
     }
     header = oari_malloc((size_t)hlen + 1);
     if (!header) {
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
         goto out;
     }
     if (fread(header, 1, (size_t)hlen, f) != hlen) {
@@ -369,7 +369,7 @@ static oar_tensor_dict *load_stream(FILE *f, const char *path) {
     }
     d = oari_calloc(1, sizeof *d);
     if (!d) {
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
         goto out;
     }
     uint64_t data_start = 8 + hlen, data_size = (uint64_t)fsize - data_start;
@@ -430,7 +430,7 @@ int oar_module_save(oar_module *m, const char *path) {
     if (n < 0) return OAR_ERR_INVALID;
     size_t bytes = (size_t)(n ? n : 1) * (sizeof(char *) + sizeof(oar_tensor *));
     void *mem = oari_malloc(bytes);
-    if (!mem) return OAR_ERR_NOMEM;
+    if (!mem) return oari_fail_status();
     const char **names = mem;
     oar_tensor **ts = (oar_tensor **)(names + (n ? n : 1));
     for (int i = 0; i < n; i++) {

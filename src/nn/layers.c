@@ -320,7 +320,7 @@ int oar_sequential_append(oar_module *seq, oar_module *m) {
 
 oar_module *oar_sequential_new(int n, oar_module *const *mods) {
     oar_module *seq = oar_module_new("Sequential", sequential_forward, NULL, NULL);
-    int st = seq ? 0 : OAR_ERR_NOMEM;
+    int st = seq ? 0 : oari_fail_status();
     if (n < 0 || (n && !mods)) st = oari_error(OAR_ERR_INVALID, "sequential_new: bad module list");
     for (int i = 0; i < n && mods; i++) {
         if (!st && !mods[i]) {

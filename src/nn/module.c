@@ -98,12 +98,12 @@ static int add_tensor(const char *what, oar_module *m, const char *name, oar_ten
         int cap = m->cap_tensors ? 2 * m->cap_tensors : 4;
         void *ts = oari_realloc(m->tensors, (size_t)m->cap_tensors * sizeof *m->tensors,
                                 (size_t)cap * sizeof *m->tensors);
-        if (!ts) return OAR_ERR_NOMEM;
+        if (!ts) return oari_fail_status();
         m->tensors = ts;
         m->cap_tensors = cap;
     }
     char *copy = oari_strdup(name);
-    if (!copy) return OAR_ERR_NOMEM;
+    if (!copy) return oari_fail_status();
     m->tensors[m->n_tensors++] = (struct oari_mod_tensor){copy, oar_tensor_retain(t), param};
     invalidate(m);
     return 0;
@@ -136,11 +136,11 @@ int oar_module_add_child(oar_module *m, const char *name, oar_module *child) {
             m->children = cs;
             m->cap_children = cap;
         } else {
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
         }
     }
     char *copy = st ? NULL : oari_strdup(name);
-    if (!st && !copy) st = OAR_ERR_NOMEM;
+    if (!st && !copy) st = oari_fail_status();
     if (st) {
         oar_module_free(child);
         return st;
@@ -259,13 +259,13 @@ static int state_push(oar_module *root, const char *prefix, const char *name, oa
         int cap = root->cap_state ? 2 * root->cap_state : 16;
         oar_state_entry *s =
             oari_realloc(root->state, (size_t)root->cap_state * sizeof *s, (size_t)cap * sizeof *s);
-        if (!s) return OAR_ERR_NOMEM;
+        if (!s) return oari_fail_status();
         root->state = s;
         root->cap_state = cap;
     }
     size_t n = strlen(prefix) + strlen(name) + 1;
     char *full = oari_malloc(n);
-    if (!full) return OAR_ERR_NOMEM;
+    if (!full) return oari_fail_status();
     snprintf(full, n, "%s%s", prefix, name);
     /* oari_strfree frees strlen + 1 bytes: the exact size allocated */
     root->state[root->n_state++] =

@@ -181,7 +181,7 @@ static int module_to(oar_module *m, oar_dtype dtype) {
         if (t->dtype == dtype || !oar_dtype_is_float(t->dtype)) continue;
         oar_tensor *c = oari_tensor_empty(NULL, dtype, t->ndim, t->shape);
         oar_no_grad_push();
-        int st = c ? oar_copy_(c, t) : OAR_ERR_NOMEM;
+        int st = c ? oar_copy_(c, t) : oari_fail_status();
         oar_no_grad_pop();
         if (!st && m->tensors[i].param) st = oar_tensor_set_requires_grad(c, true);
         if (st) {

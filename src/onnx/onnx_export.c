@@ -1414,7 +1414,7 @@ static Onnx__ValueInfoProto *value_info(xp *x, const char *name, int v) {
 static int write_file(const char *path, const void *buf, size_t n) {
     size_t plen = strlen(path) + 8;
     char *tmp = oari_malloc(plen);
-    if (!tmp) return OAR_ERR_NOMEM;
+    if (!tmp) return oari_fail_status();
     snprintf(tmp, plen, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     bool ok = f && fwrite(buf, 1, n, f) == n;
@@ -1511,7 +1511,7 @@ OAR_API int oar_onnx_export(const oar_graph *g, const char *path,
     x.uses = oari_calloc(nv, sizeof *x.uses);
     int st;
     if (!x.names || !x.uses) {
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
     } else {
         oari_graph_use_counts(g, x.uses);
         Onnx__ModelProto m;
@@ -1524,7 +1524,7 @@ OAR_API int oar_onnx_export(const oar_graph *g, const char *path,
                             "oar_onnx_export: the model is %zu bytes, over protobuf's 2 GiB limit "
                             "(external data is not supported)",
                             n);
-        if (!st && !(buf = oari_malloc(n ? n : 1))) st = OAR_ERR_NOMEM;
+        if (!st && !(buf = oari_malloc(n ? n : 1))) st = oari_fail_status();
         if (!st) {
             onnx__model_proto__pack(&m, buf);
             st = write_file(path, buf, n);

@@ -186,7 +186,7 @@ static int read_external(const Onnx__TensorProto *tp, const char *what, const ch
                           "bytes", what, name, len, nbytes);
     size_t plen = strlen(model_dir) + strlen(loc) + 2;
     char *path = oari_malloc(plen);
-    if (!path) return OAR_ERR_NOMEM;
+    if (!path) return oari_fail_status();
     snprintf(path, plen, "%s/%s", model_dir, loc);
     FILE *f = fopen(path, "rb");
     int st = 0;
@@ -349,7 +349,7 @@ static int bind(ctx *c, const char *name, oar_tensor *t) {
     if (c->n == c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 64;
         entry *m = oari_realloc(c->map, c->cap * sizeof *m, cap * sizeof *m);
-        if (!m) return OAR_ERR_NOMEM;
+        if (!m) return oari_fail_status();
         c->map = m;
         c->cap = cap;
     }
@@ -478,7 +478,7 @@ static int run_node(ctx *c, const Onnx__NodeProto *n) {
             return oari_error(OAR_ERR_UNSUPPORTED, "output %zu '%s' is not supported", j, n->output[j]);
         if (!c->static_shapes && (st = oari_onnx_sym_check(nd.out[j]))) return st;
         if ((st = bind(c, n->output[j], nd.out[j]))) return st;
-        if (j == 0 && have && (c->map[c->n - 1].sym = keep_sym(c, &out_sym)) < 0) return OAR_ERR_NOMEM;
+        if (j == 0 && have && (c->map[c->n - 1].sym = keep_sym(c, &out_sym)) < 0) return oari_fail_status();
     }
     return 0;
 }

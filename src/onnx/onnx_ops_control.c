@@ -161,7 +161,7 @@ int oari_onnx_conv_loop(oari_onnx_node *nd) {
                 int64_t nc = cap ? 2 * cap : 16;
                 oar_tensor **ns = oari_realloc(scans, (size_t)(cap * nscan) * sizeof *ns, (size_t)(nc * nscan) * sizeof *ns);
                 if (!ns) {
-                    st = OAR_ERR_NOMEM;
+                    st = oari_fail_status();
                     break;
                 }
                 scans = ns;
@@ -179,7 +179,7 @@ int oari_onnx_conv_loop(oari_onnx_node *nd) {
         }
         oar_tensor **col = oari_malloc((size_t)iters * sizeof *col);
         if (!col) {
-            st = OAR_ERR_NOMEM;
+            st = oari_fail_status();
             break;
         }
         for (int64_t t = 0; t < iters; t++) col[t] = scans[t * nscan + j];
@@ -212,7 +212,7 @@ int oari_onnx_conv_scan(oari_onnx_node *nd) {
     oar_tensor *s[OARI_ONNX_MAX_IO], *bin[OARI_ONNX_MAX_IO], *bout[OARI_ONNX_MAX_IO];
     for (int i = 0; i < n; i++) s[i] = nd->in[i];
     oar_tensor **outs = oari_calloc((size_t)(T * (k ? k : 1)), sizeof *outs);
-    if (!outs) return OAR_ERR_NOMEM;
+    if (!outs) return oari_fail_status();
     for (int64_t t = 0; t < T && !st; t++) {
         for (int i = 0; i < n; i++) bin[i] = s[i];
         for (int j = 0; j < m; j++) {

@@ -513,7 +513,7 @@ static int dropout_train(oari_onnx_node *nd, oar_tensor *x, double ratio) {
     if (oari_onnx_attr(nd, "seed") && (nd->static_shapes || !oari_onnx_dynamic_shape(r, shape))) {
         int64_t n = oar_tensor_numel(x);
         double *u = oari_malloc((size_t)(n ? n : 1) * sizeof *u);
-        if (!u) return OAR_ERR_NOMEM;
+        if (!u) return oari_fail_status();
         numpy_uniform((uint32_t)oari_onnx_attr_i(nd, "seed", 0), n, u);
         oar_tensor *ut = oar_tensor_from_data(u, OAR_F64, r, shape);
         oari_free(u, (size_t)(n ? n : 1) * sizeof *u);

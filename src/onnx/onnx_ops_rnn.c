@@ -119,7 +119,7 @@ int oari_onnx_conv_rnn(oari_onnx_node *nd) {
     if (T > 4096) return oari_error(OAR_ERR_UNSUPPORTED, "sequence length %lld (at most 4096 unrolled)", (long long)T);
     oar_dtype dt = oar_tensor_dtype(x);
     oar_tensor **ys = oari_calloc((size_t)T, sizeof *ys);
-    if (!ys) return OAR_ERR_NOMEM;
+    if (!ys) return oari_fail_status();
     oar_tensor *ydir[2] = {NULL, NULL}, *hdir[2] = {NULL, NULL}, *cdir[2] = {NULL, NULL};
     for (int d = 0; d < ndir && !st; d++) {
         oar_tensor *w = oar_squeeze(oar_slice(W, 0, d, d + 1, 1), 0), *r = oar_squeeze(oar_slice(R, 0, d, d + 1, 1), 0);

@@ -53,7 +53,7 @@ int oari_onnx_conv_roi_align(oari_onnx_node *nd) {
     oar_tensor *xf = oar_reshape(x, 3, (int64_t[]){oar_tensor_shape(x)[0], C, H * W});
     oar_dtype dt = oar_tensor_dtype(x);
     oar_tensor **ys = oari_calloc((size_t)R, sizeof *ys);
-    if (!ys) return OAR_ERR_NOMEM;
+    if (!ys) return oari_fail_status();
     double off = half ? 0.5 : 0;
     for (int64_t r = 0; r < R && !st; r++) {
         if (bv[r] < 0 || bv[r] >= oar_tensor_shape(x)[0]) {

@@ -265,7 +265,7 @@ int oari_onnx_conv_expand(oari_onnx_node *nd) { /* bidirectional broadcast */
                               (long long)a, d);
         shape[d] = a == 1 ? b : a;
     }
-    if (oari_onnx_dynamic_shape(out, shape) && !(x = oari_onnx_traced(x))) return OAR_ERR_NOMEM;
+    if (oari_onnx_dynamic_shape(out, shape) && !(x = oari_onnx_traced(x))) return oari_fail_status();
     RESULT(oar_contiguous(oar_expand(x, out, shape)));
 }
 

@@ -58,7 +58,7 @@ int oari_onnx_conv_stft(oari_onnx_node *nd) {
     if (frames > 4096) return oari_error(OAR_ERR_UNSUPPORTED, "%lld frames (at most 4096)", (long long)frames);
     oar_tensor *c = to_complex(x); /* [B, len] */
     oar_tensor **fs = oari_calloc((size_t)frames, sizeof *fs);
-    if (!fs) return OAR_ERR_NOMEM;
+    if (!fs) return oari_fail_status();
     for (int64_t f = 0; f < frames; f++) {
         oar_tensor *s = oar_slice(c, 1, f * step, f * step + flen, 1);
         fs[f] = win ? oar_mul(s, win) : s;
@@ -92,7 +92,7 @@ int oari_onnx_conv_mel_weight_matrix(oari_onnx_node *nd) {
     int64_t *bins = oari_malloc((size_t)(nmel + 2) * sizeof *bins);
     if (!m || !bins) {
         oari_free(bins, (size_t)(nmel + 2) * sizeof *bins);
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
     double lmel = 2595 * log10(1 + lo / 700), hmel = 2595 * log10(1 + hi / 700), step = (hmel - lmel) / (double)(nmel + 2);
     for (int64_t i = 0; i < nmel + 2; i++) {

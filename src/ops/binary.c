@@ -88,21 +88,21 @@ static oar_tensor *sc(double v) { return oar_scalar(v); }
 static int set_gin(oari_grad_ctx *g, int i, oar_tensor *v) {
     if (!g->needs[i]) return 0;
     g->gin[i] = oari_sum_to(v, &g->in_meta[i]);
-    return g->gin[i] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[i] ? 0 : oari_fail_status();
 }
 static int zero_gin(oari_grad_ctx *g) {
     for (int i = 0; i < g->n_in; i++) {
         if (!g->needs[i]) continue;
         const oari_meta *m = &g->in_meta[i];
         oar_device *d = oar_tensor_device(g->gout[0]); /* zeros on the gradient's device */
-        if (!(g->gin[i] = oar_full_on(m->dtype, m->ndim, m->shape, 0, d))) return OAR_ERR_NOMEM;
+        if (!(g->gin[i] = oar_full_on(m->dtype, m->ndim, m->shape, 0, d))) return oari_fail_status();
     }
     return 0;
 }
 
 static int grad_add(oari_grad_ctx *g) {
     for (int i = 0; i < 2; i++)
-        if (g->needs[i] && !(g->gin[i] = oari_sum_to(g->gout[0], &g->in_meta[i]))) return OAR_ERR_NOMEM;
+        if (g->needs[i] && !(g->gin[i] = oari_sum_to(g->gout[0], &g->in_meta[i]))) return oari_fail_status();
     return 0;
 }
 
@@ -116,7 +116,7 @@ static int grad_mul(oari_grad_ctx *g) {
     for (int i = 0; i < 2; i++) {
         if (!g->needs[i]) continue;
         g->gin[i] = oari_sum_to(oar_mul(g->gout[0], cj(g->in[1 - i])), &g->in_meta[i]);
-        if (!g->gin[i]) return OAR_ERR_NOMEM;
+        if (!g->gin[i]) return oari_fail_status();
     }
     return 0;
 }

@@ -46,7 +46,7 @@ static oar_tensor *view_view_as_real(oar_tensor *x, const oari_attrs *a) {
 
 static int grad_view_as_real(oari_grad_ctx *g) {
     g->gin[0] = oar_view_as_complex(g->gout[0]);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 const oari_op_def oari_def_view_as_real = {
@@ -93,7 +93,7 @@ static oar_tensor *view_view_as_complex(oar_tensor *x, const oari_attrs *a) {
 
 static int grad_view_as_complex(oari_grad_ctx *g) {
     g->gin[0] = oar_view_as_real(g->gout[0]);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 const oari_op_def oari_def_view_as_complex = {

@@ -248,11 +248,11 @@ static int grad_conv2d(oari_grad_ctx *g) {
     oar_tensor *gy = g->gout[0];
     if (g->needs[0] &&
         !(g->gin[0] = conv_input_grad(gy, g->in[1], a, a + 2, a + 4, a[6], &g->in_meta[0])))
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     if (g->needs[1] &&
         !(g->gin[1] = weight_grad(g->in[0], gy, &g->in_meta[1], a, a + 2, a + 4, a[6])))
-        return OAR_ERR_NOMEM;
-    if (g->n_in > 2 && g->needs[2] && !(g->gin[2] = bias_grad(gy))) return OAR_ERR_NOMEM;
+        return oari_fail_status();
+    if (g->n_in > 2 && g->needs[2] && !(g->gin[2] = bias_grad(gy))) return oari_fail_status();
     return 0;
 }
 
@@ -263,11 +263,11 @@ static int grad_conv_transpose2d(oari_grad_ctx *g) {
     const int64_t *a = g->attrs->i;
     oar_tensor *gy = g->gout[0];
     if (g->needs[0] && !(g->gin[0] = plain_conv(gy, g->in[1], a, a + 2, a + 6, a[8])))
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     if (g->needs[1] &&
         !(g->gin[1] = weight_grad(gy, g->in[0], &g->in_meta[1], a, a + 2, a + 6, a[8])))
-        return OAR_ERR_NOMEM;
-    if (g->n_in > 2 && g->needs[2] && !(g->gin[2] = bias_grad(gy))) return OAR_ERR_NOMEM;
+        return oari_fail_status();
+    if (g->n_in > 2 && g->needs[2] && !(g->gin[2] = bias_grad(gy))) return oari_fail_status();
     return 0;
 }
 
@@ -277,9 +277,9 @@ static int grad_conv2d_weight_grad(oari_grad_ctx *g) {
     oar_tensor *ggw = g->gout[0];
     if (g->needs[0] &&
         !(g->gin[0] = conv_input_grad(g->in[1], ggw, a + 4, a + 6, a + 8, a[10], &g->in_meta[0])))
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     if (g->needs[1] && !(g->gin[1] = plain_conv(g->in[0], ggw, a + 4, a + 6, a + 8, a[10])))
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     return 0;
 }
 
@@ -449,7 +449,7 @@ static int grad_max_pool2d(oari_grad_ctx *g) {
     oari_attrs a = {.ni = 2, .i = {plane_h(&g->in_meta[0]), plane_w(&g->in_meta[0])}};
     oar_tensor *in[2] = {g->gout[0], g->out[1]};
     g->gin[0] = oari_call(OARI_OP_max_pool2d_backward, 2, in, &a);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 /* max_pool2d_backward is linear in grad_out: its adjoint gathers at the indices. */
@@ -467,34 +467,34 @@ static int grad_max_pool2d_backward(oari_grad_ctx *g) {
     oar_tensor *r =
         oar_gather(oar_reshape(gg, nd - 1, flat), nd - 2, oar_reshape(idx, nd - 1, iflat));
     g->gin[0] = oar_reshape(r, m->ndim, m->shape);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int grad_avg_pool2d(oari_grad_ctx *g) {
     const oari_meta *m = &g->in_meta[0];
     g->gin[0] = call_with_size(OARI_OP_avg_pool2d_backward, g->gout[0], g->attrs->i, 8, plane_h(m),
                                plane_w(m));
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int grad_avg_pool2d_backward(oari_grad_ctx *g) {
     oari_attrs a = oari_attrs_ints(8, g->attrs->i);
     g->gin[0] = oari_call1(OARI_OP_avg_pool2d, g->gout[0], &a);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int grad_adaptive_avg_pool2d(oari_grad_ctx *g) {
     const oari_meta *m = &g->in_meta[0];
     g->gin[0] = call_with_size(OARI_OP_adaptive_avg_pool2d_backward, g->gout[0], NULL, 0,
                                plane_h(m), plane_w(m));
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int grad_adaptive_avg_pool2d_backward(oari_grad_ctx *g) {
     const oari_meta *m = &g->in_meta[0];
     oari_attrs a = {.ni = 2, .i = {plane_h(m), plane_w(m)}};
     g->gin[0] = oari_call1(OARI_OP_adaptive_avg_pool2d, g->gout[0], &a);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int grad_interpolate(oari_grad_ctx *g) {
@@ -502,7 +502,7 @@ static int grad_interpolate(oari_grad_ctx *g) {
     const int64_t *a = g->attrs->i;
     oari_attrs b = {.ni = 4, .i = {a[0], plane_h(m), plane_w(m), a[3]}};
     g->gin[0] = oari_call1(OARI_OP_interpolate_backward, g->gout[0], &b);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int grad_interpolate_backward(oari_grad_ctx *g) {
@@ -510,7 +510,7 @@ static int grad_interpolate_backward(oari_grad_ctx *g) {
     const int64_t *a = g->attrs->i;
     oari_attrs b = {.ni = 4, .i = {a[0], plane_h(m), plane_w(m), a[3]}};
     g->gin[0] = oari_call1(OARI_OP_interpolate, g->gout[0], &b);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int infer_interpolate_backward(oari_infer *c) {

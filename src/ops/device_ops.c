@@ -29,7 +29,7 @@ static oar_tensor *moved(oar_tensor *t, oar_device *d) {
     oar_tensor *r = oari_tensor_empty(d, t->dtype, t->ndim, t->shape);
     size_t es = oar_dtype_size(t->dtype), n = (size_t)t->numel * es;
     size_t off = (size_t)c->offset * es;
-    int st = r ? 0 : OAR_ERR_NOMEM;
+    int st = r ? 0 : oari_fail_status();
     if (!st && n) {
         if (s == oari_device_cpu()) {
             st = oari_device_from_host(d, r->storage->data, 0, (char *)c->storage->data + off, n);
@@ -37,7 +37,7 @@ static oar_tensor *moved(oar_tensor *t, oar_device *d) {
             st = oari_device_to_host(s, r->storage->data, c->storage->data, off, n);
         } else { /* between two devices: through host memory */
             void *tmp = oari_malloc(n);
-            st = tmp ? oari_device_to_host(s, tmp, c->storage->data, off, n) : OAR_ERR_NOMEM;
+            st = tmp ? oari_device_to_host(s, tmp, c->storage->data, off, n) : oari_fail_status();
             if (!st) st = oari_device_from_host(d, r->storage->data, 0, tmp, n);
             oari_free(tmp, n);
         }
@@ -126,7 +126,7 @@ int oari_device_move_scalars(oar_device *dev, bool inplace, int n_in, oar_tensor
     for (int i = 0; i < n_in; i++) {
         if (!oari_device_follows(cin[i], inplace && i == 0)) continue;
         oar_tensor *r = moved(cin[i], dev);
-        if (!r) return OAR_ERR_NOMEM;
+        if (!r) return oari_fail_status();
         if (cin[i] != in[i]) oar_tensor_release(cin[i]);
         cin[i] = r;
         (*n_replaced)++;
@@ -194,7 +194,7 @@ int oari_device_run_on_cpu(oari_op op, oar_device *dev, int n_in, oar_tensor *co
     for (int i = 0; i < n_in && !st; i++) {
         if (!in[i]) continue;
         hin[i] = in[i]->storage->device == dev ? host_mirror(in[i]) : oar_tensor_retain(in[i]);
-        if (!hin[i]) st = OAR_ERR_NOMEM;
+        if (!hin[i]) st = oari_fail_status();
     }
     oari_no_grad_push();
     if (!st) st = oari_dispatch(op, n_in, hin, attrs, hout);

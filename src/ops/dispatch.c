@@ -95,13 +95,13 @@ static int run_half_via_f32(const oari_op_def *def, oari_op op, oar_device *dev,
     oari_no_grad_push();
     for (int i = 0; i < n_in && !st; i++) {
         fin[i] = in[i] && is_half(in[i]->dtype) ? cast_owned(in[i], OAR_F32) : oar_tensor_retain(in[i]);
-        if (in[i] && !fin[i]) st = OAR_ERR_NOMEM;
+        if (in[i] && !fin[i]) st = oari_fail_status();
     }
     for (int j = 0; j < n_out && !st; j++) {
         if (!is_half(out[j]->dtype)) fout[j] = oar_tensor_retain(out[j]);
         else if (def->flags & OARI_F_INPLACE) fout[j] = oar_tensor_retain(fin[0]);
         else fout[j] = oari_tensor_empty(dev, OAR_F32, out[j]->ndim, out[j]->shape);
-        if (!fout[j]) st = OAR_ERR_NOMEM;
+        if (!fout[j]) st = oari_fail_status();
     }
     if (!st) st = run_kernel(def, op, dev, OAR_F32, n_in, fin, attrs, n_out, fout);
     for (int j = 0; j < n_out && !st; j++) {
@@ -181,7 +181,7 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
     for (int i = 0; i < n_in; i++) cin[i] = in[i];
 
     if (def->flags & OARI_F_VIEW) {
-        if (!(out[0] = def->view(in[0], attrs))) return OAR_ERR_NOMEM;
+        if (!(out[0] = def->view(in[0], attrs))) return oari_fail_status();
     } else {
         /* Cast inputs to the dtypes the shape rule chose; the casts are
          * recorded by autograd, so gradients flow back through them. */
@@ -199,7 +199,7 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
             out[j] = (def->flags & OARI_F_INPLACE)
                          ? oar_tensor_retain(in[0])
                          : oari_tensor_empty(dev, c.out[j].dtype, c.out[j].ndim, c.out[j].shape);
-            if (!out[j]) st = OAR_ERR_NOMEM;
+            if (!out[j]) st = oari_fail_status();
         }
         if (!st) {
             bool empty = !(def->flags & OARI_F_INPLACE);

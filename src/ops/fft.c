@@ -102,7 +102,7 @@ static int grad_c2c(oari_grad_ctx *g) {
     oari_attrs a = *g->attrs;
     a.i[1] = !a.i[1];
     g->gin[0] = oari_call1(OARI_OP_fft_c2c, g->gout[0], &a);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int grad_r2c(oari_grad_ctx *g) {
@@ -122,7 +122,7 @@ static int grad_r2c(oari_grad_ctx *g) {
     a.i[1] = 0;
     oar_tensor *full = oari_call1(OARI_OP_fft_c2c, gy, &a);
     g->gin[0] = oar_real(full);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int grad_c2r(oari_grad_ctx *g) {
@@ -136,7 +136,7 @@ static int grad_c2r(oari_grad_ctx *g) {
     oar_tensor *gi = oari_call1(OARI_OP_fft_r2c, g->gout[0], &a);
     if (gi && twice > 0) {
         oar_pool *p = oar_pool_push();
-        if (!p) return OAR_ERR_NOMEM;
+        if (!p) return oari_fail_status();
         double *w = oari_malloc((size_t)half * sizeof *w);
         oar_tensor *wt = NULL;
         if (w) {
@@ -151,7 +151,7 @@ static int grad_c2r(oari_grad_ctx *g) {
         gi = oari_pool_return(p, wt ? oar_mul(gi, wt) : NULL);
     }
     g->gin[0] = gi;
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 const oari_op_def oari_def_fft_c2c = {

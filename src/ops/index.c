@@ -207,7 +207,7 @@ static int grad_gather(oari_grad_ctx *g) {
     const oari_meta *m = &g->in_meta[0];
     oar_tensor *zeros = oar_full_on(gy->dtype, m->ndim, m->shape, 0, oar_tensor_device(gy));
     g->gin[0] = oar_scatter_add(zeros, DIM(g), g->in[1], gy);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int grad_scatter(oari_grad_ctx *g) {
@@ -215,18 +215,18 @@ static int grad_scatter(oari_grad_ctx *g) {
     if (!gy) return 0;
     if (g->needs[0] &&
         !(g->gin[0] = oar_scatter(gy, DIM(g), g->in[1], oar_scalar_of(0.0, gy->dtype))))
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     if (g->needs[2] && !(g->gin[2] = src_grad(oar_gather(gy, DIM(g), g->in[1]), &g->in_meta[2])))
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     return 0;
 }
 
 static int grad_scatter_add(oari_grad_ctx *g) {
     oar_tensor *gy = g->gout[0];
     if (!gy) return 0;
-    if (g->needs[0] && !(g->gin[0] = adopt_same(gy))) return OAR_ERR_NOMEM;
+    if (g->needs[0] && !(g->gin[0] = adopt_same(gy))) return oari_fail_status();
     if (g->needs[2] && !(g->gin[2] = src_grad(oar_gather(gy, DIM(g), g->in[1]), &g->in_meta[2])))
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     return 0;
 }
 
@@ -236,14 +236,14 @@ static int grad_index_select(oari_grad_ctx *g) {
     const oari_meta *m = &g->in_meta[0];
     oar_tensor *zeros = oar_full_on(gy->dtype, m->ndim, m->shape, 0, oar_tensor_device(gy));
     g->gin[0] = oar_index_add(zeros, DIM(g), g->in[1], gy);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int grad_index_add(oari_grad_ctx *g) {
     oar_tensor *gy = g->gout[0];
     if (!gy) return 0;
-    if (g->needs[0] && !(g->gin[0] = adopt_same(gy))) return OAR_ERR_NOMEM;
-    if (g->needs[2] && !(g->gin[2] = oar_index_select(gy, DIM(g), g->in[1]))) return OAR_ERR_NOMEM;
+    if (g->needs[0] && !(g->gin[0] = adopt_same(gy))) return oari_fail_status();
+    if (g->needs[2] && !(g->gin[2] = oar_index_select(gy, DIM(g), g->in[1]))) return oari_fail_status();
     return 0;
 }
 
@@ -254,7 +254,7 @@ static int grad_select_values(oari_grad_ctx *g, int dim) {
     const oari_meta *m = &g->in_meta[0];
     oar_tensor *zeros = oar_full_on(gy->dtype, m->ndim, m->shape, 0, oar_tensor_device(gy));
     g->gin[0] = oar_scatter(zeros, dim, g->out[1], gy);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int grad_sort(oari_grad_ctx *g) { return grad_select_values(g, (int)g->attrs->i[0]); }

@@ -80,21 +80,21 @@ static int grad_matmul(oari_grad_ctx *g) {
     bool a1 = ma->ndim == 1, b1 = mb->ndim == 1;
     if (a1 && b1) { /* dot: go is 0-d */
         if (g->needs[0] && !(g->gin[0] = oari_sum_to(oar_mul(go, cj(b)), ma)))
-            return OAR_ERR_NOMEM;
+            return oari_fail_status();
         if (g->needs[1] && !(g->gin[1] = oari_sum_to(oar_mul(go, cj(a)), mb)))
-            return OAR_ERR_NOMEM;
+            return oari_fail_status();
         return 0;
     }
     oar_tensor *g2 = go;
     if (a1) g2 = oar_unsqueeze(g2, go->ndim - 1);      /* [..., m] -> [..., 1, m] */
     if (b1) g2 = oar_unsqueeze(g2, go->ndim);          /* [..., n] -> [..., n, 1] */
     if (g->needs[0] && ma->ndim == 2 && mb->ndim == 2 && stored_transposed(a)) {
-        if (!(g->gin[0] = mT(oar_matmul(cj(b), mT(g2))))) return OAR_ERR_NOMEM; /* (B^H^T gout^T)^T */
+        if (!(g->gin[0] = mT(oar_matmul(cj(b), mT(g2))))) return oari_fail_status(); /* (B^H^T gout^T)^T */
     } else if (g->needs[0]) {
         oar_tensor *b2 = b1 ? oar_unsqueeze(b, 1) : b; /* [k, 1] */
         oar_tensor *ga = oar_matmul(g2, mT(cj(b2))); /* [..., n, k] */
         if (a1 && ga) ga = oar_squeeze(ga, ga->ndim - 2);
-        if (!(g->gin[0] = oari_sum_to(ga, ma))) return OAR_ERR_NOMEM;
+        if (!(g->gin[0] = oari_sum_to(ga, ma))) return oari_fail_status();
     }
     if (g->needs[1] && mb->ndim == 2 && ma->ndim > 2) {
         /* a 2-D B under batched A (a linear layer on [batch, seq, k]): one
@@ -106,14 +106,14 @@ static int grad_matmul(oari_grad_ctx *g) {
         oar_tensor *af = oar_reshape(cj(a), 2, (int64_t[]){-1, k});
         oar_tensor *gf = oar_reshape(g2, 2, (int64_t[]){-1, m});
         g->gin[1] = stored_transposed(b) ? mT(oar_matmul(mT(gf), af)) : oar_matmul(mT(af), gf);
-        if (!g->gin[1]) return OAR_ERR_NOMEM;
+        if (!g->gin[1]) return oari_fail_status();
     } else if (g->needs[1] && ma->ndim == 2 && mb->ndim == 2 && stored_transposed(b)) {
-        if (!(g->gin[1] = mT(oar_matmul(mT(g2), cj(a))))) return OAR_ERR_NOMEM; /* (gout^T A^H^T)^T */
+        if (!(g->gin[1] = mT(oar_matmul(mT(g2), cj(a))))) return oari_fail_status(); /* (gout^T A^H^T)^T */
     } else if (g->needs[1]) {
         oar_tensor *a2 = a1 ? oar_unsqueeze(a, 0) : a; /* [1, k] */
         oar_tensor *gb = oar_matmul(mT(cj(a2)), g2); /* [..., k, m] */
         if (b1 && gb) gb = oar_squeeze(gb, gb->ndim - 1);
-        if (!(g->gin[1] = oari_sum_to(gb, mb))) return OAR_ERR_NOMEM;
+        if (!(g->gin[1] = oari_sum_to(gb, mb))) return oari_fail_status();
     }
     return 0;
 }

@@ -67,12 +67,12 @@ static int grad_cast(oari_grad_ctx *g) {
     oar_dtype want = g->in_meta[0].dtype;
     if (oar_dtype_is_complex(gy->dtype) && !oar_dtype_is_complex(want)) gy = oar_real(gy);
     g->gin[0] = oar_cast(gy, want);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int grad_identity(oari_grad_ctx *g) {
     g->gin[0] = oar_tensor_retain(g->gout[0]);
-    return oari_pool_adopt(g->gin[0]) ? 0 : OAR_ERR_NOMEM;
+    return oari_pool_adopt(g->gin[0]) ? 0 : oari_fail_status();
 }
 
 const oari_op_def oari_def_fill = {

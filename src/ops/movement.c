@@ -15,7 +15,7 @@ static bool null_input(const char *op, const oar_tensor *x) {
     return true;
 }
 
-static int done1(oari_grad_ctx *g) { return g->gin[0] ? 0 : OAR_ERR_NOMEM; }
+static int done1(oari_grad_ctx *g) { return g->gin[0] ? 0 : oari_fail_status(); }
 
 /* PyTorch's computeStride: strides that let a tensor of (shape, strides)
  * be viewed with new_shape, or false when no view exists (reshape copies). */
@@ -392,7 +392,7 @@ static int grad_concat(oari_grad_ctx *g) {
     for (int i = 0; i < g->n_in; i++) {
         int64_t n = g->in_meta[i].shape[dim];
         if (g->needs[i] && !(g->gin[i] = oar_slice(g->gout[0], dim, off, off + n, 1)))
-            return OAR_ERR_NOMEM;
+            return oari_fail_status();
         off += n;
     }
     return 0;

@@ -34,7 +34,7 @@ static int grad_softmax(oari_grad_ctx *g) {
     int64_t dim = g->attrs->i[0];
     int nd = y->ndim ? 1 : 0;
     g->gin[0] = oar_mul(y, oar_sub(go, oar_sum(oar_mul(go, y), nd, &dim, true)));
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static int grad_log_softmax(oari_grad_ctx *g) {
@@ -44,7 +44,7 @@ static int grad_log_softmax(oari_grad_ctx *g) {
     int64_t dim = g->attrs->i[0];
     int nd = y->ndim ? 1 : 0;
     g->gin[0] = oar_sub(go, oar_mul(oar_exp(y), oar_sum(go, nd, &dim, true)));
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 const oari_op_def oari_def_softmax = {

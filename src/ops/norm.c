@@ -295,7 +295,7 @@ static int update_running(oar_tensor *running, oar_tensor *stat, double momentum
     oari_no_grad_push();
     oar_tensor *v =
         oar_add(oar_mul(running, oar_scalar(1 - momentum)), oar_mul(stat, oar_scalar(momentum)));
-    int st = v ? oar_copy_(running, v) : OAR_ERR_NOMEM;
+    int st = v ? oar_copy_(running, v) : oari_fail_status();
     oari_no_grad_pop();
     oar_pool_pop(p);
     return st;

@@ -180,7 +180,7 @@ static oar_tensor *expand_back(oar_tensor *g, const oari_meta *in, int64_t mask)
 static int grad_sum(oari_grad_ctx *g) {
     if (!g->needs[0] || !g->gout[0]) return 0;
     g->gin[0] = expand_back(g->gout[0], &g->in_meta[0], grad_mask(g));
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 /* d prod / d x_i = product of the others, exact with zeros:
@@ -205,7 +205,7 @@ static int grad_prod(oari_grad_ctx *g) {
     oar_tensor *factor = oar_where(oar_eq(nz, oar_scalar(0)), g_none,
                                    oar_where(oar_eq(nz, oar_scalar(1)), g_one, zeros));
     g->gin[0] = oar_mul(keepdim_view(g->gout[0], m, mask), oar_conj(factor));
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 /* amax/amin: the gradient is split evenly among the elements equal to the result. */
@@ -218,7 +218,7 @@ static int grad_minmax(oari_grad_ctx *g) {
     oar_tensor *hit = oar_cast(oar_eq(x, keepdim_view(g->out[0], m, mask)), m->dtype);
     oar_tensor *count = nd ? oar_sum(hit, nd, dims, true) : oar_ones_like(hit);
     g->gin[0] = oar_mul(keepdim_view(g->gout[0], m, mask), oar_div(hit, count));
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 static oar_tensor *reverse_cumsum(oar_tensor *t, int dim) {
@@ -234,7 +234,7 @@ static int grad_cumsum(oari_grad_ctx *g) {
     if (!g->needs[0] || !g->gout[0]) return 0;
     if (g->in_meta[0].ndim == 0) g->gin[0] = oari_pool_adopt(oar_tensor_retain(g->gout[0]));
     else g->gin[0] = reverse_cumsum(g->gout[0], scan_dim(g));
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 /* y_k = prod_{i<=k} x_i. With z the first zero of a line:
@@ -247,7 +247,7 @@ static int grad_cumprod(oari_grad_ctx *g) {
     if (!g->needs[0] || !g->gout[0]) return 0;
     if (g->in_meta[0].ndim == 0) {
         g->gin[0] = oari_pool_adopt(oar_tensor_retain(g->gout[0]));
-        return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+        return g->gin[0] ? 0 : oari_fail_status();
     }
     int dim = scan_dim(g);
     int64_t d = dim;
@@ -265,7 +265,7 @@ static int grad_cumprod(oari_grad_ctx *g) {
     oar_tensor *part2 = oar_where(first, oar_mul(reverse_cumsum(oar_mul(gy, oar_conj(after)), dim),
                                                  oar_conj(head)), zeros);
     g->gin[0] = oar_add(part1, part2);
-    return g->gin[0] ? 0 : OAR_ERR_NOMEM;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 /* ---- definitions --------------------------------------------------------------- */

@@ -58,7 +58,7 @@ static int unary_infer(oari_infer *c, unary_kind kind, bool complex_ok, bool boo
 /* ---- gradient rules (written with ops, so they differentiate again) ----
  * Complex inputs follow PyTorch: grad_in = grad_out * conj(f'(z)). */
 
-static int done(oari_grad_ctx *g) { return g->gin[0] ? 0 : OAR_ERR_NOMEM; }
+static int done(oari_grad_ctx *g) { return g->gin[0] ? 0 : oari_fail_status(); }
 
 /* conj on complex tensors; real ones pass through (no copy) */
 static oar_tensor *cj(oar_tensor *t) { return t && oar_dtype_is_complex(t->dtype) ? oar_conj(t) : t; }

@@ -103,7 +103,7 @@ static int gather(oar_lbfgs *o, double *out, bool grad) {
         } else {
             oar_pool *pool = oar_pool_push();
             oar_tensor *c = oar_cast(src, OAR_F64);
-            int st = c ? oar_tensor_to_host(c, out + off, (size_t)m * sizeof *out) : OAR_ERR_NOMEM;
+            int st = c ? oar_tensor_to_host(c, out + off, (size_t)m * sizeof *out) : oari_fail_status();
             oar_pool_pop(pool);
             if (st) return oari_error(st, "oar_lbfgs_step: cannot read parameter %d%s", i,
                                       grad ? "'s gradient" : "");
@@ -121,7 +121,7 @@ static int scatter(oar_lbfgs *o, const double *x) {
         oar_tensor *p = o->params[i];
         oar_pool *pool = oar_pool_push();
         oar_tensor *v = oar_tensor_from_data(x + off, OAR_F64, p->ndim, p->shape);
-        st = v ? oar_copy_(p, v) : OAR_ERR_NOMEM;
+        st = v ? oar_copy_(p, v) : oari_fail_status();
         oar_pool_pop(pool);
         off += p->numel;
     }
@@ -290,7 +290,7 @@ int oar_lbfgs_step(oar_lbfgs *o, oar_lbfgs_closure closure, void *ctx, double *l
     const size_t vb = (size_t)n * sizeof(double);
     double *g = zalloc(vb), *x0 = zalloc(vb), *scratch = zalloc(vb), *q = zalloc(vb);
     double *bufs = zalloc(4 * vb), *al = zalloc((size_t)o->hist * sizeof(double));
-    int st = g && x0 && scratch && q && bufs && al ? 0 : OAR_ERR_NOMEM;
+    int st = g && x0 && scratch && q && bufs && al ? 0 : oari_fail_status();
     double loss = NAN, orig = NAN;
     if (!st) {
         orig = loss = closure(ctx);

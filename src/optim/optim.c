@@ -166,7 +166,7 @@ static int sgd_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
     if (o->wd) g = oar_add(g, oar_mul_scalar(p, o->wd));
     if (o->momentum) {
         if (!o->s1[i]) {
-            if (!(o->s1[i] = keep(g))) return OAR_ERR_NOMEM;
+            if (!(o->s1[i] = keep(g))) return oari_fail_status();
         } else {
             oar_tensor *b =
                 oar_add(oar_mul_scalar(o->s1[i], o->momentum), oar_mul_scalar(g, 1 - o->dampening));
@@ -189,7 +189,7 @@ static int adam_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
     if (!o->s1[i]) {
         o->s1[i] = oar_tensor_retain(oar_zeros_like(p));
         o->s2[i] = oar_tensor_retain(oar_zeros_like(p));
-        if (!o->s1[i] || !o->s2[i]) return OAR_ERR_NOMEM;
+        if (!o->s1[i] || !o->s2[i]) return oari_fail_status();
     }
     oar_tensor *m = o->s1[i], *v = o->s2[i];
     /* m += (1 - beta1) (g - m); v += (1 - beta2) (g^2 - v) */
@@ -207,12 +207,12 @@ static int rmsprop_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g)
     if (o->wd) g = oar_add(g, oar_mul_scalar(p, o->wd));
     if (!o->s2[i]) {
         o->s2[i] = oar_tensor_retain(oar_zeros_like(p));
-        if (!o->s2[i]) return OAR_ERR_NOMEM;
+        if (!o->s2[i]) return oari_fail_status();
     }
     if (o->centered && !o->s3[i] && !(o->s3[i] = oar_tensor_retain(oar_zeros_like(p))))
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     if (o->momentum && !o->s1[i] && !(o->s1[i] = oar_tensor_retain(oar_zeros_like(p))))
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     oar_tensor *sq = o->s2[i];
     if (oar_copy_(sq, oar_add(oar_mul_scalar(sq, o->alpha),
                               oar_mul_scalar(oar_mul(g, g), 1 - o->alpha))))

@@ -38,7 +38,7 @@ int oar_optim_save(const oar_optimizer *co, const char *path) {
     int max = 4 * o->n + 1;
     size_t bytes = (size_t)max * (sizeof(char *) + sizeof(oar_tensor *));
     void *mem = oari_calloc(1, bytes);
-    if (!mem) return OAR_ERR_NOMEM;
+    if (!mem) return oari_fail_status();
     char **names = mem;
     oar_tensor **ts = (oar_tensor **)(names + max);
     int n = 0, st = 0;
@@ -49,14 +49,14 @@ int oar_optim_save(const oar_optimizer *co, const char *path) {
             if (!t) continue;
             char buf[64];
             snprintf(buf, sizeof buf, "state.%d.%s", i, slot_name(o->kind, k));
-            if (!(names[n] = oari_strdup(buf))) st = OAR_ERR_NOMEM;
+            if (!(names[n] = oari_strdup(buf))) st = oari_fail_status();
             ts[n++] = t;
         }
         if (o->pstep[i] && !st) {
             char buf[64];
             snprintf(buf, sizeof buf, "state.%d.step", i);
             oar_tensor *step = oar_tensor_from_data(&o->pstep[i], OAR_I64, 0, NULL);
-            if (!step || !(names[n] = oari_strdup(buf))) st = OAR_ERR_NOMEM;
+            if (!step || !(names[n] = oari_strdup(buf))) st = oari_fail_status();
             ts[n++] = step;
         }
     }
@@ -185,7 +185,7 @@ int oar_optim_load(oar_optimizer *o, const char *path) {
     size_t sz = (size_t)o->cap * sizeof(oar_tensor *);
     oar_tensor **fresh[3] = {oari_calloc(1, sz), oari_calloc(1, sz), oari_calloc(1, sz)};
     int64_t *psteps = oari_calloc((size_t)o->cap, sizeof *psteps);
-    st = fresh[0] && fresh[1] && fresh[2] && psteps ? 0 : OAR_ERR_NOMEM;
+    st = fresh[0] && fresh[1] && fresh[2] && psteps ? 0 : oari_fail_status();
     for (int j = 0; j < nt && !st; j++) {
         const char *name = oar_tensor_dict_name(d, j);
         oar_tensor *t = oar_tensor_dict_tensor(d, j);
@@ -200,7 +200,7 @@ int oar_optim_load(oar_optimizer *o, const char *path) {
                 oar_pool *pool = oar_pool_push();
                 fresh[k][i] = oar_tensor_retain(oar_clone(t));
                 oar_pool_pop(pool);
-                if (!fresh[k][i]) st = OAR_ERR_NOMEM;
+                if (!fresh[k][i]) st = oari_fail_status();
             }
     }
     for (int k = 0; k < 3; k++) {

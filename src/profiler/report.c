@@ -372,7 +372,7 @@ int oar_profiler_write_trace(const char *path) {
     int st = check_readable("oar_profiler_write_trace");
     size_t n = strlen(path) + 32;
     char *tmp = st ? NULL : oari_malloc(n);
-    if (!st && !tmp) st = OAR_ERR_NOMEM;
+    if (!st && !tmp) st = oari_fail_status();
     FILE *f = NULL;
     if (!st) {
         snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());

@@ -406,7 +406,7 @@ static int FN(conv2d_direct)(const T *x, const T *w, const oar_ktensor *bias, T 
     /* weights [groups][nob][K][VL] */
     const size_t wpn = (size_t)(groups * nob * K * BL);
     T *wp = scratch_alloc(wpn * sizeof(T));
-    if (!wp) return OAR_ERR_NOMEM;
+    if (!wp) return oari_fail_status();
     for (int64_t gi = 0; gi < groups; gi++)
         for (int64_t ob = 0; ob < nob; ob++)
             for (int64_t k = 0; k < K; k++)
@@ -421,7 +421,7 @@ static int FN(conv2d_direct)(const T *x, const T *w, const oar_ktensor *bias, T 
     T *buf = scratch_alloc(per * (size_t)nt * sizeof(T));
     if (!buf) {
         scratch_free(wp, wpn * sizeof(T));
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
 #pragma omp parallel for schedule(static) if (par)
     for (int64_t n = 0; n < xd.n; n++) {
@@ -517,7 +517,7 @@ static int FN(conv2d_tiled)(const T *x, const T *w, const oar_ktensor *bias, T *
     const size_t per = direct ? 0 : wide ? (size_t)(K * P) : (size_t)(K * R * g->ow);
     const size_t coln = per * (size_t)(wide || !par ? 1 : nt);
     T *cols = coln ? scratch_alloc(coln * sizeof(T)) : NULL;
-    if (coln && !cols) return OAR_ERR_NOMEM;
+    if (coln && !cols) return oari_fail_status();
     const bool has_bias = bias->dtype >= 0;
     if (!wide) {
 #pragma omp parallel for schedule(dynamic) if (par)
@@ -590,7 +590,7 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
     const T *w = x ? contig(&c->in[1], &wo, &wn) : NULL;
     if (!w) {
         scratch_free(xo, xn);
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
     if (K > 0 && FN(direct_ok)(&g, og, K)) {
         int st = FN(conv2d_direct)(x, w, &c->in[2], y, xd, wd, &g, groups);
@@ -692,7 +692,7 @@ static int FN(k_conv_transpose2d)(void *ctx, const oar_kernel_call *c) {
     const T *w = x ? contig(&c->in[1], &wo, &wn) : NULL;
     if (!w) {
         scratch_free(xo, xn);
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
     const int64_t nb = conv_chunk(xd.n, K + cg, P), nch = (xd.n + nb - 1) / nb;
     const bool par = nch > 1 && (double)xd.n * (double)K * (double)P * (double)xd.c > 5e5;
@@ -701,7 +701,7 @@ static int FN(k_conv_transpose2d)(void *ctx, const oar_kernel_call *c) {
     const size_t per = (size_t)((K + (nb > 1 ? cg : 0)) * nb * P);
     size_t coln = per * (size_t)nt;
     T *cols = scratch_alloc((coln ? coln : 1) * sizeof(T));
-    int st = cols ? 0 : OAR_ERR_NOMEM;
+    int st = cols ? 0 : oari_fail_status();
     if (!st) {
 #pragma omp parallel for schedule(dynamic) if (par)
         for (int64_t ch = 0; ch < nch; ch++) {
@@ -762,7 +762,7 @@ static int FN(k_conv2d_weight_grad)(void *ctx, const oar_kernel_call *c) {
     const T *gy = x ? contig(&c->in[1], &yo, &yn) : NULL;
     if (!gy) {
         scratch_free(xo, xn);
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
     /* parts: runs of images, each with its own partial (part 0 is gw) */
     int64_t parts = xd.n < WG_PARTS ? xd.n : WG_PARTS;
@@ -927,7 +927,7 @@ static int FN(k_max_pool2d)(void *ctx, const oar_kernel_call *c) {
     void *xo;
     size_t xn;
     const T *x = contig(&c->in[0], &xo, &xn);
-    if (!x) return OAR_ERR_NOMEM;
+    if (!x) return oari_fail_status();
     T *y = c->out[0].data;
     int64_t *ind = c->out[1].data;
     const int64_t kh = a[0], kw = a[1], sh = a[2], sw = a[3], ph = a[4], pw = a[5], dh = a[6],
@@ -967,7 +967,7 @@ static int FN(k_max_pool2d_backward)(void *ctx, const oar_kernel_call *c) {
     const int64_t *ind = gy ? contig(&c->in[1], &io, &in_) : NULL;
     if (!ind) {
         scratch_free(go, gn);
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
     T *gx = c->out[0].data;
     int bad = 0;
@@ -1020,7 +1020,7 @@ static int FN(k_avg_pool2d)(void *ctx, const oar_kernel_call *c) {
     void *xo;
     size_t xn;
     const T *x = contig(&c->in[0], &xo, &xn);
-    if (!x) return OAR_ERR_NOMEM;
+    if (!x) return oari_fail_status();
     T *y = c->out[0].data;
 #pragma omp parallel for schedule(static) if (np * OH * OW * a[0] * a[1] > OARI_PARALLEL_GRAIN)
     for (int64_t p = 0; p < np; p++) {
@@ -1050,7 +1050,7 @@ static int FN(k_avg_pool2d_backward)(void *ctx, const oar_kernel_call *c) {
     void *go;
     size_t gn;
     const T *gy = contig(&c->in[0], &go, &gn);
-    if (!gy) return OAR_ERR_NOMEM;
+    if (!gy) return oari_fail_status();
     T *gx = c->out[0].data;
 #pragma omp parallel for schedule(static) if (np * OH * OW * a[0] * a[1] > OARI_PARALLEL_GRAIN)
     for (int64_t p = 0; p < np; p++) {
@@ -1080,7 +1080,7 @@ static int FN(k_adaptive_avg_pool2d)(void *ctx, const oar_kernel_call *c) {
     void *xo;
     size_t xn;
     const T *x = contig(&c->in[0], &xo, &xn);
-    if (!x) return OAR_ERR_NOMEM;
+    if (!x) return oari_fail_status();
     T *y = c->out[0].data;
 #pragma omp parallel for schedule(static) if (np * H * W > OARI_PARALLEL_GRAIN)
     for (int64_t p = 0; p < np; p++) {
@@ -1109,7 +1109,7 @@ static int FN(k_adaptive_avg_pool2d_backward)(void *ctx, const oar_kernel_call *
     void *go;
     size_t gn;
     const T *gy = contig(&c->in[0], &go, &gn);
-    if (!gy) return OAR_ERR_NOMEM;
+    if (!gy) return oari_fail_status();
     T *gx = c->out[0].data;
 #pragma omp parallel for schedule(static) if (np * H * W > OARI_PARALLEL_GRAIN)
     for (int64_t p = 0; p < np; p++) {
@@ -1160,7 +1160,7 @@ static int FN(interp)(const oar_kernel_call *c, bool backward) {
     void *xo;
     size_t xn;
     const T *x = contig(&c->in[0], &xo, &xn);
-    if (!x) return OAR_ERR_NOMEM;
+    if (!x) return oari_fail_status();
     T *y = c->out[0].data;
 #pragma omp parallel for schedule(static) if (np * OH * OW > OARI_PARALLEL_GRAIN)
     for (int64_t p = 0; p < np; p++) {

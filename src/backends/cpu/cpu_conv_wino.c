@@ -489,7 +489,7 @@ int oari_cpu_conv2d_wino(const float *x, const float *w, const oar_ktensor *bias
     const size_t sn = (size_t)scratch_floats(&g);
     const size_t total = un + vmn * (size_t)nbuf + sn * (size_t)nscr;
     float *U = oari_cpu_block_alloc(total * sizeof(float));
-    if (!U) return OAR_ERR_NOMEM;
+    if (!U) return oari_fail_status();
     float *bufs = U + un, *scr = bufs + vmn * (size_t)nbuf;
 #pragma omp parallel if (par)
     {

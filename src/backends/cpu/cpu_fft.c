@@ -385,7 +385,7 @@ static int job_prepare(line_job *j, size_t *per) {
     if (!j->plan) {
         j->plan = j->real ? oari_fft_plan_get_real(j->n, j->dbl, j->inverse)
                           : oari_fft_plan_get(j->n, j->dbl, j->inverse);
-        if (!j->plan) return OAR_ERR_NOMEM;
+        if (!j->plan) return oari_fail_status();
     }
     const int V = (j->dbl ? 2 : 4) * 2; /* the widest lanes */
     const size_t es = j->dbl ? sizeof(double) : sizeof(float);
@@ -504,7 +504,7 @@ static int run_passes(pass *p, int np) {
     }
     const size_t bytes = (size_t)maxt * per + 64;
     void *bufs = oari_malloc(bytes);
-    if (!bufs) return OAR_ERR_NOMEM;
+    if (!bufs) return oari_fail_status();
     char *base = (char *)(((uintptr_t)bufs + 63) & ~(uintptr_t)63);
 #pragma omp parallel for schedule(static) num_threads(maxt)
     for (int64_t b = 0; b < slabs; b++) {
@@ -545,13 +545,13 @@ static int run_dim(line_job *j, const geom *src, const geom *dst, int d) {
         if (st <= 0) return st; /* done, or failed */
     }
 #endif
-    size_t per;
+    size_t per = 0;
     int st = job_prepare(j, &per);
     if (st) return st;
     const int nt = lines > 1 && lines * j->n >= FFT_PARALLEL_GRAIN ? omp_get_max_threads() : 1;
     const size_t bytes = (size_t)nt * per + 64;
     void *bufs = oari_malloc(bytes);
-    if (!bufs) return OAR_ERR_NOMEM;
+    if (!bufs) return oari_fail_status();
     run_lines(j, src, dst, d, (char *)(((uintptr_t)bufs + 63) & ~(uintptr_t)63), per, nt);
     oari_free(bufs, bytes);
     return 0;
@@ -633,7 +633,7 @@ static int k_c2r(void *ctx, const oar_kernel_call *c) {
         int64_t numel = 1;
         for (int i = 0; i < in.ndim; i++) numel *= in.shape[i];
         sbytes = (size_t)numel * 2 * (dbl ? sizeof(double) : sizeof(float));
-        if (!(scratch = oari_malloc(sbytes ? sbytes : 1))) return OAR_ERR_NOMEM;
+        if (!(scratch = oari_malloc(sbytes ? sbytes : 1))) return oari_fail_status();
         tmp.data = scratch;
         oari_contiguous_strides(tmp.ndim, tmp.shape, tmp.strides);
         for (int i = 0; i < k - 1; i++) {

@@ -505,7 +505,7 @@ static int sort_kernel(const oar_kernel_call *c, int dim, int64_t k, bool desc) 
     s.nt = big ? omp_get_max_threads() : 1;
     if (s.nt < 1) s.nt = 1;
     size_t nbytes = (size_t)s.nt * (size_t)(2 * s.w.len) * 16; /* a pair is at most 16 bytes */
-    if (!(s.scratch = oari_malloc(nbytes))) return OAR_ERR_NOMEM;
+    if (!(s.scratch = oari_malloc(nbytes))) return oari_fail_status();
     switch (x.dtype) {
     case OAR_BOOL:
     case OAR_U8: sort_lines_b8(&s); break;

@@ -246,14 +246,14 @@ static int k_matmul_blas(void *ctx, const oar_kernel_call *call) {
     int la = blas_layout(a.rows, a.cols, a.sr, a.sc, &lda);
     int lb = blas_layout(b.rows, b.cols, b.sr, b.sc, &ldb);
     if (la < 0) {
-        if (!(bufs[0] = pack(&call->in[0], &packed[0], &sizes[0]))) return OAR_ERR_NOMEM;
+        if (!(bufs[0] = pack(&call->in[0], &packed[0], &sizes[0]))) return oari_fail_status();
         make_view(&packed[0], true, &s, &a);
         la = blas_layout(a.rows, a.cols, a.sr, a.sc, &lda);
     }
     if (lb < 0) {
         if (!(bufs[1] = pack(&call->in[1], &packed[1], &sizes[1]))) {
             oari_free(bufs[0], sizes[0]);
-            return OAR_ERR_NOMEM;
+            return oari_fail_status();
         }
         make_view(&packed[1], false, &s, &b);
         lb = blas_layout(b.rows, b.cols, b.sr, b.sc, &ldb);

@@ -62,7 +62,7 @@ static int map_copy(const oar_ktensor *out, const oar_ktensor *in, int64_t *cons
     const int64_t L = out->shape[last], ls = in->strides[last];
     const int64_t *lm = maps[last];
     seg *segs = oari_malloc((size_t)L * sizeof *segs);
-    if (!segs) return OAR_ERR_NOMEM;
+    if (!segs) return oari_fail_status();
     int64_t nseg = 0;
     for (int64_t j = 0; j < L;) {
         seg s = {.start = j, .len = 1};
@@ -156,7 +156,7 @@ static int k_pad(void *ctx, const oar_kernel_call *c) {
     int64_t *maps[OAR_MAX_DIMS];
     size_t bytes;
     int64_t *buf = maps_alloc(out->ndim, out->shape, maps, &bytes);
-    if (!buf) return OAR_ERR_NOMEM;
+    if (!buf) return oari_fail_status();
     pad_maps(c, out->shape, in->shape, out->ndim, maps);
     unsigned char value[16] = {0};
     double v = c->n_fattr ? c->fattr[0] : 0.0;
@@ -172,7 +172,7 @@ static int k_flip(void *ctx, const oar_kernel_call *c) {
     int64_t *maps[OAR_MAX_DIMS];
     size_t bytes;
     int64_t *buf = maps_alloc(out->ndim, out->shape, maps, &bytes);
-    if (!buf) return OAR_ERR_NOMEM;
+    if (!buf) return oari_fail_status();
     int64_t mask = c->n_iattr ? c->iattr[0] : 0;
     for (int d = 0; d < out->ndim; d++)
         if (mask & ((int64_t)1 << d))
@@ -188,7 +188,7 @@ static int k_roll(void *ctx, const oar_kernel_call *c) {
     int64_t *maps[OAR_MAX_DIMS];
     size_t bytes;
     int64_t *buf = maps_alloc(out->ndim, out->shape, maps, &bytes);
-    if (!buf) return OAR_ERR_NOMEM;
+    if (!buf) return oari_fail_status();
     int64_t shift[OAR_MAX_DIMS] = {0};
     for (int k = 0; k + 1 < c->n_iattr; k += 2) {
         int d = (int)c->iattr[k + 1];
@@ -310,7 +310,7 @@ static int k_diagonal_backward(void *ctx, const oar_kernel_call *c) {
         int64_t *maps[OAR_MAX_DIMS];                                                           \
         size_t bytes;                                                                          \
         int64_t *buf = maps_alloc(nd, in->shape, maps, &bytes);                                \
-        if (!buf) return OAR_ERR_NOMEM;                                                        \
+        if (!buf) return oari_fail_status();                                                        \
         pad_maps(c, in->shape, out->shape, nd, maps);                                          \
         int64_t outer = 1, block = 1;                                                          \
         for (int d = 0; d < lead; d++) outer *= in->shape[d];                                  \

@@ -51,7 +51,7 @@ static int load_inputs(const oar_kernel_call *c, inputs *in) {
     memset(in, 0, sizeof *in);
     for (int i = 0; i < c->n_in && i < 5; i++) {
         in->p[i] = contig(&c->in[i], &in->owned[i], &in->n[i]);
-        if (!in->p[i] && c->in[i].dtype >= 0 && oari_kt_numel(&c->in[i])) return OAR_ERR_NOMEM;
+        if (!in->p[i] && c->in[i].dtype >= 0 && oari_kt_numel(&c->in[i])) return oari_fail_status();
     }
     return 0;
 }
@@ -182,7 +182,7 @@ static int FN(k_layer_norm)(void *ctx, const oar_kernel_call *c) {
     inputs in;
     if (load_inputs(c, &in)) {
         free_inputs(&in);
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
     const T *x = in.p[0], *w = in.p[1], *b = in.p[2];
     const int nd = c->in[0].ndim, n = (int)c->iattr[0];
@@ -208,7 +208,7 @@ static int FN(k_group_norm)(void *ctx, const oar_kernel_call *c) {
     inputs in;
     if (load_inputs(c, &in)) {
         free_inputs(&in);
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
     const T *x = in.p[0], *w = in.p[1], *b = in.p[2];
     const oar_ktensor *xk = &c->in[0];
@@ -246,7 +246,7 @@ static int FN(k_batch_norm)(void *ctx, const oar_kernel_call *c) {
     inputs in;
     if (load_inputs(c, &in)) {
         free_inputs(&in);
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
     const T *x = in.p[0], *rm = in.p[1], *rv = in.p[2], *w = in.p[3], *b = in.p[4];
     const oar_ktensor *xk = &c->in[0];

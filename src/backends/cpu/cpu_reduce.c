@@ -198,7 +198,7 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
         }
         const int64_t items = pl.n_out * nch;
         char *acc = oari_malloc((size_t)items * as);
-        if (!acc) return OAR_ERR_NOMEM;
+        if (!acc) return oari_fail_status();
         k->init(acc, items);
         OARI_PARALLEL_FOR_IF(parallel,
         for (int64_t w = 0; w < items; w++) {
@@ -237,7 +237,7 @@ static int reduce_run(const rkind *k, const oar_ktensor *x, const oar_ktensor *o
     const int64_t nj = (m + jb - 1) / jb;
     const int64_t n_acc = nch * pl.n_out;
     char *acc = oari_malloc((size_t)n_acc * as);
-    if (!acc) return OAR_ERR_NOMEM;
+    if (!acc) return oari_fail_status();
     k->init(acc, n_acc);
     const int64_t items = n_ko * nj * nch;
     OARI_PARALLEL_FOR_IF(parallel,

@@ -149,7 +149,7 @@ static int F(plan_tables)(oari_fft_plan *pl) {
     const int64_t n = pl->m ? pl->m : pl->n;
     if (!pl->m) {
         TX *tw = oari_malloc((size_t)n * sizeof *tw);
-        if (!tw) return OAR_ERR_NOMEM;
+        if (!tw) return oari_fail_status();
         for (int64_t k = 0; k < n; k++) {
             double ang = sgn * 2.0 * M_PI * (double)k / (double)n;
             tw[k] = (TX){(FT)cos(ang), (FT)sin(ang)};
@@ -166,7 +166,7 @@ static int F(plan_tables)(oari_fft_plan *pl) {
         oari_free(chirp, (size_t)len * sizeof *chirp);
         oari_free(bf, (size_t)m * sizeof *bf);
         oari_free(tmp, (size_t)m * sizeof *tmp);
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     }
     for (int64_t k = 0; k < len; k++) {
         /* k^2 mod 2n keeps the angle exact for large k */

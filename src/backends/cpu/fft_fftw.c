@@ -93,7 +93,7 @@ static int plan_get(const fkey *k, void *in, void *out, void **plan) {
         cache_blocks++;
     }
     pthread_mutex_unlock(&lock);
-    if (!e) return OAR_ERR_NOMEM;
+    if (!e) return oari_fail_status();
     *plan = e->plan;
     return 0;
 }
@@ -199,7 +199,7 @@ static int run_grouped(const fkey *k, int64_t lines, const void *src, void *dst,
     const int nt = (int)k->nthreads;
     const size_t bytes = (size_t)nt * per + 64;
     char *mem = oari_malloc(bytes);
-    if (!mem) return OAR_ERR_NOMEM;
+    if (!mem) return oari_fail_status();
     char *base = (char *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
     /* plans for GROUP contiguous lines and for the last lines % GROUP */
     fkey g = *k;

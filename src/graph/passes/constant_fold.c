@@ -29,7 +29,7 @@ int oari_pass_constant_fold(oar_graph *g) {
         for (int j = 0; j < n->n_out && !st; j++) {
             char name[32];
             snprintf(name, sizeof name, "fold%d", n->out[j]);
-            if (!(names[j] = oari_strdup(name))) st = OAR_ERR_NOMEM;
+            if (!(names[j] = oari_strdup(name))) st = oari_fail_status();
         }
         if (st) {
             for (int j = 0; j < n->n_out; j++) {

@@ -5,7 +5,7 @@
 
 int oari_pass_dce(oar_graph *g) {
     int *uses = oari_malloc((size_t)(g->n_values ? g->n_values : 1) * sizeof *uses);
-    if (!uses) return OAR_ERR_NOMEM;
+    if (!uses) return oari_fail_status();
     oari_graph_use_counts(g, uses);
     int removed = 0;
     for (int i = g->n_nodes - 1; i >= 0; i--) {

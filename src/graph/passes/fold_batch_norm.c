@@ -86,7 +86,7 @@ static int fold_one(oar_graph *g, oari_gnode *bn, const int *uses) {
     int bv = wv >= 0 ? add_const(g, nb, bn->in[1], "bn_folded_bias") : -1;
     oar_pool_pop(pool);
     oar_tensor_release(w);
-    if (wv < 0 || bv < 0) return oari_error_pending() ? OAR_ERR_INVALID : OAR_ERR_NOMEM;
+    if (wv < 0 || bv < 0) return oari_fail_status();
     if (conv) {
         conv->in[1] = wv;
         conv->in[2] = bv;
@@ -100,7 +100,7 @@ static int fold_one(oar_graph *g, oari_gnode *bn, const int *uses) {
             bn->dead = true;
         } else { /* the batch norm node becomes add(matmul, bias) */
             int *in2 = oari_malloc(2 * sizeof *in2);
-            if (!in2) return OAR_ERR_NOMEM;
+            if (!in2) return oari_fail_status();
             in2[0] = xin;
             in2[1] = bv;
             oari_free(bn->in, (size_t)bn->n_in * sizeof *bn->in);
@@ -119,7 +119,7 @@ int oari_pass_fold_batch_norm(oar_graph *g) {
     int changes = 0, st = 0;
     size_t nbytes = (size_t)(g->n_values + 2 * g->n_nodes + 1) * sizeof(int);
     int *uses = oari_malloc(nbytes);
-    if (!uses) return OAR_ERR_NOMEM;
+    if (!uses) return oari_fail_status();
     for (int i = 0; i < g->n_nodes && !st; i++) {
         oari_gnode *n = &g->nodes[i];
         if (n->dead || n->op != OARI_OP_batch_norm) continue;

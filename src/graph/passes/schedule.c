@@ -76,7 +76,7 @@ int oari_pass_schedule(oar_graph *g) {
     bool *chain = oari_malloc(nsz * sizeof *chain);
     bool *in_a_chain = oari_calloc(vsz, sizeof *in_a_chain);
     if (!uses || !outs || !chain_uses || !root || !last || !sinks || !perm || !chain || !in_a_chain) {
-        st = OAR_ERR_NOMEM;
+        st = oari_fail_status();
         goto done;
     }
     for (int j = 0; j < g->n_outputs; j++) outs[g->outputs[j]]++;

@@ -74,7 +74,7 @@ static int transpose_of_matmul(oar_graph *g, int i, const use_counts *uses) {
     int at = g->values[t].producer, a = p->in[0], b = p->in[1];
     int bt = insert_transpose(g, at, b);
     int at_ = bt < 0 ? -1 : insert_transpose(g, at + 1, a);
-    if (at_ < 0) return OAR_ERR_NOMEM;
+    if (at_ < 0) return oari_fail_status();
     p = &g->nodes[at + 2]; /* the matmul, moved up two */
     p->in[0] = bt;
     p->in[1] = at_;
@@ -112,10 +112,10 @@ static int mask_through_max_pool(oar_graph *g, int i, const use_counts *uses) {
         const oari_gvalue *pv = &g->values[pooled];
         oari_meta m = {.dtype = pv->dtype, .ndim = pv->ndim};
         memcpy(m.shape, pv->shape, sizeof m.shape);
-        if (oari_graph_insert_node(g, at, OARI_OP_sign, NULL, 1, &pooled, 1, &m) < 0) return OAR_ERR_NOMEM;
+        if (oari_graph_insert_node(g, at, OARI_OP_sign, NULL, 1, &pooled, 1, &m) < 0) return oari_fail_status();
         int mask = g->nodes[at].out[0];
         int mul_in[2] = {grad, mask};
-        if (oari_graph_insert_node(g, at + 1, OARI_OP_mul, NULL, 2, mul_in, 1, &m) < 0) return OAR_ERR_NOMEM;
+        if (oari_graph_insert_node(g, at + 1, OARI_OP_mul, NULL, 2, mul_in, 1, &m) < 0) return oari_fail_status();
         int masked = g->nodes[at + 1].out[0];
         for (int k = 0; k < 2; k++) { /* the new values take the pooled value's symbolic dims */
             oari_gvalue *v = &g->values[k ? masked : mask];
@@ -176,7 +176,7 @@ static int join_slice_grads(oar_graph *g, int i, const use_counts *uses) {
     memcpy(smul, x->smul, sizeof smul);
     oari_gnode first = *pa; /* its attributes and their symbols, before the arrays move */
     if (oari_graph_insert_node(g, i, OARI_OP_concat, &(oari_attrs){.ni = 1, .i = {da}}, 2, pieces, 1, &m) < 0)
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     int joined = g->nodes[i].out[0];
     memcpy(g->values[joined].sym, sym, sizeof sym);
     memcpy(g->values[joined].smul, smul, sizeof smul);
@@ -186,7 +186,7 @@ static int join_slice_grads(oar_graph *g, int i, const use_counts *uses) {
     oari_meta om = {.dtype = o->dtype, .ndim = o->ndim};
     memcpy(om.shape, o->shape, sizeof om.shape);
     if (oari_graph_insert_node(g, i + 1, OARI_OP_slice_backward, &sa, 1, &joined, 1, &om) < 0)
-        return OAR_ERR_NOMEM;
+        return oari_fail_status();
     oari_gnode *s = &g->nodes[i + 1];
     memcpy(s->isym, first.isym, sizeof s->isym);
     memcpy(s->imul, first.imul, sizeof s->imul);
@@ -221,7 +221,7 @@ static int flatten_concat(oar_graph *g, int i, const use_counts *uses) {
     oari_meta m = {.dtype = o->dtype, .ndim = o->ndim};
     memcpy(m.shape, o->shape, sizeof m.shape);
     oari_attrs at = n->attrs;
-    if (oari_graph_insert_node(g, i, OARI_OP_concat, &at, total, in, 1, &m) < 0) return OAR_ERR_NOMEM;
+    if (oari_graph_insert_node(g, i, OARI_OP_concat, &at, total, in, 1, &m) < 0) return oari_fail_status();
     int v = g->nodes[i].out[0];
     n = &g->nodes[i + 1];
     memcpy(g->values[v].sym, g->values[n->out[0]].sym, sizeof g->values[v].sym);
@@ -248,7 +248,7 @@ int oari_pass_simplify(oar_graph *g) {
     int changes = 0;
     use_counts u = {.len = g->n_values}, *uses = &u;
     size_t bytes = (size_t)(u.len ? u.len : 1) * sizeof *u.n;
-    if (!(u.n = oari_malloc(bytes))) return OAR_ERR_NOMEM;
+    if (!(u.n = oari_malloc(bytes))) return oari_fail_status();
     oari_graph_use_counts(g, u.n);
     for (int i = 0; i < g->n_nodes; i++) {
         oari_gnode *n = &g->nodes[i];
