@@ -13,7 +13,7 @@
 #include <oar/optim.h>
 #include <oar/profiler.h>
 
-#include "compiler/compiler.h" /* per-kernel timing (BENCH_KERNELS) */
+#include "exec/exec.h" /* per-kernel timing (BENCH_KERNELS) */
 
 #include "bench_median.h"
 

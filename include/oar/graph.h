@@ -1,4 +1,4 @@
-/* Static graphs (DESIGN.md "Modes"): trace the same C function that runs
+/* Static graphs (docs/architecture.md, "Modes"): trace the same C function that runs
  * eagerly into an SSA graph of ops, optimise it with passes, run it from a
  * preallocated arena, save it as a model folder.
  *

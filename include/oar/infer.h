@@ -1,4 +1,4 @@
-/* Inference (DESIGN.md "Saved model"): a predictor loads a saved model
+/* Inference (docs/architecture.md, "Modes"): a predictor loads a saved model
  * folder (oar_graph_save), runs the inference passes and serves callers.
  *
  *     oar_predictor_config cfg = {.model_dir = "mnist_model", .optimize = true};

@@ -245,7 +245,7 @@ static int run_graph(engine *e) {
     /* what must run: a node whose edges lead to a wanted leaf or node */
     if (e->grad_mode) {
         for (int i = 0; i < e->n_in; i++) {
-            struct oari_node *f = e->inputs[i]->grad_fn;
+            struct oari_node *f = oari_grad_fn(e->inputs[i]);
             if (f && f->bw_slot >= 0) e->slots[f->bw_slot].capture = true;
         }
     }
@@ -260,7 +260,7 @@ static int run_graph(engine *e) {
         oar_tensor **go = e->grads + s->goff;
         if (s->capture) {
             for (int i = 0; i < e->n_in && !st; i++) {
-                if (e->inputs[i]->grad_fn != n) continue;
+                if (oari_grad_fn(e->inputs[i]) != n) continue;
                 e->reached[i] = true;
                 oar_tensor *g = go[e->inputs[i]->output_index];
                 if (g) st = accumulate(&e->res[i], g);
@@ -354,9 +354,9 @@ static int engine_run(int n_out, oar_tensor *const *outputs, oar_tensor *const *
                 st = oari_fail_status();
         }
         if (st) break;
-        if (o->grad_fn) {
-            if (o->grad_fn->bw_slot < 0 && (st = add_node(&e, o->grad_fn))) break;
-            st = accumulate(&e.grads[e.slots[o->grad_fn->bw_slot].goff + o->output_index], go);
+        if (oari_grad_fn(o)) {
+            if (oari_grad_fn(o)->bw_slot < 0 && (st = add_node(&e, oari_grad_fn(o)))) break;
+            st = accumulate(&e.grads[e.slots[oari_grad_fn(o)->bw_slot].goff + o->output_index], go);
         } else {
             st = to_leaf(&e, o, go);
         }

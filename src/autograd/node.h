@@ -19,7 +19,7 @@ typedef struct oari_edge {
  * so saving an output makes no cycle node -> output -> node. */
 typedef struct oari_saved {
     oari_storage *storage;  /* NULL once released (or never saved) */
-    struct oari_dist_attr *dist; /* a saved dtensor (src/dist/) instead of storage */
+    void *dist;             /* a saved dtensor's OARI_EXT_DIST value (retained) instead of storage */
     uint32_t version;       /* storage version when saved */
     bool wrapped_number;
     int64_t offset;
@@ -53,6 +53,16 @@ OARI_HIDDEN void oari_node_release_saved(struct oari_node *n);
 OARI_HIDDEN struct oari_node *oari_node_retain(struct oari_node *n);
 OARI_HIDDEN void oari_node_release(struct oari_node *n);
 
+/* The node that made t (its OARI_EXT_GRAD_FN slot), borrowed; NULL for a leaf. */
+static inline struct oari_node *oari_grad_fn(const oar_tensor *t) {
+    return (struct oari_node *)t->ext[OARI_EXT_GRAD_FN];
+}
+/* Records an op call on the tape (dispatch's record hook). */
+OARI_HIDDEN int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_in, oar_tensor *const *in,
+                                     int n_out, oar_tensor **out);
+/* Installs the record hook and the grad_fn slot's class (src/init/). */
+OARI_HIDDEN void oari_autograd_install(void);
+
 /* dist branch: leaf-gradient hooks, NULL unless a data-parallel reducer
  * (src/dist/parallel.c) is alive. In oar_backward (not oar_grad), `expect`
  * runs once per edge into a leaf as the graph is found, `arrive` once per
@@ -65,7 +75,5 @@ typedef struct oari_leaf_hooks {
 } oari_leaf_hooks;
 OARI_HIDDEN extern oari_leaf_hooks oari_leaf_hook;
 
-/* Grad mode depth, saved and forced (for create_graph inside no_grad). */
-OARI_HIDDEN int oari_grad_mode_set_depth(int depth); /* returns the previous depth */
 
 #endif

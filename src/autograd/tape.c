@@ -11,8 +11,9 @@ static bool differentiable_dtype(oar_dtype d) {
 static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 static void save(oari_saved *s, const oar_tensor *t) {
-    if (t && t->dist) { /* a dtensor: keep its mesh, placements and shard */
-        s->dist = oari_dist_attr_copy(t->dist);
+    if (t && t->ext[OARI_EXT_DIST]) { /* a dtensor: keep its mesh, placements and shard */
+        const oari_ext_class *c = oari_ext_class_of(OARI_EXT_DIST);
+        s->dist = c->retain ? c->retain(t->ext[OARI_EXT_DIST]) : NULL;
         return;
     }
     if (!t || !t->storage) return;
@@ -27,7 +28,7 @@ static void save(oari_saved *s, const oar_tensor *t) {
 int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_in, oar_tensor *const *in,
                          int n_out, oar_tensor **out) {
     const oari_op_def *def = oari_op_defs[op];
-    if ((def->flags & OARI_F_INPLACE) && in[0]->requires_grad && !in[0]->grad_fn)
+    if ((def->flags & OARI_F_INPLACE) && in[0]->requires_grad && !oari_grad_fn(in[0]))
         return oari_error(OAR_ERR_STATE, "%s: a leaf tensor that requires grad is used in an "
                           "in-place operation; do it inside oar_no_grad_push/pop or on a clone",
                           def->name);
@@ -55,8 +56,8 @@ int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_in, oar_tens
         }
         oari_meta_from(&n->in_meta[i], in[i]);
         if (!in[i]->requires_grad) continue;
-        if (in[i]->grad_fn) {
-            n->edges[i].fn = oari_node_retain(in[i]->grad_fn);
+        if (oari_grad_fn(in[i])) {
+            n->edges[i].fn = oari_node_retain(oari_grad_fn(in[i]));
             n->edges[i].index = in[i]->output_index;
         } else {
             n->edges[i].leaf = oar_tensor_retain(in[i]);
@@ -73,9 +74,9 @@ int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_in, oar_tens
      * edge above already holds. */
     for (int j = 0; j < n_out; j++) {
         if (!differentiable_dtype(out[j]->dtype)) continue;
-        struct oari_node *old = out[j]->grad_fn;
+        struct oari_node *old = oari_grad_fn(out[j]);
         out[j]->requires_grad = true;
-        out[j]->grad_fn = oari_node_retain(n);
+        out[j]->ext[OARI_EXT_GRAD_FN] = oari_node_retain(n);
         out[j]->output_index = j;
         if (old) oari_node_release(old);
     }
@@ -96,8 +97,11 @@ void oari_node_release_saved(struct oari_node *n) {
     for (int i = 0; i < k; i++) {
         oari_storage_release(n->saved[i].storage);
         n->saved[i].storage = NULL;
-        oari_dist_attr_free(n->saved[i].dist);
-        n->saved[i].dist = NULL;
+        if (n->saved[i].dist) {
+            const oari_ext_class *c = oari_ext_class_of(OARI_EXT_DIST);
+            if (c->release) c->release(n->saved[i].dist);
+            n->saved[i].dist = NULL;
+        }
     }
     if (n->had_saved) n->saved_released = true;
 }
@@ -159,15 +163,17 @@ int oari_saved_unpack(struct oari_node *n, int k, bool graph, oar_tensor **out) 
         *out = oar_tensor_retain(n->edges[idx].leaf);
         return 0;
     }
-    oar_tensor *t = s->dist ? oari_dtensor_from_attr(s->dist, m->dtype, m->ndim, m->shape)
-                            : oari_tensor_make(s->storage, m->dtype, m->ndim, m->shape, s->strides, s->offset);
+    const oari_ext_class *dc = oari_ext_class_of(OARI_EXT_DIST);
+    oar_tensor *t = !s->dist ? oari_tensor_make(s->storage, m->dtype, m->ndim, m->shape, s->strides, s->offset)
+                    : dc->remake ? dc->remake(s->dist, m->dtype, m->ndim, m->shape)
+                                 : (oari_error(OAR_ERR_STATE, "autograd: a saved dtensor, but dist is not installed"), NULL);
     if (!t) return oari_fail_status();
     t->wrapped_number = s->wrapped_number;
     if (graph) {
         struct oari_node *fn = is_in ? n->edges[idx].fn : n;
         if (fn) {
             t->requires_grad = true;
-            t->grad_fn = oari_node_retain(fn);
+            t->ext[OARI_EXT_GRAD_FN] = oari_node_retain(fn);
             t->output_index = is_in ? n->edges[idx].index : idx;
         }
     }
@@ -186,17 +192,17 @@ int oar_tensor_set_requires_grad(oar_tensor *t, bool on) {
         return oari_error(OAR_ERR_INVALID, "set_requires_grad: only floating and complex tensors "
                           "can require gradients (got %s); cast it first",
                           oar_dtype_name(t->dtype));
-    if (!on && t->grad_fn)
+    if (!on && oari_grad_fn(t))
         return oari_error(OAR_ERR_STATE, "set_requires_grad: can only turn it off on a leaf "
                           "tensor; this one was made by %s (use oar_detach)",
-                          oari_op_name((oari_op)t->grad_fn->op));
+                          oari_op_name((oari_op)oari_grad_fn(t)->op));
     t->requires_grad = on;
     return 0;
 }
 
 bool oar_tensor_requires_grad(const oar_tensor *t) { return t && t->requires_grad; }
 
-bool oar_tensor_is_leaf(const oar_tensor *t) { return t && !t->grad_fn; }
+bool oar_tensor_is_leaf(const oar_tensor *t) { return t && !oari_grad_fn(t); }
 
 oar_tensor *oar_tensor_grad(const oar_tensor *t) { return t ? t->grad : NULL; }
 
@@ -209,4 +215,12 @@ int oar_tensor_zero_grad(oar_tensor *t) {
     t->grad = NULL;
     oar_tensor_release(g);
     return 0;
+}
+
+static void release_grad_fn(void *node) { oari_node_release(node); }
+
+void oari_autograd_install(void) {
+    static const oari_ext_class grad_fn_class = {.release = release_grad_fn};
+    oari_ext_register(OARI_EXT_GRAD_FN, &grad_fn_class);
+    oari_hooks.record = oari_autograd_record;
 }

@@ -1,4 +1,4 @@
-/* The fusing compiler (DESIGN.md "Modes"; docs/architecture.md "Compiler"):
+/* The fusing compiler (docs/architecture.md, "Compiler"):
  * groups the fusible nodes of a graph into kernels (fuse.c), writes one C
  * function per kernel (codegen_c.c, scalar op formulas in op_c.c), builds
  * them through the JIT (jit.c) and hands the executor one call per kernel.
@@ -129,15 +129,6 @@ OARI_HIDDEN extern const char *oari_cl_prelude_extra;
 OARI_HIDDEN void oari_fusion_free(oari_fusion *f);
 /* Another reference to f. */
 OARI_HIDDEN oari_fusion *oari_fusion_retain(oari_fusion *f);
-
-/* The executor side (src/graph/exec.c): ex's compiled kernels (borrowed;
- * NULL when uncompiled), and running ex with the kernels of f, compiled
- * for the same graph by another executor (predictors share one). */
-OARI_HIDDEN oari_fusion *oari_executor_fusion(const oar_executor *ex);
-OARI_HIDDEN int oari_executor_use_fusion(oar_executor *ex, oari_fusion *f);
-/* Benchmarks: while ns is set, each run adds every node's time (a compiled
- * kernel's at its root) into ns[node], n_nodes entries; NULL stops. */
-OARI_HIDDEN void oari_executor_time_nodes(oar_executor *ex, double *ns);
 
 /* ---- code generation (codegen_c.c) ---------------------------------------- */
 

@@ -6,7 +6,6 @@
  * allocations: on our VMs first touch of a fresh page costs ~12 us and glibc
  * unmaps large blocks on free. */
 #include "core.h"
-#include "../profiler/hooks.h" /* profiler hook (dependency-free header) */
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -229,11 +228,18 @@ static void system_free(void *p, size_t rounded) {
     alloc_fn(alloc_ctx, ((void **)p)[-1], rounded + ALIGN + sizeof(void *), 0);
 }
 
+oari_memory_observer_fn oari_memory_observer;
+
+static void tell_observer(size_t bytes_in_use, int delta) { /* under cache_lock */
+    oari_memory_observer_fn f = __atomic_load_n(&oari_memory_observer, __ATOMIC_RELAXED);
+    if (__builtin_expect(f != NULL, 0)) f(bytes_in_use, delta);
+}
+
 static void count_alloc(size_t rounded) { /* under cache_lock */
     stats.n_allocs++;
     stats.bytes_in_use += rounded;
     if (stats.bytes_in_use > stats.peak_bytes) stats.peak_bytes = stats.bytes_in_use;
-    OARI_PROF_MEMORY(stats.bytes_in_use, 1); /* profiler */
+    tell_observer(stats.bytes_in_use, 1);
 }
 
 void *oari_cpu_block_alloc(size_t nbytes) {
@@ -276,13 +282,13 @@ void oari_cpu_block_free(void *p, size_t nbytes) {
     pthread_mutex_lock(&cache_lock);
     if (cls < 0) {
         stats.bytes_in_use -= nbytes;
-        OARI_PROF_MEMORY(stats.bytes_in_use, -1); /* profiler */
+        tell_observer(stats.bytes_in_use, -1);
         pthread_mutex_unlock(&cache_lock);
         system_free(p, nbytes);
         return;
     }
     stats.bytes_in_use -= rounded;
-    OARI_PROF_MEMORY(stats.bytes_in_use, -1); /* profiler */
+    tell_observer(stats.bytes_in_use, -1);
     stats.bytes_cached += rounded;
     free_block *b = p;
     b->next = free_lists[cls];

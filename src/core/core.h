@@ -10,8 +10,31 @@
 #define OARI_HIDDEN __attribute__((visibility("hidden")))
 #define OARI_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
-struct oari_node;
-struct oari_dist_attr;
+/* Extension slots: state that a higher layer hangs on a tensor. Core never
+ * looks inside a slot; the layer that owns it registers, at start-up, what
+ * to do with its values (oari_ext_register). */
+typedef enum oari_ext_slot {
+    OARI_EXT_GRAD_FN,  /* autograd: the tape node that made the tensor */
+    OARI_EXT_DIST,     /* dist: mesh, placements and local shard of a dtensor */
+    OARI_EXT_TRACE,    /* graph: the symbolic value while tracing (no release) */
+    OARI_EXT_COUNT
+} oari_ext_slot;
+
+typedef struct oari_ext_class {
+    /* Drops the slot's value when its tensor dies; NULL: nothing to drop. */
+    void (*release)(void *value);
+    /* Another reference to the value, kept by autograd for a saved tensor
+     * without storage (a dtensor); NULL when the slot is never saved. */
+    void *(*retain)(void *value);
+    /* A tensor of this dtype and shape carrying the value again (a saved
+     * dtensor unpacked); a new reference, or NULL with the error set. */
+    oar_tensor *(*remake)(void *value, oar_dtype dtype, int ndim, const int64_t *shape);
+} oari_ext_class;
+
+/* Installs the class of a slot (at start-up, by the slot's layer). */
+OARI_HIDDEN void oari_ext_register(oari_ext_slot slot, const oari_ext_class *cls);
+/* The class of a slot: never NULL (an empty class until registered). */
+OARI_HIDDEN const oari_ext_class *oari_ext_class_of(oari_ext_slot slot);
 
 /* A device buffer shared by every view of it. */
 typedef struct oari_storage {
@@ -33,14 +56,14 @@ struct oar_tensor {
     oari_storage *storage;  /* NULL for symbolic (traced) tensors */
     bool wrapped_number;    /* made by oar_scalar(): weak in type promotion */
 
-    /* autograd (src/autograd/) */
+    /* Autograd's plain data stays here: dispatch reads requires_grad on
+     * every call, grad is a tensor core can release itself, and
+     * output_index is an int. The node (grad_fn) is a slot. */
     bool requires_grad;
+    int output_index;              /* which output of the grad_fn node it is */
     oar_tensor *grad;              /* accumulated by oar_backward */
-    struct oari_node *grad_fn;     /* the node that made it; owned reference */
-    int output_index;              /* which output of grad_fn it is */
 
-    struct oari_dist_attr *dist;   /* distributed attribute (src/dist/), NULL if local */
-    void *trace_value;             /* symbolic value while tracing (src/graph/) */
+    void *ext[OARI_EXT_COUNT];     /* extension slots, NULL when unused */
 };
 
 /* ---- errors: one message per thread ------------------------------------ */
@@ -85,6 +108,11 @@ OARI_HIDDEN void oari_pool_trim(void);
 /* Cached storage blocks of the CPU device (64-byte aligned). */
 OARI_HIDDEN void *oari_cpu_block_alloc(size_t nbytes);
 OARI_HIDDEN void oari_cpu_block_free(void *p, size_t nbytes);
+/* Told the bytes in use after each block allocation (delta 1) or free
+ * (delta -1), under the allocator's lock so that values are ordered. The
+ * profiler sets it while it records (atomically); NULL: nobody listens. */
+typedef void (*oari_memory_observer_fn)(size_t bytes_in_use, int delta);
+OARI_HIDDEN extern oari_memory_observer_fn oari_memory_observer;
 
 /* ---- shapes ------------------------------------------------------------ */
 /* numel of a shape; -1 with an error naming `op` if a dim is negative or the
@@ -118,13 +146,6 @@ OARI_HIDDEN oar_tensor *oari_pool_adopt(oar_tensor *t);
  * pool. Returns r or NULL. */
 OARI_HIDDEN oar_tensor *oari_pool_return(oar_pool *p, oar_tensor *r);
 OARI_HIDDEN void oari_storage_release(oari_storage *s);
-/* Frees a dtensor's attribute (src/dist/) when its tensor dies. */
-OARI_HIDDEN void oari_dist_attr_free(struct oari_dist_attr *a);
-/* A copy (mesh and shard retained) for autograd's saved tensors, and a
- * dtensor of the given global dtype and shape made from one. */
-OARI_HIDDEN struct oari_dist_attr *oari_dist_attr_copy(const struct oari_dist_attr *a);
-OARI_HIDDEN oar_tensor *oari_dtensor_from_attr(const struct oari_dist_attr *a, oar_dtype dtype,
-                                               int ndim, const int64_t *shape);
 OARI_HIDDEN void oari_storage_bump_version(oari_storage *s);
 /* Fills a kernel view of t. */
 OARI_HIDDEN void oari_ktensor(const oar_tensor *t, oar_ktensor *k);
@@ -154,12 +175,16 @@ struct oar_device {
     int id;                 /* position in the device registry */
     char name[32];          /* "cpu", "opencl:0" */
 };
-OARI_HIDDEN oar_device *oari_device_cpu(void);
+/* The CPU device: the first device registered (the CPU backend registers
+ * itself at start-up, src/init/). */
+OARI_HIDDEN extern oar_device *oari_cpu_device;
+static inline oar_device *oari_device_cpu(void) { return oari_cpu_device; }
 OARI_HIDDEN void *oari_device_alloc(oar_device *d, size_t nbytes);
 OARI_HIDDEN void oari_device_free(oar_device *d, void *p, size_t nbytes);
 /* ---- devices and plugins (src/core/device.c, plugin_loader.c) ---------- */
 #define OARI_MAX_DEVICES 32
-/* Adds device `index` of a loaded plugin as "<type>:<index>". */
+/* Adds device `index` of a plugin (or of the built-in CPU backend) as
+ * "<type>:<index>"; the first "cpu" becomes oari_device_cpu(). */
 OARI_HIDDEN int oari_device_register(const oar_device_iface *iface, void *ctx, int index);
 OARI_HIDDEN bool oari_device_type_taken(const char *type);
 /* Synchronous copies between host memory and a device buffer (offsets in

@@ -7,11 +7,12 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const oar_device_iface oari_cpu_iface; /* src/backends/cpu/cpu_device.c */
-
-static oar_device cpu_device = {.iface = &oari_cpu_iface, .index = 0, .id = 0, .name = "cpu"};
-static oar_device *devices[OARI_MAX_DEVICES] = {&cpu_device};
-static int n_devices = 1;
+oar_device *oari_cpu_device;
+/* Devices live here for the life of the process (registration allocates
+ * nothing, so the CPU's at start-up cannot fail). */
+static oar_device device_slots[OARI_MAX_DEVICES];
+static oar_device *devices[OARI_MAX_DEVICES];
+static int n_devices;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Set by the host's error hook when a plugin reports a failure itself, so
@@ -30,8 +31,7 @@ static int failed(int st, const char *fmt, ...) {
     return st;
 }
 
-oar_device *oari_device_cpu(void) { return &cpu_device; }
-oar_device *oar_device_cpu(void) { return &cpu_device; }
+oar_device *oar_device_cpu(void) { return oari_cpu_device; }
 
 const char *oar_device_name(const oar_device *d) { return d ? d->name : "(null)"; }
 
@@ -42,18 +42,17 @@ int oari_device_register(const oar_device_iface *iface, void *ctx, int index) {
         st = oari_error(OAR_ERR_STATE, "device registry is full (%d devices); %s:%d not added",
                         OARI_MAX_DEVICES, iface->type_name, index);
     } else {
-        oar_device *d = oari_calloc(1, sizeof *d);
-        if (!d) {
-            st = oari_fail_status();
-        } else {
-            d->iface = iface;
-            d->ctx = ctx;
-            d->index = index;
-            d->id = n_devices;
-            snprintf(d->name, sizeof d->name, "%.20s:%d", iface->type_name, index);
-            devices[n_devices] = d;
-            __atomic_store_n(&n_devices, n_devices + 1, __ATOMIC_RELEASE);
-        }
+        oar_device *d = &device_slots[n_devices];
+        d->iface = iface;
+        d->ctx = ctx;
+        d->index = index;
+        d->id = n_devices;
+        bool cpu = !oari_cpu_device && !strcmp(iface->type_name, "cpu");
+        if (cpu) strcpy(d->name, "cpu");
+        else snprintf(d->name, sizeof d->name, "%.20s:%d", iface->type_name, index);
+        devices[n_devices] = d;
+        if (cpu) __atomic_store_n(&oari_cpu_device, d, __ATOMIC_RELEASE);
+        __atomic_store_n(&n_devices, n_devices + 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&registry_lock);
     return st;
@@ -81,7 +80,7 @@ oar_device *oar_device_at(int i) {
 
 oar_device *oar_device_get(const char *name) {
     if (!name) return oari_error(OAR_ERR_INVALID, "oar_device_get: name is NULL"), NULL;
-    if (!strcmp(name, "cpu") || !strcmp(name, "cpu:0")) return &cpu_device;
+    if (!strcmp(name, "cpu") || !strcmp(name, "cpu:0")) return oari_cpu_device;
     int n = oar_device_count();
     char with_index[48];
     if (!strchr(name, ':') && strlen(name) < 40) { /* "opencl" means "opencl:0" */
@@ -120,7 +119,7 @@ int oar_device_synchronize(oar_device *d) {
 
 void *oari_device_alloc(oar_device *d, size_t nbytes) {
     void *p = d->iface->alloc(d->ctx, d->index, nbytes);
-    if (!p && d != &cpu_device) /* the CPU allocator reports its own failures */
+    if (!p && d != oari_cpu_device) /* the CPU allocator reports its own failures */
         oari_error(OAR_ERR_NOMEM, "out of memory: %zu bytes on %s", nbytes, d->name);
     return p;
 }

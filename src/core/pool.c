@@ -1,5 +1,5 @@
 /* Pools: every result is owned by the innermost pool of its thread, so
- * popping a pool frees a step's temporaries (DESIGN.md invariant 5). Pool
+ * popping a pool frees a step's temporaries (invariant 5 of docs/architecture.md). Pool
  * structs and their arrays are recycled per thread, so a steady loop of
  * push/pop allocates nothing. */
 #include "core.h"

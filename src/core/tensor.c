@@ -4,8 +4,22 @@
 
 #include <string.h>
 
-/* Defined by src/autograd/: drops a node reference. */
-void oari_node_release(struct oari_node *n);
+/* ---- extension slots --------------------------------------------------- */
+
+static const oari_ext_class no_class;
+static const oari_ext_class *ext_classes[OARI_EXT_COUNT];
+
+void oari_ext_register(oari_ext_slot slot, const oari_ext_class *cls) {
+    if ((unsigned)slot < OARI_EXT_COUNT) __atomic_store_n(&ext_classes[slot], cls, __ATOMIC_RELEASE);
+}
+
+const oari_ext_class *oari_ext_class_of(oari_ext_slot slot) {
+    const oari_ext_class *c =
+        (unsigned)slot < OARI_EXT_COUNT ? __atomic_load_n(&ext_classes[slot], __ATOMIC_ACQUIRE) : NULL;
+    return c ? c : &no_class;
+}
+
+/* ---- shapes and tensors -------------------------------------------------- */
 
 int64_t oari_shape_numel(const char *op, int ndim, const int64_t *shape) {
     int64_t n = 1;
@@ -143,8 +157,11 @@ void oar_tensor_release(oar_tensor *t) {
     if (!t || __atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
     oari_storage_release(t->storage);
     oar_tensor_release(t->grad);
-    if (t->dist) oari_dist_attr_free(t->dist);
-    if (t->grad_fn) oari_node_release(t->grad_fn);
+    for (int s = 0; s < OARI_EXT_COUNT; s++) {
+        if (!t->ext[s]) continue;
+        const oari_ext_class *c = oari_ext_class_of((oari_ext_slot)s);
+        if (c->release) c->release(t->ext[s]);
+    }
     oari_obj_free(t, sizeof *t);
 }
 

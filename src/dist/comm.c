@@ -740,7 +740,7 @@ oar_tensor *oari_all_to_all(oar_tensor *x, int from, int64_t n_from, int to, oar
 static int check_broadcast(const char *what, oar_tensor *t, oar_mesh *m, int d, int root) {
     if (!t && oari_error_pending()) return oari_last_status(); /* t came from a failed call: keep its message */
     if (!t || !m) return oari_error(OAR_ERR_INVALID, "%s: the %s is NULL", what, t ? "mesh" : "tensor");
-    if (t->dist)
+    if (oari_dist(t))
         return oari_error(OAR_ERR_INVALID, "%s: the tensor is a dtensor; broadcast its local shard "
                           "(oar_dtensor_local) or reshard it to Replicate", what);
     if (!t->storage) return oari_error(OAR_ERR_INVALID, "%s: a traced tensor has no data to send", what);

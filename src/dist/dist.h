@@ -37,6 +37,14 @@ typedef struct oari_dist_attr {
     oar_tensor *local;                  /* owned */
 } oari_dist_attr;
 
+/* A dtensor's attribute (its OARI_EXT_DIST slot), borrowed; NULL if local. */
+static inline oari_dist_attr *oari_dist(const oar_tensor *t) { return (oari_dist_attr *)t->ext[OARI_EXT_DIST]; }
+/* Installs the dist slot's class, the dispatch hooks and the dist_reshard
+ * op definition (src/init/, at start-up). */
+OARI_HIDDEN void oari_dist_install(void);
+OARI_HIDDEN extern const oari_ext_class oari_dist_ext_class; /* dtensor.c */
+OARI_HIDDEN extern const oari_op_def oari_def_dist_reshard;  /* reshard_op.c */
+
 OARI_HIDDEN bool oari_dist_ready(void);   /* MPI initialised */
 /* Frees buffers of collectives given up on (after MPI_Finalize). */
 OARI_HIDDEN void oari_dist_release_abandoned(void);

@@ -1,9 +1,10 @@
-/* Ops on dtensors (DESIGN.md invariant 3, distributed branch): dispatch
+/* Ops on dtensors (invariant 3 of docs/architecture.md, distributed branch): dispatch
  * sends every call with a dtensor input here. The op's shape rule runs on
  * the global shapes, the sharding rule picks placements, inputs are
  * resharded to them, the op runs on the local shards through the ordinary
  * dispatch, and the outputs are wrapped as dtensors. */
 #include "dist.h"
+#include "../autograd/node.h" /* oari_autograd_record */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +31,7 @@ static bool wants_grad(const oari_op_def *def, int n_in, oar_tensor *const *in) 
 static int to_shard_device(oar_tensor **t, oar_tensor *const *in, int n_in) {
     oar_device *dev = NULL;
     for (int i = 0; i < n_in && !dev; i++)
-        if (in[i] && in[i]->dist && in[i]->dist->local->storage) dev = in[i]->dist->local->storage->device;
+        if (in[i] && oari_dist(in[i]) && oari_dist(in[i])->local->storage) dev = oari_dist(in[i])->local->storage->device;
     if (!*t || !dev || !(*t)->storage || (*t)->storage->device == dev) return 0;
     oar_pool *p = oar_pool_push();
     oari_no_grad_push();
@@ -47,13 +48,13 @@ static int to_shard_device(oar_tensor **t, oar_tensor *const *in, int n_in) {
 static int inplace(oari_op op, const oari_op_def *def, int n_in, oar_tensor *const *in,
                    const oari_attrs *attrs, oar_tensor **out) {
     oar_tensor *dst = in[0];
-    if (!dst->dist || (op != OARI_OP_fill && op != OARI_OP_copy && op != OARI_OP_add_scaled))
+    if (!oari_dist(dst) || (op != OARI_OP_fill && op != OARI_OP_copy && op != OARI_OP_add_scaled))
         return oari_error(OAR_ERR_UNSUPPORTED, "%s: in-place op on dtensors is not supported yet%s",
-                          def->name, dst->dist ? "" : " (the target must be the dtensor)");
+                          def->name, oari_dist(dst) ? "" : " (the target must be the dtensor)");
     if (oari_grad_mode_enabled() && dst->requires_grad)
         return oari_error(OAR_ERR_STATE, "%s: in-place write into a tensor that requires grad; do it "
                           "inside oar_no_grad_push/pop (an optimizer step) or on a clone", def->name);
-    oari_dist_attr *a = dst->dist;
+    oari_dist_attr *a = oari_dist(dst);
     oar_mesh *m = a->mesh;
     for (int d = 0; d < m->ndim; d++)
         if (a->p[d].kind == OAR_PLACEMENT_PARTIAL)
@@ -63,20 +64,20 @@ static int inplace(oari_op op, const oari_op_def *def, int n_in, oar_tensor *con
     int st = 0;
     if (n_in == 2) {
         oar_tensor *src = in[1];
-        if (src->dist && src->dist->mesh != m)
+        if (oari_dist(src) && oari_dist(src)->mesh != m)
             return oari_error(OAR_ERR_INVALID, "%s: dtensor inputs live on different meshes", def->name);
         /* the source dims that line up with the target's sharded dims */
         oar_placement from[OAR_MESH_MAX_DIMS], to[OAR_MESH_MAX_DIMS];
         for (int d = 0; d < m->ndim; d++) {
-            from[d] = src->dist ? src->dist->p[d] : oar_replicate();
+            from[d] = oari_dist(src) ? oari_dist(src)->p[d] : oar_replicate();
             to[d] = oar_replicate();
             if (a->p[d].kind != OAR_PLACEMENT_SHARD) continue;
             int k = a->p[d].dim - (dst->ndim - src->ndim);
             if (k >= 0 && src->shape[k] == dst->shape[a->p[d].dim]) to[d] = oar_shard(k);
         }
-        local[1] = oari_reshard_local(src->dist ? src->dist->local : src, m, src->shape, from, to);
+        local[1] = oari_reshard_local(oari_dist(src) ? oari_dist(src)->local : src, m, src->shape, from, to);
         if (!local[1]) return OAR_ERR_INVALID;
-        if (!src->dist && (st = to_shard_device(&local[1], in, n_in))) return st; /* devices */
+        if (!oari_dist(src) && (st = to_shard_device(&local[1], in, n_in))) return st; /* devices */
     }
     oari_no_grad_push();
     st = oari_dispatch(op, n_in, local, attrs, &r);
@@ -87,14 +88,14 @@ static int inplace(oari_op op, const oari_op_def *def, int n_in, oar_tensor *con
     return st;
 }
 
-int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs *attrs,
-                       oar_tensor **out) {
+static int dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs *attrs,
+                         oar_tensor **out) {
     const oari_op_def *def = oari_op_defs[op];
     oar_mesh *mesh = NULL;
     for (int i = 0; i < n_in; i++) {
-        if (!in[i] || !in[i]->dist) continue;
-        if (!mesh) mesh = in[i]->dist->mesh;
-        else if (in[i]->dist->mesh != mesh)
+        if (!in[i] || !oari_dist(in[i])) continue;
+        if (!mesh) mesh = oari_dist(in[i])->mesh;
+        else if (oari_dist(in[i])->mesh != mesh)
             return oari_error(OAR_ERR_INVALID, "%s: dtensor inputs live on different meshes; reshard "
                               "them onto one", def->name);
     }
@@ -129,7 +130,7 @@ int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_a
     static _Thread_local oari_shard_plan plan;
     for (int i = 0; i < n_in; i++)
         for (int d = 0; d < mesh->ndim; d++)
-            in_p[i][d] = in[i] && in[i]->dist ? in[i]->dist->p[d] : oar_replicate();
+            in_p[i][d] = in[i] && oari_dist(in[i]) ? oari_dist(in[i])->p[d] : oar_replicate();
     plan.local_attrs = false;
     int has_rule = oari_shard_rule(op, def, n_in, in, in_p, attrs, c.out, mesh, &plan);
     if (has_rule < 0) return OAR_ERR_INVALID;
@@ -145,10 +146,10 @@ int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_a
     oar_tensor *local[OARI_MAX_IN] = {0}, *lout[OARI_MAX_OUT] = {0};
     for (int i = 0; i < n_in && !st; i++) {
         if (!in[i]) continue;
-        oar_tensor *src = in[i]->dist ? in[i]->dist->local : in[i];
+        oar_tensor *src = oari_dist(in[i]) ? oari_dist(in[i])->local : in[i];
         local[i] = oari_reshard_local(src, mesh, in[i]->shape, in_p[i], plan.in[i]);
         if (!local[i]) st = OAR_ERR_INVALID;
-        else if (!in[i]->dist) st = to_shard_device(&local[i], in, n_in); /* devices */
+        else if (!oari_dist(in[i])) st = to_shard_device(&local[i], in, n_in); /* devices */
     }
     /* a view needs a viewable shard: shards of permuted dtensors may not be */
     if (!st && op == OARI_OP_view && !oar_tensor_is_contiguous(local[0])) {
@@ -175,4 +176,11 @@ int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_a
             out[j] = NULL;
         }
     return st;
+}
+
+void oari_dist_install(void) {
+    oari_ext_register(OARI_EXT_DIST, &oari_dist_ext_class);
+    oari_op_install(OARI_OP_dist_reshard, &oari_def_dist_reshard);
+    oari_hooks.dist = dist_dispatch;
+    oari_hooks.dist_local = oar_dtensor_local;
 }

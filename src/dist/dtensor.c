@@ -4,14 +4,19 @@
 
 #include <string.h>
 
-void oari_dist_attr_free(oari_dist_attr *a) {
+/* ---- the OARI_EXT_DIST slot's class (installed by oari_dist_install) ---- */
+
+static void attr_free(void *v) {
+    oari_dist_attr *a = v;
     if (!a) return;
     oar_tensor_release(a->local);
     oar_mesh_release(a->mesh);
     oari_free(a, sizeof *a);
 }
 
-oari_dist_attr *oari_dist_attr_copy(const oari_dist_attr *a) {
+/* A copy (mesh and shard retained) for autograd's saved tensors. */
+static void *attr_copy(void *v) {
+    const oari_dist_attr *a = v;
     oari_dist_attr *c = oari_calloc(1, sizeof *c);
     if (!c) return NULL;
     *c = *a;
@@ -20,12 +25,15 @@ oari_dist_attr *oari_dist_attr_copy(const oari_dist_attr *a) {
     return c;
 }
 
-oar_tensor *oari_dtensor_from_attr(const oari_dist_attr *a, oar_dtype dtype, int ndim,
-                                   const int64_t *shape) {
+/* A dtensor of the given global dtype and shape made from a saved copy. */
+static oar_tensor *attr_remake(void *v, oar_dtype dtype, int ndim, const int64_t *shape) {
+    const oari_dist_attr *a = v;
     oar_tensor *t = oari_dtensor_wrap(a->local, a->mesh, a->p, ndim, shape);
     if (t) t->dtype = dtype;
     return t;
 }
+
+const oari_ext_class oari_dist_ext_class = {.release = attr_free, .retain = attr_copy, .remake = attr_remake};
 
 oar_tensor *oari_dtensor_wrap(oar_tensor *local, oar_mesh *mesh, const oar_placement *p, int ndim,
                               const int64_t *global_shape) {
@@ -36,7 +44,7 @@ oar_tensor *oari_dtensor_wrap(oar_tensor *local, oar_mesh *mesh, const oar_place
     a->mesh = oari_mesh_retain(mesh);
     memcpy(a->p, p, sizeof(oar_placement) * (size_t)mesh->ndim);
     a->local = oar_tensor_retain(local);
-    t->dist = a;
+    t->ext[OARI_EXT_DIST] = a;
     return t;
 }
 
@@ -204,7 +212,7 @@ oar_tensor *oar_shard_tensor(oar_tensor *global, oar_mesh *mesh, const oar_place
         if (!oari_error_pending()) oari_error(OAR_ERR_INVALID, "oar_shard_tensor: tensor is NULL");
         return NULL;
     }
-    if (global->dist)
+    if (oari_dist(global))
         return oari_error(OAR_ERR_INVALID, "oar_shard_tensor: tensor is already distributed; use "
                                            "oar_reshard"), NULL;
     if (check_placements("oar_shard_tensor", mesh, placements, global->ndim, p, true)) return NULL;
@@ -219,7 +227,7 @@ oar_tensor *oar_dtensor_from_local(oar_tensor *local, oar_mesh *mesh, const oar_
         if (!oari_error_pending()) oari_error(OAR_ERR_INVALID, "oar_dtensor_from_local: tensor is NULL");
         return NULL;
     }
-    if (local->dist)
+    if (oari_dist(local))
         return oari_error(OAR_ERR_INVALID, "oar_dtensor_from_local: tensor is already distributed"), NULL;
     if (!local->storage)
         return oari_error(OAR_ERR_INVALID, "oar_dtensor_from_local: tensor has no data (symbolic)"), NULL;
@@ -252,8 +260,8 @@ static oari_dist_attr *dist_of(const char *what, const oar_tensor *t) {
         if (!oari_error_pending()) oari_error(OAR_ERR_INVALID, "%s: tensor is NULL", what);
         return NULL;
     }
-    if (!t->dist) oari_error(OAR_ERR_INVALID, "%s: tensor is not distributed", what);
-    return t->dist;
+    if (!oari_dist(t)) oari_error(OAR_ERR_INVALID, "%s: tensor is not distributed", what);
+    return oari_dist(t);
 }
 
 oar_tensor *oar_reshard(oar_tensor *t, oar_mesh *mesh, const oar_placement *placements) {
@@ -276,7 +284,7 @@ oar_tensor *oar_unshard(oar_tensor *t) {
     return reshard_call(t, a->mesh, a->p, false, a->mesh, rep, true);
 }
 
-bool oar_tensor_is_dist(const oar_tensor *t) { return t && t->dist; }
+bool oar_tensor_is_dist(const oar_tensor *t) { return t && oari_dist(t); }
 
 oar_tensor *oar_dtensor_local(oar_tensor *t) {
     oari_dist_attr *a = dist_of("oar_dtensor_local", t);

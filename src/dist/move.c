@@ -98,7 +98,7 @@ static oar_tensor *piece(oar_tensor *have, const box *hb, const box *part, int n
 }
 
 oar_tensor *oari_dist_move(oar_tensor *x, oar_mesh *b, const oar_placement *to) {
-    oari_dist_attr *da = x->dist;
+    oari_dist_attr *da = oari_dist(x);
     oar_mesh *a = da->mesh;
     int ndim = x->ndim, me = oar_dist_rank();
     const int64_t *shape = x->shape;

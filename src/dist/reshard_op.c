@@ -6,7 +6,6 @@
  * does). The gradient of a global value's identity map is the identity, so
  * any layout would be correct; this one keeps gradients where the data is. */
 #include "dist.h"
-#include "../backends/cpu/cpu.h"
 
 #include <string.h>
 
@@ -77,7 +76,7 @@ static oar_tensor *view_reshard(oar_tensor *x, const oari_attrs *a) {
 }
 
 int oari_dist_reshard_run(oar_tensor *x, const oari_attrs *a, oar_tensor **out) {
-    oari_dist_attr *da = x->dist;
+    oari_dist_attr *da = oari_dist(x);
     if (da->mesh->id != a->i[OARI_RS_MESH]) { /* a move between meshes */
         oar_mesh *b = oari_mesh_by_id(a->i[OARI_RS_MESH]);
         if (!b) return OAR_ERR_STATE;
@@ -110,13 +109,10 @@ static int grad_reshard(oari_grad_ctx *g) {
     oari_rs_put(&b, OARI_RS_TO, fnd, from);
     oari_rs_put(&b, OARI_RS_FROM(fnd), nd, to);
     g->gin[0] = oari_call1(OARI_OP_dist_reshard, g->gout[0], &b);
-    return g->gin[0] ? 0 : OAR_ERR_INVALID;
+    return g->gin[0] ? 0 : oari_fail_status();
 }
 
 const oari_op_def oari_def_dist_reshard = {
     .name = "dist_reshard", .n_in = 1, .n_out = 1, .fusion = OARI_FUSE_OPAQUE, .flags = OARI_F_VIEW,
     .infer = infer_reshard, .view = view_reshard, .grad = grad_reshard,
 };
-
-/* No kernel: the op moves data with collectives, never through a device kernel. */
-const oari_cpu_kernels oari_cpu_k_dist_reshard = {0};

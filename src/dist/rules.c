@@ -7,10 +7,9 @@
  * stays sharded, and shapes in the local op's attributes become local);
  * every other op replicates (the caller's fallback).
  *
- * Unlike DESIGN.md's plan, the rules are chosen here by fusion kind and op
- * rather than through each op definition's `shard` slot: one pointwise
- * rule covers every elementwise op, so the slot stays NULL until an op
- * needs a rule of its own. */
+ * The rules are chosen here by fusion kind and op, not stored on the op
+ * definitions: one pointwise rule covers every elementwise op, and the
+ * ops layer sits below dist (docs/architecture.md, "Layers"). */
 #include "dist.h"
 
 #include <string.h>

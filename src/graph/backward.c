@@ -1,5 +1,5 @@
 /* Backward on the graph: walks the nodes in reverse and calls each op's own
- * gradient rule (DESIGN.md invariant 2) on tensors standing for the graph's
+ * gradient rule (invariant 2 of docs/architecture.md) on tensors standing for the graph's
  * values while tracing onto the graph, so the rules' op calls append the
  * gradient nodes. Also a traced SGD update. */
 #include "ir.h"

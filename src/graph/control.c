@@ -9,7 +9,6 @@
 
 #include <string.h>
 
-extern _Thread_local void *oari_trace_current;
 
 /* ---- tracing into sub-graphs ---------------------------------------------------- */
 
@@ -553,7 +552,7 @@ int oari_while_grad(const oari_gnode *n, oar_tensor *const *in, oar_tensor *cons
 /* The truth of a one-element predicate; 0/1, or a negative status. */
 static int truth(const char *fn, const oar_tensor *p) {
     char sh[200];
-    if (!p) /* a failed op made it: keep that op's message (DESIGN.md invariant 4) */
+    if (!p) /* a failed op made it: keep that op's message (invariant 4 of docs/architecture.md) */
         return oari_error_pending() ? OAR_ERR_INVALID : oari_error(OAR_ERR_INVALID, "%s: the predicate is NULL", fn);
     if (!p->storage)
         return oari_error(OAR_ERR_UNSUPPORTED, "%s: the predicate is a symbolic value %s; while tracing, "

@@ -1,5 +1,6 @@
 /* Internal graph IR: SSA values and nodes over the op table (src/ops/op.h),
- * shared by the tracer, the passes, the executor and the serializer. */
+ * shared by the tracer, the passes, the serializer, the compiler and the
+ * executor (src/exec/). */
 #ifndef OARI_GRAPH_IR_H
 #define OARI_GRAPH_IR_H
 
@@ -10,7 +11,7 @@
 #define OARI_GMAX_OUT 16   /* outputs of a node: OARI_MAX_OUT for ops, more for control nodes */
 
 /* Graph-only node kinds past the op table (never dispatched): control flow
- * owning two sub-graphs (control.c, exec_control.c). A cond node reads
+ * owning two sub-graphs (control.c; src/exec/exec_control.c runs them). A cond node reads
  * [pred, operands..., captures...] and runs sub[0] (then) or sub[1] (else)
  * on [operands..., captures...]; a while node reads [vars..., captures...],
  * runs sub[0] (cond: one predicate out) and sub[1] (body: the vars out) on
@@ -81,6 +82,8 @@ struct oar_graph {
     int n_syms;
 };
 
+/* Installs the tracer's dispatch hooks (src/init/, at start-up). */
+OARI_HIDDEN void oari_graph_install(void);
 OARI_HIDDEN oar_graph *oari_graph_new(void);
 /* New value ids (or -1 with an error). */
 OARI_HIDDEN int oari_graph_add_value(oar_graph *g, oari_vkind kind, oar_dtype dtype, int ndim,
@@ -147,23 +150,6 @@ OARI_HIDDEN bool oari_trace_is_traced(const oar_tensor *t);
 OARI_HIDDEN void *oari_trace_push(oar_graph *sub);
 OARI_HIDDEN int oari_trace_captures(void *tracer, const int **outer, const int **inner);
 OARI_HIDDEN void oari_trace_pop(void *tracer);
-
-/* ---- control nodes in the executor (src/graph/exec_control.c) ------------ */
-typedef struct oari_ctrl_exec oari_ctrl_exec;
-/* Output tensors (symbolic) of control node n for the symbol sizes given,
- * into sym[n->out[j]]; 0 or NOMEM. */
-OARI_HIDDEN int oari_exec_control_shapes(const oar_graph *g, const oari_gnode *n,
-                                         const int64_t *sym_vals, oar_tensor **sym);
-/* Runs control node n (index `node`) on in[0..n_in-1], writing out[0..n_out-1]
- * (the planned buffers); *state holds its sub-graph executors, made on first
- * use. 0 or an error status naming the node. */
-OARI_HIDDEN int oari_exec_control(oari_ctrl_exec **state, const oari_gnode *n, int node,
-                                  oar_tensor *const *in, oar_tensor *const *out);
-OARI_HIDDEN void oari_exec_control_free(oari_ctrl_exec *state);
-/* dst <- src, same dtype and shape, any strides, outside autograd (dst may
- * be a parameter): the executor's copies of inputs and results. 0 or a
- * status. */
-OARI_HIDDEN int oari_exec_copy(oar_tensor *dst, oar_tensor *src);
 
 /* ---- gradients on the graph (backward.c, control.c) ---------------------- */
 /* Calls the gradient rules of g's nodes [0, n0) in reverse on t[] (tensors

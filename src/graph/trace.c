@@ -1,7 +1,8 @@
-/* The tracer: runs a user function on symbolic tensors. oari_dispatch
- * calls oari_trace_dispatch after an op's shape rule; a call with a traced
- * input becomes a node (DESIGN.md invariant 3), a call on concrete tensors
- * only runs eagerly and its result becomes a constant when a node reads it. */
+/* The tracer: runs a user function on symbolic tensors. While this thread
+ * traces, oari_dispatch calls the trace hook (installed here at start-up)
+ * after an op's shape rule; a call with a traced input becomes a node
+ * (invariant 3 of docs/architecture.md), a call on concrete tensors only
+ * runs eagerly and its result becomes a constant when a node reads it. */
 #include "ir.h"
 
 #include <math.h>
@@ -27,8 +28,6 @@ typedef struct oari_tracer {
     intptr_t serial;       /* tags the tensors this tracer binds */
 } oari_tracer;
 
-OARI_HIDDEN _Thread_local void *oari_trace_current;
-OARI_HIDDEN int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out);
 
 /* A tensor's trace_value holds (serial << SHIFT) | (value id + 1), so the
  * value ids of a nested trace never collide with its parent's. */
@@ -41,15 +40,15 @@ static intptr_t new_serial(void) {
 }
 
 static int traced_id(const oari_tracer *tr, const oar_tensor *t) {
-    if (!t || !t->trace_value) return -1;
-    intptr_t x = (intptr_t)t->trace_value;
+    if (!t || !t->ext[OARI_EXT_TRACE]) return -1;
+    intptr_t x = (intptr_t)t->ext[OARI_EXT_TRACE];
     if (x >> SERIAL_SHIFT != tr->serial) return -1;
     int v = (int)((x & (((intptr_t)1 << SERIAL_SHIFT) - 1)) - 1);
     return v >= 0 && v < tr->g->n_values ? v : -1;
 }
 
 static void set_traced(const oari_tracer *tr, oar_tensor *t, int v) {
-    t->trace_value = (void *)((tr->serial << SERIAL_SHIFT) | (intptr_t)(v + 1));
+    t->ext[OARI_EXT_TRACE] = (void *)((tr->serial << SERIAL_SHIFT) | (intptr_t)(v + 1));
 }
 
 /* Whether t is a value of tr's trace or of one enclosing it. */
@@ -195,12 +194,12 @@ static int const_id(oari_tracer *tr, oar_tensor *t, const char *op) {
     return v < 0 ? -1 : remember(tr, t, v);
 }
 
-bool oari_trace_size_is_dynamic(int64_t size) {
+static bool trace_size_is_dynamic(int64_t size) {
     const oari_tracer *tr = oari_trace_current;
     return tr && oari_graph_sym_of(tr->g, size, NULL) >= 0;
 }
 
-int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
+static int trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
     oari_tracer *tr = oari_trace_current;
     const oari_op_def *def = oari_op_defs[op];
     bool any = false;
@@ -391,7 +390,7 @@ oar_graph *oar_trace(oar_trace_fn fn, void *ctx, int n_inputs, const oar_graph_i
         if (!(g->output_names[j] = oari_strdup(nm))) st = oari_fail_status();
     }
     if (pool) oar_pool_pop(pool);
-    for (int s = 0; s < tr.n_state && opt->params_as_inputs; s++) tr.state[s].tensor->trace_value = NULL;
+    for (int s = 0; s < tr.n_state && opt->params_as_inputs; s++) tr.state[s].tensor->ext[OARI_EXT_TRACE] = NULL;
     for (int i = 0; i < n_inputs; i++) oar_tensor_release(in[i]);
     if (in != sym_in) oari_free(in, (size_t)n_inputs * sizeof *in);
     free_tracer(&tr);
@@ -495,4 +494,9 @@ oar_graph *oar_trace_module(oar_module *m, const oar_graph_input_spec *spec) {
     static const char *const names[] = {"y"};
     oar_trace_options opt = {.module = m, .output_names = names};
     return oar_trace(module_fn, m, 1, spec, 1, &opt);
+}
+
+void oari_graph_install(void) {
+    oari_hooks.trace = trace_dispatch;
+    oari_hooks.trace_size_is_dynamic = trace_size_is_dynamic;
 }

@@ -1,7 +1,7 @@
 /* The predictor: a loaded, optimised graph shared by clones, and a pool of
  * idle executors so that concurrent runs each get their own arena. */
 #include "../graph/ir.h"
-#include "../compiler/compiler.h"
+#include "../exec/exec.h"
 
 #include <oar/infer.h>
 #include <omp.h>

@@ -80,10 +80,6 @@ const oari_op_def oari_def_to_device = {
     .infer = infer_to_device, .view = view_to_device, .grad = grad_to_device,
 };
 
-/* No kernel (the CPU table of src/backends/cpu/ names one per op): the
- * op moves data through the devices' copy members. */
-const oar_kernel_fn oari_cpu_k_to_device[OAR_DTYPE_COUNT] = {0};
-
 oar_tensor *oar_tensor_to(oar_tensor *t, oar_device *d) {
     if (!t) {
         if (!oari_error_pending()) oari_error(OAR_ERR_INVALID, "oar_tensor_to: tensor is NULL");

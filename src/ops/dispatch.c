@@ -1,4 +1,4 @@
-/* The one dispatch (DESIGN.md invariant 3): every op call comes through
+/* The one dispatch (invariant 3 of docs/architecture.md): every op call comes through
  * oari_dispatch, which checks inputs, runs the op's shape rule, casts
  * inputs, runs the device kernel found through the device table (or makes a
  * view), and records the call on the autograd tape. */
@@ -10,9 +10,8 @@
 
 #define MAX_CACHED_DEVICES 16
 
-/* Tracing hook (src/graph/trace.c): set while this thread traces. */
-OARI_HIDDEN extern _Thread_local void *oari_trace_current;
-OARI_HIDDEN int oari_trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out);
+oari_dispatch_hooks oari_hooks;
+_Thread_local void *oari_trace_current;
 
 /* Per (device, op, dtype): the kernel, or `absent` once looked up and missing. */
 static oar_kernel_fn kernel_cache[MAX_CACHED_DEVICES][OARI_OP_COUNT][OAR_DTYPE_COUNT];
@@ -141,7 +140,10 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
         return OAR_ERR_INVALID;
     }
     /* dtensors: the sharding rule decides, then this dispatch runs on the shards */
-    if (__builtin_expect(oari_dist_any(n_in, in), 0)) return oari_dist_dispatch(op, n_in, in, attrs, out);
+    if (__builtin_expect(oari_dist_any(n_in, in), 0)) {
+        if (!oari_hooks.dist) return oari_error(OAR_ERR_STATE, "%s: a dtensor input, but dist is not installed", def->name);
+        return oari_hooks.dist(op, n_in, in, attrs, out);
+    }
 
     int64_t prof_t0 = OARI_PROF_BEGIN(); /* profiler: one predictable branch when off */
     oari_infer c;
@@ -155,8 +157,8 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
     int st = def->infer(&c);
     if (st) return st;
     /* Static graph: a call with a traced input appends a node (1: not traced). */
-    if (oari_trace_current) {
-        int traced = oari_trace_dispatch(op, &c, out);
+    if (oari_trace_current && oari_hooks.trace) {
+        int traced = oari_hooks.trace(op, &c, out);
         if (traced != 1) return traced;
     }
     if ((def->flags & OARI_F_INPLACE) && oari_grad_mode_enabled() && in[0]->requires_grad)
@@ -216,7 +218,9 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
         }
     }
     if (!st && wants_grad(def, n_in, cin))
-        st = oari_autograd_record(op, attrs, n_in, cin, n_out, out);
+        st = oari_hooks.record ? oari_hooks.record(op, attrs, n_in, cin, n_out, out)
+                               : oari_error(OAR_ERR_STATE, "%s: an input requires grad, but autograd is not installed",
+                                            def->name);
     if (n_cast)
         for (int i = 0; i < n_in; i++)
             if (cin[i] != in[i]) oar_tensor_release(cin[i]);

@@ -66,7 +66,7 @@ static oar_tensor *cj(oar_tensor *x) { return x && oar_dtype_is_complex(x->dtype
  * contiguous gradient instead of copying one (PyTorch's mm_mat2_backward
  * does the same). */
 static bool stored_transposed(oar_tensor *t) {
-    if (t->dist) t = oar_dtensor_local(t);
+    if (t->ext[OARI_EXT_DIST]) t = oari_hooks.dist_local ? oari_hooks.dist_local(t) : NULL;
     return t && t->ndim == 2 && t->shape[0] > 1 && t->shape[1] > 1 && t->strides[0] == 1 &&
            t->strides[1] == t->shape[0];
 }

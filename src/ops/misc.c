@@ -344,7 +344,7 @@ int oar_tensor_to_host(const oar_tensor *t, void *dst, size_t nbytes) {
         if (!oari_error_pending()) oari_error(OAR_ERR_INVALID, "to_host: tensor is NULL");
         return OAR_ERR_INVALID;
     }
-    if (t->dist)
+    if (t->ext[OARI_EXT_DIST])
         return oari_error(OAR_ERR_STATE, "to_host: tensor is distributed; use oar_unshard or "
                           "oar_dtensor_local");
     if (!t->storage) return oari_error(OAR_ERR_STATE, "to_host: tensor is symbolic (traced)");

@@ -1,5 +1,5 @@
 /* Internal op layer: the op enum, op definitions, attributes and the one
- * dispatch entry (DESIGN.md invariants 1 and 3). */
+ * dispatch entry (invariants 1 and 3 of docs/architecture.md). */
 #ifndef OARI_OP_H
 #define OARI_OP_H
 
@@ -100,27 +100,21 @@ typedef struct oari_op_def {
     oar_tensor *(*view)(oar_tensor *x, const oari_attrs *a);
     /* gradient rule, written with ops; NULL: not differentiable */
     int (*grad)(oari_grad_ctx *g);
-    /* sharding rule (src/dist/); NULL: inputs are replicated */
-    int (*shard)(void *ctx);
 } oari_op_def;
 
 /* The table of definitions, indexed by oari_op. An entry is NULL while an
  * op has no definition yet; dispatch then reports it as unsupported. */
-OARI_HIDDEN extern const oari_op_def *const oari_op_defs[OARI_OP_COUNT];
+OARI_HIDDEN extern const oari_op_def *oari_op_defs[OARI_OP_COUNT];
 /* oari_op by name, -1 if none. */
 OARI_HIDDEN int oari_op_lookup(const char *name);
 OARI_HIDDEN const char *oari_op_name(oari_op op);
 
-/* The one entry for every op call (DESIGN.md invariant 3). Checks inputs,
+/* The one entry for every op call (invariant 3 of docs/architecture.md). Checks inputs,
  * runs the shape rule, casts, traces or runs the device kernel, records on
  * the tape. Fills out[0..n_out-1] with new references the caller owns (in
  * no pool); returns 0, or a status with the error set and out[] NULL. */
 OARI_HIDDEN int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in,
                               const oari_attrs *attrs, oar_tensor **out);
-/* While this thread traces: whether a dim of this size stands for a dynamic
- * dim (a multiple of a symbol's trace size); false when not tracing. Ops
- * whose arithmetic uses a size (mean's divisor) then read it at run time. */
-OARI_HIDDEN bool oari_trace_size_is_dynamic(int64_t size);
 /* Single-output conveniences with public semantics: the output, adopted
  * by the innermost pool, or NULL. */
 OARI_HIDDEN oar_tensor *oari_call(oari_op op, int n_in, oar_tensor *const *in,
@@ -142,21 +136,57 @@ OARI_HIDDEN oar_dtype oari_result_type(int n, oar_tensor *const *in);
 /* Returns 0 if t is NULL-free etc.; reports "<op>: <what>" otherwise. */
 OARI_HIDDEN int oari_check_dtype(const char *op, const oar_tensor *t, bool ok, const char *want);
 
-/* Hooks into the layers above (autograd, graph); dispatch calls them. */
+/* Grad mode (grad_mode.c): a per-thread depth of no_grad scopes, read by
+ * dispatch to decide whether to record. */
 OARI_HIDDEN bool oari_grad_mode_enabled(void);
 OARI_HIDDEN void oari_no_grad_push(void);
 OARI_HIDDEN void oari_no_grad_pop(void);
-OARI_HIDDEN int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_in,
-                                     oar_tensor *const *in, int n_out, oar_tensor **out);
+OARI_HIDDEN int oari_grad_mode_set_depth(int depth); /* returns the previous depth */
+
+/* What dispatch reaches in the layers above it. Each member is installed
+ * once at start-up (src/init/) by the layer that owns it; dispatch calls
+ * it only when the call needs that layer (a traced input, an input that
+ * requires grad, a dtensor), so a NULL member means the layer is absent
+ * and such a call fails with a message. Never a prototype of a higher
+ * layer's function declared here. */
+typedef struct oari_dispatch_hooks {
+    /* graph: appends a node for a call with a traced input; 1 when no
+     * input is traced (dispatch then runs the call), else 0 or a status. */
+    int (*trace)(oari_op op, oari_infer *c, oar_tensor **out);
+    /* graph: whether a dim of this size stands for a dynamic dim. */
+    bool (*trace_size_is_dynamic)(int64_t size);
+    /* autograd: records the call on the tape. */
+    int (*record)(oari_op op, const oari_attrs *attrs, int n_in, oar_tensor *const *in, int n_out,
+                  oar_tensor **out);
+    /* dist: a call with a dtensor input (the sharding rule, then this
+     * dispatch on the shards). */
+    int (*dist)(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs *attrs,
+                oar_tensor **out);
+    /* dist: a dtensor's local shard (borrowed), for gradient rules that
+     * look at the layout (matmul's). */
+    oar_tensor *(*dist_local)(oar_tensor *t);
+} oari_dispatch_hooks;
+OARI_HIDDEN extern oari_dispatch_hooks oari_hooks;
+/* Non-NULL while this thread traces (set by the tracer, src/graph/). */
+OARI_HIDDEN extern _Thread_local void *oari_trace_current;
+
+/* While this thread traces: whether a dim of this size stands for a dynamic
+ * dim (a multiple of a symbol's trace size); false when not tracing. Ops
+ * whose arithmetic uses a size (mean's divisor) then read it at run time. */
+static inline bool oari_trace_size_is_dynamic(int64_t size) {
+    return oari_trace_current && oari_hooks.trace_size_is_dynamic && oari_hooks.trace_size_is_dynamic(size);
+}
 
 /* Calls with a dtensor input go to the distributed dispatch (src/dist/). */
 static inline bool oari_dist_any(int n_in, oar_tensor *const *in) {
     for (int i = 0; i < n_in; i++)
-        if (in[i] && in[i]->dist) return true;
+        if (in[i] && in[i]->ext[OARI_EXT_DIST]) return true;
     return false;
 }
-OARI_HIDDEN int oari_dist_dispatch(oari_op op, int n_in, oar_tensor *const *in,
-                                   const oari_attrs *attrs, oar_tensor **out);
+
+/* An op whose definition a higher layer installs at start-up (an
+ * OP_INSTALLED row of ops.def: dist_reshard). Fails on any other op. */
+OARI_HIDDEN int oari_op_install(oari_op op, const oari_op_def *def);
 
 /* Sums a broadcast gradient g back to the shape and dtype of m (an input
  * of the op); complex gradients of real inputs keep their real part.

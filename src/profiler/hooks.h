@@ -1,7 +1,7 @@
 /* The profiler's hooks, placed in the dispatcher, the autograd engine, the
- * optimizer, the loader and the block allocator. Off, each costs one
- * predictable branch on a global flag. This header needs nothing of oar
- * but the tensor type, so the core layer may include it. */
+ * optimizer and the loader (the layers above the profiler); the block
+ * allocator, below it, tells the profiler through oari_memory_observer.
+ * Off, each costs one predictable branch on a global flag. */
 #ifndef OARI_PROF_HOOKS_H
 #define OARI_PROF_HOOKS_H
 
@@ -19,7 +19,7 @@ __attribute__((visibility("hidden"))) int64_t oari_prof_now(void);
 __attribute__((visibility("hidden"))) void oari_prof_span(int kind, const char *name, int64_t t0,
                                                           int n_in, oar_tensor *const *in);
 /* Records the storage bytes in use after an allocation (delta 1) or a free
- * (delta -1). Called under the allocator's lock, so values are ordered. */
+ * (delta -1): the allocator's observer (core.h) while recording. */
 __attribute__((visibility("hidden"))) void oari_prof_memory(size_t bytes_in_use, int delta);
 
 #ifdef OARI_PROF_DISABLED /* hooks compiled out: for measuring their cost */
@@ -35,10 +35,6 @@ __attribute__((visibility("hidden"))) void oari_prof_memory(size_t bytes_in_use,
 #define OARI_PROF_END(kind, name, t0, n_in, in)                                                    \
     do {                                                                                           \
         if (__builtin_expect((t0) != 0, 0)) oari_prof_span((kind), (name), (t0), (n_in), (in));   \
-    } while (0)
-#define OARI_PROF_MEMORY(bytes_in_use, delta)                                                      \
-    do {                                                                                           \
-        if (OARI_PROF_ENABLED()) oari_prof_memory((bytes_in_use), (delta));                        \
     } while (0)
 
 #endif

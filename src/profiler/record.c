@@ -218,6 +218,7 @@ int oar_profiler_start(void) {
     session.have_data = false;
     session.t_start = oari_prof_now();
     __atomic_store_n(&oari_prof_on, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&oari_memory_observer, oari_prof_memory, __ATOMIC_RELEASE);
     oar_memory_stats m;
     oar_memory_stats_get(&m);
     session.start_bytes = m.bytes_in_use;
@@ -233,6 +234,7 @@ int oar_profiler_stop(void) {
                           "oar_profiler_start first");
     }
     __atomic_store_n(&oari_prof_on, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&oari_memory_observer, NULL, __ATOMIC_RELEASE);
     session.t_stop = oari_prof_now();
     oar_memory_stats m;
     oar_memory_stats_get(&m);

@@ -5,7 +5,7 @@
  * before the forward pass. Expected values are closed forms. */
 #include "test.h"
 
-#include "ops/op.h"
+#include "autograd/node.h" /* oari_autograd_record */
 
 static oar_tensor *vec(const double *v, int64_t n) { return oar_tensor_from_data(v, OAR_F64, 1, &n); }
 

@@ -1,4 +1,4 @@
-/* Out of memory is bad input too (DESIGN.md invariant 5): make the Nth host
+/* Out of memory is bad input too (invariant 5 of docs/architecture.md): make the Nth host
  * allocation fail, for every N, in a forward and backward pass of a small
  * model. Each run must report the failure through the API, leak nothing
  * and leave oar usable. */

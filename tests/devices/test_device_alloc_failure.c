@@ -1,4 +1,4 @@
-/* Out of memory on a device path (DESIGN.md invariant 5): on the mock
+/* Out of memory on a device path (invariant 5 of docs/architecture.md): on the mock
  * device of tests/devices/plugins/ (whose buffers come from the host's
  * allocator, so the hook fails them too), a step that moves tensors to the
  * device, runs ops with and without device kernels (the CPU fallback), a

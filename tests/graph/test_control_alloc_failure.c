@@ -1,4 +1,4 @@
-/* Out of memory with control flow in the graph (DESIGN.md invariant 5):
+/* Out of memory with control flow in the graph (invariant 5 of docs/architecture.md):
  * make the Nth host allocation fail, for every N, while tracing a model
  * with a cond inside a while loop (nested tracers, captures), optimising
  * it, running it, saving, loading and predicting. Each failure must be

@@ -1,4 +1,4 @@
-/* Out of memory in the static-graph path (DESIGN.md invariant 5): make the
+/* Out of memory in the static-graph path (invariant 5 of docs/architecture.md): make the
  * Nth host allocation fail, for every N, while tracing a model, optimising
  * the graph, running it, saving and loading it and running a predictor.
  * Each failure must be reported, leak nothing and leave oar usable. */

@@ -1,4 +1,4 @@
-/* Out of memory in ONNX import (DESIGN.md invariant 5): make the Nth host
+/* Out of memory in ONNX import (invariant 5 of docs/architecture.md): make the Nth host
  * allocation fail, for every N, while parsing and importing models (a
  * PyTorch CNN, a Reshape with a bound shape, sizes following a dynamic
  * batch, a Loop imported as a while node, a TensorProto file, and when

@@ -89,6 +89,10 @@ typedef struct oari_iter {
 
 /* ops[0] gives the shape; all operands must have it (inputs broadcast by
  * dispatch already). */
+/* Registers the CPU as a device (src/init/, at start-up, before anything
+ * else): the first device, oari_device_cpu(). */
+OARI_HIDDEN int oari_cpu_install(void);
+
 OARI_HIDDEN void oari_iter_init(oari_iter *it, int n_ops, const oar_ktensor *const *ops);
 OARI_HIDDEN void oari_iter_run(const oari_iter *it, oari_inner_fn fn, void *ctx);
 /* Convenience for the common case: out = call->out[0], inputs = call->in[...]. */

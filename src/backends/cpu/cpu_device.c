@@ -1,12 +1,15 @@
 /* The built-in CPU device: its oar_device_iface table, the same shape a
- * plugin fills. Memory comes from the caching block allocator; kernels from
- * the per-op tables of this folder. */
+ * plugin fills, registered at start-up the way the plugin loader registers
+ * a plugin's. Memory comes from the caching block allocator; kernels from
+ * the per-op tables of this folder (none for ops without device kernels). */
 #include "cpu.h"
 
 #include <string.h>
 #include <unistd.h>
 
 #define OP(name) extern const oari_cpu_kernels oari_cpu_k_##name;
+#define OP_NOKERNEL(name)
+#define OP_INSTALLED(name)
 #include "../../ops/ops.def"
 #undef OP
 
@@ -14,6 +17,8 @@ static const oar_kernel_fn *const kernel_tables[OARI_OP_COUNT] = {
 #define OP(name) [OARI_OP_##name] = oari_cpu_k_##name,
 #include "../../ops/ops.def"
 #undef OP
+#undef OP_INSTALLED
+#undef OP_NOKERNEL
 };
 
 static int cpu_device_count(void *ctx) {
@@ -75,7 +80,7 @@ static oar_kernel_fn cpu_get_kernel(void *ctx, int index, const char *op, int32_
     return kernel_tables[id][dtype];
 }
 
-const oar_device_iface oari_cpu_iface = {
+static const oar_device_iface cpu_iface = {
     .abi_version = OAR_DEVICE_ABI_VERSION,
     .struct_size = sizeof(oar_device_iface),
     .type_name = "cpu",
@@ -89,3 +94,5 @@ const oar_device_iface oari_cpu_iface = {
     .copy_device_to_device = cpu_copy_d2d,
     .synchronize = NULL,
 };
+
+int oari_cpu_install(void) { return oari_device_register(&cpu_iface, NULL, 0); }

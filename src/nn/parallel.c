@@ -1,7 +1,7 @@
 /* Parallel training recipes built on dtensors: laying a module's
  * parameters out over a mesh by name patterns, and reducing Partial
  * gradients in buckets. */
-#include "dist.h"
+#include "../dist/dist.h"
 
 #include <fnmatch.h>
 #include <stdio.h>
@@ -43,7 +43,7 @@ int oar_parallelize(oar_module *m, oar_mesh *mesh, int mesh_dim, int n_rules,
             st = OAR_ERR_INVALID;
             break;
         }
-        if (t->dist) continue;
+        if (oari_dist(t)) continue;
         oar_placement p[OAR_MESH_MAX_DIMS];
         for (int d = 0; d < mesh->ndim; d++) p[d] = oar_replicate();
         for (int r = 0; r < n_rules; r++)
@@ -76,7 +76,7 @@ static bool has_partial(const oari_dist_attr *a) {
 }
 
 static bool same_layout(const oar_tensor *g, const oar_tensor *h) {
-    const oari_dist_attr *a = g->dist, *b = h->dist;
+    const oari_dist_attr *a = oari_dist(g), *b = oari_dist(h);
     if (a->mesh != b->mesh || g->dtype != h->dtype) return false;
     for (int d = 0; d < a->mesh->ndim; d++)
         if (a->p[d].kind != b->p[d].kind || a->p[d].dim != b->p[d].dim || a->p[d].reduce != b->p[d].reduce)
@@ -88,12 +88,12 @@ static bool same_layout(const oar_tensor *g, const oar_tensor *h) {
  * buffer and makes them Replicate along the partial mesh dims. */
 static int flush(oar_tensor *const *params, int from, int to, int *calls) {
     oar_tensor *g0 = params[from]->grad;
-    oari_dist_attr *a = g0->dist;
+    oari_dist_attr *a = oari_dist(g0);
     oar_mesh *m = a->mesh;
     oar_pool *pool = oar_pool_push();
     oar_tensor *flat[256];
     int k = 0, st = 0;
-    for (int i = from; i < to; i++) flat[k++] = oar_reshape(params[i]->grad->dist->local, 1, (int64_t[]){-1});
+    for (int i = from; i < to; i++) flat[k++] = oar_reshape(oari_dist(params[i]->grad)->local, 1, (int64_t[]){-1});
     oar_tensor *buf = k == 1 ? flat[0] : oar_concat(k, flat, 0);
     oar_placement p[OAR_MESH_MAX_DIMS];
     memcpy(p, a->p, sizeof p);
@@ -106,7 +106,7 @@ static int flush(oar_tensor *const *params, int from, int to, int *calls) {
     if (!buf) st = OAR_ERR_INVALID;
     int64_t off = 0;
     for (int i = from; i < to && !st; i++) {
-        oar_tensor *g = params[i]->grad, *loc = g->dist->local;
+        oar_tensor *g = params[i]->grad, *loc = oari_dist(g)->local;
         oar_tensor *part = oar_reshape(oar_slice(buf, 0, off, off + loc->numel, 1), loc->ndim, loc->shape);
         off += loc->numel;
         oar_tensor *ng = part ? oari_dtensor_wrap(part, m, p, g->ndim, g->shape) : NULL;
@@ -131,9 +131,9 @@ int oar_dist_reduce_grads(int n, oar_tensor *const *params, size_t bucket_bytes)
         if (i < n) {
             if (!params[i]) return oari_error(OAR_ERR_INVALID, "oar_dist_reduce_grads: parameter %d is NULL", i), -1;
             g = params[i]->grad;
-            if (g && (!g->dist || !has_partial(g->dist))) g = NULL;
+            if (g && (!oari_dist(g) || !has_partial(oari_dist(g)))) g = NULL;
         }
-        size_t gb = g ? (size_t)g->dist->local->numel * oar_dtype_size(g->dtype) : 0;
+        size_t gb = g ? (size_t)oari_dist(g)->local->numel * oar_dtype_size(g->dtype) : 0;
         /* close the open bucket when the layout changes, it is full, or at the end */
         bool close = start >= 0 && (!g || !same_layout(params[start]->grad, g) ||
                                     bytes + gb > bucket_bytes || i - start >= 256);
@@ -213,7 +213,7 @@ static int launch(oar_dist_reducer *r, int b) {
     for (int k = r->bucket_start[b]; k < r->bucket_start[b + 1] && !st; k++) {
         int i = r->order[k];
         oar_tensor *g = r->params[i]->grad;
-        if (!g || !g->dist || !has_partial(g->dist)) continue;
+        if (!g || !oari_dist(g) || !has_partial(oari_dist(g))) continue;
         /* this gradient and the rest of the bucket of its layout, unless already taken */
         bool taken = false;
         for (int m = 0; m < r->n_members && !taken; m++) taken = r->members[m] == i;
@@ -224,12 +224,12 @@ static int launch(oar_dist_reducer *r, int b) {
         for (int k2 = k; k2 < r->bucket_start[b + 1]; k2++) {
             int i2 = r->order[k2];
             oar_tensor *g2 = r->params[i2]->grad;
-            if (!g2 || !g2->dist || !has_partial(g2->dist) || !same_layout(g, g2)) continue;
+            if (!g2 || !oari_dist(g2) || !has_partial(oari_dist(g2)) || !same_layout(g, g2)) continue;
             r->members[r->n_members] = i2;
             r->launched_grad[r->n_members++] = oar_tensor_retain(g2);
             gr->count++;
         }
-        oari_dist_attr *a = g->dist;
+        oari_dist_attr *a = oari_dist(g);
         memcpy(gr->p, a->p, sizeof gr->p);
         gr->d = 0;
         while (gr->p[gr->d].kind != OAR_PLACEMENT_PARTIAL) gr->d++;
@@ -237,7 +237,7 @@ static int launch(oar_dist_reducer *r, int b) {
         oar_tensor *flat[256], *buf = NULL;
         int nf = 0;
         for (int m = gr->first; m < gr->first + gr->count && nf < 256; m++)
-            flat[nf++] = oar_reshape(r->params[r->members[m]]->grad->dist->local, 1, (int64_t[]){-1});
+            flat[nf++] = oar_reshape(oari_dist(r->params[r->members[m]]->grad)->local, 1, (int64_t[]){-1});
         buf = nf == 1 ? flat[0] : oar_concat(nf, flat, 0);
         st = buf ? oari_all_reduce_start(buf, gr->p[gr->d].reduce, a->mesh, gr->d, &gr->pend) : OAR_ERR_INVALID;
         oar_pool_pop(pool);
@@ -336,7 +336,7 @@ oar_dist_reducer *oar_dist_reducer_new(int n, oar_tensor *const *params, size_t 
     for (int k = 0; k < n; k++) {
         int i = n - 1 - k;
         oar_tensor *t = params[i];
-        size_t tb = (size_t)(t->dist ? t->dist->local->numel : t->numel) * oar_dtype_size(t->dtype);
+        size_t tb = (size_t)(oari_dist(t) ? oari_dist(t)->local->numel : t->numel) * oar_dtype_size(t->dtype);
         size_t limit = r->n_buckets <= 1 ? first : cap;
         if (k == 0 || (bytes + tb > limit && bytes > 0) || k - r->bucket_start[r->n_buckets - 1] >= 256) {
             r->bucket_start[r->n_buckets++] = k;
@@ -376,7 +376,7 @@ int oar_dist_reducer_wait(oar_dist_reducer *r) {
         oar_pool *pool = oar_pool_push();
         oar_tensor *buf = gr->pend.buf ? oari_pool_adopt(oari_all_reduce_wait(&gr->pend)) : NULL;
         if (!buf && !st) st = OAR_ERR_STATE;
-        oari_dist_attr *a = st ? NULL : r->params[r->members[gr->first]]->grad->dist;
+        oari_dist_attr *a = st ? NULL : oari_dist(r->params[r->members[gr->first]]->grad);
         gr->p[gr->d] = oar_replicate();
         /* further Partial mesh dims, one blocking all-reduce each */
         for (int d = gr->d + 1; d < OAR_MESH_MAX_DIMS && a && d < a->mesh->ndim && buf; d++) {
@@ -395,7 +395,7 @@ int oar_dist_reducer_wait(oar_dist_reducer *r) {
                                 "to accumulate)", r->members[m]);
                 break;
             }
-            oar_tensor *loc = g0->dist->local;
+            oar_tensor *loc = oari_dist(g0)->local;
             oar_tensor *part = oar_reshape(oar_slice(buf, 0, off, off + loc->numel, 1), loc->ndim, loc->shape);
             off += loc->numel;
             oar_tensor *ng = part ? oari_dtensor_wrap(part, a->mesh, gr->p, g0->ndim, g0->shape) : NULL;

@@ -1,6 +1,7 @@
-/* Grad mode: a per-thread counter of no_grad scopes. */
-#include "node.h"
-
+/* Grad mode: a per-thread counter of no_grad scopes. It lives with
+ * dispatch, which reads it on every call to decide whether to record;
+ * autograd and the layers above set it. */
+#include "op.h"
 
 static _Thread_local int no_grad_depth;
 

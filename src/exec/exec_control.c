@@ -4,7 +4,7 @@
  * own (made on first use, planned per input shape like any executor), and
  * copies the results into the node's planned output buffers. Errors are
  * eager oar_while_loop's (iteration, variable, shapes; max_iters). */
-#include "ir.h"
+#include "exec.h"
 
 #include <string.h>
 

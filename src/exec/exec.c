@@ -4,8 +4,7 @@
  * dims), plans one arena by liveness (passes/memplan.c) and prepares every
  * kernel call; a run then points the calls at the caller's inputs (read in
  * place when they can be) and calls the kernels, allocating nothing. */
-#include "ir.h"
-#include "../compiler/compiler.h"
+#include "exec.h"
 #include "../ops/device_ops.h" /* devices: an op without a device kernel runs on the CPU */
 #include "../profiler/hooks.h"
 
