@@ -154,6 +154,8 @@ OARI_HIDDEN double oari_load_f64(const void *p, oar_dtype dt);
 OARI_HIDDEN void oari_store_f64(void *p, oar_dtype dt, double v);
 
 /* ---- f16 / bf16 ---------------------------------------------------------- */
+/* Stored in 16 bits, computed in f32 where a device has no kernel of their own. */
+static inline bool oari_is_half(oar_dtype d) { return d == OAR_F16 || d == OAR_BF16; }
 OARI_HIDDEN float oari_f16_to_f32(uint16_t h);
 OARI_HIDDEN uint16_t oari_f32_to_f16(float f);
 static inline float oari_bf16_to_f32(uint16_t h) {

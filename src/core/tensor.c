@@ -157,7 +157,9 @@ void oar_tensor_release(oar_tensor *t) {
     if (!t || __atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
     oari_storage_release(t->storage);
     oar_tensor_release(t->grad);
-    for (int s = 0; s < OARI_EXT_COUNT; s++) {
+    _Static_assert(OARI_EXT_COUNT == 3, "the test below names every slot");
+    bool any_ext = t->ext[0] || t->ext[1] || t->ext[2];
+    for (int s = 0; __builtin_expect(any_ext, 0) && s < OARI_EXT_COUNT; s++) {
         if (!t->ext[s]) continue;
         const oari_ext_class *c = oari_ext_class_of((oari_ext_slot)s);
         if (c->release) c->release(t->ext[s]);

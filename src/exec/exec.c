@@ -5,7 +5,7 @@
  * kernel call; a run then points the calls at the caller's inputs (read in
  * place when they can be) and calls the kernels, allocating nothing. */
 #include "exec.h"
-#include "../ops/device_ops.h" /* devices: an op without a device kernel runs on the CPU */
+#include "../ops/plan.h" /* the kernel-call planner, shared with eager dispatch */
 #include "../profiler/hooks.h"
 
 #include <pthread.h>
@@ -14,32 +14,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A cast around an op run in f32 for lack of a half kernel (as dispatch
- * does): input -> f32 temporary before the op, f32 temporary -> output after. */
-typedef struct cast_call {
-    oar_kernel_fn k;
-    oar_kernel_call call;
-    oar_ktensor in, out;
-    int64_t dtype;
-    oar_tensor *tmp;          /* the f32 temporary in the arena (owned) */
-} cast_call;
-
 typedef struct exec_node {
-    oar_kernel_fn k;          /* NULL: nothing to run (view, empty output) */
-    oar_kernel_call call;
-    oar_ktensor *kin;
+    bool runs;                /* plan holds a kernel call (false: view, empty output, fused member) */
+    oari_plan plan;           /* the call, as eager dispatch plans it (src/ops/plan.c) */
+    oar_ktensor *kin;         /* its kernel tensors, pointed at in-place inputs on each run */
     oar_ktensor kout[OARI_MAX_OUT];
     oari_attrs attrs;         /* with symbolic sizes substituted */
     oar_kernel_fn copy_k;     /* in-place ops: copy in[0] into the output first */
     oar_kernel_call copy_call;
     oar_ktensor copy_io[2];
     int64_t rand_stride;      /* random ops: elements drawn per run (offset step) */
-    cast_call *casts;         /* half emulation: n_pre before the kernel, the rest after */
-    int n_pre, n_casts;
     oari_fused_fn fused;      /* a compiled kernel rooted here (src/compiler/) */
     void **fargs;             /* its output and input pointers, into the arena and constants */
     int n_fargs;
-    bool on_cpu;              /* devices: no device kernel; runs on the CPU with copies */
     void *dev_fn;             /* devices: a compiled kernel rooted here (fargs: its buffers) */
     int64_t *fscal;           /* its scalars: buffer offsets, symbol sizes, work-items */
     int n_fscal;
@@ -131,8 +118,7 @@ static void drop_plan(const oar_graph *g, plan *p) {
     if (p->en) {
         for (int i = 0; i < g->n_nodes; i++) {
             oari_free(p->en[i].kin, (size_t)(g->nodes[i].n_in ? g->nodes[i].n_in : 1) * sizeof(oar_ktensor));
-            for (int c = 0; c < p->en[i].n_casts; c++) oar_tensor_release(p->en[i].casts[c].tmp);
-            oari_free(p->en[i].casts, (size_t)(g->nodes[i].n_in + g->nodes[i].n_out) * sizeof(cast_call));
+            oari_plan_clear(&p->en[i].plan);
             oari_free(p->en[i].fargs, (size_t)p->en[i].n_fargs * sizeof(void *));
             oari_free(p->en[i].fscal, (size_t)p->en[i].n_fscal * sizeof(int64_t));
         }
@@ -250,20 +236,6 @@ int oar_executor_donated_in_place(const oar_executor *ex, int output) {
     return ex->p.out_mode[output] == OUT_DONATED;
 }
 
-/* A kernel view of t broadcast to (ndim, shape), as dispatch makes it. */
-static void ktensor_expanded(const oar_tensor *t, int ndim, const int64_t *shape, oar_ktensor *k) {
-    oari_ktensor(t, k);
-    if (t->ndim == ndim && !memcmp(t->shape, shape, (size_t)ndim * sizeof *shape)) return;
-    int lead = ndim - t->ndim;
-    k->ndim = ndim;
-    for (int i = ndim - 1; i >= 0; i--) {
-        int src = i - lead;
-        bool broadcast = src < 0 || t->shape[src] != shape[i];
-        k->shape[i] = shape[i];
-        k->strides[i] = broadcast ? 0 : t->strides[src];
-    }
-}
-
 /* Binds the symbols from the input shapes; 0 or an error naming the input. */
 static int bind_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     const oar_graph *g = ex->g;
@@ -304,8 +276,6 @@ static int bind_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         if (!bound[s]) ex->sym_vals[s] = g->syms[s].trace_size;
     return 0;
 }
-
-static bool is_half(oar_dtype d) { return d == OAR_F16 || d == OAR_BF16; }
 
 /* Profiler span names of compiled kernels, "fused:<root op>": static, as
  * spans keep the pointer. */
@@ -422,36 +392,19 @@ static int setup_fused(oar_executor *ex, int i, oar_tensor *const *sym) {
     return 0;
 }
 
-/* For a node run in f32: f32 temporaries (at the planned offsets in bufs,
- * in input-then-output order) replace its half inputs and outputs in tv[],
- * with the casts that fill and drain them. */
-static int setup_casts(oar_executor *ex, const oari_gnode *n, exec_node *e, const oari_membuf *bufs,
-                       oar_tensor **tv) {
-    oar_device *cpu = oari_device_cpu();
-    int nt = n->n_in + n->n_out, b = 0;
-    if (!(e->casts = oari_calloc((size_t)nt, sizeof *e->casts))) return oari_fail_status();
-    for (int pass = 0; pass < 2; pass++) { /* inputs first (pre), then outputs (post) */
-        for (int k = pass ? n->n_in : 0; k < (pass ? nt : n->n_in); k++) {
-            oar_tensor *t = tv[k];
-            if (!t || !is_half(t->dtype)) continue;
-            cast_call *c = &e->casts[e->n_casts];
-            if (!(c->tmp = oari_tensor_make(ex->p.arena->storage, OAR_F32, t->ndim, t->shape, NULL,
-                                            bufs[b++].offset / 4)))
-                return oari_fail_status();
-            e->n_casts++;
-            c->dtype = pass ? t->dtype : OAR_F32;
-            oari_ktensor(pass ? c->tmp : t, &c->in);
-            oari_ktensor(pass ? t : c->tmp, &c->out);
-            if (!(c->k = oari_kernel_lookup(cpu, OARI_OP_cast, (oar_dtype)c->dtype)))
-                return oari_error(OAR_ERR_UNSUPPORTED, "executor: no cast kernel to %s",
-                                  oar_dtype_name((oar_dtype)c->dtype));
-            c->call = (oar_kernel_call){.op = "cast", .n_in = 1, .n_out = 1, .in = &c->in, .out = &c->out,
-                                        .n_iattr = 1, .iattr = &c->dtype};
-            tv[k] = c->tmp;
-        }
-        if (!pass) e->n_pre = e->n_casts;
-    }
-    return 0;
+/* The f32 temporaries of a node run through an f32 kernel for lack of a
+ * half one (the planner's VIA_F32 route): its planned arena slots, in the
+ * order the planner asks for them. */
+typedef struct arena_temps {
+    oar_tensor *arena;
+    const oari_membuf *bufs; /* the node's slots */
+    int next;
+} arena_temps;
+
+static oar_tensor *arena_temp(void *ctx, const oar_tensor *like) {
+    arena_temps *a = ctx;
+    return oari_tensor_make(a->arena->storage, OAR_F32, like->ndim, like->shape, NULL,
+                            a->bufs[a->next++].offset / 4);
 }
 
 enum { IN_FUSED, IN_KIN, IN_COPY, IN_KOUT };
@@ -596,13 +549,13 @@ static void record_pointers(oar_executor *ex, const int *root, int v, int i, boo
             continue;
         }
         if (oari_is_ctrl(node->op)) continue; /* reads no input in place (input_in_place) */
-        for (int q = 0; q < node->n_out && e->k; q++)
+        for (int q = 0; q < node->n_out && e->runs; q++)
             if (node->out[q] == v) { /* a donated output's writer */
                 if (fill) ex->p.in_args[*n] = (struct input_arg){nd, IN_KOUT, q, i, 0};
                 (*n)++;
             }
         bool inplace_op = oari_op_defs[node->op]->flags & OARI_F_INPLACE;
-        if (e->k && e->kin)
+        if (e->runs)
             for (int k = 0; k < node->n_in; k++) {
                 if (node->in[k] < 0 || root[node->in[k]] != v || e->kin[k].dtype < 0) continue;
                 if (inplace_op && k == 0) continue; /* the kernel reads its output there */
@@ -786,8 +739,8 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
                 st = oari_error(OAR_ERR_INVALID, "executor: node %d (%s) input %d needs a cast the "
                                 "graph lacks", i, def->name, k);
         kdt[i] = c.kernel_dtype;
-        emul[i] = !on_dev && is_half(c.kernel_dtype) && !(def->flags & (OARI_F_VIEW | OARI_F_INPLACE)) &&
-                  !oari_kernel_lookup(oari_device_cpu(), n->op, c.kernel_dtype);
+        emul[i] = !(def->flags & OARI_F_VIEW) &&
+                  oari_plan_route(dev, n->op, c.kernel_dtype, n->n_in, in, &e->attrs) == OARI_ROUTE_VIA_F32;
         for (int j = 0; j < n->n_out && !st; j++) {
             int v = n->out[j];
             if (def->flags & OARI_F_VIEW) {
@@ -917,7 +870,7 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
         tmp_first[i] = nb;
         for (int k = 0; k < n->n_in + n->n_out; k++) {
             int v = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
-            if (v < 0 || !is_half(sym[v]->dtype)) continue;
+            if (v < 0 || !oari_is_half(sym[v]->dtype)) continue;
             bufs[nb] = (oari_membuf){.size = sym[v]->numel * 4, .first = i, .last = i};
             unplanned += (bufs[nb].size + 63) / 64 * 64;
             nb++;
@@ -973,20 +926,10 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
             int v = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
             tv[k] = v >= 0 ? ex->p.vt[v] : NULL;
         }
-        if (emul[i] && (st = setup_casts(ex, n, e, bufs + tmp_first[i], tv))) break;
         oar_tensor *out0 = tv[n->n_in];
-        for (int k = 0; k < n->n_in; k++) {
-            oar_tensor *t = tv[k];
-            if (k == 0 && (def->flags & OARI_F_INPLACE)) t = out0;
-            if (!t) e->kin[k].dtype = -1;
-            else if (def->flags & OARI_F_BROADCAST) ktensor_expanded(t, out0->ndim, out0->shape, &e->kin[k]);
-            else oari_ktensor(t, &e->kin[k]);
-        }
+        if (def->flags & OARI_F_INPLACE) tv[0] = out0; /* the op updates a copy of in[0] (below) */
         bool empty = !(def->flags & OARI_F_INPLACE);
-        for (int j = 0; j < n->n_out; j++) {
-            oari_ktensor(tv[n->n_in + j], &e->kout[j]);
-            empty = empty && tv[n->n_in + j]->numel == 0;
-        }
+        for (int j = 0; j < n->n_out; j++) empty = empty && tv[n->n_in + j]->numel == 0;
         if ((def->flags & OARI_F_INPLACE) && !on_dev) { /* on a device: run_on_device copies */
             oar_tensor *src = ex->p.vt[n->in[0]];
             if (!(e->copy_k = oari_kernel_lookup(cpu, OARI_OP_copy, out0->dtype))) {
@@ -1000,20 +943,17 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
                                              .out = e->copy_io};
         }
         if (empty) continue;
-        if (on_dev) { /* the device's kernel, or the CPU with copies (dispatch's rule) */
-            if (oari_device_needs_fallback(dev, n->op, kdt[i], n->n_in, tv, &e->attrs) ||
-                !(e->k = oari_kernel_lookup(dev, n->op, kdt[i])))
-                e->on_cpu = true;
-        } else if (!(e->k = oari_kernel_lookup(cpu, n->op, emul[i] ? OAR_F32 : kdt[i]))) {
-            st = oari_error(OAR_ERR_UNSUPPORTED, "executor: %s has no CPU kernel for %s", def->name,
-                            oar_dtype_name(kdt[i]));
+        /* the kernel call as dispatch would plan it; f32 temporaries in the arena */
+        arena_temps temps = {.arena = ex->p.arena, .bufs = bufs + tmp_first[i]};
+        if ((st = oari_plan_make(&e->plan, n->op, dev, kdt[i], n->n_in, tv, &e->attrs, n->n_out, tv + n->n_in,
+                                 e->kin, e->kout, arena_temp, &temps))) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", oar_last_error());
+            st = oari_error(st, "executor: node %d (%s): %s", i, def->name, msg);
             break;
         }
+        e->runs = true;
         if (def->flags & OARI_F_RANDOM) e->rand_stride = out0->numel;
-        e->call = (oar_kernel_call){
-            .op = def->name, .n_in = n->n_in, .n_out = n->n_out, .in = e->kin, .out = e->kout,
-            .n_iattr = e->attrs.ni, .n_fattr = e->attrs.nf, .iattr = e->attrs.i, .fattr = e->attrs.f,
-        };
     }
     if (!st) st = record_input_readers(ex, root);
     if (!st) {
@@ -1144,19 +1084,14 @@ static int run_on_device(oar_executor *ex, oar_tensor *const *inputs, oar_tensor
             OARI_PROF_END(OAR_PROFILER_OP, fused_names[n->op], prof_t0, 1, &ex->p.vt[n->out[0]]);
             continue;
         }
-        if (!e->k && !e->on_cpu) continue; /* a view, an empty output, a kernel member */
+        if (!e->runs) continue; /* a view, an empty output, a kernel member */
         const oari_op_def *def = oari_op_defs[n->op];
         int64_t prof_t0 = OARI_PROF_BEGIN();
-        oar_tensor *in[OARI_MAX_IN], *out[OARI_MAX_OUT];
-        for (int k = 0; k < n->n_in; k++) in[k] = n->in[k] >= 0 ? ex->p.vt[n->in[k]] : NULL;
-        for (int j = 0; j < n->n_out; j++) out[j] = ex->p.vt[n->out[j]];
-        if ((def->flags & OARI_F_INPLACE)) { /* the kernel updates its target: a copy of in[0] */
-            if ((st = oari_exec_copy(out[0], in[0]))) break;
-            in[0] = out[0];
-        }
+        oar_tensor **out = &ex->p.vt[n->out[0]];
+        /* an in-place op updates its output, a copy of in[0] (planned so) */
+        if ((def->flags & OARI_F_INPLACE) && (st = oari_exec_copy(out[0], ex->p.vt[n->in[0]]))) break;
         if (e->rand_stride) e->attrs.i[1] = n->attrs.i[1] + (int64_t)(ex->runs - 1) * e->rand_stride;
-        if (e->on_cpu) st = oari_device_run_on_cpu(n->op, dev, n->n_in, in, &e->attrs, n->n_out, out);
-        else st = e->k(dev->ctx, &e->call);
+        st = oari_plan_run(&e->plan);
         if (st) {
             char msg[400];
             snprintf(msg, sizeof msg, "%s", oar_last_error());
@@ -1221,21 +1156,17 @@ int oar_executor_run(oar_executor *ex, oar_tensor *const *inputs, oar_tensor **o
             if (!ex->p.run_at || ex->p.run_at[i] == i) run_fused(ex, i); /* else: runs later */
             continue;
         }
-        int64_t prof_t0 = e->k ? OARI_PROF_BEGIN() : 0; /* profiler: a span per kernel */
+        int64_t prof_t0 = e->runs ? OARI_PROF_BEGIN() : 0; /* profiler: a span per kernel */
         int64_t node_t0 = ex->node_ns ? oari_prof_now() : 0;
         oar_tensor **prof_out = &ex->p.vt[g->nodes[i].out[0]];
         if (e->copy_k && (st = e->copy_k(ctx, &e->copy_call))) return st;
         /* random ops draw fresh values each run: the trace's offset, advanced */
         if (e->rand_stride) e->attrs.i[1] = g->nodes[i].attrs.i[1] + (int64_t)(ex->runs - 1) * e->rand_stride;
-        for (int c = 0; c < e->n_pre && e->k; c++)
-            if ((st = e->casts[c].k(ctx, &e->casts[c].call))) return st;
-        if (e->k && (st = e->k(ctx, &e->call))) {
+        if (e->runs && (st = oari_plan_run(&e->plan))) {
             char msg[400];
             snprintf(msg, sizeof msg, "%s", oar_last_error());
             return oari_error(st, "executor: node %d (%s): %s", i, oari_op_name(g->nodes[i].op), msg);
         }
-        for (int c = e->n_pre; c < e->n_casts && e->k; c++)
-            if ((st = e->casts[c].k(ctx, &e->casts[c].call))) return st;
         OARI_PROF_END(OAR_PROFILER_OP, oari_op_name(g->nodes[i].op), prof_t0, 1, prof_out);
         if (node_t0) ex->node_ns[i] += (double)(oari_prof_now() - node_t0);
     }

@@ -1,119 +1,17 @@
-/* The one dispatch (invariant 3 of docs/architecture.md): every op call comes through
- * oari_dispatch, which checks inputs, runs the op's shape rule, casts
- * inputs, runs the device kernel found through the device table (or makes a
- * view), and records the call on the autograd tape. */
+/* The one dispatch (invariant 3 of docs/architecture.md): every op call
+ * comes through oari_dispatch, which checks inputs, runs the op's shape
+ * rule, hands a traced call to the tracer and a distributed one to dist
+ * (hooks), casts inputs, plans and runs the kernel call (plan.c) or makes
+ * a view, and records the call on the autograd tape (a hook). */
 #include "op.h"
-#include "device_ops.h" /* devices: scalar inputs follow, CPU fallback */
+#include "device_ops.h" /* devices: scalar inputs follow */
+#include "plan.h"
 #include "../profiler/hooks.h" /* profiler hook */
 
 #include <string.h>
 
-#define MAX_CACHED_DEVICES 16
-
 oari_dispatch_hooks oari_hooks;
 _Thread_local void *oari_trace_current;
-
-/* Per (device, op, dtype): the kernel, or `absent` once looked up and missing. */
-static oar_kernel_fn kernel_cache[MAX_CACHED_DEVICES][OARI_OP_COUNT][OAR_DTYPE_COUNT];
-
-static int absent(void *ctx, const oar_kernel_call *call) {
-    (void)ctx;
-    (void)call;
-    return OAR_ERR_UNSUPPORTED;
-}
-
-oar_kernel_fn oari_kernel_lookup(oar_device *dev, oari_op op, oar_dtype dtype) {
-    oar_kernel_fn *slot = dev->id < MAX_CACHED_DEVICES ? &kernel_cache[dev->id][op][dtype] : NULL;
-    oar_kernel_fn k = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : NULL;
-    if (!k) {
-        k = dev->iface->get_kernel(dev->ctx, dev->index, oari_op_name(op), (int32_t)dtype);
-        if (!k) k = absent;
-        if (slot) __atomic_store_n(slot, k, __ATOMIC_RELAXED);
-    }
-    return k == absent ? NULL : k;
-}
-
-/* A kernel view of t broadcast to (ndim, shape): stride 0 on expanded dims. */
-static void ktensor_expanded(const oar_tensor *t, int ndim, const int64_t *shape, oar_ktensor *k) {
-    oari_ktensor(t, k);
-    if (t->ndim == ndim && !memcmp(t->shape, shape, (size_t)ndim * sizeof *shape)) return;
-    int lead = ndim - t->ndim;
-    k->ndim = ndim;
-    for (int i = ndim - 1; i >= 0; i--) {
-        int src = i - lead;
-        bool broadcast = src < 0 || t->shape[src] != shape[i];
-        k->shape[i] = shape[i];
-        k->strides[i] = broadcast ? 0 : t->strides[src];
-    }
-}
-
-static bool is_half(oar_dtype d) { return d == OAR_F16 || d == OAR_BF16; }
-
-static int run_kernel(const oari_op_def *def, oari_op op, oar_device *dev, oar_dtype kdtype,
-                      int n_in, oar_tensor *const *in, const oari_attrs *attrs, int n_out,
-                      oar_tensor *const *out) {
-    oar_kernel_fn k = oari_kernel_lookup(dev, op, kdtype);
-    if (!k)
-        return oari_error(OAR_ERR_UNSUPPORTED, "%s: no kernel for dtype %s on device %s",
-                          def->name, oar_dtype_name(kdtype), dev->name);
-    oar_ktensor kin[OARI_MAX_IN], kout[OARI_MAX_OUT];
-    for (int i = 0; i < n_in; i++) {
-        if (!in[i]) {
-            memset(&kin[i], 0, sizeof kin[i]);
-            kin[i].dtype = -1;
-        } else if (def->flags & OARI_F_BROADCAST) {
-            ktensor_expanded(in[i], out[0]->ndim, out[0]->shape, &kin[i]);
-        } else {
-            oari_ktensor(in[i], &kin[i]);
-        }
-    }
-    for (int j = 0; j < n_out; j++) oari_ktensor(out[j], &kout[j]);
-    oar_kernel_call call = {
-        .op = def->name, .n_in = n_in, .n_out = n_out, .in = kin, .out = kout,
-        .n_iattr = attrs->ni, .n_fattr = attrs->nf, .iattr = attrs->i, .fattr = attrs->f,
-    };
-    return k(dev->ctx, &call);
-}
-
-/* Casts x to dtype outside autograd; an owned reference. */
-static oar_tensor *cast_owned(oar_tensor *x, oar_dtype dtype) {
-    oari_attrs a = {.ni = 1, .i = {dtype}};
-    oar_tensor *r = NULL;
-    oari_dispatch(OARI_OP_cast, 1, &x, &a, &r);
-    return r;
-}
-
-/* f16/bf16 are stored as such and computed in f32: when a device has no
- * half kernel, run the f32 one on converted copies. Not recorded by
- * autograd: the caller records the op on its real inputs and outputs. */
-static int run_half_via_f32(const oari_op_def *def, oari_op op, oar_device *dev, int n_in,
-                            oar_tensor *const *in, const oari_attrs *attrs, int n_out,
-                            oar_tensor *const *out) {
-    oar_tensor *fin[OARI_MAX_IN] = {0}, *fout[OARI_MAX_OUT] = {0};
-    int st = 0;
-    oari_no_grad_push();
-    for (int i = 0; i < n_in && !st; i++) {
-        fin[i] = in[i] && is_half(in[i]->dtype) ? cast_owned(in[i], OAR_F32) : oar_tensor_retain(in[i]);
-        if (in[i] && !fin[i]) st = oari_fail_status();
-    }
-    for (int j = 0; j < n_out && !st; j++) {
-        if (!is_half(out[j]->dtype)) fout[j] = oar_tensor_retain(out[j]);
-        else if (def->flags & OARI_F_INPLACE) fout[j] = oar_tensor_retain(fin[0]);
-        else fout[j] = oari_tensor_empty(dev, OAR_F32, out[j]->ndim, out[j]->shape);
-        if (!fout[j]) st = oari_fail_status();
-    }
-    if (!st) st = run_kernel(def, op, dev, OAR_F32, n_in, fin, attrs, n_out, fout);
-    for (int j = 0; j < n_out && !st; j++) {
-        if (fout[j] == out[j]) continue;
-        oar_tensor *pair[2] = {out[j], fout[j]}, *r = NULL;
-        st = oari_dispatch(OARI_OP_copy, 2, pair, NULL, &r);
-        oar_tensor_release(r);
-    }
-    for (int i = 0; i < n_in; i++) oar_tensor_release(fin[i]);
-    for (int j = 0; j < n_out; j++) oar_tensor_release(fout[j]);
-    oari_no_grad_pop();
-    return st;
-}
 
 static bool wants_grad(const oari_op_def *def, int n_in, oar_tensor *const *in) {
     if ((def->flags & OARI_F_NONDIFF) || !oari_grad_mode_enabled()) return false;
@@ -206,13 +104,13 @@ int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs 
         if (!st) {
             bool empty = !(def->flags & OARI_F_INPLACE);
             for (int j = 0; j < n_out; j++) empty = empty && out[j]->numel == 0;
-            if (!empty) {
-                if (oari_device_needs_fallback(dev, op, c.kernel_dtype, n_in, cin, attrs)) /* devices */
-                    st = oari_device_run_on_cpu(op, dev, n_in, cin, attrs, n_out, out);
-                else if (is_half(c.kernel_dtype) && !oari_kernel_lookup(dev, op, c.kernel_dtype))
-                    st = run_half_via_f32(def, op, dev, n_in, cin, attrs, n_out, out);
-                else
-                    st = run_kernel(def, op, dev, c.kernel_dtype, n_in, cin, attrs, n_out, out);
+            if (!empty) { /* plan the kernel call (plan.c), run it once */
+                oar_ktensor kin[OARI_MAX_IN], kout[OARI_MAX_OUT];
+                oari_plan plan;
+                st = oari_plan_make(&plan, op, dev, c.kernel_dtype, n_in, cin, attrs, n_out, out, kin, kout,
+                                    NULL, NULL);
+                if (!st) st = oari_plan_run(&plan);
+                oari_plan_clear(&plan);
             }
             if (!st && (def->flags & OARI_F_INPLACE)) oari_storage_bump_version(in[0]->storage);
         }
