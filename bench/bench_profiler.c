@@ -3,7 +3,7 @@
  * alternating, median per-step time of each. Off, the hooks are one branch
  * per op call, below the noise here; measure that part with callgrind on
  * `bench_profiler off 20`, built with and without -DOARI_PROF_DISABLED
- * (docs/architecture.md gives the figures). Peer: bench/peer/profiler.py
+ * (bench/RESULTS.md gives the figures). Peer: bench/peer/profiler.py
  * (torch.profiler with shapes and memory on the same step).
  *   bench_profiler            the comparison
  *   bench_profiler off N      N steps with the profiler off only
