@@ -1,0 +1,321 @@
+/* ONNX export: the table. One row per oar op and range of opsets in which
+ * its mapping does not change: a direct row (one ONNX node, the inputs and
+ * outputs in order, no attributes) is pure data, an emitter row names its
+ * function (onnx_export_<family>.c), and a row with no ONNX op says why the
+ * op is refused. docs/onnx_export.md's op table is generated from these
+ * rows (tests/onnx/test_onnx_export_doc.c), which also checks that every
+ * elementwise op has one.
+ *
+ * A row's mapping columns take one of the forms that the export column of
+ * src/ops/elementwise.def uses, so that its rows can be pulled in here:
+ *   ONNX(OpType, since)   direct, from opset since to the last
+ *   ONNX_EMIT(name)       the emitter oari_onnx_emit_<name>, with the ONNX
+ *                         op, opsets, flags and note of EMIT_<name> below
+ *   ONNX_NONE("why")      no mapping, at any opset
+ * and, for rows that need their own range or pass the ONNX op type to a
+ * shared emitter:
+ *   EMIT("OpType", since, until, name, flags, "note") */
+#include "onnx_export_internal.h"
+#include <stdio.h>
+#include <string.h>
+
+#define XMIN OARI_ONNX_XMIN
+#define XMAX OARI_ONNX_XMAX
+#define OUTS OARI_XF_OUTPUTS
+#define SYMS OARI_XF_SYM_ATTRS
+
+#define ONNX(type, since) #type, since, XMAX, NULL, 0, ""
+#define ONNX_EMIT(name) EMIT_##name
+#define ONNX_NONE(why) NULL, XMIN, XMAX, NULL, 0, why
+#define EMIT(type, since, until, name, flags, note)                                                \
+    type, since, until, oari_onnx_emit_##name, flags, note
+#define ROW(op, mapping) {OARI_OP_##op, mapping}
+
+/* The emitters of elementwise ops: what ONNX_EMIT(name) stands for. */
+#define EMIT_ne EMIT("Equal", XMIN, XMAX, ne, 0, "Not(Equal(a, b))")
+#define EMIT_exp2 EMIT("Pow", XMIN, XMAX, exp2, 0, "Pow(2, x)")
+#define EMIT_log2 EMIT("Log", XMIN, XMAX, log2, 0, "Log(x) / ln 2")
+#define EMIT_log1p EMIT("Log", XMIN, XMAX, log1p, 0, "Log(x + 1)")
+#define EMIT_expm1 EMIT("Exp", XMIN, XMAX, expm1, 0, "Exp(x) - 1")
+#define EMIT_rsqrt EMIT("Sqrt", XMIN, XMAX, rsqrt, 0, "Reciprocal(Sqrt(x))")
+#define EMIT_square EMIT("Mul", XMIN, XMAX, square, 0, "Mul(x, x)")
+#define EMIT_trunc EMIT("Floor", XMIN, XMAX, trunc, 0, "Sign(x) * Floor(Abs(x))")
+#define EMIT_silu EMIT("Sigmoid", XMIN, XMAX, silu, 0, "Mul(x, Sigmoid(x))")
+#define EMIT_gelu                                                                                  \
+    EMIT("Erf", XMIN, XMAX, gelu, 0,                                                               \
+         "erf form: 0.5 x (1 + Erf(x / sqrt 2)); tanh form: 0.5 x (1 + Tanh(sqrt(2 / pi) "         \
+         "(x + 0.044715 x^3)))")
+#define EMIT_relu6 EMIT("Clip", XMIN, XMAX, relu6, 0, "Clip(x, 0, 6)")
+#define EMIT_clamp                                                                                 \
+    EMIT("Clip", XMIN, XMAX, clamp, 0, "min and max as inputs; a NaN bound (none) is omitted")
+#define EMIT_leaky_relu EMIT("LeakyRelu", XMIN, XMAX, leaky_relu, 0, "alpha: the negative slope")
+#define EMIT_elu EMIT("Elu", XMIN, XMAX, elu, 0, "alpha")
+#define EMIT_softplus                                                                              \
+    EMIT("Softplus", XMIN, XMAX, softplus, 0,                                                      \
+         "Softplus(beta x) / beta (beta 1: Softplus(x)); oar's linear branch above the "           \
+         "threshold differs from it by < exp(-threshold)")
+#define EMIT_floor_div                                                                             \
+    EMIT("Div", XMIN, XMAX, floor_div, 0,                                                          \
+         "floats: Floor(Div(a, b)); integers are refused (no ONNX equivalent)")
+#define EMIT_remainder                                                                             \
+    EMIT("Mod", XMIN, XMAX, remainder, 0,                                                          \
+         "floats: a - Floor(a / b) b (Python's); integers: Mod(fmod=0)")
+#define EMIT_atan2                                                                                 \
+    EMIT("Atan", XMIN, XMAX, atan2, 0,                                                             \
+         "floats: Atan(y / x) + Where(x < 0, Where(y >= 0, pi, -pi), 0); 0 where both are 0")
+#define EMIT_cast EMIT("Cast", XMIN, XMAX, cast, 0, "to: the output's dtype")
+
+/* Reasons shared by rows with no mapping. */
+#define COMPLEX "complex: ONNX's arithmetic ops take no complex tensors; not mapped"
+#define FFT "complex: ONNX's DFT (opset 17) works on real [..., 2] pairs; not mapped"
+#define GRAD_HELPER "a gradient helper: not mapped"
+#define IN_PLACE "in place: an ONNX graph does not write its tensors"
+#define RANDOM "random: oar's generator has no ONNX equivalent"
+
+const oari_onnx_xrow oari_onnx_xrows[] = {
+    /* ---- elementwise: the ops with a formula row in src/ops/elementwise.def (its ONNX
+     * column will replace this block), unary ... */
+    ROW(neg, ONNX(Neg, XMIN)),
+    ROW(abs, ONNX(Abs, XMIN)),
+    ROW(sign, ONNX(Sign, XMIN)),
+    ROW(exp, ONNX(Exp, XMIN)),
+    ROW(exp2, ONNX_EMIT(exp2)),
+    ROW(log, ONNX(Log, XMIN)),
+    ROW(log2, ONNX_EMIT(log2)),
+    ROW(log1p, ONNX_EMIT(log1p)),
+    ROW(expm1, ONNX_EMIT(expm1)),
+    ROW(sqrt, ONNX(Sqrt, XMIN)),
+    ROW(rsqrt, ONNX_EMIT(rsqrt)),
+    ROW(square, ONNX_EMIT(square)),
+    ROW(reciprocal, ONNX(Reciprocal, XMIN)),
+    ROW(sin, ONNX(Sin, XMIN)),
+    ROW(cos, ONNX(Cos, XMIN)),
+    ROW(tan, ONNX(Tan, XMIN)),
+    ROW(asin, ONNX(Asin, XMIN)),
+    ROW(acos, ONNX(Acos, XMIN)),
+    ROW(atan, ONNX(Atan, XMIN)),
+    ROW(sinh, ONNX(Sinh, XMIN)),
+    ROW(cosh, ONNX(Cosh, XMIN)),
+    ROW(tanh, ONNX(Tanh, XMIN)),
+    ROW(sigmoid, ONNX(Sigmoid, XMIN)),
+    ROW(relu, ONNX(Relu, XMIN)),
+    ROW(relu6, ONNX_EMIT(relu6)),
+    ROW(leaky_relu, ONNX_EMIT(leaky_relu)),
+    ROW(elu, ONNX_EMIT(elu)),
+    ROW(gelu, ONNX_EMIT(gelu)),
+    ROW(gelu_grad, ONNX_NONE("gelu's derivative, a gradient helper: not mapped")),
+    ROW(silu, ONNX_EMIT(silu)),
+    ROW(softplus, ONNX_EMIT(softplus)),
+    ROW(erf, ONNX(Erf, XMIN)),
+    ROW(floor, ONNX(Floor, XMIN)),
+    ROW(ceil, ONNX(Ceil, XMIN)),
+    ROW(round, ONNX(Round, XMIN)), /* half to even in both */
+    ROW(trunc, ONNX_EMIT(trunc)),
+    ROW(clamp, ONNX_EMIT(clamp)),
+    ROW(isnan, ONNX(IsNaN, XMIN)),
+    ROW(isinf, ONNX(IsInf, XMIN)),
+    ROW(logical_not, ONNX(Not, XMIN)),
+    ROW(real, ONNX_NONE(COMPLEX)),
+    ROW(imag, ONNX_NONE(COMPLEX)),
+    ROW(conj, ONNX_NONE(COMPLEX)),
+    ROW(angle, ONNX_NONE(COMPLEX)),
+    /* ... binary and ternary */
+    ROW(add, ONNX(Add, XMIN)),
+    ROW(sub, ONNX(Sub, XMIN)),
+    ROW(mul, ONNX(Mul, XMIN)),
+    ROW(div, ONNX(Div, XMIN)),
+    ROW(floor_div, ONNX_EMIT(floor_div)),
+    ROW(remainder, ONNX_EMIT(remainder)),
+    ROW(pow, ONNX(Pow, XMIN)),
+    ROW(atan2, ONNX_EMIT(atan2)),
+    ROW(maximum, ONNX(Max, XMIN)),
+    ROW(minimum, ONNX(Min, XMIN)),
+    ROW(eq, ONNX(Equal, XMIN)),
+    ROW(ne, ONNX_EMIT(ne)),
+    ROW(lt, ONNX(Less, XMIN)),
+    ROW(le, ONNX(LessOrEqual, XMIN)),
+    ROW(gt, ONNX(Greater, XMIN)),
+    ROW(ge, ONNX(GreaterOrEqual, XMIN)),
+    ROW(logical_and, ONNX(And, XMIN)),
+    ROW(logical_or, ONNX(Or, XMIN)),
+    ROW(logical_xor, ONNX(Xor, XMIN)),
+    ROW(where, ONNX(Where, XMIN)),
+    /* ---- elementwise without a formula, and ops outside any kernel ---- */
+    ROW(cast, ONNX_EMIT(cast)),
+    ROW(contiguous, ONNX(Identity, XMIN)),
+    ROW(fill, ONNX_NONE(IN_PLACE)),
+    ROW(copy, ONNX_NONE(IN_PLACE)),
+    ROW(add_scaled, ONNX_NONE("in place (an optimizer step): an ONNX graph does not write its "
+                              "tensors")),
+    ROW(uniform, ONNX_NONE("in place, " RANDOM)),
+    ROW(normal, ONNX_NONE("in place, " RANDOM)),
+    ROW(randint, ONNX_NONE("in place, " RANDOM)),
+    ROW(bernoulli, ONNX_NONE(RANDOM)),
+    ROW(to_device, ONNX_NONE("a move between devices: an ONNX model has no devices")),
+    ROW(dist_reshard, ONNX_NONE("distributed: a move between the devices of a mesh")),
+    /* ---- reductions, softmax ---- */
+    ROW(sum, EMIT("ReduceSum", XMIN, XMAX, reduce, 0,
+                  "axes as an input (opset 13), keepdims; no dims: Identity")),
+    ROW(prod, EMIT("ReduceProd", XMIN, XMAX, reduce, 0,
+                   "axes attribute (until opset 17), keepdims; no dims: Identity")),
+    ROW(amax, EMIT("ReduceMax", XMIN, XMAX, reduce, 0,
+                   "axes attribute (until opset 17), keepdims; no dims: Identity")),
+    ROW(amin, EMIT("ReduceMin", XMIN, XMAX, reduce, 0,
+                   "axes attribute (until opset 17), keepdims; no dims: Identity")),
+    ROW(all, EMIT("ReduceMin", XMIN, XMAX, all_any, 0,
+                  "Cast(x != 0, int32), ReduceMin, Cast(bool)")),
+    ROW(any, EMIT("ReduceMax", XMIN, XMAX, all_any, 0,
+                  "Cast(x != 0, int32), ReduceMax, Cast(bool)")),
+    ROW(argmax, EMIT("ArgMax", XMIN, XMAX, arg, 0,
+                     "axis, keepdims; over the flattened tensor: Reshape(-1) first")),
+    ROW(argmin, EMIT("ArgMin", XMIN, XMAX, arg, 0,
+                     "axis, keepdims; over the flattened tensor: Reshape(-1) first")),
+    ROW(cumsum, EMIT("CumSum", XMIN, XMAX, cumsum, 0, "the axis as a 0-d input")),
+    ROW(cumprod, ONNX_NONE("ONNX has no cumulative product")),
+    ROW(size_of, EMIT("ReduceProd", XMIN, XMAX, size_of, 0,
+                      "Shape, Gather of the dims, ReduceProd, Cast to the float dtype")),
+    ROW(softmax, EMIT("Softmax", XMIN, XMAX, softmax, 0, "axis (opset 13 semantics: one axis)")),
+    ROW(log_softmax, EMIT("LogSoftmax", XMIN, XMAX, softmax, 0,
+                          "axis (opset 13 semantics: one axis)")),
+    /* ---- index ---- */
+    ROW(index_select, EMIT("Gather", XMIN, XMAX, gather, 0, "axis")),
+    ROW(gather, EMIT("GatherElements", XMIN, XMAX, gather, 0, "axis")),
+    ROW(scatter, EMIT("ScatterElements", XMIN, XMAX, scatter, 0,
+                      "axis; a 0-d source is Expanded to the index's shape")),
+    ROW(scatter_add, EMIT("ScatterElements", 16, XMAX, scatter, 0,
+                          "reduction=add (opset 16); a 0-d source is Expanded")),
+    ROW(index_add, EMIT("ScatterElements", 16, XMAX, index_add, 0,
+                        "reduction=add (opset 16), the index reshaped along dim and Expanded to "
+                        "the source")),
+    ROW(one_hot, EMIT("OneHot", XMIN, XMAX, one_hot, 0,
+                      "depth: the classes, values [0, 1] (int64), axis -1")),
+    ROW(sort, EMIT("TopK", XMIN, XMAX, sort, OUTS,
+                   "k = the dim's size (read at run time for a dynamic dim), largest = "
+                   "descending; values and indices; ties keep the lower index first, as oar's "
+                   "stable sort")),
+    ROW(topk, EMIT("TopK", XMIN, XMAX, topk, OUTS, "axis, largest, sorted; values and indices")),
+    ROW(matmul, ONNX(MatMul, XMIN)),
+    /* ---- shape and movement ---- */
+    ROW(view, EMIT("Reshape", XMIN, XMAX, view, SYMS,
+                   "a dynamic dim equal to the input's is 0, one other -1, else "
+                   "Shape/Gather/Concat; a static 0 dim uses allowzero=1 (opset >= 14)")),
+    ROW(permute, EMIT("Transpose", XMIN, XMAX, permute, 0, "perm")),
+    ROW(expand, EMIT("Expand", XMIN, XMAX, expand, SYMS,
+                     "dims equal to the input's are 1; dynamic ones read at run time")),
+    ROW(slice, EMIT("Slice", XMIN, XMAX, slice, SYMS,
+                    "one axis; the end of a dynamic dim is INT64_MAX; no dynamic step")),
+    ROW(flip, EMIT("Slice", XMIN, XMAX, flip, 0, "step -1 on each flipped dim")),
+    ROW(roll, EMIT("Concat", XMIN, XMAX, roll, 0, "two Slices and a Concat per (static) dim")),
+    ROW(tril, EMIT("Trilu", 14, XMAX, trilu, 0, "upper=0, k as a 0-d input")),
+    ROW(triu, EMIT("Trilu", 14, XMAX, trilu, 0, "upper=1, k as a 0-d input")),
+    ROW(diagonal, EMIT("Gather", XMIN, XMAX, diagonal, 0,
+                       "Transpose (the two dims last), Reshape (flattened), Gather of the "
+                       "diagonal's flat indices (the two dims static)")),
+    ROW(concat, EMIT("Concat", XMIN, XMAX, concat, 0, "axis")),
+    ROW(pad, EMIT("Pad", XMIN, XMAX, pad, 0,
+                  "mode constant (value as an input) / reflect / edge; pads as an input")),
+    ROW(slice_backward, ONNX_NONE(GRAD_HELPER)),
+    ROW(diagonal_backward, ONNX_NONE(GRAD_HELPER)),
+    ROW(pad_backward, ONNX_NONE(GRAD_HELPER)),
+    /* ---- nn ---- */
+    ROW(conv2d, EMIT("Conv", XMIN, XMAX, conv, 0, "2-D, or 1-D on [N, C, L]; pads symmetric")),
+    ROW(conv_transpose2d, EMIT("ConvTranspose", XMIN, XMAX, conv, 0,
+                               "2-D, or 1-D on [N, C, L]; pads symmetric")),
+    ROW(max_pool2d, EMIT("MaxPool", XMIN, XMAX, pool, 0,
+                         "the values (a used indices output is refused)")),
+    ROW(avg_pool2d, EMIT("AveragePool", XMIN, XMAX, pool, 0, "ceil_mode, count_include_pad")),
+    ROW(adaptive_avg_pool2d, EMIT("AveragePool", XMIN, XMAX, adaptive_avg_pool, 0,
+                                  "to 1 x 1: GlobalAveragePool; by whole factors: AveragePool; "
+                                  "else refused")),
+    ROW(interpolate, EMIT("Resize", XMIN, XMAX, interpolate, SYMS,
+                          "sizes as an input; nearest: asymmetric + floor; bilinear: linear + "
+                          "pytorch_half_pixel or align_corners")),
+    ROW(layer_norm, EMIT("ReduceMean", XMIN, 16, layer_norm_decomposed, OUTS,
+                         "ReduceMean, Sub, Mul, Add, Sqrt, Reciprocal (and the weight and bias); "
+                         "mean and rstd when used")),
+    ROW(layer_norm, EMIT("LayerNormalization", 17, XMAX, layer_norm, OUTS,
+                         "(missing weight: ones); decomposed as below 17 when mean/rstd are used "
+                         "or a normalised dim is dynamic")),
+    ROW(group_norm, EMIT("ReduceMean", XMIN, XMAX, group_norm, 0,
+                         "Reshape [N, G, -1], the layer norm decomposition, Reshape back, scale "
+                         "and shift")),
+    ROW(batch_norm, EMIT("BatchNormalization", XMIN, XMAX, batch_norm, 0,
+                         "eval mode (missing weight / bias: ones / zeros); training mode is "
+                         "refused")),
+    ROW(conv2d_weight_grad, ONNX_NONE(GRAD_HELPER)),
+    ROW(max_pool2d_backward, ONNX_NONE(GRAD_HELPER)),
+    ROW(avg_pool2d_backward, ONNX_NONE(GRAD_HELPER)),
+    ROW(adaptive_avg_pool2d_backward, ONNX_NONE(GRAD_HELPER)),
+    ROW(interpolate_backward, ONNX_NONE(GRAD_HELPER)),
+    /* ---- fft, complex views ---- */
+    ROW(fft_c2c, ONNX_NONE(FFT)),
+    ROW(fft_r2c, ONNX_NONE(FFT)),
+    ROW(fft_c2r, ONNX_NONE(FFT)),
+    ROW(view_as_real, ONNX_NONE(COMPLEX)),
+    ROW(view_as_complex, ONNX_NONE(COMPLEX)),
+    /* ---- control nodes (graph only) ---- */
+    {OARI_OP_COND, EMIT("If", XMIN, XMAX, control, OUTS | SYMS,
+                        "a non-bool predicate through Cast; each branch reads the node's operands "
+                        "and captures by their outer names")},
+    {OARI_OP_WHILE, EMIT("Loop", XMIN, XMAX, control, OUTS | SYMS,
+                         "no trip count: the cond sub-graph runs once before the Loop and again "
+                         "at the end of the body on its results; captures are outer names; "
+                         "max_iters is not written (an oar loop that would exceed it fails, the "
+                         "ONNX one runs on)")},
+};
+const int oari_onnx_n_xrows = (int)(sizeof oari_onnx_xrows / sizeof *oari_onnx_xrows);
+
+const char *oari_onnx_xop_name(oari_op op) {
+    if (op == OARI_OP_COND || op == OARI_OP_WHILE) return oari_ctrl_defs[op - OARI_OP_COUNT].name;
+    return oari_op_name(op);
+}
+
+/* Appends the opsets of XMIN..XMAX that op's mapped rows cover ("14..17",
+ * "13, 15..17") to msg; "none" if no opset. */
+static void supported(oari_op op, char *msg, size_t size) {
+    bool on[XMAX + 2] = {false};
+    for (int i = 0; i < oari_onnx_n_xrows; i++) {
+        const oari_onnx_xrow *r = &oari_onnx_xrows[i];
+        for (int o = XMIN; r->op == op && r->onnx && o <= XMAX; o++)
+            on[o] = on[o] || (o >= r->since && o <= r->until);
+    }
+    size_t len = strlen(msg);
+    bool any = false;
+    for (int o = XMIN; o <= XMAX; o++) {
+        if (!on[o] || (o > XMIN && on[o - 1])) continue;
+        int end = o;
+        while (end < XMAX && on[end + 1])
+            end++;
+        int k = end > o ? snprintf(msg + len, size - len, "%s%d..%d", any ? ", " : "", o, end)
+                        : snprintf(msg + len, size - len, "%s%d", any ? ", " : "", o);
+        len = k > 0 && (size_t)k < size - len ? len + (size_t)k : size - 1;
+        any = true;
+    }
+    if (!any) snprintf(msg + len, size - len, "none");
+}
+
+const oari_onnx_xrow *oari_onnx_xfind(oari_op op, int opset, char *msg, size_t size) {
+    const oari_onnx_xrow *none = NULL;
+    bool known = false;
+    for (int i = 0; i < oari_onnx_n_xrows; i++) {
+        const oari_onnx_xrow *r = &oari_onnx_xrows[i];
+        if (r->op != op) continue;
+        known = true;
+        if (opset < r->since || opset > r->until) continue;
+        if (r->onnx) return r;
+        none = r;
+    }
+    const char *name = oari_onnx_xop_name(op);
+    if (!known) {
+        snprintf(msg, size, "op '%s' has no ONNX mapping in the exporter", name);
+    } else if (none) {
+        snprintf(msg, size, "op '%s' has no ONNX mapping in the exporter: %s", name, none->note);
+    } else {
+        snprintf(msg, size, "op '%s' cannot be exported at opset %d (supported at opsets ", name,
+                 opset);
+        supported(op, msg, size);
+        size_t len = strlen(msg);
+        snprintf(msg + len, size - len, ")");
+    }
+    return NULL;
+}
