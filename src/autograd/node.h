@@ -64,7 +64,7 @@ OARI_HIDDEN int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_
 OARI_HIDDEN void oari_autograd_install(void);
 
 /* dist branch: leaf-gradient hooks, NULL unless a data-parallel reducer
- * (src/dist/parallel.c) is alive. In oar_backward (not oar_grad), `expect`
+ * (src/nn/parallel.c) is alive. In oar_backward (not oar_grad), `expect`
  * runs once per edge into a leaf as the graph is found, `arrive` once per
  * gradient (or NULL gradient) delivered along such an edge, after it is
  * summed into .grad: when arrivals match expectations, .grad is complete
