@@ -63,6 +63,9 @@ OAR_API oar_tensor *oar_real(oar_tensor *x);
 OAR_API oar_tensor *oar_imag(oar_tensor *x);
 OAR_API oar_tensor *oar_conj(oar_tensor *x);
 OAR_API oar_tensor *oar_angle(oar_tensor *x);
+/* x * relu6(x + 3) / 6, as torch.nn.functional.hardswish; integers -> f32.
+ * Gradient: 0 below -3, x / 3 + 1/2 on [-3, 3], 1 above. */
+OAR_API oar_tensor *oar_hardswish(oar_tensor *x);
 
 /* ---- binary elementwise (broadcasting) ----------------------------------- */
 OAR_API oar_tensor *oar_add(oar_tensor *a, oar_tensor *b);

@@ -12,14 +12,20 @@ extern "C" {
 
 typedef struct { int64_t off, nd, shape[8], st[8]; } oar_cuda_desc;
 
-enum { OAR_CU_NEG, OAR_CU_ABS, OAR_CU_EXP, OAR_CU_LOG, OAR_CU_SQRT, OAR_CU_SQUARE, OAR_CU_TANH,
-       OAR_CU_SIGMOID, OAR_CU_RELU, OAR_CU_UNARY_COUNT };
-enum { OAR_CU_ADD, OAR_CU_SUB, OAR_CU_MUL, OAR_CU_DIV, OAR_CU_MAX, OAR_CU_MIN, OAR_CU_BINARY_COUNT };
+/* An elementwise op's f32 kernel: out o, then the op's inputs in[] with
+ * their descriptors (where's condition: bool), the float attributes p0, p1
+ * (unary), alt: integer attribute 0 (gelu's form), n elements. */
+typedef int (*oar_cuda_ew_launch)(void *o, oar_cuda_desc to, const void *const *in,
+                                  const oar_cuda_desc *ti, float p0, float p1, int alt, int64_t n,
+                                  void *stream);
+typedef struct {
+    const char *op;   /* the op's name; NULL ends the table */
+    int n_in;
+    oar_cuda_ew_launch launch;
+} oar_cuda_ew;
+/* One entry per row of src/ops/elementwise.def with an f32 device form. */
+extern const oar_cuda_ew oar_cuda_ew_table[];
 
-int oar_cuda_unary(int op, float *o, oar_cuda_desc to, const float *x, oar_cuda_desc tx, int64_t n,
-                   void *stream);
-int oar_cuda_binary(int op, float *o, oar_cuda_desc to, const float *a, oar_cuda_desc ta,
-                    const float *b, oar_cuda_desc tb, int64_t n, void *stream);
 int oar_cuda_fill(float *o, oar_cuda_desc to, float v, int64_t n, void *stream);
 
 #ifdef __cplusplus

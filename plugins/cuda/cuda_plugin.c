@@ -5,8 +5,9 @@
  * What it claims, exactly (everything else returns NULL from get_kernel and
  * runs on the CPU with copies):
  *   f32 elementwise over strided and broadcast views (cuda_kernels.cu):
- *     neg abs exp log sqrt square tanh sigmoid relu, add sub mul div
- *     maximum minimum, fill
+ *     every row of oar's op table src/ops/elementwise.def with an f32
+ *     device form (its gen column), found by name in oar_cuda_ew_table;
+ *     fill
  *   f32 matmul of two 2-D operands with a unit stride in one dim each,
  *     into a contiguous output, through cuBLAS (cublasSgemm); other
  *     matmuls are refused by supports_op
@@ -32,6 +33,7 @@
 #endif
 
 #define MAX_DEV 16
+#define DT_BOOL 0
 #define DT_F32 6
 
 static const oar_host_api *host;
@@ -202,31 +204,29 @@ static int use_device_of(const oar_ktensor *t) {
     return 0;
 }
 
-static int index_of(const char *const *names, const char *op) {
-    for (int i = 0; names[i]; i++)
-        if (!strcmp(names[i], op)) return i;
-    return -1;
+/* The elementwise table's launcher of op, or NULL. */
+static const oar_cuda_ew *ew_find(const char *op) {
+    for (const oar_cuda_ew *e = oar_cuda_ew_table; e->op; e++)
+        if (!strcmp(e->op, op)) return e;
+    return NULL;
 }
 
-static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "square", "tanh",
-                                          "sigmoid", "relu", NULL};
-static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", NULL};
-
-static int k_unary(void *ctx, const oar_kernel_call *c) {
+static int k_ew(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
+    const oar_cuda_ew *e = ew_find(c->op);
+    if (!e || c->n_in != e->n_in || c->n_in > 3) return host->error(-3, "cuda: no such elementwise kernel");
     if (use_device_of(&c->out[0])) return -4;
-    int e = oar_cuda_unary(index_of(unary_names, c->op), c->out[0].buffer, desc(&c->out[0]),
-                           c->in[0].buffer, desc(&c->in[0]), numel(&c->out[0]), NULL);
-    return e ? fail(c->op, e) : 0;
-}
-
-static int k_binary(void *ctx, const oar_kernel_call *c) {
-    (void)ctx;
-    if (use_device_of(&c->out[0])) return -4;
-    int e = oar_cuda_binary(index_of(binary_names, c->op), c->out[0].buffer, desc(&c->out[0]),
-                            c->in[0].buffer, desc(&c->in[0]), c->in[1].buffer, desc(&c->in[1]),
-                            numel(&c->out[0]), NULL);
-    return e ? fail(c->op, e) : 0;
+    const void *in[3] = {0};
+    oar_cuda_desc ti[3];
+    memset(ti, 0, sizeof ti);
+    for (int i = 0; i < c->n_in; i++) {
+        in[i] = c->in[i].buffer;
+        ti[i] = desc(&c->in[i]);
+    }
+    float p0 = c->n_fattr > 0 ? (float)c->fattr[0] : 0, p1 = c->n_fattr > 1 ? (float)c->fattr[1] : 0;
+    int alt = c->n_iattr > 0 && c->iattr[0] != 0;
+    int e_ = e->launch(c->out[0].buffer, desc(&c->out[0]), in, ti, p0, p1, alt, numel(&c->out[0]), NULL);
+    return e_ ? fail(c->op, e_) : 0;
 }
 
 static int k_fill(void *ctx, const oar_kernel_call *c) {
@@ -283,8 +283,7 @@ static int k_matmul(void *ctx, const oar_kernel_call *c) {
 static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt) {
     (void)ctx, (void)index;
     if (dt != DT_F32) return NULL;
-    if (index_of(unary_names, op) >= 0) return k_unary;
-    if (index_of(binary_names, op) >= 0) return k_binary;
+    if (ew_find(op)) return k_ew;
     if (!strcmp(op, "fill")) return k_fill;
     if (!strcmp(op, "matmul")) return k_matmul;
     return NULL;
@@ -292,8 +291,9 @@ static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt
 
 static int supports(void *ctx, int index, const oar_kernel_call *c) {
     (void)ctx, (void)index;
+    bool where = !strcmp(c->op, "where"); /* its condition is bool */
     for (int i = 0; i < c->n_in; i++)
-        if (c->in[i].dtype != DT_F32 || c->in[i].ndim > 8) return 0;
+        if (c->in[i].dtype != (where && i == 0 ? DT_BOOL : DT_F32) || c->in[i].ndim > 8) return 0;
     if (strcmp(c->op, "matmul")) return 1;
     cublasOperation_t op;
     int ld;

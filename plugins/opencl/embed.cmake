@@ -1,5 +1,29 @@
-# Writes the OpenCL C source IN as a C string constant into OUT.
+# Writes the OpenCL C source IN as a C string constant into OUT. The files
+# it #includes with quotes (the elementwise table and its vocabulary, from
+# src/ops) are inlined from the folders in INCLUDE (;-separated), each time
+# they are included, so the program builds from the one string.
 file(READ ${IN} src)
+foreach(depth RANGE 3)
+  string(REGEX MATCHALL "#include \"[^\"]+\"" incs "${src}")
+  if(NOT incs)
+    break()
+  endif()
+  list(REMOVE_DUPLICATES incs)
+  foreach(inc ${incs})
+    string(REGEX REPLACE "#include \"([^\"]+)\"" "\\1" name "${inc}")
+    set(found "")
+    foreach(dir ${INCLUDE})
+      if(NOT found AND EXISTS "${dir}/${name}")
+        set(found "${dir}/${name}")
+      endif()
+    endforeach()
+    if(NOT found)
+      message(FATAL_ERROR "embed.cmake: ${name}, included by ${IN}, is in none of ${INCLUDE}")
+    endif()
+    file(READ "${found}" text)
+    string(REPLACE "${inc}" "/* ${name} */\n${text}" src "${src}")
+  endforeach()
+endforeach()
 string(REPLACE "\\" "\\\\" src "${src}")
 string(REPLACE "\"" "\\\"" src "${src}")
 string(REPLACE "\n" "\\n\"\n\"" src "${src}")

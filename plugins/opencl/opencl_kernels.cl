@@ -8,12 +8,13 @@
  * The source is built twice: as it is, giving the f32 kernels (named
  * <kernel>_f32) and the bool/u8/i32/i64 ones; and, on a device with
  * cl_khr_fp64, with -DOAR_F64, giving the same floating-point kernels in
- * double (<kernel>_f64, accumulating in double) and the conversions,
- * compare, where and fill of f64. `real` is the floating-point type, R(x)
+ * double (<kernel>_f64, accumulating in double) and the conversions and
+ * fill of f64. The elementwise kernels come from the op table (below). `real` is the floating-point type, R(x)
  * a literal of it (x##f in f32, so f32 keeps single-precision constants),
  * K(name) the kernel's name with the suffix. */
 #ifdef OAR_F64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#define EW_FP64 1 /* the f64 words of ew_math.h */
 typedef double real;
 #define R(x) x
 #define K(name) name##_f64
@@ -36,155 +37,97 @@ static long at(const T *t, long i) {
     return off;
 }
 
-/* ---- unary --------------------------------------------------------- */
-enum { U_NEG, U_ABS, U_SIGN, U_EXP, U_EXP2, U_LOG, U_LOG2, U_LOG1P, U_EXPM1, U_SQRT, U_RSQRT,
-       U_SQUARE, U_RECIP, U_SIN, U_COS, U_TAN, U_ASIN, U_ACOS, U_ATAN, U_SINH, U_COSH, U_TANH,
-       U_SIGMOID, U_RELU, U_RELU6, U_LEAKY, U_ELU, U_GELU_ERF, U_GELU_TANH, U_SILU, U_SOFTPLUS,
-       U_ERF, U_FLOOR, U_CEIL, U_ROUND, U_TRUNC, U_CLAMP, U_CONJ, U_GELU_GRAD };
+/* ---- elementwise: one kernel per row of src/ops/elementwise.def and dtype
+ * of its gen column, named <op>_<suffix> (<op>_alt_<suffix>: the form of
+ * integer attribute 0), made from the row's formula over the vocabulary of
+ * ew_math.h (both inlined into this source by embed.cmake). Unary kernels
+ * take the float attributes p0, p1 (P0, P1); where's condition is a. ---- */
+#include "ew_math.h"
+#include "ew_table.h"
+#include "ew_words.h"
 
-static real unary_op(int op, real x, real p0, real p1) {
-    switch (op) {
-    case U_NEG: return -x;
-    case U_ABS: return fabs(x);
-    case U_SIGN: return x > 0 ? R(1.0) : x < 0 ? -R(1.0) : R(0.0); /* 0 for NaN, as PyTorch */
-    case U_EXP: return exp(x);
-    case U_EXP2: return exp2(x);
-    case U_LOG: return log(x);
-    case U_LOG2: return log2(x);
-    case U_LOG1P: return log1p(x);
-    case U_EXPM1: return expm1(x);
-    case U_SQRT: return sqrt(x);
-    case U_RSQRT: return R(1.0) / sqrt(x);
-    case U_SQUARE: return x * x;
-    case U_RECIP: return R(1.0) / x;
-    case U_SIN: return sin(x);
-    case U_COS: return cos(x);
-    case U_TAN: return tan(x);
-    case U_ASIN: return asin(x);
-    case U_ACOS: return acos(x);
-    case U_ATAN: return atan(x);
-    case U_SINH: return sinh(x);
-    case U_COSH: return cosh(x);
-    case U_TANH: return tanh(x);
-    case U_SIGMOID: return R(1.0) / (R(1.0) + exp(-x));
-    case U_RELU: return isnan(x) ? x : x > 0 ? x : R(0.0);
-    case U_RELU6: return isnan(x) ? x : fmin(fmax(x, R(0.0)), R(6.0));
-    case U_LEAKY: return x > 0 ? x : x * p0;
-    case U_ELU: return x > 0 ? x : p0 * expm1(x);
-    case U_GELU_ERF: return R(0.5) * x * (R(1.0) + erf(x * R(0.70710678118654752)));
-    case U_GELU_TANH:
-        return R(0.5) * x * (R(1.0) + tanh(R(0.79788456080286536) * (x + R(0.044715) * x * x * x)));
-    case U_SILU: return x / (R(1.0) + exp(-x));
-    case U_SOFTPLUS: return x * p0 > p1 ? x : log1p(exp(x * p0)) / p0;
-    case U_ERF: return erf(x);
-    case U_FLOOR: return floor(x);
-    case U_CEIL: return ceil(x);
-    case U_ROUND: return rint(x);
-    case U_TRUNC: return trunc(x);
-    case U_CLAMP: {
-        real r = x;
-        if (!isnan(p0) && r < p0) r = p0;
-        if (!isnan(p1) && r > p1) r = p1;
-        return isnan(x) ? x : r;
+#define EW_UNARY_KERNEL(NAME, TI, TO, EXPR)                                                 \
+    __kernel void NAME(__global TO *o, T to, __global const TI *px, T tx, real p0, real p1,  \
+                       long n) {                                                            \
+        long i = get_global_id(0);                                                          \
+        if (i >= n) return;                                                                 \
+        TI x = px[at(&tx, i)];                                                              \
+        o[at(&to, i)] = (TO)(EXPR);                                                         \
     }
-    case U_CONJ: return x; /* real input */
-    case U_GELU_GRAD: /* Phi(x) + x phi(x) */
-        return R(0.5) * erfc(-x * R(0.70710678118654752)) + x * exp(R(-0.5) * x * x) * R(0.39894228040143268);
+#define ALT(f) EW_ALT2, f
+#define NO_ALT EW_ALT1, 0
+#define EW_UNARY_KERNELS(...) EW_UNARY_KERNELS_(__VA_ARGS__)
+#define EW_UNARY_KERNELS_(NAME, ALT_NAME, TI, TO, EXPR, alt_kind, ALT_EXPR)                 \
+    alt_kind(NAME, ALT_NAME, TI, TO, EXPR, ALT_EXPR)
+#define EW_ALT1(NAME, ALT_NAME, TI, TO, EXPR, unused) EW_UNARY_KERNEL(NAME, TI, TO, EXPR)
+#define EW_ALT2(NAME, ALT_NAME, TI, TO, EXPR, ALT_EXPR)                                     \
+    EW_UNARY_KERNEL(NAME, TI, TO, EXPR) EW_UNARY_KERNEL(ALT_NAME, TI, TO, ALT_EXPR)
+#define EW_BINARY_KERNEL(NAME, TI, TO, EXPR)                                                \
+    __kernel void NAME(__global TO *o, T to, __global const TI *pa, T ta,                   \
+                       __global const TI *pb, T tb, long n) {                               \
+        long i = get_global_id(0);                                                          \
+        if (i >= n) return;                                                                 \
+        TI a = pa[at(&ta, i)], b = pb[at(&tb, i)];                                          \
+        o[at(&to, i)] = (TO)(EXPR);                                                         \
     }
-    return x;
-}
-
-__kernel void K(unary)(__global real *o, T to, __global const real *x, T tx, int op, real p0,
-                       real p1, long n) {
-    long i = get_global_id(0);
-    if (i < n) o[at(&to, i)] = unary_op(op, x[at(&tx, i)], p0, p1);
-}
-
-/* isnan (0) / isinf (1), to bool */
-__kernel void K(test)(__global uchar *o, T to, __global const real *x, T tx, int op, long n) {
-    long i = get_global_id(0);
-    if (i >= n) return;
-    real v = x[at(&tx, i)];
-    o[at(&to, i)] = op == 0 ? isnan(v) != 0 : isinf(v) != 0;
-}
-
-#ifndef OAR_F64
-__kernel void logical_not_b(__global uchar *o, T to, __global const uchar *x, T tx, long n) {
-    long i = get_global_id(0);
-    if (i < n) o[at(&to, i)] = x[at(&tx, i)] == 0;
-}
-#endif
-
-/* ---- binary (inputs broadcast to the output's shape) ---------------- */
-enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW, B_ATAN2 };
-
-__kernel void K(binary)(__global real *o, T to, __global const real *a, T ta,
-                        __global const real *b, T tb, int op, long n) {
-    long i = get_global_id(0);
-    if (i >= n) return;
-    real x = a[at(&ta, i)], y = b[at(&tb, i)], r;
-    switch (op) {
-    case B_ADD: r = x + y; break;
-    case B_SUB: r = x - y; break;
-    case B_MUL: r = x * y; break;
-    case B_DIV: r = x / y; break;
-    case B_MAX: r = isnan(x) || isnan(y) ? x + y : fmax(x, y); break;
-    case B_MIN: r = isnan(x) || isnan(y) ? x + y : fmin(x, y); break;
-    case B_POW: r = pow(x, y); break;
-    default: r = atan2(x, y); break;
+#define EW_TERNARY_KERNEL(NAME, TI, TO, EXPR)                                               \
+    __kernel void NAME(__global TO *o, T to, __global const uchar *pa, T ta,                \
+                       __global const TI *pb, T tb, __global const TI *pc, T tc, long n) {  \
+        long i = get_global_id(0);                                                          \
+        if (i >= n) return;                                                                 \
+        uchar a = pa[at(&ta, i)];                                                           \
+        TI b = pb[at(&tb, i)], c = pc[at(&tc, i)];                                          \
+        o[at(&to, i)] = (TO)(EXPR);                                                         \
     }
-    o[at(&to, i)] = r;
-}
 
-enum { C_EQ, C_NE, C_LT, C_LE, C_GT, C_GE };
+#define EW_UNARY(op, rule, cpu, gen, api, forward, alt, gradient, saved, test, onnx, doc)  \
+    EW_GEN_IN(gen)(EW_UNARY_KERNELS(EW_SFX_NAME(op##_), EW_SFX_NAME(op##_alt_), EW_TI,          \
+                                    EW_OUT_T(rule), forward, alt))
+#define EW_BINARY(op, rule, cpu, gen, api, forward, gradient, saved, test, onnx, doc)      \
+    EW_GEN_IN(gen)(EW_BINARY_KERNEL_N(EW_SFX_NAME(op##_), EW_TI, EW_OUT_T(rule), forward))
+#define EW_TERNARY(op, rule, cpu, gen, api, forward, gradient, saved, test, onnx, doc)     \
+    EW_GEN_IN(gen)(EW_TERNARY_KERNEL_N(EW_SFX_NAME(op##_), EW_TI, EW_OUT_T(rule), forward))
+#define EW_BINARY_KERNEL_N(...) EW_BINARY_KERNEL(__VA_ARGS__)
+#define EW_TERNARY_KERNEL_N(...) EW_TERNARY_KERNEL(__VA_ARGS__)
+#define EW_NONE(op, why)
 
-#define COMPARE(TI, NI)                                                                    \
-    __kernel void compare_##NI(__global uchar *o, T to, __global const TI *a, T ta,       \
-                               __global const TI *b, T tb, int op, long n) {               \
-        long i = get_global_id(0);                                                         \
-        if (i >= n) return;                                                                \
-        TI x = a[at(&ta, i)], y = b[at(&tb, i)];                                           \
-        int r;                                                                             \
-        switch (op) {                                                                      \
-        case C_EQ: r = x == y; break;                                                      \
-        case C_NE: r = x != y; break;                                                      \
-        case C_LT: r = x < y; break;                                                       \
-        case C_LE: r = x <= y; break;                                                      \
-        case C_GT: r = x > y; break;                                                       \
-        default: r = x >= y; break;                                                        \
-        }                                                                                  \
-        o[at(&to, i)] = r != 0;                                                            \
-    }
+/* One pass over the table per suffix: the f64 program holds f64, the other
+ * f32 and the bool and integer forms. */
+#define EW_PASS_B EW_DROP
+#define EW_PASS_I EW_DROP
+#define EW_PASS_R EW_DROP
 #ifdef OAR_F64
-COMPARE(double, f64)
+#undef EW_PASS_R
+#define EW_PASS_R EW_KEEP
+#define EW_SFX f64
+#include "elementwise.def"
+#undef EW_SFX
 #else
-COMPARE(float, f32)
-COMPARE(int, i32)
-COMPARE(long, i64)
-
-/* logical and (0), or (1), xor (2) of bools */
-__kernel void logical_b(__global uchar *o, T to, __global const uchar *a, T ta,
-                        __global const uchar *b, T tb, int op, long n) {
-    long i = get_global_id(0);
-    if (i >= n) return;
-    int x = a[at(&ta, i)] != 0, y = b[at(&tb, i)] != 0;
-    o[at(&to, i)] = op == 0 ? (x && y) : op == 1 ? (x || y) : (x != y);
-}
-#endif
-
-#define WHERE(TY, NY)                                                                      \
-    __kernel void where_##NY(__global TY *o, T to, __global const uchar *c, T tc,          \
-                             __global const TY *a, T ta, __global const TY *b, T tb, long n) { \
-        long i = get_global_id(0);                                                         \
-        if (i < n) o[at(&to, i)] = c[at(&tc, i)] ? a[at(&ta, i)] : b[at(&tb, i)];          \
-    }
-#ifdef OAR_F64
-WHERE(double, f64)
-#else
-WHERE(float, f32)
-WHERE(int, i32)
-WHERE(long, i64)
-WHERE(uchar, b)
+#undef EW_PASS_R
+#define EW_PASS_R EW_KEEP
+#define EW_SFX f32
+#include "elementwise.def"
+#undef EW_SFX
+#undef EW_PASS_R
+#define EW_PASS_R EW_DROP
+#undef EW_PASS_B
+#define EW_PASS_B EW_KEEP
+#define EW_SFX b1
+#include "elementwise.def"
+#undef EW_SFX
+#undef EW_PASS_B
+#define EW_PASS_B EW_DROP
+#undef EW_PASS_I
+#define EW_PASS_I EW_KEEP
+#define EW_SFX u8
+#include "elementwise.def"
+#undef EW_SFX
+#define EW_SFX i32
+#include "elementwise.def"
+#undef EW_SFX
+#define EW_SFX i64
+#include "elementwise.def"
+#undef EW_SFX
 #endif
 
 /* ---- conversions: cast, copy, contiguous --------------------------------- */

@@ -4,14 +4,11 @@
  * alone. Ops claimed (f32 compute unless said otherwise, and f64 wherever
  * f32 is said on a device with cl_khr_fp64; get_kernel returns NULL for
  * everything else, which oar runs on the CPU):
- *   unary: neg abs sign exp exp2 log log2 log1p expm1 sqrt rsqrt square
- *     reciprocal sin cos tan asin acos atan sinh cosh tanh sigmoid relu relu6
- *     leaky_relu elu gelu gelu_grad silu softplus erf floor ceil round trunc clamp
- *     conj,
- *     isnan isinf (f32 -> bool), logical_not (bool)
- *   binary: add sub mul div maximum minimum pow atan2; eq ne lt le gt ge
- *     (f32, i32, i64 -> bool), logical_and/or/xor (bool), where (bool
- *     condition; f32, i32, i64 or bool values)
+ *   elementwise: every row of oar's op table src/ops/elementwise.def with
+ *     a gen column: f32 (f64) forms of the float ops, bool/u8/i32/i64 forms
+ *     of the comparisons, where and logical_not, bool logical ops; one
+ *     kernel per row and dtype, <op>_<suffix>, made in opencl_kernels.cl
+ *     from the row's formula and found by that name
  *   cast, copy: between bool u8 i32 i64 f32 (f64); fill, contiguous: those dtypes
  *   reductions: sum prod amax amin over any dims
  *   matmul (tiled, batched, broadcast batch dims, 1-D operands), softmax,
@@ -39,8 +36,10 @@
 
 #include "opencl_kernels.h" /* oar_opencl_source: opencl_kernels.cl as a string */
 
+#include "ew_table.h" /* reading oar's elementwise table (src/ops/elementwise.def) */
+
 #define MAX_DEV 8
-#define MAX_KERNELS 128 /* per device, of both programs */
+#define MAX_KERNELS 512 /* per device, of both programs */
 enum { DT_BOOL = 0, DT_U8 = 1, DT_I32 = 2, DT_I64 = 3, DT_F32 = 6, DT_F64 = 7 };
 
 typedef struct { cl_long off, nd, shape[8], st[8]; } kdesc; /* T in the .cl file */
@@ -243,15 +242,6 @@ static int index_of(const char *const *names, const char *op) {
     return -1;
 }
 
-static const char *const unary_names[] = {
-    "neg", "abs", "sign", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt",
-    "square", "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
-    "sigmoid", "relu", "relu6", "leaky_relu", "elu", "gelu", "(gelu_tanh)", "silu", "softplus",
-    "erf", "floor", "ceil", "round", "trunc", "clamp", "conj", "gelu_grad", NULL};
-static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum",
-                                           "pow", "atan2", NULL};
-static const char *const compare_names[] = {"eq", "ne", "lt", "le", "gt", "ge", NULL};
-static const char *const logical_names[] = {"logical_and", "logical_or", "logical_xor", NULL};
 static const char *const reduce_names[] = {"sum", "amax", "amin", "prod", NULL};
 
 #define DEV(c)                                                                          \
@@ -263,93 +253,79 @@ static const char *const reduce_names[] = {"sum", "amax", "amin", "prod", NULL};
     if ((c)->out[0].dtype != (c)->in[0].dtype)                                          \
     return host->error(-3, "opencl: a float kernel's output dtype differs from its input's")
 
-static int k_unary(void *ctx, const oar_kernel_call *c) {
-    (void)ctx;
-    DEV(c);
-    SAME_DT(c);
-    int op = index_of(unary_names, c->op);
-    if (op == 27 && c->n_iattr && c->iattr[0] == 1) op = 28; /* gelu, tanh form */
-    int32_t dt = c->in[0].dtype;
-    real_arg p0, p1;
-    kdesc to = desc(&c->out[0]), tx = desc(&c->in[0]);
-    cl_long n = numel(&c->out[0]);
-    cl_int cop = op;
-    args a = {0};
-    arg(&a, sizeof(cl_mem), &c->out[0].buffer);
-    ARG(&a, to);
-    arg(&a, sizeof(cl_mem), &c->in[0].buffer);
-    ARG(&a, tx);
-    ARG(&a, cop);
-    arg_real(&a, dt, &p0, c->n_fattr > 0 ? c->fattr[0] : 0);
-    arg_real(&a, dt, &p1, c->n_fattr > 1 ? c->fattr[1] : 0);
-    ARG(&a, n);
-    return launch1(d, KN("unary", dt), &a, n);
+/* ---- elementwise: the rows of oar's op table ------------------------------
+ * Kernel names by dtype slot of the row's dtypes (DT_*), string literals
+ * that kernel() keeps. */
+typedef struct ew_row {
+    const char *op;
+    int n_in;
+    unsigned gen;              /* EW_K_* bits: the dtypes it has kernels for */
+    const char *k[8], *k_alt[8];
+} ew_row;
+
+#define EW_NAMES(op)                                                                        \
+    {[DT_BOOL] = #op "_b1", [DT_U8] = #op "_u8", [DT_I32] = #op "_i32", [DT_I64] = #op "_i64", \
+     [DT_F32] = #op "_f32", [DT_F64] = #op "_f64"}
+#define EW_ALT_NAMES(op, alt) EW_CAT(EW_ALTNAMES_, alt)(op)
+#define EW_ALTNAMES_NO_ALT(op) {0}
+#define EW_ALTNAMES_ALT(f) EW_NAMES_ALT
+#define EW_NAMES_ALT(op) EW_NAMES(op##_alt)
+static const ew_row ew_rows[] = {
+#define EW_UNARY(op, rule, cpu, gen, api, forward, alt, gradient, saved, test, onnx, doc)  \
+    {#op, 1, EW_GEN_MASK(gen), EW_NAMES(op), EW_ALT_NAMES(op, alt)},
+#define EW_BINARY(op, rule, cpu, gen, api, forward, gradient, saved, test, onnx, doc)      \
+    {#op, 2, EW_GEN_MASK(gen), EW_NAMES(op), {0}},
+#define EW_TERNARY(op, rule, cpu, gen, api, forward, gradient, saved, test, onnx, doc)     \
+    {#op, 3, EW_GEN_MASK(gen), EW_NAMES(op), {0}},
+#define EW_NONE(op, why)
+#include "elementwise.def"
+};
+
+static const ew_row *ew_find(const char *op) {
+    for (size_t i = 0; i < sizeof ew_rows / sizeof *ew_rows; i++)
+        if (!strcmp(ew_rows[i].op, op)) return &ew_rows[i];
+    return NULL;
 }
 
-static int k_test(void *ctx, const oar_kernel_call *c) {
-    (void)ctx;
-    DEV(c);
-    kdesc to = desc(&c->out[0]), tx = desc(&c->in[0]);
-    cl_long n = numel(&c->out[0]);
-    cl_int op = !strcmp(c->op, "isinf");
-    args a = {0};
-    arg(&a, sizeof(cl_mem), &c->out[0].buffer);
-    ARG(&a, to);
-    arg(&a, sizeof(cl_mem), &c->in[0].buffer);
-    ARG(&a, tx);
-    ARG(&a, op);
-    ARG(&a, n);
-    return launch1(d, KN("test", c->in[0].dtype), &a, n);
+/* Whether row r has a kernel of dtype dt on device index. */
+static bool ew_has(int index, const ew_row *r, int32_t dt) {
+    unsigned kind = dt == DT_BOOL ? EW_K_B : dt == DT_U8 || dt == DT_I32 || dt == DT_I64 ? EW_K_I
+                    : dt == DT_F32 || (dt == DT_F64 && devs[index].fp64) ? EW_K_R : 0;
+    return r->gen & kind;
 }
 
-/* out = f(in...) elementwise: kernel `name` over out and n_in inputs, then
- * an optional int op code. */
-static int elementwise(const oar_kernel_call *c, const char *name, int op) {
+/* The kernel's dtype: where's values, otherwise the first input's. */
+static int32_t ew_dtype(const ew_row *r, const oar_kernel_call *c) {
+    return c->in[r->n_in == 3 ? 1 : 0].dtype;
+}
+
+/* out = f(inputs): the row's kernel for the call's dtype (its ALT form when
+ * integer attribute 0 is set); unary kernels take the float attributes. */
+static int k_ew(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
     DEV(c);
+    const ew_row *r = ew_find(c->op);
+    int32_t dt = r ? ew_dtype(r, c) : -1;
+    if (!r || dt < 0 || dt > DT_F64 || !r->k[dt]) return host->error(-3, "opencl: no such elementwise kernel");
+    const char *name = r->k_alt[dt] && c->n_iattr && c->iattr[0] ? r->k_alt[dt] : r->k[dt];
     kdesc t[4];
     cl_long n = numel(&c->out[0]);
-    cl_int cop = op;
+    real_arg p0, p1;
     args a = {0};
     t[0] = desc(&c->out[0]);
     arg(&a, sizeof(cl_mem), &c->out[0].buffer);
     ARG(&a, t[0]);
-    for (int i = 0; i < c->n_in; i++) {
+    for (int i = 0; i < c->n_in && i < 3; i++) {
         t[i + 1] = desc(&c->in[i]);
         arg(&a, sizeof(cl_mem), &c->in[i].buffer);
         ARG(&a, t[i + 1]);
     }
-    if (op >= 0) ARG(&a, cop);
+    if (r->n_in == 1) {
+        arg_real(&a, dt, &p0, c->n_fattr > 0 ? c->fattr[0] : 0);
+        arg_real(&a, dt, &p1, c->n_fattr > 1 ? c->fattr[1] : 0);
+    }
     ARG(&a, n);
     return launch1(d, name, &a, n);
-}
-
-static int k_binary(void *ctx, const oar_kernel_call *c) {
-    (void)ctx;
-    SAME_DT(c);
-    return elementwise(c, KN("binary", c->in[0].dtype), index_of(binary_names, c->op));
-}
-static int k_compare(void *ctx, const oar_kernel_call *c) {
-    (void)ctx;
-    int32_t dt = c->in[0].dtype;
-    return elementwise(c, dt == DT_F32   ? "compare_f32"
-                          : dt == DT_F64 ? "compare_f64"
-                          : dt == DT_I32 ? "compare_i32"
-                                         : "compare_i64",
-                       index_of(compare_names, c->op));
-}
-static int k_logical(void *ctx, const oar_kernel_call *c) {
-    (void)ctx;
-    return elementwise(c, "logical_b", index_of(logical_names, c->op));
-}
-static int k_logical_not(void *ctx, const oar_kernel_call *c) {
-    (void)ctx;
-    return elementwise(c, "logical_not_b", -1);
-}
-static int k_where(void *ctx, const oar_kernel_call *c) {
-    (void)ctx;
-    static const char *names[] = {"where_b", "", "where_i32", "where_i64", "", "", "where_f32",
-                                  "where_f64"};
-    return elementwise(c, names[c->out[0].dtype], -1);
 }
 
 /* scatter_add / index_add, f32 or f64 with i64 indices */
@@ -779,14 +755,8 @@ static bool is_small(int index, int32_t dt) {
 static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt) {
     (void)ctx;
     bool fl = is_real(index, dt), small = is_small(index, dt); /* fl: f32, or f64 with fp64 */
-    if (fl && index_of(unary_names, op) >= 0) return k_unary;
-    if (fl && (!strcmp(op, "isnan") || !strcmp(op, "isinf"))) return k_test;
-    if (fl && index_of(binary_names, op) >= 0) return k_binary;
-    if ((fl || dt == DT_I32 || dt == DT_I64) && index_of(compare_names, op) >= 0) return k_compare;
-    if (dt == DT_BOOL && index_of(logical_names, op) >= 0) return k_logical;
-    if (dt == DT_BOOL && !strcmp(op, "logical_not")) return k_logical_not;
-    if ((fl || dt == DT_I32 || dt == DT_I64 || dt == DT_BOOL) && !strcmp(op, "where"))
-        return k_where;
+    const ew_row *r = ew_find(op);
+    if (r) return ew_has(index, r, dt) ? k_ew : NULL;
     if (fl && (!strcmp(op, "scatter_add") || !strcmp(op, "index_add"))) return k_scatter_add;
     if (small && (!strcmp(op, "cast") || !strcmp(op, "copy") || !strcmp(op, "contiguous")))
         return k_convert;
@@ -951,20 +921,22 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
     int32_t d0 = c->n_in ? c->in[0].dtype : -1, d1 = c->n_in > 1 ? c->in[1].dtype : -1;
     if (!strcmp(op, "cast") || !strcmp(op, "contiguous")) return is_small(index, d0);
     if (!strcmp(op, "copy")) return is_small(index, d0) && is_small(index, d1);
-    if (!strcmp(op, "where"))
-        return d0 == DT_BOOL && d1 == c->in[2].dtype && is_small(index, d1) && d1 != DT_U8;
+    const ew_row *r = ew_find(op);
+    if (r) { /* every input of the kernel's dtype (where's condition bool) */
+        int32_t dt = ew_dtype(r, c);
+        for (int i = 0; i < c->n_in; i++)
+            if (c->in[i].dtype != (r->n_in == 3 && i == 0 ? DT_BOOL : dt)) return 0;
+        return ew_has(index, r, dt);
+    }
     if (!strcmp(op, "gather") || !strcmp(op, "index_select"))
         return is_real(index, d0) && d1 == DT_I64;
     if (!strcmp(op, "scatter_add") || !strcmp(op, "index_add"))
         return is_real(index, d0) && d1 == DT_I64 && c->in[2].dtype == d0;
     if (!strcmp(op, "max_pool2d_backward")) return is_real(index, d0) && d1 == DT_I64;
-    if (index_of(compare_names, op) >= 0)
-        return d0 == d1 && (is_real(index, d0) || d0 == DT_I32 || d0 == DT_I64);
     if (!strcmp(op, "fill")) return 1;
-    int want = index_of(logical_names, op) >= 0 || !strcmp(op, "logical_not") ? DT_BOOL : d0;
-    if (want != DT_BOOL && !is_real(index, want)) return 0; /* e.g. sum/prod of integers */
+    if (!is_real(index, d0)) return 0; /* e.g. sum/prod of integers */
     for (int i = 0; i < c->n_in; i++)
-        if (c->in[i].dtype >= 0 && c->in[i].dtype != want) return 0;
+        if (c->in[i].dtype >= 0 && c->in[i].dtype != d0) return 0;
     return 1;
 }
 

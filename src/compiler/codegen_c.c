@@ -22,7 +22,8 @@
  * (status 1, *bad), and the grouping takes it out of the kernel. */
 #include "compiler.h"
 
-#include "vmath_text.h" /* oari_vmath_text: src/backends/cpu/cpu_vmath.h, embedded by CMake */
+#include "ew_math_text.h" /* oari_ew_math_text: src/ops/ew_math.h, embedded by CMake */
+#include "vmath_text.h"   /* oari_vmath_text: src/backends/cpu/cpu_vmath.h, embedded by CMake */
 
 #include <ctype.h>
 #include <math.h>
@@ -1285,6 +1286,7 @@ static void c_prelude(oari_sbuf *src) {
         "V_ double tanh(double); V_ double erf(double); V_ double expm1(double); V_ double log1p(double);\n"
         "V_ double pow(double, double); V_ double exp2(double); V_ double log2(double);\n"
         "#undef V_\n"
+        "#define OARI_EW_LIBMVEC 1 /* ew_math.h: EXP_f32, TANH_f32, ERF_f32 from these */\n"
         "#endif\n"
         "/* 64-byte vectors for the reductions' accumulators (write_blocked_reduction) */\n"
         "typedef float oar_vf8 __attribute__((vector_size(32)));\n"
@@ -1293,7 +1295,10 @@ static void c_prelude(oari_sbuf *src) {
         "typedef int32_t oar_vi16 __attribute__((vector_size(64)));\n"
         "typedef int64_t oar_vl8 __attribute__((vector_size(64)));\n");
     oari_sbuf_puts(src, oari_vmath_text); /* oari_vexpf, ...: src/backends/cpu/cpu_vmath.h */
+    oari_sbuf_puts(src, oari_ew_words);   /* the elementwise formulas' words (op_c.c) */
 }
+
+const char *const oari_ew_words = oari_ew_math_text;
 
 const oari_renderer oari_render_c = {
     .language = "c", .openmp = true, .all_dims_parallel = false, .prelude = c_prelude, .function = c_function};

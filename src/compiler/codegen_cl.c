@@ -30,20 +30,10 @@ static void cl_prelude(oari_sbuf *src) {
         "typedef long int64_t;\n"
         "typedef int int32_t;\n"
         "typedef uchar uint8_t;\n"
-        /* the C renderer's libm names: OpenCL's built-ins are overloaded */
-        "#define fabsf(x) fabs(x)\n#define expf(x) exp(x)\n#define exp2f(x) exp2(x)\n"
-        "#define logf(x) log(x)\n#define log2f(x) log2(x)\n#define log1pf(x) log1p(x)\n"
-        "#define expm1f(x) expm1(x)\n#define sqrtf(x) sqrt(x)\n#define sinf(x) sin(x)\n"
-        "#define cosf(x) cos(x)\n#define tanf(x) tan(x)\n#define asinf(x) asin(x)\n"
-        "#define acosf(x) acos(x)\n#define atanf(x) atan(x)\n#define sinhf(x) sinh(x)\n"
-        "#define coshf(x) cosh(x)\n#define tanhf(x) tanh(x)\n#define erff(x) erf(x)\n"
-        "#define floorf(x) floor(x)\n#define ceilf(x) ceil(x)\n#define truncf(x) trunc(x)\n"
-        "#define nearbyintf(x) rint(x)\n#define nearbyint(x) rint(x)\n"
-        "#define powf(x, y) pow(x, y)\n#define atan2f(y, x) atan2(y, x)\n"
-        "#define oari_vexpf(x) exp(x)\n"
-        "#define oari_vgeluf(x) (0.5f * (x) * (1.0f + erf((x) * M_SQRT1_2_F)))\n"
-        "#define oari_vgelu_gradf(x) (0.5f * erfc(-(x) * M_SQRT1_2_F) + (x) * exp(-0.5f * (x) * (x)) * "
-        "0.39894228040143268f)\n");
+        /* what the C renderer writes besides the formulas (softmax rows) */
+        "#define oari_vexpf(x) exp(x)\n#define logf(x) log(x)\n"
+        "#define EW_FP64 1 /* the f64 words of ew_math.h */\n");
+    oari_sbuf_puts(src, oari_ew_words);
     if (oari_cl_prelude_extra) oari_sbuf_puts(src, oari_cl_prelude_extra);
 }
 

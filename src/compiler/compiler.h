@@ -1,4 +1,4 @@
-/* The fusing compiler (docs/architecture.md, "Compiler"):
+/* The fusing compiler (docs/internals/compiler.md):
  * groups the fusible nodes of a graph into kernels (fuse.c), writes one C
  * function per kernel (codegen_c.c, scalar op formulas in op_c.c), builds
  * them through the JIT (jit.c) and hands the executor one call per kernel.
@@ -153,10 +153,13 @@ OARI_HIDDEN int oari_codegen_kernel(const oar_graph *g, const oari_renderer *r, 
 /* The C type of a dtype the generator handles ("float", "double",
  * "uint8_t", "int32_t", "int64_t"), or NULL. */
 OARI_HIDDEN const char *oari_c_type(oar_dtype d);
-/* Writes the C expression of elementwise node n (unary, binary, where,
- * cast) over operand expressions a[] into out; false if the op or its
- * dtypes are not handled. */
+/* Writes the C expression of elementwise node n (a row of
+ * src/ops/elementwise.def, or cast) over operand expressions a[] into out;
+ * false if the op or its dtypes are not handled. The expression uses the
+ * words of src/ops/ew_math.h, whose text (oari_ew_words) every renderer's
+ * prelude holds. */
 OARI_HIDDEN bool oari_c_elementwise(const oar_graph *g, const oari_gnode *n, const char *const *a,
                                     oari_sbuf *out);
+OARI_HIDDEN extern const char *const oari_ew_words;
 
 #endif

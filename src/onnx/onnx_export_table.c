@@ -6,8 +6,9 @@
  * rows (tests/onnx/test_onnx_export_doc.c), which also checks that every
  * elementwise op has one.
  *
- * A row's mapping columns take one of the forms that the export column of
- * src/ops/elementwise.def uses, so that its rows can be pulled in here:
+ * The elementwise ops' rows come from the ONNX column of
+ * src/ops/elementwise.def, pulled in below; every row's mapping takes one of
+ * the forms that column uses:
  *   ONNX(OpType, since)   direct, from opset since to the last
  *   ONNX_EMIT(name)       the emitter oari_onnx_emit_<name>, with the ONNX
  *                         op, opsets, flags and note of EMIT_<name> below
@@ -73,73 +74,16 @@
 #define RANDOM "random: oar's generator has no ONNX equivalent"
 
 const oari_onnx_xrow oari_onnx_xrows[] = {
-    /* ---- elementwise: the ops with a formula row in src/ops/elementwise.def (its ONNX
-     * column will replace this block), unary ... */
-    ROW(neg, ONNX(Neg, XMIN)),
-    ROW(abs, ONNX(Abs, XMIN)),
-    ROW(sign, ONNX(Sign, XMIN)),
-    ROW(exp, ONNX(Exp, XMIN)),
-    ROW(exp2, ONNX_EMIT(exp2)),
-    ROW(log, ONNX(Log, XMIN)),
-    ROW(log2, ONNX_EMIT(log2)),
-    ROW(log1p, ONNX_EMIT(log1p)),
-    ROW(expm1, ONNX_EMIT(expm1)),
-    ROW(sqrt, ONNX(Sqrt, XMIN)),
-    ROW(rsqrt, ONNX_EMIT(rsqrt)),
-    ROW(square, ONNX_EMIT(square)),
-    ROW(reciprocal, ONNX(Reciprocal, XMIN)),
-    ROW(sin, ONNX(Sin, XMIN)),
-    ROW(cos, ONNX(Cos, XMIN)),
-    ROW(tan, ONNX(Tan, XMIN)),
-    ROW(asin, ONNX(Asin, XMIN)),
-    ROW(acos, ONNX(Acos, XMIN)),
-    ROW(atan, ONNX(Atan, XMIN)),
-    ROW(sinh, ONNX(Sinh, XMIN)),
-    ROW(cosh, ONNX(Cosh, XMIN)),
-    ROW(tanh, ONNX(Tanh, XMIN)),
-    ROW(sigmoid, ONNX(Sigmoid, XMIN)),
-    ROW(relu, ONNX(Relu, XMIN)),
-    ROW(relu6, ONNX_EMIT(relu6)),
-    ROW(leaky_relu, ONNX_EMIT(leaky_relu)),
-    ROW(elu, ONNX_EMIT(elu)),
-    ROW(gelu, ONNX_EMIT(gelu)),
-    ROW(gelu_grad, ONNX_NONE("gelu's derivative, a gradient helper: not mapped")),
-    ROW(silu, ONNX_EMIT(silu)),
-    ROW(softplus, ONNX_EMIT(softplus)),
-    ROW(erf, ONNX(Erf, XMIN)),
-    ROW(floor, ONNX(Floor, XMIN)),
-    ROW(ceil, ONNX(Ceil, XMIN)),
-    ROW(round, ONNX(Round, XMIN)), /* half to even in both */
-    ROW(trunc, ONNX_EMIT(trunc)),
-    ROW(clamp, ONNX_EMIT(clamp)),
-    ROW(isnan, ONNX(IsNaN, XMIN)),
-    ROW(isinf, ONNX(IsInf, XMIN)),
-    ROW(logical_not, ONNX(Not, XMIN)),
-    ROW(real, ONNX_NONE(COMPLEX)),
-    ROW(imag, ONNX_NONE(COMPLEX)),
-    ROW(conj, ONNX_NONE(COMPLEX)),
-    ROW(angle, ONNX_NONE(COMPLEX)),
-    /* ... binary and ternary */
-    ROW(add, ONNX(Add, XMIN)),
-    ROW(sub, ONNX(Sub, XMIN)),
-    ROW(mul, ONNX(Mul, XMIN)),
-    ROW(div, ONNX(Div, XMIN)),
-    ROW(floor_div, ONNX_EMIT(floor_div)),
-    ROW(remainder, ONNX_EMIT(remainder)),
-    ROW(pow, ONNX(Pow, XMIN)),
-    ROW(atan2, ONNX_EMIT(atan2)),
-    ROW(maximum, ONNX(Max, XMIN)),
-    ROW(minimum, ONNX(Min, XMIN)),
-    ROW(eq, ONNX(Equal, XMIN)),
-    ROW(ne, ONNX_EMIT(ne)),
-    ROW(lt, ONNX(Less, XMIN)),
-    ROW(le, ONNX(LessOrEqual, XMIN)),
-    ROW(gt, ONNX(Greater, XMIN)),
-    ROW(ge, ONNX(GreaterOrEqual, XMIN)),
-    ROW(logical_and, ONNX(And, XMIN)),
-    ROW(logical_or, ONNX(Or, XMIN)),
-    ROW(logical_xor, ONNX(Xor, XMIN)),
-    ROW(where, ONNX(Where, XMIN)),
+    /* ---- elementwise: each row of src/ops/elementwise.def brings its ONNX column ---- */
+#define EW_UNARY(name, rule, cpu, gen, api, forward, alt, gradient, saved, test, onnx, doc) {OARI_OP_##name, onnx},
+#define EW_BINARY(name, rule, cpu, gen, api, forward, gradient, saved, test, onnx, doc) {OARI_OP_##name, onnx},
+#define EW_TERNARY(name, rule, cpu, gen, api, forward, gradient, saved, test, onnx, doc) {OARI_OP_##name, onnx},
+#define EW_NONE(name, why)
+#include "../ops/elementwise.def"
+#undef EW_UNARY
+#undef EW_BINARY
+#undef EW_TERNARY
+#undef EW_NONE
     /* ---- elementwise without a formula, and ops outside any kernel ---- */
     ROW(cast, ONNX_EMIT(cast)),
     ROW(contiguous, ONNX(Identity, XMIN)),

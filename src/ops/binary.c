@@ -1,5 +1,8 @@
-/* Binary (broadcasting) elementwise ops and where: definitions and public
- * functions. Kernels: src/backends/cpu/cpu_binary.c.
+/* Binary (broadcasting) elementwise ops and where: the definitions of the
+ * EW_BINARY and EW_TERNARY rows of elementwise.def (shape rule from the
+ * row's dtype rule, gradient rule from its derivative formulas or the
+ * hand-written rules below) and their public functions. Kernels:
+ * src/backends/cpu/cpu_binary.c.
  *
  * Integer division by zero is defined, never trapped: floor_div and
  * remainder of integers give 0 when the divisor is 0 (PyTorch raises).
@@ -9,7 +12,6 @@
 #include "op.h"
 
 #include <math.h>
-#include <string.h>
 
 
 typedef enum {
@@ -19,13 +21,9 @@ typedef enum {
     B_LOGICAL,  /* any dtype, out bool */
 } binary_kind;
 
-/* bool + bool (or), bool * bool (and), maximum, minimum are defined for bool;
- * sub, floor_div, remainder, pow are not (PyTorch). */
-static bool bool_arith_ok(const char *op) {
-    return !strcmp(op, "add") || !strcmp(op, "mul") || !strcmp(op, "maximum") || !strcmp(op, "minimum");
-}
-
-static int binary_infer(oari_infer *c, binary_kind kind, bool complex_ok) {
+/* bool_ok: bool + bool (or), bool * bool (and), maximum, minimum are
+ * defined for bool; sub, floor_div, remainder, pow are not (PyTorch). */
+static int binary_infer(oari_infer *c, binary_kind kind, bool complex_ok, bool bool_ok) {
     const oar_tensor *a = c->in[0], *b = c->in[1];
     int nd = oari_broadcast_shapes(c->op, a->ndim, a->shape, b->ndim, b->shape, c->out[0].shape);
     if (nd < 0) return OAR_ERR_INVALID;
@@ -43,7 +41,7 @@ static int binary_infer(oari_infer *c, binary_kind kind, bool complex_ok) {
         c->out[0].dtype = OAR_BOOL;
         return 0;
     }
-    if (kind == B_ARITH && d == OAR_BOOL && !bool_arith_ok(c->op))
+    if (kind == B_ARITH && d == OAR_BOOL && !bool_ok)
         return oari_error(OAR_ERR_INVALID, "%s: not defined for bool inputs; cast them to an "
                           "integer dtype or use the logical ops", c->op);
     c->in_dtype[0] = c->in_dtype[1] = d;
@@ -52,16 +50,16 @@ static int binary_infer(oari_infer *c, binary_kind kind, bool complex_ok) {
     return 0;
 }
 
-#define BINARY_DEF(NAME, KIND, COMPLEX_OK, GRAD, SAVED, FLAGS)                                 \
-    static int infer_##NAME(oari_infer *c) { return binary_infer(c, KIND, COMPLEX_OK); }      \
-    const oari_op_def oari_def_##NAME = {                                                     \
-        .name = #NAME, .n_in = 2, .n_out = 1, .fusion = OARI_FUSE_BROADCAST,                  \
-        .flags = OARI_F_BROADCAST | (FLAGS), .saved = SAVED, .infer = infer_##NAME,           \
-        .grad = GRAD,                                                                         \
-    };                                                                                        \
-    oar_tensor *oar_##NAME(oar_tensor *a, oar_tensor *b) {                                    \
-        return oari_call2(OARI_OP_##NAME, a, b, NULL);                                        \
-    }
+/* The shape rule of each dtype rule word of the table. */
+static int rule_ARITH(oari_infer *c) { return binary_infer(c, B_ARITH, false, false); }
+static int rule_ARITH_B(oari_infer *c) { return binary_infer(c, B_ARITH, false, true); }
+static int rule_ARITH_C(oari_infer *c) { return binary_infer(c, B_ARITH, true, false); }
+static int rule_ARITH_CB(oari_infer *c) { return binary_infer(c, B_ARITH, true, true); }
+static int rule_TRUEDIV(oari_infer *c) { return binary_infer(c, B_TRUEDIV, false, false); }
+static int rule_TRUEDIV_C(oari_infer *c) { return binary_infer(c, B_TRUEDIV, true, false); }
+static int rule_COMPARE(oari_infer *c) { return binary_infer(c, B_COMPARE, false, true); }
+static int rule_COMPARE_C(oari_infer *c) { return binary_infer(c, B_COMPARE, true, true); }
+static int rule_LOGICAL(oari_infer *c) { return binary_infer(c, B_LOGICAL, true, true); }
 
 /* Sums a broadcast gradient back to the shape of the input it came from. */
 oar_tensor *oari_sum_to(oar_tensor *g, const oari_meta *m) {
@@ -109,16 +107,6 @@ static int grad_add(oari_grad_ctx *g) {
 static int grad_sub(oari_grad_ctx *g) {
     int st = set_gin(g, 0, g->gout[0]);
     return st ? st : set_gin(g, 1, g->needs[1] ? oar_neg(g->gout[0]) : NULL);
-}
-
-static int grad_mul(oari_grad_ctx *g) {
-    /* d(a*b) = gy * conj(b), gy * conj(a) */
-    for (int i = 0; i < 2; i++) {
-        if (!g->needs[i]) continue;
-        g->gin[i] = oari_sum_to(oar_mul(g->gout[0], cj(g->in[1 - i])), &g->in_meta[i]);
-        if (!g->gin[i]) return oari_fail_status();
-    }
-    return 0;
 }
 
 static int grad_div(oari_grad_ctx *g) {
@@ -175,30 +163,6 @@ static int grad_extreme(oari_grad_ctx *g, oar_tensor *(*pick)(oar_tensor *, oar_
 static int grad_maximum(oari_grad_ctx *g) { return grad_extreme(g, oar_gt); }
 static int grad_minimum(oari_grad_ctx *g) { return grad_extreme(g, oar_lt); }
 
-#define SAB (OARI_SAVE_IN(0) | OARI_SAVE_IN(1))
-#define ND OARI_F_NONDIFF
-
-/*         name         kind       complex grad            saved flags */
-BINARY_DEF(add,         B_ARITH,   true,  grad_add,       0,   0)
-BINARY_DEF(sub,         B_ARITH,   true,  grad_sub,       0,   0)
-BINARY_DEF(mul,         B_ARITH,   true,  grad_mul,       SAB, 0)
-BINARY_DEF(div,         B_TRUEDIV, true,  grad_div,       SAB, 0)
-BINARY_DEF(floor_div,   B_ARITH,   false, zero_gin,       0,   0)
-BINARY_DEF(remainder,   B_ARITH,   false, grad_remainder, SAB, 0)
-BINARY_DEF(pow,         B_ARITH,   true,  grad_pow,       SAB, 0)
-BINARY_DEF(atan2,       B_TRUEDIV, false, grad_atan2,     SAB, 0)
-BINARY_DEF(maximum,     B_ARITH,   false, grad_maximum,   SAB, 0)
-BINARY_DEF(minimum,     B_ARITH,   false, grad_minimum,   SAB, 0)
-BINARY_DEF(eq,          B_COMPARE, true,  NULL,           0,   ND)
-BINARY_DEF(ne,          B_COMPARE, true,  NULL,           0,   ND)
-BINARY_DEF(lt,          B_COMPARE, false, NULL,           0,   ND)
-BINARY_DEF(le,          B_COMPARE, false, NULL,           0,   ND)
-BINARY_DEF(gt,          B_COMPARE, false, NULL,           0,   ND)
-BINARY_DEF(ge,          B_COMPARE, false, NULL,           0,   ND)
-BINARY_DEF(logical_and, B_LOGICAL, true,  NULL,           0,   ND)
-BINARY_DEF(logical_or,  B_LOGICAL, true,  NULL,           0,   ND)
-BINARY_DEF(logical_xor, B_LOGICAL, true,  NULL,           0,   ND)
-
 /* ---- where: cond ? a : b, three broadcast inputs ---- */
 
 static int infer_where(oari_infer *c) {
@@ -225,15 +189,79 @@ static int grad_where(oari_grad_ctx *g) {
     return st ? st : set_gin(g, 2, g->needs[2] ? oar_where(cond, sc(0), gy) : NULL);
 }
 
-const oari_op_def oari_def_where = {
-    .name = "where", .n_in = 3, .n_out = 1, .fusion = OARI_FUSE_BROADCAST,
-    .flags = OARI_F_BROADCAST, .saved = OARI_SAVE_IN(0), .infer = infer_where, .grad = grad_where,
-};
+/* ---- the rows ---- */
 
-oar_tensor *oar_where(oar_tensor *cond, oar_tensor *a, oar_tensor *b) {
-    oar_tensor *in[3] = {cond, a, b};
-    return oari_call(OARI_OP_where, 3, in, NULL);
-}
+#include "ew_grad.h"
+#include "ew_table.h"
+
+/* gradient column: a kind and its two arguments */
+#define D2(fa, fb) EW_GD2, fa, fb
+#define GRAD_FN(fn) EW_GFN, fn, 0
+#define NO_GRAD EW_GNONE, 0, 0
+#define EW_GRAD_RULE(op, kind, fa, fb) EW_CAT(kind, _RULE)(op, fa, fb)
+#define EW_GFN_RULE(op, fn, unused)
+#define EW_GNONE_RULE(op, fa, fb)
+/* each partial derivative only when its input needs a gradient */
+#define EW_GD2_RULE(op, fa, fb)                                                             \
+    static int ew_grad_##op(oari_grad_ctx *g) {                                             \
+        EW_GRAD_BEGIN(g);                                                                   \
+        oar_tensor *const a = g->in[0], *const b = g->in[1];                                \
+        (void)a, (void)b;                                                                   \
+        int st = g->needs[0] ? oari_ew_chain(g, 0, fa, false, true) : 0;                    \
+        return st || !g->needs[1] ? st : oari_ew_chain(g, 1, fb, false, true);              \
+    }
+#define EW_GRAD_PTR(op, kind, fa, fb) EW_CAT(kind, _PTR)(op, fa, fb)
+#define EW_GD2_PTR(op, fa, fb) ew_grad_##op
+#define EW_GFN_PTR(op, fn, unused) fn
+#define EW_GNONE_PTR(op, fa, fb) NULL
+#define EW_GRAD_FLAGS(kind, fa, fb) EW_CAT(kind, _FLAGS)
+#define EW_GD2_FLAGS 0u
+#define EW_GFN_FLAGS 0u
+#define EW_GNONE_FLAGS OARI_F_NONDIFF
+
+#define SAVE_NONE 0u
+#define SAVE_AB (OARI_SAVE_IN(0) | OARI_SAVE_IN(1))
+#define SAVE_A OARI_SAVE_IN(0)
+
+#define EW_INFER(rule) EW_CAT(EW_INFER_, rule)
+#define EW_INFER_CUSTOM(fn, cls) fn
+#define EW_INFER_ARITH rule_ARITH
+#define EW_INFER_ARITH_B rule_ARITH_B
+#define EW_INFER_ARITH_C rule_ARITH_C
+#define EW_INFER_ARITH_CB rule_ARITH_CB
+#define EW_INFER_TRUEDIV rule_TRUEDIV
+#define EW_INFER_TRUEDIV_C rule_TRUEDIV_C
+#define EW_INFER_COMPARE rule_COMPARE
+#define EW_INFER_COMPARE_C rule_COMPARE_C
+#define EW_INFER_LOGICAL rule_LOGICAL
+
+#define EW_API(api, op, n) EW_CAT(EW_API_, api)(op, n)
+#define EW_API_PUBLIC(op, n) EW_CAT(EW_PUBLIC, n)(op)
+#define EW_API_INTERNAL(op, n)
+#define EW_PUBLIC2(op)                                                                      \
+    oar_tensor *oar_##op(oar_tensor *a, oar_tensor *b) { return oari_call2(OARI_OP_##op, a, b, NULL); }
+#define EW_PUBLIC3(op)                                                                      \
+    oar_tensor *oar_##op(oar_tensor *a, oar_tensor *b, oar_tensor *c) {                     \
+        oar_tensor *in[3] = {a, b, c};                                                      \
+        return oari_call(OARI_OP_##op, 3, in, NULL);                                        \
+    }
+
+/* (the gradient column arrives as "kind, fa, fb": three arguments) */
+#define EW_DEF(op, n, rule, api, mask, ...)                                                 \
+    EW_GRAD_RULE(op, __VA_ARGS__)                                                           \
+    const oari_op_def oari_def_##op = {                                                     \
+        .name = #op, .n_in = n, .n_out = 1, .fusion = OARI_FUSE_BROADCAST,                  \
+        .flags = OARI_F_BROADCAST | EW_GRAD_FLAGS(__VA_ARGS__), .saved = mask,              \
+        .infer = EW_INFER(rule), .grad = EW_GRAD_PTR(op, __VA_ARGS__),                      \
+    };                                                                                      \
+    EW_API(api, op, n)
+#define EW_UNARY(...)
+#define EW_BINARY(op, rule, cpu, gen, api, forward, gradient, mask, test, onnx, doc)        \
+    EW_DEF(op, 2, rule, api, mask, gradient)
+#define EW_TERNARY(op, rule, cpu, gen, api, forward, gradient, mask, test, onnx, doc)       \
+    EW_DEF(op, 3, rule, api, mask, gradient)
+#define EW_NONE(op, why)
+#include "elementwise.def"
 
 /* ---- with a Python-number-like scalar ---- */
 

@@ -1,5 +1,7 @@
-/* Unary elementwise ops: definitions (shape/dtype rule, gradient rule) and
- * public functions. Kernels: src/backends/cpu/cpu_unary.c. */
+/* Unary elementwise ops: the definitions of the EW_UNARY rows of
+ * elementwise.def (shape rule from the row's dtype rule, gradient rule from
+ * its derivative formula or the hand-written rules below) and their public
+ * functions. Kernels: src/backends/cpu/cpu_unary.c. */
 #include "op.h"
 
 #include <math.h>
@@ -44,30 +46,24 @@ static int unary_infer(oari_infer *c, unary_kind kind, bool complex_ok, bool boo
     return 0;
 }
 
-/* One definition per op from its dtype class. */
-#define UNARY_DEF_ONLY(NAME, KIND, COMPLEX_OK, BOOL_OK, GRAD, SAVED, FLAGS)                   \
-    static int infer_##NAME(oari_infer *c) { return unary_infer(c, KIND, COMPLEX_OK, BOOL_OK); } \
-    const oari_op_def oari_def_##NAME = {                                                    \
-        .name = #NAME, .n_in = 1, .n_out = 1, .fusion = OARI_FUSE_ELEMWISE,                  \
-        .flags = FLAGS, .saved = SAVED, .infer = infer_##NAME, .grad = GRAD,                 \
-    };
-#define UNARY_DEF(NAME, KIND, COMPLEX_OK, BOOL_OK, GRAD, SAVED, FLAGS)                        \
-    UNARY_DEF_ONLY(NAME, KIND, COMPLEX_OK, BOOL_OK, GRAD, SAVED, FLAGS)                       \
-    oar_tensor *oar_##NAME(oar_tensor *x) { return oari_call1(OARI_OP_##NAME, x, NULL); }
+/* The shape rule of each dtype rule word of the table. */
+static int rule_SAME(oari_infer *c) { return unary_infer(c, U_SAME, false, false); }
+static int rule_SAME_C(oari_infer *c) { return unary_infer(c, U_SAME, true, false); }
+static int rule_SAME_CB(oari_infer *c) { return unary_infer(c, U_SAME, true, true); }
+static int rule_FLOAT(oari_infer *c) { return unary_infer(c, U_FLOAT, false, true); }
+static int rule_FLOAT_C(oari_infer *c) { return unary_infer(c, U_FLOAT_RC, true, true); }
+static int rule_TO_BOOL(oari_infer *c) { return unary_infer(c, U_TO_BOOL, true, true); }
+static int rule_TO_REAL_C(oari_infer *c) { return unary_infer(c, U_TO_REAL, true, false); }
+static int rule_TO_REAL_CB(oari_infer *c) { return unary_infer(c, U_TO_REAL, true, true); }
+static int rule_FLOAT_TO_REAL(oari_infer *c) { return unary_infer(c, U_FLOAT_TO_REAL, true, true); }
 
-/* ---- gradient rules (written with ops, so they differentiate again) ----
- * Complex inputs follow PyTorch: grad_in = grad_out * conj(f'(z)). */
+/* ---- hand-written gradient rules (written with ops, so they differentiate
+ * again): the table's GRAD_FN rows, where a derivative formula is wrong
+ * (non-holomorphic ops, NaN bounds) or costs more than these. Complex
+ * inputs follow PyTorch: grad_in = grad_out * conj(f'(z)). */
 
 static int done(oari_grad_ctx *g) { return g->gin[0] ? 0 : oari_fail_status(); }
 
-/* conj on complex tensors; real ones pass through (no copy) */
-static oar_tensor *cj(oar_tensor *t) { return t && oar_dtype_is_complex(t->dtype) ? oar_conj(t) : t; }
-
-/* g * conj(d), the chain rule of every holomorphic (or real) op */
-static int chain(oari_grad_ctx *g, oar_tensor *d) {
-    g->gin[0] = oar_mul(g->gout[0], cj(d));
-    return done(g);
-}
 static oar_tensor *sc(double v) { return oar_scalar(v); }
 static oar_tensor *X(oari_grad_ctx *g) { return g->in[0]; }
 static oar_tensor *Y(oari_grad_ctx *g) { return g->out[0]; }
@@ -93,67 +89,6 @@ static int grad_abs(oari_grad_ctx *g) {
     g->gin[0] = oar_mul(g->gout[0], oar_sign(X(g)));
     return done(g);
 }
-static int grad_exp(oari_grad_ctx *g) { return chain(g, Y(g)); }
-static int grad_exp2(oari_grad_ctx *g) { return chain(g, oar_mul(Y(g), sc(M_LN2))); }
-static int grad_log(oari_grad_ctx *g) { g->gin[0] = oar_div(g->gout[0], cj(X(g))); return done(g); }
-static int grad_log2(oari_grad_ctx *g) {
-    g->gin[0] = oar_div(g->gout[0], oar_mul(cj(X(g)), sc(M_LN2)));
-    return done(g);
-}
-static int grad_log1p(oari_grad_ctx *g) {
-    g->gin[0] = oar_div(g->gout[0], oar_add(X(g), sc(1)));
-    return done(g);
-}
-static int grad_expm1(oari_grad_ctx *g) { return chain(g, oar_add(Y(g), sc(1))); }
-static int grad_sqrt(oari_grad_ctx *g) {
-    g->gin[0] = oar_div(g->gout[0], oar_mul(cj(Y(g)), sc(2)));
-    return done(g);
-}
-static int grad_rsqrt(oari_grad_ctx *g) {
-    /* d x^-1/2 = -1/2 x^-3/2 = -1/2 y^3 */
-    return chain(g, oar_mul(oar_mul(Y(g), oar_square(Y(g))), sc(-0.5)));
-}
-static int grad_square(oari_grad_ctx *g) { return chain(g, oar_mul(X(g), sc(2))); }
-static int grad_reciprocal(oari_grad_ctx *g) { return chain(g, oar_neg(oar_square(Y(g)))); }
-static int grad_sin(oari_grad_ctx *g) { return chain(g, oar_cos(X(g))); }
-static int grad_cos(oari_grad_ctx *g) { return chain(g, oar_neg(oar_sin(X(g)))); }
-static int grad_tan(oari_grad_ctx *g) { return chain(g, oar_add(oar_square(Y(g)), sc(1))); }
-static int grad_asin(oari_grad_ctx *g) {
-    return chain(g, oar_rsqrt(oar_sub(sc(1), oar_square(X(g)))));
-}
-static int grad_acos(oari_grad_ctx *g) {
-    return chain(g, oar_neg(oar_rsqrt(oar_sub(sc(1), oar_square(X(g))))));
-}
-static int grad_atan(oari_grad_ctx *g) {
-    return chain(g, oar_reciprocal(oar_add(oar_square(X(g)), sc(1))));
-}
-static int grad_sinh(oari_grad_ctx *g) { return chain(g, oar_cosh(X(g))); }
-static int grad_cosh(oari_grad_ctx *g) { return chain(g, oar_sinh(X(g))); }
-static int grad_tanh(oari_grad_ctx *g) { return chain(g, oar_sub(sc(1), oar_square(Y(g)))); }
-static int grad_sigmoid(oari_grad_ctx *g) { return chain(g, oar_mul(Y(g), oar_sub(sc(1), Y(g)))); }
-static int grad_relu(oari_grad_ctx *g) {
-    /* sign(y) is 1 where x > 0 and 0 elsewhere, in x's dtype: two plain
-     * float passes (a bool mask costs a slow cast before the product) */
-    g->gin[0] = oar_mul(g->gout[0], oar_sign(Y(g)));
-    return done(g);
-}
-static int grad_relu6(oari_grad_ctx *g) {
-    /* hardtanh(0, 6): gradient passes strictly inside (0, 6) */
-    g->gin[0] = oar_mul(g->gout[0], oar_logical_and(oar_gt(X(g), sc(0)), oar_lt(X(g), sc(6))));
-    return done(g);
-}
-static int grad_leaky_relu(oari_grad_ctx *g) {
-    oar_tensor *gy = g->gout[0];
-    g->gin[0] = oar_where(oar_gt(X(g), sc(0)), gy, oar_mul(gy, sc(g->attrs->f[0])));
-    return done(g);
-}
-static int grad_elu(oari_grad_ctx *g) {
-    /* x > 0: 1; else alpha * exp(x) */
-    oar_tensor *gy = g->gout[0];
-    oar_tensor *neg = oar_mul(gy, oar_mul(oar_exp(X(g)), sc(g->attrs->f[0])));
-    g->gin[0] = oar_where(oar_gt(X(g), sc(0)), gy, neg);
-    return done(g);
-}
 static int grad_gelu(oari_grad_ctx *g) {
     oar_tensor *x = X(g), *d;
     if (g->attrs->ni && g->attrs->i[0]) {
@@ -171,27 +106,6 @@ static int grad_gelu(oari_grad_ctx *g) {
     }
     g->gin[0] = oar_mul(g->gout[0], d);
     return done(g);
-}
-/* gelu_grad's own derivative: d/dx (Phi + x phi) = 2 phi - x^2 phi = phi (2 - x^2) */
-static int grad_gelu_grad(oari_grad_ctx *g) {
-    oar_tensor *x = X(g), *x2 = oar_square(x);
-    oar_tensor *pdf = oar_mul(oar_exp(oar_mul(x2, sc(-0.5))), sc(M_2_SQRTPI * M_SQRT1_2 * 0.5));
-    return chain(g, oar_mul(pdf, oar_sub(sc(2), x2)));
-}
-static int grad_silu(oari_grad_ctx *g) {
-    /* s (1 + x (1 - s)) */
-    oar_tensor *x = X(g), *s = oar_sigmoid(x);
-    g->gin[0] = oar_mul(g->gout[0], oar_mul(s, oar_add(oar_mul(x, oar_sub(sc(1), s)), sc(1))));
-    return done(g);
-}
-static int grad_softplus(oari_grad_ctx *g) {
-    double beta = g->attrs->f[0], threshold = g->attrs->f[1];
-    oar_tensor *bx = oar_mul(X(g), sc(beta)), *gy = g->gout[0];
-    g->gin[0] = oar_where(oar_gt(bx, sc(threshold)), gy, oar_mul(gy, oar_sigmoid(bx)));
-    return done(g);
-}
-static int grad_erf(oari_grad_ctx *g) {
-    return chain(g, oar_mul(oar_exp(oar_neg(oar_square(X(g)))), sc(M_2_SQRTPI)));
 }
 static int grad_clamp(oari_grad_ctx *g) {
     /* passes where min <= x <= max, as PyTorch */
@@ -234,52 +148,6 @@ static int grad_angle(oari_grad_ctx *g) {
     return done(g);
 }
 
-#define SX OARI_SAVE_IN(0)
-#define SY OARI_SAVE_OUT(0)
-
-/*        name        kind        complex bool  grad             saved flags */
-UNARY_DEF(neg,        U_SAME,     true,  false, grad_neg,        0,  0)
-UNARY_DEF(abs,        U_TO_REAL,  true,  false, grad_abs,        SX, 0)
-UNARY_DEF(sign,       U_SAME,     true,  true,  grad_sign,       SX | SY, 0)
-UNARY_DEF(exp,        U_FLOAT_RC, true,  true,  grad_exp,        SY, 0)
-UNARY_DEF(exp2,       U_FLOAT,    false, true,  grad_exp2,       SY, 0)
-UNARY_DEF(log,        U_FLOAT_RC, true,  true,  grad_log,        SX, 0)
-UNARY_DEF(log2,       U_FLOAT_RC, true,  true,  grad_log2,       SX, 0)
-UNARY_DEF(log1p,      U_FLOAT,    false, true,  grad_log1p,      SX, 0)
-UNARY_DEF(expm1,      U_FLOAT,    false, true,  grad_expm1,      SY, 0)
-UNARY_DEF(sqrt,       U_FLOAT_RC, true,  true,  grad_sqrt,       SY, 0)
-UNARY_DEF(rsqrt,      U_FLOAT_RC, true,  true,  grad_rsqrt,      SY, 0)
-UNARY_DEF(square,     U_SAME,     true,  false, grad_square,     SX, 0)
-UNARY_DEF(reciprocal, U_FLOAT_RC, true,  true,  grad_reciprocal, SY, 0)
-UNARY_DEF(sin,        U_FLOAT_RC, true,  true,  grad_sin,        SX, 0)
-UNARY_DEF(cos,        U_FLOAT_RC, true,  true,  grad_cos,        SX, 0)
-UNARY_DEF(tan,        U_FLOAT_RC, true,  true,  grad_tan,        SY, 0)
-UNARY_DEF(asin,       U_FLOAT_RC, true,  true,  grad_asin,       SX, 0)
-UNARY_DEF(acos,       U_FLOAT_RC, true,  true,  grad_acos,       SX, 0)
-UNARY_DEF(atan,       U_FLOAT_RC, true,  true,  grad_atan,       SX, 0)
-UNARY_DEF(sinh,       U_FLOAT_RC, true,  true,  grad_sinh,       SX, 0)
-UNARY_DEF(cosh,       U_FLOAT_RC, true,  true,  grad_cosh,       SX, 0)
-UNARY_DEF(tanh,       U_FLOAT_RC, true,  true,  grad_tanh,       SY, 0)
-UNARY_DEF(sigmoid,    U_FLOAT_RC, true,  true,  grad_sigmoid,    SY, 0)
-UNARY_DEF(relu,       U_SAME,     false, false, grad_relu,       SY, 0)
-UNARY_DEF(relu6,      U_SAME,     false, false, grad_relu6,      SX, 0)
-UNARY_DEF_ONLY(leaky_relu, U_FLOAT, false, true, grad_leaky_relu, SX, 0)
-UNARY_DEF_ONLY(elu,   U_FLOAT,    false, true,  grad_elu,        SX, 0)
-UNARY_DEF_ONLY(gelu,  U_FLOAT,    false, true,  grad_gelu,       SX, 0)
-UNARY_DEF_ONLY(gelu_grad, U_FLOAT, false, true, grad_gelu_grad,  SX, 0)
-UNARY_DEF(silu,       U_FLOAT,    false, true,  grad_silu,       SX, 0)
-UNARY_DEF(erf,        U_FLOAT,    false, true,  grad_erf,        SX, 0)
-UNARY_DEF(floor,      U_SAME,     false, false, grad_zero,       0,  0)
-UNARY_DEF(ceil,       U_SAME,     false, false, grad_zero,       0,  0)
-UNARY_DEF(round,      U_SAME,     false, false, grad_zero,       0,  0)
-UNARY_DEF(trunc,      U_SAME,     false, false, grad_zero,       0,  0)
-UNARY_DEF(isnan,      U_TO_BOOL,  true,  true,  NULL,            0,  OARI_F_NONDIFF)
-UNARY_DEF(isinf,      U_TO_BOOL,  true,  true,  NULL,            0,  OARI_F_NONDIFF)
-UNARY_DEF(logical_not, U_TO_BOOL, true,  true,  NULL,            0,  OARI_F_NONDIFF)
-UNARY_DEF(conj,       U_SAME,     true,  true,  grad_conj,       0,  0)
-UNARY_DEF(real,       U_TO_REAL,  true,  true,  grad_real,       0,  0)
-UNARY_DEF(angle,      U_FLOAT_TO_REAL, true, true, grad_angle,   SX, 0)
-
 /* clamp: integer inputs stay integral unless a bound is fractional (then
  * f32, as torch.clamp(int_tensor, 0.5)). */
 static int infer_clamp(oari_infer *c) {
@@ -288,10 +156,6 @@ static int infer_clamp(oari_infer *c) {
                 (!isnan(hi) && isfinite(hi) && hi != floor(hi));
     return unary_infer(c, frac ? U_FLOAT : U_SAME, false, false);
 }
-const oari_op_def oari_def_clamp = {
-    .name = "clamp", .n_in = 1, .n_out = 1, .fusion = OARI_FUSE_ELEMWISE,
-    .saved = SX, .infer = infer_clamp, .grad = grad_clamp,
-};
 
 /* softplus: fattr[0] beta (non-zero), fattr[1] threshold */
 static int infer_softplus(oari_infer *c) {
@@ -302,10 +166,6 @@ static int infer_softplus(oari_infer *c) {
                           beta, threshold);
     return unary_infer(c, U_FLOAT, false, true);
 }
-const oari_op_def oari_def_softplus = {
-    .name = "softplus", .n_in = 1, .n_out = 1, .fusion = OARI_FUSE_ELEMWISE,
-    .saved = SX, .infer = infer_softplus, .grad = grad_softplus,
-};
 
 /* imag: complex only (PyTorch fails on real input too) */
 static int infer_imag(oari_infer *c) {
@@ -314,11 +174,78 @@ static int infer_imag(oari_infer *c) {
                           oar_dtype_name(c->in[0]->dtype));
     return unary_infer(c, U_TO_REAL, true, true);
 }
-const oari_op_def oari_def_imag = {
-    .name = "imag", .n_in = 1, .n_out = 1, .fusion = OARI_FUSE_ELEMWISE,
-    .infer = infer_imag, .grad = grad_imag,
-};
-oar_tensor *oar_imag(oar_tensor *x) { return oari_call1(OARI_OP_imag, x, NULL); }
+
+/* ---- the rows ---- */
+
+#include "ew_grad.h"
+#include "ew_table.h"
+
+/* gradient column: a kind and its argument */
+#define D(f) EW_GD, f
+#define D_DIV(f) EW_GDIV, f
+#define GRAD_FN(fn) EW_GFN, fn
+#define NO_GRAD EW_GNONE, 0
+#define EW_GRAD_RULE(name, kind, f) EW_CAT(kind, _RULE)(name, f)
+#define EW_GD_RULE(name, f) EW_CHAIN_RULE(name, f, false)
+#define EW_GDIV_RULE(name, f) EW_CHAIN_RULE(name, f, true)
+#define EW_GFN_RULE(name, fn)
+#define EW_GNONE_RULE(name, f)
+#define EW_CHAIN_RULE(name, f, divide)                                                      \
+    static int ew_grad_##name(oari_grad_ctx *g) {                                           \
+        EW_GRAD_BEGIN(g);                                                                   \
+        oar_tensor *const x = g->in[0];                                                     \
+        (void)x;                                                                            \
+        return oari_ew_chain(g, 0, f, divide, false);                                       \
+    }
+#define EW_GRAD_PTR(name, kind, f) EW_CAT(kind, _PTR)(name, f)
+#define EW_GD_PTR(name, f) ew_grad_##name
+#define EW_GDIV_PTR(name, f) ew_grad_##name
+#define EW_GFN_PTR(name, fn) fn
+#define EW_GNONE_PTR(name, f) NULL
+#define EW_GRAD_FLAGS(kind, f) EW_CAT(kind, _FLAGS)
+#define EW_GD_FLAGS 0u
+#define EW_GDIV_FLAGS 0u
+#define EW_GFN_FLAGS 0u
+#define EW_GNONE_FLAGS OARI_F_NONDIFF
+
+#define SAVE_NONE 0u
+#define SAVE_X OARI_SAVE_IN(0)
+#define SAVE_Y OARI_SAVE_OUT(0)
+#define SAVE_XY (OARI_SAVE_IN(0) | OARI_SAVE_OUT(0))
+
+#define EW_INFER(rule) EW_CAT(EW_INFER_, rule)
+#define EW_INFER_CUSTOM(fn, cls) fn
+#define EW_INFER_SAME rule_SAME
+#define EW_INFER_SAME_C rule_SAME_C
+#define EW_INFER_SAME_CB rule_SAME_CB
+#define EW_INFER_FLOAT rule_FLOAT
+#define EW_INFER_FLOAT_C rule_FLOAT_C
+#define EW_INFER_TO_BOOL rule_TO_BOOL
+#define EW_INFER_TO_REAL_C rule_TO_REAL_C
+#define EW_INFER_TO_REAL_CB rule_TO_REAL_CB
+#define EW_INFER_FLOAT_TO_REAL rule_FLOAT_TO_REAL
+
+#define EW_API(api, name) EW_CAT(EW_API_, api)(name)
+#define EW_API_PUBLIC(name) \
+    oar_tensor *oar_##name(oar_tensor *x) { return oari_call1(OARI_OP_##name, x, NULL); }
+#define EW_API_API_OWN(name)
+#define EW_API_INTERNAL(name)
+
+/* (the gradient column arrives as "kind, formula": two arguments) */
+#define EW_DEF(op, rule, api, mask, ...)                                                    \
+    EW_GRAD_RULE(op, __VA_ARGS__)                                                           \
+    const oari_op_def oari_def_##op = {                                                     \
+        .name = #op, .n_in = 1, .n_out = 1, .fusion = OARI_FUSE_ELEMWISE,                   \
+        .flags = EW_GRAD_FLAGS(__VA_ARGS__), .saved = mask, .infer = EW_INFER(rule),        \
+        .grad = EW_GRAD_PTR(op, __VA_ARGS__),                                               \
+    };                                                                                      \
+    EW_API(api, op)
+#define EW_UNARY(op, rule, cpu, gen, api, forward, alt, gradient, mask, test, onnx, doc)    \
+    EW_DEF(op, rule, api, mask, gradient)
+#define EW_BINARY(...)
+#define EW_TERNARY(...)
+#define EW_NONE(name, why)
+#include "elementwise.def"
 
 /* ---- public functions with attributes ---- */
 

@@ -1,6 +1,7 @@
 /* Every differentiable op of the registry against central differences in
  * float64, first and second order, contiguous and strided inputs (the
- * table in gradcheck_cases.h). An op whose definition is still missing is
+ * table in gradcheck_cases.h, and a case from each row of the elementwise
+ * table). An op whose definition is still missing is
  * skipped with a message; a differentiable op without a case fails. With
  * an op name as argument, runs only that op's cases. */
 #include "gradcheck_cases.h"
@@ -52,13 +53,16 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s is not marked OARI_F_NONDIFF but has no gradient rule\n", name);
             continue;
         }
-        for (int i = 0; i < N_OP_CASES; i++) {
-            const op_case *c = &op_cases[i];
+        op_case table;
+        void *table_ctx = NULL;
+        bool from_table = ew_row_case(name, &table, &table_ctx);
+        for (int i = 0; i < N_OP_CASES + from_table; i++) {
+            const op_case *c = i < N_OP_CASES ? &op_cases[i] : &table;
             if (strcmp(c->op, name)) continue;
             char label[128];
             snprintf(label, sizeof label, "%s%s%s", name, c->label[0] ? " / " : "", c->label);
             oar_pool *p = oar_pool_push();
-            bool ok = gradcheck(label, c->fn, NULL, c->n, c->in, &c->o);
+            bool ok = gradcheck(label, c->fn, i < N_OP_CASES ? NULL : table_ctx, c->n, c->in, &c->o);
             oar_pool_pop(p);
             if (!ok) wrong++;
         }

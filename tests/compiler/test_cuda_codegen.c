@@ -1,12 +1,14 @@
 /* The CUDA C renderer (src/compiler/codegen_cu.c) without a GPU: NVRTC
  * compiles source without one, so every kernel the renderer writes for the
  * random graphs of the fuzzer (tests/compiler/fuzz_graphs.h), an MLP train
- * step and the row ops is compiled to PTX here, and each fused kernel's
+ * step, the row ops and every row of the elementwise table is compiled to
+ * PTX here, and each fused kernel's
  * entry is found in it under its own name; the launches themselves run only
  * on a GPU (scripts/gpu-check.sh). Skipped (77) where the build found no
  * NVRTC. */
 #include "test.h"
 
+#include "compiler/ew_graphs.h"
 #include "compiler/fuzz_graphs.h"
 
 #include "compiler/compiler.h"
@@ -114,6 +116,35 @@ static void test_mlp_step(void) {
     oar_pool_pop(p);
 }
 
+/* Every row of the elementwise table, in each dtype of its gen column (and
+ * gelu's tanh form), fused with its reader: one kernel per row, and the
+ * CUDA C (the row's formula over ew_math.h's words) compiles. */
+static void test_every_row(void) {
+    oar_pool *outer = oar_pool_push(); /* the graphs' inputs */
+    int rows = 0, kernels = 0;
+    for (size_t t = 0; t < sizeof ew_gen_dtypes / sizeof *ew_gen_dtypes; t++)
+        for (int alt = 0; alt < 2; alt++) {
+            ew_graph eg;
+            for (int cursor = 0; ew_graph_next(&eg, ew_gen_dtypes[t], alt, &cursor);) {
+                oar_pool *p = oar_pool_push();
+                oar_graph *g = ew_graph_trace(&eg);
+                char what[64];
+                snprintf(what, sizeof what, "table rows, %s%s", oar_dtype_name(ew_gen_dtypes[t]), alt ? " alt" : "");
+                int k = 0;
+                CHECK(g && check_graph(g, what, &k));
+                CHECK(k == eg.n_rows);
+                rows += eg.n_rows;
+                kernels += k;
+                oar_graph_free(g);
+                ew_graph_free(&eg);
+                oar_pool_pop(p);
+            }
+        }
+    fprintf(stderr, "%d table rows rendered as CUDA C (%d kernels)\n", rows, kernels);
+    CHECK(rows > 60);
+    oar_pool_pop(outer);
+}
+
 /* A graph the renderer cannot compile is caught by NVRTC, not hidden: a
  * fusion whose source is broken on purpose fails with the log printed. */
 static void test_broken_source_fails(void) {
@@ -136,6 +167,7 @@ static void test_broken_source_fails(void) {
 int main(void) {
     RUN(test_random_graphs);
     RUN(test_mlp_step);
+    RUN(test_every_row);
     RUN(test_broken_source_fails);
     return test_summary();
 }

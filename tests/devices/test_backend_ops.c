@@ -7,13 +7,17 @@
  * finite fails. A case the device does not claim (get_kernel NULL or
  * supports_op 0) is reported as skipped; an (op, dtype) the device claims
  * with no case here fails the test, so new kernels come with cases. The
- * float cases run in f32 and again in f64 (bound 1e-12 there).
+ * elementwise cases come from the op table (tests/ew_rows.h): each row
+ * with a device form gets cases in its dtypes and ranges. The float cases
+ * run in f32 and again in f64 (bound 1e-12 there).
  * Runs for every device of the plugins built here (exit 77, skipped,
  * where there is no opencl device). */
 #include "test.h"
 
 #include "ops/op.h"
+#include "compiler/ew_graphs.h"
 #include "opencl_common.h"
+#include "ew_rows.h"
 
 #define GUARD 64 /* sentinel elements on each side */
 #define SENTINEL 0xA5
@@ -306,101 +310,96 @@ static void run_case(oar_device *dev, const tcase *tc) {
 static oar_dtype FD = OAR_F32;
 static double tl(double f32_bound) { return FD == OAR_F64 ? 1e-12 : f32_bound; }
 
-static const char *const unary_ops[] = {
-    "neg", "abs", "sign", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "square",
-    "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid",
-    "relu", "relu6", "leaky_relu", "elu", "gelu", "silu", "softplus", "erf", "floor", "ceil",
-    "round", "trunc", "clamp", "conj", "gelu_grad", NULL};
-
-static void unary_cases(oar_device *dev) {
-    for (int u = 0; unary_ops[u]; u++) {
-        const char *op = unary_ops[u];
-        double lo = -3, hi = 3;
-        if (strstr("log log2 sqrt rsqrt reciprocal", op) && strcmp(op, "log1p")) lo = 0.1;
-        if (!strcmp(op, "log1p")) lo = -0.5;
-        if (!strcmp(op, "asin") || !strcmp(op, "acos")) lo = -0.95, hi = 0.95;
-        if (!strcmp(op, "tan")) lo = -1.2, hi = 1.2;
-        if (!strcmp(op, "round")) lo = -6, hi = 6;
-        for (int lay = 0; lay < 3; lay++) {
-            tcase t = {.op = op, .n_in = 1, .tol = tl(2e-6)};
-            t.in[0] = (in_spec){FD, 2, SH(7, 33), (layout)lay, lo, hi};
-            if (!strcmp(op, "leaky_relu")) t.nf = 1, t.f[0] = 0.07;
-            if (!strcmp(op, "elu")) t.nf = 1, t.f[0] = 1.3;
-            if (!strcmp(op, "softplus")) t.nf = 2, t.f[0] = 1.5, t.f[1] = 4;
-            if (!strcmp(op, "clamp")) t.nf = 2, t.f[0] = -1, t.f[1] = lay == 1 ? NAN : 0.5;
-            if (!strcmp(op, "gelu")) t.ni = 1, t.i[0] = lay == 2;
-            run_case(dev, &t);
-        }
-        /* NaN, infinities and zeros */
-        tcase t = {.op = op, .n_in = 1, .tol = tl(2e-6), .special = true};
-        t.in[0] = (in_spec){FD, 1, SH(40), L_CONTIG, lo, hi};
-        if (!strcmp(op, "leaky_relu")) t.nf = 1, t.f[0] = 0.07;
-        if (!strcmp(op, "elu")) t.nf = 1, t.f[0] = 1.3;
-        if (!strcmp(op, "softplus")) t.nf = 2, t.f[0] = 1.5, t.f[1] = 4;
-        if (!strcmp(op, "clamp")) t.nf = 2, t.f[0] = -1, t.f[1] = 0.5;
-        if (!strcmp(op, "gelu")) t.ni = 1;
-        run_case(dev, &t);
-    }
-    for (int k = 0; k < 2; k++) {
-        tcase t = {.op = k ? "isinf" : "isnan", .n_in = 1, .tol = 0, .special = true};
-        t.in[0] = (in_spec){FD, 2, SH(6, 9), L_TRANSPOSED, -2, 2};
-        run_case(dev, &t);
-    }
-    if (FD != OAR_F32) return; /* the bool case once */
-    tcase t = {.op = "logical_not", .n_in = 1, .tol = 0};
-    t.in[0] = (in_spec){OAR_BOOL, 2, SH(6, 9), L_STEPPED, 0, 2};
-    run_case(dev, &t);
+/* The attributes a row's device cases give it (the rows that take some). */
+static void row_attrs(tcase *t, int lay) {
+    if (!strcmp(t->op, "leaky_relu")) t->nf = 1, t->f[0] = 0.07;
+    if (!strcmp(t->op, "elu")) t->nf = 1, t->f[0] = 1.3;
+    if (!strcmp(t->op, "softplus")) t->nf = 2, t->f[0] = 1.5, t->f[1] = 4;
+    if (!strcmp(t->op, "clamp")) t->nf = 2, t->f[0] = -1, t->f[1] = lay == 1 ? NAN : 0.5;
+    if (!strcmp(t->op, "gelu")) t->ni = 1, t->i[0] = lay == 2;
 }
 
-static void binary_cases(oar_device *dev) {
-    static const char *const ops[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
-                                      "atan2", "eq", "ne", "lt", "le", "gt", "ge", NULL};
-    for (int b = 0; ops[b]; b++) {
-        bool pw = !strcmp(ops[b], "pow"), dv = !strcmp(ops[b], "div");
-        bool cmp = strlen(ops[b]) == 2;
-        double lo = pw ? 0.2 : -3, hi = 3;
-        /* equal values happen for comparisons: draw integers */
-        if (cmp) lo = -2, hi = 2;
-        tcase t[3] = {
-            {.op = ops[b], .n_in = 2, .tol = tl(2e-6),
-             .in = {{FD, 2, SH(9, 20), L_CONTIG, lo, hi}, {FD, 2, SH(9, 20), L_TRANSPOSED, dv ? 0.5 : lo, hi}}},
-            {.op = ops[b], .n_in = 2, .tol = tl(2e-6),
-             .in = {{FD, 3, SH(3, 1, 5), L_STEPPED, lo, hi}, {FD, 2, SH(4, 5), L_CONTIG, dv ? 0.5 : lo, hi}}},
-            {.op = ops[b], .n_in = 2, .tol = tl(2e-6),
-             .in = {{FD, 2, SH(6, 7), L_BROADCAST, lo, hi}, {FD, 0, SH(0), L_CONTIG, dv ? 0.5 : lo, hi}}},
-        };
-        if (cmp)
-            for (int k = 0; k < 3; k++)
-                for (int i = 0; i < 2; i++) t[k].in[i].dtype = FD;
-        for (int k = 0; k < 3; k++) {
-            if (cmp) { /* integral values in f32 so that equality occurs */
-                t[k].in[0].lo = -2, t[k].in[0].hi = 2;
-                t[k].in[1].lo = -2, t[k].in[1].hi = 2;
+/* Whether the device claims a kernel of the row r (unary f32): the plugin's
+ * list is the table's, so a row with a device form must be claimed. */
+static void check_claimed(oar_device *dev, const ew_test_row *r) {
+    if (strncmp(dev->name, "opencl", 6) || !(r->gen & EW_K_R) || FD != OAR_F32) return;
+    bool claimed = oari_kernel_lookup(dev, (oari_op)oari_op_lookup(r->op), OAR_F32) != NULL;
+    if (!claimed) fprintf(stderr, "%s has a device form in the table; %s claims no kernel\n", r->op, dev->name);
+    CHECK(claimed);
+}
+
+/* The other dtypes of the gen column, each once (in the f32 round). */
+static const oar_dtype other_dts[] = {OAR_BOOL, OAR_U8, OAR_I32, OAR_I64};
+static bool gen_has(const ew_test_row *r, oar_dtype d) {
+    return r->gen & (d == OAR_BOOL ? EW_K_B : EW_K_I);
+}
+
+/* Every unary row of the elementwise table with a device form: float
+ * inputs in the row's range, three layouts, then NaN, infinities, zeros;
+ * the bool/integer forms once. */
+static void unary_cases(oar_device *dev) {
+    for (int u = 0; u < EW_N_TEST_ROWS; u++) {
+        const ew_test_row *r = &ew_test_rows[u];
+        if (r->n_in != 1 || !r->gen) continue;
+        check_claimed(dev, r);
+        if (r->gen & EW_K_R) {
+            for (int lay = 0; lay < 3; lay++) {
+                tcase t = {.op = r->op, .n_in = 1, .tol = tl(2e-6)};
+                t.in[0] = (in_spec){FD, 2, SH(7, 33), (layout)lay, r->lo, r->hi};
+                row_attrs(&t, lay);
+                run_case(dev, &t);
             }
-            run_case(dev, &t[k]);
+            tcase t = {.op = r->op, .n_in = 1, .tol = tl(2e-6), .special = true};
+            t.in[0] = (in_spec){FD, 1, SH(40), L_CONTIG, r->lo, r->hi};
+            row_attrs(&t, 0);
+            run_case(dev, &t);
+        }
+        for (int k = 0; k < 4 && FD == OAR_F32; k++) {
+            if (!gen_has(r, other_dts[k])) continue;
+            tcase t = {.op = r->op, .n_in = 1, .tol = 0};
+            t.in[0] = (in_spec){other_dts[k], 2, SH(6, 9), L_STEPPED, 0, 3};
+            run_case(dev, &t);
         }
     }
-    const oar_dtype wdt[] = {FD, OAR_I32, OAR_I64, OAR_BOOL};
-    for (int k = 0; k < (FD == OAR_F32 ? 4 : 1); k++) { /* the others once */
+}
+
+/* Every binary (and ternary) row with a device form: three layouts and
+ * broadcasts in the row's ranges; comparisons on integral values (so that
+ * equality occurs); the bool/integer forms once. */
+static void binary_cases(oar_device *dev) {
+    for (int b = 0; b < EW_N_TEST_ROWS; b++) {
+        const ew_test_row *r = &ew_test_rows[b];
+        if (r->n_in != 2 || !r->gen) continue;
+        double alo = r->lo, ahi = r->hi, blo = r->blo, bhi = r->bhi;
+        if (r->out_bool) alo = blo = -2, ahi = bhi = 2;
+        if (r->gen & EW_K_R) {
+            tcase t[3] = {
+                {.op = r->op, .n_in = 2, .tol = tl(2e-6),
+                 .in = {{FD, 2, SH(9, 20), L_CONTIG, alo, ahi}, {FD, 2, SH(9, 20), L_TRANSPOSED, blo, bhi}}},
+                {.op = r->op, .n_in = 2, .tol = tl(2e-6),
+                 .in = {{FD, 3, SH(3, 1, 5), L_STEPPED, alo, ahi}, {FD, 2, SH(4, 5), L_CONTIG, blo, bhi}}},
+                {.op = r->op, .n_in = 2, .tol = tl(2e-6),
+                 .in = {{FD, 2, SH(6, 7), L_BROADCAST, alo, ahi}, {FD, 0, SH(0), L_CONTIG, blo, bhi}}},
+            };
+            for (int k = 0; k < 3; k++) run_case(dev, &t[k]);
+        }
+        for (int k = 0; k < 4 && FD == OAR_F32; k++) {
+            if (!gen_has(r, other_dts[k])) continue;
+            tcase t = {.op = r->op, .n_in = 2, .tol = 0,
+                       .in = {{other_dts[k], 2, SH(5, 6), L_TRANSPOSED, -3, 3},
+                              {other_dts[k], 1, SH(6), L_STEPPED, -3, 3}}};
+            if (other_dts[k] != OAR_I32 && other_dts[k] != OAR_I64) t.in[0].lo = t.in[1].lo = 0;
+            run_case(dev, &t);
+        }
+    }
+    const oar_dtype wdt[] = {FD, OAR_I32, OAR_I64, OAR_BOOL, OAR_U8};
+    for (int k = 0; k < (FD == OAR_F32 ? 5 : 1); k++) { /* the others once */
         tcase w = {.op = "where", .n_in = 3, .tol = 0,
                    .in = {{OAR_BOOL, 2, SH(4, 6), L_STEPPED, 0, 2}, {wdt[k], 1, SH(6), L_CONTIG, -3, 3},
                           {wdt[k], 3, SH(2, 4, 1), L_CONTIG, -3, 3}}};
+        if (wdt[k] == OAR_BOOL || wdt[k] == OAR_U8) w.in[1].lo = w.in[2].lo = 0;
         run_case(dev, &w);
     }
-    if (FD != OAR_F32) return;
-    static const char *const logical[] = {"logical_and", "logical_or", "logical_xor", NULL};
-    for (int b = 0; logical[b]; b++) {
-        tcase t = {.op = logical[b], .n_in = 2, .tol = 0,
-                   .in = {{OAR_BOOL, 2, SH(5, 8), L_TRANSPOSED, 0, 2}, {OAR_BOOL, 1, SH(8), L_CONTIG, 0, 2}}};
-        run_case(dev, &t);
-    }
-    static const oar_dtype cdt[] = {OAR_I32, OAR_I64};
-    for (int b = 8; ops[b]; b++)
-        for (int k = 0; k < 2; k++) {
-            tcase t = {.op = ops[b], .n_in = 2, .tol = 0,
-                       .in = {{cdt[k], 2, SH(5, 6), L_TRANSPOSED, -3, 3}, {cdt[k], 1, SH(6), L_STEPPED, -3, 3}}};
-            run_case(dev, &t);
-        }
 }
 
 static void conversion_cases(oar_device *dev) {
@@ -568,6 +567,51 @@ static void check_coverage(oar_device *dev) {
     if (!strncmp(dev->name, "opencl", 6) && no64 && *no64 && strcmp(no64, "0")) CHECK(claimed_f64 == 0);
 }
 
+/* The code the compiler generates for the device (OpenCL C): every row of
+ * the elementwise table in each dtype of its gen column, fused with its
+ * reader (one kernel per row), run on the device against the CPU's
+ * unfused graph. */
+static void fused_forms(oar_device *dev) {
+    if (strncmp(dev->name, "opencl", 6)) return; /* the CUDA forms: tests/compiler/test_cuda_codegen.c */
+    oar_pool *outer = oar_pool_push(); /* the graphs' inputs */
+    int rows = 0;
+    for (size_t t = 0; t < sizeof ew_gen_dtypes / sizeof *ew_gen_dtypes; t++)
+        for (int alt = 0; alt < 2; alt++) {
+            oar_dtype dt = ew_gen_dtypes[t];
+            if (dt == OAR_F64 && !oari_kernel_lookup(dev, OARI_OP_add, OAR_F64)) continue; /* no cl_khr_fp64 */
+            ew_graph eg;
+            for (int cursor = 0; ew_graph_next(&eg, dt, alt, &cursor);) {
+                oar_pool *p = oar_pool_push();
+                oar_graph *g = ew_graph_trace(&eg);
+                oar_executor *plain = g ? oar_executor_new(g) : NULL, *fused = g ? oar_executor_new(g) : NULL;
+                CHECK(fused && oar_executor_compile(fused) == 0);
+                oar_tensor *din[3 * EW_GRAPH_ROWS], *y0[EW_GRAPH_ROWS] = {0}, *y1[EW_GRAPH_ROWS] = {0};
+                for (int i = 0; i < eg.n_in; i++) din[i] = oar_tensor_to(eg.inputs[i], dev);
+                CHECK(plain && oar_executor_run(plain, eg.inputs, y0) == 0);
+                int st = fused ? oar_executor_run(fused, din, y1) : -1;
+                if (st) fprintf(stderr, "%s: %s\n", oar_dtype_name(dt), oar_last_error());
+                CHECK(st == 0);
+                CHECK(fused && oar_executor_num_kernels(fused) == eg.n_rows);
+                double tol = dt == OAR_F32 ? 2e-6 : dt == OAR_F64 ? 1e-12 : 0;
+                for (int j = 0; j < eg.n_rows && !st; j++) {
+                    char what[96];
+                    snprintf(what, sizeof what, "%s (%s%s) fused on %s", ew_test_rows[eg.rows[j]].op,
+                             oar_dtype_name(dt), alt ? ", alt" : "", dev->name);
+                    CHECK(ew_graph_same(y0[j], oar_tensor_to(y1[j], oar_device_cpu()), tol, what));
+                }
+                rows += eg.n_rows;
+                oar_executor_free(plain);
+                oar_executor_free(fused);
+                oar_graph_free(g);
+                ew_graph_free(&eg);
+                oar_pool_pop(p);
+            }
+        }
+    printf("%s: %d rows of the elementwise table fused and run\n", dev->name, rows);
+    CHECK(rows > 60);
+    oar_pool_pop(outer);
+}
+
 /* The case groups run in each float dtype. */
 static const struct {
     const char *name, *name_f64;
@@ -598,6 +642,8 @@ int main(void) {
         }
         test_current = "coverage";
         check_coverage(d);
+        test_current = "fused forms";
+        fused_forms(d);
     }
     return test_summary();
 }

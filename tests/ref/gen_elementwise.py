@@ -84,6 +84,7 @@ UNARY = [
     ("elu", lambda x: F.elu(x, 1.5), FLH, False),
     ("gelu", F.gelu, FLH, False),
     ("gelu_tanh", gelu_tanh, FLH, False),
+    ("gelu_grad", lambda x: torch.ops.aten.gelu_backward(torch.ones_like(x), x), FLH, True),
     ("silu", F.silu, FLH, False),
     ("softplus", lambda x: F.softplus(x, 2.0, 5.0), FLH, False),
     ("erf", torch.erf, FLH, False),
@@ -102,6 +103,7 @@ UNARY = [
     ("imag", torch.imag, CX, False),
     ("conj", lambda x: torch.conj(x).resolve_conj(), [torch.float32, i64] + CX, False),
     ("angle", torch.angle, FL + [i64] + CX, True),
+    ("hardswish", F.hardswish, FLH, True),
 ]
 
 A2 = [-7.0, -3.5, -1.0, 0.0, 2.5, 5.0, 7.0, 3.0, 0.5, -2.0]
