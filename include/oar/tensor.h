@@ -112,10 +112,12 @@ OAR_API void oar_tensor_release(oar_tensor *t);
  * calling thread when one is open: popping the pool releases it, so a
  * training step inside push/pop frees all its temporaries. Retain what must
  * outlive the pool. With no pool open, the caller owns each result and
- * releases it. Pools nest; pop must get the innermost pool (pools popped
- * out of order are an error reported through oar_last_error and ignored). */
+ * releases it. Pools nest; pop must get the innermost pool. oar_pool_pop
+ * returns 0, or OAR_ERR_STATE (nothing is released) for a pool that is not
+ * the innermost one or was already popped, OAR_ERR_INVALID for NULL; push
+ * returns NULL when out of memory. */
 OAR_API oar_pool *oar_pool_push(void);
-OAR_API void oar_pool_pop(oar_pool *p);
+OAR_API int oar_pool_pop(oar_pool *p);
 
 /* ---- devices ----------------------------------------------------------- */
 

@@ -11,6 +11,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Under AddressSanitizer, objects on the free lists and blocks in the
+ * cache are poisoned: a use after release, or a second release, is
+ * reported like a use after free (tests/core/test_misuse.c). The link to
+ * the next free one sits in a free one's last 8 bytes, which stay
+ * unpoisoned: LeakSanitizer skips pointers in poisoned memory, and the
+ * last bytes of a size class are the ones an object least often uses. */
+#if defined(__SANITIZE_ADDRESS__)
+#define OARI_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define OARI_ASAN 1
+#endif
+#endif
+#ifdef OARI_ASAN
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+/* The free-list link of a free object or block of `size` bytes. */
+static inline void **link_of(void *p, size_t size) { return (void **)((char *)p + size - sizeof(void *)); }
+
 static void *default_alloc(void *ctx, void *ptr, size_t old_size, size_t new_size) {
     (void)ctx;
     (void)old_size;
@@ -101,7 +126,8 @@ static void obj_drain(obj_cache *c) {
     for (int k = 0; k < OBJ_CLASSES; k++) {
         void *p = c->head[k];
         while (p) {
-            void *next = *(void **)p;
+            UNPOISON(p, obj_class_size(k));
+            void *next = *link_of(p, obj_class_size(k));
             alloc_fn(alloc_ctx, p, obj_class_size(k), 0);
             p = next;
         }
@@ -130,7 +156,8 @@ void *oari_obj_alloc(size_t n) {
     int k = obj_class(n, &size);
     void *p = objs.head[k];
     if (p) {
-        objs.head[k] = *(void **)p;
+        UNPOISON(p, size);
+        objs.head[k] = *link_of(p, size);
         objs.count[k]--;
         return p;
     }
@@ -156,9 +183,10 @@ void oari_obj_free(void *p, size_t n) {
         return;
     }
     oari_thread_register();
-    *(void **)p = objs.head[k];
+    *link_of(p, size) = objs.head[k];
     objs.head[k] = p;
     objs.count[k]++;
+    POISON(p, size - sizeof(void *));
 }
 
 void *oari_obj_realloc(void *p, size_t old_n, size_t new_n) {
@@ -190,7 +218,7 @@ void oari_strfree(char *s) {
 #define ALIGN 64
 #define N_CLASSES (16 + 52 * 4) /* up to 2^62 bytes */
 
-typedef struct free_block { struct free_block *next; } free_block;
+typedef struct free_block free_block; /* a cached block; its link: link_of() */
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static free_block *free_lists[N_CLASSES];
@@ -248,7 +276,8 @@ void *oari_cpu_block_alloc(size_t nbytes) {
     pthread_mutex_lock(&cache_lock);
     if (cls >= 0 && free_lists[cls]) {
         free_block *b = free_lists[cls];
-        free_lists[cls] = b->next;
+        UNPOISON(b, rounded);
+        free_lists[cls] = *link_of(b, rounded);
         stats.bytes_cached -= rounded;
         stats.n_cache_hits++;
         count_alloc(rounded);
@@ -291,8 +320,9 @@ void oari_cpu_block_free(void *p, size_t nbytes) {
     tell_observer(stats.bytes_in_use, -1);
     stats.bytes_cached += rounded;
     free_block *b = p;
-    b->next = free_lists[cls];
+    *link_of(b, rounded) = free_lists[cls];
     free_lists[cls] = b;
+    POISON(b, rounded - sizeof(void *));
     pthread_mutex_unlock(&cache_lock);
 }
 
@@ -309,7 +339,8 @@ void oar_memory_empty_cache(void) {
             rounded = base + (size_t)((c - 16) % 4 + 1) * (base / 4);
         }
         while (b) {
-            free_block *next = b->next;
+            UNPOISON(b, rounded);
+            free_block *next = *link_of(b, rounded);
             stats.bytes_cached -= rounded;
             system_free(b, rounded);
             b = next;

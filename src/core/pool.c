@@ -28,12 +28,16 @@ oar_pool *oar_pool_push(void) {
     return p;
 }
 
-void oar_pool_pop(oar_pool *p) {
-    if (!p) return;
+int oar_pool_pop(oar_pool *p) {
+    if (!p) /* a failed push: keep its message */
+        return oari_error_pending() ? oari_fail_status() : oari_error(OAR_ERR_INVALID, "oar_pool_pop: pool is NULL");
     if (p != top) {
-        oari_error(OAR_ERR_STATE, "oar_pool_pop: pool is not the innermost one; pop pools in "
-                                  "the reverse order of push");
-        return;
+        for (oar_pool *q = spare; q; q = q->parent)
+            if (q == p)
+                return oari_error(OAR_ERR_STATE, "oar_pool_pop: pool was already popped (a pool "
+                                  "is popped once, after the pools pushed since)");
+        return oari_error(OAR_ERR_STATE, "oar_pool_pop: pool is not the innermost one; pop pools "
+                          "in the reverse order of push");
     }
     top = p->parent;
     /* Release newest first: later results tend to hold earlier ones. */
@@ -41,6 +45,7 @@ void oar_pool_pop(oar_pool *p) {
     p->n = 0;
     p->parent = spare;
     spare = p;
+    return 0;
 }
 
 oar_tensor *oari_pool_adopt(oar_tensor *t) {
@@ -62,7 +67,10 @@ oar_tensor *oari_pool_adopt(oar_tensor *t) {
 
 oar_tensor *oari_pool_return(oar_pool *p, oar_tensor *r) {
     oar_tensor_retain(r);
-    oar_pool_pop(p);
+    if (oar_pool_pop(p)) { /* a composite's own pool: popping it cannot fail */
+        oar_tensor_release(r);
+        return NULL;
+    }
     return oari_pool_adopt(r);
 }
 
