@@ -68,8 +68,12 @@ typedef struct oar_placement {
  * again is a no-op. */
 OAR_API int oar_dist_init(int *argc, char ***argv);
 /* Frees every communicator oar made and finalizes MPI if oar_dist_init
- * initialised it. Meshes must not be used afterwards. */
-OAR_API void oar_dist_finalize(void);
+ * initialised it. Meshes must not be used afterwards. After collectives
+ * timed out, those given up on get one more timeout to complete; if some
+ * never do (a peer is dead or stopped), MPI_Finalize would wait forever, so
+ * MPI is left without it and OAR_ERR_STATE says so (the process can then
+ * exit; mpirun reports the job as failed). 0 otherwise. */
+OAR_API int oar_dist_finalize(void);
 /* How long a collective waits for the other ranks before it fails (the
  * mesh is then unusable): OAR_DIST_TIMEOUT seconds, default 300; 0 waits
  * forever. */

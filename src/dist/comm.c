@@ -92,6 +92,13 @@ static void count(int64_t n) { __atomic_add_fetch(&bytes_moved, n, __ATOMIC_RELA
 static double timeout_s = -1; /* < 0: not read from OAR_DIST_TIMEOUT yet */
 static oar_tensor *abandoned[64];
 static int n_abandoned;
+/* Requests of moves between meshes given up on (mesh collectives keep
+ * theirs in the mesh), and whether any given-up request never completed
+ * when drained: then a peer is dead or stopped, and MPI_Finalize would wait
+ * for it forever. */
+static MPI_Request lost_moves[256];
+static int n_lost_moves;
+static bool peers_lost;
 
 void oar_dist_set_timeout(double seconds) { timeout_s = seconds > 0 ? seconds : 0; }
 
@@ -139,13 +146,15 @@ static int finish(const char *what, int rc, MPI_Request *req, oar_mesh *m, int d
                       "is unusable from now on", what, oar_dist_rank(), limit, m->names[d]);
 }
 
-bool oari_mesh_drain(oar_mesh *m) {
+/* Gives requests given up on one more timeout (in all) to complete; true
+ * if all did. */
+static bool drain(MPI_Request *req, int n) {
     double limit = oar_dist_timeout(), start = now_s();
     bool all = true;
-    for (int i = 0; i < m->n_pending; i++) {
+    for (int i = 0; i < n; i++) {
         for (long spins = 0;; spins++) {
             int done = 0;
-            if (MPI_Test(&m->pending[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+            if (MPI_Test(&req[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
             if (done) break;
             if (spins > 20000) nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
             if ((spins & 255) == 0 && limit > 0 && now_s() - start > limit) {
@@ -153,10 +162,25 @@ bool oari_mesh_drain(oar_mesh *m) {
                 break;
             }
         }
+        if (!all) break;
     }
+    if (!all) peers_lost = true;
+    return all;
+}
+
+bool oari_mesh_drain(oar_mesh *m) {
+    bool all = drain(m->pending, m->n_pending);
     m->n_pending = 0;
     return all;
 }
+
+bool oari_dist_drain_moves(void) {
+    bool all = drain(lost_moves, n_lost_moves);
+    n_lost_moves = 0;
+    return all;
+}
+
+bool oari_dist_peers_lost(void) { return peers_lost; }
 
 /* x with dim `dim` moved to the front, contiguous, retained by the caller's pool. */
 static oar_tensor *dim_to_front(oar_tensor *x, int dim, int64_t *perm) {
@@ -481,9 +505,15 @@ int oari_exchange(int n, const int *peer, oar_tensor *const *buf, const bool *is
         if (spins > 20000) nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
         if ((spins & 255) == 0 && limit > 0 && now_s() - start > limit) break;
     }
-    /* MPI may still write the buffers: keep them until oar_dist_finalize */
+    /* MPI may still write the buffers: keep them until oar_dist_finalize,
+     * and the requests, which oar_dist_finalize drains */
     for (int i = 0; i < n && n_abandoned < (int)(sizeof abandoned / sizeof *abandoned); i++)
         abandoned[n_abandoned++] = oar_tensor_retain(buf[i]);
+    for (int i = 0; i < started; i++) {
+        if (req[i] == MPI_REQUEST_NULL) continue;
+        if (n_lost_moves < (int)(sizeof lost_moves / sizeof *lost_moves)) lost_moves[n_lost_moves++] = req[i];
+        else peers_lost = true; /* cannot be drained: assume the worst */
+    }
     return oari_error(OAR_ERR_STATE, "oar_reshard: rank %d waited %.0f s for the ranks of a move between "
                       "meshes (OAR_DIST_TIMEOUT); a peer died or did not make the same call",
                       oar_dist_rank(), limit);

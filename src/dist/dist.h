@@ -51,6 +51,11 @@ OARI_HIDDEN void oari_dist_release_abandoned(void);
 /* Before a broken mesh's communicators are freed: gives its abandoned
  * collectives one more timeout to complete. True if all did. */
 OARI_HIDDEN bool oari_mesh_drain(oar_mesh *m);
+/* The same for the requests of moves between meshes given up on. */
+OARI_HIDDEN bool oari_dist_drain_moves(void);
+/* Whether a drain found requests that never completed (a dead or stopped
+ * peer): MPI_Finalize would then wait forever. */
+OARI_HIDDEN bool oari_dist_peers_lost(void);
 
 /* Pops pool p and returns r (computed inside it) as an owned reference. */
 static inline oar_tensor *oari_pop_owned(oar_pool *p, oar_tensor *r) {

@@ -35,13 +35,29 @@ int oar_dist_init(int *argc, char ***argv) {
 
 static void free_move_groups(void);
 
-void oar_dist_finalize(void) {
+static void drain_live_meshes(void);
+
+int oar_dist_finalize(void) {
+    int st = 0;
+    if (oari_dist_ready()) { /* collectives given up on: one more timeout each to complete */
+        drain_live_meshes();
+        oari_dist_drain_moves();
+    }
+    bool lost = oari_dist_peers_lost();
     free_move_groups();
-    if (oari_p2p_comm != MPI_COMM_NULL && oari_dist_ready()) MPI_Comm_free(&oari_p2p_comm);
+    if (oari_p2p_comm != MPI_COMM_NULL && oari_dist_ready() && !lost) MPI_Comm_free(&oari_p2p_comm);
     oari_p2p_comm = MPI_COMM_NULL;
-    if (we_initialised && oari_dist_ready()) MPI_Finalize();
-    we_initialised = false;
+    if (we_initialised && oari_dist_ready()) {
+        if (!lost) MPI_Finalize();
+        else /* MPI_Finalize would wait for them forever: leave without it */
+            st = oari_error(OAR_ERR_STATE, "oar_dist_finalize: collectives timed out (OAR_DIST_TIMEOUT) "
+                            "and never completed: a peer is dead or stopped. MPI_Finalize would wait "
+                            "for it forever, so this rank leaves MPI without it; mpirun will report "
+                            "the job as failed");
+    }
+    if (!lost) we_initialised = false; /* (MPI stays initialised: no second init) */
     oari_dist_release_abandoned();
+    return st;
 }
 
 int oar_dist_rank(void) {
@@ -71,6 +87,17 @@ static int registry_add(oar_mesh *m) {
         if (!registry[i]) registry[i] = m, id = i;
     unlock();
     return id;
+}
+
+/* The collectives given up on in meshes still alive (mesh_free drains
+ * those of a mesh released earlier). */
+static void drain_live_meshes(void) {
+    for (int i = 0; i < MAX_MESHES; i++) {
+        lock();
+        oar_mesh *m = registry[i];
+        unlock();
+        if (m && m->n_pending) oari_mesh_drain(m);
+    }
 }
 
 oar_mesh *oari_mesh_by_id(int64_t id) {
