@@ -14,8 +14,9 @@
  * Collectives (all_reduce, all_gather, reduce_scatter, broadcast, send,
  * recv and communicators) over NCCL when CMake found it (cuda_nccl.c,
  * OAR_CUDA_NCCL); without it the members are NULL and oar stages device
- * shards through the host. It has been compiled and linked, never run: the
- * machine it was written on has no GPU. */
+ * shards through the host. The machine it is written on has no GPU: its
+ * elementwise kernels were checked on an H200 (plugins/cuda/ew_check.sh,
+ * bench/RESULTS.md); the rest is compiled and linked but unrun. */
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
 

@@ -1,7 +1,7 @@
 /* Graphs that hold every row of the elementwise table (tests/ew_rows.h)
  * in each dtype of its gen column, for the tests of the generated forms
  * (C: test_ew_forms.c, CUDA C: test_cuda_codegen.c, OpenCL C:
- * tests/devices/test_ew_forms_opencl.c). Each row's op reads inputs in the
+ * fused_forms() in tests/devices/test_backend_ops.c). Each row's op reads inputs in the
  * row's test range and its output is read by one more elementwise op, so
  * the two make one fused kernel: a graph of k rows compiles to k kernels
  * exactly when every row has a fused form. Rows that take attributes get

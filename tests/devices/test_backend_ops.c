@@ -370,6 +370,7 @@ static void binary_cases(oar_device *dev) {
     for (int b = 0; b < EW_N_TEST_ROWS; b++) {
         const ew_test_row *r = &ew_test_rows[b];
         if (r->n_in != 2 || !r->gen) continue;
+        check_claimed(dev, r);
         double alo = r->lo, ahi = r->hi, blo = r->blo, bhi = r->bhi;
         if (r->out_bool) alo = blo = -2, ahi = bhi = 2;
         if (r->gen & EW_K_R) {
