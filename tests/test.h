@@ -24,14 +24,29 @@ static const char *test_current = "";
         }                                                                              \
     } while (0)
 
+/* a within tol of b. A NaN never passes (a failed call's NaN must not
+ * match an expected NaN): check an expected NaN with CHECK_NAN. */
 #define CHECK_NEAR(a, b, tol)                                                           \
     do {                                                                                \
         double a_ = (double)(a), b_ = (double)(b);                                      \
-        if (fabs(a_ - b_) <= (tol) || (isnan(a_) && isnan(b_))) test_passed++;          \
+        if (fabs(a_ - b_) <= (tol)) test_passed++;                                      \
         else {                                                                          \
             test_failed++;                                                              \
             fprintf(stderr, "%s:%d: %s: %s = %.17g, expected %s = %.17g (tol %g)\n",    \
                     __FILE__, __LINE__, test_current, #a, a_, #b, b_, (double)(tol));   \
+        }                                                                               \
+    } while (0)
+
+/* x is NaN, and the call that made it did not fail (no error was set
+ * since the last oar_clear_error: a failed call's NaN does not count). */
+#define CHECK_NAN(x)                                                                    \
+    do {                                                                                \
+        double x_ = (double)(x);                                                        \
+        if (isnan(x_) && !oar_last_error()[0]) test_passed++;                           \
+        else {                                                                          \
+            test_failed++;                                                              \
+            fprintf(stderr, "%s:%d: %s: %s = %.17g, expected NaN from a call that succeeds " \
+                    "(last error: %s)\n", __FILE__, __LINE__, test_current, #x, x_, oar_last_error()); \
         }                                                                               \
     } while (0)
 
@@ -65,8 +80,11 @@ static inline int test_summary(void) {
     return test_failed ? 1 : 0;
 }
 
-/* The tensor's values as doubles (real parts for complex), malloc'd. */
-static inline double *test_values(oar_tensor *t) {
+/* The tensor's values as doubles, malloc'd: real parts for complex, and the
+ * imaginary parts into *imag when imag is not NULL (malloc'd; NULL for a
+ * real tensor). */
+static inline double *test_values_ri(oar_tensor *t, double **imag) {
+    if (imag) *imag = NULL;
     if (!t) return NULL;
     oar_pool *pool = oar_pool_push();
     oar_tensor *d = oar_cast(t, oar_dtype_is_complex(oar_tensor_dtype(t)) ? OAR_C128 : OAR_F64);
@@ -81,15 +99,20 @@ static inline double *test_values(oar_tensor *t) {
         free(v);
         v = NULL;
     }
-    if (v && es == 16)
+    if (v && es == 16) {
+        if (imag && (*imag = malloc((size_t)(n ? n : 1) * sizeof(double))))
+            for (int64_t i = 0; i < n; i++) (*imag)[i] = v[2 * i + 1];
         for (int64_t i = 0; i < n; i++) v[i] = v[2 * i]; /* keep real parts */
+    }
     oar_pool_pop(pool);
     return v;
 }
+static inline double *test_values(oar_tensor *t) { return test_values_ri(t, NULL); }
 
-/* Checks t against n expected values to an absolute+relative tolerance. */
-static inline void test_expect_values(const char *what, oar_tensor *t, const double *want, int64_t n,
-                                      double tol, const char *file, int line) {
+/* Checks t against n expected values to an absolute+relative tolerance;
+ * a complex t against want_re and want_im (want_im NULL: all zero). */
+static inline void test_expect_cvalues(const char *what, oar_tensor *t, const double *want, const double *want_im,
+                                       int64_t n, double tol, const char *file, int line) {
     if (!t) {
         test_failed++;
         fprintf(stderr, "%s:%d: %s: %s is NULL (%s)\n", file, line, test_current, what, oar_last_error());
@@ -101,23 +124,35 @@ static inline void test_expect_values(const char *what, oar_tensor *t, const dou
                 what, (long long)oar_tensor_numel(t), (long long)n);
         return;
     }
-    double *v = test_values(t);
+    double *im = NULL, *v = test_values_ri(t, &im);
     int bad = 0;
     for (int64_t i = 0; i < n && v; i++) {
-        double err = fabs(v[i] - want[i]);
-        bool same_nan = isnan(v[i]) && isnan(want[i]);
-        bool same_inf = isinf(v[i]) && v[i] == want[i];
-        if (!(err <= tol * (1 + fabs(want[i]))) && !same_nan && !same_inf) {
-            if (bad < 5)
-                fprintf(stderr, "%s:%d: %s: %s[%lld] = %.10g, expected %.10g\n", file, line,
-                        test_current, what, (long long)i, v[i], want[i]);
-            bad++;
+        for (int part = 0; part < (im ? 2 : 1); part++) {
+            double got = part ? im[i] : v[i], w = part ? (want_im ? want_im[i] : 0) : want[i];
+            double err = fabs(got - w);
+            bool same_nan = isnan(got) && isnan(w);
+            bool same_inf = isinf(got) && got == w;
+            if (!(err <= tol * (1 + fabs(w))) && !same_nan && !same_inf) {
+                if (bad < 5)
+                    fprintf(stderr, "%s:%d: %s: %s[%lld]%s = %.10g, expected %.10g\n", file, line,
+                            test_current, what, (long long)i, part ? " (imaginary part)" : "", got, w);
+                bad++;
+            }
         }
     }
     if (!v || bad) test_failed++;
     else test_passed++;
     free(v);
+    free(im);
 }
+static inline void test_expect_values(const char *what, oar_tensor *t, const double *want, int64_t n,
+                                      double tol, const char *file, int line) {
+    test_expect_cvalues(what, t, want, NULL, n, tol, file, line);
+}
+/* t's values against want (a complex t: real parts against want, imaginary
+ * parts against 0), or against want_re and want_im. */
 #define CHECK_VALUES(t, want, n, tol) test_expect_values(#t, t, want, n, tol, __FILE__, __LINE__)
+#define CHECK_CVALUES(t, want_re, want_im, n, tol) \
+    test_expect_cvalues(#t, t, want_re, want_im, n, tol, __FILE__, __LINE__)
 
 #endif
