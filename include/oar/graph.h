@@ -85,9 +85,12 @@ OAR_API oar_graph *oar_graph_clone(const oar_graph *g);
  * a cond / while node's sub-graphs indented below it) to f. 0 or an error
  * status. */
 OAR_API int oar_graph_print(const oar_graph *g, FILE *f);
-/* Checks the graph (topological order, input arities, every shape rule
- * reproducing the recorded shapes; control nodes' sub-graphs in turn and
- * against the node); 0 or OAR_ERR_INVALID naming the node. */
+/* Checks the graph (each input value listed once among the inputs and
+ * each listed input an input value, constants holding tensors of their
+ * dtype and shape, symbols with trace sizes >= 2, shapes whose dims
+ * multiply within int64, topological order, input arities, every shape
+ * rule reproducing the recorded shapes; control nodes' sub-graphs in turn
+ * and against the node); 0 or OAR_ERR_INVALID naming the value or node. */
 OAR_API int oar_graph_verify(const oar_graph *g);
 
 OAR_API int oar_graph_num_nodes(const oar_graph *g);
@@ -277,16 +280,28 @@ OAR_API const char *oar_executor_kernel_source(const oar_executor *ex);
 
 /* ---- saved models ------------------------------------------------------------- */
 
-/* Writes `dir`/model.json (the graph, format version 1; version 2 when it
- * has cond / while nodes, whose sub-graphs it nests) and
- * `dir`/weights.safetensors (the constants), creating dir if needed.
- * 0 or an error status. */
+/* Writes a saved model into `dir` (created if needed), committed as a
+ * whole: the constants to a new weights file of a unique name
+ * (`dir`/weights.<pid>.<n>.safetensors), then `dir`/model.json (the graph,
+ * format version 3; cond / while nodes nest their sub-graphs), which names
+ * that file with its size and crc32 and is renamed into place last; every
+ * file goes through the save protocol of <oar/io.h> (temporary, fsync,
+ * rename, folder fsync). After a crash at any point the folder loads as
+ * the old model or the new one; concurrent saves to one folder each
+ * succeed, the last to rename model.json wins. The weights the old
+ * model.json named, and what dead writers left, are removed. 0 or an error
+ * status (on failure the old model stays). */
 OAR_API int oar_graph_save(const oar_graph *g, const char *dir);
-/* Loads a folder written by oar_graph_save; a new graph. NULL with an error
- * naming the file and the problem: missing or corrupt file, unsupported
- * version, unknown op, missing weight, weight of the wrong shape or dtype,
- * a node whose shape rule disagrees with the recorded shapes, a malformed
- * sub-graph of a cond / while node (named by its node and branch). */
+/* Loads a folder written by oar_graph_save (or by an older oar: format
+ * versions 1 and 2, with a fixed weights.safetensors and no manifest, are
+ * read as they are); a new graph. NULL with an error naming the file and
+ * the problem: missing or corrupt file, unsupported version, a version-3
+ * model.json without its "weights" record or whose weights file is missing or does not
+ * match its size and crc32, unknown op, missing weight, weight of the wrong
+ * shape or dtype, a symbol whose trace size is not a whole number in
+ * [2, 2^31), an input value the inputs do not list, a node whose shape
+ * rule disagrees with the recorded shapes, a malformed sub-graph of a
+ * cond / while node (named by its node and branch). */
 OAR_API oar_graph *oar_graph_load(const char *dir);
 
 #ifdef __cplusplus

@@ -24,7 +24,7 @@ extern "C" {
 typedef struct oar_predictor oar_predictor;
 
 typedef struct oar_predictor_config {
-    const char *model_dir;  /* folder with model.json and weights.safetensors */
+    const char *model_dir;  /* a folder written by oar_graph_save */
     int num_threads;        /* OpenMP threads per run; 0: the process default */
     bool optimize;          /* run OAR_PASSES_INFERENCE after loading */
     const char *passes;     /* optional: comma-separated pass names ("dce,cse") run

@@ -3,10 +3,14 @@
  * then the raw little-endian data), readable by Python's safetensors.
  * Dtype names: F16 BF16 F32 F64 I32 I64 U8 BOOL C64 C128.
  *
- * Files are written to a temporary name in the same folder and renamed,
- * so a crash never leaves a half-written checkpoint. Reading checks every
- * length, offset, dtype and shape against the file's size: a truncated or
- * corrupt file gives an OAR_ERR_IO error naming the file and the problem. */
+ * Files are written to a unique temporary name in the same folder,
+ * fsync'd, renamed and the folder fsync'd (the one save protocol of every
+ * file oar writes), so a crash never leaves a half-written checkpoint and
+ * concurrent saves to one path do not collide; a temporary left by a
+ * process that died is removed by the next save of that file. Reading
+ * checks every length, offset, dtype and shape against the file's size:
+ * a truncated or corrupt file gives an OAR_ERR_IO error naming the file
+ * and the problem. */
 #ifndef OAR_IO_H
 #define OAR_IO_H
 
@@ -16,6 +20,19 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The load limit. Every loader (safetensors, module and optimizer state,
+ * saved models, .npy, IDX, CSV, ONNX models and TensorProtos) checks each
+ * size a file declares against the bytes the file holds before allocating;
+ * where it cannot (a gzip'd IDX file, a CSV file, growing as they are
+ * read), and for any one tensor besides, a declared size over this limit
+ * is refused with OAR_ERR_IO naming the file and both sizes. Default
+ * OAR_DEFAULT_LOAD_LIMIT bytes (64 GiB). */
+#define OAR_DEFAULT_LOAD_LIMIT ((uint64_t)1 << 36)
+/* Sets the limit (0: back to the default) for every thread; returns the
+ * previous one. */
+OAR_API uint64_t oar_set_load_limit(uint64_t max_bytes);
+OAR_API uint64_t oar_load_limit(void);
 
 /* Named tensors read from a file. */
 typedef struct oar_tensor_dict oar_tensor_dict;

@@ -2,9 +2,11 @@
  * parsed with strtod, errors with the file name, line and column. */
 #include "../core/core.h"
 
+#include "../io/file.h"
 #include <errno.h>
 #include <math.h>
 #include <oar/data.h>
+#include <oar/io.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +16,13 @@ typedef struct csv_buf {
     size_t n, cap;
 } csv_buf;
 
-static int push(csv_buf *b, double v) {
+static int push(csv_buf *b, double v, const char *path) {
     if (b->n == b->cap) {
+        /* no header declares a size: the values read so far are held to the load limit */
+        int st = oari_load_check("csv_load", path, "the values read", (uint64_t)(b->n + 1) * sizeof *b->v, UINT64_MAX);
+        if (st) return st;
         size_t cap = b->cap ? 2 * b->cap : 256;
+        if ((uint64_t)cap * sizeof *b->v > oar_load_limit()) cap = (size_t)(oar_load_limit() / sizeof *b->v);
         double *nv = oari_realloc(b->v, b->cap * sizeof *nv, cap * sizeof *nv);
         if (!nv) return oari_fail_status();
         b->v = nv;
@@ -106,7 +112,7 @@ oar_tensor *oar_csv_load(const char *path, const oar_csv_options *opt) {
                                 lineno == 1 && !o.header ? " (a header row? set header)" : "");
                 break;
             }
-            if ((st = push(&b, v))) break;
+            if ((st = push(&b, v, path))) break;
             col++;
             if (!delim) break;
             p = delim + 1;

@@ -3,6 +3,7 @@
  * reads gzip and plain files alike. */
 #include "../core/core.h"
 
+#include "../io/file.h"
 #include <errno.h>
 #include <stdio.h>
 #include <oar/data.h>
@@ -102,6 +103,10 @@ oar_tensor *oar_idx_load(const char *path) {
             goto out;
         }
     }
+    /* (the data is read as it arrives, so a short file fails before the
+     * dims' size is allocated; the limit holds the rest) */
+    uint64_t declared;
+    if ((st = oari_load_shape("idx_load", path, "the dims", ndim, shape, esize, UINT64_MAX, &declared))) goto out;
     nbytes = (size_t)(count * esize);
     /* Grow the buffer as data arrives, so a lying header cannot make us
      * allocate more than the file holds (plus one doubling). */

@@ -705,8 +705,20 @@ static int plan_inputs(oar_executor *ex, oar_tensor *const *inputs) {
     }
     for (int v = 0; v < nv && !st; v++)
         if (g->values[v].kind == OARI_V_CONST) sym[v] = oar_tensor_retain(g->values[v].constant);
+    /* guards: oar_graph_verify refuses these graphs, but one may reach here
+     * unverified (an input value missing from the inputs, a constant
+     * without its tensor, a node reading a value not made before it) */
+    for (int v = 0; v < nv && !st; v++)
+        if (g->values[v].kind != OARI_V_NODE && !sym[v])
+            st = oari_error(OAR_ERR_INVALID, "executor: value %d is an input the graph does not list or a constant "
+                            "without a tensor (malformed graph; oar_graph_verify says more)", v);
     for (int i = 0; i < nn && !st; i++) {
         const oari_gnode *n = &g->nodes[i];
+        for (int k = 0; k < n->n_in && !st; k++)
+            if ((n->in[k] >= 0 && !sym[n->in[k]]) || (k == 0 && n->in[k] < 0 && !oari_is_ctrl(n->op)))
+                st = oari_error(OAR_ERR_INVALID, "executor: node %d input %d (%%%d) is not defined before it "
+                                "(malformed graph)", i, k, n->in[k]);
+        if (st) break;
         if (oari_is_ctrl(n->op)) { /* control flow: outputs as recorded (exec_control.c) */
             st = oari_exec_control_shapes(g, n, ex->sym_vals, sym);
             for (int j = 0; j < n->n_out; j++) root[n->out[j]] = n->out[j];

@@ -48,6 +48,7 @@ static int grow(void **p, int *cap, int need, size_t elem) {
 int oari_graph_sym_of(const oar_graph *g, int64_t size, int32_t *mul) {
     for (int s = 0; s < g->n_syms; s++) {
         int64_t S = g->syms[s].trace_size;
+        if (S < 2) continue; /* (the loader and the verifier refuse such symbols) */
         if (size > 0 && size % S == 0 && size / S <= INT32_MAX) {
             if (mul) *mul = (int32_t)(size / S);
             return s;
@@ -545,9 +546,67 @@ static int verify_ctrl(const oar_graph *g, int i, oar_tensor **t) {
     return 0;
 }
 
+/* What the executor and the passes take for granted of values, inputs and
+ * symbols (a hand-edited model.json can break any of it): each input value
+ * listed once in the inputs and each listed input an input value; each
+ * constant holding a tensor of its dtype and shape; symbols with a usable
+ * trace size, and symbolic dims that name one. */
+static int verify_values(const oar_graph *g) {
+    char s1[200], s2[200];
+    if (g->n_syms < 0 || g->n_syms > OARI_MAX_SYMS)
+        return oari_error(OAR_ERR_INVALID, "graph: %d symbols (at most %d)", g->n_syms, OARI_MAX_SYMS);
+    for (int s = 0; s < g->n_syms; s++)
+        if (!g->syms[s].name || g->syms[s].trace_size < 2)
+            return oari_error(OAR_ERR_INVALID, "graph: symbol %d (%s) has trace size %lld (it must be >= 2)", s,
+                              g->syms[s].name ? g->syms[s].name : "unnamed", (long long)g->syms[s].trace_size);
+    for (int i = 0; i < g->n_inputs; i++) {
+        int v = g->inputs[i];
+        if (v < 0 || v >= g->n_values || g->values[v].kind != OARI_V_INPUT)
+            return oari_error(OAR_ERR_INVALID, "graph: input %d refers to value %d, which is not an input value", i, v);
+        for (int k = 0; k < i; k++)
+            if (g->inputs[k] == v)
+                return oari_error(OAR_ERR_INVALID, "graph: inputs %d and %d are both value %d", k, i, v);
+    }
+    for (int v = 0; v < g->n_values; v++) {
+        const oari_gvalue *gv = &g->values[v];
+        if (gv->kind != OARI_V_NODE && gv->kind != OARI_V_INPUT && gv->kind != OARI_V_CONST)
+            return oari_error(OAR_ERR_INVALID, "graph: value %d has an unknown kind %d", v, (int)gv->kind);
+        if (gv->ndim < 0 || gv->ndim > OAR_MAX_DIMS)
+            return oari_error(OAR_ERR_INVALID, "graph: value %d has rank %d", v, gv->ndim);
+        uint64_t span = 16; /* the product of the dims (zeros as 1): the strides must fit int64 */
+        for (int d = 0; d < gv->ndim; d++) {
+            int s = gv->sym[d];
+            if (gv->shape[d] > 1 && span > ((uint64_t)1 << 62) / (uint64_t)gv->shape[d])
+                return oari_error(OAR_ERR_INVALID, "graph: value %d has shape %s, past int64", v,
+                                  oari_shape_str(s1, gv->ndim, gv->shape));
+            if (gv->shape[d] > 1) span *= (uint64_t)gv->shape[d];
+            if (gv->shape[d] < 0 || s >= g->n_syms || s < -1 || (s >= 0 && gv->smul[d] < 1))
+                return oari_error(OAR_ERR_INVALID, "graph: value %d dim %d (size %lld, symbol %d of %d) is "
+                                  "malformed", v, d, (long long)gv->shape[d], s, g->n_syms);
+        }
+        if (gv->kind == OARI_V_INPUT) {
+            bool listed = false;
+            for (int i = 0; i < g->n_inputs && !listed; i++) listed = g->inputs[i] == v;
+            if (!listed)
+                return oari_error(OAR_ERR_INVALID, "graph: value %d (%s) is an input value, but not one of the "
+                                  "graph's %d inputs", v, gv->name ? gv->name : "unnamed", g->n_inputs);
+        }
+        const oar_tensor *c = gv->constant;
+        if (gv->kind == OARI_V_CONST &&
+            (!c || c->dtype != gv->dtype || c->ndim != gv->ndim ||
+             memcmp(c->shape, gv->shape, (size_t)gv->ndim * sizeof *gv->shape)))
+            return oari_error(OAR_ERR_INVALID, "graph: constant value %d (%s) is %s %s but holds %s %s", v,
+                              gv->name ? gv->name : "unnamed", oar_dtype_name(gv->dtype),
+                              oari_shape_str(s1, gv->ndim, gv->shape), c ? oar_dtype_name(c->dtype) : "no",
+                              c ? oari_shape_str(s2, c->ndim, c->shape) : "tensor");
+    }
+    return 0;
+}
+
 int oar_graph_verify(const oar_graph *g) {
     if (!g) return oari_error(OAR_ERR_INVALID, "graph_verify: graph is NULL");
-    int st = 0;
+    int st = verify_values(g);
+    if (st) return st;
     oar_tensor **t = oari_calloc((size_t)(g->n_values ? g->n_values : 1), sizeof *t);
     if (!t) return oari_fail_status();
     for (int v = 0; v < g->n_values && !st; v++) {

@@ -6,6 +6,7 @@
 
 #include "../ops/op.h"
 #include <oar/graph.h>
+#include <oar/io.h> /* oar_tensor_dict: oari_graph_from_json */
 
 #define OARI_MAX_SYMS 8
 #define OARI_GMAX_OUT 16   /* outputs of a node: OARI_MAX_OUT for ops, more for control nodes */
@@ -129,6 +130,12 @@ OARI_HIDDEN oar_dtype oari_dtype_from_name(const char *name);
 OARI_HIDDEN int oari_graph_op_lookup(const char *name);
 /* A new empty graph with g's symbols (a sub-graph of g); NULL on failure. */
 OARI_HIDDEN oar_graph *oari_graph_new_sub(const oar_graph *g);
+/* The graph a model.json text (len bytes) describes, its constants from w,
+ * checked and verified as oar_graph_load does but for the manifest (the
+ * file layer's: the weights record); jfile and wfile name the files in
+ * messages. NULL with an error. For the fuzzers (fuzz/fuzz_graph_json.c). */
+OARI_HIDDEN oar_graph *oari_graph_from_json(const char *text, size_t len, const oar_tensor_dict *w,
+                                            const char *jfile, const char *wfile);
 
 /* ---- tracing onto an existing graph (src/graph/trace.c) ------------------ */
 /* Starts tracing onto g on this thread (g's constants map to their values,

@@ -1,9 +1,19 @@
 /* Saved models: a folder with model.json (the graph, versioned, written
- * with cJSON) and weights.safetensors (the constants, through src/io).
- * Loading checks everything it reads and names the file and the problem.
+ * with cJSON) and a weights file (the constants, through src/io). Loading
+ * checks everything it reads and names the file and the problem.
  *
- * model.json, version 1:
- *   {"format": "oar.graph", "version": 1,
+ * Committed as a whole: the weights go to a new file of a unique name
+ * ("weights.<pid>.<n>.safetensors"), then model.json, written last through
+ * the save protocol (src/io/file.h), is the manifest that names it with its
+ * size and crc32. A crash before model.json's rename leaves the old
+ * model.json naming the old weights, which are removed only after the
+ * rename; concurrent saves each commit a whole model, the last rename wins.
+ * Weights files that no model.json names and whose writer is dead, and dead
+ * writers' temporaries, are removed by the next save.
+ *
+ * model.json, version 3:
+ *   {"format": "oar.graph", "version": 3,
+ *    "weights": {"file": "weights.4242.7.safetensors", "bytes": 1096, "crc32": 12345},
  *    "symbols": [{"name": "N", "trace_size": 1031}],
  *    "values": [{"kind": "input"|"const"|"node", "dtype": "float32",
  *                "shape": ["N", 8], "name": "x", "wrapped": false}, ...],
@@ -11,30 +21,43 @@
  *    "nodes": [{"op": "matmul", "in": [0, 3], "out": [4],
  *               "i": ["N", 64], "f": [1e-05, "nan"]}, ...],
  *    "outputs": [{"name": "y", "value": 9}]}
- * Version 2 (written when the graph has control nodes): a "cond" or "while"
- * node also has "graphs": [two objects with "values", "inputs", "nodes" and
- * "outputs" as above (no constants; the top graph's symbols)], its
- * sub-graphs (ir.h). Version 1 files load as before.
+ * A "cond" or "while" node also has "graphs": [two objects with "values",
+ * "inputs", "nodes" and "outputs" as above (no constants; the top graph's
+ * symbols)], its sub-graphs (ir.h). Versions 1 (and 2, with control nodes),
+ * written by older oar, had a fixed "weights.safetensors" and no manifest:
+ * they are read as they are, and a save over one writes version 3.
  * A shape entry or integer attribute that is a string names a symbol (a
  * dynamic dim); other integers beyond 2^53 are written as decimal strings;
  * non-finite doubles as "nan", "inf", "-inf". Constants are stored in the
  * safetensors file under their value's "name". */
 #include "ir.h"
 
+#include "../io/file.h"
 #include "../io/json.h"
+#include "../io/safetensors.h"
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <zlib.h>
 #include <stdarg.h>
 #include <math.h>
 #include <oar/io.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define FORMAT_NAME "oar.graph"
-#define FORMAT_VERSION 1
-#define FORMAT_VERSION_CTRL 2 /* graphs with control nodes */
+#define FORMAT_VERSION 3      /* committed by its "weights" record */
+#define FORMAT_VERSION_CTRL 2 /* the first with control nodes */
 #define MAX_NESTING 16        /* sub-graphs inside sub-graphs */
+#define WEIGHTS_PREFIX "weights."
+#define WEIGHTS_SUFFIX ".safetensors"
+#define LEGACY_WEIGHTS "weights.safetensors" /* versions 1 and 2 */
+#define MAX_TRACE_SIZE INT32_MAX
 
 static const char *kind_names[] = {"node", "input", "const"};
 
@@ -75,12 +98,6 @@ static void const_key(const oar_graph *g, int v, char *buf, size_t n) {
               !strcmp(g->values[w].name, name);
     if (dup) snprintf(buf, n, "%s.v%d", name, v);
     else snprintf(buf, n, "%s", name);
-}
-
-static bool has_ctrl(const oar_graph *g) {
-    for (int i = 0; i < g->n_nodes; i++)
-        if (!g->nodes[i].dead && oari_is_ctrl(g->nodes[i].op)) return true;
-    return false;
 }
 
 /* Adds g's "values", "inputs", "nodes" and "outputs" to root (control
@@ -138,11 +155,15 @@ static bool body_json(const oar_graph *g, cJSON *root) {
     return ok && vals && ins && nodes && outs;
 }
 
-static cJSON *graph_json(const oar_graph *g) {
+/* model.json's tree; wfile, wbytes, wcrc: the weights record. */
+static cJSON *graph_json(const oar_graph *g, const char *wfile, uint64_t wbytes, uint32_t wcrc) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
     bool ok = cJSON_AddStringToObject(root, "format", FORMAT_NAME) &&
-              cJSON_AddNumberToObject(root, "version", has_ctrl(g) ? FORMAT_VERSION_CTRL : FORMAT_VERSION);
+              cJSON_AddNumberToObject(root, "version", FORMAT_VERSION);
+    cJSON *w = ok ? cJSON_AddObjectToObject(root, "weights") : NULL;
+    ok = w && cJSON_AddStringToObject(w, "file", wfile) && cJSON_AddNumberToObject(w, "bytes", (double)wbytes) &&
+         cJSON_AddNumberToObject(w, "crc32", (double)wcrc);
     cJSON *syms = cJSON_AddArrayToObject(root, "symbols");
     for (int s = 0; ok && syms && s < g->n_syms; s++) {
         cJSON *o = cJSON_CreateObject();
@@ -156,18 +177,119 @@ static cJSON *graph_json(const oar_graph *g) {
     return root;
 }
 
+/* A weights file name this oar writes: "weights.<pid>.<n>.safetensors". */
+static bool weights_name_ok(const char *name) {
+    return oari_file_name_pid(name, WEIGHTS_SUFFIX) > 0 && !strncmp(name, WEIGHTS_PREFIX, strlen(WEIGHTS_PREFIX)) &&
+           !strchr(name, '/') && strlen(name) < 200;
+}
+
+/* The whole of file path in a new buffer (*cap bytes allocated, NUL
+ * ended), or NULL with an error. */
+static char *read_file(const char *path, size_t *cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return oari_error(OAR_ERR_IO, "%s: cannot open: %s", path, strerror(errno)), NULL;
+    char *buf = NULL;
+    size_t n = 0;
+    bool oom = false;
+    *cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > *cap) {
+            size_t nc = *cap ? *cap * 2 : 65536;
+            char *b = oari_realloc(buf, *cap, nc);
+            if ((oom = !b)) break; /* (not a short file: the error says out of memory) */
+            buf = b;
+            *cap = nc;
+        }
+        size_t r = fread(buf + n, 1, *cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (oom || err) {
+        oari_free(buf, *cap);
+        return err && !oom ? (oari_error(OAR_ERR_IO, "%s: read error", path), NULL) : NULL;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
+/* The weights file the model.json in dir names (LEGACY_WEIGHTS for
+ * versions 1 and 2) into name: 1; 0 if dir has no model.json; -1 if it
+ * cannot be read or names none (then nothing may be removed). Keeps the
+ * thread's error as it was: a save calls it to know what it replaces. */
+static int committed_weights(const char *dir, char *name, size_t size) {
+    char path[4200];
+    if (strlen(dir) > 4096) return -1;
+    snprintf(path, sizeof path, "%s/model.json", dir);
+    if (access(path, F_OK) != 0 && errno == ENOENT) return 0;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", oar_last_error());
+    int status = oari_last_status();
+    size_t cap = 0;
+    char *text = read_file(path, &cap);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(root, "weights");
+    const cJSON *file = cJSON_GetObjectItemCaseSensitive(w, "file");
+    int found = -1;
+    if (cJSON_IsNumber(ver) && (ver->valuedouble == 1 || ver->valuedouble == 2)) {
+        snprintf(name, size, "%s", LEGACY_WEIGHTS);
+        found = 1;
+    } else if (cJSON_IsString(file) && weights_name_ok(file->valuestring)) {
+        snprintf(name, size, "%s", file->valuestring);
+        found = 1;
+    }
+    cJSON_Delete(root);
+    oari_free(text, cap);
+    oari_json_take_oom();
+    if (msg[0]) oari_error(status, "%s", msg);
+    else oar_clear_error();
+    return found;
+}
+
+/* This process's saves: the commit steps (model.json's rename and what is
+ * removed after it) run one at a time, and a save counts as in flight from
+ * before its weights file exists to the end of its commit. Other processes'
+ * files are removed only when their writer is dead. */
+static pthread_mutex_t commit_lock = PTHREAD_MUTEX_INITIALIZER;
+static int in_flight;
+
+/* Removes, from dir, weights files that model.json does not name and whose
+ * writer is dead (a crash between the weights and model.json) or is this
+ * process with no other save in flight (concurrent saves: the last rename
+ * wins), and dead writers' temporaries. Best effort; under commit_lock. */
+static void sweep_weights(const char *dir) {
+    char keep[256] = "";
+    oari_file_sweep(dir, WEIGHTS_PREFIX);
+    oari_file_sweep(dir, "model.json.tmp.");
+    if (committed_weights(dir, keep, sizeof keep) < 0) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char p[8192];
+        long pid = oari_file_name_pid(e->d_name, WEIGHTS_SUFFIX);
+        if (!weights_name_ok(e->d_name) || !strcmp(e->d_name, keep) ||
+            !(oari_pid_dead(pid) || (pid == (long)getpid() && in_flight == 0)))
+            continue;
+        int n = snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (n > 0 && (size_t)n < sizeof p) unlink(p);
+    }
+    closedir(d);
+}
+
 int oar_graph_save(const oar_graph *g, const char *dir) {
     oari_json_init();
     if (!g || !dir) return oari_error(OAR_ERR_INVALID, "graph_save: graph or folder is NULL");
     if (mkdir(dir, 0777) && errno != EEXIST)
         return oari_error(OAR_ERR_IO, "graph_save: cannot create folder %s: %s", dir, strerror(errno));
-    /* weights first: a model.json never points at weights that were not written */
     int nc = oar_graph_num_constants(g), k = 0, st = 0;
     char **names = oari_calloc((size_t)(nc ? nc : 1), sizeof *names);
     oar_tensor **ts = oari_calloc((size_t)(nc ? nc : 1), sizeof *ts);
-    size_t plen = strlen(dir) + 32;
-    char *path = oari_malloc(plen), *tmp = oari_malloc(plen + 8);
-    if (!names || !ts || !path || !tmp) st = oari_fail_status();
+    size_t plen = strlen(dir) + 256;
+    char *jpath = oari_malloc(plen), *wpath = oari_malloc(plen);
+    if (!names || !ts || !jpath || !wpath) st = oari_fail_status();
     for (int v = 0; v < g->n_values && !st; v++) {
         if (g->values[v].kind != OARI_V_CONST) continue;
         char key[512];
@@ -175,35 +297,62 @@ int oar_graph_save(const oar_graph *g, const char *dir) {
         if (!(names[k] = oari_strdup(key))) st = oari_fail_status();
         ts[k++] = g->values[v].constant;
     }
-    if (!st) {
-        snprintf(path, plen, "%s/weights.safetensors", dir);
-        st = oar_safetensors_save(path, k, (const char *const *)names, ts);
-    }
+    if (st) goto out;
+    pthread_mutex_lock(&commit_lock);
+    in_flight++;
+    pthread_mutex_unlock(&commit_lock);
+    /* 1. the weights, under a name no other save uses (pid, then a
+     * counter from the clock, so a reused pid does not collide either) */
+    static atomic_uint_fast64_t seq;
+    char wname[128];
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t base = ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec) % 1000000000000000000u;
+    do {
+        snprintf(wname, sizeof wname, WEIGHTS_PREFIX "%ld.%llu" WEIGHTS_SUFFIX, (long)getpid(),
+                 (unsigned long long)(base + atomic_fetch_add(&seq, 1)));
+        snprintf(wpath, plen, "%s/%s", dir, wname);
+    } while (access(wpath, F_OK) == 0);
+    uint64_t wbytes = 0;
+    uint32_t wcrc = 0;
+    st = oari_safetensors_save(wpath, k, (const char *const *)names, ts, 0, NULL, NULL, &wbytes, &wcrc);
     char *text = NULL;
     if (!st) {
-        cJSON *j = graph_json(g);
+        cJSON *j = graph_json(g, wname, wbytes, wcrc);
         text = j ? cJSON_Print(j) : NULL;
         cJSON_Delete(j);
         if (!text) st = oari_nomem("graph_save: model.json");
     }
+    /* 2. model.json, naming them: the commit */
+    pthread_mutex_lock(&commit_lock);
+    char old[256];
+    bool replaces = !st && committed_weights(dir, old, sizeof old) == 1;
     if (!st) {
-        snprintf(path, plen, "%s/model.json", dir);
-        snprintf(tmp, plen + 8, "%s.tmp", path);
-        FILE *f = fopen(tmp, "wb");
-        size_t len = strlen(text);
-        bool ok = f && fwrite(text, 1, len, f) == len;
-        if (f && fclose(f)) ok = false;
-        if (!ok || rename(tmp, path)) {
-            unlink(tmp);
-            st = oari_error(OAR_ERR_IO, "graph_save: cannot write %s: %s", path, strerror(errno));
-        }
+        snprintf(jpath, plen, "%s/model.json", dir);
+        st = oari_file_save(jpath, text, strlen(text), "graph_save");
     }
+    /* 3. what no model.json names goes: the weights it named before, once
+     * it names others (another process's save may have renamed its own
+     * since); ours after a failure (from the rename of the weights file
+     * on, whichever step failed), unless model.json names them (only the
+     * folder's sync failed) or cannot be read */
+    char named_now[256];
+    int named = committed_weights(dir, named_now, sizeof named_now);
+    if (!st && replaces && named == 1 && strcmp(named_now, old) && strcmp(old, wname)) {
+        snprintf(jpath, plen, "%s/%s", dir, old);
+        unlink(jpath);
+    }
+    if (st && named >= 0 && (named == 0 || strcmp(named_now, wname))) unlink(wpath);
+    in_flight--;
+    sweep_weights(dir);
+    pthread_mutex_unlock(&commit_lock);
     cJSON_free(text);
+out:
     for (int i = 0; names && i < k; i++) oari_strfree(names[i]);
     oari_free(names, (size_t)(nc ? nc : 1) * sizeof *names);
     oari_free(ts, (size_t)(nc ? nc : 1) * sizeof *ts);
-    oari_free(path, plen);
-    oari_free(tmp, plen + 8);
+    oari_free(jpath, plen);
+    oari_free(wpath, plen);
     return st;
 }
 
@@ -305,8 +454,16 @@ static int read_values(loader *L, const cJSON *vals, const oar_tensor_dict *w, c
         int64_t shape[OAR_MAX_DIMS];
         int8_t sym[OAR_MAX_DIMS];
         int32_t mul[OAR_MAX_DIMS];
-        for (int d = 0; d < ndim; d++)
+        uint64_t span = 16; /* the product of the dims (zeros as 1), as the strides take it */
+        for (int d = 0; d < ndim; d++) {
             if (read_int(L, cJSON_GetArrayItem(sh, d), &shape[d], &sym[d], &mul[d], what)) return -1;
+            if (shape[d] < 0 || (shape[d] > 1 && span > ((uint64_t)1 << 62) / (uint64_t)shape[d])) {
+                char buf[200];
+                return fail("%s: %s has shape %s, negative or past int64", L->file, what,
+                            oari_shape_str(buf, d + 1, shape));
+            }
+            if (shape[d] > 1) span *= (uint64_t)shape[d];
+        }
         int v = oari_graph_add_value(g, (oari_vkind)k, dtype, ndim, shape);
         if (v < 0) return -1;
         oari_gvalue *gv = &g->values[v];
@@ -466,74 +623,27 @@ static int read_body(loader *L, const cJSON *obj) {
     return 0;
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return oari_error(OAR_ERR_IO, "%s: cannot open: %s", path, strerror(errno)), NULL;
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            size_t nc = cap ? cap * 2 : 65536;
-            char *b = oari_realloc(buf, cap, nc);
-            if (!b) break;
-            buf = b;
-            cap = nc;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (!buf || err) {
-        oari_free(buf, cap);
-        return err ? (oari_error(OAR_ERR_IO, "%s: read error", path), NULL) : NULL;
-    }
-    buf[n] = 0;
-    *len = cap;
-    return buf;
-}
-
-oar_graph *oar_graph_load(const char *dir) {
-    oari_json_init();
-    if (!dir) return oari_error(OAR_ERR_INVALID, "graph_load: folder is NULL"), NULL;
-    size_t plen = strlen(dir) + 32, cap = 0;
-    char *jpath = oari_malloc(plen), *wpath = oari_malloc(plen);
-    char *text = NULL;
-    cJSON *root = NULL;
-    oar_tensor_dict *w = NULL;
-    loader L = {0};
-    int st = -1;
-    if (!jpath || !wpath) goto done;
-    snprintf(jpath, plen, "%s/model.json", dir);
-    snprintf(wpath, plen, "%s/weights.safetensors", dir);
-    L.file = jpath;
-    if (!(text = read_file(jpath, &cap))) goto done;
-    oari_json_take_oom();
-    if (!(root = cJSON_Parse(text)) && oari_json_take_oom()) {
-        oari_nomem("model.json");
-        goto done;
-    }
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        oari_error(OAR_ERR_IO, "%s: not valid JSON (truncated or corrupt) at byte %ld", jpath,
-                   at ? (long)(at - text) : -1L);
-        goto done;
-    }
+/* The format and version of model.json's tree: 0, or an error. */
+static int check_header(const cJSON *root, const char *jfile, int *version) {
     const char *fmt = string(root, "format");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
-    if (!fmt || strcmp(fmt, FORMAT_NAME)) {
-        oari_error(OAR_ERR_IO, "%s: not an oar graph (format \"%s\", expected \"%s\")", jpath,
-                   fmt ? fmt : "", FORMAT_NAME);
-        goto done;
-    }
-    if (!cJSON_IsNumber(ver) || (ver->valuedouble != FORMAT_VERSION && ver->valuedouble != FORMAT_VERSION_CTRL)) {
-        oari_error(OAR_ERR_IO, "%s: unsupported format version %g (this build reads versions %d and %d)", jpath,
-                   cJSON_IsNumber(ver) ? ver->valuedouble : -1.0, FORMAT_VERSION, FORMAT_VERSION_CTRL);
-        goto done;
-    }
-    L.version = (int)ver->valuedouble;
-    if (!(w = oar_safetensors_load(wpath))) goto done;
+    if (!fmt || strcmp(fmt, FORMAT_NAME))
+        return oari_error(OAR_ERR_IO, "%s: not an oar graph (format \"%s\", expected \"%s\")", jfile,
+                          fmt ? fmt : "", FORMAT_NAME);
+    if (!cJSON_IsNumber(ver) || (ver->valuedouble != 1 && ver->valuedouble != FORMAT_VERSION_CTRL &&
+                                 ver->valuedouble != FORMAT_VERSION))
+        return oari_error(OAR_ERR_IO, "%s: unsupported format version %g (this build reads versions 1 to %d)",
+                          jfile, cJSON_IsNumber(ver) ? ver->valuedouble : -1.0, FORMAT_VERSION);
+    *version = (int)ver->valuedouble;
+    return 0;
+}
+
+/* The graph root describes (symbols, values, nodes, outputs; verified), its
+ * constants from w; NULL with an error naming jfile or wfile. */
+static oar_graph *build(const cJSON *root, int version, const oar_tensor_dict *w, const char *jfile,
+                        const char *wfile) {
+    loader L = {.file = jfile, .version = version, .w = w, .wfile = wfile};
+    int st = -1;
     if (!(L.g = oari_graph_new())) goto done;
     oar_graph *g = L.g;
     const cJSON *syms = array(&L, root, "symbols", "the model");
@@ -542,20 +652,34 @@ oar_graph *oar_graph_load(const char *dir) {
     cJSON_ArrayForEach(o, syms) {
         const char *name = string(o, "name");
         const cJSON *ts = cJSON_GetObjectItemCaseSensitive(o, "trace_size");
-        if (!name || !cJSON_IsNumber(ts) || g->n_syms == OARI_MAX_SYMS) {
-            fail("%s: a symbol lacks a name or trace_size (or there are more than %d)", jpath, OARI_MAX_SYMS);
+        if (!name || !name[0] || !cJSON_IsNumber(ts) || g->n_syms == OARI_MAX_SYMS) {
+            fail("%s: symbol %d lacks a name or trace_size (or there are more than %d)", jfile, g->n_syms,
+                 OARI_MAX_SYMS);
             goto done;
         }
+        /* sizes are multiples of it (and divided by it): a whole number in
+         * [2, 2^31), checked before the conversion */
+        double d = ts->valuedouble;
+        if (!(d >= 2 && d <= MAX_TRACE_SIZE) || d != floor(d)) {
+            fail("%s: symbol \"%s\" has trace_size %g; it must be a whole number in [2, %d]", jfile, name, d,
+                 MAX_TRACE_SIZE);
+            goto done;
+        }
+        for (int s = 0; s < g->n_syms; s++)
+            if (!strcmp(g->syms[s].name, name) || g->syms[s].trace_size == (int64_t)d) {
+                fail("%s: symbol \"%s\" repeats the name or trace_size of symbol \"%s\"", jfile, name,
+                     g->syms[s].name);
+                goto done;
+            }
         if (!(g->syms[g->n_syms].name = oari_strdup(name))) goto done;
-        g->syms[g->n_syms++].trace_size = (int64_t)ts->valuedouble;
+        g->syms[g->n_syms++].trace_size = (int64_t)d;
     }
-    L.w = w;
-    L.wfile = wpath;
     if (read_body(&L, root)) goto done;
     if (oar_graph_verify(g)) {
-        char msg[400];
+        char msg[900];
+        int vs = oari_fail_status();
         snprintf(msg, sizeof msg, "%s", oar_last_error());
-        oari_error(OAR_ERR_IO, "%s: %s", jpath, msg);
+        oari_error(vs == OAR_ERR_NOMEM ? vs : OAR_ERR_IO, "%s: %s", jfile, msg);
         goto done;
     }
     st = 0;
@@ -565,10 +689,129 @@ done:
         oar_graph_free(L.g);
         L.g = NULL;
     }
+    return L.g;
+}
+
+/* Parses text (len bytes) as model.json; NULL with an error. */
+static cJSON *parse(const char *text, size_t len, const char *jfile) {
+    oari_json_take_oom();
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root && oari_json_take_oom()) return oari_nomem("model.json"), NULL;
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        oari_error(OAR_ERR_IO, "%s: not valid JSON (truncated or corrupt) at byte %ld", jfile,
+                   at && at >= text && at <= text + len ? (long)(at - text) : -1L);
+    }
+    return root;
+}
+
+oar_graph *oari_graph_from_json(const char *text, size_t len, const oar_tensor_dict *w, const char *jfile,
+                                const char *wfile) {
+    oari_json_init();
+    if (!text || !w || !jfile || !wfile) return oari_error(OAR_ERR_INVALID, "graph_from_json: NULL argument"), NULL;
+    cJSON *root = parse(text, len, jfile);
+    int version = 0;
+    oar_graph *g = root && !check_header(root, jfile, &version) ? build(root, version, w, jfile, wfile) : NULL;
     cJSON_Delete(root);
-    oari_free(text, cap);
-    oar_tensor_dict_free(w);
+    return g;
+}
+
+/* model.json's "weights" record: the file (a name this oar writes), its
+ * size and crc32; 0 or an error. */
+static int weights_record(const cJSON *root, const char *jfile, const char **file, uint64_t *bytes,
+                          uint32_t *crc) {
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(root, "weights");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(w, "file");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(w, "bytes"), *c = cJSON_GetObjectItemCaseSensitive(w, "crc32");
+    if (!cJSON_IsObject(w))
+        return oari_error(OAR_ERR_IO, "%s: no \"weights\" record (the manifest naming the weights file, its size "
+                          "and crc32)", jfile);
+    if (!cJSON_IsString(f) || !weights_name_ok(f->valuestring))
+        return oari_error(OAR_ERR_IO, "%s: \"weights\".\"file\" is not a weights file name of this folder "
+                          "(\"weights.<pid>.<n>.safetensors\")", jfile);
+    if (!cJSON_IsNumber(b) || !(b->valuedouble >= 0 && b->valuedouble < 9007199254740992.0) ||
+        b->valuedouble != floor(b->valuedouble) || !cJSON_IsNumber(c) ||
+        !(c->valuedouble >= 0 && c->valuedouble <= 4294967295.0) || c->valuedouble != floor(c->valuedouble))
+        return oari_error(OAR_ERR_IO, "%s: \"weights\" needs \"bytes\" and \"crc32\" as whole numbers", jfile);
+    *file = f->valuestring;
+    *bytes = (uint64_t)b->valuedouble;
+    *crc = (uint32_t)c->valuedouble;
+    return 0;
+}
+
+/* Opens dir's weights file wname and checks it against the record (size,
+ * then crc32); *wf: the open file at its start. 0, ENOENT if it does not
+ * exist (a concurrent save removed it: read model.json again), or -1 with
+ * an error. */
+static int open_weights(const char *wpath, const char *jfile, uint64_t bytes, uint32_t crc, FILE **wf) {
+    FILE *f = fopen(wpath, "rb");
+    if (!f) {
+        if (errno == ENOENT) return ENOENT;
+        return oari_error(OAR_ERR_IO, "%s: cannot open %s: %s", jfile, wpath, strerror(errno)), -1;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || (uint64_t)sb.st_size != bytes) {
+        oari_error(OAR_ERR_IO, "%s: %s holds %lld bytes; it records %llu (not the weights it was saved with: a "
+                   "damaged folder)", jfile, wpath, (long long)sb.st_size, (unsigned long long)bytes);
+        fclose(f);
+        return -1;
+    }
+    uLong c = crc32(0L, Z_NULL, 0);
+    unsigned char buf[65536];
+    size_t r;
+    while ((r = fread(buf, 1, sizeof buf, f)) > 0) c = crc32(c, buf, (uInt)r);
+    if (ferror(f) || (uint32_t)c != crc || fseeko(f, 0, SEEK_SET) != 0) {
+        if (ferror(f)) oari_error(OAR_ERR_IO, "%s: read error", wpath);
+        else oari_error(OAR_ERR_IO, "%s: crc32 is %08x; %s records %08x (damaged or replaced weights)", wpath,
+                        (unsigned)c, jfile, (unsigned)crc);
+        fclose(f);
+        return -1;
+    }
+    *wf = f;
+    return 0;
+}
+
+oar_graph *oar_graph_load(const char *dir) {
+    oari_json_init();
+    if (!dir) return oari_error(OAR_ERR_INVALID, "graph_load: folder is NULL"), NULL;
+    size_t plen = strlen(dir) + 256;
+    char *jpath = oari_malloc(plen), *wpath = oari_malloc(plen);
+    oar_graph *g = NULL;
+    /* a concurrent save may remove the weights an older model.json named
+     * between the two reads: then read model.json again */
+    for (int attempt = 0; jpath && wpath && attempt < 4; attempt++) {
+        size_t cap = 0;
+        int version = 0, ost = -1;
+        const char *wname = NULL;
+        uint64_t bytes = 0;
+        uint32_t crc = 0;
+        FILE *wf = NULL;
+        snprintf(jpath, plen, "%s/model.json", dir);
+        char *text = read_file(jpath, &cap);
+        cJSON *root = text ? parse(text, strlen(text), jpath) : NULL;
+        if (root && !check_header(root, jpath, &version) && version < FORMAT_VERSION) {
+            /* saved by an older oar: no manifest, the weights under their fixed name
+             * (read as they are; a save writes the committed format) */
+            snprintf(wpath, plen, "%s/%s", dir, LEGACY_WEIGHTS);
+            if (!(wf = fopen(wpath, "rb")))
+                oari_error(OAR_ERR_IO, "%s (format version %d): cannot open %s: %s", jpath, version, wpath,
+                           strerror(errno));
+        } else if (root && version == FORMAT_VERSION && !weights_record(root, jpath, &wname, &bytes, &crc)) {
+            snprintf(wpath, plen, "%s/%s", dir, wname);
+            ost = open_weights(wpath, jpath, bytes, crc, &wf);
+            if (ost == ENOENT && attempt == 3)
+                oari_error(OAR_ERR_IO, "%s: the weights file it names, %s, does not exist (a damaged folder)",
+                           jpath, wpath);
+        }
+        oar_tensor_dict *w = wf ? oari_safetensors_load_file(wf, wpath) : NULL;
+        if (w) g = build(root, version, w, jpath, wpath);
+        oar_tensor_dict_free(w);
+        cJSON_Delete(root);
+        oari_free(text, cap);
+        if (ost != ENOENT) break;
+    }
+    if (!g && !oari_error_pending()) oari_nomem("graph_load");
     oari_free(jpath, plen);
     oari_free(wpath, plen);
-    return L.g;
+    return g;
 }

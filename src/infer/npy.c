@@ -2,6 +2,7 @@
  * (descr, fortran_order, shape) padded to 64 bytes, then the raw data. */
 #include "../core/core.h"
 
+#include "../io/file.h"
 #include <errno.h>
 #include <oar/infer.h>
 #include <oar/ops.h>
@@ -64,7 +65,7 @@ oar_tensor *oar_npy_load(const char *path) {
     header[hlen] = 0;
     const char *d = find_key(header, "descr"), *fo = find_key(header, "fortran_order"),
                *sh = find_key(header, "shape");
-    if (!d || !fo || !sh || *d != '\'' || *sh != '(') {
+    if (!d || !fo || !sh || *d != '\'' || !d[1] || *sh != '(') { /* d[1]: "'descr': '" ends the header */
         io_error(path, "header lacks descr, fortran_order or shape");
         goto done;
     }
@@ -102,13 +103,17 @@ oar_tensor *oar_npy_load(const char *path) {
     }
     int64_t rshape[OAR_MAX_DIMS];
     for (int i = 0; i < ndim; i++) rshape[i] = fortran ? shape[ndim - 1 - i] : shape[i];
+    /* the data the shape declares must be in the file before it is allocated */
+    uint64_t nbytes;
+    if (oari_load_shape("npy", path, "the shape", ndim, rshape, oar_dtype_size(dtype), oari_file_remaining(f),
+                        &nbytes))
+        goto done;
     oar_tensor *raw = oari_tensor_empty(NULL, dtype, ndim, rshape);
     if (!raw) goto done;
-    size_t nbytes = (size_t)raw->numel * oar_dtype_size(dtype);
     if (fread(oar_tensor_data(raw), 1, nbytes, f) != nbytes) {
         oar_tensor_release(raw);
         char msg[96];
-        snprintf(msg, sizeof msg, "truncated data (expected %zu bytes)", nbytes);
+        snprintf(msg, sizeof msg, "truncated data (expected %llu bytes)", (unsigned long long)nbytes);
         io_error(path, msg);
         goto done;
     }
@@ -157,25 +162,15 @@ int oar_npy_save(const char *path, const oar_tensor *t) {
         oar_pool_pop(pool);
         return st;
     }
-    size_t plen = strlen(path) + 8;
-    char *tmp = oari_malloc(plen);
-    if (!tmp) {
-        oar_pool_pop(pool);
-        return oari_fail_status();
-    }
-    snprintf(tmp, plen, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(n & 0xff),
                              (unsigned char)(n >> 8)};
     size_t nbytes = (size_t)c->numel * oar_dtype_size(c->dtype);
-    bool ok = f && fwrite(pre, 1, 10, f) == 10 && fwrite(header, 1, (size_t)n, f) == (size_t)n &&
-              fwrite(data, 1, nbytes, f) == nbytes;
-    if (f && fclose(f)) ok = false;
-    if (!ok || rename(tmp, path)) {
-        unlink(tmp);
-        st = oari_error(OAR_ERR_IO, "npy: %s: cannot write: %s", path, strerror(errno));
-    }
-    oari_free(tmp, plen);
+    oari_wfile w;
+    st = oari_wfile_open(&w, path, "npy_save");
+    if (!st) st = oari_wfile_write(&w, pre, 10);
+    if (!st) st = oari_wfile_write(&w, header, (size_t)n);
+    if (!st) st = oari_wfile_write(&w, data, nbytes);
+    if (!st) st = oari_wfile_commit(&w);
     oar_pool_pop(pool);
     return st;
 }

@@ -1,9 +1,11 @@
-/* safetensors checkpoints: writing (atomically, through a temporary file
- * and rename) and reading with full validation of the header against the
- * file. A module's state dict on top of both is nn's (src/nn/module_io.c). */
+/* safetensors checkpoints: writing (through the save protocol of file.h)
+ * and reading with full validation of the header against the file. A
+ * module's state dict on top of both is nn's (src/nn/module_io.c). */
 #include "../core/core.h"
 
+#include "file.h"
 #include "json.h"
+#include "safetensors.h"
 #include <errno.h>
 #include <math.h>
 #include <oar/autograd.h>
@@ -130,6 +132,12 @@ int oar_safetensors_save(const char *path, int n, const char *const *names,
 int oar_safetensors_save_meta(const char *path, int n, const char *const *names,
                               oar_tensor *const *tensors, int n_meta, const char *const *keys,
                               const char *const *values) {
+    return oari_safetensors_save(path, n, names, tensors, n_meta, keys, values, NULL, NULL);
+}
+
+int oari_safetensors_save(const char *path, int n, const char *const *names, oar_tensor *const *tensors,
+                          int n_meta, const char *const *keys, const char *const *values, uint64_t *bytes,
+                          uint32_t *crc) {
     oari_json_init();
     if (n_meta < 0 || (n_meta && (!keys || !values)))
         return oari_error(OAR_ERR_INVALID, "safetensors_save: bad metadata (n_meta %d)", n_meta);
@@ -148,11 +156,9 @@ int oar_safetensors_save_meta(const char *path, int n, const char *const *names,
         return oari_error(OAR_ERR_INVALID, "safetensors_save: bad arguments (path %s, n %d)",
                           path ? path : "NULL", n);
     for (int i = 0; i < n; i++) {
-        if (!tensors[i]) {
-            if (!oari_error_pending())
-                oari_error(OAR_ERR_INVALID, "safetensors_save: tensor %d is NULL", i);
-            return OAR_ERR_INVALID;
-        }
+        if (!tensors[i]) /* (an op that gave NULL keeps its message and status) */
+            return oari_error_pending() ? oari_fail_status()
+                                        : oari_error(OAR_ERR_INVALID, "safetensors_save: tensor %d is NULL", i);
         if (!names[i] || !names[i][0] || !strcmp(names[i], "__metadata__"))
             return oari_error(OAR_ERR_INVALID, "safetensors_save: tensor %d has an invalid name",
                               i);
@@ -164,54 +170,36 @@ int oar_safetensors_save_meta(const char *path, int n, const char *const *names,
     char *header = build_header(n, names, tensors, n_meta, keys, values);
     if (!header) return oari_fail_status();
     size_t hlen = strlen(header), padded = (hlen + 7) & ~(size_t)7;
-
-    size_t plen = strlen(path) + 32;
-    char *tmp = oari_malloc(plen);
-    if (!tmp) {
+    oari_wfile w;
+    int st = oari_wfile_open(&w, path, "safetensors_save");
+    if (st) {
         cJSON_free(header);
-        return oari_fail_status();
-    }
-    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
-    int st = 0;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        st = oari_error(OAR_ERR_IO, "safetensors_save: cannot create %s: %s", tmp, strerror(errno));
-        goto out;
+        return st;
     }
     unsigned char len8[8];
     write_le64(len8, padded);
-    bool ok = fwrite(len8, 1, 8, f) == 8 && fwrite(header, 1, hlen, f) == hlen;
-    for (size_t i = hlen; i < padded && ok; i++)
-        ok = fputc(' ', f) != EOF;
+    static const char spaces[8] = "        ";
+    st = oari_wfile_write(&w, len8, 8);
+    if (!st) st = oari_wfile_write(&w, header, hlen);
+    if (!st && padded > hlen) st = oari_wfile_write(&w, spaces, padded - hlen);
+    cJSON_free(header);
     /* data, one tensor at a time through a host buffer */
-    for (int i = 0; i < n && ok; i++) {
+    for (int i = 0; i < n && !st; i++) {
         size_t nbytes = (size_t)tensors[i]->numel * oar_dtype_size(tensors[i]->dtype);
         if (!nbytes) continue;
         void *buf = oari_malloc(nbytes);
-        if (!buf) {
-            st = oari_fail_status();
-            break;
-        }
-        if (oar_tensor_to_host(tensors[i], buf, nbytes))
-            st = OAR_ERR_INVALID;
-        else
-            ok = fwrite(buf, 1, nbytes, f) == nbytes;
+        if (!buf) st = oari_fail_status();
+        else if (oar_tensor_to_host(tensors[i], buf, nbytes)) st = oari_fail_status();
+        else st = oari_wfile_write(&w, buf, nbytes);
         oari_free(buf, nbytes);
-        if (st) break;
     }
-    if (ok && !st) ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (fclose(f) != 0) ok = false;
-    if (!st && !ok)
-        st =
-            oari_error(OAR_ERR_IO, "safetensors_save: writing %s failed: %s", tmp, strerror(errno));
-    if (!st && rename(tmp, path) != 0)
-        st = oari_error(OAR_ERR_IO, "safetensors_save: cannot rename %s to %s: %s", tmp, path,
-                        strerror(errno));
-    if (st) remove(tmp);
-out:
-    oari_free(tmp, plen);
-    cJSON_free(header);
-    return st;
+    if (st) {
+        oari_wfile_abort(&w); /* (a failed write already did) */
+        return st;
+    }
+    if (bytes) *bytes = w.bytes;
+    if (crc) *crc = w.crc;
+    return oari_wfile_commit(&w);
 }
 
 /* ---- reading ------------------------------------------------------------------- */
@@ -286,6 +274,12 @@ static int load_entry(const char *path, FILE *f, uint64_t data_start, uint64_t d
                  (long long)(en - b), (unsigned long long)nbytes);
         return bad(path, "%s", m);
     }
+    char what[160];
+    snprintf(what, sizeof what, "tensor \"%.100s\"", name);
+    uint64_t span;
+    int lst = oari_load_shape("safetensors_load", path, what, ndim, dims, oar_dtype_size((oar_dtype)dtype), UINT64_MAX,
+                              &span);
+    if (lst) return lst;
     if ((uint64_t)en > data_size) {
         char m[300];
         snprintf(m, sizeof m,
@@ -314,8 +308,7 @@ static int load_entry(const char *path, FILE *f, uint64_t data_start, uint64_t d
     return st;
 }
 
-/* Reads a whole file from f (closed here); path names it in messages. */
-static oar_tensor_dict *load_stream(FILE *f, const char *path) {
+oar_tensor_dict *oari_safetensors_load_file(FILE *f, const char *path) {
     oar_tensor_dict *d = NULL;
     char *header = NULL;
     cJSON *root = NULL;
@@ -405,7 +398,7 @@ oar_tensor_dict *oar_safetensors_load(const char *path) {
         return oari_error(OAR_ERR_IO, "safetensors_load: cannot open %s: %s", path,
                           strerror(errno)),
                NULL;
-    return load_stream(f, path);
+    return oari_safetensors_load_file(f, path);
 }
 
 oar_tensor_dict *oar_safetensors_load_memory(const void *data, size_t size, const char *name) {
@@ -419,5 +412,5 @@ oar_tensor_dict *oar_safetensors_load_memory(const void *data, size_t size, cons
         return oari_error(OAR_ERR_NOMEM, "safetensors_load: cannot open a %zu-byte buffer: %s",
                           size, strerror(errno)),
                NULL;
-    return load_stream(f, name ? name : "(memory)");
+    return oari_safetensors_load_file(f, name ? name : "(memory)");
 }

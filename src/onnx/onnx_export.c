@@ -7,6 +7,7 @@
  * the graph's symbols. The builders are in onnx_export_proto.c. */
 #define OARI_ONNX_PROTO
 #include "onnx_export_internal.h"
+#include "../io/file.h" /* write_file: the save protocol */
 #include <errno.h>
 #include <oar/onnx.h>
 #include <stdio.h>
@@ -101,23 +102,9 @@ static void assign_names(oari_xp *x, const int *out_owner) {
     }
 }
 
-/* Writes n bytes to path through a temporary name. */
+/* Writes n bytes to path through the save protocol (src/io/file.h). */
 static int write_file(const char *path, const void *buf, size_t n) {
-    size_t plen = strlen(path) + 8;
-    char *tmp = oari_malloc(plen);
-    if (!tmp) return oari_fail_status();
-    snprintf(tmp, plen, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    bool ok = f && fwrite(buf, 1, n, f) == n;
-    if (f && fclose(f)) ok = false;
-    int st = 0;
-    if (!ok || rename(tmp, path)) {
-        int e = errno;
-        if (f) unlink(tmp);
-        st = oari_error(OAR_ERR_IO, "oar_onnx_export: cannot write '%s': %s", path, strerror(e));
-    }
-    oari_free(tmp, plen);
-    return st;
+    return oari_file_save(path, buf, n, "oar_onnx_export");
 }
 
 static int build_model(oari_xp *x, Onnx__ModelProto *m) {

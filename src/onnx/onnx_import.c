@@ -5,6 +5,7 @@
 #define OARI_ONNX_PROTO
 #include "onnx_internal.h"
 #include "../graph/ir.h"
+#include "../io/file.h"
 #include <math.h>
 #include <oar/onnx.h>
 #include <stddef.h>
@@ -56,7 +57,7 @@ int oari_onnx_attr_ints(const oari_onnx_node *nd, const char *name, int64_t *out
     if (!a) return -1;
     if (a->n_ints > (size_t)max)
         return oari_error(OAR_ERR_UNSUPPORTED, "attribute %s has %zu entries (at most %d)", name, a->n_ints, max);
-    memcpy(out, a->ints, a->n_ints * sizeof *out);
+    if (a->n_ints) memcpy(out, a->ints, a->n_ints * sizeof *out); /* (an empty list: ints is NULL) */
     return (int)a->n_ints;
 }
 
@@ -161,11 +162,12 @@ static long long external_count(const char *v) {
     return *end || x < 0 ? -1 : x;
 }
 
-/* Reads the raw little-endian bytes of tp from the file its external_data
- * names (ONNX's rules: "location" relative to the model's folder, never
- * absolute nor through "..", optional "offset" and "length"). */
-static int read_external(const Onnx__TensorProto *tp, const char *what, const char *name, void *dst,
-                         size_t nbytes) {
+/* Opens the file tp's external_data names (ONNX's rules: "location"
+ * relative to the model's folder, never absolute nor through "..",
+ * optional "offset" and "length") and checks that it holds the tensor's
+ * nbytes; *fp is then positioned at them. Before anything is allocated. */
+static int open_external(const Onnx__TensorProto *tp, const char *what, const char *name, uint64_t nbytes,
+                         FILE **fp) {
     const char *loc = external_value(tp, "location"), *off_s = external_value(tp, "offset");
     const char *len_s = external_value(tp, "length");
     if (!model_dir)
@@ -181,9 +183,9 @@ static int read_external(const Onnx__TensorProto *tp, const char *what, const ch
     if (off < 0 || len < 0)
         return oari_error(OAR_ERR_INVALID, "onnx: %s '%s': bad external data offset '%s' or length '%s'", what,
                           name, off_s ? off_s : "", len_s ? len_s : "");
-    if ((size_t)len != nbytes)
-        return oari_error(OAR_ERR_INVALID, "onnx: %s '%s': external data length %lld, but the tensor holds %zu "
-                          "bytes", what, name, len, nbytes);
+    if ((uint64_t)len != nbytes)
+        return oari_error(OAR_ERR_INVALID, "onnx: %s '%s': external data length %lld, but the tensor holds %llu "
+                          "bytes", what, name, len, (unsigned long long)nbytes);
     size_t plen = strlen(model_dir) + strlen(loc) + 2;
     char *path = oari_malloc(plen);
     if (!path) return oari_fail_status();
@@ -195,14 +197,26 @@ static int read_external(const Onnx__TensorProto *tp, const char *what, const ch
         st = oari_error(OAR_ERR_IO, "onnx: %s '%s': cannot open its external data file '%s'", what, name, path);
     else if (fseeko(f, 0, SEEK_END) != 0 || (size = ftello(f)) < 0)
         st = oari_error(OAR_ERR_IO, "onnx: %s '%s': cannot size '%s'", what, name, path);
-    else if (off > size || (long long)nbytes > size - off)
-        st = oari_error(OAR_ERR_INVALID, "onnx: %s '%s': '%s' holds %lld bytes, the tensor needs %zu at offset "
-                        "%lld (truncated?)", what, name, path, size, nbytes, off);
-    else if (fseeko(f, (off_t)off, SEEK_SET) != 0 || (nbytes && fread(dst, 1, nbytes, f) != nbytes))
-        st = oari_error(OAR_ERR_IO, "onnx: %s '%s': short read of '%s'", what, name, path);
-    if (f) fclose(f);
+    else if (off > size || nbytes > (uint64_t)(size - off))
+        st = oari_error(OAR_ERR_INVALID, "onnx: %s '%s': '%s' holds %lld bytes, the tensor needs %llu at offset "
+                        "%lld (truncated?)", what, name, path, size, (unsigned long long)nbytes, off);
+    else if (fseeko(f, (off_t)off, SEEK_SET) != 0)
+        st = oari_error(OAR_ERR_IO, "onnx: %s '%s': cannot seek in '%s'", what, name, path);
+    if (f && st) fclose(f);
+    if (!st) *fp = f;
     oari_free(path, plen);
     return st;
+}
+
+/* The number of entries of tp's typed field that holds dtype dt's data
+ * (complex: two per element). */
+static size_t typed_count(const Onnx__TensorProto *tp, oar_dtype dt) {
+    switch (dt) {
+    case OAR_F32: case OAR_C64: return tp->n_float_data;
+    case OAR_F64: case OAR_C128: return tp->n_double_data;
+    case OAR_I64: return tp->n_int64_data;
+    default: return tp->n_int32_data; /* i32; bool, uint8, float16, bfloat16: one int32_data entry each */
+    }
 }
 
 oar_tensor *oari_onnx_tensor_of(const Onnx__TensorProto *tp, const char *what) {
@@ -231,49 +245,55 @@ oar_tensor *oari_onnx_tensor_of(const Onnx__TensorProto *tp, const char *what) {
         return NULL;
     }
     size_t esz = oar_dtype_size(dt);
-    oar_tensor *t = oari_tensor_empty(NULL, dt, (int)tp->n_dims, shape); /* owned until adopted */
-    if (!t) return NULL;
-    void *dst = oar_tensor_data(t);
     size_t n = (size_t)count;
+    uint64_t nbytes;
+    /* the data the dims declare must be there before the tensor is allocated */
+    FILE *ext = NULL;
+    char label[300];
+    snprintf(label, sizeof label, "%s '%.200s'", what, name);
+    if (oari_load_shape("onnx", label, "the tensor", (int)tp->n_dims, shape, esz, UINT64_MAX, &nbytes)) return NULL;
     if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
-        if (read_external(tp, what, name, dst, n * esz)) {
+        if (open_external(tp, what, name, nbytes, &ext)) return NULL;
+    } else if (tp->has_raw_data ? tp->raw_data.len != nbytes
+                                : typed_count(tp, dt) != (oar_dtype_is_complex(dt) ? 2 * n : n)) {
+        oari_error(OAR_ERR_INVALID, "onnx: %s '%s': the data does not hold %lld %s elements", what, name,
+                   (long long)count, elem_name(tp->data_type));
+        return NULL;
+    }
+    oar_tensor *t = oari_tensor_empty(NULL, dt, (int)tp->n_dims, shape); /* owned until adopted */
+    if (!t) {
+        if (ext) fclose(ext);
+        return NULL;
+    }
+    void *dst = oar_tensor_data(t);
+    if (ext) {
+        bool ok = !nbytes || fread(dst, 1, nbytes, ext) == nbytes;
+        fclose(ext);
+        if (!ok) {
             oar_tensor_release(t);
+            oari_error(OAR_ERR_IO, "onnx: %s '%s': short read of its external data", what, name);
             return NULL;
         }
         return oari_pool_adopt(t);
     }
     if (tp->has_raw_data) { /* little-endian, as on every host oar runs on */
-        if (tp->raw_data.len != n * esz) goto bad_count;
         if (n) memcpy(dst, tp->raw_data.data, n * esz);
         return oari_pool_adopt(t);
     }
     switch (dt) {
-    case OAR_F32:
-        if (tp->n_float_data != n) goto bad_count;
-        if (n) memcpy(dst, tp->float_data, n * 4);
+    case OAR_F32: case OAR_C64:
+        if (n) memcpy(dst, tp->float_data, n * esz);
         break;
-    case OAR_C64:
-        if (tp->n_float_data != 2 * n) goto bad_count;
-        if (n) memcpy(dst, tp->float_data, n * 8);
-        break;
-    case OAR_F64:
-        if (tp->n_double_data != n) goto bad_count;
-        if (n) memcpy(dst, tp->double_data, n * 8);
-        break;
-    case OAR_C128:
-        if (tp->n_double_data != 2 * n) goto bad_count;
-        if (n) memcpy(dst, tp->double_data, n * 16);
+    case OAR_F64: case OAR_C128:
+        if (n) memcpy(dst, tp->double_data, n * esz);
         break;
     case OAR_I64:
-        if (tp->n_int64_data != n) goto bad_count;
         if (n) memcpy(dst, tp->int64_data, n * 8);
         break;
     case OAR_I32:
-        if (tp->n_int32_data != n) goto bad_count;
         if (n) memcpy(dst, tp->int32_data, n * 4);
         break;
     default: /* bool, uint8, float16, bfloat16: one int32_data entry each */
-        if (tp->n_int32_data != n) goto bad_count;
         for (size_t i = 0; i < n; i++) {
             int32_t v = tp->int32_data[i];
             if (esz == 1) ((uint8_t *)dst)[i] = dt == OAR_BOOL ? v != 0 : (uint8_t)v;
@@ -282,11 +302,6 @@ oar_tensor *oari_onnx_tensor_of(const Onnx__TensorProto *tp, const char *what) {
         break;
     }
     return oari_pool_adopt(t);
-bad_count:
-    oar_tensor_release(t);
-    oari_error(OAR_ERR_INVALID, "onnx: %s '%s': the data does not hold %lld %s elements", what, name,
-               (long long)count, elem_name(tp->data_type));
-    return NULL;
 }
 
 oar_tensor *oari_onnx_scalar(double v, oar_dtype dt) {
@@ -642,6 +657,19 @@ static oar_graph *import_model(Onnx__ModelProto *m, const oar_onnx_options *opt)
                 s->dim_names[d] =
                     dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM ? dim->dim_param : NULL;
             }
+        }
+        /* dims whose product (zeros as 1, dynamic dims at their trace size)
+         * overflows: even an empty tensor's strides multiply them */
+        uint64_t span = oar_dtype_size(s->dtype);
+        for (int d = 0; d < s->ndim; d++) {
+            uint64_t x = s->shape[d] < 0 ? 1069 : s->shape[d] > 1 ? (uint64_t)s->shape[d] : 1;
+            if (span > ((uint64_t)1 << 62) / x) {
+                char buf[200];
+                oari_error(OAR_ERR_INVALID, "onnx: input '%s': shape %s overflows", v->name,
+                           oari_shape_str(buf, s->ndim, s->shape));
+                return NULL;
+            }
+            span *= x;
         }
         in_names[c.n_in++] = v->name;
     }

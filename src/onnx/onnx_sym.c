@@ -44,7 +44,7 @@ static sexpr normalize(const oari_onnx_sterm *t, int n) {
         int j = 0;
         while (j < k && !mono_eq(&m[j], &t[i])) j++;
         if (j == k) m[k++] = t[i];
-        else m[j].c += t[i].c;
+        else if (__builtin_add_overflow(m[j].c, t[i].c, &m[j].c)) return unknown; /* (a hostile model's sizes) */
     }
     sexpr e = {.n = 0};
     for (int j = 0; j < k; j++) {
@@ -69,7 +69,8 @@ static sexpr add(const sexpr *a, const sexpr *b, int64_t sign) {
     for (int i = 0; i < a->n; i++) t[n++] = a->t[i];
     for (int i = 0; i < b->n; i++) {
         t[n] = b->t[i];
-        t[n++].c *= sign;
+        if (__builtin_mul_overflow(t[n].c, sign, &t[n].c)) return unknown;
+        n++;
     }
     return normalize(t, n);
 }
@@ -80,7 +81,7 @@ static sexpr mul(const sexpr *a, const sexpr *b) {
     int n = 0;
     for (int i = 0; i < a->n; i++)
         for (int j = 0; j < b->n; j++) {
-            t[n].c = a->t[i].c * b->t[j].c;
+            if (__builtin_mul_overflow(a->t[i].c, b->t[j].c, &t[n].c)) return unknown;
             for (int s = 0; s < OARI_MAX_SYMS; s++) {
                 int e = a->t[i].e[s] + b->t[j].e[s];
                 if (e > 60) return unknown;
@@ -97,12 +98,13 @@ static sexpr divide(const sexpr *a, const sexpr *b, bool trunc) {
     int64_t ca, cb;
     if (a->n < 0 || b->n != 1) return unknown; /* b = 0 or a sum */
     if (is_const(a, &ca) && is_const(b, &cb)) {
+        if (ca == INT64_MIN && cb == -1) return unknown; /* (overflows) */
         if (trunc || ca % cb == 0) return sconst(ca / cb);
         return unknown;
     }
     sexpr q = {.n = a->n};
     for (int i = 0; i < a->n; i++) {
-        if (a->t[i].c % b->t[0].c) return unknown;
+        if ((a->t[i].c == INT64_MIN && b->t[0].c == -1) || a->t[i].c % b->t[0].c) return unknown;
         q.t[i].c = a->t[i].c / b->t[0].c;
         for (int s = 0; s < OARI_MAX_SYMS; s++) {
             if (a->t[i].e[s] < b->t[0].e[s]) return unknown;

@@ -203,6 +203,13 @@ int oar_optim_load(oar_optimizer *o, const char *path) {
                 if (!fresh[k][i]) st = oari_fail_status();
             }
     }
+    /* Adam's two moments are made together (optim.c), so a file must hold
+     * both or neither for a parameter (found by fuzz/fuzz_optim.c: a lone
+     * exp_avg_sq was overwritten, and leaked, by the next step) */
+    for (int i = 0; i < o->n && !st && (o->kind == KIND_ADAM || o->kind == KIND_ADAMW); i++)
+        if (!fresh[0][i] != !fresh[1][i])
+            st = oari_error(OAR_ERR_IO, "optim_load: %s: parameter %d has %s but not %s (nothing loaded)", path, i,
+                            fresh[0][i] ? "exp_avg" : "exp_avg_sq", fresh[0][i] ? "exp_avg_sq" : "exp_avg");
     for (int k = 0; k < 3; k++) {
         oar_tensor **old = st ? fresh[k] : slot(o, k);
         for (int i = 0; old && i < o->n; i++)

@@ -6,6 +6,7 @@
  * malformed sub-graphs in model.json, max_iters and shape changes fail
  * with messages naming the problem. */
 #include "graph_test_util.h"
+#include "saved_model_util.h"
 
 #include <oar/infer.h>
 #include <stdio.h>
@@ -380,16 +381,18 @@ static void test_save_load(void) {
                 "\"nodes\":[{\"op\":\"neg\",\"in\":[0],\"out\":[1],\"i\":[],\"f\":[]}],\"outputs\":[{\"name\":\"out0\",\"value\":1}]}"
 #define ELSE_OK "{\"values\":[" VALUES_X "],\"inputs\":[0],\"nodes\":[],\"outputs\":[{\"name\":\"out0\",\"value\":0}]}"
 
+static char weights_record[1024]; /* the saved folder's manifest, for the hand-written files */
+
 static void write_model(const char *path, int version, const char *op, const char *graphs) {
     FILE *f = fopen(path, "w");
     fprintf(f,
-            "{\"format\":\"oar.graph\",\"version\":%d,\"symbols\":[],\"values\":["
+            "{\"format\":\"oar.graph\",\"version\":%d,%s,\"symbols\":[],\"values\":["
             "{\"kind\":\"input\",\"dtype\":\"float32\",\"shape\":[3],\"name\":\"x\"},"
             "{\"kind\":\"input\",\"dtype\":\"float32\",\"shape\":[],\"name\":\"p\"},"
             "{\"kind\":\"node\",\"dtype\":\"float32\",\"shape\":[3]}],\"inputs\":[0,1],"
             "\"nodes\":[{\"op\":\"%s\",\"in\":[1,0],\"out\":[2],\"i\":[],\"f\":[]%s%s}],"
             "\"outputs\":[{\"name\":\"y\",\"value\":2}]}",
-            version, op, graphs ? ",\"graphs\":" : "", graphs ? graphs : "");
+            version, weights_record, op, graphs ? ",\"graphs\":" : "", graphs ? graphs : "");
     fclose(f);
 }
 
@@ -408,7 +411,17 @@ static void test_malformed(void) {
     oar_graph *g = oar_trace(select_model, NULL, 2, s, 1, NULL);
     CHECK(g && oar_graph_save(g, sub) == 0);
     oar_graph_free(g);
-    write_model(path, 2, "cond", "[" THEN_OK "," ELSE_OK "]");
+    sm_weights_record(sub, weights_record, sizeof weights_record);
+    { /* the same weights under the name older formats (1, 2) read */
+        char wp[512], legacy[512];
+        size_t n = 0;
+        CHECK(sm_weights_path(sub, wp, sizeof wp) == 0);
+        char *w = sm_slurp(wp, &n);
+        snprintf(legacy, sizeof legacy, "%s/weights.safetensors", sub);
+        if (w) sm_spit(legacy, w, n);
+        free(w);
+    }
+    write_model(path, 3, "cond", "[" THEN_OK "," ELSE_OK "]");
     g = oar_graph_load(sub);
     CHECK(g != NULL);
     if (g) {
@@ -426,34 +439,34 @@ static void test_malformed(void) {
         const char *op, *graphs, *needle;
     } bad[] = {
         {1, "cond", "[" THEN_OK "," ELSE_OK "]", "needs format version 2"},
-        {2, "cond", NULL, "needs \"graphs\""},
-        {2, "cond", "[" THEN_OK "]", "needs \"graphs\""},
-        {2, "neg", "[" THEN_OK "," ELSE_OK "]", "only cond and while nodes have sub-graphs"},
-        {2, "cond", "[" THEN_OK ",7]", "else sub-graph: is not an object"},
-        {2, "cond", "[" THEN_OK ",{\"values\":[]}]", "a sub-graph has no"},
-        {2, "cond", "[{\"values\":[" VALUES_X "],\"inputs\":[0],\"nodes\":[{\"op\":\"neg\",\"in\":[5],\"out\":[1],"
+        {3, "cond", NULL, "needs \"graphs\""},
+        {3, "cond", "[" THEN_OK "]", "needs \"graphs\""},
+        {3, "neg", "[" THEN_OK "," ELSE_OK "]", "only cond and while nodes have sub-graphs"},
+        {3, "cond", "[" THEN_OK ",7]", "else sub-graph: is not an object"},
+        {3, "cond", "[" THEN_OK ",{\"values\":[]}]", "a sub-graph has no"},
+        {3, "cond", "[{\"values\":[" VALUES_X "],\"inputs\":[0],\"nodes\":[{\"op\":\"neg\",\"in\":[5],\"out\":[1],"
                     "\"i\":[],\"f\":[]}],\"outputs\":[{\"name\":\"out0\",\"value\":0}]}," ELSE_OK "]",
          "then sub-graph: node 0 is not a value id"},
-        {2, "cond", "[{\"values\":[" VALUES_X ",{\"kind\":\"const\",\"dtype\":\"float32\",\"shape\":[3],\"name\":\"k\"}],"
+        {3, "cond", "[{\"values\":[" VALUES_X ",{\"kind\":\"const\",\"dtype\":\"float32\",\"shape\":[3],\"name\":\"k\"}],"
                     "\"inputs\":[0],\"nodes\":[],\"outputs\":[{\"name\":\"out0\",\"value\":1}]}," ELSE_OK "]",
          "sub-graphs take constants as inputs"},
-        {2, "cond", "[" THEN_OK ",{\"values\":[{\"kind\":\"input\",\"dtype\":\"float32\",\"shape\":[4],\"name\":\"a\"}],"
+        {3, "cond", "[" THEN_OK ",{\"values\":[{\"kind\":\"input\",\"dtype\":\"float32\",\"shape\":[4],\"name\":\"a\"}],"
                     "\"inputs\":[0],\"nodes\":[],\"outputs\":[{\"name\":\"out0\",\"value\":0}]}]",
          "else input 0 is float32 [4] but should be float32 [3]"},
-        {2, "cond", "[" THEN_OK ",{\"values\":[" VALUES_X "," VALUES_X "],\"inputs\":[0,1],\"nodes\":[],"
+        {3, "cond", "[" THEN_OK ",{\"values\":[" VALUES_X "," VALUES_X "],\"inputs\":[0,1],\"nodes\":[],"
                     "\"outputs\":[{\"name\":\"out0\",\"value\":0}]}]",
          "the else sub-graph has 2 inputs and 1 outputs; the node passes 1"},
-        {2, "cond", "[" THEN_OK ",{\"values\":[" VALUES_X "],\"inputs\":[0],\"nodes\":[],\"outputs\":[{\"name\":\"o\",\"value\":3}]}]",
+        {3, "cond", "[" THEN_OK ",{\"values\":[" VALUES_X "],\"inputs\":[0],\"nodes\":[],\"outputs\":[{\"name\":\"o\",\"value\":3}]}]",
          "an output is not a value id"},
-        {2, "while", "[" THEN_OK "," ELSE_OK "]", "needs one attribute, max_iters"},
-        {2, "cond", "[" THEN_OK "," ELSE_OK "]]", "not valid JSON"},
+        {3, "while", "[" THEN_OK "," ELSE_OK "]", "needs one attribute, max_iters"},
+        {3, "cond", "[" THEN_OK "," ELSE_OK "]]", "not valid JSON"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         write_model(path, bad[k].version, bad[k].op, bad[k].graphs);
         CHECK_FAILS(oar_graph_load(sub), bad[k].needle);
     }
     /* every truncation of a valid file fails cleanly */
-    write_model(path, 2, "cond", "[" THEN_OK "," ELSE_OK "]");
+    write_model(path, 3, "cond", "[" THEN_OK "," ELSE_OK "]");
     FILE *f = fopen(path, "rb");
     char full[4096];
     size_t n = fread(full, 1, sizeof full, f);

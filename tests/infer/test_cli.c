@@ -1,9 +1,11 @@
 /* The oar command line (tools/oar.c, built next to this test): info,
  * graph, run (through .npy files, checked against eager) and bench. */
 #include "graph/graph_test_util.h"
+#include "graph/saved_model_util.h"
 
 #include <libgen.h>
 #include <oar/infer.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/oar_cli_XXXXXX", exe[4096];
@@ -103,6 +105,56 @@ static void test_cli(void) {
     oar_module_free(m);
 }
 
+/* Issue 27: forged models (a constant's kind "input", a symbol's trace
+ * size 0) made oar info and oar run (compiled and not) die of SIGSEGV and
+ * SIGFPE; now each exits 1 with the loader's message. */
+static void test_forged(void) {
+    oar_module *m = make_mlp();
+    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 8}, .dim_names = {"N"}};
+    oar_graph *g = oar_trace_module(m, &s);
+    char sub[4200], jp[4300], xp[4300], yp[4300];
+    snprintf(sub, sizeof sub, "%s/forged", dir);
+    CHECK(oar_graph_save(g, sub) == 0);
+    oar_graph_free(g);
+    snprintf(jp, sizeof jp, "%s/model.json", sub);
+    snprintf(xp, sizeof xp, "%s/fx.npy", dir);
+    snprintf(yp, sizeof yp, "%s/fy.npy", dir);
+    oar_pool *p = oar_pool_push();
+    CHECK(oar_npy_save(xp, oar_randn(OAR_F32, 2, (int64_t[]){2, 8})) == 0);
+    oar_pool_pop(p);
+    size_t n;
+    char *text = sm_slurp(jp, &n);
+    struct {
+        const char *from, *to, *needle;
+    } forged[] = {
+        {"\"kind\":\t\"const\"", "\"kind\":\t\"input\"", "is an input value, but not one of the graph's"},
+        {"\"trace_size\":\t1031", "\"trace_size\":\t0", "has trace_size 0"},
+        {"\"trace_size\":\t1031", "\"trace_size\":\t1e300", "has trace_size 1e+300"},
+    };
+    const char *cmds[3] = {"info %s", "run %s --input %s --output %s", "run %s --input %s --output %s --no-compile"};
+    for (size_t k = 0; k < sizeof forged / sizeof *forged; k++) {
+        char *at = text ? strstr(text, forged[k].from) : NULL;
+        CHECK(at != NULL);
+        if (!at) continue;
+        FILE *f = fopen(jp, "wb");
+        fprintf(f, "%.*s%s%s", (int)(at - text), text, forged[k].to, at + strlen(forged[k].from));
+        fclose(f);
+        for (int c = 0; c < 3; c++) {
+            char sub_args[9000];
+            snprintf(sub_args, sizeof sub_args, cmds[c], sub, xp, yp);
+            int rc;
+            char *out = oar_cmd(sub_args, &rc);
+            CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 1 && strstr(out, forged[k].needle) && strstr(out, "model.json"));
+            if (!(WIFEXITED(rc) && WEXITSTATUS(rc) == 1))
+                fprintf(stderr, "  oar %s: %s %d\n%s", sub_args, WIFSIGNALED(rc) ? "signal" : "status",
+                        WIFSIGNALED(rc) ? WTERMSIG(rc) : WEXITSTATUS(rc), out);
+            free(out);
+        }
+    }
+    free(text);
+    oar_module_free(m);
+}
+
 int main(void) {
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 8);
     if (n <= 0 || !mkdtemp(dir)) return 1;
@@ -115,6 +167,7 @@ int main(void) {
         return 1;
     }
     RUN(test_cli);
+    RUN(test_forged);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) return 1;

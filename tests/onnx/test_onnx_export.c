@@ -659,7 +659,7 @@ static void test_failures(void) {
     CHECK_STATUS_FAILS(oar_onnx_export(g, path, &(oar_onnx_export_options){.opset = 18}),
                        "opset 18 is not supported");
     CHECK_STATUS_FAILS(oar_onnx_export(g, "/nonexistent/dir/f.onnx", NULL),
-                       "cannot write '/nonexistent/dir/f.onnx'");
+                       "cannot write /nonexistent/dir/f.onnx");
     CHECK(access("/nonexistent/dir/f.onnx.tmp", F_OK) != 0);
     /* Trilu is opset 14: the table's row for tril starts there */
     CHECK_STATUS_FAILS(oar_onnx_export(g, path, &(oar_onnx_export_options){.opset = 13}),
