@@ -1,7 +1,8 @@
-# The user commands. The build itself is CMake's (build/, build-asan/).
+# The user commands. The build itself is CMake's (build/, build-asan/,
+# build-fuzz/).
 JOBS ?= $(shell nproc)
 
-.PHONY: all build test test-asan demo bench deps clean
+.PHONY: all build test test-asan fuzz demo bench deps clean
 
 all: build
 
@@ -20,6 +21,12 @@ test-asan: deps
 	@cmake --build build-asan -j $(JOBS)
 	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
+# The libFuzzer harnesses (docs/fuzzing.md): a clang build in build-fuzz/,
+# then FUZZ_SECONDS of each harness on its corpus (fuzz/corpus/).
+FUZZ_SECONDS ?= 30
+fuzz: deps
+	@JOBS=$(JOBS) bash scripts/fuzz.sh all $(FUZZ_SECONDS)
+
 demo: build
 	@./build/fashion_mnist
 
@@ -27,4 +34,4 @@ bench: build
 	@bash bench/run.sh
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz

@@ -18,12 +18,29 @@ pkgs=(
     libfftw3-dev             # optional FFT engine (GPL-2+): -DOAR_FFTW=ON, and test_fft_fftw
 )
 
+# Optional: without them the parts that need them are skipped (exit 77).
+optional=(
+    clang-14 libclang-rt-14-dev  # libFuzzer harnesses (make fuzz, CTest fuzz_run_*; docs/fuzzing.md)
+)
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
 missing=()
 for p in "${pkgs[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-        missing+=("$p")
-    fi
+    installed "$p" || missing+=("$p")
 done
+missing_opt=()
+for p in "${optional[@]}"; do
+    installed "$p" || missing_opt+=("$p")
+done
+if [ ${#missing_opt[@]} -ne 0 ] && [ "$(id -u)" -eq 0 ]; then
+    echo "deps.sh: installing optional ${missing_opt[*]}"
+    (export DEBIAN_FRONTEND=noninteractive; apt-get install -y --no-install-recommends "${missing_opt[@]}" ||
+        { apt-get update -qq && apt-get install -y --no-install-recommends "${missing_opt[@]}"; }) >/dev/null 2>&1 ||
+        echo "deps.sh: optional ${missing_opt[*]} not installed (their tests are skipped)"
+elif [ ${#missing_opt[@]} -ne 0 ]; then
+    echo "oar can also use (optional): ${missing_opt[*]}"
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
