@@ -200,11 +200,17 @@ int oar_tensor_set_requires_grad(oar_tensor *t, bool on) {
     return 0;
 }
 
-bool oar_tensor_requires_grad(const oar_tensor *t) { return t && t->requires_grad; }
+bool oar_tensor_requires_grad(const oar_tensor *t) {
+    return t ? (t->requires_grad) : (oari_null_arg(__func__, "tensor"), false);
+}
 
-bool oar_tensor_is_leaf(const oar_tensor *t) { return t && !oari_grad_fn(t); }
+bool oar_tensor_is_leaf(const oar_tensor *t) {
+    return t ? (!oari_grad_fn(t)) : (oari_null_arg(__func__, "tensor"), false);
+}
 
-oar_tensor *oar_tensor_grad(const oar_tensor *t) { return t ? t->grad : NULL; }
+oar_tensor *oar_tensor_grad(const oar_tensor *t) {
+    return t ? t->grad : (oari_null_arg(__func__, "tensor"), NULL);
+}
 
 int oar_tensor_zero_grad(oar_tensor *t) {
     if (!t) {

@@ -350,7 +350,10 @@ void oar_memory_empty_cache(void) {
 }
 
 void oar_memory_stats_get(oar_memory_stats *out) {
-    if (!out) return;
+    if (!out) {
+        oari_null_arg(__func__, "out");
+        return;
+    }
     pthread_mutex_lock(&cache_lock);
     *out = stats;
     pthread_mutex_unlock(&cache_lock);

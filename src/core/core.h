@@ -72,6 +72,10 @@ OARI_HIDDEN int oari_verror(int status, const char *fmt, va_list ap);
 OARI_HIDDEN int oari_nomem(const char *what);   /* "out of memory: <what>" */
 /* Formats a shape as "[2, 3, 4]" into buf (size >= 200). Returns buf. */
 OARI_HIDDEN const char *oari_shape_str(char *buf, int ndim, const int64_t *shape);
+/* For an accessor given a NULL object: sets "<fn>: <what> is NULL", unless
+ * an error is pending (the failed call that made the NULL keeps its
+ * message). Returns OAR_ERR_INVALID. */
+OARI_HIDDEN int oari_null_arg(const char *fn, const char *what);
 /* True while an error is pending that a NULL input should preserve. */
 OARI_HIDDEN bool oari_error_pending(void);
 /* The status the pending error was set with (0 if none): for callers of

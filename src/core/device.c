@@ -33,7 +33,9 @@ static int failed(int st, const char *fmt, ...) {
 
 oar_device *oar_device_cpu(void) { return oari_cpu_device; }
 
-const char *oar_device_name(const oar_device *d) { return d ? d->name : "(null)"; }
+const char *oar_device_name(const oar_device *d) {
+    return d ? d->name : (oari_null_arg(__func__, "device"), "(null)");
+}
 
 int oari_device_register(const oar_device_iface *iface, void *ctx, int index) {
     pthread_mutex_lock(&registry_lock);

@@ -31,6 +31,11 @@ int oari_nomem(const char *what) {
 
 bool oari_error_pending(void) { return last_error[0] != 0; }
 
+int oari_null_arg(const char *fn, const char *what) {
+    if (!last_error[0]) oari_error(OAR_ERR_INVALID, "%s: %s is NULL", fn, what);
+    return OAR_ERR_INVALID;
+}
+
 const char *oar_last_error(void) { return last_error; }
 
 void oar_clear_error(void) {

@@ -48,7 +48,9 @@ void oari_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
     int64_t s = 1;
     for (int i = ndim - 1; i >= 0; i--) {
         strides[i] = s;
-        s *= shape[i] > 1 ? shape[i] : 1;
+        /* an empty tensor's other dims may multiply past int64 (its strides
+         * are never used to reach an element): saturate */
+        if (__builtin_mul_overflow(s, shape[i] > 1 ? shape[i] : 1, &s)) s = INT64_MAX;
     }
 }
 
@@ -186,14 +188,25 @@ void oari_ktensor(const oar_tensor *t, oar_ktensor *k) {
 
 /* ---- properties -------------------------------------------------------- */
 
-int oar_tensor_ndim(const oar_tensor *t) { return t ? t->ndim : -1; }
-const int64_t *oar_tensor_shape(const oar_tensor *t) { return t ? t->shape : NULL; }
-const int64_t *oar_tensor_strides(const oar_tensor *t) { return t ? t->strides : NULL; }
-int64_t oar_tensor_offset(const oar_tensor *t) { return t ? t->offset : -1; }
-int64_t oar_tensor_numel(const oar_tensor *t) { return t ? t->numel : -1; }
-oar_dtype oar_tensor_dtype(const oar_tensor *t) { return t ? t->dtype : OAR_DTYPE_INVALID; }
+int oar_tensor_ndim(const oar_tensor *t) { return t ? t->ndim : (oari_null_arg(__func__, "tensor"), -1); }
+const int64_t *oar_tensor_shape(const oar_tensor *t) {
+    return t ? t->shape : (oari_null_arg(__func__, "tensor"), NULL);
+}
+const int64_t *oar_tensor_strides(const oar_tensor *t) {
+    return t ? t->strides : (oari_null_arg(__func__, "tensor"), NULL);
+}
+int64_t oar_tensor_offset(const oar_tensor *t) {
+    return t ? t->offset : (oari_null_arg(__func__, "tensor"), -1);
+}
+int64_t oar_tensor_numel(const oar_tensor *t) {
+    return t ? t->numel : (oari_null_arg(__func__, "tensor"), -1);
+}
+oar_dtype oar_tensor_dtype(const oar_tensor *t) {
+    return t ? t->dtype : (oari_null_arg(__func__, "tensor"), OAR_DTYPE_INVALID);
+}
 oar_device *oar_tensor_device(const oar_tensor *t) {
-    return t && t->storage ? t->storage->device : NULL;
+    if (!t) return oari_null_arg(__func__, "tensor"), NULL;
+    return t->storage ? t->storage->device : NULL; /* symbolic (traced): none */
 }
 
 int64_t oar_tensor_dim(const oar_tensor *t, int dim) {
@@ -204,7 +217,7 @@ int64_t oar_tensor_dim(const oar_tensor *t, int dim) {
 }
 
 bool oar_tensor_is_contiguous(const oar_tensor *t) {
-    if (!t) return false;
+    if (!t) return oari_null_arg(__func__, "tensor"), false;
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != s) return false;
@@ -214,7 +227,8 @@ bool oar_tensor_is_contiguous(const oar_tensor *t) {
 }
 
 bool oar_tensor_shares_storage(const oar_tensor *a, const oar_tensor *b) {
-    return a && b && a->storage && a->storage == b->storage;
+    if (!a || !b) return oari_null_arg(__func__, "tensor"), false;
+    return a->storage && a->storage == b->storage;
 }
 
 void *oar_tensor_data(const oar_tensor *t) {

@@ -51,9 +51,15 @@ void oar_dataset_free(oar_dataset *ds) {
     oari_free(ds, sizeof *ds);
 }
 
-int64_t oar_dataset_size(const oar_dataset *ds) { return ds ? ds->n : -1; }
-oar_tensor *oar_dataset_x(const oar_dataset *ds) { return ds ? ds->x : NULL; }
-oar_tensor *oar_dataset_y(const oar_dataset *ds) { return ds ? ds->y : NULL; }
+int64_t oar_dataset_size(const oar_dataset *ds) {
+    return ds ? ds->n : (oari_null_arg(__func__, "dataset"), -1);
+}
+oar_tensor *oar_dataset_x(const oar_dataset *ds) {
+    return ds ? ds->x : (oari_null_arg(__func__, "dataset"), NULL);
+}
+oar_tensor *oar_dataset_y(const oar_dataset *ds) {
+    return ds ? ds->y : (oari_null_arg(__func__, "dataset"), NULL);
+}
 
 /* Rows idx[0..b) of a contiguous tensor t (owned by the caller). */
 static oar_tensor *gather_rows(const oar_tensor *t, const int64_t *idx, int64_t b) {
@@ -379,16 +385,22 @@ void oar_loader_free(oar_loader *l) {
 }
 
 int64_t oar_loader_num_batches(const oar_loader *l) {
-    if (!l) return -1;
+    if (!l) return oari_null_arg(__func__, "loader"), -1;
     int64_t n = l->ds->n, b = l->o.batch_size;
     return l->o.drop_last ? n / b : (n + b - 1) / b;
 }
 
 int64_t oar_loader_index(const oar_loader *l, int64_t k) {
-    return l && k >= 0 && k < l->ds->n ? l->perm[k] : -1;
+    if (!l) return oari_null_arg(__func__, "loader"), -1;
+    if (k < 0 || k >= l->ds->n)
+        return oari_error(OAR_ERR_INVALID, "%s: position %lld is out of range [0, %lld)", __func__, (long long)k,
+                          (long long)l->ds->n), -1;
+    return l->perm[k];
 }
 
-int64_t oar_loader_epoch(const oar_loader *l) { return l ? l->epoch : -1; }
+int64_t oar_loader_epoch(const oar_loader *l) {
+    return l ? l->epoch : (oari_null_arg(__func__, "loader"), -1);
+}
 
 int oar_loader_set_epoch(oar_loader *l, int64_t epoch) {
     if (!l) return oari_error(OAR_ERR_INVALID, "loader_set_epoch: loader is NULL");

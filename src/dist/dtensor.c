@@ -284,7 +284,9 @@ oar_tensor *oar_unshard(oar_tensor *t) {
     return reshard_call(t, a->mesh, a->p, false, a->mesh, rep, true);
 }
 
-bool oar_tensor_is_dist(const oar_tensor *t) { return t && oari_dist(t); }
+bool oar_tensor_is_dist(const oar_tensor *t) {
+    return t ? oari_dist(t) != NULL : (oari_null_arg(__func__, "tensor"), false);
+}
 
 oar_tensor *oar_dtensor_local(oar_tensor *t) {
     oari_dist_attr *a = dist_of("oar_dtensor_local", t);

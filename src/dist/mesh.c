@@ -215,11 +215,21 @@ oar_mesh *oar_mesh_create(int ndim, const int64_t *shape, const int *ranks,
     return m;
 }
 
-int oar_mesh_ndim(const oar_mesh *m) { return m ? m->ndim : 0; }
-const int64_t *oar_mesh_shape(const oar_mesh *m) { return m ? m->shape : NULL; }
+int oar_mesh_ndim(const oar_mesh *m) { return m ? m->ndim : (oari_null_arg(__func__, "mesh"), 0); }
+const int64_t *oar_mesh_shape(const oar_mesh *m) {
+    return m ? m->shape : (oari_null_arg(__func__, "mesh"), NULL);
+}
+
+/* Whether dim is a mesh dim of m; says why not. */
+static bool mesh_dim_ok(const char *fn, const oar_mesh *m, int dim) {
+    if (!m) return oari_null_arg(fn, "mesh"), false;
+    if (dim >= 0 && dim < m->ndim) return true;
+    oari_error(OAR_ERR_INVALID, "%s: mesh dim %d is out of range [0, %d)", fn, dim, m->ndim);
+    return false;
+}
 
 const char *oar_mesh_dim_name(const oar_mesh *m, int dim) {
-    return m && dim >= 0 && dim < m->ndim ? m->names[dim] : NULL;
+    return mesh_dim_ok(__func__, m, dim) ? m->names[dim] : NULL;
 }
 
 void oari_mesh_coords(const oar_mesh *m, int64_t pos, int *coord) {
@@ -230,7 +240,7 @@ void oari_mesh_coords(const oar_mesh *m, int64_t pos, int *coord) {
 }
 
 int oar_mesh_coord(const oar_mesh *m, int dim) {
-    return m && dim >= 0 && dim < m->ndim ? m->coord[dim] : -1;
+    return mesh_dim_ok(__func__, m, dim) ? m->coord[dim] : -1;
 }
 
 oar_placement oar_shard(int tensor_dim) {

@@ -157,9 +157,15 @@ void oar_executor_free(oar_executor *ex) {
     oari_free(ex, sizeof *ex);
 }
 
-int64_t oar_executor_planned_bytes(const oar_executor *ex) { return ex ? ex->p.planned_bytes : -1; }
-int64_t oar_executor_unplanned_bytes(const oar_executor *ex) { return ex ? ex->p.unplanned_bytes : -1; }
-int oar_executor_num_plans(const oar_executor *ex) { return ex ? ex->n_plans : -1; }
+int64_t oar_executor_planned_bytes(const oar_executor *ex) {
+    return ex ? ex->p.planned_bytes : (oari_null_arg(__func__, "executor"), -1);
+}
+int64_t oar_executor_unplanned_bytes(const oar_executor *ex) {
+    return ex ? ex->p.unplanned_bytes : (oari_null_arg(__func__, "executor"), -1);
+}
+int oar_executor_num_plans(const oar_executor *ex) {
+    return ex ? ex->n_plans : (oari_null_arg(__func__, "executor"), -1);
+}
 
 static void drop_all_plans(oar_executor *ex);
 
@@ -1246,7 +1252,9 @@ int oar_executor_num_kernels(const oar_executor *ex) {
     return n;
 }
 
-bool oar_executor_is_compiled(const oar_executor *ex) { return ex && ex->fusion && ex->fusion->n_kernels; }
+bool oar_executor_is_compiled(const oar_executor *ex) {
+    return ex ? (ex->fusion && ex->fusion->n_kernels) : (oari_null_arg(__func__, "executor"), false);
+}
 
 const char *oar_executor_kernel_source(const oar_executor *ex) {
     if (!ex || !ex->fusion || !ex->fusion->n_kernels) return NULL;

@@ -343,12 +343,18 @@ oar_dtype oari_dtype_from_name(const char *name) {
 
 /* ---- accessors ----------------------------------------------------------------- */
 
-int oar_graph_num_nodes(const oar_graph *g) { return g ? g->n_nodes : -1; }
-int oar_graph_num_inputs(const oar_graph *g) { return g ? g->n_inputs : -1; }
-int oar_graph_num_outputs(const oar_graph *g) { return g ? g->n_outputs : -1; }
+int oar_graph_num_nodes(const oar_graph *g) {
+    return g ? g->n_nodes : (oari_null_arg(__func__, "graph"), -1);
+}
+int oar_graph_num_inputs(const oar_graph *g) {
+    return g ? g->n_inputs : (oari_null_arg(__func__, "graph"), -1);
+}
+int oar_graph_num_outputs(const oar_graph *g) {
+    return g ? g->n_outputs : (oari_null_arg(__func__, "graph"), -1);
+}
 
 int oar_graph_num_constants(const oar_graph *g) {
-    if (!g) return -1;
+    if (!g) return oari_null_arg(__func__, "graph"), -1;
     int n = 0;
     for (int v = 0; v < g->n_values; v++) n += g->values[v].kind == OARI_V_CONST;
     return n;
@@ -361,11 +367,19 @@ int oar_graph_count_op(const oar_graph *g, const char *op_name) {
     return n;
 }
 
+/* Whether i indexes one of n inputs or outputs of g; says why not. */
+static bool io_index_ok(const char *fn, const oar_graph *g, int i, bool input) {
+    if (!g) return oari_null_arg(fn, "graph"), false;
+    int n = input ? g->n_inputs : g->n_outputs;
+    if (i >= 0 && i < n) return true;
+    oari_error(OAR_ERR_INVALID, "%s: %s %d is out of range [0, %d)", fn, input ? "input" : "output", i, n);
+    return false;
+}
 const char *oar_graph_input_name(const oar_graph *g, int i) {
-    return g && i >= 0 && i < g->n_inputs ? g->values[g->inputs[i]].name : NULL;
+    return io_index_ok(__func__, g, i, true) ? g->values[g->inputs[i]].name : NULL;
 }
 const char *oar_graph_output_name(const oar_graph *g, int i) {
-    return g && i >= 0 && i < g->n_outputs ? g->output_names[i] : NULL;
+    return io_index_ok(__func__, g, i, false) ? g->output_names[i] : NULL;
 }
 
 static int value_shape(const oari_gvalue *v, oar_dtype *dtype, int64_t *shape) {

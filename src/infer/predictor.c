@@ -142,21 +142,29 @@ void oar_predictor_free(oar_predictor *p) {
     oari_free(p, sizeof *p);
 }
 
-const oar_graph *oar_predictor_graph(const oar_predictor *p) { return p ? p->m->g : NULL; }
-bool oar_predictor_is_compiled(const oar_predictor *p) { return p && p->m->fusion && p->m->fusion->n_kernels; }
-int oar_predictor_num_inputs(const oar_predictor *p) { return p ? oar_graph_num_inputs(p->m->g) : -1; }
-int oar_predictor_num_outputs(const oar_predictor *p) { return p ? oar_graph_num_outputs(p->m->g) : -1; }
+const oar_graph *oar_predictor_graph(const oar_predictor *p) {
+    return p ? p->m->g : (oari_null_arg(__func__, "predictor"), NULL);
+}
+bool oar_predictor_is_compiled(const oar_predictor *p) {
+    return p ? (p->m->fusion && p->m->fusion->n_kernels) : (oari_null_arg(__func__, "predictor"), false);
+}
+int oar_predictor_num_inputs(const oar_predictor *p) {
+    return p ? oar_graph_num_inputs(p->m->g) : (oari_null_arg(__func__, "predictor"), -1);
+}
+int oar_predictor_num_outputs(const oar_predictor *p) {
+    return p ? oar_graph_num_outputs(p->m->g) : (oari_null_arg(__func__, "predictor"), -1);
+}
 const char *oar_predictor_input_name(const oar_predictor *p, int i) {
-    return p ? oar_graph_input_name(p->m->g, i) : NULL;
+    return p ? oar_graph_input_name(p->m->g, i) : (oari_null_arg(__func__, "predictor"), NULL);
 }
 const char *oar_predictor_output_name(const oar_predictor *p, int i) {
-    return p ? oar_graph_output_name(p->m->g, i) : NULL;
+    return p ? oar_graph_output_name(p->m->g, i) : (oari_null_arg(__func__, "predictor"), NULL);
 }
 int oar_predictor_input_shape(const oar_predictor *p, int i, oar_dtype *dtype, int64_t *shape) {
-    return p ? oar_graph_input_shape(p->m->g, i, dtype, shape) : -1;
+    return p ? oar_graph_input_shape(p->m->g, i, dtype, shape) : (oari_null_arg(__func__, "predictor"), -1);
 }
 int oar_predictor_output_shape(const oar_predictor *p, int i, oar_dtype *dtype, int64_t *shape) {
-    return p ? oar_graph_output_shape(p->m->g, i, dtype, shape) : -1;
+    return p ? oar_graph_output_shape(p->m->g, i, dtype, shape) : (oari_null_arg(__func__, "predictor"), -1);
 }
 
 int oar_predictor_input_index(const oar_predictor *p, const char *name) {

@@ -50,14 +50,24 @@ void oar_tensor_dict_free(oar_tensor_dict *d) {
     oari_free(d, sizeof *d);
 }
 
-int oar_tensor_dict_size(const oar_tensor_dict *d) { return d ? d->n : -1; }
+int oar_tensor_dict_size(const oar_tensor_dict *d) {
+    return d ? d->n : (oari_null_arg(__func__, "dict"), -1);
+}
+
+/* Whether i indexes an entry of d; says why not. */
+static bool entry_ok(const char *fn, const oar_tensor_dict *d, int i) {
+    if (!d) return oari_null_arg(fn, "dict"), false;
+    if (i >= 0 && i < d->n) return true;
+    oari_error(OAR_ERR_INVALID, "%s: entry %d is out of range [0, %d)", fn, i, d->n);
+    return false;
+}
 
 const char *oar_tensor_dict_name(const oar_tensor_dict *d, int i) {
-    return d && i >= 0 && i < d->n ? d->items[i].name : NULL;
+    return entry_ok(__func__, d, i) ? d->items[i].name : NULL;
 }
 
 oar_tensor *oar_tensor_dict_tensor(const oar_tensor_dict *d, int i) {
-    return d && i >= 0 && i < d->n ? d->items[i].t : NULL;
+    return entry_ok(__func__, d, i) ? d->items[i].t : NULL;
 }
 
 oar_tensor *oar_tensor_dict_get(const oar_tensor_dict *d, const char *name) {

@@ -53,8 +53,10 @@ void oar_module_free(oar_module *m) {
     oari_free(m, sizeof *m);
 }
 
-const char *oar_module_type(const oar_module *m) { return m ? m->type : NULL; }
-void *oar_module_ctx(const oar_module *m) { return m ? m->ctx : NULL; }
+const char *oar_module_type(const oar_module *m) {
+    return m ? m->type : (oari_null_arg(__func__, "module"), NULL);
+}
+void *oar_module_ctx(const oar_module *m) { return m ? m->ctx : (oari_null_arg(__func__, "module"), NULL); }
 
 static void invalidate(oar_module *m) {
     for (; m; m = m->parent)
@@ -165,15 +167,22 @@ oar_tensor *oar_module_forward(oar_module *m, oar_tensor *x) {
 }
 
 void oar_module_train(oar_module *m, bool training) {
-    if (!m) return;
+    if (!m) {
+        oari_null_arg(__func__, "module");
+        return;
+    }
     m->training = training;
     for (int i = 0; i < m->n_children; i++)
         oar_module_train(m->children[i].m, training);
 }
 
-bool oar_module_is_training(const oar_module *m) { return m && m->training; }
+bool oar_module_is_training(const oar_module *m) {
+    return m ? (m->training) : (oari_null_arg(__func__, "module"), false);
+}
 
-int oar_module_num_children(const oar_module *m) { return m ? m->n_children : -1; }
+int oar_module_num_children(const oar_module *m) {
+    return m ? m->n_children : (oari_null_arg(__func__, "module"), -1);
+}
 
 oar_module *oar_module_child_at(oar_module *m, int i) {
     if (!m || i < 0 || i >= m->n_children) {

@@ -352,7 +352,9 @@ oar_dist_reducer *oar_dist_reducer_new(int n, oar_tensor *const *params, size_t 
     return r;
 }
 
-int oar_dist_reducer_overlapped(const oar_dist_reducer *r) { return r ? r->last_overlapped : 0; }
+int oar_dist_reducer_overlapped(const oar_dist_reducer *r) {
+    return r ? r->last_overlapped : (oari_null_arg(__func__, "reducer"), 0);
+}
 
 /* Back to the state before a backward. */
 static void reducer_reset(oar_dist_reducer *r) {

@@ -88,7 +88,9 @@ oar_lbfgs *oar_lbfgs_new(int np, oar_tensor *const *params, const oar_lbfgs_opti
     return o;
 }
 
-int64_t oar_lbfgs_evals(const oar_lbfgs *o) { return o ? o->func_evals : -1; }
+int64_t oar_lbfgs_evals(const oar_lbfgs *o) {
+    return o ? o->func_evals : (oari_null_arg(__func__, "optimizer"), -1);
+}
 
 /* ---- flat vectors <-> parameters ----------------------------------------- */
 

@@ -170,7 +170,7 @@ static int sgd_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
         } else {
             oar_tensor *b =
                 oar_add(oar_mul_scalar(o->s1[i], o->momentum), oar_mul_scalar(g, 1 - o->dampening));
-            if (oar_copy_(o->s1[i], b)) return OAR_ERR_INVALID;
+            if (oar_copy_(o->s1[i], b)) return oari_fail_status();
         }
         g = o->nesterov ? oar_add(g, oar_mul_scalar(o->s1[i], o->momentum)) : o->s1[i];
     }
@@ -182,11 +182,13 @@ static int sgd_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
 static int adam_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
     int64_t t = ++o->pstep[i];
     if (o->kind == KIND_ADAMW && o->wd) {
-        if (axpy_(p, p, -o->lr * o->wd)) return OAR_ERR_INVALID;
+        if (axpy_(p, p, -o->lr * o->wd)) return oari_fail_status();
     } else if (o->wd) {
         g = oar_add(g, oar_mul_scalar(p, o->wd));
     }
-    if (!o->s1[i]) {
+    if (!o->s1[i] || !o->s2[i]) { /* both moments, or neither (a partial state was refused on load) */
+        oar_tensor_release(o->s1[i]);
+        oar_tensor_release(o->s2[i]);
         o->s1[i] = oar_tensor_retain(oar_zeros_like(p));
         o->s2[i] = oar_tensor_retain(oar_zeros_like(p));
         if (!o->s1[i] || !o->s2[i]) return oari_fail_status();
@@ -195,7 +197,7 @@ static int adam_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
     /* m += (1 - beta1) (g - m); v += (1 - beta2) (g^2 - v) */
     if (axpy_(m, oar_sub(g, m), 1 - o->beta1) ||
         axpy_(v, oar_sub(oar_mul(g, g), v), 1 - o->beta2))
-        return OAR_ERR_INVALID;
+        return oari_fail_status();
     double bc1 = 1 - pow(o->beta1, (double)t), bc2 = 1 - pow(o->beta2, (double)t);
     oar_tensor *denom = oar_add_scalar(oar_div_scalar(oar_sqrt(v), sqrt(bc2)), o->eps);
     return axpy_(p, oar_div(m, denom), -o->lr / bc1);
@@ -216,12 +218,12 @@ static int rmsprop_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g)
     oar_tensor *sq = o->s2[i];
     if (oar_copy_(sq, oar_add(oar_mul_scalar(sq, o->alpha),
                               oar_mul_scalar(oar_mul(g, g), 1 - o->alpha))))
-        return OAR_ERR_INVALID;
+        return oari_fail_status();
     oar_tensor *avg;
     if (o->centered) {
         oar_tensor *ga = o->s3[i];
         if (oar_copy_(ga, oar_add(oar_mul_scalar(ga, o->alpha), oar_mul_scalar(g, 1 - o->alpha))))
-            return OAR_ERR_INVALID;
+            return oari_fail_status();
         avg = oar_add_scalar(oar_sqrt(oar_sub(sq, oar_mul(ga, ga))), o->eps);
     } else {
         avg = oar_add_scalar(oar_sqrt(sq), o->eps);
@@ -229,7 +231,7 @@ static int rmsprop_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g)
     oar_tensor *upd = oar_div(g, avg);
     if (o->momentum) {
         oar_tensor *buf = o->s1[i];
-        if (oar_copy_(buf, oar_add(oar_mul_scalar(buf, o->momentum), upd))) return OAR_ERR_INVALID;
+        if (oar_copy_(buf, oar_add(oar_mul_scalar(buf, o->momentum), upd))) return oari_fail_status();
         upd = buf;
     }
     return oar_copy_(p, oar_sub(p, oar_mul_scalar(upd, o->lr)));
@@ -265,13 +267,18 @@ int oar_optim_step(oar_optimizer *o) {
 }
 
 void oar_optim_zero_grad(oar_optimizer *o) {
-    if (!o) return;
+    if (!o) {
+        oari_null_arg(__func__, "optimizer");
+        return;
+    }
     for (int i = 0; i < o->n; i++) {
         oar_tensor_zero_grad(o->params[i]);
     }
 }
 
-double oar_optim_lr(const oar_optimizer *o) { return o ? o->lr : NAN; }
+double oar_optim_lr(const oar_optimizer *o) {
+    return o ? o->lr : (oari_null_arg(__func__, "optimizer"), NAN);
+}
 
 int oar_optim_set_lr(oar_optimizer *o, double lr) {
     if (!o) return oari_error(OAR_ERR_INVALID, "optim_set_lr: optimizer is NULL");
@@ -280,7 +287,9 @@ int oar_optim_set_lr(oar_optimizer *o, double lr) {
     return 0;
 }
 
-int64_t oar_optim_steps(const oar_optimizer *o) { return o ? o->steps : -1; }
+int64_t oar_optim_steps(const oar_optimizer *o) {
+    return o ? o->steps : (oari_null_arg(__func__, "optimizer"), -1);
+}
 
 int oar_clip_grad_norm(int n, oar_tensor *const *params, double max_norm, double *total_norm) {
     if (n < 0 || (n && !params))
@@ -494,9 +503,13 @@ int oar_lr_scheduler_step(oar_lr_scheduler *s) {
     return oar_lr_scheduler_set_epoch(s, s->epoch + 1);
 }
 
-int64_t oar_lr_scheduler_epoch(const oar_lr_scheduler *s) { return s ? s->epoch : -1; }
+int64_t oar_lr_scheduler_epoch(const oar_lr_scheduler *s) {
+    return s ? s->epoch : (oari_null_arg(__func__, "scheduler"), -1);
+}
 
-double oar_lr_scheduler_lr(const oar_lr_scheduler *s) { return s ? s->opt->lr : NAN; }
+double oar_lr_scheduler_lr(const oar_lr_scheduler *s) {
+    return s ? s->opt->lr : (oari_null_arg(__func__, "scheduler"), NAN);
+}
 
 void oar_lr_scheduler_free(oar_lr_scheduler *s) {
     if (!s) return;

@@ -118,7 +118,7 @@ int oar_optim_load(oar_optimizer *o, const char *path) {
     if (!o || !path)
         return oari_error(OAR_ERR_INVALID, "optim_load: optimizer or path is NULL");
     oar_tensor_dict *d = oar_safetensors_load(path);
-    if (!d) return OAR_ERR_IO;
+    if (!d) return oari_fail_status();
     char msg[900];
     size_t len = 0;
     int nbad = 0;
