@@ -260,11 +260,11 @@ typedef struct build_job {
 static char *unit_source(const oari_fusion *f, int u) {
     oari_sbuf b = {0};
     const char *all = oari_sbuf_str(&f->source);
-    oari_sbuf_printf(&b, "%.*s", (int)f->prelude_len, all);
+    oari_sbuf_putn(&b, all, f->prelude_len);
     for (int k = 0; k < f->n_kernels; k++)
         if (f->kernels[k].code == k && f->kernels[k].unit == u)
-            oari_sbuf_printf(&b, "%.*s", (int)(f->kernels[k].src_end - f->kernels[k].src_begin),
-                             all + f->kernels[k].src_begin);
+            oari_sbuf_putn(&b, all + f->kernels[k].src_begin,
+                           (size_t)(f->kernels[k].src_end - f->kernels[k].src_begin));
     if (b.failed) {
         oari_sbuf_free(&b);
         return NULL;
