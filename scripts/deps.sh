@@ -13,7 +13,8 @@ pkgs=(
     libopenmpi-dev openmpi-bin # distributed tensors over MPI (src/dist/)
     ocl-icd-opencl-dev opencl-headers pocl-opencl-icd  # the opencl device plugin (pocl: a CPU OpenCL device)
     bible-kjv                # text for examples/char_lm.c (scripts/bible-text.sh)
-    protobuf-c-compiler libprotobuf-c-dev python3-onnx # ONNX import: protoc-c, libprotobuf-c, onnx.proto
+    protobuf-c-compiler libprotobuf-c-dev python3-onnx # ONNX import: protoc-c, libprotobuf-c, onnx.proto; onnx.checker for the exports
+    python3-numpy            # the safetensors cross-check (tests/io/read_safetensors.py)
     libonnx-testdata         # the ONNX backend node tests (tests/onnx/test_onnx_conformance.c)
     libfftw3-dev             # optional FFT engine (GPL-2+): -DOAR_FFTW=ON, and test_fft_fftw
 )
