@@ -259,7 +259,7 @@ static void test_opencl_f64(oar_device *cl) {
     CHECK(fb == 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     /* the mock (tests/devices/plugins) and, where built, the opencl plugin */
     char path[2048];
 #ifdef OAR_PLUGIN_BUILD_DIR
@@ -269,14 +269,16 @@ int main(void) {
 #endif
     setenv("OAR_PLUGIN_PATH", path, 1);
     setenv("OAR_PLUGIN_NO_INSTALL_DIR", "1", 1);
-    RUN(test_mock);
-    oar_device *cl = opencl_device_or_skip(); /* prints why when there is none */
-    if (cl) {
-        test_current = "test_opencl";
-        oar_clear_error();
-        test_opencl(cl);
-        test_current = "test_opencl_f64";
-        test_opencl_f64(cl);
+    if (argc < 2 || strcmp(argv[1], "--opencl")) {
+        RUN(test_mock);
+        return test_summary();
     }
+    oar_device *cl = opencl_device_or_skip(); /* prints why when there is none */
+    if (!cl) return TEST_SKIP;
+    test_current = "test_opencl";
+    oar_clear_error();
+    test_opencl(cl);
+    test_current = "test_opencl_f64";
+    test_opencl_f64(cl);
     return test_summary();
 }

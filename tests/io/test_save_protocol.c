@@ -20,9 +20,10 @@
 
 static char dir[] = "/tmp/oar_save_XXXXXX";
 
+/* per thread: the concurrent-save test calls it from four threads */
 static const char *tmp_path(const char *name) {
-    static char buf[4][512];
-    static int k;
+    static _Thread_local char buf[4][512];
+    static _Thread_local int k;
     char *p = buf[k++ % 4];
     snprintf(p, 512, "%s/%s", dir, name);
     return p;

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <oar/oar.h>
 #include <oar/onnx.h>
+#include <unistd.h>
 
 /* Loads path, runs x (f64 values as f32) and compares with want. */
 static void check_model(const char *path, const double *x, int xnd, const int64_t *xshape, const double *want,
@@ -149,9 +150,12 @@ static void test_dynamic_shape_values(void) {
     oar_graph_free(g);
 }
 
+#define NODE_TESTS "/usr/share/libonnx-testdata/data/node"
+
 /* The same byte mutations over node-test models of the ops with the most
- * code (recurrent, Resize, GridSample, control flow, the loss expansions);
- * skipped without libonnx-testdata. */
+ * code (recurrent, Resize, GridSample, control flow, the loss expansions).
+ * Its own test, `test_onnx --node-models`, skipped as a whole without
+ * libonnx-testdata; with it, every model named here must be there. */
 static void test_mutations_node_models(void) {
     static const char *const tests[] = {"test_lstm_with_peepholes", "test_resize_upsample_scales_cubic",
                                         "test_gridsample_bicubic", "test_loop11", "test_if", "test_scan9_sum",
@@ -160,9 +164,11 @@ static void test_mutations_node_models(void) {
     int loaded = 0, refused = 0, silent = 0, files = 0;
     for (size_t f = 0; f < sizeof tests / sizeof *tests; f++) {
         char path[256];
-        snprintf(path, sizeof path, "/usr/share/libonnx-testdata/data/node/%s/model.onnx", tests[f]);
+        snprintf(path, sizeof path, NODE_TESTS "/%s/model.onnx", tests[f]);
         size_t n = 0;
         unsigned char *buf = read_all(path, &n);
+        if (!buf) fprintf(stderr, "cannot read %s\n", path);
+        CHECK(buf != NULL);
         if (!buf) continue;
         files++;
         for (size_t i = 0; i < n; i++) {
@@ -181,10 +187,7 @@ static void test_mutations_node_models(void) {
         }
         free(buf);
     }
-    if (!files) {
-        printf("test_mutations_node_models: skipped (no libonnx-testdata)\n");
-        return;
-    }
+    CHECK(files > 0);
     CHECK(silent == 0);
     CHECK(refused > 0 && loaded > 0);
 }
@@ -333,7 +336,15 @@ static void test_hostile_shapes(void) {
     CHECK_FAILS(oar_onnx_tensor_load_buffer(tensor, sizeof tensor), "does not hold 3000000000 float elements");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--node-models")) {
+        if (access(NODE_TESTS, R_OK)) {
+            printf("skip: no %s (Debian: libonnx-testdata)\n", NODE_TESTS);
+            return 77;
+        }
+        RUN(test_mutations_node_models);
+        return test_summary();
+    }
     RUN(test_pytorch_models);
     RUN(test_hostile_shapes);
     RUN(test_softmax_opset11);
@@ -344,6 +355,5 @@ int main(void) {
     RUN(test_dynamic_shape_values);
     RUN(test_pool3d);
     RUN(test_conv_transpose3d);
-    RUN(test_mutations_node_models);
     return test_summary();
 }

@@ -1,9 +1,13 @@
 /* The ONNX backend node tests (Debian's libonnx-testdata: model.onnx and
  * test_data_set_N, input_K.pb and output_K.pb per test) run through the importer
  * and the predictor. One line per test: pass, fail (with the error) or
- * unsupported (with the op and opset). Fails if a test listed in
- * onnx/conformance_pass.txt no longer passes, and prints newly passing
- * ones; skips (exit 77) when the test data is not installed.
+ * unsupported (with the op and opset). Fails if onnx/conformance_pass.txt
+ * is missing or empty, if a test it lists no longer passes, or if a test
+ * fails (imports and gives wrong values, unlike an unsupported one that is
+ * refused cleanly) without being listed, with its reason, in
+ * onnx/conformance_known_fail.txt. Prints newly passing tests and known
+ * failures that now pass; skips (exit 77) when the test data is not
+ * installed.
  *
  *     test_onnx_conformance [--write-pass] [--report FILE] [--only NAME] [DIR]
  *
@@ -30,6 +34,7 @@
 #define DEFAULT_DIR "/usr/share/libonnx-testdata/data/node"
 #define PASS_LIST "onnx/conformance_pass.txt"
 #define OPS_LIST "onnx/conformance_ops.txt"
+#define KNOWN_FAIL_LIST "onnx/conformance_known_fail.txt"
 #define RTOL 1e-3
 #define ATOL 1e-7
 #define MAX_IO 64
@@ -58,10 +63,11 @@ static void clear(strlist *l) {
 }
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Lines of a file, without comments (#) and blanks. */
-static void read_lines(const char *path, strlist *l) {
+/* The lines of path without comments (#) and blanks, or false when it
+ * cannot be read. */
+static bool read_lines(const char *path, strlist *l) {
     FILE *f = fopen(path, "r");
-    if (!f) return;
+    if (!f) return false;
     char line[512];
     while (fgets(line, sizeof line, f)) {
         char *h = strchr(line, '#');
@@ -73,6 +79,7 @@ static void read_lines(const char *path, strlist *l) {
         if (*s) push(l, s);
     }
     fclose(f);
+    return true;
 }
 
 static unsigned char *slurp(const char *path, size_t *n) {
@@ -305,13 +312,21 @@ int main(int argc, char **argv) {
         printf("skipped: no ONNX node tests at %s (install libonnx-testdata: scripts/deps.sh)\n", dir);
         return 77;
     }
-    strlist tests = {0}, passing = {0}, subset = {0}, listed = {0};
+    strlist tests = {0}, passing = {0}, failing = {0}, subset = {0}, listed = {0};
     for (struct dirent *e; (e = readdir(d));)
         if (!strncmp(e->d_name, "test_", 5) && (!only || !strcmp(e->d_name, only))) push(&tests, e->d_name);
     closedir(d);
     qsort(tests.v, (size_t)tests.n, sizeof *tests.v, cmp_str);
-    read_lines(OPS_LIST, &subset);
-    read_lines(PASS_LIST, &listed);
+    strlist known_fail = {0};
+    if (!read_lines(OPS_LIST, &subset) || !read_lines(KNOWN_FAIL_LIST, &known_fail)) {
+        printf("cannot read %s or %s (run from tests/)\n", OPS_LIST, KNOWN_FAIL_LIST);
+        return 1;
+    }
+    if ((!read_lines(PASS_LIST, &listed) || listed.n == 0) && !write) {
+        printf("cannot read %s, or it lists no test: every test would count as new (run from tests/; "
+               "--write-pass writes it)\n", PASS_LIST);
+        return 1;
+    }
     FILE *rf = report ? fopen(report, "w") : NULL;
     int n_pass = 0, n_fail = 0, n_unsup = 0, sub_n = 0, sub_pass = 0;
     clock_t t0 = clock();
@@ -329,6 +344,7 @@ int main(int argc, char **argv) {
         } else {
             n_fail += r == R_FAIL;
             n_unsup += r == R_UNSUPPORTED;
+            if (r == R_FAIL) push(&failing, tests.v[i]);
         }
     }
     double secs = (double)(clock() - t0) / CLOCKS_PER_SEC;
@@ -336,7 +352,15 @@ int main(int argc, char **argv) {
            "%.2f s CPU\n", n_pass, tests.n, n_fail, n_unsup, OPS_LIST, sub_pass, sub_n, secs);
     if (rf) fprintf(rf, "summary: %d of %d pass; subset %d of %d\n", n_pass, tests.n, sub_pass, sub_n);
     if (rf) fclose(rf);
-    int lost = 0, gained = 0;
+    int lost = 0, gained = 0, new_failures = 0;
+    for (int i = 0; i < failing.n; i++)
+        if (!has(&known_fail, failing.v[i])) {
+            printf("NEW FAILURE: %s gives wrong values (not in %s)\n", failing.v[i], KNOWN_FAIL_LIST);
+            new_failures++;
+        }
+    for (int i = 0; i < known_fail.n; i++)
+        if (has(&passing, known_fail.v[i]))
+            printf("known failure now passes: %s (remove it from %s)\n", known_fail.v[i], KNOWN_FAIL_LIST);
     for (int i = 0; i < listed.n; i++)
         if (!has(&passing, listed.v[i]) && (!only || !strcmp(listed.v[i], only))) {
             printf("REGRESSION: %s is in %s but does not pass\n", listed.v[i], PASS_LIST);
@@ -361,7 +385,9 @@ int main(int argc, char **argv) {
     }
     clear(&tests);
     clear(&passing);
+    clear(&failing);
     clear(&subset);
     clear(&listed);
-    return lost ? 1 : 0;
+    clear(&known_fail);
+    return lost || new_failures ? 1 : 0;
 }
