@@ -4,7 +4,7 @@
  *
  * Committed as a whole: the weights go to a new file of a unique name
  * ("weights.<pid>.<n>.safetensors"), then model.json, written last through
- * the save protocol (src/io/file.h), is the manifest that names it with its
+ * the save protocol (src/core/save.h), is the manifest that names it with its
  * size and crc32. A crash before model.json's rename leaves the old
  * model.json naming the old weights, which are removed only after the
  * rename; concurrent saves each commit a whole model, the last rename wins.

@@ -102,7 +102,7 @@ static void assign_names(oari_xp *x, const int *out_owner) {
     }
 }
 
-/* Writes n bytes to path through the save protocol (src/io/file.h). */
+/* Writes n bytes to path through the save protocol (src/core/save.h). */
 static int write_file(const char *path, const void *buf, size_t n) {
     return oari_file_save(path, buf, n, "oar_onnx_export");
 }

@@ -1,6 +1,7 @@
 /* Reading a recording: the summary by op, the totals and memory figures,
  * and the Chrome trace JSON. */
 #include "record.h"
+#include "../core/save.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -370,30 +371,21 @@ int oar_profiler_write_trace(const char *path) {
                           path ? "empty" : "NULL");
     oari_prof_lock();
     int st = check_readable("oar_profiler_write_trace");
-    size_t n = strlen(path) + 32;
-    char *tmp = st ? NULL : oari_malloc(n);
-    if (!st && !tmp) st = oari_fail_status();
-    FILE *f = NULL;
-    if (!st) {
-        snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
-        if (!(f = fopen(tmp, "w")))
-            st = oari_error(OAR_ERR_IO, "oar_profiler_write_trace: cannot write %s: %s", path,
-                            strerror(errno));
-    }
+    /* the trace is formatted in memory, then saved as every file oar writes
+     * is (core/save.h): a crash mid-write leaves the old file or the new */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = st ? NULL : open_memstream(&text, &len);
+    if (!st && !f) st = oari_error(OAR_ERR_NOMEM, "oar_profiler_write_trace: out of memory");
     if (f) {
         trace_body(f);
         bool bad = ferror(f) != 0;
-        if (fclose(f) || bad) {
-            st = oari_error(OAR_ERR_IO, "oar_profiler_write_trace: writing %s failed: %s", path,
-                            strerror(errno));
-            remove(tmp);
-        } else if (rename(tmp, path)) {
-            st = oari_error(OAR_ERR_IO, "oar_profiler_write_trace: cannot rename %s to %s: %s",
-                            tmp, path, strerror(errno));
-            remove(tmp);
-        }
+        if (fclose(f) || bad)
+            st = oari_error(OAR_ERR_NOMEM, "oar_profiler_write_trace: formatting the trace failed");
+        else
+            st = oari_file_save(path, text, len, "oar_profiler_write_trace");
     }
-    if (tmp) oari_free(tmp, n);
+    free(text); /* open_memstream's buffer: the C library's malloc */
     oari_prof_unlock();
     return st;
 }

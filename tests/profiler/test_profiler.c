@@ -10,6 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "alloc_fail.h"
+#include "core/save.h" /* oari_file_fault */
+#include <errno.h>
+
+static int fail_rename(oari_file_step step, const char *path) {
+    (void)path;
+    return step == OARI_FILE_RENAME ? EXDEV : 0;
+}
 
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -163,6 +170,16 @@ static void test_training_step_trace(void) {
 
     char path[128];
     trace_path(path, sizeof path, "step");
+    /* on the save protocol: a rename that fails leaves the old file whole */
+    FILE *old = fopen(path, "w");
+    CHECK(old && fputs("old trace\n", old) >= 0 && fclose(old) == 0);
+    oari_file_fault = fail_rename;
+    CHECK_STATUS_FAILS(oar_profiler_write_trace(path), "renaming");
+    oari_file_fault = NULL;
+    char back[32] = {0};
+    old = fopen(path, "r");
+    CHECK(old && fgets(back, sizeof back, old) && !strcmp(back, "old trace\n"));
+    if (old) fclose(old);
     CHECK(oar_profiler_write_trace(path) == 0);
     cJSON *j = load_trace(path);
     CHECK(j != NULL);
