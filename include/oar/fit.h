@@ -12,7 +12,18 @@
  * Each log line is one JSON object per epoch: {"epoch": 1, "loss": ...,
  * "acc": ..., "val_loss": ..., "val_acc": ..., "val_top5": ..., "lr": ...,
  * "samples_per_s": ..., "time_s": ..., "best": true, "stop": false};
- * metrics that do not apply are left out. */
+ * metrics that do not apply are left out.
+ *
+ * With tb_dir, TensorBoard event files too (include/oar/summary.h): after
+ * every training batch "batch/loss" and "batch/lr" (the rate that step
+ * used) at step = the number of optimizer steps so far (1, 2, ...); after
+ * every epoch, at step = the epoch (1-based), "epoch/loss", "epoch/acc",
+ * "epoch/top<k>", "epoch/val_loss", "epoch/val_acc", "epoch/val_top<k>"
+ * (those that apply, as in the JSON log), "epoch/lr" (after the epoch's
+ * schedule step) and "epoch/samples_per_s". View with
+ * `tensorboard --logdir <tb_dir>`. Unless progress is OAR_PROGRESS_NONE,
+ * fit prints the files it logs to on one line of `out` first:
+ *     fit: logging epochs to train.jsonl, TensorBoard events to runs/events.out.tfevents.<time>.<host>.<pid> */
 #ifndef OAR_FIT_H
 #define OAR_FIT_H
 
@@ -65,6 +76,9 @@ typedef struct oar_fit_options {
     FILE *out;
     oar_progress progress;
     int64_t log_every; /* LINES: batches between lines; 0: about 10 per epoch */
+    /* optional: a folder (made if missing) for a new TensorBoard event file
+     * <tb_dir>/events.out.tfevents.<time>.<host>.<pid> (scalars above) */
+    const char *tb_dir;
 } oar_fit_options;
 
 /* What oar_fit did; the metrics are the last epoch's (NAN when absent). */
@@ -81,7 +95,7 @@ typedef struct oar_fit_result {
  * until early stopping). model, opt, train and the loaders are borrowed;
  * the model is left in training mode. result may be NULL. 0 on success;
  * on failure (bad options, a loss or op error naming the epoch and batch,
- * an unwritable log) a non-zero status with the message in
+ * an unwritable log or tb_dir) a non-zero status with the message in
  * oar_last_error(); the model holds whatever the steps before did. */
 OAR_API int oar_fit(oar_module *model, oar_optimizer *opt, oar_loader *train,
                     const oar_fit_options *o, oar_fit_result *result);

@@ -31,6 +31,7 @@
 #include <oar/optim.h>
 #include <oar/data.h>
 #include <oar/io.h>
+#include <oar/summary.h> /* TensorBoard event files */
 #include <oar/dist.h>
 #include <oar/profiler.h>
 #include <oar/graph.h> /* static graphs, saved models */

@@ -70,8 +70,20 @@ struct oar_tensor {
 OARI_HIDDEN int oari_error(int status, const char *fmt, ...) OARI_PRINTF(2, 3);
 OARI_HIDDEN int oari_verror(int status, const char *fmt, va_list ap);
 OARI_HIDDEN int oari_nomem(const char *what);   /* "out of memory: <what>" */
-/* Formats a shape as "[2, 3, 4]" into buf (size >= 200). Returns buf. */
+/* Formats a shape as "[2, 3, 4]" into buf (size >= 200). Returns buf.
+ * Each dim is written by oari_size_str, so while a trace runs a symbolic
+ * dim reads as its name: "[N, 3]". */
 OARI_HIDDEN const char *oari_shape_str(char *buf, int ndim, const int64_t *shape);
+/* Formats one size of a shape for a message into buf (size >= 64): its
+ * name if oari_size_namer gives one, else the number. Returns buf. */
+OARI_HIDDEN const char *oari_size_str(char *buf, int64_t size);
+/* Names a size for messages ("N", "2*N"), writing at most cap bytes to buf
+ * and returning true, or returns false (the number is printed). Installed
+ * by the tracer (src/graph/trace.c, at start-up): while this thread
+ * traces, a dynamic dim's placeholder size reads as the dim's name. A hook,
+ * since core sits below the tracer (docs/architecture.md, Layers). */
+typedef bool (*oari_size_namer_fn)(int64_t size, char *buf, size_t cap);
+OARI_HIDDEN extern oari_size_namer_fn oari_size_namer;
 /* For an accessor given a NULL object: sets "<fn>: <what> is NULL", unless
  * an error is pending (the failed call that made the NULL keeps its
  * message). Returns OAR_ERR_INVALID. */

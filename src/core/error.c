@@ -55,10 +55,32 @@ const char *oar_status_string(int status) {
     }
 }
 
+oari_size_namer_fn oari_size_namer;
+
+const char *oari_size_str(char *buf, int64_t size) {
+    oari_size_namer_fn namer = oari_size_namer;
+    if (!namer || !namer(size, buf, 64)) snprintf(buf, 64, "%lld", (long long)size);
+    return buf;
+}
+
 const char *oari_shape_str(char *buf, int ndim, const int64_t *shape) {
-    int n = snprintf(buf, 200, "[");
-    for (int i = 0; i < ndim && n < 180; i++)
-        n += snprintf(buf + n, (size_t)(200 - n), i ? ", %lld" : "%lld", (long long)shape[i]);
-    snprintf(buf + n, (size_t)(200 - n), "]");
+    /* (a dim's name may be long: stop with "..." before the end of buf) */
+    size_t n = 1;
+    buf[0] = '[';
+    for (int i = 0; i < ndim; i++) {
+        char d[64];
+        oari_size_str(d, shape[i]);
+        size_t need = strlen(d) + (i ? 2 : 0);
+        if (n + need > 200 - 7) {
+            memcpy(buf + n, ", ...", 5);
+            n += 5;
+            break;
+        }
+        if (i) buf[n++] = ',', buf[n++] = ' ';
+        memcpy(buf + n, d, strlen(d));
+        n += strlen(d);
+    }
+    buf[n++] = ']';
+    buf[n] = 0;
     return buf;
 }

@@ -71,10 +71,10 @@ int oari_broadcast_shapes(const char *op, int na, const int64_t *a, int nb, cons
         int64_t da = i < n - na ? 1 : a[i - (n - na)];
         int64_t db = i < n - nb ? 1 : b[i - (n - nb)];
         if (da != db && da != 1 && db != 1) {
-            char sa[200], sb[200];
-            oari_error(OAR_ERR_INVALID, "%s: shapes %s and %s do not broadcast (dim %d: %lld vs %lld)",
+            char sa[200], sb[200], za[64], zb[64];
+            oari_error(OAR_ERR_INVALID, "%s: shapes %s and %s do not broadcast (dim %d: %s vs %s)",
                        op, oari_shape_str(sa, na, a), oari_shape_str(sb, nb, b), i,
-                       (long long)da, (long long)db);
+                       oari_size_str(za, da), oari_size_str(zb, db));
             return -1;
         }
         out[i] = da == 1 ? db : da;

@@ -194,6 +194,20 @@ static int const_id(oari_tracer *tr, oar_tensor *t, const char *op) {
     return v < 0 ? -1 : remember(tr, t, v);
 }
 
+/* core's message hook (oari_size_namer): while this thread traces, a size
+ * that stands for a dynamic dim (a multiple of a symbol's trace size, the
+ * rule that marks the graph's dims) reads as the dim's name, "N" or "2*N",
+ * in the shapes ops print; other sizes print as numbers. */
+static bool trace_size_name(int64_t size, char *buf, size_t cap) {
+    const oari_tracer *tr = oari_trace_current;
+    int32_t mul = 1;
+    int s = tr ? oari_graph_sym_of(tr->g, size, &mul) : -1;
+    if (s < 0) return false;
+    if (mul != 1) snprintf(buf, cap, "%d*%s", (int)mul, tr->g->syms[s].name);
+    else snprintf(buf, cap, "%s", tr->g->syms[s].name);
+    return true;
+}
+
 static bool trace_size_is_dynamic(int64_t size) {
     const oari_tracer *tr = oari_trace_current;
     return tr && oari_graph_sym_of(tr->g, size, NULL) >= 0;
@@ -499,4 +513,5 @@ oar_graph *oar_trace_module(oar_module *m, const oar_graph_input_spec *spec) {
 void oari_graph_install(void) {
     oari_hooks.trace = trace_dispatch;
     oari_hooks.trace_size_is_dynamic = trace_size_is_dynamic;
+    oari_size_namer = trace_size_name;
 }

@@ -12,21 +12,36 @@
 #include <oar/io.h>
 #include <oar/ops.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 /* Largest JSON header accepted, as the Python reader (100 MB). */
 #define MAX_HEADER (100u << 20)
 
+/* The dtype names of the safetensors format (the Rust crate's Dtype enum:
+ * BOOL U8 I8 I16 U16 F16 BF16 I32 U32 F32 F64 I64 U64 F8_*). Complex
+ * dtypes have none: they are written as their float parts (below). */
 static const char *const dtype_names[OAR_DTYPE_COUNT] = {
     [OAR_BOOL] = "BOOL", [OAR_U8] = "U8",     [OAR_I32] = "I32", [OAR_I64] = "I64",
     [OAR_F16] = "F16",   [OAR_BF16] = "BF16", [OAR_F32] = "F32", [OAR_F64] = "F64",
-    [OAR_C64] = "C64",   [OAR_C128] = "C128",
 };
+
+/* A complex tensor is written as its float parts, a trailing dim of 2
+ * (real, imaginary: the complex layout in memory), with the metadata entry
+ * "oar.dtype.<name>": "complex64" / "complex128" (include/oar/io.h). */
+#define DTYPE_PREFIX OAR_SAFETENSORS_DTYPE_PREFIX
+static oar_dtype complex_part(oar_dtype dt) {
+    return dt == OAR_C64 ? OAR_F32 : dt == OAR_C128 ? OAR_F64 : OAR_DTYPE_INVALID;
+}
 
 static int dtype_from_name(const char *s) {
     for (int d = 0; d < OAR_DTYPE_COUNT; d++)
-        if (!strcmp(s, dtype_names[d])) return d;
+        if (dtype_names[d] && !strcmp(s, dtype_names[d])) return d;
+    /* C64/C128 entries: files of older oar versions (which Python's
+     * safetensors cannot read), and recent Python safetensors' complex64 */
+    if (!strcmp(s, "C64")) return OAR_C64;
+    if (!strcmp(s, "C128")) return OAR_C128;
     return -1;
 }
 
@@ -98,14 +113,26 @@ static char *build_header(int n, const char *const *names, oar_tensor *const *ts
     if (!meta || !cJSON_AddStringToObject(meta, "format", "oar")) goto nomem;
     for (int i = 0; i < n_meta; i++)
         if (!cJSON_AddStringToObject(meta, keys[i], values[i])) goto nomem;
+    for (int i = 0; i < n; i++) {
+        if (complex_part(ts[i]->dtype) == OAR_DTYPE_INVALID) continue;
+        size_t kn = strlen(DTYPE_PREFIX) + strlen(names[i]) + 1;
+        char *key = oari_malloc(kn);
+        if (!key) goto nomem;
+        snprintf(key, kn, "%s%s", DTYPE_PREFIX, names[i]);
+        cJSON *v = cJSON_AddStringToObject(meta, key, oar_dtype_name(ts[i]->dtype));
+        oari_free(key, kn);
+        if (!v) goto nomem;
+    }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
+        oar_dtype part = complex_part(ts[i]->dtype);
         cJSON *e = cJSON_AddObjectToObject(root, names[i]);
-        if (!e || !cJSON_AddStringToObject(e, "dtype", dtype_names[ts[i]->dtype])) goto nomem;
+        if (!e || !cJSON_AddStringToObject(e, "dtype", dtype_names[part >= 0 ? part : ts[i]->dtype]))
+            goto nomem;
         cJSON *shape = cJSON_AddArrayToObject(e, "shape");
         if (!shape) goto nomem;
-        for (int k = 0; k < ts[i]->ndim; k++) {
-            cJSON *v = cJSON_CreateNumber((double)ts[i]->shape[k]);
+        for (int k = 0; k < ts[i]->ndim + (part >= 0); k++) {
+            cJSON *v = cJSON_CreateNumber(k < ts[i]->ndim ? (double)ts[i]->shape[k] : 2.0);
             if (!v || !cJSON_AddItemToArray(shape, v)) {
                 cJSON_Delete(v);
                 goto nomem;
@@ -157,6 +184,12 @@ int oari_safetensors_save(const char *path, int n, const char *const *names, oar
                               "safetensors_save: metadata entry %d has a NULL, empty or "
                               "reserved (\"format\") key or a NULL value",
                               i);
+        if (!strncmp(keys[i], DTYPE_PREFIX, strlen(DTYPE_PREFIX)))
+            return oari_error(OAR_ERR_INVALID,
+                              "safetensors_save: metadata key \"%.200s\" starts with \"%s\", which "
+                              "is reserved for the dtypes safetensors lacks (complex tensors); "
+                              "choose another key",
+                              keys[i], DTYPE_PREFIX);
         for (int j = 0; j < i; j++)
             if (!strcmp(keys[i], keys[j]))
                 return oari_error(OAR_ERR_INVALID, "safetensors_save: duplicate metadata key \"%s\"",
@@ -176,6 +209,12 @@ int oari_safetensors_save(const char *path, int n, const char *const *names, oar
             if (!strcmp(names[i], names[j]))
                 return oari_error(OAR_ERR_INVALID, "safetensors_save: duplicate name \"%s\"",
                                   names[i]);
+        oar_dtype dt = tensors[i]->dtype;
+        if ((unsigned)dt >= OAR_DTYPE_COUNT || (!dtype_names[dt] && complex_part(dt) < 0))
+            return oari_error(OAR_ERR_UNSUPPORTED,
+                              "safetensors_save: tensor \"%.200s\" is %s, a dtype the safetensors "
+                              "format has no layout for",
+                              names[i], oar_dtype_name(dt));
     }
     char *header = build_header(n, names, tensors, n_meta, keys, values);
     if (!header) return oari_fail_status();
@@ -243,9 +282,87 @@ static int dict_push(oar_tensor_dict *d, const char *name, oar_tensor *t) {
     return 0;
 }
 
-/* Parses and checks one header entry; reads its data from f. */
+/* The metadata's dtype markings ("oar.dtype.<name>" entries), sorted by
+ * name for lookup (a header may hold many tensors and entries). */
+typedef struct markings {
+    const cJSON **e;
+    size_t n;
+} markings;
+
+static const char *marked_name(const cJSON *e) { return e->string + strlen(DTYPE_PREFIX); }
+
+static int cmp_marking(const void *a, const void *b) {
+    return strcmp(marked_name(*(const cJSON *const *)a), marked_name(*(const cJSON *const *)b));
+}
+
+static bool is_marking(const cJSON *m) {
+    return m->string && !strncmp(m->string, DTYPE_PREFIX, strlen(DTYPE_PREFIX));
+}
+
+/* Collects meta's markings into mk (its array from oari_malloc). */
+static int collect_markings(const char *path, const cJSON *meta, markings *mk) {
+    mk->e = NULL;
+    mk->n = 0;
+    if (!meta) return 0;
+    size_t n = 0;
+    for (const cJSON *m = meta->child; m; m = m->next) n += is_marking(m);
+    if (!n) return 0;
+    if (!(mk->e = oari_malloc(n * sizeof *mk->e))) return oari_fail_status();
+    for (const cJSON *m = meta->child; m; m = m->next)
+        if (is_marking(m)) mk->e[mk->n++] = m;
+    qsort(mk->e, n, sizeof *mk->e, cmp_marking);
+    for (size_t i = 1; i < n; i++)
+        if (!cmp_marking(&mk->e[i - 1], &mk->e[i])) {
+            char m[300];
+            snprintf(m, sizeof m, "the metadata marks tensor \"%.100s\" twice", marked_name(mk->e[i]));
+            return bad(path, "%s", m);
+        }
+    return 0;
+}
+
+/* The complex dtype the metadata gives tensor `name` (OAR_DTYPE_INVALID:
+ * none), checked against the dtype and shape of its entry: a float dtype of
+ * the matching width with a trailing dim of 2. -2 with an error. */
+static int complex_marking(const char *path, const markings *mk, const char *name, int file_dtype,
+                           int ndim, const int64_t *dims) {
+    const cJSON *v = NULL;
+    size_t lo = 0, hi = mk->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(marked_name(mk->e[mid]), name);
+        if (!c) {
+            v = mk->e[mid];
+            break;
+        }
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    if (!v) return OAR_DTYPE_INVALID;
+    char m[400];
+    const char *want = cJSON_IsString(v) ? v->valuestring : "";
+    int dt = !strcmp(want, "complex64") ? OAR_C64 : !strcmp(want, "complex128") ? OAR_C128 : -1;
+    if (dt < 0) {
+        snprintf(m, sizeof m, "the metadata gives tensor \"%.100s\" the dtype \"%.40s\" (%s%.100s); "
+                 "known: complex64, complex128", name, want, DTYPE_PREFIX, name);
+        return bad(path, "%s", m), -2;
+    }
+    oar_dtype part = complex_part((oar_dtype)dt);
+    if (file_dtype != (int)part || ndim < 1 || dims[ndim - 1] != 2) {
+        char sh[200];
+        snprintf(m, sizeof m, "the metadata marks tensor \"%.100s\" %s, stored as %s with a trailing "
+                 "dim of 2 (real, imaginary), but the file holds it as %s %s", name, want,
+                 dtype_names[part], file_dtype >= 0 && dtype_names[file_dtype] ? dtype_names[file_dtype]
+                                                                        : oar_dtype_name((oar_dtype)file_dtype),
+                 oari_shape_str(sh, ndim, dims));
+        return bad(path, "%s", m), -2;
+    }
+    return dt;
+}
+
+/* Parses and checks one header entry; reads its data from f. mk: the
+ * metadata's markings of complex tensors. */
 static int load_entry(const char *path, FILE *f, uint64_t data_start, uint64_t data_size,
-                      const cJSON *e, oar_tensor_dict *d) {
+                      const cJSON *e, const markings *mk, oar_tensor_dict *d) {
     const char *name = e->string;
     if (!cJSON_IsObject(e)) return bad(path, "entry \"%s\" is not an object", name);
     if (oar_tensor_dict_get(d, name)) return bad(path, "duplicate tensor name \"%s\"", name);
@@ -262,8 +379,10 @@ static int load_entry(const char *path, FILE *f, uint64_t data_start, uint64_t d
         return bad(path, "%s", m);
     }
     int ndim = cJSON_GetArraySize(shape);
-    if (ndim > OAR_MAX_DIMS) return bad(path, "tensor \"%s\" has more than 8 dims", name);
-    int64_t dims[OAR_MAX_DIMS];
+    /* (a complex tensor of rank 8 is stored with 9 dims) */
+    if (ndim > OAR_MAX_DIMS + 1 || (ndim == OAR_MAX_DIMS + 1 && dtype != OAR_F32 && dtype != OAR_F64))
+        return bad(path, "tensor \"%s\" has more than 8 dims", name);
+    int64_t dims[OAR_MAX_DIMS + 1];
     int64_t numel = 1;
     for (int k = 0; k < ndim; k++) {
         dims[k] = json_int(cJSON_GetArrayItem(shape, k));
@@ -271,6 +390,15 @@ static int load_entry(const char *path, FILE *f, uint64_t data_start, uint64_t d
         if (dims[k] && numel > INT64_MAX / 16 / dims[k])
             return bad(path, "tensor \"%s\" is too large", name);
         numel *= dims[k];
+    }
+    int cplx = complex_marking(path, mk, name, dtype, ndim, dims);
+    if (cplx == -2) return OAR_ERR_IO;
+    if (cplx >= 0) { /* the float parts become one complex element */
+        dtype = cplx;
+        ndim--;
+        numel /= 2;
+    } else if (ndim > OAR_MAX_DIMS) {
+        return bad(path, "tensor \"%s\" has more than 8 dims", name);
     }
     if (cJSON_GetArraySize(offs) != 2)
         return bad(path, "tensor \"%s\" has invalid data_offsets", name);
@@ -320,6 +448,7 @@ static int load_entry(const char *path, FILE *f, uint64_t data_start, uint64_t d
 
 oar_tensor_dict *oari_safetensors_load_file(FILE *f, const char *path) {
     oar_tensor_dict *d = NULL;
+    markings mk = {0};
     char *header = NULL;
     cJSON *root = NULL;
     uint64_t hlen = 0;
@@ -376,6 +505,9 @@ oar_tensor_dict *oari_safetensors_load_file(FILE *f, const char *path) {
         goto out;
     }
     uint64_t data_start = 8 + hlen, data_size = (uint64_t)fsize - data_start;
+    /* (read first: it says which tensors are complex, wherever it stands) */
+    const cJSON *first_meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    if ((st = collect_markings(path, cJSON_IsObject(first_meta) ? first_meta : NULL, &mk))) goto out;
     cJSON *meta = NULL;
     for (cJSON *e = root->child; e && !st; e = e->next) {
         if (!e->string) {
@@ -385,11 +517,12 @@ oar_tensor_dict *oari_safetensors_load_file(FILE *f, const char *path) {
                 st = bad(path, "%s", "invalid or repeated __metadata__");
             meta = e;
         } else {
-            st = load_entry(path, f, data_start, data_size, e, d);
+            st = load_entry(path, f, data_start, data_size, e, &mk, d);
         }
     }
     if (!st && meta) d->metadata = cJSON_DetachItemViaPointer(root, meta);
 out:
+    oari_free(mk.e, mk.n * sizeof *mk.e);
     cJSON_Delete(root);
     if (header) oari_free(header, (size_t)hlen + 1);
     fclose(f);

@@ -1,5 +1,6 @@
 /* oar_fit and oar_evaluate: the training loop with metrics, progress,
- * early stopping and a JSON-lines log. Written with the public API only. */
+ * early stopping, a JSON-lines log and TensorBoard event files (through
+ * src/io/summary.c). Written with the public API only. */
 #include "../core/core.h"
 
 #include <errno.h>
@@ -7,6 +8,7 @@
 #include <oar/autograd.h>
 #include <oar/fit.h>
 #include <oar/ops.h>
+#include <oar/summary.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -95,10 +97,23 @@ static void progress(const oar_fit_options *o, FILE *out, oar_progress mode, int
     fflush(out);
 }
 
-/* One pass over a loader: training (with steps) or evaluation. */
+/* Writes one scalar to the TensorBoard file (tb NULL: nothing). */
+static int tb_scalar(oar_summary_writer *tb, const char *tag, int64_t step, double v) {
+    return tb ? oar_summary_scalar(tb, tag, step, v) : 0;
+}
+
+/* Prefixes the pending message with "fit: <what>: "; returns st. */
+static int fit_context(int st, const char *what) {
+    char msg[700];
+    snprintf(msg, sizeof msg, "%s", oar_last_error());
+    return oari_error(st, "fit: %s: %s", what, msg);
+}
+
+/* One pass over a loader: training (with steps) or evaluation. tb (may be
+ * NULL) gets each training batch's scalars at *gstep, counted here. */
 static int run_epoch(oar_module *model, oar_optimizer *opt, oar_loader *ld,
                      const oar_fit_options *o, bool train, int64_t epoch, FILE *out,
-                     oar_progress mode, sums *s) {
+                     oar_progress mode, sums *s, oar_summary_writer *tb, int64_t *gstep) {
     memset(s, 0, sizeof *s);
     int64_t nb = oar_loader_num_batches(ld), every = o->log_every;
     if (every <= 0) every = nb > 10 ? (nb + 9) / 10 : 1;
@@ -124,6 +139,7 @@ static int run_epoch(oar_module *model, oar_optimizer *opt, oar_loader *ld,
         oar_tensor *loss = outp ? (o->loss ? o->loss(o->loss_ctx, outp, y) : default_loss(outp, y))
                                 : NULL;
         double lv = loss ? oar_tensor_item(loss) : NAN;
+        double lr = train ? oar_optim_lr(opt) : NAN; /* (the rate this step uses) */
         if (!loss || oar_tensor_numel(loss) != 1) {
             if (loss)
                 oari_error(OAR_ERR_INVALID, "fit: the loss must be a scalar, got %lld elements",
@@ -145,6 +161,11 @@ static int run_epoch(oar_module *model, oar_optimizer *opt, oar_loader *ld,
             oar_no_grad_push();
             st = count_correct(o, outp, y, s);
             oar_no_grad_pop();
+        }
+        if (!st && train && tb) {
+            ++*gstep;
+            st = tb_scalar(tb, "batch/loss", *gstep, lv);
+            if (!st) st = tb_scalar(tb, "batch/lr", *gstep, lr);
         }
         oar_pool_pop(bp);
         if (st) {
@@ -215,7 +236,7 @@ int oar_evaluate(oar_module *model, oar_loader *loader, const oar_fit_options *o
     bool was = oar_module_is_training(model);
     oar_module_train(model, false);
     sums s;
-    int st = run_epoch(model, NULL, loader, &d, false, 1, NULL, OAR_PROGRESS_NONE, &s);
+    int st = run_epoch(model, NULL, loader, &d, false, 1, NULL, OAR_PROGRESS_NONE, &s, NULL, NULL);
     oar_module_train(model, was);
     *result = (oar_fit_result){.best = NAN, .loss = NAN, .acc = NAN, .topk = NAN,
                                .val_loss = NAN, .val_acc = NAN, .val_topk = NAN};
@@ -251,6 +272,20 @@ int oar_fit(oar_module *model, oar_optimizer *opt, oar_loader *train, const oar_
     if (o->log_path && !(log = fopen(o->log_path, "w")))
         return oari_error(OAR_ERR_IO, "fit: cannot create the log %s: %s", o->log_path,
                           strerror(errno));
+    oar_summary_writer *tb = NULL;
+    if (o->tb_dir && !(tb = oar_summary_open(o->tb_dir))) {
+        st = fit_context(oari_fail_status(), "TensorBoard");
+        if (log) fclose(log);
+        return st;
+    }
+    if (mode != OAR_PROGRESS_NONE && (log || tb)) {
+        fprintf(out, "fit: logging");
+        if (log) fprintf(out, " epochs to %s%s", o->log_path, tb ? "," : "");
+        if (tb) fprintf(out, " TensorBoard events to %s", oar_summary_path(tb));
+        fputc('\n', out);
+        fflush(out);
+    }
+    int64_t gstep = 0;
     oar_fit_result res = {.best = NAN, .loss = NAN, .acc = NAN, .topk = NAN, .val_loss = NAN,
                           .val_acc = NAN, .val_topk = NAN};
     bool lower = mwhich == 0;
@@ -262,13 +297,13 @@ int oar_fit(oar_module *model, oar_optimizer *opt, oar_loader *train, const oar_
         double t0 = now_s();
         oar_module_train(model, true);
         sums ts, vs = {0};
-        st = run_epoch(model, opt, train, o, true, e, out, mode, &ts);
+        st = run_epoch(model, opt, train, o, true, e, out, mode, &ts, tb, &gstep);
         if (mode == OAR_PROGRESS_BAR) fputc('\n', out);
         double train_time = now_s() - t0;
         if (!st && o->scheduler && !o->scheduler_per_batch) st = oar_lr_scheduler_step(o->scheduler);
         if (!st && o->eval_loader) {
             oar_module_train(model, false);
-            st = run_epoch(model, NULL, o->eval_loader, o, false, e, out, mode, &vs);
+            st = run_epoch(model, NULL, o->eval_loader, o, false, e, out, mode, &vs, NULL, NULL);
             oar_module_train(model, true);
         }
         if (st) break;
@@ -319,6 +354,25 @@ int oar_fit(oar_module *model, oar_optimizer *opt, oar_loader *train, const oar_
                 st = oari_error(OAR_ERR_IO, "fit: writing the log %s failed: %s", o->log_path,
                                 strerror(errno));
         }
+        if (tb) {
+            char tag[64];
+            bool val = o->eval_loader != NULL, acc = o->accuracy, top = o->topk > 1;
+            const struct {
+                const char *name;
+                double v;
+                bool on;
+            } ep[] = {{"loss", res.loss, true},          {"acc", res.acc, acc},
+                      {topname, res.topk, top},          {"val_loss", res.val_loss, val},
+                      {"val_acc", res.val_acc, val && acc}, {vtopname, res.val_topk, val && top},
+                      {"lr", oar_optim_lr(opt), true},   {"samples_per_s", rate, true}};
+            for (size_t k = 0; k < sizeof ep / sizeof *ep && !st; k++) {
+                if (!ep[k].on) continue;
+                snprintf(tag, sizeof tag, "epoch/%s", ep[k].name);
+                st = tb_scalar(tb, tag, e, ep[k].v);
+            }
+            if (!st) st = oar_summary_flush(tb);
+            if (st) st = fit_context(st, "TensorBoard");
+        }
         if (stop) {
             res.stopped_early = true;
             break;
@@ -326,6 +380,10 @@ int oar_fit(oar_module *model, oar_optimizer *opt, oar_loader *train, const oar_
     }
     if (log && fclose(log) != 0 && !st)
         st = oari_error(OAR_ERR_IO, "fit: closing the log %s failed", o->log_path);
+    if (tb) {
+        int cst = oar_summary_close(tb);
+        if (cst && !st) st = fit_context(cst, "TensorBoard");
+    }
     oar_module_train(model, true);
     if (result) *result = res;
     return st;

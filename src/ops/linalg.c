@@ -18,10 +18,11 @@ static int infer_matmul(oari_infer *c) {
                           oari_shape_str(sb, b->ndim, b->shape));
     bool a1 = a->ndim == 1, b1 = b->ndim == 1;
     int64_t ka = a->shape[a->ndim - 1], kb = b1 ? b->shape[0] : b->shape[b->ndim - 2];
+    char za[64], zb[64];
     if (ka != kb)
-        return oari_error(OAR_ERR_INVALID, "matmul: cannot multiply shapes %s and %s (%lld != %lld "
+        return oari_error(OAR_ERR_INVALID, "matmul: cannot multiply shapes %s and %s (%s != %s "
                           "in the contracted dim)", oari_shape_str(sa, a->ndim, a->shape),
-                          oari_shape_str(sb, b->ndim, b->shape), (long long)ka, (long long)kb);
+                          oari_shape_str(sb, b->ndim, b->shape), oari_size_str(za, ka), oari_size_str(zb, kb));
     int na = a1 ? 0 : a->ndim - 2, nb = b1 ? 0 : b->ndim - 2;
     int64_t batch[OAR_MAX_DIMS];
     int nbatch = 0;

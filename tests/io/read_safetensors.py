@@ -9,6 +9,11 @@ section exactly) and prints one line per tensor:
 
     name DTYPE [d0,d1,...] v0 v1 ...      (values as %.17g; complex: re im)
 
+oar writes complex tensors as F32/F64 with a trailing dim of 2 (and an
+"oar.dtype.<name>" metadata entry), so they print here as float arrays of
+that shape, re im interleaved; C64/C128 entries (older oar files) print as
+complex.
+
 Exits 1 with a message on stderr if the file is malformed."""
 import json
 import struct

@@ -1,5 +1,7 @@
-/* safetensors: round trip of every dtype (strided inputs included), a file
- * written by Python read by oar, module save/load with mismatch reports
+/* safetensors: round trip of every dtype (strided inputs included), complex
+ * tensors as float parts with a trailing dim of 2 and their metadata
+ * marking (reserved keys, foreign files, bad markings), a file written by
+ * Python read by oar, module save/load with mismatch reports
  * that leave the module unchanged, and truncated or corrupt files giving
  * clean errors. Two more parts run as tests of their own, each skipped as
  * a whole (exit 77) when its Python is missing:
@@ -182,6 +184,16 @@ static void test_python_reader(void) {
         lines++;
         oar_tensor *t = ts[i];
         bool cplx = oar_dtype_is_complex(oar_tensor_dtype(t));
+        if (cplx) { /* float parts with a trailing dim of 2 */
+            char want_shape[64] = "[";
+            for (int k = 0; k < oar_tensor_ndim(t); k++)
+                snprintf(want_shape + strlen(want_shape), sizeof want_shape - strlen(want_shape),
+                         "%lld,", (long long)oar_tensor_shape(t)[k]);
+            strcat(want_shape, "2]");
+            CHECK(!strcmp(dt, oar_tensor_dtype(t) == OAR_C64 ? "F32" : "F64"));
+            CHECK(!strcmp(shape, want_shape));
+            if (strcmp(shape, want_shape)) fprintf(stderr, "python reader: %s is %s %s\n", name, dt, shape);
+        }
         int64_t n = oar_tensor_numel(t) * (cplx ? 2 : 1);
         double *want = malloc((size_t)(n + 1) * sizeof *want);
         if (cplx) {
@@ -312,7 +324,7 @@ static void test_corrupt_files(void) {
         {"\"shape\":[5]", "\"shape\":[5.5]", "invalid shape"},
         {"\"shape\":[5]", "\"shape\":[5,1,1,1,1,1,1,1,1]", "more than 8 dims"},
         {"\"f64\":{", "\"f32\":{", "duplicate tensor name"},
-        {"\"format\":\"oar\"}", "\"format\":\"oar\"},\"__metadata__\":{}", "repeated __metadata__"},
+        {"\"complex128\"}", "\"complex128\"},\"__metadata__\":{}", "repeated __metadata__"},
         {"\"shape\":[5]", "\"shape\":[-5]", "invalid shape"},
         {"\"dtype\":\"F64\"", "\"dtypf\":\"F64\"", "lacks dtype, shape or data_offsets"},
     };
@@ -413,6 +425,168 @@ static void test_memory_and_metadata(void) {
     oar_pool_pop(pool);
 }
 
+/* ---- complex tensors: float parts with a trailing dim of 2 ------------------ */
+
+/* A safetensors file from a header (padded here) and a data section. */
+static void write_st(const char *path, const char *header, const void *data, size_t n) {
+    size_t hl = strlen(header), pl = (hl + 7) & ~(size_t)7;
+    unsigned char *b = malloc(8 + pl + n + 1);
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((uint64_t)pl >> (8 * i));
+    memcpy(b + 8, header, hl);
+    memset(b + 8 + hl, ' ', pl - hl);
+    if (n) memcpy(b + 8 + pl, data, n);
+    write_file(path, b, 8 + pl + n);
+    free(b);
+}
+
+/* The JSON header of a file (malloc'd), or NULL. */
+static char *header_of(const char *path) {
+    size_t n = 0;
+    unsigned char *b = read_file(path, &n);
+    if (!b || n < 8) return free(b), NULL;
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--)
+        hl = hl << 8 | b[i];
+    char *h = NULL;
+    if (hl <= n - 8) {
+        h = malloc(hl + 1);
+        memcpy(h, b + 8, hl);
+        h[hl] = 0;
+    }
+    free(b);
+    return h;
+}
+
+static void test_complex_round_trip(void) {
+    oar_pool *pool = oar_pool_push();
+    /* c64 [2, 3] as a transposed (strided) view of [3, 2]; c128 [2]; a c128
+     * scalar; an empty c64; a c128 of rank 8 (9 dims in the file); a c64
+     * slice with a step (strided, offset) */
+    float zf[12];
+    for (int i = 0; i < 12; i++)
+        zf[i] = (float)(i % 2 ? -0.5 * i : 1.25 * i);
+    oar_tensor *a = oar_transpose(oar_tensor_from_data(zf, OAR_C64, 2, (int64_t[]){3, 2}), 0, 1);
+    oar_tensor *b = oar_tensor_from_data((double[]){0.1, -0.2, 3e300, -4e-300}, OAR_C128, 1, (int64_t[]){2});
+    oar_tensor *c = oar_tensor_from_data((double[]){1.5, -2.5}, OAR_C128, 0, NULL);
+    oar_tensor *e = oar_zeros(OAR_C64, 2, (int64_t[]){0, 3});
+    int64_t s8[8] = {1, 2, 1, 1, 2, 1, 1, 2};
+    oar_tensor *r8 = oar_cast(oar_arange(0, 8, 1, OAR_F64), OAR_C128);
+    r8 = oar_reshape(oar_mul(r8, oar_tensor_from_data((double[]){0.5, 2}, OAR_C128, 0, NULL)), 8, s8);
+    oar_tensor *sl = oar_slice(oar_tensor_from_data(zf, OAR_C64, 1, (int64_t[]){6}), 0, 1, 6, 2);
+    CHECK(a && b && c && e && r8 && sl);
+    CHECK(!oar_tensor_is_contiguous(a) && !oar_tensor_is_contiguous(sl));
+    const char *nm[6] = {"za", "zb", "zc", "ze", "z8", "zs"};
+    oar_tensor *ts[6] = {a, b, c, e, r8, sl};
+    const char *path = tmp_path("complex.safetensors");
+    CHECK(oar_safetensors_save_meta(path, 6, nm, ts, 1, (const char *[]){"oar.note"},
+                                    (const char *[]){"user keys under oar. are fine"}) == 0);
+    oar_tensor_dict *d = oar_safetensors_load(path);
+    CHECK(d && oar_tensor_dict_size(d) == 6);
+    for (int i = 0; d && i < 6; i++) {
+        test_current = nm[i];
+        CHECK(same_bytes(oar_tensor_dict_get(d, nm[i]), ts[i]));
+    }
+    test_current = "test_complex_round_trip";
+    CHECK(d && !strcmp(oar_tensor_dict_metadata(d, "oar.dtype.za"), "complex64"));
+    CHECK(d && !strcmp(oar_tensor_dict_metadata(d, "oar.dtype.zb"), "complex128"));
+    CHECK(d && !strcmp(oar_tensor_dict_metadata(d, "oar.note"), "user keys under oar. are fine"));
+    oar_tensor_dict_free(d);
+    /* the header: float dtypes safetensors knows, a trailing dim of 2 */
+    char *h = header_of(path);
+    CHECK(h && !strstr(h, "C64") && !strstr(h, "C128"));
+    CHECK(h && strstr(h, "\"za\":{\"dtype\":\"F32\",\"shape\":[2,3,2]"));
+    CHECK(h && strstr(h, "\"zb\":{\"dtype\":\"F64\",\"shape\":[2,2]"));
+    CHECK(h && strstr(h, "\"zc\":{\"dtype\":\"F64\",\"shape\":[2]"));
+    CHECK(h && strstr(h, "\"ze\":{\"dtype\":\"F32\",\"shape\":[0,3,2]"));
+    CHECK(h && strstr(h, "\"z8\":{\"dtype\":\"F64\",\"shape\":[1,2,1,1,2,1,1,2,2]"));
+    CHECK(h && strstr(h, "\"oar.dtype.za\":\"complex64\"") && strstr(h, "\"oar.dtype.zc\":\"complex128\""));
+    CHECK(h && !strstr(h, "\"oar.dtype.f")); /* only complex tensors are marked */
+    free(h);
+    /* the values: the float view of za is its complex values, in order */
+    float got[12];
+    oar_tensor_dict *d2 = oar_safetensors_load(path);
+    CHECK(d2 && oar_tensor_to_host(oar_tensor_dict_get(d2, "za"), got, sizeof got) == 0);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) { /* za[j][i] = zf complex (i, j) */
+            CHECK(got[2 * (j * 3 + i)] == zf[2 * (i * 2 + j)]);
+            CHECK(got[2 * (j * 3 + i) + 1] == zf[2 * (i * 2 + j) + 1]);
+        }
+    oar_tensor_dict_free(d2);
+    oar_pool_pop(pool);
+}
+
+/* User metadata cannot take the reserved prefix. */
+static void test_complex_reserved_key(void) {
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *t = oar_ones(OAR_F32, 1, (int64_t[]){3});
+    const char *path = tmp_path("reserved.safetensors");
+    CHECK_STATUS_FAILS(oar_safetensors_save_meta(path, 1, (const char *[]){"t"}, &t, 1,
+                                                 (const char *[]){"oar.dtype.t"},
+                                                 (const char *[]){"complex64"}),
+                       "metadata key \"oar.dtype.t\" starts with \"oar.dtype.\", which is reserved");
+    CHECK(access(path, F_OK) != 0);
+    oar_pool_pop(pool);
+}
+
+/* Files written by other tools: a marking anywhere in the header reads as
+ * complex; a marking whose tensor lacks the trailing 2, has the wrong float
+ * dtype or an unknown complex name fails cleanly, naming the tensor. */
+static void test_complex_foreign_files(void) {
+    const char *path = tmp_path("foreign.safetensors");
+    float f[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    /* the metadata after the tensors, a stale marking of an absent tensor */
+    write_st(path,
+             "{\"z\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+             "\"r\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[16,32]},"
+             "\"__metadata__\":{\"oar.dtype.z\":\"complex64\",\"oar.dtype.gone\":\"complex128\"}}",
+             f, sizeof f);
+    oar_tensor_dict *d = oar_safetensors_load(path);
+    CHECK(d != NULL);
+    oar_tensor *z = oar_tensor_dict_get(d, "z"), *r = oar_tensor_dict_get(d, "r");
+    CHECK(z && oar_tensor_dtype(z) == OAR_C64 && oar_tensor_ndim(z) == 1 && oar_tensor_shape(z)[0] == 2);
+    CHECK(r && oar_tensor_dtype(r) == OAR_F32 && oar_tensor_ndim(r) == 1);
+    float zv[4] = {0};
+    CHECK(z && oar_tensor_to_host(z, zv, sizeof zv) == 0 && zv[0] == 1 && zv[1] == 2 && zv[3] == 4);
+    oar_tensor_dict_free(d);
+    struct {
+        const char *header, *msg;
+    } bad[] = {
+        {"{\"__metadata__\":{\"oar.dtype.z\":\"complex64\"},"
+         "\"z\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
+         "marks tensor \"z\" complex64, stored as F32 with a trailing dim of 2 (real, imaginary), "
+         "but the file holds it as F32 [4]"},
+        {"{\"__metadata__\":{\"oar.dtype.z\":\"complex64\"},"
+         "\"z\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}",
+         "but the file holds it as F32 []"},
+        {"{\"__metadata__\":{\"oar.dtype.z\":\"complex128\"},"
+         "\"z\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}",
+         "marks tensor \"z\" complex128, stored as F64"},
+        {"{\"__metadata__\":{\"oar.dtype.z\":\"complex32\"},"
+         "\"z\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}",
+         "gives tensor \"z\" the dtype \"complex32\""},
+        {"{\"__metadata__\":{\"oar.dtype.z\":\"complex64\"},"
+         "\"z\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}",
+         "spans 12 bytes but its shape and dtype need 16"},
+        {"{\"__metadata__\":{\"oar.dtype.z\":\"complex64\",\"oar.dtype.z\":\"complex64\"},"
+         "\"z\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}",
+         "the metadata marks tensor \"z\" twice"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_st(path, bad[i].header, f, 16);
+        oar_clear_error();
+        d = oar_safetensors_load(path);
+        CHECK(d == NULL);
+        CHECK(strstr(oar_last_error(), "safetensors_load: ") && strstr(oar_last_error(), path));
+        if (!strstr(oar_last_error(), bad[i].msg))
+            fprintf(stderr, "case %zu: got \"%s\"\n", i, oar_last_error());
+        CHECK(strstr(oar_last_error(), bad[i].msg) != NULL);
+        oar_tensor_dict_free(d);
+    }
+    /* an older oar file (C64 / C128 names) still loads: the committed
+     * fixture's z and zz (test_python_fixture) */
+}
+
 /* ---- interop with the safetensors package (tests/ref/gen_safetensors.py) ---- */
 #include "ref/safetensors_hf_ref.h"
 
@@ -494,6 +668,9 @@ int main(int argc, char **argv) {
         RUN(test_corrupt_files);
         RUN(test_memory_and_metadata);
         RUN(test_hf_fixture);
+        RUN(test_complex_round_trip);
+        RUN(test_complex_reserved_key);
+        RUN(test_complex_foreign_files);
     }
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
