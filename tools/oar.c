@@ -1,42 +1,291 @@
-/* The oar command line: inspect, run, benchmark and print saved models.
+/* The oar command line: describe files, run, benchmark, print and export
+ * models, plot training logs (docs/cli.md).
  *
- *   oar info  MODEL
- *   oar run   MODEL --input x.npy [--input ...] --output y.npy [--output ...]
- *   oar bench MODEL [--batch N] [--iters K] [--warmup W] [--threads T]
- *   oar graph MODEL [--optimize] [--kernels]
+ *   oar info   FILE          (a model folder, .onnx, .safetensors, .npy)
+ *   oar run    MODEL --input x.npy [--input ...] [--output y.npy ...]
+ *   oar bench  MODEL [--batch N] [--iters K] [--warmup W] [--threads T]
+ *   oar graph  MODEL [--optimize] [--kernels]
  *   oar export MODEL out.onnx [--opset N] [--optimize]
+ *   oar plot   LOG... [-o out.svg|out.html] [--metric NAME]...
+ *   oar devices
  *
- * MODEL is a folder written by oar_graph_save (or an .onnx file). run and
+ * MODEL is a folder written by oar_graph_save or an .onnx file. run and
  * bench use the predictor with the inference passes (--no-optimize turns
  * them off) and compiled kernels (--no-compile runs the graph unfused);
- * graph --kernels prints the C the compiler generates. */
+ * graph --kernels prints the C the compiler generates.
+ *
+ * Every command parses its own arguments; a bad one gets one line naming it
+ * and the reason, then a pointer to the command's --help, and exit status 2
+ * (tools/cli.h lists the statuses). */
+#include "cli.h"
+
 #include <oar/oar.h>
 #include <oar/graph.h>
 #include <oar/infer.h>
 #include <oar/onnx.h> /* onnx branch: .onnx files */
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
-static int usage(void) {
-    fprintf(stderr,
-            "usage: oar info  MODEL\n"
-            "       oar run   MODEL --input x.npy [--input ...] --output y.npy [--output ...] [--no-optimize]\n"
-            "                 [--no-compile]\n"
-            "       oar bench MODEL [--batch N] [--iters K] [--warmup W] [--threads T] [--no-optimize]\n"
-            "                 [--no-compile]\n"
-            "       oar graph MODEL [--optimize] [--kernels]\n"
-            "       oar export MODEL out.onnx [--opset N (13..17, default 17)] [--optimize]\n"
-            "       oar devices   (devices, loaded plugins, plugins that failed and why)\n");
-    return 2;
+/* ---- messages -------------------------------------------------------------- */
+
+int cli_usage_error(const char *cmd, const char *arg, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "oar%s%s: %s: ", cmd ? " " : "", cmd ? cmd : "", arg);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nsee 'oar%s%s --help'\n", cmd ? " " : "", cmd ? cmd : "");
+    return CLI_USAGE;
 }
 
-static int fail(const char *what) {
-    fprintf(stderr, "oar: %s: %s\n", what, oar_last_error());
+int cli_fail(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "oar %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return CLI_FAIL;
+}
+
+void cli_note(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "oar %s: note: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* A library call failed: its message. */
+static int fail(const char *cmd) { return cli_fail(cmd, "%s", oar_last_error()); }
+
+/* ---- help ------------------------------------------------------------------ */
+
+#define EXIT_TEXT                                                                                  \
+    "exit status: 0 success; 1 failure (a file that cannot be read, written or parsed, a model\n"  \
+    "that fails to load or run); 2 usage error (an unknown command or option, a missing or\n"     \
+    "malformed argument, a file of a kind the command does not take)\n"
+
+static const char usage_text[] =
+    "usage: oar COMMAND [ARGUMENTS]      (oar COMMAND --help: one command in full)\n"
+    "\n"
+    "  oar info   FILE                   describe a model folder, an .onnx, .safetensors or .npy file\n"
+    "  oar run    MODEL --input X.npy [--input ...] [--output Y.npy ...] [--no-optimize] [--no-compile]\n"
+    "  oar bench  MODEL [--batch N] [--iters K] [--warmup W] [--threads T] [--no-optimize]\n"
+    "                   [--no-compile]\n"
+    "  oar graph  MODEL [--optimize] [--kernels]\n"
+    "  oar export MODEL OUT.onnx [--opset N (13..17, default 17)] [--optimize]\n"
+    "  oar plot   LOG... [-o OUT.svg|OUT.html] [--metric NAME]...\n"
+    "  oar devices                       devices, loaded plugins, plugins that failed and why\n"
+    "  oar --version                     the version of oar\n"
+    "\n"
+    "MODEL is a saved-model folder (written by oar_graph_save) or an .onnx file.\n"
+    "LOG is the JSON-lines log oar_fit writes (oar_fit_options.log_path).\n"
+    "\n" EXIT_TEXT "docs/cli.md has the details and examples.\n";
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv[0] is the command's name */
+    const char *help;
+} command;
+
+static const char info_help[] =
+    "usage: oar info FILE\n"
+    "\n"
+    "Describes FILE, by its kind:\n"
+    "  a saved-model folder or an .onnx file: its inputs and outputs (name, dtype, shape;\n"
+    "      ? is a dynamic dim), node and constant counts, the memory planned at batch 1\n"
+    "  a .safetensors file: metadata, each tensor's name, dtype, shape and bytes, the totals\n"
+    "      (only the header is read)\n"
+    "  a .npy file: dtype, shape, the first values, min, max, mean and standard deviation\n"
+    "\n"
+    "examples:\n"
+    "  oar info demo-out/fashion-cnn\n"
+    "  oar info model.onnx\n"
+    "  oar info checkpoint.safetensors\n"
+    "  oar info x.npy\n"
+    "\n" EXIT_TEXT;
+
+static const char run_help[] =
+    "usage: oar run MODEL --input X.npy [--input ...] [--output Y.npy ...] [--no-optimize] [--no-compile]\n"
+    "\n"
+    "Runs MODEL (a saved-model folder or an .onnx file) through the predictor on the .npy\n"
+    "inputs, one --input per model input in order, writes the first outputs to the --output\n"
+    "files (one per output, in order; fewer is fine) and prints each output's dtype and shape.\n"
+    "\n"
+    "  --input X.npy    a model input (NumPy .npy)\n"
+    "  --output Y.npy   where the next output goes (NumPy .npy)\n"
+    "  --no-optimize    skip the inference passes\n"
+    "  --no-compile     run the graph unfused (no generated kernels)\n"
+    "\n"
+    "example:\n"
+    "  oar run demo-out/fashion-cnn --input x.npy --output y.npy\n"
+    "\n" EXIT_TEXT;
+
+static const char bench_help[] =
+    "usage: oar bench MODEL [--batch N] [--iters K] [--warmup W] [--threads T] [--no-optimize]\n"
+    "                 [--no-compile]\n"
+    "\n"
+    "Times MODEL (a saved-model folder or an .onnx file) on random inputs (dynamic dims set\n"
+    "to the batch) and prints the latency (mean, p50, p90, p99, min, max) and throughput.\n"
+    "\n"
+    "  --batch N      the size of dynamic dims (default 1)\n"
+    "  --iters K      timed runs (default 100)\n"
+    "  --warmup W     untimed runs first (default 10)\n"
+    "  --threads T    threads (default 0: the library's choice)\n"
+    "  --no-optimize  skip the inference passes\n"
+    "  --no-compile   run the graph unfused\n"
+    "\n"
+    "example:\n"
+    "  oar bench resnet18.onnx --batch 8 --iters 50 --threads 2\n"
+    "\n" EXIT_TEXT;
+
+static const char graph_help[] =
+    "usage: oar graph MODEL [--optimize] [--kernels]\n"
+    "\n"
+    "Prints the graph of MODEL (a saved-model folder or an .onnx file), one node a line.\n"
+    "\n"
+    "  --optimize   after the inference passes\n"
+    "  --kernels    the C the compiler generates for it instead (after the passes)\n"
+    "\n"
+    "example:\n"
+    "  oar graph demo-out/fashion-cnn --optimize\n"
+    "\n" EXIT_TEXT;
+
+static const char export_help[] =
+    "usage: oar export MODEL OUT.onnx [--opset N] [--optimize]\n"
+    "\n"
+    "Writes MODEL (a saved-model folder or an .onnx file) as an ONNX model.\n"
+    "\n"
+    "  --opset N    the opset, 13..17 (default 17)\n"
+    "  --optimize   run the inference passes first\n"
+    "\n"
+    "example:\n"
+    "  oar export demo-out/fashion-cnn fashion-cnn.onnx --opset 13\n"
+    "\n" EXIT_TEXT;
+
+static const char plot_help[] =
+    "usage: oar plot LOG... [-o OUT.svg|OUT.html] [--metric NAME]...\n"
+    "\n"
+    "Draws the training curves of one or more oar_fit logs (the JSON lines oar_fit writes\n"
+    "when oar_fit_options.log_path is set): one chart per metric against the epoch, one\n"
+    "colour per log (the legend names the files), val_ metrics dashed in their training\n"
+    "metric's chart. Non-finite values are skipped with a note.\n"
+    "\n"
+    "  -o, --output OUT   an .svg file, or an .html page embedding the SVG and a summary\n"
+    "                     table; without it the SVG goes to the standard output\n"
+    "  --metric NAME      a metric to draw (repeat it, or NAME,NAME); default: all but\n"
+    "                     lr, samples_per_s and time_s\n"
+    "\n"
+    "examples:\n"
+    "  oar plot train.jsonl -o train.svg\n"
+    "  oar plot base.jsonl wide.jsonl --metric loss --metric val_loss -o compare.html\n"
+    "\n" EXIT_TEXT;
+
+static const char devices_help[] =
+    "usage: oar devices\n"
+    "\n"
+    "Lists the devices, the loaded plugins and the plugins that failed to load, with why\n"
+    "(plugins are found next to liboar and in OAR_PLUGIN_PATH).\n"
+    "\n" EXIT_TEXT;
+
+static bool is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help"); }
+
+/* A command asked for its help (-h or --help before any "--"): prints it to
+ * stdout; true. */
+static bool wants_help(int argc, char **argv, const char *help) {
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+        if (is_help(argv[i])) {
+            fputs(help, stdout);
+            return true;
+        }
+    return false;
+}
+
+/* ---- arguments ------------------------------------------------------------- */
+
+bool cli_ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n > k && !strcmp(s + n - k, suffix);
+}
+
+static bool is_onnx(const char *path) { return cli_ends_with(path, ".onnx"); }
+
+/* argv[*i] is an option (starts with '-', not "-" alone). */
+static bool is_option(const char *a) { return a[0] == '-' && a[1]; }
+
+/* Whether argv[*i] is the option `name` (or its short form `alias`, may be
+ * NULL), which takes a value: "NAME VALUE" or "NAME=VALUE". 1: it is, *val
+ * set (and *i moved to the value); 0: it is not; -1: it is, but the value
+ * is missing (the error printed). */
+static int opt_value(const char *cmd, int argc, char **argv, int *i, const char *name, const char *alias,
+                     const char *what, const char **val) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (!strncmp(a, name, n) && a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (strcmp(a, name) && (!alias || strcmp(a, alias))) return 0;
+    if (*i + 1 >= argc) {
+        cli_usage_error(cmd, a, "needs a value (%s)", what);
+        return -1;
+    }
+    *val = argv[++*i];
     return 1;
+}
+
+/* v as an integer in lo..hi, or a usage error (returned; 0 on success). */
+static int parse_int(const char *cmd, const char *opt, const char *v, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (*v && !*end && !errno && x >= lo && x <= hi) {
+        *out = x;
+        return 0;
+    }
+    if (hi >= INT_MAX / 2) return cli_usage_error(cmd, opt, "expected an integer >= %lld, got '%s'", lo, v);
+    return cli_usage_error(cmd, opt, "expected an integer in %lld..%lld, got '%s'", lo, hi, v);
+}
+
+static int unknown_option(const char *cmd, const char *a) { return cli_usage_error(cmd, a, "unknown option"); }
+
+static int extra_argument(const char *cmd, const char *a, const char *takes) {
+    return cli_usage_error(cmd, a, "unexpected argument (%s takes %s)", cmd, takes);
+}
+
+/* MODEL: a folder or an .onnx file. 0, or the status of the error printed. */
+static int check_model(const char *cmd, const char *path) {
+    if (!path)
+        return cli_usage_error(cmd, "MODEL", "missing (a saved-model folder or an .onnx file)");
+    struct stat st;
+    if (stat(path, &st)) return cli_fail(cmd, "%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode) || is_onnx(path)) return 0;
+    cli_file_kind k = cli_file_kind_of(path);
+    return cli_usage_error(cmd, "MODEL", "expected a saved-model folder or an .onnx file, got '%s'%s", path,
+                           k == CLI_FILE_SAFETENSORS ? " (weights only: 'oar info' describes it)"
+                           : k == CLI_FILE_NPY       ? " (a NumPy array: an --input?)"
+                                                     : "");
+}
+
+static oar_graph *load_graph(const char *path) { return is_onnx(path) ? oar_onnx_load(path) : oar_graph_load(path); }
+
+static oar_predictor *load_predictor(const char *path, oar_predictor_config *cfg) {
+    if (!is_onnx(path)) return oar_predictor_create(cfg);
+    oar_graph *g = oar_onnx_load(path);
+    oar_predictor *p = g ? oar_predictor_from_graph(g, cfg) : NULL;
+    oar_graph_free(g);
+    return p;
 }
 
 static void print_shape(int ndim, const int64_t *shape) {
@@ -48,17 +297,12 @@ static void print_shape(int ndim, const int64_t *shape) {
     printf("]");
 }
 
-/* onnx branch: a path ending in .onnx is an ONNX model, else a model folder. */
-static bool is_onnx(const char *path) {
-    size_t n = strlen(path);
-    return n > 5 && !strcmp(path + n - 5, ".onnx");
-}
-static oar_graph *load_graph(const char *path) { return is_onnx(path) ? oar_onnx_load(path) : oar_graph_load(path); }
+/* ---- info -------------------------------------------------------------------- */
 
-static int cmd_info(const char *dir) {
+static int info_model(const char *dir) {
     oar_graph *g = load_graph(dir);
     if (!g) return fail("info");
-    printf("model: %s\n", dir);
+    printf("model: %s (%s)\n", dir, is_onnx(dir) ? "ONNX file" : "saved-model folder");
     int64_t shape[OAR_MAX_DIMS];
     oar_dtype dt;
     for (int i = 0; i < oar_graph_num_inputs(g); i++) {
@@ -91,19 +335,59 @@ static int cmd_info(const char *dir) {
     oar_pool_pop(pool);
     oar_executor_free(ex);
     oar_graph_free(g);
-    return 0;
+    return CLI_OK;
 }
+
+static int cmd_info(int argc, char **argv) {
+    if (wants_help(argc, argv, info_help)) return CLI_OK;
+    const char *file = NULL;
+    bool opts = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (opts && !strcmp(a, "--")) opts = false;
+        else if (opts && is_option(a)) return unknown_option("info", a);
+        else if (file) return extra_argument("info", a, "one FILE");
+        else file = a;
+    }
+    if (!file)
+        return cli_usage_error("info", "FILE", "missing (a saved-model folder or an .onnx, .safetensors or .npy file)");
+    switch (cli_file_kind_of(file)) {
+    case CLI_FILE_MISSING: return cli_fail("info", "%s: cannot open: %s", file, strerror(errno));
+    case CLI_FILE_FOLDER:
+    case CLI_FILE_ONNX: return info_model(file);
+    case CLI_FILE_SAFETENSORS: return cli_info_safetensors(file);
+    case CLI_FILE_NPY: return cli_info_npy(file);
+    case CLI_FILE_UNKNOWN: break;
+    }
+    return cli_usage_error("info", "FILE",
+                           "expected a saved-model folder or an .onnx, .safetensors or .npy file, got '%s'", file);
+}
+
+/* ---- graph --------------------------------------------------------------------- */
 
 /* The graph, or with --kernels the C the compiler generates for it (after
  * the inference passes, as the predictor runs it). */
-static int cmd_graph(const char *dir, bool optimize, bool kernels) {
+static int cmd_graph(int argc, char **argv) {
+    if (wants_help(argc, argv, graph_help)) return CLI_OK;
+    const char *dir = NULL;
+    bool optimize = false, kernels = false, opts = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (opts && !strcmp(a, "--")) opts = false;
+        else if (opts && !strcmp(a, "--optimize")) optimize = true;
+        else if (opts && !strcmp(a, "--kernels")) kernels = true;
+        else if (opts && is_option(a)) return unknown_option("graph", a);
+        else if (dir) return extra_argument("graph", a, "one MODEL");
+        else dir = a;
+    }
+    int rc = check_model("graph", dir);
+    if (rc) return rc;
     oar_graph *g = load_graph(dir);
     if (!g) return fail("graph");
     if ((optimize || kernels) && oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0)) {
         oar_graph_free(g);
         return fail("graph");
     }
-    int rc = 0;
     if (kernels) {
         oar_executor *ex = oar_executor_new(g);
         if (!ex || oar_executor_compile(ex)) rc = fail("graph");
@@ -117,23 +401,51 @@ static int cmd_graph(const char *dir, bool optimize, bool kernels) {
     return rc;
 }
 
-static int cmd_run(const char *dir, int n_in, char **ins, int n_out, char **outs, bool optimize, bool compile) {
-    oar_predictor_config cfg = {.model_dir = dir, .optimize = optimize, .no_compile = !compile};
-    oar_predictor *p = NULL;
-    if (is_onnx(dir)) { /* onnx branch */
-        oar_graph *g = oar_onnx_load(dir);
-        if (g) p = oar_predictor_from_graph(g, &cfg);
-        oar_graph_free(g);
-    } else {
-        p = oar_predictor_create(&cfg);
+/* ---- run ------------------------------------------------------------------------- */
+
+#define MAX_IO 64
+
+static int cmd_run(int argc, char **argv) {
+    if (wants_help(argc, argv, run_help)) return CLI_OK;
+    const char *dir = NULL, *ins[MAX_IO], *outs[MAX_IO], *v, *opt;
+    int n_in = 0, n_out = 0, m;
+    bool optimize = true, compile = true, opts = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (opts && !strcmp(a, "--")) opts = false;
+        else if (opts && !strcmp(a, "--no-optimize")) optimize = false;
+        else if (opts && !strcmp(a, "--no-compile")) compile = false;
+        else if (opts && ((m = opt_value("run", argc, argv, &i, opt = "--input", NULL, "a .npy file", &v)) ||
+                          (m = opt_value("run", argc, argv, &i, opt = "--output", NULL, "a .npy file", &v)))) {
+            bool in = opt[2] == 'i';
+            if (m < 0) return CLI_USAGE;
+            if (!cli_ends_with(v, ".npy")) return cli_usage_error("run", opt, "expected a .npy file, got '%s'", v);
+            if ((in ? n_in : n_out) == MAX_IO) return cli_usage_error("run", opt, "more than %d", MAX_IO);
+            if (in) ins[n_in++] = v;
+            else outs[n_out++] = v;
+        } else if (opts && is_option(a)) return unknown_option("run", a);
+        else if (dir) return extra_argument("run", a, "one MODEL; inputs go after --input");
+        else dir = a;
     }
+    int rc = check_model("run", dir);
+    if (rc) return rc;
+    if (!n_in) return cli_usage_error("run", "--input", "missing (one .npy file per model input, in order)");
+    oar_predictor_config cfg = {.model_dir = dir, .optimize = optimize, .no_compile = !compile};
+    oar_predictor *p = load_predictor(dir, &cfg);
     if (!p) return fail("run");
-    int rc = 0, ni = oar_predictor_num_inputs(p), no = oar_predictor_num_outputs(p);
-    oar_tensor *x[64] = {0}, *y[64] = {0};
-    if (n_in != ni || n_out > no || ni > 64 || no > 64) {
-        fprintf(stderr, "oar: run: the model takes %d inputs and gives %d outputs; got %d --input and "
-                        "%d --output\n", ni, no, n_in, n_out);
-        rc = 2;
+    int ni = oar_predictor_num_inputs(p), no = oar_predictor_num_outputs(p);
+    oar_tensor *x[MAX_IO] = {0}, *y[MAX_IO] = {0};
+    if (n_in != ni || ni > MAX_IO) {
+        char names[512] = "";
+        for (int i = 0; i < ni && strlen(names) < 400; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     oar_predictor_input_name(p, i));
+        rc = cli_usage_error("run", "--input", "the model takes %d input%s (%s), got %d", ni, ni == 1 ? "" : "s",
+                             names, n_in);
+        goto done;
+    }
+    if (n_out > no) {
+        rc = cli_usage_error("run", "--output", "the model gives %d output%s, got %d", no, no == 1 ? "" : "s", n_out);
         goto done;
     }
     for (int i = 0; i < n_in; i++)
@@ -156,13 +468,15 @@ static int cmd_run(const char *dir, int n_in, char **ins, int n_out, char **outs
         printf("%s%s\n", j < n_out ? " -> " : "", j < n_out ? outs[j] : "");
     }
 done:
-    for (int i = 0; i < 64; i++) {
+    for (int i = 0; i < MAX_IO; i++) {
         oar_tensor_release(x[i]);
         oar_tensor_release(y[i]);
     }
     oar_predictor_free(p);
     return rc;
 }
+
+/* ---- bench ------------------------------------------------------------------------- */
 
 static double now(void) {
     struct timespec ts;
@@ -175,24 +489,39 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int cmd_bench(const char *dir, int64_t batch, int iters, int warmup, int threads, bool optimize,
-                     bool compile) {
-    oar_predictor_config cfg = {.model_dir = dir, .optimize = optimize, .num_threads = threads, .no_compile = !compile};
-    oar_predictor *p = NULL;
-    if (is_onnx(dir)) {
-        oar_graph *g = oar_onnx_load(dir);
-        if (g) p = oar_predictor_from_graph(g, &cfg);
-        oar_graph_free(g);
-    } else {
-        p = oar_predictor_create(&cfg);
+static int cmd_bench(int argc, char **argv) {
+    if (wants_help(argc, argv, bench_help)) return CLI_OK;
+    const char *dir = NULL, *v;
+    long long batch = 1, iters = 100, warmup = 10, threads = 0;
+    bool optimize = true, compile = true, opts = true;
+    int m, rc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (opts && !strcmp(a, "--")) opts = false;
+        else if (opts && !strcmp(a, "--no-optimize")) optimize = false;
+        else if (opts && !strcmp(a, "--no-compile")) compile = false;
+        else if (opts && (m = opt_value("bench", argc, argv, &i, "--batch", NULL, "an integer >= 1", &v))) {
+            if (m < 0 || parse_int("bench", "--batch", v, 1, LLONG_MAX, &batch)) return CLI_USAGE;
+        } else if (opts && (m = opt_value("bench", argc, argv, &i, "--iters", NULL, "an integer >= 1", &v))) {
+            if (m < 0 || parse_int("bench", "--iters", v, 1, INT_MAX / 2, &iters)) return CLI_USAGE;
+        } else if (opts && (m = opt_value("bench", argc, argv, &i, "--warmup", NULL, "an integer >= 0", &v))) {
+            if (m < 0 || parse_int("bench", "--warmup", v, 0, INT_MAX / 2, &warmup)) return CLI_USAGE;
+        } else if (opts && (m = opt_value("bench", argc, argv, &i, "--threads", NULL, "an integer >= 0", &v))) {
+            if (m < 0 || parse_int("bench", "--threads", v, 0, 4096, &threads)) return CLI_USAGE;
+        } else if (opts && is_option(a)) return unknown_option("bench", a);
+        else if (dir) return extra_argument("bench", a, "one MODEL");
+        else dir = a;
     }
+    if ((rc = check_model("bench", dir))) return rc;
+    oar_predictor_config cfg = {
+        .model_dir = dir, .optimize = optimize, .num_threads = (int)threads, .no_compile = !compile};
+    oar_predictor *p = load_predictor(dir, &cfg);
     if (!p) return fail("bench");
-    int ni = oar_predictor_num_inputs(p), no = oar_predictor_num_outputs(p), rc = 0;
-    oar_tensor *x[64] = {0}, *y[64] = {0};
+    int ni = oar_predictor_num_inputs(p), no = oar_predictor_num_outputs(p);
+    oar_tensor *x[MAX_IO] = {0}, *y[MAX_IO] = {0};
     double *lat = calloc((size_t)iters, sizeof *lat);
-    if (ni > 64 || no > 64 || !lat) {
-        fprintf(stderr, "oar: bench: too many inputs or outputs\n");
-        rc = 1;
+    if (ni > MAX_IO || no > MAX_IO || !lat) {
+        rc = cli_fail("bench", "%s", lat ? "the model has more than 64 inputs or outputs" : "out of memory");
         goto done;
     }
     for (int i = 0; i < ni; i++) {
@@ -210,31 +539,38 @@ static int cmd_bench(const char *dir, int64_t batch, int iters, int warmup, int 
             goto done;
         }
     }
-    for (int r = 0; r < warmup + iters && !rc; r++) {
+    for (long long r = 0; r < warmup + iters && !rc; r++) {
         double t0 = now();
         if (oar_predictor_run_borrowed(p, x, y)) rc = fail("bench");
         if (r >= warmup) lat[r - warmup] = now() - t0;
     }
     if (!rc) {
         double total = 0;
-        for (int r = 0; r < iters; r++) total += lat[r];
+        for (long long r = 0; r < iters; r++) total += lat[r];
         qsort(lat, (size_t)iters, sizeof *lat, cmp_double);
-#define PCT(q) (1e3 * lat[(int)fmin(iters - 1, floor((q) * iters))])
-        printf("model: %s  batch %lld  iters %d  threads %d  %s\n", dir, (long long)batch, iters, threads,
+#define PCT(q) (1e3 * lat[(int)fmin((double)iters - 1, floor((q) * (double)iters))])
+        printf("model: %s  batch %lld  iters %lld  threads %lld  %s\n", dir, batch, iters, threads,
                oar_predictor_is_compiled(p) ? "compiled" : "unfused");
         printf("latency ms: mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  min %.3f  max %.3f\n",
-               1e3 * total / iters, PCT(0.50), PCT(0.90), PCT(0.99), 1e3 * lat[0], 1e3 * lat[iters - 1]);
-        printf("throughput: %.1f samples/s\n", (double)batch * iters / total);
+               1e3 * total / (double)iters, PCT(0.50), PCT(0.90), PCT(0.99), 1e3 * lat[0], 1e3 * lat[iters - 1]);
+        printf("throughput: %.1f samples/s\n", (double)batch * (double)iters / total);
     }
 done:
-    for (int i = 0; i < 64; i++) oar_tensor_release(x[i]);
+    for (int i = 0; i < MAX_IO; i++) oar_tensor_release(x[i]);
     free(lat);
     oar_predictor_free(p);
     return rc;
 }
 
+/* ---- devices, export ------------------------------------------------------------ */
+
 /* Every device and plugin, and every plugin that failed to load with its reason. */
-static int cmd_devices(void) {
+static int cmd_devices(int argc, char **argv) {
+    if (wants_help(argc, argv, devices_help)) return CLI_OK;
+    if (argc > 1) {
+        if (is_option(argv[1])) return unknown_option("devices", argv[1]);
+        return extra_argument("devices", argv[1], "no arguments");
+    }
     int need = oar_device_report(NULL, 0);
     char *buf = need >= 0 ? malloc((size_t)need + 1) : NULL;
     if (!buf) return fail("devices");
@@ -242,61 +578,134 @@ static int cmd_devices(void) {
     fputs(buf, stdout);
     if (need > 0 && buf[need - 1] != '\n') putchar('\n');
     free(buf);
-    return 0;
+    return CLI_OK;
 }
 
 /* onnxexport branch: oar export MODEL out.onnx [--opset N] [--optimize]. MODEL
  * is a model folder (or an .onnx file); --optimize runs the inference passes
  * first. */
 static int cmd_export(int argc, char **argv) {
-    if (argc < 4) return usage();
-    int opset = 0;
-    bool optimize = false;
-    for (int a = 4; a < argc; a++) {
-        if (!strcmp(argv[a], "--optimize")) optimize = true;
-        else if (!strcmp(argv[a], "--opset") && a + 1 < argc) opset = atoi(argv[++a]);
-        else return usage();
+    if (wants_help(argc, argv, export_help)) return CLI_OK;
+    const char *dir = NULL, *out = NULL, *v;
+    long long opset = 0;
+    bool optimize = false, opts = true;
+    int m, rc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (opts && !strcmp(a, "--")) opts = false;
+        else if (opts && !strcmp(a, "--optimize")) optimize = true;
+        else if (opts && (m = opt_value("export", argc, argv, &i, "--opset", NULL, "an integer in 13..17", &v))) {
+            if (m < 0) return CLI_USAGE;
+            /* the range oar_onnx_export writes (src/onnx/onnx_export.c) */
+            char *end;
+            errno = 0;
+            opset = strtoll(v, &end, 10);
+            if (!*v || *end || errno) return cli_usage_error("export", "--opset", "expected an integer in 13..17, got '%s'", v);
+            if (opset < 13 || opset > 17)
+                return cli_usage_error("export", "--opset", "opset %lld is not supported; expected 13..17", opset);
+        } else if (opts && is_option(a)) return unknown_option("export", a);
+        else if (!dir) dir = a;
+        else if (!out) out = a;
+        else return extra_argument("export", a, "MODEL and OUT.onnx");
     }
-    oar_graph *g = load_graph(argv[2]);
+    if ((rc = check_model("export", dir))) return rc;
+    if (!out) return cli_usage_error("export", "OUT.onnx", "missing (the ONNX file to write)");
+    if (!is_onnx(out)) return cli_usage_error("export", "OUT.onnx", "expected a file name ending .onnx, got '%s'", out);
+    oar_graph *g = load_graph(dir);
     if (!g) return fail("export");
     int st = optimize ? oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0) : 0;
-    if (!st) st = oar_onnx_export(g, argv[3], &(oar_onnx_export_options){.opset = opset});
-    if (!st) printf("wrote %s (opset %d, %d oar nodes)\n", argv[3], opset ? opset : 17, oar_graph_num_nodes(g));
+    if (!st) st = oar_onnx_export(g, out, &(oar_onnx_export_options){.opset = (int)opset});
+    if (!st) printf("wrote %s (opset %lld, %d oar nodes)\n", out, opset ? opset : 17, oar_graph_num_nodes(g));
     oar_graph_free(g);
-    return st ? fail("export") : 0;
+    return st ? fail("export") : CLI_OK;
+}
+
+/* ---- plot ------------------------------------------------------------------------- */
+
+#define MAX_METRICS 64
+
+static int cmd_plot(int argc, char **argv) {
+    if (wants_help(argc, argv, plot_help)) return CLI_OK;
+    char **logs = calloc((size_t)argc, sizeof *logs), *metrics[MAX_METRICS];
+    const char *out = NULL, *v;
+    int n_logs = 0, n_metrics = 0, m, rc = CLI_OK;
+    bool opts = true;
+    if (!logs) return cli_fail("plot", "out of memory");
+    for (int i = 1; i < argc && !rc; i++) {
+        char *a = argv[i];
+        if (opts && !strcmp(a, "--")) opts = false;
+        else if (opts && (m = opt_value("plot", argc, argv, &i, "--output", "-o", "an .svg or .html file", &v))) {
+            if (m < 0) rc = CLI_USAGE;
+            else if (!cli_ends_with(v, ".svg") && !cli_ends_with(v, ".html") && !cli_ends_with(v, ".htm"))
+                rc = cli_usage_error("plot", "-o", "expected an .svg or .html file, got '%s'", v);
+            else out = v;
+        } else if (opts && (m = opt_value("plot", argc, argv, &i, "--metric", NULL, "a metric's name", &v))) {
+            if (m < 0) rc = CLI_USAGE;
+            /* NAME or NAME,NAME: split in place (the value is in argv, which is ours) */
+            for (char *s = (char *)v, *e; !rc && s; s = e ? e + 1 : NULL) {
+                if ((e = strchr(s, ','))) *e = 0;
+                if (!*s) rc = cli_usage_error("plot", "--metric", "expected a metric's name, got an empty one");
+                else if (n_metrics == MAX_METRICS) rc = cli_usage_error("plot", "--metric", "more than %d", MAX_METRICS);
+                else metrics[n_metrics++] = s;
+            }
+        } else if (opts && is_option(a)) rc = unknown_option("plot", a);
+        else logs[n_logs++] = a;
+    }
+    if (!rc && !n_logs)
+        rc = cli_usage_error("plot", "LOG", "missing (one or more JSON-lines logs written by oar_fit's log_path)");
+    if (!rc && !out && isatty(STDOUT_FILENO))
+        rc = cli_usage_error("plot", "-o", "missing, and the standard output is a terminal (give -o out.svg or "
+                                           "out.html, or redirect the output)");
+    if (!rc) rc = cli_plot(n_logs, logs, out, n_metrics, metrics);
+    free(logs);
+    return rc;
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+static const command commands[] = {
+    {"info", cmd_info, info_help},       {"run", cmd_run, run_help},          {"bench", cmd_bench, bench_help},
+    {"graph", cmd_graph, graph_help},    {"export", cmd_export, export_help}, {"plot", cmd_plot, plot_help},
+    {"devices", cmd_devices, devices_help},
+};
+#define N_COMMANDS (int)(sizeof commands / sizeof *commands)
+
+static const command *find_command(const char *name) {
+    for (int c = 0; c < N_COMMANDS; c++)
+        if (!strcmp(commands[c].name, name)) return &commands[c];
+    return NULL;
+}
+
+static int unknown_command(const char *name) {
+    return cli_usage_error(NULL, name, "unknown %s; the commands are info, run, bench, graph, export, plot, devices",
+                           is_option(name) ? "option" : "command");
 }
 
 int main(int argc, char **argv) {
-    if (argc == 2 && !strcmp(argv[1], "devices")) return cmd_devices();
-    if (argc >= 2 && !strcmp(argv[1], "export")) return cmd_export(argc, argv); /* onnxexport branch */
-    if (argc < 3) return usage();
-    const char *cmd = argv[1], *dir = argv[2];
-    char *ins[64], *outs[64];
-    int n_in = 0, n_out = 0, iters = 100, warmup = 10, threads = 0;
-    int64_t batch = 1;
-    bool optimize = true, graph_optimize = false, compile = true, kernels = false;
-    for (int a = 3; a < argc; a++) {
-        const char *o = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
-        if (!strcmp(o, "--no-optimize")) optimize = false;
-        else if (!strcmp(o, "--no-compile")) compile = false;
-        else if (!strcmp(o, "--kernels")) kernels = true;
-        else if (!strcmp(o, "--optimize")) graph_optimize = true;
-        else if (!v) return usage();
-        else if (!strcmp(o, "--input") && n_in < 64) ins[n_in++] = argv[++a];
-        else if (!strcmp(o, "--output") && n_out < 64) outs[n_out++] = argv[++a];
-        else if (!strcmp(o, "--batch")) batch = atoll(argv[++a]);
-        else if (!strcmp(o, "--iters")) iters = atoi(argv[++a]);
-        else if (!strcmp(o, "--warmup")) warmup = atoi(argv[++a]);
-        else if (!strcmp(o, "--threads")) threads = atoi(argv[++a]);
-        else return usage();
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return CLI_USAGE;
     }
-    if (batch < 1 || iters < 1 || warmup < 0 || threads < 0) return usage();
-    if (!strcmp(cmd, "info")) return cmd_info(dir);
-    if (!strcmp(cmd, "graph")) return cmd_graph(dir, graph_optimize, kernels);
-    if (!strcmp(cmd, "run")) {
-        if (!n_in) return usage();
-        return cmd_run(dir, n_in, ins, n_out, outs, optimize, compile);
+    const char *name = argv[1];
+    if (is_help(name)) {
+        fputs(usage_text, stdout);
+        return CLI_OK;
     }
-    if (!strcmp(cmd, "bench")) return cmd_bench(dir, batch, iters, warmup, threads, optimize, compile);
-    return usage();
+    if (!strcmp(name, "--version")) {
+        printf("oar %s\n", oar_version());
+        return CLI_OK;
+    }
+    if (!strcmp(name, "help")) { /* oar help [COMMAND] */
+        if (argc == 2) {
+            fputs(usage_text, stdout);
+            return CLI_OK;
+        }
+        const command *c = find_command(argv[2]);
+        if (!c) return unknown_command(argv[2]);
+        fputs(c->help, stdout);
+        return CLI_OK;
+    }
+    const command *c = find_command(name);
+    if (!c) return unknown_command(name);
+    return c->run(argc - 1, argv + 1);
 }

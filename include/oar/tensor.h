@@ -20,6 +20,19 @@ extern "C" {
 
 #define OAR_MAX_DIMS 8
 
+/* ---- version ------------------------------------------------------------ */
+
+/* The version of these headers: the project() VERSION of CMakeLists.txt
+ * (tests/infer/test_cli.c keeps the two equal). */
+#define OAR_VERSION_MAJOR 0
+#define OAR_VERSION_MINOR 1
+#define OAR_VERSION_PATCH 0
+#define OAR_VERSION "0.1.0"
+/* The version of the library linked ("0.1.0"; `oar --version` prints it),
+ * which differs from OAR_VERSION when a program built with other headers
+ * runs against this liboar. Static string. */
+OAR_API const char *oar_version(void);
+
 /* Values are written to disk (graphs, checkpoints): never renumber. */
 typedef enum oar_dtype {
     OAR_DTYPE_INVALID = -1,
