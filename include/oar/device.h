@@ -35,7 +35,8 @@
  *         return 0;
  *     }
  *
- * Build it as a shared library and put it in a folder of OAR_PLUGIN_PATH;
+ * Build it as a shared library and put it in <libdir>/oar/plugins next to
+ * liboar, or in a folder of OAR_PLUGIN_PATH (see "Plugins load" below);
  * its devices are then "mydev:0", "mydev:1", ... for oar_device_get. */
 #ifndef OAR_DEVICE_H
 #define OAR_DEVICE_H
@@ -286,11 +287,26 @@ typedef struct oar_device oar_device;
 
 /* Plugins load on first use of a device function (oar_device_get with a
  * name other than "cpu", oar_device_count, oar_plugin_count, ...): every
- * regular file named *.so in the folders of OAR_PLUGIN_PATH (':'-separated)
- * and then in the install folder (OAR_PLUGIN_DIR, <prefix>/lib/oar/plugins)
- * is opened. A plugin that fails to load is logged to stderr with its path
- * and the reason, recorded (oar_plugin_info) and skipped; oar keeps
- * running. A type already provided by an earlier plugin is refused. */
+ * regular file named *.so is opened, from these folders in this order:
+ *
+ *   1. the folders of OAR_PLUGIN_PATH (':'-separated);
+ *   2. next to liboar, found from where liboar itself is loaded (no
+ *      environment variable needed):
+ *      - <build>/plugins when liboar.so, or the program linked with
+ *        liboar.a, sits in a CMake build folder (the build tree);
+ *      - <libdir>/oar/plugins, <libdir> being liboar.so's folder (the
+ *        install layout), and for a program linked with liboar.a
+ *        <its folder>/../<libdir>/oar/plugins (a program in <prefix>/bin);
+ *      - the configured <prefix>/<libdir>/oar/plugins (OAR_PLUGIN_DIR).
+ *
+ * OAR_PLUGIN_NO_INSTALL_DIR (any value) skips every folder of 2: only
+ * OAR_PLUGIN_PATH is searched (tests that need a known set of plugins set
+ * it). A folder reached twice is scanned once, and a file name found in an
+ * earlier folder is skipped in later ones (as PATH does), so the build
+ * tree's plugins shadow installed copies. A plugin that fails to load is
+ * logged to stderr with its path and the reason, recorded
+ * (oar_plugin_info) and skipped; oar keeps running. A type already
+ * provided by an earlier plugin is refused. */
 
 /* Loads one plugin file now (also before the automatic scan). 0 on
  * success; otherwise the status, with oar_last_error() naming the file

@@ -65,7 +65,11 @@ typedef struct oar_placement {
 
 /* Initialises MPI (if the program has not) with thread support
  * MPI_THREAD_FUNNELED. argc/argv may be NULL. 0 on success. Calling it
- * again is a no-op. */
+ * again is a no-op. liboar does not link libmpi: this opens oar's MPI
+ * module, liboar_mpi.so, installed next to liboar (found from liboar's own
+ * folder, or the program's when linked statically), which loads libmpi;
+ * OAR_ERR_STATE when it is missing or libmpi cannot be loaded, and
+ * OAR_ERR_UNSUPPORTED when oar was built without MPI (OAR_WITH_MPI=OFF). */
 OAR_API int oar_dist_init(int *argc, char ***argv);
 /* Frees every communicator oar made and finalizes MPI if oar_dist_init
  * initialised it. Meshes must not be used afterwards. After collectives

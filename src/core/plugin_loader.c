@@ -1,17 +1,20 @@
 /* The plugin loader: finds device plugins (shared libraries exporting
- * oar_plugin_init) in the folders of OAR_PLUGIN_PATH and the install
- * folder, checks their ABI and tables, and registers their devices. A
- * plugin that fails any check is refused with a message naming it and the
- * reason; oar keeps running. */
+ * oar_plugin_init) in the folders of OAR_PLUGIN_PATH and next to liboar
+ * (scan_next_to_library), checks their ABI and tables, and registers
+ * their devices. A plugin that fails any check is refused with a message
+ * naming it and the reason; oar keeps running. */
 #include "core.h"
+#include "self_dir.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #ifndef OAR_PLUGIN_DIR
 #define OAR_PLUGIN_DIR "/usr/local/lib/oar/plugins"
@@ -230,12 +233,37 @@ static void shutdown_all(void) {
 
 static bool scanned;
 
+/* The folders scanned so far (real paths): one reached twice (the build
+ * tree's plugins also in OAR_PLUGIN_PATH) is scanned once. */
+static char scanned_dirs[16][OARI_PATH];
+static int n_scanned_dirs;
+
+/* Whether a plugin of this file name was tried already, from an earlier
+ * folder: the first folder that has a name wins, as in PATH, so an
+ * installed copy of a plugin the build tree also has is not refused as a
+ * second provider of its device type. */
+static bool name_tried(const char *name) {
+    for (int i = 0; i < n_plugins; i++) {
+        const char *slash = strrchr(plugins[i]->info.path, '/');
+        if (!strcmp(slash ? slash + 1 : plugins[i]->info.path, name)) return true;
+    }
+    return false;
+}
+
 static void scan_dir(const char *dir) {
-    DIR *d = opendir(dir);
+    char real[PATH_MAX];
+    DIR *d = realpath(dir, real) ? opendir(real) : NULL;
     if (!d) {
         oari_log(OAR_LOG_DEBUG, "plugin loader", "cannot open plugin folder %s", dir);
         return;
     }
+    for (int i = 0; i < n_scanned_dirs; i++)
+        if (!strcmp(scanned_dirs[i], real)) {
+            closedir(d);
+            return;
+        }
+    if (n_scanned_dirs < 16 && strlen(real) < OARI_PATH)
+        snprintf(scanned_dirs[n_scanned_dirs++], OARI_PATH, "%s", real);
     /* Sorted, so the load order (and device names) do not depend on the
      * file system. */
     char *names[256];
@@ -258,9 +286,34 @@ static void scan_dir(const char *dir) {
         char path[1024];
         struct stat sb;
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) load_locked(path);
+        if (name_tried(names[i]))
+            oari_log(OAR_LOG_DEBUG, path, "skipped: a plugin of that name came first from an earlier folder");
+        else if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) load_locked(path);
         oari_strfree(names[i]);
     }
+}
+
+/* The folders next to liboar, so that neither an installed program nor one
+ * of the build tree needs OAR_PLUGIN_PATH: the build tree's plugins folder
+ * when liboar (or the program linked with it statically) sits in a CMake
+ * build folder, <libdir>/oar/plugins for each library folder (the install
+ * layout: src/core/self_dir.c finds liboar's own, and for a static link
+ * <program's folder>/../<libdir>), and the configured OAR_PLUGIN_DIR. */
+static void scan_next_to_library(void) {
+    char self[OARI_PATH], p[PATH_MAX + 32], dirs[4][OARI_PATH];
+    if (oari_self_dir(self, sizeof self) >= 0) {
+        snprintf(p, sizeof p, "%s/CMakeCache.txt", self);
+        if (access(p, F_OK) == 0) {
+            snprintf(p, sizeof p, "%s/plugins", self);
+            scan_dir(p);
+        }
+    }
+    int n = oari_lib_dirs(dirs, 4);
+    for (int i = 0; i < n; i++) {
+        snprintf(p, sizeof p, "%s/oar/plugins", dirs[i]);
+        scan_dir(p);
+    }
+    scan_dir(OAR_PLUGIN_DIR);
 }
 
 void oari_plugins_ensure_loaded(void) {
@@ -276,7 +329,8 @@ void oari_plugins_ensure_loaded(void) {
                 if (*tok) scan_dir(tok);
             oari_strfree(copy);
         }
-        if (!(getenv("OAR_PLUGIN_NO_INSTALL_DIR"))) scan_dir(OAR_PLUGIN_DIR);
+        /* tests that need a known set of plugins turn these off */
+        if (!(getenv("OAR_PLUGIN_NO_INSTALL_DIR"))) scan_next_to_library();
         atexit(shutdown_all);
         oari_error(0, "%s", saved); /* a refused plugin is logged, not left as this call's error */
         __atomic_store_n(&scanned, true, __ATOMIC_RELEASE);

@@ -10,17 +10,18 @@
 #include <string.h>
 #include <time.h>
 
-static MPI_Datatype mpi_type(oar_dtype d) {
+/* The transport's element type of dtype d (f16/bf16 are widened first). */
+static oari_mpi_type mpi_type(oar_dtype d) {
     switch (d) {
-    case OAR_BOOL: return MPI_C_BOOL;
-    case OAR_U8: return MPI_UINT8_T;
-    case OAR_I32: return MPI_INT32_T;
-    case OAR_I64: return MPI_INT64_T;
-    case OAR_F32: return MPI_FLOAT;
-    case OAR_F64: return MPI_DOUBLE;
-    case OAR_C64: return MPI_C_FLOAT_COMPLEX;
-    case OAR_C128: return MPI_C_DOUBLE_COMPLEX;
-    default: return MPI_DATATYPE_NULL;
+    case OAR_BOOL: return OARI_MPI_BOOL;
+    case OAR_U8: return OARI_MPI_U8;
+    case OAR_I32: return OARI_MPI_I32;
+    case OAR_I64: return OARI_MPI_I64;
+    case OAR_F32: return OARI_MPI_F32;
+    case OAR_F64: return OARI_MPI_F64;
+    case OAR_C64: return OARI_MPI_C64;
+    case OAR_C128: return OARI_MPI_C128;
+    default: return OARI_MPI_BYTE;
     }
 }
 
@@ -28,33 +29,33 @@ static bool is_complex(oar_dtype d) { return d == OAR_C64 || d == OAR_C128; }
 static bool is_half(oar_dtype d) { return d == OAR_F16 || d == OAR_BF16; }
 static bool is_int(oar_dtype d) { return d == OAR_BOOL || d == OAR_U8 || d == OAR_I32 || d == OAR_I64; }
 
-/* The MPI op for a reduction on dtype d, or MPI_OP_NULL with the error set. */
-static MPI_Op mpi_op(const char *what, oar_reduce_op op, oar_dtype d) {
+/* The MPI op for a reduction on dtype d, or -1 with the error set. */
+static int mpi_op(const char *what, oar_reduce_op op, oar_dtype d) {
     if (d == OAR_BOOL) {
-        if (op == OAR_REDUCE_MAX) return MPI_LOR;
-        if (op == OAR_REDUCE_MIN) return MPI_LAND;
+        if (op == OAR_REDUCE_MAX) return OARI_MPI_LOR;
+        if (op == OAR_REDUCE_MIN) return OARI_MPI_LAND;
     } else if ((op == OAR_REDUCE_MAX || op == OAR_REDUCE_MIN) && is_complex(d)) {
         /* falls through to the error: complex numbers have no order */
     } else if (op == OAR_REDUCE_AVG && is_int(d)) {
         /* falls through: an average of integers is not an integer */
     } else {
         switch (op) {
-        case OAR_REDUCE_SUM: case OAR_REDUCE_AVG: return MPI_SUM;
-        case OAR_REDUCE_MAX: return MPI_MAX;
-        case OAR_REDUCE_MIN: return MPI_MIN;
-        case OAR_REDUCE_PROD: return MPI_PROD;
+        case OAR_REDUCE_SUM: case OAR_REDUCE_AVG: return OARI_MPI_SUM;
+        case OAR_REDUCE_MAX: return OARI_MPI_MAX;
+        case OAR_REDUCE_MIN: return OARI_MPI_MIN;
+        case OAR_REDUCE_PROD: return OARI_MPI_PROD;
         }
     }
     static const char *const names[] = {"sum", "max", "min", "avg", "prod"}; /* oar_reduce_op order */
     oari_error(OAR_ERR_INVALID, "%s: reduction %s is not defined for dtype %s", what,
                (unsigned)op < 5 ? names[op] : "?", oar_dtype_name(d));
-    return MPI_OP_NULL;
+    return -1;
 }
 
 static int check_mesh(const char *what, oar_tensor *x, oar_mesh *m, int d) {
     if (!x || !m || d < 0 || d >= m->ndim)
         return oari_error(OAR_ERR_INVALID, "%s: bad tensor or mesh dim", what);
-    if (m->comm[d] == MPI_COMM_NULL)
+    if (!m->comm[d])
         return oari_error(OAR_ERR_STATE, "%s: this rank is not in the mesh", what);
     if (m->broken)
         return oari_error(OAR_ERR_STATE, "%s: the mesh is unusable after a timed-out collective", what);
@@ -72,9 +73,8 @@ static int check_local(const char *what, oar_tensor *x, oar_mesh *m, int d) {
 }
 
 static int mpi_fail(const char *what, int rc) {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
+    char msg[512];
+    oari_mpi->error_string(rc, msg, sizeof msg);
     return oari_error(OAR_ERR_STATE, "%s: MPI error: %s", what, msg);
 }
 
@@ -96,7 +96,7 @@ static int n_abandoned;
  * theirs in the mesh), and whether any given-up request never completed
  * when drained: then a peer is dead or stopped, and MPI_Finalize would wait
  * for it forever. */
-static MPI_Request lost_moves[256];
+static oari_mpi_req lost_moves[256];
 static int n_lost_moves;
 static bool peers_lost;
 
@@ -124,13 +124,13 @@ static double now_s(void) {
 
 /* Waits for req; on timeout keeps buf_a/buf_b alive, marks the mesh broken
  * and reports. rc is the status of the call that started req. */
-static int finish(const char *what, int rc, MPI_Request *req, oar_mesh *m, int d, oar_tensor *buf_a,
+static int finish(const char *what, int rc, oari_mpi_req *req, oar_mesh *m, int d, oar_tensor *buf_a,
                   oar_tensor *buf_b) {
-    if (rc != MPI_SUCCESS) return mpi_fail(what, rc);
+    if (rc) return mpi_fail(what, rc);
     double limit = oar_dist_timeout(), start = now_s();
     for (long spins = 0;; spins++) {
         int done = 0;
-        if ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return mpi_fail(what, rc);
+        if ((rc = oari_mpi->test(req, &done))) return mpi_fail(what, rc);
         if (done) return 0;
         if (spins > 20000) nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
         if ((spins & 255) == 0 && limit > 0 && now_s() - start > limit) break;
@@ -148,13 +148,13 @@ static int finish(const char *what, int rc, MPI_Request *req, oar_mesh *m, int d
 
 /* Gives requests given up on one more timeout (in all) to complete; true
  * if all did. */
-static bool drain(MPI_Request *req, int n) {
+static bool drain(oari_mpi_req *req, int n) {
     double limit = oar_dist_timeout(), start = now_s();
     bool all = true;
     for (int i = 0; i < n; i++) {
         for (long spins = 0;; spins++) {
             int done = 0;
-            if (MPI_Test(&req[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+            if (oari_mpi->test(&req[i], &done)) break;
             if (done) break;
             if (spins > 20000) nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
             if ((spins & 255) == 0 && limit > 0 && now_s() - start > limit) {
@@ -207,8 +207,8 @@ static int all_reduce_start_host(oar_tensor *x, oar_reduce_op op, oar_mesh *m, i
     oar_pool *pool = oar_pool_push();
     oar_tensor *w = widen(x);
     oar_tensor *out = w ? oar_clone(w) : NULL;
-    MPI_Op mop = out ? mpi_op("all_reduce", op, out->dtype) : MPI_OP_NULL;
-    if (mop == MPI_OP_NULL) out = NULL;
+    int mop = out ? mpi_op("all_reduce", op, out->dtype) : -1;
+    if (mop < 0) out = NULL;
     if (out && out->numel > INT_MAX) {
         oari_error(OAR_ERR_UNSUPPORTED, "all_reduce: %lld elements exceed one MPI call", (long long)out->numel);
         out = NULL;
@@ -217,9 +217,9 @@ static int all_reduce_start_host(oar_tensor *x, oar_reduce_op op, oar_mesh *m, i
     if (!st) {
         count(out->numel * (int64_t)oar_dtype_size(out->dtype));
         oari_dist_count_call(OARI_COLL_ALL_REDUCE);
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, oar_tensor_data(out), (int)out->numel, mpi_type(out->dtype), mop,
-                                m->comm[d], &p->req);
-        if (rc != MPI_SUCCESS) st = mpi_fail("all_reduce", rc);
+        int rc = oari_mpi->iallreduce_inplace(oar_tensor_data(out), (int)out->numel, mpi_type(out->dtype),
+                                              (oari_mpi_op)mop, m->comm[d], &p->req);
+        if (rc) st = mpi_fail("all_reduce", rc);
     }
     if (!st) {
         p->buf = oar_tensor_retain(out);
@@ -234,7 +234,7 @@ static int all_reduce_start_host(oar_tensor *x, oar_reduce_op op, oar_mesh *m, i
 
 void oari_all_reduce_poke(oari_pending *p) {
     int done = 0;
-    if (p->buf && !p->done && MPI_Test(&p->req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) p->done = true;
+    if (p->buf && !p->done && !oari_mpi->test(&p->req, &done) && done) p->done = true;
 }
 
 oar_tensor *oari_all_reduce_wait(oari_pending *p) {
@@ -243,7 +243,7 @@ oar_tensor *oari_all_reduce_wait(oari_pending *p) {
     p->buf = NULL;
     oar_pool *pool = oar_pool_push();
     oari_pool_adopt(out);
-    if (!p->done && finish("all_reduce", MPI_SUCCESS, &p->req, p->mesh, p->d, out, NULL)) out = NULL;
+    if (!p->done && finish("all_reduce", 0, &p->req, p->mesh, p->d, out, NULL)) out = NULL;
     if (out && p->op == OAR_REDUCE_AVG) out = oar_div_scalar(out, (double)p->mesh->shape[p->d]);
     if (out && out->dtype != p->dtype) out = oar_cast(out, p->dtype);
     if (out && p->stage_dev) out = staged_back(out, p->stage_dev); /* devices: back from the host */
@@ -263,9 +263,9 @@ static int gather_i64(int64_t v, int64_t *all, oar_mesh *m, int d) {
     oar_tensor *every = oar_zeros(OAR_I64, 1, (int64_t[]){m->shape[d]});
     int st = mine && every ? 0 : oari_fail_status();
     if (!st) {
-        MPI_Request req;
-        int rc = MPI_Iallgather(oar_tensor_data(mine), 1, MPI_INT64_T, oar_tensor_data(every), 1,
-                                MPI_INT64_T, m->comm[d], &req);
+        oari_mpi_req req;
+        int rc = oari_mpi->iallgather(oar_tensor_data(mine), oar_tensor_data(every), 1, OARI_MPI_I64, m->comm[d],
+                                      &req);
         st = finish("all_gather", rc, &req, m, d, mine, every);
     }
     if (!st) memcpy(all, oar_tensor_data(every), sizeof(int64_t) * (size_t)m->shape[d]);
@@ -279,8 +279,8 @@ int oari_sum_i64(int64_t *v, oar_mesh *m, int d) {
     oar_tensor *t = oar_tensor_from_data(v, OAR_I64, 0, NULL);
     int st = t ? 0 : oari_fail_status();
     if (!st) {
-        MPI_Request req;
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, oar_tensor_data(t), 1, MPI_INT64_T, MPI_SUM, m->comm[d], &req);
+        oari_mpi_req req;
+        int rc = oari_mpi->iallreduce_inplace(oar_tensor_data(t), 1, OARI_MPI_I64, OARI_MPI_SUM, m->comm[d], &req);
         st = finish("dtensor", rc, &req, m, d, t, NULL);
     }
     if (!st) *v = *(int64_t *)oar_tensor_data(t);
@@ -315,11 +315,11 @@ static oar_tensor *all_gather_host(oar_tensor *x, int dim, oar_mesh *m, int d) {
         oar_tensor *y = fits ? oari_pool_adopt(oari_tensor_empty(NULL, x->dtype, f->ndim, shape)) : NULL;
         if (!fits) oari_error(OAR_ERR_UNSUPPORTED, "all_gather: result exceeds one MPI call (2 GiB)");
         if (y) {
-            MPI_Request req;
+            oari_mpi_req req;
             count(f->numel * es);
             oari_dist_count_call(OARI_COLL_ALL_GATHER);
-            int rc = MPI_Iallgatherv(oar_tensor_data(f), (int)(f->numel * es), MPI_BYTE,
-                                     oar_tensor_data(y), counts, displs, MPI_BYTE, m->comm[d], &req);
+            int rc = oari_mpi->iallgatherv(oar_tensor_data(f), (int)(f->numel * es), oar_tensor_data(y), counts,
+                                           displs, OARI_MPI_BYTE, m->comm[d], &req);
             if (!finish("all_gather", rc, &req, m, d, f, y)) out = front_to_dim(y, perm, x->ndim);
         }
     }
@@ -336,8 +336,8 @@ static oar_tensor *reduce_scatter_host(oar_tensor *x, int dim, oar_reduce_op op,
     int64_t perm[OAR_MAX_DIMS];
     oar_tensor *w = widen(x);
     oar_tensor *f = w ? dim_to_front(w, dim, perm) : NULL, *out = NULL;
-    MPI_Op mop = f ? mpi_op("reduce_scatter", op, f->dtype) : MPI_OP_NULL;
-    if (mop != MPI_OP_NULL) {
+    int mop = f ? mpi_op("reduce_scatter", op, f->dtype) : -1;
+    if (mop >= 0) {
         int64_t inner = 1, start, len, shape[OAR_MAX_DIMS];
         for (int i = 1; i < f->ndim; i++) inner *= f->shape[i];
         int counts[64];
@@ -352,11 +352,11 @@ static oar_tensor *reduce_scatter_host(oar_tensor *x, int dim, oar_reduce_op op,
         oar_tensor *y = fits ? oari_pool_adopt(oari_tensor_empty(NULL, f->dtype, f->ndim, shape)) : NULL;
         if (!fits) oari_error(OAR_ERR_UNSUPPORTED, "reduce_scatter: input exceeds one MPI call");
         if (y) {
-            MPI_Request req;
+            oari_mpi_req req;
             count(f->numel * (int64_t)oar_dtype_size(f->dtype));
             oari_dist_count_call(OARI_COLL_REDUCE_SCATTER);
-            int rc = MPI_Ireduce_scatter(oar_tensor_data(f), oar_tensor_data(y), counts,
-                                         mpi_type(f->dtype), mop, m->comm[d], &req);
+            int rc = oari_mpi->ireduce_scatter(oar_tensor_data(f), oar_tensor_data(y), counts, mpi_type(f->dtype),
+                                               (oari_mpi_op)mop, m->comm[d], &req);
             if (!finish("reduce_scatter", rc, &req, m, d, f, y)) out = front_to_dim(y, perm, x->ndim);
         }
         if (out && op == OAR_REDUCE_AVG) out = oar_div_scalar(out, (double)n);
@@ -441,12 +441,12 @@ static oar_tensor *all_to_all_host(oar_tensor *x, int from, int64_t n_from, int 
         ok = src && dst && (!oar_tensor_numel(src) || !oar_copy_(dst, src));
     }
     if (ok) {
-        MPI_Request req;
+        oari_mpi_req req;
         count(x->numel * es);
         oari_dist_count_call(OARI_COLL_ALL_TO_ALL);
-        int rc = MPI_Ialltoallv(oar_tensor_numel(sbuf) ? oar_tensor_data(sbuf) : NULL, scounts, sdispls, MPI_BYTE,
-                                oar_tensor_numel(rbuf) ? oar_tensor_data(rbuf) : NULL, rcounts, rdispls, MPI_BYTE,
-                                m->comm[d], &req);
+        int rc = oari_mpi->ialltoallv(oar_tensor_numel(sbuf) ? oar_tensor_data(sbuf) : NULL, scounts, sdispls,
+                                      oar_tensor_numel(rbuf) ? oar_tensor_data(rbuf) : NULL, rcounts, rdispls,
+                                      OARI_MPI_BYTE, m->comm[d], &req);
         ok = !finish("all_to_all", rc, &req, m, d, sbuf, rbuf);
     }
     for (int c = 0; c < n && ok && !recv_direct; c++) { /* unpack */
@@ -468,28 +468,28 @@ static oar_tensor *all_to_all_host(oar_tensor *x, int from, int64_t n_from, int 
 /* ---- point-to-point exchange (moves between meshes) --------------------- */
 
 int oari_exchange(int n, const int *peer, oar_tensor *const *buf, const bool *is_send) {
-    extern MPI_Comm oari_p2p_comm;
-    if (oari_p2p_comm == MPI_COMM_NULL)
+    extern oari_mpi_comm oari_p2p_comm;
+    if (!oari_p2p_comm)
         return oari_error(OAR_ERR_STATE, "oar_reshard: moving between meshes needs oar_dist_init");
     if (n > 128) return oari_error(OAR_ERR_UNSUPPORTED, "oar_reshard: %d messages in one move (at most 128)", n);
-    MPI_Request req[128];
-    int started = 0, rc = MPI_SUCCESS;
+    oari_mpi_req req[128];
+    int started = 0, rc = 0;
     int64_t es_sent = 0;
     /* receives first, then sends: nothing waits on a peer's order */
-    for (int pass = 0; pass < 2 && rc == MPI_SUCCESS; pass++)
-        for (int i = 0; i < n && rc == MPI_SUCCESS; i++) {
+    for (int pass = 0; pass < 2 && !rc; pass++)
+        for (int i = 0; i < n && !rc; i++) {
             if (is_send[i] != (pass == 1)) continue;
             int64_t bytes = buf[i]->numel * (int64_t)oar_dtype_size(buf[i]->dtype);
             if (bytes > INT_MAX) return oari_error(OAR_ERR_UNSUPPORTED, "oar_reshard: a message exceeds 2 GiB");
             void *p = bytes ? oar_tensor_data(buf[i]) : NULL;
             if (is_send[i]) {
                 es_sent += bytes;
-                rc = MPI_Isend(p, (int)bytes, MPI_BYTE, peer[i], 0x6f61, oari_p2p_comm, &req[started++]);
+                rc = oari_mpi->isend(p, (int)bytes, OARI_MPI_BYTE, peer[i], 0x6f61, oari_p2p_comm, &req[started++]);
             } else {
-                rc = MPI_Irecv(p, (int)bytes, MPI_BYTE, peer[i], 0x6f61, oari_p2p_comm, &req[started++]);
+                rc = oari_mpi->irecv(p, (int)bytes, OARI_MPI_BYTE, peer[i], 0x6f61, oari_p2p_comm, &req[started++]);
             }
         }
-    if (rc != MPI_SUCCESS) { /* the requests already posted may still touch their buffers */
+    if (rc) { /* the requests already posted may still touch their buffers */
         for (int i = 0; i < n && n_abandoned < (int)(sizeof abandoned / sizeof *abandoned); i++)
             abandoned[n_abandoned++] = oar_tensor_retain(buf[i]);
         return mpi_fail("oar_reshard", rc);
@@ -499,7 +499,7 @@ int oari_exchange(int n, const int *peer, oar_tensor *const *buf, const bool *is
     double limit = oar_dist_timeout(), start = now_s();
     for (long spins = 0;; spins++) {
         int done = 0;
-        if ((rc = MPI_Testall(started, req, &done, MPI_STATUSES_IGNORE)) != MPI_SUCCESS)
+        if ((rc = oari_mpi->testall(started, req, &done)))
             return mpi_fail("oar_reshard", rc);
         if (done) return 0;
         if (spins > 20000) nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
@@ -510,7 +510,7 @@ int oari_exchange(int n, const int *peer, oar_tensor *const *buf, const bool *is
     for (int i = 0; i < n && n_abandoned < (int)(sizeof abandoned / sizeof *abandoned); i++)
         abandoned[n_abandoned++] = oar_tensor_retain(buf[i]);
     for (int i = 0; i < started; i++) {
-        if (req[i] == MPI_REQUEST_NULL) continue;
+        if (!req[i]) continue; /* completed */
         if (n_lost_moves < (int)(sizeof lost_moves / sizeof *lost_moves)) lost_moves[n_lost_moves++] = req[i];
         else peers_lost = true; /* cannot be drained: assume the worst */
     }
@@ -585,8 +585,8 @@ static void *device_comm(oar_mesh *m, int d, oar_device *dev) {
                 len = (int64_t)got;
         }
         memcpy(b, &len, 8);
-        MPI_Request req;
-        int rc = MPI_Ibcast(b, 8 + OAR_COMM_ID_BYTES, MPI_BYTE, 0, m->comm[d], &req);
+        oari_mpi_req req;
+        int rc = oari_mpi->ibcast(b, 8 + OAR_COMM_ID_BYTES, OARI_MPI_BYTE, 0, m->comm[d], &req);
         st = finish("dist: device communicator", rc, &req, m, d, buf, NULL);
         if (!st) memcpy(&len, b, 8);
         if (!st && len >= 0) {
@@ -792,8 +792,8 @@ static int broadcast_mpi(void *data, int64_t n, oar_tensor *keep, int root, oar_
     if (n > INT_MAX)
         return oari_error(OAR_ERR_UNSUPPORTED, "oar_dist_broadcast_: %lld bytes exceed one MPI call (2 GiB)",
                           (long long)n);
-    MPI_Request req;
-    int rc = MPI_Ibcast(data, (int)n, MPI_BYTE, root, m->comm[d], &req);
+    oari_mpi_req req;
+    int rc = oari_mpi->ibcast(data, (int)n, OARI_MPI_BYTE, root, m->comm[d], &req);
     return finish("oar_dist_broadcast_", rc, &req, m, d, keep, NULL);
 }
 

@@ -4,9 +4,8 @@
 #define OARI_DIST_H
 
 #include "../ops/op.h"
+#include "mpi_api.h"
 #include <oar/dist.h>
-
-#include <mpi.h>
 
 struct oar_mesh {
     int refcount;
@@ -17,10 +16,10 @@ struct oar_mesh {
     int *ranks;                         /* size entries, row-major */
     char names[OAR_MESH_MAX_DIMS][16];
     int coord[OAR_MESH_MAX_DIMS];       /* this rank's; -1 outside the mesh */
-    MPI_Comm comm[OAR_MESH_MAX_DIMS];   /* ranks that differ only along dim d; ordered by coord */
+    oari_mpi_comm comm[OAR_MESH_MAX_DIMS]; /* ranks that differ only along dim d; ordered by coord */
     bool broken;                        /* a collective timed out: refuse further ones */
     int n_pending;                      /* requests of collectives given up on */
-    MPI_Request pending[8];
+    oari_mpi_req pending[8];
     /* devices with collective members (comm.c): per dim, 0 not tried yet,
      * 1 dev_comm made on device dev_of, -1 shards on devices are staged */
     int dev_state[OAR_MESH_MAX_DIMS];
@@ -45,7 +44,13 @@ OARI_HIDDEN void oari_dist_install(void);
 OARI_HIDDEN extern const oari_ext_class oari_dist_ext_class; /* dtensor.c */
 OARI_HIDDEN extern const oari_op_def oari_def_dist_reshard;  /* reshard_op.c */
 
-OARI_HIDDEN bool oari_dist_ready(void);   /* MPI initialised */
+/* The MPI transport, liboar_mpi.so (mpi_api.h, mpi_load.c): NULL until
+ * oari_mpi_load opens it (oar_dist_init does), so that programs without
+ * dtensors never load libmpi. oari_mpi_load returns 0, or the status with
+ * the error set, naming `who`, when the module is missing or stale. */
+OARI_HIDDEN extern const oari_mpi_api *oari_mpi;
+OARI_HIDDEN int oari_mpi_load(const char *who);
+OARI_HIDDEN bool oari_dist_ready(void);   /* MPI loaded and initialised */
 /* Frees buffers of collectives given up on (after MPI_Finalize). */
 OARI_HIDDEN void oari_dist_release_abandoned(void);
 /* Before a broken mesh's communicators are freed: gives its abandoned
@@ -115,7 +120,7 @@ OARI_HIDDEN oar_tensor *oari_all_reduce(oar_tensor *x, oar_reduce_op op, oar_mes
  * timeout: NULL with the error set, and the mesh broken). Every started
  * one must be waited for. */
 typedef struct oari_pending {
-    MPI_Request req;
+    oari_mpi_req req;
     oar_tensor *buf;        /* owned while in flight */
     oar_mesh *mesh;
     int d;

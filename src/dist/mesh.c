@@ -8,27 +8,22 @@
 #include <string.h>
 
 static bool we_initialised;
-MPI_Comm oari_p2p_comm = MPI_COMM_NULL; /* moves between meshes: a world of their own tags */
+oari_mpi_comm oari_p2p_comm; /* moves between meshes: a world of their own tags (NULL: none yet) */
 
-bool oari_dist_ready(void) {
-    int on = 0, off = 0;
-    MPI_Initialized(&on);
-    if (on) MPI_Finalized(&off);
-    return on && !off;
-}
+bool oari_dist_ready(void) { return oari_mpi && oari_mpi->ready(); }
 
 int oar_dist_init(int *argc, char ***argv) {
+    int st = oari_mpi_load("oar_dist_init"); /* the first use of MPI in this process */
+    if (st) return st;
     if (!oari_dist_ready()) {
-        int provided = 0;
-        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        /* (errors then come back as codes, which oar turns into messages,
+         * instead of aborting the job) */
+        if (oari_mpi->init(argc, argv))
             return oari_error(OAR_ERR_STATE, "oar_dist_init: MPI_Init_thread failed");
-        /* Errors come back as codes, which oar turns into messages, instead of
-         * aborting the job. */
-        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
         we_initialised = true;
     }
     /* the communicator of moves between meshes (collective over the world) */
-    if (oari_p2p_comm == MPI_COMM_NULL && MPI_Comm_dup(MPI_COMM_WORLD, &oari_p2p_comm) != MPI_SUCCESS)
+    if (!oari_p2p_comm && oari_mpi->comm_dup(oari_mpi->world(), &oari_p2p_comm))
         return oari_error(OAR_ERR_STATE, "oar_dist_init: MPI_Comm_dup failed");
     return 0;
 }
@@ -45,10 +40,10 @@ int oar_dist_finalize(void) {
     }
     bool lost = oari_dist_peers_lost();
     free_move_groups();
-    if (oari_p2p_comm != MPI_COMM_NULL && oari_dist_ready() && !lost) MPI_Comm_free(&oari_p2p_comm);
-    oari_p2p_comm = MPI_COMM_NULL;
+    if (oari_p2p_comm && oari_dist_ready() && !lost) oari_mpi->comm_free(&oari_p2p_comm);
+    oari_p2p_comm = NULL;
     if (we_initialised && oari_dist_ready()) {
-        if (!lost) MPI_Finalize();
+        if (!lost) oari_mpi->finalize();
         else /* MPI_Finalize would wait for them forever: leave without it */
             st = oari_error(OAR_ERR_STATE, "oar_dist_finalize: collectives timed out (OAR_DIST_TIMEOUT) "
                             "and never completed: a peer is dead or stopped. MPI_Finalize would wait "
@@ -62,13 +57,13 @@ int oar_dist_finalize(void) {
 
 int oar_dist_rank(void) {
     int r = 0;
-    if (oari_dist_ready()) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    if (oari_dist_ready()) oari_mpi->comm_rank(oari_mpi->world(), &r);
     return r;
 }
 
 int oar_dist_world_size(void) {
     int n = 1;
-    if (oari_dist_ready()) MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (oari_dist_ready()) oari_mpi->comm_size(oari_mpi->world(), &n);
     return n;
 }
 
@@ -118,7 +113,7 @@ static void mesh_free(oar_mesh *m) {
     bool idle = !m->n_pending || (oari_dist_ready() && oari_mesh_drain(m));
     if (idle) oari_mesh_free_device_comms(m); /* devices: their communicators (comm.c) */
     for (int d = 0; d < m->ndim && idle; d++)
-        if (m->comm[d] != MPI_COMM_NULL && oari_dist_ready()) MPI_Comm_free(&m->comm[d]);
+        if (m->comm[d] && oari_dist_ready()) oari_mpi->comm_free(&m->comm[d]);
     oari_free(m->ranks, (size_t)m->size * sizeof *m->ranks);
     oari_free(m, sizeof *m);
 }
@@ -144,7 +139,7 @@ static oar_mesh *mesh_new(int ndim, int64_t size) {
     m->ndim = ndim;
     m->size = size;
     for (int d = 0; d < OAR_MESH_MAX_DIMS; d++) {
-        m->comm[d] = MPI_COMM_NULL;
+        m->comm[d] = NULL;
         m->coord[d] = -1;
     }
     return m;
@@ -194,14 +189,13 @@ oar_mesh *oar_mesh_create(int ndim, const int64_t *shape, const int *ranks,
     /* One communicator per mesh dim: ranks whose other coordinates agree.
      * Every world rank takes part in every split, in dim order. */
     for (int d = 0; d < ndim; d++) {
-        int color = MPI_UNDEFINED;
+        int color = -1; /* MPI_UNDEFINED: in no communicator of this dim */
         if (mine >= 0) {
             color = 0;
             for (int e = 0; e < ndim; e++)
                 if (e != d) color = color * (int)shape[e] + m->coord[e];
         }
-        if (MPI_Comm_split(MPI_COMM_WORLD, color, mine >= 0 ? m->coord[d] : 0, &m->comm[d]) !=
-            MPI_SUCCESS) {
+        if (oari_mpi->comm_split(oari_mpi->world(), color, mine >= 0 ? m->coord[d] : 0, &m->comm[d])) {
             oari_error(OAR_ERR_STATE, "oar_mesh_create: MPI_Comm_split failed for mesh dim %d", d);
             mesh_free(m);
             return NULL;
@@ -304,15 +298,7 @@ static oar_mesh *make_group(const int *ranks, int n) {
     snprintf(m->names[0], sizeof m->names[0], "move");
     for (int i = 0, me = oar_dist_rank(); i < n; i++)
         if (ranks[i] == me) m->coord[0] = i;
-    MPI_Group world, g;
-    MPI_Comm_group(MPI_COMM_WORLD, &world);
-    int rc = MPI_Group_incl(world, n, ranks, &g);
-    MPI_Group_free(&world);
-    if (rc == MPI_SUCCESS) {
-        rc = MPI_Comm_create_group(MPI_COMM_WORLD, g, 0x6f62, &m->comm[0]);
-        MPI_Group_free(&g);
-    }
-    if (rc != MPI_SUCCESS) {
+    if (oari_mpi->comm_create_group(oari_mpi->world(), n, ranks, 0x6f62, &m->comm[0])) {
         oari_error(OAR_ERR_STATE, "oar_reshard: MPI_Comm_create_group failed for the %d ranks of a move", n);
         mesh_free(m);
         return NULL;

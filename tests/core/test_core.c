@@ -311,6 +311,8 @@ static void test_pools_on_threads(void) {
 }
 
 int main(void) {
+    setenv("OAR_PLUGIN_NO_INSTALL_DIR", "1", 1); /* the devices are the CPU alone, not the build's plugins */
+    unsetenv("OAR_PLUGIN_PATH");
     RUN(test_dtypes);
     RUN(test_from_data_roundtrip);
     RUN(test_half_conversions);
