@@ -21,6 +21,7 @@ needs() {
     test_onnx_conformance* | test_onnx_node_models) echo libonnx-testdata ;;
     test_onnx_export_checker) echo python3-onnx ;;
     test_safetensors_python) echo python3-numpy ;;
+    guide) echo "libopenmpi-dev libprotobuf-c-dev" ;;  # the page uses MPI and ONNX
     test_data_fashion_mnist | demo_smoke | example_mlp | example_lenet5 | example_resnet) echo dataset-fashion-mnist ;;
     test_fft_fftw | test_fft_alloc_fftw) echo libfftw3-dev ;;
     test_jit | test_fusion* | test_ew_forms | test_compiled_train) echo build-essential ;; # a C compiler

@@ -39,5 +39,6 @@
 #include <oar/fft.h>   /* fft branch */
 #include <oar/complex.h> /* fft branch */
 #include <oar/lbfgs.h>   /* fft branch */
+#include <oar/onnx.h>    /* ONNX import and export (failing, saying so, in a build without it) */
 
 #endif
