@@ -8,9 +8,11 @@
  *     every row of oar's op table src/ops/elementwise.def with an f32
  *     device form (its gen column), found by name in oar_cuda_ew_table;
  *     fill
- *   f32 matmul of two 2-D operands with a unit stride in one dim each,
- *     into a contiguous output, through cuBLAS (cublasSgemm); other
- *     matmuls are refused by supports_op
+ *   f32 matmul of two 2-D operands that cuBLAS reads in place (a unit
+ *     stride in one dim, the other at least the extent: no expanded or
+ *     overlapping operand, cuda_gemm_layout.h), into a dense output,
+ *     through cuBLAS (cublasSgemm); other matmuls are refused by
+ *     supports_op and run on the CPU
  * Collectives (all_reduce, all_gather, reduce_scatter, broadcast, send,
  * recv and communicators) over NCCL when CMake found it (cuda_nccl.c,
  * OAR_CUDA_NCCL); without it the members are NULL and oar stages device
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda_gemm_layout.h"
 #include "cuda_kernels.h"
 #include "cuda_jit.h"
 #ifdef OAR_CUDA_NCCL
@@ -240,20 +243,15 @@ static int k_fill(void *ctx, const oar_kernel_call *c) {
 
 /* A row-major 2-D operand as cuBLAS sees it (column-major): its transpose
  * with leading dimension ld, transposed again (op T) if its rows are the
- * unit-stride dim. */
+ * unit-stride dim; false for a layout cuBLAS cannot read in place
+ * (cuda_gemm_layout.h: expanded or overlapping operands). */
 static bool blas_operand(const oar_ktensor *t, cublasOperation_t *op, int *ld) {
-    int64_t s0 = t->strides[0], s1 = t->strides[1];
-    if (s1 == 1 || t->shape[1] == 1) {
-        *op = CUBLAS_OP_N;
-        *ld = (int)(s0 > t->shape[1] ? s0 : (t->shape[1] > 0 ? t->shape[1] : 1));
-        return true;
-    }
-    if (s0 == 1 || t->shape[0] == 1) {
-        *op = CUBLAS_OP_T;
-        *ld = (int)(s1 > t->shape[0] ? s1 : (t->shape[0] > 0 ? t->shape[0] : 1));
-        return true;
-    }
-    return false;
+    bool transposed;
+    int64_t ld64;
+    if (t->ndim != 2 || !oar_cuda_gemm_layout(t->shape, t->strides, &transposed, &ld64)) return false;
+    *op = transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+    *ld = (int)ld64;
+    return true;
 }
 
 static int k_matmul(void *ctx, const oar_kernel_call *c) {
@@ -272,7 +270,13 @@ static int k_matmul(void *ctx, const oar_kernel_call *c) {
     int n = (int)A->shape[0], k = (int)A->shape[1], m = (int)B->shape[1], lda, ldb;
     cublasOperation_t opa, opb;
     if (!blas_operand(A, &opa, &lda) || !blas_operand(B, &opb, &ldb))
-        return host->error(-3, "cuda matmul: an operand has no unit stride");
+        return host->error(-3, "cuda matmul: an operand cuBLAS cannot read in place (no unit-stride dim, "
+                           "or expanded)");
+    if (O->ndim != 2 || O->shape[0] != n || O->shape[1] != m || !oar_cuda_gemm_out_ok(O->shape, O->strides)) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "cuda matmul: the output is not a dense row-major [%d, %d] matrix", n, m);
+        return host->error(-3, msg);
+    }
     const float one = 1, zero = 0;
     const float *a = (const float *)A->buffer + A->offset, *b = (const float *)B->buffer + B->offset;
     float *o = (float *)O->buffer + O->offset;

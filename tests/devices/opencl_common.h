@@ -12,7 +12,7 @@
 
 #define TEST_SKIP 77
 
-static oar_device *opencl_device_or_skip(void) {
+static inline oar_device *opencl_device_or_skip(void) {
 #ifndef OAR_PLUGIN_BUILD_DIR
     printf("SKIP: the opencl plugin was not built (OpenCL not found by CMake)\n");
     return NULL;

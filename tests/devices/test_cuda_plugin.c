@@ -3,8 +3,11 @@
  * refused with the driver's reason and oar keeps running on the CPU; with
  * one, the ops it claims run on cuda:0 without fallback and equal the CPU's
  * results (test_backend_ops then also runs every claimed kernel), and a
- * compiled graph runs its generated CUDA kernels there. Skipped
- * (exit 77) where the plugin was not built (no CUDA toolkit). */
+ * compiled graph runs its generated CUDA kernels there. With
+ * OAR_REQUIRE_CUDA=1 (scripts/gpu-check.sh) a refusal fails the test
+ * instead. An expanded operand of matmul is refused by the plugin and
+ * runs on the CPU, with the right values. Skipped (exit 77) where the
+ * plugin was not built (no CUDA toolkit). */
 #include "test.h"
 #include "graph/graph_test_util.h" /* max_diff */
 
@@ -58,6 +61,12 @@ int main(void) {
     oar_plugin_info in;
     CHECK(oar_plugin_count() == 1 && oar_plugin_get_info(0, &in) == 0);
     CHECK(!strcmp(in.name, "cuda"));
+    if (st && getenv("OAR_REQUIRE_CUDA") && *getenv("OAR_REQUIRE_CUDA") && strcmp(getenv("OAR_REQUIRE_CUDA"), "0")) {
+        /* on a GPU machine (scripts/gpu-check.sh): a refusal is a failure */
+        fprintf(stderr, "OAR_REQUIRE_CUDA is set and the cuda plugin was refused: %s\n", in.reason);
+        CHECK(st == 0);
+        return test_summary();
+    }
     if (st) { /* loaded as a library, refused by its init: no usable GPU here */
         printf("cuda plugin refused (expected without a GPU): %s\n", in.reason);
         CHECK(strstr(in.reason, "oar_plugin_init failed") != NULL);
@@ -80,6 +89,13 @@ int main(void) {
     CHECK(oar_device_fallback_count() == 0);
     check_close(y, oar_relu(oar_add(oar_matmul(a, b), oar_scalar(0.5))), 1e-4);
     check_close(yt, oar_matmul(oar_transpose(b, 0, 1), oar_transpose(a, 0, 1)), 1e-4);
+    /* expanded operands (stride 0): cuBLAS would read past the buffer, so
+     * the plugin refuses them (plugins/cuda/cuda_gemm_layout.h) */
+    oar_tensor *row = oar_randn(OAR_F32, 2, (int64_t[]){1, 45}), *drow = oar_tensor_to(row, d);
+    oar_tensor *wide = oar_expand(drow, 2, (int64_t[]){37, 45}), *wide_cpu = oar_expand(row, 2, (int64_t[]){37, 45});
+    check_close(oar_matmul(wide, db), oar_matmul(wide_cpu, b), 1e-4);
+    check_close(oar_matmul(oar_transpose(db, 0, 1), oar_transpose(wide, 0, 1)),
+                oar_matmul(oar_transpose(b, 0, 1), oar_transpose(wide_cpu, 0, 1)), 1e-4);
     check_close(oar_softmax(da, 1), oar_softmax(a, 1), 1e-6); /* through the CPU fallback */
     CHECK(oar_device_fallback_count() > 0);
     oar_pool_pop(pool);

@@ -297,6 +297,13 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof name, "cuda:%d", ME);
         cu = oar_device_get(name);
         if (!cu) cu = oar_device_get("cuda:0");
+        const char *req = getenv("OAR_REQUIRE_CUDA");
+        if (!cu && req && *req && strcmp(req, "0")) { /* a GPU machine: no device is a failure */
+            fprintf(stderr, "rank %d: OAR_REQUIRE_CUDA is set and there is no CUDA device: %s\n", ME,
+                    oar_last_error());
+            oar_dist_finalize();
+            return 1;
+        }
         if (!cu) {
             printf("rank %d: skip: no CUDA device (%s)\n", ME, oar_last_error());
             oar_dist_finalize();
