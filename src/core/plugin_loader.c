@@ -263,7 +263,7 @@ static void scan_dir(const char *dir) {
             return;
         }
     if (n_scanned_dirs < 16 && strlen(real) < OARI_PATH)
-        snprintf(scanned_dirs[n_scanned_dirs++], OARI_PATH, "%s", real);
+        memcpy(scanned_dirs[n_scanned_dirs++], real, strlen(real) + 1); /* (length checked above) */
     /* Sorted, so the load order (and device names) do not depend on the
      * file system. */
     char *names[256];

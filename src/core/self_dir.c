@@ -50,7 +50,7 @@ static int add_dir(char (*dirs)[OARI_PATH], int n, int max, const char *p) {
     if (n >= max || !realpath(p, real) || strlen(real) >= OARI_PATH) return n;
     for (int i = 0; i < n; i++)
         if (!strcmp(dirs[i], real)) return n;
-    snprintf(dirs[n], OARI_PATH, "%s", real);
+    memcpy(dirs[n], real, strlen(real) + 1); /* (length checked above) */
     return n + 1;
 }
 
