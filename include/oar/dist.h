@@ -240,6 +240,47 @@ OAR_API int oar_dist_reducer_overlapped(const oar_dist_reducer *r);
 /* Waits for anything still in flight and frees r (NULL: no-op). */
 OAR_API void oar_dist_reducer_free(oar_dist_reducer *r);
 
+/* ---- distributed checkpoints (src/dist/checkpoint.c) -------------------- */
+
+/* Saves n named tensors into folder dir (made if missing), as PyTorch's
+ * torch.distributed.checkpoint and Paddle's dist.save_state_dict do: each
+ * rank writes the shards it owns, once per element, to
+ * dir/shard-<generation>-<rank>.safetensors through the save protocol
+ * (temporary, fsync, rename), and rank 0 writes dir/index.json last, with
+ * each tensor's dtype, global shape, placements and chunks (file, offset,
+ * shape). Until the index is renamed into place the folder keeps the
+ * checkpoint it held before; rank 0 then removes the older shard files.
+ * A dtensor's shard is written by the ranks at coordinate 0 along every
+ * mesh dim where it is replicated; Partial placements are reduced to
+ * Replicate first (an all-reduce); a plain tensor is written by rank 0
+ * (every rank must pass the same value). Names must be unique and
+ * non-empty. Collective over every rank of the world (all call it with the
+ * same names, in the same order); in a process without oar_dist_init it
+ * saves plain tensors alone. 0, or the same error status on every rank:
+ * when any rank fails to write, the checkpoint in dir is left as it was. */
+OAR_API int oar_dist_checkpoint_save(const char *dir, int n, const char *const *names,
+                                     oar_tensor *const *tensors);
+/* Loads the tensors named names[] from the checkpoint in dir into
+ * tensors[], in place: a dtensor's local shard gets its part of the global
+ * value (the chunks that overlap it are read, whatever mesh and
+ * placements they were saved with: a checkpoint of 4 ranks loads onto 2,
+ * or into one process), a plain tensor the whole value. Each target's
+ * global shape and dtype must equal the saved ones; otherwise
+ * OAR_ERR_INVALID naming the tensor and both shapes (or dtypes). A name
+ * the checkpoint lacks is OAR_ERR_INVALID; a missing, truncated or
+ * inconsistent file (a chunk whose shape differs from the index, chunks
+ * that do not cover the target) is OAR_ERR_IO naming it. Targets with a
+ * Partial placement are refused (load into Replicate and reshard). Reads
+ * files only (no communication); gradients are not recorded. Each rank
+ * reads whole shard files (those it needs), so it holds one shard file in
+ * memory at a time at most per tensor read. 0 or the status. */
+OAR_API int oar_dist_checkpoint_load(const char *dir, int n, const char *const *names,
+                                     oar_tensor *const *tensors);
+/* The whole global value of one saved tensor as a new plain tensor (pool
+ * rule), e.g. to inspect a checkpoint in one process; NULL with the error
+ * set as oar_dist_checkpoint_load. */
+OAR_API oar_tensor *oar_dist_checkpoint_read(const char *dir, const char *name);
+
 /* Bytes of tensor data this rank has handed to all-reduce, all-gather,
  * reduce-scatter, all-to-all and broadcast since the process started
  * (each call's local payload, on every rank of a broadcast), and sent to
