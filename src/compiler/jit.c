@@ -13,6 +13,8 @@
 #define _GNU_SOURCE
 #include "jit.h"
 
+#include "../core/save.h"
+
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
@@ -100,24 +102,6 @@ static const char *fast_math_flag(char **argv, int n) {
         for (size_t j = 0; j < sizeof refused / sizeof *refused; j++)
             if (!strcmp(argv[i], refused[j])) return argv[i];
     return NULL;
-}
-
-/* mkdir -p, new folders 0700. 0 or errno. */
-static int make_dirs(const char *path) {
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) return ENAMETOOLONG;
-    for (char *p = tmp + 1;; p++) {
-        if (*p == '/' || !*p) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(tmp, 0700) && errno != EEXIST) return errno;
-            *p = c;
-            if (!c) break;
-        }
-    }
-    struct stat st;
-    if (stat(path, &st)) return errno;
-    return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
 /* Runs argv (PATH searched) with stdin from /dev/null, stdout + stderr
@@ -593,7 +577,7 @@ oari_jit_lib *oari_jit_load(const char *src, oari_jit_stats *stats) {
     int st = open_library(so_path, &handle, why, sizeof why);
     if (st < 0) return NULL;
     if (st > 0) {
-        int err = make_dirs(cache_dir);
+        int err = oari_make_dirs(cache_dir, 0700);
         if (err) {
             oari_error(OAR_ERR_IO, "oari_jit_load: cannot create the kernel cache %s: %s",
                        cache_dir, strerror(err));

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -67,6 +68,24 @@ int oari_file_sweep(const char *dir, const char *prefix) {
     }
     closedir(d);
     return removed;
+}
+
+int oari_make_dirs(const char *path, unsigned mode) {
+    char tmp[PATH_MAX];
+    if (!path || !*path) return ENOENT;
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) return ENAMETOOLONG;
+    for (char *p = tmp + 1;; p++) {
+        if (*p == '/' || !*p) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(tmp, (mode_t)mode) && errno != EEXIST) return errno;
+            *p = c;
+            if (!c) break;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st)) return errno;
+    return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
 int oari_dir_sync(const char *dir, const char *who) {

@@ -58,6 +58,10 @@ OARI_HIDDEN int oari_wfile_commit(oari_wfile *w);
 OARI_HIDDEN void oari_wfile_abort(oari_wfile *w);
 /* The whole protocol for one buffer. */
 OARI_HIDDEN int oari_file_save(const char *path, const void *buf, size_t n, const char *who);
+/* mkdir -p: path and every missing folder above it, new ones with mode
+ * (less the umask). 0, or the errno of the step that failed (ENOTDIR when
+ * path exists and is not a folder, ENAMETOOLONG past PATH_MAX). */
+OARI_HIDDEN int oari_make_dirs(const char *path, unsigned mode);
 /* fsyncs folder `dir` (file systems that cannot are not an error). */
 OARI_HIDDEN int oari_dir_sync(const char *dir, const char *who);
 /* Removes, from folder dir, temporaries "<name>.tmp.<pid>.<n>" whose name

@@ -191,8 +191,8 @@ int oar_dist_checkpoint_save(const char *dir, int n, const char *const *names, o
     if ((st = world_sum(&gen))) return st;
     oar_pool *pool = oar_pool_push();
     oar_no_grad_push();
-    if (mkdir(dir, 0777) && errno != EEXIST)
-        st = oari_error(OAR_ERR_IO, "%s: cannot create the folder %s: %s", who, dir, strerror(errno));
+    int e = oari_make_dirs(dir, 0777);
+    if (e) st = oari_error(OAR_ERR_IO, "%s: cannot create the folder %s: %s", who, dir, strerror(e));
     /* every rank takes part in each reshard, in order, before any writes */
     oar_tensor *saved[n > 0 ? n : 1];
     for (int i = 0; i < n; i++) {

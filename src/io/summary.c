@@ -2,6 +2,7 @@
  * masked crc32c around Event protobufs, encoded here by hand (varints and
  * length-delimited fields; no protobuf library). */
 #include "../core/core.h"
+#include "../core/save.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -186,22 +187,6 @@ static int write_event(oar_summary_writer *w, int64_t step, const char *version,
 
 /* ---- the writer -------------------------------------------------------------------- */
 
-/* mkdir -p (new folders 0777 less the umask). 0 or errno. */
-static int make_dirs(char *path) {
-    for (char *p = path + 1;; p++) {
-        if (*p == '/' || !*p) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(path, 0777) && errno != EEXIST) return errno;
-            *p = c;
-            if (!c) break;
-        }
-    }
-    struct stat st;
-    if (stat(path, &st)) return errno;
-    return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-}
-
 oar_summary_writer *oar_summary_open(const char *dir) {
     if (!dir) return oari_error(OAR_ERR_INVALID, "oar_summary_open: dir is NULL"), NULL;
     if (!dir[0]) return oari_error(OAR_ERR_INVALID, "oar_summary_open: dir is empty"), NULL;
@@ -210,7 +195,7 @@ oar_summary_writer *oar_summary_open(const char *dir) {
         return oari_error(OAR_ERR_INVALID, "oar_summary_open: dir is longer than %d bytes", PATH_MAX), NULL;
     char *d = oari_strdup(dir);
     if (!d) return NULL;
-    int e = make_dirs(d);
+    int e = oari_make_dirs(d, 0777);
     oari_strfree(d);
     if (e)
         return oari_error(OAR_ERR_IO, "oar_summary_open: cannot create the folder %s: %s", dir, strerror(e)),
