@@ -35,8 +35,8 @@ install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/oar DESTINATION ${CMAKE_INSTALL_IN
 # neither list has it. In the build tree oar_static links the imported
 # targets; installed, it names the libraries themselves, so that
 # find_package(oar) needs no pkg-config or Find modules of its own.
-set(OAR_STATIC_LIBS ${OPENBLAS_LINK_LIBRARIES} ${CJSON_LINK_LIBRARIES} ${ZLIB_LIBRARIES})
-set(OAR_PC_REQUIRES_PRIVATE openblas libcjson)
+set(OAR_STATIC_LIBS ${LAPACKE_LINK_LIBRARIES} ${OPENBLAS_LINK_LIBRARIES} ${CJSON_LINK_LIBRARIES} ${ZLIB_LIBRARIES})
+set(OAR_PC_REQUIRES_PRIVATE lapacke openblas libcjson)
 set(OAR_PC_LIBS_PRIVATE "-Wl,--undefined=oari_start") # keep the start-up constructor (src/init/init.c)
 pkg_check_modules(OAR_ZLIB_PC QUIET zlib) # FindZLIB found it; zlib.pc may exist too
 if(OAR_ZLIB_PC_FOUND)

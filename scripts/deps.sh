@@ -7,6 +7,7 @@ set -eu
 pkgs=(
     build-essential cmake pkg-config
     libopenblas-openmp-dev   # CBLAS GEMM, OpenMP build: one thread pool with ours
+    liblapacke-dev           # LAPACKE: solve, det, cholesky, eigh (src/backends/cpu/cpu_lapack.c)
     zlib1g-dev               # gzip'd IDX files
     libcjson-dev             # JSON for graphs, safetensors headers, traces
     dataset-fashion-mnist    # the demo's data

@@ -39,6 +39,7 @@
 #include <oar/fft.h>   /* fft branch */
 #include <oar/complex.h> /* fft branch */
 #include <oar/lbfgs.h>   /* fft branch */
+#include <oar/linalg.h>  /* solve, inv, det, slogdet, cholesky, eigh (LAPACKE) */
 #include <oar/onnx.h>    /* ONNX import and export (failing, saying so, in a build without it) */
 
 #endif

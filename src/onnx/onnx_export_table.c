@@ -197,6 +197,12 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
     ROW(fft_c2r, ONNX_NONE(FFT)),
     ROW(view_as_real, ONNX_NONE(COMPLEX)),
     ROW(view_as_complex, ONNX_NONE(COMPLEX)),
+    /* ---- linalg through LAPACK ---- */
+    ROW(linalg_solve, ONNX_NONE("ONNX has no linear solve or inverse op")),
+    ROW(linalg_slogdet, ONNX_NONE("ONNX's Det gives det only, not slogdet's sign and log of abs(det) "
+                                  "(oar_linalg_det is a composite over slogdet); not mapped")),
+    ROW(linalg_cholesky, ONNX_NONE("ONNX has no Cholesky factorization op")),
+    ROW(linalg_eigh, ONNX_NONE("ONNX has no eigendecomposition op")),
     /* ---- control nodes (graph only) ---- */
     {OARI_OP_COND, EMIT("If", XMIN, XMAX, control, OUTS | SYMS,
                         "a non-bool predicate through Cast; each branch reads the node's operands "

@@ -143,6 +143,41 @@ FN(f_view_as_real, oar_view_as_real(x[0]))
 FN(f_view_as_complex, oar_mul(oar_view_as_complex(x[0]), oar_view_as_complex(x[0])))
 FN(f_complex, oar_complex(x[0], x[1])) FN(f_polar, oar_polar(x[0], x[1]))
 
+/* linalg through LAPACK (include/oar/linalg.h): matrices kept away from
+ * singular (x + 4 I), positive-definite (x x^H + 3 I) or Hermitian (x +
+ * x^H, distinct eigenvalues for random x); eigenvector losses that do not
+ * depend on their sign or phase */
+static oar_tensor *lg_mh(oar_tensor *x) {
+    oar_tensor *t = oar_transpose(x, -2, -1);
+    return t && oar_dtype_is_complex(oar_tensor_dtype(t)) ? oar_conj(t) : t;
+}
+static oar_tensor *lg_shift(oar_tensor *x, double s) {
+    int64_t n = oar_tensor_shape(x)[oar_tensor_ndim(x) - 1];
+    return oar_add(x, oar_mul_scalar(oar_eye(n, -1, OAR_F64), s));
+}
+static oar_tensor *lg_slogdet(oar_tensor *x, bool with_sign) {
+    oar_tensor *s, *l;
+    if (oar_linalg_slogdet(lg_shift(x, 2), &s, &l)) return NULL;
+    return with_sign ? oar_add(s, l) : l;
+}
+static oar_tensor *lg_eigh(oar_tensor *x, const char *uplo, bool values_only) {
+    oar_tensor *w, *v;
+    if (oar_linalg_eigh(oar_add(x, lg_mh(x)), uplo, &w, &v)) return NULL;
+    if (values_only) return w;
+    oar_tensor *f = oar_matmul(oar_mul(v, oar_unsqueeze(oar_sin(w), -2)), lg_mh(v));
+    oar_tensor *a2 = oar_dtype_is_complex(oar_tensor_dtype(v)) ? oar_real(oar_mul(v, oar_conj(v)))
+                                                               : oar_square(v);
+    return oar_add(f, oar_mul(a2, oar_unsqueeze(w, -2)));
+}
+FN(f_lg_solve, oar_linalg_solve(lg_shift(x[0], 4), x[1]))
+FN(f_lg_inv, oar_linalg_inv(lg_shift(x[0], 4)))
+FN(f_lg_det, oar_linalg_det(lg_shift(x[0], 2)))
+FN(f_lg_logabsdet, lg_slogdet(x[0], false)) FN(f_lg_slogdet_c, lg_slogdet(x[0], true))
+FN(f_lg_chol, oar_linalg_cholesky(lg_shift(oar_matmul(x[0], lg_mh(x[0])), 3), false))
+FN(f_lg_chol_u, oar_linalg_cholesky(lg_shift(oar_matmul(x[0], lg_mh(x[0])), 3), true))
+FN(f_lg_eigvals, lg_eigh(x[0], "L", true))
+FN(f_lg_eigh, lg_eigh(x[0], "L", false)) FN(f_lg_eigh_u, lg_eigh(x[0], "U", false))
+
 static const bool where_cond[12] = {1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0};
 
 static const op_case op_cases[] = {
@@ -278,6 +313,23 @@ static const op_case op_cases[] = {
     {"view_as_complex", "squared", f_view_as_complex, 1, {{SH2(3, 2)}}, NOOPT},
     {"view_as_complex", "oar_complex, broadcast", f_complex, 2, {{SH2(3, 4)}, {SH1(4)}}, NOOPT},
     {"view_as_complex", "oar_polar", f_polar, 2, {{SH2(3, 4), POS}, {SH2(3, 4)}}, NOOPT},
+    {"linalg_solve", "A X = B, both inputs", f_lg_solve, 2, {{SH2(3, 3)}, {SH2(3, 2)}}, NOOPT},
+    {"linalg_solve", "batched A, broadcast B", f_lg_solve, 2, {{SH3(2, 3, 3)}, {SH2(3, 2)}}, NOOPT},
+    {"linalg_solve", "vector b", f_lg_solve, 2, {{SH2(3, 3)}, {SH1(3)}}, NOOPT},
+    {"linalg_solve", "complex, batched", f_lg_solve, 2, {{SH3(2, 3, 3), C128}, {SH3(2, 3, 2), C128}}, NOOPT},
+    {"linalg_solve", "oar_linalg_inv", f_lg_inv, 1, {{SH3(2, 3, 3)}}, NOOPT},
+    {"linalg_solve", "oar_linalg_inv, complex", f_lg_inv, 1, {{SH2(3, 3), C128}}, NOOPT},
+    {"linalg_slogdet", "logabsdet, batched", f_lg_logabsdet, 1, {{SH3(2, 3, 3)}}, NOOPT},
+    {"linalg_slogdet", "complex sign + logabsdet", f_lg_slogdet_c, 1, {{SH2(3, 3), C128}}, NOOPT},
+    {"linalg_slogdet", "oar_linalg_det, batched", f_lg_det, 1, {{SH3(2, 3, 3)}}, NOOPT},
+    {"linalg_slogdet", "oar_linalg_det, complex", f_lg_det, 1, {{SH2(3, 3), C128}}, NOOPT},
+    {"linalg_cholesky", "of X X^T + 3 I, batched", f_lg_chol, 1, {{SH3(2, 3, 3)}}, NOOPT},
+    {"linalg_cholesky", "upper", f_lg_chol_u, 1, {{SH2(3, 3)}}, NOOPT},
+    {"linalg_cholesky", "complex", f_lg_chol, 1, {{SH2(3, 3), C128}}, NOOPT},
+    {"linalg_eigh", "eigenvalues only, batched", f_lg_eigvals, 1, {{SH3(2, 3, 3)}}, NOOPT},
+    {"linalg_eigh", "V sin(w) V^T + |V|^2 w, batched", f_lg_eigh, 1, {{SH3(2, 3, 3)}}, NOOPT},
+    {"linalg_eigh", "UPLO U", f_lg_eigh_u, 1, {{SH2(3, 3)}}, NOOPT},
+    {"linalg_eigh", "complex", f_lg_eigh, 1, {{SH2(3, 3), C128}}, NOOPT},
 };
 
 #define N_OP_CASES ((int)(sizeof op_cases / sizeof op_cases[0]))

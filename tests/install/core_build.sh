@@ -1,7 +1,7 @@
 #!/bin/bash
 # The core build (CTest "core_build"): oar configured with every optional
 # part off (MPI, ONNX, the OpenCL and CUDA plugins; FFTW is off by
-# default), as on a machine that has only a C compiler, CBLAS, OpenMP,
+# default), as on a machine that has only a C compiler, CBLAS, LAPACKE, OpenMP,
 # cJSON and zlib:
 #   bash tests/install/core_build.sh SOURCE CMAKE CC
 # builds liboar, first_program and `oar` in a temporary folder and checks

@@ -1,0 +1,325 @@
+/* CPU kernels of the LAPACK ops (src/ops/defs/lapack.def) through LAPACKE's
+ * column-major _work functions, which allocate nothing: each matrix of the
+ * batch is copied (any strides) into a column-major buffer from oar's
+ * allocator, factored there, and its results copied out. Batches run one
+ * after the other (LAPACK threads inside a call through OpenBLAS). A
+ * numerical failure (singular, not positive-definite, no convergence) is
+ * an error naming the op and the batch element. */
+#include "cpu.h"
+
+#include <lapacke.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Matrices in a batch: the product of all dims but the last `mat` ones. */
+static int64_t batch_count(const oar_ktensor *t, int mat) {
+    int64_t nb = 1;
+    for (int d = 0; d < t->ndim - mat; d++) nb *= t->shape[d];
+    return nb;
+}
+
+/* Element offset of batch element bi of t (its last `mat` dims excluded). */
+static int64_t batch_offset(const oar_ktensor *t, int mat, int64_t bi) {
+    return oari_strided_index(t->ndim - mat, t->shape, t->strides, bi);
+}
+
+/* Matrix bi of t ([..., rows, cols]) <-> a column-major buffer (ld rows). */
+static void gather(const oar_ktensor *t, int64_t bi, char *buf) {
+    size_t es = oar_dtype_size((oar_dtype)t->dtype);
+    int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
+    int64_t sr = t->strides[t->ndim - 2], sc = t->strides[t->ndim - 1];
+    const char *src = (const char *)t->data + batch_offset(t, 2, bi) * (int64_t)es;
+    for (int64_t j = 0; j < cols; j++)
+        for (int64_t i = 0; i < rows; i++)
+            memcpy(buf + (size_t)(i + j * rows) * es, src + (i * sr + j * sc) * (int64_t)es, es);
+}
+
+static void scatter(const oar_ktensor *t, int64_t bi, const char *buf) {
+    size_t es = oar_dtype_size((oar_dtype)t->dtype);
+    int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
+    int64_t sr = t->strides[t->ndim - 2], sc = t->strides[t->ndim - 1];
+    char *dst = (char *)t->data + batch_offset(t, 2, bi) * (int64_t)es;
+    for (int64_t j = 0; j < cols; j++)
+        for (int64_t i = 0; i < rows; i++)
+            memcpy(dst + (i * sr + j * sc) * (int64_t)es, buf + (size_t)(i + j * rows) * es, es);
+}
+
+/* " (batch element 3)" when the input has batch dims, "" otherwise. */
+static const char *where(char *buf, size_t len, const oar_ktensor *t, int64_t bi) {
+    if (t->ndim <= 2) return "";
+    snprintf(buf, len, " (batch element %lld)", (long long)bi);
+    return buf;
+}
+
+static int too_big(const char *op, int64_t n) {
+    return oari_error(OAR_ERR_UNSUPPORTED, "%s: a matrix dim of %lld exceeds LAPACK's integer "
+                      "range", op, (long long)n);
+}
+
+static int lapack_arg(const char *op, lapack_int info) {
+    return oari_error(OAR_ERR_INVALID, "%s: LAPACK rejected argument %d (internal error)", op,
+                      (int)-info);
+}
+
+static lapack_int getrf(int dt, lapack_int n, void *a, lapack_int *ipiv) {
+    lapack_int ld = n > 1 ? n : 1;
+    switch (dt) {
+    case OAR_F32: return LAPACKE_sgetrf_work(LAPACK_COL_MAJOR, n, n, a, ld, ipiv);
+    case OAR_F64: return LAPACKE_dgetrf_work(LAPACK_COL_MAJOR, n, n, a, ld, ipiv);
+    case OAR_C64: return LAPACKE_cgetrf_work(LAPACK_COL_MAJOR, n, n, a, ld, ipiv);
+    default: return LAPACKE_zgetrf_work(LAPACK_COL_MAJOR, n, n, a, ld, ipiv);
+    }
+}
+
+static lapack_int getrs(int dt, lapack_int n, lapack_int k, const void *a, const lapack_int *ipiv,
+                        void *b) {
+    lapack_int ld = n > 1 ? n : 1;
+    switch (dt) {
+    case OAR_F32: return LAPACKE_sgetrs_work(LAPACK_COL_MAJOR, 'N', n, k, a, ld, ipiv, b, ld);
+    case OAR_F64: return LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, 'N', n, k, a, ld, ipiv, b, ld);
+    case OAR_C64: return LAPACKE_cgetrs_work(LAPACK_COL_MAJOR, 'N', n, k, a, ld, ipiv, b, ld);
+    default: return LAPACKE_zgetrs_work(LAPACK_COL_MAJOR, 'N', n, k, a, ld, ipiv, b, ld);
+    }
+}
+
+/* ---- linalg_solve ---------------------------------------------------------- */
+
+static int k_solve(void *ctx, const oar_kernel_call *call) {
+    (void)ctx;
+    const oar_ktensor *A = &call->in[0], *B = &call->in[1], *X = &call->out[0];
+    const char *op = call->n_iattr > 0 && call->iattr[0] == 1 ? "linalg_inv" : "linalg_solve";
+    int dt = X->dtype;
+    size_t es = oar_dtype_size((oar_dtype)dt);
+    int64_t n = A->shape[A->ndim - 1], k = B->shape[B->ndim - 1], nb = batch_count(A, 2);
+    if (n > INT_MAX || k > INT_MAX) return too_big(op, n > k ? n : k);
+    if (n == 0 || k == 0 || nb == 0) return 0;
+    size_t sa = (size_t)(n * n) * es, sb = (size_t)(n * k) * es, sp = (size_t)n * sizeof(lapack_int);
+    char *a = oari_malloc(sa), *b = oari_malloc(sb);
+    lapack_int *ipiv = oari_malloc(sp);
+    int st = a && b && ipiv ? 0 : oari_fail_status();
+    for (int64_t bi = 0; bi < nb && !st; bi++) {
+        gather(A, bi, a);
+        gather(B, bi, b);
+        lapack_int info = getrf(dt, (lapack_int)n, a, ipiv);
+        char w[64];
+        if (info > 0)
+            st = oari_error(OAR_ERR_INVALID, "%s: the matrix%s is singular (U[%d, %d] of its LU "
+                            "factorization is exactly zero)", op, where(w, sizeof w, A, bi),
+                            (int)info - 1, (int)info - 1);
+        else if (info < 0) st = lapack_arg(op, info);
+        else if ((info = getrs(dt, (lapack_int)n, (lapack_int)k, a, ipiv, b)) != 0)
+            st = lapack_arg(op, info);
+        else scatter(X, bi, b);
+    }
+    oari_free(a, sa);
+    oari_free(b, sb);
+    oari_free(ipiv, sp);
+    return st;
+}
+
+/* ---- linalg_slogdet -------------------------------------------------------- */
+
+/* sign and log|det| of matrix a (LU-factored by getrf, info > 0: singular). */
+static void lu_slogdet(int dt, int64_t n, const char *a, const lapack_int *ipiv, lapack_int info,
+                       double _Complex *sign, double *logabs) {
+    if (info > 0) {
+        *sign = 0;
+        *logabs = -INFINITY;
+        return;
+    }
+    double _Complex s = 1;
+    double l = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const char *p = a + (size_t)(i + i * n) * oar_dtype_size((oar_dtype)dt);
+        double _Complex u = dt == OAR_F32   ? *(const float *)p
+                            : dt == OAR_F64 ? *(const double *)p
+                            : dt == OAR_C64 ? (double _Complex) * (const float _Complex *)p
+                                            : *(const double _Complex *)p;
+        double m = cabs(u);
+        l += log(m);
+        s *= u / m;
+        if (ipiv[i] != i + 1) s = -s;
+    }
+    *sign = s;
+    *logabs = l;
+}
+
+static void put_scalar(const oar_ktensor *t, int64_t bi, double _Complex v) {
+    int64_t off = batch_offset(t, 0, bi);
+    switch (t->dtype) {
+    case OAR_F32: ((float *)t->data)[off] = (float)creal(v); break;
+    case OAR_F64: ((double *)t->data)[off] = creal(v); break;
+    case OAR_C64: ((float _Complex *)t->data)[off] = (float _Complex)v; break;
+    default: ((double _Complex *)t->data)[off] = v; break;
+    }
+}
+
+static int k_slogdet(void *ctx, const oar_kernel_call *call) {
+    (void)ctx;
+    const oar_ktensor *A = &call->in[0], *S = &call->out[0], *L = &call->out[1];
+    int dt = A->dtype;
+    size_t es = oar_dtype_size((oar_dtype)dt);
+    int64_t n = A->shape[A->ndim - 1], nb = batch_count(A, 2);
+    if (n > INT_MAX) return too_big("linalg_slogdet", n);
+    size_t sa = (size_t)(n * n) * es + es, sp = (size_t)(n + 1) * sizeof(lapack_int);
+    char *a = oari_malloc(sa);
+    lapack_int *ipiv = oari_malloc(sp);
+    int st = a && ipiv ? 0 : oari_fail_status();
+    for (int64_t bi = 0; bi < nb && !st; bi++) {
+        gather(A, bi, a);
+        lapack_int info = n ? getrf(dt, (lapack_int)n, a, ipiv) : 0;
+        if (info < 0) {
+            st = lapack_arg("linalg_slogdet", info);
+            break;
+        }
+        double _Complex s;
+        double l;
+        lu_slogdet(dt, n, a, ipiv, info, &s, &l);
+        put_scalar(S, bi, s);
+        put_scalar(L, bi, l);
+    }
+    oari_free(a, sa);
+    oari_free(ipiv, sp);
+    return st;
+}
+
+/* ---- linalg_cholesky ------------------------------------------------------- */
+
+static void conj_elem(int dt, char *p) {
+    if (dt == OAR_C64) ((float *)p)[1] = -((float *)p)[1];
+    else if (dt == OAR_C128) ((double *)p)[1] = -((double *)p)[1];
+}
+
+static int k_cholesky(void *ctx, const oar_kernel_call *call) {
+    (void)ctx;
+    const oar_ktensor *A = &call->in[0], *O = &call->out[0];
+    bool upper = call->n_iattr > 0 && call->iattr[0];
+    int dt = A->dtype;
+    size_t es = oar_dtype_size((oar_dtype)dt);
+    int64_t n = A->shape[A->ndim - 1], nb = batch_count(A, 2);
+    if (n > INT_MAX) return too_big("linalg_cholesky", n);
+    if (n == 0 || nb == 0) return 0;
+    size_t sa = (size_t)(n * n) * es;
+    char *a = oari_malloc(sa);
+    if (!a) return oari_fail_status();
+    int st = 0;
+    lapack_int ld = (lapack_int)n;
+    for (int64_t bi = 0; bi < nb && !st; bi++) {
+        gather(A, bi, a);
+        lapack_int info;
+        switch (dt) {
+        case OAR_F32: info = LAPACKE_spotrf_work(LAPACK_COL_MAJOR, 'L', ld, (float *)a, ld); break;
+        case OAR_F64: info = LAPACKE_dpotrf_work(LAPACK_COL_MAJOR, 'L', ld, (double *)a, ld); break;
+        case OAR_C64:
+            info = LAPACKE_cpotrf_work(LAPACK_COL_MAJOR, 'L', ld, (lapack_complex_float *)a, ld);
+            break;
+        default:
+            info = LAPACKE_zpotrf_work(LAPACK_COL_MAJOR, 'L', ld, (lapack_complex_double *)a, ld);
+            break;
+        }
+        char w[64];
+        if (info > 0) {
+            st = oari_error(OAR_ERR_INVALID, "linalg_cholesky: the input%s is not positive-definite "
+                            "(the leading minor of order %d is not positive-definite); hint: "
+                            "a Hermitian positive-definite matrix is needed, e.g. X X^H + eps I",
+                            where(w, sizeof w, A, bi), (int)info);
+            break;
+        }
+        if (info < 0) {
+            st = lapack_arg("linalg_cholesky", info);
+            break;
+        }
+        for (int64_t j = 0; j < n; j++) /* L: zero above the diagonal; U = L^H */
+            for (int64_t i = 0; i < j; i++) {
+                char *up = a + (size_t)(i + j * n) * es, *lo = a + (size_t)(j + i * n) * es;
+                if (upper) {
+                    memcpy(up, lo, es);
+                    conj_elem(dt, up);
+                    memset(lo, 0, es);
+                } else {
+                    memset(up, 0, es);
+                }
+            }
+        scatter(O, bi, a);
+    }
+    oari_free(a, sa);
+    return st;
+}
+
+/* ---- linalg_eigh ----------------------------------------------------------- */
+
+static int k_eigh(void *ctx, const oar_kernel_call *call) {
+    (void)ctx;
+    const oar_ktensor *A = &call->in[0], *W = &call->out[0], *V = &call->out[1];
+    char uplo = call->n_iattr > 0 && call->iattr[0] ? 'U' : 'L';
+    int dt = A->dtype;
+    bool cplx = dt == OAR_C64 || dt == OAR_C128, dbl = dt == OAR_F64 || dt == OAR_C128;
+    size_t es = oar_dtype_size((oar_dtype)dt), rs = dbl ? sizeof(double) : sizeof(float);
+    int64_t n = A->shape[A->ndim - 1], nb = batch_count(A, 2);
+    if (n == 0 || nb == 0) return 0;
+    if (n > 30000) return too_big("linalg_eigh", n); /* (its workspace sizes) */
+    /* workspace sizes of ?syevd / ?heevd with eigenvectors (LAPACK's docs) */
+    int64_t lwork = cplx ? 2 * n + n * n : 1 + 6 * n + 2 * n * n;
+    int64_t lrwork = cplx ? 1 + 5 * n + 2 * n * n : 0, liwork = 3 + 5 * n;
+    size_t sa = (size_t)(n * n) * es, sw = (size_t)n * rs, swork = (size_t)lwork * es,
+           srw = (size_t)(lrwork ? lrwork : 1) * rs, siw = (size_t)liwork * sizeof(lapack_int);
+    char *a = oari_malloc(sa), *w = oari_malloc(sw), *work = oari_malloc(swork);
+    char *rwork = oari_malloc(srw);
+    lapack_int *iwork = oari_malloc(siw);
+    int st = a && w && work && rwork && iwork ? 0 : oari_fail_status();
+    lapack_int N = (lapack_int)n, LW = (lapack_int)lwork, LRW = (lapack_int)lrwork,
+               LIW = (lapack_int)liwork;
+    for (int64_t bi = 0; bi < nb && !st; bi++) {
+        gather(A, bi, a);
+        lapack_int info;
+        switch (dt) {
+        case OAR_F32:
+            info = LAPACKE_ssyevd_work(LAPACK_COL_MAJOR, 'V', uplo, N, (float *)a, N, (float *)w,
+                                       (float *)work, LW, iwork, LIW);
+            break;
+        case OAR_F64:
+            info = LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', uplo, N, (double *)a, N, (double *)w,
+                                       (double *)work, LW, iwork, LIW);
+            break;
+        case OAR_C64:
+            info = LAPACKE_cheevd_work(LAPACK_COL_MAJOR, 'V', uplo, N, (lapack_complex_float *)a, N,
+                                       (float *)w, (lapack_complex_float *)work, LW,
+                                       (float *)rwork, LRW, iwork, LIW);
+            break;
+        default:
+            info = LAPACKE_zheevd_work(LAPACK_COL_MAJOR, 'V', uplo, N, (lapack_complex_double *)a,
+                                       N, (double *)w, (lapack_complex_double *)work, LW,
+                                       (double *)rwork, LRW, iwork, LIW);
+            break;
+        }
+        char wh[64];
+        if (info > 0) {
+            st = oari_error(OAR_ERR_INVALID, "linalg_eigh: the eigenvalue algorithm failed to "
+                            "converge on the input%s (LAPACK info %d); hint: check it for inf or "
+                            "nan", where(wh, sizeof wh, A, bi), (int)info);
+            break;
+        }
+        if (info < 0) {
+            st = lapack_arg("linalg_eigh", info);
+            break;
+        }
+        char *wo = (char *)W->data + batch_offset(W, 1, bi) * (int64_t)rs;
+        for (int64_t j = 0; j < n; j++)
+            memcpy(wo + j * W->strides[W->ndim - 1] * (int64_t)rs, w + (size_t)j * rs, rs);
+        scatter(V, bi, a);
+    }
+    oari_free(a, sa);
+    oari_free(w, sw);
+    oari_free(work, swork);
+    oari_free(rwork, srw);
+    oari_free(iwork, siw);
+    return st;
+}
+
+#define LAPACK_TABLE(k) {[OAR_F32] = k, [OAR_F64] = k, [OAR_C64] = k, [OAR_C128] = k}
+const oari_cpu_kernels oari_cpu_k_linalg_solve = LAPACK_TABLE(k_solve);
+const oari_cpu_kernels oari_cpu_k_linalg_slogdet = LAPACK_TABLE(k_slogdet);
+const oari_cpu_kernels oari_cpu_k_linalg_cholesky = LAPACK_TABLE(k_cholesky);
+const oari_cpu_kernels oari_cpu_k_linalg_eigh = LAPACK_TABLE(k_eigh);
