@@ -203,6 +203,8 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
                                   "(oar_linalg_det is a composite over slogdet); not mapped")),
     ROW(linalg_cholesky, ONNX_NONE("ONNX has no Cholesky factorization op")),
     ROW(linalg_eigh, ONNX_NONE("ONNX has no eigendecomposition op")),
+    ROW(linalg_qr, ONNX_NONE("ONNX has no QR factorization op")),
+    ROW(linalg_svd, ONNX_NONE("ONNX has no singular value decomposition op")),
     /* ---- control nodes (graph only) ---- */
     {OARI_OP_COND, EMIT("If", XMIN, XMAX, control, OUTS | SYMS,
                         "a non-bool predicate through Cast; each branch reads the node's operands "

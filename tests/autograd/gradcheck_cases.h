@@ -177,6 +177,40 @@ FN(f_lg_chol, oar_linalg_cholesky(lg_shift(oar_matmul(x[0], lg_mh(x[0])), 3), fa
 FN(f_lg_chol_u, oar_linalg_cholesky(lg_shift(oar_matmul(x[0], lg_mh(x[0])), 3), true))
 FN(f_lg_eigvals, lg_eigh(x[0], "L", true))
 FN(f_lg_eigh, lg_eigh(x[0], "L", false)) FN(f_lg_eigh_u, lg_eigh(x[0], "U", false))
+/* qr: Q and R stacked ([m + c, ...] when their column counts agree), or
+ * one of them */
+static oar_tensor *lg_qr(oar_tensor *x, const char *mode, int which) {
+    oar_tensor *q = NULL, *r = NULL;
+    if (oar_linalg_qr(x, mode, which == 2 ? NULL : &q, &r)) return NULL;
+    if (which) return which == 1 ? q : r;
+    oar_tensor *qr[2] = {q, r};
+    return oar_concat(2, qr, -2);
+}
+/* svd: U diag(sin S) Vh + (|U|^2 S) |Vh|^2, which does not depend on the
+ * sign (phase) of the singular vectors; full_matrices: U and Vh cut to k */
+static oar_tensor *lg_abs2(oar_tensor *v) {
+    return oar_dtype_is_complex(oar_tensor_dtype(v)) ? oar_real(oar_mul(v, oar_conj(v)))
+                                                     : oar_square(v);
+}
+static oar_tensor *lg_svd(oar_tensor *x, bool full) {
+    oar_tensor *u, *s, *vh;
+    if (oar_linalg_svd(x, full, &u, &s, &vh)) return NULL;
+    int64_t k = oar_tensor_shape(s)[oar_tensor_ndim(s) - 1];
+    if (full) u = oar_slice(u, -1, 0, k, 1), vh = oar_slice(vh, -2, 0, k, 1);
+    oar_tensor *f = oar_matmul(oar_mul(u, oar_unsqueeze(oar_sin(s), -2)), vh);
+    return oar_add(f, oar_matmul(oar_mul(lg_abs2(u), oar_unsqueeze(s, -2)), lg_abs2(vh)));
+}
+FN(f_lg_qr, lg_qr(x[0], "reduced", 0)) FN(f_lg_qr_c, lg_qr(x[0], "complete", 0))
+FN(f_lg_qr_q, lg_qr(x[0], NULL, 1)) FN(f_lg_qr_r, lg_qr(x[0], "r", 2))
+FN(f_lg_qr_wide_q, lg_qr(x[0], "reduced", 1)) FN(f_lg_qr_wide_r, lg_qr(x[0], "reduced", 2))
+FN(f_lg_svd, lg_svd(x[0], false)) FN(f_lg_svd_full, lg_svd(x[0], true))
+FN(f_lg_svdvals, oar_linalg_svdvals(x[0]))
+FN(f_lg_nuc, oar_linalg_matrix_norm(x[0], "nuc", false))
+FN(f_lg_norm2, oar_linalg_matrix_norm(x[0], "2", false))
+FN(f_lg_norm_m2, oar_linalg_matrix_norm(x[0], "-2", true))
+FN(f_lg_pinv, oar_linalg_pinv(x[0])) FN(f_lg_lstsq, oar_linalg_lstsq(x[0], x[1]))
+FN(f_lg_mexp, oar_linalg_matrix_exp(x[0]))
+FN(f_lg_mexp_big, oar_linalg_matrix_exp(oar_mul_scalar(x[0], 4))) /* squared */
 
 static const bool where_cond[12] = {1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0};
 
@@ -330,6 +364,30 @@ static const op_case op_cases[] = {
     {"linalg_eigh", "V sin(w) V^T + |V|^2 w, batched", f_lg_eigh, 1, {{SH3(2, 3, 3)}}, NOOPT},
     {"linalg_eigh", "UPLO U", f_lg_eigh_u, 1, {{SH2(3, 3)}}, NOOPT},
     {"linalg_eigh", "complex", f_lg_eigh, 1, {{SH2(3, 3), C128}}, NOOPT},
+    {"linalg_qr", "Q and R, tall, batched", f_lg_qr, 1, {{SH3(2, 4, 3)}}, NOOPT},
+    {"linalg_qr", "square, complete", f_lg_qr_c, 1, {{SH2(3, 3)}}, NOOPT},
+    {"linalg_qr", "Q only, complex", f_lg_qr_q, 1, {{SH2(4, 3), C128}}, NOOPT},
+    {"linalg_qr", "R only (mode r), complex", f_lg_qr_r, 1, {{SH2(4, 3), C128}}, NOOPT},
+    {"linalg_qr", "Q and R, complex, square", f_lg_qr, 1, {{SH2(3, 3), C128}}, NOOPT},
+    {"linalg_qr", "wide (m < n), Q", f_lg_qr_wide_q, 1, {{SH2(3, 5)}}, NOOPT},
+    {"linalg_qr", "wide (m < n), R, complex", f_lg_qr_wide_r, 1, {{SH3(2, 3, 5), C128}}, NOOPT},
+    {"linalg_svd", "U sin(S) Vh + |U|^2 S |Vh|^2, tall, batched", f_lg_svd, 1, {{SH3(2, 4, 3)}}, NOOPT},
+    {"linalg_svd", "wide", f_lg_svd, 1, {{SH2(3, 5)}}, NOOPT},
+    {"linalg_svd", "square, complex", f_lg_svd, 1, {{SH2(3, 3), C128}}, NOOPT},
+    {"linalg_svd", "tall, complex", f_lg_svd, 1, {{SH2(4, 3), C128}}, NOOPT},
+    {"linalg_svd", "full_matrices, wide", f_lg_svd_full, 1, {{SH2(3, 4)}}, NOOPT},
+    {"linalg_svd", "oar_linalg_svdvals, batched", f_lg_svdvals, 1, {{SH3(2, 3, 4)}}, NOOPT},
+    {"linalg_svd", "oar_linalg_svdvals, complex", f_lg_svdvals, 1, {{SH2(4, 3), C128}}, NOOPT},
+    {"linalg_svd", "oar_linalg_matrix_norm nuc, batched", f_lg_nuc, 1, {{SH3(2, 3, 4)}}, NOOPT},
+    {"linalg_svd", "oar_linalg_matrix_norm 2, complex", f_lg_norm2, 1, {{SH2(4, 3), C128}}, NOOPT},
+    {"linalg_svd", "oar_linalg_matrix_norm -2, keepdim", f_lg_norm_m2, 1, {{SH2(3, 4)}}, NOOPT},
+    {"linalg_svd", "oar_linalg_pinv, tall, batched", f_lg_pinv, 1, {{SH3(2, 4, 3)}}, NOOPT},
+    {"linalg_svd", "oar_linalg_pinv, wide, complex", f_lg_pinv, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"linalg_svd", "oar_linalg_lstsq", f_lg_lstsq, 2, {{SH2(4, 3)}, {SH2(4, 2)}}, NOOPT},
+    {"linalg_svd", "oar_linalg_lstsq, complex, vector b", f_lg_lstsq, 2, {{SH3(2, 4, 3), C128}, {SH2(2, 4), C128}}, NOOPT},
+    {"linalg_solve", "oar_linalg_matrix_exp, batched", f_lg_mexp, 1, {{SH3(2, 3, 3)}}, NOOPT},
+    {"linalg_solve", "oar_linalg_matrix_exp, complex", f_lg_mexp, 1, {{SH2(3, 3), C128}}, NOOPT},
+    {"linalg_solve", "oar_linalg_matrix_exp, scaled and squared", f_lg_mexp_big, 1, {{SH2(3, 3)}}, NOOPT},
 };
 
 #define N_OP_CASES ((int)(sizeof op_cases / sizeof op_cases[0]))

@@ -4,7 +4,8 @@
  * allocator, factored there, and its results copied out. Batches run one
  * after the other (LAPACK threads inside a call through OpenBLAS). A
  * numerical failure (singular, not positive-definite, no convergence) is
- * an error naming the op and the batch element. */
+ * an error naming the op and the batch element. Inputs of qr and svd may
+ * be non-square ([..., m, n]). */
 #include "cpu.h"
 
 #include <lapacke.h>
@@ -89,7 +90,10 @@ static lapack_int getrs(int dt, lapack_int n, lapack_int k, const void *a, const
 static int k_solve(void *ctx, const oar_kernel_call *call) {
     (void)ctx;
     const oar_ktensor *A = &call->in[0], *B = &call->in[1], *X = &call->out[0];
-    const char *op = call->n_iattr > 0 && call->iattr[0] == 1 ? "linalg_inv" : "linalg_solve";
+    int64_t caller = call->n_iattr > 0 ? call->iattr[0] : 0;
+    const char *op = caller == 1   ? "linalg_inv"
+                     : caller == 2 ? "linalg_matrix_exp"
+                                   : "linalg_solve";
     int dt = X->dtype;
     size_t es = oar_dtype_size((oar_dtype)dt);
     int64_t n = A->shape[A->ndim - 1], k = B->shape[B->ndim - 1], nb = batch_count(A, 2);
@@ -318,8 +322,198 @@ static int k_eigh(void *ctx, const oar_kernel_call *call) {
     return st;
 }
 
+/* ---- linalg_qr ------------------------------------------------------------- */
+
+/* Blocked LAPACK routines run faster with a workspace of a block (64
+ * columns) per column; the documented minimum is one per column. */
+static int64_t block_work(int64_t cols) { return 64 * (cols > 1 ? cols : 1); }
+
+static lapack_int geqrf(int dt, lapack_int m, lapack_int n, void *a, lapack_int ld, void *tau,
+                        void *work, lapack_int lw) {
+    switch (dt) {
+    case OAR_F32: return LAPACKE_sgeqrf_work(LAPACK_COL_MAJOR, m, n, a, ld, tau, work, lw);
+    case OAR_F64: return LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, m, n, a, ld, tau, work, lw);
+    case OAR_C64: return LAPACKE_cgeqrf_work(LAPACK_COL_MAJOR, m, n, a, ld, tau, work, lw);
+    default: return LAPACKE_zgeqrf_work(LAPACK_COL_MAJOR, m, n, a, ld, tau, work, lw);
+    }
+}
+
+/* Q's first qc columns from geqrf's k reflectors (orgqr, ungqr). */
+static lapack_int orgqr(int dt, lapack_int m, lapack_int qc, lapack_int k, void *a, lapack_int ld,
+                        const void *tau, void *work, lapack_int lw) {
+    switch (dt) {
+    case OAR_F32: return LAPACKE_sorgqr_work(LAPACK_COL_MAJOR, m, qc, k, a, ld, tau, work, lw);
+    case OAR_F64: return LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, m, qc, k, a, ld, tau, work, lw);
+    case OAR_C64: return LAPACKE_cungqr_work(LAPACK_COL_MAJOR, m, qc, k, a, ld, tau, work, lw);
+    default: return LAPACKE_zungqr_work(LAPACK_COL_MAJOR, m, qc, k, a, ld, tau, work, lw);
+    }
+}
+
+/* A [..., m, n] -> Q [..., m, qc], R [..., qc, n] (qc: k = min(m, n), or m
+ * when complete): geqrf on an m x max(m, n) buffer, R read off its upper
+ * triangle, then orgqr/ungqr forms Q in place. */
+static int k_qr(void *ctx, const oar_kernel_call *call) {
+    (void)ctx;
+    const oar_ktensor *A = &call->in[0], *Q = &call->out[0], *R = &call->out[1];
+    int dt = A->dtype;
+    size_t es = oar_dtype_size((oar_dtype)dt);
+    int64_t m = A->shape[A->ndim - 2], n = A->shape[A->ndim - 1], nb = batch_count(A, 2);
+    int64_t k = m < n ? m : n, qc = Q->shape[Q->ndim - 1], w = m > n ? m : n;
+    if (w > INT_MAX / 64) return too_big("linalg_qr", w);
+    if (nb == 0 || m == 0) return 0;
+    int64_t lwork = block_work(w);
+    size_t sa = (size_t)(m * w) * es + es, sr = (size_t)(qc * n) * es + es,
+           st_ = (size_t)k * es + es, sw = (size_t)lwork * es;
+    char *a = oari_malloc(sa), *r = oari_malloc(sr), *tau = oari_malloc(st_);
+    char *work = oari_malloc(sw);
+    int st = a && r && tau && work ? 0 : oari_fail_status();
+    lapack_int M = (lapack_int)m, LD = M > 1 ? M : 1;
+    for (int64_t bi = 0; bi < nb && !st; bi++) {
+        gather(A, bi, a);
+        lapack_int info = geqrf(dt, M, (lapack_int)n, a, LD, tau, work, (lapack_int)lwork);
+        if (info) {
+            st = lapack_arg("linalg_qr", info);
+            break;
+        }
+        for (int64_t j = 0; j < n; j++) /* R: the upper triangle of qc rows */
+            for (int64_t i = 0; i < qc; i++) {
+                char *d = r + (size_t)(i + j * qc) * es;
+                if (i <= j) memcpy(d, a + (size_t)(i + j * m) * es, es);
+                else memset(d, 0, es);
+            }
+        info = orgqr(dt, M, (lapack_int)qc, (lapack_int)k, a, LD, tau, work, (lapack_int)lwork);
+        if (info) {
+            st = lapack_arg("linalg_qr", info);
+            break;
+        }
+        scatter(Q, bi, a);
+        scatter(R, bi, r);
+    }
+    oari_free(a, sa);
+    oari_free(r, sr);
+    oari_free(tau, st_);
+    oari_free(work, sw);
+    return st;
+}
+
+/* ---- linalg_svd ------------------------------------------------------------ */
+
+/* ?gesdd with jobz; lwork -1 is LAPACK's workspace query (the size in
+ * work[0]). rwork is used by the complex ones only. */
+static lapack_int gesdd(int dt, char jobz, lapack_int m, lapack_int n, void *a, void *s, void *u,
+                        lapack_int ldu, void *vt, lapack_int ldvt, void *work, lapack_int lw,
+                        void *rwork, lapack_int *iwork) {
+    lapack_int lda = m > 1 ? m : 1;
+    switch (dt) {
+    case OAR_F32:
+        return LAPACKE_sgesdd_work(LAPACK_COL_MAJOR, jobz, m, n, a, lda, s, u, ldu, vt, ldvt, work,
+                                   lw, iwork);
+    case OAR_F64:
+        return LAPACKE_dgesdd_work(LAPACK_COL_MAJOR, jobz, m, n, a, lda, s, u, ldu, vt, ldvt, work,
+                                   lw, iwork);
+    case OAR_C64:
+        return LAPACKE_cgesdd_work(LAPACK_COL_MAJOR, jobz, m, n, a, lda, s, u, ldu, vt, ldvt, work,
+                                   lw, rwork, iwork);
+    default:
+        return LAPACKE_zgesdd_work(LAPACK_COL_MAJOR, jobz, m, n, a, lda, s, u, ldu, vt, ldvt, work,
+                                   lw, rwork, iwork);
+    }
+}
+
+/* An identity of rows x rows, column-major, of dtype dt. */
+static void eye_into(int dt, int64_t rows, char *buf) {
+    size_t es = oar_dtype_size((oar_dtype)dt);
+    memset(buf, 0, (size_t)(rows * rows) * es);
+    for (int64_t i = 0; i < rows; i++) {
+        char *p = buf + (size_t)(i + i * rows) * es;
+        if (dt == OAR_F32 || dt == OAR_C64) *(float *)p = 1;
+        else *(double *)p = 1;
+    }
+}
+
+/* A [..., m, n] -> U [..., m, uc], S [..., k] (descending, real dtype), Vh
+ * [..., vr, n]: gesdd, jobz 'A' (uc = m, vr = n) or 'S' (uc = vr = k). */
+static int k_svd(void *ctx, const oar_kernel_call *call) {
+    (void)ctx;
+    const oar_ktensor *A = &call->in[0], *U = &call->out[0], *S = &call->out[1],
+                      *VH = &call->out[2];
+    int dt = A->dtype;
+    bool cplx = dt == OAR_C64 || dt == OAR_C128, dbl = dt == OAR_F64 || dt == OAR_C128;
+    size_t es = oar_dtype_size((oar_dtype)dt), rs = dbl ? sizeof(double) : sizeof(float);
+    int64_t m = A->shape[A->ndim - 2], n = A->shape[A->ndim - 1], nb = batch_count(A, 2);
+    int64_t k = m < n ? m : n, mx = m > n ? m : n;
+    int64_t uc = U->shape[U->ndim - 1], vr = VH->shape[VH->ndim - 2];
+    if (mx > 30000) return too_big("linalg_svd", mx); /* (its workspace sizes) */
+    if (nb == 0) return 0;
+    /* rwork: LAPACK's documented minimum for jobz 'S' / 'A' */
+    int64_t lrwork = cplx ? (5 * k * k + 5 * k > 2 * mx * k + 2 * k * k + k
+                                 ? 5 * k * k + 5 * k : 2 * mx * k + 2 * k * k + k) : 0;
+    size_t sa = (size_t)(m * n) * es + es, ss = (size_t)k * rs + rs,
+           su = (size_t)(m * uc) * es + es, sv = (size_t)(vr * n) * es + es, srw = (size_t)(lrwork + 1) * rs,
+           siw = (size_t)(8 * k + 1) * sizeof(lapack_int), sw = 0;
+    char *a = oari_malloc(sa), *s = oari_malloc(ss), *u = oari_malloc(su), *vt = oari_malloc(sv);
+    char *rwork = oari_malloc(srw), *work = NULL;
+    lapack_int *iwork = oari_malloc(siw);
+    int st = a && s && u && vt && rwork && iwork ? 0 : oari_fail_status();
+    char jobz = uc == m && vr == n ? 'A' : 'S';
+    lapack_int M = (lapack_int)m, N = (lapack_int)n, LDU = M > 1 ? M : 1,
+               LDV = vr > 1 ? (lapack_int)vr : 1, LW = 0;
+    if (!st && k > 0) { /* the workspace query */
+        double q[2] = {0, 0};
+        float qf[2] = {0, 0};
+        lapack_int info = gesdd(dt, jobz, M, N, a, s, u, LDU, vt, LDV, dbl ? (void *)q : (void *)qf,
+                                -1, rwork, iwork);
+        double want = dbl ? q[0] : qf[0];
+        if (info) st = lapack_arg("linalg_svd", info);
+        else if (want > INT_MAX) st = too_big("linalg_svd", mx);
+        else if (!(work = oari_malloc(sw = (size_t)((LW = (lapack_int)want + 1)) * es)))
+            st = oari_fail_status();
+    }
+    for (int64_t bi = 0; bi < nb && !st; bi++) {
+        if (k == 0) { /* no singular values; full U and Vh are identities */
+            if (uc) eye_into(dt, m, u), scatter(U, bi, u);
+            if (vr) eye_into(dt, n, vt), scatter(VH, bi, vt);
+            continue;
+        }
+        gather(A, bi, a);
+        lapack_int info = gesdd(dt, jobz, M, N, a, s, u, LDU, vt, LDV, work, LW, rwork, iwork);
+        char wh[64];
+        if (info > 0) {
+            st = oari_error(OAR_ERR_INVALID, "linalg_svd: the SVD algorithm failed to converge on "
+                            "the input%s (LAPACK info %d); hint: check it for inf or nan",
+                            where(wh, sizeof wh, A, bi), (int)info);
+            break;
+        }
+        if (info == -5) { /* gesdd's argument 4, A, holding nan (LAPACK 3.6 on; LAPACKE
+                           * counts its layout argument first) */
+            st = oari_error(OAR_ERR_INVALID, "linalg_svd: the input%s contains nan",
+                            where(wh, sizeof wh, A, bi));
+            break;
+        }
+        if (info < 0) {
+            st = lapack_arg("linalg_svd", info);
+            break;
+        }
+        char *so = (char *)S->data + batch_offset(S, 1, bi) * (int64_t)rs;
+        for (int64_t j = 0; j < k; j++)
+            memcpy(so + j * S->strides[S->ndim - 1] * (int64_t)rs, s + (size_t)j * rs, rs);
+        scatter(U, bi, u);
+        scatter(VH, bi, vt);
+    }
+    oari_free(a, sa);
+    oari_free(s, ss);
+    oari_free(u, su);
+    oari_free(vt, sv);
+    oari_free(rwork, srw);
+    oari_free(iwork, siw);
+    oari_free(work, sw);
+    return st;
+}
+
 #define LAPACK_TABLE(k) {[OAR_F32] = k, [OAR_F64] = k, [OAR_C64] = k, [OAR_C128] = k}
 const oari_cpu_kernels oari_cpu_k_linalg_solve = LAPACK_TABLE(k_solve);
 const oari_cpu_kernels oari_cpu_k_linalg_slogdet = LAPACK_TABLE(k_slogdet);
 const oari_cpu_kernels oari_cpu_k_linalg_cholesky = LAPACK_TABLE(k_cholesky);
 const oari_cpu_kernels oari_cpu_k_linalg_eigh = LAPACK_TABLE(k_eigh);
+const oari_cpu_kernels oari_cpu_k_linalg_qr = LAPACK_TABLE(k_qr);
+const oari_cpu_kernels oari_cpu_k_linalg_svd = LAPACK_TABLE(k_svd);
