@@ -345,28 +345,28 @@ static int grad_svd(oari_grad_ctx *g) {
 }
 
 const oari_op_def oari_def_linalg_solve = {
-    .name = "linalg_solve", .n_in = 2, .n_out = 1, .fusion = OARI_FUSE_OPAQUE,
+    .name = "linalg_solve", .n_in = 2, .n_out = 1, .fusion = OARI_FUSE_OPAQUE, .flags = OARI_F_NO_HALF,
     .saved = OARI_SAVE_IN(0) | OARI_SAVE_OUT(0), .infer = infer_solve, .grad = grad_solve,
 };
 const oari_op_def oari_def_linalg_slogdet = {
-    .name = "linalg_slogdet", .n_in = 1, .n_out = 2, .fusion = OARI_FUSE_OPAQUE,
+    .name = "linalg_slogdet", .n_in = 1, .n_out = 2, .fusion = OARI_FUSE_OPAQUE, .flags = OARI_F_NO_HALF,
     .saved = OARI_SAVE_IN(0) | OARI_SAVE_OUT(0), .infer = infer_slogdet, .grad = grad_slogdet,
 };
 const oari_op_def oari_def_linalg_cholesky = {
-    .name = "linalg_cholesky", .n_in = 1, .n_out = 1, .fusion = OARI_FUSE_OPAQUE,
+    .name = "linalg_cholesky", .n_in = 1, .n_out = 1, .fusion = OARI_FUSE_OPAQUE, .flags = OARI_F_NO_HALF,
     .saved = OARI_SAVE_OUT(0), .infer = infer_cholesky, .grad = grad_cholesky,
 };
 const oari_op_def oari_def_linalg_eigh = {
-    .name = "linalg_eigh", .n_in = 1, .n_out = 2, .fusion = OARI_FUSE_OPAQUE,
+    .name = "linalg_eigh", .n_in = 1, .n_out = 2, .fusion = OARI_FUSE_OPAQUE, .flags = OARI_F_NO_HALF,
     .saved = OARI_SAVE_OUT(0) | OARI_SAVE_OUT(1), .infer = infer_eigh, .grad = grad_eigh,
 };
 
 const oari_op_def oari_def_linalg_qr = {
-    .name = "linalg_qr", .n_in = 1, .n_out = 2, .fusion = OARI_FUSE_OPAQUE,
+    .name = "linalg_qr", .n_in = 1, .n_out = 2, .fusion = OARI_FUSE_OPAQUE, .flags = OARI_F_NO_HALF,
     .saved = OARI_SAVE_OUT(0) | OARI_SAVE_OUT(1), .infer = infer_qr, .grad = grad_qr,
 };
 const oari_op_def oari_def_linalg_svd = {
-    .name = "linalg_svd", .n_in = 1, .n_out = 3, .fusion = OARI_FUSE_OPAQUE,
+    .name = "linalg_svd", .n_in = 1, .n_out = 3, .fusion = OARI_FUSE_OPAQUE, .flags = OARI_F_NO_HALF,
     .saved = OARI_SAVE_OUT(0) | OARI_SAVE_OUT(1) | OARI_SAVE_OUT(2), .infer = infer_svd,
     .grad = grad_svd,
 };

@@ -86,6 +86,7 @@ enum {
     OARI_F_OPTIONAL_IN = 1u << 3, /* inputs after the first may be NULL */
     OARI_F_RANDOM = 1u << 4,     /* not a pure function of its inputs (no CSE) */
     OARI_F_NONDIFF = 1u << 5,    /* outputs never require grad (comparisons, argmax) */
+    OARI_F_NO_HALF = 1u << 6,    /* the shape rule refuses f16/bf16 (not computed through f32 copies) */
 };
 
 typedef struct oari_op_def {

@@ -43,7 +43,7 @@ static void dtypes(buf *b, oari_op op, const oari_op_def *def) {
     bool f32 = oari_kernel_lookup(cpu, op, OAR_F32) != NULL, first = true;
     for (int d = 0; d < OAR_DTYPE_COUNT; d++) {
         bool k = oari_kernel_lookup(cpu, op, (oar_dtype)d) != NULL;
-        bool via = !k && f32 && (d == OAR_F16 || d == OAR_BF16);
+        bool via = !k && f32 && (d == OAR_F16 || d == OAR_BF16) && !(def->flags & OARI_F_NO_HALF);
         if (!k && !via) continue;
         put(b, "%s%s%s", first ? "" : " ", short_name(d), via ? "\\*" : "");
         first = false;
