@@ -1,8 +1,9 @@
 /* Neural-network modules: a module owns named parameters and buffers and
  * named child modules ("features.0.weight"), has a train/eval mode and a
  * forward function. Built-in layers (Linear, Conv2d, BatchNorm, LayerNorm,
- * Embedding, Dropout, activations, pooling, Flatten, Sequential) and the
- * initialisers PyTorch uses by default.
+ * Embedding, Dropout, activations, pooling, Flatten, Sequential, the
+ * Transformer blocks, RNN/LSTM/GRU) and the initialisers PyTorch uses by
+ * default.
  *
  *     oar_module *net = oar_sequential_new(3, (oar_module *[]){
  *         oar_linear_new(784, 128, true), oar_relu_new(), oar_linear_new(128, 10, true)});
@@ -256,6 +257,87 @@ OAR_API oar_tensor *oar_transformer_encoder_layer_forward(oar_module *m, oar_ten
                                                           oar_tensor *src_key_padding_mask,
                                                           bool is_causal);
 /* ==== end of Transformer ===================================================== */
+
+/* ==== Recurrent layers (src/nn/rnn.c) ======================================
+ * RNN (tanh or ReLU), LSTM and GRU, matching torch.nn.RNN, torch.nn.LSTM and
+ * torch.nn.GRU: the same parameter names, shapes, gate order and default
+ * initialisation (every parameter U(-1/sqrt(hidden), 1/sqrt(hidden))), so
+ * their state dicts load by name. With G = 1 (RNN), 4 (LSTM) or 3 (GRU),
+ * D = 2 if bidirectional else 1, layer k in 0..num_layers-1, and the
+ * reverse direction's names suffixed "_reverse", each layer registers, in
+ * PyTorch's order:
+ *     weight_ih_l{k}[_reverse]  [G * hidden, k ? D * hidden : input_size]
+ *     weight_hh_l{k}[_reverse]  [G * hidden, hidden]
+ *     bias_ih_l{k}[_reverse]    [G * hidden]   (unless no_bias)
+ *     bias_hh_l{k}[_reverse]    [G * hidden]   (unless no_bias)
+ * Gate blocks are stacked in the rows as PyTorch stacks them: LSTM i, f,
+ * g, o (c' = f * c + i * g, h' = o * tanh(c')); GRU r, z, n (n = tanh(W_in
+ * x + b_in + r * (W_hn h + b_hn)), h' = (1 - z) * n + z * h); RNN h' =
+ * tanh or relu(W_ih x + b_ih + W_hh h + b_hh).
+ *
+ * They are built from public ops, one step at a time, so gradients of any
+ * order and any device the ops run on come for free; there is no fused
+ * cell (cuDNN-style) kernel. No proj_size (LSTM projections). */
+
+/* Options of oar_rnn_new, oar_lstm_new and oar_gru_new. Zero-valued fields
+ * give PyTorch's defaults, so `&(oar_rnn_options){.num_layers = 2}` reads
+ * well; o NULL means all defaults. */
+typedef struct oar_rnn_options {
+    int64_t num_layers; /* stacked layers; 0: 1 */
+    bool bidirectional; /* a reverse direction per layer, outputs concatenated (fwd, rev) */
+    bool batch_first;   /* input and output [batch, seq_len, *] instead of [seq_len, batch, *]
+                           (not the states, which stay [D * num_layers, batch, hidden]) */
+    bool no_bias;       /* PyTorch's bias=False: no bias_ih / bias_hh */
+    double dropout;     /* in [0, 1]: dropout on the output of every layer but the last, in
+                           training mode only; 0: none */
+    bool relu;          /* RNN only: nonlinearity='relu' instead of tanh (an error for LSTM/GRU) */
+    oar_dtype dtype;    /* of the parameters: OAR_F32 (also for 0) or OAR_F64 */
+} oar_rnn_options;
+
+/* An Elman RNN (torch.nn.RNN), an LSTM (torch.nn.LSTM) or a GRU
+ * (torch.nn.GRU) of input_size features to hidden_size; options as above
+ * (NULL: defaults). Module types "RNN", "LSTM", "GRU". NULL with an error
+ * naming the module on a non-positive size or num_layers, a dropout outside
+ * [0, 1], a dtype other than f32/f64, or relu for LSTM/GRU.
+ * oar_module_forward(m, x) runs oar_rnn_forward(m, x, NULL, NULL, NULL,
+ * NULL, NULL) and returns the output only. */
+OAR_API oar_module *oar_rnn_new(int64_t input_size, int64_t hidden_size, const oar_rnn_options *o);
+OAR_API oar_module *oar_lstm_new(int64_t input_size, int64_t hidden_size, const oar_rnn_options *o);
+OAR_API oar_module *oar_gru_new(int64_t input_size, int64_t hidden_size, const oar_rnn_options *o);
+
+/* The full call of an RNN, LSTM or GRU module (PyTorch's module(input, hx)
+ * with hx = h0 or (h0, c0)). With T = seq_len, N = batch, D and H as above:
+ *   input    [T, N, input_size] ([N, T, input_size] if batch_first), or
+ *            unbatched [T, input_size]; the parameters' dtype.
+ *   h0       [D * num_layers, N, H] (unbatched: [D * num_layers, H]), or
+ *            NULL for zeros; index layer * D + direction, as PyTorch.
+ *   c0       LSTM only (an error otherwise): the initial cell state, same
+ *            shape as h0, NULL for zeros (h0 and c0 may each be NULL).
+ *   lengths  NULL, or int64 [N] (host or device) with 1 <= lengths[b] <= T,
+ *            in any order: the valid steps of each sequence, as
+ *            pack_padded_sequence(input, lengths, enforce_sorted=False)
+ *            fed to the module and pad_packed_sequence(total_length=T) on
+ *            the output. Steps at or past lengths[b] give zeros in the
+ *            output and leave the state alone, so h_n / c_n hold the state
+ *            at the last valid step (for the reverse direction, which
+ *            starts at step lengths[b] - 1, the state after step 0).
+ *            Batched input only.
+ * Returns the output [T, N, D * H] ([N, T, D * H] if batch_first;
+ * unbatched [T, D * H]), the last layer's h at every step with the two
+ * directions concatenated. Writes, when not NULL, *h_n [D * num_layers, N,
+ * H] (unbatched [D * num_layers, H]) and, for an LSTM, *c_n (the same
+ * shape; NULL for RNN/GRU). All results follow the pool rule (innermost
+ * pool). Dropout between layers applies in training mode only.
+ * On failure returns NULL with oar_last_error() naming the module ("LSTM:
+ * ...") and what is wrong: m NULL or not a recurrent module, input NULL,
+ * not 2-D/3-D or of the wrong feature size, a dtype other than the
+ * parameters' (non-float included), h0/c0 of the wrong shape or dtype, c0
+ * for a non-LSTM, lengths not int64 [N], a length < 1 or > T, lengths with
+ * an unbatched input; *h_n and *c_n are then NULL. */
+OAR_API oar_tensor *oar_rnn_forward(oar_module *m, oar_tensor *input, oar_tensor *h0,
+                                    oar_tensor *c0, oar_tensor *lengths, oar_tensor **h_n,
+                                    oar_tensor **c_n);
+/* ==== end of recurrent layers ================================================ */
 
 #ifdef __cplusplus
 }
