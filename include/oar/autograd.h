@@ -121,6 +121,35 @@ OAR_API int oar_hvp(oar_fn fn, void *ctx, int n_in, oar_tensor *const *inputs,
                     oar_tensor *const *v, bool create_graph, oar_tensor **value,
                     oar_tensor **hvp);
 
+/* ---- recompute (gradient checkpointing) -------------------------------------
+ * Runs the segment fn(ctx, inputs) -> outputs (an oar_fn) without keeping
+ * its intermediate tensors for backward, as torch.utils.checkpoint: the
+ * forward pass records one node for the whole segment, whose inputs are
+ * `inputs` and the parameters fn uses (the leaves that require grad that
+ * its ops read, found while it runs), and whose outputs are outputs[]
+ * (pool rule). Backward runs fn again with grad enabled on copies of the
+ * inputs, with the global generator set as it was for the forward pass (the
+ * same dropout masks), and differentiates the recomputed outputs: the
+ * inputs' gradients flow on, and the parameters' .grad (oar_backward) or
+ * oar_grad results equal those of the same computation without the
+ * checkpoint. Memory: a chain of checkpointed segments keeps only the
+ * segments' inputs and outputs, plus one segment's intermediates at a time
+ * during backward; the cost is a second forward pass of each segment.
+ *
+ * fn must compute the same thing on every call; ctx and what it points to
+ * must live until the backward pass. Every output must be floating point
+ * (or complex). A tensor that requires grad and is made by a recorded op
+ * must reach fn through `inputs`, not ctx (an error otherwise). Checkpoints
+ * nest. Under no_grad, while tracing, or inside another segment's forward
+ * pass, fn simply runs (the static graph has no recompute). Gradients with
+ * create_graph through a segment are refused (OAR_ERR_UNSUPPORTED): run
+ * that segment without the checkpoint to differentiate twice. Errors from
+ * fn, in the forward pass or the recomputation, are reported as the
+ * checkpoint's with fn's message appended. 0 on success; on failure
+ * outputs[] are NULL. */
+OAR_API int oar_checkpoint(oar_fn fn, void *ctx, int n_in, oar_tensor *const *inputs, int n_out,
+                           oar_tensor **outputs);
+
 #ifdef __cplusplus
 }
 #endif

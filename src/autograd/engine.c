@@ -144,10 +144,10 @@ static bool same_meta(const oar_tensor *t, const oari_meta *m) {
 /* Runs one node's rule and sends its input gradients along the edges. */
 static int run_node(engine *e, slot *s) {
     struct oari_node *n = s->node;
-    const oari_op_def *def = oari_op_defs[n->op];
-    const char *name = oari_op_name((oari_op)n->op);
+    const oari_op_def *def = n->custom ? NULL : oari_op_defs[n->op];
+    const char *name = oari_node_name(n);
     int64_t prof_t0 = OARI_PROF_BEGIN(); /* profiler: one predictable branch when off */
-    if (!def || !def->grad)
+    if (!n->custom && (!def || !def->grad))
         return oari_error(OAR_ERR_UNSUPPORTED, "autograd: %s has no gradient rule; compute it "
                           "under oar_no_grad_push or on detached inputs", name);
     int n_in = n->n_in, n_out = n->n_out, st = 0;
@@ -169,14 +169,18 @@ static int run_node(engine *e, slot *s) {
         any = any || needs[i];
     }
     oar_pool *p = oar_pool_push();
-    for (int k = 0; k < n_in + n_out && !st && any; k++) {
+    for (int k = 0; k < n_in + n_out && !st && any && !n->custom; k++) { /* a custom node unpacks its own */
         oar_tensor *t = NULL;
         st = oari_saved_unpack(n, k, e->create_graph, &t);
         if (t && !oari_pool_adopt(t)) st = oari_fail_status();
         if (k < n_in) in[k] = t;
         else out[k - n_in] = t;
     }
-    if (!st && any) {
+    if (!st && any && n->custom) {
+        st = n->custom->backward(n, e->create_graph, e->grads + s->goff, needs, gin);
+        if (st && !oari_error_pending())
+            oari_error(st, "autograd: the backward of %s failed", name);
+    } else if (!st && any) {
         oari_grad_ctx g = {
             .op = (oari_op)n->op, .attrs = &n->attrs, .n_in = n_in, .n_out = n_out,
             .in = in, .in_meta = n->in_meta, .out = out, .out_meta = n->out_meta,

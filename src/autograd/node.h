@@ -26,14 +26,28 @@ typedef struct oari_saved {
     int64_t strides[OAR_MAX_DIMS];
 } oari_saved;
 
+struct oari_node;
+
+/* A node with a backward of its own instead of an op's gradient rule
+ * (checkpoint.c). backward fills gin[i] for every needs[i] like a gradient
+ * rule (NULL: zero), from gout[j] (NULL: zero); release frees ctx. */
+typedef struct oari_node_fn {
+    const char *name;
+    int (*backward)(struct oari_node *n, bool create_graph, oar_tensor *const *gout,
+                    const bool *needs, oar_tensor **gin);
+    void (*release)(void *ctx);
+} oari_node_fn;
+
 struct oari_node {
     int refcount;            /* atomic: outputs' grad_fn, edges of later nodes, unpacked aliases */
-    int16_t op;
+    int16_t op;              /* -1 for a custom node */
     int16_t n_in, n_out;
     bool had_saved;          /* the op saved tensors ... */
     bool saved_released;     /* ... and they were freed by a backward */
     int bw_slot;             /* index in a running backward, -1 otherwise */
     struct oari_node *next;  /* free list while releasing */
+    const oari_node_fn *custom; /* NULL for an op's node */
+    void *custom_ctx;        /* owned: custom->release frees it */
     oari_attrs attrs;
     /* inline arrays, carved from the same allocation */
     oari_meta *in_meta;      /* [n_in] */
@@ -41,6 +55,28 @@ struct oari_node {
     oari_edge *edges;        /* [n_in] */
     oari_saved *saved;       /* [n_in + n_out]: inputs then outputs */
 };
+
+/* The op's name, or the custom node's. */
+static inline const char *oari_node_name(const struct oari_node *n) {
+    return n->custom ? n->custom->name : oari_op_name((oari_op)n->op);
+}
+
+/* A custom node with n_in inputs (edges to those that require grad, their
+ * metas; nothing saved) and n_out outputs (metas only). Refcount 0: attach
+ * outputs with oari_node_attach_output, or release it with refcount 1. */
+OARI_HIDDEN struct oari_node *oari_node_new_custom(const oari_node_fn *fn, void *ctx, int n_in,
+                                                   oar_tensor *const *in, int n_out,
+                                                   oar_tensor *const *out);
+/* Keeps t's storage and geometry in saved slot k (inputs 0..n_in-1). */
+OARI_HIDDEN void oari_node_save(struct oari_node *n, int k, const oar_tensor *t);
+/* Makes t output j of n (its grad_fn, requires_grad). */
+OARI_HIDDEN void oari_node_attach_output(struct oari_node *n, int j, oar_tensor *t);
+
+/* checkpoint.c: while a checkpointed segment runs its forward pass, the
+ * record hook hands op calls here instead of recording them; it notes the
+ * leaves that require grad (the parameters the segment uses). */
+OARI_HIDDEN extern _Thread_local struct oari_ckpt_collector *oari_ckpt_current;
+OARI_HIDDEN int oari_ckpt_note(oari_op op, int n_in, oar_tensor *const *in);
 
 /* Makes a tensor for saved slot k of n (inputs 0..n_in-1, then outputs):
  * NULL if nothing was saved there. With `graph`, the tensor carries the

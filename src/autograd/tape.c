@@ -28,6 +28,7 @@ static void save(oari_saved *s, const oar_tensor *t) {
 int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_in, oar_tensor *const *in,
                          int n_out, oar_tensor **out) {
     const oari_op_def *def = oari_op_defs[op];
+    if (oari_ckpt_current) return oari_ckpt_note(op, n_in, in); /* a checkpoint's forward: no node */
     if ((def->flags & OARI_F_INPLACE) && in[0]->requires_grad && !oari_grad_fn(in[0]))
         return oari_error(OAR_ERR_STATE, "%s: a leaf tensor that requires grad is used in an "
                           "in-place operation; do it inside oar_no_grad_push/pop or on a clone",
@@ -87,6 +88,52 @@ int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_in, oar_tens
     return 0;
 }
 
+struct oari_node *oari_node_new_custom(const oari_node_fn *fn, void *ctx, int n_in,
+                                       oar_tensor *const *in, int n_out, oar_tensor *const *out) {
+    size_t head = align8(sizeof(struct oari_node));
+    size_t n_meta = (size_t)(n_in + n_out);
+    size_t size = head + n_meta * sizeof(oari_meta) + (size_t)n_in * sizeof(oari_edge) +
+                  n_meta * sizeof(oari_saved);
+    struct oari_node *n = oari_obj_calloc(size);
+    if (!n) return NULL;
+    char *p = (char *)n + head;
+    n->in_meta = (oari_meta *)p;
+    n->out_meta = n->in_meta + n_in;
+    n->edges = (oari_edge *)(n->out_meta + n_out);
+    n->saved = (oari_saved *)(n->edges + n_in);
+    n->op = -1;
+    n->n_in = (int16_t)n_in;
+    n->n_out = (int16_t)n_out;
+    n->bw_slot = -1;
+    n->custom = fn;
+    n->custom_ctx = ctx;
+    for (int i = 0; i < n_in; i++) {
+        oari_meta_from(&n->in_meta[i], in[i]);
+        if (!in[i]->requires_grad) continue;
+        if (oari_grad_fn(in[i])) {
+            n->edges[i].fn = oari_node_retain(oari_grad_fn(in[i]));
+            n->edges[i].index = in[i]->output_index;
+        } else {
+            n->edges[i].leaf = oar_tensor_retain(in[i]);
+        }
+    }
+    for (int j = 0; j < n_out; j++) oari_meta_from(&n->out_meta[j], out[j]);
+    return n;
+}
+
+void oari_node_save(struct oari_node *n, int k, const oar_tensor *t) {
+    save(&n->saved[k], t);
+    n->had_saved = true;
+}
+
+void oari_node_attach_output(struct oari_node *n, int j, oar_tensor *t) {
+    struct oari_node *old = oari_grad_fn(t);
+    t->requires_grad = true;
+    t->ext[OARI_EXT_GRAD_FN] = oari_node_retain(n);
+    t->output_index = j;
+    if (old) oari_node_release(old);
+}
+
 struct oari_node *oari_node_retain(struct oari_node *n) {
     if (n) __atomic_add_fetch(&n->refcount, 1, __ATOMIC_RELAXED);
     return n;
@@ -130,13 +177,14 @@ void oari_node_release(struct oari_node *n) {
             }
         }
         oari_node_release_saved(cur);
+        if (cur->custom && cur->custom->release) cur->custom->release(cur->custom_ctx);
         oari_obj_free(cur, node_size(cur));
     }
 }
 
 int oari_saved_unpack(struct oari_node *n, int k, bool graph, oar_tensor **out) {
     *out = NULL;
-    const char *name = oari_op_name((oari_op)n->op);
+    const char *name = oari_node_name(n);
     bool is_in = k < n->n_in;
     int idx = is_in ? k : k - n->n_in;
     const oari_meta *m = is_in ? &n->in_meta[idx] : &n->out_meta[idx];
@@ -195,7 +243,7 @@ int oar_tensor_set_requires_grad(oar_tensor *t, bool on) {
     if (!on && oari_grad_fn(t))
         return oari_error(OAR_ERR_STATE, "set_requires_grad: can only turn it off on a leaf "
                           "tensor; this one was made by %s (use oar_detach)",
-                          oari_op_name((oari_op)oari_grad_fn(t)->op));
+                          oari_node_name(oari_grad_fn(t)));
     t->requires_grad = on;
     return 0;
 }

@@ -118,6 +118,16 @@ void oar_manual_seed(uint64_t seed) {
     __atomic_store_n(&gen_offset, 0, __ATOMIC_RELAXED);
 }
 
+void oari_rng_get(uint64_t *seed, uint64_t *offset) {
+    *seed = __atomic_load_n(&gen_seed, __ATOMIC_RELAXED);
+    *offset = __atomic_load_n(&gen_offset, __ATOMIC_RELAXED);
+}
+
+void oari_rng_set(uint64_t seed, uint64_t offset) {
+    __atomic_store_n(&gen_seed, seed, __ATOMIC_RELAXED);
+    __atomic_store_n(&gen_offset, offset, __ATOMIC_RELAXED);
+}
+
 /* Reserves n counters of the global stream. */
 static void gen_take(int64_t n, int64_t *seed, int64_t *offset) {
     *seed = (int64_t)__atomic_load_n(&gen_seed, __ATOMIC_RELAXED);

@@ -144,6 +144,12 @@ OARI_HIDDEN void oari_no_grad_push(void);
 OARI_HIDDEN void oari_no_grad_pop(void);
 OARI_HIDDEN int oari_grad_mode_set_depth(int depth); /* returns the previous depth */
 
+/* The global generator's state (misc.c): its seed and the offset of the
+ * next draw. Saving and restoring it replays the same random numbers
+ * (autograd's checkpoint recomputes a segment with the same dropout masks). */
+OARI_HIDDEN void oari_rng_get(uint64_t *seed, uint64_t *offset);
+OARI_HIDDEN void oari_rng_set(uint64_t seed, uint64_t offset);
+
 /* What dispatch reaches in the layers above it. Each member is installed
  * once at start-up (src/init/) by the layer that owns it; dispatch calls
  * it only when the call needs that layer (a traced input, an input that
