@@ -25,6 +25,18 @@ static void save(oari_saved *s, const oar_tensor *t) {
     memcpy(s->strides, t->strides, sizeof s->strides);
 }
 
+/* The edge of input i to where its gradient goes: the node that made it,
+ * or the leaf itself (none when it does not require grad). */
+static void link_input(struct oari_node *n, int i, oar_tensor *t) {
+    if (!t->requires_grad) return;
+    if (oari_grad_fn(t)) {
+        n->edges[i].fn = oari_node_retain(oari_grad_fn(t));
+        n->edges[i].index = t->output_index;
+    } else {
+        n->edges[i].leaf = oar_tensor_retain(t);
+    }
+}
+
 int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_in, oar_tensor *const *in,
                          int n_out, oar_tensor **out) {
     const oari_op_def *def = oari_op_defs[op];
@@ -56,13 +68,7 @@ int oari_autograd_record(oari_op op, const oari_attrs *attrs, int n_in, oar_tens
             continue;
         }
         oari_meta_from(&n->in_meta[i], in[i]);
-        if (!in[i]->requires_grad) continue;
-        if (oari_grad_fn(in[i])) {
-            n->edges[i].fn = oari_node_retain(oari_grad_fn(in[i]));
-            n->edges[i].index = in[i]->output_index;
-        } else {
-            n->edges[i].leaf = oar_tensor_retain(in[i]);
-        }
+        link_input(n, i, in[i]);
     }
     for (int j = 0; j < n_out; j++) oari_meta_from(&n->out_meta[j], out[j]);
     unsigned mask = def->saved;
@@ -109,13 +115,7 @@ struct oari_node *oari_node_new_custom(const oari_node_fn *fn, void *ctx, int n_
     n->custom_ctx = ctx;
     for (int i = 0; i < n_in; i++) {
         oari_meta_from(&n->in_meta[i], in[i]);
-        if (!in[i]->requires_grad) continue;
-        if (oari_grad_fn(in[i])) {
-            n->edges[i].fn = oari_node_retain(oari_grad_fn(in[i]));
-            n->edges[i].index = in[i]->output_index;
-        } else {
-            n->edges[i].leaf = oar_tensor_retain(in[i]);
-        }
+        link_input(n, i, in[i]);
     }
     for (int j = 0; j < n_out; j++) oari_meta_from(&n->out_meta[j], out[j]);
     return n;
