@@ -53,6 +53,13 @@ OAR_API int oar_module_add_child(oar_module *m, const char *name, oar_module *ch
 
 /* Runs m's forward function. */
 OAR_API oar_tensor *oar_module_forward(oar_module *m, oar_tensor *x);
+/* oar_module_forward(m, x) as one recompute segment (oar_checkpoint in
+ * <oar/autograd.h>, torch.utils.checkpoint around a module's forward): m's
+ * intermediate tensors are not kept for backward but computed again
+ * there, with the same dropout masks; m's parameters get the same
+ * gradients as without it. m must live until the backward pass. NULL m or
+ * x, or a failing forward, is an error naming the module (NULL). */
+OAR_API oar_tensor *oar_module_checkpoint(oar_module *m, oar_tensor *x);
 
 /* Sets training mode (true) or eval mode (false) on m and all children. */
 OAR_API void oar_module_train(oar_module *m, bool training);

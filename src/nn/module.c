@@ -166,6 +166,23 @@ oar_tensor *oar_module_forward(oar_module *m, oar_tensor *x) {
     return m->forward(m, x);
 }
 
+/* The segment of oar_module_checkpoint: ctx is the module. */
+static int forward_segment(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)n_in, (void)n_out;
+    out[0] = oar_module_forward(ctx, in[0]);
+    return out[0] ? 0 : oari_fail_status();
+}
+
+oar_tensor *oar_module_checkpoint(oar_module *m, oar_tensor *x) {
+    if (!m) return oari_error(OAR_ERR_INVALID, "module_checkpoint: module is NULL"), NULL;
+    if (!x) {
+        if (!oari_error_pending()) oari_error(OAR_ERR_INVALID, "module_checkpoint: %s: input is NULL", m->type);
+        return NULL;
+    }
+    oar_tensor *y = NULL;
+    return oar_checkpoint(forward_segment, m, 1, &x, 1, &y) ? NULL : y;
+}
+
 void oar_module_train(oar_module *m, bool training) {
     if (!m) {
         oari_null_arg(__func__, "module");

@@ -366,8 +366,39 @@ static void test_memory(void) {
     for (int l = 0; l < DEPTH; l++) oar_tensor_release(w[l]);
 }
 
+/* oar_module_checkpoint: a module's forward as one segment gives its
+ * parameters the gradients of the plain forward; NULL arguments fail. */
+static void test_module(void) {
+    oar_manual_seed(7);
+    oar_module *net = oar_sequential_new(3, (oar_module *[]){oar_linear_new(6, 8, true), oar_relu_new(),
+                                                              oar_linear_new(8, 3, true)});
+    CHECK(net != NULL);
+    oar_tensor *params[8];
+    int np = oar_module_parameters(net, params, 8);
+    CHECK(np == 4);
+    oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){5, 6}), *plain[4] = {0};
+    for (int round = 0; round < 2; round++) {
+        oar_pool *pool = oar_pool_push();
+        oar_module_zero_grad(net);
+        oar_tensor *y = round ? oar_module_checkpoint(net, x) : oar_module_forward(net, x);
+        CHECK(y && oar_backward(oar_sum(oar_square(y), 0, NULL, false), NULL) == 0);
+        oar_pool_pop(pool);
+        for (int i = 0; i < np; i++) {
+            oar_tensor *g = oar_tensor_grad(params[i]);
+            if (!round) plain[i] = oar_clone(g);
+            else CHECK(g && maxdiff(g, plain[i]) == 0);
+        }
+    }
+    for (int i = 0; i < np; i++) oar_tensor_release(plain[i]);
+    CHECK_FAILS(oar_module_checkpoint(NULL, x), "module_checkpoint: module is NULL");
+    CHECK_FAILS(oar_module_checkpoint(net, NULL), "input is NULL");
+    oar_tensor_release(x);
+    oar_module_free(net);
+}
+
 int main(void) {
     RUN(test_mlp);
+    RUN(test_module);
     RUN(test_dropout);
     RUN(test_several_inputs_outputs);
     RUN(test_nested);
