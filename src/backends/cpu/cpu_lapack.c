@@ -26,25 +26,48 @@ static int64_t batch_offset(const oar_ktensor *t, int mat, int64_t bi) {
     return oari_strided_index(t->ndim - mat, t->shape, t->strides, bi);
 }
 
-/* Matrix bi of t ([..., rows, cols]) <-> a column-major buffer (ld rows). */
-static void gather(const oar_ktensor *t, int64_t bi, char *buf) {
+/* Matrix bi of t ([..., rows, cols]) as a 2-D view, and the same shape
+ * over a column-major buffer (ld rows): gather and scatter copy between
+ * them with oari_copy_strided. */
+static oar_ktensor matrix_view(const oar_ktensor *t, int64_t bi) {
+    oar_ktensor m = {.dtype = t->dtype, .ndim = 2};
     size_t es = oar_dtype_size((oar_dtype)t->dtype);
-    int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
-    int64_t sr = t->strides[t->ndim - 2], sc = t->strides[t->ndim - 1];
-    const char *src = (const char *)t->data + batch_offset(t, 2, bi) * (int64_t)es;
-    for (int64_t j = 0; j < cols; j++)
-        for (int64_t i = 0; i < rows; i++)
-            memcpy(buf + (size_t)(i + j * rows) * es, src + (i * sr + j * sc) * (int64_t)es, es);
+    m.data = (char *)t->data + batch_offset(t, 2, bi) * (int64_t)es;
+    for (int d = 0; d < 2; d++) {
+        m.shape[d] = t->shape[t->ndim - 2 + d];
+        m.strides[d] = t->strides[t->ndim - 2 + d];
+    }
+    return m;
+}
+
+static oar_ktensor column_major(const oar_ktensor *m, void *buf) {
+    oar_ktensor c = *m;
+    c.data = buf;
+    c.strides[0] = 1;
+    c.strides[1] = m->shape[0];
+    return c;
+}
+
+static void gather(const oar_ktensor *t, int64_t bi, char *buf) {
+    oar_ktensor m = matrix_view(t, bi), c = column_major(&m, buf);
+    oari_copy_strided(&c, &m);
 }
 
 static void scatter(const oar_ktensor *t, int64_t bi, const char *buf) {
+    oar_ktensor m = matrix_view(t, bi), c = column_major(&m, (void *)buf);
+    oari_copy_strided(&m, &c);
+}
+
+/* Vector bi of t ([..., n]) <- a contiguous buffer of n elements. */
+static void scatter_vector(const oar_ktensor *t, int64_t bi, const void *buf) {
     size_t es = oar_dtype_size((oar_dtype)t->dtype);
-    int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
-    int64_t sr = t->strides[t->ndim - 2], sc = t->strides[t->ndim - 1];
-    char *dst = (char *)t->data + batch_offset(t, 2, bi) * (int64_t)es;
-    for (int64_t j = 0; j < cols; j++)
-        for (int64_t i = 0; i < rows; i++)
-            memcpy(dst + (i * sr + j * sc) * (int64_t)es, buf + (size_t)(i + j * rows) * es, es);
+    oar_ktensor v = {.dtype = t->dtype, .ndim = 1, .shape = {t->shape[t->ndim - 1]},
+                     .strides = {t->strides[t->ndim - 1]}};
+    v.data = (char *)t->data + batch_offset(t, 1, bi) * (int64_t)es;
+    oar_ktensor c = v;
+    c.data = (void *)buf;
+    c.strides[0] = 1;
+    oari_copy_strided(&v, &c);
 }
 
 /* " (batch element 3)" when the input has batch dims, "" otherwise. */
@@ -309,9 +332,7 @@ static int k_eigh(void *ctx, const oar_kernel_call *call) {
             st = lapack_arg("linalg_eigh", info);
             break;
         }
-        char *wo = (char *)W->data + batch_offset(W, 1, bi) * (int64_t)rs;
-        for (int64_t j = 0; j < n; j++)
-            memcpy(wo + j * W->strides[W->ndim - 1] * (int64_t)rs, w + (size_t)j * rs, rs);
+        scatter_vector(W, bi, w);
         scatter(V, bi, a);
     }
     oari_free(a, sa);
@@ -494,9 +515,7 @@ static int k_svd(void *ctx, const oar_kernel_call *call) {
             st = lapack_arg("linalg_svd", info);
             break;
         }
-        char *so = (char *)S->data + batch_offset(S, 1, bi) * (int64_t)rs;
-        for (int64_t j = 0; j < k; j++)
-            memcpy(so + j * S->strides[S->ndim - 1] * (int64_t)rs, s + (size_t)j * rs, rs);
+        scatter_vector(S, bi, s);
         scatter(U, bi, u);
         scatter(VH, bi, vt);
     }
