@@ -71,15 +71,9 @@ static bool writes(const oar_mesh *m, const oar_placement *p, const int *coord) 
 static int world_rank(void) { return oari_dist_ready() ? oar_dist_rank() : 0; }
 static int world_size(void) { return oari_dist_ready() ? oar_dist_world_size() : 1; }
 
-/* One int64 summed over every rank of the world (v itself in one
- * process): agreement on status and on the generation. */
-static int world_sum(int64_t *v) {
-    if (!oari_dist_ready() || world_size() == 1) return 0;
-    oar_mesh *w = oar_mesh_create(1, (int64_t[]){world_size()}, NULL, NULL);
-    int st = w ? oari_sum_i64(v, w, 0) : oari_fail_status();
-    oar_mesh_release(w);
-    return st;
-}
+/* One int64 summed over every rank of the world mesh w (v itself in one
+ * process, w NULL): agreement on status and on the generation. */
+static int world_sum(oar_mesh *w, int64_t *v) { return w ? oari_sum_i64(v, w, 0) : 0; }
 
 static void shard_path(char *buf, size_t size, const char *dir, int64_t gen, int rank) {
     snprintf(buf, size, "%s/shard-%lld-%05d.safetensors", dir, (long long)gen, rank);
@@ -188,7 +182,11 @@ int oar_dist_checkpoint_save(const char *dir, int n, const char *const *names, o
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     int64_t gen = me == 0 ? (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 : 0;
-    if ((st = world_sum(&gen))) return st;
+    oar_mesh *world = NULL; /* made once for the save's three sums (collective) */
+    if (oari_dist_ready() && world_size() > 1 &&
+        !(world = oar_mesh_create(1, (int64_t[]){world_size()}, NULL, NULL)))
+        return oari_fail_status();
+    if ((st = world_sum(world, &gen))) return oar_mesh_release(world), st;
     oar_pool *pool = oar_pool_push();
     oar_no_grad_push();
     int e = oari_make_dirs(dir, 0777);
@@ -218,7 +216,7 @@ int oar_dist_checkpoint_save(const char *dir, int n, const char *const *names, o
     if (!st && n_mine) st = oar_safetensors_save(path, n_mine, mine_names, mine);
     /* every rank's status, before the index may name its file */
     int64_t failed = st != 0;
-    int agree = world_sum(&failed);
+    int agree = world_sum(world, &failed);
     if (!st && agree) st = agree;
     if (!st && failed)
         st = oari_error(OAR_ERR_IO, "%s: %lld rank(s) failed to write their shards to %s; the checkpoint "
@@ -246,9 +244,10 @@ int oar_dist_checkpoint_save(const char *dir, int n, const char *const *names, o
     }
     /* rank 0's status: every rank returns the same */
     failed = st != 0;
-    agree = world_sum(&failed);
+    agree = world_sum(world, &failed);
     if (!st && (agree || failed))
         st = agree ? agree : oari_error(OAR_ERR_IO, "%s: rank 0 could not write %s/" INDEX, who, dir);
+    oar_mesh_release(world);
     oar_no_grad_pop();
     oar_pool_pop(pool);
     return st;
