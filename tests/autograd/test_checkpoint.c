@@ -91,14 +91,16 @@ static oar_tensor *input(uint64_t seed, bool grad) {
     return x;
 }
 
-/* max |a - b| over all elements (0 for equal bits on finite values) */
+/* max |a - b| over all elements (0 for equal bits on finite values);
+ * INFINITY when either holds a NaN (fmax would skip it: a NaN gradient on
+ * both sides must not pass as equal) */
 static double maxdiff(oar_tensor *a, oar_tensor *b) {
     if (!a || !b) return a == b ? 0 : INFINITY;
     int64_t n = oar_tensor_numel(a);
     if (n != oar_tensor_numel(b)) return INFINITY;
     double *va = test_values_ri(a, NULL), *vb = test_values_ri(b, NULL);
     double d = 0;
-    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs(va[i] - vb[i]));
+    for (int64_t i = 0; i < n; i++) d = isnan(va[i]) || isnan(vb[i]) ? INFINITY : fmax(d, fabs(va[i] - vb[i]));
     free(va);
     free(vb);
     return d;
