@@ -140,8 +140,14 @@ OAR_API int oar_hvp(oar_fn fn, void *ctx, int n_in, oar_tensor *const *inputs,
  * must live until the backward pass. Every output must be floating point
  * (or complex). A tensor that requires grad and is made by a recorded op
  * must reach fn through `inputs`, not ctx (an error otherwise). Checkpoints
- * nest. Under no_grad, while tracing, or inside another segment's forward
- * pass, fn simply runs (the static graph has no recompute). Gradients with
+ * nest. Under no_grad, or inside another segment's forward pass, fn simply
+ * runs. While tracing (<oar/graph.h>), fn's nodes are tagged as one
+ * recompute segment (a nested one joins the outer), and
+ * oar_graph_append_backward copies the segment's nodes just before the
+ * segment's gradients, which read the copies: the originals' outputs die
+ * after the forward pass, and random ops in the copies draw what the
+ * originals drew. A segment that writes in place into a value from outside
+ * it cannot be recomputed (oar_graph_append_backward fails). Gradients with
  * create_graph through a segment are refused (OAR_ERR_UNSUPPORTED): run
  * that segment without the checkpoint to differentiate twice. Errors from
  * fn, in the forward pass or the recomputation, are reported as the

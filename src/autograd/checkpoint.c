@@ -1,10 +1,12 @@
-/* Recompute (gradient checkpointing) in eager mode, as
- * torch.utils.checkpoint: the forward pass of a segment records no nodes
- * and keeps no saved tensors; one custom node stands for the segment, and
+/* Recompute (gradient checkpointing). Eager, as torch.utils.checkpoint:
+ * the forward pass of a segment records no nodes and keeps no saved
+ * tensors; one custom node stands for the segment, and
  * its backward runs the segment again with grad enabled on copies of the
  * inputs (same random numbers), then takes oar_grad of the recomputed
  * outputs with respect to those copies and to the parameters the segment
- * used (the leaves that require grad, found while the forward pass ran). */
+ * used (the leaves that require grad, found while the forward pass ran).
+ * Traced, the segment's nodes are only tagged; src/graph/backward.c does
+ * the recomputing on the graph. */
 #include "node.h"
 
 #include <stdio.h>
@@ -171,9 +173,19 @@ int oar_checkpoint(oar_fn fn, void *ctx, int n_in, oar_tensor *const *inputs, in
     ckpt c = {.fn = fn, .ctx = ctx, .n_in = n_in};
     oari_rng_get(&c.seed, &c.offset);
     int st = 0;
-    /* Nothing to record (no grad, traced, or inside another segment's
-     * forward pass, whose collector sees these ops): run it plainly. */
-    if (!oari_grad_mode_enabled() || oari_trace_current || oari_ckpt_current) {
+    /* Traced: the segment's nodes are tagged with a segment number, and
+     * the graph's backward (oar_graph_append_backward) recomputes them
+     * from the segment's inputs instead of keeping their outputs. A
+     * segment inside another joins the outer one. */
+    if (oari_trace_current) {
+        static int last_segment;
+        int outer = oari_recompute_segment();
+        oari_recompute_segment_set(outer ? outer : __atomic_add_fetch(&last_segment, 1, __ATOMIC_RELAXED));
+        st = run_segment(&c, inputs, n_out, outputs, "during the forward pass");
+        oari_recompute_segment_set(outer);
+    } else if (!oari_grad_mode_enabled() || oari_ckpt_current) {
+        /* nothing to record (no grad, or inside another segment's forward
+         * pass, whose collector sees these ops): run it plainly */
         st = run_segment(&c, inputs, n_out, outputs, "during the forward pass");
     } else {
         size_t bytes = (size_t)(n_in ? n_in : 1) * (sizeof(oar_tensor *) + sizeof(uint32_t));

@@ -49,57 +49,124 @@ static int bind_values(oar_graph *g, int nv, oar_tensor **t) {
     return 0;
 }
 
-int oari_graph_backward_nodes(const oar_graph *g, int n0, const bool *req, oar_tensor **t, oar_tensor **gr) {
-    for (int i = n0 - 1; i >= 0; i--) {
-        /* a copy: the rule's op calls append nodes, which may move g->nodes */
-        oari_gnode node = g->nodes[i], *n = &node;
-        if (n->dead) continue;
-        const oari_op_def *def = oari_gnode_def(n);
-        oar_tensor *gout[OARI_GMAX_OUT], *out[OARI_GMAX_OUT], *in[OARI_MAX_IN], *gin[OARI_MAX_IN];
-        bool needs[OARI_MAX_IN], any_out = false, any_in = false;
-        oari_meta in_meta[OARI_MAX_IN], out_meta[OARI_GMAX_OUT];
-        for (int j = 0; j < n->n_out; j++) {
-            gout[j] = gr[n->out[j]];
-            out[j] = t[n->out[j]];
-            meta_of(&g->values[n->out[j]], &out_meta[j]);
-            any_out = any_out || gout[j];
-        }
-        for (int k = 0; k < n->n_in; k++) {
-            int v = n->in[k];
-            needs[k] = v >= 0 && req[v];
-            any_in = any_in || needs[k];
-            in[k] = v >= 0 ? t[v] : NULL;
-            gin[k] = NULL;
-            if (v >= 0) meta_of(&g->values[v], &in_meta[k]);
-            else memset(&in_meta[k], 0, sizeof in_meta[k]);
-        }
-        if (!any_out || !any_in) continue;
-        if (oari_is_ctrl(n->op)) { /* control.c: a cond of the branches' gradients; loops for a while */
-            int st = n->op == OARI_OP_COND ? oari_cond_grad(n, in, gout, needs, gin)
-                                           : oari_while_grad(n, in, gout, needs, gin);
-            if (st) return st;
-        } else {
-            if (!def->grad)
-                return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: %s (node %d) has no gradient rule",
-                                  def->name, i);
-            oari_grad_ctx c = {.op = n->op, .attrs = &n->attrs, .n_in = n->n_in, .n_out = n->n_out,
-                               .in = in, .in_meta = in_meta, .out = out, .out_meta = out_meta,
-                               .gout = gout, .needs = needs, .gin = gin};
-            int st = def->grad(&c);
-            if (st) {
-                if (!oari_error_pending()) oari_error(st, "graph_backward: the gradient rule of %s failed", def->name);
-                return st;
-            }
-        }
-        for (int k = 0; k < n->n_in; k++) {
-            if (!needs[k] || !gin[k]) continue;
-            int v = n->in[k];
-            oar_tensor *sum = gr[v] ? oar_add(gr[v], gin[k]) : gin[k];
-            if (!sum) return oari_fail_status();
-            gr[v] = sum; /* pool-owned, like every tensor made here */
+/* Appends a copy of each live node of recompute segment s among the first
+ * n0 (in their order), reading the copies of values made earlier in the
+ * segment and the original values otherwise; remap[v] and rt[v] become the
+ * copy of value v and a tensor standing for it. Control nodes are not
+ * copied: their outputs are kept. */
+static int recompute_segment(oar_graph *g, int n0, int s, int *remap, oar_tensor **rt) {
+    for (int i = 0; i < n0; i++) {
+        oari_gnode n = g->nodes[i]; /* a copy: adding nodes moves g->nodes */
+        if (n.dead || n.segment != s || oari_is_ctrl(n.op)) continue;
+        const oari_op_def *def = oari_gnode_def(&n);
+        int in[OARI_MAX_IN];
+        oari_meta meta[OARI_GMAX_OUT];
+        for (int k = 0; k < n.n_in; k++) in[k] = n.in[k] >= 0 && remap[n.in[k]] >= 0 ? remap[n.in[k]] : n.in[k];
+        if ((def->flags & OARI_F_INPLACE) && in[0] == n.in[0])
+            return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: %s (node %d) writes in place into a "
+                              "value from outside its checkpointed segment, which recomputing would "
+                              "write again; make the in-place op out of place or move it out of the "
+                              "oar_checkpoint", def->name, i);
+        for (int j = 0; j < n.n_out; j++) meta_of(&g->values[n.out[j]], &meta[j]);
+        int c = oari_graph_add_node(g, n.op, &n.attrs, n.n_in, in, n.n_out, meta);
+        if (c < 0) return oari_fail_status();
+        oari_gnode *cn = &g->nodes[c];
+        memcpy(cn->isym, n.isym, sizeof n.isym);
+        memcpy(cn->imul, n.imul, sizeof n.imul);
+        cn->recompute = true;
+        for (int j = 0; j < n.n_out; j++) {
+            int v = n.out[j], w = cn->out[j];
+            memcpy(g->values[w].sym, g->values[v].sym, sizeof g->values[v].sym);
+            memcpy(g->values[w].smul, g->values[v].smul, sizeof g->values[v].smul);
+            remap[v] = w;
+            if (!(rt[v] = oari_pool_adopt(oari_graph_symbolic(&g->values[w])))) return oari_fail_status();
+            oari_trace_bind(rt[v], w);
         }
     }
     return 0;
+}
+
+/* The gradient of node i into gr[], reading rt[v] (a recomputed value) in
+ * place of t[v] where there is one (rt may be NULL). */
+static int node_backward(const oar_graph *g, int i, const bool *req, oar_tensor **t, oar_tensor **rt,
+                         oar_tensor **gr) {
+    /* a copy: the rule's op calls append nodes, which may move g->nodes */
+    oari_gnode node = g->nodes[i], *n = &node;
+    if (n->dead) return 0;
+    const oari_op_def *def = oari_gnode_def(n);
+    oar_tensor *gout[OARI_GMAX_OUT], *out[OARI_GMAX_OUT], *in[OARI_MAX_IN], *gin[OARI_MAX_IN];
+    bool needs[OARI_MAX_IN], any_out = false, any_in = false;
+    oari_meta in_meta[OARI_MAX_IN], out_meta[OARI_GMAX_OUT];
+    for (int j = 0; j < n->n_out; j++) {
+        gout[j] = gr[n->out[j]];
+        out[j] = rt && rt[n->out[j]] ? rt[n->out[j]] : t[n->out[j]];
+        meta_of(&g->values[n->out[j]], &out_meta[j]);
+        any_out = any_out || gout[j];
+    }
+    for (int k = 0; k < n->n_in; k++) {
+        int v = n->in[k];
+        needs[k] = v >= 0 && req[v];
+        any_in = any_in || needs[k];
+        in[k] = v < 0 ? NULL : rt && rt[v] ? rt[v] : t[v];
+        gin[k] = NULL;
+        if (v >= 0) meta_of(&g->values[v], &in_meta[k]);
+        else memset(&in_meta[k], 0, sizeof in_meta[k]);
+    }
+    if (!any_out || !any_in) return 0;
+    if (oari_is_ctrl(n->op)) { /* control.c: a cond of the branches' gradients; loops for a while */
+        int st = n->op == OARI_OP_COND ? oari_cond_grad(n, in, gout, needs, gin)
+                                       : oari_while_grad(n, in, gout, needs, gin);
+        if (st) return st;
+    } else {
+        if (!def->grad)
+            return oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: %s (node %d) has no gradient rule",
+                              def->name, i);
+        oari_grad_ctx c = {.op = n->op, .attrs = &n->attrs, .n_in = n->n_in, .n_out = n->n_out,
+                           .in = in, .in_meta = in_meta, .out = out, .out_meta = out_meta,
+                           .gout = gout, .needs = needs, .gin = gin};
+        int st = def->grad(&c);
+        if (st) {
+            if (!oari_error_pending()) oari_error(st, "graph_backward: the gradient rule of %s failed", def->name);
+            return st;
+        }
+    }
+    for (int k = 0; k < n->n_in; k++) {
+        if (!needs[k] || !gin[k]) continue;
+        int v = n->in[k];
+        oar_tensor *sum = gr[v] ? oar_add(gr[v], gin[k]) : gin[k];
+        if (!sum) return oari_fail_status();
+        gr[v] = sum; /* pool-owned, like every tensor made here */
+    }
+    return 0;
+}
+
+int oari_graph_backward_nodes(const oar_graph *g, int n0, const bool *req, oar_tensor **t, oar_tensor **gr,
+                              oar_graph *emit) {
+    /* recompute: per value, its copy (-1: none) and a tensor standing for it */
+    int nv = g->n_values, st = 0;
+    int *remap = emit ? oari_malloc((size_t)(nv ? nv : 1) * sizeof *remap) : NULL;
+    oar_tensor **rt = emit ? oari_calloc((size_t)(nv ? nv : 1), sizeof *rt) : NULL;
+    if (emit && (!remap || !rt)) st = oari_fail_status();
+    for (int v = 0; remap && v < nv; v++) remap[v] = -1;
+    for (int i = n0 - 1; i >= 0 && !st; i--) {
+        const oari_gnode *n = &g->nodes[i];
+        if (emit && n->segment && !n->dead && !oari_is_ctrl(n->op)) {
+            /* the first node of a segment whose gradient runs, met walking
+             * back: copy the segment */
+            bool copied = false, flows = false, wanted = false;
+            for (int j = 0; j < n->n_out; j++) {
+                copied = copied || remap[n->out[j]] >= 0;
+                flows = flows || gr[n->out[j]];
+            }
+            for (int k = 0; k < n->n_in; k++) wanted = wanted || (n->in[k] >= 0 && req[n->in[k]]);
+            copied = copied || !flows || !wanted;
+            if (!copied && (st = recompute_segment(emit, n0, n->segment, remap, rt))) break;
+        }
+        st = node_backward(g, i, req, t, rt, gr);
+    }
+    oari_free(remap, (size_t)(nv ? nv : 1) * sizeof *remap);
+    oari_free(rt, (size_t)(nv ? nv : 1) * sizeof *rt);
+    return st;
 }
 
 int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wrt) {
@@ -154,7 +221,7 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
         goto done;
     }
     gr[L] = seed;
-    if ((st = oari_graph_backward_nodes(g, n0, req, t, gr))) goto done;
+    if ((st = oari_graph_backward_nodes(g, n0, req, t, gr, g))) goto done;
     for (int k = 0; k < n_wrt && !st; k++) {
         int v = g->inputs[wrt[k]];
         oar_tensor *gw = gr[v] ? gr[v] : oar_mul_scalar(t[v], 0);

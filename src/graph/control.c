@@ -375,7 +375,7 @@ static int replay_sub(const oar_graph *S, oar_tensor *const *in, oar_tensor **va
         int v = S->outputs[j];
         if (seeds[j] && !(gr[v] = gr[v] ? oar_add(gr[v], seeds[j]) : seeds[j])) st = oari_fail_status();
     }
-    if (!st && n_need) st = oari_graph_backward_nodes(S, S->n_nodes, req, t, gr);
+    if (!st && n_need) st = oari_graph_backward_nodes(S, S->n_nodes, req, t, gr, NULL);
     for (int m = 0; m < n_need && !st; m++) {
         int v = S->inputs[need[m]];
         if (!(grad[m] = gr[v] ? gr[v] : oar_mul_scalar(in[need[m]], 0)))

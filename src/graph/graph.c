@@ -457,6 +457,8 @@ static void print_graph(const oar_graph *g, FILE *f, int ind, const char *label)
             if (j) fputs(", ", f);
             print_type(g, &g->values[n->out[j]], f);
         }
+        if (n->segment) fprintf(f, "  # checkpoint segment %d", n->segment);
+        if (n->recompute) fputs("  # recomputed", f);
         fputc('\n', f);
         for (int k = 0; k < 2 && oari_is_ctrl(n->op); k++)
             if (n->sub[k]) print_graph(n->sub[k], f, ind + 4, sub_labels[n->op == OARI_OP_WHILE][k]);

@@ -54,6 +54,8 @@ typedef struct oari_gnode {
     int *in;                   /* n_in value ids; -1 for an absent optional input */
     int out[OARI_GMAX_OUT];
     bool dead;                 /* marked by a pass; removed by oari_graph_compact */
+    int segment;               /* recompute segment traced inside oar_checkpoint; 0: none */
+    bool recompute;            /* a copy made by graph backward to recompute a segment */
     oar_graph *sub[2];         /* control nodes: then/else or cond/body (owned); NULL otherwise */
 } oari_gnode;
 
@@ -161,9 +163,12 @@ OARI_HIDDEN void oari_trace_pop(void *tracer);
 /* ---- gradients on the graph (backward.c, control.c) ---------------------- */
 /* Calls the gradient rules of g's nodes [0, n0) in reverse on t[] (tensors
  * standing for g's values, traced onto the current graph), accumulating
- * gradients in gr[] (pool-owned); req[v]: value v needs a gradient. */
+ * gradients in gr[] (pool-owned); req[v]: value v needs a gradient. With
+ * emit (g itself, being traced onto), the nodes of each recompute segment
+ * are copied onto it just before the segment's gradients, and those read
+ * the copies: the originals' outputs die after the forward pass. */
 OARI_HIDDEN int oari_graph_backward_nodes(const oar_graph *g, int n0, const bool *req, oar_tensor **t,
-                                          oar_tensor **gr);
+                                          oar_tensor **gr, oar_graph *emit);
 /* The gradient of cond node n (in[]: its inputs' tensors, gout[] its
  * outputs' gradients or NULL): a cond node whose branches are the vjps of
  * n's, traced onto the current graph; sets gin[k] for every needs[k]. */

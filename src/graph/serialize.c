@@ -139,6 +139,9 @@ static bool body_json(const oar_graph *g, cJSON *root) {
         cJSON *fa = ok ? cJSON_AddArrayToObject(o, "f") : NULL;
         for (int k = 0; ok && fa && k < n->attrs.nf; k++) ok = push(fa, double_json(n->attrs.f[k]));
         ok = ok && a && b && ia && fa;
+        /* recompute marks: optional keys, absent on most nodes */
+        if (ok && n->segment) ok = cJSON_AddNumberToObject(o, "segment", n->segment) != NULL;
+        if (ok && n->recompute) ok = cJSON_AddBoolToObject(o, "recompute", true) != NULL;
         cJSON *subs = ok && oari_is_ctrl(n->op) ? cJSON_AddArrayToObject(o, "graphs") : NULL;
         for (int k = 0; ok && subs && k < 2; k++) {
             cJSON *so = cJSON_CreateObject();
@@ -578,6 +581,15 @@ static int read_nodes(loader *L, const cJSON *nodes) {
             else if (cJSON_IsString(f) && !strcmp(f->valuestring, "-inf")) n->attrs.f[k] = -INFINITY;
             else return fail("%s: %s float attribute %d is not a number", L->file, what, k);
         }
+        const cJSON *seg = cJSON_GetObjectItemCaseSensitive(o, "segment");
+        const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "recompute");
+        if ((seg && (!cJSON_IsNumber(seg) || seg->valuedouble < 1 || seg->valuedouble > INT32_MAX ||
+                     seg->valuedouble != (double)(int)seg->valuedouble)) ||
+            (rec && !cJSON_IsBool(rec)))
+            return fail("%s: %s (%s): \"segment\" must be a positive integer and \"recompute\" a boolean",
+                        L->file, what, opname);
+        n->segment = seg ? (int)seg->valuedouble : 0;
+        n->recompute = rec && cJSON_IsTrue(rec);
         if (ctrl && read_subs(L, subs, n, what, opname)) return -1;
         i++;
     }

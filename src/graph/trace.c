@@ -259,6 +259,7 @@ static int trace_dispatch(oari_op op, oari_infer *c, oar_tensor **out) {
         st = oari_fail_status();
     if (!st) {
         node = &tr->g->nodes[ni];
+        node->segment = oari_recompute_segment();
         oari_graph_mark_attr_syms(tr->g, node);
         for (int j = 0; j < def->n_out && !st; j++) {
             if (def->flags & OARI_F_INPLACE) out[j] = oar_tensor_retain(c->in[0]);

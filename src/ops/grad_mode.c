@@ -15,6 +15,17 @@ void oari_no_grad_push(void) { no_grad_depth++; }
 void oari_no_grad_pop(void) { no_grad_depth--; }
 bool oari_grad_mode_enabled(void) { return no_grad_depth == 0; }
 
+/* The recompute segment being traced (checkpoint.c sets it, the tracer
+ * tags each node it appends with it): 0 outside any. */
+static _Thread_local int recompute_segment;
+
+int oari_recompute_segment(void) { return recompute_segment; }
+int oari_recompute_segment_set(int segment) {
+    int old = recompute_segment;
+    recompute_segment = segment;
+    return old;
+}
+
 int oari_grad_mode_set_depth(int depth) {
     int old = no_grad_depth;
     no_grad_depth = depth;

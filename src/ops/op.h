@@ -143,6 +143,10 @@ OARI_HIDDEN bool oari_grad_mode_enabled(void);
 OARI_HIDDEN void oari_no_grad_push(void);
 OARI_HIDDEN void oari_no_grad_pop(void);
 OARI_HIDDEN int oari_grad_mode_set_depth(int depth); /* returns the previous depth */
+/* The recompute segment that traced nodes belong to (oar_checkpoint under
+ * a trace; 0: none). The setter returns the previous one. */
+OARI_HIDDEN int oari_recompute_segment(void);
+OARI_HIDDEN int oari_recompute_segment_set(int segment);
 
 /* The global generator's state (misc.c): its seed and the offset of the
  * next draw. Saving and restoring it replays the same random numbers

@@ -1,6 +1,7 @@
 /* Common subexpression elimination: a node with the same op, attributes
- * and inputs as an earlier one (and not random) reuses its outputs; equal
- * small constants (same dtype, shape and bytes) become one. */
+ * and inputs as an earlier one (and not random, and neither a recompute
+ * copy: merging it would keep the original's output alive) reuses its
+ * outputs; equal small constants (same dtype, shape and bytes) become one. */
 #include "../ir.h"
 
 #include <string.h>
@@ -40,10 +41,10 @@ int oari_pass_cse(oar_graph *g) {
     }
     for (int i = 0; i < g->n_nodes; i++) {
         oari_gnode *n = &g->nodes[i];
-        if (n->dead || (oari_gnode_def(n)->flags & OARI_F_RANDOM)) continue;
+        if (n->dead || n->recompute || (oari_gnode_def(n)->flags & OARI_F_RANDOM)) continue;
         for (int j = 0; j < i; j++) {
             oari_gnode *m = &g->nodes[j];
-            if (m->dead || !same_node(n, m)) continue;
+            if (m->dead || m->recompute || !same_node(n, m)) continue;
             for (int o = 0; o < n->n_out; o++) oari_graph_replace_uses(g, n->out[o], m->out[o]);
             n->dead = true;
             changes++;
