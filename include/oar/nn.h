@@ -152,6 +152,26 @@ OAR_API oar_module *oar_conv_transpose2d_new(int64_t in_channels, int64_t out_ch
                                              int64_t kernel, int64_t stride, int64_t padding,
                                              int64_t output_padding, int64_t dilation,
                                              int64_t groups, bool bias);
+/* weight [out, in/groups, k, k, k]; bias [out]. Input [N, C, D, H, W] (or
+ * unbatched [C, D, H, W]). Cubic kernel, the same stride/padding/dilation
+ * on every axis. Initialised as torch.nn.Conv3d. */
+OAR_API oar_module *oar_conv3d_new(int64_t in_channels, int64_t out_channels, int64_t kernel,
+                                   int64_t stride, int64_t padding, int64_t dilation,
+                                   int64_t groups, bool bias);
+/* weight [in, out/groups, k]; bias [out]. Input [N, C, L] (or [C, L]);
+ * output_padding must be smaller than stride or dilation. Initialised as
+ * torch.nn.ConvTranspose1d. */
+OAR_API oar_module *oar_conv_transpose1d_new(int64_t in_channels, int64_t out_channels,
+                                             int64_t kernel, int64_t stride, int64_t padding,
+                                             int64_t output_padding, int64_t dilation,
+                                             int64_t groups, bool bias);
+/* weight [in, out/groups, k, k, k]; bias [out]. Input [N, C, D, H, W] (or
+ * [C, D, H, W]); cubic kernel, the same stride/padding/output_padding/
+ * dilation on every axis. Initialised as torch.nn.ConvTranspose3d. */
+OAR_API oar_module *oar_conv_transpose3d_new(int64_t in_channels, int64_t out_channels,
+                                             int64_t kernel, int64_t stride, int64_t padding,
+                                             int64_t output_padding, int64_t dilation,
+                                             int64_t groups, bool bias);
 /* Normalises groups of num_channels / num_groups channels of [N, C, ...];
  * weight (ones), bias (zeros) [C] if affine. */
 OAR_API oar_module *oar_group_norm_new(int64_t num_groups, int64_t num_channels, double eps,

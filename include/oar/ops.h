@@ -229,6 +229,27 @@ OAR_API oar_tensor *oar_conv_transpose2d(oar_tensor *x, oar_tensor *w, oar_tenso
                                          const int64_t stride[2], const int64_t padding[2],
                                          const int64_t output_padding[2],
                                          const int64_t dilation[2], int64_t groups);
+/* x [N, C, L] or unbatched [C, L]; w [C, O/groups, K]; bias NULL or [O].
+ * Output length (L - 1) stride - 2 padding + dilation (K - 1) +
+ * output_padding + 1; output_padding must be smaller than stride or
+ * dilation. As torch's conv_transpose1d, with dilation before groups as in
+ * oar_conv_transpose2d. Runs as conv_transpose2d with a unit height. */
+OAR_API oar_tensor *oar_conv_transpose1d(oar_tensor *x, oar_tensor *w, oar_tensor *bias,
+                                         int64_t stride, int64_t padding, int64_t output_padding,
+                                         int64_t dilation, int64_t groups);
+/* x [N, C, D, H, W] (or unbatched [C, D, H, W], giving [O, D', H', W']),
+ * w [O, C/groups, kd, kh, kw]; bias NULL or [O]. Float or complex inputs
+ * of one dtype, as the 2-D ones. The arrays are (depth, height, width). */
+OAR_API oar_tensor *oar_conv3d(oar_tensor *x, oar_tensor *w, oar_tensor *bias,
+                               const int64_t stride[3], const int64_t padding[3],
+                               const int64_t dilation[3], int64_t groups);
+/* x [N, C, D, H, W] or unbatched [C, D, H, W]; w [C, O/groups, kd, kh, kw];
+ * bias NULL or [O]. The adjoint of oar_conv3d; output_padding (added at
+ * the far end of each axis) must be smaller than stride or dilation. */
+OAR_API oar_tensor *oar_conv_transpose3d(oar_tensor *x, oar_tensor *w, oar_tensor *bias,
+                                         const int64_t stride[3], const int64_t padding[3],
+                                         const int64_t output_padding[3],
+                                         const int64_t dilation[3], int64_t groups);
 /* indices (flat index into each H*W plane, i64) written if not NULL. */
 OAR_API oar_tensor *oar_max_pool2d(oar_tensor *x, const int64_t kernel[2], const int64_t stride[2],
                                    const int64_t padding[2], const int64_t dilation[2],

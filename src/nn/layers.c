@@ -406,6 +406,105 @@ oar_module *oar_conv_transpose2d_new(int64_t in_channels, int64_t out_channels, 
     return m;
 }
 
+/* ---- Conv3d, ConvTranspose1d, ConvTranspose3d ------------------------------ */
+
+/* Checks the arguments of the conv and transposed conv constructors (output
+ * padding < 0 for a plain conv, which has none). */
+static bool conv_args_ok(const char *op, int64_t in_channels, int64_t out_channels, int64_t kernel,
+                         int64_t stride, int64_t padding, int64_t output_padding, int64_t dilation,
+                         int64_t groups, bool transposed) {
+    bool ok = in_channels > 0 && out_channels > 0 && kernel > 0 && stride > 0 && padding >= 0 &&
+              dilation > 0 && groups > 0 && in_channels % groups == 0 &&
+              out_channels % groups == 0;
+    if (transposed)
+        ok = ok && output_padding >= 0 && (output_padding < stride || output_padding < dilation);
+    if (!ok)
+        oari_error(OAR_ERR_INVALID,
+                   "%s: invalid arguments (in %lld, out %lld, kernel %lld, stride %lld, padding "
+                   "%lld, output_padding %lld, dilation %lld, groups %lld); sizes must be "
+                   "positive, channels divide by groups%s",
+                   op, (long long)in_channels, (long long)out_channels, (long long)kernel,
+                   (long long)stride, (long long)padding, (long long)(transposed ? output_padding : 0),
+                   (long long)dilation, (long long)groups,
+                   transposed ? " and output_padding be smaller than stride or dilation" : "");
+    return ok;
+}
+
+static oar_tensor *conv3d_forward(oar_module *m, oar_tensor *x) {
+    oar_tensor *w = m->tensors[0].t;
+    oar_tensor *b = m->n_tensors > 1 ? m->tensors[1].t : NULL;
+    const int64_t s = m->cfg[0], p = m->cfg[1], d = m->cfg[2];
+    int64_t stride[3] = {s, s, s}, pad[3] = {p, p, p}, dil[3] = {d, d, d};
+    return oar_conv3d(x, w, b, stride, pad, dil, m->cfg[3]);
+}
+
+oar_module *oar_conv3d_new(int64_t in_channels, int64_t out_channels, int64_t kernel,
+                           int64_t stride, int64_t padding, int64_t dilation, int64_t groups,
+                           bool bias) {
+    if (!conv_args_ok("conv3d_new", in_channels, out_channels, kernel, stride, padding, 0,
+                      dilation, groups, false))
+        return NULL;
+    oar_module *m = oar_module_new("Conv3d", conv3d_forward, NULL, NULL);
+    if (!m) return NULL;
+    m->cfg[0] = stride;
+    m->cfg[1] = padding;
+    m->cfg[2] = dilation;
+    m->cfg[3] = groups;
+    int64_t ws[5] = {out_channels, in_channels / groups, kernel, kernel, kernel};
+    if (add_weight_bias(m, 5, ws, bias, out_channels)) return fail(m);
+    return m;
+}
+
+static oar_tensor *conv_transpose1d_forward(oar_module *m, oar_tensor *x) {
+    oar_tensor *w = m->tensors[0].t;
+    oar_tensor *b = m->n_tensors > 1 ? m->tensors[1].t : NULL;
+    return oar_conv_transpose1d(x, w, b, m->cfg[0], m->cfg[1], m->cfg[2], m->cfg[3], m->cfg[4]);
+}
+
+static oar_tensor *conv_transpose3d_forward(oar_module *m, oar_tensor *x) {
+    oar_tensor *w = m->tensors[0].t;
+    oar_tensor *b = m->n_tensors > 1 ? m->tensors[1].t : NULL;
+    const int64_t s = m->cfg[0], p = m->cfg[1], op = m->cfg[2], d = m->cfg[3];
+    int64_t stride[3] = {s, s, s}, pad[3] = {p, p, p}, opad[3] = {op, op, op}, dil[3] = {d, d, d};
+    return oar_conv_transpose3d(x, w, b, stride, pad, opad, dil, m->cfg[4]);
+}
+
+/* A transposed conv module of spatial rank nd: weight [in, out/groups, k...]. */
+static oar_module *conv_transpose_new(const char *op, const char *type, oar_module_forward_fn fwd, int nd,
+                                      int64_t in_channels, int64_t out_channels, int64_t kernel,
+                                      int64_t stride, int64_t padding, int64_t output_padding,
+                                      int64_t dilation, int64_t groups, bool bias) {
+    if (!conv_args_ok(op, in_channels, out_channels, kernel, stride, padding, output_padding,
+                      dilation, groups, true))
+        return NULL;
+    oar_module *m = oar_module_new(type, fwd, NULL, NULL);
+    if (!m) return NULL;
+    m->cfg[0] = stride;
+    m->cfg[1] = padding;
+    m->cfg[2] = output_padding;
+    m->cfg[3] = dilation;
+    m->cfg[4] = groups;
+    int64_t ws[5] = {in_channels, out_channels / groups, kernel, kernel, kernel};
+    if (add_weight_bias(m, 2 + nd, ws, bias, out_channels)) return fail(m);
+    return m;
+}
+
+oar_module *oar_conv_transpose1d_new(int64_t in_channels, int64_t out_channels, int64_t kernel,
+                                     int64_t stride, int64_t padding, int64_t output_padding,
+                                     int64_t dilation, int64_t groups, bool bias) {
+    return conv_transpose_new("conv_transpose1d_new", "ConvTranspose1d", conv_transpose1d_forward,
+                              1, in_channels, out_channels, kernel, stride, padding,
+                              output_padding, dilation, groups, bias);
+}
+
+oar_module *oar_conv_transpose3d_new(int64_t in_channels, int64_t out_channels, int64_t kernel,
+                                     int64_t stride, int64_t padding, int64_t output_padding,
+                                     int64_t dilation, int64_t groups, bool bias) {
+    return conv_transpose_new("conv_transpose3d_new", "ConvTranspose3d", conv_transpose3d_forward,
+                              3, in_channels, out_channels, kernel, stride, padding,
+                              output_padding, dilation, groups, bias);
+}
+
 /* ---- GroupNorm -------------------------------------------------------------- */
 
 static oar_tensor *group_norm_forward(oar_module *m, oar_tensor *x) {

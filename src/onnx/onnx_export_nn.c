@@ -21,25 +21,28 @@ static void spatial(oari_xp *x, Onnx__NodeProto *nd, int rank, const char *name,
     }
 }
 
-/* conv2d / conv_transpose2d: attributes stride2, padding2, [output_padding2,]
- * dilation2, groups. */
+/* conv2d / conv_transpose2d (attributes stride2, padding2, [output_padding2,]
+ * dilation2, groups; a rank-3 input [N, C, L] emits the W entries only) and
+ * conv3d / conv_transpose3d (the same with 3 entries each). */
 int oari_onnx_emit_conv(oari_xp *x, const oari_xnode *e) {
-    bool tr = e->n->op == OARI_OP_conv_transpose2d;
+    const oari_op op = e->n->op;
+    const bool tr = op == OARI_OP_conv_transpose2d || op == OARI_OP_conv_transpose3d;
+    const int na = op == OARI_OP_conv3d || op == OARI_OP_conv_transpose3d ? 3 : 2; /* per attr */
     const int64_t *a = e->a;
-    int rank = e->rank;
-    if (rank != 4 && rank != 3) return oari_xp_fail(x, "input of rank %d", rank);
+    const int ns = e->rank - 2, skip = na - ns; /* skip: the unit H of a 1-D conv */
+    if (ns < 1 || skip < 0 || (na == 3 && ns != 3)) return oari_xp_fail(x, "input of rank %d", e->rank);
     const oari_gvalue *wv = &x->g->values[e->n->in[1]];
     Onnx__NodeProto *nd = oari_xp_node1(x, e->row->onnx, e->X2 ? 3 : 2,
                                         (const char *const[]){e->X, e->X1, e->X2}, e->Y);
-    if (rank == 4)
-        oari_xp_set_ints(x, nd, "kernel_shape", 2, &wv->shape[2]);
-    else
-        oari_xp_set_ints(x, nd, "kernel_shape", 1, &wv->shape[2]);
-    spatial(x, nd, rank, "strides", a[0], a[1], false);
-    spatial(x, nd, rank, "pads", a[2], a[3], true);
-    if (tr) spatial(x, nd, rank, "output_padding", a[4], a[5], false);
-    spatial(x, nd, rank, "dilations", a[tr ? 6 : 4], a[tr ? 7 : 5], false);
-    oari_xp_set_i(x, nd, "group", a[tr ? 8 : 6]);
+    int64_t pads[6];
+    for (int i = 0; i < ns; i++)
+        pads[i] = pads[ns + i] = a[na + skip + i]; /* symmetric: begins, then ends */
+    oari_xp_set_ints(x, nd, "kernel_shape", ns, &wv->shape[2]);
+    oari_xp_set_ints(x, nd, "strides", ns, a + skip);
+    oari_xp_set_ints(x, nd, "pads", 2 * ns, pads);
+    if (tr) oari_xp_set_ints(x, nd, "output_padding", ns, a + 2 * na + skip);
+    oari_xp_set_ints(x, nd, "dilations", ns, a + (tr ? 3 : 2) * na + skip);
+    oari_xp_set_i(x, nd, "group", a[(tr ? 4 : 3) * na]);
     return x->st;
 }
 

@@ -165,6 +165,8 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
     ROW(conv2d, EMIT("Conv", XMIN, XMAX, conv, 0, "2-D, or 1-D on [N, C, L]; pads symmetric")),
     ROW(conv_transpose2d, EMIT("ConvTranspose", XMIN, XMAX, conv, 0,
                                "2-D, or 1-D on [N, C, L]; pads symmetric")),
+    ROW(conv3d, EMIT("Conv", XMIN, XMAX, conv, 0, "3-D; pads symmetric")),
+    ROW(conv_transpose3d, EMIT("ConvTranspose", XMIN, XMAX, conv, 0, "3-D; pads symmetric")),
     ROW(max_pool2d, EMIT("MaxPool", XMIN, XMAX, pool, 0,
                          "the values (a used indices output is refused)")),
     ROW(avg_pool2d, EMIT("AveragePool", XMIN, XMAX, pool, 0, "ceil_mode, count_include_pad")),
@@ -187,6 +189,7 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
                          "eval mode (missing weight / bias: ones / zeros); training mode is "
                          "refused")),
     ROW(conv2d_weight_grad, ONNX_NONE(GRAD_HELPER)),
+    ROW(conv3d_weight_grad, ONNX_NONE(GRAD_HELPER)),
     ROW(max_pool2d_backward, ONNX_NONE(GRAD_HELPER)),
     ROW(avg_pool2d_backward, ONNX_NONE(GRAD_HELPER)),
     ROW(adaptive_avg_pool2d_backward, ONNX_NONE(GRAD_HELPER)),

@@ -1,7 +1,8 @@
 /* ONNX import, neural-network ops: matmul, convolution, pooling,
  * normalisation, softmax, dropout and the losses, mapped onto oar ops (1-D
- * convolution and pooling run as 2-D with a unit height; asymmetric pads
- * become an explicit pad before the op). */
+ * convolution and pooling run as 2-D with a unit height, 3-D convolutions
+ * on conv3d / conv_transpose3d; asymmetric pads become an explicit pad
+ * before the op). */
 #define OARI_ONNX_PROTO
 #include "onnx_internal.h"
 #include <math.h>
@@ -116,6 +117,18 @@ int oari_onnx_conv_conv(oari_onnx_node *nd) {
     int ns = oar_tensor_ndim(wt) - 2;
     if (oar_tensor_ndim(x) != ns + 2)
         return oari_error(OAR_ERR_INVALID, "X rank %d and W rank %d disagree", oar_tensor_ndim(x), ns + 2);
+    int64_t group = oari_onnx_attr_i(nd, "group", 1);
+    if (ns == 3) { /* native conv3d; asymmetric pads as an explicit Pad */
+        int64_t k[3], st[3], dl[3], pb[3], pe[3];
+        int e = window_attrs(nd, 3, oar_tensor_shape(x) + 2, oar_tensor_shape(wt) + 2, k, st, dl, pb, pe);
+        if (e) return e;
+        if (pb[0] != pe[0] || pb[1] != pe[1] || pb[2] != pe[2]) {
+            int64_t pads[6] = {pb[2], pe[2], pb[1], pe[1], pb[0], pe[0]};
+            x = oar_pad(x, 6, pads, OAR_PAD_CONSTANT, 0.0);
+            memset(pb, 0, sizeof pb);
+        }
+        RESULT(oar_conv3d(x, wt, b, st, pb, dl, group));
+    }
     int64_t ks[2];
     window w;
     if (ns >= 1 && ns <= 2) memcpy(ks, oar_tensor_shape(wt) + 2, (size_t)ns * sizeof *ks);
@@ -123,44 +136,24 @@ int oari_onnx_conv_conv(oari_onnx_node *nd) {
     if (st) return st;
     oar_tensor *x2 = to2d(x, ns), *w2 = to2d(wt, ns);
     if (!symmetric(&w)) x2 = prepad(x2, &w, 0.0);
-    RESULT(from2d(oar_conv2d(x2, w2, b, w.stride, w.pb, w.dil, oari_onnx_attr_i(nd, "group", 1)), ns));
+    RESULT(from2d(oar_conv2d(x2, w2, b, w.stride, w.pb, w.dil, group), ns));
 }
 
-/* 3-D ConvTranspose as a sum over the depth taps kd of 2-D ones over
- * (H, W) (pad[1..2], opad[1..2], crop[1..2] as in the 2-D case), each
- * placed at depths d * s[0] + kd * dil[0] of the full depth, which is then
- * cropped by the depth pads pb0, pe0. */
-static oar_tensor *conv_transpose3d(oar_tensor *x, oar_tensor *wt, oar_tensor *b, const int64_t *s, const int64_t *pad,
-                                    const int64_t *opad, const int64_t *dil, const int64_t *crop, int64_t full0,
-                                    int64_t pb0, int64_t pe0, int64_t groups) {
-    const int64_t *xs = oar_tensor_shape(x), *ws = oar_tensor_shape(wt);
-    int64_t N = xs[0], C = xs[1], D = xs[2], kD = ws[2];
-    oar_tensor *x2 = oar_reshape(oar_permute(x, (int64_t[]){0, 2, 1, 3, 4}), 4, (int64_t[]){N * D, C, xs[3], xs[4]});
-    oar_tensor *sum = NULL;
-    for (int64_t kd = 0; kd < kD; kd++) {
-        oar_tensor *wk = oar_squeeze(oar_slice(wt, 2, kd, kd + 1, 1), 2);
-        oar_tensor *z = oar_conv_transpose2d(x2, wk, NULL, s + 1, pad + 1, opad + 1, dil + 1, groups);
-        for (int i = 1; i < 3 && z; i++)
-            if (crop[i]) z = oar_slice(z, 1 + i, 0, oar_tensor_shape(z)[1 + i] - crop[i], 1);
-        if (!z) return NULL;
-        const int64_t *zs = oar_tensor_shape(z);
-        int64_t Co = zs[1], H = zs[2], W = zs[3];
-        z = oar_reshape(z, 5, (int64_t[]){N, D, Co, H, W});
-        if (s[0] > 1) { /* depth d at d * s[0]: zeros between */
-            int64_t zp[10] = {0, 0, 0, 0, 0, 0, 0, s[0] - 1, 0, 0};
-            z = oar_pad(oar_unsqueeze(z, 2), 10, zp, OAR_PAD_CONSTANT, 0.0);
-            z = oar_slice(oar_reshape(z, 5, (int64_t[]){N, D * s[0], Co, H, W}), 1, 0, (D - 1) * s[0] + 1, 1);
-        }
-        int64_t len = (D - 1) * s[0] + 1, front = kd * dil[0];
-        int64_t dp[8] = {0, 0, 0, 0, 0, 0, front, full0 - len - front};
-        z = oar_pad(z, 8, dp, OAR_PAD_CONSTANT, 0.0);
-        sum = sum ? oar_add(sum, z) : z;
-        if (!sum) return NULL;
-    }
-    oar_tensor *y = oar_slice(sum, 1, pb0, full0 - pe0, 1);
-    y = oar_permute(y, (int64_t[]){0, 2, 1, 3, 4});
-    if (b) y = oar_add(y, oar_reshape(b, 4, (int64_t[]){-1, 1, 1, 1}));
-    return oar_contiguous(y);
+/* 3-D ConvTranspose whose pads oar's symmetric padding and output_padding
+ * (< stride or dilation) cannot say: the full output (no padding), grown
+ * at the end by output padding op (zeros there) and cut to [pb, full + op
+ * - pe) on each axis. */
+static oar_tensor *conv_transpose3d_cropped(oar_tensor *x, oar_tensor *wt, oar_tensor *b, const int64_t *s,
+                                            const int64_t *d, const int64_t *op, const int64_t *full,
+                                            const int64_t *pb, const int64_t *pe, int64_t groups) {
+    static const int64_t zero[3] = {0, 0, 0};
+    oar_tensor *y = oar_conv_transpose3d(x, wt, NULL, s, zero, zero, d, groups);
+    int64_t grow[6] = {0, op[2], 0, op[1], 0, op[0]}; /* full[i] includes op[i] */
+    if (op[0] || op[1] || op[2]) y = oar_pad(y, 6, grow, OAR_PAD_CONSTANT, 0.0);
+    for (int i = 0; i < 3 && y; i++)
+        if (pb[i] || pe[i]) y = oar_slice(y, 2 + i, pb[i], full[i] - pe[i], 1);
+    if (b && y) y = oar_add(y, oar_reshape(b, 4, (int64_t[]){-1, 1, 1, 1}));
+    return y;
 }
 
 int oari_onnx_conv_conv_transpose(oari_onnx_node *nd) {
@@ -225,10 +218,15 @@ int oari_onnx_conv_conv_transpose(oari_onnx_node *nd) {
     }
     int64_t groups = oari_onnx_attr_i(nd, "group", 1);
     if (ns == 3) {
-        if (pb[0] < 0 || pe[0] < 0 || pb[0] + pe[0] >= full[0])
-            return oari_error(OAR_ERR_INVALID, "depth pads %lld, %lld for a full depth of %lld", (long long)pb[0],
-                              (long long)pe[0], (long long)full[0]);
-        RESULT(conv_transpose3d(x, wt, b, s, pad, opad, d, crop, full[0], pb[0], pe[0], groups));
+        bool direct = true;
+        for (int i = 0; i < 3; i++) {
+            if (pb[i] < 0 || pe[i] < 0 || pb[i] + pe[i] >= full[i])
+                return oari_error(OAR_ERR_INVALID, "pads %lld, %lld on axis %d for a full output of %lld",
+                                  (long long)pb[i], (long long)pe[i], i, (long long)full[i]);
+            direct = direct && pb[i] == pe[i] && (op[i] < s[i] || op[i] < d[i]);
+        }
+        if (direct) RESULT(oar_conv_transpose3d(x, wt, b, s, pb, op, d, groups));
+        RESULT(conv_transpose3d_cropped(x, wt, b, s, d, op, full, pb, pe, groups));
     }
     oar_tensor *y = oar_conv_transpose2d(to2d(x, ns), to2d(wt, ns), b, s + 1, pad + 1, opad + 1, d + 1, groups);
     for (int i = 1; i < 3 && y; i++)

@@ -243,6 +243,18 @@ static oar_tensor *plain_conv(oar_tensor *x, oar_tensor *w, const int64_t *st, c
     return oari_call(OARI_OP_conv2d, 3, in, &a);
 }
 
+/* plain_conv cut to want's spatial sizes: with output_padding >= stride
+ * (allowed below dilation), a conv_transpose2d's output maps back to more
+ * positions than its input had. */
+static oar_tensor *plain_conv_to(oar_tensor *x, oar_tensor *w, const int64_t *st,
+                                 const int64_t *pad, const int64_t *dil, int64_t groups,
+                                 const oari_meta *want) {
+    oar_tensor *y = plain_conv(x, w, st, pad, dil, groups);
+    for (int d = 2; y && d < want->ndim; d++)
+        if (y->shape[d] > want->shape[d]) y = oar_slice(y, d, 0, want->shape[d], 1);
+    return y;
+}
+
 static int grad_conv2d(oari_grad_ctx *g) {
     const int64_t *a = g->attrs->i;
     oar_tensor *gy = g->gout[0];
@@ -262,7 +274,8 @@ static int grad_conv2d(oari_grad_ctx *g) {
 static int grad_conv_transpose2d(oari_grad_ctx *g) {
     const int64_t *a = g->attrs->i;
     oar_tensor *gy = g->gout[0];
-    if (g->needs[0] && !(g->gin[0] = plain_conv(gy, g->in[1], a, a + 2, a + 6, a[8])))
+    if (g->needs[0] &&
+        !(g->gin[0] = plain_conv_to(gy, g->in[1], a, a + 2, a + 6, a[8], &g->in_meta[0])))
         return oari_fail_status();
     if (g->needs[1] &&
         !(g->gin[1] = weight_grad(gy, g->in[0], &g->in_meta[1], a, a + 2, a + 6, a[8])))
@@ -278,7 +291,8 @@ static int grad_conv2d_weight_grad(oari_grad_ctx *g) {
     if (g->needs[0] &&
         !(g->gin[0] = conv_input_grad(g->in[1], ggw, a + 4, a + 6, a + 8, a[10], &g->in_meta[0])))
         return oari_fail_status();
-    if (g->needs[1] && !(g->gin[1] = plain_conv(g->in[0], ggw, a + 4, a + 6, a + 8, a[10])))
+    if (g->needs[1] && !(g->gin[1] = plain_conv_to(g->in[0], ggw, a + 4, a + 6, a + 8, a[10],
+                                                   &g->in_meta[1])))
         return oari_fail_status();
     return 0;
 }
@@ -658,6 +672,14 @@ static oar_tensor *real_conv_t(oar_tensor *x, oar_tensor *w, oar_tensor *b, cons
     return oar_conv_transpose2d(x, w, b, a->stride, a->padding, a->output_padding, a->dilation,
                                 a->groups);
 }
+typedef struct conv_t1_args {
+    int64_t stride, padding, output_padding, dilation, groups;
+} conv_t1_args;
+static oar_tensor *real_conv_t1(oar_tensor *x, oar_tensor *w, oar_tensor *b, const void *args) {
+    const conv_t1_args *a = args;
+    return oar_conv_transpose1d(x, w, b, a->stride, a->padding, a->output_padding, a->dilation,
+                                a->groups);
+}
 
 oar_tensor *oar_conv2d(oar_tensor *x, oar_tensor *w, oar_tensor *bias, const int64_t stride[2],
                        const int64_t padding[2], const int64_t dilation[2], int64_t groups) {
@@ -706,6 +728,32 @@ oar_tensor *oar_conv1d(oar_tensor *x, oar_tensor *w, oar_tensor *bias, int64_t s
     oari_attrs a = {.ni = 7, .i = {1, stride, 0, padding, 1, dilation, groups}};
     oar_tensor *in[3] = {x, w, bias};
     return oari_call(OARI_OP_conv2d, 3, in, &a);
+}
+
+/* conv_transpose2d on [N, C, L] read as H = 1, as oar_conv1d. */
+oar_tensor *oar_conv_transpose1d(oar_tensor *x, oar_tensor *w, oar_tensor *bias, int64_t stride,
+                                 int64_t padding, int64_t output_padding, int64_t dilation,
+                                 int64_t groups) {
+    const char *op = "conv_transpose1d";
+    if (x && x->ndim == 2)
+        return unbatch(oar_conv_transpose1d(batch_of_one(x), w, bias, stride, padding,
+                                            output_padding, dilation, groups));
+    if (is_complex_conv(x, w))
+        return complex_conv(op, x, w, bias, real_conv_t1,
+                            &(conv_t1_args){stride, padding, output_padding, dilation, groups});
+    if (x && x->ndim != 3) {
+        char b[200];
+        oari_error(OAR_ERR_INVALID, "%s: expected a 3-D input [N, C, L] or 2-D [C, L], got %s", op,
+                   oari_shape_str(b, x->ndim, x->shape));
+        return NULL;
+    }
+    if (x && !w) {
+        if (!oari_error_pending()) oari_error(OAR_ERR_INVALID, "%s: weight is NULL", op);
+        return NULL;
+    }
+    oari_attrs a = {.ni = 9, .i = {1, stride, 0, padding, 0, output_padding, 1, dilation, groups}};
+    oar_tensor *in[3] = {x, w, bias};
+    return oari_call(OARI_OP_conv_transpose2d, 3, in, &a);
 }
 
 oar_tensor *oar_conv_transpose2d(oar_tensor *x, oar_tensor *w, oar_tensor *bias,

@@ -32,6 +32,7 @@ typedef struct op_case {
 #define SH3(a, b, c) .ndim = 3, .shape = {a, b, c}
 #define SH4(a, b, c, d) .ndim = 4, .shape = {a, b, c, d}
 #define C128 .dtype = OAR_C128
+#define SH5(a, b, c, d, e) .ndim = 5, .shape = {a, b, c, d, e}
 #define POS .lo = 0.5, .hi = 2.0
 #define NOOPT {.eps = 0}
 #define KINK0 {.kinks = {0}, .n_kinks = 1, .margin = 0.05}
@@ -115,6 +116,16 @@ FN(f_convt, oar_conv_transpose2d(x[0], x[1], x[2], two2, one2, one2, one2, 1))
 FN(f_conv_wg, gc_call(OARI_OP_conv2d_weight_grad, 2, x,
                       (oari_attrs){.ni = 11, .i = {3, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1}}))
 FN(f_max_pool, oar_max_pool2d(x[0], two2, two2, zero2, one2, false, NULL))
+static const int64_t one3[3] = {1, 1, 1}, s3[3] = {2, 1, 2}, d3[3] = {1, 2, 1}, p3[3] = {1, 0, 1};
+FN(f_conv3d, oar_conv3d(x[0], x[1], x[2], s3, p3, d3, 1))
+FN(f_conv3d_g, oar_conv3d(x[0], x[1], NULL, one3, one3, one3, 2))
+FN(f_convt3d, oar_conv_transpose3d(x[0], x[1], x[2], s3, p3, (int64_t[]){1, 1, 0}, d3, 1))
+FN(f_convt3d_g, oar_conv_transpose3d(x[0], x[1], NULL, (int64_t[]){2, 2, 1}, one3, one3,
+                                     (int64_t[]){1, 1, 2}, 2))
+FN(f_convt1d, oar_conv_transpose1d(x[0], x[1], x[2], 2, 1, 1, 1, 1))
+FN(f_convt1d_op, oar_conv_transpose1d(x[0], x[1], NULL, 1, 0, 1, 2, 1)) /* output_padding 1 >= stride 1 */
+FN(f_conv3d_wg, gc_call(OARI_OP_conv3d_weight_grad, 2, x,
+                        (oari_attrs){.ni = 15, .i = {3, 2, 2, 2, 2, 2, 1, 1, 1, 0, 1, 1, 1, 1, 1}}))
 FN(f_max_pool_p, oar_max_pool2d(x[0], two2, one2, one2, one2, true, NULL))
 FN(f_avg_pool, oar_avg_pool2d(x[0], two2, one2, one2, false, false))
 FN(f_avg_pool_c, oar_avg_pool2d(x[0], two2, two2, one2, true, true))
@@ -383,6 +394,15 @@ static const op_case op_cases[] = {
     {"linalg_svd", "oar_linalg_matrix_norm -2, keepdim", f_lg_norm_m2, 1, {{SH2(3, 4)}}, NOOPT},
     {"linalg_svd", "oar_linalg_pinv, tall, batched", f_lg_pinv, 1, {{SH3(2, 4, 3)}}, NOOPT},
     {"linalg_svd", "oar_linalg_pinv, wide, complex", f_lg_pinv, 1, {{SH2(3, 4), C128}}, NOOPT},
+    {"conv3d", "stride, padding, dilation, bias", f_conv3d, 3, {{SH5(1, 2, 4, 4, 3)}, {SH5(2, 2, 2, 2, 2)}, {SH1(2)}}, NOOPT},
+    {"conv3d", "groups 2, padding 1", f_conv3d_g, 2, {{SH5(1, 4, 3, 3, 2)}, {SH5(2, 2, 2, 2, 2)}}, NOOPT},
+    {"conv3d", "complex", f_conv3d, 3, {{SH5(1, 2, 3, 3, 3), C128}, {SH5(2, 2, 2, 2, 2), C128}, {SH1(2), C128}}, NOOPT},
+    {"conv_transpose3d", "complex", f_convt3d, 3, {{SH5(1, 2, 2, 2, 2), C128}, {SH5(2, 1, 2, 2, 2), C128}, {SH1(1), C128}}, NOOPT},
+    {"conv_transpose3d", "stride, padding, output_padding, dilation, bias", f_convt3d, 3, {{SH5(1, 2, 2, 3, 2)}, {SH5(2, 2, 2, 2, 2)}, {SH1(2)}}, NOOPT},
+    {"conv_transpose3d", "groups 2, output_padding >= stride", f_convt3d_g, 2, {{SH5(1, 2, 2, 2, 2)}, {SH5(2, 1, 2, 2, 2)}}, NOOPT},
+    {"conv_transpose2d", "1-d (conv_transpose1d)", f_convt1d, 3, {{SH3(2, 2, 4)}, {SH3(2, 3, 3)}, {SH1(3)}}, NOOPT},
+    {"conv_transpose2d", "1-d, output_padding >= stride", f_convt1d_op, 2, {{SH3(1, 2, 4)}, {SH3(2, 2, 2)}}, NOOPT},
+    {"conv3d_weight_grad", "stride 2 on depth", f_conv3d_wg, 2, {{SH5(1, 2, 4, 3, 3)}, {SH5(1, 3, 3, 2, 4)}}, NOOPT},
     {"linalg_svd", "oar_linalg_lstsq", f_lg_lstsq, 2, {{SH2(4, 3)}, {SH2(4, 2)}}, NOOPT},
     {"linalg_svd", "oar_linalg_lstsq, complex, vector b", f_lg_lstsq, 2, {{SH3(2, 4, 3), C128}, {SH2(2, 4), C128}}, NOOPT},
     {"linalg_solve", "oar_linalg_matrix_exp, batched", f_lg_mexp, 1, {{SH3(2, 3, 3)}}, NOOPT},

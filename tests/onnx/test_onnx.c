@@ -293,7 +293,7 @@ static void test_pool3d(void) {
 }
 
 /* 3-D ConvTranspose (strides, pads, output_padding, dilations, 2 groups,
- * bias; a sum of 2-D ones over the depth taps) against PyTorch's
+ * bias; one conv_transpose3d) against PyTorch's
  * conv_transpose3d (tests/ref/gen_onnx_pool3d.py). */
 static void test_conv_transpose3d(void) {
     float x[sizeof convt3d_x / sizeof *convt3d_x];

@@ -378,6 +378,43 @@ static void test_every_op(void) {
         oar_tensor_release(ts[i]);
 }
 
+/* 3-D convolutions: conv3d (strided, padded, dilated, grouped, bias) and
+ * conv_transpose3d (output_padding) export as Conv / ConvTranspose and
+ * import back onto the same ops. */
+static oar_tensor *c3_w, *c3_b, *c3_wt;
+static int conv3d_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx; /* x [N, 4, 5, 6, 4] */
+    const int64_t one[3] = {1, 1, 1};
+    oar_tensor *h = oar_conv3d(in[0], c3_w, c3_b, (int64_t[]){2, 1, 1}, (int64_t[]){1, 0, 1},
+                               (int64_t[]){1, 2, 1}, 2);
+    out[0] = oar_conv_transpose3d(oar_relu(h), c3_wt, NULL, (int64_t[]){2, 1, 2}, one,
+                                  (int64_t[]){1, 0, 1}, one, 1);
+    return out[0] ? 0 : -1;
+}
+
+static void test_conv3d(void) {
+    oar_manual_seed(13);
+    c3_w = oar_randn(OAR_F32, 5, (int64_t[]){6, 2, 3, 2, 3});
+    c3_b = oar_randn(OAR_F32, 1, (int64_t[]){6});
+    c3_wt = oar_randn(OAR_F32, 5, (int64_t[]){6, 3, 2, 3, 2});
+    oar_graph_input_spec s = {
+        .name = "x", .dtype = OAR_F32, .ndim = 5, .shape = {-1, 4, 5, 6, 4}, .dim_names = {"N"}};
+    model_case c = {.name = "conv3d", .n_in = 1};
+    c.g = oar_trace(conv3d_fn, NULL, 1, &s, 1, NULL);
+    CHECK(c.g != NULL);
+    c.in[0] = oar_randn(OAR_F32, 5, (int64_t[]){3, 4, 5, 6, 4});
+    if (c.g) {
+        same_ops = (const char *const[]){"conv3d", "conv_transpose3d", "relu", NULL};
+        for (int opset = 13; opset <= 17; opset += 4)
+            CHECK(round_trip(&c, opset, "") == oar_graph_num_nodes(c.g));
+        same_ops = NULL;
+    }
+    case_free(&c);
+    oar_tensor_release(c3_w);
+    oar_tensor_release(c3_b);
+    oar_tensor_release(c3_wt);
+}
+
 /* A model with only ops today's importer reads (softmax, sigmoid, tanh,
  * sub, div, transposes, a dynamic reshape, pools): must round-trip. */
 static int importable_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
@@ -777,6 +814,7 @@ int main(void) {
     RUN(test_cnn);
     RUN(test_transformer);
     RUN(test_every_op);
+    RUN(test_conv3d);
     RUN(test_importable);
     RUN(test_two_dynamic_dims);
     RUN(test_dtypes);
