@@ -302,9 +302,11 @@ OAR_API oar_tensor *oar_transformer_encoder_layer_forward(oar_module *m, oar_ten
  * x + b_in + r * (W_hn h + b_hn)), h' = (1 - z) * n + z * h); RNN h' =
  * tanh or relu(W_ih x + b_ih + W_hh h + b_hh).
  *
- * They are built from public ops, one step at a time, so gradients of any
- * order and any device the ops run on come for free; there is no fused
- * cell (cuDNN-style) kernel. No proj_size (LSTM projections). */
+ * Each layer and direction is one call of the fused op oar_rnn_layer
+ * (include/oar/ops.h: a CPU kernel, a gradient rule written with ops, so
+ * gradients of any order; ONNX export as RNN / GRU / LSTM nodes). Other
+ * devices run the op on the CPU with copies. No proj_size (LSTM
+ * projections). */
 
 /* Options of oar_rnn_new, oar_lstm_new and oar_gru_new. Zero-valued fields
  * give PyTorch's defaults, so `&(oar_rnn_options){.num_layers = 2}` reads

@@ -267,6 +267,34 @@ OAR_API oar_tensor *oar_scaled_dot_product_attention(oar_tensor *q, oar_tensor *
                                                      oar_tensor *mask, double dropout_p,
                                                      bool is_causal, double scale);
 
+/* One recurrent layer in one direction over a whole sequence, fused (the
+ * op behind oar_rnn_new, oar_lstm_new and oar_gru_new of include/oar/nn.h,
+ * one call per layer and direction). With T steps, B sequences, I inputs,
+ * H hidden units and G gates (1 tanh/relu, 3 GRU, 4 LSTM):
+ *   x [T, B, I]; h0 [B, H]; c0 [B, H] for OAR_RNN_LSTM (NULL otherwise);
+ *   w_ih [G*H, I], w_hh [G*H, H], b_ih and b_hh [G*H] or NULL, gate blocks
+ *   in PyTorch's order (GRU r, z, n; LSTM i, f, g, o) and formulas
+ *   (torch.nn.RNN/GRU/LSTM); all of x's dtype, float32 or float64;
+ *   lengths NULL or int64 [B], each in [0, T]: steps at or past lengths[b]
+ *   give zeros in y and leave the state alone (reverse starts at step
+ *   lengths[b] - 1), as a packed sequence does.
+ * reverse runs the steps from T-1 down to 0. Writes, where not NULL, *y
+ * [T, B, H] (h after every step), *h_n and (LSTM) *c_n [B, H], the final
+ * states; they follow the pool rule. Differentiable to any order.
+ * Returns 0, or a status with oar_last_error() naming rnn_layer or
+ * lstm_layer, the cell and the shapes (a length out of range is reported
+ * when the kernel runs); the outputs are then NULL. */
+typedef enum oar_rnn_cell {
+    OAR_RNN_TANH = 0,
+    OAR_RNN_RELU = 1,
+    OAR_RNN_GRU = 2,
+    OAR_RNN_LSTM = 3,
+} oar_rnn_cell;
+OAR_API int oar_rnn_layer(oar_rnn_cell cell, bool reverse, oar_tensor *x, oar_tensor *h0,
+                          oar_tensor *c0, oar_tensor *w_ih, oar_tensor *w_hh, oar_tensor *b_ih,
+                          oar_tensor *b_hh, oar_tensor *lengths, oar_tensor **y,
+                          oar_tensor **h_n, oar_tensor **c_n);
+
 /* ---- copies, casts, in-place ------------------------------------------------- */
 OAR_API oar_tensor *oar_cast(oar_tensor *x, oar_dtype dtype);  /* x itself (retained) if same */
 OAR_API oar_tensor *oar_clone(oar_tensor *x);                  /* always a fresh copy */

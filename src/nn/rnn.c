@@ -1,6 +1,8 @@
-/* Recurrent layers: RNN (tanh or ReLU), LSTM and GRU as modules, written
- * with public ops (matmul, sigmoid, tanh, where, stack, concat), so their
- * gradients of any order and their devices come from the ops. Parameter
+/* Recurrent layers: RNN (tanh or ReLU), LSTM and GRU as modules, one
+ * fused op call (oar_rnn_layer: the rnn_layer / lstm_layer rows of
+ * src/ops/defs/rnn.def) per layer and direction, so their gradients of any
+ * order come from the op's gradient rule and a traced module is one node
+ * per layer and direction (exported as ONNX RNN / GRU / LSTM). Parameter
  * names, shapes, gate order and initialisation follow torch.nn.RNN,
  * torch.nn.LSTM and torch.nn.GRU; variable-length batches behave as
  * PyTorch's pack_padded_sequence(enforce_sorted=False) round trip. */
@@ -133,54 +135,17 @@ static cell_weights weights_of(oar_module *m, int64_t layer, int64_t dir) {
     return (cell_weights){t[0].t, t[1].t, P == 4 ? t[2].t : NULL, P == 4 ? t[3].t : NULL};
 }
 
-/* x W^T + b (b may be NULL). */
-static oar_tensor *linear(oar_tensor *x, oar_tensor *w, oar_tensor *b) {
-    oar_tensor *y = oar_matmul(x, oar_transpose(w, 0, 1));
-    return b ? oar_add(y, b) : y;
-}
-
 /* Row t of a [T, ...] tensor. */
 static oar_tensor *step(oar_tensor *x, int64_t t) {
     return oar_squeeze(oar_slice(x, 0, t, t + 1, 1), 0);
-}
-
-/* One cell step. xw: x_t W_ih^T + b_ih [B, G*H]; h, c [B, H] (c LSTM only).
- * Writes the new h (and c) to *h_out, *c_out. */
-static void cell(int64_t mode, oar_tensor *xw, oar_tensor *h, oar_tensor *c, const cell_weights *w,
-                 oar_tensor **h_out, oar_tensor **c_out) {
-    oar_tensor *hw = linear(h, w->w_hh, w->b_hh);
-    if (mode == MODE_LSTM) {
-        oar_tensor *g[4] = {NULL, NULL, NULL, NULL};
-        if (oar_chunk(oar_add(xw, hw), 4, 1, 4, g) != 4) {
-            *h_out = *c_out = NULL;
-            return;
-        }
-        oar_tensor *c2 =
-            oar_add(oar_mul(oar_sigmoid(g[1]), c), oar_mul(oar_sigmoid(g[0]), oar_tanh(g[2])));
-        *c_out = c2;
-        *h_out = oar_mul(oar_sigmoid(g[3]), oar_tanh(c2));
-    } else if (mode == MODE_GRU) {
-        oar_tensor *gi[3] = {NULL, NULL, NULL}, *gh[3] = {NULL, NULL, NULL};
-        if (oar_chunk(xw, 3, 1, 3, gi) != 3 || oar_chunk(hw, 3, 1, 3, gh) != 3) {
-            *h_out = NULL;
-            return;
-        }
-        oar_tensor *r = oar_sigmoid(oar_add(gi[0], gh[0]));
-        oar_tensor *z = oar_sigmoid(oar_add(gi[1], gh[1]));
-        oar_tensor *n = oar_tanh(oar_add(gi[2], oar_mul(r, gh[2])));
-        /* (1 - z) * n + z * h = n + z * (h - n) */
-        *h_out = oar_add(n, oar_mul(z, oar_sub(h, n)));
-    } else {
-        oar_tensor *a = oar_add(xw, hw);
-        *h_out = mode == MODE_RNN_RELU ? oar_relu(a) : oar_tanh(a);
-    }
 }
 
 /* t on the device of `like` (moved if it is elsewhere). */
 static oar_tensor *on_device_of(oar_tensor *t, oar_tensor *like) {
     if (!t || !like) return NULL;
     oar_device *d = oar_tensor_device(like);
-    return d == oar_tensor_device(t) ? t : oar_tensor_to(t, d);
+    /* a traced (symbolic) tensor has no device: the graph runs t where it runs */
+    return !d || !oar_tensor_device(t) || d == oar_tensor_device(t) ? t : oar_tensor_to(t, d);
 }
 
 static bool has_shape(const oar_tensor *t, int ndim, const int64_t *shape) {
@@ -237,34 +202,19 @@ static int64_t *read_lengths(const char *what, oar_tensor *lengths, int64_t B, i
     return len;
 }
 
-/* Runs one direction of one layer over x [T, B, I]. mask: bool [T, B, 1]
- * (NULL: all steps valid). Returns the outputs [T, B, H] and writes the
- * final states. */
-static oar_tensor *run_direction(int64_t mode, oar_tensor *x, oar_tensor *mask,
+/* Runs one direction of one layer over x [T, B, I] (the fused op).
+ * lengths: int64 [B] on x's device, or NULL. Returns the outputs [T, B, H]
+ * and writes the final states. */
+static oar_tensor *run_direction(int64_t mode, oar_tensor *x, oar_tensor *lengths,
                                  const cell_weights *w, bool reverse, oar_tensor *h, oar_tensor *c,
                                  oar_tensor **h_n, oar_tensor **c_n) {
-    int64_t T = x->shape[0];
-    oar_tensor *xw = linear(x, w->w_ih, w->b_ih);
-    oar_tensor **outs = calloc((size_t)T, sizeof *outs);
-    if (!outs) return oari_error(OAR_ERR_NOMEM, "%s: out of memory", mode_name(mode)), NULL;
-    for (int64_t i = 0; i < T; i++) {
-        int64_t t = reverse ? T - 1 - i : i;
-        oar_tensor *h2 = NULL, *c2 = NULL;
-        cell(mode, step(xw, t), h, c, w, &h2, &c2);
-        if (mask) {
-            oar_tensor *mt = step(mask, t);
-            outs[t] = oar_where(mt, h2, oar_scalar(0));
-            h = oar_where(mt, h2, h);
-            if (mode == MODE_LSTM) c = oar_where(mt, c2, c);
-        } else {
-            outs[t] = h = h2;
-            c = c2;
-        }
-    }
-    oar_tensor *y = oar_stack((int)T, outs, 0);
-    free(outs);
-    *h_n = h;
-    *c_n = c;
+    static const oar_rnn_cell cells[] = {[MODE_RNN_TANH] = OAR_RNN_TANH,
+                                         [MODE_RNN_RELU] = OAR_RNN_RELU,
+                                         [MODE_LSTM] = OAR_RNN_LSTM, [MODE_GRU] = OAR_RNN_GRU};
+    oar_tensor *y = NULL;
+    if (oar_rnn_layer(cells[mode], reverse, x, h, c, w->w_ih, w->w_hh, w->b_ih, w->b_hh, lengths,
+                      &y, h_n, c_n))
+        return NULL;
     return y;
 }
 
@@ -311,8 +261,16 @@ static oar_tensor *rnn_call(oar_module *m, oar_tensor *input, oar_tensor *h0, oa
     if (check_state(what, "h0", h0, unbatched, D * L, B, H, dtype) ||
         check_state(what, "c0", c0, unbatched, D * L, B, H, dtype))
         return NULL;
-    int64_t *len = lengths ? read_lengths(what, lengths, B, T) : NULL;
-    if (lengths && !len) return NULL;
+    /* traced lengths (no storage) are checked by the kernel when the graph runs */
+    bool host_check = lengths && lengths->storage;
+    int64_t *len = host_check ? read_lengths(what, lengths, B, T) : NULL;
+    if (host_check && !len) return NULL;
+    if (lengths && !host_check && (lengths->dtype != OAR_I64 || lengths->ndim != 1 ||
+                                   lengths->shape[0] != B))
+        return oari_error(OAR_ERR_INVALID, "%s: lengths must be int64 [batch] = [%lld], got %s %s",
+                          what, (long long)B, oar_dtype_name(lengths->dtype),
+                          oari_shape_str(s1, lengths->ndim, lengths->shape)),
+               NULL;
 
     oar_pool *pool = oar_pool_push();
     /* time major [T, B, I]; states [D * L, B, H] */
@@ -323,21 +281,10 @@ static oar_tensor *rnn_call(oar_module *m, oar_tensor *input, oar_tensor *h0, oa
         if (h0) h0 = oar_unsqueeze(h0, 1);
         if (c0) c0 = oar_unsqueeze(c0, 1);
     }
-    oar_tensor *mask = NULL;
-    if (len) {
-        bool *mv = malloc((size_t)(T * B) * sizeof *mv);
-        if (mv) {
-            for (int64_t t = 0; t < T; t++)
-                for (int64_t b = 0; b < B; b++)
-                    mv[t * B + b] = t < len[b];
-            mask = on_device_of(oar_tensor_from_data(mv, OAR_BOOL, 3, (int64_t[]){T, B, 1}), x);
-            free(mv);
-        } else {
-            oari_error(OAR_ERR_NOMEM, "%s: out of memory for the length mask", what);
-        }
-        free(len);
-        if (!mask) return oari_pool_return(pool, NULL);
-    }
+    /* the lengths were checked on the host; the op reads them on x's device */
+    oar_tensor *len_dev = len ? on_device_of(lengths, x) : lengths;
+    free(len);
+    if (lengths && !len_dev) return oari_pool_return(pool, NULL);
     oar_tensor *zero = on_device_of(oar_zeros(dtype, 2, (int64_t[]){B, H}), x);
     oar_tensor **hs = calloc((size_t)(2 * D * L), sizeof *hs), **cs = hs + D * L;
     if (!hs) {
@@ -351,7 +298,7 @@ static oar_tensor *rnn_call(oar_module *m, oar_tensor *input, oar_tensor *h0, oa
             int64_t s = k * D + d;
             cell_weights w = weights_of(m, k, d);
             oar_tensor *h = h0 ? step(h0, s) : zero, *c = c0 ? step(c0, s) : zero;
-            ys[d] = run_direction(mode, x, mask, &w, d == 1, h, mode == MODE_LSTM ? c : NULL,
+            ys[d] = run_direction(mode, x, len_dev, &w, d == 1, h, mode == MODE_LSTM ? c : NULL,
                                   &hs[s], &cs[s]);
         }
         x = D == 2 ? oar_concat(2, ys, 2) : ys[0];

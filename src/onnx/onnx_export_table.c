@@ -208,6 +208,16 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
     ROW(linalg_eigh, ONNX_NONE("ONNX has no eigendecomposition op")),
     ROW(linalg_qr, ONNX_NONE("ONNX has no QR factorization op")),
     ROW(linalg_svd, ONNX_NONE("ONNX has no singular value decomposition op")),
+    /* ---- recurrent layers ---- */
+    ROW(rnn_layer, EMIT("RNN", XMIN, XMAX, rnn, OUTS,
+                        "RNN (tanh; relu: activations [Relu]) or GRU (linear_before_reset 1, "
+                        "gates r, z, n reordered to z, r, h), one direction; W, R, B [1, ...] "
+                        "with the biases concatenated; lengths as int32 sequence_lens; Y and "
+                        "Y_h squeezed")),
+    ROW(lstm_layer, EMIT("LSTM", XMIN, XMAX, rnn, OUTS,
+                         "one direction; gates i, f, g, o reordered to i, o, f, c; W, R, B [1, "
+                         "...] with the biases concatenated; lengths as int32 sequence_lens; Y, "
+                         "Y_h and Y_c squeezed")),
     /* ---- control nodes (graph only) ---- */
     {OARI_OP_COND, EMIT("If", XMIN, XMAX, control, OUTS | SYMS,
                         "a non-bool predicate through Cast; each branch reads the node's operands "

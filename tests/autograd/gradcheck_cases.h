@@ -31,8 +31,8 @@ typedef struct op_case {
 #define SH2(a, b) .ndim = 2, .shape = {a, b}
 #define SH3(a, b, c) .ndim = 3, .shape = {a, b, c}
 #define SH4(a, b, c, d) .ndim = 4, .shape = {a, b, c, d}
-#define C128 .dtype = OAR_C128
 #define SH5(a, b, c, d, e) .ndim = 5, .shape = {a, b, c, d, e}
+#define C128 .dtype = OAR_C128
 #define POS .lo = 0.5, .hi = 2.0
 #define NOOPT {.eps = 0}
 #define KINK0 {.kinks = {0}, .n_kinks = 1, .margin = 0.05}
@@ -115,7 +115,6 @@ FN(f_conv1d, oar_conv1d(x[0], x[1], x[2], 2, 1, 1, 1))
 FN(f_convt, oar_conv_transpose2d(x[0], x[1], x[2], two2, one2, one2, one2, 1))
 FN(f_conv_wg, gc_call(OARI_OP_conv2d_weight_grad, 2, x,
                       (oari_attrs){.ni = 11, .i = {3, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1}}))
-FN(f_max_pool, oar_max_pool2d(x[0], two2, two2, zero2, one2, false, NULL))
 static const int64_t one3[3] = {1, 1, 1}, s3[3] = {2, 1, 2}, d3[3] = {1, 2, 1}, p3[3] = {1, 0, 1};
 FN(f_conv3d, oar_conv3d(x[0], x[1], x[2], s3, p3, d3, 1))
 FN(f_conv3d_g, oar_conv3d(x[0], x[1], NULL, one3, one3, one3, 2))
@@ -126,6 +125,7 @@ FN(f_convt1d, oar_conv_transpose1d(x[0], x[1], x[2], 2, 1, 1, 1, 1))
 FN(f_convt1d_op, oar_conv_transpose1d(x[0], x[1], NULL, 1, 0, 1, 2, 1)) /* output_padding 1 >= stride 1 */
 FN(f_conv3d_wg, gc_call(OARI_OP_conv3d_weight_grad, 2, x,
                         (oari_attrs){.ni = 15, .i = {3, 2, 2, 2, 2, 2, 1, 1, 1, 0, 1, 1, 1, 1, 1}}))
+FN(f_max_pool, oar_max_pool2d(x[0], two2, two2, zero2, one2, false, NULL))
 FN(f_max_pool_p, oar_max_pool2d(x[0], two2, one2, one2, one2, true, NULL))
 FN(f_avg_pool, oar_avg_pool2d(x[0], two2, one2, one2, false, false))
 FN(f_avg_pool_c, oar_avg_pool2d(x[0], two2, two2, one2, true, true))
@@ -222,6 +222,35 @@ FN(f_lg_norm_m2, oar_linalg_matrix_norm(x[0], "-2", true))
 FN(f_lg_pinv, oar_linalg_pinv(x[0])) FN(f_lg_lstsq, oar_linalg_lstsq(x[0], x[1]))
 FN(f_lg_mexp, oar_linalg_matrix_exp(x[0]))
 FN(f_lg_mexp_big, oar_linalg_matrix_exp(oar_mul_scalar(x[0], 4))) /* squared */
+
+/* rnn_layer / lstm_layer (T 3, B 2, I 2, H 2): sum(y^2) + sum(tanh(h_n)) (+
+ * sum(c_n^2)), so the gradient of every output flows; the operands not
+ * differentiated are fixed values */
+static const double rl_vals[16] = {0.3,  -0.5, 0.8,  0.1, -0.7, 0.4, 0.6,  -0.2,
+                                   -0.4, 0.9,  -0.1, 0.5, 0.2,  -0.6, 0.7, -0.3};
+static const int64_t rl_len[2] = {3, 1};
+static oar_tensor *rl_fixed(int ndim, int64_t d0, int64_t d1) {
+    int64_t shape[2] = {d0, d1};
+    return oar_tensor_from_data(rl_vals, OAR_F64, ndim, shape);
+}
+static oar_tensor *rl_sum(oar_rnn_cell cell, bool reverse, oar_tensor *x, oar_tensor *h0,
+                          oar_tensor *c0, oar_tensor *w_ih, oar_tensor *w_hh, oar_tensor *b_ih,
+                          oar_tensor *b_hh, bool lengths) {
+    oar_tensor *y = NULL, *hn = NULL, *cn = NULL;
+    oar_tensor *len = lengths ? oar_tensor_from_data(rl_len, OAR_I64, 1, (int64_t[]){2}) : NULL;
+    if (oar_rnn_layer(cell, reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, len, &y, &hn, &cn))
+        return NULL;
+    oar_tensor *s = oar_add(oar_sum(oar_mul(y, y), 0, NULL, false), oar_sum(oar_tanh(hn), 0, NULL, false));
+    return cn ? oar_add(s, oar_sum(oar_mul(cn, cn), 0, NULL, false)) : s;
+}
+FN(f_rl_tanh, rl_sum(OAR_RNN_TANH, false, x[0], x[1], NULL, x[2], x[3], rl_fixed(1, 2, 0),
+                     rl_fixed(1, 2, 0), false))
+FN(f_rl_gru, rl_sum(OAR_RNN_GRU, true, x[0], x[1], NULL, rl_fixed(2, 6, 2), rl_fixed(2, 6, 2),
+                    x[2], x[3], true))
+FN(f_rl_lstm, rl_sum(OAR_RNN_LSTM, false, x[0], x[1], rl_fixed(2, 2, 2), x[2], x[3],
+                     rl_fixed(1, 8, 0), NULL, false))
+FN(f_rl_lstm_len, rl_sum(OAR_RNN_LSTM, true, x[0], rl_fixed(2, 2, 2), x[1], rl_fixed(2, 8, 2),
+                         x[2], NULL, x[3], true))
 
 static const bool where_cond[12] = {1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0};
 
@@ -335,6 +364,15 @@ static const op_case op_cases[] = {
     {"conv2d", "1-d", f_conv1d, 3, {{SH3(2, 2, 7)}, {SH3(3, 2, 3)}, {SH1(3)}}, NOOPT},
     {"conv_transpose2d", "stride 2", f_convt, 3, {{SH4(1, 2, 3, 3)}, {SH4(2, 3, 2, 2)}, {SH1(3)}}, NOOPT},
     {"conv2d_weight_grad", "", f_conv_wg, 2, {{SH4(2, 2, 4, 4)}, {SH4(2, 3, 4, 4)}}, NOOPT},
+    {"conv3d", "stride, padding, dilation, bias", f_conv3d, 3, {{SH5(1, 2, 4, 4, 3)}, {SH5(2, 2, 2, 2, 2)}, {SH1(2)}}, NOOPT},
+    {"conv3d", "groups 2, padding 1", f_conv3d_g, 2, {{SH5(1, 4, 3, 3, 2)}, {SH5(2, 2, 2, 2, 2)}}, NOOPT},
+    {"conv3d", "complex", f_conv3d, 3, {{SH5(1, 2, 3, 3, 3), C128}, {SH5(2, 2, 2, 2, 2), C128}, {SH1(2), C128}}, NOOPT},
+    {"conv_transpose3d", "complex", f_convt3d, 3, {{SH5(1, 2, 2, 2, 2), C128}, {SH5(2, 1, 2, 2, 2), C128}, {SH1(1), C128}}, NOOPT},
+    {"conv_transpose3d", "stride, padding, output_padding, dilation, bias", f_convt3d, 3, {{SH5(1, 2, 2, 3, 2)}, {SH5(2, 2, 2, 2, 2)}, {SH1(2)}}, NOOPT},
+    {"conv_transpose3d", "groups 2, output_padding >= stride", f_convt3d_g, 2, {{SH5(1, 2, 2, 2, 2)}, {SH5(2, 1, 2, 2, 2)}}, NOOPT},
+    {"conv_transpose2d", "1-d (conv_transpose1d)", f_convt1d, 3, {{SH3(2, 2, 4)}, {SH3(2, 3, 3)}, {SH1(3)}}, NOOPT},
+    {"conv_transpose2d", "1-d, output_padding >= stride", f_convt1d_op, 2, {{SH3(1, 2, 4)}, {SH3(2, 2, 2)}}, NOOPT},
+    {"conv3d_weight_grad", "stride 2 on depth", f_conv3d_wg, 2, {{SH5(1, 2, 4, 3, 3)}, {SH5(1, 3, 3, 2, 4)}}, NOOPT},
     {"max_pool2d", "", f_max_pool, 1, {{SH4(1, 2, 4, 4)}}, NOOPT},
     {"max_pool2d", "padding, ceil", f_max_pool_p, 1, {{SH4(1, 2, 3, 3)}}, NOOPT},
     {"avg_pool2d", "", f_avg_pool, 1, {{SH4(1, 2, 4, 4)}}, NOOPT},
@@ -394,20 +432,19 @@ static const op_case op_cases[] = {
     {"linalg_svd", "oar_linalg_matrix_norm -2, keepdim", f_lg_norm_m2, 1, {{SH2(3, 4)}}, NOOPT},
     {"linalg_svd", "oar_linalg_pinv, tall, batched", f_lg_pinv, 1, {{SH3(2, 4, 3)}}, NOOPT},
     {"linalg_svd", "oar_linalg_pinv, wide, complex", f_lg_pinv, 1, {{SH2(3, 4), C128}}, NOOPT},
-    {"conv3d", "stride, padding, dilation, bias", f_conv3d, 3, {{SH5(1, 2, 4, 4, 3)}, {SH5(2, 2, 2, 2, 2)}, {SH1(2)}}, NOOPT},
-    {"conv3d", "groups 2, padding 1", f_conv3d_g, 2, {{SH5(1, 4, 3, 3, 2)}, {SH5(2, 2, 2, 2, 2)}}, NOOPT},
-    {"conv3d", "complex", f_conv3d, 3, {{SH5(1, 2, 3, 3, 3), C128}, {SH5(2, 2, 2, 2, 2), C128}, {SH1(2), C128}}, NOOPT},
-    {"conv_transpose3d", "complex", f_convt3d, 3, {{SH5(1, 2, 2, 2, 2), C128}, {SH5(2, 1, 2, 2, 2), C128}, {SH1(1), C128}}, NOOPT},
-    {"conv_transpose3d", "stride, padding, output_padding, dilation, bias", f_convt3d, 3, {{SH5(1, 2, 2, 3, 2)}, {SH5(2, 2, 2, 2, 2)}, {SH1(2)}}, NOOPT},
-    {"conv_transpose3d", "groups 2, output_padding >= stride", f_convt3d_g, 2, {{SH5(1, 2, 2, 2, 2)}, {SH5(2, 1, 2, 2, 2)}}, NOOPT},
-    {"conv_transpose2d", "1-d (conv_transpose1d)", f_convt1d, 3, {{SH3(2, 2, 4)}, {SH3(2, 3, 3)}, {SH1(3)}}, NOOPT},
-    {"conv_transpose2d", "1-d, output_padding >= stride", f_convt1d_op, 2, {{SH3(1, 2, 4)}, {SH3(2, 2, 2)}}, NOOPT},
-    {"conv3d_weight_grad", "stride 2 on depth", f_conv3d_wg, 2, {{SH5(1, 2, 4, 3, 3)}, {SH5(1, 3, 3, 2, 4)}}, NOOPT},
     {"linalg_svd", "oar_linalg_lstsq", f_lg_lstsq, 2, {{SH2(4, 3)}, {SH2(4, 2)}}, NOOPT},
     {"linalg_svd", "oar_linalg_lstsq, complex, vector b", f_lg_lstsq, 2, {{SH3(2, 4, 3), C128}, {SH2(2, 4), C128}}, NOOPT},
     {"linalg_solve", "oar_linalg_matrix_exp, batched", f_lg_mexp, 1, {{SH3(2, 3, 3)}}, NOOPT},
     {"linalg_solve", "oar_linalg_matrix_exp, complex", f_lg_mexp, 1, {{SH2(3, 3), C128}}, NOOPT},
     {"linalg_solve", "oar_linalg_matrix_exp, scaled and squared", f_lg_mexp_big, 1, {{SH2(3, 3)}}, NOOPT},
+    {"rnn_layer", "tanh: x, h0, w_ih, w_hh (T 3, B 2, H 2)", f_rl_tanh, 4,
+     {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH2(2, 2), .lo = -1, .hi = 1}, {SH2(2, 2), .lo = -1, .hi = 1}}, NOOPT},
+    {"rnn_layer", "gru, reverse, lengths {3, 1}: x, h0, b_ih, b_hh", f_rl_gru, 4,
+     {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH1(6)}, {SH1(6)}}, NOOPT},
+    {"lstm_layer", "x, h0, w_ih, w_hh (c0, b_ih fixed)", f_rl_lstm, 4,
+     {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH2(8, 2), .lo = -1, .hi = 1}, {SH2(8, 2), .lo = -1, .hi = 1}}, NOOPT},
+    {"lstm_layer", "reverse, lengths {3, 1}: x, c0, w_hh, b_hh", f_rl_lstm_len, 4,
+     {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH2(8, 2), .lo = -1, .hi = 1}, {SH1(8)}}, NOOPT},
 };
 
 #define N_OP_CASES ((int)(sizeof op_cases / sizeof op_cases[0]))

@@ -480,6 +480,77 @@ static void test_two_dynamic_dims(void) {
     case_free(&c);
 }
 
+/* Recurrent modules: each layer and direction is one rnn_layer /
+ * lstm_layer node, exported as one ONNX LSTM, GRU or RNN node; oar's
+ * importer (an independent implementation, unrolled into matmuls) must
+ * give the traced graph's outputs, which must match the eager module's. */
+typedef struct rnn_export_ctx {
+    oar_module *m;
+    bool lengths;
+} rnn_export_ctx;
+
+static int rnn_export_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    rnn_export_ctx *c = ctx;
+    oar_tensor *hn = NULL, *cn = NULL;
+    out[0] = oar_rnn_forward(c->m, in[0], NULL, NULL, c->lengths ? in[1] : NULL, &hn, &cn);
+    out[1] = hn;
+    if (cn) out[2] = cn;
+    return out[0] && out[1] ? 0 : -1;
+}
+
+static void test_recurrent(void) {
+    static const int64_t lens[3] = {6, 2, 4};
+    struct {
+        const char *name, *op;
+        oar_module *(*ctor)(int64_t, int64_t, const oar_rnn_options *);
+        oar_rnn_options o;
+        bool lengths;
+        int nodes; /* recurrent nodes traced: layers x directions */
+    } cases[] = {
+        {"lstm2bi", "lstm_layer", oar_lstm_new, {.num_layers = 2, .bidirectional = true}, false, 4},
+        {"lstm2bi_len", "lstm_layer", oar_lstm_new, {.num_layers = 2, .bidirectional = true}, true, 4},
+        {"gru_bi_len", "rnn_layer", oar_gru_new, {.bidirectional = true}, true, 2},
+        {"gru_nobias", "rnn_layer", oar_gru_new, {.no_bias = true}, false, 1},
+        {"rnn_tanh2", "rnn_layer", oar_rnn_new, {.num_layers = 2}, false, 2},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        oar_pool *p = oar_pool_push();
+        oar_manual_seed(11 + k);
+        bool lstm = cases[k].ctor == oar_lstm_new;
+        rnn_export_ctx ctx = {cases[k].ctor(4, 5, &cases[k].o), cases[k].lengths};
+        oar_graph_input_spec s[2] = {
+            {.name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {6, 3, 4}},
+            {.name = "lengths", .dtype = OAR_I64, .ndim = 1, .shape = {3}}};
+        model_case c = {.name = cases[k].name, .n_in = ctx.lengths ? 2 : 1};
+        c.g = oar_trace(rnn_export_fn, &ctx, c.n_in, s, lstm ? 3 : 2,
+                        &(oar_trace_options){.output_names = (const char *[]){"y", "h_n", "c_n"}});
+        CHECK(c.g != NULL);
+        c.in[0] = oar_randn(OAR_F32, 3, (int64_t[]){6, 3, 4});
+        oar_tensor_retain(c.in[0]);
+        if (ctx.lengths) {
+            c.in[1] = oar_tensor_from_data(lens, OAR_I64, 1, (int64_t[]){3});
+            oar_tensor_retain(c.in[1]);
+        }
+        if (c.g) {
+            CHECK(oar_graph_count_op(c.g, cases[k].op) == cases[k].nodes);
+            /* the graph (executor) against the eager module */
+            oar_tensor *want[3] = {NULL, NULL, NULL}, *got[MAX_IO] = {NULL};
+            want[0] = oar_rnn_forward(ctx.m, c.in[0], NULL, NULL, ctx.lengths ? c.in[1] : NULL,
+                                      &want[1], &want[2]);
+            CHECK(run_graph(c.g, &c, got) == 0);
+            for (int j = 0; j < (lstm ? 3 : 2); j++) {
+                CHECK(max_diff(want[j], got[j]) <= 1e-6);
+                oar_tensor_release(got[j]);
+            }
+            round_trip(&c, 17, "");
+            round_trip(&c, 14, "");
+        }
+        case_free(&c);
+        oar_module_free(ctx.m);
+        oar_pool_pop(p);
+    }
+}
+
 /* float64 throughout (scalar constants, LayerNormalization, tanh GELU in double;
  * ONNX Runtime 1.32 has no double Erf kernel, so the erf form is not used). */
 static int f64_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
@@ -818,6 +889,7 @@ int main(void) {
     RUN(test_importable);
     RUN(test_two_dynamic_dims);
     RUN(test_dtypes);
+    RUN(test_recurrent);
     RUN(test_backward_graph);
     RUN(test_train_step);
     RUN(test_index_add);

@@ -1,0 +1,80 @@
+/* An LSTM layer's forward + backward (torch.nn.LSTM(128, 128), seq_len 32,
+ * batch 32, loss sum of the outputs, gradients of the weights and input),
+ * one OpenMP thread as the peer (bench/peer/rnn.py):
+ *   oar fused     the module (oar_lstm_new): one lstm_layer op, whose
+ *                 kernel does one GEMM per step and a fused gate pass, and
+ *                 whose backward is backpropagation through time in ops;
+ *   oar unrolled  the same cell written step by step with public ops (what
+ *                 src/nn/rnn.c did before the fused op), here for the
+ *                 speed-up.
+ * Then the forward alone (no grad) of each. Best of rounds. */
+#include <oar/oar.h>
+
+#include <omp.h>
+#include <stdio.h>
+#include <time.h>
+
+enum { T = 32, B = 32, I = 128, H = 128 };
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The LSTM unrolled with public ops: gates i, f, g, o. */
+static oar_tensor *unrolled(oar_tensor *x, oar_tensor *const *w) {
+    oar_tensor *h = oar_zeros(OAR_F32, 2, (int64_t[]){B, H}), *c = h, *ys[T];
+    oar_tensor *xw = oar_add(oar_matmul(x, oar_transpose(w[0], 0, 1)), w[2]);
+    oar_tensor *wt = oar_transpose(w[1], 0, 1);
+    for (int t = 0; t < T; t++) {
+        oar_tensor *a = oar_add(oar_add(oar_squeeze(oar_slice(xw, 0, t, t + 1, 1), 0),
+                                        oar_matmul(h, wt)), w[3]);
+        oar_tensor *g[4];
+        if (oar_chunk(a, 4, 1, 4, g) != 4) return NULL;
+        c = oar_add(oar_mul(oar_sigmoid(g[1]), c), oar_mul(oar_sigmoid(g[0]), oar_tanh(g[2])));
+        ys[t] = h = oar_mul(oar_sigmoid(g[3]), oar_tanh(c));
+    }
+    return oar_stack(T, ys, 0);
+}
+
+int main(void) {
+    omp_set_num_threads(1);
+    oar_manual_seed(0);
+    oar_module *m = oar_lstm_new(I, H, NULL);
+    const char *pn[4] = {"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"};
+    oar_tensor *w[4];
+    for (int k = 0; k < 4; k++) w[k] = oar_module_get(m, pn[k]);
+    oar_tensor *x = oar_tensor_retain(oar_randn(OAR_F32, 3, (int64_t[]){T, B, I}));
+    oar_tensor_set_requires_grad(x, true);
+    const char *names[4] = {"lstm_fwd_bwd_fused", "lstm_fwd_bwd_unrolled", "lstm_fwd_fused",
+                            "lstm_fwd_unrolled"};
+    for (int run = 0; run < 4; run++) {
+        int mode = run & 1;
+        bool fwd_only = run >= 2;
+        double best = 1e30;
+        const int rounds = 5, n = 5;
+        for (int r = 0; r <= rounds; r++) {
+            double t0 = now();
+            for (int k = 0; k < n; k++) {
+                oar_pool *p = oar_pool_push();
+                if (fwd_only) oar_no_grad_push();
+                oar_tensor *y = mode ? unrolled(x, w) : oar_module_forward(m, x);
+                oar_tensor *loss = oar_sum(y, 0, NULL, false), *g[5];
+                oar_tensor *wrt[5] = {w[0], w[1], w[2], w[3], x};
+                if (!loss || (!fwd_only && oar_grad(1, &loss, NULL, 5, wrt, false, false, g))) {
+                    fprintf(stderr, "bench_rnn: %s\n", oar_last_error());
+                    return 1;
+                }
+                if (fwd_only) oar_no_grad_pop();
+                oar_pool_pop(p);
+            }
+            double ms = (now() - t0) * 1e3 / n;
+            if (r > 0 && ms < best) best = ms;
+        }
+        printf("oar %s %.3f ms\n", names[run], best);
+    }
+    oar_tensor_release(x);
+    oar_module_free(m);
+    return 0;
+}

@@ -1,0 +1,298 @@
+/* The fused recurrent ops rnn_layer and lstm_layer (oar_rnn_layer,
+ * src/ops/rnn.c, kernel src/backends/cpu/cpu_rnn.c): every cell (tanh,
+ * relu, GRU, LSTM), both directions, with and without lengths (a length 0
+ * included), with and without biases, f64 and f32 on a strided input,
+ * against the cell formulas unrolled step by step with elementwise ops
+ * here (an independent reference); first and second order gradchecks of
+ * the relu cell (the other cells: tests/autograd/gradcheck_cases.h and the
+ * modules' in test_rnn.c); every bad input of the shape rule and the
+ * kernel's length check; a traced LSTM module run by the executor,
+ * compiled (the op stays a library call) and loaded by the predictor from
+ * a saved model, all equal to eager. */
+#include "gradcheck.h"
+#include "test.h"
+
+#include <oar/autograd.h>
+#include <oar/graph.h>
+#include <oar/infer.h>
+#include <oar/nn.h>
+#include <oar/ops.h>
+
+#include <stdlib.h>
+#include <unistd.h>
+
+static double max_diff(oar_tensor *a, oar_tensor *b) {
+    if (!a || !b) return INFINITY;
+    return oar_tensor_item(oar_amax(oar_abs(oar_sub(oar_cast(a, OAR_F64), oar_cast(b, OAR_F64))),
+                                    0, NULL, false));
+}
+
+static oar_tensor *row(oar_tensor *x, int64_t t) {
+    return oar_squeeze(oar_slice(x, 0, t, t + 1, 1), 0);
+}
+
+/* block k of the gates [B, G*H] */
+static oar_tensor *blk(oar_tensor *g, int k, int64_t H) {
+    return oar_slice(g, 1, k * H, (k + 1) * H, 1);
+}
+
+/* The reference: the formulas of torch.nn.RNN/GRU/LSTM, step by step. */
+static void reference(oar_rnn_cell cell, bool reverse, oar_tensor *x, oar_tensor *h,
+                      oar_tensor *c, oar_tensor *w_ih, oar_tensor *w_hh, oar_tensor *b_ih,
+                      oar_tensor *b_hh, const int64_t *len, oar_tensor **y, oar_tensor **h_n,
+                      oar_tensor **c_n) {
+    int64_t T = oar_tensor_shape(x)[0], B = oar_tensor_shape(x)[1], H = oar_tensor_shape(h)[1];
+    oar_tensor *outs[16];
+    for (int64_t s = 0; s < T; s++) {
+        int64_t t = reverse ? T - 1 - s : s;
+        oar_tensor *gi = oar_matmul(row(x, t), oar_transpose(w_ih, 0, 1));
+        oar_tensor *gh = oar_matmul(h, oar_transpose(w_hh, 0, 1));
+        if (b_ih) gi = oar_add(gi, b_ih);
+        if (b_hh) gh = oar_add(gh, b_hh);
+        oar_tensor *h2, *c2 = c;
+        if (cell == OAR_RNN_LSTM) {
+            oar_tensor *a = oar_add(gi, gh);
+            c2 = oar_add(oar_mul(oar_sigmoid(blk(a, 1, H)), c),
+                         oar_mul(oar_sigmoid(blk(a, 0, H)), oar_tanh(blk(a, 2, H))));
+            h2 = oar_mul(oar_sigmoid(blk(a, 3, H)), oar_tanh(c2));
+        } else if (cell == OAR_RNN_GRU) {
+            oar_tensor *r = oar_sigmoid(oar_add(blk(gi, 0, H), blk(gh, 0, H)));
+            oar_tensor *z = oar_sigmoid(oar_add(blk(gi, 1, H), blk(gh, 1, H)));
+            oar_tensor *n = oar_tanh(oar_add(blk(gi, 2, H), oar_mul(r, blk(gh, 2, H))));
+            h2 = oar_add(oar_mul(oar_sub(oar_scalar(1), z), n), oar_mul(z, h));
+        } else {
+            oar_tensor *a = oar_add(gi, gh);
+            h2 = cell == OAR_RNN_RELU ? oar_relu(a) : oar_tanh(a);
+        }
+        if (len) { /* per sequence: past its length, zeros out and the state held */
+            bool mv[8];
+            for (int64_t b = 0; b < B; b++) mv[b] = t < len[b];
+            oar_tensor *m = oar_tensor_from_data(mv, OAR_BOOL, 2, (int64_t[]){B, 1});
+            outs[t] = oar_where(m, h2, oar_scalar(0));
+            h = oar_where(m, h2, h);
+            if (c) c = oar_where(m, c2, c);
+        } else {
+            outs[t] = h = h2;
+            c = c2;
+        }
+    }
+    *y = oar_stack((int)T, outs, 0);
+    *h_n = h;
+    *c_n = c;
+}
+
+/* sequence b of y [T, B, H] (dim 1) or of a state [B, H] (dim 0), kept as a dim of 1 */
+static oar_tensor *seq(oar_tensor *t, int dim, int64_t b) { return oar_slice(t, dim, b, b + 1, 1); }
+
+
+static oar_tensor *rnd(oar_dtype dt, int ndim, const int64_t *shape) {
+    return oar_cast(oar_mul_scalar(oar_rand(OAR_F64, ndim, shape), 1.6), dt);
+}
+
+static void test_against_reference(void) {
+    oar_manual_seed(3);
+    const int64_t T = 5, B = 3, In = 4, H = 3;
+    const int64_t lens[3] = {5, 0, 2};
+    for (int cell = OAR_RNN_TANH; cell <= OAR_RNN_LSTM; cell++)
+        for (int variant = 0; variant < 8; variant++) {
+            oar_pool *p = oar_pool_push();
+            bool reverse = variant & 1, with_len = variant & 2, f32 = variant & 4;
+            bool bias = variant != 6; /* one f32 variant without biases */
+            oar_dtype dt = f32 ? OAR_F32 : OAR_F64;
+            int64_t G = cell == OAR_RNN_LSTM ? 4 : cell == OAR_RNN_GRU ? 3 : 1;
+            /* f32: x as a transposed view of [B, T, I] (strided) */
+            oar_tensor *x = f32 ? oar_transpose(rnd(dt, 3, (int64_t[]){B, T, In}), 0, 1)
+                                : rnd(dt, 3, (int64_t[]){T, B, In});
+            oar_tensor *h0 = rnd(dt, 2, (int64_t[]){B, H});
+            oar_tensor *c0 = cell == OAR_RNN_LSTM ? rnd(dt, 2, (int64_t[]){B, H}) : NULL;
+            oar_tensor *w_ih = oar_sub_scalar(rnd(dt, 2, (int64_t[]){G * H, In}), 0.8);
+            oar_tensor *w_hh = oar_sub_scalar(rnd(dt, 2, (int64_t[]){G * H, H}), 0.8);
+            oar_tensor *b_ih = bias ? oar_sub_scalar(rnd(dt, 1, (int64_t[]){G * H}), 0.8) : NULL;
+            oar_tensor *b_hh = bias ? oar_sub_scalar(rnd(dt, 1, (int64_t[]){G * H}), 0.8) : NULL;
+            oar_tensor *len = with_len ? oar_tensor_from_data(lens, OAR_I64, 1, (int64_t[]){B}) : NULL;
+            oar_tensor *y = NULL, *hn = NULL, *cn = NULL, *ry, *rh, *rc;
+            CHECK(oar_rnn_layer(cell, reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, len, &y, &hn,
+                                &cn) == 0);
+            reference(cell, reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, with_len ? lens : NULL,
+                      &ry, &rh, &rc);
+            double tol = f32 ? 2e-6 : 1e-13;
+            double dy = max_diff(y, ry), dh = max_diff(hn, rh);
+            if (!(dy <= tol && dh <= tol))
+                fprintf(stderr, "cell %d variant %d: y diff %g, h_n diff %g\n", cell, variant, dy,
+                        dh);
+            CHECK(dy <= tol && dh <= tol);
+            CHECK(oar_tensor_dtype(y) == dt && oar_tensor_shape(y)[0] == T &&
+                  oar_tensor_shape(y)[2] == H);
+            if (cell == OAR_RNN_LSTM) CHECK(max_diff(cn, rc) <= tol);
+            else CHECK(cn == NULL);
+            if (with_len) /* sequence 1 has length 0: zeros out, h_n = h0 */
+                CHECK(max_diff(seq(y, 1, 1), oar_zeros_like(seq(y, 1, 1))) == 0 &&
+                      max_diff(seq(hn, 0, 1), seq(h0, 0, 1)) == 0);
+            oar_pool_pop(p);
+        }
+}
+
+/* ---- gradients of the relu cell (its kink kept away by the values) ------- */
+
+static oar_tensor *relu_fn(void *ctx, int n, oar_tensor *const *in) {
+    (void)ctx;
+    (void)n;
+    static const int64_t lens[2] = {3, 2};
+    oar_tensor *y = NULL, *hn = NULL;
+    oar_tensor *len = oar_tensor_from_data(lens, OAR_I64, 1, (int64_t[]){2});
+    if (oar_rnn_layer(OAR_RNN_RELU, true, in[0], in[1], NULL, in[2], in[3], NULL, NULL, len, &y,
+                      &hn, NULL))
+        return NULL;
+    return oar_add(oar_sum(oar_mul(y, y), 0, NULL, false), oar_sum(hn, 0, NULL, false));
+}
+
+static void test_relu_gradcheck(void) {
+    /* positive inputs and weights: every pre-activation is well above 0 */
+    gc_input in[4] = {{.ndim = 3, .shape = {3, 2, 2}, .lo = 0.2, .hi = 1},
+                      {.ndim = 2, .shape = {2, 2}, .lo = 0.2, .hi = 1},
+                      {.ndim = 2, .shape = {2, 2}, .lo = 0.2, .hi = 1},
+                      {.ndim = 2, .shape = {2, 2}, .lo = 0.2, .hi = 1}};
+    CHECK(gradcheck("rnn_layer relu, reverse, lengths {3, 2}", relu_fn, NULL, 4, in, NULL));
+}
+
+/* ---- bad input -------------------------------------------------------------- */
+
+static void test_errors(void) {
+    oar_pool *p = oar_pool_push();
+    oar_tensor *x = oar_zeros(OAR_F32, 3, (int64_t[]){5, 2, 3});
+    oar_tensor *h = oar_zeros(OAR_F32, 2, (int64_t[]){2, 4});
+    oar_tensor *wi = oar_zeros(OAR_F32, 2, (int64_t[]){12, 3}), *wh = oar_zeros(OAR_F32, 2, (int64_t[]){12, 4});
+    oar_tensor *wi4 = oar_zeros(OAR_F32, 2, (int64_t[]){16, 3}), *wh4 = oar_zeros(OAR_F32, 2, (int64_t[]){16, 4});
+    oar_tensor *y = (oar_tensor *)1, *hn = (oar_tensor *)1, *cn = (oar_tensor *)1;
+    CHECK_STATUS_FAILS(oar_rnn_layer(7, false, x, h, NULL, wi, wh, NULL, NULL, NULL, &y, &hn, &cn),
+                       "rnn_layer: cell 7");
+    CHECK(y == NULL && hn == NULL && cn == NULL);
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_GRU, false, NULL, h, NULL, wi, wh, NULL, NULL, NULL,
+                                     &y, NULL, NULL),
+                       "rnn_layer: x, h0, w_ih and w_hh are required");
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_LSTM, false, x, h, NULL, wi4, wh4, NULL, NULL, NULL,
+                                     &y, NULL, NULL),
+                       "lstm_layer: x, h0, c0, w_ih and w_hh are required");
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_GRU, false, x, h, h, wi, wh, NULL, NULL, NULL, &y,
+                                     NULL, NULL),
+                       "rnn_layer (gru): c0 is for OAR_RNN_LSTM only");
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_GRU, false, oar_zeros(OAR_F32, 2, (int64_t[]){5, 3}),
+                                     h, NULL, wi, wh, NULL, NULL, NULL, &y, NULL, NULL),
+                       "rnn_layer (gru): expected x [seq_len, batch, input], got [5, 3]");
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_TANH, false, x, h, NULL, wi, wh, NULL, NULL, NULL, &y,
+                                     NULL, NULL),
+                       "rnn_layer (tanh): expected w_hh [1 * hidden, hidden] (hidden > 0), got [12, 4]");
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_GRU, false, x, h, NULL, wh, wh, NULL, NULL, NULL, &y,
+                                     NULL, NULL),
+                       "rnn_layer (gru): expected w_ih of shape [12, 3], got [12, 4]");
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_GRU, false, x, oar_zeros(OAR_F32, 2, (int64_t[]){3, 4}),
+                                     NULL, wi, wh, NULL, NULL, NULL, &y, NULL, NULL),
+                       "expected h0 of shape [2, 4] (batch of x [5, 2, 3], hidden of w_hh [12, "
+                       "4]), got [3, 4]");
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_LSTM, false, x, h, oar_zeros(OAR_F32, 1, (int64_t[]){4}),
+                                     wi4, wh4, NULL, NULL, NULL, &y, NULL, NULL),
+                       "lstm_layer (lstm): expected c0 of shape [2, 4]");
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_GRU, false, x, h, NULL, wi, wh,
+                                     oar_zeros(OAR_F32, 1, (int64_t[]){4}), NULL, NULL, &y, NULL, NULL),
+                       "expected b_ih of shape [12], got [4]");
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_GRU, false, x, h, NULL, wi, wh, NULL,
+                                     oar_zeros(OAR_F32, 2, (int64_t[]){1, 12}), NULL, &y, NULL, NULL),
+                       "expected b_hh of shape [12], got [1, 12]");
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_GRU, false, x, oar_zeros(OAR_F64, 2, (int64_t[]){2, 4}),
+                                     NULL, wi, wh, NULL, NULL, NULL, &y, NULL, NULL),
+                       "rnn_layer (gru): input 1 is float64 but x is float32");
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_GRU, false, oar_zeros(OAR_F16, 3, (int64_t[]){5, 2, 3}),
+                                     h, NULL, wi, wh, NULL, NULL, NULL, &y, NULL, NULL),
+                       "input 0 is float16; expected float32 or float64");
+    int32_t l32[2] = {1, 2};
+    int64_t l_long[2] = {6, 1}, l_neg[2] = {2, -1};
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_GRU, false, x, h, NULL, wi, wh, NULL, NULL,
+                                     oar_tensor_from_data(l32, OAR_I32, 1, (int64_t[]){2}), &y,
+                                     NULL, NULL),
+                       "rnn_layer (gru): lengths must be int64 [batch] = [2], got int32 [2]");
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_GRU, false, x, h, NULL, wi, wh, NULL, NULL,
+                                     oar_tensor_from_data(l_long, OAR_I64, 1, (int64_t[]){2}), &y,
+                                     NULL, NULL),
+                       "rnn_layer (gru): lengths[0] = 6 is outside [0, seq_len = 5]");
+    CHECK_STATUS_FAILS(oar_rnn_layer(OAR_RNN_LSTM, true, x, h, h, wi4, wh4, NULL, NULL,
+                                     oar_tensor_from_data(l_neg, OAR_I64, 1, (int64_t[]){2}), &y,
+                                     NULL, NULL),
+                       "lstm_layer (lstm): lengths[1] = -1");
+    /* a good call after all that; T = 0 gives the initial states back */
+    oar_clear_error();
+    oar_tensor *x0 = oar_zeros(OAR_F32, 3, (int64_t[]){0, 2, 3});
+    oar_tensor *h1 = oar_full(OAR_F32, 2, (int64_t[]){2, 4}, 0.5);
+    CHECK(oar_rnn_layer(OAR_RNN_LSTM, false, x0, h1, h1, wi4, wh4, NULL, NULL, NULL, &y, &hn, &cn) == 0);
+    CHECK(y && oar_tensor_shape(y)[0] == 0 && max_diff(hn, h1) == 0 && max_diff(cn, h1) == 0);
+    oar_pool_pop(p);
+}
+
+/* ---- traced: executor, compiler, predictor ---------------------------------- */
+
+static int lstm_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    oar_tensor *hn = NULL, *cn = NULL;
+    out[0] = oar_rnn_forward(ctx, in[0], NULL, NULL, in[1], &hn, &cn);
+    out[1] = hn;
+    out[2] = cn;
+    return out[0] && hn && cn ? 0 : -1;
+}
+
+static void test_traced(void) {
+    oar_pool *p = oar_pool_push();
+    oar_manual_seed(4);
+    oar_module *m =
+        oar_lstm_new(3, 4, &(oar_rnn_options){.num_layers = 2, .bidirectional = true});
+    static const int64_t lens[2] = {5, 3};
+    oar_tensor *in[2] = {oar_randn(OAR_F32, 3, (int64_t[]){5, 2, 3}),
+                         oar_tensor_from_data(lens, OAR_I64, 1, (int64_t[]){2})};
+    oar_tensor *want[3] = {NULL, NULL, NULL};
+    want[0] = oar_rnn_forward(m, in[0], NULL, NULL, in[1], &want[1], &want[2]);
+    oar_graph_input_spec s[2] = {{.name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {5, 2, 3}},
+                                 {.name = "lengths", .dtype = OAR_I64, .ndim = 1, .shape = {2}}};
+    oar_graph *g = oar_trace(lstm_fn, m, 2, s, 3,
+                             &(oar_trace_options){.output_names = (const char *[]){"y", "h_n", "c_n"}});
+    CHECK(g != NULL);
+    if (!g) {
+        oar_module_free(m);
+        oar_pool_pop(p);
+        return;
+    }
+    CHECK(oar_graph_count_op(g, "lstm_layer") == 4);
+    for (int compiled = 0; compiled < 2; compiled++) {
+        oar_executor *ex = oar_executor_new(g);
+        CHECK(ex != NULL);
+        if (compiled) CHECK(oar_executor_compile(ex) == 0);
+        oar_tensor *got[3] = {NULL, NULL, NULL};
+        CHECK(ex && oar_executor_run(ex, in, got) == 0);
+        for (int j = 0; j < 3; j++) CHECK(max_diff(want[j], got[j]) <= 1e-6);
+        oar_executor_free(ex);
+    }
+    char dir[] = "/tmp/oar_rnn_model_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK(oar_graph_save(g, dir) == 0);
+    oar_predictor *pr = oar_predictor_create(&(oar_predictor_config){.model_dir = dir, .optimize = true});
+    CHECK(pr != NULL);
+    if (pr) {
+        oar_tensor *got[3] = {NULL, NULL, NULL};
+        CHECK(oar_predictor_run(pr, in, got) == 0);
+        for (int j = 0; j < 3; j++) {
+            CHECK(max_diff(want[j], got[j]) <= 1e-6);
+            oar_tensor_release(got[j]);
+        }
+        oar_predictor_free(pr);
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    oar_graph_free(g);
+    oar_module_free(m);
+    oar_pool_pop(p);
+}
+
+int main(void) {
+    RUN(test_against_reference);
+    RUN(test_relu_gradcheck);
+    RUN(test_errors);
+    RUN(test_traced);
+    return test_summary();
+}
