@@ -72,6 +72,15 @@ OAR_API const char *oar_last_error(void);
 OAR_API void oar_clear_error(void);
 /* A short name for a status code ("invalid argument", ...). */
 OAR_API const char *oar_status_string(int status);
+/* Sets the calling thread's error message (printf format) and returns
+ * status (0 is taken as OAR_ERR_INVALID): for code oar calls back (custom
+ * ops' rules, kernels and gradients, include/oar/custom.h) to say why it
+ * fails. */
+OAR_API int oar_set_error(int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* ---- dtypes ------------------------------------------------------------ */
 

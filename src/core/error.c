@@ -38,6 +38,16 @@ int oari_null_arg(const char *fn, const char *what) {
 
 const char *oar_last_error(void) { return last_error; }
 
+int oar_set_error(int status, const char *fmt, ...) {
+    if (!status) status = OAR_ERR_INVALID;
+    if (!fmt) return oari_error(status, "(no message)");
+    va_list ap;
+    va_start(ap, fmt);
+    oari_verror(status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
 void oar_clear_error(void) {
     last_error[0] = 0;
     last_status = 0;

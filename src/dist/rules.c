@@ -2,15 +2,17 @@
  * those of its outputs. Each mesh dim is decided on its own. Rules exist
  * for pointwise ops (elementwise and broadcast fusion kinds), matmul, sum,
  * softmax/log_softmax, layer_norm and index_select (leading or picked
- * dims pass through), and the movement ops permute, view, expand and
+ * dims pass through), the movement ops permute, view, expand and
  * slice (a dim-transform rule: a sharded dim that passes through whole
- * stays sharded, and shapes in the local op's attributes become local);
+ * stays sharded, and shapes in the local op's attributes become local),
+ * and custom ops registered as elementwise (the pointwise rule);
  * every other op replicates (the caller's fallback).
  *
  * The rules are chosen here by fusion kind and op, not stored on the op
  * definitions: one pointwise rule covers every elementwise op, and the
  * ops layer sits below dist (docs/architecture.md, "Layers"). */
 #include "dist.h"
+#include "../ops/custom_op.h" /* elementwise custom ops */
 
 #include <string.h>
 
@@ -301,6 +303,14 @@ int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in, oar_tensor *co
     memset(&cl, 0, sizeof cl);
     if (op == OARI_OP_index_select && in[0]->ndim > 0) {
         index_select_rule(in_p, attrs, mesh, &cl, plan);
+        return 1;
+    }
+    if (op == OARI_OP_custom) { /* an elementwise custom op follows its inputs; others replicate */
+        if (!(oari_custom_flags_of(attrs) & OAR_CUSTOM_ELEMENTWISE)) return 0;
+        for (int d = 0; d < mesh_ndim; d++) {
+            pointwise_dim(op, n_in, in, in_p, &out_meta[0], d, &cl, plan);
+            for (int j = 1; j < def->n_out; j++) plan->out[j][d] = R(); /* the 0-d placeholders */
+        }
         return 1;
     }
     bool pointwise = (def->fusion == OARI_FUSE_ELEMWISE || def->fusion == OARI_FUSE_BROADCAST) &&

@@ -5,6 +5,7 @@
 #define OARI_GRAPH_IR_H
 
 #include "../ops/op.h"
+#include "../ops/custom_op.h" /* oari_gnode_flags */
 #include <oar/graph.h>
 #include <oar/io.h> /* oar_tensor_dict: oari_graph_from_json */
 
@@ -66,6 +67,14 @@ OARI_HIDDEN extern const oari_op_def oari_ctrl_defs[2];
 /* Node n's op definition: the op table's, or a control node's stand-in. */
 static inline const oari_op_def *oari_gnode_def(const oari_gnode *n) {
     return oari_is_ctrl(n->op) ? &oari_ctrl_defs[n->op - OARI_OP_COUNT] : oari_op_defs[n->op];
+}
+/* Node n's flags as passes read them: its definition's, plus OARI_F_RANDOM
+ * for a call of a custom op registered as random (one op row serves every
+ * custom op, so that flag lives in the registry). */
+static inline unsigned oari_gnode_flags(const oari_gnode *n) {
+    unsigned f = oari_gnode_def(n)->flags;
+    if (n->op == OARI_OP_custom && (oari_custom_flags_of(&n->attrs) & OAR_CUSTOM_RANDOM)) f |= OARI_F_RANDOM;
+    return f;
 }
 
 typedef struct oari_gsym {

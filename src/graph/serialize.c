@@ -142,6 +142,9 @@ static bool body_json(const oar_graph *g, cJSON *root) {
         /* recompute marks: optional keys, absent on most nodes */
         if (ok && n->segment) ok = cJSON_AddNumberToObject(o, "segment", n->segment) != NULL;
         if (ok && n->recompute) ok = cJSON_AddBoolToObject(o, "recompute", true) != NULL;
+        /* a custom op by name: its attribute 0, a registry id, holds only in this process */
+        if (ok && n->op == OARI_OP_custom)
+            ok = cJSON_AddStringToObject(o, "custom", oari_custom_name_of(&n->attrs)) != NULL;
         cJSON *subs = ok && oari_is_ctrl(n->op) ? cJSON_AddArrayToObject(o, "graphs") : NULL;
         for (int k = 0; ok && subs && k < 2; k++) {
             cJSON *so = cJSON_CreateObject();
@@ -521,6 +524,21 @@ static int read_subs(loader *L, const cJSON *subs, oari_gnode *n, const char *wh
     return 0;
 }
 
+/* A custom node's op, by the name saved with it: its registry id in this
+ * process becomes attribute 0. The op's library must be loaded first. */
+static int read_custom(loader *L, const cJSON *o, oari_gnode *n, const char *what) {
+    const char *name = string(o, "custom");
+    if (!name || n->attrs.ni < 1)
+        return fail("%s: %s is a custom node without its op's name or attribute 0", L->file, what);
+    int id = oari_custom_id(name);
+    if (id < 0)
+        return fail("%s: %s uses the custom op \"%s\", which is not registered in this process: "
+                    "load the library that registers it (oar_custom_load_library) or register it "
+                    "(oar_custom_register) before loading the model", L->file, what, name);
+    n->attrs.i[0] = id;
+    return 0;
+}
+
 static int read_nodes(loader *L, const cJSON *nodes) {
     oar_graph *g = L->g;
     int i = 0;
@@ -590,6 +608,7 @@ static int read_nodes(loader *L, const cJSON *nodes) {
                         L->file, what, opname);
         n->segment = seg ? (int)seg->valuedouble : 0;
         n->recompute = rec && cJSON_IsTrue(rec);
+        if (op == OARI_OP_custom && read_custom(L, o, n, what)) return -1;
         if (ctrl && read_subs(L, subs, n, what, opname)) return -1;
         i++;
     }

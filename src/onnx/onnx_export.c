@@ -8,6 +8,7 @@
 #define OARI_ONNX_PROTO
 #include "onnx_export_internal.h"
 #include "../io/file.h" /* write_file: the save protocol */
+#include "../ops/custom_op.h" /* a custom node's name */
 #include <errno.h>
 #include <oar/onnx.h>
 #include <stdio.h>
@@ -39,6 +40,9 @@ int oari_xp_export_node(oari_xp *x, int ni) {
     const oari_gnode *n = &g->nodes[ni];
     x->node = ni;
     char msg[320];
+    if (n->op == OARI_OP_custom) /* name the user's op, not the row all custom ops share */
+        return oari_xp_fail(x, "the custom op \"%s\" has no ONNX equivalent (its kernel is user code)",
+                            oari_custom_name_of(&n->attrs));
     const oari_onnx_xrow *row = oari_onnx_xfind(n->op, x->opset, msg, sizeof msg);
     if (!row) return oari_xp_fail(x, "%s", msg);
     /* what ONNX cannot say unless the row's emitter handles it (a direct row

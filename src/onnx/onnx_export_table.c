@@ -218,6 +218,9 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
                          "one direction; gates i, f, g, o reordered to i, o, f, c; W, R, B [1, "
                          "...] with the biases concatenated; lengths as int32 sequence_lens; Y, "
                          "Y_h and Y_c squeezed")),
+    /* ---- custom ops (include/oar/custom.h) ---- */
+    ROW(custom, ONNX_NONE("a custom op: its kernel is the user's code, which an ONNX model cannot "
+                          "carry")),
     /* ---- control nodes (graph only) ---- */
     {OARI_OP_COND, EMIT("If", XMIN, XMAX, control, OUTS | SYMS,
                         "a non-bool predicate through Cast; each branch reads the node's operands "

@@ -2,6 +2,7 @@
  * kernel tensors, and the casts of an f16/bf16 call run in f32. Shared by
  * eager dispatch (plan, run, clear) and the executor (a plan per node). */
 #include "plan.h"
+#include "custom_op.h"
 #include "device_ops.h"
 
 #include <string.h>
@@ -60,6 +61,7 @@ static bool cast_runs_on(oar_device *dev, const oar_tensor *like, oar_dtype from
 static inline __attribute__((always_inline)) oari_route route_of(oar_device *dev, oari_op op, oar_dtype kdtype, int n_in, oar_tensor *const *in,
                            const oari_attrs *attrs, oar_kernel_fn *kernel) {
     const bool cpu = dev == oari_device_cpu();
+    if (__builtin_expect(op == OARI_OP_custom, 0)) return (oari_route)oari_custom_route(dev, attrs);
     if (!cpu && oari_device_needs_fallback(dev, op, kdtype, n_in, in, attrs)) return OARI_ROUTE_ON_CPU;
     if ((*kernel = oari_kernel_lookup(dev, op, kdtype))) return OARI_ROUTE_KERNEL;
     /* f16/bf16 are stored as such and computed in f32 where a device has
@@ -149,15 +151,18 @@ int oari_plan_make(oari_plan *p, oari_op op, oar_device *dev, oar_dtype kdtype, 
     p->io = NULL;
     p->n_pre = p->n_casts = p->cap_casts = 0;
     p->route = route_of(dev, op, kdtype, n_in, in, attrs, &p->kernel);
+    if (p->route == OARI_ROUTE_NONE && op == OARI_OP_custom) return oari_custom_no_kernel(dev, attrs);
     if (p->route == OARI_ROUTE_NONE)
         return oari_error(OAR_ERR_UNSUPPORTED, "%s: no kernel for dtype %s on device %s", def->name,
                           oar_dtype_name(kdtype), dev->name);
     int st;
-    if (p->route == OARI_ROUTE_ON_CPU) {
+    if (p->route == OARI_ROUTE_ON_CPU || p->route == OARI_ROUTE_CUSTOM) {
         if (!(p->io = oari_malloc((size_t)(n_in + n_out) * sizeof *p->io))) return oari_fail_status();
         memcpy(p->io, in, (size_t)n_in * sizeof *in);
         memcpy(p->io + n_in, out, (size_t)n_out * sizeof *out);
-        return 0;
+        /* a custom call also keeps kernel tensors: where the executor points
+         * a graph input's readers on each run */
+        if (p->route == OARI_ROUTE_ON_CPU) return 0;
     }
     oar_tensor *tin[OARI_MAX_IN], *tout[OARI_MAX_OUT];
     oar_tensor *const *kin_t = in, *const *kout_t = out;
@@ -202,6 +207,9 @@ int oari_plan_run_routed(oari_plan *p) {
         return st;
     case OARI_ROUTE_ON_CPU:
         return oari_device_run_on_cpu(p->op, p->dev, p->n_in, p->io, p->attrs, p->n_out, p->io + p->n_in);
+    case OARI_ROUTE_CUSTOM:
+        return oari_custom_run(p->dev, p->n_in, p->io, p->call.in, p->attrs, p->n_out, p->io + p->n_in,
+                               p->call.out);
     }
     return OAR_ERR_STATE;
 }

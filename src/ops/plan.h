@@ -16,6 +16,7 @@ typedef enum oari_route {
     OARI_ROUTE_KERNEL,  /* the device's kernel for the kernel dtype */
     OARI_ROUTE_VIA_F32, /* f16/bf16: the device's f32 kernel on f32 temporaries, casts around it */
     OARI_ROUTE_ON_CPU,  /* the device lacks the kernel: the CPU's, on copies (device_ops.h) */
+    OARI_ROUTE_CUSTOM,  /* a custom op (custom_op.h): the user's kernel or forward, on the call's tensors */
 } oari_route;
 
 /* One cast kernel call between a half tensor and its f32 temporary. */
@@ -42,7 +43,7 @@ typedef struct oari_plan {
     oari_cast_step *casts;
     int n_pre, n_casts, cap_casts;
     oar_tensor **temps;       /* the temporaries (owned) */
-    /* ON_CPU: the call's tensors (borrowed: inputs, then outputs) */
+    /* ON_CPU, CUSTOM: the call's tensors (borrowed: inputs, then outputs) */
     oar_tensor **io;
     int n_in, n_out;
     const oari_attrs *attrs;

@@ -12,6 +12,7 @@
 
 #include "gradcheck.h"
 #include "ops/op.h"
+#include <oar/custom.h>
 
 typedef struct op_case {
     const char *op;     /* registry name */
@@ -252,6 +253,35 @@ FN(f_rl_lstm, rl_sum(OAR_RNN_LSTM, false, x[0], x[1], rl_fixed(2, 2, 2), x[2], x
 FN(f_rl_lstm_len, rl_sum(OAR_RNN_LSTM, true, x[0], rl_fixed(2, 2, 2), x[1], rl_fixed(2, 8, 2),
                          x[2], NULL, x[3], true))
 
+/* custom: a registered op (include/oar/custom.h) y = a * b^2 with a CPU
+ * kernel and a gradient written with ops (da = g b^2, db = 2 g a b);
+ * tests/ops/test_custom_op.c covers the API itself */
+static int gc_custom_kernel(const oar_custom_kernel_args *k) {
+    const double *a = oar_tensor_data(k->in[0]), *b = oar_tensor_data(k->in[1]);
+    double *y = oar_tensor_data(k->out[0]);
+    if (oar_tensor_dtype(k->in[0]) != OAR_F64) return oar_set_error(OAR_ERR_INVALID, "f64 only");
+    for (int64_t i = 0; i < oar_tensor_numel(k->out[0]); i++) y[i] = a[i] * b[i] * b[i];
+    return 0;
+}
+static int gc_custom_grad(const oar_custom_grad_args *g) {
+    oar_tensor *a = g->in[0], *b = g->in[1], *go = g->grad_out[0];
+    if (g->needs[0]) g->grad_in[0] = oar_mul(go, oar_mul(b, b));
+    if (g->needs[1]) g->grad_in[1] = oar_mul_scalar(oar_mul(go, oar_mul(a, b)), 2);
+    return 0;
+}
+static oar_tensor *f_custom(void *c, int n, oar_tensor *const *x) {
+    (void)c, (void)n;
+    static const oar_custom_op *op;
+    if (!op) op = oar_custom_find("gradcheck.a_b2");
+    if (!op) {
+        oar_clear_error();
+        op = oar_custom_register(&(oar_custom_op_desc){
+            .name = "gradcheck.a_b2", .n_in = 2, .n_out = 1, .kernels = {{"cpu", gc_custom_kernel}},
+            .grad = gc_custom_grad});
+    }
+    return op ? oar_custom_call1(op, 2, x, NULL) : NULL;
+}
+
 static const bool where_cond[12] = {1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0};
 
 static const op_case op_cases[] = {
@@ -445,6 +475,8 @@ static const op_case op_cases[] = {
      {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH2(8, 2), .lo = -1, .hi = 1}, {SH2(8, 2), .lo = -1, .hi = 1}}, NOOPT},
     {"lstm_layer", "reverse, lengths {3, 1}: x, c0, w_hh, b_hh", f_rl_lstm_len, 4,
      {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH2(8, 2), .lo = -1, .hi = 1}, {SH1(8)}}, NOOPT},
+    {"custom", "a registered op a * b^2, gradient written with ops", f_custom, 2,
+     {{SH2(3, 4)}, {SH2(3, 4)}}, NOOPT},
 };
 
 #define N_OP_CASES ((int)(sizeof op_cases / sizeof op_cases[0]))

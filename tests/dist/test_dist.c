@@ -1,6 +1,6 @@
 /* Distributed tensors: meshes, every reshard pair on 1-D and 2-D meshes
  * with even and uneven splits, sharding rules of pointwise ops, matmul
- * and sum, the replicate fallback, and the errors. Every result is checked
+ * and sum, custom ops, the replicate fallback, and the errors. Every result is checked
  * against the same computation on the global value. Runs on any number of
  * ranks (CTest runs it alone and under mpirun with 2 and 4). */
 #include "test.h"
@@ -781,6 +781,49 @@ static void test_train_transformer(void) {
     oar_pool_pop(pool);
 }
 
+/* Custom ops (include/oar/custom.h) on dtensors: y = x^2 registered twice,
+ * flagged elementwise (follows its input's shards) and not (the replicate
+ * fallback), and its gradient, written with ops, run on dtensors. */
+static int square_cpu(const oar_custom_kernel_args *k) {
+    const double *x = oar_tensor_data(k->in[0]);
+    double *y = oar_tensor_data(k->out[0]);
+    for (int64_t i = 0; i < oar_tensor_numel(k->in[0]); i++) y[i] = x[i] * x[i];
+    return 0;
+}
+static int square_grad(const oar_custom_grad_args *g) {
+    g->grad_in[0] = oar_mul(oar_mul_scalar(g->in[0], 2), g->grad_out[0]);
+    return 0;
+}
+
+static void test_custom_ops(void) {
+    oar_custom_op_desc d = {.name = "dist.square_ew", .n_in = 1, .n_out = 1, .flags = OAR_CUSTOM_ELEMENTWISE,
+                            .kernels = {{"cpu", square_cpu}}, .grad = square_grad};
+    const oar_custom_op *ew = oar_custom_register(&d);
+    d.name = "dist.square";
+    d.flags = 0;
+    const oar_custom_op *rep = oar_custom_register(&d);
+    CHECK(ew && rep);
+    if (!ew || !rep) return;
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_pool *pool = oar_pool_push();
+    oar_manual_seed(9);
+    oar_tensor *x = oar_randn(OAR_F64, 2, (int64_t[]){2 * W + 1, 3});
+    oar_tensor *xs0 = oar_shard_tensor(x, m, (oar_placement[]){oar_shard(0)});
+    int64_t fallbacks = oar_dist_fallback_count();
+    oar_tensor *r = check_op(oar_custom_call1(ew, 1, &xs0, NULL), oar_square(x), "custom elementwise S(0)");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_SHARD && placement0(r).dim == 0);
+    CHECK(oar_dist_fallback_count() == fallbacks);
+    r = check_op(oar_custom_call1(rep, 1, &xs0, NULL), oar_square(x), "custom replicated");
+    CHECK(placement0(r).kind == OAR_PLACEMENT_REPLICATE);
+    CHECK(oar_dist_fallback_count() == fallbacks + 1);
+    CHECK(oar_tensor_set_requires_grad(xs0, true) == 0);
+    oar_tensor *loss = oar_sum(oar_custom_call1(ew, 1, &xs0, NULL), 0, NULL, false);
+    CHECK(loss && oar_backward(loss, NULL) == 0);
+    check_op(oar_tensor_grad(xs0), oar_mul_scalar(x, 2), "custom gradient on a dtensor");
+    oar_pool_pop(pool);
+    oar_mesh_release(m);
+}
+
 int main(int argc, char **argv) {
     CHECK(oar_dist_world_size() == 1 && oar_dist_rank() == 0);  /* before init */
     CHECK_FAILS(oar_mesh_create(1, (int64_t[]){1}, NULL, NULL), "oar_dist_init");
@@ -797,6 +840,7 @@ int main(int argc, char **argv) {
     RUN(test_from_local);
     RUN(test_broadcast);
     RUN(test_ops);
+    RUN(test_custom_ops);
     RUN(test_autograd);
     RUN(test_train);
     RUN(test_train_transformer);

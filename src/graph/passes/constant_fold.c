@@ -10,7 +10,7 @@ int oari_pass_constant_fold(oar_graph *g) {
     int changes = 0, st = 0;
     for (int i = 0; i < g->n_nodes && !st; i++) {
         oari_gnode *n = &g->nodes[i];
-        if (n->dead || (oari_gnode_def(n)->flags & (OARI_F_RANDOM | OARI_F_INPLACE | OARI_F_VIEW))) continue;
+        if (n->dead || (oari_gnode_flags(n) & (OARI_F_RANDOM | OARI_F_INPLACE | OARI_F_VIEW))) continue;
         bool all = true;
         for (int k = 0; k < n->attrs.ni && all; k++) all = n->isym[k] < 0;
         oar_tensor *in[OARI_MAX_IN];

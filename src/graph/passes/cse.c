@@ -41,7 +41,7 @@ int oari_pass_cse(oar_graph *g) {
     }
     for (int i = 0; i < g->n_nodes; i++) {
         oari_gnode *n = &g->nodes[i];
-        if (n->dead || n->recompute || (oari_gnode_def(n)->flags & OARI_F_RANDOM)) continue;
+        if (n->dead || n->recompute || (oari_gnode_flags(n) & OARI_F_RANDOM)) continue;
         for (int j = 0; j < i; j++) {
             oari_gnode *m = &g->nodes[j];
             if (m->dead || m->recompute || !same_node(n, m)) continue;
