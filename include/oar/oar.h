@@ -41,6 +41,6 @@
 #include <oar/lbfgs.h>   /* fft branch */
 #include <oar/linalg.h>  /* solve, inv, det, slogdet, cholesky, eigh (LAPACKE) */
 #include <oar/onnx.h>    /* ONNX import and export (failing, saying so, in a build without it) */
-
 #include <oar/custom.h>  /* custom ops and custom autograd functions */
+
 #endif

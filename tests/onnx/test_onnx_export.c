@@ -888,8 +888,8 @@ int main(void) {
     RUN(test_conv3d);
     RUN(test_importable);
     RUN(test_two_dynamic_dims);
-    RUN(test_dtypes);
     RUN(test_recurrent);
+    RUN(test_dtypes);
     RUN(test_backward_graph);
     RUN(test_train_step);
     RUN(test_index_add);
