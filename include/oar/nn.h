@@ -216,7 +216,9 @@ OAR_API int oar_init_fans(const oar_tensor *t, int64_t *fan_in, int64_t *fan_out
  * attention is NOT allowed; a floating mask is added to the attention
  * scores. attn_mask is [L, S] or [N * num_heads, L, S]; key_padding_mask is
  * [N, S] (true marks padding keys). A query row with every key masked gives
- * NaN, as in PyTorch. */
+ * NaN, as in PyTorch. The GPT block (a pre-norm causal layer), its cached
+ * forward over a KV cache, a GPT model and generation are in
+ * <oar/generate.h>. */
 
 /* Multi-head attention as a function of its weights
  * (torch.nn.functional.multi_head_attention_forward, batch first, no

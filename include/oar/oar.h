@@ -27,6 +27,7 @@
 #include <oar/autograd.h>
 #include <oar/device.h>
 #include <oar/nn.h>
+#include <oar/generate.h> /* KV cache, GPT, sampling, generation */
 #include <oar/fit.h> /* nnapi branch: the training loop */
 #include <oar/optim.h>
 #include <oar/data.h>

@@ -37,4 +37,9 @@ struct oar_module {
     oar_state_entry *state;
 };
 
+/* Converts every floating parameter and buffer of m and its children to
+ * dtype (PyTorch's module.to(dtype)); 0 or an error status
+ * (transformer.c). */
+OARI_HIDDEN int oari_module_to(oar_module *m, oar_dtype dtype);
+
 #endif

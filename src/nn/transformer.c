@@ -173,9 +173,7 @@ oar_tensor *oar_multi_head_attention(oar_tensor *query, oar_tensor *key, oar_ten
 
 /* ---- modules ------------------------------------------------------------ */
 
-/* Converts every parameter and buffer of m and its children to dtype (PyTorch's
- * module.to(dtype)); 0 or an error status. */
-static int module_to(oar_module *m, oar_dtype dtype) {
+int oari_module_to(oar_module *m, oar_dtype dtype) {
     for (int i = 0; i < m->n_tensors; i++) {
         oar_tensor *t = m->tensors[i].t;
         if (t->dtype == dtype || !oar_dtype_is_float(t->dtype)) continue;
@@ -193,7 +191,7 @@ static int module_to(oar_module *m, oar_dtype dtype) {
     }
     m->state_valid = false;
     for (int i = 0; i < m->n_children; i++) {
-        int st = module_to(m->children[i].m, dtype);
+        int st = oari_module_to(m->children[i].m, dtype);
         if (st) return st;
     }
     return 0;
@@ -366,6 +364,6 @@ oar_module *oar_transformer_encoder_layer_new(int64_t d_model, int64_t nhead,
         else
             st = oar_module_add_child(m, layer_children[i], kids[i]);
     }
-    if (!st && o.dtype != OAR_F32) st = module_to(m, o.dtype);
+    if (!st && o.dtype != OAR_F32) st = oari_module_to(m, o.dtype);
     return st ? fail(m) : m;
 }
