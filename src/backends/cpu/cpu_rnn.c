@@ -7,6 +7,9 @@
  * and f64 kernels come from one template: this file includes itself with
  * RNN_T defined (see the end of the file). */
 #ifndef RNN_T
+/* the gate loops vectorize only without errno and trapping semantics, as
+ * cpu_unary.c's */
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
 #include "cpu.h"
 #include "cpu_vmath.h"
 
@@ -126,15 +129,18 @@ OARI_SIMD_CLONES static void FN(cell_step)(int cell, int64_t H, const T *restric
                                            T *restrict h, T *restrict c, T *restrict y) {
     switch (cell) {
     case CELL_TANH:
+        _Pragma("omp simd")
         for (int64_t j = 0; j < H; j++) y[j] = h[j] = RNN_TANH(xg[j] + hg[j]);
         break;
     case CELL_RELU:
+        _Pragma("omp simd")
         for (int64_t j = 0; j < H; j++) {
             T a = xg[j] + hg[j];
             y[j] = h[j] = a > 0 ? a : 0;
         }
         break;
     case CELL_GRU:
+        _Pragma("omp simd")
         for (int64_t j = 0; j < H; j++) {
             T r = FN(sigmoid)(xg[j] + hg[j]);
             T z = FN(sigmoid)(xg[H + j] + hg[H + j]);
@@ -143,6 +149,7 @@ OARI_SIMD_CLONES static void FN(cell_step)(int cell, int64_t H, const T *restric
         }
         break;
     default: /* LSTM, gates i, f, g, o */
+        _Pragma("omp simd")
         for (int64_t j = 0; j < H; j++) {
             T i = FN(sigmoid)(xg[j] + hg[j]);
             T f = FN(sigmoid)(xg[H + j] + hg[H + j]);
