@@ -91,10 +91,12 @@ static int count_nodes(const oar_graph *g, bool recompute) {
 static oar_tensor *inputs[1 + L];
 
 static void make_inputs(void) {
+    oar_pool *p = oar_pool_push();
     oar_manual_seed(5);
     inputs[0] = oar_tensor_retain(oar_randn(OAR_F64, 2, (int64_t[]){B, D}));
     for (int l = 0; l < L; l++)
         inputs[1 + l] = oar_tensor_retain(oar_mul_scalar(oar_randn(OAR_F64, 2, (int64_t[]){D, D}), 1.0 / sqrt(D)));
+    oar_pool_pop(p);
 }
 
 /* Runs g `runs` times; copies of the last run's outputs into res[] (1 + L);
