@@ -52,7 +52,7 @@ static const struct {
 } st_dtypes[] = {
     {"F64", 8, true},   {"F32", 4, true},   {"F16", 2, true},      {"BF16", 2, true},     {"I64", 8, true},
     {"I32", 4, true},   {"U8", 1, true},    {"BOOL", 1, true},     {"C64", 8, true},      {"C128", 16, true},
-    {"I16", 2, false},  {"I8", 1, false},   {"U16", 2, false},     {"U32", 4, false},     {"U64", 8, false},
+    {"I16", 2, false},  {"I8", 1, true},   {"U16", 2, false},     {"U32", 4, false},     {"U64", 8, false},
     {"F8_E4M3", 1, false}, {"F8_E5M2", 1, false},
 };
 

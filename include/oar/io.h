@@ -1,7 +1,7 @@
 /* Checkpoints in the safetensors format (8-byte little-endian header
  * length, a JSON header naming each tensor's dtype, shape and byte range,
  * then the raw little-endian data), readable by Python's safetensors.
- * Dtype names: F16 BF16 F32 F64 I32 I64 U8 BOOL.
+ * Dtype names: F16 BF16 F32 F64 I32 I64 U8 I8 BOOL.
  *
  * Complex tensors: the safetensors format has no complex dtype, so a
  * complex64 (complex128) tensor of shape [d0, ..., dk] is written as F32

@@ -295,6 +295,45 @@ OAR_API int oar_rnn_layer(oar_rnn_cell cell, bool reverse, oar_tensor *x, oar_te
                           oar_tensor *b_hh, oar_tensor *lengths, oar_tensor **y,
                           oar_tensor **h_n, oar_tensor **c_n);
 
+/* ---- quantization ------------------------------------------------------------ */
+/* Affine quantization to plain int8/uint8 tensors; the scale and zero point
+ * are passed around beside them (ONNX's QuantizeLinear/DequantizeLinear).
+ * quantize: q = clamp(zp + round(x * (1 / scale)), dtype's range), rounding
+ * half to even, the product in x's float dtype (f32 for f16/bf16; an f32 x
+ * uses the scale as a float), as torch.quantize_per_tensor(...).int_repr()
+ * and torch.quantize_per_channel on x86: NaN and +-inf give the dtype's
+ * minimum. dtype is OAR_I8 or OAR_U8; x real float. Per channel: scales
+ * (float) and zero_points (integer) are 1-d of x's size along axis
+ * (negative counts from the end). oar_quantize is ONNX's QuantizeLinear:
+ * round(x / scale) (a division: it can differ from the reciprocal's
+ * product at a tie), a 0-d or one-element scale per tensor, a 1-d one
+ * along axis, zero_point NULL meaning 0. dequantize: (q - zp) * scale as f32, for int8,
+ * uint8 or int32 (ONNX's bias) q, per tensor or along axis like
+ * oar_quantize, multiplied at the scale's precision (an f32 scale: one
+ * float product, as torch per tensor and ONNX; f64: torch's per-channel
+ * double scales). Not differentiable. NULL with an error naming the op and
+ * the shapes for: a complex or integer x, a scale that is not positive and
+ * finite, a zero point outside dtype's range, an axis out of range, a
+ * scale count that is not x's size along axis. */
+OAR_API oar_tensor *oar_quantize_per_tensor(oar_tensor *x, double scale, int64_t zero_point, oar_dtype dtype);
+OAR_API oar_tensor *oar_quantize_per_channel(oar_tensor *x, oar_tensor *scales, oar_tensor *zero_points,
+                                             int axis, oar_dtype dtype);
+OAR_API oar_tensor *oar_quantize(oar_tensor *x, oar_tensor *scale, oar_tensor *zero_point, int axis,
+                                 oar_dtype dtype);
+OAR_API oar_tensor *oar_dequantize(oar_tensor *q, oar_tensor *scale, oar_tensor *zero_point, int axis);
+/* Fake quantization, torch.fake_quantize_per_tensor_affine and
+ * _per_channel_affine: (clamp(zp + round(x * (1 / scale)), quant_min,
+ * quant_max) - zp) * scale in x's dtype. Its gradient is the
+ * straight-through estimator, not the forward's derivative: dy where
+ * zp + round(x / scale) lies in [quant_min, quant_max], else 0 (none to
+ * scale and zero point); differentiable again (the mask is a constant).
+ * Fails as above, and when quant_min > quant_max or the zero point is
+ * outside [quant_min, quant_max]. */
+OAR_API oar_tensor *oar_fake_quantize_per_tensor(oar_tensor *x, double scale, int64_t zero_point,
+                                                 int64_t quant_min, int64_t quant_max);
+OAR_API oar_tensor *oar_fake_quantize_per_channel(oar_tensor *x, oar_tensor *scales, oar_tensor *zero_points,
+                                                  int axis, int64_t quant_min, int64_t quant_max);
+
 /* ---- copies, casts, in-place ------------------------------------------------- */
 OAR_API oar_tensor *oar_cast(oar_tensor *x, oar_dtype dtype);  /* x itself (retained) if same */
 OAR_API oar_tensor *oar_clone(oar_tensor *x);                  /* always a fresh copy */

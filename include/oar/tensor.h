@@ -46,6 +46,7 @@ typedef enum oar_dtype {
     OAR_F64 = 7,
     OAR_C64 = 8,
     OAR_C128 = 9,
+    OAR_I8 = 10, /* appended after the others: values are stored */
     OAR_DTYPE_COUNT
 } oar_dtype;
 
@@ -90,9 +91,11 @@ OAR_API size_t oar_dtype_size(oar_dtype dtype);
 OAR_API const char *oar_dtype_name(oar_dtype dtype);
 OAR_API bool oar_dtype_is_float(oar_dtype dtype);   /* f16 bf16 f32 f64 */
 OAR_API bool oar_dtype_is_complex(oar_dtype dtype); /* c64 c128 */
-OAR_API bool oar_dtype_is_integral(oar_dtype dtype); /* bool u8 i32 i64 */
+OAR_API bool oar_dtype_is_integral(oar_dtype dtype); /* bool u8 i8 i32 i64 */
 /* PyTorch's promotion of two dtypes (e.g. i64 + f32 -> f32, f32 + c64 ->
- * c64, f16 + bf16 -> f32). Returns -1 for an invalid dtype. */
+ * c64, f16 + bf16 -> f32). Returns -1 for an invalid dtype. One deviation:
+ * i8 + u8 is i16 in PyTorch, and oar has no i16, so it gives i32 (the
+ * smallest oar dtype that holds both ranges). */
 OAR_API int oar_promote_types(oar_dtype a, oar_dtype b);
 
 /* ---- allocation -------------------------------------------------------- */

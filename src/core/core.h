@@ -168,6 +168,8 @@ OARI_HIDDEN void oari_ktensor(const oar_tensor *t, oar_ktensor *k);
 /* Scalar <-> element conversion for any dtype (host memory). */
 OARI_HIDDEN double oari_load_f64(const void *p, oar_dtype dt);
 OARI_HIDDEN void oari_store_f64(void *p, oar_dtype dt, double v);
+/* A float to int8 as PyTorch on x86 (via int32, then the low byte). */
+OARI_HIDDEN int8_t oari_f64_to_i8(double v);
 
 /* ---- f16 / bf16 ---------------------------------------------------------- */
 /* Stored in 16 bits, computed in f32 where a device has no kernel of their own. */

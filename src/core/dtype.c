@@ -5,10 +5,10 @@
 #include <math.h>
 #include <string.h>
 
-static const size_t sizes[OAR_DTYPE_COUNT] = {1, 1, 4, 8, 2, 2, 4, 8, 8, 16};
+static const size_t sizes[OAR_DTYPE_COUNT] = {1, 1, 4, 8, 2, 2, 4, 8, 8, 16, 1};
 static const char *const names[OAR_DTYPE_COUNT] = {
     "bool", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64",
-    "complex64", "complex128"};
+    "complex64", "complex128", "int8"};
 
 static bool valid(oar_dtype d) { return (unsigned)d < OAR_DTYPE_COUNT; }
 
@@ -16,11 +16,17 @@ size_t oar_dtype_size(oar_dtype d) { return valid(d) ? sizes[d] : 0; }
 const char *oar_dtype_name(oar_dtype d) { return valid(d) ? names[d] : "invalid"; }
 bool oar_dtype_is_float(oar_dtype d) { return d >= OAR_F16 && d <= OAR_F64; }
 bool oar_dtype_is_complex(oar_dtype d) { return d == OAR_C64 || d == OAR_C128; }
-bool oar_dtype_is_integral(oar_dtype d) { return d <= OAR_I64; }
+bool oar_dtype_is_integral(oar_dtype d) { return (d >= OAR_BOOL && d <= OAR_I64) || d == OAR_I8; }
 
 int oar_promote_types(oar_dtype a, oar_dtype b) {
     if (!valid(a) || !valid(b)) return -1;
     if (a == b) return a;
+    if (a == OAR_I8 || b == OAR_I8) { /* i8 sits between u8 and i32 in the lattice */
+        oar_dtype other = a == OAR_I8 ? b : a;
+        if (other == OAR_BOOL) return OAR_I8;
+        if (other == OAR_U8) return OAR_I32; /* PyTorch: i16, which oar lacks */
+        return other;                        /* i32 and up hold every i8 */
+    }
     if (a > b) { oar_dtype t = a; a = b; b = t; }   /* now a < b */
     if (oar_dtype_is_complex(b)) {
         if (b == OAR_C128 || a == OAR_F64) return OAR_C128;
@@ -73,6 +79,7 @@ double oari_load_f64(const void *p, oar_dtype dt) {
     switch (dt) {
     case OAR_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
     case OAR_U8: return *(const uint8_t *)p;
+    case OAR_I8: return *(const int8_t *)p;
     case OAR_I32: return *(const int32_t *)p;
     case OAR_I64: return (double)*(const int64_t *)p;
     case OAR_F16: return oari_f16_to_f32(*(const uint16_t *)p);
@@ -92,10 +99,19 @@ static int64_t to_i64(double v) {
     return (int64_t)v;
 }
 
+/* PyTorch's float -> int8 on x86: truncate to int32 (cvttsd2si: NaN and
+ * values outside int32 give INT32_MIN), then keep the low byte. So 300.7
+ * -> 44, -129 -> 127, 1e10 -> 0, NaN -> 0. C leaves this undefined. */
+int8_t oari_f64_to_i8(double v) {
+    int32_t i = v > -2147483649.0 && v < 2147483648.0 ? (int32_t)v : INT32_MIN;
+    return (int8_t)(uint8_t)((uint32_t)i & 0xffu);
+}
+
 void oari_store_f64(void *p, oar_dtype dt, double v) {
     switch (dt) {
     case OAR_BOOL: *(uint8_t *)p = v != 0; break;
     case OAR_U8: *(uint8_t *)p = (uint8_t)(to_i64(v) & 0xff); break;
+    case OAR_I8: *(int8_t *)p = oari_f64_to_i8(v); break;
     case OAR_I32: *(int32_t *)p = (int32_t)(uint32_t)(uint64_t)to_i64(v); break;
     case OAR_I64: *(int64_t *)p = to_i64(v); break;
     case OAR_F16: *(uint16_t *)p = oari_f32_to_f16((float)v); break;

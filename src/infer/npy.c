@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 static const struct { const char *descr; oar_dtype dtype; } npy_types[] = {
-    {"b1", OAR_BOOL}, {"u1", OAR_U8}, {"i4", OAR_I32}, {"i8", OAR_I64}, {"f2", OAR_F16},
+    {"b1", OAR_BOOL}, {"u1", OAR_U8}, {"i1", OAR_I8}, {"i4", OAR_I32}, {"i8", OAR_I64}, {"f2", OAR_F16},
     {"f4", OAR_F32}, {"f8", OAR_F64}, {"c8", OAR_C64}, {"c16", OAR_C128},
 };
 

@@ -25,6 +25,7 @@
 static const char *const dtype_names[OAR_DTYPE_COUNT] = {
     [OAR_BOOL] = "BOOL", [OAR_U8] = "U8",     [OAR_I32] = "I32", [OAR_I64] = "I64",
     [OAR_F16] = "F16",   [OAR_BF16] = "BF16", [OAR_F32] = "F32", [OAR_F64] = "F64",
+    [OAR_I8] = "I8",
 };
 
 /* A complex tensor is written as its float parts, a trailing dim of 2

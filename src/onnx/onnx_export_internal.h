@@ -10,6 +10,7 @@
  *   onnx_export_shape.c    emitters: reshapes and data movement
  *   onnx_export_nn.c       emitters: conv, pooling, resize, norms
  *   onnx_export_rnn.c      emitters: recurrent layers (RNN, GRU, LSTM)
+ *   onnx_export_quant.c    emitters: QuantizeLinear, DequantizeLinear
  *   onnx_export_control.c  emitters: If and Loop */
 #ifndef OARI_ONNX_EXPORT_INTERNAL_H
 #define OARI_ONNX_EXPORT_INTERNAL_H
@@ -84,6 +85,7 @@ OARI_HIDDEN const char *oari_onnx_xop_name(oari_op op);
     X(conv) X(pool) X(adaptive_avg_pool) X(interpolate) X(layer_norm_decomposed) X(layer_norm)     \
     X(batch_norm) X(group_norm)                                                                    \
     X(rnn)                                                                                         \
+    X(quantize) X(dequantize) X(fake_quantize)                                                     \
     X(control)
 #define OARI_ONNX_EMIT_DECLARE(f)                                                                  \
     OARI_HIDDEN int oari_onnx_emit_##f(oari_xp *x, const oari_xnode *e);

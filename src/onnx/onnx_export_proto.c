@@ -82,6 +82,8 @@ int oari_xp_type(oar_dtype dt) {
         return ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
     case OAR_U8:
         return ONNX__TENSOR_PROTO__DATA_TYPE__UINT8;
+    case OAR_I8:
+        return ONNX__TENSOR_PROTO__DATA_TYPE__INT8;
     case OAR_I32:
         return ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
     case OAR_I64:
@@ -164,6 +166,10 @@ const char *oari_xp_scalar(oari_xp *x, oar_dtype dt, double v) {
     case OAR_U8:
     case OAR_BOOL:
         u.u8 = (uint8_t)v;
+        n = 1;
+        break;
+    case OAR_I8:
+        u.u8 = (uint8_t)oari_f64_to_i8(v);
         n = 1;
         break;
     default:

@@ -218,6 +218,17 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
                          "one direction; gates i, f, g, o reordered to i, o, f, c; W, R, B [1, "
                          "...] with the biases concatenated; lengths as int32 sequence_lens; Y, "
                          "Y_h and Y_c squeezed")),
+    /* ---- quantization ---- */
+    ROW(quantize, EMIT("QuantizeLinear", XMIN, XMAX, quantize, 0,
+                       "float scale and zero point of the quantized dtype (cast where the graph's "
+                       "differ), axis when per channel; x cast to float; PyTorch's x * (1 / scale) "
+                       "(oar_quantize_per_tensor/_per_channel) becomes ONNX's x / scale, which can "
+                       "round a tie the other way")),
+    ROW(dequantize, EMIT("DequantizeLinear", XMIN, XMAX, dequantize, 0,
+                         "float scale, zero point of x's dtype, axis when per channel")),
+    ROW(fake_quantize, EMIT("QuantizeLinear", XMIN, XMAX, fake_quantize, 0,
+                            "QuantizeLinear then DequantizeLinear; float32 x and the int8 or uint8 "
+                            "range only")),
     /* ---- custom ops (include/oar/custom.h) ---- */
     ROW(custom, ONNX_NONE("a custom op: its kernel is the user's code, which an ONNX model cannot "
                           "carry")),

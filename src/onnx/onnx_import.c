@@ -128,6 +128,7 @@ oar_dtype oari_onnx_dtype(int32_t e) {
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: return OAR_I32;
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: return OAR_I64;
     case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: return OAR_U8;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: return OAR_I8;
     case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: return OAR_BOOL;
     case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64: return OAR_C64;
     case ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX128: return OAR_C128;
@@ -215,7 +216,7 @@ static size_t typed_count(const Onnx__TensorProto *tp, oar_dtype dt) {
     case OAR_F32: case OAR_C64: return tp->n_float_data;
     case OAR_F64: case OAR_C128: return tp->n_double_data;
     case OAR_I64: return tp->n_int64_data;
-    default: return tp->n_int32_data; /* i32; bool, uint8, float16, bfloat16: one int32_data entry each */
+    default: return tp->n_int32_data; /* i32; bool, (u)int8, float16, bfloat16: one int32_data entry each */
     }
 }
 
@@ -293,7 +294,7 @@ oar_tensor *oari_onnx_tensor_of(const Onnx__TensorProto *tp, const char *what) {
     case OAR_I32:
         if (n) memcpy(dst, tp->int32_data, n * 4);
         break;
-    default: /* bool, uint8, float16, bfloat16: one int32_data entry each */
+    default: /* bool, uint8, int8, float16, bfloat16: one int32_data entry each (int8's low byte) */
         for (size_t i = 0; i < n; i++) {
             int32_t v = tp->int32_data[i];
             if (esz == 1) ((uint8_t *)dst)[i] = dt == OAR_BOOL ? v != 0 : (uint8_t)v;

@@ -1,8 +1,10 @@
-/* ONNX import, quantization (uint8 only: oar has no int8): QuantizeLinear,
- * DequantizeLinear, DynamicQuantizeLinear, and the integer and quantized
- * linear ops (ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul),
- * computed in f64 on the zero-point-shifted values (exact for uint8
- * products up to 2^53) and rounded half to even, as ONNX's reference. */
+/* ONNX import, quantization: QuantizeLinear and DequantizeLinear onto
+ * oar_quantize / oar_dequantize (int8 and uint8, per tensor and per axis),
+ * DynamicQuantizeLinear (uint8, as ONNX), and the integer and quantized
+ * linear ops (ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul; int8
+ * or uint8 operands), computed in f64 on the zero-point-shifted values
+ * (exact for 8-bit products up to 2^53) and rounded half to even, as
+ * ONNX's reference. */
 #define OARI_ONNX_PROTO
 #include "onnx_internal.h"
 #include <string.h>
@@ -18,33 +20,36 @@ static oar_tensor *along(oar_tensor *v, int64_t axis, int r) {
 
 static oar_tensor *saturate_u8(oar_tensor *x) { return oar_cast(oar_clamp(oar_round(x), 0, 255), OAR_U8); }
 
+/* The axis attribute (default 1) of a per-axis scale of x. */
+static int quant_axis(oari_onnx_node *nd, oar_tensor *x, oar_tensor *scale, int64_t *axis) {
+    *axis = 1;
+    if (oar_tensor_ndim(scale) == 0) return 0;
+    return oari_onnx_axis(oari_onnx_attr_i(nd, "axis", 1), oar_tensor_ndim(x), false, axis);
+}
+
+/* y = saturate(round(x / scale) + zp) as the zero point's dtype (uint8
+ * without one). */
 int oari_onnx_conv_quantize(oari_onnx_node *nd) {
     NEED(2);
     oar_tensor *x = nd->in[0], *zp = nd->n_in > 2 ? nd->in[2] : NULL;
-    int r = oar_tensor_ndim(x);
-    if (zp && oar_tensor_dtype(zp) != OAR_U8)
-        return oari_error(OAR_ERR_UNSUPPORTED, "zero point of %s (uint8 only)", oar_dtype_name(oar_tensor_dtype(zp)));
-    int64_t axis = 1;
-    int st;
-    if (oar_tensor_ndim(nd->in[1]) > 0 && (st = oari_onnx_axis(oari_onnx_attr_i(nd, "axis", 1), r, false, &axis)))
-        return st;
-    oar_tensor *q = oar_div(oar_cast(x, OAR_F32), along(nd->in[1], axis, r));
-    q = oar_round(q);
-    if (zp) q = oar_add(q, oar_cast(along(zp, axis, r), OAR_F32));
-    RESULT(oar_cast(oar_clamp(q, 0, 255), OAR_U8));
+    oar_dtype qd = zp ? oar_tensor_dtype(zp) : OAR_U8;
+    if (qd != OAR_U8 && qd != OAR_I8)
+        return oari_error(OAR_ERR_UNSUPPORTED, "zero point of %s (int8 and uint8 only)", oar_dtype_name(qd));
+    int64_t axis;
+    int st = quant_axis(nd, x, nd->in[1], &axis);
+    if (st) return st;
+    if (!oar_dtype_is_float(oar_tensor_dtype(x))) x = oar_cast(x, OAR_F32); /* int32 x */
+    RESULT(oar_quantize(x, nd->in[1], zp, (int)axis, qd));
 }
 
+/* y = (x - zp) * scale, x int8, uint8 or int32. */
 int oari_onnx_conv_dequantize(oari_onnx_node *nd) {
     NEED(2);
     oar_tensor *x = nd->in[0], *zp = nd->n_in > 2 ? nd->in[2] : NULL;
-    int r = oar_tensor_ndim(x);
-    int64_t axis = 1;
-    int st;
-    if (oar_tensor_ndim(nd->in[1]) > 0 && (st = oari_onnx_axis(oari_onnx_attr_i(nd, "axis", 1), r, false, &axis)))
-        return st;
-    oar_tensor *v = oar_cast(x, OAR_F32);
-    if (zp) v = oar_sub(v, oar_cast(along(zp, axis, r), OAR_F32));
-    RESULT(oar_mul(v, along(nd->in[1], axis, r)));
+    int64_t axis;
+    int st = quant_axis(nd, x, nd->in[1], &axis);
+    if (st) return st;
+    RESULT(oar_dequantize(x, nd->in[1], zp, (int)axis));
 }
 
 int oari_onnx_conv_dynamic_quantize(oari_onnx_node *nd) {
@@ -65,10 +70,12 @@ static oar_tensor *shifted(oar_tensor *x, oar_tensor *zp, int64_t axis) {
     return zp ? oar_sub(v, oar_cast(along(zp, axis, oar_tensor_ndim(x)), OAR_F64)) : v;
 }
 
+/* The accumulator to the output's 8-bit dtype, y_zp's (uint8 without one). */
 static oar_tensor *requantize(oar_tensor *acc, oar_tensor *scale, oar_tensor *y_scale, oar_tensor *y_zp) {
     oar_tensor *q = oar_round(oar_mul(acc, oar_div(oar_cast(scale, OAR_F64), oar_cast(y_scale, OAR_F64))));
     if (y_zp) q = oar_add(q, oar_cast(y_zp, OAR_F64));
-    return oar_cast(oar_clamp(q, 0, 255), OAR_U8);
+    bool i8 = y_zp && oar_tensor_dtype(y_zp) == OAR_I8;
+    return oar_cast(oar_clamp(q, i8 ? -128 : 0, i8 ? 127 : 255), i8 ? OAR_I8 : OAR_U8);
 }
 
 /* conv of already shifted f64 operands through the Conv converter */
@@ -82,19 +89,19 @@ static oar_tensor *conv_f64(oari_onnx_node *nd, oar_tensor *x, oar_tensor *w, oa
     return oari_onnx_conv_conv(&c) ? NULL : c.out[0];
 }
 
-static int only_u8(oari_onnx_node *nd, int n, const int *which) {
+static int only_8bit(oari_onnx_node *nd, int n, const int *which) {
     for (int i = 0; i < n; i++) {
         oar_tensor *t = which[i] < nd->n_in ? nd->in[which[i]] : NULL;
-        if (t && oar_tensor_dtype(t) != OAR_U8)
-            return oari_error(OAR_ERR_UNSUPPORTED, "input %d of %s is not supported (uint8 only)", which[i],
-                              oar_dtype_name(oar_tensor_dtype(t)));
+        if (t && oar_tensor_dtype(t) != OAR_U8 && oar_tensor_dtype(t) != OAR_I8)
+            return oari_error(OAR_ERR_UNSUPPORTED, "input %d of %s is not supported (int8 and uint8 only)",
+                              which[i], oar_dtype_name(oar_tensor_dtype(t)));
     }
     return 0;
 }
 
 int oari_onnx_conv_conv_integer(oari_onnx_node *nd) {
     NEED(2);
-    int st = only_u8(nd, 4, (int[]){0, 1, 2, 3});
+    int st = only_8bit(nd, 4, (int[]){0, 1, 2, 3});
     if (st) return st;
     oar_tensor *x = shifted(nd->in[0], nd->n_in > 2 ? nd->in[2] : NULL, 1);
     oar_tensor *w = shifted(nd->in[1], nd->n_in > 3 ? nd->in[3] : NULL, 0);
@@ -103,7 +110,7 @@ int oari_onnx_conv_conv_integer(oari_onnx_node *nd) {
 
 int oari_onnx_conv_matmul_integer(oari_onnx_node *nd) {
     NEED(2);
-    int st = only_u8(nd, 4, (int[]){0, 1, 2, 3});
+    int st = only_8bit(nd, 4, (int[]){0, 1, 2, 3});
     if (st) return st;
     oar_tensor *a = nd->in[0], *azp = nd->n_in > 2 ? nd->in[2] : NULL, *bzp = nd->n_in > 3 ? nd->in[3] : NULL;
     int ra = oar_tensor_ndim(a);
@@ -114,7 +121,7 @@ int oari_onnx_conv_matmul_integer(oari_onnx_node *nd) {
 
 int oari_onnx_conv_qlinear_matmul(oari_onnx_node *nd) {
     NEED(8);
-    int st = only_u8(nd, 4, (int[]){0, 2, 3, 5});
+    int st = only_8bit(nd, 5, (int[]){0, 2, 3, 5, 7});
     if (st) return st;
     oar_tensor *a = shifted(nd->in[0], nd->in[2], oar_tensor_ndim(nd->in[0]) - 2);
     oar_tensor *b = shifted(nd->in[3], nd->in[5], oar_tensor_ndim(nd->in[3]) - 1);
@@ -125,7 +132,7 @@ int oari_onnx_conv_qlinear_matmul(oari_onnx_node *nd) {
 
 int oari_onnx_conv_qlinear_conv(oari_onnx_node *nd) {
     NEED(8);
-    int st = only_u8(nd, 4, (int[]){0, 2, 3, 5});
+    int st = only_8bit(nd, 5, (int[]){0, 2, 3, 5, 7});
     if (st) return st;
     oar_tensor *x = shifted(nd->in[0], nd->in[2], 1), *w = shifted(nd->in[3], nd->in[5], 0);
     oar_tensor *b = nd->n_in > 8 && nd->in[8] ? oar_cast(nd->in[8], OAR_F64) : NULL;

@@ -4,7 +4,7 @@
  * (MUL(x, EXP(x)), WHERE(LT(x, ZERO), ZERO, x), C(0.5), ...). Every word is
  * defined here once per dtype suffix, NAME_<suffix>:
  *
- *   b1 bool, u8, i32, i64   integers (the CPU kernels only; bool and the
+ *   b1 bool, u8, i8, i32, i64   integers (the CPU kernels only; bool and the
  *                           comparisons also on devices)
  *   h16                     f16/bf16 bits (identity ops only: conj, real)
  *   f32, f64                the floating-point forms: CPU, generated C,
@@ -266,6 +266,45 @@
 #define REAL_i32(x) (x)
 #define REAL_i64(x) (x)
 #define REAL_h16(x) (x)
+
+/* int8 (CPU only, like u8): results wrap modulo 256 through uint8_t */
+#define EW_TYPE_i8 int8_t
+#define EW_REAL_TYPE_i8 int8_t
+#define C_i8(v) ((int8_t)(v))
+#define EW_WRAP_i8(v) ((int8_t)(uint8_t)(v))
+#define ONE_i8 C_i8(1)
+#define ZERO_i8 C_i8(0)
+#define ADD_i8(a, b) EW_WRAP_i8((unsigned)(a) + (unsigned)(b))
+#define SUB_i8(a, b) EW_WRAP_i8((unsigned)(a) - (unsigned)(b))
+#define MUL_i8(a, b) EW_WRAP_i8((unsigned)(a) * (unsigned)(b))
+#define NEG_i8(x) EW_WRAP_i8(0u - (unsigned)(x))
+#define SQUARE_i8(x) MUL_i8(x, x)
+#define ABS_i8(x) ((x) < 0 ? NEG_i8(x) : (x)) /* -128 stays -128, as PyTorch */
+#define SIGN_i8(x) ((int8_t)(((x) > 0) - ((x) < 0)))
+#define FLOOR_i8(x) (x)
+#define CEIL_i8(x) (x)
+#define ROUND_i8(x) (x)
+#define TRUNC_i8(x) (x)
+#define ISNAN_i8(x) (0 * (x))
+#define ISINF_i8(x) (0 * (x))
+#define MAXIMUM_i8(a, b) ((a) > (b) ? (a) : (b))
+#define MINIMUM_i8(a, b) ((a) < (b) ? (a) : (b))
+#define FLOOR_DIV_i8(a, b) EW_WRAP_i8(ew_floordiv_i64(a, b)) /* -128 // -1 wraps to -128 */
+#define REMAINDER_i8(a, b) ((int8_t)ew_remainder_i64(a, b))
+#define POW_i8(a, b) EW_WRAP_i8(ew_pow_i64(a, b))
+#define CONJ_i8(x) (x)
+#define REAL_i8(x) (x)
+#define EQ_i8 EW_EQ
+#define NE_i8 EW_NE
+#define LT_i8 EW_LT
+#define LE_i8 EW_LE
+#define GT_i8 EW_GT
+#define GE_i8 EW_GE
+#define AND_i8 EW_AND
+#define OR_i8 EW_OR
+#define XOR_i8 EW_XOR
+#define NOT_i8 EW_NOT
+#define WHERE_i8 EW_WHERE
 
 /* Python's floor division and remainder of integers; a divisor of 0 gives
  * 0 (PyTorch raises) and INT_MIN // -1 wraps. */

@@ -42,6 +42,10 @@ int main(int argc, char **argv) {
         if (!strcmp(name, "dist_reshard")) continue;
         /* needs a second device: checked by tests/devices/test_device_autograd.c */
         if (!strcmp(name, "to_device")) continue;
+        /* a straight-through gradient is not the derivative of the forward,
+         * so central differences cannot check it: tests/ops/test_int8.c
+         * checks it against its closed form (the in-range mask) */
+        if (!strcmp(name, "fake_quantize")) continue;
         bool second;
         if (!op_case_count(name, &second)) {
             test_failed++;

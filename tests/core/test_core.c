@@ -36,7 +36,7 @@ static void test_from_data_roundtrip(void) {
         double want[6] = {1, -2, 3.5, 4, 5, 6};
         if (d == OAR_BOOL) for (int i = 0; i < 6; i++) want[i] = 1;
         if (d == OAR_U8) want[1] = 254, want[2] = 3;
-        if (d == OAR_I32 || d == OAR_I64) want[2] = 3;
+        if (d == OAR_I32 || d == OAR_I64 || d == OAR_I8) want[2] = 3;
         CHECK_VALUES(c, want, 6, 0);
     }
     CHECK_STATUS_FAILS(oar_tensor_to_host(t, back, 5), "needs 24");

@@ -433,15 +433,15 @@ static void test_info_kinds(void) {
     snprintf(a, sizeof a, "info %s", path);
     expect(a, 0, "safetensors: ", "\n  w     F32   [4, 8]  128 bytes\n", "metadata:\n  format: oar\ntensors: 1\n");
     /* a dtype oar does not load: described, with a note */
-    const char hdr[] = "{\"q\":{\"dtype\":\"I8\",\"shape\":[3],\"data_offsets\":[0,3]}}";
+    const char hdr[] = "{\"q\":{\"dtype\":\"I16\",\"shape\":[3],\"data_offsets\":[0,6]}}";
     char buf[256] = {0};
     buf[0] = (char)(sizeof hdr - 1);
     memcpy(buf + 8, hdr, sizeof hdr - 1);
-    memcpy(buf + 8 + sizeof hdr - 1, "\1\2\3", 3);
-    snprintf(path, sizeof path, "%s/int8.safetensors", dir);
-    sm_spit(path, buf, 8 + sizeof hdr - 1 + 3);
+    memcpy(buf + 8 + sizeof hdr - 1, "\1\0\2\0\3\0", 6);
+    snprintf(path, sizeof path, "%s/int16.safetensors", dir);
+    sm_spit(path, buf, 8 + sizeof hdr - 1 + 6);
     snprintf(a, sizeof a, "info %s", path);
-    expect(a, 0, "q     I8    [3]  3 bytes  (a dtype oar does not load)", "note: oar_safetensors_load refuses",
+    expect(a, 0, "q     I16   [3]  6 bytes  (a dtype oar does not load)", "note: oar_safetensors_load refuses",
            NULL);
     /* bad files: exit 1, naming the file and the problem */
     const char bad_off[] = "{\"w\":{\"dtype\":\"F32\",\"shape\":[4,8],\"data_offsets\":[0,100]}}";

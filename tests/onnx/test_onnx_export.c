@@ -641,6 +641,34 @@ static void test_index_add(void) {
     oar_tensor_release(idx);
 }
 
+/* Quantization: per-channel int8 and per-tensor uint8 quantize/dequantize
+ * pairs and an int8-range fake quantization, exported as QuantizeLinear /
+ * DequantizeLinear (their scales and zero points cast to ONNX's dtypes). */
+typedef struct { oar_tensor *scales, *zps; } quant_ctx;
+
+static int quant_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    quant_ctx *q = ctx;
+    out[0] = oar_dequantize(oar_quantize_per_channel(in[0], q->scales, q->zps, 1, OAR_I8), q->scales, q->zps, 1);
+    oar_tensor *u = oar_quantize_per_tensor(in[0], 0.05, 128, OAR_U8);
+    out[1] = oar_dequantize(u, oar_scalar_of(0.05, OAR_F32), oar_scalar_of(128, OAR_U8), 0);
+    out[2] = oar_fake_quantize_per_tensor(in[0], 0.1, -3, -128, 127);
+    return out[0] && out[1] && out[2] ? 0 : -1;
+}
+
+static void test_quantize(void) {
+    quant_ctx q = {.scales = oar_tensor_from_data((float[]){0.02f, 0.05f, 0.1f}, OAR_F32, 1, (int64_t[]){3}),
+                   .zps = oar_tensor_from_data((int8_t[]){0, -5, 7}, OAR_I8, 1, (int64_t[]){3})};
+    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {2, 3, 4}};
+    model_case c = {.name = "quantize", .n_in = 1};
+    c.g = oar_trace(quant_fn, &q, 1, &s, 3, NULL);
+    CHECK(c.g && oar_graph_count_op(c.g, "quantize") == 2 && oar_graph_count_op(c.g, "fake_quantize") == 1);
+    c.in[0] = oar_randn(OAR_F32, 3, (int64_t[]){2, 3, 4});
+    if (c.g) round_trip(&c, 13, "");
+    case_free(&c);
+    oar_tensor_release(q.scales);
+    oar_tensor_release(q.zps);
+}
+
 /* A whole training step: cross-entropy of the MLP, the gradients of the
  * parameters (graph inputs) and the SGD update, exported as one model
  * (scatter_add: opset >= 16). */
@@ -893,6 +921,7 @@ int main(void) {
     RUN(test_backward_graph);
     RUN(test_train_step);
     RUN(test_index_add);
+    RUN(test_quantize);
     RUN(test_output_aliases);
     RUN(test_failures);
     RUN(test_allocation_failures);

@@ -1,6 +1,6 @@
 """Small hand-built ONNX models and TensorProto files for the importer's
 error paths and options (tests/onnx/test_onnx.c): an op at an opset outside
-its registry rows, inconsistent shapes, an element type oar lacks, a
+its registry rows, inconsistent shapes, an element type oar lacks (int16), a
 Reshape whose shape is a graph input, the opset-18 forms of ReduceMean, Pad and Split, an opset beyond 18, and two
 serialized tensors. Run from tests/: /usr/bin/python3 ref/gen_onnx_errors.py"""
 import onnx
@@ -21,8 +21,8 @@ save([helper.make_node("Scatter", ["x", "i", "u"], ["y"], name="sc")], "bad_opse
 save([helper.make_node("Relu", ["a"], ["h"], name="r"), helper.make_node("Add", ["h", "b"], ["y"], name="add")],
      "bad_shapes", [vi("a", TensorProto.FLOAT, [2, 3]), vi("b", TensorProto.FLOAT, [4, 5])],
      [vi("y", TensorProto.FLOAT, [2, 3])], 13)
-save([helper.make_node("Relu", ["x"], ["y"], name="r")], "bad_dtype", [vi("x", TensorProto.INT8, [2])],
-     [vi("y", TensorProto.INT8, [2])], 13)
+save([helper.make_node("Relu", ["x"], ["y"], name="r")], "bad_dtype", [vi("x", TensorProto.INT16, [2])],
+     [vi("y", TensorProto.INT16, [2])], 13)
 save([helper.make_node("Relu", ["x"], ["y"], name="r")], "opset19", [vi("x", TensorProto.FLOAT, [2])],
      [vi("y", TensorProto.FLOAT, [2])], 19)
 # opset 18: ReduceMean's axes as an input, Pad's axes, Split's num_outputs
@@ -41,6 +41,8 @@ t = helper.make_tensor("t", TensorProto.INT64, [2, 2], [1, -2, 3, 1 << 40])
 open("onnx/tensor_i64.pb", "wb").write(t.SerializeToString())
 t = helper.make_tensor("t8", TensorProto.INT8, [2], [1, -2])
 open("onnx/tensor_i8.pb", "wb").write(t.SerializeToString())
+t = helper.make_tensor("t16", TensorProto.INT16, [2], [1, -2])
+open("onnx/tensor_i16.pb", "wb").write(t.SerializeToString())
 # x [N, 3] with N dynamic: Shape -> Gather -> Add 1 is arithmetic on the
 # dynamic size (N + 1 as an output: computed at run time)
 i0 = helper.make_tensor("i0", TensorProto.INT64, [], [0])

@@ -125,6 +125,7 @@ WHERE_LOOP(where_4, uint32_t)
 WHERE_LOOP(where_8, uint64_t)
 WHERE_LOOP(where_16, where_b16)
 const oari_cpu_kernels oari_cpu_k_where = {
-    [OAR_BOOL] = k_where_1, [OAR_U8] = k_where_1, [OAR_I32] = k_where_4, [OAR_I64] = k_where_8,
+    [OAR_BOOL] = k_where_1, [OAR_U8] = k_where_1, [OAR_I8] = k_where_1, [OAR_I32] = k_where_4,
+    [OAR_I64] = k_where_8,
     [OAR_F16] = k_where_2, [OAR_BF16] = k_where_2, [OAR_F32] = k_where_4, [OAR_F64] = k_where_8,
     [OAR_C64] = k_where_8, [OAR_C128] = k_where_16};

@@ -35,6 +35,7 @@ static inline int64_t ew_int_attr(double v, bool lower, int64_t mn, int64_t mx) 
 #define EW_ATTR_c64(v, lower) ((float)(v))
 #define EW_ATTR_c128(v, lower) (v)
 #define EW_ATTR_u8(v, lower) ((uint8_t)ew_int_attr(v, lower, 0, 255))
+#define EW_ATTR_i8(v, lower) ((int8_t)ew_int_attr(v, lower, INT8_MIN, INT8_MAX))
 #define EW_ATTR_i32(v, lower) ((int32_t)ew_int_attr(v, lower, INT32_MIN, INT32_MAX))
 #define EW_ATTR_i64(v, lower) ew_int_attr(v, lower, INT64_MIN, INT64_MAX)
 #define EW_ATTR_b1(v, lower) ((uint8_t)0)
@@ -42,7 +43,7 @@ static inline int64_t ew_int_attr(double v, bool lower, int64_t mn, int64_t mx) 
 
 /* ---- the cpu column: which passes instantiate a row. Each pass keeps one
  * kind of suffix (EW_PASS_<kind> is EW_KEEP, the others EW_DROP): b bool,
- * i u8 i32 i64, h f16/bf16 bits, r f32 f64, c complex ---- */
+ * i u8 i8 i32 i64, h f16/bf16 bits, r f32 f64, c complex ---- */
 #define EW_IN_CPU(cpu) EW_CAT(EW_IN_, cpu)
 #define EW_IN_CPU_R(...) EW_PASS_R(__VA_ARGS__)
 #define EW_IN_CPU_RC(...) EW_PASS_R(__VA_ARGS__) EW_PASS_C(__VA_ARGS__)
@@ -58,7 +59,8 @@ static inline int64_t ew_int_attr(double v, bool lower, int64_t mn, int64_t mx) 
 /* ---- the kernel table of a row: oari_cpu_k_<op>, k_<op>_<suffix> ---- */
 #define EW_CPU_TABLE(op, cpu) EW_CAT(EW_TABLE_, cpu)(op)
 #define EW_KB(op) [OAR_BOOL] = k_##op##_b1,
-#define EW_KI(op) [OAR_U8] = k_##op##_u8, [OAR_I32] = k_##op##_i32, [OAR_I64] = k_##op##_i64,
+#define EW_KI(op) [OAR_U8] = k_##op##_u8, [OAR_I8] = k_##op##_i8, [OAR_I32] = k_##op##_i32, \
+                  [OAR_I64] = k_##op##_i64,
 #define EW_KH(op) [OAR_F16] = k_##op##_h16, [OAR_BF16] = k_##op##_h16,
 #define EW_KR(op) [OAR_F32] = k_##op##_f32, [OAR_F64] = k_##op##_f64,
 #define EW_KC(op) [OAR_C64] = k_##op##_c64, [OAR_C128] = k_##op##_c128,

@@ -19,6 +19,9 @@
 #define EW_SFX u8
 #include "../../ops/elementwise.def"
 #undef EW_SFX
+#define EW_SFX i8
+#include "../../ops/elementwise.def"
+#undef EW_SFX
 #define EW_SFX i32
 #include "../../ops/elementwise.def"
 #undef EW_SFX

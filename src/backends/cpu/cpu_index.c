@@ -155,6 +155,7 @@ typedef struct line_loop {
 #define SET(a, b) ((a) = (b))
 #define ADD(a, b) ((a) += (b))
 #define ADD_U8(a, b) ((a) = (uint8_t)((a) + (b)))
+#define ADD_I8(a, b) ((a) = (int8_t)(uint8_t)((unsigned)(a) + (unsigned)(b))) /* wraps */
 #define ADD_I32(a, b) ((a) = (int32_t)((uint32_t)(a) + (uint32_t)(b)))
 #define ADD_I64(a, b) ((a) = (int64_t)((uint64_t)(a) + (uint64_t)(b)))
 
@@ -164,6 +165,7 @@ LINE_LOOP_FN(set4, uint32_t, SET)
 LINE_LOOP_FN(set8, uint64_t, SET)
 LINE_LOOP_FN(set16, u128_t, SET)
 LINE_LOOP_FN(add_u8, uint8_t, ADD_U8)
+LINE_LOOP_FN(add_i8, int8_t, ADD_I8)
 LINE_LOOP_FN(add_i32, int32_t, ADD_I32)
 LINE_LOOP_FN(add_i64, int64_t, ADD_I64)
 LINE_LOOP_FN(add_f32, float, ADD)
@@ -184,6 +186,7 @@ static void line_loop_set(const line_loop *L, int64_t es) {
 static void line_loop_add(const line_loop *L, int dtype) {
     switch (dtype) {
     case OAR_U8: line_loop_add_u8(L); break;
+    case OAR_I8: line_loop_add_i8(L); break;
     case OAR_I32: line_loop_add_i32(L); break;
     case OAR_I64: line_loop_add_i64(L); break;
     case OAR_F32: line_loop_add_f32(L); break;
@@ -480,6 +483,7 @@ typedef struct sort_job {
 } sort_job;
 
 SORT_FNS(b8, uint8_t, INT_BEFORE_ASC, INT_BEFORE_DESC)
+SORT_FNS(i8, int8_t, INT_BEFORE_ASC, INT_BEFORE_DESC)
 SORT_FNS(i32, int32_t, INT_BEFORE_ASC, INT_BEFORE_DESC)
 SORT_FNS(i64, int64_t, INT_BEFORE_ASC, INT_BEFORE_DESC)
 SORT_FNS(f32, float, FLT_BEFORE_ASC, FLT_BEFORE_DESC)
@@ -509,6 +513,7 @@ static int sort_kernel(const oar_kernel_call *c, int dim, int64_t k, bool desc) 
     switch (x.dtype) {
     case OAR_BOOL:
     case OAR_U8: sort_lines_b8(&s); break;
+    case OAR_I8: sort_lines_i8(&s); break;
     case OAR_I32: sort_lines_i32(&s); break;
     case OAR_I64: sort_lines_i64(&s); break;
     case OAR_F32: sort_lines_f32(&s); break;
@@ -531,24 +536,24 @@ static int k_topk(void *ctx, const oar_kernel_call *c) { /* iattr: k, dim, large
 }
 
 /* ---- tables ---------------------------------------------------------------------
- * Order: bool u8 i32 i64 f16 bf16 f32 f64 c64 c128. NULL f16/bf16 entries
+ * Order: bool u8 i32 i64 f16 bf16 f32 f64 c64 c128 i8. NULL f16/bf16 entries
  * run the f32 kernel on converted copies. */
-#define ALL(k) {k, k, k, k, k, k, k, k, k, k}
+#define ALL(k) {k, k, k, k, k, k, k, k, k, k, k}
 const oari_cpu_kernels oari_cpu_k_gather = ALL(k_gather);
 const oari_cpu_kernels oari_cpu_k_index_select = ALL(k_index_select);
 const oari_cpu_kernels oari_cpu_k_scatter = ALL(k_scatter);
 const oari_cpu_kernels oari_cpu_k_scatter_add = {
-    [OAR_U8] = k_scatter_add, [OAR_I32] = k_scatter_add, [OAR_I64] = k_scatter_add,
+    [OAR_U8] = k_scatter_add, [OAR_I8] = k_scatter_add, [OAR_I32] = k_scatter_add, [OAR_I64] = k_scatter_add,
     [OAR_F32] = k_scatter_add, [OAR_F64] = k_scatter_add, [OAR_C64] = k_scatter_add,
     [OAR_C128] = k_scatter_add,
 };
 const oari_cpu_kernels oari_cpu_k_index_add = {
-    [OAR_U8] = k_index_add, [OAR_I32] = k_index_add, [OAR_I64] = k_index_add,
+    [OAR_U8] = k_index_add, [OAR_I8] = k_index_add, [OAR_I32] = k_index_add, [OAR_I64] = k_index_add,
     [OAR_F32] = k_index_add, [OAR_F64] = k_index_add, [OAR_C64] = k_index_add,
     [OAR_C128] = k_index_add,
 };
 const oari_cpu_kernels oari_cpu_k_one_hot = {[OAR_I64] = k_one_hot};
-#define SORTABLE(k) {[OAR_BOOL] = k, [OAR_U8] = k, [OAR_I32] = k, [OAR_I64] = k, \
+#define SORTABLE(k) {[OAR_BOOL] = k, [OAR_U8] = k, [OAR_I8] = k, [OAR_I32] = k, [OAR_I64] = k, \
                      [OAR_F32] = k, [OAR_F64] = k}
 const oari_cpu_kernels oari_cpu_k_sort = SORTABLE(k_sort);
 const oari_cpu_kernels oari_cpu_k_topk = SORTABLE(k_topk);

@@ -10,6 +10,7 @@
  * copies take the memcpy path). */
 #define LD_b8(p) ((double)(*(const uint8_t *)(p) != 0))
 #define LD_u8(p) ((double)*(const uint8_t *)(p))
+#define LD_i8(p) ((double)*(const int8_t *)(p))
 #define LD_i32(p) ((double)*(const int32_t *)(p))
 #define LD_i64(p) ((double)*(const int64_t *)(p))
 #define LD_f16(p) ((double)oari_ld_f16(p))
@@ -21,6 +22,7 @@
 
 #define LDC_b8(p) ((c128_t)LD_b8(p))
 #define LDC_u8(p) ((c128_t)LD_u8(p))
+#define LDC_i8(p) ((c128_t)LD_i8(p))
 #define LDC_i32(p) ((c128_t)LD_i32(p))
 #define LDC_i64(p) ((c128_t)LD_i64(p))
 #define LDC_f16(p) ((c128_t)LD_f16(p))
@@ -39,6 +41,7 @@ static inline int64_t sat_i64(double v) {
 
 #define ST_b8(p, v) (*(uint8_t *)(p) = (v) != 0)
 #define ST_u8(p, v) (*(uint8_t *)(p) = (uint8_t)(sat_i64(v) & 0xff))
+#define ST_i8(p, v) (*(int8_t *)(p) = oari_f64_to_i8(v)) /* PyTorch's x86 conversion */
 #define ST_i32(p, v) (*(int32_t *)(p) = (int32_t)(uint32_t)(uint64_t)sat_i64(v))
 #define ST_i64(p, v) (*(int64_t *)(p) = sat_i64(v))
 #define ST_f16(p, v) (*(uint16_t *)(p) = oari_f32_to_f16((float)(v)))
@@ -53,6 +56,7 @@ static inline int64_t sat_i64(double v) {
  * is z != 0 (either part nonzero), as PyTorch and NumPy. */
 #define VIA_CPLX_b8 1
 #define VIA_CPLX_u8 0
+#define VIA_CPLX_i8 0
 #define VIA_CPLX_i32 0
 #define VIA_CPLX_i64 0
 #define VIA_CPLX_f16 0
@@ -62,6 +66,31 @@ static inline int64_t sat_i64(double v) {
 #define VIA_CPLX_c64 1
 #define VIA_CPLX_c128 1
 
+/* i64 -> 8-bit integers wrap modulo 256 exactly, without the trip through
+ * double (which rounds beyond 2^53). */
+#define WRAP8_u8 1
+#define WRAP8_i8 1
+#define WRAP8_b8 0
+#define WRAP8_i32 0
+#define WRAP8_i64 0
+#define WRAP8_f16 0
+#define WRAP8_bf16 0
+#define WRAP8_f32 0
+#define WRAP8_f64 0
+#define WRAP8_c64 0
+#define WRAP8_c128 0
+#define IS_I64_i64 1
+#define IS_I64_b8 0
+#define IS_I64_u8 0
+#define IS_I64_i8 0
+#define IS_I64_i32 0
+#define IS_I64_f16 0
+#define IS_I64_bf16 0
+#define IS_I64_f32 0
+#define IS_I64_f64 0
+#define IS_I64_c64 0
+#define IS_I64_c128 0
+
 #define CONVERT(D, S)                                                                        \
     static void conv_##S##_to_##D(char **p, const int64_t *s, int64_t n, void *ctx) {        \
         (void)ctx;                                                                           \
@@ -69,13 +98,15 @@ static inline int64_t sat_i64(double v) {
         char *o = p[0];                                                                      \
         const char *a = p[1];                                                                \
         for (int64_t i = 0; i < n; i++, o += so, a += si) {                                  \
-            if (VIA_CPLX_##D) ST_##D(o, LDC_##S(a));                                          \
+            if (WRAP8_##D && IS_I64_##S) *(D##_ct *)o = (D##_ct)(uint8_t)(*(const uint64_t *)a & 0xffu); \
+            else if (VIA_CPLX_##D) ST_##D(o, LDC_##S(a));                                     \
             else ST_##D(o, LD_##S(a));                                                       \
         }                                                                                    \
     }
 
 typedef uint8_t b8_ct;
 typedef uint8_t u8_ct;
+typedef int8_t i8_ct;
 typedef int32_t i32_ct;
 typedef int64_t i64_ct;
 typedef uint16_t f16_ct;
@@ -86,10 +117,10 @@ typedef c64_t c64_ct;
 typedef c128_t c128_ct;
 
 #define FOR_DTYPES(X, D) X(D, b8) X(D, u8) X(D, i32) X(D, i64) X(D, f16) X(D, bf16) \
-    X(D, f32) X(D, f64) X(D, c64) X(D, c128)
+    X(D, f32) X(D, f64) X(D, c64) X(D, c128) X(D, i8)
 #define ALL_CONVERSIONS(X) FOR_DTYPES(X, b8) FOR_DTYPES(X, u8) FOR_DTYPES(X, i32) \
     FOR_DTYPES(X, i64) FOR_DTYPES(X, f16) FOR_DTYPES(X, bf16) FOR_DTYPES(X, f32) \
-    FOR_DTYPES(X, f64) FOR_DTYPES(X, c64) FOR_DTYPES(X, c128)
+    FOR_DTYPES(X, f64) FOR_DTYPES(X, c64) FOR_DTYPES(X, c128) FOR_DTYPES(X, i8)
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wfloat-conversion"
@@ -101,7 +132,7 @@ static const oari_inner_fn conversions[OAR_DTYPE_COUNT][OAR_DTYPE_COUNT] = {
     {FOR_DTYPES(ENTRY, b8)}, {FOR_DTYPES(ENTRY, u8)}, {FOR_DTYPES(ENTRY, i32)},
     {FOR_DTYPES(ENTRY, i64)}, {FOR_DTYPES(ENTRY, f16)}, {FOR_DTYPES(ENTRY, bf16)},
     {FOR_DTYPES(ENTRY, f32)}, {FOR_DTYPES(ENTRY, f64)}, {FOR_DTYPES(ENTRY, c64)},
-    {FOR_DTYPES(ENTRY, c128)}};
+    {FOR_DTYPES(ENTRY, c128)}, {FOR_DTYPES(ENTRY, i8)}};
 
 /* dst (strided, any dtype) <- src (strided, same shape, any dtype). */
 static void convert(const oar_ktensor *dst, const oar_ktensor *src) {
@@ -149,7 +180,7 @@ static int k_fill(void *ctx, const oar_kernel_call *c) {
     return 0;
 }
 
-#define ALL(k) {k, k, k, k, k, k, k, k, k, k}
+#define ALL(k) {k, k, k, k, k, k, k, k, k, k, k}
 const oari_cpu_kernels oari_cpu_k_fill = ALL(k_fill);
 const oari_cpu_kernels oari_cpu_k_copy = ALL(k_copy);
 const oari_cpu_kernels oari_cpu_k_cast = ALL(k_cast);

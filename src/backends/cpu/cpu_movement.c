@@ -351,7 +351,7 @@ PAD_BACKWARD(k_pad_backward_f64, double)
 PAD_BACKWARD(k_pad_backward_c64, c64_t)
 PAD_BACKWARD(k_pad_backward_c128, c128_t)
 
-#define ALL(k) {k, k, k, k, k, k, k, k, k, k}
+#define ALL(k) {k, k, k, k, k, k, k, k, k, k, k}
 const oari_cpu_kernels oari_cpu_k_concat = ALL(k_concat);
 const oari_cpu_kernels oari_cpu_k_pad = ALL(k_pad);
 const oari_cpu_kernels oari_cpu_k_flip = ALL(k_flip);

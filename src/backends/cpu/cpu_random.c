@@ -82,7 +82,7 @@ static int k_bernoulli(void *ctx, const oar_kernel_call *c) { (void)ctx; return 
 #define FLOATS(k) {[OAR_F16] = k, [OAR_BF16] = k, [OAR_F32] = k, [OAR_F64] = k}
 const oari_cpu_kernels oari_cpu_k_uniform = FLOATS(k_uniform);
 const oari_cpu_kernels oari_cpu_k_normal = FLOATS(k_normal);
-const oari_cpu_kernels oari_cpu_k_randint = {[OAR_U8] = k_randint, [OAR_I32] = k_randint,
-                                             [OAR_I64] = k_randint, [OAR_F32] = k_randint,
-                                             [OAR_F64] = k_randint};
+const oari_cpu_kernels oari_cpu_k_randint = {[OAR_U8] = k_randint, [OAR_I8] = k_randint,
+                                             [OAR_I32] = k_randint, [OAR_I64] = k_randint,
+                                             [OAR_F32] = k_randint, [OAR_F64] = k_randint};
 const oari_cpu_kernels oari_cpu_k_bernoulli = FLOATS(k_bernoulli);

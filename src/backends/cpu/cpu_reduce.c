@@ -507,6 +507,7 @@ SUMCOLS(sumcols_f64, double, load4_f64, quad4_f64, quad8_f64, 0)
 #define SUMPROD_ALL(OP, OPEQ, ONE, V32, V64, Q32)                                        \
     SUMPROD(OP##_b8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16, 0)         \
     SUMPROD(OP##_u8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16, 0)         \
+    SUMPROD(OP##_i8, int8_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16, 0)          \
     SUMPROD(OP##_i32, int32_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16, 0)        \
     SUMPROD(OP##_i64, int64_t, uint64_t, LD_int, int64_t, OPEQ, ONE, NO_VEC16, 0)        \
     SUMPROD(OP##_f32, float, double, LD_flt, float, OPEQ, ONE, V32, Q32)                 \
@@ -719,12 +720,14 @@ OARI_SIMD_CLONES static void amax_f32_rows8(char *, const char *, int64_t, int64
 OARI_SIMD_CLONES static void amin_f32_rows8(char *, const char *, int64_t, int64_t, int64_t);
 MINMAX_I(amax_b8, uint8_t, GT_INT, 0)
 MINMAX_I(amax_u8, uint8_t, GT_INT, 0)
+MINMAX_I(amax_i8, int8_t, GT_INT, INT8_MIN)
 MINMAX_I(amax_i32, int32_t, GT_INT, INT32_MIN)
 MINMAX_I(amax_i64, int64_t, GT_INT, INT64_MIN)
 MINMAX(amax_f32, float, GT_NAN, -INFINITY, FAST_MAX_f32, amax_f32_rows8)
 MINMAX(amax_f64, double, GT_NAN, -INFINITY, FAST_MAX_f64, NULL)
 MINMAX_I(amin_b8, uint8_t, LT_INT, 1)
 MINMAX_I(amin_u8, uint8_t, LT_INT, UINT8_MAX)
+MINMAX_I(amin_i8, int8_t, LT_INT, INT8_MAX)
 MINMAX_I(amin_i32, int32_t, LT_INT, INT32_MAX)
 MINMAX_I(amin_i64, int64_t, LT_INT, INT64_MAX)
 MINMAX(amin_f32, float, LT_NAN, INFINITY, FAST_MIN_f32, amin_f32_rows8)
@@ -780,12 +783,14 @@ EXTREME_ROWS8(amin_f32_rows8, <, amin_f32_run, INFINITY)
 
 ARGEXT(argmax_b8, uint8_t, GT_NAN)
 ARGEXT(argmax_u8, uint8_t, GT_NAN)
+ARGEXT(argmax_i8, int8_t, GT_NAN)
 ARGEXT(argmax_i32, int32_t, GT_NAN)
 ARGEXT(argmax_i64, int64_t, GT_NAN)
 ARGEXT(argmax_f32, float, GT_NAN)
 ARGEXT(argmax_f64, double, GT_NAN)
 ARGEXT(argmin_b8, uint8_t, LT_NAN)
 ARGEXT(argmin_u8, uint8_t, LT_NAN)
+ARGEXT(argmin_i8, int8_t, LT_NAN)
 ARGEXT(argmin_i32, int32_t, LT_NAN)
 ARGEXT(argmin_i64, int64_t, LT_NAN)
 ARGEXT(argmin_f32, float, LT_NAN)
@@ -833,6 +838,7 @@ ARGEXT(argmin_f64, double, LT_NAN)
 #define ALLANY_ALL(OP, IS_ALL)                                                           \
     ALLANY(OP##_b8, uint8_t, NZ_real, IS_ALL)                                            \
     ALLANY(OP##_u8, uint8_t, NZ_real, IS_ALL)                                            \
+    ALLANY(OP##_i8, int8_t, NZ_real, IS_ALL)                                             \
     ALLANY(OP##_i32, int32_t, NZ_real, IS_ALL)                                           \
     ALLANY(OP##_i64, int64_t, NZ_real, IS_ALL)                                           \
     ALLANY(OP##_f16, uint16_t, NZ_half, IS_ALL)                                          \
@@ -870,9 +876,10 @@ static int reduce_kernel(const rkind *k, const oar_kernel_call *c, bool keep_ord
 
 #define TABLE_SUMPROD(OP)                                                                \
     KERNEL(OP##_b8) KERNEL(OP##_u8) KERNEL(OP##_i32) KERNEL(OP##_i64) KERNEL(OP##_f32)   \
-    KERNEL(OP##_f64) KERNEL(OP##_c64) KERNEL(OP##_c128)                                  \
+    KERNEL(OP##_f64) KERNEL(OP##_c64) KERNEL(OP##_c128) KERNEL(OP##_i8)                  \
     const oari_cpu_kernels oari_cpu_k_##OP = {                                           \
-        [OAR_BOOL] = k_##OP##_b8, [OAR_U8] = k_##OP##_u8, [OAR_I32] = k_##OP##_i32,      \
+        [OAR_BOOL] = k_##OP##_b8, [OAR_U8] = k_##OP##_u8, [OAR_I8] = k_##OP##_i8,        \
+        [OAR_I32] = k_##OP##_i32,                                                        \
         [OAR_I64] = k_##OP##_i64, [OAR_F32] = k_##OP##_f32, [OAR_F64] = k_##OP##_f64,    \
         [OAR_C64] = k_##OP##_c64, [OAR_C128] = k_##OP##_c128};
 
@@ -880,9 +887,10 @@ TABLE_SUMPROD(sum)
 TABLE_SUMPROD(prod)
 
 #define TABLE_REAL(OP, K)                                                                \
-    K(OP##_b8) K(OP##_u8) K(OP##_i32) K(OP##_i64) K(OP##_f32) K(OP##_f64)                \
+    K(OP##_b8) K(OP##_u8) K(OP##_i32) K(OP##_i64) K(OP##_f32) K(OP##_f64) K(OP##_i8)     \
     const oari_cpu_kernels oari_cpu_k_##OP = {                                           \
-        [OAR_BOOL] = k_##OP##_b8, [OAR_U8] = k_##OP##_u8, [OAR_I32] = k_##OP##_i32,      \
+        [OAR_BOOL] = k_##OP##_b8, [OAR_U8] = k_##OP##_u8, [OAR_I8] = k_##OP##_i8,        \
+        [OAR_I32] = k_##OP##_i32,                                                        \
         [OAR_I64] = k_##OP##_i64, [OAR_F32] = k_##OP##_f32, [OAR_F64] = k_##OP##_f64};
 
 TABLE_REAL(amax, KERNEL)
@@ -892,9 +900,10 @@ TABLE_REAL(argmin, ARG_KERNEL)
 
 #define TABLE_ALLANY(OP)                                                                 \
     KERNEL(OP##_b8) KERNEL(OP##_u8) KERNEL(OP##_i32) KERNEL(OP##_i64) KERNEL(OP##_f16)   \
-    KERNEL(OP##_f32) KERNEL(OP##_f64) KERNEL(OP##_c64) KERNEL(OP##_c128)                 \
+    KERNEL(OP##_f32) KERNEL(OP##_f64) KERNEL(OP##_c64) KERNEL(OP##_c128) KERNEL(OP##_i8) \
     const oari_cpu_kernels oari_cpu_k_##OP = {                                           \
-        [OAR_BOOL] = k_##OP##_b8, [OAR_U8] = k_##OP##_u8, [OAR_I32] = k_##OP##_i32,      \
+        [OAR_BOOL] = k_##OP##_b8, [OAR_U8] = k_##OP##_u8, [OAR_I8] = k_##OP##_i8,        \
+        [OAR_I32] = k_##OP##_i32,                                                        \
         [OAR_I64] = k_##OP##_i64, [OAR_F16] = k_##OP##_f16, [OAR_BF16] = k_##OP##_f16,   \
         [OAR_F32] = k_##OP##_f32, [OAR_F64] = k_##OP##_f64, [OAR_C64] = k_##OP##_c64,    \
         [OAR_C128] = k_##OP##_c128};
@@ -999,6 +1008,7 @@ static int scan_run(const oar_kernel_call *c, scan_line_fn line, scan_block_fn b
 #define SCAN_ALL(OP, OPEQ, ONE)                                                          \
     SCAN(OP##_b8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                         \
     SCAN(OP##_u8, uint8_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                         \
+    SCAN(OP##_i8, int8_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                          \
     SCAN(OP##_i32, int32_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                        \
     SCAN(OP##_i64, int64_t, uint64_t, LD_int, int64_t, OPEQ, ONE)                        \
     SCAN(OP##_f32, float, double, LD_flt, float, OPEQ, ONE)                              \
@@ -1006,7 +1016,8 @@ static int scan_run(const oar_kernel_call *c, scan_line_fn line, scan_block_fn b
     SCAN(OP##_c64, c64_t, c128_t, LD_cpx, c64_t, OPEQ, ONE)                              \
     SCAN(OP##_c128, c128_t, c128_t, LD_cpx, c128_t, OPEQ, ONE)                           \
     const oari_cpu_kernels oari_cpu_k_##OP = {                                           \
-        [OAR_BOOL] = k_##OP##_b8, [OAR_U8] = k_##OP##_u8, [OAR_I32] = k_##OP##_i32,      \
+        [OAR_BOOL] = k_##OP##_b8, [OAR_U8] = k_##OP##_u8, [OAR_I8] = k_##OP##_i8,        \
+        [OAR_I32] = k_##OP##_i32,                                                        \
         [OAR_I64] = k_##OP##_i64, [OAR_F32] = k_##OP##_f32, [OAR_F64] = k_##OP##_f64,    \
         [OAR_C64] = k_##OP##_c64, [OAR_C128] = k_##OP##_c128};
 

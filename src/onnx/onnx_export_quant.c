@@ -1,0 +1,62 @@
+/* ONNX export emitters: quantization. quantize and dequantize become
+ * QuantizeLinear and DequantizeLinear (opset 13: float scale, zero point of
+ * the quantized dtype, axis for per-channel parameters); the scale and
+ * zero point are cast to those dtypes where the oar graph holds others
+ * (oar_quantize_per_tensor makes f64 and int64 ones), and a per-tensor
+ * one-element 1-d scale is reshaped to a scalar. fake_quantize becomes the
+ * pair with its clamp range as the dtype's: only the int8/uint8 ranges map. */
+#define OARI_ONNX_PROTO
+#include "onnx_export_internal.h"
+
+/* Input k's ONNX name cast to dt (as is if it is dt already), reshaped to a
+ * scalar for a per-tensor call (axis < 0). */
+static const char *param(oari_xp *x, const oari_xnode *e, int k, oar_dtype dt) {
+    const oari_gvalue *v = &x->g->values[e->n->in[k]];
+    const char *name = k == 1 ? e->X1 : e->X2;
+    if (v->dtype != dt) {
+        Onnx__NodeProto *nd = oari_xp_node1(x, "Cast", 1, &name, NULL);
+        oari_xp_set_i(x, nd, "to", oari_xp_type(dt));
+        name = oari_xp_out0(nd);
+    }
+    if (e->a[0] < 0 && v->ndim > 0) name = OP2("Reshape", name, oari_xp_i64(x, 0, NULL), NULL);
+    return name;
+}
+
+/* The quantize/dequantize pair's node; y NULL: a fresh name. */
+static const char *linear(oari_xp *x, const oari_xnode *e, const char *op, const char *in, oar_dtype qdt,
+                          const char *y) {
+    Onnx__NodeProto *nd =
+        oari_xp_node1(x, op, 3, (const char *const[]){in, param(x, e, 1, OAR_F32), param(x, e, 2, qdt)}, y);
+    if (e->a[0] >= 0) oari_xp_set_i(x, nd, "axis", e->a[0]);
+    return oari_xp_out0(nd);
+}
+
+/* x is cast to float where it is not (ONNX's QuantizeLinear takes float). */
+static const char *float_input(oari_xp *x, const oari_xnode *e) {
+    if (e->dt == OAR_F32) return e->X;
+    Onnx__NodeProto *nd = oari_xp_node1(x, "Cast", 1, &e->X, NULL);
+    oari_xp_set_i(x, nd, "to", oari_xp_type(OAR_F32));
+    return oari_xp_out0(nd);
+}
+
+int oari_onnx_emit_quantize(oari_xp *x, const oari_xnode *e) {
+    linear(x, e, "QuantizeLinear", float_input(x, e), (oar_dtype)e->a[1], e->Y);
+    return x->st;
+}
+
+int oari_onnx_emit_dequantize(oari_xp *x, const oari_xnode *e) {
+    linear(x, e, "DequantizeLinear", e->X, e->dt, e->Y);
+    return x->st;
+}
+
+int oari_onnx_emit_fake_quantize(oari_xp *x, const oari_xnode *e) {
+    int64_t lo = e->a[1], hi = e->a[2];
+    oar_dtype q = lo == -128 && hi == 127 ? OAR_I8 : lo == 0 && hi == 255 ? OAR_U8 : OAR_DTYPE_INVALID;
+    if (q == OAR_DTYPE_INVALID)
+        return oari_xp_fail(x, "fake_quantize with quant range [%lld, %lld]: only the int8 [-128, 127] and "
+                            "uint8 [0, 255] ranges map to QuantizeLinear", (long long)lo, (long long)hi);
+    if (e->dt != OAR_F32) return oari_xp_fail(x, "fake_quantize of %s (float32 only)", oar_dtype_name(e->dt));
+    const char *qv = linear(x, e, "QuantizeLinear", e->X, q, NULL);
+    linear(x, e, "DequantizeLinear", qv, q, e->Y);
+    return x->st;
+}

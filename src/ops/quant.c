@@ -1,0 +1,267 @@
+/* Affine quantization (src/ops/defs/quant.def): quantize to int8/uint8,
+ * dequantize, and fake quantization (quantize then dequantize) with a
+ * straight-through gradient. Quantized values are plain int8/uint8 tensors;
+ * the scale and zero point travel beside them as tensors, as in ONNX's
+ * QuantizeLinear/DequantizeLinear. The arithmetic is PyTorch's (1.13, CPU):
+ * q = clamp(int64(zp + round_half_even(x * (1 / scale))), qmin, qmax), the
+ * product in x's float dtype (f32: a float scale), NaN and +-inf giving qmin
+ * (the int64 conversion of x86). The tensor form oar_quantize divides,
+ * round(x / scale), as ONNX's QuantizeLinear: the two differ at a tie
+ * that the reciprocal's rounding moves. The kernels check the scale's and zero
+ * point's values (src/backends/cpu/cpu_quant.c). */
+#include "op.h"
+
+#include <math.h>
+
+#define AXIS(c) ((c)->attrs->i[0])
+
+static int64_t numel_of(const oar_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+/* The scale and zero point of a call: float and integer tensors of one
+ * element (axis -1) or 1-d of x's size along the axis. The kernels read
+ * the scale as f32 or f64 and the zero point as i64. */
+static int check_qparams(oari_infer *c) {
+    const oar_tensor *x = c->in[0], *s = c->in[1], *z = c->in[2];
+    int64_t axis = AXIS(c);
+    char a[200], b[200], xs[200];
+    if (!oar_dtype_is_float(s->dtype))
+        return oari_error(OAR_ERR_INVALID, "%s: the scale must be a real float tensor, got %s", c->op,
+                          oar_dtype_name(s->dtype));
+    if (!oar_dtype_is_integral(z->dtype) || z->dtype == OAR_BOOL)
+        return oari_error(OAR_ERR_INVALID, "%s: the zero point must be an integer tensor, got %s", c->op,
+                          oar_dtype_name(z->dtype));
+    if (s->ndim > 1 || z->ndim > 1 || numel_of(s) != numel_of(z))
+        return oari_error(OAR_ERR_INVALID, "%s: scale of shape %s and zero point of shape %s must be "
+                          "0-d or 1-d of one length", c->op, oari_shape_str(a, s->ndim, s->shape),
+                          oari_shape_str(b, z->ndim, z->shape));
+    if (axis < -1 || axis >= x->ndim)
+        return oari_error(OAR_ERR_INVALID, "%s: axis %lld is out of range for an input of shape %s", c->op,
+                          (long long)axis, oari_shape_str(xs, x->ndim, x->shape));
+    int64_t want = axis < 0 ? 1 : x->shape[axis];
+    if (numel_of(s) != want)
+        return oari_error(OAR_ERR_INVALID, "%s: %lld scales for an input of shape %s %s%lld (expected %lld)",
+                          c->op, (long long)numel_of(s), oari_shape_str(xs, x->ndim, x->shape),
+                          axis < 0 ? "per tensor" : "along axis ", axis < 0 ? 0LL : (long long)axis,
+                          (long long)want);
+    c->in_dtype[1] = s->dtype == OAR_F64 ? OAR_F64 : OAR_F32; /* dequantize multiplies at its precision */
+    c->in_dtype[2] = OAR_I64;
+    return 0;
+}
+
+static int check_real_float(oari_infer *c, const char *what) {
+    oar_dtype d = c->in[0]->dtype;
+    if (oar_dtype_is_float(d)) return 0;
+    return oari_error(OAR_ERR_INVALID, "%s: %s must be a real float tensor, got %s", c->op, what,
+                      oar_dtype_name(d));
+}
+
+/* in[0] float (f16/bf16 computed in f32); iattr: axis, dtype (int8 or
+ * uint8), and 1 to divide by the scale (ONNX) rather than multiply by its
+ * reciprocal (PyTorch). */
+static int infer_quantize(oari_infer *c) {
+    if (c->attrs->ni != 3) return oari_error(OAR_ERR_INVALID, "quantize: expected 3 integer attributes");
+    oar_dtype q = (oar_dtype)c->attrs->i[1];
+    if (q != OAR_I8 && q != OAR_U8)
+        return oari_error(OAR_ERR_INVALID, "quantize: the quantized dtype must be int8 or uint8, got %s",
+                          oar_dtype_name(q));
+    if (check_real_float(c, "the input") || check_qparams(c)) return OAR_ERR_INVALID;
+    oar_dtype k = c->in[0]->dtype == OAR_F64 ? OAR_F64 : OAR_F32;
+    c->in_dtype[0] = k;
+    c->kernel_dtype = k;
+    oari_meta_from(&c->out[0], c->in[0]);
+    c->out[0].dtype = q;
+    return 0;
+}
+
+/* in[0] int8, uint8 or int32 (ONNX's bias); out f32; iattr: axis. */
+static int infer_dequantize(oari_infer *c) {
+    if (c->attrs->ni != 1) return oari_error(OAR_ERR_INVALID, "dequantize: expected 1 integer attribute");
+    oar_dtype d = c->in[0]->dtype;
+    if (d != OAR_I8 && d != OAR_U8 && d != OAR_I32)
+        return oari_error(OAR_ERR_INVALID, "dequantize: the input must be int8, uint8 or int32, got %s",
+                          oar_dtype_name(d));
+    if (check_qparams(c)) return OAR_ERR_INVALID;
+    c->kernel_dtype = d;
+    oari_meta_from(&c->out[0], c->in[0]);
+    c->out[0].dtype = OAR_F32;
+    return 0;
+}
+
+/* in[0] float, out its dtype; iattr: axis, qmin, qmax. */
+static int infer_fake_quantize(oari_infer *c) {
+    if (c->attrs->ni != 3) return oari_error(OAR_ERR_INVALID, "fake_quantize: expected 3 integer attributes");
+    int64_t qmin = c->attrs->i[1], qmax = c->attrs->i[2];
+    if (qmin > qmax)
+        return oari_error(OAR_ERR_INVALID, "fake_quantize: quant_min %lld > quant_max %lld", (long long)qmin,
+                          (long long)qmax);
+    if (check_real_float(c, "the input") || check_qparams(c)) return OAR_ERR_INVALID;
+    oari_meta_from(&c->out[0], c->in[0]);
+    return 0;
+}
+
+/* A per-channel parameter shaped to broadcast against x (axis -1: as is). */
+static oar_tensor *along_axis(oar_tensor *p, const oari_meta *x, int64_t axis) {
+    if (axis < 0) return p;
+    int64_t shape[OAR_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) shape[d] = d == axis ? x->shape[d] : 1;
+    return oar_reshape(p, x->ndim, shape);
+}
+
+/* Straight-through estimator, as torch.fake_quantize_per_tensor_affine's:
+ * dx = dy where zp + round(x * (1 / scale)) lies in [qmin, qmax], else 0,
+ * the mask computed with the forward's arithmetic. Scale and zero point get
+ * no gradient. The mask is built from comparisons, so it is a constant to
+ * a second differentiation: d(dx)/d(dy) is the mask again. */
+static int grad_fake_quantize(oari_grad_ctx *g) {
+    oar_tensor *gy = g->gout[0];
+    if (!gy || !g->needs[0]) return 0;
+    oar_tensor *x = g->in[0];
+    const oari_meta *xm = &g->in_meta[0];
+    oar_dtype f = x->dtype == OAR_F64 ? OAR_F64 : OAR_F32;
+    oar_tensor *xf = oar_cast(x, f);
+    oar_tensor *inv = oar_reciprocal(oar_cast(along_axis(g->in[1], xm, AXIS(g)), f));
+    oar_tensor *zp = oar_cast(along_axis(g->in[2], xm, AXIS(g)), f);
+    oar_tensor *q = oar_add(oar_round(oar_mul(xf, inv)), zp);
+    oar_tensor *keep = oar_logical_and(oar_ge(q, oar_scalar_of((double)g->attrs->i[1], f)),
+                                       oar_le(q, oar_scalar_of((double)g->attrs->i[2], f)));
+    g->gin[0] = oar_mul(gy, oar_cast(keep, gy->dtype));
+    return g->gin[0] ? 0 : oari_fail_status();
+}
+
+const oari_op_def oari_def_quantize = {
+    .name = "quantize", .n_in = 3, .n_out = 1, .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_NONDIFF, .infer = infer_quantize,
+};
+const oari_op_def oari_def_dequantize = {
+    .name = "dequantize", .n_in = 3, .n_out = 1, .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_NONDIFF, .infer = infer_dequantize,
+};
+const oari_op_def oari_def_fake_quantize = {
+    .name = "fake_quantize", .n_in = 3, .n_out = 1, .fusion = OARI_FUSE_OPAQUE,
+    .saved = OARI_SAVE_IN(0) | OARI_SAVE_IN(1) | OARI_SAVE_IN(2), .infer = infer_fake_quantize,
+    .grad = grad_fake_quantize,
+};
+
+/* ---- public functions ---------------------------------------------------------- */
+
+/* The range of a quantized dtype, or an error naming fn. */
+static int quant_range(const char *fn, oar_dtype dtype, int64_t *lo, int64_t *hi) {
+    if (dtype == OAR_I8) *lo = -128, *hi = 127;
+    else if (dtype == OAR_U8) *lo = 0, *hi = 255;
+    else return oari_error(OAR_ERR_INVALID, "%s: the quantized dtype must be int8 or uint8, got %s", fn,
+                           oar_dtype_name(dtype));
+    return 0;
+}
+
+/* Per-tensor parameters given as numbers: checked here, for a message that
+ * names the values before any tensor is made. */
+static int check_scalar_params(const char *fn, double scale, int64_t zero_point, int64_t lo, int64_t hi) {
+    if (!(scale > 0) || !isfinite(scale))
+        return oari_error(OAR_ERR_INVALID, "%s: scale %g must be positive and finite", fn, scale);
+    if (zero_point < lo || zero_point > hi)
+        return oari_error(OAR_ERR_INVALID, "%s: zero point %lld is outside [%lld, %lld]", fn,
+                          (long long)zero_point, (long long)lo, (long long)hi);
+    return 0;
+}
+
+/* The op's axis for scale: -1 (per tensor) for a 0-d scale or a single
+ * scale where x's size along the axis is not 1, else the axis normalized;
+ * -2 with the error set when it is out of range. */
+static int64_t resolve_axis(const char *fn, oar_tensor *x, oar_tensor *scale, int axis) {
+    if (scale->ndim == 0) return -1;
+    if (axis < -x->ndim || axis >= x->ndim) {
+        char s[200];
+        oari_error(OAR_ERR_INVALID, "%s: axis %d is out of range for an input of shape %s", fn, axis,
+                   oari_shape_str(s, x->ndim, x->shape));
+        return -2;
+    }
+    int64_t ax = axis < 0 ? axis + x->ndim : axis;
+    return scale->ndim == 1 && scale->shape[0] == 1 && x->shape[ax] != 1 ? -1 : ax;
+}
+
+static oar_tensor *call3(oari_op op, oar_tensor *x, oar_tensor *s, oar_tensor *z, int n, const int64_t *at) {
+    oari_attrs a = oari_attrs_ints(n, at);
+    return oari_call(op, 3, (oar_tensor *[]){x, s, z}, &a);
+}
+
+/* A zero point of zeros like scale where none is given (ONNX's default). */
+static oar_tensor *zero_point_or_zeros(oar_tensor *zp, oar_tensor *scale) {
+    return zp ? zp : oar_full(OAR_I64, scale->ndim, scale->shape, 0);
+}
+
+oar_tensor *oar_quantize(oar_tensor *x, oar_tensor *scale, oar_tensor *zero_point, int axis, oar_dtype dtype) {
+    int64_t lo = 0, hi = 0;
+    if (!x || !scale) return oari_null_arg("quantize", !x ? "x" : "scale"), NULL;
+    if (quant_range("quantize", dtype, &lo, &hi)) return NULL;
+    int64_t ax = resolve_axis("quantize", x, scale, axis);
+    if (ax < -1) return NULL;
+    return call3(OARI_OP_quantize, x, scale, zero_point_or_zeros(zero_point, scale), 3,
+                 (int64_t[]){ax, dtype, 1});
+}
+
+oar_tensor *oar_quantize_per_tensor(oar_tensor *x, double scale, int64_t zero_point, oar_dtype dtype) {
+    int64_t lo = 0, hi = 0;
+    if (!x) return oari_null_arg("quantize_per_tensor", "x"), NULL;
+    if (quant_range("quantize_per_tensor", dtype, &lo, &hi) ||
+        check_scalar_params("quantize_per_tensor", scale, zero_point, lo, hi))
+        return NULL;
+    return call3(OARI_OP_quantize, x, oar_scalar_of(scale, OAR_F64), oar_scalar_of((double)zero_point, OAR_I64),
+                 3, (int64_t[]){-1, dtype, 0});
+}
+
+/* Per-channel parameters must be 1-d: a one-element scale is per channel
+ * here only when x's size along the axis is 1. */
+static int check_channel_params(const char *fn, oar_tensor *x, oar_tensor *scales, oar_tensor *zps, int axis,
+                                int64_t *ax) {
+    char s[200], z[200], xs[200];
+    if (!x || !scales || !zps) return oari_null_arg(fn, !x ? "x" : !scales ? "scales" : "zero_points");
+    if (axis < -x->ndim || axis >= x->ndim)
+        return oari_error(OAR_ERR_INVALID, "%s: axis %d is out of range for an input of shape %s", fn, axis,
+                          oari_shape_str(xs, x->ndim, x->shape));
+    *ax = axis < 0 ? axis + x->ndim : axis;
+    if (scales->ndim != 1 || zps->ndim != 1 || scales->shape[0] != x->shape[*ax] ||
+        zps->shape[0] != x->shape[*ax])
+        return oari_error(OAR_ERR_INVALID, "%s: scales of shape %s and zero points of shape %s must be 1-d of "
+                          "size %lld (axis %lld of the input's shape %s)", fn,
+                          oari_shape_str(s, scales->ndim, scales->shape), oari_shape_str(z, zps->ndim, zps->shape),
+                          (long long)x->shape[*ax], (long long)*ax, oari_shape_str(xs, x->ndim, x->shape));
+    return 0;
+}
+
+oar_tensor *oar_quantize_per_channel(oar_tensor *x, oar_tensor *scales, oar_tensor *zero_points, int axis,
+                                     oar_dtype dtype) {
+    int64_t lo = 0, hi = 0, ax = 0;
+    if (check_channel_params("quantize_per_channel", x, scales, zero_points, axis, &ax) ||
+        quant_range("quantize_per_channel", dtype, &lo, &hi))
+        return NULL;
+    return call3(OARI_OP_quantize, x, scales, zero_points, 3, (int64_t[]){ax, dtype, 0});
+}
+
+oar_tensor *oar_dequantize(oar_tensor *q, oar_tensor *scale, oar_tensor *zero_point, int axis) {
+    if (!q || !scale) return oari_null_arg("dequantize", !q ? "q" : "scale"), NULL;
+    int64_t ax = resolve_axis("dequantize", q, scale, axis);
+    if (ax < -1) return NULL;
+    return call3(OARI_OP_dequantize, q, scale, zero_point_or_zeros(zero_point, scale), 1, (int64_t[]){ax});
+}
+
+oar_tensor *oar_fake_quantize_per_tensor(oar_tensor *x, double scale, int64_t zero_point, int64_t quant_min,
+                                         int64_t quant_max) {
+    if (!x) return oari_null_arg("fake_quantize_per_tensor", "x"), NULL;
+    if (quant_min > quant_max)
+        return oari_error(OAR_ERR_INVALID, "fake_quantize_per_tensor: quant_min %lld > quant_max %lld",
+                          (long long)quant_min, (long long)quant_max), NULL;
+    if (check_scalar_params("fake_quantize_per_tensor", scale, zero_point, quant_min, quant_max)) return NULL;
+    return call3(OARI_OP_fake_quantize, x, oar_scalar_of(scale, OAR_F64),
+                 oar_scalar_of((double)zero_point, OAR_I64), 3, (int64_t[]){-1, quant_min, quant_max});
+}
+
+oar_tensor *oar_fake_quantize_per_channel(oar_tensor *x, oar_tensor *scales, oar_tensor *zero_points, int axis,
+                                          int64_t quant_min, int64_t quant_max) {
+    int64_t ax = 0;
+    if (check_channel_params("fake_quantize_per_channel", x, scales, zero_points, axis, &ax)) return NULL;
+    return call3(OARI_OP_fake_quantize, x, scales, zero_points, 3, (int64_t[]){ax, quant_min, quant_max});
+}
