@@ -30,8 +30,15 @@ static void put(buf *b, const char *fmt, ...) {
 
 static const char *short_name(int d) {
     static const char *const names[OAR_DTYPE_COUNT] = {"bool", "u8", "i32", "i64", "f16", "bf16",
-                                                       "f32", "f64", "c64", "c128"};
+                                                       "f32", "f64", "c64", "c128", "i8"};
     return names[d];
+}
+
+/* The CPU kernels oneDNN gives where oar is built with it (OAR_WITH_DNNL;
+ * src/backends/cpu/cpu_dnnl.c), computed in f32 otherwise: marked the same
+ * in either build, so that one ops.md is right for both. */
+static bool dnnl_kernel(oari_op op, int d) {
+    return (op == OARI_OP_matmul || op == OARI_OP_conv2d) && d == OAR_BF16;
 }
 
 static void dtypes(buf *b, oari_op op, const oari_op_def *def) {
@@ -45,7 +52,8 @@ static void dtypes(buf *b, oari_op op, const oari_op_def *def) {
         bool k = oari_kernel_lookup(cpu, op, (oar_dtype)d) != NULL;
         bool via = !k && f32 && (d == OAR_F16 || d == OAR_BF16) && !(def->flags & OARI_F_NO_HALF);
         if (!k && !via) continue;
-        put(b, "%s%s%s", first ? "" : " ", short_name(d), via ? "\\*" : "");
+        const char *mark = dnnl_kernel(op, d) ? "\\*\\*" : via ? "\\*" : "";
+        put(b, "%s%s%s", first ? "" : " ", short_name(d), mark);
         first = false;
     }
     if (first) put(b, "none");
@@ -69,7 +77,8 @@ static char *generate(void) {
     put(&b, "%d primitive ops, %d defined, %d with a gradient rule, %d checked against central\n"
             "differences to second order (`tests/autograd/gradcheck_cases.h`).\n\n",
         OARI_OP_COUNT, n_def, n_diff, n_second);
-    put(&b, "- **CPU dtypes**: dtypes with a CPU kernel; \\* computed in f32 and stored back.\n"
+    put(&b, "- **CPU dtypes**: dtypes with a CPU kernel; \\* computed in f32 and stored back;\n"
+            "  \\*\\* oneDNN's kernel where oar is built with it (`OAR_WITH_DNNL`), else as \\*.\n"
             "- **gradient**: yes (a rule written with ops), no (not differentiable), or missing.\n"
             "- **checked**: the gradcheck table's cases for the op (first and second order,\n"
             "  contiguous and strided inputs).\n\n");

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The core build (CTest "core_build"): oar configured with every optional
-# part off (MPI, ONNX, the OpenCL and CUDA plugins; FFTW is off by
+# part off (MPI, ONNX, oneDNN, the OpenCL and CUDA plugins; FFTW is off by
 # default), as on a machine that has only a C compiler, CBLAS, LAPACKE, OpenMP,
 # cJSON and zlib:
 #   bash tests/install/core_build.sh SOURCE CMAKE CC
@@ -19,20 +19,20 @@ fail() { echo "FAIL: $*"; failed=1; }
 ok() { echo "ok: $*"; }
 
 if ! "$cmake" -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$cc" \
-        -DOAR_WITH_MPI=OFF -DOAR_WITH_ONNX=OFF -DOAR_PLUGIN_OPENCL=OFF -DOAR_PLUGIN_CUDA=OFF \
+        -DOAR_WITH_MPI=OFF -DOAR_WITH_ONNX=OFF -DOAR_WITH_DNNL=OFF -DOAR_PLUGIN_OPENCL=OFF -DOAR_PLUGIN_CUDA=OFF \
         -DOAR_FFTW=OFF -DOAR_BUILD_TESTS=OFF -DOAR_BUILD_BENCH=OFF >"$tmp/configure.log" 2>&1; then
     cat "$tmp/configure.log"; echo "FAIL: configure with the optional parts off"; exit 1
 fi
 if ! "$cmake" --build "$tmp/build" -j "$(nproc)" --target oar first_program oar_cli >"$tmp/build.log" 2>&1; then
     tail -n 40 "$tmp/build.log"; echo "FAIL: build with the optional parts off"; exit 1
 fi
-ok "liboar, first_program and oar build with MPI, ONNX and the plugins off"
+ok "liboar, first_program and oar build with MPI, ONNX, oneDNN and the plugins off"
 
 b=$tmp/build
 out=$("$b/first_program" 2>&1) && case $out in *"dloss/dw = tensor("*) ok "first_program runs" ;;
     *) fail "first_program printed: $out" ;; esac || fail "first_program exited $?: $out"
 libs=$(ldd "$b/liboar.so") || fail "ldd liboar.so"
-for lib in libmpi libprotobuf-c libOpenCL libcuda libfftw3; do
+for lib in libmpi libprotobuf-c libdnnl libOpenCL libcuda libfftw3; do
     case $libs in *"$lib"*) fail "liboar.so links $lib:"$'\n'"$libs" ;; *) ok "liboar.so does not link $lib" ;; esac
 done
 [ -e "$b/liboar_mpi.so" ] && fail "the MPI module was built"

@@ -160,4 +160,36 @@ OARI_HIDDEN int oari_cpu_conv2d_wino(const float *x, const float *w, const oar_k
                                      int64_t O, int64_t OH, int64_t OW, int64_t ph, int64_t pw,
                                      int m);
 
+/* A batched product C = A B through oneDNN (cpu_dnnl.c; only in a build
+ * with OAR_WITH_DNNL): over `rank` dims, the batch dims then rows and
+ * columns, A [..., n, k] and B [..., k, m] given by their dims (1 where a
+ * batch dim broadcasts) and strides in elements, C contiguous with dims
+ * c_dims [..., n, m]; no dim 0 (K = 0 is the caller's). bf16 only: f32
+ * accumulation, bf16 result. 0, or a status with the error naming the
+ * shapes when oneDNN cannot make or run the primitive. */
+typedef struct {
+    int dtype, rank;
+    int64_t a_dims[OAR_MAX_DIMS + 2], a_strides[OAR_MAX_DIMS + 2];
+    int64_t b_dims[OAR_MAX_DIMS + 2], b_strides[OAR_MAX_DIMS + 2];
+    int64_t c_dims[OAR_MAX_DIMS + 2];
+    const void *a, *b;
+    void *c;
+} oari_dnnl_matmul_args;
+OARI_HIDDEN int oari_dnnl_matmul(const oari_dnnl_matmul_args *m);
+/* conv2d through oneDNN (cpu_dnnl.c, OAR_WITH_DNNL), forward: x [n, c, h,
+ * w], weight [o, c/groups, kh, kw], bias [o] or NULL, y [n, o, oh, ow], all
+ * contiguous; stride, padding (both sides), dilation (1: dense) as oar's
+ * conv2d takes them; no dim 0. bf16 only, as matmul. 0, or a status with
+ * the error naming the shapes. */
+typedef struct {
+    int dtype;
+    int64_t n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups;
+    const void *x, *weight, *bias;
+    void *y;
+} oari_dnnl_conv2d_args;
+OARI_HIDDEN int oari_dnnl_conv2d(const oari_dnnl_conv2d_args *a);
+/* How many oneDNN primitives are cached (one per op, shape, strides and
+ * thread count): the tests' evidence that oneDNN ran. */
+OARI_HIDDEN int oari_dnnl_cached_primitives(void);
+
 #endif

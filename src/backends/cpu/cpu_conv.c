@@ -1,7 +1,8 @@
 /* CPU kernels of the convolutions (im2col/col2im + CBLAS gemm), pools and
  * interpolation, with their backward primitives. The f32 and f64 kernels
  * come from one template: this file includes itself with CONV_T defined
- * (see the end of the file). f16/bf16 run through f32 (dispatch converts). */
+ * (see the end of the file). f16/bf16 run through f32 (dispatch converts),
+ * but for bf16 conv2d through oneDNN where built with it (cpu_dnnl.c). */
 #ifndef CONV_T
 #include "cpu.h"
 
@@ -130,10 +131,55 @@ static int64_t adaptive_end(int64_t o, int64_t out, int64_t in) {
 #undef CONV_SFX
 #undef CONV_GEMM
 
+#ifdef OAR_WITH_DNNL
+/* bf16 conv2d, forward, through oneDNN (cpu_dnnl.c): f32 accumulation,
+ * bf16 result. Strided operands are copied first; no input channels (K =
+ * 0) gives the bias, or zeros. Its backward ops (conv_transpose2d,
+ * conv2d_weight_grad) compute in f32 between casts. */
+static int k_conv2d_dnnl(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int64_t *a = c->iattr;
+    dims4 xd = dims_of(&c->in[0]), wd = dims_of(&c->in[1]), yd = dims_of(&c->out[0]);
+    const oar_ktensor *b = &c->in[2];
+    uint16_t *y = c->out[0].data;
+    if (oari_kt_numel(&c->out[0]) == 0) return 0;
+    if (xd.c == 0) { /* oneDNN takes no zero dims */
+        const int64_t P = yd.h * yd.w;
+        for (int64_t i = 0; i < yd.n * yd.c; i++) {
+            uint16_t v = b->dtype < 0 ? 0 : *((const uint16_t *)b->data + (i % yd.c) * b->strides[0]);
+            for (int64_t p = 0; p < P; p++) y[i * P + p] = v;
+        }
+        return 0;
+    }
+    void *own[3] = {NULL, NULL, NULL};
+    size_t own_n[3] = {0, 0, 0};
+    const void *x = contig(&c->in[0], &own[0], &own_n[0]);
+    const void *w = x ? contig(&c->in[1], &own[1], &own_n[1]) : NULL;
+    const void *bias = w && b->dtype >= 0 ? contig(b, &own[2], &own_n[2]) : NULL;
+    int st;
+    if (!w || (b->dtype >= 0 && !bias)) {
+        st = oari_fail_status();
+    } else {
+        oari_dnnl_conv2d_args args = {
+            .dtype = c->out[0].dtype, .n = xd.n, .c = xd.c, .h = xd.h, .w = xd.w, .o = wd.n,
+            .kh = wd.h, .kw = wd.w, .oh = yd.h, .ow = yd.w, .sh = a[0], .sw = a[1], .ph = a[2],
+            .pw = a[3], .dh = a[4], .dw = a[5], .groups = a[6], .x = x, .weight = w, .bias = bias, .y = y};
+        st = oari_dnnl_conv2d(&args);
+    }
+    for (int i = 0; i < 3; i++) scratch_free(own[i], own_n[i]);
+    return st;
+}
+#endif
+
 #define TABLE(name)                                                                                \
     const oari_cpu_kernels oari_cpu_k_##name = {                                                   \
         [OAR_F32] = k_##name##_f32, [OAR_F64] = k_##name##_f64}
-TABLE(conv2d);
+const oari_cpu_kernels oari_cpu_k_conv2d = {
+    [OAR_F32] = k_conv2d_f32, [OAR_F64] = k_conv2d_f64,
+#ifdef OAR_WITH_DNNL
+    [OAR_BF16] = k_conv2d_dnnl,
+#endif
+};
 TABLE(conv_transpose2d);
 TABLE(conv2d_weight_grad);
 TABLE(max_pool2d);

@@ -1,7 +1,8 @@
 /* CPU kernel of matmul: CBLAS gemm for f32/f64/c64/c128 (strided operands
  * are passed as they are when row- or column-major in their last two dims,
- * copied otherwise), a plain loop for integers. Batches loop over gemm
- * calls; broadcast batch dims have stride 0. */
+ * copied otherwise), oneDNN for bf16 where built with it (cpu_dnnl.c), a
+ * plain loop for integers. Batches loop over gemm calls; broadcast batch
+ * dims have stride 0. */
 #include "cpu.h"
 
 #include <cblas.h>
@@ -225,6 +226,31 @@ static void fold_batches(mm_shape *s, mat_view *a, const mat_view *b) {
     s->nbatch = 0;
 }
 
+/* Copies the operands neither row- nor column-major in their last two dims
+ * (blas_layout) and views the copies instead; *la, *lb get the layouts.
+ * bufs/sizes: the copies, for oari_free. 0, or a status (OOM). */
+static int pack_unreadable(const oar_kernel_call *call, const mm_shape *s, mat_view *a, mat_view *b,
+                           int *la, int64_t *lda, int *lb, int64_t *ldb, oar_ktensor packed[2],
+                           void *bufs[2], size_t sizes[2]) {
+    *la = blas_layout(a->rows, a->cols, a->sr, a->sc, lda);
+    *lb = blas_layout(b->rows, b->cols, b->sr, b->sc, ldb);
+    if (*la < 0) {
+        if (!(bufs[0] = pack(&call->in[0], &packed[0], &sizes[0]))) return oari_fail_status();
+        make_view(&packed[0], true, s, a);
+        *la = blas_layout(a->rows, a->cols, a->sr, a->sc, lda);
+    }
+    if (*lb < 0) {
+        if (!(bufs[1] = pack(&call->in[1], &packed[1], &sizes[1]))) {
+            oari_free(bufs[0], sizes[0]);
+            bufs[0] = NULL;
+            return oari_fail_status();
+        }
+        make_view(&packed[1], false, s, b);
+        *lb = blas_layout(b->rows, b->cols, b->sr, b->sc, ldb);
+    }
+    return 0;
+}
+
 static int k_matmul_blas(void *ctx, const oar_kernel_call *call) {
     (void)ctx;
     const oar_ktensor *O = &call->out[0];
@@ -243,24 +269,11 @@ static int k_matmul_blas(void *ctx, const oar_kernel_call *call) {
     void *bufs[2] = {NULL, NULL};
     size_t sizes[2] = {0, 0};
     int64_t lda, ldb;
-    int la = blas_layout(a.rows, a.cols, a.sr, a.sc, &lda);
-    int lb = blas_layout(b.rows, b.cols, b.sr, b.sc, &ldb);
-    if (la < 0) {
-        if (!(bufs[0] = pack(&call->in[0], &packed[0], &sizes[0]))) return oari_fail_status();
-        make_view(&packed[0], true, &s, &a);
-        la = blas_layout(a.rows, a.cols, a.sr, a.sc, &lda);
-    }
-    if (lb < 0) {
-        if (!(bufs[1] = pack(&call->in[1], &packed[1], &sizes[1]))) {
-            oari_free(bufs[0], sizes[0]);
-            return oari_fail_status();
-        }
-        make_view(&packed[1], false, &s, &b);
-        lb = blas_layout(b.rows, b.cols, b.sr, b.sc, &ldb);
-    }
+    int la, lb;
+    int st = pack_unreadable(call, &s, &a, &b, &la, &lda, &lb, &ldb, packed, bufs, sizes);
+    if (st) return st;
     if (la == 0) fold_batches(&s, &a, &b);
     if (la == 0) blas_layout(a.rows, a.cols, a.sr, a.sc, &lda);
-    int st = 0;
     if (!fits_blas(s.n) || !fits_blas(s.m) || !fits_blas(s.k) || !fits_blas(lda) ||
         !fits_blas(ldb)) {
         st = oari_error(OAR_ERR_UNSUPPORTED,
@@ -314,13 +327,72 @@ static int k_matmul_blas(void *ctx, const oar_kernel_call *call) {
     }
 
 INT_MATMUL(k_matmul_u8, uint8_t, uint32_t)
+INT_MATMUL(k_matmul_i8, int8_t, uint32_t)
 INT_MATMUL(k_matmul_i32, int32_t, uint32_t)
 INT_MATMUL(k_matmul_i64, int64_t, uint64_t)
 
+#ifdef OAR_WITH_DNNL
+/* One operand's dims and strides for oneDNN: its batch dims (1 where
+ * broadcast, with the stride of a dense stack: stride 0 sends oneDNN to its
+ * reference kernel), then rows and columns. */
+static void dnnl_operand(const mm_shape *s, const mat_view *v, int64_t *dims, int64_t *strides) {
+    int nb = s->nbatch;
+    dims[nb] = v->rows, dims[nb + 1] = v->cols;
+    strides[nb] = v->sr, strides[nb + 1] = v->sc;
+    int64_t span = 1 + (v->rows - 1) * v->sr + (v->cols - 1) * v->sc;
+    for (int d = nb - 1; d >= 0; d--) {
+        bool own = v->bstride[d] != 0;
+        dims[d] = own ? s->bshape[d] : 1;
+        strides[d] = own ? v->bstride[d] : span;
+        int64_t reach = 1 + (dims[d] - 1) * strides[d] + (span - 1);
+        if (reach > span) span = reach;
+    }
+}
+
+/* bf16 matmul through oneDNN (cpu_dnnl.c): f32 accumulation, bf16 result,
+ * the whole batch one call. Operands neither row- nor column-major in their
+ * last two dims are copied first, as for BLAS (oneDNN would read them with
+ * its reference kernel). Without this kernel bf16 runs VIA_F32. */
+static int k_matmul_dnnl(void *ctx, const oar_kernel_call *call) {
+    (void)ctx;
+    const oar_ktensor *O = &call->out[0];
+    mm_shape s;
+    mat_view a, b;
+    setup(call, &s, &a, &b);
+    int64_t numel = oari_kt_numel(O);
+    if (numel == 0) return 0;
+    if (s.k == 0) { /* oneDNN takes no zero dims */
+        memset(O->data, 0, (size_t)numel * oar_dtype_size((oar_dtype)O->dtype));
+        return 0;
+    }
+    oar_ktensor packed[2];
+    void *bufs[2] = {NULL, NULL};
+    size_t sizes[2] = {0, 0};
+    int64_t lda, ldb;
+    int la, lb;
+    int st = pack_unreadable(call, &s, &a, &b, &la, &lda, &lb, &ldb, packed, bufs, sizes);
+    if (st) return st;
+    oari_dnnl_matmul_args m = {.dtype = O->dtype, .rank = s.nbatch + 2, .a = a.data, .b = b.data,
+                               .c = O->data};
+    dnnl_operand(&s, &a, m.a_dims, m.a_strides);
+    dnnl_operand(&s, &b, m.b_dims, m.b_strides);
+    memcpy(m.c_dims, s.bshape, (size_t)s.nbatch * sizeof *s.bshape);
+    m.c_dims[s.nbatch] = s.n, m.c_dims[s.nbatch + 1] = s.m;
+    st = oari_dnnl_matmul(&m);
+    oari_free(bufs[0], sizes[0]);
+    oari_free(bufs[1], sizes[1]);
+    return st;
+}
+#endif
+
 const oari_cpu_kernels oari_cpu_k_matmul = {
-    [OAR_U8] = k_matmul_u8, [OAR_I32] = k_matmul_i32, [OAR_I64] = k_matmul_i64,
+    [OAR_U8] = k_matmul_u8, [OAR_I8] = k_matmul_i8, [OAR_I32] = k_matmul_i32,
+    [OAR_I64] = k_matmul_i64,
     [OAR_F32] = k_matmul_blas, [OAR_F64] = k_matmul_blas, [OAR_C64] = k_matmul_blas,
     [OAR_C128] = k_matmul_blas,
+#ifdef OAR_WITH_DNNL /* f16 stays VIA_F32: oneDNN 2.6 has f16 matmul only on AVX512_FP16 */
+    [OAR_BF16] = k_matmul_dnnl,
+#endif
 };
 
 /* add_scaled: out (= in[0]) += alpha * in[1], in[1] expanded by dispatch. */

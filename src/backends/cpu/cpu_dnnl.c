@@ -1,0 +1,382 @@
+/* bf16 matmul and conv2d through oneDNN (OAR_WITH_DNNL; cpu.h,
+ * oari_dnnl_matmul, oari_dnnl_conv2d): its kernels take bf16 operands,
+ * accumulate in f32 and write bf16, at twice the f32 rate on AVX512_BF16
+ * (emulated, slower, on older CPUs). A whole batch is one primitive call.
+ * Creating a primitive costs far more than a small product (0.14 ms for a
+ * bf16 matmul, which then runs a 64x64x64 product in 4.7 us; 4.6 ms for a
+ * small conv and its reorders), so primitives are kept per op, shape,
+ * strides and thread count in a small cache, evicted least recently used. Scratchpads are the caller's (user
+ * mode): a cached primitive then runs on many threads at once, which
+ * oneDNN's shared library scratchpad would not allow. */
+#include "cpu.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define CACHE_SLOTS 64
+#define MAX_RANK (OAR_MAX_DIMS + 2)
+_Static_assert(MAX_RANK <= DNNL_MAX_NDIMS, "oneDNN takes every matmul rank");
+
+enum { KIND_MATMUL = 1, KIND_CONV2D };
+
+/* What a primitive is made for: the op, dtype, thread count and the op's
+ * geometry in v; zeroed before it is filled, so it compares with memcmp. */
+typedef struct {
+    int kind, dtype, threads, rank;
+    int64_t v[5 * MAX_RANK];
+} prim_key;
+
+/* A primitive and its operands: the caller's buffer i, described by md[i],
+ * is its arg[i]; where the primitive wants another layout (a blocked one,
+ * inner[i]), reorder[i] copies it there (the destination: back). */
+typedef struct {
+    prim_key key;
+    uint64_t hash, last_use;
+    dnnl_primitive_t prim; /* NULL: a free slot */
+    int n_md, arg[4];
+    dnnl_memory_desc_t md[4], inner[4], scratch;
+    dnnl_primitive_t reorder[4];
+    size_t scratch_bytes; /* the largest any of its primitives needs */
+    int users; /* calls running it: not evicted meanwhile */
+} prim_slot;
+
+/* A call: the key, how to make its primitive, its buffers (arg order),
+ * and what its error messages say, "<op>: oneDNN <step> failed (<status>)
+ * for <what>", with what written by describe (only on failure). */
+typedef struct call_desc call_desc;
+struct call_desc {
+    prim_key key;
+    int (*make)(const call_desc *c, prim_slot *s);
+    void (*describe)(const call_desc *c, char *what, size_t size);
+    const void *args; /* the op's arguments (oari_dnnl_*_args) */
+    void *ptr[4];
+    const char *op;
+};
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static prim_slot cache[CACHE_SLOTS];
+static uint64_t use_clock;
+static dnnl_engine_t engine;
+
+/* FNV-1a over the key's 8-byte words. */
+static uint64_t key_hash(const prim_key *k) {
+    _Static_assert(sizeof(prim_key) % 8 == 0, "a key is whole words");
+    uint64_t h = 1469598103934665603ull, w;
+    for (size_t i = 0; i < sizeof *k; i += 8) {
+        memcpy(&w, (const char *)k + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+    }
+    return h;
+}
+
+static int dnnl_fail(const call_desc *c, const char *step, dnnl_status_t st) {
+    char what[480];
+    c->describe(c, what, sizeof what);
+    return oari_error(st == dnnl_out_of_memory ? OAR_ERR_NOMEM : OAR_ERR_UNSUPPORTED,
+                      "%s: oneDNN %s failed (%s) for %s", c->op, step, dnnl_status2str(st), what);
+}
+
+/* Makes a primitive from pd (then destroyed), growing s's scratchpad to
+ * what it needs. */
+static dnnl_status_t make_primitive(prim_slot *s, dnnl_primitive_desc_t pd, dnnl_primitive_t *prim) {
+    const dnnl_memory_desc_t *scratch = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t bytes = dnnl_memory_desc_get_size(scratch);
+    if (bytes > s->scratch_bytes) s->scratch = *scratch, s->scratch_bytes = bytes;
+    dnnl_status_t st = dnnl_primitive_create(prim, pd);
+    if (st) *prim = NULL;
+    dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+/* Frees s's primitives. */
+static void clear_slot(prim_slot *s) {
+    if (s->prim) dnnl_primitive_destroy(s->prim);
+    for (int i = 0; i < 4; i++)
+        if (s->reorder[i]) dnnl_primitive_destroy(s->reorder[i]);
+    s->prim = NULL;
+    memset(s->reorder, 0, sizeof s->reorder);
+    s->scratch_bytes = 0;
+}
+
+/* Makes s's primitive from an op description, its scratchpad in user
+ * mode. With `any_layout`, the op's descriptions of operands 0..2 let
+ * oneDNN pick their layouts: the ones that differ from s->md get reorders
+ * (operands described, in s->md, as the caller holds them). */
+static int make_from_desc(const call_desc *c, prim_slot *s, const void *op_desc, bool any_layout) {
+    dnnl_status_t st;
+    dnnl_primitive_attr_t attr;
+    if ((st = dnnl_primitive_attr_create(&attr))) return dnnl_fail(c, "attributes", st);
+    dnnl_primitive_desc_t pd = NULL;
+    if (!(st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)))
+        st = dnnl_primitive_desc_create(&pd, op_desc, attr, engine, NULL);
+    if (st) {
+        dnnl_primitive_attr_destroy(attr);
+        return dnnl_fail(c, "primitive description", st);
+    }
+    static const dnnl_query_t which[3] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md};
+    for (int i = 0; i < 3 && any_layout; i++)
+        s->inner[i] = *dnnl_primitive_desc_query_md(pd, which[i], 0);
+    st = make_primitive(s, pd, &s->prim);
+    for (int i = 0; i < 3 && any_layout && !st; i++) {
+        if (dnnl_memory_desc_equal(&s->inner[i], &s->md[i])) continue;
+        bool out = s->arg[i] == DNNL_ARG_DST;
+        dnnl_primitive_desc_t rpd;
+        st = dnnl_reorder_primitive_desc_create(&rpd, out ? &s->inner[i] : &s->md[i], engine,
+                                                out ? &s->md[i] : &s->inner[i], engine, attr);
+        if (!st) st = make_primitive(s, rpd, &s->reorder[i]);
+    }
+    dnnl_primitive_attr_destroy(attr);
+    if (st) {
+        clear_slot(s);
+        return dnnl_fail(c, "primitive", st);
+    }
+    return 0;
+}
+
+/* The slot for c's key, its primitive made if new, with one more user;
+ * NULL on failure (error set). */
+static prim_slot *acquire(const call_desc *c) {
+    const prim_key *k = &c->key;
+    uint64_t h = key_hash(k);
+    pthread_mutex_lock(&cache_lock);
+    prim_slot *hit = NULL, *victim = NULL;
+    for (int i = 0; i < CACHE_SLOTS && !hit; i++) {
+        prim_slot *s = &cache[i];
+        if (s->prim && s->hash == h && !memcmp(&s->key, k, sizeof *k)) hit = s;
+        else if (!s->users && (!victim || !s->prim || (victim->prim && s->last_use < victim->last_use)))
+            victim = s; /* a free slot, else the least recently used idle one */
+    }
+    if (!hit && victim) {
+        clear_slot(victim);
+        victim->key = *k;
+        victim->hash = h;
+        dnnl_status_t st = engine ? dnnl_success : dnnl_engine_create(&engine, dnnl_cpu, 0);
+        if (st) dnnl_fail(c, "engine", st);
+        else if (!c->make(c, victim)) hit = victim;
+    } else if (!hit) {
+        oari_error(OAR_ERR_STATE, "%s: all %d oneDNN primitive slots are running", c->op, CACHE_SLOTS);
+    }
+    if (hit) {
+        hit->users++;
+        hit->last_use = ++use_clock;
+    }
+    pthread_mutex_unlock(&cache_lock);
+    return hit;
+}
+
+static void release(prim_slot *s) {
+    pthread_mutex_lock(&cache_lock);
+    s->users--;
+    pthread_mutex_unlock(&cache_lock);
+}
+
+int oari_dnnl_cached_primitives(void) {
+    pthread_mutex_lock(&cache_lock);
+    int n = 0;
+    for (int i = 0; i < CACHE_SLOTS; i++) n += cache[i].prim != NULL;
+    pthread_mutex_unlock(&cache_lock);
+    return n;
+}
+
+/* Runs a reorder from memory `from` to `to`. */
+static dnnl_status_t run_reorder(dnnl_primitive_t r, dnnl_stream_t stream, dnnl_memory_t from, dnnl_memory_t to,
+                                 dnnl_memory_t scratch) {
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, scratch}};
+    return dnnl_primitive_execute(r, stream, scratch ? 3 : 2, args);
+}
+
+/* Runs slot s's primitives on c's buffers: reorders in, the op, reorders
+ * out, in one in-order stream; the scratchpad and the reordered copies
+ * come from the CPU block cache (no page faults once warm). */
+static int execute(const call_desc *c, const prim_slot *s) {
+    void *bufs[5] = {NULL, NULL, NULL, NULL, NULL};
+    size_t sizes[5] = {0, 0, 0, 0, 0};
+    dnnl_memory_t user[4] = {NULL, NULL, NULL, NULL}, inner[4] = {NULL, NULL, NULL, NULL}, scratch = NULL;
+    dnnl_stream_t stream = NULL;
+    dnnl_status_t st = dnnl_success;
+    int status = 0;
+    for (int i = 0; i < 5 && !status; i++) {
+        sizes[i] = i == 4 ? s->scratch_bytes : s->reorder[i] ? dnnl_memory_desc_get_size(&s->inner[i]) : 0;
+        if (sizes[i] && !(bufs[i] = oari_cpu_block_alloc(sizes[i]))) status = oari_fail_status();
+    }
+    dnnl_exec_arg_t args[5];
+    int nargs = 0;
+    for (int i = 0; i < s->n_md && !status && !st; i++) {
+        st = dnnl_memory_create(&user[i], &s->md[i], engine, c->ptr[i]);
+        if (!st && s->reorder[i]) st = dnnl_memory_create(&inner[i], &s->inner[i], engine, bufs[i]);
+        args[nargs++] = (dnnl_exec_arg_t){s->arg[i], s->reorder[i] ? inner[i] : user[i]};
+    }
+    if (!status && !st && s->scratch_bytes) {
+        st = dnnl_memory_create(&scratch, &s->scratch, engine, bufs[4]);
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, scratch};
+    }
+    if (!status && !st) st = dnnl_stream_create(&stream, engine, dnnl_stream_default_flags);
+    for (int i = 0; i < s->n_md && !status && !st; i++)
+        if (s->reorder[i] && s->arg[i] != DNNL_ARG_DST)
+            st = run_reorder(s->reorder[i], stream, user[i], inner[i], scratch);
+    if (!status && !st) st = dnnl_primitive_execute(s->prim, stream, nargs, args);
+    for (int i = 0; i < s->n_md && !status && !st; i++)
+        if (s->reorder[i] && s->arg[i] == DNNL_ARG_DST)
+            st = run_reorder(s->reorder[i], stream, inner[i], user[i], scratch);
+    if (!status && !st) st = dnnl_stream_wait(stream);
+    if (stream) dnnl_stream_destroy(stream);
+    for (int i = 0; i < 4; i++) {
+        if (user[i]) dnnl_memory_destroy(user[i]);
+        if (inner[i]) dnnl_memory_destroy(inner[i]);
+    }
+    if (scratch) dnnl_memory_destroy(scratch);
+    for (int i = 0; i < 5; i++)
+        if (bufs[i]) oari_cpu_block_free(bufs[i], sizes[i]);
+    return status ? status : st ? dnnl_fail(c, "execution", st) : 0;
+}
+
+/* Runs call c: below 2^23 multiply-adds on one thread, as f32's gemm does
+ * (cpu_linalg.c): a 64x64x64 product took 85 us on two threads of a loaded
+ * machine against 4.5 us on one. oneDNN takes its thread count from
+ * OpenMP, when the primitive is made (its blocking) and run. */
+static int run(call_desc *c, int64_t work) {
+    int threads = omp_get_max_threads();
+    bool one_thread = threads > 1 && work < ((int64_t)1 << 23) && !omp_in_parallel();
+    if (one_thread) omp_set_num_threads(1);
+    c->key.threads = omp_get_max_threads();
+    prim_slot *s = acquire(c);
+    int st = s ? execute(c, s) : oari_fail_status();
+    if (s) release(s);
+    if (one_thread) omp_set_num_threads(threads);
+    return st;
+}
+
+/* ---- matmul ------------------------------------------------------------- */
+
+/* key.v: A's dims and strides, B's dims and strides, C's dims, MAX_RANK
+ * entries each. */
+static int make_matmul(const call_desc *c, prim_slot *s) {
+    const prim_key *k = &c->key;
+    const int64_t *v = k->v;
+    /* (oneDNN's prototypes take DNNL_MAX_NDIMS entries) */
+    dnnl_dims_t ad = {0}, as = {0}, bd = {0}, bs = {0}, cd = {0}, cs = {0};
+    size_t nbytes = (size_t)k->rank * sizeof(int64_t);
+    memcpy(ad, v, nbytes), memcpy(as, v + MAX_RANK, nbytes);
+    memcpy(bd, v + 2 * MAX_RANK, nbytes), memcpy(bs, v + 3 * MAX_RANK, nbytes);
+    memcpy(cd, v + 4 * MAX_RANK, nbytes);
+    oari_contiguous_strides(k->rank, cd, cs);
+    dnnl_status_t st;
+    s->n_md = 3;
+    s->arg[0] = DNNL_ARG_SRC, s->arg[1] = DNNL_ARG_WEIGHTS, s->arg[2] = DNNL_ARG_DST;
+    if ((st = dnnl_memory_desc_init_by_strides(&s->md[0], k->rank, ad, dnnl_bf16, as)) ||
+        (st = dnnl_memory_desc_init_by_strides(&s->md[1], k->rank, bd, dnnl_bf16, bs)) ||
+        (st = dnnl_memory_desc_init_by_strides(&s->md[2], k->rank, cd, dnnl_bf16, cs)))
+        return dnnl_fail(c, "memory description", st);
+    dnnl_matmul_desc_t desc;
+    if ((st = dnnl_matmul_desc_init(&desc, &s->md[0], &s->md[1], NULL, &s->md[2])))
+        return dnnl_fail(c, "matmul description", st);
+    return make_from_desc(c, s, &desc, false);
+}
+
+static void describe_matmul(const call_desc *c, char *what, size_t size) {
+    const oari_dnnl_matmul_args *m = c->args;
+    char sa[200], sb[200];
+    snprintf(what, size, "%s operands %s and %s", oar_dtype_name((oar_dtype)m->dtype),
+             oari_shape_str(sa, m->rank, m->a_dims), oari_shape_str(sb, m->rank, m->b_dims));
+}
+
+int oari_dnnl_matmul(const oari_dnnl_matmul_args *m) {
+    if (m->dtype != OAR_BF16 || m->rank < 2 || m->rank > MAX_RANK)
+        return oari_error(OAR_ERR_UNSUPPORTED, "matmul: no oneDNN kernel for %s operands of %d dims",
+                          oar_dtype_name((oar_dtype)m->dtype), m->rank);
+    call_desc c;
+    memset(&c.key, 0, sizeof c.key);
+    c.key.kind = KIND_MATMUL;
+    c.key.dtype = m->dtype;
+    c.key.rank = m->rank;
+    size_t nbytes = (size_t)m->rank * sizeof(int64_t);
+    int64_t *v = c.key.v;
+    memcpy(v, m->a_dims, nbytes), memcpy(v + MAX_RANK, m->a_strides, nbytes);
+    memcpy(v + 2 * MAX_RANK, m->b_dims, nbytes), memcpy(v + 3 * MAX_RANK, m->b_strides, nbytes);
+    memcpy(v + 4 * MAX_RANK, m->c_dims, nbytes);
+    c.make = make_matmul;
+    c.describe = describe_matmul;
+    c.args = m;
+    c.ptr[0] = (void *)m->a, c.ptr[1] = (void *)m->b, c.ptr[2] = m->c;
+    c.op = "matmul";
+    int64_t work = m->a_dims[m->rank - 1];
+    for (int d = 0; d < m->rank; d++) work *= m->c_dims[d];
+    return run(&c, work);
+}
+
+/* ---- conv2d ------------------------------------------------------------- */
+
+/* key.v: the fields of oari_dnnl_conv2d_args from n to has_bias. */
+enum { CV_N, CV_C, CV_H, CV_W, CV_O, CV_KH, CV_KW, CV_OH, CV_OW, CV_SH, CV_SW, CV_PH, CV_PW,
+       CV_DH, CV_DW, CV_GROUPS, CV_BIAS, CV_COUNT };
+
+static int make_conv2d(const call_desc *c, prim_slot *s) {
+    const int64_t *v = c->key.v;
+    const int64_t g = v[CV_GROUPS];
+    dnnl_dims_t xd = {v[CV_N], v[CV_C], v[CV_H], v[CV_W]}, yd = {v[CV_N], v[CV_O], v[CV_OH], v[CV_OW]};
+    dnnl_dims_t gwd = {g, v[CV_O] / g, v[CV_C] / g, v[CV_KH], v[CV_KW]}, bd = {v[CV_O]};
+    dnnl_dims_t wd = {v[CV_O], v[CV_C] / g, v[CV_KH], v[CV_KW]};
+    /* oneDNN's dilation counts the gaps: 0 is dense; padding on the right
+     * as on the left (oneDNN's output size floors as oar's does) */
+    dnnl_dims_t strides = {v[CV_SH], v[CV_SW]}, dil = {v[CV_DH] - 1, v[CV_DW] - 1},
+                pad = {v[CV_PH], v[CV_PW]};
+    dnnl_status_t st;
+    s->n_md = v[CV_BIAS] ? 4 : 3;
+    s->arg[0] = DNNL_ARG_SRC, s->arg[1] = DNNL_ARG_WEIGHTS, s->arg[2] = DNNL_ARG_DST;
+    s->arg[3] = DNNL_ARG_BIAS;
+    if ((st = dnnl_memory_desc_init_by_tag(&s->md[0], 4, xd, dnnl_bf16, dnnl_nchw)) ||
+        (st = g > 1 ? dnnl_memory_desc_init_by_tag(&s->md[1], 5, gwd, dnnl_bf16, dnnl_goihw)
+                    : dnnl_memory_desc_init_by_tag(&s->md[1], 4, wd, dnnl_bf16, dnnl_oihw)) ||
+        (st = dnnl_memory_desc_init_by_tag(&s->md[2], 4, yd, dnnl_bf16, dnnl_nchw)) ||
+        (st = dnnl_memory_desc_init_by_tag(&s->md[3], 1, bd, dnnl_bf16, dnnl_a)))
+        return dnnl_fail(c, "memory description", st);
+    /* layouts of oneDNN's choice (blocked: nchw sent it to im2col + gemm,
+     * half the speed), reordered from and to the caller's */
+    dnnl_memory_desc_t any[3];
+    if ((st = dnnl_memory_desc_init_by_tag(&any[0], 4, xd, dnnl_bf16, dnnl_format_tag_any)) ||
+        (st = g > 1 ? dnnl_memory_desc_init_by_tag(&any[1], 5, gwd, dnnl_bf16, dnnl_format_tag_any)
+                    : dnnl_memory_desc_init_by_tag(&any[1], 4, wd, dnnl_bf16, dnnl_format_tag_any)) ||
+        (st = dnnl_memory_desc_init_by_tag(&any[2], 4, yd, dnnl_bf16, dnnl_format_tag_any)))
+        return dnnl_fail(c, "memory description", st);
+    dnnl_convolution_desc_t desc;
+    if ((st = dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct,
+                                                         &any[0], &any[1], v[CV_BIAS] ? &s->md[3] : NULL,
+                                                         &any[2], strides, dil, pad, pad)))
+        return dnnl_fail(c, "convolution description", st);
+    return make_from_desc(c, s, &desc, true);
+}
+
+static void describe_conv2d(const call_desc *c, char *what, size_t size) {
+    const oari_dnnl_conv2d_args *a = c->args;
+    const int64_t g = a->groups > 0 ? a->groups : 1;
+    int64_t xs[4] = {a->n, a->c, a->h, a->w}, ws[4] = {a->o, a->c / g, a->kh, a->kw};
+    char sx[200], sw[200];
+    snprintf(what, size, "%s input %s, weight %s, stride %lldx%lld, padding %lldx%lld, "
+             "dilation %lldx%lld, groups %lld", oar_dtype_name((oar_dtype)a->dtype), oari_shape_str(sx, 4, xs),
+             oari_shape_str(sw, 4, ws), (long long)a->sh, (long long)a->sw, (long long)a->ph, (long long)a->pw,
+             (long long)a->dh, (long long)a->dw, (long long)g);
+}
+
+int oari_dnnl_conv2d(const oari_dnnl_conv2d_args *a) {
+    const int64_t g = a->groups > 0 ? a->groups : 1;
+    if (a->dtype != OAR_BF16)
+        return oari_error(OAR_ERR_UNSUPPORTED, "conv2d: no oneDNN kernel for %s input",
+                          oar_dtype_name((oar_dtype)a->dtype));
+    call_desc c;
+    memset(&c.key, 0, sizeof c.key);
+    c.key.kind = KIND_CONV2D;
+    c.key.dtype = a->dtype;
+    const int64_t geom[CV_COUNT] = {a->n, a->c, a->h, a->w, a->o, a->kh, a->kw, a->oh, a->ow, a->sh, a->sw,
+                                    a->ph, a->pw, a->dh, a->dw, g, a->bias != NULL};
+    memcpy(c.key.v, geom, sizeof geom);
+    c.make = make_conv2d;
+    c.describe = describe_conv2d;
+    c.args = a;
+    c.ptr[0] = (void *)a->x, c.ptr[1] = (void *)a->weight, c.ptr[2] = a->y, c.ptr[3] = (void *)a->bias;
+    c.op = "conv2d";
+    return run(&c, a->n * a->o * a->oh * a->ow * (a->c / g) * a->kh * a->kw);
+}
