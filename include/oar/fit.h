@@ -27,6 +27,7 @@
 #ifndef OAR_FIT_H
 #define OAR_FIT_H
 
+#include <oar/amp.h>
 #include <oar/data.h>
 #include <oar/nn.h>
 #include <oar/optim.h>
@@ -79,6 +80,15 @@ typedef struct oar_fit_options {
     /* optional: a folder (made if missing) for a new TensorBoard event file
      * <tb_dir>/events.out.tfevents.<time>.<host>.<pid> (scalars above) */
     const char *tb_dir;
+    /* AMP (include/oar/amp.h): OAR_BF16 or OAR_F16 runs every forward pass
+     * and loss (training and evaluation) inside an autocast scope of that
+     * dtype; 0 (the default) or OAR_F32: off. */
+    oar_dtype autocast_dtype;
+    /* optional: dynamic loss scaling for training steps (f16): the loss is
+     * scaled before backward, the gradients unscaled before clipping, a
+     * step with inf/nan gradients skipped, and the scale updated after
+     * every batch. Borrowed. */
+    oar_grad_scaler *scaler;
 } oar_fit_options;
 
 /* What oar_fit did; the metrics are the last epoch's (NAN when absent). */

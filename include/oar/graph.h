@@ -190,7 +190,12 @@ typedef enum oar_pass_list {
     OAR_PASSES_INFERENCE = 1, /* the above, drop dropout, fold batch norm */
 } oar_pass_list;
 
-enum { OAR_PASS_PRINT = 1u << 0, /* prints the graph to stderr after each pass */ };
+enum {
+    OAR_PASS_PRINT = 1u << 0, /* prints the graph to stderr after each pass */
+    /* run the "amp" ("amp_f16") pass once before the list (include/oar/amp.h) */
+    OAR_PASS_AMP_BF16 = 1u << 1,
+    OAR_PASS_AMP_F16 = 1u << 2,
+};
 
 /* Runs a pass list until the graph stops changing (OAR_DEBUG=2 also
  * prints after each pass), then dce, cse and simplify inside the
@@ -201,7 +206,10 @@ OAR_API int oar_graph_optimize(oar_graph *g, oar_pass_list list, unsigned flags)
  * "drop_dropout", "fold_batch_norm", "schedule" (moves each node whose
  * outputs only leave the graph, with the producers feeding only it, to just
  * after the last node touching its inputs: a train step's `next:w` update
- * then runs as soon as grad:w is made and w is read no more). Returns the number of changes (>= 0),
+ * then runs as soon as grad:w is made and w is read no more), "amp" and
+ * "amp_f16" (inserts autocast's casts to bf16 / f16 by the lists of
+ * include/oar/amp.h into a graph traced without autocast; graph outputs
+ * keep their dtypes). Returns the number of changes (>= 0),
  * or a negative status (unknown name: OAR_ERR_INVALID). */
 OAR_API int oar_graph_run_pass(oar_graph *g, const char *name);
 

@@ -43,5 +43,6 @@
 #include <oar/linalg.h>  /* solve, inv, det, slogdet, cholesky, eigh (LAPACKE) */
 #include <oar/onnx.h>    /* ONNX import and export (failing, saying so, in a build without it) */
 #include <oar/custom.h>  /* custom ops and custom autograd functions */
+#include <oar/amp.h>     /* autocast, loss scaling, O2 master weights */
 
 #endif

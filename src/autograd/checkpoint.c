@@ -9,6 +9,8 @@
  * the recomputing on the graph. */
 #include "node.h"
 
+#include <oar/amp.h> /* autocast: a recompute repeats the forward pass's casts */
+
 #include <stdio.h>
 #include <string.h>
 
@@ -61,6 +63,7 @@ typedef struct ckpt {
     void *ctx;
     int n_in;              /* the caller's inputs; the node's inputs after them are parameters */
     uint64_t seed, offset; /* the global generator when the forward pass began */
+    oar_dtype autocast;    /* the autocast dtype then (OAR_F32: none); recompute casts alike */
 } ckpt;
 
 static int fn_failed(int st, const char *phase) {
@@ -172,6 +175,7 @@ int oar_checkpoint(oar_fn fn, void *ctx, int n_in, oar_tensor *const *inputs, in
         }
     ckpt c = {.fn = fn, .ctx = ctx, .n_in = n_in};
     oari_rng_get(&c.seed, &c.offset);
+    c.autocast = oar_autocast_dtype();
     int st = 0;
     /* Traced: the segment's nodes are tagged with a segment number, and
      * the graph's backward (oar_graph_append_backward) recomputes them
@@ -260,8 +264,12 @@ static int ckpt_backward(struct oari_node *n, bool create_graph, oar_tensor *con
         uint64_t seed, offset;
         oari_rng_get(&seed, &offset);
         oari_rng_set(c->seed, c->offset);
-        int depth = oari_grad_mode_set_depth(0);
-        st = run_segment(c, x, n_out, re, "while recomputing the segment for backward");
+        int depth = oari_grad_mode_set_depth(0), autocast_saved = 0;
+        st = oari_autocast_replay_begin(c->autocast, &autocast_saved);
+        if (!st) {
+            st = run_segment(c, x, n_out, re, "while recomputing the segment for backward");
+            oari_autocast_replay_end(autocast_saved);
+        }
         oari_grad_mode_set_depth(depth);
         oari_rng_set(seed, offset);
     }

@@ -327,6 +327,7 @@ static int engine_run(int n_out, oar_tensor *const *outputs, oar_tensor *const *
         if (!e.res || !e.reached) st = oari_fail_status();
     }
     int old_depth = oari_grad_mode_set_depth(e.create_graph ? 0 : 1);
+    oari_autocast_suspend(); /* gradient ops run in their forward ops' dtypes */
     oar_pool *p = oar_pool_push();
     if (!p) st = oari_fail_status();
     /* seed the roots */
@@ -377,6 +378,7 @@ static int engine_run(int n_out, oar_tensor *const *outputs, oar_tensor *const *
     }
     engine_free(&e);
     oar_pool_pop(p);
+    oari_autocast_resume();
     oari_grad_mode_set_depth(old_depth);
     for (int i = 0; i < e.n_in && e.res; i++) {
         if (!st) {

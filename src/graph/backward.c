@@ -221,7 +221,10 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
         goto done;
     }
     gr[L] = seed;
-    if ((st = oari_graph_backward_nodes(g, n0, req, t, gr, g))) goto done;
+    oari_autocast_suspend(); /* gradient nodes in their forward nodes' dtypes */
+    st = oari_graph_backward_nodes(g, n0, req, t, gr, g);
+    oari_autocast_resume();
+    if (st) goto done;
     for (int k = 0; k < n_wrt && !st; k++) {
         int v = g->inputs[wrt[k]];
         oar_tensor *gw = gr[v] ? gr[v] : oar_mul_scalar(t[v], 0);

@@ -19,6 +19,8 @@ static const pass all_passes[] = {
     {"drop_dropout", oari_pass_drop_dropout},
     {"fold_batch_norm", oari_pass_fold_batch_norm},
     {"schedule", oari_pass_schedule},
+    {"amp", oari_pass_amp},
+    {"amp_f16", oari_pass_amp_f16},
 };
 
 static const char *const training_list[] = {"dce", "cse", "constant_fold", "simplify",
@@ -31,7 +33,7 @@ int oar_graph_run_pass(oar_graph *g, const char *name) {
     for (size_t i = 0; i < sizeof all_passes / sizeof *all_passes; i++)
         if (!strcmp(all_passes[i].name, name)) return all_passes[i].run(g);
     return oari_error(OAR_ERR_INVALID, "graph_run_pass: unknown pass \"%s\" (dce, cse, constant_fold, "
-                      "simplify, drop_dropout, fold_batch_norm, schedule)", name);
+                      "simplify, drop_dropout, fold_batch_norm, schedule, amp, amp_f16)", name);
 }
 
 /* The sub-graphs of control nodes (ir.h), recursively: the passes that
@@ -76,7 +78,12 @@ int oar_graph_optimize(oar_graph *g, oar_pass_list list, unsigned flags) {
         return oari_error(OAR_ERR_INVALID, "graph_optimize: unknown pass list %d", (int)list);
     const char *dbg = getenv("OAR_DEBUG");
     bool print = (flags & OAR_PASS_PRINT) || (dbg && atoi(dbg) >= 2);
-    int st = run_list(g, list == OAR_PASSES_INFERENCE ? inference_list : training_list, print);
+    int st = 0;
+    if (flags & (OAR_PASS_AMP_BF16 | OAR_PASS_AMP_F16)) { /* once, before the list */
+        int r = oar_graph_run_pass(g, (flags & OAR_PASS_AMP_BF16) ? "amp" : "amp_f16");
+        st = r < 0 ? r : 0;
+    }
+    if (!st) st = run_list(g, list == OAR_PASSES_INFERENCE ? inference_list : training_list, print);
     if (!st) st = optimize_subs(g);
     return st ? st : oar_graph_verify(g);
 }

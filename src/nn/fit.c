@@ -135,9 +135,12 @@ static int run_epoch(oar_module *model, oar_optimizer *opt, oar_loader *ld,
     while ((r = oar_loader_next(ld, &x, &y)) == 1) {
         batch++;
         oar_pool *bp = oar_pool_push();
+        bool amp = (o->autocast_dtype == OAR_BF16 || o->autocast_dtype == OAR_F16) &&
+                   !oar_autocast_push(o->autocast_dtype);
         oar_tensor *outp = oar_module_forward(model, x);
         oar_tensor *loss = outp ? (o->loss ? o->loss(o->loss_ctx, outp, y) : default_loss(outp, y))
                                 : NULL;
+        if (amp) oar_autocast_pop();
         double lv = loss ? oar_tensor_item(loss) : NAN;
         double lr = train ? oar_optim_lr(opt) : NAN; /* (the rate this step uses) */
         if (!loss || oar_tensor_numel(loss) != 1) {
@@ -147,9 +150,19 @@ static int run_epoch(oar_module *model, oar_optimizer *opt, oar_loader *ld,
             st = OAR_ERR_INVALID;
         }
         if (!st && train) {
-            st = oar_backward(loss, NULL);
-            if (!st && np) st = oar_clip_grad_norm(np, ps, o->clip_grad_norm, NULL);
-            if (!st) st = oar_optim_step(opt);
+            if (o->scaler) { /* scaled backward; unscaled before clipping; skips on inf/nan */
+                oar_tensor *scaled = oar_grad_scaler_scale(o->scaler, loss);
+                st = scaled ? oar_backward(scaled, NULL) : oari_fail_status();
+                if (!st && np) st = oar_grad_scaler_unscale(o->scaler, opt);
+                if (!st && np && !oar_grad_scaler_found_inf(o->scaler))
+                    st = oar_clip_grad_norm(np, ps, o->clip_grad_norm, NULL);
+                if (!st) st = oar_grad_scaler_step(o->scaler, opt);
+                if (!st) st = oar_grad_scaler_update(o->scaler);
+            } else {
+                st = oar_backward(loss, NULL);
+                if (!st && np) st = oar_clip_grad_norm(np, ps, o->clip_grad_norm, NULL);
+                if (!st) st = oar_optim_step(opt);
+            }
             oar_optim_zero_grad(opt);
             if (!st && o->scheduler && o->scheduler_per_batch)
                 st = oar_lr_scheduler_step(o->scheduler);
@@ -260,6 +273,10 @@ int oar_fit(oar_module *model, oar_optimizer *opt, oar_loader *train, const oar_
                           "clip_grad_norm %g, progress %d): none may be negative",
                           (long long)o->patience, o->min_delta, o->topk, o->clip_grad_norm,
                           (int)o->progress);
+    if (o->autocast_dtype != 0 && o->autocast_dtype != OAR_F32 && o->autocast_dtype != OAR_BF16 &&
+        o->autocast_dtype != OAR_F16)
+        return oari_error(OAR_ERR_INVALID, "fit: autocast_dtype %d is not bf16, f16, f32 or 0 (off)",
+                          (int)o->autocast_dtype);
     const char *monitor = o->monitor ? o->monitor : o->eval_loader ? "val_loss" : "loss";
     bool mval = false;
     int mwhich = 0;

@@ -22,6 +22,13 @@ static bool wants_grad(const oari_op_def *def, int n_in, oar_tensor *const *in) 
 
 int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs *attrs,
                   oar_tensor **out) {
+    /* autocast (autocast.c): casts the inputs by the op's policy first */
+    if (__builtin_expect(oari_autocast_active, 0)) return oari_autocast_dispatch(op, n_in, in, attrs, out);
+    return oari_dispatch_run(op, n_in, in, attrs, out);
+}
+
+int oari_dispatch_run(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs *attrs,
+                      oar_tensor **out) {
     static const oari_attrs no_attrs;
     const oari_op_def *def = (unsigned)op < OARI_OP_COUNT ? oari_op_defs[op] : NULL;
     if (!def) return oari_error(OAR_ERR_UNSUPPORTED, "%s: op is not implemented", oari_op_name(op));

@@ -116,6 +116,9 @@ OARI_HIDDEN const char *oari_op_name(oari_op op);
  * no pool); returns 0, or a status with the error set and out[] NULL. */
 OARI_HIDDEN int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in,
                               const oari_attrs *attrs, oar_tensor **out);
+/* oari_dispatch without autocast (autocast.c calls it after its casts). */
+OARI_HIDDEN int oari_dispatch_run(oari_op op, int n_in, oar_tensor *const *in,
+                                  const oari_attrs *attrs, oar_tensor **out);
 /* Single-output conveniences with public semantics: the output, adopted
  * by the innermost pool, or NULL. */
 OARI_HIDDEN oar_tensor *oari_call(oari_op op, int n_in, oar_tensor *const *in,
@@ -143,6 +146,30 @@ OARI_HIDDEN bool oari_grad_mode_enabled(void);
 OARI_HIDDEN void oari_no_grad_push(void);
 OARI_HIDDEN void oari_no_grad_pop(void);
 OARI_HIDDEN int oari_grad_mode_set_depth(int depth); /* returns the previous depth */
+/* Autocast (autocast.c, include/oar/amp.h): true while this thread's
+ * innermost scope is bf16/f16 and no backward pass suspends it; dispatch
+ * then hands the call to oari_autocast_dispatch, which casts the inputs by
+ * the op's policy and calls oari_dispatch_run. */
+OARI_HIDDEN extern _Thread_local bool oari_autocast_active;
+OARI_HIDDEN int oari_autocast_dispatch(oari_op op, int n_in, oar_tensor *const *in,
+                                       const oari_attrs *attrs, oar_tensor **out);
+/* The op's policy (OAR_AUTOCAST_* of include/oar/amp.h). */
+OARI_HIDDEN int oari_autocast_policy(oari_op op);
+/* Fills want[0..n_in-1] with the dtype autocast to `low` gives each input
+ * of a call of op (the input's own dtype where it keeps it); true if any
+ * differs. */
+OARI_HIDDEN bool oari_autocast_targets(oari_op op, oar_dtype low, int n_in, oar_tensor *const *in,
+                                       oar_dtype *want);
+/* Backward passes run with autocast suspended (nesting); resume undoes one
+ * suspend. */
+OARI_HIDDEN int oari_autocast_suspend(void);
+OARI_HIDDEN void oari_autocast_resume(void);
+/* Runs code as a scope of `low` (OAR_F32: none) would, suspended or not
+ * (a checkpoint's recompute repeats its forward pass's casts); end takes
+ * the value begin saved. begin fails when scopes are nested too deep. */
+OARI_HIDDEN int oari_autocast_replay_begin(oar_dtype low, int *saved);
+OARI_HIDDEN void oari_autocast_replay_end(int saved);
+
 /* The recompute segment that traced nodes belong to (oar_checkpoint under
  * a trace; 0: none). The setter returns the previous one. */
 OARI_HIDDEN int oari_recompute_segment(void);

@@ -428,7 +428,7 @@ oar_tensor *oar_mean(oar_tensor *x, int ndims, const int64_t *dims, bool keepdim
     oar_tensor *xf = is_half(x->dtype) ? oar_cast(x, OAR_F32) : x;
     oar_tensor *n = traced_count(xf, mask), *s = oar_sum(xf, ndims, dims, keepdim);
     oar_tensor *r = n ? oar_div(s, n) : oar_div_scalar(s, (double)count);
-    if (is_half(x->dtype)) r = oar_cast(r, x->dtype);
+    if (is_half(x->dtype) && !oari_autocast_active) r = oar_cast(r, x->dtype); /* autocast: f32 */
     return oari_pool_return(p, r);
 }
 
@@ -447,7 +447,7 @@ static oar_tensor *var_impl(const char *op, bool take_sqrt, oar_tensor *x, int n
     /* max(count - correction, 0) as a graph value when the count is dynamic */
     oar_tensor *r = n ? oar_div(s, oar_relu(oar_sub_scalar(n, correction))) : oar_div_scalar(s, denom);
     if (take_sqrt) r = oar_sqrt(r);
-    if (is_half(x->dtype)) r = oar_cast(r, x->dtype);
+    if (is_half(x->dtype) && !oari_autocast_active) r = oar_cast(r, x->dtype); /* autocast: f32 */
     return oari_pool_return(p, r);
 }
 
@@ -505,6 +505,6 @@ oar_tensor *oar_norm(oar_tensor *x, double pn, int ndims, const int64_t *dims, b
     } else {
         r = oar_amax(oar_abs(xf), ndims, dims, keepdim);
     }
-    if (is_half(x->dtype)) r = oar_cast(r, x->dtype);
+    if (is_half(x->dtype) && !oari_autocast_active) r = oar_cast(r, x->dtype); /* autocast: f32 */
     return oari_pool_return(p, r);
 }

@@ -1,0 +1,131 @@
+/* docs/amp.md's table is generated from the op registry and autocast's
+ * policy table (src/ops/autocast.c): every defined op exactly once with
+ * its policy. A normal run checks that the committed file matches and
+ * that the lists are sound (no op of the low list refuses half dtypes, the
+ * public query agrees with the table); `test_amp_doc --write [path]`
+ * rewrites it (path defaults to ../docs/amp.md, as tests run from tests/). */
+#include "../test.h"
+
+#include "ops/op.h"
+
+#include <stdarg.h>
+
+typedef struct buf {
+    char *s;
+    size_t len, cap;
+} buf;
+
+static void put(buf *b, const char *fmt, ...) OARI_PRINTF(2, 3);
+static void put(buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (b->len + (size_t)n + 1 > b->cap) {
+        b->cap = (b->len + (size_t)n + 1) * 2;
+        b->s = realloc(b->s, b->cap);
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+static const char *policy_name(int p) {
+    return p == OAR_AUTOCAST_LOW ? "low (bf16/f16)" : p == OAR_AUTOCAST_F32 ? "f32" : "promote";
+}
+
+static char *generate(void) {
+    buf b = {0};
+    int count[3] = {0};
+    for (int op = 0; op < OARI_OP_COUNT; op++)
+        if (oari_op_defs[op]) count[oari_autocast_policy((oari_op)op)]++;
+    put(&b, "# Automatic mixed precision\n\n");
+    put(&b, "The table is generated from the op registry and autocast's policy table\n"
+            "(`src/ops/autocast.c`) by `tests/autograd/test_amp_doc.c`; do not edit it.\n"
+            "Regenerate with `build/test_amp_doc --write ../docs/amp.md` run from `tests/`.\n\n");
+    put(&b, "Inside `oar_autocast_push(OAR_BF16)` (or `OAR_F16`) every op call casts its\n"
+            "floating inputs by its op's policy before it runs (`include/oar/amp.h`):\n\n"
+            "- **low**: f32, f16 and bf16 inputs are cast to the scope's dtype (matrix\n"
+            "  products and convolutions, and so `oar_linear`, `oar_bmm`, `oar_einsum`,\n"
+            "  `oar_conv1d` and attention's products);\n"
+            "- **f32**: f16 and bf16 inputs are cast to f32 (softmax, norms, reductions,\n"
+            "  exp/log/pow, linalg, FFT; and so mean, the losses, cross entropy);\n"
+            "- **promote**: dimensioned inputs mixing f16/bf16 with f32 are cast to the\n"
+            "  widest; otherwise the op runs in its inputs' dtype. In-place and view ops\n"
+            "  are never cast.\n\n"
+            "The casts are recorded ops: gradients reach f32 leaves in f32, and backward\n"
+            "passes run with autocast suspended (each gradient in its forward op's dtype).\n"
+            "Composite functions have no row: their primitives decide. The graph pass\n"
+            "`amp` (`amp_f16`) inserts the same casts into a graph traced without\n"
+            "autocast. The loss scaler (`oar_grad_scaler_*`), O2 master weights\n"
+            "(`oar_amp_o2_*`) and `oar_fit`'s `autocast_dtype` and `scaler` options are in\n"
+            "the same header.\n\n");
+    put(&b, "%d ops: %d low, %d f32, %d promote.\n\n", count[0] + count[1] + count[2],
+        count[OAR_AUTOCAST_LOW], count[OAR_AUTOCAST_F32], count[OAR_AUTOCAST_PROMOTE]);
+    put(&b, "| op | policy |\n| --- | --- |\n");
+    for (int op = 0; op < OARI_OP_COUNT; op++)
+        if (oari_op_defs[op])
+            put(&b, "| %s | %s |\n", oari_op_name((oari_op)op), policy_name(oari_autocast_policy((oari_op)op)));
+    return b.s;
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = 0;
+    fclose(f);
+    return s;
+}
+
+/* The lists are sound: a low op takes half dtypes; the public query
+ * agrees with the table for every op. */
+static void check_lists(void) {
+    for (int op = 0; op < OARI_OP_COUNT; op++) {
+        const oari_op_def *d = oari_op_defs[op];
+        if (!d) continue;
+        int p = oari_autocast_policy((oari_op)op);
+        CHECK(p >= OAR_AUTOCAST_PROMOTE && p <= OAR_AUTOCAST_F32);
+        if (p == OAR_AUTOCAST_LOW && (d->flags & OARI_F_NO_HALF)) {
+            fprintf(stderr, "%s is on the low list but refuses half dtypes\n", d->name);
+            CHECK(false);
+        }
+        CHECK(oar_autocast_op_policy(oari_op_name((oari_op)op)) == p);
+    }
+}
+
+int main(int argc, char **argv) {
+    test_current = "amp_doc";
+    const char *path = "../docs/amp.md";
+    bool write = argc > 1 && !strcmp(argv[1], "--write");
+    if (write && argc > 2) path = argv[2];
+    check_lists();
+    char *doc = generate();
+    if (write) {
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "wb");
+        CHECK(f != NULL);
+        if (f) {
+            fputs(doc, f);
+            CHECK(fclose(f) == 0 && rename(tmp, path) == 0);
+            printf("wrote %s\n", path);
+        }
+    } else {
+        char *old = read_file(path);
+        CHECK(old != NULL);
+        bool same = old && !strcmp(old, doc);
+        if (!same)
+            fprintf(stderr, "%s is out of date with the op registry; regenerate it with "
+                    "`test_amp_doc --write %s` (run from tests/)\n", path, path);
+        CHECK(same);
+        free(old);
+    }
+    free(doc);
+    return test_summary();
+}
