@@ -8,11 +8,30 @@
 # (weak scaling: the global batch is B x ranks) instead of one global batch
 # of 16 split over the ranks (strong scaling, the default).
 #   bash bench/run_dist.sh [steps] [rounds]
+# With "zero" first, it measures ZeRO instead: bench_zero (an MLP of 1 M
+# f32 parameters, Adam) in plain data parallel, ZeRO-1 and ZeRO-2 on 2 and
+# 4 ranks, each rank's peak tensor bytes and optimizer state against the
+# theoretical 1/N, and the step time; then the PyTorch peer
+# (bench/peer/zero.py: DDP + Adam, DDP + ZeroRedundancyOptimizer, gloo) on
+# the same model and ranks. BUILD names the build folder (default build).
+#   bash bench/run_dist.sh zero [steps]
 set -u
 cd "$(dirname "$0")/.."
 shared=../shared/bench/peer-env.sh
 [ -f "$shared" ] && . "$shared"
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [ "${1:-}" = zero ]; then
+    steps=${2:-10}
+    for np in 2 4; do
+        for mode in dp zero1 zero2; do
+            mpirun -np "$np" --oversubscribe "${BUILD:-build}/bench_zero" "$steps" "$mode" || exit 1
+        done
+        for mode in ddp zero1; do
+            /usr/bin/python3 bench/peer/zero.py "$np" "$steps" "$mode" || exit 1
+        done
+    done
+    exit 0
+fi
 steps=${1:-10}
 rounds=${2:-2}
 [ -n "${PER_RANK:-}" ] && export OAR_BENCH_PER_RANK_BATCH=$PER_RANK

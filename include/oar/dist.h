@@ -73,14 +73,20 @@ typedef struct oar_placement {
 OAR_API int oar_dist_init(int *argc, char ***argv);
 /* Frees every communicator oar made and finalizes MPI if oar_dist_init
  * initialised it. Meshes must not be used afterwards. After collectives
- * timed out, those given up on get one more timeout to complete; if some
- * never do (a peer is dead or stopped), MPI_Finalize would wait forever, so
- * MPI is left without it and OAR_ERR_STATE says so (the process can then
- * exit; mpirun reports the job as failed). 0 otherwise. */
+ * timed out, those given up on get a few more seconds (2, or the timeout
+ * if shorter; 0.1 s when a timeout found peers that did not answer) to
+ * complete; if some never do (a peer is dead or stopped),
+ * MPI_Finalize would wait forever, so MPI is left without it and
+ * OAR_ERR_STATE says so (the process can then exit; mpirun reports the job
+ * as failed). 0 otherwise. */
 OAR_API int oar_dist_finalize(void);
 /* How long a collective waits for the other ranks before it fails (the
  * mesh is then unusable): OAR_DIST_TIMEOUT seconds, default 300; 0 waits
- * forever. */
+ * forever. A rank that timed out then spends up to 2 s more (the timeout
+ * if shorter) exchanging a message with every peer of the mesh dim, and
+ * its error names the world ranks that did not answer (dead, stopped, or
+ * not in the same call). A survivor of a dead peer thus fails within the
+ * timeout + 2 s and leaves oar_dist_finalize at once. */
 OAR_API void oar_dist_set_timeout(double seconds);
 OAR_API double oar_dist_timeout(void);
 /* This process's rank and the world size; 0 and 1 before oar_dist_init. */
@@ -239,6 +245,78 @@ OAR_API int oar_dist_reducer_wait(oar_dist_reducer *r);
 OAR_API int oar_dist_reducer_overlapped(const oar_dist_reducer *r);
 /* Waits for anything still in flight and frees r (NULL: no-op). */
 OAR_API void oar_dist_reducer_free(oar_dist_reducer *r);
+
+/* ---- ZeRO: sharded data parallel (src/optim/zero.c) ---------------------
+ * ZeRO stages 1 and 2 (DeepSpeed; PyTorch's ZeroRedundancyOptimizer is
+ * stage 1). The parameters, laid flat end to end (in list order, padded
+ * with zeros to a multiple of N, the ranks of the data-parallel mesh dim),
+ * are cut into N equal shards; each rank keeps the optimizer state (Adam's
+ * m and v, SGD's momentum...) of its shard only, 1/N of the whole. A step:
+ *   stage 1: the gradients are all-reduced (as plain data parallel), each
+ *            rank takes its shard of the sum;
+ *   stage 2: the gradients are reduce-scattered: each rank receives only
+ *            its shard of the sum (1/N of the reduced gradient);
+ * then each rank updates its shard of the parameters with the optimizer's
+ * own rule, and the shards are all-gathered back into every rank's
+ * parameters. The values are those of plain data parallel with the same
+ * optimizer (every update rule is elementwise). Gradient accumulation:
+ * with accum_steps = k, the first k - 1 calls of oar_zero_step only count
+ * (backward keeps summing into .grad locally, no communication) and the
+ * k-th communicates once, divides the summed gradient by k and updates, so
+ * k micro-batches with mean losses give the step of their whole batch.
+ * CPU offload of the state is moot in a CPU-only build (the state already
+ * lives in host memory). Stage 3 (parameters sharded too) is not done.
+ *
+ *     oar_parallelize(net, mesh, 0, 0, NULL);               (all replicated)
+ *     oar_optimizer *adam = oar_adam_new(n, params, &(oar_adam_options){.lr = 1e-3});
+ *     oar_zero *z = oar_zero_new(adam, mesh, 0, &(oar_zero_options){.stage = 2});
+ *     oar_optim_free(adam);                                (only a template)
+ *     for (...) { loss = ...(batch sharded over mesh dim 0); oar_backward(loss, NULL); oar_zero_step(z); } */
+typedef struct oar_optimizer oar_optimizer;
+typedef struct oar_zero oar_zero;
+
+typedef struct oar_zero_options {
+    int stage;        /* 1: shard the optimizer state; 2: also the reduced gradients */
+    int accum_steps;  /* micro-steps per update; 0 means 1 */
+} oar_zero_options;
+
+/* A ZeRO optimizer over opt's parameters, sharded along mesh dim mesh_dim.
+ * opt is a template: its kind (SGD, Adam, AdamW, RMSProp), hyperparameters
+ * and parameter list are copied (the parameters retained), and an
+ * optimizer of the same kind is made over this rank's flat shard; opt must
+ * not have stepped (it holds no state to shard) and stays the caller's.
+ * The parameters must be dtensors on `mesh`, Replicate on every mesh dim
+ * (as oar_parallelize leaves them without rules), of one floating dtype.
+ * Each rank also keeps its shard of the parameters (a flat copy, 1/N of
+ * them). It makes no collective call, but every rank of the mesh dim must
+ * make one alike (its steps are collective). NULL with the error set: NULL
+ * arguments, a stage other than 1 or 2, accum_steps < 0, a bad mesh dim, a
+ * rank outside the mesh, a parameter that is not a replicated dtensor on
+ * this mesh, dtypes that differ, an optimizer that already stepped. */
+OAR_API oar_zero *oar_zero_new(const oar_optimizer *opt, oar_mesh *mesh, int mesh_dim,
+                               const oar_zero_options *o);
+/* One micro-step (see accum_steps): 0 after only counting, 1 after an
+ * update, -1 with the error set (a parameter without a gradient at an
+ * update, a gradient of another dtype, or one that is not Partial(sum or
+ * avg) or Replicate along the mesh dim and Replicate elsewhere, the same
+ * for all, a NULL z, a peer that timed out).
+ * After an update, and after a failed one, the parameters' gradients are
+ * dropped (set to none) and the count starts again; between micro-steps
+ * they are kept (do not zero them). Collective over the mesh dim. */
+OAR_API int oar_zero_step(oar_zero *z);
+/* The optimizer over this rank's shard (borrowed): set its lr, hang a
+ * learning-rate schedule on it, or save it (each rank its own shard). */
+OAR_API oar_optimizer *oar_zero_inner(oar_zero *z);
+/* Bytes of optimizer state this rank holds (0 before the first update):
+ * the state tensors of the shard optimizer. */
+OAR_API int64_t oar_zero_state_bytes(const oar_zero *z);
+/* This rank's shard: the elements [*start, *start + length) of the flat
+ * parameters, whose padded length (N x length) goes to *total (NULL
+ * outputs are skipped). Returns the length (the same on every rank), or
+ * -1 with the error set on NULL. */
+OAR_API int64_t oar_zero_shard(const oar_zero *z, int64_t *start, int64_t *total);
+/* Frees z (NULL: no-op); releases the parameters and the shard state. */
+OAR_API void oar_zero_free(oar_zero *z);
 
 /* ---- distributed checkpoints (src/dist/checkpoint.c) -------------------- */
 

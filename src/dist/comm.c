@@ -6,6 +6,7 @@
 #include "dist.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,6 +16,7 @@ static oari_mpi_type mpi_type(oar_dtype d) {
     switch (d) {
     case OAR_BOOL: return OARI_MPI_BOOL;
     case OAR_U8: return OARI_MPI_U8;
+    case OAR_I8: return OARI_MPI_I8;
     case OAR_I32: return OARI_MPI_I32;
     case OAR_I64: return OARI_MPI_I64;
     case OAR_F32: return OARI_MPI_F32;
@@ -27,7 +29,7 @@ static oari_mpi_type mpi_type(oar_dtype d) {
 
 static bool is_complex(oar_dtype d) { return d == OAR_C64 || d == OAR_C128; }
 static bool is_half(oar_dtype d) { return d == OAR_F16 || d == OAR_BF16; }
-static bool is_int(oar_dtype d) { return d == OAR_BOOL || d == OAR_U8 || d == OAR_I32 || d == OAR_I64; }
+static bool is_int(oar_dtype d) { return oar_dtype_is_integral(d); }
 
 /* The MPI op for a reduction on dtype d, or -1 with the error set. */
 static int mpi_op(const char *what, oar_reduce_op op, oar_dtype d) {
@@ -99,6 +101,9 @@ static int n_abandoned;
 static oari_mpi_req lost_moves[256];
 static int n_lost_moves;
 static bool peers_lost;
+/* A timed-out rank found peers that did not answer (missing_peers): what
+ * it gave up on is then given only a moment more at oar_dist_finalize. */
+static bool peers_silent;
 
 void oar_dist_set_timeout(double seconds) { timeout_s = seconds > 0 ? seconds : 0; }
 
@@ -122,8 +127,68 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The seconds a timed-out rank spends finding its missing peers, and that
+ * oar_dist_finalize gives collectives given up on to complete: a few, so
+ * that a survivor leaves within OAR_DIST_TIMEOUT plus a few seconds. */
+static double grace_s(double limit) { return limit > 0 && limit < 2 ? limit : 2; }
+
+/* The world rank at coordinate c along mesh dim d, the other coordinates
+ * this rank's. */
+static int world_rank_at(const oar_mesh *m, int d, int c) {
+    int64_t idx = 0;
+    for (int k = 0; k < m->ndim; k++) idx = idx * m->shape[k] + (k == d ? c : m->coord[k]);
+    return m->ranks[idx];
+}
+
+/* After a timeout on mesh dim d: which peers are gone? Every rank that
+ * times out sends each peer of the dim a beacon (its world rank) and
+ * collects theirs for grace_s: the ranks of the same call give up at about
+ * the same time and answer; a dead or stopped rank, or one that never made
+ * the call, does not. Writes "world ranks 1, 2" (those that did not
+ * answer) into buf, or "" if all did. Point-to-point on the dim's
+ * communicator, which collectives (another context) never see; receives
+ * are posted only for beacons already there (iprobe), so no receive is
+ * left pending into a buffer that goes away. */
+static void missing_peers(oar_mesh *m, int d, char *buf, size_t size) {
+    enum { TAG = 0x6f62 };
+    static int beacon = -1; /* the payload outlives the sends */
+    buf[0] = 0;
+    int n = (int)m->shape[d], me = m->coord[d];
+    if (n < 2 || n > 4096 || !m->comm[d]) return;
+    beacon = oar_dist_rank();
+    char seen[4096] = {0};
+    oari_mpi_req sends[64] = {0}; /* the first 64 peers' sends are tested; the rest are left to MPI */
+    for (int c = 0; c < n; c++) {
+        oari_mpi_req r = NULL;
+        if (c == me || oari_mpi->isend(&beacon, 1, OARI_MPI_I32, c, TAG, m->comm[d], &r)) continue;
+        if (c < 64) sends[c] = r;
+    }
+    seen[me] = 1;
+    int left = n - 1;
+    double start = now_s(), limit = grace_s(oar_dist_timeout());
+    while (left > 0 && now_s() - start < limit) {
+        for (int c = 0; c < n; c++) {
+            int flag = 0, done = 0, got = -1;
+            if (c < 64 && sends[c]) oari_mpi->test(&sends[c], &done);
+            if (seen[c] || oari_mpi->iprobe(c, TAG, m->comm[d], &flag) || !flag) continue;
+            oari_mpi_req r = NULL;
+            if (oari_mpi->irecv(&got, 1, OARI_MPI_I32, c, TAG, m->comm[d], &r)) continue;
+            while (r && !oari_mpi->test(&r, &done) && !done) {} /* probed: already here */
+            seen[c] = 1;
+            left--;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
+    if (left > 0) peers_silent = true;
+    size_t len = 0;
+    for (int c = 0; c < n && len + 16 < size; c++)
+        if (!seen[c])
+            len += (size_t)snprintf(buf + len, size - len, "%s%d", len ? ", " : "world rank(s) ", world_rank_at(m, d, c));
+}
+
 /* Waits for req; on timeout keeps buf_a/buf_b alive, marks the mesh broken
- * and reports. rc is the status of the call that started req. */
+ * and reports, naming the ranks that are gone. rc is the status of the
+ * call that started req. */
 static int finish(const char *what, int rc, oari_mpi_req *req, oar_mesh *m, int d, oar_tensor *buf_a,
                   oar_tensor *buf_b) {
     if (rc) return mpi_fail(what, rc);
@@ -141,15 +206,21 @@ static int finish(const char *what, int rc, oari_mpi_req *req, oar_mesh *m, int 
         if (buf_a) abandoned[n_abandoned++] = oar_tensor_retain(buf_a);
         if (buf_b) abandoned[n_abandoned++] = oar_tensor_retain(buf_b);
     }
+    char gone[256];
+    missing_peers(m, d, gone, sizeof gone);
+    if (gone[0])
+        return oari_error(OAR_ERR_STATE, "%s: rank %d waited %.0f s for the other ranks of mesh dim %s "
+                          "(OAR_DIST_TIMEOUT); %s did not answer: dead, stopped, or they did not make the same "
+                          "call. The mesh is unusable from now on", what, oar_dist_rank(), limit, m->names[d], gone);
     return oari_error(OAR_ERR_STATE, "%s: rank %d waited %.0f s for the other ranks of mesh dim %s "
                       "(OAR_DIST_TIMEOUT); a peer died or did not make the same call. The mesh "
                       "is unusable from now on", what, oar_dist_rank(), limit, m->names[d]);
 }
 
-/* Gives requests given up on one more timeout (in all) to complete; true
- * if all did. */
+/* Gives requests given up on a few more seconds (grace_s, in all; a tenth
+ * of a second once peers were found silent) to complete; true if all did. */
 static bool drain(oari_mpi_req *req, int n) {
-    double limit = oar_dist_timeout(), start = now_s();
+    double limit = peers_silent ? 0.1 : grace_s(oar_dist_timeout()), start = now_s();
     bool all = true;
     for (int i = 0; i < n; i++) {
         for (long spins = 0;; spins++) {

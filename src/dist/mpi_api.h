@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#define OARI_MPI_API_VERSION 1
+#define OARI_MPI_API_VERSION 2 /* 2: iprobe */
 #define OARI_MPI_MODULE_SYMBOL "oari_mpi_module" /* const oari_mpi_api *oari_mpi_module(void) */
 
 typedef void *oari_mpi_comm;
@@ -24,7 +24,7 @@ typedef void *oari_mpi_req;
 /* Element types of messages (the dtypes MPI has, and bytes). */
 typedef enum oari_mpi_type {
     OARI_MPI_BYTE, OARI_MPI_BOOL, OARI_MPI_U8, OARI_MPI_I32, OARI_MPI_I64, OARI_MPI_F32, OARI_MPI_F64,
-    OARI_MPI_C64, OARI_MPI_C128, OARI_MPI_NTYPES
+    OARI_MPI_C64, OARI_MPI_C128, OARI_MPI_I8, OARI_MPI_NTYPES
 } oari_mpi_type;
 
 /* Reductions (LOR/LAND: max and min of bools). */
@@ -65,6 +65,8 @@ typedef struct oari_mpi_api {
     int (*isend)(const void *buf, int count, oari_mpi_type t, int peer, int tag, oari_mpi_comm c,
                  oari_mpi_req *req);
     int (*irecv)(void *buf, int count, oari_mpi_type t, int peer, int tag, oari_mpi_comm c, oari_mpi_req *req);
+    /* *flag = 1 when a message from peer with tag waits to be received. */
+    int (*iprobe)(int peer, int tag, oari_mpi_comm c, int *flag);
     /* *done = 1 when complete (the request then reads NULL). */
     int (*test)(oari_mpi_req *req, int *done);
     int (*testall)(int n, oari_mpi_req *req, int *done);

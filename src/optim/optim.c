@@ -153,6 +153,15 @@ oar_optimizer *oar_rmsprop_new(int n, oar_tensor *const *params, const oar_rmspr
 /* A retained fresh copy of x (state tensors live outside pools). */
 static oar_tensor *keep(oar_tensor *x) { return oar_tensor_retain(oar_clone(x)); }
 
+/* Zeros laid out as p, for a state tensor: on a dtensor, a dtensor of
+ * zero shards with p's placements (oar_zeros_like would make a plain
+ * tensor of the global shape, which in-place updates from dtensors refuse). */
+static oar_tensor *zeros_state(oar_tensor *p) {
+    if (!oar_tensor_is_dist(p)) return oar_zeros_like(p);
+    return oar_dtensor_from_local(oar_zeros_like(oar_dtensor_local(p)), oar_dtensor_mesh(p),
+                                  oar_dtensor_placements(p), oar_tensor_shape(p));
+}
+
 /* dst += alpha * src: add_scaled_ in one pass on the CPU; composed of ops
  * that every device implements elsewhere (no CPU fallback there). */
 static int axpy_(oar_tensor *dst, oar_tensor *src, double alpha) {
@@ -189,8 +198,8 @@ static int adam_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
     if (!o->s1[i] || !o->s2[i]) { /* both moments, or neither (a partial state was refused on load) */
         oar_tensor_release(o->s1[i]);
         oar_tensor_release(o->s2[i]);
-        o->s1[i] = oar_tensor_retain(oar_zeros_like(p));
-        o->s2[i] = oar_tensor_retain(oar_zeros_like(p));
+        o->s1[i] = oar_tensor_retain(zeros_state(p));
+        o->s2[i] = oar_tensor_retain(zeros_state(p));
         if (!o->s1[i] || !o->s2[i]) return oari_fail_status();
     }
     oar_tensor *m = o->s1[i], *v = o->s2[i];
@@ -208,12 +217,12 @@ static int rmsprop_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g)
     o->pstep[i]++;
     if (o->wd) g = oar_add(g, oar_mul_scalar(p, o->wd));
     if (!o->s2[i]) {
-        o->s2[i] = oar_tensor_retain(oar_zeros_like(p));
+        o->s2[i] = oar_tensor_retain(zeros_state(p));
         if (!o->s2[i]) return oari_fail_status();
     }
-    if (o->centered && !o->s3[i] && !(o->s3[i] = oar_tensor_retain(oar_zeros_like(p))))
+    if (o->centered && !o->s3[i] && !(o->s3[i] = oar_tensor_retain(zeros_state(p))))
         return oari_fail_status();
-    if (o->momentum && !o->s1[i] && !(o->s1[i] = oar_tensor_retain(oar_zeros_like(p))))
+    if (o->momentum && !o->s1[i] && !(o->s1[i] = oar_tensor_retain(zeros_state(p))))
         return oari_fail_status();
     oar_tensor *sq = o->s2[i];
     if (oar_copy_(sq, oar_add(oar_mul_scalar(sq, o->alpha),

@@ -1,9 +1,10 @@
 /* A dead or stopped peer (run by tests/dist/dead_peer.sh on 3 ranks): rank
  * 1 stops itself (SIGSTOP), rank 2 kills itself (SIGKILL); rank 0's next
- * collective fails after OAR_DIST_TIMEOUT with a clear message, and
+ * collective fails after OAR_DIST_TIMEOUT with a message naming both, and
  * oar_dist_finalize then returns in bounded time instead of waiting in
- * MPI_Finalize for peers that will never come. Rank 0 prints
- * "survivor finished in <s> s" and exits 0 when all of it held. */
+ * MPI_Finalize for peers that will never come. Rank 0 prints its pid
+ * ("survivor pid <n>", so that the script can check that it exits) and
+ * "survivor finished in <s> s", and exits 0 when all of it held. */
 #include "test.h"
 
 #include <signal.h>
@@ -36,9 +37,13 @@ int main(int argc, char **argv) {
         nanosleep(&(struct timespec){.tv_nsec = 300000000}, NULL);
         raise(SIGKILL);
     }
+    printf("survivor pid %d\n", (int)getpid());
+    fflush(stdout);
     nanosleep(&(struct timespec){.tv_sec = 1}, NULL); /* the peers are gone */
     double t0 = now_s();
     CHECK_FAILS(oar_dtensor_from_local(local, m, (oar_placement[]){oar_shard(0)}, NULL), "did not make the same call");
+    printf("survivor's error: %s\n", oar_last_error());
+    CHECK(strstr(oar_last_error(), "world rank(s) 1, 2 did not answer") != NULL); /* names the stopped and the dead */
     double t_fail = now_s() - t0;
     oar_tensor_release(d);
     oar_tensor_release(local);

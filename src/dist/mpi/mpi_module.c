@@ -46,6 +46,7 @@ static MPI_Datatype type_of(oari_mpi_type t) {
     case OARI_MPI_BYTE: return MPI_BYTE;
     case OARI_MPI_BOOL: return MPI_C_BOOL;
     case OARI_MPI_U8: return MPI_UINT8_T;
+    case OARI_MPI_I8: return MPI_INT8_T;
     case OARI_MPI_I32: return MPI_INT32_T;
     case OARI_MPI_I64: return MPI_INT64_T;
     case OARI_MPI_F32: return MPI_FLOAT;
@@ -181,6 +182,10 @@ static int irecv(void *buf, int count, oari_mpi_type t, int peer, int tag, oari_
     return started(MPI_Irecv(buf, count, type_of(t), peer, tag, comm_in(c), &r), &r, req);
 }
 
+static int iprobe(int peer, int tag, oari_mpi_comm c, int *flag) {
+    return MPI_Iprobe(peer, tag, comm_in(c), flag, MPI_STATUS_IGNORE);
+}
+
 static int test(oari_mpi_req *req, int *done) {
     MPI_Request r = req_in(*req);
     int rc = MPI_Test(&r, done, MPI_STATUS_IGNORE);
@@ -228,6 +233,7 @@ static const oari_mpi_api api = {
     .ibcast = ibcast,
     .isend = isend,
     .irecv = irecv,
+    .iprobe = iprobe,
     .test = test,
     .testall = testall,
     .error_string = error_string,

@@ -1,0 +1,90 @@
+"""PyTorch peer of bench/bench_zero.c: the same MLP (4 Linear 512 x 512,
+tanh between), a global batch of 64 rows split over the ranks, Adam
+(lr 1e-3), a mean squared error, on N processes with the gloo backend:
+DistributedDataParallel with torch.optim.Adam ("ddp") or with
+torch.distributed.optim.ZeroRedundancyOptimizer over Adam ("zero1", ZeRO
+stage 1: each rank keeps the state of its share of the parameters, whole
+tensors assigned greedily by size). Prints the median step time on rank 0
+and, per rank, the optimizer state bytes it holds and its peak resident set
+(ru_maxrss; torch has no allocator statistics on the CPU). FSDP (ZeRO-3) in
+torch 1.13 needs CUDA, so it is not run.
+Usage: /usr/bin/python3 bench/peer/zero.py N [steps] [ddp|zero1]"""
+import os
+import resource
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+WIDTH, BATCH, WARM = 512, 64, 2
+
+
+def state_bytes(opt):
+    inner = opt.optim if isinstance(opt, ZeroRedundancyOptimizer) else opt
+    return sum(t.numel() * t.element_size() for s in inner.state.values() for t in s.values()
+               if torch.is_tensor(t) and t.dim() > 0)
+
+
+def run(rank, world, steps, mode, port):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(1)
+    layers = []
+    for i in range(4):
+        layers.append(torch.nn.Linear(WIDTH, WIDTH))
+        if i < 3:
+            layers.append(torch.nn.Tanh())
+    model = DDP(torch.nn.Sequential(*layers))
+    if mode == "zero1":
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    torch.manual_seed(2)
+    x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
+    rows = BATCH // world
+    xs, ys = x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
+    times = []
+    for s in range(WARM + steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = ((model(xs) - ys) ** 2).mean()
+        loss.backward()
+        opt.step()
+        if s >= WARM:
+            times.append(time.perf_counter() - t0)
+    numel = sum(p.numel() for p in model.parameters())
+    mine = torch.tensor([float(state_bytes(opt)), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0],
+                        dtype=torch.float64)
+    every = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    if rank == 0:
+        mib = 2.0 ** 20
+        full = 2 * numel * 4
+        print(f"torch {mode}_np{world}_step_ms {statistics.median(times) * 1e3:.2f} ms")
+        for r, v in enumerate(every):
+            theory = full / world if mode == "zero1" else full
+            print(f"torch {mode}_np{world}_rank{r} state_MiB {v[0] / mib:.2f} state_theory_MiB {theory / mib:.2f} "
+                  f"max_rss_MiB {v[1] / mib:.1f}")
+        print(f"# torch {torch.__version__} gloo, {mode}, ranks {world}, {numel} parameters, rank 0's last loss {loss.item():.6f}")
+    dist.destroy_process_group()
+
+
+def main():
+    world = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    mode = sys.argv[3] if len(sys.argv) > 3 else "ddp"
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(run, args=(world, steps, mode, port), nprocs=world, join=True)
+
+
+if __name__ == "__main__":
+    main()
