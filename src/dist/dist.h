@@ -194,11 +194,12 @@ typedef struct oari_shard_plan {
     oari_attrs attrs;
 } oari_shard_plan;
 
-/* Fills plan for op over inputs with placements in_p (global shapes in
- * `in`, attributes, output metas from the shape rule). Returns 1 if the op
+/* Fills plan for op over inputs with placements in_p (global metas in
+ * `in`, ndim -1 for an absent optional input; attributes, output metas from the shape rule). Reads metas only, so
+ * that eager dispatch and static completion share it. Returns 1 if the op
  * has a rule, 0 if it has none (the caller replicates), <0 on error. */
 OARI_HIDDEN int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in,
-                                oar_tensor *const *in, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
+                                const oari_meta *in, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
                                 const oari_attrs *attrs, const oari_meta *out_meta,
                                 const oar_mesh *mesh, oari_shard_plan *plan);
 

@@ -131,8 +131,13 @@ static int dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari
     for (int i = 0; i < n_in; i++)
         for (int d = 0; d < mesh->ndim; d++)
             in_p[i][d] = in[i] && oari_dist(in[i]) ? oari_dist(in[i])->p[d] : oar_replicate();
+    static _Thread_local oari_meta in_meta[OARI_MAX_IN];
+    for (int i = 0; i < n_in; i++) {
+        in_meta[i] = (oari_meta){.dtype = in[i] ? in[i]->dtype : OAR_F32, .ndim = in[i] ? in[i]->ndim : -1};
+        if (in[i]) memcpy(in_meta[i].shape, in[i]->shape, sizeof(int64_t) * (size_t)in[i]->ndim);
+    }
     plan.local_attrs = false;
-    int has_rule = oari_shard_rule(op, def, n_in, in, in_p, attrs, c.out, mesh, &plan);
+    int has_rule = oari_shard_rule(op, def, n_in, in_meta, in_p, attrs, c.out, mesh, &plan);
     if (has_rule < 0) return OAR_ERR_INVALID;
     if (!has_rule) {
         __atomic_add_fetch(&fallbacks, 1, __ATOMIC_RELAXED);

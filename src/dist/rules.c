@@ -34,19 +34,19 @@ typedef struct claims {
 /* Ops f with f(a + b) = f(a) + f(b) in every input at once. */
 static bool additive(oari_op op) { return op == OARI_OP_add || op == OARI_OP_sub || op == OARI_OP_neg; }
 
-static void pointwise_dim(oari_op op, int n_in, oar_tensor *const *in,
+static void pointwise_dim(oari_op op, int n_in, const oari_meta *in,
                           oar_placement (*in_p)[OAR_MESH_MAX_DIMS], const oari_meta *out, int d,
                           claims *cl, oari_shard_plan *plan) {
     int n_partial = 0, partial_at = -1;
     for (int i = 0; i < n_in; i++)
-        if (in[i] && in_p[i][d].kind == OAR_PLACEMENT_PARTIAL) n_partial++, partial_at = i;
+        if (in[i].ndim >= 0 && in_p[i][d].kind == OAR_PLACEMENT_PARTIAL) n_partial++, partial_at = i;
     for (int i = 0; i < n_in; i++) plan->in[i][d] = R();
     plan->out[0][d] = R();
     if (n_partial) {
         /* Keep Partial(sum) where the op is linear in it: add/sub/neg of
          * partial sums, or a product with (a quotient of) replicated values. */
         bool all_sum = true;
-        for (int i = 0; i < n_in; i++) all_sum = all_sum && (!in[i] || is_partial(in_p[i][d], OAR_REDUCE_SUM));
+        for (int i = 0; i < n_in; i++) all_sum = all_sum && (in[i].ndim < 0 || is_partial(in_p[i][d], OAR_REDUCE_SUM));
         bool scale = n_partial == 1 && is_partial(in_p[partial_at][d], OAR_REDUCE_SUM) &&
                      (op == OARI_OP_mul || (op == OARI_OP_div && partial_at == 0));
         if ((additive(op) && all_sum) || scale) {
@@ -60,17 +60,17 @@ static void pointwise_dim(oari_op op, int n_in, oar_tensor *const *in,
     /* Follow the first input sharded on a dim that is not broadcast. */
     int o = -1;
     for (int i = 0; i < n_in && o < 0; i++) {
-        if (!in[i] || in_p[i][d].kind != OAR_PLACEMENT_SHARD) continue;
-        int k = in_p[i][d].dim, cand = k + out->ndim - in[i]->ndim;
-        if (in[i]->shape[k] == out->shape[cand] && !cl->out[cand]) o = cand;
+        if (in[i].ndim < 0 || in_p[i][d].kind != OAR_PLACEMENT_SHARD) continue;
+        int k = in_p[i][d].dim, cand = k + out->ndim - in[i].ndim;
+        if (in[i].shape[k] == out->shape[cand] && !cl->out[cand]) o = cand;
     }
     if (o < 0) return;
     cl->out[o] = true;
     plan->out[0][d] = oar_shard(o);
     for (int i = 0; i < n_in; i++) {
-        if (!in[i]) continue;
-        int k = o - (out->ndim - in[i]->ndim);
-        if (k >= 0 && in[i]->shape[k] == out->shape[o] && !cl->in[i][k]) {
+        if (in[i].ndim < 0) continue;
+        int k = o - (out->ndim - in[i].ndim);
+        if (k >= 0 && in[i].shape[k] == out->shape[o] && !cl->in[i][k]) {
             plan->in[i][d] = oar_shard(k);
             cl->in[i][k] = true;
         }
@@ -79,7 +79,7 @@ static void pointwise_dim(oari_op op, int n_in, oar_tensor *const *in,
 
 /* ---- matmul: a[..., m, k] @ b[..., k, n] ---------------------------------- */
 
-static void matmul_dim(oar_tensor *a, oar_tensor *b, oar_placement pa, oar_placement pb,
+static void matmul_dim(const oari_meta *a, const oari_meta *b, oar_placement pa, oar_placement pb,
                        const oari_meta *out, int d, claims *cl, oari_shard_plan *plan) {
     const int am = a->ndim - 2, ak = a->ndim - 1, bk = b->ndim - 2, bn = b->ndim - 1;
     const int om = out->ndim - 2, on = out->ndim - 1;
@@ -114,13 +114,13 @@ static void matmul_dim(oar_tensor *a, oar_tensor *b, oar_placement pa, oar_place
         return;
     }
     /* A batch dim: shard it on both sides where it is not broadcast. */
-    oar_tensor *x = sa ? a : sb ? b : NULL;
+    const oari_meta *x = sa ? a : sb ? b : NULL;
     if (!x) return;
     int k = sa ? pa.dim : pb.dim, ob = k + (out->ndim - x->ndim);
     if (ob < 0 || ob >= om || x->shape[k] != out->shape[ob] || cl->out[ob]) return;
     cl->out[ob] = true;
     *o = oar_shard(ob);
-    oar_tensor *const ab[2] = {a, b};
+    const oari_meta *const ab[2] = {a, b};
     for (int i = 0; i < 2; i++) {
         int ki = ob - (out->ndim - ab[i]->ndim);
         if (ki >= 0 && ki < ab[i]->ndim - 2 && ab[i]->shape[ki] == out->shape[ob] && !cl->in[i][ki]) {
@@ -156,7 +156,7 @@ static void sum_dim(oar_placement p, const oari_attrs *a, int d, oari_shard_plan
 /* ---- one-input ops whose sharded dims pass through ------------------------ */
 
 /* Where input dim k lands in the output, or -1 if it does not pass whole. */
-static int passes_to(oari_op op, oar_tensor *x, const oari_attrs *a, const oari_meta *out, int k) {
+static int passes_to(oari_op op, const oari_meta *x, const oari_attrs *a, const oari_meta *out, int k) {
     switch (op) {
     case OARI_OP_permute:
         for (int o = 0; o < out->ndim; o++)
@@ -192,7 +192,7 @@ static int passes_to(oari_op op, oar_tensor *x, const oari_attrs *a, const oari_
  * dim k splits evenly over the mesh dim (size m): then each rank's chunk of
  * the merged dim is its chunk of dim k times the inner dims. No other mesh
  * dim may shard a dim inside the merge. */
-static int merges_to(oar_tensor *x, const oari_meta *out, int k, int64_t m, int d,
+static int merges_to(const oari_meta *x, const oari_meta *out, int k, int64_t m, int d,
                      oar_placement (*in_p)[OAR_MESH_MAX_DIMS], int mesh_ndim) {
     if (x->shape[k] % m) return -1;
     int64_t before = 1;
@@ -217,7 +217,7 @@ static bool linear_movement(oari_op op) {
            op == OARI_OP_slice_backward;
 }
 
-static void passthrough(oari_op op, oar_tensor *x, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
+static void passthrough(oari_op op, const oari_meta *x, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
                         const oari_attrs *attrs, const oari_meta *out, const oar_mesh *mesh,
                         oari_shard_plan *plan) {
     for (int d = 0; d < mesh->ndim; d++) {
@@ -251,9 +251,9 @@ static void passthrough(oari_op op, oar_tensor *x, oar_placement (*in_p)[OAR_MES
 
 /* ---- layer_norm: the leading (not normalised) dims are independent ------- */
 
-static void layer_norm_rule(int n_in, oar_tensor *const *in, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
+static void layer_norm_rule(int n_in, const oari_meta *in, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
                             const oari_attrs *a, const oar_mesh *mesh, oari_shard_plan *plan) {
-    int lead = in[0]->ndim - (int)a->i[0];
+    int lead = in[0].ndim - (int)a->i[0];
     for (int d = 0; d < mesh->ndim; d++) {
         oar_placement p = in_p[0][d], o = oar_replicate();
         if (p.kind == OAR_PLACEMENT_SHARD && p.dim < lead) o = p;
@@ -286,13 +286,13 @@ static void index_select_rule(oar_placement (*in_p)[OAR_MESH_MAX_DIMS], const oa
     }
 }
 
-int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in, oar_tensor *const *in,
+int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in, const oari_meta *in,
                     oar_placement (*in_p)[OAR_MESH_MAX_DIMS], const oari_attrs *attrs,
                     const oari_meta *out_meta, const oar_mesh *mesh, oari_shard_plan *plan) {
     const int mesh_ndim = mesh->ndim;
     if (op == OARI_OP_permute || op == OARI_OP_view || op == OARI_OP_expand || op == OARI_OP_slice ||
         op == OARI_OP_slice_backward || op == OARI_OP_softmax || op == OARI_OP_log_softmax) {
-        passthrough(op, in[0], in_p, attrs, &out_meta[0], mesh, plan);
+        passthrough(op, &in[0], in_p, attrs, &out_meta[0], mesh, plan);
         return 1;
     }
     if (op == OARI_OP_layer_norm) {
@@ -301,7 +301,7 @@ int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in, oar_tensor *co
     }
     claims cl;
     memset(&cl, 0, sizeof cl);
-    if (op == OARI_OP_index_select && in[0]->ndim > 0) {
+    if (op == OARI_OP_index_select && in[0].ndim > 0) {
         index_select_rule(in_p, attrs, mesh, &cl, plan);
         return 1;
     }
@@ -319,12 +319,12 @@ int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in, oar_tensor *co
         for (int d = 0; d < mesh_ndim; d++) pointwise_dim(op, n_in, in, in_p, &out_meta[0], d, &cl, plan);
         return 1;
     }
-    if (op == OARI_OP_matmul && in[0]->ndim >= 2 && in[1]->ndim >= 2) {
+    if (op == OARI_OP_matmul && in[0].ndim >= 2 && in[1].ndim >= 2) {
         for (int d = 0; d < mesh_ndim; d++)
-            matmul_dim(in[0], in[1], in_p[0][d], in_p[1][d], &out_meta[0], d, &cl, plan);
+            matmul_dim(&in[0], &in[1], in_p[0][d], in_p[1][d], &out_meta[0], d, &cl, plan);
         return 1;
     }
-    if (op == OARI_OP_sum && in[0]->ndim > 0) {
+    if (op == OARI_OP_sum && in[0].ndim > 0) {
         for (int d = 0; d < mesh_ndim; d++) sum_dim(in_p[0][d], attrs, d, plan);
         return 1;
     }
