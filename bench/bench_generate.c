@@ -5,7 +5,8 @@
  * generated token of the single-token steps after it (a batch-8 step makes
  * 8 tokens), medians of 5 runs. The weights go
  * to a safetensors file ($OAR_BENCH_GENERATE_WEIGHTS, default
- * /tmp/oar-bench-generate.safetensors) that the peer,
+ * /tmp/oar-bench-generate.safetensors; bench/run.sh sets it to a
+ * temporary folder it removes) that the peer,
  * bench/peer/generate.py, loads into the same model with a KV cache of its
  * own, so both decode the same network; the tokens of each are printed as
  * a checksum line (equal unless rounding flips an argmax).

@@ -8,20 +8,26 @@
 # ratio. Peer figures need PyTorch (/usr/bin/python3 with python3-torch;
 # OAR_PEER_PYTHON names another interpreter, e.g. a venv with PyTorch 2 for
 # compiled_step's torch.compile line). OAR_BENCH_ROUNDS: rounds (default 2).
+# BUILD names the build folder (default build). Files a bench hands to its
+# peer (generate's weights) go to a temporary folder removed on exit.
 set -u
 cd "$(dirname "$0")/.."
 here=$(pwd)
 shared=$here/../shared/bench/peer-env.sh
 [ -f "$shared" ] && . "$shared"
 py=${OAR_PEER_PYTHON:-/usr/bin/python3}
+build=${BUILD:-build}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OAR_BENCH_GENERATE_WEIGHTS=${OAR_BENCH_GENERATE_WEIGHTS:-$tmp/generate.safetensors}
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
-    for f in build/bench_*; do names+=("$(basename "$f" | sed 's/^bench_//')"); done
+    for f in "$build"/bench_*; do names+=("$(basename "$f" | sed 's/^bench_//')"); done
 fi
 for name in "${names[@]}"; do
-    bin=build/bench_$name
+    bin=$build/bench_$name
     peer=bench/peer/$name.py
-    [ -x "$bin" ] || { echo "no $bin (run make build)"; continue; }
+    [ -x "$bin" ] || { echo "no $bin (run make build, or set BUILD)"; continue; }
     echo "== $name"
     for round in $(seq "${OAR_BENCH_ROUNDS:-2}"); do
         oar_out=$("$bin")
