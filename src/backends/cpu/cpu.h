@@ -176,16 +176,23 @@ typedef struct {
     void *c;
 } oari_dnnl_matmul_args;
 OARI_HIDDEN int oari_dnnl_matmul(const oari_dnnl_matmul_args *m);
-/* conv2d through oneDNN (cpu_dnnl.c, OAR_WITH_DNNL), forward: x [n, c, h,
- * w], weight [o, c/groups, kh, kw], bias [o] or NULL, y [n, o, oh, ow], all
- * contiguous; stride, padding (both sides), dilation (1: dense) as oar's
- * conv2d takes them; no dim 0. bf16 only, as matmul. 0, or a status with
- * the error naming the shapes. */
+/* conv2d through oneDNN (cpu_dnnl.c, OAR_WITH_DNNL) on the conv of x [n,
+ * c, h, w], weight [o, c/groups, kh, kw], bias [o] or NULL, y [n, o, oh,
+ * ow], all contiguous; stride, padding (both sides), dilation (1: dense) as
+ * oar's conv2d takes them; no dim 0. `pass` picks what is computed:
+ * FORWARD y from x, weight, bias; BACKWARD_DATA x from y (the gradient
+ * flowing back) and weight, which is conv_transpose2d without its bias;
+ * BACKWARD_WEIGHTS weight from x and y, conv2d_weight_grad. bf16 only, as
+ * matmul; with f32_out the computed operand is written in f32 (for a sum
+ * that follows, rounded once). 0, or a status with the error naming the
+ * shapes. */
+enum { OARI_DNNL_FORWARD, OARI_DNNL_BACKWARD_DATA, OARI_DNNL_BACKWARD_WEIGHTS };
 typedef struct {
-    int dtype;
+    int dtype, pass;
+    bool f32_out;
     int64_t n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups;
-    const void *x, *weight, *bias;
-    void *y;
+    const void *bias;
+    void *x, *weight, *y; /* the one `pass` computes is written */
 } oari_dnnl_conv2d_args;
 OARI_HIDDEN int oari_dnnl_conv2d(const oari_dnnl_conv2d_args *a);
 /* How many oneDNN primitives are cached (one per op, shape, strides and

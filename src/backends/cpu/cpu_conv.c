@@ -2,7 +2,8 @@
  * interpolation, with their backward primitives. The f32 and f64 kernels
  * come from one template: this file includes itself with CONV_T defined
  * (see the end of the file). f16/bf16 run through f32 (dispatch converts),
- * but for bf16 conv2d through oneDNN where built with it (cpu_dnnl.c). */
+ * but for bf16 conv2d, conv_transpose2d and conv2d_weight_grad through
+ * oneDNN where built with it (cpu_dnnl.c). */
 #ifndef CONV_T
 #include "cpu.h"
 
@@ -132,42 +133,105 @@ static int64_t adaptive_end(int64_t o, int64_t out, int64_t in) {
 #undef CONV_GEMM
 
 #ifdef OAR_WITH_DNNL
-/* bf16 conv2d, forward, through oneDNN (cpu_dnnl.c): f32 accumulation,
- * bf16 result. Strided operands are copied first; no input channels (K =
- * 0) gives the bias, or zeros. Its backward ops (conv_transpose2d,
- * conv2d_weight_grad) compute in f32 between casts. */
+/* bf16 conv2d and its two backward ops through oneDNN (cpu_dnnl.c): f32
+ * accumulation, bf16 results. Strided operands are copied first. oneDNN
+ * takes no dim of size 0: those calls are answered here (the bias, or
+ * zeros). */
+static void fill_bf16(uint16_t *y, int64_t n, int64_t c, int64_t plane, const oar_ktensor *bias) {
+    for (int64_t i = 0; i < n * c; i++) {
+        uint16_t v = !bias || bias->dtype < 0 ? 0 : *((const uint16_t *)bias->data + (i % c) * bias->strides[0]);
+        for (int64_t p = 0; p < plane; p++) y[i * plane + p] = v;
+    }
+}
+
+/* Runs args (pass, shapes and attributes filled) on contiguous copies of
+ * the call's inputs 0 and 1, which are the arguments in0 and in1 name. */
+static int dnnl_conv_call(const oar_kernel_call *c, oari_dnnl_conv2d_args *args, void **in0, void **in1) {
+    void *own[2] = {NULL, NULL};
+    size_t own_n[2] = {0, 0};
+    const void *p0 = contig(&c->in[0], &own[0], &own_n[0]);
+    const void *p1 = p0 ? contig(&c->in[1], &own[1], &own_n[1]) : NULL;
+    int st;
+    if (!p1) {
+        st = oari_fail_status();
+    } else {
+        *in0 = (void *)p0, *in1 = (void *)p1;
+        st = oari_dnnl_conv2d(args);
+    }
+    for (int i = 0; i < 2; i++) scratch_free(own[i], own_n[i]);
+    return st;
+}
+
 static int k_conv2d_dnnl(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     const int64_t *a = c->iattr;
     dims4 xd = dims_of(&c->in[0]), wd = dims_of(&c->in[1]), yd = dims_of(&c->out[0]);
-    const oar_ktensor *b = &c->in[2];
-    uint16_t *y = c->out[0].data;
     if (oari_kt_numel(&c->out[0]) == 0) return 0;
-    if (xd.c == 0) { /* oneDNN takes no zero dims */
-        const int64_t P = yd.h * yd.w;
-        for (int64_t i = 0; i < yd.n * yd.c; i++) {
-            uint16_t v = b->dtype < 0 ? 0 : *((const uint16_t *)b->data + (i % yd.c) * b->strides[0]);
-            for (int64_t p = 0; p < P; p++) y[i * P + p] = v;
-        }
+    if (xd.c == 0) {
+        fill_bf16(c->out[0].data, yd.n, yd.c, yd.h * yd.w, &c->in[2]);
         return 0;
     }
-    void *own[3] = {NULL, NULL, NULL};
-    size_t own_n[3] = {0, 0, 0};
-    const void *x = contig(&c->in[0], &own[0], &own_n[0]);
-    const void *w = x ? contig(&c->in[1], &own[1], &own_n[1]) : NULL;
-    const void *bias = w && b->dtype >= 0 ? contig(b, &own[2], &own_n[2]) : NULL;
-    int st;
-    if (!w || (b->dtype >= 0 && !bias)) {
-        st = oari_fail_status();
-    } else {
-        oari_dnnl_conv2d_args args = {
-            .dtype = c->out[0].dtype, .n = xd.n, .c = xd.c, .h = xd.h, .w = xd.w, .o = wd.n,
-            .kh = wd.h, .kw = wd.w, .oh = yd.h, .ow = yd.w, .sh = a[0], .sw = a[1], .ph = a[2],
-            .pw = a[3], .dh = a[4], .dw = a[5], .groups = a[6], .x = x, .weight = w, .bias = bias, .y = y};
-        st = oari_dnnl_conv2d(&args);
-    }
-    for (int i = 0; i < 3; i++) scratch_free(own[i], own_n[i]);
+    oari_dnnl_conv2d_args args = {
+        .dtype = c->out[0].dtype, .pass = OARI_DNNL_FORWARD, .n = xd.n, .c = xd.c, .h = xd.h, .w = xd.w,
+        .o = wd.n, .kh = wd.h, .kw = wd.w, .oh = yd.h, .ow = yd.w, .sh = a[0], .sw = a[1], .ph = a[2],
+        .pw = a[3], .dh = a[4], .dw = a[5], .groups = a[6], .y = c->out[0].data};
+    void *own = NULL;
+    size_t own_n = 0;
+    if (c->in[2].dtype >= 0 && !(args.bias = contig(&c->in[2], &own, &own_n))) return oari_fail_status();
+    int st = dnnl_conv_call(c, &args, &args.x, &args.weight);
+    scratch_free(own, own_n);
     return st;
+}
+
+/* conv_transpose2d: x [N, C, H, W] is the gradient at the output of the
+ * conv whose input has our output's shape and whose weight is ours
+ * ([C, O/g, kh, kw] read as [o, c/g, kh, kw] with o = C). With a bias,
+ * oneDNN writes f32 and the bias is added before the one rounding. */
+static int k_conv_transpose2d_dnnl(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int64_t *a = c->iattr;
+    dims4 xd = dims_of(&c->in[0]), wd = dims_of(&c->in[1]), yd = dims_of(&c->out[0]);
+    uint16_t *y = c->out[0].data;
+    const oar_ktensor *b = &c->in[2];
+    if (oari_kt_numel(&c->out[0]) == 0) return 0;
+    if (xd.c == 0) {
+        fill_bf16(y, yd.n, yd.c, yd.h * yd.w, b);
+        return 0;
+    }
+    const int64_t P = yd.h * yd.w, numel = yd.n * yd.c * P;
+    float *sum = NULL;
+    if (b->dtype >= 0 && !(sum = scratch_alloc((size_t)numel * sizeof(float)))) return oari_fail_status();
+    oari_dnnl_conv2d_args args = {
+        .dtype = c->out[0].dtype, .pass = OARI_DNNL_BACKWARD_DATA, .f32_out = sum != NULL, .n = yd.n, .c = yd.c,
+        .h = yd.h, .w = yd.w, .o = wd.n, .kh = wd.h, .kw = wd.w, .oh = xd.h, .ow = xd.w, .sh = a[0], .sw = a[1],
+        .ph = a[2], .pw = a[3], .dh = a[6], .dw = a[7], .groups = a[8], .x = sum ? (void *)sum : (void *)y};
+    int st = dnnl_conv_call(c, &args, &args.y, &args.weight);
+    if (!st && sum) {
+#pragma omp parallel for if (numel > 65536)
+        for (int64_t i = 0; i < yd.n * yd.c; i++) {
+            float bv = oari_ld_bf16((const uint16_t *)b->data + (i % yd.c) * b->strides[0]);
+            for (int64_t p = 0; p < P; p++) y[i * P + p] = oari_f32_to_bf16(sum[i * P + p] + bv);
+        }
+    }
+    if (sum) scratch_free(sum, (size_t)numel * sizeof(float));
+    return st;
+}
+
+/* conv2d_weight_grad: x [N, C, H, W], gy [N, O, OH, OW] -> gw [O, C/g, kh, kw]. */
+static int k_conv2d_weight_grad_dnnl(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const int64_t *a = c->iattr;
+    dims4 xd = dims_of(&c->in[0]), gd = dims_of(&c->in[1]), wd = dims_of(&c->out[0]);
+    if (oari_kt_numel(&c->out[0]) == 0) return 0;
+    if (xd.n == 0 || gd.h * gd.w == 0) { /* no products: zeros */
+        fill_bf16(c->out[0].data, wd.n, wd.c, wd.h * wd.w, NULL);
+        return 0;
+    }
+    oari_dnnl_conv2d_args args = {
+        .dtype = c->out[0].dtype, .pass = OARI_DNNL_BACKWARD_WEIGHTS, .n = xd.n, .c = xd.c, .h = xd.h,
+        .w = xd.w, .o = gd.c, .kh = wd.h, .kw = wd.w, .oh = gd.h, .ow = gd.w, .sh = a[4], .sw = a[5],
+        .ph = a[6], .pw = a[7], .dh = a[8], .dw = a[9], .groups = a[10], .weight = c->out[0].data};
+    return dnnl_conv_call(c, &args, &args.x, &args.y);
 }
 #endif
 
@@ -180,8 +244,18 @@ const oari_cpu_kernels oari_cpu_k_conv2d = {
     [OAR_BF16] = k_conv2d_dnnl,
 #endif
 };
-TABLE(conv_transpose2d);
-TABLE(conv2d_weight_grad);
+const oari_cpu_kernels oari_cpu_k_conv_transpose2d = {
+    [OAR_F32] = k_conv_transpose2d_f32, [OAR_F64] = k_conv_transpose2d_f64,
+#ifdef OAR_WITH_DNNL
+    [OAR_BF16] = k_conv_transpose2d_dnnl,
+#endif
+};
+const oari_cpu_kernels oari_cpu_k_conv2d_weight_grad = {
+    [OAR_F32] = k_conv2d_weight_grad_f32, [OAR_F64] = k_conv2d_weight_grad_f64,
+#ifdef OAR_WITH_DNNL
+    [OAR_BF16] = k_conv2d_weight_grad_dnnl,
+#endif
+};
 TABLE(max_pool2d);
 TABLE(max_pool2d_backward);
 TABLE(avg_pool2d);

@@ -102,28 +102,45 @@ static void clear_slot(prim_slot *s) {
     s->scratch_bytes = 0;
 }
 
-/* Makes s's primitive from an op description, its scratchpad in user
- * mode. With `any_layout`, the op's descriptions of operands 0..2 let
- * oneDNN pick their layouts: the ones that differ from s->md get reorders
- * (operands described, in s->md, as the caller holds them). */
-static int make_from_desc(const call_desc *c, prim_slot *s, const void *op_desc, bool any_layout) {
+/* What oneDNN calls operand `arg` of a primitive description, and
+ * whether the primitive writes it. */
+static dnnl_query_t query_of(int arg) {
+    switch (arg) {
+    case DNNL_ARG_SRC: return dnnl_query_src_md;
+    case DNNL_ARG_WEIGHTS: return dnnl_query_weights_md;
+    case DNNL_ARG_DST: return dnnl_query_dst_md;
+    case DNNL_ARG_DIFF_SRC: return dnnl_query_diff_src_md;
+    case DNNL_ARG_DIFF_WEIGHTS: return dnnl_query_diff_weights_md;
+    default: return dnnl_query_diff_dst_md;
+    }
+}
+static bool is_output(int arg) {
+    return arg == DNNL_ARG_DST || arg == DNNL_ARG_DIFF_SRC || arg == DNNL_ARG_DIFF_WEIGHTS;
+}
+
+/* Makes s's primitive from an op description (a backward one needs the
+ * forward's description as its hint), its scratchpad in user mode. With
+ * `any_layout`, the op's descriptions of operands 0..2 let oneDNN pick
+ * their layouts: the ones that differ from s->md get reorders (operands
+ * described, in s->md, as the caller holds them). */
+static int make_from_desc(const call_desc *c, prim_slot *s, const void *op_desc, bool any_layout,
+                          const_dnnl_primitive_desc_t hint) {
     dnnl_status_t st;
     dnnl_primitive_attr_t attr;
     if ((st = dnnl_primitive_attr_create(&attr))) return dnnl_fail(c, "attributes", st);
     dnnl_primitive_desc_t pd = NULL;
     if (!(st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)))
-        st = dnnl_primitive_desc_create(&pd, op_desc, attr, engine, NULL);
+        st = dnnl_primitive_desc_create(&pd, op_desc, attr, engine, hint);
     if (st) {
         dnnl_primitive_attr_destroy(attr);
         return dnnl_fail(c, "primitive description", st);
     }
-    static const dnnl_query_t which[3] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md};
     for (int i = 0; i < 3 && any_layout; i++)
-        s->inner[i] = *dnnl_primitive_desc_query_md(pd, which[i], 0);
+        s->inner[i] = *dnnl_primitive_desc_query_md(pd, query_of(s->arg[i]), 0);
     st = make_primitive(s, pd, &s->prim);
     for (int i = 0; i < 3 && any_layout && !st; i++) {
         if (dnnl_memory_desc_equal(&s->inner[i], &s->md[i])) continue;
-        bool out = s->arg[i] == DNNL_ARG_DST;
+        bool out = is_output(s->arg[i]);
         dnnl_primitive_desc_t rpd;
         st = dnnl_reorder_primitive_desc_create(&rpd, out ? &s->inner[i] : &s->md[i], engine,
                                                 out ? &s->md[i] : &s->inner[i], engine, attr);
@@ -216,11 +233,11 @@ static int execute(const call_desc *c, const prim_slot *s) {
     }
     if (!status && !st) st = dnnl_stream_create(&stream, engine, dnnl_stream_default_flags);
     for (int i = 0; i < s->n_md && !status && !st; i++)
-        if (s->reorder[i] && s->arg[i] != DNNL_ARG_DST)
+        if (s->reorder[i] && !is_output(s->arg[i]))
             st = run_reorder(s->reorder[i], stream, user[i], inner[i], scratch);
     if (!status && !st) st = dnnl_primitive_execute(s->prim, stream, nargs, args);
     for (int i = 0; i < s->n_md && !status && !st; i++)
-        if (s->reorder[i] && s->arg[i] == DNNL_ARG_DST)
+        if (s->reorder[i] && is_output(s->arg[i]))
             st = run_reorder(s->reorder[i], stream, inner[i], user[i], scratch);
     if (!status && !st) st = dnnl_stream_wait(stream);
     if (stream) dnnl_stream_destroy(stream);
@@ -274,7 +291,7 @@ static int make_matmul(const call_desc *c, prim_slot *s) {
     dnnl_matmul_desc_t desc;
     if ((st = dnnl_matmul_desc_init(&desc, &s->md[0], &s->md[1], NULL, &s->md[2])))
         return dnnl_fail(c, "matmul description", st);
-    return make_from_desc(c, s, &desc, false);
+    return make_from_desc(c, s, &desc, false, NULL);
 }
 
 static void describe_matmul(const call_desc *c, char *what, size_t size) {
@@ -310,13 +327,19 @@ int oari_dnnl_matmul(const oari_dnnl_matmul_args *m) {
 
 /* ---- conv2d ------------------------------------------------------------- */
 
-/* key.v: the fields of oari_dnnl_conv2d_args from n to has_bias. */
+/* key.v: the fields of oari_dnnl_conv2d_args from n to groups, then
+ * whether there is a bias, the pass, and f32_out. */
 enum { CV_N, CV_C, CV_H, CV_W, CV_O, CV_KH, CV_KW, CV_OH, CV_OW, CV_SH, CV_SW, CV_PH, CV_PW,
-       CV_DH, CV_DW, CV_GROUPS, CV_BIAS, CV_COUNT };
+       CV_DH, CV_DW, CV_GROUPS, CV_BIAS, CV_PASS, CV_F32_OUT, CV_COUNT };
 
+/* The forward, backward-data or backward-weights convolution of the key.
+ * Operands 0..2 are, in that order, what the pass reads and then writes:
+ * forward x, weight -> y; backward data y, weight -> x; backward weights
+ * x, y -> weight. Their layouts are oneDNN's choice (blocked: nchw sent it
+ * to im2col + gemm, half the speed), reordered from and to the caller's. */
 static int make_conv2d(const call_desc *c, prim_slot *s) {
     const int64_t *v = c->key.v;
-    const int64_t g = v[CV_GROUPS];
+    const int64_t g = v[CV_GROUPS], pass = v[CV_PASS];
     dnnl_dims_t xd = {v[CV_N], v[CV_C], v[CV_H], v[CV_W]}, yd = {v[CV_N], v[CV_O], v[CV_OH], v[CV_OW]};
     dnnl_dims_t gwd = {g, v[CV_O] / g, v[CV_C] / g, v[CV_KH], v[CV_KW]}, bd = {v[CV_O]};
     dnnl_dims_t wd = {v[CV_O], v[CV_C] / g, v[CV_KH], v[CV_KW]};
@@ -325,29 +348,54 @@ static int make_conv2d(const call_desc *c, prim_slot *s) {
     dnnl_dims_t strides = {v[CV_SH], v[CV_SW]}, dil = {v[CV_DH] - 1, v[CV_DW] - 1},
                 pad = {v[CV_PH], v[CV_PW]};
     dnnl_status_t st;
-    s->n_md = v[CV_BIAS] ? 4 : 3;
-    s->arg[0] = DNNL_ARG_SRC, s->arg[1] = DNNL_ARG_WEIGHTS, s->arg[2] = DNNL_ARG_DST;
-    s->arg[3] = DNNL_ARG_BIAS;
-    if ((st = dnnl_memory_desc_init_by_tag(&s->md[0], 4, xd, dnnl_bf16, dnnl_nchw)) ||
-        (st = g > 1 ? dnnl_memory_desc_init_by_tag(&s->md[1], 5, gwd, dnnl_bf16, dnnl_goihw)
-                    : dnnl_memory_desc_init_by_tag(&s->md[1], 4, wd, dnnl_bf16, dnnl_oihw)) ||
-        (st = dnnl_memory_desc_init_by_tag(&s->md[2], 4, yd, dnnl_bf16, dnnl_nchw)) ||
-        (st = dnnl_memory_desc_init_by_tag(&s->md[3], 1, bd, dnnl_bf16, dnnl_a)))
+    /* user layouts and oneDNN's "any" of x, weight, y, in bf16 (k = 0, 1),
+     * and "any" with the written one (written[pass]) in f32 under f32_out
+     * (k = 2): a backward pass's hint is the bf16 forward */
+    static const int written[3] = {2, 0, 1};
+    dnnl_memory_desc_t user[3], any16[3], any[3], bias;
+    for (int k = 0; k < 3; k++) {
+        dnnl_format_tag_t act = k ? dnnl_format_tag_any : dnnl_nchw;
+        dnnl_format_tag_t wt = k ? dnnl_format_tag_any : g > 1 ? dnnl_goihw : dnnl_oihw;
+        dnnl_data_type_t dt[3] = {dnnl_bf16, dnnl_bf16, dnnl_bf16};
+        if (k != 1 && v[CV_F32_OUT]) dt[written[pass]] = dnnl_f32;
+        dnnl_memory_desc_t *m = k == 0 ? user : k == 1 ? any16 : any;
+        if ((st = dnnl_memory_desc_init_by_tag(&m[0], 4, xd, dt[0], act)) ||
+            (st = g > 1 ? dnnl_memory_desc_init_by_tag(&m[1], 5, gwd, dt[1], wt)
+                        : dnnl_memory_desc_init_by_tag(&m[1], 4, wd, dt[1], wt)) ||
+            (st = dnnl_memory_desc_init_by_tag(&m[2], 4, yd, dt[2], act)))
+            return dnnl_fail(c, "memory description", st);
+    }
+    if ((st = dnnl_memory_desc_init_by_tag(&bias, 1, bd, dnnl_bf16, dnnl_a)))
         return dnnl_fail(c, "memory description", st);
-    /* layouts of oneDNN's choice (blocked: nchw sent it to im2col + gemm,
-     * half the speed), reordered from and to the caller's */
-    dnnl_memory_desc_t any[3];
-    if ((st = dnnl_memory_desc_init_by_tag(&any[0], 4, xd, dnnl_bf16, dnnl_format_tag_any)) ||
-        (st = g > 1 ? dnnl_memory_desc_init_by_tag(&any[1], 5, gwd, dnnl_bf16, dnnl_format_tag_any)
-                    : dnnl_memory_desc_init_by_tag(&any[1], 4, wd, dnnl_bf16, dnnl_format_tag_any)) ||
-        (st = dnnl_memory_desc_init_by_tag(&any[2], 4, yd, dnnl_bf16, dnnl_format_tag_any)))
-        return dnnl_fail(c, "memory description", st);
-    dnnl_convolution_desc_t desc;
-    if ((st = dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct,
-                                                         &any[0], &any[1], v[CV_BIAS] ? &s->md[3] : NULL,
-                                                         &any[2], strides, dil, pad, pad)))
+    bool with_bias = pass == OARI_DNNL_FORWARD && v[CV_BIAS];
+    dnnl_convolution_desc_t fwd;
+    if ((st = dnnl_dilated_convolution_forward_desc_init(
+             &fwd, pass == OARI_DNNL_FORWARD ? dnnl_forward_inference : dnnl_forward_training,
+             dnnl_convolution_direct, pass == OARI_DNNL_FORWARD ? &any[0] : &any16[0],
+             pass == OARI_DNNL_FORWARD ? &any[1] : &any16[1], with_bias ? &bias : NULL,
+             pass == OARI_DNNL_FORWARD ? &any[2] : &any16[2], strides, dil, pad, pad)))
         return dnnl_fail(c, "convolution description", st);
-    return make_from_desc(c, s, &desc, true);
+    /* operand order of the pass: (read, read, written) */
+    static const int order[3][3] = {{0, 1, 2}, {2, 1, 0}, {0, 2, 1}};
+    static const int args[3][3] = {{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
+                                    {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC},
+                                    {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS}};
+    s->n_md = with_bias ? 4 : 3;
+    for (int i = 0; i < 3; i++) s->md[i] = user[order[pass][i]], s->arg[i] = args[pass][i];
+    s->md[3] = bias, s->arg[3] = DNNL_ARG_BIAS;
+    if (pass == OARI_DNNL_FORWARD) return make_from_desc(c, s, &fwd, true, NULL);
+    dnnl_primitive_desc_t hint;
+    if ((st = dnnl_primitive_desc_create(&hint, &fwd, NULL, engine, NULL)))
+        return dnnl_fail(c, "forward description (the backward's hint)", st);
+    dnnl_convolution_desc_t bwd;
+    st = pass == OARI_DNNL_BACKWARD_DATA
+             ? dnnl_dilated_convolution_backward_data_desc_init(&bwd, dnnl_convolution_direct, &any[0], &any[1],
+                                                                &any[2], strides, dil, pad, pad)
+             : dnnl_dilated_convolution_backward_weights_desc_init(&bwd, dnnl_convolution_direct, &any[0],
+                                                                   &any[1], NULL, &any[2], strides, dil, pad, pad);
+    int r = st ? dnnl_fail(c, "convolution description", st) : make_from_desc(c, s, &bwd, true, hint);
+    dnnl_primitive_desc_destroy(hint);
+    return r;
 }
 
 static void describe_conv2d(const call_desc *c, char *what, size_t size) {
@@ -362,21 +410,27 @@ static void describe_conv2d(const call_desc *c, char *what, size_t size) {
 }
 
 int oari_dnnl_conv2d(const oari_dnnl_conv2d_args *a) {
+    static const char *const ops[3] = {"conv2d", "conv_transpose2d", "conv2d_weight_grad"};
+    if (a->pass < OARI_DNNL_FORWARD || a->pass > OARI_DNNL_BACKWARD_WEIGHTS)
+        return oari_error(OAR_ERR_INVALID, "conv2d: no oneDNN pass %d", a->pass);
     const int64_t g = a->groups > 0 ? a->groups : 1;
     if (a->dtype != OAR_BF16)
-        return oari_error(OAR_ERR_UNSUPPORTED, "conv2d: no oneDNN kernel for %s input",
+        return oari_error(OAR_ERR_UNSUPPORTED, "%s: no oneDNN kernel for %s input", ops[a->pass],
                           oar_dtype_name((oar_dtype)a->dtype));
     call_desc c;
     memset(&c.key, 0, sizeof c.key);
     c.key.kind = KIND_CONV2D;
     c.key.dtype = a->dtype;
-    const int64_t geom[CV_COUNT] = {a->n, a->c, a->h, a->w, a->o, a->kh, a->kw, a->oh, a->ow, a->sh, a->sw,
-                                    a->ph, a->pw, a->dh, a->dw, g, a->bias != NULL};
+    const int64_t geom[CV_COUNT] = {a->n,  a->c,  a->h,  a->w,  a->o, a->kh, a->kw, a->oh, a->ow, a->sh,
+                                    a->sw, a->ph, a->pw, a->dh, a->dw, g,     a->bias != NULL, a->pass,
+                                    a->f32_out};
     memcpy(c.key.v, geom, sizeof geom);
     c.make = make_conv2d;
     c.describe = describe_conv2d;
     c.args = a;
-    c.ptr[0] = (void *)a->x, c.ptr[1] = (void *)a->weight, c.ptr[2] = a->y, c.ptr[3] = (void *)a->bias;
-    c.op = "conv2d";
+    void *const ops_of[3][3] = {{a->x, a->weight, a->y}, {a->y, a->weight, a->x}, {a->x, a->y, a->weight}};
+    for (int i = 0; i < 3; i++) c.ptr[i] = ops_of[a->pass][i];
+    c.ptr[3] = (void *)a->bias;
+    c.op = ops[a->pass];
     return run(&c, a->n * a->o * a->oh * a->ow * (a->c / g) * a->kh * a->kw);
 }
