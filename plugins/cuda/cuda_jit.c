@@ -9,6 +9,8 @@
  * compiles the renderer's output with NVRTC on any machine. */
 #include "cuda_jit.h"
 
+#include "cuda_device.h"
+
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <nvrtc.h>
@@ -134,8 +136,7 @@ void *oar_cuda_build_program(void *ctx, int index, const char *language, const c
     }
     size_t nbin = 0;
     char *bin = NULL;
-    if (cudaSetDevice(index) != cudaSuccess) report(-4, "generated kernels", "cudaSetDevice failed");
-    else bin = compile(index, source, &nbin);
+    if (oar_cuda_use_device(index) == 0) bin = compile(index, source, &nbin); /* else its error is set */
     CUmodule mod = NULL;
     CUresult e = bin ? module_load(&mod, bin) : CUDA_ERROR_INVALID_VALUE;
     if (bin) host->free(bin, nbin ? nbin : 1);
@@ -170,7 +171,7 @@ int oar_cuda_launch(void *ctx, int index, void *fn, int n_buffers, void *const *
     if (n_buffers < 0 || n_scalars < 0 || n_buffers + n_scalars > MAX_PARAMS)
         return report(-3, "launch", "too many kernel parameters");
     if (!global_size) return 0;
-    if (cudaSetDevice(index) != cudaSuccess) return report(-4, "launch", "cudaSetDevice failed");
+    if (oar_cuda_use_device(index)) return -4; /* (no cudaSetDevice when index is already current) */
     void *params[MAX_PARAMS];
     for (int i = 0; i < n_buffers; i++) params[i] = (void *)&buffers[i]; /* each a device pointer's value */
     for (int j = 0; j < n_scalars; j++) params[n_buffers + j] = (void *)&scalars[j];

@@ -5,6 +5,8 @@
  * linked here, never run: the machine it was written on has no GPU. */
 #include "cuda_nccl.h"
 
+#include "cuda_device.h"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdbool.h>
@@ -27,10 +29,7 @@ static int nccl_fail(const char *what, ncclResult_t r) {
         if (r_ != ncclSuccess) return nccl_fail(what, r_);                                  \
     } while (0)
 
-static int set_device(int index) {
-    if (cudaSetDevice(index) == cudaSuccess) return 0;
-    return host->error(-4, "cuda: cudaSetDevice failed before a collective");
-}
+static int set_device(int index) { return oar_cuda_use_device(index); }
 
 /* oar dtype -> NCCL type and element multiplier (complex: two reals);
  * -1 if NCCL has no such type. */

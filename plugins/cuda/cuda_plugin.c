@@ -4,21 +4,38 @@
  *
  * What it claims, exactly (everything else returns NULL from get_kernel and
  * runs on the CPU with copies):
- *   f32 elementwise over strided and broadcast views (cuda_kernels.cu):
- *     every row of oar's op table src/ops/elementwise.def with an f32
- *     device form (its gen column), found by name in oar_cuda_ew_table;
- *     fill
- *   f32 matmul of two 2-D operands that cuBLAS reads in place (a unit
- *     stride in one dim, the other at least the extent: no expanded or
- *     overlapping operand, cuda_gemm_layout.h), into a dense output,
- *     through cuBLAS (cublasSgemm); other matmuls are refused by
- *     supports_op and run on the CPU
+ *   f32 and f64 elementwise over strided and broadcast views
+ *     (cuda_kernels.cu): every row of oar's op table
+ *     src/ops/elementwise.def with a float device form (its gen column),
+ *     found by name in oar_cuda_ew_table; f16 and bf16 reach them through
+ *     oar's f32 route (casts around the f32 kernel, src/ops/plan.c)
+ *   cast, copy, contiguous and fill among bool, u8, i32, i64, f16, bf16,
+ *     f32 and f64
+ *   sum, prod, amax, amin over any dims, softmax and log_softmax, in f32
+ *     and f64 (one thread per output element or row)
+ *   matmul in f32, f64, f16 and bf16 (f16/bf16 with f32 accumulation, on
+ *     Tensor Cores where the GPU has them), 1-D or batched operands with
+ *     broadcast batch dims, as one cublasGemmStridedBatchedEx when every
+ *     operand is one cuBLAS reads in place (a unit stride in one matrix
+ *     dim, the other at least the extent: no expanded or overlapping
+ *     matrix) and its batch dims collapse to one stride (0 for a broadcast
+ *     operand), into a dense output (cuda_gemm_layout.h); other matmuls
+ *     are refused by supports_op and run on the CPU
  * Collectives (all_reduce, all_gather, reduce_scatter, broadcast, send,
  * recv and communicators) over NCCL when CMake found it (cuda_nccl.c,
  * OAR_CUDA_NCCL); without it the members are NULL and oar stages device
- * shards through the host. The machine it is written on has no GPU: its
- * elementwise kernels were checked on an H200 (plugins/cuda/ew_check.sh,
- * bench/RESULTS.md); the rest is compiled and linked but unrun. */
+ * shards through the host.
+ *
+ * Calls make no per-call device query: each thread remembers its current
+ * device (oar_cuda_use_device), and with one GPU every buffer is on device
+ * 0; only with several GPUs does a kernel ask the runtime which device owns
+ * its output (cudaPointerGetAttributes). Kernels and cuBLAS calls run on
+ * the default stream, asynchronously to the host; the synchronous copies
+ * wait for them.
+ *
+ * The machine it is written on has no GPU: its f32 elementwise kernels
+ * were checked on an H200 (plugins/cuda/ew_check.sh, bench/RESULTS.md);
+ * the rest is compiled and linked but unrun. */
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
 
@@ -29,6 +46,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda_device.h"
 #include "cuda_gemm_layout.h"
 #include "cuda_kernels.h"
 #include "cuda_jit.h"
@@ -38,7 +56,10 @@
 
 #define MAX_DEV 16
 #define DT_BOOL 0
+#define DT_F16 4
+#define DT_BF16 5
 #define DT_F32 6
+#define DT_F64 7
 
 static const oar_host_api *host;
 static int n_devs;
@@ -57,6 +78,15 @@ static int fail(const char *what, int err) {
         if (e_ != cudaSuccess) return fail(what, (int)e_);                                  \
     } while (0)
 
+static __thread int current_dev = -1; /* this thread's current device, -1: not set by the plugin */
+
+int oar_cuda_use_device(int index) {
+    if (index == current_dev) return 0;
+    CU(cudaSetDevice(index), "cudaSetDevice");
+    current_dev = index;
+    return 0;
+}
+
 static int count(void *ctx) { (void)ctx; return n_devs; }
 
 static int props(void *ctx, int index, oar_device_props *out) {
@@ -71,33 +101,39 @@ static int props(void *ctx, int index, oar_device_props *out) {
 static void *alloc(void *ctx, int index, size_t n) {
     (void)ctx;
     void *p = NULL;
-    if (cudaSetDevice(index) != cudaSuccess || cudaMalloc(&p, n ? n : 4) != cudaSuccess) return NULL;
+    if (oar_cuda_use_device(index)) return NULL;
+    cudaError_t e = cudaMalloc(&p, n ? n : 4);
+    if (e != cudaSuccess) {
+        char what[96];
+        snprintf(what, sizeof what, "cudaMalloc of %zu bytes on cuda:%d", n, index);
+        fail(what, (int)e);
+        return NULL;
+    }
     return p;
 }
 
 static void release(void *ctx, int index, void *p, size_t n) {
     (void)ctx, (void)n;
-    cudaSetDevice(index);
-    cudaFree(p);
+    if (oar_cuda_use_device(index) == 0) cudaFree(p);
 }
 
 static int to_device(void *ctx, int index, void *dst, size_t off, const void *src, size_t n) {
     (void)ctx;
-    CU(cudaSetDevice(index), "cudaSetDevice");
+    if (oar_cuda_use_device(index)) return -4;
     CU(cudaMemcpy((char *)dst + off, src, n, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
     return 0;
 }
 
 static int to_host(void *ctx, int index, void *dst, const void *src, size_t off, size_t n) {
     (void)ctx;
-    CU(cudaSetDevice(index), "cudaSetDevice");
+    if (oar_cuda_use_device(index)) return -4;
     CU(cudaMemcpy(dst, (const char *)src + off, n, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
     return 0;
 }
 
 static int d2d(void *ctx, int index, void *dst, size_t doff, const void *src, size_t soff, size_t n) {
     (void)ctx;
-    CU(cudaSetDevice(index), "cudaSetDevice");
+    if (oar_cuda_use_device(index)) return -4;
     CU(cudaMemcpy((char *)dst + doff, (const char *)src + soff, n, cudaMemcpyDeviceToDevice),
        "cudaMemcpy on the device");
     return 0;
@@ -105,7 +141,7 @@ static int d2d(void *ctx, int index, void *dst, size_t doff, const void *src, si
 
 static int sync_dev(void *ctx, int index) {
     (void)ctx;
-    CU(cudaSetDevice(index), "cudaSetDevice");
+    if (oar_cuda_use_device(index)) return -4;
     CU(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     return 0;
 }
@@ -115,7 +151,7 @@ static int sync_dev(void *ctx, int index) {
 static oar_stream stream_create(void *ctx, int index) {
     (void)ctx;
     cudaStream_t s = NULL;
-    if (cudaSetDevice(index) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess) return NULL;
+    if (oar_cuda_use_device(index) || cudaStreamCreate(&s) != cudaSuccess) return NULL;
     return s;
 }
 static void stream_destroy(void *ctx, int index, oar_stream s) {
@@ -130,8 +166,7 @@ static int stream_sync(void *ctx, int index, oar_stream s) {
 static oar_event event_create(void *ctx, int index) {
     (void)ctx;
     cudaEvent_t e = NULL;
-    if (cudaSetDevice(index) != cudaSuccess ||
-        cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess)
+    if (oar_cuda_use_device(index) || cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess)
         return NULL;
     return e;
 }
@@ -157,7 +192,7 @@ static int event_sync(void *ctx, int index, oar_event e) {
 static int to_device_async(void *ctx, int index, void *dst, size_t off, const void *src, size_t n,
                            oar_stream s) {
     (void)ctx;
-    CU(cudaSetDevice(index), "cudaSetDevice");
+    if (oar_cuda_use_device(index)) return -4;
     CU(cudaMemcpyAsync((char *)dst + off, src, n, cudaMemcpyHostToDevice, (cudaStream_t)s),
        "cudaMemcpyAsync to the device");
     return 0;
@@ -165,7 +200,7 @@ static int to_device_async(void *ctx, int index, void *dst, size_t off, const vo
 static int to_host_async(void *ctx, int index, void *dst, const void *src, size_t off, size_t n,
                          oar_stream s) {
     (void)ctx;
-    CU(cudaSetDevice(index), "cudaSetDevice");
+    if (oar_cuda_use_device(index)) return -4;
     CU(cudaMemcpyAsync(dst, (const char *)src + off, n, cudaMemcpyDeviceToHost, (cudaStream_t)s),
        "cudaMemcpyAsync to the host");
     return 0;
@@ -173,7 +208,7 @@ static int to_host_async(void *ctx, int index, void *dst, const void *src, size_
 static int d2d_async(void *ctx, int index, void *dst, size_t doff, const void *src, size_t soff,
                      size_t n, oar_stream s) {
     (void)ctx;
-    CU(cudaSetDevice(index), "cudaSetDevice");
+    if (oar_cuda_use_device(index)) return -4;
     CU(cudaMemcpyAsync((char *)dst + doff, (const char *)src + soff, n, cudaMemcpyDeviceToDevice,
                        (cudaStream_t)s),
        "cudaMemcpyAsync on the device");
@@ -200,26 +235,41 @@ static int64_t numel(const oar_ktensor *t) {
     return n;
 }
 
-/* Makes the device owning t's buffer current. */
-static int use_device_of(const oar_ktensor *t) {
-    struct cudaPointerAttributes a;
-    CU(cudaPointerGetAttributes(&a, t->buffer), "cudaPointerGetAttributes");
-    CU(cudaSetDevice(a.device), "cudaSetDevice");
-    return 0;
+/* Makes the device owning t's buffer current, *dev = its index. One GPU:
+ * device 0, no query; several: the runtime says which owns the buffer. */
+static int use_device_of(const oar_ktensor *t, int *dev) {
+    int d = 0;
+    if (n_devs > 1) {
+        struct cudaPointerAttributes a;
+        CU(cudaPointerGetAttributes(&a, t->buffer), "cudaPointerGetAttributes");
+        d = a.device;
+    }
+    if (d < 0 || d >= MAX_DEV) return host->error(-3, "cuda: a buffer on a device past the plugin's 16");
+    if (dev) *dev = d;
+    return oar_cuda_use_device(d);
 }
 
-/* The elementwise table's launcher of op, or NULL. */
+/* The elementwise table's launchers of op, or NULL. */
 static const oar_cuda_ew *ew_find(const char *op) {
     for (const oar_cuda_ew *e = oar_cuda_ew_table; e->op; e++)
         if (!strcmp(e->op, op)) return e;
     return NULL;
 }
 
+/* The dtype an elementwise kernel computes in: where's values (input 1),
+ * else input 0's. */
+static int32_t ew_dtype(const oar_cuda_ew *e, const oar_kernel_call *c) {
+    return c->in[e->n_in == 3 ? 1 : 0].dtype;
+}
+
 static int k_ew(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     const oar_cuda_ew *e = ew_find(c->op);
-    if (!e || c->n_in != e->n_in || c->n_in > 3) return host->error(-3, "cuda: no such elementwise kernel");
-    if (use_device_of(&c->out[0])) return -4;
+    if (!e || c->n_in != e->n_in || c->n_in > 3 || c->n_out < 1)
+        return host->error(-3, "cuda: no such elementwise kernel");
+    int32_t dt = ew_dtype(e, c);
+    if (dt != DT_F32 && dt != DT_F64) return host->error(-3, "cuda: elementwise kernels are f32 and f64 only");
+    if (use_device_of(&c->out[0], NULL)) return -4;
     const void *in[3] = {0};
     oar_cuda_desc ti[3];
     memset(ti, 0, sizeof ti);
@@ -227,84 +277,216 @@ static int k_ew(void *ctx, const oar_kernel_call *c) {
         in[i] = c->in[i].buffer;
         ti[i] = desc(&c->in[i]);
     }
-    float p0 = c->n_fattr > 0 ? (float)c->fattr[0] : 0, p1 = c->n_fattr > 1 ? (float)c->fattr[1] : 0;
+    double p0 = c->n_fattr > 0 ? c->fattr[0] : 0, p1 = c->n_fattr > 1 ? c->fattr[1] : 0;
     int alt = c->n_iattr > 0 && c->iattr[0] != 0;
-    int e_ = e->launch(c->out[0].buffer, desc(&c->out[0]), in, ti, p0, p1, alt, numel(&c->out[0]), NULL);
+    oar_cuda_ew_launch go = dt == DT_F64 ? e->launch_f64 : e->launch;
+    int e_ = go(c->out[0].buffer, desc(&c->out[0]), in, ti, p0, p1, alt, numel(&c->out[0]), NULL);
     return e_ ? fail(c->op, e_) : 0;
 }
 
+static bool is_float(int32_t dt) { return dt == DT_F32 || dt == DT_F64; }
+
+/* the dtypes of cast, copy, contiguous and fill: bool, u8, i32, i64, f16, bf16, f32, f64 */
+static bool small_dtype(int32_t dt) { return dt >= 0 && dt <= DT_F64; }
+
 static int k_fill(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
-    if (use_device_of(&c->in[0])) return -4;
-    int e = oar_cuda_fill(c->in[0].buffer, desc(&c->in[0]), (float)c->fattr[0], numel(&c->in[0]),
-                          NULL);
+    if (c->n_in < 1 || c->n_fattr < 1 || !small_dtype(c->in[0].dtype))
+        return host->error(-3, "cuda fill: wants a tensor of bool, u8, i32, i64, f16, bf16, f32 or f64 and a value");
+    if (use_device_of(&c->in[0], NULL)) return -4;
+    int e = oar_cuda_fill(c->in[0].buffer, c->in[0].dtype, desc(&c->in[0]), c->fattr[0], numel(&c->in[0]), NULL);
     return e ? fail("fill", e) : 0;
 }
 
-/* A row-major 2-D operand as cuBLAS sees it (column-major): its transpose
- * with leading dimension ld, transposed again (op T) if its rows are the
- * unit-stride dim; false for a layout cuBLAS cannot read in place
- * (cuda_gemm_layout.h: expanded or overlapping operands). */
-static bool blas_operand(const oar_ktensor *t, cublasOperation_t *op, int *ld) {
-    bool transposed;
-    int64_t ld64;
-    if (t->ndim != 2 || !oar_cuda_gemm_layout(t->shape, t->strides, &transposed, &ld64)) return false;
-    *op = transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
-    *ld = (int)ld64;
-    return true;
+/* dst = src converted: cast and contiguous (out[0] = in[0]), copy (in[0] = in[1]) */
+static int k_convert(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    bool copy = !strcmp(c->op, "copy");
+    if (c->n_in < (copy ? 2 : 1) || (!copy && c->n_out < 1)) return host->error(-3, "cuda: a conversion without its tensors");
+    const oar_ktensor *dst = copy ? &c->in[0] : &c->out[0], *src = copy ? &c->in[1] : &c->in[0];
+    if (!small_dtype(dst->dtype) || !small_dtype(src->dtype))
+        return host->error(-3, "cuda: unsupported conversion (bool, u8, i32, i64, f16, bf16, f32, f64 only)");
+    if (numel(dst) != numel(src)) return host->error(-3, "cuda: a conversion between tensors of different sizes");
+    if (use_device_of(dst, NULL)) return -4;
+    int e = oar_cuda_convert(dst->buffer, dst->dtype, desc(dst), src->buffer, src->dtype, desc(src), numel(dst), NULL);
+    return e ? fail(c->op, e) : 0;
 }
+
+/* sum, amax, amin, prod over the dims of iattr[0]'s mask into a contiguous output */
+static int reduce_op(const char *op) {
+    static const char *const names[] = {"sum", "amax", "amin", "prod"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(op, names[i])) return i;
+    return -1;
+}
+
+static int k_reduce(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int op = reduce_op(c->op);
+    if (op < 0 || c->n_in < 1 || c->n_out < 1 || c->n_iattr < 1 || c->in[0].dtype != c->out[0].dtype ||
+        !is_float(c->in[0].dtype))
+        return host->error(-3, "cuda: a reduction wants one f32 or f64 input, its output and the dims' mask");
+    const oar_ktensor *x = &c->in[0];
+    int64_t mask = c->iattr[0];
+    oar_cuda_desc kept, red;
+    memset(&kept, 0, sizeof kept);
+    memset(&red, 0, sizeof red);
+    kept.off = x->offset;
+    int64_t n_out = 1, n_red = 1;
+    for (int i = 0; i < x->ndim; i++) {
+        oar_cuda_desc *k = (mask >> i) & 1 ? &red : &kept;
+        k->shape[k->nd] = x->shape[i];
+        k->st[k->nd++] = x->strides[i];
+        if ((mask >> i) & 1) n_red *= x->shape[i];
+        else n_out *= x->shape[i];
+    }
+    if (numel(&c->out[0]) != n_out) return host->error(-3, "cuda: a reduction's output of the wrong size");
+    if (use_device_of(&c->out[0], NULL)) return -4;
+    int e = oar_cuda_reduce(c->out[0].buffer, x->dtype, c->out[0].offset, x->buffer, kept, red, op, n_out, n_red, NULL);
+    return e ? fail(c->op, e) : 0;
+}
+
+/* t's dims other than dim, with t's strides and offset */
+static oar_cuda_desc rows_of(const oar_ktensor *t, int dim) {
+    oar_cuda_desc r;
+    memset(&r, 0, sizeof r);
+    r.off = t->offset;
+    for (int i = 0; i < t->ndim; i++) {
+        if (i == dim) continue;
+        r.shape[r.nd] = t->shape[i];
+        r.st[r.nd++] = t->strides[i];
+    }
+    return r;
+}
+
+static int k_softmax(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    if (c->n_in < 1 || c->n_out < 1 || c->in[0].dtype != c->out[0].dtype || !is_float(c->in[0].dtype) ||
+        numel(&c->in[0]) != numel(&c->out[0]) || c->in[0].ndim != c->out[0].ndim)
+        return host->error(-3, "cuda softmax: wants an f32 or f64 input and an output of its shape");
+    const oar_ktensor *x = &c->in[0], *o = &c->out[0];
+    int dim = x->ndim ? (c->n_iattr > 0 ? (int)c->iattr[0] : -1) : -1;
+    if (x->ndim && (dim < 0 || dim >= x->ndim)) return host->error(-3, "cuda softmax: dim out of range");
+    int64_t len = dim >= 0 ? x->shape[dim] : 1;
+    int64_t sx = dim >= 0 ? x->strides[dim] : 0, so = dim >= 0 ? o->strides[dim] : 0;
+    int64_t rows = len ? numel(x) / len : 0;
+    if (use_device_of(o, NULL)) return -4;
+    int e = oar_cuda_softmax(o->buffer, x->dtype, x->buffer, rows_of(x, dim), rows_of(o, dim), len, sx, so,
+                             !strcmp(c->op, "log_softmax"), rows, NULL);
+    return e ? fail(c->op, e) : 0;
+}
+
+/* cuBLAS's data type of a matmul dtype, and its compute type */
+static bool blas_types(int32_t dt, cudaDataType_t *t, cublasComputeType_t *ct) {
+    switch (dt) {
+    case DT_F32: *t = CUDA_R_32F; *ct = CUBLAS_COMPUTE_32F; return true; /* no TF32: the CPU's values */
+    case DT_F64: *t = CUDA_R_64F; *ct = CUBLAS_COMPUTE_64F; return true;
+    case DT_F16: *t = CUDA_R_16F; *ct = CUBLAS_COMPUTE_32F; return true; /* Tensor Cores, f32 accumulation */
+    case DT_BF16: *t = CUDA_R_16BF; *ct = CUBLAS_COMPUTE_32F; return true;
+    default: return false;
+    }
+}
+
+static bool matmul_plan(const oar_kernel_call *c, oar_cuda_gemm_plan *p) {
+    if (c->n_in != 2 || c->n_out < 1) return false;
+    const oar_ktensor *A = &c->in[0], *B = &c->in[1], *O = &c->out[0];
+    return A->dtype == B->dtype && A->dtype == O->dtype &&
+           oar_cuda_gemm_plan_make(A->ndim, A->shape, A->strides, B->ndim, B->shape, B->strides, O->ndim,
+                                   O->shape, O->strides, p);
+}
+
+static int dt_size(int32_t dt) { return dt == DT_F64 ? 8 : dt == DT_F32 ? 4 : 2; }
 
 static int k_matmul(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
+    oar_cuda_gemm_plan p;
+    cudaDataType_t t;
+    cublasComputeType_t ct;
+    if (c->n_in != 2 || c->n_out < 1 || !blas_types(c->in[0].dtype, &t, &ct))
+        return host->error(-3, "cuda matmul: wants two f32, f64, f16 or bf16 operands");
+    if (!matmul_plan(c, &p))
+        return host->error(-3, "cuda matmul: operands cuBLAS cannot read in place (an expanded or overlapping "
+                               "matrix, batch dims of no single stride) or an output that is not dense; "
+                               "supports_op refuses these, so oar runs them on the CPU");
     const oar_ktensor *A = &c->in[0], *B = &c->in[1], *O = &c->out[0];
-    if (use_device_of(O)) return -4;
-    struct cudaPointerAttributes pa;
-    CU(cudaPointerGetAttributes(&pa, O->buffer), "cudaPointerGetAttributes");
-    int dev = pa.device;
-    if (dev < 0 || dev >= MAX_DEV) return host->error(-3, "cuda matmul: device index out of range");
+    int dev;
+    if (use_device_of(O, &dev)) return -4;
+    if (p.n == 0 || p.m == 0 || p.batch == 0) return 0;
     pthread_mutex_lock(&blas_lock);
     cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
     if (!blas[dev]) bs = cublasCreate(&blas[dev]);
     pthread_mutex_unlock(&blas_lock);
     if (bs != CUBLAS_STATUS_SUCCESS) return host->error(-4, "cuda matmul: cublasCreate failed");
-    int n = (int)A->shape[0], k = (int)A->shape[1], m = (int)B->shape[1], lda, ldb;
-    cublasOperation_t opa, opb;
-    if (!blas_operand(A, &opa, &lda) || !blas_operand(B, &opb, &ldb))
-        return host->error(-3, "cuda matmul: an operand cuBLAS cannot read in place (no unit-stride dim, "
-                           "or expanded)");
-    if (O->ndim != 2 || O->shape[0] != n || O->shape[1] != m || !oar_cuda_gemm_out_ok(O->shape, O->strides)) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "cuda matmul: the output is not a dense row-major [%d, %d] matrix", n, m);
-        return host->error(-3, msg);
-    }
-    const float one = 1, zero = 0;
-    const float *a = (const float *)A->buffer + A->offset, *b = (const float *)B->buffer + B->offset;
-    float *o = (float *)O->buffer + O->offset;
+    int es = dt_size(A->dtype);
+    const char *a = (const char *)A->buffer + A->offset * es, *b = (const char *)B->buffer + B->offset * es;
+    char *o = (char *)O->buffer + O->offset * es;
+    const double one_d = 1, zero_d = 0;
+    const float one_f = 1, zero_f = 0;
+    const void *one = ct == CUBLAS_COMPUTE_64F ? (const void *)&one_d : (const void *)&one_f;
+    const void *zero = ct == CUBLAS_COMPUTE_64F ? (const void *)&zero_d : (const void *)&zero_f;
     /* row-major O = A B is column-major O^T = B^T A^T */
-    bs = cublasSgemm(blas[dev], opb, opa, m, n, k, &one, b, ldb, a, lda, &zero, o, m > 0 ? m : 1);
-    return bs == CUBLAS_STATUS_SUCCESS ? 0 : host->error(-4, "cuda matmul: cublasSgemm failed");
+    bs = cublasGemmStridedBatchedEx(blas[dev], p.tb ? CUBLAS_OP_T : CUBLAS_OP_N, p.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    (int)p.m, (int)p.n, (int)p.k, one, b, t, (int)p.ldb, p.sb, a, t, (int)p.lda,
+                                    p.sa, zero, o, t, (int)p.m, p.n * p.m, (int)p.batch, ct, CUBLAS_GEMM_DEFAULT);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "cuda matmul: cublasGemmStridedBatchedEx failed: %s", cublasGetStatusString(bs));
+        return host->error(-4, msg);
+    }
+    return 0;
 }
+
+static bool is_matmul_dtype(int32_t dt) { return is_float(dt) || dt == DT_F16 || dt == DT_BF16; }
 
 static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt) {
     (void)ctx, (void)index;
-    if (dt != DT_F32) return NULL;
-    if (ew_find(op)) return k_ew;
-    if (!strcmp(op, "fill")) return k_fill;
-    if (!strcmp(op, "matmul")) return k_matmul;
+    if (!op) return NULL;
+    if (is_float(dt) && ew_find(op)) return k_ew;
+    if (small_dtype(dt) && !strcmp(op, "fill")) return k_fill;
+    if (small_dtype(dt) && (!strcmp(op, "cast") || !strcmp(op, "copy") || !strcmp(op, "contiguous")))
+        return k_convert;
+    if (is_matmul_dtype(dt) && !strcmp(op, "matmul")) return k_matmul;
+    if (is_float(dt) && reduce_op(op) >= 0) return k_reduce;
+    if (is_float(dt) && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
     return NULL;
 }
 
+/* The finer check (get_kernel saw the op and the compute dtype): input
+ * dtypes, ranks, and matmul's layouts. */
 static int supports(void *ctx, int index, const oar_kernel_call *c) {
     (void)ctx, (void)index;
-    bool where = !strcmp(c->op, "where"); /* its condition is bool */
+    if (!c || !c->op) return 0;
     for (int i = 0; i < c->n_in; i++)
-        if (c->in[i].dtype != (where && i == 0 ? DT_BOOL : DT_F32) || c->in[i].ndim > 8) return 0;
-    if (strcmp(c->op, "matmul")) return 1;
-    cublasOperation_t op;
-    int ld;
-    return c->in[0].ndim == 2 && c->in[1].ndim == 2 && blas_operand(&c->in[0], &op, &ld) &&
-           blas_operand(&c->in[1], &op, &ld) && c->in[0].shape[0] < 2147483647 &&
-           c->in[0].shape[1] < 2147483647 && c->in[1].shape[1] < 2147483647;
+        if (c->in[i].ndim > 8) return 0;
+    for (int i = 0; i < c->n_out; i++)
+        if (c->out[i].ndim > 8) return 0;
+    const char *op = c->op;
+    if (!strcmp(op, "cast")) { /* the target dtype: the output's, or attribute 0 before there is one */
+        int32_t to = c->n_out > 0 ? c->out[0].dtype : c->n_iattr > 0 ? (int32_t)c->iattr[0] : -1;
+        return c->n_in >= 1 && small_dtype(c->in[0].dtype) && small_dtype(to);
+    }
+    if (!strcmp(op, "contiguous")) return c->n_in >= 1 && small_dtype(c->in[0].dtype);
+    if (!strcmp(op, "copy")) return c->n_in >= 2 && small_dtype(c->in[0].dtype) && small_dtype(c->in[1].dtype);
+    if (!strcmp(op, "fill")) return c->n_in >= 1 && small_dtype(c->in[0].dtype);
+    const oar_cuda_ew *e = ew_find(op);
+    if (e) { /* every input of the kernel's dtype (where's condition bool) */
+        if (c->n_in != e->n_in) return 0;
+        int32_t dt = ew_dtype(e, c);
+        if (!is_float(dt)) return 0;
+        for (int i = 0; i < c->n_in; i++)
+            if (c->in[i].dtype != (e->n_in == 3 && i == 0 ? DT_BOOL : dt)) return 0;
+        return 1;
+    }
+    if (reduce_op(op) >= 0 || !strcmp(op, "softmax") || !strcmp(op, "log_softmax"))
+        return c->n_in >= 1 && is_float(c->in[0].dtype); /* (outputs: f32/f64 as the input) */
+    if (!strcmp(op, "matmul")) { /* asked with the operands alone (n_out 0), or with the output */
+        oar_cuda_gemm_plan p;
+        if (c->n_in != 2 || !is_matmul_dtype(c->in[0].dtype) || c->in[1].dtype != c->in[0].dtype) return 0;
+        if (c->n_out > 0) return matmul_plan(c, &p);
+        const oar_ktensor *A = &c->in[0], *B = &c->in[1];
+        return oar_cuda_gemm_plan_inputs(A->ndim, A->shape, A->strides, B->ndim, B->shape, B->strides, &p);
+    }
+    return 1;
 }
 
 static const oar_device_iface iface = {

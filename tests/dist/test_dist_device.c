@@ -272,10 +272,17 @@ static void test_cuda(void) {
 
 int main(int argc, char **argv) {
 #ifdef OAR_PLUGIN_BUILD_DIR
-    setenv("OAR_PLUGIN_PATH", OAR_TEST_COLL_PLUGIN_DIR ":" OAR_PLUGIN_BUILD_DIR, 1);
+    const char *dirs = OAR_TEST_COLL_PLUGIN_DIR ":" OAR_PLUGIN_BUILD_DIR;
 #else
-    setenv("OAR_PLUGIN_PATH", OAR_TEST_COLL_PLUGIN_DIR, 1);
+    const char *dirs = OAR_TEST_COLL_PLUGIN_DIR;
 #endif
+    /* --cuda: the caller's folders first (a build tree carried to another
+     * path: scripts/gpu-check.sh names its plugins), then the build's; the
+     * other parts see the build's alone */
+    const char *given = argc > 1 && !strcmp(argv[1], "--cuda") ? getenv("OAR_PLUGIN_PATH") : NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s%s%s", given && *given ? given : "", given && *given ? ":" : "", dirs);
+    setenv("OAR_PLUGIN_PATH", path, 1);
     setenv("OAR_PLUGIN_NO_INSTALL_DIR", "1", 1);
     if (oar_dist_init(&argc, &argv)) {
         fprintf(stderr, "oar_dist_init: %s\n", oar_last_error());
@@ -309,6 +316,7 @@ int main(int argc, char **argv) {
             oar_dist_finalize();
             return 77;
         }
+        CHECK(!strncmp(oar_device_name(cu), "cuda:", 5));
         RUN(test_cuda);
     } else {
         RUN(test_hooked);

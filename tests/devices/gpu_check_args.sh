@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh on a machine without a GPU (ctest gpu_check_args):
+# usage errors exit 2, a missing carried build exits 3 naming --prepare,
+# and with a carried build but no GPU it exits 3 saying nothing was
+# checked (never 0: a GPU check cannot pass where it did not run). With a
+# GPU (nvidia-smi finds one) that case is not checked. Past the probe,
+# with stub programs, a run without a cuda:0 step, with the NCCL row and
+# no MPI, or with a skipped test exits 1; only all rows passing gives 0.
+set -u
+script="$(dirname "$0")/../../scripts/gpu-check.sh"
+fails=0
+expect() { # rc-wanted, text-wanted, args...
+    local want=$1 text=$2 out rc; shift 2
+    out=$(bash "$script" "$@" 2>&1); rc=$?
+    if [ "$rc" != "$want" ] || ! grep -q -- "$text" <<<"$out"; then
+        echo "FAIL: gpu-check.sh $* exited $rc (wanted $want) with: $out" | head -5
+        fails=$((fails + 1))
+    else
+        echo "ok: gpu-check.sh $* -> $rc"
+    fi
+}
+expect 2 "unknown argument '--bogus'" --bogus
+expect 2 "--carry needs a folder" --carry
+expect 2 "scripts/gpu-check.sh --prepare" --prepare a b
+expect 0 "OAR_REQUIRE_CUDA=1" --help
+expect 0 "test_dist_device --cuda" --list
+out=$(bash "$script" --no-dist --list)
+grep -q test_dist_device <<<"$out" && { echo "FAIL: --no-dist still lists the NCCL row"; fails=$((fails + 1)); }
+expect 3 "make one with: scripts/gpu-check.sh --prepare" --carry /nonexistent-carry
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+expect 3 "no carried build in" --carry "$tmp" # (no build-dir: not a carried build)
+echo /nonexistent > "$tmp/build-dir"
+expect 3 "is missing (run --prepare again)" --carry "$tmp"
+for p in test_cuda_plugin test_cuda_plugin_host test_cuda_gemm_layout test_backend_ops test_device_autograd test_cuda_codegen bench_device; do
+    printf '#!/bin/sh\nexit 0\n' > "$tmp/$p" && chmod +x "$tmp/$p"
+done
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+    echo "a GPU is here: the no-GPU refusal is not checked"
+else
+    expect 3 "no NVIDIA GPU here" --carry "$tmp"
+fi
+# past the GPU probe (OAR_GPU_CHECK_NO_PROBE=1) with programs that all
+# pass: still a failure, since no cuda:0 step was timed; a skipped test
+# (exit 77) is a failure too
+echo "$tmp/moved-build" > "$tmp/build-dir" # (a build folder path that is free: linked to the carry)
+OAR_GPU_CHECK_NO_PROBE=1 expect 1 "MLP step on cuda:0 .*FAIL" --carry "$tmp" --no-dist
+printf '#!/bin/sh\necho "oar mlp_step_cuda:0 1.0 ms"\n' > "$tmp/bench_device"
+OAR_GPU_CHECK_NO_PROBE=1 expect 0 "every check passed" --carry "$tmp" --no-dist
+OAR_GPU_CHECK_NO_PROBE=1 expect 1 "NCCL collectives (2 ranks) *FAIL" --carry "$tmp"
+printf '#!/bin/sh\necho skipping\nexit 77\n' > "$tmp/test_backend_ops"
+OAR_GPU_CHECK_NO_PROBE=1 expect 1 "backend ops.*SKIPPED" --carry "$tmp" --no-dist
+[ $fails = 0 ] && echo "gpu_check_args: all passed" || echo "gpu_check_args: $fails failed"
+[ $fails = 0 ]
