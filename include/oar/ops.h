@@ -333,6 +333,33 @@ OAR_API oar_tensor *oar_fake_quantize_per_tensor(oar_tensor *x, double scale, in
                                                  int64_t quant_min, int64_t quant_max);
 OAR_API oar_tensor *oar_fake_quantize_per_channel(oar_tensor *x, oar_tensor *scales, oar_tensor *zero_points,
                                                   int axis, int64_t quant_min, int64_t quant_max);
+/* int8 products (docs/quantization.md). qmatmul: (a - a_zero_point) @ b as
+ * int32, exact: a uint8 or int8 [..., m, k] (a quantized activation,
+ * a_zero_point in its dtype's range), b int8 [k, n] (a symmetric weight,
+ * zero point 0), int32 accumulation of k <= 65793 terms (no overflow); on
+ * the CPU through oneDNN's VNNI kernels where built with OAR_WITH_DNNL and
+ * a and b are dense, else an exact integer loop. qlinear: the layer
+ * y = dequantized (xq - x_zero_point) @ wq * (x_scale * w_scales[j]) + bias
+ * as f32 [..., m, n]: w_scales a 0-d or 1-d float tensor of one or n
+ * scales (per output channel), bias f32 [n] or NULL. Not differentiable.
+ * NULL with an error naming the op for: a float, complex or int32 a, a b
+ * that is not int8, shapes that do not multiply, a zero point outside a's
+ * range, x_scale not positive and finite, a wrong scale count, and a device
+ * without an int8 kernel (a plugin device that lacks qmatmul: the planner
+ * runs the CPU's on copies, warning once). */
+OAR_API oar_tensor *oar_qmatmul(oar_tensor *a, int64_t a_zero_point, oar_tensor *b);
+OAR_API oar_tensor *oar_qlinear(oar_tensor *xq, double x_scale, int64_t x_zero_point, oar_tensor *wq,
+                                oar_tensor *w_scales, oar_tensor *bias);
+/* int8 conv2d: conv2d(x - x_zero_point, w) as int32, exact, x uint8 or
+ * int8 [n, c, h, w], w int8 [o, c/groups, kh, kw] (symmetric), stride,
+ * padding (both sides) and dilation as oar_conv2d's (NULL: 1, 0, 1); a
+ * padded tap adds 0. Runs as im2col onto the int8 product (oneDNN's VNNI
+ * kernel where built with it). NULL with an error for the dtypes and zero
+ * points refused as qmatmul's, shapes that do not convolve, a stride or
+ * dilation < 1, negative padding, a kernel larger than the padded input,
+ * more than 65793 terms per output. */
+OAR_API oar_tensor *oar_qconv2d(oar_tensor *x, int64_t x_zero_point, oar_tensor *w, const int64_t stride[2],
+                                const int64_t padding[2], const int64_t dilation[2], int64_t groups);
 
 /* ---- copies, casts, in-place ------------------------------------------------- */
 OAR_API oar_tensor *oar_cast(oar_tensor *x, oar_dtype dtype);  /* x itself (retained) if same */

@@ -86,6 +86,7 @@ OARI_HIDDEN const char *oari_onnx_xop_name(oari_op op);
     X(batch_norm) X(group_norm)                                                                    \
     X(rnn)                                                                                         \
     X(quantize) X(dequantize) X(fake_quantize)                                                     \
+    X(qmatmul) X(qconv2d)                                                                          \
     X(control)
 #define OARI_ONNX_EMIT_DECLARE(f)                                                                  \
     OARI_HIDDEN int oari_onnx_emit_##f(oari_xp *x, const oari_xnode *e);

@@ -4,7 +4,10 @@
  * zero point are cast to those dtypes where the oar graph holds others
  * (oar_quantize_per_tensor makes f64 and int64 ones), and a per-tensor
  * one-element 1-d scale is reshaped to a scalar. fake_quantize becomes the
- * pair with its clamp range as the dtype's: only the int8/uint8 ranges map. */
+ * pair with its clamp range as the dtype's: only the int8/uint8 ranges map.
+ * qmatmul becomes MatMulInteger, its zero point a constant of a's dtype:
+ * the same int32 sums (ONNX Runtime runs it on its u8/s8 GEMM); qconv2d
+ * ConvInteger likewise, with its strides, pads, dilations and group. */
 #define OARI_ONNX_PROTO
 #include "onnx_export_internal.h"
 
@@ -58,5 +61,21 @@ int oari_onnx_emit_fake_quantize(oari_xp *x, const oari_xnode *e) {
     if (e->dt != OAR_F32) return oari_xp_fail(x, "fake_quantize of %s (float32 only)", oar_dtype_name(e->dt));
     const char *qv = linear(x, e, "QuantizeLinear", e->X, q, NULL);
     linear(x, e, "DequantizeLinear", qv, q, e->Y);
+    return x->st;
+}
+
+int oari_onnx_emit_qmatmul(oari_xp *x, const oari_xnode *e) {
+    const char *za = oari_xp_scalar(x, e->dt, (double)e->a[0]);
+    oari_xp_node1(x, "MatMulInteger", 3, (const char *const[]){e->X, e->X1, za}, e->Y);
+    return x->st;
+}
+
+int oari_onnx_emit_qconv2d(oari_xp *x, const oari_xnode *e) {
+    const char *za = oari_xp_scalar(x, e->dt, (double)e->a[0]);
+    Onnx__NodeProto *nd = oari_xp_node1(x, "ConvInteger", 3, (const char *const[]){e->X, e->X1, za}, e->Y);
+    oari_xp_set_ints(x, nd, "strides", 2, (const int64_t[]){e->a[1], e->a[2]});
+    oari_xp_set_ints(x, nd, "pads", 4, (const int64_t[]){e->a[3], e->a[4], e->a[3], e->a[4]});
+    oari_xp_set_ints(x, nd, "dilations", 2, (const int64_t[]){e->a[5], e->a[6]});
+    oari_xp_set_i(x, nd, "group", e->a[7]);
     return x->st;
 }

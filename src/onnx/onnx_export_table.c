@@ -229,6 +229,11 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
     ROW(fake_quantize, EMIT("QuantizeLinear", XMIN, XMAX, fake_quantize, 0,
                             "QuantizeLinear then DequantizeLinear; float32 x and the int8 or uint8 "
                             "range only")),
+    ROW(qmatmul, EMIT("MatMulInteger", XMIN, XMAX, qmatmul, 0,
+                      "a's zero point as a constant of a's dtype; b's none (0); int32 output")),
+    ROW(qconv2d, EMIT("ConvInteger", XMIN, XMAX, qconv2d, 0,
+                      "x's zero point as a constant of x's dtype; w's none (0); strides, pads, "
+                      "dilations, group; int32 output")),
     /* ---- custom ops (include/oar/custom.h) ---- */
     ROW(custom, ONNX_NONE("a custom op: its kernel is the user's code, which an ONNX model cannot "
                           "carry")),

@@ -2,9 +2,13 @@
  * oar_quantize / oar_dequantize (int8 and uint8, per tensor and per axis),
  * DynamicQuantizeLinear (uint8, as ONNX), and the integer and quantized
  * linear ops (ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul; int8
- * or uint8 operands), computed in f64 on the zero-point-shifted values
- * (exact for 8-bit products up to 2^53) and rounded half to even, as
- * ONNX's reference. */
+ * or uint8 operands). With an int8 weight whose zero points are 0
+ * (symmetric, as quantize_static writes them) and one zero point for the
+ * activation they run on the int8 kernels (oar_qmatmul; 2-D convs with
+ * pads equal at both ends on oar_qconv2d; int32 sums); the others are
+ * computed in f64 on the zero-point-shifted values (exact for 8-bit
+ * products up to 2^53). Both are exact; requantization rounds half to
+ * even, as ONNX's reference. */
 #define OARI_ONNX_PROTO
 #include "onnx_internal.h"
 #include <string.h>
@@ -99,10 +103,59 @@ static int only_8bit(oari_onnx_node *nd, int n, const int *which) {
     return 0;
 }
 
+/* The int8 kernels (oar_qmatmul: oneDNN's VNNI product or the exact loop)
+ * take a uint8/int8 a [..., m, k] (oar_qconv2d: x [n, c, h, w]) with one
+ * zero point and an int8 b [k, n] (w [o, c/g, kh, kw]) with zero points all 0 (symmetric weights, as quantize_static writes
+ * them): true with a's zero point in *za when node nd's inputs (a at ia,
+ * its zero point at iza, b at ib, its zero points at izb) are so, the
+ * zero points constants of the model. Else false, and the f64 path runs. */
+static bool int8_kernel_fits(oari_onnx_node *nd, int ia, int iza, int ib, int izb, int64_t *za) {
+    oar_tensor *a = nd->in[ia], *b = nd->in[ib];
+    oar_dtype ad = oar_tensor_dtype(a);
+    bool conv = OP_IS("QLinearConv") || OP_IS("ConvInteger"); /* 2-D convs: x, w 4-d */
+    if ((ad != OAR_U8 && ad != OAR_I8) || oar_tensor_dtype(b) != OAR_I8 ||
+        (conv ? oar_tensor_ndim(a) != 4 || oar_tensor_ndim(b) != 4 : oar_tensor_ndim(a) < 2 || oar_tensor_ndim(b) != 2))
+        return false;
+    int64_t zb[1024];
+    *za = 0;
+    bool ok = true;
+    if (iza < nd->n_in && nd->in[iza]) ok = oari_onnx_input_ints(nd, iza, za, 1) == 1;
+    if (ok && izb < nd->n_in && nd->in[izb]) {
+        int n = oari_onnx_input_ints(nd, izb, zb, 1024);
+        ok = n >= 1;
+        for (int j = 0; j < n && ok; j++) ok = zb[j] == 0;
+    }
+    if (!ok) oar_clear_error(); /* a zero point computed at run time, or a long one: the f64 path */
+    return ok;
+}
+
+/* The attributes of a 2-D conv that oar_qconv2d takes: strides,
+ * dilations, group, and pads equal at both ends; auto_pad NOTSET. */
+static bool qconv_attrs(oari_onnx_node *nd, int64_t st[2], int64_t pd[2], int64_t dl[2], int64_t *group) {
+    int64_t v[3][4];
+    st[0] = st[1] = dl[0] = dl[1] = 1, pd[0] = pd[1] = 0;
+    int ns = oari_onnx_attr_ints(nd, "strides", v[0], 4), nl = oari_onnx_attr_ints(nd, "dilations", v[1], 4);
+    int np = oari_onnx_attr_ints(nd, "pads", v[2], 4);
+    bool ok = oari_onnx_attr_s_is(nd, "auto_pad", "NOTSET", "NOTSET") && (ns == -1 || ns == 2) &&
+              (nl == -1 || nl == 2) && (np == -1 || (np == 4 && v[2][0] == v[2][2] && v[2][1] == v[2][3]));
+    if (!ok) {
+        oar_clear_error(); /* (a list too long) the f64 path reports what it refuses */
+        return false;
+    }
+    if (ns == 2) st[0] = v[0][0], st[1] = v[0][1];
+    if (nl == 2) dl[0] = v[1][0], dl[1] = v[1][1];
+    if (np == 4) pd[0] = v[2][0], pd[1] = v[2][1];
+    *group = oari_onnx_attr_i(nd, "group", 1);
+    return true;
+}
+
 int oari_onnx_conv_conv_integer(oari_onnx_node *nd) {
     NEED(2);
     int st = only_8bit(nd, 4, (int[]){0, 1, 2, 3});
     if (st) return st;
+    int64_t za, cs[2], cp[2], cd[2], g;
+    if (int8_kernel_fits(nd, 0, 2, 1, 3, &za) && qconv_attrs(nd, cs, cp, cd, &g))
+        RESULT(oar_qconv2d(nd->in[0], za, nd->in[1], cs, cp, cd, g));
     oar_tensor *x = shifted(nd->in[0], nd->n_in > 2 ? nd->in[2] : NULL, 1);
     oar_tensor *w = shifted(nd->in[1], nd->n_in > 3 ? nd->in[3] : NULL, 0);
     RESULT(oar_cast(oar_round(conv_f64(nd, x, w, NULL)), OAR_I32));
@@ -112,6 +165,8 @@ int oari_onnx_conv_matmul_integer(oari_onnx_node *nd) {
     NEED(2);
     int st = only_8bit(nd, 4, (int[]){0, 1, 2, 3});
     if (st) return st;
+    int64_t za;
+    if (int8_kernel_fits(nd, 0, 2, 1, 3, &za)) RESULT(oar_qmatmul(nd->in[0], za, nd->in[1]));
     oar_tensor *a = nd->in[0], *azp = nd->n_in > 2 ? nd->in[2] : NULL, *bzp = nd->n_in > 3 ? nd->in[3] : NULL;
     int ra = oar_tensor_ndim(a);
     /* a's zero point per row (its second to last dim), b's per column */
@@ -123,21 +178,30 @@ int oari_onnx_conv_qlinear_matmul(oari_onnx_node *nd) {
     NEED(8);
     int st = only_8bit(nd, 5, (int[]){0, 2, 3, 5, 7});
     if (st) return st;
-    oar_tensor *a = shifted(nd->in[0], nd->in[2], oar_tensor_ndim(nd->in[0]) - 2);
-    oar_tensor *b = shifted(nd->in[3], nd->in[5], oar_tensor_ndim(nd->in[3]) - 1);
+    int64_t za;
+    bool int8 = int8_kernel_fits(nd, 0, 2, 3, 5, &za);
+    oar_tensor *acc = int8 ? oar_cast(oar_qmatmul(nd->in[0], za, nd->in[3]), OAR_F64) : NULL;
+    oar_tensor *a = int8 ? NULL : shifted(nd->in[0], nd->in[2], oar_tensor_ndim(nd->in[0]) - 2);
+    oar_tensor *b = int8 ? NULL : shifted(nd->in[3], nd->in[5], oar_tensor_ndim(nd->in[3]) - 1);
     oar_tensor *scale = oar_mul(oar_cast(along(nd->in[1], oar_tensor_ndim(nd->in[0]) - 2, oar_tensor_ndim(nd->in[0])), OAR_F64),
                                 oar_cast(nd->in[4], OAR_F64));
-    RESULT(requantize(oar_matmul(a, b), scale, nd->in[6], nd->in[7]));
+    RESULT(requantize(int8 ? acc : oar_matmul(a, b), scale, nd->in[6], nd->in[7]));
 }
 
 int oari_onnx_conv_qlinear_conv(oari_onnx_node *nd) {
     NEED(8);
     int st = only_8bit(nd, 5, (int[]){0, 2, 3, 5, 7});
     if (st) return st;
-    oar_tensor *x = shifted(nd->in[0], nd->in[2], 1), *w = shifted(nd->in[3], nd->in[5], 0);
     oar_tensor *b = nd->n_in > 8 && nd->in[8] ? oar_cast(nd->in[8], OAR_F64) : NULL;
-    oar_tensor *acc = conv_f64(nd, x, w, b);
+    int64_t za, cs[2], cp[2], cd[2], g;
+    oar_tensor *acc;
     int r = oar_tensor_ndim(nd->in[0]);
+    if (int8_kernel_fits(nd, 0, 2, 3, 5, &za) && qconv_attrs(nd, cs, cp, cd, &g)) {
+        acc = oar_cast(oar_qconv2d(nd->in[0], za, nd->in[3], cs, cp, cd, g), OAR_F64);
+        if (b) acc = oar_add(acc, along(b, 1, r));
+    } else {
+        acc = conv_f64(nd, shifted(nd->in[0], nd->in[2], 1), shifted(nd->in[3], nd->in[5], 0), b);
+    }
     oar_tensor *scale = oar_mul(oar_cast(nd->in[1], OAR_F64), oar_cast(along(nd->in[4], 1, r), OAR_F64));
     RESULT(requantize(acc, scale, nd->in[6], nd->in[7]));
 }

@@ -146,6 +146,94 @@ const oari_op_def oari_def_fake_quantize = {
     .grad = grad_fake_quantize,
 };
 
+/* Terms of at most 255 * 128 in magnitude: k up to this many keeps every
+ * int32 sum exact (oneDNN and the reference both accumulate in int32). */
+#define QMATMUL_MAX_K ((int64_t)(INT32_MAX / (255 * 128)))
+
+/* in0 uint8/int8 [..., m, k] with its zero point iattr0 in its range, in1
+ * int8 [k, n]; out int32 [..., m, n]. */
+static int infer_qmatmul(oari_infer *c) {
+    const oar_tensor *a = c->in[0], *b = c->in[1];
+    char as[200], bs[200];
+    if (c->attrs->ni != 1) return oari_error(OAR_ERR_INVALID, "qmatmul: expected 1 integer attribute");
+    if (a->dtype != OAR_U8 && a->dtype != OAR_I8)
+        return oari_error(OAR_ERR_INVALID, "qmatmul: a must be uint8 or int8 (a quantized activation), got %s; "
+                          "quantize it first (oar_quantize)", oar_dtype_name(a->dtype));
+    if (b->dtype != OAR_I8)
+        return oari_error(OAR_ERR_INVALID, "qmatmul: b must be int8 (a symmetric quantized weight), got %s",
+                          oar_dtype_name(b->dtype));
+    int64_t zp = c->attrs->i[0], lo = a->dtype == OAR_U8 ? 0 : -128, hi = a->dtype == OAR_U8 ? 255 : 127;
+    if (zp < lo || zp > hi)
+        return oari_error(OAR_ERR_INVALID, "qmatmul: zero point %lld of a is outside %s's range [%lld, %lld]",
+                          (long long)zp, oar_dtype_name(a->dtype), (long long)lo, (long long)hi);
+    if (a->ndim < 2 || b->ndim != 2 || a->shape[a->ndim - 1] != b->shape[0])
+        return oari_error(OAR_ERR_INVALID, "qmatmul: a of shape %s and b of shape %s do not multiply (a [..., m, "
+                          "k], b [k, n])", oari_shape_str(as, a->ndim, a->shape),
+                          oari_shape_str(bs, b->ndim, b->shape));
+    if (b->shape[0] > QMATMUL_MAX_K)
+        return oari_error(OAR_ERR_INVALID, "qmatmul: k = %lld could overflow the int32 accumulator (at most %lld)",
+                          (long long)b->shape[0], (long long)QMATMUL_MAX_K);
+    c->kernel_dtype = a->dtype;
+    oari_meta_from(&c->out[0], a);
+    c->out[0].shape[a->ndim - 1] = b->shape[1];
+    c->out[0].dtype = OAR_I32;
+    return 0;
+}
+
+const oari_op_def oari_def_qmatmul = {
+    .name = "qmatmul", .n_in = 2, .n_out = 1, .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_NONDIFF, .infer = infer_qmatmul,
+};
+
+/* in0 uint8/int8 [n, c, h, w] (iattr0 its zero point), in1 int8 [o, c/g,
+ * kh, kw]; iattr 1..7: stride h w, padding h w, dilation h w, groups; out
+ * int32 [n, o, oh, ow]. */
+static int infer_qconv2d(oari_infer *c) {
+    const oar_tensor *x = c->in[0], *w = c->in[1];
+    const int64_t *a = c->attrs->i;
+    char xs[200], ws[200];
+    if (c->attrs->ni != 8) return oari_error(OAR_ERR_INVALID, "qconv2d: expected 8 integer attributes");
+    if (x->dtype != OAR_U8 && x->dtype != OAR_I8)
+        return oari_error(OAR_ERR_INVALID, "qconv2d: x must be uint8 or int8 (a quantized activation), got %s; "
+                          "quantize it first (oar_quantize)", oar_dtype_name(x->dtype));
+    if (w->dtype != OAR_I8)
+        return oari_error(OAR_ERR_INVALID, "qconv2d: the weight must be int8 (symmetric), got %s",
+                          oar_dtype_name(w->dtype));
+    int64_t lo = x->dtype == OAR_U8 ? 0 : -128, hi = x->dtype == OAR_U8 ? 255 : 127;
+    if (a[0] < lo || a[0] > hi)
+        return oari_error(OAR_ERR_INVALID, "qconv2d: zero point %lld of x is outside %s's range [%lld, %lld]",
+                          (long long)a[0], oar_dtype_name(x->dtype), (long long)lo, (long long)hi);
+    if (a[1] < 1 || a[2] < 1 || a[3] < 0 || a[4] < 0 || a[5] < 1 || a[6] < 1 || a[7] < 1)
+        return oari_error(OAR_ERR_INVALID, "qconv2d: stride (%lld, %lld) and dilation (%lld, %lld) must be >= 1, "
+                          "padding (%lld, %lld) >= 0, groups %lld >= 1", (long long)a[1], (long long)a[2],
+                          (long long)a[5], (long long)a[6], (long long)a[3], (long long)a[4], (long long)a[7]);
+    oari_shape_str(xs, x->ndim, x->shape), oari_shape_str(ws, w->ndim, w->shape);
+    int64_t g = a[7];
+    if (x->ndim != 4 || w->ndim != 4 || x->shape[1] % g || w->shape[0] % g || w->shape[1] * g != x->shape[1])
+        return oari_error(OAR_ERR_INVALID, "qconv2d: x of shape %s and weight of shape %s do not convolve with "
+                          "%lld groups (x [n, c, h, w], weight [o, c/groups, kh, kw])", xs, ws, (long long)g);
+    int64_t oh = (x->shape[2] + 2 * a[3] - a[5] * (w->shape[2] - 1) - 1) / a[1] + 1;
+    int64_t ow = (x->shape[3] + 2 * a[4] - a[6] * (w->shape[3] - 1) - 1) / a[2] + 1;
+    if (oh < 1 || ow < 1 || x->shape[2] + 2 * a[3] < a[5] * (w->shape[2] - 1) + 1 ||
+        x->shape[3] + 2 * a[4] < a[6] * (w->shape[3] - 1) + 1)
+        return oari_error(OAR_ERR_INVALID, "qconv2d: the kernel of shape %s is larger than the padded input %s",
+                          ws, xs);
+    if (w->shape[1] * w->shape[2] * w->shape[3] > QMATMUL_MAX_K)
+        return oari_error(OAR_ERR_INVALID, "qconv2d: %lld terms per output could overflow the int32 accumulator "
+                          "(at most %lld)", (long long)(w->shape[1] * w->shape[2] * w->shape[3]),
+                          (long long)QMATMUL_MAX_K);
+    c->kernel_dtype = x->dtype;
+    oari_meta_from(&c->out[0], x);
+    c->out[0].shape[1] = w->shape[0], c->out[0].shape[2] = oh, c->out[0].shape[3] = ow;
+    c->out[0].dtype = OAR_I32;
+    return 0;
+}
+
+const oari_op_def oari_def_qconv2d = {
+    .name = "qconv2d", .n_in = 2, .n_out = 1, .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_NONDIFF, .infer = infer_qconv2d,
+};
+
 /* ---- public functions ---------------------------------------------------------- */
 
 /* The range of a quantized dtype, or an error naming fn. */
@@ -264,4 +352,42 @@ oar_tensor *oar_fake_quantize_per_channel(oar_tensor *x, oar_tensor *scales, oar
     int64_t ax = 0;
     if (check_channel_params("fake_quantize_per_channel", x, scales, zero_points, axis, &ax)) return NULL;
     return call3(OARI_OP_fake_quantize, x, scales, zero_points, 3, (int64_t[]){ax, quant_min, quant_max});
+}
+
+oar_tensor *oar_qmatmul(oar_tensor *a, int64_t a_zero_point, oar_tensor *b) {
+    if (!a || !b) return oari_null_arg("qmatmul", !a ? "a" : "b"), NULL;
+    oari_attrs at = oari_attrs_ints(1, (int64_t[]){a_zero_point});
+    return oari_call(OARI_OP_qmatmul, 2, (oar_tensor *[]){a, b}, &at);
+}
+
+oar_tensor *oar_qlinear(oar_tensor *xq, double x_scale, int64_t x_zero_point, oar_tensor *wq,
+                        oar_tensor *w_scales, oar_tensor *bias) {
+    if (!xq || !wq || !w_scales) return oari_null_arg("qlinear", !xq ? "xq" : !wq ? "wq" : "w_scales"), NULL;
+    if (!(x_scale > 0) || !isfinite(x_scale))
+        return oari_error(OAR_ERR_INVALID, "qlinear: x_scale %g must be positive and finite", x_scale), NULL;
+    if (!oar_dtype_is_float(w_scales->dtype) || w_scales->ndim > 1)
+        return oari_error(OAR_ERR_INVALID, "qlinear: w_scales must be a 0-d or 1-d real float tensor, got %s of "
+                          "%d dims", oar_dtype_name(w_scales->dtype), w_scales->ndim), NULL;
+    oar_tensor *acc = oar_qmatmul(xq, x_zero_point, wq);
+    if (!acc) return NULL;
+    int64_t n = wq->shape[1], ns = w_scales->ndim ? w_scales->shape[0] : 1;
+    if (ns != 1 && ns != n)
+        return oari_error(OAR_ERR_INVALID, "qlinear: %lld weight scales for %lld output channels", (long long)ns,
+                          (long long)n), NULL;
+    /* (x - zx) w * (sx sw[j]): the scale product in double, as dequantize multiplies */
+    oar_tensor *s = oar_mul_scalar(oar_cast(w_scales, OAR_F64), x_scale);
+    if (s && ns != n) s = oar_expand(oar_reshape(s, 1, (int64_t[]){1}), 1, &n);
+    oar_tensor *y = s ? call3(OARI_OP_dequantize, acc, oar_contiguous(s), oar_full(OAR_I64, 1, &n, 0), 1,
+                             (int64_t[]){acc->ndim - 1}) : NULL;
+    return bias && y ? oar_add(y, bias) : y;
+}
+
+oar_tensor *oar_qconv2d(oar_tensor *x, int64_t x_zero_point, oar_tensor *w, const int64_t stride[2],
+                        const int64_t padding[2], const int64_t dilation[2], int64_t groups) {
+    if (!x || !w) return oari_null_arg("qconv2d", !x ? "x" : "w"), NULL;
+    const int64_t one[2] = {1, 1}, zero[2] = {0, 0};
+    stride = stride ? stride : one, padding = padding ? padding : zero, dilation = dilation ? dilation : one;
+    oari_attrs at = oari_attrs_ints(8, (int64_t[]){x_zero_point, stride[0], stride[1], padding[0], padding[1],
+                                                   dilation[0], dilation[1], groups});
+    return oari_call(OARI_OP_qconv2d, 2, (oar_tensor *[]){x, w}, &at);
 }

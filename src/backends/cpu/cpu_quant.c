@@ -3,8 +3,12 @@
  * point (i64), one per channel along iattr[0] or one for all (-1). Their
  * values are checked here, before anything is written. */
 #include "cpu.h"
+#ifdef OAR_WITH_DNNL
+#include "cpu_dnnl_int8.h"
+#endif
 
 #include <math.h>
+#include <string.h>
 
 /* x's elements in row-major order: their offsets in x and their channel. */
 typedef struct {
@@ -68,12 +72,35 @@ static inline int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo
 #define QUANT_ROUND(T, RINT, xv, s, z, div)                                                           \
     ((double)((T)(z) + RINT((div) ? (T)(xv) / (T)(s) : (T)(xv) * ((T)1 / (T)(s)))))
 
+static bool dense(const oar_ktensor *t);
+
+/* The fast path of quantize: f32 x dense, one scale, PyTorch's product
+ * (round(x * (1 / scale)) in float, as QUANT_ROUND): the same values as
+ * the general loop, NaN and |t| >= 2^63 (x86's int64 conversion: INT64_MIN)
+ * giving lo. Vectorised by the clones (roundps from x86-64-v3). */
+OARI_SIMD_CLONES
+static void quantize_f32_dense(const float *x, void *out, bool u8, int64_t n, float inv, float zf) {
+    const float lo = u8 ? 0.f : -128.f, hi = u8 ? 255.f : 127.f;
+    for (int64_t i = 0; i < n; i++) {
+        float t = zf + nearbyintf(x[i] * inv);
+        t = t > -9.2233720368547758e18f && t < 9.2233720368547758e18f ? t : lo;
+        t = t < lo ? lo : t > hi ? hi : t;
+        if (u8) ((uint8_t *)out)[i] = (uint8_t)t;
+        else ((int8_t *)out)[i] = (int8_t)t;
+    }
+}
+
 #define QUANT_KERNELS(SFX, T, RINT)                                                                    \
     static int k_quantize_##SFX(void *ctx, const oar_kernel_call *c) {                                \
         (void)ctx;                                                                                     \
         const bool u8 = c->out[0].dtype == OAR_U8;                                                     \
         const int64_t lo = u8 ? 0 : -128, hi = u8 ? 255 : 127;                                         \
         if (check_params(c, lo, hi)) return oari_fail_status();                                        \
+        if (sizeof(T) == 4 && c->iattr[0] < 0 && !c->iattr[2] && dense(&c->in[0])) {                  \
+            quantize_f32_dense(c->in[0].data, c->out[0].data, u8, numel(&c->in[0]),                   \
+                               1.f / (float)scale_at(c, 0), (float)zero_point_at(c, 0));               \
+            return 0;                                                                                  \
+        }                                                                                              \
         walk w = {.x = &c->in[0], .axis = (int)c->iattr[0]};                                           \
         const T *x = c->in[0].data;                                                                    \
         const bool div = c->iattr[2] != 0;                                                             \
@@ -107,10 +134,53 @@ static inline int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo
 QUANT_KERNELS(f32, float, nearbyintf)
 QUANT_KERNELS(f64, double, nearbyint)
 
+/* The fast path of dequantize for an int32 q (qmatmul's and qconv2d's
+ * sums) laid out dense: per tensor or along the last dim, rows of n with
+ * the scales and zero points read once; along another axis (qconv2d's
+ * channels), blocks of the dims after it sharing one scale. Rows or blocks
+ * in parallel when large. */
+OARI_SIMD_CLONES
+static void dequant_row_i32(const int32_t *q, float *out, int64_t n, const double *s, const double *z) {
+    for (int64_t j = 0; j < n; j++) out[j] = (float)(((double)q[j] - z[j]) * s[j]);
+}
+OARI_SIMD_CLONES
+static void dequant_block_i32(const int32_t *q, float *out, int64_t n, double s, double z) {
+    for (int64_t j = 0; j < n; j++) out[j] = (float)(((double)q[j] - z) * s);
+}
+
+static int dequant_i32_dense(const oar_kernel_call *c) {
+    const oar_ktensor *x = &c->in[0];
+    const int64_t ax = c->iattr[0], total = numel(x);
+    bool last = ax < 0 || ax == x->ndim - 1;
+    int64_t n = ax >= 0 ? x->shape[ax] : x->ndim ? x->shape[x->ndim - 1] : 1, inner = 1;
+    for (int d = (int)ax + 1; !last && d < x->ndim; d++) inner *= x->shape[d];
+    double *sz = oari_malloc(2 * (size_t)(n ? n : 1) * sizeof *sz);
+    if (!sz) return oari_fail_status();
+    for (int64_t j = 0; j < n; j++) {
+        sz[j] = scale_at(c, ax >= 0 ? j : 0);
+        sz[n + j] = (double)zero_point_at(c, ax >= 0 ? j : 0);
+    }
+    const int32_t *q = x->data;
+    float *out = c->out[0].data;
+    if (last) {
+        int64_t rows = n ? total / n : 0;
+        OARI_PARALLEL_FOR_IF(total > (1 << 16), for (int64_t r = 0; r < rows; r++)
+                                 dequant_row_i32(q + r * n, out + r * n, n, sz, sz + n););
+    } else {
+        int64_t blocks = inner ? total / inner : 0;
+        OARI_PARALLEL_FOR_IF(total > (1 << 16), for (int64_t b = 0; b < blocks; b++)
+                                 dequant_block_i32(q + b * inner, out + b * inner, inner, sz[b % n],
+                                                   sz[n + b % n]););
+    }
+    oari_free(sz, 2 * (size_t)(n ? n : 1) * sizeof *sz);
+    return 0;
+}
+
 #define DEQUANT_KERNEL(SFX, T, LO, HI)                                                                 \
     static int k_dequantize_##SFX(void *ctx, const oar_kernel_call *c) {                              \
         (void)ctx;                                                                                     \
         if (check_params(c, LO, HI)) return oari_fail_status();                                        \
+        if (sizeof(T) == 4 && dense(&c->in[0])) return dequant_i32_dense(c);                           \
         walk w = {.x = &c->in[0], .axis = (int)c->iattr[0]};                                           \
         const T *q = c->in[0].data;                                                                    \
         float *out = c->out[0].data;                                                                   \
@@ -131,3 +201,157 @@ const oari_cpu_kernels oari_cpu_k_fake_quantize = {[OAR_F32] = k_fake_quantize_f
                                                    [OAR_F64] = k_fake_quantize_f64};
 const oari_cpu_kernels oari_cpu_k_dequantize = {[OAR_I8] = k_dequantize_i8, [OAR_U8] = k_dequantize_u8,
                                                 [OAR_I32] = k_dequantize_i32};
+
+/* ---- qmatmul: int8 product, int32 accumulation ------------------------------- */
+
+/* Whether t's elements lie in row-major order without gaps. */
+static bool dense(const oar_ktensor *t) {
+    int64_t want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->strides[d] != want) return false;
+        want *= t->shape[d];
+    }
+    return true;
+}
+
+/* The reference: exact integer arithmetic on any strides, one output row
+ * (of a's rows, every batch dim walked) per iteration; out contiguous. */
+#define QMATMUL_REF(SFX, TA)                                                                          \
+    static void qmatmul_ref_##SFX(const oar_kernel_call *c, int64_t rows, int64_t k, int64_t n) {     \
+        const oar_ktensor *a = &c->in[0], *b = &c->in[1];                                              \
+        const int32_t za = (int32_t)c->iattr[0];                                                       \
+        const int64_t bs0 = b->strides[0], bs1 = b->strides[1], as1 = a->strides[a->ndim - 1];         \
+        _Pragma("omp parallel for if (rows * k * n > 65536)")                                          \
+        for (int64_t r = 0; r < rows; r++) {                                                           \
+            int64_t off = 0, rest = r;                                                                 \
+            for (int d = a->ndim - 2; d >= 0; d--) {                                                   \
+                off += (rest % a->shape[d]) * a->strides[d];                                           \
+                rest /= a->shape[d];                                                                   \
+            }                                                                                          \
+            const TA *ar = (const TA *)a->data + off;                                                  \
+            const int8_t *bp = b->data;                                                                \
+            int32_t *o = (int32_t *)c->out[0].data + r * n;                                            \
+            for (int64_t j = 0; j < n; j++) o[j] = 0;                                                  \
+            for (int64_t p = 0; p < k; p++) {                                                          \
+                int32_t av = (int32_t)ar[p * as1] - za;                                                \
+                const int8_t *br = bp + p * bs0;                                                       \
+                if (av)                                                                                \
+                    for (int64_t j = 0; j < n; j++) o[j] += av * (int32_t)br[j * bs1];                 \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+QMATMUL_REF(u8, uint8_t)
+QMATMUL_REF(i8, int8_t)
+
+static int k_qmatmul(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const oar_ktensor *a = &c->in[0];
+    int64_t k = a->shape[a->ndim - 1], n = c->in[1].shape[1], rows = 1;
+    for (int d = 0; d < a->ndim - 1; d++) rows *= a->shape[d];
+    if (rows == 0 || n == 0) return 0;
+#ifdef OAR_WITH_DNNL
+    if (k > 0 && dense(a) && dense(&c->in[1])) {
+        oari_dnnl_qmatmul_args q = {.a_dtype = a->dtype, .m = rows, .k = k, .n = n,
+                                    .a_zero_point = (int32_t)c->iattr[0], .a = a->data,
+                                    .b = c->in[1].data, .c = c->out[0].data};
+        return oari_dnnl_qmatmul(&q);
+    }
+#else
+    (void)dense;
+#endif
+    if (a->dtype == OAR_U8) qmatmul_ref_u8(c, rows, k, n);
+    else qmatmul_ref_i8(c, rows, k, n);
+    return 0;
+}
+
+const oari_cpu_kernels oari_cpu_k_qmatmul = {[OAR_U8] = k_qmatmul, [OAR_I8] = k_qmatmul};
+
+/* ---- qconv2d: im2col onto the int8 product ------------------------------------- */
+
+/* c [m, n] = (a - za) b, all dense, m, k, n > 0: oneDNN where built with it,
+ * else the exact loop. */
+static int qgemm_dense(const void *a, bool u8, int32_t za, const int8_t *b, int64_t m, int64_t k, int64_t n,
+                       int32_t *c) {
+#ifdef OAR_WITH_DNNL
+    oari_dnnl_qmatmul_args q = {.a_dtype = u8 ? OAR_U8 : OAR_I8, .m = m, .k = k, .n = n, .a_zero_point = za,
+                                .a = a, .b = b, .c = c};
+    return oari_dnnl_qmatmul(&q);
+#else
+    OARI_PARALLEL_FOR_IF(m * k * n > 65536, for (int64_t r = 0; r < m; r++) {
+        int32_t *o = c + r * n;
+        for (int64_t j = 0; j < n; j++) o[j] = 0;
+        for (int64_t p = 0; p < k; p++) {
+            int32_t av = (u8 ? (int32_t)((const uint8_t *)a)[r * k + p] : (int32_t)((const int8_t *)a)[r * k + p]) - za;
+            const int8_t *br = b + p * n;
+            if (av)
+                for (int64_t j = 0; j < n; j++) o[j] += av * (int32_t)br[j];
+        }
+    });
+    return 0;
+#endif
+}
+
+/* Per image and group: the patches of x as rows, colT [oh * ow, cg * kh * kw]
+ * (a padded tap holds the zero point, so it adds (zp - zp) w = 0), times
+ * the group's weight transposed, wT [cg * kh * kw, og], into tmp [oh * ow,
+ * og], written transposed into out [og, oh * ow]. */
+static int k_qconv2d(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const oar_ktensor *x = &c->in[0], *w = &c->in[1];
+    const int64_t *at = c->iattr;
+    const int32_t za = (int32_t)at[0];
+    const int64_t sh = at[1], sw = at[2], ph = at[3], pw = at[4], dh = at[5], dw = at[6], g = at[7];
+    const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    const int64_t O = w->shape[0], KH = w->shape[2], KW = w->shape[3];
+    const int64_t OH = c->out[0].shape[2], OW = c->out[0].shape[3], cg = C / g, og = O / g;
+    const int64_t K = cg * KH * KW, P = OH * OW;
+    const bool u8 = x->dtype == OAR_U8;
+    if (N == 0 || O == 0 || P == 0) return 0;
+    size_t col_n = (size_t)(P * K), wt_n = (size_t)(K * og), tmp_n = (size_t)(P * og) * sizeof(int32_t);
+    uint8_t *col = oari_malloc(col_n ? col_n : 1);
+    int8_t *wt = oari_malloc(wt_n ? wt_n : 1);
+    int32_t *tmp = oari_malloc(tmp_n ? tmp_n : 1);
+    int st = col && wt && tmp ? 0 : oari_fail_status();
+    const uint8_t pad = (uint8_t)za; /* the zero point's byte, int8 or uint8 */
+    int32_t *out = c->out[0].data;
+    for (int64_t gi = 0; gi < g && !st; gi++) {
+        for (int64_t o = 0; o < og; o++) /* wT[kk, o] = w[gi * og + o, ci, i, j] */
+            for (int64_t ci = 0; ci < cg; ci++)
+                for (int64_t i = 0; i < KH; i++)
+                    for (int64_t j = 0; j < KW; j++)
+                        wt[((ci * KH + i) * KW + j) * og + o] =
+                            ((const int8_t *)w->data)[(gi * og + o) * w->strides[0] + ci * w->strides[1] +
+                                                      i * w->strides[2] + j * w->strides[3]];
+        for (int64_t n = 0; n < N && !st; n++) {
+            const uint8_t *xb = (const uint8_t *)x->data + n * x->strides[0] + gi * cg * x->strides[1];
+            OARI_PARALLEL_FOR_IF(P * K > 65536, for (int64_t p = 0; p < P; p++) {
+                int64_t oy = p / OW, ox = p % OW;
+                uint8_t *row = col + p * K;
+                for (int64_t ci = 0; ci < cg; ci++)
+                    for (int64_t i = 0; i < KH; i++) {
+                        int64_t iy = oy * sh - ph + i * dh;
+                        for (int64_t j = 0; j < KW; j++) {
+                            int64_t ix = ox * sw - pw + j * dw;
+                            row[(ci * KH + i) * KW + j] =
+                                iy < 0 || iy >= H || ix < 0 || ix >= W
+                                    ? pad
+                                    : xb[ci * x->strides[1] + iy * x->strides[2] + ix * x->strides[3]];
+                        }
+                    }
+            });
+            if (K == 0) memset(tmp, 0, tmp_n);
+            else st = qgemm_dense(col, u8, za, wt, P, K, og, tmp);
+            for (int64_t o = 0; o < og && !st; o++) {
+                int32_t *dst = out + (n * O + gi * og + o) * P;
+                for (int64_t p = 0; p < P; p++) dst[p] = tmp[p * og + o];
+            }
+        }
+    }
+    if (col) oari_free(col, col_n ? col_n : 1);
+    if (wt) oari_free(wt, wt_n ? wt_n : 1);
+    if (tmp) oari_free(tmp, tmp_n ? tmp_n : 1);
+    return st;
+}
+
+const oari_cpu_kernels oari_cpu_k_qconv2d = {[OAR_U8] = k_qconv2d, [OAR_I8] = k_qconv2d};
