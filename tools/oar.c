@@ -87,6 +87,7 @@ static const char usage_text[] =
     "  oar export MODEL OUT.onnx [--opset N (13..17, default 17)] [--optimize]\n"
     "  oar plot   LOG... [-o OUT.svg|OUT.html] [--metric NAME]...\n"
     "  oar devices                       devices, loaded plugins, plugins that failed and why\n"
+    "  oar plan   MODEL --devices N [--mem 80G] [--batch B] ...   choose a parallel strategy\n"
     "  oar --version                     the version of oar\n"
     "\n"
     "MODEL is a saved-model folder (written by oar_graph_save) or an .onnx file.\n"
@@ -663,10 +664,15 @@ static int cmd_plot(int argc, char **argv) {
 
 /* ---- main ---------------------------------------------------------------------------- */
 
+/* `oar plan` (tools/plan.c): the automatic parallel strategy */
+int cli_plan(int argc, char **argv);
+extern const char cli_plan_help[];
+
 static const command commands[] = {
     {"info", cmd_info, info_help},       {"run", cmd_run, run_help},          {"bench", cmd_bench, bench_help},
     {"graph", cmd_graph, graph_help},    {"export", cmd_export, export_help}, {"plot", cmd_plot, plot_help},
     {"devices", cmd_devices, devices_help},
+    {"plan", cli_plan, cli_plan_help}, /* tools/plan.c */
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof *commands)
 
@@ -677,7 +683,7 @@ static const command *find_command(const char *name) {
 }
 
 static int unknown_command(const char *name) {
-    return cli_usage_error(NULL, name, "unknown %s; the commands are info, run, bench, graph, export, plot, devices",
+    return cli_usage_error(NULL, name, "unknown %s; the commands are info, run, bench, graph, export, plot, devices, plan",
                            is_option(name) ? "option" : "command");
 }
 

@@ -44,6 +44,7 @@
 #include <oar/onnx.h>    /* ONNX import and export (failing, saying so, in a build without it) */
 #include <oar/custom.h>  /* custom ops and custom autograd functions */
 #include <oar/amp.h>     /* autocast, loss scaling, O2 master weights */
+#include <oar/plan.h>    /* automatic parallel strategy: cost model and planner */
 #include <oar/quant.h>   /* post-training quantization: calibration observers */
 
 #endif

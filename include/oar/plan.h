@@ -1,0 +1,230 @@
+/* Automatic parallel strategy: a cost model and a planner (issue 23).
+ *
+ * Given a model (per-layer cost records read off a traced graph, or built
+ * from a transformer's configuration), a global batch size and a cluster
+ * description, oar_plan_parallel() searches data x tensor x pipeline x ZeRO
+ * degrees, micro-batch counts and recompute, prunes by memory per rank,
+ * picks each layer's placement under tensor parallelism by propagation
+ * (replicated or sharded activations between layers, the cheaper chain
+ * wins, memory breaks ties) and returns the chosen plan, the runners-up
+ * and why each pruned family was pruned. docs/internals/plan.md has the
+ * model and its limits.
+ *
+ *     oar_plan_model *m = oar_plan_model_transformer(&(oar_plan_transformer){
+ *         .layers = 96, .d_model = 12288, .heads = 96, .seq = 2048, .vocab = 51200});
+ *     oar_cluster c;
+ *     oar_cluster_preset(&c, "h200", 1024);
+ *     oar_plan_result *r = oar_plan_parallel(m, &c, &(oar_plan_options){.global_batch = 1536});
+ *     oar_plan_result_print(r, stdout);
+ *     oar_plan_result_free(r);
+ *     oar_plan_model_free(m);
+ *
+ * Times are seconds, sizes bytes, rates per second. Every function fails
+ * cleanly: NULL or a negative status, with oar_last_error() saying why. */
+#ifndef OAR_PLAN_H
+#define OAR_PLAN_H
+
+#include <oar/tensor.h>
+#include <oar/graph.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the cluster ---------------------------------------------------------- */
+
+/* A homogeneous cluster: nodes of devices_per_node devices. Bandwidths are
+ * per device (what one rank can push through its link), latencies per
+ * message. */
+typedef struct oar_cluster {
+    int n_devices;        /* ranks in all; > 0 */
+    int devices_per_node; /* > 0; n_devices is a multiple of it, or smaller */
+    double mem_bytes;     /* memory per device; > 0 */
+    double flops;         /* dense GEMM FLOP/s per device; > 0 */
+    double mem_bw;        /* device memory bytes/s (memory-bound ops); > 0 */
+    double intra_bw;      /* bytes/s per device inside a node; > 0 */
+    double intra_lat;     /* seconds per message inside a node; >= 0 */
+    double inter_bw;      /* bytes/s per device across nodes; > 0 */
+    double inter_lat;     /* seconds per message across nodes; >= 0 */
+    double op_overhead;   /* seconds per op call (launch, dispatch); >= 0 */
+} oar_cluster;
+
+/* Fills c for n_devices of a named kind: "h200" (8 per node, 141 GB,
+ * 989 TFLOP/s bf16 dense x 0.5 achieved, 4.8 TB/s, NVLink 450 GB/s,
+ * InfiniBand 50 GB/s per GPU), "a100" (the Megatron-LM paper's cluster:
+ * 8 per node, 80 GB, 312 TFLOP/s x 0.5, 2 TB/s, NVLink 300 GB/s,
+ * InfiniBand 25 GB/s per GPU). 0, or OAR_ERR_INVALID naming the kinds. */
+OAR_API int oar_cluster_preset(oar_cluster *c, const char *kind, int n_devices);
+/* 0 if c is usable, else OAR_ERR_INVALID naming the first bad field. */
+OAR_API int oar_cluster_check(const oar_cluster *c);
+
+/* ---- calibration: measured rates of this machine -------------------------- */
+
+/* What oar_plan_calibrate measures: achieved rates per op family and
+ * alpha-beta constants of the collectives (seconds = alpha + bytes * beta
+ * for one ring step; see oar_plan_allreduce_time). */
+typedef struct oar_plan_calib {
+    double matmul_flops;  /* achieved FLOP/s of oar's GEMM (f32) */
+    double ew_bw;         /* achieved bytes/s of elementwise kernels */
+    double op_overhead;   /* seconds per eager op call */
+    double alpha;         /* seconds per message of the MPI collectives here */
+    double beta;          /* seconds per byte of them (1 / bandwidth) */
+    int ranks;            /* ranks the collectives were measured at (1: not measured) */
+} oar_plan_calib;
+
+/* Measures oar's own kernels (a GEMM, an elementwise add, the per-op cost
+ * of a tiny training step) and, when oar_dist_init ran with more than one
+ * rank, the MPI all-reduce at several sizes (a least-squares fit of alpha
+ * and beta) and the step's per-op cost on dtensors. Collective then: every
+ * rank must call it, and all get the mean of the ranks' figures, so that
+ * they plan alike. Fills *out. 0 or a status. */
+OAR_API int oar_plan_calibrate(oar_plan_calib *out);
+/* Writes / reads a calibration file (JSON; written atomically). */
+OAR_API int oar_plan_calib_save(const oar_plan_calib *c, const char *path);
+OAR_API int oar_plan_calib_load(oar_plan_calib *c, const char *path);
+/* A cluster of n_devices ranks on this machine from a calibration: every
+ * rate from c, devices_per_node = n_devices (one node), mem_bytes given. */
+OAR_API int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devices, double mem_bytes);
+
+/* ---- the model: per-layer cost records ------------------------------------ */
+
+/* How a layer can be placed under tensor parallelism. */
+typedef enum oar_plan_layer_kind {
+    OAR_PLAN_LAYER_REPLICATED = 0, /* runs on replicated input only (norms, softmax, loss) */
+    OAR_PLAN_LAYER_POINTWISE = 1,  /* runs on replicated or feature-sharded input alike */
+    OAR_PLAN_LAYER_LINEAR = 2,     /* one weight GEMM: column-split (R in, S out) or row-split
+                                      (S in, Partial out: an all-reduce), or replicated */
+    OAR_PLAN_LAYER_BLOCK = 3,      /* a Megatron pair (attention, MLP, vocab-parallel embedding):
+                                      R in, R out, one all-reduce forward and one backward */
+} oar_plan_layer_kind;
+
+/* One layer's costs. Per-sample fields scale with the micro-batch size. */
+typedef struct oar_plan_layer {
+    const char *name;         /* copied by oar_plan_model_add_layer; NULL: "layer<i>" */
+    oar_plan_layer_kind kind;
+    double flops;             /* forward GEMM FLOPs per sample */
+    double bytes;             /* forward bytes per sample through memory-bound ops */
+    int n_ops;                /* op calls in the forward (each costs op_overhead) */
+    double params;            /* parameters (elements) */
+    double act_bytes;         /* bytes per sample kept for backward */
+    double in_bytes;          /* the layer's input activation, bytes per sample */
+    double out_bytes;         /* its output activation, bytes per sample */
+    int tp_max;               /* the largest tensor-parallel degree it splits by (heads,
+                                 features); 0: any */
+} oar_plan_layer;
+
+typedef struct oar_plan_model oar_plan_model;
+
+/* An empty model; param_bytes: bytes per parameter element as trained
+ * (4 for f32, 2 for bf16 mixed precision, whose optimizer then keeps an
+ * f32 master copy). NULL on failure. */
+OAR_API oar_plan_model *oar_plan_model_new(const char *name, int param_bytes);
+OAR_API void oar_plan_model_free(oar_plan_model *m);
+/* Appends a copy of *l (fields checked: finite, >= 0). 0 or a status. */
+OAR_API int oar_plan_model_add_layer(oar_plan_model *m, const oar_plan_layer *l);
+OAR_API int oar_plan_model_num_layers(const oar_plan_model *m);
+/* Layer i (borrowed), NULL if out of range. */
+OAR_API const oar_plan_layer *oar_plan_model_layer(const oar_plan_model *m, int i);
+OAR_API double oar_plan_model_params(const oar_plan_model *m);
+OAR_API const char *oar_plan_model_name(const oar_plan_model *m);
+
+/* The layers of a traced forward graph g run at batch size `batch` (its
+ * first input's dim 0 when batch <= 0): nodes are grouped into layers by
+ * the parameter each reads (module names, "fc1.weight" -> "fc1"); a node
+ * reading none joins the layer before it. Per-node FLOPs and bytes come
+ * from the traced shapes; a layer with a matmul on a parameter is LINEAR,
+ * one of elementwise ops only POINTWISE, others REPLICATED. f32 (4 bytes
+ * per parameter). NULL on failure. */
+OAR_API oar_plan_model *oar_plan_model_from_graph(const oar_graph *g, int64_t batch);
+
+/* A decoder-only transformer by its configuration (GPT-style, as in
+ * Narayanan et al. 2021): an embedding, `layers` x (attention block, MLP
+ * block with 4d hidden), a final norm and the vocabulary head tied to the
+ * embedding. bf16 mixed precision unless param_bytes says otherwise. */
+typedef struct oar_plan_transformer {
+    int layers, d_model, heads, seq, vocab;
+    int param_bytes; /* 0: 2 (bf16 mixed precision) */
+} oar_plan_transformer;
+OAR_API oar_plan_model *oar_plan_model_transformer(const oar_plan_transformer *cfg);
+
+/* ---- the cost model -------------------------------------------------------- */
+
+/* Ring all-reduce of `bytes` over n ranks: 2(n-1) alpha + 2(n-1)/n bytes/bw.
+ * Reduce-scatter and all-gather are half of it each. n == 1: 0. */
+OAR_API double oar_plan_allreduce_time(double bytes, int n, double alpha, double bw);
+/* flops / flop_rate + bytes / byte_rate + n_ops * overhead. */
+OAR_API double oar_plan_compute_time(double flops, double bytes, int n_ops, const oar_cluster *c);
+
+/* One point of the search space. */
+typedef struct oar_plan_config {
+    int dp, tp, pp;    /* degrees; dp * tp * pp = devices */
+    int zero;          /* 0: none, 1: optimizer state, 2: + gradients, 3: + parameters, over dp */
+    int micro_batches; /* per step, per data-parallel rank (gradient accumulation or pipeline) */
+    int recompute;     /* 1: every layer's activations recomputed in backward */
+} oar_plan_config;
+
+/* What the cost model predicts for one configuration. */
+typedef struct oar_plan_estimate {
+    double step_time;   /* seconds per optimizer step */
+    double compute_time, tp_comm_time, dp_comm_time, pp_time, optim_time; /* its parts; pp_time:
+                                                                           bubble and sends */
+    double mem;         /* bytes per rank (the fullest pipeline stage) */
+    double mem_params, mem_grads, mem_optim, mem_act; /* its parts */
+    bool fits;          /* mem <= the cluster's memory per device */
+    bool runnable;      /* oar runs it today (no pipeline, ZeRO <= 2) */
+} oar_plan_estimate;
+
+/* Estimates configuration *cfg of model m on cluster c at global batch
+ * `global_batch` (placements chosen as the planner does). 0 or
+ * OAR_ERR_INVALID naming the reason (degrees not matching the devices, a
+ * batch the data and micro-batch degrees do not divide, tp beyond a
+ * layer's tp_max, pp beyond the layers). */
+OAR_API int oar_plan_estimate_config(const oar_plan_model *m, const oar_cluster *c, int64_t global_batch,
+                                     const oar_plan_config *cfg, oar_plan_estimate *out);
+
+/* ---- the planner ------------------------------------------------------------ */
+
+typedef struct oar_plan_options {
+    int64_t global_batch;  /* samples per optimizer step; > 0 */
+    int runners_up;        /* plans listed after the chosen one; 0: 5 */
+    bool runnable_only;    /* search only what oar runs today (pp 1, ZeRO <= 2) */
+    int max_micro_batches; /* 0: 64 */
+} oar_plan_options;
+
+typedef struct oar_plan_result oar_plan_result;
+
+/* Searches the plans of m on c, prunes those that do not fit and returns
+ * the fastest, the runners-up and the pruned families. NULL with an error
+ * on bad input, and when no plan fits: the message says so and names the
+ * least memory any plan needs. */
+OAR_API oar_plan_result *oar_plan_parallel(const oar_plan_model *m, const oar_cluster *c,
+                                           const oar_plan_options *opt);
+OAR_API void oar_plan_result_free(oar_plan_result *r);
+/* Ranked plans: 0 is the chosen one, then the runners-up. Count, and the
+ * i-th (borrowed; NULL out of range). */
+OAR_API int oar_plan_result_count(const oar_plan_result *r);
+OAR_API const oar_plan_config *oar_plan_result_config(const oar_plan_result *r, int i,
+                                                      oar_plan_estimate *est);
+/* The chosen plan's placement of layer i under tensor parallelism:
+ * "replicate", "shard" (pointwise on sharded features), "column", "row"
+ * or "block"; NULL out of range. */
+OAR_API const char *oar_plan_result_placement(const oar_plan_result *r, int layer);
+/* Pruned families (dp x tp x pp x ZeRO): count, and the i-th's text
+ * ("dp 8 tp 1 pp 1 zero 0: memory: needs 312.4 GiB per rank, 141.0 GiB
+ * available"). */
+OAR_API int oar_plan_result_num_pruned(const oar_plan_result *r);
+OAR_API const char *oar_plan_result_pruned(const oar_plan_result *r, int i);
+/* Configurations evaluated. */
+OAR_API int64_t oar_plan_result_evaluated(const oar_plan_result *r);
+/* The chosen plan, placements, runners-up and pruned families as text. */
+OAR_API int oar_plan_result_print(const oar_plan_result *r, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,269 @@
+/* Calibration: oar's own kernels and the MPI all-reduce measured on this
+ * machine, and the calibration file (JSON) that `oar plan --calibrate`
+ * writes (docs/internals/plan.md, "Calibration"). */
+#include "plan.h"
+#include "../core/save.h"
+#include "../io/json.h"
+
+#include <oar/dist.h>
+#include <oar/ops.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of `reps` timings of op(a, b) (the result released at once). */
+static double time_op(oar_tensor *(*op)(oar_tensor *, oar_tensor *), oar_tensor *a, oar_tensor *b, int reps) {
+    double t[16];
+    if (reps > 16) reps = 16;
+    oar_tensor *w = op(a, b); /* warm-up: caches, threads */
+    if (!w) return -1;
+    oar_tensor_release(w);
+    for (int i = 0; i < reps; i++) {
+        double t0 = now();
+        oar_tensor *y = op(a, b);
+        t[i] = now() - t0;
+        if (!y) return -1;
+        oar_tensor_release(y);
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_d);
+    return t[reps / 2];
+}
+
+/* One all-reduce of n floats over the world mesh, timed; < 0 on failure. */
+static double time_allreduce(oar_mesh *mesh, int64_t n, int reps) {
+    double t[16];
+    if (reps > 16) reps = 16;
+    oar_tensor *local = oar_ones(OAR_F32, 1, &n);
+    if (!local) return -1;
+    oar_placement part = oar_partial(OAR_REDUCE_SUM), rep = oar_replicate();
+    double res = -1;
+    int got = 0;
+    for (int i = -1; i < reps; i++) { /* i = -1: warm-up */
+        oar_tensor *d = oar_dtensor_from_local(local, mesh, &part, &n);
+        if (!d) break;
+        double t0 = now();
+        oar_tensor *r = oar_reshard(d, mesh, &rep);
+        double dt = now() - t0;
+        oar_tensor_release(d);
+        if (!r) break;
+        oar_tensor_release(r);
+        if (i >= 0) t[got++] = dt;
+    }
+    if (got == reps) {
+        qsort(t, (size_t)reps, sizeof *t, cmp_d);
+        res = t[reps / 2];
+    }
+    oar_tensor_release(local);
+    return res;
+}
+
+/* Seconds per forward op of a training step, dispatch, autograd and (on a
+ * mesh) the dist hook included: a tiny two-layer step, 5 forward ops, its
+ * backward counted as two forwards (the cost model's three passes), timed
+ * (median of 9). < 0 on failure. */
+static double time_step_overhead(oar_mesh *mesh, int world) {
+    const int64_t xs[2] = {2 * (int64_t)world, 8}, ws[2] = {8, 8};
+    double t[9], res = -1;
+    int got = 0;
+    oar_pool *pool = oar_pool_push();
+    if (!pool) return -1;
+    oar_tensor *x = oar_ones(OAR_F32, 2, xs), *w1 = oar_ones(OAR_F32, 2, ws), *w2 = oar_ones(OAR_F32, 2, ws);
+    if (mesh) {
+        oar_placement sh = oar_shard(0), rep = oar_replicate();
+        x = x ? oar_shard_tensor(x, mesh, &sh) : NULL;
+        w1 = w1 ? oar_shard_tensor(w1, mesh, &rep) : NULL;
+        w2 = w2 ? oar_shard_tensor(w2, mesh, &rep) : NULL;
+    }
+    if (x && w1 && w2 && !oar_tensor_set_requires_grad(w1, true) && !oar_tensor_set_requires_grad(w2, true))
+        for (int i = -1; i < 9; i++) {
+            oar_pool *p = oar_pool_push();
+            double t0 = now();
+            oar_tensor *y = oar_matmul(oar_relu(oar_matmul(x, w1)), w2);
+            int st = oar_backward(oar_sum(oar_square(y), 0, NULL, false), NULL);
+            double dt = now() - t0;
+            oar_pool_pop(p);
+            if (st) break;
+            if (i >= 0) t[got++] = dt;
+        }
+    oar_pool_pop(pool);
+    if (got == 9) {
+        qsort(t, 9, sizeof *t, cmp_d);
+        res = t[4] / (3.0 * 5);
+    }
+    return res;
+}
+
+int oar_plan_calibrate(oar_plan_calib *out) {
+    if (!out) return oari_null_arg("oar_plan_calibrate", "out");
+    memset(out, 0, sizeof *out);
+    out->ranks = 1;
+    int st = 0;
+    /* GEMM: 384 x 384 x 384 f32 */
+    const int64_t n = 384, sq[2] = {n, n}, big = 1 << 20, tiny = 1;
+    oar_tensor *a = oar_randn(OAR_F32, 2, sq), *b = oar_randn(OAR_F32, 2, sq);
+    oar_tensor *x = oar_randn(OAR_F32, 1, &big), *y = oar_randn(OAR_F32, 1, &big);
+    oar_tensor *s = oar_ones(OAR_F32, 1, &tiny), *u = oar_ones(OAR_F32, 1, &tiny);
+    if (!a || !b || !x || !y || !s || !u) st = oari_fail_status();
+    double tm = st ? -1 : time_op(oar_matmul, a, b, 9);
+    double te = st ? -1 : time_op(oar_add, x, y, 9);
+    double to = st ? -1 : time_op(oar_add, s, u, 15);
+    oar_tensor *ts[] = {a, b, x, y, s, u};
+    for (int i = 0; i < 6; i++) oar_tensor_release(ts[i]);
+    if (st) return st;
+    if (tm <= 0 || te <= 0 || to <= 0) return oari_fail_status();
+    out->op_overhead = to;
+    out->matmul_flops = 2.0 * (double)(n * n * n) / fmax(tm - to, 1e-9);
+    out->ew_bw = 3.0 * 4.0 * (double)big / fmax(te - to, 1e-9); /* two reads, one write */
+    double tstep = time_step_overhead(NULL, 1);
+    if (tstep <= 0) return oari_fail_status();
+    if (tstep > out->op_overhead) out->op_overhead = tstep;
+    /* MPI all-reduce at several sizes: least squares t = a0 + bytes * b0 */
+    int world = oar_dist_world_size();
+    if (world > 1) {
+        int64_t shape = world;
+        oar_mesh *mesh = oar_mesh_create(1, &shape, NULL, NULL);
+        if (!mesh) return oari_fail_status();
+        static const int64_t sizes[] = {1024, 16384, 131072, 524288};
+        double sx = 0, sy = 0, sxx = 0, sxy = 0;
+        for (int i = 0; i < 4 && !st; i++) {
+            double t = time_allreduce(mesh, sizes[i], 7);
+            if (t < 0) st = oari_fail_status();
+            double bytes = 4.0 * (double)sizes[i];
+            sx += bytes, sy += t, sxx += bytes * bytes, sxy += bytes * t;
+        }
+        double b0 = (4 * sxy - sx * sy) / (4 * sxx - sx * sx), a0 = (sy - b0 * sx) / 4;
+        if (a0 < 0) a0 = 0;
+        if (b0 <= 0) b0 = 1e-12;
+        /* the per-op cost of a training step on dtensors (dist dispatch, autograd) */
+        if (!st) {
+            double tdist = time_step_overhead(mesh, world);
+            if (tdist <= 0) st = oari_fail_status();
+            else if (tdist > out->op_overhead) out->op_overhead = tdist;
+        }
+        /* every rank must plan alike: the mean of the ranks' figures */
+        if (!st) {
+            double v[5] = {out->matmul_flops, out->ew_bw, out->op_overhead, a0, b0};
+            const int64_t five = 5;
+            oar_tensor *loc = oar_tensor_from_data(v, OAR_F64, 1, &five);
+            oar_placement part = oar_partial(OAR_REDUCE_SUM), rep = oar_replicate();
+            oar_tensor *d = loc ? oar_dtensor_from_local(loc, mesh, &part, &five) : NULL;
+            oar_tensor *sum = d ? oar_reshard(d, mesh, &rep) : NULL;
+            oar_tensor *lsum = sum ? oar_dtensor_local(sum) : NULL;
+            if (!lsum) st = oari_fail_status();
+            else {
+                const double *p = oar_tensor_data(lsum);
+                out->matmul_flops = p[0] / world, out->ew_bw = p[1] / world, out->op_overhead = p[2] / world;
+                a0 = p[3] / world, b0 = p[4] / world;
+            }
+            oar_tensor_release(sum);
+            oar_tensor_release(d);
+            oar_tensor_release(loc);
+        }
+        oar_mesh_release(mesh);
+        if (st) return st;
+        /* ring: t = 2(n-1) alpha + 2(n-1)/n bytes beta */
+        out->alpha = a0 / (2.0 * (world - 1));
+        out->beta = b0 * world / (2.0 * (world - 1));
+        out->ranks = world;
+    }
+    return 0;
+}
+
+int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devices, double mem_bytes) {
+    if (!out) return oari_null_arg("oar_cluster_from_calib", "out");
+    if (!c) return oari_null_arg("oar_cluster_from_calib", "calibration");
+    if (!(c->beta > 0))
+        return oari_error(OAR_ERR_INVALID, "oar_cluster_from_calib: the calibration has no collective figures "
+                          "(beta %g): calibrate under mpirun with 2 or more ranks", c->beta);
+    *out = (oar_cluster){.n_devices = n_devices, .devices_per_node = n_devices > 0 ? n_devices : 1,
+                         .mem_bytes = mem_bytes, .flops = c->matmul_flops, .mem_bw = c->ew_bw,
+                         .intra_bw = 1.0 / c->beta, .intra_lat = c->alpha, .inter_bw = 1.0 / c->beta,
+                         .inter_lat = c->alpha, .op_overhead = c->op_overhead};
+    return oar_cluster_check(out);
+}
+
+/* ---- the file ------------------------------------------------------------- */
+
+static const char *const calib_keys[] = {"matmul_flops", "ew_bw", "op_overhead", "alpha", "beta"};
+
+static double *calib_field(oar_plan_calib *c, int i) {
+    double *f[] = {&c->matmul_flops, &c->ew_bw, &c->op_overhead, &c->alpha, &c->beta};
+    return f[i];
+}
+
+int oar_plan_calib_save(const oar_plan_calib *c, const char *path) {
+    if (!c) return oari_null_arg("oar_plan_calib_save", "calibration");
+    if (!path) return oari_null_arg("oar_plan_calib_save", "path");
+    oari_json_init();
+    cJSON *root = cJSON_CreateObject();
+    bool ok = root && cJSON_AddStringToObject(root, "format", "oar-plan-calibration-1");
+    oar_plan_calib cc = *c;
+    for (int i = 0; ok && i < 5; i++) ok = cJSON_AddNumberToObject(root, calib_keys[i], *calib_field(&cc, i));
+    ok = ok && cJSON_AddNumberToObject(root, "ranks", c->ranks);
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return oari_nomem("oar_plan_calib_save: JSON");
+    int st = oari_file_save(path, text, strlen(text), "oar_plan_calib_save");
+    cJSON_free(text);
+    return st;
+}
+
+int oar_plan_calib_load(oar_plan_calib *c, const char *path) {
+    const char *fn = "oar_plan_calib_load";
+    if (!c) return oari_null_arg(fn, "calibration");
+    if (!path) return oari_null_arg(fn, "path");
+    FILE *f = fopen(path, "rb");
+    if (!f) return oari_error(OAR_ERR_IO, "%s: cannot open %s", fn, path);
+    enum { MAX = 1 << 16 };
+    char *text = oari_malloc(MAX + 1);
+    if (!text) return fclose(f), oari_fail_status();
+    size_t len = fread(text, 1, MAX + 1, f);
+    bool err = ferror(f);
+    fclose(f);
+    if (err || len > MAX) {
+        oari_free(text, MAX + 1);
+        return oari_error(OAR_ERR_IO, "%s: %s: %s", fn, path, err ? "read failed" : "larger than 64 KiB: not a "
+                          "calibration file");
+    }
+    text[len] = 0;
+    oari_json_init();
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    oari_free(text, MAX + 1);
+    if (!root) {
+        if (oari_json_take_oom()) return oari_nomem("oar_plan_calib_load: JSON");
+        return oari_error(OAR_ERR_IO, "%s: %s is not JSON", fn, path);
+    }
+    int st = 0;
+    cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "oar-plan-calibration-1"))
+        st = oari_error(OAR_ERR_IO, "%s: %s: format is not \"oar-plan-calibration-1\"", fn, path);
+    oar_plan_calib got = {0};
+    for (int i = 0; !st && i < 5; i++) {
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(root, calib_keys[i]);
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0 ||
+            (i < 2 && v->valuedouble <= 0))
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"%s\" is missing or not a %s number", fn, path, calib_keys[i],
+                            i < 2 ? "positive" : "non-negative");
+        else *calib_field(&got, i) = v->valuedouble;
+    }
+    cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "ranks");
+    if (!st && (!cJSON_IsNumber(r) || r->valuedouble < 1 || r->valuedouble > 1e6))
+        st = oari_error(OAR_ERR_IO, "%s: %s: \"ranks\" is missing or not a count", fn, path);
+    if (!st) got.ranks = (int)r->valuedouble, *c = got;
+    cJSON_Delete(root);
+    return st;
+}

@@ -1,0 +1,401 @@
+/* The cost model: alpha-beta collectives, compute time per op family,
+ * memory per rank, per-layer placement by propagation, pipeline stages,
+ * and one configuration's step time (docs/internals/plan.md). */
+#include "plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- the cluster ---------------------------------------------------------- */
+
+int oar_cluster_preset(oar_cluster *c, const char *kind, int n_devices) {
+    if (!c) return oari_null_arg("oar_cluster_preset", "cluster");
+    if (!kind) return oari_null_arg("oar_cluster_preset", "kind");
+    if (n_devices <= 0)
+        return oari_error(OAR_ERR_INVALID, "oar_cluster_preset: %d devices: must be > 0", n_devices);
+    const double G = 1e9, T = 1e12;
+    if (!strcmp(kind, "h200"))
+        *c = (oar_cluster){.n_devices = n_devices, .devices_per_node = 8, .mem_bytes = 141 * G,
+                           .flops = 989 * T * 0.5, .mem_bw = 4.8 * T, .intra_bw = 450 * G, .intra_lat = 5e-6,
+                           .inter_bw = 50 * G, .inter_lat = 10e-6, .op_overhead = 5e-6};
+    else if (!strcmp(kind, "a100"))
+        *c = (oar_cluster){.n_devices = n_devices, .devices_per_node = 8, .mem_bytes = 80 * G,
+                           .flops = 312 * T * 0.5, .mem_bw = 2.0 * T, .intra_bw = 300 * G, .intra_lat = 5e-6,
+                           .inter_bw = 25 * G, .inter_lat = 10e-6, .op_overhead = 5e-6};
+    else
+        return oari_error(OAR_ERR_INVALID, "oar_cluster_preset: unknown kind '%s' (known: h200, a100)", kind);
+    if (n_devices < c->devices_per_node) c->devices_per_node = n_devices;
+    return 0;
+}
+
+int oar_cluster_check(const oar_cluster *c) {
+    if (!c) return oari_null_arg("oar_cluster_check", "cluster");
+    if (c->n_devices <= 0) return oari_error(OAR_ERR_INVALID, "cluster: %d devices: must be > 0", c->n_devices);
+    if (c->devices_per_node <= 0 ||
+        (c->n_devices > c->devices_per_node && c->n_devices % c->devices_per_node))
+        return oari_error(OAR_ERR_INVALID, "cluster: %d devices per node: must be > 0 and divide the %d devices",
+                          c->devices_per_node, c->n_devices);
+    const double pos[] = {c->mem_bytes, c->flops, c->mem_bw, c->intra_bw, c->inter_bw};
+    static const char *const pn[] = {"memory per device", "FLOP/s", "memory bandwidth", "bandwidth inside a node",
+                                     "bandwidth across nodes"};
+    for (int i = 0; i < 5; i++)
+        if (!isfinite(pos[i]) || pos[i] <= 0)
+            return oari_error(OAR_ERR_INVALID, "cluster: %s %g: must be finite and > 0", pn[i], pos[i]);
+    const double nn[] = {c->intra_lat, c->inter_lat, c->op_overhead};
+    static const char *const nnn[] = {"latency inside a node", "latency across nodes", "op overhead"};
+    for (int i = 0; i < 3; i++)
+        if (!isfinite(nn[i]) || nn[i] < 0)
+            return oari_error(OAR_ERR_INVALID, "cluster: %s %g: must be finite and >= 0", nnn[i], nn[i]);
+    return 0;
+}
+
+/* ---- closed forms ----------------------------------------------------------- */
+
+double oar_plan_allreduce_time(double bytes, int n, double alpha, double bw) {
+    if (n <= 1 || bytes <= 0) return 0;
+    return 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * bytes / bw;
+}
+
+double oar_plan_compute_time(double flops, double bytes, int n_ops, const oar_cluster *c) {
+    if (!c) return oari_null_arg("oar_plan_compute_time", "cluster"), -1;
+    return flops / c->flops + bytes / c->mem_bw + n_ops * c->op_overhead;
+}
+
+const char *oari_place_name(oari_place p) {
+    static const char *const n[] = {"replicate", "shard", "column", "row", "block"};
+    return (unsigned)p <= OARI_PLACE_BLOCK ? n[p] : "?";
+}
+
+/* A group of n ranks whose members are `stride` ranks apart: across nodes
+ * when it spans more than one. All-reduce time of bytes over it. */
+static double group_ar(const oar_cluster *c, double bytes, int n, int stride) {
+    bool across = (double)n * stride > c->devices_per_node;
+    return oar_plan_allreduce_time(bytes, n, across ? c->inter_lat : c->intra_lat,
+                                   across ? c->inter_bw : c->intra_bw);
+}
+
+/* ---- checking a configuration ------------------------------------------------- */
+
+int oari_plan_check_config(const oar_plan_model *m, const oar_cluster *c, int64_t B, const oar_plan_config *k,
+                           char *why, size_t cap) {
+    char buf[200];
+    if (!why) why = buf, cap = sizeof buf;
+    why[0] = 0;
+    if (k->dp <= 0 || k->tp <= 0 || k->pp <= 0 || k->micro_batches <= 0 || k->zero < 0 || k->zero > 3 ||
+        k->recompute < 0 || k->recompute > 1)
+        snprintf(why, cap, "degrees dp %d tp %d pp %d, micro-batches %d must be > 0, ZeRO 0..3, recompute 0 or 1",
+                 k->dp, k->tp, k->pp, k->micro_batches);
+    else if ((int64_t)k->dp * k->tp * k->pp != c->n_devices)
+        snprintf(why, cap, "dp %d x tp %d x pp %d is not the %d devices", k->dp, k->tp, k->pp, c->n_devices);
+    else if (B % ((int64_t)k->dp * k->micro_batches))
+        snprintf(why, cap, "batch %lld is not a multiple of dp %d x micro-batches %d", (long long)B, k->dp,
+                 k->micro_batches);
+    else if (k->pp > m->n)
+        snprintf(why, cap, "pp %d is more stages than the %d layers", k->pp, m->n);
+    else if (k->zero > 0 && k->dp == 1)
+        snprintf(why, cap, "ZeRO %d shards over data parallel ranks, and dp is 1", k->zero);
+    else
+        for (int i = 0; i < m->n; i++) {
+            int tm = m->layers[i].tp_max;
+            if (k->tp > 1 && tm > 0 && tm % k->tp && m->layers[i].kind >= OAR_PLAN_LAYER_LINEAR) {
+                snprintf(why, cap, "tp %d does not divide layer %s (%d ways at most)", k->tp, m->layers[i].name, tm);
+                break;
+            }
+        }
+    return why[0] ? OAR_ERR_INVALID : 0;
+}
+
+/* ---- placements by propagation ---------------------------------------------------- */
+
+/* The activation between layers is replicated (R) or feature-sharded (S).
+ * Each layer's options read one layout and make one, at a cost in time
+ * (forward, backward, recompute, collectives) and memory (parameters);
+ * a Viterbi pass over the chain picks the cheapest R-to-R path, memory
+ * breaking ties. */
+typedef struct lay_cost {
+    double t;   /* seconds per micro-batch: compute (fwd + bwd [+ fwd]) + tensor-parallel collectives */
+    double tc;  /* the collectives' part */
+    double p;   /* parameters held per rank */
+    double act; /* activation bytes per sample kept */
+} lay_cost;
+
+static lay_cost option_cost(const oar_plan_layer *l, const oar_cluster *c, int tp, double b, int recompute,
+                            oari_place pl) {
+    double f = (pl == OARI_PLACE_REPLICATE) ? 1 : tp;
+    double fwd = oar_plan_compute_time(l->flops * b / f, l->bytes * b / f, l->n_ops, c);
+    double passes = recompute ? 4 : 3; /* backward is two forwards; recompute adds one */
+    double ar_f = 0, ar_b = 0;         /* collectives in forward and backward */
+    if (pl == OARI_PLACE_BLOCK) {
+        ar_f = group_ar(c, l->out_bytes * b, tp, 1);
+        ar_b = group_ar(c, l->in_bytes * b, tp, 1);
+    } else if (pl == OARI_PLACE_COLUMN) {
+        ar_b = group_ar(c, l->in_bytes * b, tp, 1);
+    } else if (pl == OARI_PLACE_ROW) {
+        ar_f = group_ar(c, l->out_bytes * b, tp, 1);
+    }
+    double tc = ar_f * (recompute ? 2 : 1) + ar_b;
+    return (lay_cost){.t = fwd * passes + tc, .tc = tc, .p = l->params / f, .act = l->act_bytes / f};
+}
+
+/* The all-gather making a sharded activation replicated (half an all-reduce). */
+static double gather_cost(double bytes, const oar_cluster *c, int tp) { return 0.5 * group_ar(c, bytes, tp, 1); }
+
+/* Time first, parameters breaking ties; mem_first: the other way round. */
+static bool better(double t, double p, double bt, double bp, bool mem_first) {
+    if (mem_first) {
+        if (p < bp * (1 - 1e-9)) return true;
+        if (p > bp * (1 + 1e-9)) return false;
+        return t < bt;
+    }
+    if (t < bt * (1 - 1e-9)) return true;
+    if (t > bt * (1 + 1e-9)) return false;
+    return p < bp;
+}
+
+/* Fills place[], and per-layer costs lc[], for tensor degree tp. */
+static void place_layers(const oar_plan_model *m, const oar_cluster *c, int tp, double b, int recompute,
+                         bool mem_first, oari_place *place, lay_cost *lc, int8_t *from /* 2 * n */) {
+    if (tp == 1) {
+        for (int i = 0; i < m->n; i++) {
+            place[i] = OARI_PLACE_REPLICATE;
+            lc[i] = option_cost(&m->layers[i], c, 1, b, recompute, OARI_PLACE_REPLICATE);
+        }
+        return;
+    }
+    /* Viterbi over layouts: ct[s], cp[s]: time and parameters of the best
+     * path making layout s after layer i; from[2i + s] packs the layout it
+     * read (bit 0) and the placement it took (bits 1..3) */
+    const double INF = HUGE_VAL;
+    double ct[2] = {0, INF}, cp[2] = {0, INF};
+    for (int i = 0; i < m->n; i++) {
+        const oar_plan_layer *l = &m->layers[i];
+        bool split = l->kind >= OAR_PLAN_LAYER_LINEAR && (l->tp_max == 0 || l->tp_max % tp == 0);
+        double nt[2] = {INF, INF}, np[2] = {INF, INF};
+        int8_t nf[2] = {0, 0};
+        typedef struct { int in; oari_place pl; int out; } option; /* read layout, placement, made layout */
+        option opts[6];
+        int no = 0;
+        opts[no++] = (option){0, OARI_PLACE_REPLICATE, 0};
+        opts[no++] = (option){1, OARI_PLACE_REPLICATE, 0}; /* gathers first */
+        if (l->kind == OAR_PLAN_LAYER_POINTWISE) opts[no++] = (option){1, OARI_PLACE_SHARD, 1};
+        if (l->kind == OAR_PLAN_LAYER_LINEAR && split) {
+            opts[no++] = (option){0, OARI_PLACE_COLUMN, 1};
+            opts[no++] = (option){1, OARI_PLACE_ROW, 0};
+        }
+        if (l->kind == OAR_PLAN_LAYER_BLOCK && split) {
+            opts[no++] = (option){0, OARI_PLACE_BLOCK, 0};
+            opts[no++] = (option){1, OARI_PLACE_BLOCK, 0};
+        }
+        for (int o = 0; o < no; o++) {
+            int in = opts[o].in, out = opts[o].out;
+            if (ct[in] == INF) continue;
+            lay_cost k = option_cost(l, c, tp, b, recompute, opts[o].pl);
+            double t = ct[in] + k.t;
+            if (in == 1 && (opts[o].pl == OARI_PLACE_REPLICATE || opts[o].pl == OARI_PLACE_BLOCK))
+                t += gather_cost(l->in_bytes * b, c, tp);
+            double p = cp[in] + k.p;
+            if (better(t, p, nt[out], np[out], mem_first)) {
+                nt[out] = t, np[out] = p;
+                nf[out] = (int8_t)(in | (int)opts[o].pl << 1);
+            }
+        }
+        for (int s = 0; s < 2; s++) {
+            ct[s] = nt[s], cp[s] = np[s];
+            from[2 * i + s] = nf[s];
+        }
+    }
+    /* back from a replicated output (always reachable: replicate is always open) */
+    int s = 0;
+    for (int i = m->n - 1; i >= 0; i--) {
+        place[i] = (oari_place)(from[2 * i + s] >> 1);
+        s = from[2 * i + s] & 1;
+    }
+    /* costs of the chosen placements, gathers charged to the layer that needs them */
+    int lay = 0;
+    for (int i = 0; i < m->n; i++) {
+        lc[i] = option_cost(&m->layers[i], c, tp, b, recompute, place[i]);
+        if (lay == 1 && (place[i] == OARI_PLACE_REPLICATE || place[i] == OARI_PLACE_BLOCK)) {
+            double g = gather_cost(m->layers[i].in_bytes * b, c, tp);
+            lc[i].t += g, lc[i].tc += g;
+        }
+        lay = (place[i] == OARI_PLACE_COLUMN || place[i] == OARI_PLACE_SHARD) ? 1 : 0;
+    }
+}
+
+/* ---- pipeline stages ------------------------------------------------------------- */
+
+/* Splits t[0..n) into pp contiguous stages minimising the largest sum
+ * (binary search on that sum, greedy fill); first[s] is stage s's first
+ * layer, first[pp] = n. Returns the largest stage sum. */
+static double split_stages(const double *t, int n, int pp, int *first) {
+    double lo = 0, hi = 0;
+    for (int i = 0; i < n; i++) lo = t[i] > lo ? t[i] : lo, hi += t[i];
+    for (int it = 0; it < 60 && hi - lo > 1e-12 * hi; it++) {
+        double mid = 0.5 * (lo + hi), acc = 0;
+        int stages = 1;
+        for (int i = 0; i < n; i++) {
+            if (acc + t[i] > mid && acc > 0) stages++, acc = 0;
+            acc += t[i];
+        }
+        if (stages <= pp) hi = mid;
+        else lo = mid;
+    }
+    /* greedy with cap hi, then make sure every stage has a layer */
+    int s = 0;
+    double acc = 0;
+    first[0] = 0;
+    for (int i = 0; i < n; i++) {
+        bool must = n - i <= pp - 1 - s; /* as many layers left as stages to fill */
+        if (s < pp - 1 && acc > 0 && (acc + t[i] > hi * (1 + 1e-12) || must)) first[++s] = i, acc = 0;
+        acc += t[i];
+    }
+    while (s < pp - 1) first[++s] = n; /* (cannot happen with pp <= n) */
+    first[pp] = n;
+    double worst = 0;
+    for (int k = 0; k < pp; k++) {
+        double sum = 0;
+        for (int i = first[k]; i < first[k + 1]; i++) sum += t[i];
+        worst = sum > worst ? sum : worst;
+    }
+    return worst;
+}
+
+/* ---- one configuration -------------------------------------------------------------- */
+
+static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t B, const oar_plan_config *k,
+                          bool mem_first, oar_plan_estimate *e, oari_place *place_out, bool *splits) {
+    memset(e, 0, sizeof *e);
+    const int n = m->n;
+    const double b = (double)B / ((double)k->dp * k->micro_batches); /* micro-batch size */
+    /* scratch on the stack for small models, else one allocation */
+    enum { SMALL = 256 };
+    oari_place place_s[SMALL];
+    lay_cost lc_s[SMALL];
+    int8_t from_s[2 * SMALL];
+    double t_s[SMALL];
+    int first_s[SMALL + 1];
+    size_t bytes = (size_t)n * (sizeof(oari_place) + sizeof(lay_cost) + 2 + sizeof(double) + sizeof(int)) + sizeof(int);
+    char *heap = n > SMALL ? oari_malloc(bytes) : NULL;
+    oari_place *place = place_s;
+    lay_cost *lc = lc_s;
+    int8_t *from = from_s;
+    double *t = t_s;
+    int *first = first_s;
+    if (n > SMALL) {
+        if (!heap) { /* out of memory: an estimate that never wins */
+            e->step_time = e->mem = HUGE_VAL;
+            return;
+        }
+        char *p = heap;
+        lc = (lay_cost *)p, p += (size_t)n * sizeof(lay_cost);
+        t = (double *)p, p += (size_t)n * sizeof(double);
+        place = (oari_place *)p, p += (size_t)n * sizeof(oari_place);
+        first = (int *)p, p += (size_t)(n + 1) * sizeof(int);
+        from = (int8_t *)p;
+    }
+    place_layers(m, c, k->tp, b, k->recompute, mem_first, place, lc, from);
+    for (int i = 0; i < n; i++) t[i] = lc[i].t;
+    double stage_t = split_stages(t, n, k->pp, first);
+
+    /* memory: the fullest stage */
+    const double pb = m->param_bytes, gb = m->param_bytes;
+    const double ob = m->param_bytes == 2 ? 12 : 8; /* Adam m, v (+ f32 master copy under mixed precision) */
+    double worst_mem = -1, best_tc = 0, stage_params_max = 0;
+    for (int s = 0; s < k->pp; s++) {
+        double P = 0, act = 0, ckpt = 0, act_max = 0, layer_p_max = 0, tc = 0;
+        for (int i = first[s]; i < first[s + 1]; i++) {
+            P += lc[i].p;
+            act += lc[i].act;
+            ckpt += m->layers[i].in_bytes;
+            act_max = lc[i].act > act_max ? lc[i].act : act_max;
+            layer_p_max = lc[i].p > layer_p_max ? lc[i].p : layer_p_max;
+            tc += lc[i].tc;
+        }
+        /* micro-batches in flight at stage s under 1F1B */
+        int inflight = k->pp - s < k->micro_batches ? k->pp - s : k->micro_batches;
+        double mp = P * pb, mg = P * gb, mo = P * ob;
+        if (k->zero >= 1) mo /= k->dp;
+        if (k->zero >= 2) mg /= k->dp;
+        if (k->zero >= 3) mp = mp / k->dp + layer_p_max * pb; /* one layer gathered at a time */
+        double ma = k->recompute ? inflight * b * ckpt + b * act_max : inflight * b * act;
+        double mem = mp + mg + mo + ma;
+        if (mem > worst_mem) {
+            worst_mem = mem;
+            e->mem_params = mp, e->mem_grads = mg, e->mem_optim = mo, e->mem_act = ma;
+        }
+        if (P > stage_params_max) stage_params_max = P, best_tc = tc;
+    }
+    e->mem = worst_mem;
+    e->fits = e->mem <= c->mem_bytes;
+    e->runnable = k->pp == 1 && k->zero <= 2;
+
+    /* time: the pipeline's steady state, its bubble and sends */
+    const int M = k->micro_batches;
+    e->compute_time = M * (stage_t - best_tc);
+    e->tp_comm_time = M * best_tc;
+    if (k->pp > 1) {
+        double send = 0;
+        for (int s = 0; s + 1 < k->pp; s++) {
+            double by = m->layers[first[s + 1] - 1].out_bytes * b;
+            bool across = (double)k->dp * k->tp >= c->devices_per_node && c->n_devices > c->devices_per_node;
+            double one = (across ? c->inter_lat : c->intra_lat) + by / (across ? c->inter_bw : c->intra_bw);
+            send = one > send ? one : send;
+        }
+        e->pp_time = (k->pp - 1) * stage_t + 2.0 * (M + k->pp - 1) * send;
+    }
+    /* data parallel: the gradients of the fullest stage */
+    double G = stage_params_max * gb;
+    if (k->dp > 1) {
+        double ar = group_ar(c, G, k->dp, k->tp);
+        if (k->zero <= 1) e->dp_comm_time = ar;                       /* one all-reduce per step */
+        else if (k->zero == 2) e->dp_comm_time = M * 0.5 * ar + 0.5 * ar; /* reduce-scatter per micro-batch,
+                                                                         all-gather of parameters */
+        else e->dp_comm_time = M * (0.5 * ar + 2 * 0.5 * group_ar(c, stage_params_max * pb, k->dp, k->tp));
+    }
+    /* optimizer: Adam reads p, g, m, v and writes p, m, v (f32): 28 bytes an element */
+    double upd = stage_params_max / (k->zero >= 1 ? k->dp : 1);
+    e->optim_time = upd * 28.0 / c->mem_bw;
+    e->step_time = e->compute_time + e->tp_comm_time + e->pp_time + e->dp_comm_time + e->optim_time;
+    if (place_out) memcpy(place_out, place, (size_t)n * sizeof *place);
+    *splits = false;
+    for (int i = 0; i < n && !*splits; i++) *splits = place[i] != OARI_PLACE_REPLICATE;
+    if (heap) oari_free(heap, bytes);
+}
+
+/* Placements by time first; where that plan does not fit, or splits no
+ * layer (its ranks would repeat each other's work), by memory first
+ * (splitting wherever a layer can), which then wins if it fits or needs
+ * less. */
+void oari_plan_estimate(const oar_plan_model *m, const oar_cluster *c, int64_t B, const oar_plan_config *k,
+                        oar_plan_estimate *e, oari_place *place_out) {
+    bool splits, splits2;
+    estimate_with(m, c, B, k, false, e, place_out, &splits);
+    if (k->tp == 1 || !isfinite(e->step_time) || (e->fits && splits)) return;
+    oar_plan_estimate e2;
+    estimate_with(m, c, B, k, true, &e2, NULL, &splits2);
+    if (!isfinite(e2.step_time)) return;
+    if ((!splits && splits2 && (e2.fits || !e->fits)) || (!e->fits && (e2.fits || e2.mem < e->mem))) {
+        *e = e2;
+        if (place_out) estimate_with(m, c, B, k, true, &e2, place_out, &splits2);
+    }
+}
+
+int oar_plan_estimate_config(const oar_plan_model *m, const oar_cluster *c, int64_t global_batch,
+                             const oar_plan_config *cfg, oar_plan_estimate *out) {
+    const char *fn = "oar_plan_estimate_config";
+    if (!m) return oari_null_arg(fn, "model");
+    if (!c) return oari_null_arg(fn, "cluster");
+    if (!cfg) return oari_null_arg(fn, "configuration");
+    if (!out) return oari_null_arg(fn, "out");
+    int st = oar_cluster_check(c);
+    if (st) return st;
+    if (m->n == 0) return oari_error(OAR_ERR_INVALID, "%s: model %s has no layers", fn, m->name);
+    if (global_batch <= 0) return oari_error(OAR_ERR_INVALID, "%s: global batch %lld: must be > 0", fn,
+                                             (long long)global_batch);
+    char why[200];
+    if (oari_plan_check_config(m, c, global_batch, cfg, why, sizeof why))
+        return oari_error(OAR_ERR_INVALID, "%s: %s", fn, why);
+    oari_plan_estimate(m, c, global_batch, cfg, out, NULL);
+    return isfinite(out->step_time) ? 0 : oari_nomem("plan estimate scratch");
+}

@@ -1,0 +1,417 @@
+/* The planner (include/oar/plan.h): the cost model against closed forms,
+ * memory per rank against hand-computed figures for each ZeRO stage and
+ * recompute, the search against known optima of hand-built cost tables,
+ * placements by propagation, pruning reasons, the transformer description,
+ * layers read off a traced graph, calibration files and the failure paths. */
+#include "alloc_fail_loop.h"
+#include "test.h"
+
+#include <oar/plan.h>
+
+#include <unistd.h>
+
+/* A one-node cluster with round numbers. */
+static oar_cluster toy_cluster(int n) {
+    return (oar_cluster){.n_devices = n, .devices_per_node = n, .mem_bytes = 1e12, .flops = 1e12, .mem_bw = 1e11,
+                         .intra_bw = 1e9, .intra_lat = 1e-5, .inter_bw = 1e8, .inter_lat = 1e-4, .op_overhead = 0};
+}
+
+/* Two replicated layers of 1000 parameters, 1e9 FLOPs and 100 activation bytes per sample. */
+static oar_plan_model *toy_model(void) {
+    oar_plan_model *m = oar_plan_model_new("toy", 4);
+    for (int i = 0; i < 2; i++) {
+        oar_plan_layer l = {.kind = OAR_PLAN_LAYER_REPLICATED, .flops = 1e9, .params = 1000, .act_bytes = 100,
+                            .in_bytes = 10, .out_bytes = 10};
+        CHECK(oar_plan_model_add_layer(m, &l) == 0);
+    }
+    return m;
+}
+
+static void test_closed_forms(void) {
+    /* ring all-reduce: 2(n-1) alpha + 2(n-1)/n bytes / bw */
+    CHECK_NEAR(oar_plan_allreduce_time(1e6, 4, 1e-5, 1e9), 6e-5 + 1.5e-3, 1e-15);
+    CHECK_NEAR(oar_plan_allreduce_time(8e6, 2, 2e-6, 4e9), 2 * 2e-6 + 8e6 / 4e9, 1e-15);
+    CHECK(oar_plan_allreduce_time(1e6, 1, 1e-5, 1e9) == 0);
+    /* a GEMM of m x k x n = 4096^3 at 1e12 FLOP/s: 2 m k n / F */
+    oar_cluster c = toy_cluster(1);
+    double f = 2.0 * 4096 * 4096 * 4096;
+    CHECK_NEAR(oar_plan_compute_time(f, 0, 0, &c), f / 1e12, 1e-12);
+    c.op_overhead = 1e-6;
+    CHECK_NEAR(oar_plan_compute_time(0, 3e9, 5, &c), 3e9 / 1e11 + 5e-6, 1e-12);
+    CHECK(oar_plan_compute_time(1, 1, 1, NULL) < 0);
+}
+
+static void test_memory_per_rank(void) {
+    oar_plan_model *m = toy_model();
+    oar_cluster c = toy_cluster(4);
+    oar_plan_estimate e;
+    /* dp 4, batch 8, one micro-batch: 2 samples per rank; f32: p 4, g 4, Adam 8 bytes a parameter */
+    oar_plan_config k = {.dp = 4, .tp = 1, .pp = 1, .zero = 0, .micro_batches = 1, .recompute = 0};
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.mem_params, 8000, 1e-9);
+    CHECK_NEAR(e.mem_grads, 8000, 1e-9);
+    CHECK_NEAR(e.mem_optim, 16000, 1e-9);
+    CHECK_NEAR(e.mem_act, 2 * 200, 1e-9);
+    CHECK_NEAR(e.mem, 32400, 1e-9);
+    CHECK(e.fits && e.runnable);
+    /* its time: fwd 2e9 / 1e12 per layer, 3 passes, 2 layers; all-reduce of 8000 bytes over
+     * 4 ranks; Adam 28 bytes an element */
+    double want_compute = 2 * 3 * 2e-3;
+    double want_ar = 6 * 1e-5 + 1.5 * 8000 / 1e9;
+    CHECK_NEAR(e.compute_time, want_compute, 1e-12);
+    CHECK_NEAR(e.dp_comm_time, want_ar, 1e-12);
+    CHECK_NEAR(e.optim_time, 2000 * 28 / 1e11, 1e-15);
+    CHECK_NEAR(e.step_time, want_compute + want_ar + 2000 * 28 / 1e11, 1e-12);
+    k.zero = 1; /* optimizer state / dp */
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.mem, 8000 + 8000 + 4000 + 400, 1e-9);
+    k.zero = 2; /* + gradients / dp */
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.mem, 8000 + 2000 + 4000 + 400, 1e-9);
+    CHECK(e.runnable);
+    k.zero = 3; /* + parameters / dp, one layer gathered */
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.mem, 2000 + 4000 + 2000 + 4000 + 400, 1e-9);
+    CHECK(!e.runnable);
+    /* recompute: each layer's input kept (10 bytes a sample each) plus one layer's working set */
+    k.zero = 0, k.recompute = 1;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.mem_act, 2 * 20 + 2 * 100, 1e-9);
+    CHECK_NEAR(e.compute_time, 2 * 4 * 2e-3, 1e-12); /* one more forward */
+    /* two micro-batches: half the activations, the same all-reduce once */
+    k.recompute = 0, k.micro_batches = 2;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.mem_act, 200, 1e-9);
+    CHECK_NEAR(e.dp_comm_time, want_ar, 1e-12);
+    /* pipeline 2 x dp 2, two micro-batches: one layer a stage, 1F1B keeps 2 in flight on stage 0 */
+    k = (oar_plan_config){.dp = 2, .tp = 1, .pp = 2, .zero = 0, .micro_batches = 2};
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.mem_params, 4000, 1e-9);
+    CHECK_NEAR(e.mem_act, 2 * 2 * 100, 1e-9);
+    CHECK_NEAR(e.compute_time, 2 * 3 * 2e-3, 1e-12);    /* 2 micro-batches of 2 samples, one layer */
+    CHECK(e.pp_time >= 1 * 3 * 2e-3 && !e.runnable);     /* the bubble: one stage time */
+    oar_plan_model_free(m);
+}
+
+static void test_bad_configs(void) {
+    oar_plan_model *m = toy_model();
+    oar_cluster c = toy_cluster(4);
+    oar_plan_estimate e;
+    oar_plan_config k = {.dp = 2, .tp = 1, .pp = 1, .micro_batches = 1};
+    CHECK_STATUS_FAILS(oar_plan_estimate_config(m, &c, 8, &k, &e), "is not the 4 devices");
+    k.dp = 4, k.micro_batches = 3;
+    CHECK_STATUS_FAILS(oar_plan_estimate_config(m, &c, 8, &k, &e), "not a multiple");
+    k = (oar_plan_config){.dp = 1, .tp = 1, .pp = 4, .micro_batches = 1};
+    CHECK_STATUS_FAILS(oar_plan_estimate_config(m, &c, 8, &k, &e), "more stages than the 2 layers");
+    k = (oar_plan_config){.dp = 1, .tp = 4, .pp = 1, .zero = 1, .micro_batches = 1};
+    CHECK_STATUS_FAILS(oar_plan_estimate_config(m, &c, 8, &k, &e), "dp is 1");
+    k.zero = 5;
+    CHECK_STATUS_FAILS(oar_plan_estimate_config(m, &c, 8, &k, &e), "ZeRO 0..3");
+    k.zero = 0;
+    CHECK_STATUS_FAILS(oar_plan_estimate_config(m, &c, 0, &k, &e), "global batch 0");
+    CHECK_STATUS_FAILS(oar_plan_estimate_config(NULL, &c, 8, &k, &e), "model is NULL");
+    CHECK_STATUS_FAILS(oar_plan_estimate_config(m, &c, 8, NULL, &e), "configuration is NULL");
+    oar_plan_model_free(m);
+}
+
+/* The chosen plan is the fastest of those that fit, among every configuration (brute force). */
+static void check_is_argmin(const oar_plan_model *m, const oar_cluster *c, const oar_plan_options *o,
+                            const oar_plan_result *r) {
+    const int N = c->n_devices;
+    double best = HUGE_VAL;
+    for (int tp = 1; tp <= N; tp++)
+        for (int pp = 1; pp <= N; pp++)
+            for (int z = 0; z <= 3; z++)
+                for (int mb = 1; mb <= 64; mb++)
+                    for (int rc = 0; rc <= 1; rc++) {
+                        if (N % (tp * pp)) continue;
+                        oar_plan_config k = {N / tp / pp, tp, pp, z, mb, rc};
+                        oar_plan_estimate e;
+                        if (oar_plan_estimate_config(m, c, o->global_batch, &k, &e)) continue;
+                        if (e.fits && e.step_time < best) best = e.step_time;
+                    }
+    oar_clear_error();
+    oar_plan_estimate e0;
+    CHECK(oar_plan_result_config(r, 0, &e0) != NULL);
+    CHECK_NEAR(e0.step_time, best, 1e-12 * best);
+    /* runners-up are ranked */
+    for (int i = 1; i < oar_plan_result_count(r); i++) {
+        oar_plan_estimate a, b;
+        oar_plan_result_config(r, i - 1, &a);
+        oar_plan_result_config(r, i, &b);
+        CHECK(a.step_time <= b.step_time && b.fits);
+    }
+}
+
+static void test_search_known_optima(void) {
+    /* 1. compute-bound, free network, plenty of memory: pure data parallel, no recompute, one
+     *    micro-batch (every extra micro-batch only adds per-op overhead) */
+    oar_plan_model *m = toy_model();
+    oar_cluster c = toy_cluster(4);
+    c.intra_lat = 0, c.intra_bw = 1e15, c.op_overhead = 1e-6;
+    for (int i = 0; i < 2; i++) ((oar_plan_layer *)oar_plan_model_layer(m, i))->n_ops = 4;
+    oar_plan_options o = {.global_batch = 16};
+    oar_plan_result *r = oar_plan_parallel(m, &c, &o);
+    CHECK(r != NULL);
+    if (r) {
+        const oar_plan_config *k = oar_plan_result_config(r, 0, NULL);
+        CHECK(k->dp == 4 && k->tp == 1 && k->pp == 1 && k->micro_batches == 1 && !k->recompute);
+        check_is_argmin(m, &c, &o, r);
+        CHECK(oar_plan_result_evaluated(r) > 50);
+        oar_plan_result_free(r);
+    }
+    /* 2. the same with 33 KB per device: plain data parallel needs 32.4 KB + 4 samples' activations
+     *    (32.8 KB); ZeRO-1 (20.8 KB) is the fastest that fits */
+    c.mem_bytes = 33000;
+    c.intra_bw = 1e9, c.intra_lat = 1e-5;
+    r = oar_plan_parallel(m, &c, &o);
+    CHECK(r != NULL);
+    if (r) {
+        const oar_plan_config *k = oar_plan_result_config(r, 0, NULL);
+        CHECK(k->dp == 4 && k->zero >= 1);
+        check_is_argmin(m, &c, &o, r);
+        oar_plan_result_free(r);
+    }
+    oar_plan_model_free(m);
+    /* 3. one wide block whose parameters fit only when split 4 ways: tensor parallel */
+    m = oar_plan_model_new("wide", 4);
+    oar_plan_layer big = {.name = "block", .kind = OAR_PLAN_LAYER_BLOCK, .flops = 1e9, .params = 1e6,
+                          .act_bytes = 100, .in_bytes = 10, .out_bytes = 10};
+    CHECK(oar_plan_model_add_layer(m, &big) == 0);
+    c = toy_cluster(4);
+    c.mem_bytes = 16e6 / 4 + 16e6 / 8; /* 16 bytes a parameter: 4 ways fit, ZeRO-3 over 4 does not */
+    o.global_batch = 4;
+    r = oar_plan_parallel(m, &c, &o);
+    CHECK(r != NULL);
+    if (r) {
+        const oar_plan_config *k = oar_plan_result_config(r, 0, NULL);
+        CHECK(k->tp == 4);
+        CHECK(!strcmp(oar_plan_result_placement(r, 0), "block"));
+        check_is_argmin(m, &c, &o, r);
+        /* the pure data-parallel family was pruned for memory, and says so */
+        bool said = false;
+        for (int i = 0; i < oar_plan_result_num_pruned(r); i++)
+            said |= strstr(oar_plan_result_pruned(r, i), "dp 4 tp 1 pp 1 zero 0: memory: needs") != NULL;
+        CHECK(said);
+        CHECK(oar_plan_result_print(r, stderr) == 0);
+        oar_plan_result_free(r);
+    }
+    oar_plan_model_free(m);
+}
+
+/* Placements by propagation: linear -> relu -> linear at tp 2 is column, shard, row (Megatron's
+ * MLP: one all-reduce), not three replicated layers nor a gather between. */
+static void test_placements(void) {
+    oar_plan_model *m = oar_plan_model_new("mlp", 4);
+    oar_plan_layer l1 = {.name = "fc1", .kind = OAR_PLAN_LAYER_LINEAR, .flops = 2e9, .params = 1e6,
+                         .act_bytes = 4e3, .in_bytes = 4e3, .out_bytes = 16e3};
+    oar_plan_layer act = {.name = "relu", .kind = OAR_PLAN_LAYER_POINTWISE, .bytes = 32e3, .n_ops = 1,
+                          .act_bytes = 16e3, .in_bytes = 16e3, .out_bytes = 16e3};
+    oar_plan_layer l2 = l1;
+    l2.name = "fc2", l2.in_bytes = 16e3, l2.out_bytes = 4e3;
+    CHECK(oar_plan_model_add_layer(m, &l1) == 0 && oar_plan_model_add_layer(m, &act) == 0 &&
+          oar_plan_model_add_layer(m, &l2) == 0);
+    oar_cluster c = toy_cluster(2);
+    c.mem_bytes = 30e6; /* replicated needs 32 MB of state: tensor parallel */
+    oar_plan_options o = {.global_batch = 8};
+    oar_plan_result *r = oar_plan_parallel(m, &c, &o);
+    CHECK(r != NULL);
+    if (r) {
+        CHECK(oar_plan_result_config(r, 0, NULL)->tp == 2);
+        CHECK(!strcmp(oar_plan_result_placement(r, 0), "column"));
+        CHECK(!strcmp(oar_plan_result_placement(r, 1), "shard"));
+        CHECK(!strcmp(oar_plan_result_placement(r, 2), "row"));
+        CHECK_FAILS(oar_plan_result_placement(r, 3), "layer 3 of 3");
+        CHECK_FAILS(oar_plan_result_config(r, 99, NULL), "plan 99");
+        CHECK_FAILS(oar_plan_result_pruned(r, -1), "-1 of");
+        oar_plan_result_free(r);
+    }
+    oar_plan_model_free(m);
+}
+
+static void test_failure_paths(void) {
+    oar_plan_model *m = toy_model();
+    oar_cluster c = toy_cluster(4);
+    oar_plan_options o = {.global_batch = 8};
+    c.n_devices = 0;
+    CHECK_FAILS(oar_plan_parallel(m, &c, &o), "0 devices");
+    c = toy_cluster(4);
+    c.inter_bw = -1;
+    CHECK_FAILS(oar_plan_parallel(m, &c, &o), "bandwidth across nodes");
+    c = toy_cluster(4);
+    c.devices_per_node = 3;
+    CHECK_FAILS(oar_plan_parallel(m, &c, &o), "devices per node");
+    c = toy_cluster(4);
+    c.flops = NAN;
+    CHECK_FAILS(oar_plan_parallel(m, &c, &o), "FLOP/s");
+    c = toy_cluster(4);
+    c.mem_bytes = 1000; /* the least any plan needs: ZeRO-3 over 4 */
+    CHECK_FAILS(oar_plan_parallel(m, &c, &o), "no plan fits");
+    CHECK_FAILS(oar_plan_parallel(m, &c, &o), "least memory any plan needs");
+    c = toy_cluster(4);
+    o.global_batch = 0;
+    CHECK_FAILS(oar_plan_parallel(m, &c, &o), "global batch 0");
+    o.global_batch = 3; /* no dp x micro-batches divides 3 at 4 devices, and tp would only repeat work */
+    CHECK_FAILS(oar_plan_parallel(m, &c, &o), "batch 3 is not a multiple of dp 4");
+    CHECK_FAILS(oar_plan_parallel(m, &c, &o), "no valid plan for 4 devices");
+    o.global_batch = 8;
+    CHECK_FAILS(oar_plan_parallel(NULL, &c, &o), "model is NULL");
+    CHECK_FAILS(oar_plan_parallel(m, NULL, &o), "cluster is NULL");
+    CHECK_FAILS(oar_plan_parallel(m, &c, NULL), "options is NULL");
+    o.runners_up = -1;
+    CHECK_FAILS(oar_plan_parallel(m, &c, &o), "runners_up -1");
+    oar_plan_model *empty = oar_plan_model_new("empty", 4);
+    o.runners_up = 0;
+    CHECK_FAILS(oar_plan_parallel(empty, &c, &o), "no layers");
+    oar_plan_model_free(empty);
+    /* bad layers and models */
+    oar_plan_layer bad = {.kind = OAR_PLAN_LAYER_LINEAR, .flops = -1};
+    CHECK_STATUS_FAILS(oar_plan_model_add_layer(m, &bad), "flops -1");
+    bad = (oar_plan_layer){.kind = (oar_plan_layer_kind)9};
+    CHECK_STATUS_FAILS(oar_plan_model_add_layer(m, &bad), "kind 9");
+    CHECK_STATUS_FAILS(oar_plan_model_add_layer(NULL, &bad), "model is NULL");
+    CHECK(oar_plan_model_num_layers(m) == 2);
+    CHECK_FAILS(oar_plan_model_layer(m, 2), "layer 2 of 2");
+    CHECK_FAILS(oar_plan_model_new("x", 3), "param_bytes 3");
+    CHECK_FAILS(oar_plan_model_transformer(&(oar_plan_transformer){.layers = 2, .d_model = 10, .heads = 3,
+                                                                   .seq = 4, .vocab = 8}),
+                "heads must divide");
+    CHECK_FAILS(oar_plan_model_from_graph(NULL, 1), "graph is NULL");
+    CHECK_STATUS_FAILS(oar_cluster_preset(&c, "tpu", 8), "unknown kind 'tpu'");
+    CHECK_STATUS_FAILS(oar_cluster_preset(&c, "h200", 0), "0 devices");
+    CHECK_STATUS_FAILS(oar_plan_result_print(NULL, stdout), "result is NULL");
+    oar_plan_model_free(m);
+}
+
+/* GPT-3 175B (Brown et al. 2020): 96 layers, d 12288, 96 heads, seq 2048, vocab 50257 (51200
+ * padded): 12 L d^2 (1 + 13 / 12d) + (V + s) d parameters = 174.6B. */
+static void test_transformer(void) {
+    oar_plan_transformer cfg = {.layers = 96, .d_model = 12288, .heads = 96, .seq = 2048, .vocab = 51200};
+    oar_plan_model *m = oar_plan_model_transformer(&cfg);
+    CHECK(m != NULL);
+    if (!m) return;
+    double L = 96, h = 12288, closed = 12 * L * h * h * (1 + 13 / (12 * h)) + (51200 + 2048) * h + 2 * h;
+    CHECK_NEAR(oar_plan_model_params(m), closed, 1e-6 * closed);
+    CHECK(oar_plan_model_num_layers(m) == 2 * 96 + 2);
+    /* per layer forward FLOPs: 24 s h^2 + 4 s^2 h (Narayanan et al. 2021, eq. 3 before the 3x) */
+    const oar_plan_layer *at = oar_plan_model_layer(m, 1), *mlp = oar_plan_model_layer(m, 2);
+    double s = 2048;
+    CHECK_NEAR(at->flops + mlp->flops, 24 * s * h * h + 4 * s * s * h, 1);
+    CHECK(at->tp_max == 96);
+    /* 64 H200s: every plan is predicted, the choice fits, and it ran in well under a second */
+    oar_cluster c;
+    CHECK(oar_cluster_preset(&c, "h200", 64) == 0);
+    oar_plan_options o = {.global_batch = 512};
+    oar_plan_result *r = oar_plan_parallel(m, &c, &o);
+    CHECK(r != NULL);
+    if (r) {
+        oar_plan_estimate e;
+        const oar_plan_config *k = oar_plan_result_config(r, 0, &e);
+        CHECK(k->dp * k->tp * k->pp == 64 && e.fits && e.mem <= c.mem_bytes);
+        CHECK(k->tp <= 8); /* tensor parallel stays inside a node */
+        CHECK(oar_plan_result_num_pruned(r) > 0);
+        oar_plan_result_free(r);
+    }
+    oar_plan_model_free(m);
+}
+
+/* Layers read off a traced MLP: Linear(8, 16) -> ReLU -> Linear(16, 4) at batch 5. */
+static void test_from_graph(void) {
+    oar_module *mods[] = {oar_linear_new(8, 16, true), oar_relu_new(), oar_linear_new(16, 4, true)};
+    oar_module *net = oar_sequential_new(3, mods);
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {5, 8}};
+    oar_graph *g = oar_trace_module(net, &spec);
+    CHECK(g != NULL);
+    oar_plan_model *m = g ? oar_plan_model_from_graph(g, 0) : NULL;
+    CHECK(m != NULL);
+    if (m) {
+        CHECK(oar_plan_model_num_layers(m) >= 2);
+        CHECK_NEAR(oar_plan_model_params(m), 8 * 16 + 16 + 16 * 4 + 4, 0);
+        const oar_plan_layer *l0 = oar_plan_model_layer(m, 0);
+        CHECK(l0 && !strcmp(l0->name, "0") && l0->kind == OAR_PLAN_LAYER_LINEAR);
+        CHECK_NEAR(l0->flops, 2.0 * 8 * 16, 0); /* per sample */
+        double flops = 0;
+        for (int i = 0; i < oar_plan_model_num_layers(m); i++) flops += oar_plan_model_layer(m, i)->flops;
+        CHECK_NEAR(flops, 2.0 * 8 * 16 + 2.0 * 16 * 4, 0);
+        const oar_plan_layer *last = oar_plan_model_layer(m, oar_plan_model_num_layers(m) - 1);
+        CHECK(!strcmp(last->name, "2") && last->kind == OAR_PLAN_LAYER_LINEAR);
+        CHECK_NEAR(last->out_bytes, 4 * 4, 0);
+    }
+    oar_plan_model_free(m);
+    oar_graph_free(g);
+    oar_module_free(net);
+}
+
+static void test_calib_file(void) {
+    char path[] = "/tmp/oar_plan_calibXXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    oar_plan_calib c = {.matmul_flops = 5e10, .ew_bw = 1e10, .op_overhead = 2e-6, .alpha = 3e-6, .beta = 1e-10,
+                        .ranks = 2};
+    CHECK(oar_plan_calib_save(&c, path) == 0);
+    oar_plan_calib d;
+    CHECK(oar_plan_calib_load(&d, path) == 0);
+    CHECK(d.matmul_flops == c.matmul_flops && d.ew_bw == c.ew_bw && d.op_overhead == c.op_overhead &&
+          d.alpha == c.alpha && d.beta == c.beta && d.ranks == 2);
+    oar_cluster cl;
+    CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
+    CHECK_NEAR(cl.intra_bw, 1e10, 1);
+    CHECK(cl.flops == 5e10 && cl.devices_per_node == 4);
+    FILE *f = fopen(path, "w");
+    fputs("{\"format\": \"oar-plan-calibration-1\", \"matmul_flops\": -3}", f);
+    fclose(f);
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"matmul_flops\" is missing or not a positive");
+    f = fopen(path, "w");
+    fputs("not json", f);
+    fclose(f);
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "is not JSON");
+    unlink(path);
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "cannot open");
+    c.beta = 0;
+    CHECK_STATUS_FAILS(oar_cluster_from_calib(&cl, &c, 2, 1e9), "calibrate under mpirun");
+    CHECK_STATUS_FAILS(oar_plan_calib_save(&c, "/nonexistent-dir/x.json"), "nonexistent");
+    /* a real calibration of this machine's kernels: positive, finite rates */
+    oar_plan_calib m;
+    CHECK(oar_plan_calibrate(&m) == 0);
+    CHECK(m.matmul_flops > 1e6 && isfinite(m.matmul_flops) && m.ew_bw > 1e6 && m.op_overhead > 0 && m.ranks == 1);
+    CHECK_STATUS_FAILS(oar_plan_calibrate(NULL), "out is NULL");
+}
+
+/* Every allocation of building a model, planning and printing fails in turn: "out of memory",
+ * nothing leaks, and the next run succeeds. */
+static int plan_step(void) {
+    oar_plan_model *m = oar_plan_model_transformer(&(oar_plan_transformer){.layers = 2, .d_model = 64, .heads = 4,
+                                                                           .seq = 16, .vocab = 100});
+    if (!m) return OAR_ERR_NOMEM;
+    oar_cluster c;
+    oar_cluster_preset(&c, "h200", 8);
+    oar_plan_result *r = oar_plan_parallel(m, &c, &(oar_plan_options){.global_batch = 16});
+    int st = r ? 0 : OAR_ERR_NOMEM;
+    oar_plan_result_free(r);
+    oar_plan_model_free(m);
+    return st;
+}
+
+static void test_alloc_failures(void) {
+    CHECK(plan_step() == 0);
+    oar_set_allocator(failing_alloc, NULL);
+    int failures, n = fail_each_allocation_with(plan_step, &failures, (fail_loop_opts){0});
+    oar_set_allocator(NULL, NULL);
+    CHECK(n > 5 && failures == n);
+}
+
+int main(void) {
+    RUN(test_closed_forms);
+    RUN(test_memory_per_rank);
+    RUN(test_bad_configs);
+    RUN(test_search_known_optima);
+    RUN(test_placements);
+    RUN(test_failure_paths);
+    RUN(test_transformer);
+    RUN(test_from_graph);
+    RUN(test_calib_file);
+    RUN(test_alloc_failures);
+    return test_summary();
+}
