@@ -203,4 +203,79 @@ OARI_HIDDEN int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in,
                                 const oari_attrs *attrs, const oari_meta *out_meta,
                                 const oar_mesh *mesh, oari_shard_plan *plan);
 
+/* ---- the per-op sharding decisions (rules_table.c; docs/dist_rules.md) ---- */
+
+/* Which rule of rules.c an op follows, or why it replicates. */
+typedef enum oari_rule_kind {
+    OARI_RULE_NONE = 0,     /* no decision: tests/dist/test_dist_rules.c fails on it */
+    OARI_RULE_REPLICATE,    /* replicated by design (the note says why) */
+    OARI_RULE_INPLACE,      /* the in-place path of dist_dispatch.c */
+    OARI_RULE_RESHARD,      /* dist_reshard: its own path */
+    OARI_RULE_POINTWISE,    /* elementwise and broadcast fusion kinds */
+    OARI_RULE_MATMUL,
+    OARI_RULE_REDUCE,       /* a mask of reduced dims: a reduced sharded dim gives Partial */
+    OARI_RULE_ARGREDUCE,    /* one reduced dim (attribute dim_attr, -1: all) */
+    OARI_RULE_MOVEMENT,     /* permute, view, expand, slice: the dim-transform rule */
+    OARI_RULE_ALONG,        /* works along one dim (attribute dim_attr): the others are free */
+    OARI_RULE_LEADING,      /* works on the last two dims: the leading ones are free */
+    OARI_RULE_SPATIAL,      /* pooling, interpolation: batch and channel dims are free */
+    OARI_RULE_ALL_DIMS,     /* every dim of in[0] is free */
+    OARI_RULE_LAST_FREE,    /* every dim but the last is free */
+    OARI_RULE_FLIP,         /* the dims of the mask in attribute 0 are taken */
+    OARI_RULE_ROLL,         /* the dims of the (shift, dim) pairs are taken */
+    OARI_RULE_PAD,          /* the padded trailing dims are taken */
+    OARI_RULE_FFT,          /* the transformed dims are taken */
+    OARI_RULE_LAYER_NORM,   /* the leading, not normalised, dims are free */
+    OARI_RULE_GROUP_NORM,   /* the batch dim is free */
+    OARI_RULE_INDEX_SELECT, /* sharded index, free dims; a vocab-sharded table: rules_vocab.c */
+    OARI_RULE_CONV,         /* batch, output channels, input channels (Partial) */
+    OARI_RULE_CUSTOM,       /* elementwise custom ops: pointwise; others replicate */
+} oari_rule_kind;
+
+/* One op's decision. dim_attr: for ALONG and ARGREDUCE, the attribute
+ * holding the dim. linear: bit i set when the op is linear in input i
+ * jointly with the other set bits, so that Partial(sum) passes through.
+ * vocab: the op has a special path (rules_vocab.c) for its dim sharded. */
+typedef struct oari_dist_rule {
+    oari_rule_kind kind;
+    int dim_attr;
+    unsigned linear;
+    bool vocab;
+    const char *note;       /* one line for docs/dist_rules.md (NULL: the kind's) */
+} oari_dist_rule;
+
+/* The decision for op (never NULL; kind NONE if there is none). The one
+ * place every op's sharding is decided: oari_shard_rule follows it, and
+ * docs/dist_rules.md is generated from it. */
+OARI_HIDDEN oari_dist_rule oari_dist_rule_of(oari_op op);
+/* A short name and a one-line description of a kind. */
+OARI_HIDDEN const char *oari_rule_kind_name(oari_rule_kind k);
+OARI_HIDDEN const char *oari_rule_kind_doc(oari_rule_kind k);
+/* Writes docs/dist_rules.md's text (markdown) into buf (size n): 0, or
+ * OAR_ERR_INVALID if n is too small. */
+OARI_HIDDEN int oari_dist_rules_doc(char *buf, size_t n);
+
+/* Calls that need a local computation of their own, not only placements
+ * (rules_vocab.c): index_select and gather on a table sharded along the
+ * picked dim (vocab-parallel embedding, a vocab-parallel cross-entropy's
+ * pick: each rank looks up its range, masks the rest, Partial(sum)), and
+ * softmax / log_softmax along a sharded dim (the max and the sum of exp
+ * all-reduced, as Megatron does). oari_shard_special fills plan and returns
+ * 1 for such a call, 0 otherwise (oari_shard_rule then decides; it never
+ * returns these plans, so a caller that cannot run them stays correct).
+ * oari_shard_special_run computes the outputs (owned, lout) from the
+ * inputs resharded to plan->in; 0 or the error set. */
+OARI_HIDDEN int oari_shard_special(oari_op op, int n_in, const oari_meta *in,
+                                   oar_placement (*in_p)[OAR_MESH_MAX_DIMS], const oari_attrs *attrs,
+                                   const oari_meta *out_meta, const oar_mesh *mesh, oari_shard_plan *plan);
+OARI_HIDDEN int oari_shard_special_run(oari_op op, int n_in, oar_tensor *const *local, const oari_meta *in,
+                                       const oari_attrs *attrs, oar_mesh *mesh, const oari_shard_plan *plan,
+                                       oar_tensor **lout);
+/* The rule of oari_shard_rule for the kinds whose free dims follow from
+ * metas and attributes (rules.c): fills plan. */
+OARI_HIDDEN void oari_rule_free_dims(const oari_dist_rule *r, oari_op op, int n_in, const oari_meta *in,
+                                     oar_placement (*in_p)[OAR_MESH_MAX_DIMS], const oari_attrs *attrs,
+                                     int n_out, const oari_meta *out_meta, const oar_mesh *mesh,
+                                     oari_shard_plan *plan);
+
 #endif

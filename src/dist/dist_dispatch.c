@@ -137,7 +137,9 @@ static int dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari
         if (in[i]) memcpy(in_meta[i].shape, in[i]->shape, sizeof(int64_t) * (size_t)in[i]->ndim);
     }
     plan.local_attrs = false;
-    int has_rule = oari_shard_rule(op, def, n_in, in_meta, in_p, attrs, c.out, mesh, &plan);
+    /* rules_vocab.c: calls whose local op is not the op (vocab-parallel) */
+    int special = oari_shard_special(op, n_in, in_meta, in_p, attrs, c.out, mesh, &plan);
+    int has_rule = special ? 1 : oari_shard_rule(op, def, n_in, in_meta, in_p, attrs, c.out, mesh, &plan);
     if (has_rule < 0) return OAR_ERR_INVALID;
     if (!has_rule) {
         __atomic_add_fetch(&fallbacks, 1, __ATOMIC_RELAXED);
@@ -165,7 +167,8 @@ static int dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari
     }
     if (!st) {
         oari_no_grad_push();
-        st = oari_dispatch(op, n_in, local, plan.local_attrs ? &plan.attrs : attrs, lout);
+        st = special ? oari_shard_special_run(op, n_in, local, in_meta, attrs, mesh, &plan, lout)
+                     : oari_dispatch(op, n_in, local, plan.local_attrs ? &plan.attrs : attrs, lout);
         oari_no_grad_pop();
     }
     for (int j = 0; j < def->n_out && !st; j++) {

@@ -1,16 +1,22 @@
 /* Sharding rules: for an op call, the placements its inputs must have and
- * those of its outputs. Each mesh dim is decided on its own. Rules exist
- * for pointwise ops (elementwise and broadcast fusion kinds), matmul, sum,
- * softmax/log_softmax, layer_norm and index_select (leading or picked
- * dims pass through), the movement ops permute, view, expand and
- * slice (a dim-transform rule: a sharded dim that passes through whole
- * stays sharded, and shapes in the local op's attributes become local),
- * and custom ops registered as elementwise (the pointwise rule);
- * every other op replicates (the caller's fallback).
+ * those of its outputs. Each mesh dim is decided on its own. Which rule an
+ * op follows is decided in one table (rules_table.c, oari_dist_rule_of):
+ * pointwise ops (elementwise and broadcast fusion kinds), matmul, the
+ * movement ops permute, view, expand and slice (a dim-transform rule: a
+ * sharded dim that passes through whole stays sharded, and shapes in the
+ * local op's attributes become local), layer_norm, index_select,
+ * convolutions (batch, output and input channels), custom ops registered
+ * as elementwise, and the "free dims" rule of every op that works along
+ * some dims and leaves the others independent (reductions, softmax,
+ * cumulative ops, sort, gather/scatter, concat, pad, flip, roll, FFT,
+ * pooling, batched linear algebra); the table names the ops that replicate
+ * by design. Calls that need a local computation of their own
+ * (vocab-parallel lookups, softmax along a sharded dim) are in
+ * rules_vocab.c.
  *
- * The rules are chosen here by fusion kind and op, not stored on the op
- * definitions: one pointwise rule covers every elementwise op, and the
- * ops layer sits below dist (docs/architecture.md, "Layers"). */
+ * The rules are chosen by table and op, not stored on the op definitions:
+ * one pointwise rule covers every elementwise op, and the ops layer sits
+ * below dist (docs/architecture.md, "Layers"). */
 #include "dist.h"
 #include "../ops/custom_op.h" /* elementwise custom ops */
 
@@ -130,29 +136,6 @@ static void matmul_dim(const oari_meta *a, const oari_meta *b, oar_placement pa,
     }
 }
 
-/* ---- sum over a dim mask ------------------------------------------------- */
-
-static void sum_dim(oar_placement p, const oari_attrs *a, int d, oari_shard_plan *plan) {
-    int64_t mask = a->i[0];
-    bool keepdim = a->i[1] != 0;
-    plan->in[0][d] = p;
-    plan->out[0][d] = R();
-    if (is_partial(p, OAR_REDUCE_SUM)) {
-        plan->out[0][d] = p;
-    } else if (p.kind == OAR_PLACEMENT_PARTIAL) {
-        plan->in[0][d] = R();
-    } else if (p.kind == OAR_PLACEMENT_SHARD) {
-        if (mask & (INT64_C(1) << p.dim)) {
-            plan->out[0][d] = oar_partial(OAR_REDUCE_SUM);
-        } else {
-            int k = p.dim;
-            if (!keepdim)
-                for (int i = 0; i < p.dim; i++) k -= (int)((mask >> i) & 1);
-            plan->out[0][d] = oar_shard(k);
-        }
-    }
-}
-
 /* ---- one-input ops whose sharded dims pass through ------------------------ */
 
 /* Where input dim k lands in the output, or -1 if it does not pass whole. */
@@ -167,8 +150,6 @@ static int passes_to(oari_op op, const oari_meta *x, const oari_attrs *a, const 
         return x->shape[k] == out->shape[o] ? o : -1;
     }
     case OARI_OP_slice: case OARI_OP_slice_backward:
-        return k == a->i[0] ? -1 : k;
-    case OARI_OP_softmax: case OARI_OP_log_softmax:
         return k == a->i[0] ? -1 : k;
     case OARI_OP_view: {
         /* the dims before k hold as many elements before and after */
@@ -286,47 +267,231 @@ static void index_select_rule(oar_placement (*in_p)[OAR_MESH_MAX_DIMS], const oa
     }
 }
 
+/* ---- free dims: ops that work along some dims, the others independent ---- */
+
+static uint64_t bit(int64_t k) { return k >= 0 && k < 64 ? UINT64_C(1) << k : 0; }
+
+/* The dims of x (in[0]) along which the op's slices are independent. */
+static uint64_t free_mask(const oari_dist_rule *r, const oari_meta *x, const oari_attrs *a) {
+    const int nd = x->ndim;
+    const uint64_t all = nd > 0 ? (UINT64_C(1) << nd) - 1 : 0, lead2 = nd > 2 ? (UINT64_C(1) << (nd - 2)) - 1 : 0;
+    uint64_t m = all;
+    switch (r->kind) {
+    case OARI_RULE_ALONG: case OARI_RULE_INDEX_SELECT:
+        return a->ni > r->dim_attr ? all & ~bit(a->i[r->dim_attr]) : 0;
+    case OARI_RULE_ARGREDUCE: return a->i[0] < 0 ? 0 : all & ~bit(a->i[0]);
+    case OARI_RULE_REDUCE: return all & ~(uint64_t)a->i[0];
+    case OARI_RULE_LEADING: case OARI_RULE_SPATIAL: return lead2;
+    case OARI_RULE_ALL_DIMS: return all;
+    case OARI_RULE_LAST_FREE: return nd > 0 ? all & ~bit(nd - 1) : 0;
+    case OARI_RULE_FLIP: return all & ~(uint64_t)a->i[0];
+    case OARI_RULE_ROLL:
+        for (int k = 1; k < a->ni; k += 2) m &= ~bit(a->i[k]);
+        return m;
+    case OARI_RULE_PAD:
+        for (int k = 0; k < (a->ni - 1) / 2; k++)
+            if (a->i[1 + 2 * k] || a->i[2 + 2 * k]) m &= ~bit(nd - 1 - k);
+        return m;
+    case OARI_RULE_FFT:
+        for (int k = 0; k < a->i[2] && 3 + k < a->ni; k++) m &= ~bit(a->i[3 + k]);
+        return m;
+    case OARI_RULE_GROUP_NORM: return nd > 0 ? 1 : 0;
+    default: return 0;
+    }
+}
+
+/* Where free dim k of x lands in the outputs. */
+static int free_out_dim(const oari_dist_rule *r, const oari_attrs *a, int k) {
+    if (r->kind == OARI_RULE_REDUCE && !a->i[1]) return k - __builtin_popcountll((uint64_t)a->i[0] & (bit(k) - 1));
+    if (r->kind == OARI_RULE_ARGREDUCE && !a->i[1]) return k - (k > a->i[0]);
+    return k;
+}
+
+/* The Partial a reduction of a sharded dim leaves, or Replicate. */
+static oar_placement reduce_partial(oari_op op) {
+    switch (op) {
+    case OARI_OP_sum: return oar_partial(OAR_REDUCE_SUM);
+    case OARI_OP_prod: return oar_partial(OAR_REDUCE_PROD);
+    case OARI_OP_amax: return oar_partial(OAR_REDUCE_MAX);
+    case OARI_OP_amin: return oar_partial(OAR_REDUCE_MIN);
+    default: return oar_replicate();
+    }
+}
+
+void oari_rule_free_dims(const oari_dist_rule *r, oari_op op, int n_in, const oari_meta *in,
+                         oar_placement (*in_p)[OAR_MESH_MAX_DIMS], const oari_attrs *attrs, int n_out,
+                         const oari_meta *out_meta, const oar_mesh *mesh, oari_shard_plan *plan) {
+    const oari_meta *x = &in[0];
+    const uint64_t free = free_mask(r, x, attrs);
+    bool claimed[OAR_MAX_DIMS] = {false};
+    for (int d = 0; d < mesh->ndim; d++) {
+        for (int i = 0; i < n_in; i++) plan->in[i][d] = R();
+        for (int j = 0; j < n_out; j++) plan->out[j][d] = R();
+        /* Partial: through a reduction of its own kind, or an op linear in it */
+        int n_partial = 0;
+        bool all_sum_linear = true;
+        for (int i = 0; i < n_in; i++) {
+            if (in[i].ndim < 0 || in_p[i][d].kind != OAR_PLACEMENT_PARTIAL) continue;
+            n_partial++;
+            all_sum_linear = all_sum_linear && is_partial(in_p[i][d], OAR_REDUCE_SUM) && ((r->linear >> i) & 1);
+        }
+        if (n_partial) {
+            if (r->kind == OARI_RULE_REDUCE && n_in == 1 && op != OARI_OP_sum) {
+                oar_placement want = reduce_partial(op);
+                if (want.kind == OAR_PLACEMENT_PARTIAL && is_partial(in_p[0][d], want.reduce))
+                    plan->in[0][d] = plan->out[0][d] = want;
+            } else if (all_sum_linear && (r->linear & 1)) {
+                for (int i = 0; i < n_in; i++)
+                    if (in[i].ndim >= 0 && ((r->linear >> i) & 1)) plan->in[i][d] = oar_partial(OAR_REDUCE_SUM);
+                plan->out[0][d] = oar_partial(OAR_REDUCE_SUM);
+            }
+            continue;
+        }
+        /* Shard: the first input of x's rank sharded on a free dim */
+        int k = -1;
+        for (int i = 0; i < n_in && k < 0; i++) {
+            if (in[i].ndim != x->ndim || in_p[i][d].kind != OAR_PLACEMENT_SHARD) continue;
+            int c = in_p[i][d].dim;
+            if (c >= 0 && c < x->ndim && (free & bit(c)) && !claimed[c]) k = c;
+        }
+        if (k < 0) {
+            /* a reduced sharded dim: each rank reduces its part */
+            oar_placement p = in_p[0][d], part = reduce_partial(op);
+            /* (max and min have no identity: an empty chunk, an uneven split's last, is gathered) */
+            int64_t start, last = 1;
+            if (p.kind == OAR_PLACEMENT_SHARD && p.dim < x->ndim)
+                oari_chunk(x->shape[p.dim], mesh->shape[d], mesh->shape[d] - 1, &start, &last);
+            bool empty_ok = last > 0 || op == OARI_OP_sum || op == OARI_OP_prod;
+            if (r->kind == OARI_RULE_REDUCE && p.kind == OAR_PLACEMENT_SHARD && empty_ok &&
+                ((uint64_t)attrs->i[0] & bit(p.dim)) && part.kind == OAR_PLACEMENT_PARTIAL) {
+                plan->in[0][d] = p;
+                plan->out[0][d] = part;
+            }
+            continue;
+        }
+        bool ok = true;
+        for (int i = 0; i < n_in; i++)
+            if (in[i].ndim == x->ndim && in[i].shape[k] != x->shape[k]) ok = false;
+        int o = free_out_dim(r, attrs, k);
+        for (int j = 0; j < n_out; j++)
+            if (o >= out_meta[j].ndim || out_meta[j].shape[o] != x->shape[k]) ok = false;
+        if (!ok) continue;
+        claimed[k] = true;
+        for (int i = 0; i < n_in; i++)
+            if (in[i].ndim == x->ndim) plan->in[i][d] = oar_shard(k);
+        for (int j = 0; j < n_out; j++) plan->out[j][d] = oar_shard(o);
+    }
+}
+
+/* ---- convolutions: batch, output channels, input channels ---------------- */
+
+static void conv_rule(oari_op op, int n_in, const oari_meta *in, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
+                      const oari_attrs *a, const oari_meta *out, const oar_mesh *mesh, oari_shard_plan *plan) {
+    const bool d3 = op == OARI_OP_conv3d || op == OARI_OP_conv_transpose3d || op == OARI_OP_conv3d_weight_grad;
+    const bool wgrad = op == OARI_OP_conv2d_weight_grad || op == OARI_OP_conv3d_weight_grad;
+    const bool transpose = op == OARI_OP_conv_transpose2d || op == OARI_OP_conv_transpose3d;
+    const int sp = d3 ? 3 : 2;
+    /* groups: after stride, padding, (output padding,) dilation; wgrad: after the weight shape too */
+    const int gi = wgrad ? (sp + 2) + 3 * sp : transpose ? 4 * sp : 3 * sp;
+    const bool g1 = gi < a->ni && a->i[gi] == 1;
+    const bool bias = n_in > 2 && in[2].ndim >= 0;
+    const int w_out = transpose ? 1 : 0, w_in = transpose ? 0 : 1; /* the weight's channel dims */
+    for (int d = 0; d < mesh->ndim; d++) {
+        for (int i = 0; i < n_in; i++) plan->in[i][d] = R();
+        plan->out[0][d] = R();
+        if (in[0].ndim < 3 || in[1].ndim < 3) continue;
+        oar_placement p0 = in_p[0][d], p1 = in_p[1][d];
+        bool s0 = p0.kind == OAR_PLACEMENT_SHARD, s1 = p1.kind == OAR_PLACEMENT_SHARD;
+        if (wgrad) { /* x [N, C, ...], gy [N, O, ...] -> gw [O, C/g, ...] */
+            if ((s0 && p0.dim == 0) || (s1 && p1.dim == 0)) {
+                plan->in[0][d] = plan->in[1][d] = oar_shard(0);
+                plan->out[0][d] = oar_partial(OAR_REDUCE_SUM);
+            } else if (g1 && s1 && p1.dim == 1) {
+                plan->in[1][d] = p1;
+                plan->out[0][d] = oar_shard(0);
+            } else if (g1 && s0 && p0.dim == 1) {
+                plan->in[0][d] = p0;
+                plan->out[0][d] = oar_shard(1);
+            } else if (is_partial(p0, OAR_REDUCE_SUM) != is_partial(p1, OAR_REDUCE_SUM) &&
+                       p0.kind != OAR_PLACEMENT_SHARD && p1.kind != OAR_PLACEMENT_SHARD) {
+                plan->in[0][d] = p0.kind == OAR_PLACEMENT_PARTIAL ? p0 : R();
+                plan->in[1][d] = p1.kind == OAR_PLACEMENT_PARTIAL ? p1 : R();
+                if (plan->in[0][d].kind == OAR_PLACEMENT_PARTIAL || plan->in[1][d].kind == OAR_PLACEMENT_PARTIAL)
+                    plan->out[0][d] = oar_partial(OAR_REDUCE_SUM);
+            }
+            continue;
+        }
+        if (s0 && p0.dim == 0) {
+            plan->in[0][d] = plan->out[0][d] = p0;
+        } else if (g1 && s1 && p1.dim == w_out) {
+            plan->in[1][d] = p1;
+            if (bias) plan->in[2][d] = oar_shard(0);
+            plan->out[0][d] = oar_shard(1);
+        } else if (g1 && !bias && ((s0 && p0.dim == 1) || (s1 && p1.dim == w_in))) {
+            plan->in[0][d] = oar_shard(1);
+            plan->in[1][d] = oar_shard(w_in);
+            plan->out[0][d] = oar_partial(OAR_REDUCE_SUM);
+        } else if (!bias && is_partial(p0, OAR_REDUCE_SUM) && p1.kind != OAR_PLACEMENT_PARTIAL) {
+            plan->in[0][d] = plan->out[0][d] = p0; /* linear in x */
+        } else if (!bias && is_partial(p1, OAR_REDUCE_SUM) && p0.kind != OAR_PLACEMENT_PARTIAL) {
+            plan->in[1][d] = plan->out[0][d] = p1; /* linear in w */
+        }
+    }
+    /* the weight gradient names the weight's shape: make its sharded dims local */
+    if (wgrad) {
+        plan->local_attrs = true;
+        plan->attrs = *a;
+        for (int d = 0; d < mesh->ndim; d++) {
+            if (plan->out[0][d].kind != OAR_PLACEMENT_SHARD) continue;
+            int o = plan->out[0][d].dim;
+            int64_t start;
+            oari_chunk(out->shape[o], mesh->shape[d], mesh->coord[d], &start, &plan->attrs.i[o]);
+        }
+    }
+}
+
 int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in, const oari_meta *in,
                     oar_placement (*in_p)[OAR_MESH_MAX_DIMS], const oari_attrs *attrs,
                     const oari_meta *out_meta, const oar_mesh *mesh, oari_shard_plan *plan) {
     const int mesh_ndim = mesh->ndim;
-    if (op == OARI_OP_permute || op == OARI_OP_view || op == OARI_OP_expand || op == OARI_OP_slice ||
-        op == OARI_OP_slice_backward || op == OARI_OP_softmax || op == OARI_OP_log_softmax) {
-        passthrough(op, &in[0], in_p, attrs, &out_meta[0], mesh, plan);
-        return 1;
-    }
-    if (op == OARI_OP_layer_norm) {
-        layer_norm_rule(n_in, in, in_p, attrs, mesh, plan);
-        return 1;
-    }
+    const oari_dist_rule r = oari_dist_rule_of(op);
     claims cl;
     memset(&cl, 0, sizeof cl);
-    if (op == OARI_OP_index_select && in[0].ndim > 0) {
+    switch (r.kind) {
+    case OARI_RULE_MOVEMENT:
+        passthrough(op, &in[0], in_p, attrs, &out_meta[0], mesh, plan);
+        return 1;
+    case OARI_RULE_LAYER_NORM:
+        layer_norm_rule(n_in, in, in_p, attrs, mesh, plan);
+        return 1;
+    case OARI_RULE_INDEX_SELECT:
+        if (in[0].ndim <= 0) return 0;
         index_select_rule(in_p, attrs, mesh, &cl, plan);
         return 1;
-    }
-    if (op == OARI_OP_custom) { /* an elementwise custom op follows its inputs; others replicate */
+    case OARI_RULE_CUSTOM: /* an elementwise custom op follows its inputs; others replicate */
         if (!(oari_custom_flags_of(attrs) & OAR_CUSTOM_ELEMENTWISE)) return 0;
         for (int d = 0; d < mesh_ndim; d++) {
             pointwise_dim(op, n_in, in, in_p, &out_meta[0], d, &cl, plan);
             for (int j = 1; j < def->n_out; j++) plan->out[j][d] = R(); /* the 0-d placeholders */
         }
         return 1;
-    }
-    bool pointwise = (def->fusion == OARI_FUSE_ELEMWISE || def->fusion == OARI_FUSE_BROADCAST) &&
-                     !(def->flags & (OARI_F_VIEW | OARI_F_INPLACE | OARI_F_RANDOM)) && def->n_out == 1;
-    if (pointwise) {
+    case OARI_RULE_POINTWISE:
         for (int d = 0; d < mesh_ndim; d++) pointwise_dim(op, n_in, in, in_p, &out_meta[0], d, &cl, plan);
         return 1;
-    }
-    if (op == OARI_OP_matmul && in[0].ndim >= 2 && in[1].ndim >= 2) {
+    case OARI_RULE_MATMUL:
+        if (in[0].ndim < 2 || in[1].ndim < 2) return 0;
         for (int d = 0; d < mesh_ndim; d++)
             matmul_dim(&in[0], &in[1], in_p[0][d], in_p[1][d], &out_meta[0], d, &cl, plan);
         return 1;
-    }
-    if (op == OARI_OP_sum && in[0].ndim > 0) {
-        for (int d = 0; d < mesh_ndim; d++) sum_dim(in_p[0][d], attrs, d, plan);
+    case OARI_RULE_CONV:
+        conv_rule(op, n_in, in, in_p, attrs, out_meta, mesh, plan);
         return 1;
+    case OARI_RULE_REDUCE: case OARI_RULE_ARGREDUCE: case OARI_RULE_ALONG: case OARI_RULE_LEADING:
+    case OARI_RULE_SPATIAL: case OARI_RULE_ALL_DIMS: case OARI_RULE_LAST_FREE: case OARI_RULE_FLIP:
+    case OARI_RULE_ROLL: case OARI_RULE_PAD: case OARI_RULE_FFT: case OARI_RULE_GROUP_NORM:
+        if (in[0].ndim < 0) return 0;
+        oari_rule_free_dims(&r, op, n_in, in, in_p, attrs, def->n_out, out_meta, mesh, plan);
+        return 1;
+    default: return 0; /* replicate by design, in place, reshard, or no decision */
     }
-    return 0;
 }
