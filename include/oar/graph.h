@@ -30,6 +30,7 @@
 #define OAR_GRAPH_H
 
 #include <oar/autograd.h>
+#include <oar/dist.h>
 #include <oar/nn.h>
 #include <oar/tensor.h>
 #include <stdio.h>
@@ -311,6 +312,71 @@ OAR_API int oar_graph_save(const oar_graph *g, const char *dir);
  * rule disagrees with the recorded shapes, a malformed sub-graph of a
  * cond / while node (named by its node and branch). */
 OAR_API oar_graph *oar_graph_load(const char *dir);
+
+/* ---- static auto parallel (docs/internals/dist.md) ------------------------------
+ * A traced program (forward, oar_graph_append_backward, an optimizer step)
+ * with a few annotated inputs or constants is completed (placements for
+ * every value, from the sharding rules eager dtensors use) and partitioned
+ * into this rank's program: local shapes, and explicit collective nodes
+ * ("dist.all_reduce", "dist.all_gather", "dist.reduce_scatter",
+ * "dist.shard", "dist.reshard") where a consumer needs other placements
+ * than its producer gives. The partitioned graph runs in the executor like
+ * any graph (memory plan, oar_executor_compile); every rank of the mesh
+ * runs its own at once, since the collectives pair up across ranks.
+ *
+ *     oar_graph_annotate(g, "x", mesh, (oar_placement[]){oar_shard(0)});   // data parallel
+ *     oar_graph_complete(g, mesh);
+ *     oar_graph *local = oar_graph_partition(g, mesh);
+ *     oar_executor *ex = oar_executor_new(local);   // fed this rank's shard of x
+ *
+ * Unannotated inputs and constants replicate (an input "prefix:x", such as
+ * AdamW's "adam_m:x", takes the placements of annotated x of its shape);
+ * ops without a sharding rule replicate their inputs and outputs. Where
+ * the placements leave a choice, the one moving fewer bytes is taken: a
+ * Partial value that one consumer needs Replicate is reduced once where it
+ * is made, for all its consumers (a gradient that grad:w returns whole is
+ * not reduced a second time, scaled by lr, for its update). Graph
+ * outputs are made Replicate, except "grad:x" and "next:x" (of x's shape),
+ * which keep input x's placements so that a train step's updates feed back
+ * as this rank's shards. Not handled yet: dynamic dims, control-flow nodes,
+ * random ops (each rank draws for its shard, so results differ from the
+ * unpartitioned graph). Placements are saved with a graph (oar_graph_save),
+ * but mesh ids hold in one process only: annotate a loaded graph again
+ * before completing it. */
+
+/* Places input or constant `name` of g on `mesh` with one placement per
+ * mesh dim (Shard(d) or Replicate; a tensor dim sharded once). 0, or
+ * OAR_ERR_INVALID naming the value (unknown name, a placement the shape
+ * cannot take, Partial, this rank outside the mesh). */
+OAR_API int oar_graph_annotate(oar_graph *g, const char *name, oar_mesh *mesh, const oar_placement *placements);
+/* Gives every value of g placements on `mesh` (oar_graph_print shows them:
+ * `float32[8, 16] [S(0),R]`). Again after a change of the graph or of the
+ * annotations. 0 or an error status: a value annotated on another mesh
+ * (mesh mismatch), dynamic dims or control flow (OAR_ERR_UNSUPPORTED). */
+OAR_API int oar_graph_complete(oar_graph *g, oar_mesh *mesh);
+/* This rank's program of completed graph g (a new graph, the caller frees
+ * it; g unchanged): inputs of local shapes (feed this rank's shards), the
+ * constants sliced, collective nodes inserted, outputs as said above. NULL
+ * with an error: not completed (a value without placements, such as a node
+ * added since), or completed for another mesh. */
+OAR_API oar_graph *oar_graph_partition(const oar_graph *g, oar_mesh *mesh);
+/* The number of collective nodes named `name` ("dist.all_reduce", ...; NULL:
+ * all of them) in g, or a negative status. */
+OAR_API int oar_graph_count_collectives(const oar_graph *g, const char *name);
+/* The placements of input, constant or output `name` into placements[]
+ * (room for OAR_MESH_MAX_DIMS): returns the mesh ndim, 0 when the value has
+ * none (not completed), or a negative status (unknown name). */
+OAR_API int oar_graph_value_placements(const oar_graph *g, const char *name, oar_placement *placements);
+/* Saves this rank's partitioned graph to `dir`/rank<r> (oar_graph_save);
+ * rank 0 writes `dir`/dist_index.json (world size, mesh shape). Collective
+ * over the mesh (which must span the ranks that save): every rank returns
+ * 0 only when all saved. */
+OAR_API int oar_graph_save_dist(const oar_graph *part, const char *dir, oar_mesh *mesh);
+/* Loads this rank's graph saved by oar_graph_save_dist, its collectives
+ * and placements pointed at `mesh`. NULL with an error: a missing or
+ * malformed index, a world of another size than the one that saved, a mesh
+ * of another shape (mesh mismatch), or what oar_graph_load refuses. */
+OAR_API oar_graph *oar_graph_load_dist(const char *dir, oar_mesh *mesh);
 
 #ifdef __cplusplus
 }

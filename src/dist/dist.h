@@ -185,6 +185,31 @@ OARI_HIDDEN void oari_mesh_free_device_comms(oar_mesh *m);
 /* Sums one int64 over mesh dim d. */
 OARI_HIDDEN int oari_sum_i64(int64_t *v, oar_mesh *m, int d);
 
+/* ---- collective nodes of static auto parallel (collective_ops.c) ---------
+ * Custom ops registered on first use (oari_co_register, 0 or the error
+ * set): one local input, one local output. User attributes: mesh id, mesh
+ * ndim (mnd), tensor ndim, the mesh shape (mnd), this rank's coordinates
+ * (mnd), the global shape (ndim), then the source and the target
+ * placements, one packed int per mesh dim each (oari_co_pack). The shape
+ * rule reads the attributes only; the forward checks the mesh against them. */
+typedef enum oari_co_kind {
+    OARI_CO_ALL_REDUCE, OARI_CO_ALL_GATHER, OARI_CO_REDUCE_SCATTER, OARI_CO_SHARD, OARI_CO_RESHARD,
+    OARI_CO_N_KINDS
+} oari_co_kind;
+enum { OARI_CO_MESH, OARI_CO_MNDIM, OARI_CO_NDIM, OARI_CO_MSHAPE };
+#define OARI_CO_NATTR(mnd, ndim) (OARI_CO_MSHAPE + 4 * (mnd) + (ndim))
+OARI_HIDDEN int oari_co_register(void);
+/* The custom registry id of a kind (what attribute 0 of its node holds), or -1 with the error set. */
+OARI_HIDDEN int oari_co_id(oari_co_kind kind);
+/* The kind of a custom registry id, or -1 when it is none of them. */
+OARI_HIDDEN int oari_co_kind_of(int custom_id);
+OARI_HIDDEN const char *oari_co_name(oari_co_kind kind);
+OARI_HIDDEN int64_t oari_co_pack(oar_placement p);
+OARI_HIDDEN oar_placement oari_co_unpack(int64_t v);
+/* The local shape at mesh coordinates coord of a global shape under placements p. */
+OARI_HIDDEN void oari_co_local_shape(int mnd, const int64_t *mshape, const int *coord, const oar_placement *p,
+                                     int ndim, const int64_t *global, int64_t *out);
+
 /* A sharding plan for one op call: the placements each input must have
  * and those of each output. */
 typedef struct oari_shard_plan {

@@ -191,4 +191,7 @@ void oari_dist_install(void) {
     oari_op_install(OARI_OP_dist_reshard, &oari_def_dist_reshard);
     oari_hooks.dist = dist_dispatch;
     oari_hooks.dist_local = oar_dtensor_local;
+    /* static auto parallel's collective nodes (collective_ops.c), so that a
+     * saved partitioned graph loads in any process (on failure: retried on use) */
+    if (oari_co_register()) oar_clear_error();
 }

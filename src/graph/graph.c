@@ -179,6 +179,7 @@ static void free_node(oari_gnode *n) {
 static void free_value(oari_gvalue *v) {
     oar_tensor_release(v->constant);
     oari_strfree(v->name);
+    oari_gdist_free(v->dist);
 }
 
 void oar_graph_free(oar_graph *g) {
@@ -212,8 +213,10 @@ oar_graph *oar_graph_clone(const oar_graph *g) {
         c->values[i] = g->values[i];
         c->values[i].name = NULL;
         c->values[i].constant = NULL;
+        c->values[i].dist = NULL;
         c->n_values++;
         if (g->values[i].name && !(c->values[i].name = oari_strdup(g->values[i].name))) goto fail;
+        if (oari_gdist_dup(g->values[i].dist, &c->values[i].dist)) goto fail;
         c->values[i].constant = oar_tensor_retain(g->values[i].constant);
     }
     for (int i = 0; i < g->n_nodes; i++) {
@@ -407,6 +410,7 @@ static void print_type(const oar_graph *g, const oari_gvalue *v, FILE *f) {
         else fprintf(f, "%lld", (long long)v->shape[d]);
     }
     fputc(']', f);
+    oari_gdist_print(v->dist, f); /* placements, after oar_graph_annotate / complete */
 }
 
 static const char *const sub_labels[2][2] = {{"then", "else"}, {"cond", "body"}};

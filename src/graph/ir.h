@@ -8,6 +8,7 @@
 #include "../ops/custom_op.h" /* oari_gnode_flags */
 #include <oar/graph.h>
 #include <oar/io.h> /* oar_tensor_dict: oari_graph_from_json */
+#include <oar/dist.h> /* oar_placement: a value's dist slot */
 
 #define OARI_MAX_SYMS 8
 #define OARI_GMAX_OUT 16   /* outputs of a node: OARI_MAX_OUT for ops, more for control nodes */
@@ -41,7 +42,7 @@ typedef struct oari_gvalue {
     int producer, out_index;   /* kind NODE: the node and which of its outputs */
     oar_tensor *constant;      /* kind CONST: owned reference */
     char *name;                /* inputs and constants; NULL otherwise */
-    void *dist;                /* slot for a dist attribute (src/dist/); NULL */
+    void *dist;                /* placements (an oari_gdist, owned; dist_static.c), or NULL */
 } oari_gvalue;
 
 /* A node: the op, the attributes it was called with, and value ids.
@@ -200,6 +201,24 @@ OARI_HIDDEN int oari_pass_schedule(oar_graph *g);
 /* autocast's casts (include/oar/amp.h) to bf16 / f16 (passes/amp.c) */
 OARI_HIDDEN int oari_pass_amp(oar_graph *g);
 OARI_HIDDEN int oari_pass_amp_f16(oar_graph *g);
+
+/* ---- static auto parallel (src/graph/dist_static.c) ---------------------- */
+/* What a value's dist slot holds: the mesh (its id in this process and
+ * ndim) and one placement per mesh dim of the global value. Set by
+ * oar_graph_annotate and oar_graph_complete, kept by clone, compact and the
+ * serializer ("dist": [mesh, ndim, (kind, dim, reduce) per mesh dim,
+ * annotated]). */
+typedef struct oari_gdist {
+    int mesh, ndim;
+    oar_placement p[OAR_MESH_MAX_DIMS];
+    bool annotated;   /* set by oar_graph_annotate (completion keeps it), not derived */
+} oari_gdist;
+/* Frees a dist slot (NULL is fine). */
+OARI_HIDDEN void oari_gdist_free(void *d);
+/* A copy of a dist slot into *to (NULL for NULL); 0 or OAR_ERR_NOMEM. */
+OARI_HIDDEN int oari_gdist_dup(const void *d, void **to);
+/* Prints " [S(0),R]" for a value with placements; nothing otherwise. */
+OARI_HIDDEN void oari_gdist_print(const void *d, FILE *f);
 
 /* Memory planner (src/graph/passes/memplan.c): buffers with a size and a
  * live range [first, last] (node indices, inclusive) get offsets (64-byte

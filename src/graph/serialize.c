@@ -121,6 +121,15 @@ static bool body_json(const oar_graph *g, cJSON *root) {
         } else if (ok && gv->name) {
             ok = cJSON_AddStringToObject(o, "name", gv->name) != NULL;
         }
+        if (ok && gv->dist) { /* placements (static auto parallel): mesh, ndim, (kind, dim, reduce)... */
+            const oari_gdist *gd = gv->dist;
+            cJSON *dj = cJSON_AddArrayToObject(o, "dist");
+            ok = dj && push(dj, cJSON_CreateNumber(gd->mesh)) && push(dj, cJSON_CreateNumber(gd->ndim));
+            for (int d = 0; ok && d < gd->ndim; d++)
+                ok = push(dj, cJSON_CreateNumber(gd->p[d].kind)) && push(dj, cJSON_CreateNumber(gd->p[d].dim)) &&
+                     push(dj, cJSON_CreateNumber(gd->p[d].reduce));
+            ok = ok && push(dj, cJSON_CreateNumber(gd->annotated));
+        }
     }
     cJSON *ins = cJSON_AddArrayToObject(root, "inputs");
     for (int i = 0; ok && ins && i < g->n_inputs; i++) ok = push(ins, cJSON_CreateNumber(g->inputs[i]));
@@ -438,6 +447,33 @@ static const char *string(const cJSON *o, const char *key) {
     return cJSON_IsString(s) ? s->valuestring : NULL;
 }
 
+/* A value's "dist" array (placements of static auto parallel), if any, into gv->dist. */
+static int read_dist(loader *L, const cJSON *o, oari_gvalue *gv, const char *what) {
+    const cJSON *dj = cJSON_GetObjectItemCaseSensitive(o, "dist");
+    if (!dj) return 0;
+    int n = cJSON_IsArray(dj) ? cJSON_GetArraySize(dj) : -1;
+    int64_t x[3 + 3 * OAR_MESH_MAX_DIMS];
+    bool ok = n >= 3 && n <= 3 + 3 * OAR_MESH_MAX_DIMS;
+    for (int k = 0; ok && k < n; k++) {
+        const cJSON *e = cJSON_GetArrayItem(dj, k);
+        ok = cJSON_IsNumber(e) && e->valuedouble == (double)(int64_t)e->valuedouble;
+        if (ok) x[k] = (int64_t)e->valuedouble;
+    }
+    ok = ok && x[1] >= 1 && x[1] <= OAR_MESH_MAX_DIMS && n == 3 + 3 * x[1] && (x[n - 1] == 0 || x[n - 1] == 1);
+    for (int d = 0; ok && d < x[1]; d++)
+        ok = x[2 + 3 * d] >= OAR_PLACEMENT_REPLICATE && x[2 + 3 * d] <= OAR_PLACEMENT_PARTIAL &&
+             (x[2 + 3 * d] != OAR_PLACEMENT_SHARD || (x[3 + 3 * d] >= 0 && x[3 + 3 * d] < gv->ndim)) &&
+             x[4 + 3 * d] >= 0 && x[4 + 3 * d] < 16;
+    if (!ok)
+        return fail("%s: %s has a malformed \"dist\" (mesh, ndim, then kind, dim, reduce per mesh dim, "
+                    "annotated)", L->file, what);
+    oari_gdist gd = {.mesh = (int)x[0], .ndim = (int)x[1], .annotated = x[n - 1] == 1};
+    for (int d = 0; d < gd.ndim; d++)
+        gd.p[d] = (oar_placement){.kind = (oar_placement_kind)x[2 + 3 * d], .dim = (int)x[3 + 3 * d],
+                                  .reduce = (oar_reduce_op)x[4 + 3 * d]};
+    return oari_gdist_dup(&gd, &gv->dist);
+}
+
 static int read_values(loader *L, const cJSON *vals, const oar_tensor_dict *w, const char *wfile) {
     oar_graph *g = L->g;
     int i = 0;
@@ -476,6 +512,7 @@ static int read_values(loader *L, const cJSON *vals, const oar_tensor_dict *w, c
         memset(gv->sym, -1, sizeof gv->sym);
         memcpy(gv->sym, sym, (size_t)ndim);
         memcpy(gv->smul, mul, (size_t)ndim * sizeof *mul);
+        if (read_dist(L, o, gv, what)) return -1;
         if (k != OARI_V_NODE && !name) return fail("%s: %s has no name", L->file, what);
         if (name && !(gv->name = oari_strdup(name))) return -1;
         if (k == OARI_V_CONST && L->depth)
