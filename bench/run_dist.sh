@@ -9,12 +9,21 @@
 # of 16 split over the ranks (strong scaling, the default).
 #   bash bench/run_dist.sh [steps] [rounds]
 # With "zero" first, it measures ZeRO instead: bench_zero (an MLP of 1 M
-# f32 parameters, Adam) in plain data parallel, ZeRO-1 and ZeRO-2 on 2 and
-# 4 ranks, each rank's peak tensor bytes and optimizer state against the
-# theoretical 1/N, and the step time; then the PyTorch peer
-# (bench/peer/zero.py: DDP + Adam, DDP + ZeroRedundancyOptimizer, gloo) on
-# the same model and ranks. BUILD names the build folder (default build).
+# f32 parameters, Adam) in plain data parallel, ZeRO-1, ZeRO-2 and ZeRO-3
+# on 2 and 4 ranks, each rank's peak tensor bytes, optimizer state and
+# parameter bytes against their theory (1/N; ZeRO-3's parameters 1/N plus
+# one layer), and the step time; then the PyTorch peer (bench/peer/zero.py:
+# DDP + Adam, DDP + ZeroRedundancyOptimizer, FSDP, gloo; FSDP prints why
+# when it cannot run) on the same model and ranks. BUILD names the build
+# folder (default build).
 #   bash bench/run_dist.sh zero [steps]
+# With "pipeline" first, it measures pipeline parallelism: bench_pipeline
+# (8 blocks Linear 256 x 256 + tanh, a batch of 64, SGD) on 1 rank (the
+# whole model: the baseline), then cut into 2 and 4 stages on 2 and 4 ranks
+# under GPipe and 1F1B for m = 1, 2, 4, 8 micro-batches: each stage's busy
+# time and bubble against (p - 1)/(m + p - 1), and the throughput against
+# 1 rank's. The ranks are oversubscribed where they outnumber the cores.
+#   bash bench/run_dist.sh pipeline [steps]
 set -u
 cd "$(dirname "$0")/.."
 shared=../shared/bench/peer-env.sh
@@ -29,6 +38,18 @@ if [ "${1:-}" = zero ]; then
         for mode in ddp zero1; do
             /usr/bin/python3 bench/peer/zero.py "$np" "$steps" "$mode" || exit 1
         done
+    done
+    exit 0
+fi
+if [ "${1:-}" = pipeline ]; then
+    steps=${2:-10}
+    base=$("${BUILD:-build}/bench_pipeline" "$steps" 1) || exit 1
+    echo "$base"
+    one=$(echo "$base" | awk '/p=1 m=1 /{for (i = 1; i <= NF; i++) if ($i == "samples/s") print $(i - 1)}')
+    for np in 2 4; do
+        mpirun -np "$np" --oversubscribe "${BUILD:-build}/bench_pipeline" "$steps" 1 2 4 8 |
+            awk -v one="$one" '{for (i = 1; i <= NF; i++) if ($i == "samples/s") r = $(i - 1) / one;
+                                print $0 sprintf("  x%.2f of 1 rank", r)}' || exit 1
     done
     exit 0
 fi

@@ -246,10 +246,96 @@ OAR_API int oar_dist_reducer_overlapped(const oar_dist_reducer *r);
 /* Waits for anything still in flight and frees r (NULL: no-op). */
 OAR_API void oar_dist_reducer_free(oar_dist_reducer *r);
 
-/* ---- ZeRO: sharded data parallel (src/optim/zero.c) ---------------------
- * ZeRO stages 1 and 2 (DeepSpeed; PyTorch's ZeroRedundancyOptimizer is
- * stage 1). The parameters, laid flat end to end (in list order, padded
- * with zeros to a multiple of N, the ranks of the data-parallel mesh dim),
+/* ---- pipeline parallel (src/nn/pipeline.c) ------------------------------
+ * The model is a list of modules cut into p contiguous stages (p the size
+ * of mesh axis `axis`; stage s runs modules [s*k, (s+1)*k), k = n / p) and
+ * each rank runs the stage of its coordinate along the axis. A step splits
+ * the batch (dim 0) into m micro-batches and runs forward and backward
+ * over them with a schedule: GPipe (every forward, then every backward;
+ * m activations stashed per stage) or 1F1B (PipeDream-flush, as
+ * Megatron-LM: stage s runs min(p - s - 1, m) forwards, then alternates one
+ * forward and one backward, then drains the backwards; at most p stashed).
+ * A stage's output goes to the next stage by point-to-point messages (a
+ * small header with dtype, shapes and placements, then the data), and the
+ * gradient of its input comes back the same way; every wait has the
+ * deadline (oar_dist_set_timeout), and a neighbour that does not answer
+ * ends the step in an error naming its world rank. The last stage applies
+ * loss_fn to its output and the micro-batch's target; each micro-batch's
+ * loss is scaled by 1/m and differentiated, so the parameters' .grad
+ * accumulate the gradient of the mean of the micro-batch losses (that of
+ * the whole batch for a mean loss of equal micro-batches); the step
+ * returns that mean on every rank.
+ *
+ * Other mesh axes compose: the ranks of one stage form a mesh of the other
+ * axes (oar_pipeline_stage_mesh). Lay the stage's modules out on it with
+ * oar_parallelize (data parallel: all replicated, the batch sharded over
+ * the dp axis; tensor parallel: colwise/rowwise rules over the tp axis),
+ * and pass the batch as a dtensor on stage 0's stage mesh (the target on
+ * the last stage's). Activations are dtensors there, passed shard by shard
+ * between the ranks of equal coordinates on the other axes; after the last
+ * micro-batch, Partial gradients are all-reduced (oar_dist_reduce_grads).
+ * Shards must live on the CPU.
+ *
+ *     oar_mesh *mesh = oar_mesh_create(3, (int64_t[]){2, 2, 2}, NULL, (const char *[]){"dp", "tp", "pp"});
+ *     oar_pipeline *pl = oar_pipeline_new(4, blocks, mesh, 2, 4, OAR_PIPE_1F1B, mse, NULL);
+ *     oar_parallelize(blocks[2 * stage], oar_pipeline_stage_mesh(pl), 1, 2, megatron);  (and 2*stage+1)
+ *     for (...) { oar_optim_zero_grad(opt); oar_pipeline_step(pl, x, y, &loss); oar_optim_step(opt); } */
+typedef enum oar_pipe_schedule {
+    OAR_PIPE_GPIPE = 0,
+    OAR_PIPE_1F1B = 1,
+} oar_pipe_schedule;
+typedef struct oar_pipeline oar_pipeline;
+/* The loss of one micro-batch from the last stage's output and its target
+ * (both dtensors when the stage has a stage mesh): a one-element tensor
+ * (or dtensor), pool-owned, or NULL with the error set. */
+typedef oar_tensor *(*oar_pipe_loss_fn)(oar_tensor *output, oar_tensor *target, void *ctx);
+
+/* A pipeline over `mesh` along mesh axis `axis`, of n_modules modules
+ * (n_modules a multiple of the axis's size p; only this rank's stage's
+ * entries are used, and must be non-NULL; borrowed: they must outlive the
+ * pipeline), m micro-batches per step (1 .. 4096), the schedule, and the
+ * loss. On a mesh of more than one axis it makes every stage's mesh of the
+ * other axes (oar_mesh_create, collective over the world). NULL with the
+ * error set: NULL mesh, modules or loss_fn, a bad axis, a module count
+ * that is not a multiple of p, m out of range, an unknown schedule, this
+ * rank outside the mesh. */
+OAR_API oar_pipeline *oar_pipeline_new(int n_modules, oar_module *const *modules, oar_mesh *mesh, int axis,
+                                       int m, oar_pipe_schedule schedule, oar_pipe_loss_fn loss_fn,
+                                       void *loss_ctx);
+/* One step: forward and backward of the m micro-batches of x (read on
+ * stage 0, ignored elsewhere: may be NULL there) against target (read on
+ * the last stage), accumulating into the stage parameters' .grad (zero them
+ * before, step the optimizer after). x and target are split along dim 0
+ * (a dtensor: its local shard, whose rows must split evenly). *loss (NULL
+ * skips) gets the mean micro-batch loss on every rank. Collective over the
+ * mesh. 0, or a status with oar_last_error() naming the problem on every
+ * rank: first the stages check their inputs together (a missing x or
+ * target, a batch not divisible into m micro-batches, a stage without
+ * modules) and all fail alike; later a failed op, or a neighbour that
+ * timed out (named by world rank). */
+OAR_API int oar_pipeline_step(oar_pipeline *pl, oar_tensor *x, oar_tensor *target, double *loss);
+/* This rank's stage (its coordinate along the axis), or -1 on NULL. */
+OAR_API int oar_pipeline_stage(const oar_pipeline *pl);
+/* The mesh of this stage's ranks over the other axes (borrowed), or NULL
+ * for a pipeline on a 1-d mesh (or NULL pl). */
+OAR_API oar_mesh *oar_pipeline_stage_mesh(const oar_pipeline *pl);
+/* The most micro-batches this stage held stashed (forward done, backward
+ * not yet) at once during the last step: min(p - stage, m) under 1F1B,
+ * m under GPipe. -1 on NULL. */
+OAR_API int oar_pipeline_peak_stash(const oar_pipeline *pl);
+/* Seconds of the last step on this rank: *busy (NULL skips) in the
+ * stage's forward and backward computations, *total (NULL skips) the whole
+ * step; 1 - busy/total is the stage's bubble (idle) fraction. 0, or -1
+ * with the error set on NULL pl. */
+OAR_API int oar_pipeline_times(const oar_pipeline *pl, double *busy, double *total);
+/* Frees pl (NULL: no-op); the modules stay the caller's. */
+OAR_API void oar_pipeline_free(oar_pipeline *pl);
+
+/* ---- ZeRO: sharded data parallel (src/optim/zero.c, src/nn/zero3.c) -----
+ * ZeRO stages 1, 2 and 3 (DeepSpeed; PyTorch's ZeroRedundancyOptimizer is
+ * stage 1, its FSDP stage 3). The parameters, laid flat end to end (in
+ * list order, padded with zeros to a multiple of N, the ranks of the
+ * data-parallel mesh dim),
  * are cut into N equal shards; each rank keeps the optimizer state (Adam's
  * m and v, SGD's momentum...) of its shard only, 1/N of the whole. A step:
  *   stage 1: the gradients are all-reduced (as plain data parallel), each

@@ -997,3 +997,90 @@ int oari_exchange_device(oar_mesh *group, void *comm, oar_device *dev, int n, co
     oari_dist_count_call(OARI_COLL_SEND_RECV);
     return 0;
 }
+
+/* ---- point-to-point messages of the pipeline runner -----------------------
+ * src/nn/pipeline.c passes activations and gradients between neighbouring
+ * stages: each message is started here (a send may be waited for long
+ * after; a receive at once) on the duplicate of MPI_COMM_WORLD that moves
+ * use, with a tag of its own, and waited with the deadline. A message
+ * given up on keeps its buffer alive and its request for
+ * oar_dist_finalize to drain, as a move's. */
+
+int oari_p2p_start(oar_tensor *buf, int peer, bool is_send, int tag, oari_p2p *r) {
+    extern oari_mpi_comm oari_p2p_comm;
+    r->req = NULL;
+    r->buf = NULL;
+    r->peer = peer;
+    if (!oari_p2p_comm) return oari_error(OAR_ERR_STATE, "oari_p2p_start: point-to-point needs oar_dist_init");
+    if (!buf || buf->offset || !oar_tensor_is_contiguous(buf) || device_of(buf) != oari_device_cpu())
+        return oari_error(OAR_ERR_STATE, "oari_p2p_start: internal: a message that is not a whole CPU buffer");
+    if (peer < 0 || peer >= oar_dist_world_size())
+        return oari_error(OAR_ERR_INVALID, "oari_p2p_start: world rank %d out of range", peer);
+    int64_t bytes = buf->numel * (int64_t)oar_dtype_size(buf->dtype);
+    if (bytes > INT_MAX) return oari_error(OAR_ERR_UNSUPPORTED, "point-to-point: a message exceeds 2 GiB");
+    void *p = bytes ? oar_tensor_data(buf) : NULL;
+    int rc = is_send ? oari_mpi->isend(p, (int)bytes, OARI_MPI_BYTE, peer, tag, oari_p2p_comm, &r->req)
+                     : oari_mpi->irecv(p, (int)bytes, OARI_MPI_BYTE, peer, tag, oari_p2p_comm, &r->req);
+    if (rc) return mpi_fail("point-to-point", rc);
+    r->buf = oar_tensor_retain(buf);
+    if (is_send) count(bytes);
+    oari_dist_count_call(OARI_COLL_SEND_RECV);
+    return 0;
+}
+
+void oari_p2p_abandon(int n, oari_p2p *r) {
+    for (int i = 0; i < n; i++) {
+        if (r[i].req) {
+            int done = 0;
+            if (oari_mpi->testall(1, &r[i].req, &done) || !done) {
+                if (n_lost_moves < (int)(sizeof lost_moves / sizeof *lost_moves)) lost_moves[n_lost_moves++] = r[i].req;
+                else peers_lost = true;
+                r[i].req = NULL;
+                /* MPI may still touch the buffer: keep it to oar_dist_finalize */
+                if (r[i].buf && n_abandoned < (int)(sizeof abandoned / sizeof *abandoned))
+                    abandoned[n_abandoned++] = r[i].buf;
+                r[i].buf = NULL; /* (beyond the list's room: left alive, never freed) */
+                continue;
+            }
+        }
+        oar_tensor_release(r[i].buf);
+        r[i].buf = NULL;
+        r[i].req = NULL;
+    }
+}
+
+int oari_p2p_wait(int n, oari_p2p *r, const char *what) {
+    double limit = oar_dist_timeout(), start = now_s();
+    for (long spins = 0;; spins++) {
+        bool all = true;
+        for (int i = 0; i < n; i++) {
+            if (!r[i].req) continue;
+            int done = 0, rc = oari_mpi->testall(1, &r[i].req, &done);
+            if (rc) {
+                oari_p2p_abandon(n, r);
+                return mpi_fail(what, rc);
+            }
+            if (done) {
+                r[i].req = NULL;
+                oar_tensor_release(r[i].buf);
+                r[i].buf = NULL;
+            } else {
+                all = false;
+            }
+        }
+        if (all) return 0;
+        if (spins > 20000) nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+        if ((spins & 255) == 0 && limit > 0 && now_s() - start > limit) break;
+    }
+    char gone[128] = "";
+    size_t len = 0;
+    for (int i = 0; i < n && len + 16 < sizeof gone; i++) {
+        if (!r[i].req) continue;
+        bool seen = false;
+        for (int j = 0; j < i; j++) seen |= r[j].req && r[j].peer == r[i].peer;
+        if (!seen) len += (size_t)snprintf(gone + len, sizeof gone - len, "%s%d", len ? ", " : "", r[i].peer);
+    }
+    oari_p2p_abandon(n, r);
+    return oari_error(OAR_ERR_STATE, "%s: rank %d waited %.0f s for world rank(s) %s (OAR_DIST_TIMEOUT): "
+                      "dead, stopped, or not in the same step", what, oar_dist_rank(), limit, gone);
+}

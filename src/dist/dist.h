@@ -160,6 +160,23 @@ OARI_HIDDEN int oari_exchange(int n, const int *peer, oar_tensor *const *buf, co
  * sends that wait for their receive cannot wait in a cycle. */
 OARI_HIDDEN int oari_exchange_device(oar_mesh *group, void *comm, oar_device *dev, int n, const int *peer,
                                      oar_tensor *const *buf, const bool *is_send);
+/* Point-to-point messages of the pipeline runner (src/nn/pipeline.c), on
+ * the duplicate of MPI_COMM_WORLD that moves use, with the caller's tag.
+ * start posts one non-blocking send or receive of buf (a whole contiguous
+ * CPU tensor, retained until the message completes) to or from world rank
+ * peer; wait waits for n started messages with the deadline
+ * (oar_dist_timeout) and on a timeout fails naming the world ranks whose
+ * messages did not complete, prefixed by `what`; abandon gives up on
+ * messages not complete (their buffers and requests kept for
+ * oar_dist_finalize). Both leave every entry finished (req and buf NULL). */
+typedef struct oari_p2p {
+    oari_mpi_req req;
+    oar_tensor *buf;
+    int peer;
+} oari_p2p;
+OARI_HIDDEN int oari_p2p_start(oar_tensor *buf, int peer, bool is_send, int tag, oari_p2p *r);
+OARI_HIDDEN int oari_p2p_wait(int n, oari_p2p *r, const char *what);
+OARI_HIDDEN void oari_p2p_abandon(int n, oari_p2p *r);
 /* The mesh of the ranks of a and b (sorted by world rank, one mesh dim):
  * made on the first call for a rank set, collectively over exactly those
  * ranks, and kept until oar_dist_finalize. Borrowed; NULL with the error
