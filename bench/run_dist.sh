@@ -32,10 +32,10 @@ export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
 if [ "${1:-}" = zero ]; then
     steps=${2:-10}
     for np in 2 4; do
-        for mode in dp zero1 zero2; do
+        for mode in dp zero1 zero2 zero3; do
             mpirun -np "$np" --oversubscribe "${BUILD:-build}/bench_zero" "$steps" "$mode" || exit 1
         done
-        for mode in ddp zero1; do
+        for mode in ddp zero1 fsdp; do
             /usr/bin/python3 bench/peer/zero.py "$np" "$steps" "$mode" || exit 1
         done
     done

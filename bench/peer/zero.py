@@ -6,9 +6,15 @@ torch.distributed.optim.ZeroRedundancyOptimizer over Adam ("zero1", ZeRO
 stage 1: each rank keeps the state of its share of the parameters, whole
 tensors assigned greedily by size). Prints the median step time on rank 0
 and, per rank, the optimizer state bytes it holds and its peak resident set
-(ru_maxrss; torch has no allocator statistics on the CPU). FSDP (ZeRO-3) in
-torch 1.13 needs CUDA, so it is not run.
-Usage: /usr/bin/python3 bench/peer/zero.py N [steps] [ddp|zero1]"""
+(ru_maxrss; torch has no allocator statistics on the CPU). "fsdp" is
+torch.distributed.fsdp.FullyShardedDataParallel (ZeRO-3, FULL_SHARD, each
+Linear wrapped as a unit, CPU, gloo); where torch.distributed.fsdp cannot be
+imported or run, it prints why on a "not_run" line and exits 0, so that the
+other figures of the same command still come (torch 1.13 under Python 3.11:
+its sharded_tensor metadata dataclass has a mutable default, which 3.11
+refuses at import).
+Usage: /usr/bin/python3 bench/peer/zero.py N [steps] [ddp|zero1|fsdp]"""
+import importlib
 import os
 import resource
 import socket
@@ -41,7 +47,11 @@ def run(rank, world, steps, mode, port):
         layers.append(torch.nn.Linear(WIDTH, WIDTH))
         if i < 3:
             layers.append(torch.nn.Tanh())
-    model = DDP(torch.nn.Sequential(*layers))
+    if mode == "fsdp":
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        model = FSDP(torch.nn.Sequential(*[FSDP(m) if isinstance(m, torch.nn.Linear) else m for m in layers]))
+    else:
+        model = DDP(torch.nn.Sequential(*layers))
     if mode == "zero1":
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
     else:
@@ -69,7 +79,7 @@ def run(rank, world, steps, mode, port):
         full = 2 * numel * 4
         print(f"torch {mode}_np{world}_step_ms {statistics.median(times) * 1e3:.2f} ms")
         for r, v in enumerate(every):
-            theory = full / world if mode == "zero1" else full
+            theory = full / world if mode in ("zero1", "fsdp") else full
             print(f"torch {mode}_np{world}_rank{r} state_MiB {v[0] / mib:.2f} state_theory_MiB {theory / mib:.2f} "
                   f"max_rss_MiB {v[1] / mib:.1f}")
         print(f"# torch {torch.__version__} gloo, {mode}, ranks {world}, {numel} parameters, rank 0's last loss {loss.item():.6f}")
@@ -80,6 +90,13 @@ def main():
     world = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
     mode = sys.argv[3] if len(sys.argv) > 3 else "ddp"
+    if mode == "fsdp":
+        try:
+            importlib.import_module("torch.distributed.fsdp")
+        except Exception as e:  # report, do not fail the command that runs every mode
+            print(f"torch fsdp_np{world} not_run: torch {torch.__version__} on Python {sys.version.split()[0]}: "
+                  f"import torch.distributed.fsdp fails: {type(e).__name__}: {str(e).splitlines()[0]}")
+            return
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

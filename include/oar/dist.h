@@ -350,20 +350,44 @@ OAR_API void oar_pipeline_free(oar_pipeline *pl);
  * (backward keeps summing into .grad locally, no communication) and the
  * k-th communicates once, divides the summed gradient by k and updates, so
  * k micro-batches with mean losses give the step of their whole batch.
- * CPU offload of the state is moot in a CPU-only build (the state already
- * lives in host memory). Stage 3 (parameters sharded too) is not done.
+ * Stage 3 also shards the parameters (FSDP's FULL_SHARD): they are cut
+ * into units, one per module (a layer, a block) as the options group
+ * them, each unit laid flat and padded to N shards of its own. Between
+ * steps a rank keeps only its shard of every unit (the parameters read as
+ * zeros: stride-0 views of one zero); oar_zero_forward all-gathers a
+ * unit's parameters, runs the module without recording and frees them; its
+ * backward gathers them again, recomputes the module with grad on,
+ * differentiates it, reduce-scatters the unit's parameter gradients into
+ * this rank's gradient shard at once (every micro-step) and frees the
+ * parameters. Parameter memory peaks at the shards plus one unit's full
+ * parameters (oar_zero_param_bytes). The parameters' .grad stays unset.
+ * offload_state keeps the optimizer state and a copy of the shard in host
+ * memory and steps there (for shards on a plugin device; on the CPU it
+ * costs one more shard copy and saves nothing).
  *
  *     oar_parallelize(net, mesh, 0, 0, NULL);               (all replicated)
  *     oar_optimizer *adam = oar_adam_new(n, params, &(oar_adam_options){.lr = 1e-3});
  *     oar_zero *z = oar_zero_new(adam, mesh, 0, &(oar_zero_options){.stage = 2});
  *     oar_optim_free(adam);                                (only a template)
- *     for (...) { loss = ...(batch sharded over mesh dim 0); oar_backward(loss, NULL); oar_zero_step(z); } */
+ *     for (...) { loss = ...(batch sharded over mesh dim 0); oar_backward(loss, NULL); oar_zero_step(z); }
+ *
+ * Stage 3, each Linear of [Linear, Tanh, Linear] a unit of 2 parameters:
+ *     z = oar_zero_new(adam, mesh, 0, &(oar_zero_options){.stage = 3, .n_units = 2,
+ *                                                         .unit_params = (int[]){2, 2}});
+ *     h = oar_zero_forward(z, lin1, x); h = oar_module_forward(tanh, h); y = oar_zero_forward(z, lin2, h); */
 typedef struct oar_optimizer oar_optimizer;
 typedef struct oar_zero oar_zero;
 
 typedef struct oar_zero_options {
-    int stage;        /* 1: shard the optimizer state; 2: also the reduced gradients */
+    int stage;        /* 1: shard the optimizer state; 2: also the reduced gradients; 3: also the parameters */
     int accum_steps;  /* micro-steps per update; 0 means 1 */
+    /* stage 3 only: the units, groups of parameters gathered together
+     * (each a module's: oar_zero_forward runs it): unit u is the next
+     * unit_params[u] parameters of the optimizer's list, in its order
+     * (oar_module_parameters' order for that module) */
+    int n_units;
+    const int *unit_params;
+    bool offload_state; /* optimizer state and its step in host memory */
 } oar_zero_options;
 
 /* A ZeRO optimizer over opt's parameters, sharded along mesh dim mesh_dim.
@@ -375,10 +399,13 @@ typedef struct oar_zero_options {
  * (as oar_parallelize leaves them without rules), of one floating dtype.
  * Each rank also keeps its shard of the parameters (a flat copy, 1/N of
  * them). It makes no collective call, but every rank of the mesh dim must
- * make one alike (its steps are collective). NULL with the error set: NULL
- * arguments, a stage other than 1 or 2, accum_steps < 0, a bad mesh dim, a
- * rank outside the mesh, a parameter that is not a replicated dtensor on
- * this mesh, dtypes that differ, an optimizer that already stepped. */
+ * make one alike (its steps are collective). Stage 3 keeps only the
+ * shards: it frees the parameters' values on return. NULL with the error
+ * set: NULL arguments, a stage other than 1, 2 or 3, accum_steps < 0, a bad
+ * mesh dim, a rank outside the mesh, a parameter that is not a replicated
+ * dtensor on this mesh, dtypes that differ, an optimizer that already
+ * stepped; stage 3: no units, unit sizes < 1 or not summing to the
+ * optimizer's parameters, a parameter listed twice. */
 OAR_API oar_zero *oar_zero_new(const oar_optimizer *opt, oar_mesh *mesh, int mesh_dim,
                                const oar_zero_options *o);
 /* One micro-step (see accum_steps): 0 after only counting, 1 after an
@@ -398,10 +425,37 @@ OAR_API oar_optimizer *oar_zero_inner(oar_zero *z);
 OAR_API int64_t oar_zero_state_bytes(const oar_zero *z);
 /* This rank's shard: the elements [*start, *start + length) of the flat
  * parameters, whose padded length (N x length) goes to *total (NULL
- * outputs are skipped). Returns the length (the same on every rank), or
+ * outputs are skipped). Stage 3: the length is the sum of this rank's
+ * shards of the units (each unit padded on its own), *start is the rank's
+ * coordinate times it. Returns the length (the same on every rank), or
  * -1 with the error set on NULL. */
 OAR_API int64_t oar_zero_shard(const oar_zero *z, int64_t *start, int64_t *total);
-/* Frees z (NULL: no-op); releases the parameters and the shard state. */
+/* Stage 3 (src/nn/zero3.c): oar_module_forward(m, x) with m's parameters
+ * (a unit: exactly the parameters of one of z's units, in order)
+ * all-gathered for the call and freed after it; with grad on, one node
+ * whose backward regathers, recomputes and reduce-scatters, as above. A
+ * module without parameters needs no wrapping: call oar_module_forward.
+ * Every rank of the mesh dim must call it for the same units in the same
+ * order, and run backward alike. NULL with the error set: NULL arguments,
+ * z not of stage 3, a module whose parameters are not one of z's units
+ * ("not wrapped"), the module's own error, a peer that timed out.
+ * Collective. */
+OAR_API oar_tensor *oar_zero_forward(oar_zero *z, oar_module *m, oar_tensor *x);
+/* Stage 3: all-gathers every unit's parameters so that they hold their
+ * values (to read, save or evaluate them) until oar_zero_release_params;
+ * a no-op for stages 1 and 2. 0 or -1 with the error set. Collective. */
+OAR_API int oar_zero_gather_params(oar_zero *z);
+/* Stage 3: frees the gathered parameters again (they read as zeros). 0 or
+ * -1 with the error set on NULL; a no-op for stages 1 and 2. */
+OAR_API int oar_zero_release_params(oar_zero *z);
+/* Bytes of parameter values this rank holds now, and (peak, NULL skips)
+ * the most since oar_zero_new: stages 1 and 2, the whole parameters plus
+ * the shard; stage 3, the shards plus the units gathered at the moment.
+ * -1 with the error set on NULL. */
+OAR_API int64_t oar_zero_param_bytes(const oar_zero *z, int64_t *peak);
+/* Frees z (NULL: no-op); releases the parameters and the shard state. At
+ * stage 3 the parameters are left as they are (read as zeros unless
+ * gathered). */
 OAR_API void oar_zero_free(oar_zero *z);
 
 /* ---- distributed checkpoints (src/dist/checkpoint.c) -------------------- */
