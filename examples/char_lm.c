@@ -18,7 +18,10 @@
  * Text: argv[1], else $OAR_TEXT, else bible-kjv.txt. Environment:
  * OAR_EXAMPLE_STEPS (300), OAR_EXAMPLE_BATCH (16), OAR_EXAMPLE_EVAL
  * (validation windows, 128), OAR_EXAMPLE_SAMPLE (characters to generate,
- * 300), OAR_EXAMPLE_LR (2e-3). */
+ * 300), OAR_EXAMPLE_LR (2e-3), OAR_EXAMPLE_AUTOCAST (bf16: the forward
+ * passes and losses, training and validation, run under bf16 autocast,
+ * include/oar/amp.h; bench/amp.sh compares it with f32). */
+#include <oar/amp.h>
 #include <oar/oar.h>
 #include <oar/nn.h>
 #include <oar/optim.h>
@@ -148,12 +151,19 @@ static void windows(const text *t, const int64_t *offs, int64_t b, oar_tensor **
     free(buf);
 }
 
-/* Summed cross entropy of the model on [B, T] windows. */
+/* OAR_EXAMPLE_AUTOCAST: the autocast dtype, or OAR_F32 (none). */
+static oar_dtype autocast = OAR_F32;
+
+/* Summed cross entropy of the model on [B, T] windows (under autocast when
+ * asked: the loss comes out in f32 by autocast's list). */
 static oar_tensor *loss_of(oar_module *m, oar_tensor *x, oar_tensor *y, int64_t vocab,
                            oar_reduction red) {
     int64_t flat[2] = {-1, vocab}, all = -1;
+    if (autocast != OAR_F32 && oar_autocast_push(autocast)) return NULL;
     oar_tensor *logits = oar_reshape(oar_module_forward(m, x), 2, flat);
-    return oar_cross_entropy(logits, oar_reshape(y, 1, &all), NULL, -100, 0.0, red);
+    oar_tensor *loss = oar_cross_entropy(logits, oar_reshape(y, 1, &all), NULL, -100, 0.0, red);
+    if (autocast != OAR_F32) oar_autocast_pop();
+    return loss;
 }
 
 static double lr_at(int64_t step, int64_t steps, double lr_max) {
@@ -177,6 +187,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "char_lm: steps, batch and eval must be positive\n");
         return 1;
     }
+    const char *ac = getenv("OAR_EXAMPLE_AUTOCAST");
+    if (ac && *ac) {
+        if (strcmp(ac, "bf16") && strcmp(ac, "f16")) {
+            fprintf(stderr, "char_lm: OAR_EXAMPLE_AUTOCAST is bf16 or f16, not %s\n", ac);
+            return 1;
+        }
+        autocast = strcmp(ac, "bf16") ? OAR_F16 : OAR_BF16;
+    }
     setvbuf(stdout, NULL, _IOLBF, 0);
     text txt;
     if (text_load(&txt, path)) return 1;
@@ -190,9 +208,10 @@ int main(int argc, char **argv) {
         oar_adamw_new(np, params, &(oar_adam_options){.lr = lr_max, .weight_decay = 0.01});
     if (!opt) return fail("making the optimizer");
     printf("oar char_lm: %lld characters (%d distinct), %lld parameters, %lld steps of %lld x "
-           "%d\n",
+           "%d%s%s\n",
            (long long)txt.n, txt.vocab, (long long)oar_module_num_elements(model), (long long)steps,
-           (long long)batch, T);
+           (long long)batch, T, autocast != OAR_F32 ? ", autocast " : "",
+           autocast != OAR_F32 ? oar_dtype_name(autocast) : "");
 
     uint64_t rng = 1234;
     int64_t *offs = malloc((size_t)(batch > 32 ? batch : 32) * sizeof *offs);

@@ -80,6 +80,9 @@ def main():
     steps, batch = env("OAR_EXAMPLE_STEPS", 300), env("OAR_EXAMPLE_BATCH", 16)
     n_eval, n_sample = env("OAR_EXAMPLE_EVAL", 128), env("OAR_EXAMPLE_SAMPLE", 300)
     lr_max = env("OAR_EXAMPLE_LR", 2e-3)
+    # OAR_EXAMPLE_AUTOCAST=bf16: forward and loss under torch.autocast("cpu", bfloat16)
+    ac = os.environ.get("OAR_EXAMPLE_AUTOCAST", "")
+    cast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=ac == "bf16")
     torch.set_num_threads(env("OAR_EXAMPLE_THREADS", 1))
     data = open(path, "rb").read()
     chars = sorted(set(data))
@@ -101,7 +104,8 @@ def main():
         y = torch.stack([ids[o + 1:o + T + 1] for o in offs])
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr_max)
-        loss = F.cross_entropy(model(x).reshape(-1, len(chars)), y.reshape(-1))
+        with cast():
+            loss = F.cross_entropy(model(x).reshape(-1, len(chars)), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -119,8 +123,9 @@ def main():
             offs = [n_train + j * stride for j in range(k, min(n_eval, k + 32))]
             x = torch.stack([ids[o:o + T] for o in offs])
             y = torch.stack([ids[o + 1:o + T + 1] for o in offs])
-            total += F.cross_entropy(model(x).reshape(-1, len(chars)), y.reshape(-1),
-                                     reduction="sum").item()
+            with cast():
+                total += F.cross_entropy(model(x).reshape(-1, len(chars)), y.reshape(-1),
+                                         reduction="sum").float().item()
         val = total / (n_eval * T)
         ctx = list(b"And God said")
         srng = SplitMix64(99)
