@@ -329,6 +329,11 @@ oar_tensor *oar_detach(oar_tensor *x) {
         if (!oari_error_pending()) oari_error(OAR_ERR_INVALID, "detach: input is NULL");
         return NULL;
     }
+    /* a dtensor has no storage to view: a new dtensor on the same shard,
+     * made by the dist slot's class (dist sits above ops) */
+    void *dist = x->ext[OARI_EXT_DIST];
+    const oari_ext_class *cls = oari_ext_class_of(OARI_EXT_DIST);
+    if (dist && cls->remake) return oari_pool_adopt(cls->remake(dist, x->dtype, x->ndim, x->shape));
     return oari_pool_adopt(oari_tensor_view(x, x->ndim, x->shape, x->strides, x->offset));
 }
 

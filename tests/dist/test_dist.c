@@ -594,6 +594,46 @@ static void check_curve(const char *what, const double *got, const double *want)
     CHECK(want[4] < want[0]); /* it trains */
 }
 
+/* A checkpointed segment on dtensors: out[0] = gelu(x @ w1) @ w2. */
+static int mlp_segment(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
+    (void)ctx, (void)n_in, (void)n_out;
+    out[0] = oar_matmul(oar_gelu(oar_matmul(in[0], in[1]), false), in[2]);
+    return out[0] ? 0 : -1;
+}
+
+/* oar_detach of a dtensor is a dtensor on the same shard (it used to be a
+ * tensor without data), so oar_checkpoint, which detaches its inputs,
+ * recomputes on dtensors: loss and gradients equal the plain run. */
+static void test_detach_checkpoint(void) {
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_pool *pool = oar_pool_push();
+    oar_manual_seed(23);
+    oar_tensor *x = oar_randn(OAR_F64, 2, (int64_t[]){2 * W + 1, 6});
+    oar_tensor *w1 = oar_randn(OAR_F64, 2, (int64_t[]){6, 8}), *w2 = oar_randn(OAR_F64, 2, (int64_t[]){8, 5});
+    oar_tensor *dx = oar_shard_tensor(x, m, (oar_placement[]){oar_shard(0)});
+    CHECK(oar_tensor_set_requires_grad(dx, true) == 0);
+    oar_tensor *d = oar_detach(dx);
+    CHECK(d && oar_tensor_is_dist(d) && !oar_tensor_requires_grad(d));
+    CHECK(d && placement0(d).kind == OAR_PLACEMENT_SHARD && max_diff(oar_unshard(d), x) == 0);
+    oar_tensor *loss[2], *g[2][2];
+    for (int ck = 0; ck < 2; ck++) {
+        oar_tensor *dw[2] = {oar_shard_tensor(w1, m, (oar_placement[]){oar_shard(1)}),
+                             oar_shard_tensor(w2, m, (oar_placement[]){oar_shard(0)})};
+        for (int i = 0; i < 2; i++) CHECK(oar_tensor_set_requires_grad(dw[i], true) == 0);
+        oar_tensor *y = NULL;
+        if (ck) CHECK(oar_checkpoint(mlp_segment, NULL, 3, (oar_tensor *[]){d, dw[0], dw[1]}, 1, &y) == 0);
+        else mlp_segment(NULL, 3, (oar_tensor *[]){d, dw[0], dw[1]}, 1, &y);
+        loss[ck] = y ? oar_sum(oar_tanh(y), 0, NULL, false) : NULL;
+        CHECK(loss[ck] && oar_backward(loss[ck], NULL) == 0);
+        for (int i = 0; i < 2; i++) g[ck][i] = oar_tensor_grad(dw[i]);
+    }
+    CHECK(loss[0] && loss[1] && max_diff(oar_unshard(loss[1]), oar_unshard(loss[0])) < 1e-12);
+    for (int i = 0; i < 2; i++)
+        CHECK(g[0][i] && g[1][i] && max_diff(oar_unshard(g[1][i]), oar_unshard(g[0][i])) < 1e-12);
+    oar_pool_pop(pool);
+    oar_mesh_release(m);
+}
+
 static void test_train(void) {
     oar_pool *pool = oar_pool_push();
     oar_manual_seed(123);
@@ -842,6 +882,7 @@ int main(int argc, char **argv) {
     RUN(test_ops);
     RUN(test_custom_ops);
     RUN(test_autograd);
+    RUN(test_detach_checkpoint);
     RUN(test_train);
     RUN(test_train_transformer);
     RUN(test_errors);
