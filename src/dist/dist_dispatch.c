@@ -125,6 +125,24 @@ static int dist_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari
     c.kernel_dtype = n_in ? in[0]->dtype : OAR_F32;
     int st = def->infer(&c);
     if (st) return st;
+    /* Inputs the shape rule wants in another dtype (fft of a real input)
+     * are cast first, as plain dispatch does: the casts are recorded, so
+     * the gradient rule sees the dtypes it was written for. */
+    if (!(def->flags & OARI_F_VIEW)) {
+        oar_tensor *cin[OARI_MAX_IN] = {0};
+        int n_cast = 0;
+        for (int i = 0; i < n_in && !st; i++) {
+            cin[i] = in[i];
+            if (!in[i] || in[i]->dtype == c.in_dtype[i]) continue;
+            oari_attrs ca = {.ni = 1, .i = {c.in_dtype[i]}};
+            cin[i] = NULL;
+            if (!(st = oari_dispatch(OARI_OP_cast, 1, &in[i], &ca, &cin[i]))) n_cast++;
+        }
+        if (n_cast && !st) st = dist_dispatch(op, n_in, cin, attrs, out);
+        for (int i = 0; i < n_in && n_cast; i++)
+            if (cin[i] != in[i]) oar_tensor_release(cin[i]);
+        if (n_cast || st) return st;
+    }
 
     static _Thread_local oar_placement in_p[OARI_MAX_IN][OAR_MESH_MAX_DIMS];
     static _Thread_local oari_shard_plan plan;

@@ -4,6 +4,7 @@
  * against the same computation on the global value. Runs on any number of
  * ranks (CTest runs it alone and under mpirun with 2 and 4). */
 #include "test.h"
+#include <oar/fft.h>
 
 #include <oar/dist.h>
 #include <time.h>
@@ -634,6 +635,25 @@ static void test_detach_checkpoint(void) {
     oar_mesh_release(m);
 }
 
+/* An op whose shape rule casts an input (fft of a real tensor): the cast
+ * is recorded on the dtensor, so backward gets a real gradient. */
+static void test_cast_inputs(void) {
+    oar_mesh *m = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
+    oar_pool *pool = oar_pool_push();
+    oar_manual_seed(25);
+    oar_tensor *x = oar_randn(OAR_F64, 2, (int64_t[]){2 * W + 1, 8});
+    oar_tensor *px = oar_clone(x), *dx = oar_shard_tensor(x, m, (oar_placement[]){oar_shard(0)});
+    CHECK(oar_tensor_set_requires_grad(px, true) == 0 && oar_tensor_set_requires_grad(dx, true) == 0);
+    oar_tensor *ref = oar_sum(oar_abs(oar_fft_fft(px, -1, 1, NULL)), 0, NULL, false);
+    oar_tensor *got = oar_sum(oar_abs(oar_fft_fft(dx, -1, 1, NULL)), 0, NULL, false);
+    CHECK(ref && got && oar_backward(ref, NULL) == 0 && oar_backward(got, NULL) == 0);
+    CHECK(got && ref && max_diff(oar_unshard(got), ref) < 1e-10);
+    oar_tensor *g = oar_tensor_grad(dx);
+    CHECK(g && oar_tensor_dtype(g) == OAR_F64 && max_diff(oar_unshard(g), oar_tensor_grad(px)) < 1e-10);
+    oar_pool_pop(pool);
+    oar_mesh_release(m);
+}
+
 static void test_train(void) {
     oar_pool *pool = oar_pool_push();
     oar_manual_seed(123);
@@ -883,6 +903,7 @@ int main(int argc, char **argv) {
     RUN(test_custom_ops);
     RUN(test_autograd);
     RUN(test_detach_checkpoint);
+    RUN(test_cast_inputs);
     RUN(test_train);
     RUN(test_train_transformer);
     RUN(test_errors);
