@@ -58,6 +58,65 @@ static void test_half_conversions(void) {
     oar_tensor_release(b);
 }
 
+/* The bf16 casts take a vectorised loop on contiguous runs and the generic
+ * one on strided runs (src/backends/cpu/cpu_misc.c): both must round to
+ * nearest even and keep NaNs quiet, bit for bit the scalar rule below, on
+ * every bf16 pattern with the low halves that decide the rounding. */
+static uint16_t bf16_round_ref(uint32_t u) {
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    uint32_t lo = u & 0xffffu, hi = u >> 16;
+    if (lo > 0x8000u || (lo == 0x8000u && (hi & 1u))) hi++;
+    return (uint16_t)hi;
+}
+
+static void test_bf16_cast_paths(void) {
+    oar_pool *p = oar_pool_push();
+    static const uint32_t lows[] = {0, 1, 0x7fff, 0x8000, 0x8001, 0xffff};
+    enum { NL = sizeof lows / sizeof lows[0], N = 65536 * NL };
+    uint32_t *bits = malloc(sizeof(uint32_t) * N * 2);
+    uint16_t *got = malloc(sizeof(uint16_t) * N * 2);
+    float *back = malloc(sizeof(float) * N);
+    CHECK(bits && got && back);
+    for (int64_t i = 0; i < N; i++) bits[2 * i] = bits[2 * i + 1] = ((uint32_t)(i / NL) << 16) | lows[i % NL];
+    int64_t n2 = 2 * N, n = N;
+    oar_tensor *wide = oar_tensor_from_data(bits, OAR_F32, 1, &n2);
+    oar_tensor *dense = oar_contiguous(oar_slice(wide, 0, 0, n2, 2));
+    oar_tensor *strided = oar_slice(wide, 0, 1, n2, 2); /* (stride 2: the generic loop) */
+    int bad = 0;
+    CHECK(oar_tensor_to_host(oar_cast(dense, OAR_BF16), got, sizeof(uint16_t) * N) == 0);
+    CHECK(oar_tensor_to_host(oar_cast(strided, OAR_BF16), got + N, sizeof(uint16_t) * N) == 0);
+    for (int64_t i = 0; i < N; i++) {
+        uint16_t want = bf16_round_ref(bits[2 * i]);
+        bad += got[i] != want || got[N + i] != want;
+    }
+    CHECK(bad == 0);
+    /* bf16 -> f32 is exact: every pattern back to its 32-bit form, dense and strided */
+    for (int64_t i = 0; i < N; i++) got[i] = (uint16_t)(i / NL);
+    oar_tensor *h = oar_tensor_from_data(got, OAR_BF16, 1, &n);
+    CHECK(oar_tensor_to_host(oar_cast(h, OAR_F32), back, sizeof(float) * N) == 0);
+    oar_tensor *hs = oar_cast(oar_slice(h, 0, 0, n, NL), OAR_F32);
+    float *back_s = malloc(sizeof(float) * 65536);
+    CHECK(back_s && oar_tensor_to_host(hs, back_s, sizeof(float) * 65536) == 0);
+    bad = 0;
+    for (int64_t i = 0; i < N; i++) {
+        uint32_t u;
+        memcpy(&u, &back[i], sizeof u);
+        bad += u != (uint32_t)(i / NL) << 16;
+        if (i % NL == 0) {
+            memcpy(&u, &back_s[i / NL], sizeof u);
+            bad += u != (uint32_t)(i / NL) << 16;
+        }
+    }
+    CHECK(bad == 0);
+    oar_tensor_release(wide);
+    oar_tensor_release(h);
+    free(bits);
+    free(got);
+    free(back);
+    free(back_s);
+    oar_pool_pop(p);
+}
+
 static void test_creation(void) {
     oar_pool *p = oar_pool_push();
     int64_t shape[2] = {2, 2};
@@ -316,6 +375,7 @@ int main(void) {
     RUN(test_dtypes);
     RUN(test_from_data_roundtrip);
     RUN(test_half_conversions);
+    RUN(test_bf16_cast_paths);
     RUN(test_creation);
     RUN(test_bad_input);
     RUN(test_pools);
