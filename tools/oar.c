@@ -23,6 +23,7 @@
 #include <oar/graph.h>
 #include <oar/infer.h>
 #include <oar/onnx.h> /* onnx branch: .onnx files */
+#include <oar/quant.h>
 
 #include <errno.h>
 #include <limits.h>
@@ -88,6 +89,8 @@ static const char usage_text[] =
     "  oar plot   LOG... [-o OUT.svg|OUT.html] [--metric NAME]...\n"
     "  oar devices                       devices, loaded plugins, plugins that failed and why\n"
     "  oar plan   MODEL --devices N [--mem 80G] [--batch B] ...   choose a parallel strategy\n"
+    "  oar quantize MODEL OUT --calib X.npy [--calib ...] [--method minmax|percentile|entropy]\n"
+    "                   [--per-tensor]       post-training int8 quantization into a model folder\n"
     "  oar --version                     the version of oar\n"
     "\n"
     "MODEL is a saved-model folder (written by oar_graph_save) or an .onnx file.\n"
@@ -131,6 +134,25 @@ static const char run_help[] =
     "\n"
     "example:\n"
     "  oar run demo-out/fashion-cnn --input x.npy --output y.npy\n"
+    "\n" EXIT_TEXT;
+
+static const char quantize_help[] =
+    "usage: oar quantize MODEL OUT --calib X.npy [--calib ...] [--method minmax|percentile|entropy]\n"
+    "                    [--per-tensor]\n"
+    "\n"
+    "Post-training quantization: loads MODEL (a saved-model folder or an .onnx file) with one\n"
+    "input, runs the inference passes (batch norm folds into the convolutions), calibrates\n"
+    "the activations on the --calib batches (each .npy file is one batch of the input), turns\n"
+    "every Linear / matmul by a constant weight and every conv2d into an int8 product\n"
+    "(oar_graph_quantize: uint8 activations, int8 weights per output channel) and saves the\n"
+    "model to the folder OUT, which `oar run`, `oar bench` and the predictor serve.\n"
+    "\n"
+    "  --calib X.npy    a calibration batch (NumPy .npy, the model input's dtype and shape)\n"
+    "  --method M       activation ranges: minmax (default), percentile (99.99), entropy\n"
+    "  --per-tensor     one weight scale per layer instead of one per output channel\n"
+    "\n"
+    "example:\n"
+    "  oar quantize demo-out/fashion-cnn cnn-int8 --calib calib.npy --method entropy\n"
     "\n" EXIT_TEXT;
 
 static const char bench_help[] =
@@ -662,6 +684,70 @@ static int cmd_plot(int argc, char **argv) {
     return rc;
 }
 
+/* ---- quantize ------------------------------------------------------------------------ */
+
+static int cmd_quantize(int argc, char **argv) {
+    if (wants_help(argc, argv, quantize_help)) return CLI_OK;
+    const char *model = NULL, *out = NULL, *calib[MAX_IO], *v;
+    int n_calib = 0, m;
+    oar_calib_method method = OAR_CALIB_MINMAX;
+    bool per_tensor = false, opts = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (opts && !strcmp(a, "--")) opts = false;
+        else if (opts && !strcmp(a, "--per-tensor")) per_tensor = true;
+        else if (opts && (m = opt_value("quantize", argc, argv, &i, "--calib", NULL, "a .npy file", &v))) {
+            if (m < 0) return CLI_USAGE;
+            if (!cli_ends_with(v, ".npy")) return cli_usage_error("quantize", "--calib", "expected a .npy file, got '%s'", v);
+            if (n_calib == MAX_IO) return cli_usage_error("quantize", "--calib", "more than %d", MAX_IO);
+            calib[n_calib++] = v;
+        } else if (opts && (m = opt_value("quantize", argc, argv, &i, "--method", NULL,
+                                          "minmax, percentile or entropy", &v))) {
+            if (m < 0) return CLI_USAGE;
+            if (!strcmp(v, "minmax")) method = OAR_CALIB_MINMAX;
+            else if (!strcmp(v, "percentile")) method = OAR_CALIB_PERCENTILE;
+            else if (!strcmp(v, "entropy")) method = OAR_CALIB_ENTROPY;
+            else return cli_usage_error("quantize", "--method", "expected minmax, percentile or entropy, got '%s'", v);
+        } else if (opts && is_option(a)) return unknown_option("quantize", a);
+        else if (!model) model = a;
+        else if (!out) out = a;
+        else return extra_argument("quantize", a, "MODEL and OUT");
+    }
+    int rc = check_model("quantize", model);
+    if (rc) return rc;
+    if (!out) return cli_usage_error("quantize", "OUT", "missing (the folder the quantized model is saved to)");
+    if (!n_calib) return cli_usage_error("quantize", "--calib", "missing (one .npy file per calibration batch)");
+    oar_graph *g = load_graph(model);
+    if (!g) return fail("quantize");
+    oar_tensor *batches[MAX_IO] = {0};
+    if (oar_graph_num_inputs(g) != 1) {
+        rc = cli_usage_error("quantize", "MODEL", "takes %d inputs; quantize calibrates models with one input",
+                             oar_graph_num_inputs(g));
+        goto done;
+    }
+    for (int b = 0; b < n_calib; b++)
+        if (!(batches[b] = oar_npy_load(calib[b]))) {
+            rc = fail("quantize");
+            goto done;
+        }
+    oar_quantize_config cfg = {.n_batches = n_calib, .batches = batches, .method = method,
+                               .per_tensor_weights = per_tensor};
+    int n;
+    if (oar_graph_optimize(g, OAR_PASSES_INFERENCE, 0) < 0 || (n = oar_graph_quantize(g, &cfg)) < 0 ||
+        oar_graph_save(g, out)) {
+        rc = fail("quantize");
+        goto done;
+    }
+    if (!n) cli_note("quantize", "no layer qualified (a matmul by a constant weight, or a conv2d); saved as it was");
+    printf("%d layer%s quantized to int8 (%s, %s weights), calibrated on %d batch%s; saved to %s\n", n,
+           n == 1 ? "" : "s", method == OAR_CALIB_MINMAX ? "min-max" : method == OAR_CALIB_PERCENTILE ? "percentile" : "entropy",
+           per_tensor ? "per-tensor" : "per-channel", n_calib, n_calib == 1 ? "" : "es", out);
+done:
+    for (int b = 0; b < n_calib; b++) oar_tensor_release(batches[b]);
+    oar_graph_free(g);
+    return rc;
+}
+
 /* ---- main ---------------------------------------------------------------------------- */
 
 /* `oar plan` (tools/plan.c): the automatic parallel strategy */
@@ -673,6 +759,7 @@ static const command commands[] = {
     {"graph", cmd_graph, graph_help},    {"export", cmd_export, export_help}, {"plot", cmd_plot, plot_help},
     {"devices", cmd_devices, devices_help},
     {"plan", cli_plan, cli_plan_help}, /* tools/plan.c */
+    {"quantize", cmd_quantize, quantize_help},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof *commands)
 
@@ -683,7 +770,7 @@ static const command *find_command(const char *name) {
 }
 
 static int unknown_command(const char *name) {
-    return cli_usage_error(NULL, name, "unknown %s; the commands are info, run, bench, graph, export, plot, devices, plan",
+    return cli_usage_error(NULL, name, "unknown %s; the commands are info, run, bench, graph, export, plot, devices, plan, quantize",
                            is_option(name) ? "option" : "command");
 }
 

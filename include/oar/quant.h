@@ -15,6 +15,7 @@
 #ifndef OAR_QUANT_H
 #define OAR_QUANT_H
 
+#include <oar/graph.h>
 #include <oar/tensor.h>
 
 #ifdef __cplusplus
@@ -85,6 +86,34 @@ OAR_API int oar_quant_params(double lo, double hi, oar_dtype dtype, bool symmetr
  * column). 0, or a status with the error set for NULL arguments, a
  * non-float or 0-d w, an axis out of range, or a NaN or infinite weight. */
 OAR_API int oar_quantize_weight(oar_tensor *w, int axis, oar_tensor **wq, oar_tensor **scales);
+
+/* Post-training quantization of a graph (a saved model from
+ * oar_graph_load, or a traced one), in place. Every top-level matmul(x, W)
+ * with x f32 of 2 or more dims and W a 2-D float constant (or the permute
+ * [1, 0] of one: a traced Linear), and every conv2d(x, W, b) with W a 4-D
+ * float constant, becomes quantize(x) to uint8 -> the int8 product
+ * (oar_qmatmul / oar_qconv2d on the VNNI kernels) -> f32 times x's scale
+ * and W's, plus the conv's bias. W is symmetric int8 per output channel
+ * (per tensor with per_tensor_weights); x's scale and zero point come from
+ * the range `method` calibrates over the batches (asymmetric uint8,
+ * oar_quant_params; an x never negative in calibration, a relu's output,
+ * gets [0, t] from a histogram method's [-t, t]); each distinct x is
+ * observed once. The rest of the graph is untouched. Save the result with
+ * oar_graph_save and serve it with a predictor (the int8 predictor path;
+ * `oar quantize` does both). Returns the number of layers quantized (0:
+ * none qualified, the graph unchanged), or a status with the error set for
+ * NULL arguments, no batches or a NULL batch tensor, a bad method or
+ * percentile (as oar_calib_observer_new), or a batch the graph cannot run
+ * or that holds NaN or infinity (the graph unchanged then). */
+typedef struct oar_quantize_config {
+    int n_batches;                /* calibration batches, at least 1 */
+    oar_tensor *const *batches;   /* n_batches x the graph's inputs, batch by batch */
+    oar_calib_method method;      /* activation ranges (OAR_CALIB_MINMAX: 0) */
+    double percentile;            /* PERCENTILE: as oar_calib_observer_new (0: 99.99) */
+    int bins;                     /* PERCENTILE, ENTROPY: histogram bins (0: 2048) */
+    bool per_tensor_weights;      /* one weight scale per layer, not per channel */
+} oar_quantize_config;
+OAR_API int oar_graph_quantize(oar_graph *g, const oar_quantize_config *cfg);
 
 #ifdef __cplusplus
 }

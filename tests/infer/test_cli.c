@@ -201,6 +201,57 @@ static void test_cli(void) {
     oar_module_free(m);
 }
 
+/* oar quantize: the saved MLP (two Linear layers) to int8, served by
+ * `oar run` within quantization error of the f32 model; then its usage
+ * errors and failures. */
+static void test_quantize(void) {
+    oar_pool *p = oar_pool_push();
+    oar_module *m = make_mlp();
+    oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 8}, .dim_names = {"N"}};
+    oar_graph *g = oar_trace_module(m, &s);
+    char model[64], q[64], cp[64], xp[64], yp[64], args[1024];
+    snprintf(model, sizeof model, "%s/qsrc", dir);
+    snprintf(q, sizeof q, "%s/qout", dir);
+    snprintf(cp, sizeof cp, "%s/calib.npy", dir);
+    snprintf(xp, sizeof xp, "%s/qx.npy", dir);
+    snprintf(yp, sizeof yp, "%s/qy.npy", dir);
+    CHECK(oar_graph_save(g, model) == 0);
+    oar_graph_free(g);
+    oar_manual_seed(3);
+    oar_tensor *calib = oar_randn(OAR_F32, 2, (int64_t[]){64, 8}), *x = oar_randn(OAR_F32, 2, (int64_t[]){5, 8});
+    CHECK(oar_npy_save(cp, calib) == 0 && oar_npy_save(xp, x) == 0);
+    snprintf(args, sizeof args, "quantize %s %s --calib %s --calib %s --method entropy", model, q, cp, cp);
+    expect(args, 0, "layers quantized to int8 (entropy, per-channel weights), calibrated on 2 batches", NULL, NULL);
+    oar_graph *gq = oar_graph_load(q);
+    CHECK(gq && oar_graph_count_op(gq, "qmatmul") > 0 && oar_graph_count_op(gq, "matmul") == 0);
+    oar_graph_free(gq);
+    snprintf(args, sizeof args, "run %s --input %s --output %s", q, xp, yp);
+    expect(args, 0, "y: float32 [5, 4]", NULL, NULL);
+    oar_tensor *y = oar_npy_load(yp), *want = oar_module_forward(m, x);
+    double mag = oar_tensor_item(oar_amax(oar_abs(want), 0, NULL, false));
+    CHECK(y && max_diff(y, want) > 0 && max_diff(y, want) < 0.05 * mag); /* int8, and close */
+    oar_tensor_release(y);
+    /* usage errors, then failures */
+    snprintf(args, sizeof args, "quantize %s", model);
+    expect_usage(args, "quantize", "OUT: missing", NULL);
+    snprintf(args, sizeof args, "quantize %s %s", model, q);
+    expect_usage(args, "quantize", "--calib: missing", NULL);
+    snprintf(args, sizeof args, "quantize %s %s --calib x.txt", model, q);
+    expect_usage(args, "quantize", "--calib: expected a .npy file", NULL);
+    snprintf(args, sizeof args, "quantize %s %s --calib %s --method kl", model, q, cp);
+    expect_usage(args, "quantize", "--method: expected minmax, percentile or entropy, got 'kl'", NULL);
+    snprintf(args, sizeof args, "quantize %s %s --calib %s extra", model, q, cp);
+    expect_usage(args, "quantize", "extra: unexpected argument", NULL);
+    snprintf(args, sizeof args, "quantize %s %s --calib /nonexistent.npy", model, q);
+    expect(args, 1, "oar quantize: ", "/nonexistent.npy", NULL);
+    oar_tensor *wrong = oar_randn(OAR_F32, 2, (int64_t[]){4, 9});
+    CHECK(oar_npy_save(cp, wrong) == 0);
+    snprintf(args, sizeof args, "quantize %s %s --calib %s", model, q, cp);
+    expect(args, 1, "oar quantize: graph_quantize: calibration batch 0", NULL, NULL);
+    oar_module_free(m);
+    oar_pool_pop(p);
+}
+
 /* Issue 27: forged models (a constant's kind "input", a symbol's trace
  * size 0) made oar info and oar run (compiled and not) die of SIGSEGV and
  * SIGFPE; now each exits 1 with the loader's message. */
@@ -669,6 +720,7 @@ int main(void) {
         return 1;
     }
     RUN(test_cli);
+    RUN(test_quantize);
     RUN(test_forged);
     RUN(test_errors);
     RUN(test_help_version);
