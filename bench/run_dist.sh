@@ -12,11 +12,14 @@
 # f32 parameters, Adam) in plain data parallel, ZeRO-1, ZeRO-2 and ZeRO-3
 # on 2 and 4 ranks, each rank's peak tensor bytes, optimizer state and
 # parameter bytes against their theory (1/N; ZeRO-3's parameters 1/N plus
-# one layer), and the step time; then the PyTorch peer (bench/peer/zero.py:
-# DDP + Adam, DDP + ZeroRedundancyOptimizer, FSDP, gloo; FSDP prints why
-# when it cannot run) on the same model and ranks. BUILD names the build
-# folder (default build).
-#   bash bench/run_dist.sh zero [steps]
+# one layer), and the step time; each followed by its PyTorch peer
+# (bench/peer/zero.py, gloo) on the same model and ranks: dp by DDP + Adam,
+# zero1 by DDP + ZeroRedundancyOptimizer, zero2 by FSDP SHARD_GRAD_OP,
+# zero3 by FSDP FULL_SHARD (FSDP2's fully_shard on the CPU; the peer prints
+# why when it cannot run), and the oar / torch step-time ratio. The peer's
+# Python is OAR_PEER_PYTHON (default /usr/bin/python3; FSDP needs torch 2).
+# BUILD names the build folder (default build).
+#   OAR_PEER_PYTHON=/path/to/python bash bench/run_dist.sh zero [steps]
 # With "pipeline" first, it measures pipeline parallelism: bench_pipeline
 # (8 blocks Linear 256 x 256 + tanh, a batch of 64, SGD) on 1 rank (the
 # whole model: the baseline), then cut into 2 and 4 stages on 2 and 4 ranks
@@ -24,6 +27,15 @@
 # time and bubble against (p - 1)/(m + p - 1), and the throughput against
 # 1 rank's. The ranks are oversubscribed where they outnumber the cores.
 #   bash bench/run_dist.sh pipeline [steps]
+# With "gpt" first, it trains the GPT-style transformer of
+# tests/dist/test_dist_gpt.c at the issue's size (4 layers, d 256, 8 heads,
+# vocab 256, 16 sequences of 32 tokens, SGD with momentum, f32) for `steps`
+# steps (20) under every strategy (dp, tp, pp GPipe and 1F1B, zero1-3, dp x
+# tp, dp x pp, tp x pp, dp x tp x pp) on 1, 2, 4 and 8 ranks, and prints for
+# each the largest relative loss difference against one process (trained on
+# rank 0 in the same run) and the step times. Ranks beyond the cores are
+# oversubscribed. Exits non-zero if a difference exceeds 1e-5.
+#   bash bench/run_dist.sh gpt [steps]
 set -u
 cd "$(dirname "$0")/.."
 shared=../shared/bench/peer-env.sh
@@ -31,15 +43,34 @@ shared=../shared/bench/peer-env.sh
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ "${1:-}" = zero ]; then
     steps=${2:-10}
+    py=${OAR_PEER_PYTHON:-/usr/bin/python3}
+    ms() { echo "$1" | awk '$2 ~ /_step_ms$/ {print $3}'; }
     for np in 2 4; do
-        for mode in dp zero1 zero2 zero3; do
-            mpirun -np "$np" --oversubscribe "${BUILD:-build}/bench_zero" "$steps" "$mode" || exit 1
-        done
-        for mode in ddp zero1 fsdp; do
-            /usr/bin/python3 bench/peer/zero.py "$np" "$steps" "$mode" || exit 1
+        for pair in "dp ddp" "zero1 zero1" "zero2 fsdp_grad_op" "zero3 fsdp"; do
+            read -r om tm <<< "$pair"
+            o=$(mpirun -np "$np" --oversubscribe "${BUILD:-build}/bench_zero" "$steps" "$om") || exit 1
+            t=$("$py" bench/peer/zero.py "$np" "$steps" "$tm" 2>/dev/null) || exit 1
+            echo "$o"
+            echo "$t"
+            a=$(ms "$o") b=$(ms "$t")
+            [ -n "$a" ] && [ -n "$b" ] &&
+                awk -v a="$a" -v b="$b" -v o="$om" -v t="$tm" -v n="$np" \
+                    'BEGIN {printf "ratio np%d step time oar %s / torch %s: %.2f\n", n, o, t, a / b}'
         done
     done
     exit 0
+fi
+if [ "${1:-}" = gpt ]; then
+    steps=${2:-20}
+    rc=0
+    for s in dp tp pp zero1 zero2 zero3 dp_tp dp_pp tp_pp dp_tp_pp; do
+        for np in 1 2 4 8; do
+            out=$(mpirun -np "$np" --oversubscribe "${BUILD:-build}/test_dist_gpt" "$s" --bench --layers 4 \
+                --d 256 --heads 8 --vocab 256 --seq 32 --batch 16 --steps "$steps" 2>&1) || rc=1
+            echo "$out" | grep -v ' passed, 0 failed$'
+        done
+    done
+    exit $rc
 fi
 if [ "${1:-}" = pipeline ]; then
     steps=${2:-10}
