@@ -5,8 +5,10 @@
 #include "../core/save.h"
 #include "../io/json.h"
 
+#include <oar/autograd.h>
 #include <oar/dist.h>
 #include <oar/ops.h>
+#include <oar/optim.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -25,22 +27,46 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The median of `reps` timings of op(a, b) (the result released at once). */
-static double time_op(oar_tensor *(*op)(oar_tensor *, oar_tensor *), oar_tensor *a, oar_tensor *b, int reps) {
-    double t[16];
-    if (reps > 16) reps = 16;
-    oar_tensor *w = op(a, b); /* warm-up: caches, threads */
-    if (!w) return -1;
-    oar_tensor_release(w);
-    for (int i = 0; i < reps; i++) {
-        double t0 = now();
-        oar_tensor *y = op(a, b);
-        t[i] = now() - t0;
-        if (!y) return -1;
-        oar_tensor_release(y);
+/* Seconds per call of fn(ctx) (0 or a failure status): the median over 3
+ * windows of at least 20 ms each (calls repeated until then; one warm-up
+ * call first). Windows as long as a training step's parts, not single
+ * calls, so that on a machine shared with other processes the rates carry
+ * the same share of the cores as the steps they predict: a call of 100 us
+ * mostly runs inside one time slice and would look uncontended. < 0 on
+ * failure. Local: ranks may make different numbers of calls. */
+static double time_windows(int (*fn)(void *ctx), void *ctx) {
+    if (fn(ctx)) return -1;
+    double t[3];
+    for (int w = 0; w < 3; w++) {
+        double t0 = now(), dt;
+        int calls = 0;
+        do {
+            if (fn(ctx)) return -1;
+            calls++;
+        } while ((dt = now() - t0) < 0.02);
+        t[w] = dt / calls;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_d);
-    return t[reps / 2];
+    qsort(t, 3, sizeof *t, cmp_d);
+    return t[1];
+}
+
+typedef struct op_call {
+    oar_tensor *(*op)(oar_tensor *, oar_tensor *);
+    oar_tensor *a, *b;
+} op_call;
+
+static int run_op(void *ctx) {
+    op_call *c = ctx;
+    oar_tensor *y = c->op(c->a, c->b);
+    if (!y) return oari_fail_status();
+    oar_tensor_release(y);
+    return 0;
+}
+
+/* Seconds per call of op(a, b), the result released at once. */
+static double time_op(oar_tensor *(*op)(oar_tensor *, oar_tensor *), oar_tensor *a, oar_tensor *b) {
+    op_call c = {op, a, b};
+    return time_windows(run_op, &c);
 }
 
 /* One all-reduce of n floats over the world mesh, timed; < 0 on failure. */
@@ -107,6 +133,56 @@ static double time_step_overhead(oar_mesh *mesh, int world) {
     return res;
 }
 
+const double oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES] = {4, 8, 16, 32, 64, 128, 256, 512};
+
+/* The three GEMMs of a linear layer's training step, as the matmul
+ * gradient rule makes them (src/ops/linalg.c): y = x W^T, dx = g W,
+ * dW = (g^T x)^T stored transposed; x and g [s, 512], W [512, 512]. */
+typedef struct gemm_triple {
+    oar_tensor *x, *g, *W;
+} gemm_triple;
+
+static int run_gemm_triple(void *ctx) {
+    gemm_triple *c = ctx;
+    oar_pool *p = oar_pool_push();
+    if (!p) return oari_fail_status();
+    oar_tensor *y = oar_matmul(c->x, oar_transpose(c->W, 0, 1));
+    oar_tensor *dx = oar_matmul(c->g, c->W);
+    oar_tensor *dw = oar_matmul(oar_transpose(c->g, 0, 1), c->x);
+    oar_pool_pop(p);
+    return y && dx && dw ? 0 : oari_fail_status();
+}
+
+/* Seconds per triple at rows s; < 0 on failure. */
+static double time_gemm_triple(int64_t s) {
+    const int64_t w = 512, xs[2] = {s, w}, ws[2] = {w, w};
+    oar_pool *pool = oar_pool_push();
+    if (!pool) return -1;
+    gemm_triple c = {oar_randn(OAR_F32, 2, xs), oar_randn(OAR_F32, 2, xs), oar_randn(OAR_F32, 2, ws)};
+    double res = c.x && c.g && c.W ? time_windows(run_gemm_triple, &c) : -1;
+    oar_pool_pop(pool);
+    return res;
+}
+
+static int run_optim_step(void *ctx) { return oar_optim_step(ctx); }
+
+/* Seconds per parameter element of one Adam step (oar_optim_step) over a
+ * parameter of 2^20 elements with a dense gradient. < 0 on failure. */
+static double time_adam_per_elem(void) {
+    const int64_t n = 1 << 20;
+    double res = -1;
+    oar_pool *pool = oar_pool_push();
+    if (!pool) return -1;
+    oar_tensor *p = oar_randn(OAR_F32, 1, &n), *c = oar_randn(OAR_F32, 1, &n);
+    oar_optimizer *opt = NULL;
+    if (p && c && !oar_tensor_set_requires_grad(p, true) && !oar_backward(oar_sum(oar_mul(p, c), 0, NULL, false), NULL))
+        opt = oar_adam_new(1, &p, &(oar_adam_options){.lr = 1e-6});
+    if (opt) res = time_windows(run_optim_step, opt) / (double)n;
+    oar_optim_free(opt);
+    oar_pool_pop(pool);
+    return res;
+}
+
 int oar_plan_calibrate(oar_plan_calib *out) {
     if (!out) return oari_null_arg("oar_plan_calibrate", "out");
     memset(out, 0, sizeof *out);
@@ -118,9 +194,9 @@ int oar_plan_calibrate(oar_plan_calib *out) {
     oar_tensor *x = oar_randn(OAR_F32, 1, &big), *y = oar_randn(OAR_F32, 1, &big);
     oar_tensor *s = oar_ones(OAR_F32, 1, &tiny), *u = oar_ones(OAR_F32, 1, &tiny);
     if (!a || !b || !x || !y || !s || !u) st = oari_fail_status();
-    double tm = st ? -1 : time_op(oar_matmul, a, b, 9);
-    double te = st ? -1 : time_op(oar_add, x, y, 9);
-    double to = st ? -1 : time_op(oar_add, s, u, 15);
+    double tm = st ? -1 : time_op(oar_matmul, a, b);
+    double te = st ? -1 : time_op(oar_add, x, y);
+    double to = st ? -1 : time_op(oar_add, s, u);
     oar_tensor *ts[] = {a, b, x, y, s, u};
     for (int i = 0; i < 6; i++) oar_tensor_release(ts[i]);
     if (st) return st;
@@ -131,6 +207,15 @@ int oar_plan_calibrate(oar_plan_calib *out) {
     double tstep = time_step_overhead(NULL, 1);
     if (tstep <= 0) return oari_fail_status();
     if (tstep > out->op_overhead) out->op_overhead = tstep;
+    /* GEMM rates by smallest dimension, and Adam's step per element */
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) {
+        int64_t d = (int64_t)oar_plan_gemm_dims[i];
+        double tg = time_gemm_triple(d);
+        if (tg <= 0) return oari_fail_status();
+        out->gemm_rate[i] = 3 * 2.0 * (double)d * 512 * 512 / tg;
+    }
+    out->optim_time = time_adam_per_elem();
+    if (out->optim_time <= 0) return oari_fail_status();
     /* MPI all-reduce at several sizes: least squares t = a0 + bytes * b0 */
     int world = oar_dist_world_size();
     if (world > 1) {
@@ -156,18 +241,21 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         }
         /* every rank must plan alike: the mean of the ranks' figures */
         if (!st) {
-            double v[5] = {out->matmul_flops, out->ew_bw, out->op_overhead, a0, b0};
-            const int64_t five = 5;
-            oar_tensor *loc = oar_tensor_from_data(v, OAR_F64, 1, &five);
+            enum { NV = 6 + OAR_PLAN_GEMM_CLASSES };
+            double v[NV] = {out->matmul_flops, out->ew_bw, out->op_overhead, a0, b0, out->optim_time};
+            for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) v[6 + i] = out->gemm_rate[i];
+            const int64_t nv = NV;
+            oar_tensor *loc = oar_tensor_from_data(v, OAR_F64, 1, &nv);
             oar_placement part = oar_partial(OAR_REDUCE_SUM), rep = oar_replicate();
-            oar_tensor *d = loc ? oar_dtensor_from_local(loc, mesh, &part, &five) : NULL;
+            oar_tensor *d = loc ? oar_dtensor_from_local(loc, mesh, &part, &nv) : NULL;
             oar_tensor *sum = d ? oar_reshard(d, mesh, &rep) : NULL;
             oar_tensor *lsum = sum ? oar_dtensor_local(sum) : NULL;
             if (!lsum) st = oari_fail_status();
             else {
                 const double *p = oar_tensor_data(lsum);
                 out->matmul_flops = p[0] / world, out->ew_bw = p[1] / world, out->op_overhead = p[2] / world;
-                a0 = p[3] / world, b0 = p[4] / world;
+                a0 = p[3] / world, b0 = p[4] / world, out->optim_time = p[5] / world;
+                for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) out->gemm_rate[i] = p[6 + i] / world;
             }
             oar_tensor_release(sum);
             oar_tensor_release(d);
@@ -192,7 +280,9 @@ int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devi
     *out = (oar_cluster){.n_devices = n_devices, .devices_per_node = n_devices > 0 ? n_devices : 1,
                          .mem_bytes = mem_bytes, .flops = c->matmul_flops, .mem_bw = c->ew_bw,
                          .intra_bw = 1.0 / c->beta, .intra_lat = c->alpha, .inter_bw = 1.0 / c->beta,
-                         .inter_lat = c->alpha, .op_overhead = c->op_overhead};
+                         .inter_lat = c->alpha, .op_overhead = c->op_overhead,
+                         .optim_time_per_param = c->optim_time};
+    memcpy(out->gemm_rate, c->gemm_rate, sizeof out->gemm_rate);
     return oar_cluster_check(out);
 }
 
@@ -210,10 +300,20 @@ int oar_plan_calib_save(const oar_plan_calib *c, const char *path) {
     if (!path) return oari_null_arg("oar_plan_calib_save", "path");
     oari_json_init();
     cJSON *root = cJSON_CreateObject();
-    bool ok = root && cJSON_AddStringToObject(root, "format", "oar-plan-calibration-1");
+    bool ok = root && cJSON_AddStringToObject(root, "format", "oar-plan-calibration-2");
     oar_plan_calib cc = *c;
     for (int i = 0; ok && i < 5; i++) ok = cJSON_AddNumberToObject(root, calib_keys[i], *calib_field(&cc, i));
     ok = ok && cJSON_AddNumberToObject(root, "ranks", c->ranks);
+    /* the measured extras, when measured (0: not) */
+    if (ok && c->optim_time > 0) ok = cJSON_AddNumberToObject(root, "optim_time", c->optim_time);
+    if (ok && c->gemm_rate[0] > 0) {
+        cJSON *dims = cJSON_CreateDoubleArray(oar_plan_gemm_dims, OAR_PLAN_GEMM_CLASSES);
+        ok = dims && cJSON_AddItemToObject(root, "gemm_dims", dims);
+        if (!ok) cJSON_Delete(dims);
+        cJSON *rates = ok ? cJSON_CreateDoubleArray(c->gemm_rate, OAR_PLAN_GEMM_CLASSES) : NULL;
+        ok = rates && cJSON_AddItemToObject(root, "gemm_rates", rates);
+        if (!ok) cJSON_Delete(rates);
+    }
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text) return oari_nomem("oar_plan_calib_save: JSON");
@@ -249,8 +349,10 @@ int oar_plan_calib_load(oar_plan_calib *c, const char *path) {
     }
     int st = 0;
     cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "oar-plan-calibration-1"))
-        st = oari_error(OAR_ERR_IO, "%s: %s: format is not \"oar-plan-calibration-1\"", fn, path);
+    int version = !cJSON_IsString(fmt) ? 0 : !strcmp(fmt->valuestring, "oar-plan-calibration-1") ? 1
+                : !strcmp(fmt->valuestring, "oar-plan-calibration-2") ? 2 : 0;
+    if (!version)
+        st = oari_error(OAR_ERR_IO, "%s: %s: format is not \"oar-plan-calibration-2\" (or -1)", fn, path);
     oar_plan_calib got = {0};
     for (int i = 0; !st && i < 5; i++) {
         cJSON *v = cJSON_GetObjectItemCaseSensitive(root, calib_keys[i]);
@@ -263,7 +365,32 @@ int oar_plan_calib_load(oar_plan_calib *c, const char *path) {
     cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "ranks");
     if (!st && (!cJSON_IsNumber(r) || r->valuedouble < 1 || r->valuedouble > 1e6))
         st = oari_error(OAR_ERR_IO, "%s: %s: \"ranks\" is missing or not a count", fn, path);
-    if (!st) got.ranks = (int)r->valuedouble, *c = got;
+    if (!st) got.ranks = (int)r->valuedouble;
+    /* version 2, optional (absent: not measured, left 0; version 1 files have neither): Adam's
+     * time per element and the GEMM rates by smallest dimension */
+    cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optim_time");
+    cJSON *dims = cJSON_GetObjectItemCaseSensitive(root, "gemm_dims");
+    cJSON *rates = cJSON_GetObjectItemCaseSensitive(root, "gemm_rates");
+    if (!st && version >= 2 && o) {
+        if (!cJSON_IsNumber(o) || !isfinite(o->valuedouble) || o->valuedouble <= 0)
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"optim_time\" is not a positive number", fn, path);
+        else got.optim_time = o->valuedouble;
+    }
+    if (!st && version >= 2 && (dims || rates)) {
+        if (!cJSON_IsArray(dims) || !cJSON_IsArray(rates) ||
+            cJSON_GetArraySize(dims) != OAR_PLAN_GEMM_CLASSES || cJSON_GetArraySize(rates) != OAR_PLAN_GEMM_CLASSES)
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"gemm_dims\" and \"gemm_rates\" must be arrays of %d numbers", fn,
+                            path, OAR_PLAN_GEMM_CLASSES);
+        for (int i = 0; !st && i < OAR_PLAN_GEMM_CLASSES; i++) {
+            cJSON *d = cJSON_GetArrayItem(dims, i), *v = cJSON_GetArrayItem(rates, i);
+            if (!cJSON_IsNumber(d) || d->valuedouble != oar_plan_gemm_dims[i])
+                st = oari_error(OAR_ERR_IO, "%s: %s: gemm_dims[%d] is not %g", fn, path, i, oar_plan_gemm_dims[i]);
+            else if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
+                st = oari_error(OAR_ERR_IO, "%s: %s: gemm_rates[%d] is not a positive number", fn, path, i);
+            else got.gemm_rate[i] = v->valuedouble;
+        }
+    }
+    if (!st) *c = got;
     cJSON_Delete(root);
     return st;
 }
