@@ -161,10 +161,35 @@ static int layout_for(const oar_plan_model *pm, const oar_cluster *c, int64_t B,
             lo->n_rules++;
         }
     }
+    /* the first matching rule wins: the longest (most specific) patterns first */
+    for (int i = 0; i < lo->n_rules; i++)
+        for (int j = i + 1; j < lo->n_rules; j++)
+            if (strlen(lo->pat[j]) > strlen(lo->pat[i])) {
+                char tp[48];
+                memcpy(tp, lo->pat[i], sizeof tp), memcpy(lo->pat[i], lo->pat[j], sizeof tp), memcpy(lo->pat[j], tp, sizeof tp);
+                oar_parallel_style st = lo->rules[i].style;
+                lo->rules[i].style = lo->rules[j].style, lo->rules[j].style = st;
+            }
+    for (int i = 0; i < lo->n_rules; i++) lo->rules[i].pattern = lo->pat[i];
     /* children no layer record names (parameterless: relu) follow the child before them */
     for (int ch = 0; ch < n_children(kind); ch++)
         if (lo->child_stage[ch] < 0) lo->child_stage[ch] = ch ? lo->child_stage[ch - 1] : 0;
     return 0;
+}
+
+/* The rules and the stage split as text ("0.* col, 2.* row", "stages 0 0 0 0 1"). */
+static const char *layout_str(const oar_plan_config *k, const run_layout *lo, int kind, char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; k->tp > 1 && i < lo->n_rules && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s %s", i ? ", " : "", lo->pat[i],
+                               lo->rules[i].style == OAR_PARALLEL_COLWISE ? "col" : "row");
+    if (k->pp > 1 && at < cap) {
+        at += (size_t)snprintf(buf + at, cap - at, "children's stages");
+        for (int ch = 0; ch < n_children(kind) && at < cap; ch++)
+            at += (size_t)snprintf(buf + at, cap - at, " %d", lo->child_stage[ch]);
+    }
+    return buf;
 }
 
 static double median(double *t, int n) {
@@ -364,21 +389,39 @@ static const char *plan_str(const oar_plan_config *k, char *buf, size_t cap) {
     return buf;
 }
 
+static void print_calib(const oar_plan_calib *cal, const char *what) {
+    printf("%s: GEMM %.3g FLOP/s (384^3), elementwise %.3g B/s, op %.3g s, Adam %.3g s per element, all-reduce "
+           "alpha %.3g s beta %.3g s/B; training GEMMs by smallest dim:", what, cal->matmul_flops, cal->ew_bw,
+           cal->op_overhead, cal->optim_time, cal->alpha, cal->beta);
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) printf(" %g: %.3g", oar_plan_gemm_dims[i], cal->gemm_rate[i]);
+    printf("\n");
+}
+
+/* The mean of n calibrations, field by field. */
+static oar_plan_calib calib_mean(const oar_plan_calib *c, int n) {
+    oar_plan_calib m = {.ranks = c[0].ranks};
+    for (int r = 0; r < n; r++) {
+        m.matmul_flops += c[r].matmul_flops / n, m.ew_bw += c[r].ew_bw / n, m.op_overhead += c[r].op_overhead / n;
+        m.alpha += c[r].alpha / n, m.beta += c[r].beta / n, m.optim_time += c[r].optim_time / n;
+        for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) m.gemm_rate[i] += c[r].gemm_rate[i] / n;
+    }
+    return m;
+}
+
+#define MAXR 9
+
+/* For each model: the plan set and their layouts (from a first calibration), then ROUNDS
+ * rounds of (calibrate, measure every plan), so that a load that comes and goes on a shared
+ * machine falls on the calibration and on every plan alike; the prediction uses the rounds'
+ * mean calibration, the measured time is the median over rounds of each round's median step. */
 static int measure_all(int argc, char **argv) {
     if (oar_dist_init(&argc, &argv)) return fprintf(stderr, "%s\n", oar_last_error()), 1;
     int W = oar_dist_world_size(), me = oar_dist_rank();
     const char *only = getenv("BENCH_PLAN_MODEL"); /* "mlp" or "transformer": one model only */
-    oar_plan_calib cal;
-    if (oar_plan_calibrate(&cal)) return fprintf(stderr, "calibrate: %s\n", oar_last_error()), 1;
-    oar_cluster c;
-    if (W > 1 && oar_cluster_from_calib(&c, &cal, W, 8e9)) return fprintf(stderr, "%s\n", oar_last_error()), 1;
-    if (me == 0) {
-        printf("calibration at %d ranks: GEMM %.3g FLOP/s (384^3), elementwise %.3g B/s, op %.3g s, Adam %.3g s "
-               "per element, all-reduce alpha %.3g s beta %.3g s/B\n  training GEMM FLOP/s by smallest dim:", W,
-               cal.matmul_flops, cal.ew_bw, cal.op_overhead, cal.optim_time, cal.alpha, cal.beta);
-        for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) printf(" %g: %.3g", oar_plan_gemm_dims[i], cal.gemm_rate[i]);
-        printf("\n");
-    }
+    const char *re = getenv("BENCH_PLAN_ROUNDS");
+    int R = re ? atoi(re) : 3;
+    if (R < 1 || R > MAXR) return fprintf(stderr, "BENCH_PLAN_ROUNDS: 1..%d\n", MAXR), 1;
+    if (W < 2) return fprintf(stderr, "measure: run under mpirun with 2 or more ranks\n"), 1;
     for (int kind = MLP; kind <= TRANSFORMER; kind++) {
         if (only && strcmp(only, kind == MLP ? "mlp" : "transformer")) continue;
         /* the planner's model: the traced forward at the global batch */
@@ -393,51 +436,88 @@ static int measure_all(int argc, char **argv) {
         oar_module_free(mod);
         if (!pm) return fprintf(stderr, "model: %s\n", oar_last_error()), 1;
         const int64_t B = model_batch(kind);
-        /* the planner's choice among what oar runs, up to 8 micro-batches: measured too */
+        oar_plan_calib cal[MAXR + 1];
+        oar_cluster c;
+        if (oar_plan_calibrate(&cal[MAXR]) || oar_cluster_from_calib(&c, &cal[MAXR], W, 8e9))
+            return fprintf(stderr, "calibrate: %s\n", oar_last_error()), 1;
+        /* the plan set, with the planner's choice among what oar runs (up to 8 micro-batches) */
         oar_plan_result *r = oar_plan_parallel(pm, &c, &(oar_plan_options){.global_batch = B, .runnable_only = true,
                                                                             .max_micro_batches = 8});
         if (!r) return fprintf(stderr, "plan: %s\n", oar_last_error()), 1;
         oar_plan_config want[MAXP], plans[MAXP];
-        int nw = plan_set(W, want), n = 0, chosen = -1;
+        run_layout lay[MAXP];
+        int nw = plan_set(W, want), n = 0;
         want[nw++] = *oar_plan_result_config(r, 0, NULL);
-        double pred[MAXP], meas[MAXP], loss[MAXP];
-        oar_plan_estimate est[MAXP];
+        oar_plan_result_free(r);
         char buf[96], why[256];
         for (int i = 0; i < nw; i++) {
             bool dup = false;
-            for (int j = 0; j < n && !dup; j++)
-                if (same_plan(&plans[j], &want[i])) dup = true, chosen = i == nw - 1 ? j : chosen;
+            for (int j = 0; j < n && !dup; j++) dup = same_plan(&plans[j], &want[i]);
             if (dup) continue;
             oar_plan_estimate e;
-            run_layout lo;
             if (oar_plan_estimate_config(pm, &c, B, &want[i], &e)) {
                 if (me == 0) printf("  (%s not measured: %s)\n", plan_str(&want[i], buf, sizeof buf), oar_last_error());
                 continue;
             }
-            if (layout_for(pm, &c, B, &want[i], kind, &lo, why, sizeof why)) {
+            if (layout_for(pm, &c, B, &want[i], kind, &lay[n], why, sizeof why)) {
                 if (me == 0) printf("  (%s not measured: %s)\n", plan_str(&want[i], buf, sizeof buf), why);
                 continue;
             }
-            plans[n] = want[i];
-            pred[n] = e.step_time;
-            est[n] = e;
-            meas[n] = measure(kind, &want[i], &lo, &loss[n]);
-            if (i == nw - 1) chosen = n;
-            n++;
+            plans[n++] = want[i];
+        }
+        double mr[MAXR][MAXP], loss[MAXP];
+        for (int round = 0; round < R; round++) {
+            if (oar_plan_calibrate(&cal[round])) return fprintf(stderr, "calibrate: %s\n", oar_last_error()), 1;
+            for (int i = 0; i < n; i++) mr[round][i] = measure(kind, &plans[i], &lay[i], &loss[i]);
+        }
+        /* predictions from the rounds' mean calibration; the planner's choice again from it */
+        oar_plan_calib mean = calib_mean(cal, R);
+        if (oar_cluster_from_calib(&c, &mean, W, 8e9)) return fprintf(stderr, "%s\n", oar_last_error()), 1;
+        r = oar_plan_parallel(pm, &c, &(oar_plan_options){.global_batch = B, .runnable_only = true,
+                                                         .max_micro_batches = 8});
+        if (!r) return fprintf(stderr, "plan: %s\n", oar_last_error()), 1;
+        const oar_plan_config *ch = oar_plan_result_config(r, 0, NULL);
+        double pred[MAXP], meas[MAXP];
+        oar_plan_estimate est[MAXP];
+        bool moved[MAXP];
+        int chosen = -1;
+        for (int i = 0; i < n; i++) {
+            if (oar_plan_estimate_config(pm, &c, B, &plans[i], &est[i])) return fprintf(stderr, "%s\n", oar_last_error()), 1;
+            pred[i] = est[i].step_time;
+            double v[MAXR];
+            for (int k = 0; k < R; k++) v[k] = mr[k][i];
+            meas[i] = median(v, R);
+            run_layout now_lo;
+            moved[i] = layout_for(pm, &c, B, &plans[i], kind, &now_lo, why, sizeof why) ||
+                       memcmp(now_lo.child_stage, lay[i].child_stage, sizeof now_lo.child_stage) ||
+                       now_lo.n_rules != lay[i].n_rules;
+            for (int k = 0; !moved[i] && k < now_lo.n_rules; k++)
+                moved[i] = strcmp(now_lo.pat[k], lay[i].pat[k]) || now_lo.rules[k].style != lay[i].rules[k].style;
+            if (same_plan(ch, &plans[i])) chosen = i;
         }
         if (me == 0) {
-            printf("\n%s at %d ranks: %d plans\n", kind == MLP ? "MLP 256-1024-1024-256, batch 64" :
-                   "2 transformer layers d 128, 4 heads, seq 64, batch 16", W, n);
+            printf("\n%s at %d ranks: %d plans, %d rounds\n", kind == MLP ? "MLP 256-1024-1024-256, batch 64" :
+                   "2 transformer layers d 128, 4 heads, seq 64, batch 16", W, n, R);
+            for (int k = 0; k < R; k++) {
+                char what[64];
+                snprintf(what, sizeof what, "  round %d calibration", k);
+                print_calib(&cal[k], what);
+            }
+            print_calib(&mean, "  mean calibration");
             printf("  %-34s predicted(s) measured(s) ratio   loss      predicted parts (ms): compute, tp comm, dp "
-                   "comm, pipeline, optimizer, accumulation\n", "plan");
+                   "comm, pipeline, optimizer, accumulation; measured per round (s)\n", "plan");
             double err = 0, best = HUGE_VAL;
             int best_i = 0;
             for (int i = 0; i < n; i++) {
                 const oar_plan_estimate *e = &est[i];
-                printf("  %-34s %10.4f  %10.4f  %5.2f  %.6f  %.1f %.1f %.1f %.1f %.1f %.1f\n",
+                printf("  %-34s %10.4f  %10.4f  %5.2f  %.6f  %.1f %.1f %.1f %.1f %.1f %.1f;",
                        plan_str(&plans[i], buf, sizeof buf), pred[i], meas[i], pred[i] / meas[i], loss[i],
                        1e3 * e->compute_time, 1e3 * e->tp_comm_time, 1e3 * e->dp_comm_time, 1e3 * e->pp_time,
                        1e3 * e->optim_time, 1e3 * e->accum_time);
+                for (int k = 0; k < R; k++) printf(" %.4f", mr[k][i]);
+                char ls[256];
+                printf("  %s%s\n", layout_str(&plans[i], &lay[i], kind, ls, sizeof ls),
+                       moved[i] ? "  (the mean calibration would lay it out otherwise)" : "");
                 err = fmax(err, fabs(pred[i] - meas[i]) / meas[i]);
                 if (meas[i] < best) best = meas[i], best_i = i;
             }
@@ -448,6 +528,9 @@ static int measure_all(int argc, char **argv) {
                 printf("  planner's choice (runnable, <= 8 micro-batches): %s: measured %.4f s, %.1f%% off the best "
                        "measured (target <= 10%%)\n", plan_str(&plans[chosen], buf, sizeof buf), meas[chosen],
                        100 * (meas[chosen] / best - 1));
+            else
+                printf("  planner's choice (runnable, <= 8 micro-batches): %s: not among the measured plans\n",
+                       plan_str(ch, buf, sizeof buf));
             fflush(stdout);
         }
         oar_plan_result_free(r);

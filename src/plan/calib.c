@@ -27,27 +27,22 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Seconds per call of fn(ctx) (0 or a failure status): the median over 3
- * windows of at least 20 ms each (calls repeated until then; one warm-up
- * call first). Windows as long as a training step's parts, not single
- * calls, so that on a machine shared with other processes the rates carry
- * the same share of the cores as the steps they predict: a call of 100 us
- * mostly runs inside one time slice and would look uncontended. < 0 on
- * failure. Local: ranks may make different numbers of calls. */
+/* Seconds per call of fn(ctx) (0 or a failure status): calls repeated
+ * for at least 60 ms (after one warm-up call), total time over calls. A
+ * span as long as a training step's, not single calls, so that on a
+ * machine shared with other processes the rate carries the share of the
+ * cores a step gets: a call of 100 us mostly runs inside one time slice
+ * and would look uncontended, and a median would drop the slices lost.
+ * < 0 on failure. Local: ranks may make different numbers of calls. */
 static double time_windows(int (*fn)(void *ctx), void *ctx) {
     if (fn(ctx)) return -1;
-    double t[3];
-    for (int w = 0; w < 3; w++) {
-        double t0 = now(), dt;
-        int calls = 0;
-        do {
-            if (fn(ctx)) return -1;
-            calls++;
-        } while ((dt = now() - t0) < 0.02);
-        t[w] = dt / calls;
-    }
-    qsort(t, 3, sizeof *t, cmp_d);
-    return t[1];
+    double t0 = now(), dt;
+    int calls = 0;
+    do {
+        if (fn(ctx)) return -1;
+        calls++;
+    } while ((dt = now() - t0) < 0.06);
+    return dt / calls;
 }
 
 typedef struct op_call {
@@ -97,10 +92,10 @@ static double time_allreduce(oar_mesh *mesh, int64_t n, int reps) {
     return res;
 }
 
-/* Seconds per forward op of a training step, dispatch, autograd and (on a
- * mesh) the dist hook included: a tiny two-layer step, 5 forward ops, its
- * backward counted as two forwards (the cost model's three passes), timed
- * (median of 9). < 0 on failure. */
+/* Seconds per forward op of a training step, dispatch, autograd, freeing
+ * the temporaries and (on a mesh) the dist hook included: a tiny two-layer
+ * step, 5 forward ops, its backward counted as two forwards (the cost
+ * model's three passes), timed (median of 9). < 0 on failure. */
 static double time_step_overhead(oar_mesh *mesh, int world) {
     const int64_t xs[2] = {2 * (int64_t)world, 8}, ws[2] = {8, 8};
     double t[9], res = -1;
@@ -116,12 +111,12 @@ static double time_step_overhead(oar_mesh *mesh, int world) {
     }
     if (x && w1 && w2 && !oar_tensor_set_requires_grad(w1, true) && !oar_tensor_set_requires_grad(w2, true))
         for (int i = -1; i < 9; i++) {
-            oar_pool *p = oar_pool_push();
             double t0 = now();
+            oar_pool *p = oar_pool_push();
             oar_tensor *y = oar_matmul(oar_relu(oar_matmul(x, w1)), w2);
             int st = oar_backward(oar_sum(oar_square(y), 0, NULL, false), NULL);
+            oar_pool_pop(p); /* a step frees its temporaries: part of each op's cost */
             double dt = now() - t0;
-            oar_pool_pop(p);
             if (st) break;
             if (i >= 0) t[got++] = dt;
         }
