@@ -64,17 +64,28 @@ static double time_op(oar_tensor *(*op)(oar_tensor *, oar_tensor *), oar_tensor 
     return time_windows(run_op, &c);
 }
 
-/* One all-reduce of n floats over the world mesh, timed; < 0 on failure. */
-static double time_allreduce(oar_mesh *mesh, int64_t n, int reps) {
+/* One all-reduce of n floats over the world mesh, timed. Back to back
+ * (phase false): the median of reps, the message's own latency and
+ * bandwidth. After a compute phase (phase true) of the same work on every
+ * rank (8 GEMMs of 256^3, a few ms: a step's compute between two
+ * synchronisations): the mean of reps, which includes waiting for the
+ * slowest rank, as the ranks drift apart on a machine shared with other
+ * processes (on an idle one, little more than the message). < 0 on
+ * failure. */
+static double time_allreduce(oar_mesh *mesh, int64_t n, int reps, bool phase) {
+    const int64_t sq[2] = {256, 256};
     double t[16];
     if (reps > 16) reps = 16;
-    oar_tensor *local = oar_ones(OAR_F32, 1, &n);
-    if (!local) return -1;
+    oar_tensor *local = oar_ones(OAR_F32, 1, &n), *a = phase ? oar_randn(OAR_F32, 2, sq) : NULL;
     oar_placement part = oar_partial(OAR_REDUCE_SUM), rep = oar_replicate();
     double res = -1;
     int got = 0;
-    for (int i = -1; i < reps; i++) { /* i = -1: warm-up */
-        oar_tensor *d = oar_dtensor_from_local(local, mesh, &part, &n);
+    for (int i = -1; local && (a || !phase) && i < reps; i++) { /* i = -1: warm-up */
+        oar_pool *p = phase ? oar_pool_push() : NULL;
+        bool ok = !phase || p;
+        for (int k = 0; phase && k < 8 && ok; k++) ok = oar_matmul(a, a) != NULL;
+        if (p) oar_pool_pop(p);
+        oar_tensor *d = ok ? oar_dtensor_from_local(local, mesh, &part, &n) : NULL;
         if (!d) break;
         double t0 = now();
         oar_tensor *r = oar_reshard(d, mesh, &rep);
@@ -87,8 +98,13 @@ static double time_allreduce(oar_mesh *mesh, int64_t n, int reps) {
     if (got == reps) {
         qsort(t, (size_t)reps, sizeof *t, cmp_d);
         res = t[reps / 2];
+        if (phase) {
+            res = 0;
+            for (int i = 0; i < reps; i++) res += t[i] / reps;
+        }
     }
     oar_tensor_release(local);
+    oar_tensor_release(a);
     return res;
 }
 
@@ -219,8 +235,10 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         if (!mesh) return oari_fail_status();
         static const int64_t sizes[] = {1024, 16384, 131072, 524288};
         double sx = 0, sy = 0, sxx = 0, sxy = 0;
+        double t_small = 0;
         for (int i = 0; i < 4 && !st; i++) {
-            double t = time_allreduce(mesh, sizes[i], 7);
+            double t = time_allreduce(mesh, sizes[i], 7, false);
+            if (i == 0) t_small = t;
             if (t < 0) st = oari_fail_status();
             double bytes = 4.0 * (double)sizes[i];
             sx += bytes, sy += t, sxx += bytes * bytes, sxy += bytes * t;
@@ -228,6 +246,12 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         double b0 = (4 * sxy - sx * sy) / (4 * sxx - sx * sx), a0 = (sy - b0 * sx) / 4;
         if (a0 < 0) a0 = 0;
         if (b0 <= 0) b0 = 1e-12;
+        /* the wait for the slowest rank at a synchronisation after compute */
+        if (!st) {
+            double t = time_allreduce(mesh, sizes[0], 12, true);
+            if (t < 0) st = oari_fail_status();
+            else out->sync = fmax(0, t - t_small);
+        }
         /* the per-op cost of a training step on dtensors (dist dispatch, autograd) */
         if (!st) {
             double tdist = time_step_overhead(mesh, world);
@@ -236,9 +260,9 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         }
         /* every rank must plan alike: the mean of the ranks' figures */
         if (!st) {
-            enum { NV = 6 + OAR_PLAN_GEMM_CLASSES };
-            double v[NV] = {out->matmul_flops, out->ew_bw, out->op_overhead, a0, b0, out->optim_time};
-            for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) v[6 + i] = out->gemm_rate[i];
+            enum { NV = 7 + OAR_PLAN_GEMM_CLASSES };
+            double v[NV] = {out->matmul_flops, out->ew_bw, out->op_overhead, a0, b0, out->optim_time, out->sync};
+            for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) v[7 + i] = out->gemm_rate[i];
             const int64_t nv = NV;
             oar_tensor *loc = oar_tensor_from_data(v, OAR_F64, 1, &nv);
             oar_placement part = oar_partial(OAR_REDUCE_SUM), rep = oar_replicate();
@@ -249,8 +273,8 @@ int oar_plan_calibrate(oar_plan_calib *out) {
             else {
                 const double *p = oar_tensor_data(lsum);
                 out->matmul_flops = p[0] / world, out->ew_bw = p[1] / world, out->op_overhead = p[2] / world;
-                a0 = p[3] / world, b0 = p[4] / world, out->optim_time = p[5] / world;
-                for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) out->gemm_rate[i] = p[6 + i] / world;
+                a0 = p[3] / world, b0 = p[4] / world, out->optim_time = p[5] / world, out->sync = p[6] / world;
+                for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) out->gemm_rate[i] = p[7 + i] / world;
             }
             oar_tensor_release(sum);
             oar_tensor_release(d);
@@ -276,7 +300,7 @@ int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devi
                          .mem_bytes = mem_bytes, .flops = c->matmul_flops, .mem_bw = c->ew_bw,
                          .intra_bw = 1.0 / c->beta, .intra_lat = c->alpha, .inter_bw = 1.0 / c->beta,
                          .inter_lat = c->alpha, .op_overhead = c->op_overhead,
-                         .optim_time_per_param = c->optim_time};
+                         .optim_time_per_param = c->optim_time, .sync_lat = c->sync};
     memcpy(out->gemm_rate, c->gemm_rate, sizeof out->gemm_rate);
     return oar_cluster_check(out);
 }
@@ -301,6 +325,7 @@ int oar_plan_calib_save(const oar_plan_calib *c, const char *path) {
     ok = ok && cJSON_AddNumberToObject(root, "ranks", c->ranks);
     /* the measured extras, when measured (0: not) */
     if (ok && c->optim_time > 0) ok = cJSON_AddNumberToObject(root, "optim_time", c->optim_time);
+    if (ok && c->sync > 0) ok = cJSON_AddNumberToObject(root, "sync", c->sync);
     if (ok && c->gemm_rate[0] > 0) {
         cJSON *dims = cJSON_CreateDoubleArray(oar_plan_gemm_dims, OAR_PLAN_GEMM_CLASSES);
         ok = dims && cJSON_AddItemToObject(root, "gemm_dims", dims);
@@ -370,6 +395,12 @@ int oar_plan_calib_load(oar_plan_calib *c, const char *path) {
         if (!cJSON_IsNumber(o) || !isfinite(o->valuedouble) || o->valuedouble <= 0)
             st = oari_error(OAR_ERR_IO, "%s: %s: \"optim_time\" is not a positive number", fn, path);
         else got.optim_time = o->valuedouble;
+    }
+    cJSON *sy = cJSON_GetObjectItemCaseSensitive(root, "sync");
+    if (!st && version >= 2 && sy) {
+        if (!cJSON_IsNumber(sy) || !isfinite(sy->valuedouble) || sy->valuedouble < 0)
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"sync\" is not a non-negative number", fn, path);
+        else got.sync = sy->valuedouble;
     }
     if (!st && version >= 2 && (dims || rates)) {
         if (!cJSON_IsArray(dims) || !cJSON_IsArray(rates) ||

@@ -42,9 +42,10 @@ int oar_cluster_check(const oar_cluster *c) {
     for (int i = 0; i < 5; i++)
         if (!isfinite(pos[i]) || pos[i] <= 0)
             return oari_error(OAR_ERR_INVALID, "cluster: %s %g: must be finite and > 0", pn[i], pos[i]);
-    const double nn[] = {c->intra_lat, c->inter_lat, c->op_overhead};
-    static const char *const nnn[] = {"latency inside a node", "latency across nodes", "op overhead"};
-    for (int i = 0; i < 3; i++)
+    const double nn[] = {c->intra_lat, c->inter_lat, c->op_overhead, c->sync_lat};
+    static const char *const nnn[] = {"latency inside a node", "latency across nodes", "op overhead",
+                                      "synchronisation wait"};
+    for (int i = 0; i < 4; i++)
         if (!isfinite(nn[i]) || nn[i] < 0)
             return oari_error(OAR_ERR_INVALID, "cluster: %s %g: must be finite and >= 0", nnn[i], nn[i]);
     if (!isfinite(c->optim_time_per_param) || c->optim_time_per_param < 0)
@@ -95,11 +96,18 @@ const char *oari_place_name(oari_place p) {
 }
 
 /* A group of n ranks whose members are `stride` ranks apart: across nodes
- * when it spans more than one. All-reduce time of bytes over it. */
-static double group_ar(const oar_cluster *c, double bytes, int n, int stride) {
+ * when it spans more than one. Time of one collective over it moving
+ * `part` of a ring all-reduce's traffic (1: all-reduce; 0.5: reduce-scatter
+ * or all-gather) of bytes, plus the wait for the slowest member that every
+ * synchronising collective pays (sync_lat). */
+static double group_coll(const oar_cluster *c, double bytes, int n, int stride, double part) {
+    if (n <= 1) return 0;
     bool across = (double)n * stride > c->devices_per_node;
-    return oar_plan_allreduce_time(bytes, n, across ? c->inter_lat : c->intra_lat,
-                                   across ? c->inter_bw : c->intra_bw);
+    return part * oar_plan_allreduce_time(bytes, n, across ? c->inter_lat : c->intra_lat,
+                                          across ? c->inter_bw : c->intra_bw) + c->sync_lat;
+}
+static double group_ar(const oar_cluster *c, double bytes, int n, int stride) {
+    return group_coll(c, bytes, n, stride, 1);
 }
 
 /* ---- checking a configuration ------------------------------------------------- */
@@ -182,7 +190,7 @@ static lay_cost option_cost(const oar_plan_layer *l, const oar_cluster *c, int t
 }
 
 /* The all-gather making a sharded activation replicated (half an all-reduce). */
-static double gather_cost(double bytes, const oar_cluster *c, int tp) { return 0.5 * group_ar(c, bytes, tp, 1); }
+static double gather_cost(double bytes, const oar_cluster *c, int tp) { return group_coll(c, bytes, tp, 1, 0.5); }
 
 /* Time first, parameters breaking ties; mem_first: the other way round. */
 static bool better(double t, double p, double bt, double bp, bool mem_first) {
@@ -391,11 +399,14 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
     /* data parallel: the gradients of the fullest stage */
     double G = stage_params_max * gb;
     if (k->dp > 1) {
-        double ar = group_ar(c, G, k->dp, k->tp);
-        if (k->zero <= 1) e->dp_comm_time = ar;                       /* one all-reduce per step */
-        else if (k->zero == 2) e->dp_comm_time = M * 0.5 * ar + 0.5 * ar; /* reduce-scatter per micro-batch,
-                                                                         all-gather of parameters */
-        else e->dp_comm_time = M * (0.5 * ar + 2 * 0.5 * group_ar(c, stage_params_max * pb, k->dp, k->tp));
+        double ar = group_ar(c, G, k->dp, k->tp), half = group_coll(c, G, k->dp, k->tp, 0.5);
+        if (k->zero <= 1) e->dp_comm_time = ar;                   /* one all-reduce per step */
+        else if (k->zero == 2) e->dp_comm_time = M * half + half; /* reduce-scatter per micro-batch,
+                                                                     all-gather of parameters */
+        else e->dp_comm_time = M * (half + 2 * group_coll(c, stage_params_max * pb, k->dp, k->tp, 0.5));
+        /* the loss of each micro-batch, read by every data-parallel rank: an all-reduce of a
+         * scalar, a synchronisation per micro-batch */
+        if (k->pp == 1) e->dp_comm_time += M * group_ar(c, 4, k->dp, k->tp);
     }
     /* optimizer: as calibrated per element, or Adam reading p, g, m, v and writing p, m, v
      * (f32): 28 bytes an element */

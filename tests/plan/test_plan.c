@@ -59,10 +59,11 @@ static void test_memory_per_rank(void) {
      * ranks; Adam 28 bytes an element */
     double want_compute = (2 + 3) * 2e-3;
     double want_ar = 6 * 1e-5 + 1.5 * 8000 / 1e9;
+    double loss_ar = 6 * 1e-5 + 1.5 * 4 / 1e9; /* each micro-batch's loss, a scalar, read by every rank */
     CHECK_NEAR(e.compute_time, want_compute, 1e-12);
-    CHECK_NEAR(e.dp_comm_time, want_ar, 1e-12);
+    CHECK_NEAR(e.dp_comm_time, want_ar + loss_ar, 1e-12);
     CHECK_NEAR(e.optim_time, 2000 * 28 / 1e11, 1e-15);
-    CHECK_NEAR(e.step_time, want_compute + want_ar + 2000 * 28 / 1e11, 1e-12);
+    CHECK_NEAR(e.step_time, want_compute + want_ar + loss_ar + 2000 * 28 / 1e11, 1e-12);
     k.zero = 1; /* optimizer state / dp */
     CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
     CHECK_NEAR(e.mem, 8000 + 8000 + 4000 + 400, 1e-9);
@@ -79,11 +80,11 @@ static void test_memory_per_rank(void) {
     CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
     CHECK_NEAR(e.mem_act, 2 * 20 + 2 * 100, 1e-9);
     CHECK_NEAR(e.compute_time, (3 + 4) * 2e-3, 1e-12); /* one more forward */
-    /* two micro-batches: half the activations, the same all-reduce once */
+    /* two micro-batches: half the activations, the same all-reduce once, two losses read */
     k.recompute = 0, k.micro_batches = 2;
     CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
     CHECK_NEAR(e.mem_act, 200, 1e-9);
-    CHECK_NEAR(e.dp_comm_time, want_ar, 1e-12);
+    CHECK_NEAR(e.dp_comm_time, want_ar + 2 * loss_ar, 1e-12);
     /* pipeline 2 x dp 2, two micro-batches: one layer a stage, 1F1B keeps 2 in flight on stage 0 */
     k = (oar_plan_config){.dp = 2, .tp = 1, .pp = 2, .zero = 0, .micro_batches = 2};
     CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
@@ -140,6 +141,27 @@ static void test_measured_rates(void) {
     CHECK_NEAR(e.compute_time, 4 * (2 + 1 + 2) * (f8 / 4) / 1e10, 1e-15);
     CHECK_NEAR(e.accum_time, 3 * 8192 * 12 / 1e11, 1e-18);
     CHECK_NEAR(e.step_time, e.compute_time + e.optim_time + e.accum_time, 1e-15);
+    oar_plan_model_free(m);
+
+    /* the wait at each synchronising collective: dp 4, one micro-batch: the gradients'
+     * all-reduce and the loss's, one wait each; ZeRO-2 with two micro-batches: two
+     * reduce-scatters, one all-gather, two losses */
+    m = toy_model();
+    c = toy_cluster(4);
+    oar_plan_estimate e0;
+    k = (oar_plan_config){.dp = 4, .tp = 1, .pp = 1, .micro_batches = 1};
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e0) == 0);
+    c.sync_lat = 1e-3;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.dp_comm_time - e0.dp_comm_time, 2e-3, 1e-12);
+    k.zero = 2, k.micro_batches = 2;
+    c.sync_lat = 0;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e0) == 0);
+    c.sync_lat = 1e-3;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.dp_comm_time - e0.dp_comm_time, 5e-3, 1e-12);
+    c.sync_lat = -1;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "synchronisation wait -1");
     oar_plan_model_free(m);
 }
 
@@ -463,13 +485,13 @@ static void test_calib_file(void) {
     /* version 2 with the measured extras: Adam's time per element and the GEMM rates, carried
      * into the cluster */
     oar_plan_calib c2 = c;
-    c2.optim_time = 1.5e-9;
+    c2.optim_time = 1.5e-9, c2.sync = 2e-4;
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c2.gemm_rate[i] = 1e9 * (i + 1);
     CHECK(oar_plan_calib_save(&c2, path) == 0);
     CHECK(oar_plan_calib_load(&d, path) == 0);
-    CHECK(d.optim_time == 1.5e-9 && d.gemm_rate[0] == 1e9 && d.gemm_rate[7] == 8e9);
+    CHECK(d.optim_time == 1.5e-9 && d.sync == 2e-4 && d.gemm_rate[0] == 1e9 && d.gemm_rate[7] == 8e9);
     CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
-    CHECK(cl.optim_time_per_param == 1.5e-9 && cl.gemm_rate[3] == 4e9);
+    CHECK(cl.optim_time_per_param == 1.5e-9 && cl.sync_lat == 2e-4 && cl.gemm_rate[3] == 4e9);
     /* a version 1 file: no extras, left 0 */
     f = fopen(path, "w");
     fputs("{\"format\": \"oar-plan-calibration-1\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
@@ -500,6 +522,11 @@ static void test_calib_file(void) {
           "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"optim_time\": -1}", f);
     fclose(f);
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"optim_time\" is not a positive number");
+    f = fopen(path, "w");
+    fputs("{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"sync\": \"x\"}", f);
+    fclose(f);
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"sync\" is not a non-negative number");
     f = fopen(path, "w");
     fputs("{\"format\": \"oar-plan-calibration-9\"}", f);
     fclose(f);

@@ -69,10 +69,10 @@ static void test_chosen_plan_runs(void) {
     CHECK(cal.ranks == W);
     oar_cluster c;
     if (W > 1) {
-        CHECK(cal.alpha >= 0 && cal.beta > 0);
+        CHECK(cal.alpha >= 0 && cal.beta > 0 && cal.sync >= 0 && isfinite(cal.sync));
         CHECK(oar_cluster_from_calib(&c, &cal, W, 1e9) == 0);
     } else {
-        CHECK(cal.beta == 0); /* nothing to measure alone */
+        CHECK(cal.beta == 0 && cal.sync == 0); /* nothing to measure alone */
         CHECK_STATUS_FAILS(oar_cluster_from_calib(&c, &cal, 1, 1e9), "calibrate under mpirun");
         oar_plan_calib two = cal;
         two.alpha = 1e-5, two.beta = 1e-9;
