@@ -391,8 +391,9 @@ static const char *plan_str(const oar_plan_config *k, char *buf, size_t cap) {
 
 static void print_calib(const oar_plan_calib *cal, const char *what) {
     printf("%s: GEMM %.3g FLOP/s (384^3), elementwise %.3g B/s, op %.3g s, Adam %.3g s per element, all-reduce "
-           "alpha %.3g s beta %.3g s/B, sync wait %.3g s; training GEMMs by smallest dim:", what, cal->matmul_flops,
-           cal->ew_bw, cal->op_overhead, cal->optim_time, cal->alpha, cal->beta, cal->sync);
+           "alpha %.3g s beta %.3g s/B, sync wait %.3g s after %.3g s; training GEMMs by smallest dim:", what,
+           cal->matmul_flops, cal->ew_bw, cal->op_overhead, cal->optim_time, cal->alpha, cal->beta, cal->sync,
+           cal->sync_phase);
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) printf(" %g: %.3g", oar_plan_gemm_dims[i], cal->gemm_rate[i]);
     printf("\n");
 }
@@ -403,7 +404,7 @@ static oar_plan_calib calib_mean(const oar_plan_calib *c, int n) {
     for (int r = 0; r < n; r++) {
         m.matmul_flops += c[r].matmul_flops / n, m.ew_bw += c[r].ew_bw / n, m.op_overhead += c[r].op_overhead / n;
         m.alpha += c[r].alpha / n, m.beta += c[r].beta / n, m.optim_time += c[r].optim_time / n;
-        m.sync += c[r].sync / n;
+        m.sync += c[r].sync / n, m.sync_phase += c[r].sync_phase / n;
         for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) m.gemm_rate[i] += c[r].gemm_rate[i] / n;
     }
     return m;

@@ -61,10 +61,13 @@ typedef struct oar_cluster {
                              `flops` for every GEMM. Either all > 0 or all 0 */
     double optim_time_per_param; /* seconds per parameter element of the optimizer step;
                                     0: Adam as 28 bytes an element at mem_bw */
-    double sync_lat;      /* seconds each synchronising collective (all-reduce, reduce-scatter,
+    double sync_lat;      /* seconds a synchronising collective (all-reduce, reduce-scatter,
                              all-gather; not a pipeline's send) waits for the slowest rank, on
-                             top of its latency and bandwidth terms: ranks that share cores with
-                             other processes drift apart between collectives; >= 0 */
+                             top of its latency and bandwidth terms, after sync_phase seconds of
+                             compute: ranks that share cores with other processes drift apart
+                             as they compute; >= 0 */
+    double sync_phase;    /* the compute before it: a collective after a shorter phase waits
+                             sync_lat x phase / sync_phase; 0: sync_lat after any phase; >= 0 */
 } oar_cluster;
 
 
@@ -92,6 +95,7 @@ typedef struct oar_plan_calib {
     double optim_time;    /* seconds per parameter element of oar's Adam step (0: not measured) */
     double sync;          /* seconds an all-reduce after a compute phase takes beyond one
                              made back to back: waiting for the slowest rank (0: not measured) */
+    double sync_phase;    /* that compute phase, seconds (0: not measured) */
     double gemm_rate[OAR_PLAN_GEMM_CLASSES]; /* FLOP/s of a linear layer's three training GEMMs
                              (y = x W^T, dx = g W, dW = g^T x; x, g [d, 512], W [512, 512]) at
                              smallest dimension d = oar_plan_gemm_dims[i] (0: not measured) */
@@ -111,7 +115,7 @@ OAR_API int oar_plan_calibrate(oar_plan_calib *out);
 OAR_API int oar_plan_calib_save(const oar_plan_calib *c, const char *path);
 OAR_API int oar_plan_calib_load(oar_plan_calib *c, const char *path);
 /* A cluster of n_devices ranks on this machine from a calibration: every
- * rate from c (gemm_rate, optim_time_per_param and sync_lat included),
+ * rate from c (gemm_rate, optim_time_per_param, sync_lat and sync_phase included),
  * devices_per_node = n_devices (one node), mem_bytes given. */
 OAR_API int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devices, double mem_bytes);
 

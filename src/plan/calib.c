@@ -72,7 +72,7 @@ static double time_op(oar_tensor *(*op)(oar_tensor *, oar_tensor *), oar_tensor 
  * slowest rank, as the ranks drift apart on a machine shared with other
  * processes (on an idle one, little more than the message). < 0 on
  * failure. */
-static double time_allreduce(oar_mesh *mesh, int64_t n, int reps, bool phase) {
+static double time_allreduce(oar_mesh *mesh, int64_t n, int reps, bool phase, double *phase_time) {
     const int64_t sq[2] = {256, 256};
     double t[16];
     if (reps > 16) reps = 16;
@@ -81,10 +81,12 @@ static double time_allreduce(oar_mesh *mesh, int64_t n, int reps, bool phase) {
     double res = -1;
     int got = 0;
     for (int i = -1; local && (a || !phase) && i < reps; i++) { /* i = -1: warm-up */
+        double tp0 = now();
         oar_pool *p = phase ? oar_pool_push() : NULL;
         bool ok = !phase || p;
         for (int k = 0; phase && k < 8 && ok; k++) ok = oar_matmul(a, a) != NULL;
         if (p) oar_pool_pop(p);
+        if (phase_time && i >= 0) *phase_time += (now() - tp0) / reps;
         oar_tensor *d = ok ? oar_dtensor_from_local(local, mesh, &part, &n) : NULL;
         if (!d) break;
         double t0 = now();
@@ -237,7 +239,7 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         double sx = 0, sy = 0, sxx = 0, sxy = 0;
         double t_small = 0;
         for (int i = 0; i < 4 && !st; i++) {
-            double t = time_allreduce(mesh, sizes[i], 7, false);
+            double t = time_allreduce(mesh, sizes[i], 7, false, NULL);
             if (i == 0) t_small = t;
             if (t < 0) st = oari_fail_status();
             double bytes = 4.0 * (double)sizes[i];
@@ -248,7 +250,7 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         if (b0 <= 0) b0 = 1e-12;
         /* the wait for the slowest rank at a synchronisation after compute */
         if (!st) {
-            double t = time_allreduce(mesh, sizes[0], 12, true);
+            double t = time_allreduce(mesh, sizes[0], 12, true, &out->sync_phase);
             if (t < 0) st = oari_fail_status();
             else out->sync = fmax(0, t - t_small);
         }
@@ -260,9 +262,10 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         }
         /* every rank must plan alike: the mean of the ranks' figures */
         if (!st) {
-            enum { NV = 7 + OAR_PLAN_GEMM_CLASSES };
-            double v[NV] = {out->matmul_flops, out->ew_bw, out->op_overhead, a0, b0, out->optim_time, out->sync};
-            for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) v[7 + i] = out->gemm_rate[i];
+            enum { NV = 8 + OAR_PLAN_GEMM_CLASSES };
+            double v[NV] = {out->matmul_flops, out->ew_bw, out->op_overhead, a0, b0, out->optim_time, out->sync,
+                            out->sync_phase};
+            for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) v[8 + i] = out->gemm_rate[i];
             const int64_t nv = NV;
             oar_tensor *loc = oar_tensor_from_data(v, OAR_F64, 1, &nv);
             oar_placement part = oar_partial(OAR_REDUCE_SUM), rep = oar_replicate();
@@ -274,7 +277,8 @@ int oar_plan_calibrate(oar_plan_calib *out) {
                 const double *p = oar_tensor_data(lsum);
                 out->matmul_flops = p[0] / world, out->ew_bw = p[1] / world, out->op_overhead = p[2] / world;
                 a0 = p[3] / world, b0 = p[4] / world, out->optim_time = p[5] / world, out->sync = p[6] / world;
-                for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) out->gemm_rate[i] = p[7 + i] / world;
+                out->sync_phase = p[7] / world;
+                for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) out->gemm_rate[i] = p[8 + i] / world;
             }
             oar_tensor_release(sum);
             oar_tensor_release(d);
@@ -300,7 +304,8 @@ int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devi
                          .mem_bytes = mem_bytes, .flops = c->matmul_flops, .mem_bw = c->ew_bw,
                          .intra_bw = 1.0 / c->beta, .intra_lat = c->alpha, .inter_bw = 1.0 / c->beta,
                          .inter_lat = c->alpha, .op_overhead = c->op_overhead,
-                         .optim_time_per_param = c->optim_time, .sync_lat = c->sync};
+                         .optim_time_per_param = c->optim_time, .sync_lat = c->sync,
+                         .sync_phase = c->sync_phase};
     memcpy(out->gemm_rate, c->gemm_rate, sizeof out->gemm_rate);
     return oar_cluster_check(out);
 }
@@ -326,6 +331,7 @@ int oar_plan_calib_save(const oar_plan_calib *c, const char *path) {
     /* the measured extras, when measured (0: not) */
     if (ok && c->optim_time > 0) ok = cJSON_AddNumberToObject(root, "optim_time", c->optim_time);
     if (ok && c->sync > 0) ok = cJSON_AddNumberToObject(root, "sync", c->sync);
+    if (ok && c->sync_phase > 0) ok = cJSON_AddNumberToObject(root, "sync_phase", c->sync_phase);
     if (ok && c->gemm_rate[0] > 0) {
         cJSON *dims = cJSON_CreateDoubleArray(oar_plan_gemm_dims, OAR_PLAN_GEMM_CLASSES);
         ok = dims && cJSON_AddItemToObject(root, "gemm_dims", dims);
@@ -396,11 +402,14 @@ int oar_plan_calib_load(oar_plan_calib *c, const char *path) {
             st = oari_error(OAR_ERR_IO, "%s: %s: \"optim_time\" is not a positive number", fn, path);
         else got.optim_time = o->valuedouble;
     }
-    cJSON *sy = cJSON_GetObjectItemCaseSensitive(root, "sync");
-    if (!st && version >= 2 && sy) {
+    static const char *const sk[] = {"sync", "sync_phase"};
+    double *sf[] = {&got.sync, &got.sync_phase};
+    for (int i = 0; i < 2; i++) {
+        cJSON *sy = cJSON_GetObjectItemCaseSensitive(root, sk[i]);
+        if (st || version < 2 || !sy) continue;
         if (!cJSON_IsNumber(sy) || !isfinite(sy->valuedouble) || sy->valuedouble < 0)
-            st = oari_error(OAR_ERR_IO, "%s: %s: \"sync\" is not a non-negative number", fn, path);
-        else got.sync = sy->valuedouble;
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"%s\" is not a non-negative number", fn, path, sk[i]);
+        else *sf[i] = sy->valuedouble;
     }
     if (!st && version >= 2 && (dims || rates)) {
         if (!cJSON_IsArray(dims) || !cJSON_IsArray(rates) ||

@@ -42,10 +42,10 @@ int oar_cluster_check(const oar_cluster *c) {
     for (int i = 0; i < 5; i++)
         if (!isfinite(pos[i]) || pos[i] <= 0)
             return oari_error(OAR_ERR_INVALID, "cluster: %s %g: must be finite and > 0", pn[i], pos[i]);
-    const double nn[] = {c->intra_lat, c->inter_lat, c->op_overhead, c->sync_lat};
+    const double nn[] = {c->intra_lat, c->inter_lat, c->op_overhead, c->sync_lat, c->sync_phase};
     static const char *const nnn[] = {"latency inside a node", "latency across nodes", "op overhead",
-                                      "synchronisation wait"};
-    for (int i = 0; i < 4; i++)
+                                      "synchronisation wait", "synchronisation phase"};
+    for (int i = 0; i < 5; i++)
         if (!isfinite(nn[i]) || nn[i] < 0)
             return oari_error(OAR_ERR_INVALID, "cluster: %s %g: must be finite and >= 0", nnn[i], nn[i]);
     if (!isfinite(c->optim_time_per_param) || c->optim_time_per_param < 0)
@@ -95,19 +95,29 @@ const char *oari_place_name(oari_place p) {
     return (unsigned)p <= OARI_PLACE_BLOCK ? n[p] : "?";
 }
 
+/* The wait for the slowest rank at a synchronising collective that follows
+ * `phase` seconds of compute: sync_lat, scaled down for phases shorter than
+ * the one it was measured after (ranks drift apart as they compute, up to
+ * about a time slice). */
+static double sync_wait(const oar_cluster *c, double phase) {
+    if (!(c->sync_lat > 0)) return 0;
+    if (!(c->sync_phase > 0)) return c->sync_lat;
+    return c->sync_lat * fmin(1, fmax(0, phase) / c->sync_phase);
+}
+
 /* A group of n ranks whose members are `stride` ranks apart: across nodes
  * when it spans more than one. Time of one collective over it moving
  * `part` of a ring all-reduce's traffic (1: all-reduce; 0.5: reduce-scatter
- * or all-gather) of bytes, plus the wait for the slowest member that every
- * synchronising collective pays (sync_lat). */
-static double group_coll(const oar_cluster *c, double bytes, int n, int stride, double part) {
+ * or all-gather) of bytes, after `phase` seconds of compute (the wait for
+ * the slowest member, sync_wait). */
+static double group_coll(const oar_cluster *c, double bytes, int n, int stride, double part, double phase) {
     if (n <= 1) return 0;
     bool across = (double)n * stride > c->devices_per_node;
     return part * oar_plan_allreduce_time(bytes, n, across ? c->inter_lat : c->intra_lat,
-                                          across ? c->inter_bw : c->intra_bw) + c->sync_lat;
+                                          across ? c->inter_bw : c->intra_bw) + sync_wait(c, phase);
 }
-static double group_ar(const oar_cluster *c, double bytes, int n, int stride) {
-    return group_coll(c, bytes, n, stride, 1);
+static double group_ar(const oar_cluster *c, double bytes, int n, int stride, double phase) {
+    return group_coll(c, bytes, n, stride, 1, phase);
 }
 
 /* ---- checking a configuration ------------------------------------------------- */
@@ -153,6 +163,7 @@ typedef struct lay_cost {
     double tc;  /* the collectives' part */
     double p;   /* parameters held per rank */
     double act; /* activation bytes per sample kept */
+    double fwd, bwd; /* the compute of its forward and of its backward (no collectives) */
 } lay_cost;
 
 /* The smallest dimension of layer l's weight GEMMs at micro-batch b under
@@ -175,22 +186,25 @@ static lay_cost option_cost(const oar_plan_layer *l, const oar_cluster *c, int t
     double gemm = oar_plan_gemm_time(l->flops * b / f, gemm_dim(l, b, tp, pl), c);
     double rest = oar_plan_compute_time(0, l->bytes * b / f, l->n_ops, c);
     /* backward: two forwards (the first layer's GEMMs: one); recompute adds a forward */
-    double t = (gemm + rest) * (recompute ? 2 : 1) + gemm * (first ? 1 : 2) + 2 * rest;
-    double ar_f = 0, ar_b = 0;         /* collectives in forward and backward */
+    double fwd = gemm + rest, bwd = gemm * (first ? 1 : 2) + 2 * rest;
+    double t = fwd * (recompute ? 2 : 1) + bwd;
+    double ar_f = 0, ar_b = 0;         /* collectives in forward and backward, each after its pass */
     if (pl == OARI_PLACE_BLOCK) {
-        ar_f = group_ar(c, l->out_bytes * b, tp, 1);
-        ar_b = first ? 0 : group_ar(c, l->in_bytes * b, tp, 1);
+        ar_f = group_ar(c, l->out_bytes * b, tp, 1, fwd);
+        ar_b = first ? 0 : group_ar(c, l->in_bytes * b, tp, 1, bwd);
     } else if (pl == OARI_PLACE_COLUMN) {
-        ar_b = first ? 0 : group_ar(c, l->in_bytes * b, tp, 1);
+        ar_b = first ? 0 : group_ar(c, l->in_bytes * b, tp, 1, bwd);
     } else if (pl == OARI_PLACE_ROW) {
-        ar_f = group_ar(c, l->out_bytes * b, tp, 1);
+        ar_f = group_ar(c, l->out_bytes * b, tp, 1, fwd);
     }
     double tc = ar_f * (recompute ? 2 : 1) + ar_b;
-    return (lay_cost){.t = t + tc, .tc = tc, .p = l->params / f, .act = l->act_bytes / f};
+    return (lay_cost){.t = t + tc, .tc = tc, .p = l->params / f, .act = l->act_bytes / f, .fwd = fwd, .bwd = bwd};
 }
 
 /* The all-gather making a sharded activation replicated (half an all-reduce). */
-static double gather_cost(double bytes, const oar_cluster *c, int tp) { return group_coll(c, bytes, tp, 1, 0.5); }
+static double gather_cost(double bytes, const oar_cluster *c, int tp, double phase) {
+    return group_coll(c, bytes, tp, 1, 0.5, phase);
+}
 
 /* Time first, parameters breaking ties; mem_first: the other way round. */
 static bool better(double t, double p, double bt, double bp, bool mem_first) {
@@ -244,7 +258,7 @@ static void place_layers(const oar_plan_model *m, const oar_cluster *c, int tp, 
             lay_cost k = option_cost(l, c, tp, b, recompute, opts[o].pl, i == 0);
             double t = ct[in] + k.t;
             if (in == 1 && (opts[o].pl == OARI_PLACE_REPLICATE || opts[o].pl == OARI_PLACE_BLOCK))
-                t += gather_cost(l->in_bytes * b, c, tp);
+                t += gather_cost(l->in_bytes * b, c, tp, k.fwd);
             double p = cp[in] + k.p;
             if (better(t, p, nt[out], np[out], mem_first)) {
                 nt[out] = t, np[out] = p;
@@ -267,7 +281,7 @@ static void place_layers(const oar_plan_model *m, const oar_cluster *c, int tp, 
     for (int i = 0; i < m->n; i++) {
         lc[i] = option_cost(&m->layers[i], c, tp, b, recompute, place[i], i == 0);
         if (lay == 1 && (place[i] == OARI_PLACE_REPLICATE || place[i] == OARI_PLACE_BLOCK)) {
-            double g = gather_cost(m->layers[i].in_bytes * b, c, tp);
+            double g = gather_cost(m->layers[i].in_bytes * b, c, tp, lc[i].fwd);
             lc[i].t += g, lc[i].tc += g;
         }
         lay = (place[i] == OARI_PLACE_COLUMN || place[i] == OARI_PLACE_SHARD) ? 1 : 0;
@@ -353,7 +367,7 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
     /* memory: the fullest stage */
     const double pb = m->param_bytes, gb = m->param_bytes;
     const double ob = m->param_bytes == 2 ? 12 : 8; /* Adam m, v (+ f32 master copy under mixed precision) */
-    double worst_mem = -1, best_tc = 0, stage_params_max = 0;
+    double worst_mem = -1, best_tc = 0, stage_params_max = 0, stage_fwd = 0, stage_bwd = 0;
     for (int s = 0; s < k->pp; s++) {
         double P = 0, act = 0, ckpt = 0, act_max = 0, layer_p_max = 0, tc = 0;
         for (int i = first[s]; i < first[s + 1]; i++) {
@@ -376,7 +390,10 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
             worst_mem = mem;
             e->mem_params = mp, e->mem_grads = mg, e->mem_optim = mo, e->mem_act = ma;
         }
-        if (P > stage_params_max) stage_params_max = P, best_tc = tc;
+        if (P > stage_params_max) {
+            stage_params_max = P, best_tc = tc, stage_fwd = 0, stage_bwd = 0;
+            for (int i = first[s]; i < first[s + 1]; i++) stage_fwd += lc[i].fwd, stage_bwd += lc[i].bwd;
+        }
     }
     e->mem = worst_mem;
     e->fits = e->mem <= c->mem_bytes;
@@ -399,22 +416,32 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
     /* data parallel: the gradients of the fullest stage */
     double G = stage_params_max * gb;
     if (k->dp > 1) {
-        double ar = group_ar(c, G, k->dp, k->tp), half = group_coll(c, G, k->dp, k->tp, 0.5);
-        if (k->zero <= 1) e->dp_comm_time = ar;                   /* one all-reduce per step */
-        else if (k->zero == 2) e->dp_comm_time = M * half + half; /* reduce-scatter per micro-batch,
-                                                                     all-gather of parameters */
-        else e->dp_comm_time = M * (half + 2 * group_coll(c, stage_params_max * pb, k->dp, k->tp, 0.5));
-        /* the loss of each micro-batch, read by every data-parallel rank: an all-reduce of a
-         * scalar, a synchronisation per micro-batch */
-        if (k->pp == 1) e->dp_comm_time += M * group_ar(c, 4, k->dp, k->tp);
+        /* each collective after the compute before it: a micro-batch's backward (gradients),
+         * its forward (the loss, parameters gathered for ZeRO-3), the optimizer (ZeRO-2's
+         * all-gather of the updated parameters) */
+        double upd0 = stage_params_max / k->dp;
+        double t_opt = upd0 * (c->optim_time_per_param > 0 ? c->optim_time_per_param : 28.0 / c->mem_bw);
+        double ar = group_ar(c, G, k->dp, k->tp, stage_bwd), half = group_coll(c, G, k->dp, k->tp, 0.5, stage_bwd);
+        /* as oar's ZeRO runs them (src/optim/zero.c): micro-batches accumulate into the full
+         * .grad locally and the step communicates once: ZeRO-1 all-reduces the gradients,
+         * ZeRO-2 reduce-scatters them; both all-gather the updated parameter shards */
+        double gather = group_coll(c, stage_params_max * pb, k->dp, k->tp, 0.5, t_opt);
+        if (k->zero == 0) e->dp_comm_time = ar;
+        else if (k->zero == 1) e->dp_comm_time = ar + gather;
+        else if (k->zero == 2) e->dp_comm_time = half + gather;
+        else e->dp_comm_time = M * (half + 2 * group_coll(c, stage_params_max * pb, k->dp, k->tp, 0.5, stage_fwd));
+        /* the loss of each micro-batch, read by every data-parallel rank after its forward: an
+         * all-reduce of a scalar, a synchronisation per micro-batch */
+        if (k->pp == 1) e->dp_comm_time += M * group_ar(c, 4, k->dp, k->tp, stage_fwd);
     }
     /* optimizer: as calibrated per element, or Adam reading p, g, m, v and writing p, m, v
      * (f32): 28 bytes an element */
     double upd = stage_params_max / (k->zero >= 1 ? k->dp : 1);
     e->optim_time = upd * (c->optim_time_per_param > 0 ? c->optim_time_per_param : 28.0 / c->mem_bw);
     /* gradient accumulation: each micro-batch after the first adds its gradients to .grad
-     * (two reads, one write); under ZeRO >= 2 only this rank's shard accumulates */
-    double acc = stage_params_max / (k->zero >= 2 ? k->dp : 1);
+     * (two reads, one write); the full gradients, ZeRO-1/2 included (they communicate once a
+     * step), but under ZeRO-3 only this rank's shard */
+    double acc = stage_params_max / (k->zero >= 3 ? k->dp : 1);
     e->accum_time = (M - 1) * acc * gb * 3 / c->mem_bw;
     e->step_time = e->compute_time + e->tp_comm_time + e->pp_time + e->dp_comm_time + e->optim_time +
                    e->accum_time;

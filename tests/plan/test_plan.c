@@ -144,8 +144,8 @@ static void test_measured_rates(void) {
     oar_plan_model_free(m);
 
     /* the wait at each synchronising collective: dp 4, one micro-batch: the gradients'
-     * all-reduce and the loss's, one wait each; ZeRO-2 with two micro-batches: two
-     * reduce-scatters, one all-gather, two losses */
+     * all-reduce and the loss's, one wait each; ZeRO-2 with two micro-batches (accumulated
+     * locally, as oar's ZeRO does): one reduce-scatter, one all-gather, two losses */
     m = toy_model();
     c = toy_cluster(4);
     oar_plan_estimate e0;
@@ -159,7 +159,19 @@ static void test_measured_rates(void) {
     CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e0) == 0);
     c.sync_lat = 1e-3;
     CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
-    CHECK_NEAR(e.dp_comm_time - e0.dp_comm_time, 5e-3, 1e-12);
+    CHECK_NEAR(e.dp_comm_time - e0.dp_comm_time, 4e-3, 1e-12);
+    /* scaled by the compute before each collective, measured after 10 ms: the loss after the
+     * forward (2 layers x 2e-3 s), the gradients after the backward (2e-3 s for the first layer's
+     * weight GEMM, 4e-3 s for the second's two) */
+    k = (oar_plan_config){.dp = 4, .tp = 1, .pp = 1, .micro_batches = 1};
+    c.sync_phase = 1e-2;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    c.sync_lat = 0;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e0) == 0);
+    CHECK_NEAR(e.dp_comm_time - e0.dp_comm_time, 1e-3 * (4e-3 + 6e-3) / 1e-2, 1e-12);
+    c.sync_phase = -1;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "synchronisation phase -1");
+    c.sync_phase = 0;
     c.sync_lat = -1;
     CHECK_STATUS_FAILS(oar_cluster_check(&c), "synchronisation wait -1");
     oar_plan_model_free(m);
@@ -485,13 +497,13 @@ static void test_calib_file(void) {
     /* version 2 with the measured extras: Adam's time per element and the GEMM rates, carried
      * into the cluster */
     oar_plan_calib c2 = c;
-    c2.optim_time = 1.5e-9, c2.sync = 2e-4;
+    c2.optim_time = 1.5e-9, c2.sync = 2e-4, c2.sync_phase = 3e-3;
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c2.gemm_rate[i] = 1e9 * (i + 1);
     CHECK(oar_plan_calib_save(&c2, path) == 0);
     CHECK(oar_plan_calib_load(&d, path) == 0);
     CHECK(d.optim_time == 1.5e-9 && d.sync == 2e-4 && d.gemm_rate[0] == 1e9 && d.gemm_rate[7] == 8e9);
     CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
-    CHECK(cl.optim_time_per_param == 1.5e-9 && cl.sync_lat == 2e-4 && cl.gemm_rate[3] == 4e9);
+    CHECK(cl.optim_time_per_param == 1.5e-9 && cl.sync_lat == 2e-4 && cl.sync_phase == 3e-3 && cl.gemm_rate[3] == 4e9);
     /* a version 1 file: no extras, left 0 */
     f = fopen(path, "w");
     fputs("{\"format\": \"oar-plan-calibration-1\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
