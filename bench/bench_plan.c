@@ -196,7 +196,7 @@ static double median(double *t, int n) {
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++)
             if (t[j] < t[i]) { double tmp = t[i]; t[i] = t[j]; t[j] = tmp; }
-    return t[n / 2];
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
 /* Rank 0's value on every rank. */
