@@ -62,7 +62,7 @@ typedef struct oar_cluster {
     double optim_time_per_param; /* seconds per parameter element of the optimizer step;
                                     0: Adam as 28 bytes an element at mem_bw */
     double sync_lat;      /* seconds a synchronising collective (all-reduce, reduce-scatter,
-                             all-gather, a pipeline's send) waits for the slowest rank, on
+                             all-gather; not a pipeline's send) waits for the slowest rank, on
                              top of its latency and bandwidth terms, after sync_phase seconds of
                              compute: ranks that share cores with other processes drift apart
                              as they compute; >= 0 */

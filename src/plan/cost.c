@@ -408,10 +408,7 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
         for (int s = 0; s + 1 < k->pp; s++) {
             double by = m->layers[first[s + 1] - 1].out_bytes * b;
             bool across = (double)k->dp * k->tp >= c->devices_per_node && c->n_devices > c->devices_per_node;
-            /* a message, and the wait for a neighbour that drifted during its pass (a forward
-             * or a backward of one micro-batch, about half a stage time) */
-            double one = (across ? c->inter_lat : c->intra_lat) + by / (across ? c->inter_bw : c->intra_bw) +
-                         sync_wait(c, 0.5 * stage_t);
+            double one = (across ? c->inter_lat : c->intra_lat) + by / (across ? c->inter_bw : c->intra_bw);
             send = one > send ? one : send;
         }
         e->pp_time = (k->pp - 1) * stage_t + 2.0 * (M + k->pp - 1) * send;
