@@ -479,6 +479,16 @@ static int measure_all(int argc, char **argv) {
                                                          .max_micro_batches = 8});
         if (!r) return fprintf(stderr, "plan: %s\n", oar_last_error()), 1;
         const oar_plan_config *ch = oar_plan_result_config(r, 0, NULL);
+        /* a choice the first calibration did not make: measured now, R times (not interleaved) */
+        bool have = false;
+        for (int i = 0; i < n && !have; i++) have = same_plan(ch, &plans[i]);
+        if (!have && n < MAXP && !layout_for(pm, &c, B, ch, kind, &lay[n], why, sizeof why)) {
+            plans[n] = *ch;
+            for (int round = 0; round < R; round++) mr[round][n] = measure(kind, &plans[n], &lay[n], &loss[n]);
+            if (me == 0) printf("  (the mean calibration's choice %s was measured after the rounds)\n",
+                                plan_str(ch, buf, sizeof buf));
+            n++;
+        }
         double pred[MAXP], meas[MAXP];
         oar_plan_estimate est[MAXP];
         bool moved[MAXP];
