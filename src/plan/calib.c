@@ -113,10 +113,13 @@ static double time_allreduce(oar_mesh *mesh, int64_t n, int reps, bool phase, do
 /* Seconds per forward op of a training step, dispatch, autograd, freeing
  * the temporaries and (on a mesh) the dist hook included: a tiny two-layer
  * step, 5 forward ops, its backward counted as two forwards (the cost
- * model's three passes), timed (median of 9). < 0 on failure. */
+ * model's three passes), timed over 400 steps (a fixed count, so that ranks
+ * on a mesh make the same calls; the mean, so that a machine shared with
+ * other processes shows as in a step). < 0 on failure. */
 static double time_step_overhead(oar_mesh *mesh, int world) {
     const int64_t xs[2] = {2 * (int64_t)world, 8}, ws[2] = {8, 8};
-    double t[9], res = -1;
+    enum { REPS = 400 };
+    double res = -1, t0 = 0;
     int got = 0;
     oar_pool *pool = oar_pool_push();
     if (!pool) return -1;
@@ -128,21 +131,17 @@ static double time_step_overhead(oar_mesh *mesh, int world) {
         w2 = w2 ? oar_shard_tensor(w2, mesh, &rep) : NULL;
     }
     if (x && w1 && w2 && !oar_tensor_set_requires_grad(w1, true) && !oar_tensor_set_requires_grad(w2, true))
-        for (int i = -1; i < 9; i++) {
-            double t0 = now();
+        for (int i = -1; i < REPS; i++) { /* i = -1: warm-up */
+            if (i == 0) t0 = now();
             oar_pool *p = oar_pool_push();
             oar_tensor *y = oar_matmul(oar_relu(oar_matmul(x, w1)), w2);
             int st = oar_backward(oar_sum(oar_square(y), 0, NULL, false), NULL);
             oar_pool_pop(p); /* a step frees its temporaries: part of each op's cost */
-            double dt = now() - t0;
             if (st) break;
-            if (i >= 0) t[got++] = dt;
+            if (i >= 0) got++;
         }
+    if (got == REPS) res = (now() - t0) / REPS / (3.0 * 5);
     oar_pool_pop(pool);
-    if (got == 9) {
-        qsort(t, 9, sizeof *t, cmp_d);
-        res = t[4] / (3.0 * 5);
-    }
     return res;
 }
 
