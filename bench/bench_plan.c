@@ -166,7 +166,9 @@ static int layout_for(const oar_plan_model *pm, const oar_cluster *c, int64_t B,
         for (int j = i + 1; j < lo->n_rules; j++)
             if (strlen(lo->pat[j]) > strlen(lo->pat[i])) {
                 char tp[48];
-                memcpy(tp, lo->pat[i], sizeof tp), memcpy(lo->pat[i], lo->pat[j], sizeof tp), memcpy(lo->pat[j], tp, sizeof tp);
+                memcpy(tp, lo->pat[i], sizeof tp);
+                memcpy(lo->pat[i], lo->pat[j], sizeof tp);
+                memcpy(lo->pat[j], tp, sizeof tp);
                 oar_parallel_style st = lo->rules[i].style;
                 lo->rules[i].style = lo->rules[j].style, lo->rules[j].style = st;
             }
@@ -494,7 +496,8 @@ static int measure_all(int argc, char **argv) {
         bool moved[MAXP];
         int chosen = -1;
         for (int i = 0; i < n; i++) {
-            if (oar_plan_estimate_config(pm, &c, B, &plans[i], &est[i])) return fprintf(stderr, "%s\n", oar_last_error()), 1;
+            if (oar_plan_estimate_config(pm, &c, B, &plans[i], &est[i]))
+                return fprintf(stderr, "%s\n", oar_last_error()), 1;
             pred[i] = est[i].step_time;
             double v[MAXR];
             for (int k = 0; k < R; k++) v[k] = mr[k][i];

@@ -36,10 +36,10 @@ extern "C" {
 #endif
 
 /* ---- the cluster ---------------------------------------------------------- */
+
 /* The smallest GEMM dimensions (4, 8, ..., 512) at which gemm_rate is given. */
 #define OAR_PLAN_GEMM_CLASSES 8
 OAR_API extern const double oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES];
-
 
 /* A homogeneous cluster: nodes of devices_per_node devices. Bandwidths are
  * per device (what one rank can push through its link), latencies per
@@ -56,9 +56,9 @@ typedef struct oar_cluster {
     double inter_lat;     /* seconds per message across nodes; >= 0 */
     double op_overhead;   /* seconds per op call (launch, dispatch); >= 0 */
     /* Optional, measured by oar_plan_calibrate (0: not modelled). */
-    double gemm_rate[OAR_PLAN_GEMM_CLASSES]; /* GEMM FLOP/s by the GEMM's smallest dimension, oar_plan_gemm_dims[i]
-                             (interpolated in log dimension; beyond the table: its end); all 0:
-                             `flops` for every GEMM. Either all > 0 or all 0 */
+    double gemm_rate[OAR_PLAN_GEMM_CLASSES]; /* GEMM FLOP/s at smallest dimension
+                             oar_plan_gemm_dims[i] (interpolated in log dimension; beyond the
+                             table: its end); all 0: `flops` for every GEMM. All > 0 or all 0 */
     double optim_time_per_param; /* seconds per parameter element of the optimizer step;
                                     0: Adam as 28 bytes an element at mem_bw */
     double sync_lat;      /* seconds a synchronising collective (all-reduce, reduce-scatter,
@@ -69,7 +69,6 @@ typedef struct oar_cluster {
     double sync_phase;    /* the compute before it: a collective after a shorter phase waits
                              sync_lat x phase / sync_phase; 0: sync_lat after any phase; >= 0 */
 } oar_cluster;
-
 
 /* Fills c for n_devices of a named kind: "h200" (8 per node, 141 GB,
  * 989 TFLOP/s bf16 dense x 0.5 achieved, 4.8 TB/s, NVLink 450 GB/s,
@@ -103,20 +102,23 @@ typedef struct oar_plan_calib {
 
 /* Measures oar's own kernels (a GEMM, an elementwise add, the per-op cost
  * of a tiny training step, a linear layer's training GEMMs at each
- * smallest dimension of oar_plan_gemm_dims, an Adam step) and, when oar_dist_init ran with more than one
- * rank, the MPI all-reduce at several sizes (a least-squares fit of alpha
- * and beta) and the step's per-op cost on dtensors. Collective then: every
+ * smallest dimension of oar_plan_gemm_dims, an Adam step) and, when
+ * oar_dist_init ran with more than one rank, the MPI all-reduce at several
+ * sizes (a least-squares fit of alpha and beta), the wait for the slowest
+ * rank after a compute phase (sync, sync_phase) and the step's per-op cost
+ * on dtensors. Collective then: every
  * rank must call it, and all get the mean of the ranks' figures, so that
  * they plan alike. Fills *out. 0 or a status. */
 OAR_API int oar_plan_calibrate(oar_plan_calib *out);
 /* Writes / reads a calibration file (JSON, "oar-plan-calibration-2";
- * written atomically). Loading also reads version 1 files, which have no
- * optim_time and gemm_rate (left 0). */
+ * written atomically; optim_time, sync, sync_phase and gemm_rate written
+ * when measured, > 0). Loading also reads version 1 files, which have none
+ * of them (left 0). 0, or OAR_ERR_IO naming the file and the bad field. */
 OAR_API int oar_plan_calib_save(const oar_plan_calib *c, const char *path);
 OAR_API int oar_plan_calib_load(oar_plan_calib *c, const char *path);
 /* A cluster of n_devices ranks on this machine from a calibration: every
- * rate from c (gemm_rate, optim_time_per_param, sync_lat and sync_phase included),
- * devices_per_node = n_devices (one node), mem_bytes given. */
+ * rate from c (gemm_rate, optim_time_per_param, sync_lat and sync_phase
+ * included), devices_per_node = n_devices (one node), mem_bytes given. */
 OAR_API int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devices, double mem_bytes);
 
 /* ---- the model: per-layer cost records ------------------------------------ */

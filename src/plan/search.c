@@ -249,7 +249,8 @@ static void print_plan(FILE *f, const char *tag, const ranked *p) {
     char s0[32];
     fprintf(f, "%-9s dp %4d tp %2d pp %3d zero %d  micro-batches %3d  recompute %-3s  step %10.4g s  "
             "mem/rank %10s%s\n", tag, k->dp, k->tp, k->pp, k->zero, k->micro_batches, k->recompute ? "on" : "off",
-            e->step_time, size_str(e->mem, s0), e->runnable ? "" : "  (predicted only: oar runs no ZeRO-3 or ZeRO under a pipeline yet)");
+            e->step_time, size_str(e->mem, s0),
+            e->runnable ? "" : "  (predicted only: oar runs no ZeRO-3 or ZeRO under a pipeline yet)");
 }
 
 int oar_plan_result_print(const oar_plan_result *r, FILE *f) {
