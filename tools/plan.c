@@ -36,7 +36,7 @@ const char cli_plan_help[] =
     "  --cluster KIND   rates of h200 (the default) or a100 devices, 8 a node\n"
     "  --per-node K     devices per node\n"
     "  --calib FILE     rates measured on this machine (written by --calibrate); one node\n"
-    "  --runnable-only  only what oar runs today (ZeRO <= 2, pipelines without ZeRO)\n"
+    "  --runnable-only  only what oar runs today (ZeRO 1/2 only with dp alone)\n"
     "  --runners-up K   runners-up to list (default 5)\n"
     "  --calibrate FILE measures oar's kernels (and, under mpirun, its all-reduce) and writes FILE\n"
     "\n"

@@ -217,7 +217,7 @@ typedef struct oar_plan_estimate {
     double mem;         /* bytes per rank (the fullest pipeline stage) */
     double mem_params, mem_grads, mem_optim, mem_act; /* its parts */
     bool fits;          /* mem <= the cluster's memory per device */
-    bool runnable;      /* oar runs it today (ZeRO <= 2; a pipeline without ZeRO) */
+    bool runnable;      /* oar runs it today (ZeRO 1/2 only with data parallelism alone) */
     double accum_time;  /* part of step_time: adding each micro-batch's gradients after the first */
 } oar_plan_estimate;
 
@@ -245,7 +245,7 @@ OAR_API int oar_plan_estimate_layout(const oar_plan_model *m, const oar_cluster 
 typedef struct oar_plan_options {
     int64_t global_batch;  /* samples per optimizer step; > 0 */
     int runners_up;        /* plans listed after the chosen one; 0: 5 */
-    bool runnable_only;    /* search only what oar runs today (ZeRO <= 2; a pipeline without ZeRO) */
+    bool runnable_only;    /* search only what oar runs today (ZeRO 1/2 only with dp alone) */
     int max_micro_batches; /* 0: 64 */
 } oar_plan_options;
 

@@ -397,7 +397,9 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
     }
     e->mem = worst_mem;
     e->fits = e->mem <= c->mem_bytes;
-    e->runnable = k->zero <= 2 && (k->pp == 1 || k->zero == 0); /* ZeRO-3 and ZeRO under a pipeline: not yet */
+    /* oar's ZeRO (src/optim/zero.c) takes parameters replicated on the data-parallel mesh: not
+     * tensor-parallel shards, not a pipeline stage's; ZeRO-3 is not wired into this recipe */
+    e->runnable = k->zero == 0 || (k->zero <= 2 && k->tp == 1 && k->pp == 1);
 
     /* time: the pipeline's steady state, its bubble and sends */
     const int M = k->micro_batches;

@@ -112,7 +112,7 @@ oar_plan_result *oar_plan_parallel(const oar_plan_model *m, const oar_cluster *c
             int dp = N / tp / pp;
             for (int z = 0; z <= 3; z++) {
                 if (z > 0 && dp == 1) continue;
-                if (opt->runnable_only && (z > 2 || (pp > 1 && z > 0))) continue;
+                if (opt->runnable_only && z > 0 && (z > 2 || tp > 1 || pp > 1)) continue;
                 char fam[64];
                 snprintf(fam, sizeof fam, "dp %d tp %d pp %d zero %d", dp, tp, pp, z);
                 oar_plan_config best = {0};
@@ -250,7 +250,7 @@ static void print_plan(FILE *f, const char *tag, const ranked *p) {
     fprintf(f, "%-9s dp %4d tp %2d pp %3d zero %d  micro-batches %3d  recompute %-3s  step %10.4g s  "
             "mem/rank %10s%s\n", tag, k->dp, k->tp, k->pp, k->zero, k->micro_batches, k->recompute ? "on" : "off",
             e->step_time, size_str(e->mem, s0),
-            e->runnable ? "" : "  (predicted only: oar runs no ZeRO-3 or ZeRO under a pipeline yet)");
+            e->runnable ? "" : "  (predicted only: oar runs ZeRO 1/2 with data parallelism alone)");
 }
 
 int oar_plan_result_print(const oar_plan_result *r, FILE *f) {

@@ -95,6 +95,12 @@ static void test_memory_per_rank(void) {
     k.zero = 1; /* ZeRO under a pipeline: predicted only */
     CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
     CHECK(!e.runnable);
+    k = (oar_plan_config){.dp = 2, .tp = 2, .pp = 1, .zero = 1, .micro_batches = 1}; /* nor with tp */
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK(!e.runnable);
+    k.zero = 0;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK(e.runnable);
     oar_plan_model_free(m);
 }
 
