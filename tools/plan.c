@@ -36,7 +36,7 @@ const char cli_plan_help[] =
     "  --cluster KIND   rates of h200 (the default) or a100 devices, 8 a node\n"
     "  --per-node K     devices per node\n"
     "  --calib FILE     rates measured on this machine (written by --calibrate); one node\n"
-    "  --runnable-only  only what oar runs today (no pipeline, ZeRO <= 2)\n"
+    "  --runnable-only  only what oar runs today (ZeRO 1/2 only with dp alone)\n"
     "  --runners-up K   runners-up to list (default 5)\n"
     "  --calibrate FILE measures oar's kernels (and, under mpirun, its all-reduce) and writes FILE\n"
     "\n"
@@ -108,8 +108,12 @@ static int calibrate(const char *path, int *argc, char ***argv) {
     if (!st && rank == 0) st = oar_plan_calib_save(&c, path);
     int rc = st ? cli_fail("plan", "%s", oar_last_error()) : CLI_OK;
     if (!st && rank == 0)
-        printf("wrote %s: GEMM %.3g FLOP/s, elementwise %.3g B/s, %.3g s per op call, all-reduce alpha %.3g s, "
-               "beta %.3g s/B (%d ranks)\n", path, c.matmul_flops, c.ew_bw, c.op_overhead, c.alpha, c.beta, c.ranks);
+        printf("wrote %s: GEMM %.3g FLOP/s (%.3g at smallest dimension %g, %.3g at %g), elementwise %.3g B/s, "
+               "%.3g s per op call, Adam %.3g s per parameter, all-reduce alpha %.3g s, beta %.3g s/B, sync wait "
+               "%.3g s after %.3g s of compute (%d ranks)\n", path, c.matmul_flops, c.gemm_rate[0],
+               oar_plan_gemm_dims[0], c.gemm_rate[OAR_PLAN_GEMM_CLASSES - 1],
+               oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES - 1], c.ew_bw, c.op_overhead, c.optim_time, c.alpha, c.beta,
+               c.sync, c.sync_phase, c.ranks);
     if (dist) oar_dist_finalize();
     return rc;
 }

@@ -37,6 +37,10 @@ extern "C" {
 
 /* ---- the cluster ---------------------------------------------------------- */
 
+/* The smallest GEMM dimensions (4, 8, ..., 512) at which gemm_rate is given. */
+#define OAR_PLAN_GEMM_CLASSES 8
+OAR_API extern const double oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES];
+
 /* A homogeneous cluster: nodes of devices_per_node devices. Bandwidths are
  * per device (what one rank can push through its link), latencies per
  * message. */
@@ -51,6 +55,19 @@ typedef struct oar_cluster {
     double inter_bw;      /* bytes/s per device across nodes; > 0 */
     double inter_lat;     /* seconds per message across nodes; >= 0 */
     double op_overhead;   /* seconds per op call (launch, dispatch); >= 0 */
+    /* Optional, measured by oar_plan_calibrate (0: not modelled). */
+    double gemm_rate[OAR_PLAN_GEMM_CLASSES]; /* GEMM FLOP/s at smallest dimension
+                             oar_plan_gemm_dims[i] (interpolated in log dimension; beyond the
+                             table: its end); all 0: `flops` for every GEMM. All > 0 or all 0 */
+    double optim_time_per_param; /* seconds per parameter element of the optimizer step;
+                                    0: Adam as 28 bytes an element at mem_bw */
+    double sync_lat;      /* seconds a synchronising collective (all-reduce, reduce-scatter,
+                             all-gather; not a pipeline's send) waits for the slowest rank, on
+                             top of its latency and bandwidth terms, after sync_phase seconds of
+                             compute: ranks that share cores with other processes drift apart
+                             as they compute; >= 0 */
+    double sync_phase;    /* the compute before it: a collective after a shorter phase waits
+                             sync_lat x phase / sync_phase; 0: sync_lat after any phase; >= 0 */
 } oar_cluster;
 
 /* Fills c for n_devices of a named kind: "h200" (8 per node, 141 GB,
@@ -74,20 +91,34 @@ typedef struct oar_plan_calib {
     double alpha;         /* seconds per message of the MPI collectives here */
     double beta;          /* seconds per byte of them (1 / bandwidth) */
     int ranks;            /* ranks the collectives were measured at (1: not measured) */
+    double optim_time;    /* seconds per parameter element of oar's Adam step (0: not measured) */
+    double sync;          /* seconds an all-reduce after a compute phase takes beyond one
+                             made back to back: waiting for the slowest rank (0: not measured) */
+    double sync_phase;    /* that compute phase, seconds (0: not measured) */
+    double gemm_rate[OAR_PLAN_GEMM_CLASSES]; /* FLOP/s of a linear layer's three training GEMMs
+                             (y = x W^T, dx = g W, dW = g^T x; x, g [d, 512], W [512, 512]) at
+                             smallest dimension d = oar_plan_gemm_dims[i] (0: not measured) */
 } oar_plan_calib;
 
 /* Measures oar's own kernels (a GEMM, an elementwise add, the per-op cost
- * of a tiny training step) and, when oar_dist_init ran with more than one
- * rank, the MPI all-reduce at several sizes (a least-squares fit of alpha
- * and beta) and the step's per-op cost on dtensors. Collective then: every
+ * of a tiny training step, a linear layer's training GEMMs at each
+ * smallest dimension of oar_plan_gemm_dims, an Adam step) and, when
+ * oar_dist_init ran with more than one rank, the MPI all-reduce at several
+ * sizes (a least-squares fit of alpha and beta), the wait for the slowest
+ * rank after a compute phase (sync, sync_phase) and the step's per-op cost
+ * on dtensors. Collective then: every
  * rank must call it, and all get the mean of the ranks' figures, so that
  * they plan alike. Fills *out. 0 or a status. */
 OAR_API int oar_plan_calibrate(oar_plan_calib *out);
-/* Writes / reads a calibration file (JSON; written atomically). */
+/* Writes / reads a calibration file (JSON, "oar-plan-calibration-2";
+ * written atomically; optim_time, sync, sync_phase and gemm_rate written
+ * when measured, > 0). Loading also reads version 1 files, which have none
+ * of them (left 0). 0, or OAR_ERR_IO naming the file and the bad field. */
 OAR_API int oar_plan_calib_save(const oar_plan_calib *c, const char *path);
 OAR_API int oar_plan_calib_load(oar_plan_calib *c, const char *path);
 /* A cluster of n_devices ranks on this machine from a calibration: every
- * rate from c, devices_per_node = n_devices (one node), mem_bytes given. */
+ * rate from c (gemm_rate, optim_time_per_param, sync_lat and sync_phase
+ * included), devices_per_node = n_devices (one node), mem_bytes given. */
 OAR_API int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devices, double mem_bytes);
 
 /* ---- the model: per-layer cost records ------------------------------------ */
@@ -115,6 +146,11 @@ typedef struct oar_plan_layer {
     double out_bytes;         /* its output activation, bytes per sample */
     int tp_max;               /* the largest tensor-parallel degree it splits by (heads,
                                  features); 0: any */
+    /* Optional: the shape of its weight GEMMs, for the GEMM rate by smallest dimension
+     * (oar_cluster.gemm_rate). 0: unknown (the peak rate). */
+    double gemm_rows;         /* GEMM rows per sample (a micro-batch of b samples: b x gemm_rows) */
+    double gemm_k, gemm_n;    /* its weight's input and output features (FLOP-weighted over
+                                 the layer's weight GEMMs); column split divides n, row split k */
 } oar_plan_layer;
 
 typedef struct oar_plan_model oar_plan_model;
@@ -158,6 +194,12 @@ OAR_API oar_plan_model *oar_plan_model_transformer(const oar_plan_transformer *c
 OAR_API double oar_plan_allreduce_time(double bytes, int n, double alpha, double bw);
 /* flops / flop_rate + bytes / byte_rate + n_ops * overhead. */
 OAR_API double oar_plan_compute_time(double flops, double bytes, int n_ops, const oar_cluster *c);
+/* Seconds of `flops` FLOPs of GEMMs whose smallest dimension is `dim`:
+ * flops / the rate c->gemm_rate interpolates at dim (linear in log dim
+ * between oar_plan_gemm_dims; clamped to the table's ends), or flops /
+ * c->flops when c has no gemm_rate or dim <= 0 (unknown). -1 on a NULL
+ * cluster (error set). */
+OAR_API double oar_plan_gemm_time(double flops, double dim, const oar_cluster *c);
 
 /* One point of the search space. */
 typedef struct oar_plan_config {
@@ -175,7 +217,8 @@ typedef struct oar_plan_estimate {
     double mem;         /* bytes per rank (the fullest pipeline stage) */
     double mem_params, mem_grads, mem_optim, mem_act; /* its parts */
     bool fits;          /* mem <= the cluster's memory per device */
-    bool runnable;      /* oar runs it today (no pipeline, ZeRO <= 2) */
+    bool runnable;      /* oar runs it today (ZeRO 1/2 only with data parallelism alone) */
+    double accum_time;  /* part of step_time: adding each micro-batch's gradients after the first */
 } oar_plan_estimate;
 
 /* Estimates configuration *cfg of model m on cluster c at global batch
@@ -186,12 +229,23 @@ typedef struct oar_plan_estimate {
 OAR_API int oar_plan_estimate_config(const oar_plan_model *m, const oar_cluster *c, int64_t global_batch,
                                      const oar_plan_config *cfg, oar_plan_estimate *out);
 
+/* The layout the cost model assumes for *cfg (the placements the planner
+ * would choose, as oar_plan_estimate_config prices them), to run the same
+ * thing: for each of the n layers (n = oar_plan_model_num_layers(m)),
+ * place[i] its placement under tensor parallelism ("replicate", "shard",
+ * "column", "row" or "block"; static strings) and stage[i] its pipeline
+ * stage (0 .. pp - 1, contiguous). Either may be NULL. 0, or
+ * OAR_ERR_INVALID as oar_plan_estimate_config, or naming an n that is not
+ * the layer count. */
+OAR_API int oar_plan_estimate_layout(const oar_plan_model *m, const oar_cluster *c, int64_t global_batch,
+                                     const oar_plan_config *cfg, int n, const char **place, int *stage);
+
 /* ---- the planner ------------------------------------------------------------ */
 
 typedef struct oar_plan_options {
     int64_t global_batch;  /* samples per optimizer step; > 0 */
     int runners_up;        /* plans listed after the chosen one; 0: 5 */
-    bool runnable_only;    /* search only what oar runs today (pp 1, ZeRO <= 2) */
+    bool runnable_only;    /* search only what oar runs today (ZeRO 1/2 only with dp alone) */
     int max_micro_batches; /* 0: 64 */
 } oar_plan_options;
 

@@ -5,8 +5,10 @@
 #include "../core/save.h"
 #include "../io/json.h"
 
+#include <oar/autograd.h>
 #include <oar/dist.h>
 #include <oar/ops.h>
+#include <oar/optim.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -25,35 +27,67 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The median of `reps` timings of op(a, b) (the result released at once). */
-static double time_op(oar_tensor *(*op)(oar_tensor *, oar_tensor *), oar_tensor *a, oar_tensor *b, int reps) {
-    double t[16];
-    if (reps > 16) reps = 16;
-    oar_tensor *w = op(a, b); /* warm-up: caches, threads */
-    if (!w) return -1;
-    oar_tensor_release(w);
-    for (int i = 0; i < reps; i++) {
-        double t0 = now();
-        oar_tensor *y = op(a, b);
-        t[i] = now() - t0;
-        if (!y) return -1;
-        oar_tensor_release(y);
-    }
-    qsort(t, (size_t)reps, sizeof *t, cmp_d);
-    return t[reps / 2];
+/* Seconds per call of fn(ctx) (0 or a failure status): calls repeated
+ * for at least 60 ms (after one warm-up call), total time over calls. A
+ * span as long as a training step's, not single calls, so that on a
+ * machine shared with other processes the rate carries the share of the
+ * cores a step gets: a call of 100 us mostly runs inside one time slice
+ * and would look uncontended, and a median would drop the slices lost.
+ * < 0 on failure. Local: ranks may make different numbers of calls. */
+static double time_windows(int (*fn)(void *ctx), void *ctx) {
+    if (fn(ctx)) return -1;
+    double t0 = now(), dt;
+    int calls = 0;
+    do {
+        if (fn(ctx)) return -1;
+        calls++;
+    } while ((dt = now() - t0) < 0.06);
+    return dt / calls;
 }
 
-/* One all-reduce of n floats over the world mesh, timed; < 0 on failure. */
-static double time_allreduce(oar_mesh *mesh, int64_t n, int reps) {
+typedef struct op_call {
+    oar_tensor *(*op)(oar_tensor *, oar_tensor *);
+    oar_tensor *a, *b;
+} op_call;
+
+static int run_op(void *ctx) {
+    op_call *c = ctx;
+    oar_tensor *y = c->op(c->a, c->b);
+    if (!y) return oari_fail_status();
+    oar_tensor_release(y);
+    return 0;
+}
+
+/* Seconds per call of op(a, b), the result released at once. */
+static double time_op(oar_tensor *(*op)(oar_tensor *, oar_tensor *), oar_tensor *a, oar_tensor *b) {
+    op_call c = {op, a, b};
+    return time_windows(run_op, &c);
+}
+
+/* One all-reduce of n floats over the world mesh, timed. Back to back
+ * (phase false): the median of reps, the message's own latency and
+ * bandwidth. After a compute phase (phase true) of the same work on every
+ * rank (8 GEMMs of 256^3, a few ms: a step's compute between two
+ * synchronisations): the mean of reps, which includes waiting for the
+ * slowest rank, as the ranks drift apart on a machine shared with other
+ * processes (on an idle one, little more than the message). < 0 on
+ * failure. */
+static double time_allreduce(oar_mesh *mesh, int64_t n, int reps, bool phase, double *phase_time) {
+    const int64_t sq[2] = {256, 256};
     double t[16];
     if (reps > 16) reps = 16;
-    oar_tensor *local = oar_ones(OAR_F32, 1, &n);
-    if (!local) return -1;
+    oar_tensor *local = oar_ones(OAR_F32, 1, &n), *a = phase ? oar_randn(OAR_F32, 2, sq) : NULL;
     oar_placement part = oar_partial(OAR_REDUCE_SUM), rep = oar_replicate();
     double res = -1;
     int got = 0;
-    for (int i = -1; i < reps; i++) { /* i = -1: warm-up */
-        oar_tensor *d = oar_dtensor_from_local(local, mesh, &part, &n);
+    for (int i = -1; local && (a || !phase) && i < reps; i++) { /* i = -1: warm-up */
+        double tp0 = now();
+        oar_pool *p = phase ? oar_pool_push() : NULL;
+        bool ok = !phase || p;
+        for (int k = 0; phase && k < 8 && ok; k++) ok = oar_matmul(a, a) != NULL;
+        if (p) oar_pool_pop(p);
+        if (phase_time && i >= 0) *phase_time += (now() - tp0) / reps;
+        oar_tensor *d = ok ? oar_dtensor_from_local(local, mesh, &part, &n) : NULL;
         if (!d) break;
         double t0 = now();
         oar_tensor *r = oar_reshard(d, mesh, &rep);
@@ -66,18 +100,26 @@ static double time_allreduce(oar_mesh *mesh, int64_t n, int reps) {
     if (got == reps) {
         qsort(t, (size_t)reps, sizeof *t, cmp_d);
         res = t[reps / 2];
+        if (phase) {
+            res = 0;
+            for (int i = 0; i < reps; i++) res += t[i] / reps;
+        }
     }
     oar_tensor_release(local);
+    oar_tensor_release(a);
     return res;
 }
 
-/* Seconds per forward op of a training step, dispatch, autograd and (on a
- * mesh) the dist hook included: a tiny two-layer step, 5 forward ops, its
- * backward counted as two forwards (the cost model's three passes), timed
- * (median of 9). < 0 on failure. */
+/* Seconds per forward op of a training step, dispatch, autograd, freeing
+ * the temporaries and (on a mesh) the dist hook included: a tiny two-layer
+ * step, 5 forward ops, its backward counted as two forwards (the cost
+ * model's three passes), timed over 400 steps (a fixed count, so that ranks
+ * on a mesh make the same calls; the mean, so that a machine shared with
+ * other processes shows as in a step). < 0 on failure. */
 static double time_step_overhead(oar_mesh *mesh, int world) {
     const int64_t xs[2] = {2 * (int64_t)world, 8}, ws[2] = {8, 8};
-    double t[9], res = -1;
+    enum { REPS = 400 };
+    double res = -1, t0 = 0;
     int got = 0;
     oar_pool *pool = oar_pool_push();
     if (!pool) return -1;
@@ -89,21 +131,67 @@ static double time_step_overhead(oar_mesh *mesh, int world) {
         w2 = w2 ? oar_shard_tensor(w2, mesh, &rep) : NULL;
     }
     if (x && w1 && w2 && !oar_tensor_set_requires_grad(w1, true) && !oar_tensor_set_requires_grad(w2, true))
-        for (int i = -1; i < 9; i++) {
+        for (int i = -1; i < REPS; i++) { /* i = -1: warm-up */
+            if (i == 0) t0 = now();
             oar_pool *p = oar_pool_push();
-            double t0 = now();
             oar_tensor *y = oar_matmul(oar_relu(oar_matmul(x, w1)), w2);
             int st = oar_backward(oar_sum(oar_square(y), 0, NULL, false), NULL);
-            double dt = now() - t0;
-            oar_pool_pop(p);
+            oar_pool_pop(p); /* a step frees its temporaries: part of each op's cost */
             if (st) break;
-            if (i >= 0) t[got++] = dt;
+            if (i >= 0) got++;
         }
+    if (got == REPS) res = (now() - t0) / REPS / (3.0 * 5);
     oar_pool_pop(pool);
-    if (got == 9) {
-        qsort(t, 9, sizeof *t, cmp_d);
-        res = t[4] / (3.0 * 5);
-    }
+    return res;
+}
+
+const double oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES] = {4, 8, 16, 32, 64, 128, 256, 512};
+
+/* The three GEMMs of a linear layer's training step, as the matmul
+ * gradient rule makes them (src/ops/linalg.c): y = x W^T, dx = g W,
+ * dW = (g^T x)^T stored transposed; x and g [s, 512], W [512, 512]. */
+typedef struct gemm_triple {
+    oar_tensor *x, *g, *W;
+} gemm_triple;
+
+static int run_gemm_triple(void *ctx) {
+    gemm_triple *c = ctx;
+    oar_pool *p = oar_pool_push();
+    if (!p) return oari_fail_status();
+    oar_tensor *y = oar_matmul(c->x, oar_transpose(c->W, 0, 1));
+    oar_tensor *dx = oar_matmul(c->g, c->W);
+    oar_tensor *dw = oar_matmul(oar_transpose(c->g, 0, 1), c->x);
+    oar_pool_pop(p);
+    return y && dx && dw ? 0 : oari_fail_status();
+}
+
+/* Seconds per triple at rows s; < 0 on failure. */
+static double time_gemm_triple(int64_t s) {
+    const int64_t w = 512, xs[2] = {s, w}, ws[2] = {w, w};
+    oar_pool *pool = oar_pool_push();
+    if (!pool) return -1;
+    gemm_triple c = {oar_randn(OAR_F32, 2, xs), oar_randn(OAR_F32, 2, xs), oar_randn(OAR_F32, 2, ws)};
+    double res = c.x && c.g && c.W ? time_windows(run_gemm_triple, &c) : -1;
+    oar_pool_pop(pool);
+    return res;
+}
+
+static int run_optim_step(void *ctx) { return oar_optim_step(ctx); }
+
+/* Seconds per parameter element of one Adam step (oar_optim_step) over a
+ * parameter of 2^20 elements with a dense gradient. < 0 on failure. */
+static double time_adam_per_elem(void) {
+    const int64_t n = 1 << 20;
+    double res = -1;
+    oar_pool *pool = oar_pool_push();
+    if (!pool) return -1;
+    oar_tensor *p = oar_randn(OAR_F32, 1, &n), *c = oar_randn(OAR_F32, 1, &n);
+    oar_optimizer *opt = NULL;
+    if (p && c && !oar_tensor_set_requires_grad(p, true) && !oar_backward(oar_sum(oar_mul(p, c), 0, NULL, false), NULL))
+        opt = oar_adam_new(1, &p, &(oar_adam_options){.lr = 1e-6});
+    if (opt) res = time_windows(run_optim_step, opt) / (double)n;
+    oar_optim_free(opt);
+    oar_pool_pop(pool);
     return res;
 }
 
@@ -118,9 +206,9 @@ int oar_plan_calibrate(oar_plan_calib *out) {
     oar_tensor *x = oar_randn(OAR_F32, 1, &big), *y = oar_randn(OAR_F32, 1, &big);
     oar_tensor *s = oar_ones(OAR_F32, 1, &tiny), *u = oar_ones(OAR_F32, 1, &tiny);
     if (!a || !b || !x || !y || !s || !u) st = oari_fail_status();
-    double tm = st ? -1 : time_op(oar_matmul, a, b, 9);
-    double te = st ? -1 : time_op(oar_add, x, y, 9);
-    double to = st ? -1 : time_op(oar_add, s, u, 15);
+    double tm = st ? -1 : time_op(oar_matmul, a, b);
+    double te = st ? -1 : time_op(oar_add, x, y);
+    double to = st ? -1 : time_op(oar_add, s, u);
     oar_tensor *ts[] = {a, b, x, y, s, u};
     for (int i = 0; i < 6; i++) oar_tensor_release(ts[i]);
     if (st) return st;
@@ -131,6 +219,15 @@ int oar_plan_calibrate(oar_plan_calib *out) {
     double tstep = time_step_overhead(NULL, 1);
     if (tstep <= 0) return oari_fail_status();
     if (tstep > out->op_overhead) out->op_overhead = tstep;
+    /* GEMM rates by smallest dimension, and Adam's step per element */
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) {
+        int64_t d = (int64_t)oar_plan_gemm_dims[i];
+        double tg = time_gemm_triple(d);
+        if (tg <= 0) return oari_fail_status();
+        out->gemm_rate[i] = 3 * 2.0 * (double)d * 512 * 512 / tg;
+    }
+    out->optim_time = time_adam_per_elem();
+    if (out->optim_time <= 0) return oari_fail_status();
     /* MPI all-reduce at several sizes: least squares t = a0 + bytes * b0 */
     int world = oar_dist_world_size();
     if (world > 1) {
@@ -139,8 +236,10 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         if (!mesh) return oari_fail_status();
         static const int64_t sizes[] = {1024, 16384, 131072, 524288};
         double sx = 0, sy = 0, sxx = 0, sxy = 0;
+        double t_small = 0;
         for (int i = 0; i < 4 && !st; i++) {
-            double t = time_allreduce(mesh, sizes[i], 7);
+            double t = time_allreduce(mesh, sizes[i], 7, false, NULL);
+            if (i == 0) t_small = t;
             if (t < 0) st = oari_fail_status();
             double bytes = 4.0 * (double)sizes[i];
             sx += bytes, sy += t, sxx += bytes * bytes, sxy += bytes * t;
@@ -148,6 +247,12 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         double b0 = (4 * sxy - sx * sy) / (4 * sxx - sx * sx), a0 = (sy - b0 * sx) / 4;
         if (a0 < 0) a0 = 0;
         if (b0 <= 0) b0 = 1e-12;
+        /* the wait for the slowest rank at a synchronisation after compute */
+        if (!st) {
+            double t = time_allreduce(mesh, sizes[0], 12, true, &out->sync_phase);
+            if (t < 0) st = oari_fail_status();
+            else out->sync = fmax(0, t - t_small);
+        }
         /* the per-op cost of a training step on dtensors (dist dispatch, autograd) */
         if (!st) {
             double tdist = time_step_overhead(mesh, world);
@@ -156,18 +261,23 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         }
         /* every rank must plan alike: the mean of the ranks' figures */
         if (!st) {
-            double v[5] = {out->matmul_flops, out->ew_bw, out->op_overhead, a0, b0};
-            const int64_t five = 5;
-            oar_tensor *loc = oar_tensor_from_data(v, OAR_F64, 1, &five);
+            enum { NV = 8 + OAR_PLAN_GEMM_CLASSES };
+            double v[NV] = {out->matmul_flops, out->ew_bw, out->op_overhead, a0, b0, out->optim_time, out->sync,
+                            out->sync_phase};
+            for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) v[8 + i] = out->gemm_rate[i];
+            const int64_t nv = NV;
+            oar_tensor *loc = oar_tensor_from_data(v, OAR_F64, 1, &nv);
             oar_placement part = oar_partial(OAR_REDUCE_SUM), rep = oar_replicate();
-            oar_tensor *d = loc ? oar_dtensor_from_local(loc, mesh, &part, &five) : NULL;
+            oar_tensor *d = loc ? oar_dtensor_from_local(loc, mesh, &part, &nv) : NULL;
             oar_tensor *sum = d ? oar_reshard(d, mesh, &rep) : NULL;
             oar_tensor *lsum = sum ? oar_dtensor_local(sum) : NULL;
             if (!lsum) st = oari_fail_status();
             else {
                 const double *p = oar_tensor_data(lsum);
                 out->matmul_flops = p[0] / world, out->ew_bw = p[1] / world, out->op_overhead = p[2] / world;
-                a0 = p[3] / world, b0 = p[4] / world;
+                a0 = p[3] / world, b0 = p[4] / world, out->optim_time = p[5] / world, out->sync = p[6] / world;
+                out->sync_phase = p[7] / world;
+                for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) out->gemm_rate[i] = p[8 + i] / world;
             }
             oar_tensor_release(sum);
             oar_tensor_release(d);
@@ -192,7 +302,10 @@ int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devi
     *out = (oar_cluster){.n_devices = n_devices, .devices_per_node = n_devices > 0 ? n_devices : 1,
                          .mem_bytes = mem_bytes, .flops = c->matmul_flops, .mem_bw = c->ew_bw,
                          .intra_bw = 1.0 / c->beta, .intra_lat = c->alpha, .inter_bw = 1.0 / c->beta,
-                         .inter_lat = c->alpha, .op_overhead = c->op_overhead};
+                         .inter_lat = c->alpha, .op_overhead = c->op_overhead,
+                         .optim_time_per_param = c->optim_time, .sync_lat = c->sync,
+                         .sync_phase = c->sync_phase};
+    memcpy(out->gemm_rate, c->gemm_rate, sizeof out->gemm_rate);
     return oar_cluster_check(out);
 }
 
@@ -210,10 +323,22 @@ int oar_plan_calib_save(const oar_plan_calib *c, const char *path) {
     if (!path) return oari_null_arg("oar_plan_calib_save", "path");
     oari_json_init();
     cJSON *root = cJSON_CreateObject();
-    bool ok = root && cJSON_AddStringToObject(root, "format", "oar-plan-calibration-1");
+    bool ok = root && cJSON_AddStringToObject(root, "format", "oar-plan-calibration-2");
     oar_plan_calib cc = *c;
     for (int i = 0; ok && i < 5; i++) ok = cJSON_AddNumberToObject(root, calib_keys[i], *calib_field(&cc, i));
     ok = ok && cJSON_AddNumberToObject(root, "ranks", c->ranks);
+    /* the measured extras, when measured (0: not) */
+    if (ok && c->optim_time > 0) ok = cJSON_AddNumberToObject(root, "optim_time", c->optim_time);
+    if (ok && c->sync > 0) ok = cJSON_AddNumberToObject(root, "sync", c->sync);
+    if (ok && c->sync_phase > 0) ok = cJSON_AddNumberToObject(root, "sync_phase", c->sync_phase);
+    if (ok && c->gemm_rate[0] > 0) {
+        cJSON *dims = cJSON_CreateDoubleArray(oar_plan_gemm_dims, OAR_PLAN_GEMM_CLASSES);
+        ok = dims && cJSON_AddItemToObject(root, "gemm_dims", dims);
+        if (!ok) cJSON_Delete(dims);
+        cJSON *rates = ok ? cJSON_CreateDoubleArray(c->gemm_rate, OAR_PLAN_GEMM_CLASSES) : NULL;
+        ok = rates && cJSON_AddItemToObject(root, "gemm_rates", rates);
+        if (!ok) cJSON_Delete(rates);
+    }
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text) return oari_nomem("oar_plan_calib_save: JSON");
@@ -249,8 +374,10 @@ int oar_plan_calib_load(oar_plan_calib *c, const char *path) {
     }
     int st = 0;
     cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "oar-plan-calibration-1"))
-        st = oari_error(OAR_ERR_IO, "%s: %s: format is not \"oar-plan-calibration-1\"", fn, path);
+    int version = !cJSON_IsString(fmt) ? 0 : !strcmp(fmt->valuestring, "oar-plan-calibration-1") ? 1
+                : !strcmp(fmt->valuestring, "oar-plan-calibration-2") ? 2 : 0;
+    if (!version)
+        st = oari_error(OAR_ERR_IO, "%s: %s: format is not \"oar-plan-calibration-2\" (or -1)", fn, path);
     oar_plan_calib got = {0};
     for (int i = 0; !st && i < 5; i++) {
         cJSON *v = cJSON_GetObjectItemCaseSensitive(root, calib_keys[i]);
@@ -263,7 +390,41 @@ int oar_plan_calib_load(oar_plan_calib *c, const char *path) {
     cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "ranks");
     if (!st && (!cJSON_IsNumber(r) || r->valuedouble < 1 || r->valuedouble > 1e6))
         st = oari_error(OAR_ERR_IO, "%s: %s: \"ranks\" is missing or not a count", fn, path);
-    if (!st) got.ranks = (int)r->valuedouble, *c = got;
+    if (!st) got.ranks = (int)r->valuedouble;
+    /* version 2, optional (absent: not measured, left 0; version 1 files have neither): Adam's
+     * time per element and the GEMM rates by smallest dimension */
+    cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optim_time");
+    cJSON *dims = cJSON_GetObjectItemCaseSensitive(root, "gemm_dims");
+    cJSON *rates = cJSON_GetObjectItemCaseSensitive(root, "gemm_rates");
+    if (!st && version >= 2 && o) {
+        if (!cJSON_IsNumber(o) || !isfinite(o->valuedouble) || o->valuedouble <= 0)
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"optim_time\" is not a positive number", fn, path);
+        else got.optim_time = o->valuedouble;
+    }
+    static const char *const sk[] = {"sync", "sync_phase"};
+    double *sf[] = {&got.sync, &got.sync_phase};
+    for (int i = 0; i < 2; i++) {
+        cJSON *sy = cJSON_GetObjectItemCaseSensitive(root, sk[i]);
+        if (st || version < 2 || !sy) continue;
+        if (!cJSON_IsNumber(sy) || !isfinite(sy->valuedouble) || sy->valuedouble < 0)
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"%s\" is not a non-negative number", fn, path, sk[i]);
+        else *sf[i] = sy->valuedouble;
+    }
+    if (!st && version >= 2 && (dims || rates)) {
+        if (!cJSON_IsArray(dims) || !cJSON_IsArray(rates) ||
+            cJSON_GetArraySize(dims) != OAR_PLAN_GEMM_CLASSES || cJSON_GetArraySize(rates) != OAR_PLAN_GEMM_CLASSES)
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"gemm_dims\" and \"gemm_rates\" must be arrays of %d numbers", fn,
+                            path, OAR_PLAN_GEMM_CLASSES);
+        for (int i = 0; !st && i < OAR_PLAN_GEMM_CLASSES; i++) {
+            cJSON *d = cJSON_GetArrayItem(dims, i), *v = cJSON_GetArrayItem(rates, i);
+            if (!cJSON_IsNumber(d) || d->valuedouble != oar_plan_gemm_dims[i])
+                st = oari_error(OAR_ERR_IO, "%s: %s: gemm_dims[%d] is not %g", fn, path, i, oar_plan_gemm_dims[i]);
+            else if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
+                st = oari_error(OAR_ERR_IO, "%s: %s: gemm_rates[%d] is not a positive number", fn, path, i);
+            else got.gemm_rate[i] = v->valuedouble;
+        }
+    }
+    if (!st) *c = got;
     cJSON_Delete(root);
     return st;
 }

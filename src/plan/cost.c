@@ -42,11 +42,26 @@ int oar_cluster_check(const oar_cluster *c) {
     for (int i = 0; i < 5; i++)
         if (!isfinite(pos[i]) || pos[i] <= 0)
             return oari_error(OAR_ERR_INVALID, "cluster: %s %g: must be finite and > 0", pn[i], pos[i]);
-    const double nn[] = {c->intra_lat, c->inter_lat, c->op_overhead};
-    static const char *const nnn[] = {"latency inside a node", "latency across nodes", "op overhead"};
-    for (int i = 0; i < 3; i++)
+    const double nn[] = {c->intra_lat, c->inter_lat, c->op_overhead, c->sync_lat, c->sync_phase};
+    static const char *const nnn[] = {"latency inside a node", "latency across nodes", "op overhead",
+                                      "synchronisation wait", "synchronisation phase"};
+    for (int i = 0; i < 5; i++)
         if (!isfinite(nn[i]) || nn[i] < 0)
             return oari_error(OAR_ERR_INVALID, "cluster: %s %g: must be finite and >= 0", nnn[i], nn[i]);
+    if (!isfinite(c->optim_time_per_param) || c->optim_time_per_param < 0)
+        return oari_error(OAR_ERR_INVALID, "cluster: optimizer time per parameter %g: must be finite and >= 0",
+                          c->optim_time_per_param);
+    int pos_rates = 0;
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) {
+        double r = c->gemm_rate[i];
+        if (!isfinite(r) || r < 0)
+            return oari_error(OAR_ERR_INVALID, "cluster: gemm_rate[%d] %g: must be finite and >= 0", i, r);
+        pos_rates += r > 0;
+    }
+    if (pos_rates && pos_rates < OAR_PLAN_GEMM_CLASSES)
+        return oari_error(OAR_ERR_INVALID, "cluster: %d of the %d gemm_rate entries are 0: give all (as "
+                          "oar_plan_calibrate measures them) or none", OAR_PLAN_GEMM_CLASSES - pos_rates,
+                          OAR_PLAN_GEMM_CLASSES);
     return 0;
 }
 
@@ -62,17 +77,47 @@ double oar_plan_compute_time(double flops, double bytes, int n_ops, const oar_cl
     return flops / c->flops + bytes / c->mem_bw + n_ops * c->op_overhead;
 }
 
+double oar_plan_gemm_time(double flops, double dim, const oar_cluster *c) {
+    if (!c) return oari_null_arg("oar_plan_gemm_time", "cluster"), -1;
+    const double *r = c->gemm_rate, *d = oar_plan_gemm_dims;
+    const int n = OAR_PLAN_GEMM_CLASSES;
+    if (!(dim > 0) || !(r[0] > 0)) return flops / c->flops;
+    if (dim <= d[0]) return flops / r[0];
+    if (dim >= d[n - 1]) return flops / r[n - 1];
+    int i = 0;
+    while (dim > d[i + 1]) i++;
+    double w = (log(dim) - log(d[i])) / (log(d[i + 1]) - log(d[i]));
+    return flops / (r[i] + w * (r[i + 1] - r[i]));
+}
+
 const char *oari_place_name(oari_place p) {
     static const char *const n[] = {"replicate", "shard", "column", "row", "block"};
     return (unsigned)p <= OARI_PLACE_BLOCK ? n[p] : "?";
 }
 
+/* The wait for the slowest rank at a synchronising collective that follows
+ * `phase` seconds of compute: sync_lat, scaled down for phases shorter than
+ * the one it was measured after (ranks drift apart as they compute, up to
+ * about a time slice). */
+static double sync_wait(const oar_cluster *c, double phase) {
+    if (!(c->sync_lat > 0)) return 0;
+    if (!(c->sync_phase > 0)) return c->sync_lat;
+    return c->sync_lat * fmin(1, fmax(0, phase) / c->sync_phase);
+}
+
 /* A group of n ranks whose members are `stride` ranks apart: across nodes
- * when it spans more than one. All-reduce time of bytes over it. */
-static double group_ar(const oar_cluster *c, double bytes, int n, int stride) {
+ * when it spans more than one. Time of one collective over it moving
+ * `part` of a ring all-reduce's traffic (1: all-reduce; 0.5: reduce-scatter
+ * or all-gather) of bytes, after `phase` seconds of compute (the wait for
+ * the slowest member, sync_wait). */
+static double group_coll(const oar_cluster *c, double bytes, int n, int stride, double part, double phase) {
+    if (n <= 1) return 0;
     bool across = (double)n * stride > c->devices_per_node;
-    return oar_plan_allreduce_time(bytes, n, across ? c->inter_lat : c->intra_lat,
-                                   across ? c->inter_bw : c->intra_bw);
+    return part * oar_plan_allreduce_time(bytes, n, across ? c->inter_lat : c->intra_lat,
+                                          across ? c->inter_bw : c->intra_bw) + sync_wait(c, phase);
+}
+static double group_ar(const oar_cluster *c, double bytes, int n, int stride, double phase) {
+    return group_coll(c, bytes, n, stride, 1, phase);
 }
 
 /* ---- checking a configuration ------------------------------------------------- */
@@ -118,28 +163,48 @@ typedef struct lay_cost {
     double tc;  /* the collectives' part */
     double p;   /* parameters held per rank */
     double act; /* activation bytes per sample kept */
+    double fwd, bwd; /* the compute of its forward and of its backward (no collectives) */
 } lay_cost;
 
+/* The smallest dimension of layer l's weight GEMMs at micro-batch b under
+ * placement pl over tp ranks (a column split divides the output features,
+ * a row split the input features, a block both); 0: unknown. */
+static double gemm_dim(const oar_plan_layer *l, double b, int tp, oari_place pl) {
+    if (!(l->gemm_rows > 0) || !(l->gemm_k > 0) || !(l->gemm_n > 0)) return 0;
+    double k = l->gemm_k, n = l->gemm_n;
+    if (pl == OARI_PLACE_ROW || pl == OARI_PLACE_BLOCK) k /= tp;
+    if (pl == OARI_PLACE_COLUMN || pl == OARI_PLACE_BLOCK) n /= tp;
+    return fmin(b * l->gemm_rows, fmin(k, n));
+}
+
+/* first: the model's first layer, whose input (the batch) needs no
+ * gradient: its backward runs one GEMM per forward GEMM (the weight's
+ * gradient, not the input's) and no collective for the input's gradient. */
 static lay_cost option_cost(const oar_plan_layer *l, const oar_cluster *c, int tp, double b, int recompute,
-                            oari_place pl) {
+                            oari_place pl, bool first) {
     double f = (pl == OARI_PLACE_REPLICATE) ? 1 : tp;
-    double fwd = oar_plan_compute_time(l->flops * b / f, l->bytes * b / f, l->n_ops, c);
-    double passes = recompute ? 4 : 3; /* backward is two forwards; recompute adds one */
-    double ar_f = 0, ar_b = 0;         /* collectives in forward and backward */
+    double gemm = oar_plan_gemm_time(l->flops * b / f, gemm_dim(l, b, tp, pl), c);
+    double rest = oar_plan_compute_time(0, l->bytes * b / f, l->n_ops, c);
+    /* backward: two forwards (the first layer's GEMMs: one); recompute adds a forward */
+    double fwd = gemm + rest, bwd = gemm * (first ? 1 : 2) + 2 * rest;
+    double t = fwd * (recompute ? 2 : 1) + bwd;
+    double ar_f = 0, ar_b = 0;         /* collectives in forward and backward, each after its pass */
     if (pl == OARI_PLACE_BLOCK) {
-        ar_f = group_ar(c, l->out_bytes * b, tp, 1);
-        ar_b = group_ar(c, l->in_bytes * b, tp, 1);
+        ar_f = group_ar(c, l->out_bytes * b, tp, 1, fwd);
+        ar_b = first ? 0 : group_ar(c, l->in_bytes * b, tp, 1, bwd);
     } else if (pl == OARI_PLACE_COLUMN) {
-        ar_b = group_ar(c, l->in_bytes * b, tp, 1);
+        ar_b = first ? 0 : group_ar(c, l->in_bytes * b, tp, 1, bwd);
     } else if (pl == OARI_PLACE_ROW) {
-        ar_f = group_ar(c, l->out_bytes * b, tp, 1);
+        ar_f = group_ar(c, l->out_bytes * b, tp, 1, fwd);
     }
     double tc = ar_f * (recompute ? 2 : 1) + ar_b;
-    return (lay_cost){.t = fwd * passes + tc, .tc = tc, .p = l->params / f, .act = l->act_bytes / f};
+    return (lay_cost){.t = t + tc, .tc = tc, .p = l->params / f, .act = l->act_bytes / f, .fwd = fwd, .bwd = bwd};
 }
 
 /* The all-gather making a sharded activation replicated (half an all-reduce). */
-static double gather_cost(double bytes, const oar_cluster *c, int tp) { return 0.5 * group_ar(c, bytes, tp, 1); }
+static double gather_cost(double bytes, const oar_cluster *c, int tp, double phase) {
+    return group_coll(c, bytes, tp, 1, 0.5, phase);
+}
 
 /* Time first, parameters breaking ties; mem_first: the other way round. */
 static bool better(double t, double p, double bt, double bp, bool mem_first) {
@@ -159,7 +224,7 @@ static void place_layers(const oar_plan_model *m, const oar_cluster *c, int tp, 
     if (tp == 1) {
         for (int i = 0; i < m->n; i++) {
             place[i] = OARI_PLACE_REPLICATE;
-            lc[i] = option_cost(&m->layers[i], c, 1, b, recompute, OARI_PLACE_REPLICATE);
+            lc[i] = option_cost(&m->layers[i], c, 1, b, recompute, OARI_PLACE_REPLICATE, i == 0);
         }
         return;
     }
@@ -190,10 +255,10 @@ static void place_layers(const oar_plan_model *m, const oar_cluster *c, int tp, 
         for (int o = 0; o < no; o++) {
             int in = opts[o].in, out = opts[o].out;
             if (ct[in] == INF) continue;
-            lay_cost k = option_cost(l, c, tp, b, recompute, opts[o].pl);
+            lay_cost k = option_cost(l, c, tp, b, recompute, opts[o].pl, i == 0);
             double t = ct[in] + k.t;
             if (in == 1 && (opts[o].pl == OARI_PLACE_REPLICATE || opts[o].pl == OARI_PLACE_BLOCK))
-                t += gather_cost(l->in_bytes * b, c, tp);
+                t += gather_cost(l->in_bytes * b, c, tp, k.fwd);
             double p = cp[in] + k.p;
             if (better(t, p, nt[out], np[out], mem_first)) {
                 nt[out] = t, np[out] = p;
@@ -214,9 +279,9 @@ static void place_layers(const oar_plan_model *m, const oar_cluster *c, int tp, 
     /* costs of the chosen placements, gathers charged to the layer that needs them */
     int lay = 0;
     for (int i = 0; i < m->n; i++) {
-        lc[i] = option_cost(&m->layers[i], c, tp, b, recompute, place[i]);
+        lc[i] = option_cost(&m->layers[i], c, tp, b, recompute, place[i], i == 0);
         if (lay == 1 && (place[i] == OARI_PLACE_REPLICATE || place[i] == OARI_PLACE_BLOCK)) {
-            double g = gather_cost(m->layers[i].in_bytes * b, c, tp);
+            double g = gather_cost(m->layers[i].in_bytes * b, c, tp, lc[i].fwd);
             lc[i].t += g, lc[i].tc += g;
         }
         lay = (place[i] == OARI_PLACE_COLUMN || place[i] == OARI_PLACE_SHARD) ? 1 : 0;
@@ -264,7 +329,8 @@ static double split_stages(const double *t, int n, int pp, int *first) {
 /* ---- one configuration -------------------------------------------------------------- */
 
 static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t B, const oar_plan_config *k,
-                          bool mem_first, oar_plan_estimate *e, oari_place *place_out, bool *splits) {
+                          bool mem_first, oar_plan_estimate *e, oari_place *place_out, int *stage_out,
+                          bool *splits) {
     memset(e, 0, sizeof *e);
     const int n = m->n;
     const double b = (double)B / ((double)k->dp * k->micro_batches); /* micro-batch size */
@@ -301,7 +367,7 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
     /* memory: the fullest stage */
     const double pb = m->param_bytes, gb = m->param_bytes;
     const double ob = m->param_bytes == 2 ? 12 : 8; /* Adam m, v (+ f32 master copy under mixed precision) */
-    double worst_mem = -1, best_tc = 0, stage_params_max = 0;
+    double worst_mem = -1, best_tc = 0, stage_params_max = 0, stage_fwd = 0, stage_bwd = 0;
     for (int s = 0; s < k->pp; s++) {
         double P = 0, act = 0, ckpt = 0, act_max = 0, layer_p_max = 0, tc = 0;
         for (int i = first[s]; i < first[s + 1]; i++) {
@@ -324,11 +390,16 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
             worst_mem = mem;
             e->mem_params = mp, e->mem_grads = mg, e->mem_optim = mo, e->mem_act = ma;
         }
-        if (P > stage_params_max) stage_params_max = P, best_tc = tc;
+        if (P > stage_params_max) {
+            stage_params_max = P, best_tc = tc, stage_fwd = 0, stage_bwd = 0;
+            for (int i = first[s]; i < first[s + 1]; i++) stage_fwd += lc[i].fwd, stage_bwd += lc[i].bwd;
+        }
     }
     e->mem = worst_mem;
     e->fits = e->mem <= c->mem_bytes;
-    e->runnable = k->pp == 1 && k->zero <= 2;
+    /* oar's ZeRO (src/optim/zero.c) takes parameters replicated on the data-parallel mesh: not
+     * tensor-parallel shards, not a pipeline stage's; ZeRO-3 is not wired into this recipe */
+    e->runnable = k->zero == 0 || (k->zero <= 2 && k->tp == 1 && k->pp == 1);
 
     /* time: the pipeline's steady state, its bubble and sends */
     const int M = k->micro_batches;
@@ -347,17 +418,38 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
     /* data parallel: the gradients of the fullest stage */
     double G = stage_params_max * gb;
     if (k->dp > 1) {
-        double ar = group_ar(c, G, k->dp, k->tp);
-        if (k->zero <= 1) e->dp_comm_time = ar;                       /* one all-reduce per step */
-        else if (k->zero == 2) e->dp_comm_time = M * 0.5 * ar + 0.5 * ar; /* reduce-scatter per micro-batch,
-                                                                         all-gather of parameters */
-        else e->dp_comm_time = M * (0.5 * ar + 2 * 0.5 * group_ar(c, stage_params_max * pb, k->dp, k->tp));
+        /* each collective after the compute before it: a micro-batch's backward (gradients),
+         * its forward (the loss, parameters gathered for ZeRO-3), the optimizer (ZeRO-2's
+         * all-gather of the updated parameters) */
+        double upd0 = stage_params_max / k->dp;
+        double t_opt = upd0 * (c->optim_time_per_param > 0 ? c->optim_time_per_param : 28.0 / c->mem_bw);
+        double ar = group_ar(c, G, k->dp, k->tp, stage_bwd), half = group_coll(c, G, k->dp, k->tp, 0.5, stage_bwd);
+        /* as oar's ZeRO runs them (src/optim/zero.c): micro-batches accumulate into the full
+         * .grad locally and the step communicates once: ZeRO-1 all-reduces the gradients,
+         * ZeRO-2 reduce-scatters them; both all-gather the updated parameter shards */
+        double gather = group_coll(c, stage_params_max * pb, k->dp, k->tp, 0.5, t_opt);
+        if (k->zero == 0) e->dp_comm_time = ar;
+        else if (k->zero == 1) e->dp_comm_time = ar + gather;
+        else if (k->zero == 2) e->dp_comm_time = half + gather;
+        else e->dp_comm_time = M * (half + 2 * group_coll(c, stage_params_max * pb, k->dp, k->tp, 0.5, stage_fwd));
+        /* the loss of each micro-batch, read by every data-parallel rank after its forward: an
+         * all-reduce of a scalar, a synchronisation per micro-batch */
+        if (k->pp == 1) e->dp_comm_time += M * group_ar(c, 4, k->dp, k->tp, stage_fwd);
     }
-    /* optimizer: Adam reads p, g, m, v and writes p, m, v (f32): 28 bytes an element */
+    /* optimizer: as calibrated per element, or Adam reading p, g, m, v and writing p, m, v
+     * (f32): 28 bytes an element */
     double upd = stage_params_max / (k->zero >= 1 ? k->dp : 1);
-    e->optim_time = upd * 28.0 / c->mem_bw;
-    e->step_time = e->compute_time + e->tp_comm_time + e->pp_time + e->dp_comm_time + e->optim_time;
+    e->optim_time = upd * (c->optim_time_per_param > 0 ? c->optim_time_per_param : 28.0 / c->mem_bw);
+    /* gradient accumulation: each micro-batch after the first adds its gradients to .grad
+     * (two reads, one write); the full gradients, ZeRO-1/2 included (they communicate once a
+     * step), but under ZeRO-3 only this rank's shard */
+    double acc = stage_params_max / (k->zero >= 3 ? k->dp : 1);
+    e->accum_time = (M - 1) * acc * gb * 3 / c->mem_bw;
+    e->step_time = e->compute_time + e->tp_comm_time + e->pp_time + e->dp_comm_time + e->optim_time +
+                   e->accum_time;
     if (place_out) memcpy(place_out, place, (size_t)n * sizeof *place);
+    for (int st = 0; stage_out && st < k->pp; st++)
+        for (int i = first[st]; i < first[st + 1]; i++) stage_out[i] = st;
     *splits = false;
     for (int i = 0; i < n && !*splits; i++) *splits = place[i] != OARI_PLACE_REPLICATE;
     if (heap) oari_free(heap, bytes);
@@ -368,16 +460,16 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
  * (splitting wherever a layer can), which then wins if it fits or needs
  * less. */
 void oari_plan_estimate(const oar_plan_model *m, const oar_cluster *c, int64_t B, const oar_plan_config *k,
-                        oar_plan_estimate *e, oari_place *place_out) {
+                        oar_plan_estimate *e, oari_place *place_out, int *stage_out) {
     bool splits, splits2;
-    estimate_with(m, c, B, k, false, e, place_out, &splits);
+    estimate_with(m, c, B, k, false, e, place_out, stage_out, &splits);
     if (k->tp == 1 || !isfinite(e->step_time) || (e->fits && splits)) return;
     oar_plan_estimate e2;
-    estimate_with(m, c, B, k, true, &e2, NULL, &splits2);
+    estimate_with(m, c, B, k, true, &e2, NULL, NULL, &splits2);
     if (!isfinite(e2.step_time)) return;
     if ((!splits && splits2 && (e2.fits || !e->fits)) || (!e->fits && (e2.fits || e2.mem < e->mem))) {
         *e = e2;
-        if (place_out) estimate_with(m, c, B, k, true, &e2, place_out, &splits2);
+        if (place_out || stage_out) estimate_with(m, c, B, k, true, &e2, place_out, stage_out, &splits2);
     }
 }
 
@@ -396,6 +488,31 @@ int oar_plan_estimate_config(const oar_plan_model *m, const oar_cluster *c, int6
     char why[200];
     if (oari_plan_check_config(m, c, global_batch, cfg, why, sizeof why))
         return oari_error(OAR_ERR_INVALID, "%s: %s", fn, why);
-    oari_plan_estimate(m, c, global_batch, cfg, out, NULL);
+    oari_plan_estimate(m, c, global_batch, cfg, out, NULL, NULL);
     return isfinite(out->step_time) ? 0 : oari_nomem("plan estimate scratch");
+}
+
+int oar_plan_estimate_layout(const oar_plan_model *m, const oar_cluster *c, int64_t global_batch,
+                             const oar_plan_config *cfg, int n, const char **place, int *stage) {
+    const char *fn = "oar_plan_estimate_layout";
+    oar_plan_estimate e;
+    if (m && n != m->n)
+        return oari_error(OAR_ERR_INVALID, "%s: n %d: must be the model's %d layers", fn, n, m->n);
+    int st = oar_plan_estimate_config(m, c, global_batch, cfg, &e);
+    if (st) return st;
+    oari_place *pl = oari_calloc((size_t)n, sizeof *pl);
+    int *sg = oari_calloc((size_t)n, sizeof *sg);
+    if (!pl || !sg) {
+        oari_free(pl, pl ? (size_t)n * sizeof *pl : 0);
+        oari_free(sg, sg ? (size_t)n * sizeof *sg : 0);
+        return oari_fail_status();
+    }
+    oari_plan_estimate(m, c, global_batch, cfg, &e, pl, sg);
+    for (int i = 0; i < n; i++) {
+        if (place) place[i] = oari_place_name(pl[i]);
+        if (stage) stage[i] = sg[i];
+    }
+    oari_free(pl, (size_t)n * sizeof *pl);
+    oari_free(sg, (size_t)n * sizeof *sg);
+    return isfinite(e.step_time) ? 0 : oari_nomem("plan estimate scratch");
 }

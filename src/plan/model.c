@@ -124,7 +124,8 @@ oar_plan_model *oar_plan_model_from_graph(const oar_graph *g, int64_t batch) {
     bool have_in = false;
     oar_plan_layer cur = {0};
     char curname[128] = "";
-    bool open = false, cur_mm = false, cur_pointwise = true;
+    bool open = false, cur_mm = false, cur_pointwise = true, cur_actmm = false;
+    double wf = 0, wrows = 0, wk = 0, wn = 0; /* the layer's weight GEMMs: FLOPs, and FLOP-weighted dims */
     const double B = (double)batch;
     int st = 0;
     for (int i = 0; i <= g->n_nodes && !st; i++) {
@@ -142,17 +143,22 @@ oar_plan_model *oar_plan_model_from_graph(const oar_graph *g, int64_t batch) {
             prefix[len] = 0;
         }
         if (open && (!n || (pname && strcmp(prefix, curname)))) {
-            cur.kind = cur_mm ? OAR_PLAN_LAYER_LINEAR
-                              : cur_pointwise ? OAR_PLAN_LAYER_POINTWISE : OAR_PLAN_LAYER_REPLICATED;
+            /* a layer with a product of two activations too (attention's scores) is not one
+             * weight GEMM: splitting its weight's features would split what that product needs
+             * whole (the heads are not known here), so it stays replicated */
+            cur.kind = cur_mm && !cur_actmm ? OAR_PLAN_LAYER_LINEAR
+                       : cur_pointwise && !cur_mm ? OAR_PLAN_LAYER_POINTWISE : OAR_PLAN_LAYER_REPLICATED;
             cur.name = curname;
+            if (wf > 0) cur.gemm_rows = wrows / wf, cur.gemm_k = wk / wf, cur.gemm_n = wn / wf;
             st = oar_plan_model_add_layer(m, &cur);
             open = false;
         }
         if (!n || st) break;
         if (!open) {
             memset(&cur, 0, sizeof cur);
+            wf = wrows = wk = wn = 0;
             snprintf(curname, sizeof curname, "%s", pname ? prefix : (m->n ? "tail" : "input"));
-            cur_mm = false;
+            cur_mm = false, cur_actmm = false;
             cur_pointwise = true;
             open = true;
             have_in = false;
@@ -182,9 +188,16 @@ oar_plan_model *oar_plan_model_from_graph(const oar_graph *g, int64_t batch) {
         if (n->op == OARI_OP_matmul && n->n_in >= 2) {
             const oari_gvalue *a = &g->values[n->in[0]];
             double K = a->ndim ? (double)a->shape[a->ndim - 1] : 1;
-            cur.flops += 2.0 * numel(&g->values[n->out[0]]) * K / B;
-            if (reads_param) cur_mm = true;
-            else cur_pointwise = false;
+            double fl = 2.0 * numel(&g->values[n->out[0]]) * K / B;
+            cur.flops += fl;
+            if (reads_param) {
+                const oari_gvalue *w = &g->values[n->in[1]];
+                double N = w->ndim ? (double)w->shape[w->ndim - 1] : 1;
+                cur_mm = true;
+                wf += fl, wrows += fl * numel(a) / (K > 0 ? K : 1) / B, wk += fl * K, wn += fl * N;
+            } else {
+                cur_pointwise = false, cur_actmm = true;
+            }
         } else if (n->op == OARI_OP_conv2d && n->n_in >= 2) {
             const oari_gvalue *w = &g->values[n->in[1]];
             double per = 1;

@@ -30,9 +30,11 @@ OARI_HIDDEN const char *oari_place_name(oari_place p);
  * words it itself into why). why (optional, >= 160 bytes) gets the reason. */
 OARI_HIDDEN int oari_plan_check_config(const oar_plan_model *m, const oar_cluster *c, int64_t global_batch,
                                        const oar_plan_config *cfg, char *why, size_t cap);
-/* The estimate of a checked config; place (optional, m->n entries) gets
- * the placements. Never fails. */
+/* The estimate of a checked config; place and stage (optional, m->n
+ * entries each) get the placements and each layer's pipeline stage. Never
+ * fails (out of scratch memory: an infinite step time). */
 OARI_HIDDEN void oari_plan_estimate(const oar_plan_model *m, const oar_cluster *c, int64_t global_batch,
-                                    const oar_plan_config *cfg, oar_plan_estimate *out, oari_place *place);
+                                    const oar_plan_config *cfg, oar_plan_estimate *out, oari_place *place,
+                                    int *stage);
 
 #endif

@@ -112,7 +112,7 @@ oar_plan_result *oar_plan_parallel(const oar_plan_model *m, const oar_cluster *c
             int dp = N / tp / pp;
             for (int z = 0; z <= 3; z++) {
                 if (z > 0 && dp == 1) continue;
-                if (opt->runnable_only && (pp > 1 || z > 2)) continue;
+                if (opt->runnable_only && z > 0 && (z > 2 || tp > 1 || pp > 1)) continue;
                 char fam[64];
                 snprintf(fam, sizeof fam, "dp %d tp %d pp %d zero %d", dp, tp, pp, z);
                 oar_plan_config best = {0};
@@ -129,7 +129,7 @@ oar_plan_result *oar_plan_parallel(const oar_plan_model *m, const oar_cluster *c
                             continue;
                         }
                         oar_plan_estimate e;
-                        oari_plan_estimate(m, c, B, &k, &e, pl);
+                        oari_plan_estimate(m, c, B, &k, &e, pl, NULL);
                         r->evaluated++;
                         /* tensor parallel with every layer replicated: ranks idle, as tp 1 on fewer devices */
                         bool splits = tp == 1;
@@ -195,7 +195,7 @@ oar_plan_result *oar_plan_parallel(const oar_plan_model *m, const oar_cluster *c
     for (int i = 0; i < m->n; i++)
         if (!(r->layer_names[i] = oari_strdup(m->layers[i].name))) goto fail;
     oar_plan_estimate e;
-    oari_plan_estimate(m, c, B, &r->plans[0].cfg, &e, r->place);
+    oari_plan_estimate(m, c, B, &r->plans[0].cfg, &e, r->place, NULL);
     return r;
 fail:
     if (pl) oari_free(pl, (size_t)m->n * sizeof *pl);
@@ -249,7 +249,8 @@ static void print_plan(FILE *f, const char *tag, const ranked *p) {
     char s0[32];
     fprintf(f, "%-9s dp %4d tp %2d pp %3d zero %d  micro-batches %3d  recompute %-3s  step %10.4g s  "
             "mem/rank %10s%s\n", tag, k->dp, k->tp, k->pp, k->zero, k->micro_batches, k->recompute ? "on" : "off",
-            e->step_time, size_str(e->mem, s0), e->runnable ? "" : "  (predicted only: oar has no pipeline / ZeRO-3 yet)");
+            e->step_time, size_str(e->mem, s0),
+            e->runnable ? "" : "  (predicted only: oar runs ZeRO 1/2 with data parallelism alone)");
 }
 
 int oar_plan_result_print(const oar_plan_result *r, FILE *f) {

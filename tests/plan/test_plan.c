@@ -54,14 +54,16 @@ static void test_memory_per_rank(void) {
     CHECK_NEAR(e.mem_act, 2 * 200, 1e-9);
     CHECK_NEAR(e.mem, 32400, 1e-9);
     CHECK(e.fits && e.runnable);
-    /* its time: fwd 2e9 / 1e12 per layer, 3 passes, 2 layers; all-reduce of 8000 bytes over
-     * 4 ranks; Adam 28 bytes an element */
-    double want_compute = 2 * 3 * 2e-3;
+    /* its time: fwd 2e9 / 1e12 per layer, 3 passes, but 2 for the first layer (the batch needs
+     * no gradient: its backward is the weight's GEMM only); all-reduce of 8000 bytes over 4
+     * ranks; Adam 28 bytes an element */
+    double want_compute = (2 + 3) * 2e-3;
     double want_ar = 6 * 1e-5 + 1.5 * 8000 / 1e9;
+    double loss_ar = 6 * 1e-5 + 1.5 * 4 / 1e9; /* each micro-batch's loss, a scalar, read by every rank */
     CHECK_NEAR(e.compute_time, want_compute, 1e-12);
-    CHECK_NEAR(e.dp_comm_time, want_ar, 1e-12);
+    CHECK_NEAR(e.dp_comm_time, want_ar + loss_ar, 1e-12);
     CHECK_NEAR(e.optim_time, 2000 * 28 / 1e11, 1e-15);
-    CHECK_NEAR(e.step_time, want_compute + want_ar + 2000 * 28 / 1e11, 1e-12);
+    CHECK_NEAR(e.step_time, want_compute + want_ar + loss_ar + 2000 * 28 / 1e11, 1e-12);
     k.zero = 1; /* optimizer state / dp */
     CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
     CHECK_NEAR(e.mem, 8000 + 8000 + 4000 + 400, 1e-9);
@@ -77,19 +79,144 @@ static void test_memory_per_rank(void) {
     k.zero = 0, k.recompute = 1;
     CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
     CHECK_NEAR(e.mem_act, 2 * 20 + 2 * 100, 1e-9);
-    CHECK_NEAR(e.compute_time, 2 * 4 * 2e-3, 1e-12); /* one more forward */
-    /* two micro-batches: half the activations, the same all-reduce once */
+    CHECK_NEAR(e.compute_time, (3 + 4) * 2e-3, 1e-12); /* one more forward */
+    /* two micro-batches: half the activations, the same all-reduce once, two losses read */
     k.recompute = 0, k.micro_batches = 2;
     CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
     CHECK_NEAR(e.mem_act, 200, 1e-9);
-    CHECK_NEAR(e.dp_comm_time, want_ar, 1e-12);
+    CHECK_NEAR(e.dp_comm_time, want_ar + 2 * loss_ar, 1e-12);
     /* pipeline 2 x dp 2, two micro-batches: one layer a stage, 1F1B keeps 2 in flight on stage 0 */
     k = (oar_plan_config){.dp = 2, .tp = 1, .pp = 2, .zero = 0, .micro_batches = 2};
     CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
     CHECK_NEAR(e.mem_params, 4000, 1e-9);
     CHECK_NEAR(e.mem_act, 2 * 2 * 100, 1e-9);
     CHECK_NEAR(e.compute_time, 2 * 3 * 2e-3, 1e-12);    /* 2 micro-batches of 2 samples, one layer */
-    CHECK(e.pp_time >= 1 * 3 * 2e-3 && !e.runnable);     /* the bubble: one stage time */
+    CHECK(e.pp_time >= 1 * 2 * 2e-3 && e.runnable);      /* the bubble: one stage time */
+    k.zero = 1; /* ZeRO under a pipeline: predicted only */
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK(!e.runnable);
+    k = (oar_plan_config){.dp = 2, .tp = 2, .pp = 1, .zero = 1, .micro_batches = 1}; /* nor with tp */
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK(!e.runnable);
+    k.zero = 0;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK(e.runnable);
+    oar_plan_model_free(m);
+}
+
+/* The GEMM rate by smallest dimension, the optimizer's calibrated time, gradient accumulation. */
+static void test_measured_rates(void) {
+    oar_cluster c = toy_cluster(1);
+    CHECK_NEAR(oar_plan_gemm_time(1e9, 64, &c), 1e9 / 1e12, 1e-18); /* no table: the peak rate */
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate[i] = 1e10 * (i + 1); /* 4: 1e10 .. 512: 8e10 */
+    CHECK(oar_cluster_check(&c) == 0);
+    CHECK_NEAR(oar_plan_gemm_time(1e9, 16, &c), 1e9 / 3e10, 1e-15);   /* at a table point */
+    CHECK_NEAR(oar_plan_gemm_time(1e9, 2, &c), 1e9 / 1e10, 1e-15);    /* clamped below */
+    CHECK_NEAR(oar_plan_gemm_time(1e9, 4096, &c), 1e9 / 8e10, 1e-15); /* clamped above */
+    CHECK_NEAR(oar_plan_gemm_time(1e9, sqrt(16.0 * 32), &c), 1e9 / 3.5e10, 1e-15); /* halfway in log dim */
+    CHECK_NEAR(oar_plan_gemm_time(1e9, 0, &c), 1e9 / 1e12, 1e-18);    /* unknown dim: the peak rate */
+    CHECK(oar_plan_gemm_time(1, 1, NULL) < 0);
+    c.gemm_rate[3] = 0;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "give all");
+    c.gemm_rate[3] = -1;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "gemm_rate[3] -1");
+    c.gemm_rate[3] = 4e10;
+    c.optim_time_per_param = -1;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "optimizer time per parameter");
+    c.optim_time_per_param = NAN;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "optimizer time per parameter");
+
+    /* one linear layer of 64 x 64 on 1 row a sample, batch 8: GEMMs of smallest dim 8 (1 micro-batch)
+     * or 2 (4 micro-batches: clamped to the 4 entry) */
+    oar_plan_model *m = oar_plan_model_new("lin", 4);
+    oar_plan_layer l = {.kind = OAR_PLAN_LAYER_LINEAR, .flops = 2 * 64 * 64, .params = 64 * 64, .gemm_rows = 1,
+                        .gemm_k = 64, .gemm_n = 64};
+    CHECK(oar_plan_model_add_layer(m, &l) == 0);
+    CHECK(oar_plan_model_add_layer(m, &l) == 0);
+    c.optim_time_per_param = 1e-9;
+    oar_plan_estimate e;
+    oar_plan_config k = {.dp = 1, .tp = 1, .pp = 1, .micro_batches = 1};
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    double f8 = 2.0 * 64 * 64 * 8;
+    /* forward twice, backward: the first layer one GEMM (the batch needs no gradient), the second two */
+    CHECK_NEAR(e.compute_time, (2 + 1 + 2) * f8 / 2e10, 1e-15);
+    CHECK_NEAR(e.optim_time, 2 * 4096 * 1e-9, 1e-18);
+    CHECK_NEAR(e.accum_time, 0, 0);
+    k.micro_batches = 4; /* 4 micro-batches of 2 rows; 3 accumulations of 8192 f32 gradients (12 bytes each) */
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.compute_time, 4 * (2 + 1 + 2) * (f8 / 4) / 1e10, 1e-15);
+    CHECK_NEAR(e.accum_time, 3 * 8192 * 12 / 1e11, 1e-18);
+    CHECK_NEAR(e.step_time, e.compute_time + e.optim_time + e.accum_time, 1e-15);
+    oar_plan_model_free(m);
+
+    /* the wait at each synchronising collective: dp 4, one micro-batch: the gradients'
+     * all-reduce and the loss's, one wait each; ZeRO-2 with two micro-batches (accumulated
+     * locally, as oar's ZeRO does): one reduce-scatter, one all-gather, two losses */
+    m = toy_model();
+    c = toy_cluster(4);
+    oar_plan_estimate e0;
+    k = (oar_plan_config){.dp = 4, .tp = 1, .pp = 1, .micro_batches = 1};
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e0) == 0);
+    c.sync_lat = 1e-3;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.dp_comm_time - e0.dp_comm_time, 2e-3, 1e-12);
+    k.zero = 2, k.micro_batches = 2;
+    c.sync_lat = 0;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e0) == 0);
+    c.sync_lat = 1e-3;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.dp_comm_time - e0.dp_comm_time, 4e-3, 1e-12);
+    /* scaled by the compute before each collective, measured after 10 ms: the loss after the
+     * forward (2 layers x 2e-3 s), the gradients after the backward (2e-3 s for the first layer's
+     * weight GEMM, 4e-3 s for the second's two) */
+    k = (oar_plan_config){.dp = 4, .tp = 1, .pp = 1, .micro_batches = 1};
+    c.sync_phase = 1e-2;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    c.sync_lat = 0;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e0) == 0);
+    CHECK_NEAR(e.dp_comm_time - e0.dp_comm_time, 1e-3 * (4e-3 + 6e-3) / 1e-2, 1e-12);
+    /* a pipeline's sends do not: the schedule's own waits stand for them */
+    k = (oar_plan_config){.dp = 2, .tp = 1, .pp = 2, .micro_batches = 2};
+    c.sync_phase = 0, c.sync_lat = 0;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e0) == 0);
+    c.sync_lat = 1e-3;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.pp_time, e0.pp_time, 1e-15);
+    c.sync_phase = -1;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "synchronisation phase -1");
+    c.sync_phase = 0;
+    c.sync_lat = -1;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "synchronisation wait -1");
+    oar_plan_model_free(m);
+}
+
+/* The layout the cost model assumes: placements and pipeline stages. */
+static void test_layout(void) {
+    oar_plan_model *m = oar_plan_model_new("mlp", 4);
+    oar_plan_layer lin = {.kind = OAR_PLAN_LAYER_LINEAR, .flops = 2e9, .params = 1e6, .act_bytes = 4e3,
+                          .in_bytes = 4e3, .out_bytes = 4e3, .n_ops = 1};
+    oar_plan_layer relu = {.kind = OAR_PLAN_LAYER_POINTWISE, .bytes = 8e3, .act_bytes = 4e3, .in_bytes = 4e3,
+                           .out_bytes = 4e3, .n_ops = 1};
+    CHECK(oar_plan_model_add_layer(m, &lin) == 0);
+    CHECK(oar_plan_model_add_layer(m, &relu) == 0);
+    CHECK(oar_plan_model_add_layer(m, &lin) == 0);
+    oar_cluster c = toy_cluster(2);
+    const char *place[3];
+    int stage[3];
+    oar_plan_config k = {.dp = 1, .tp = 2, .pp = 1, .micro_batches = 1};
+    CHECK(oar_plan_estimate_layout(m, &c, 8, &k, 3, place, stage) == 0);
+    CHECK(!strcmp(place[0], "column") && !strcmp(place[1], "shard") && !strcmp(place[2], "row"));
+    CHECK(stage[0] == 0 && stage[1] == 0 && stage[2] == 0);
+    k = (oar_plan_config){.dp = 1, .tp = 1, .pp = 2, .micro_batches = 2};
+    CHECK(oar_plan_estimate_layout(m, &c, 8, &k, 3, place, NULL) == 0);
+    CHECK(!strcmp(place[0], "replicate") && !strcmp(place[2], "replicate"));
+    CHECK(oar_plan_estimate_layout(m, &c, 8, &k, 3, NULL, stage) == 0);
+    CHECK(stage[0] == 0 && stage[2] == 1 && stage[1] <= stage[2]);
+    CHECK_STATUS_FAILS(oar_plan_estimate_layout(m, &c, 8, &k, 2, place, stage), "must be the model's 3 layers");
+    CHECK_STATUS_FAILS(oar_plan_estimate_layout(NULL, &c, 8, &k, 3, place, stage), "model is NULL");
+    CHECK_STATUS_FAILS(oar_plan_estimate_layout(m, &c, 8, NULL, 3, place, stage), "configuration is NULL");
+    k.dp = 2;
+    CHECK_STATUS_FAILS(oar_plan_estimate_layout(m, &c, 8, &k, 3, place, stage), "is not the 2 devices");
     oar_plan_model_free(m);
 }
 
@@ -330,13 +457,24 @@ static void test_from_graph(void) {
         const oar_plan_layer *l0 = oar_plan_model_layer(m, 0);
         CHECK(l0 && !strcmp(l0->name, "0") && l0->kind == OAR_PLAN_LAYER_LINEAR);
         CHECK_NEAR(l0->flops, 2.0 * 8 * 16, 0); /* per sample */
+        /* its weight GEMM: one row a sample, 8 in, 16 out */
+        CHECK(l0->gemm_rows == 1 && l0->gemm_k == 8 && l0->gemm_n == 16);
         double flops = 0;
         for (int i = 0; i < oar_plan_model_num_layers(m); i++) flops += oar_plan_model_layer(m, i)->flops;
         CHECK_NEAR(flops, 2.0 * 8 * 16 + 2.0 * 16 * 4, 0);
         const oar_plan_layer *last = oar_plan_model_layer(m, oar_plan_model_num_layers(m) - 1);
         CHECK(!strcmp(last->name, "2") && last->kind == OAR_PLAN_LAYER_LINEAR);
         CHECK_NEAR(last->out_bytes, 4 * 4, 0);
+        CHECK(last->gemm_rows == 1 && last->gemm_k == 16 && last->gemm_n == 4);
     }
+    oar_plan_model_free(m);
+    oar_graph_free(g);
+    /* on [batch, seq, features]: seq rows a sample */
+    oar_graph_input_spec s3 = {.name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {5, 3, 8}};
+    g = oar_trace_module(net, &s3);
+    m = g ? oar_plan_model_from_graph(g, 0) : NULL;
+    CHECK(m != NULL);
+    if (m) CHECK(oar_plan_model_layer(m, 0)->gemm_rows == 3 && oar_plan_model_layer(m, 0)->gemm_k == 8);
     oar_plan_model_free(m);
     oar_graph_free(g);
     oar_module_free(net);
@@ -369,6 +507,56 @@ static void test_calib_file(void) {
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "is not JSON");
     unlink(path);
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "cannot open");
+    /* version 2 with the measured extras: Adam's time per element and the GEMM rates, carried
+     * into the cluster */
+    oar_plan_calib c2 = c;
+    c2.optim_time = 1.5e-9, c2.sync = 2e-4, c2.sync_phase = 3e-3;
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c2.gemm_rate[i] = 1e9 * (i + 1);
+    CHECK(oar_plan_calib_save(&c2, path) == 0);
+    CHECK(oar_plan_calib_load(&d, path) == 0);
+    CHECK(d.optim_time == 1.5e-9 && d.sync == 2e-4 && d.gemm_rate[0] == 1e9 && d.gemm_rate[7] == 8e9);
+    CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
+    CHECK(cl.optim_time_per_param == 1.5e-9 && cl.sync_lat == 2e-4 && cl.sync_phase == 3e-3 && cl.gemm_rate[3] == 4e9);
+    /* a version 1 file: no extras, left 0 */
+    f = fopen(path, "w");
+    fputs("{\"format\": \"oar-plan-calibration-1\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2}", f);
+    fclose(f);
+    CHECK(oar_plan_calib_load(&d, path) == 0);
+    CHECK(d.matmul_flops == 3 && d.optim_time == 0 && d.gemm_rate[0] == 0);
+    /* bad extras */
+    f = fopen(path, "w");
+    fputs("{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8], \"gemm_rates\": [1, 2]}", f);
+    fclose(f);
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "must be arrays of 8 numbers");
+    f = fopen(path, "w");
+    fputs("{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8, 16, 32, 64, 128, 256, 1024], "
+          "\"gemm_rates\": [1, 2, 3, 4, 5, 6, 7, 8]}", f);
+    fclose(f);
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "gemm_dims[7] is not 512");
+    f = fopen(path, "w");
+    fputs("{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8, 16, 32, 64, 128, 256, 512], "
+          "\"gemm_rates\": [1, 2, 3, 4, 5, 6, 7, -8]}", f);
+    fclose(f);
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "gemm_rates[7] is not a positive number");
+    f = fopen(path, "w");
+    fputs("{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"optim_time\": -1}", f);
+    fclose(f);
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"optim_time\" is not a positive number");
+    f = fopen(path, "w");
+    fputs("{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"sync\": \"x\"}", f);
+    fclose(f);
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"sync\" is not a non-negative number");
+    f = fopen(path, "w");
+    fputs("{\"format\": \"oar-plan-calibration-9\"}", f);
+    fclose(f);
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "format is not");
+    unlink(path);
     c.beta = 0;
     CHECK_STATUS_FAILS(oar_cluster_from_calib(&cl, &c, 2, 1e9), "calibrate under mpirun");
     CHECK_STATUS_FAILS(oar_plan_calib_save(&c, "/nonexistent-dir/x.json"), "nonexistent");
@@ -376,6 +564,8 @@ static void test_calib_file(void) {
     oar_plan_calib m;
     CHECK(oar_plan_calibrate(&m) == 0);
     CHECK(m.matmul_flops > 1e6 && isfinite(m.matmul_flops) && m.ew_bw > 1e6 && m.op_overhead > 0 && m.ranks == 1);
+    CHECK(m.optim_time > 0 && isfinite(m.optim_time));
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) CHECK(m.gemm_rate[i] > 1e6 && isfinite(m.gemm_rate[i]));
     CHECK_STATUS_FAILS(oar_plan_calibrate(NULL), "out is NULL");
 }
 
@@ -390,7 +580,23 @@ static int plan_step(void) {
     oar_plan_result *r = oar_plan_parallel(m, &c, &(oar_plan_options){.global_batch = 16});
     int st = r ? 0 : OAR_ERR_NOMEM;
     oar_plan_result_free(r);
+    /* the layout of one configuration */
+    const char *place[8];
+    int stage[8];
+    if (!st) st = oar_plan_estimate_layout(m, &c, 16, &(oar_plan_config){.dp = 2, .tp = 2, .pp = 2, .micro_batches = 2},
+                                           oar_plan_model_num_layers(m), place, stage);
     oar_plan_model_free(m);
+    /* a calibration file with every field */
+    oar_plan_calib cal = {.matmul_flops = 1e10, .ew_bw = 1e9, .op_overhead = 1e-6, .alpha = 1e-5, .beta = 1e-9,
+                          .ranks = 2, .optim_time = 1e-9, .sync = 1e-4, .sync_phase = 1e-3};
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) cal.gemm_rate[i] = 1e9;
+    char path[] = "/tmp/oar_plan_allocXXXXXX";
+    int fd = st ? -1 : mkstemp(path);
+    if (!st && fd < 0) return OAR_ERR_IO;
+    if (fd >= 0) close(fd);
+    if (!st) st = oar_plan_calib_save(&cal, path);
+    if (!st) st = oar_plan_calib_load(&cal, path);
+    if (fd >= 0) unlink(path);
     return st;
 }
 
@@ -412,6 +618,8 @@ int main(void) {
     RUN(test_transformer);
     RUN(test_from_graph);
     RUN(test_calib_file);
+    RUN(test_measured_rates);
+    RUN(test_layout);
     RUN(test_alloc_failures);
     return test_summary();
 }
