@@ -523,7 +523,7 @@ static void topk_vec_line_f32(const float *x, int64_t xs, int64_t n, int64_t k, 
     const topk_v16i lane0 = {-1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     const topk_v16i last = (topk_v16i){0} + (int32_t)(k - 1);
     topk_v16i kv = (topk_v16i){0} + INT32_MIN, iv = (topk_v16i){0};
-    int32_t worst = INT32_MIN, keys[TOPK_KEY_BLOCK];
+    int32_t worst = INT32_MIN, low = INT32_MIN, keys[TOPK_KEY_BLOCK];
     for (int64_t j0 = 0; j0 < n; j0 += TOPK_KEY_BLOCK) {
         const int64_t m = n - j0 < TOPK_KEY_BLOCK ? n - j0 : TOPK_KEY_BLOCK;
         const float *xb = x + j0 * xs;
@@ -531,6 +531,22 @@ static void topk_vec_line_f32(const float *x, int64_t xs, int64_t n, int64_t k, 
             for (int64_t j = 0; j < m; j++) keys[j] = topk_key_f32(xb[j], flip);
         else
             for (int64_t j = 0; j < m; j++) keys[j] = topk_key_f32(xb[j * xs], flip);
+        if (j0 == 0 && m >= TOPK_VEC_K) {
+            /* A floor: the 16 groups j mod 16 of the first block have 16
+             * distinct maxima, so the k-th best (k <= 16) is at least their
+             * minimum; anything below it never goes in (fewer tests fail
+             * late, fewer mispredicted branches). */
+            int32_t gm[TOPK_VEC_K];
+            for (int l = 0; l < TOPK_VEC_K; l++) gm[l] = INT32_MIN;
+            int64_t j = 0;
+            for (; j + TOPK_VEC_K <= m; j += TOPK_VEC_K)
+                for (int l = 0; l < TOPK_VEC_K; l++) gm[l] = keys[j + l] > gm[l] ? keys[j + l] : gm[l];
+            for (int l = 0; j + l < m; l++) gm[l] = keys[j + l] > gm[l] ? keys[j + l] : gm[l];
+            int32_t fl = gm[0];
+            for (int l = 1; l < TOPK_VEC_K; l++) fl = gm[l] < fl ? gm[l] : fl;
+            low = fl - 1; /* (keys exceed INT32_MIN) */
+            worst = low;
+        }
         for (int64_t j = 0; j < m; j++) {
             const int32_t key = keys[j];
             if (key <= worst) continue;
@@ -541,6 +557,7 @@ static void topk_vec_line_f32(const float *x, int64_t xs, int64_t n, int64_t k, 
             kv = (stay & kv) | (at & kb) | (~(stay | at) & ks);
             iv = (stay & iv) | (at & jb) | (~(stay | at) & is1);
             worst = OARI_SHUFFLE1(kv, last)[0];
+            worst = worst > low ? worst : low;
         }
     }
     for (int64_t j = 0; j < k; j++) {
