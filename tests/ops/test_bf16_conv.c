@@ -264,6 +264,14 @@ static void test_errors(void) {
     a.pass = OARI_DNNL_FORWARD;
     a.dtype = OAR_F16;
     CHECK_STATUS_FAILS(oari_dnnl_conv2d(&a), "conv2d: no oneDNN kernel for float16");
+    /* f32: the forward only (the stem route), never f32_out or a backward */
+    a.dtype = OAR_F32;
+    CHECK_STATUS_FAILS(oari_dnnl_conv2d(&a), "conv2d: oneDNN convolution description failed");
+    a.f32_out = true;
+    CHECK_STATUS_FAILS(oari_dnnl_conv2d(&a), "conv2d: no oneDNN kernel for float32");
+    a.f32_out = false;
+    a.pass = OARI_DNNL_BACKWARD_DATA;
+    CHECK_STATUS_FAILS(oari_dnnl_conv2d(&a), "conv_transpose2d: no oneDNN kernel for float32");
 #endif
     oar_pool_pop(p);
 }

@@ -108,6 +108,21 @@ static void check_conv_cases(const char *what, const conv_case *cases, size_t n_
         }
 }
 
+/* One image, kernel 7x7 or more at stride 2 or more (ResNet's stem): with
+ * oneDNN built in, f32 runs oneDNN's convolution (`k_conv2d_f32_route`),
+ * else im2col + gemm; either way within the bound against float64, with
+ * and without bias, odd sizes, padding, one input channel, groups. */
+static void test_conv2d_stem(void) {
+    static const conv_case cases[] = {
+        {1, 3, 40, 36, 16, 7, 7, {2, 2, 3, 3, 1, 1, 1}, true},
+        {1, 3, 33, 29, 8, 7, 7, {2, 2, 3, 3, 1, 1, 1}, false},
+        {1, 1, 30, 30, 5, 9, 9, {3, 3, 0, 4, 1, 1, 1}, true},
+        {1, 4, 23, 23, 6, 7, 7, {2, 2, 1, 1, 1, 1, 2}, true},
+        {1, 3, 40, 40, 8, 7, 7, {2, 2, 3, 3, 2, 2, 1}, false}, /* dilated: not routed */
+    };
+    check_conv_cases("stem", cases, sizeof cases / sizeof cases[0]);
+}
+
 static void test_conv2d_batched(void) {
     static const conv_case cases[] = {
         {200, 3, 7, 7, 4, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true}, /* 3 chunks, the last short */
@@ -419,6 +434,7 @@ static void test_max_pool_3x3(void) {
 
 int main(void) {
     oar_manual_seed(7);
+    RUN(test_conv2d_stem);
     RUN(test_conv2d_batched);
     RUN(test_conv2d_tiled);
     RUN(test_conv_transpose2d_batched);

@@ -222,6 +222,45 @@ static void test_tanh_f32_accuracy(void) {
 }
 
 /* complex -> bool is z != 0: a nonzero imaginary part alone makes true. */
+/* Contiguous f32 softmax rows of up to 512 run through each step in
+ * groups of eight: a row gives the same bits in a group as alone (a
+ * one-row call), whatever the group's size or the other rows hold (a NaN,
+ * a row of -inf); the values are right against float64. */
+static void test_softmax_row_groups(void) {
+    static const int64_t shapes[][2] = {{37, 64}, {9, 17}, {11, 512}, {3, 513}, {70, 5}, {8, 16}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        oar_pool *p = oar_pool_push();
+        const int64_t rows = shapes[s][0], n = shapes[s][1];
+        oar_tensor *x = oar_mul_scalar(oar_randn(OAR_F32, 2, shapes[s]), 6);
+        float *xv = x ? oar_tensor_data(x) : NULL;
+        CHECK(xv != NULL);
+        if (!xv) { oar_pool_pop(p); continue; }
+        xv[2 * n + n / 2] = NAN;                           /* row 2: NaN */
+        for (int64_t j = 0; j < n; j++) xv[n + j] = -INFINITY; /* row 1: all -inf */
+        for (int lg = 0; lg < 2; lg++) {
+            oar_tensor *y = lg ? oar_log_softmax(x, 1) : oar_softmax(x, 1);
+            CHECK(y != NULL);
+            if (!y) continue;
+            const float *yv = oar_tensor_data(y);
+            bool same = true;
+            for (int64_t r = 0; r < rows; r++) {
+                oar_tensor *row = oar_slice(x, 0, r, r + 1, 1);
+                oar_tensor *yr = lg ? oar_log_softmax(row, 1) : oar_softmax(row, 1);
+                const float *w = yr ? oar_tensor_data(yr) : NULL;
+                for (int64_t j = 0; w && j < n; j++)
+                    same = same && memcmp(&w[j], &yv[r * n + j], sizeof(float)) == 0;
+                if (!w) same = false;
+            }
+            CHECK(same);
+            for (int64_t j = 0; j < n; j++) CHECK(isnan(yv[n + j]) && isnan(yv[2 * n + j]));
+            oar_tensor *rest = oar_slice(x, 0, 3, rows, 1);
+            oar_tensor *yd = lg ? oar_log_softmax(f64(rest), 1) : oar_softmax(f64(rest), 1);
+            CHECK(max_diff(oar_slice(y, 0, 3, rows, 1), f32(yd)) <= 2e-7);
+        }
+        oar_pool_pop(p);
+    }
+}
+
 static void test_complex_to_bool(void) {
     oar_pool *p = oar_pool_push();
     const double z[] = {0, 0, 0, 1, 2, 0, 0, -0.5, NAN, 0, -0.0, 0.0};
@@ -247,6 +286,7 @@ int main(void) {
     RUN(test_binary_paths);
     RUN(test_reduction_paths);
     RUN(test_softmax_norm_paths);
+    RUN(test_softmax_row_groups);
     RUN(test_erf_f32_accuracy);
     RUN(test_tanh_f32_accuracy);
     RUN(test_complex_to_bool);

@@ -435,6 +435,57 @@ static void test_topk_long_lines(void) {
     oar_pool_pop(p);
 }
 
+/* f32 topk with k <= 16 (the vector of kept keys, any line length): -0
+ * ties +0, NaNs of either sign tie each other above +inf, infinities,
+ * lines with more NaNs than k, lines shorter than 4k and of one element;
+ * values compared by their bits (a -0 stays -0), positions exactly,
+ * against the plain selection of topk_before. */
+static void test_topk_small_k_f32(void) {
+    oar_pool *p = oar_pool_push();
+    const float nneg = -NAN, special[8] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f, 0.0f};
+    const int64_t lens[5] = {1, 3, 20, 64, 300}, ks[4] = {1, 3, 16, 16};
+    uint64_t seed = 99;
+    int bad = 0, checked = 0;
+    for (int li = 0; li < 5; li++)
+        for (int ki = 0; ki < 4; ki++)
+            for (int largest = 0; largest < 2; largest++) {
+                const int64_t n = lens[li], R = 3, k = ks[ki] < n ? ks[ki] : n;
+                float *x = malloc((size_t)(R * n) * sizeof *x);
+                for (int64_t i = 0; i < R * n; i++) {
+                    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                    uint32_t u = (uint32_t)(seed >> 33);
+                    /* row 0: specials and small integers; row 1: mostly NaN
+                     * (both signs); row 2: spread values */
+                    x[i] = i < n ? (u % 3 ? special[u % 8] : (float)(u % 5) - 2.0f)
+                         : i < 2 * n ? (u % 4 == 0 ? 0.5f * (float)(u % 7) : (u % 2 ? NAN : nneg))
+                                     : (float)(u % 100000) / 997.0f - 50.0f;
+                }
+                oar_tensor *ix = NULL;
+                oar_tensor *v = oar_topk(oar_tensor_from_data(x, OAR_F32, 2, SHAPE(R, n)), k, 1,
+                                         largest, true, &ix);
+                CHECK(v && ix);
+                const float *got = v ? oar_tensor_data(v) : NULL;
+                const int64_t *gi = ix ? oar_tensor_data(ix) : NULL;
+                for (int64_t r = 0; got && gi && r < R; r++) {
+                    const float *line = x + r * n;
+                    bool used[300] = {false};
+                    for (int64_t j = 0; j < k; j++) {
+                        int64_t best = -1;
+                        for (int64_t i = 0; i < n; i++)
+                            if (!used[i] && (best < 0 || topk_before(line[i], i, line[best], best, largest)))
+                                best = i;
+                        used[best] = true;
+                        bad += gi[r * k + j] != best ||
+                               memcmp(&got[r * k + j], &line[best], sizeof(float)) != 0;
+                        checked++;
+                    }
+                }
+                free(x);
+            }
+    CHECK(checked > 0 && bad == 0);
+    oar_pool_pop(p);
+}
+
 static void test_masked_fill(void) {
     oar_pool *p = oar_pool_push();
     oar_tensor *x = tens(masked_x, OAR_F32, 2, SHAPE(2, 3));
@@ -701,6 +752,7 @@ int main(void) {
     RUN(test_sort);
     RUN(test_topk);
     RUN(test_topk_long_lines);
+    RUN(test_topk_small_k_f32);
     RUN(test_masked_fill);
     RUN(test_bad_input);
     RUN(test_gradients);

@@ -182,10 +182,11 @@ OARI_HIDDEN int oari_dnnl_matmul(const oari_dnnl_matmul_args *m);
  * oar's conv2d takes them; no dim 0. `pass` picks what is computed:
  * FORWARD y from x, weight, bias; BACKWARD_DATA x from y (the gradient
  * flowing back) and weight, which is conv_transpose2d without its bias;
- * BACKWARD_WEIGHTS weight from x and y, conv2d_weight_grad. bf16 only, as
+ * BACKWARD_WEIGHTS weight from x and y, conv2d_weight_grad. bf16, as
  * matmul; with f32_out the computed operand is written in f32 (for a sum
- * that follows, rounded once). 0, or a status with the error naming the
- * shapes. */
+ * that follows, rounded once). Also f32 (every operand f32) for FORWARD
+ * without f32_out; any other dtype or pass is OAR_ERR_UNSUPPORTED. 0, or a
+ * status with the error naming the shapes. */
 enum { OARI_DNNL_FORWARD, OARI_DNNL_BACKWARD_DATA, OARI_DNNL_BACKWARD_WEIGHTS };
 typedef struct {
     int dtype, pass;

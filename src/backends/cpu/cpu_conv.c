@@ -235,11 +235,31 @@ static int k_conv2d_weight_grad_dnnl(void *ctx, const oar_kernel_call *c) {
 }
 #endif
 
+#ifdef OAR_WITH_DNNL
+/* f32 conv2d: oneDNN's f32 convolution (blocked layouts, its JIT kernels)
+ * for the shapes where it measured faster than im2col + gemm: one image,
+ * a kernel of 7x7 or more at stride 2 or more (ResNet's stem). A failed
+ * oneDNN call falls back to the im2col path. */
+static int k_conv2d_f32_route(void *ctx, const oar_kernel_call *c) {
+    const int64_t *a = c->iattr;
+    dims4 xd = dims_of(&c->in[0]), wd = dims_of(&c->in[1]);
+    if (xd.n == 1 && xd.c > 0 && wd.h * wd.w >= 49 && a[0] >= 2 && a[1] >= 2 && a[4] == 1 && a[5] == 1 &&
+        oari_kt_numel(&c->out[0]) > 0) {
+        if (k_conv2d_dnnl(ctx, c) == 0) return 0;
+        oar_clear_error();
+    }
+    return k_conv2d_f32(ctx, c);
+}
+#define K_CONV2D_F32 k_conv2d_f32_route
+#else
+#define K_CONV2D_F32 k_conv2d_f32
+#endif
+
 #define TABLE(name)                                                                                \
     const oari_cpu_kernels oari_cpu_k_##name = {                                                   \
         [OAR_F32] = k_##name##_f32, [OAR_F64] = k_##name##_f64}
 const oari_cpu_kernels oari_cpu_k_conv2d = {
-    [OAR_F32] = k_conv2d_f32, [OAR_F64] = k_conv2d_f64,
+    [OAR_F32] = K_CONV2D_F32, [OAR_F64] = k_conv2d_f64,
 #ifdef OAR_WITH_DNNL
     [OAR_BF16] = k_conv2d_dnnl,
 #endif

@@ -1,7 +1,9 @@
 /* bf16 matmul and conv2d through oneDNN (OAR_WITH_DNNL; cpu.h,
  * oari_dnnl_matmul, oari_dnnl_conv2d): its kernels take bf16 operands,
  * accumulate in f32 and write bf16, at twice the f32 rate on AVX512_BF16
- * (emulated, slower, on older CPUs). A whole batch is one primitive call.
+ * (emulated, slower, on older CPUs); conv2d's forward also in f32 (all
+ * operands f32: the stem route of cpu_conv.c). A whole batch is one
+ * primitive call.
  * Creating a primitive costs far more than a small product (0.14 ms for a
  * bf16 matmul, which then runs a 64x64x64 product in 4.7 us; 4.6 ms for a
  * small conv and its reorders), so primitives are kept per op, shape,
@@ -356,7 +358,8 @@ static int make_conv2d(const call_desc *c, prim_slot *s) {
     for (int k = 0; k < 3; k++) {
         dnnl_format_tag_t act = k ? dnnl_format_tag_any : dnnl_nchw;
         dnnl_format_tag_t wt = k ? dnnl_format_tag_any : g > 1 ? dnnl_goihw : dnnl_oihw;
-        dnnl_data_type_t dt[3] = {dnnl_bf16, dnnl_bf16, dnnl_bf16};
+        const dnnl_data_type_t base = c->key.dtype == OAR_F32 ? dnnl_f32 : dnnl_bf16;
+        dnnl_data_type_t dt[3] = {base, base, base};
         if (k != 1 && v[CV_F32_OUT]) dt[written[pass]] = dnnl_f32;
         dnnl_memory_desc_t *m = k == 0 ? user : k == 1 ? any16 : any;
         if ((st = dnnl_memory_desc_init_by_tag(&m[0], 4, xd, dt[0], act)) ||
@@ -365,7 +368,8 @@ static int make_conv2d(const call_desc *c, prim_slot *s) {
             (st = dnnl_memory_desc_init_by_tag(&m[2], 4, yd, dt[2], act)))
             return dnnl_fail(c, "memory description", st);
     }
-    if ((st = dnnl_memory_desc_init_by_tag(&bias, 1, bd, dnnl_bf16, dnnl_a)))
+    if ((st = dnnl_memory_desc_init_by_tag(&bias, 1, bd, c->key.dtype == OAR_F32 ? dnnl_f32 : dnnl_bf16,
+                                           dnnl_a)))
         return dnnl_fail(c, "memory description", st);
     bool with_bias = pass == OARI_DNNL_FORWARD && v[CV_BIAS];
     dnnl_convolution_desc_t fwd;
@@ -414,7 +418,7 @@ int oari_dnnl_conv2d(const oari_dnnl_conv2d_args *a) {
     if (a->pass < OARI_DNNL_FORWARD || a->pass > OARI_DNNL_BACKWARD_WEIGHTS)
         return oari_error(OAR_ERR_INVALID, "conv2d: no oneDNN pass %d", a->pass);
     const int64_t g = a->groups > 0 ? a->groups : 1;
-    if (a->dtype != OAR_BF16)
+    if (a->dtype != OAR_BF16 && !(a->dtype == OAR_F32 && a->pass == OARI_DNNL_FORWARD && !a->f32_out))
         return oari_error(OAR_ERR_UNSUPPORTED, "%s: no oneDNN kernel for %s input", ops[a->pass],
                           oar_dtype_name((oar_dtype)a->dtype));
     call_desc c;

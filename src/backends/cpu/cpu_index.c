@@ -343,7 +343,8 @@ static int k_one_hot(void *ctx, const oar_kernel_call *c) {
  * above; 45x for k 50 of 32000. */
 #define TOPK_BY_HEAP(k, n) ((k) * 4 <= (n))
 /* Insertion into a sorted array of the k best for k <= 16 (its shifts grow
- * with k): 2x the heap at k 16 of 128. */
+ * with k): 2x the heap at k 16 of 128. (f32 lines with k <= 16 take the
+ * vector of keys below instead.) */
 #define TOPK_BY_INSERTION(k, n) ((k) <= 16 && TOPK_BY_HEAP(k, n))
 
 #define SORT_FNS(NAME, T, ASC, DESC)                                                          \
@@ -489,6 +490,96 @@ SORT_FNS(i64, int64_t, INT_BEFORE_ASC, INT_BEFORE_DESC)
 SORT_FNS(f32, float, FLT_BEFORE_ASC, FLT_BEFORE_DESC)
 SORT_FNS(f64, double, FLT_BEFORE_ASC, FLT_BEFORE_DESC)
 
+/* ---- topk of f32 with k <= 16 ---------------------------------------------------
+ * The k best so far sit in one vector of 16 int32 keys, sorted best first
+ * (with their positions in another): an element that beats the worst kept
+ * goes in by a compare, a lane shift and two selects, with no loop over
+ * the kept ones and no branch but the one test against the worst. A key
+ * orders f32 values as the sort does: -0 ties +0, every NaN is one key
+ * above +inf, and ascending order flips the bits, so larger keys always
+ * come first and ties keep the lower position (a later element goes in
+ * only when strictly better, after every equal one). INT32_MIN, below
+ * every key in both orders, fills the empty lanes. 512 lines of 128, k 16,
+ * one thread, with the floor below: 158 us against the insertion sort's 540. */
+typedef int32_t topk_v16i __attribute__((vector_size(64)));
+enum { TOPK_VEC_K = 16, TOPK_KEY_BLOCK = 256 };
+
+/* (integer operations only, so the loop over a block vectorises) */
+static inline int32_t topk_key_f32(float v, int32_t flip) {
+    int32_t b;
+    memcpy(&b, &v, sizeof b);
+    const int32_t mag = b & 0x7fffffff;
+    b = mag == 0 ? 0 : b;
+    b ^= (b >> 31) & 0x7fffffff;
+    b = mag > 0x7f800000 ? 0x7ffffffe : b;
+    return b ^ flip;
+}
+
+OARI_SIMD_CLONES
+static void topk_vec_line_f32(const float *x, int64_t xs, int64_t n, int64_t k, bool desc,
+                              float *vo, int64_t vs, int64_t *io, int64_t is) {
+    const int32_t flip = desc ? 0 : -1;
+    const topk_v16i shift = {0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+    const topk_v16i lane0 = {-1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    const topk_v16i last = (topk_v16i){0} + (int32_t)(k - 1);
+    topk_v16i kv = (topk_v16i){0} + INT32_MIN, iv = (topk_v16i){0};
+    int32_t worst = INT32_MIN, low = INT32_MIN, keys[TOPK_KEY_BLOCK];
+    for (int64_t j0 = 0; j0 < n; j0 += TOPK_KEY_BLOCK) {
+        const int64_t m = n - j0 < TOPK_KEY_BLOCK ? n - j0 : TOPK_KEY_BLOCK;
+        const float *xb = x + j0 * xs;
+        if (xs == 1)
+            for (int64_t j = 0; j < m; j++) keys[j] = topk_key_f32(xb[j], flip);
+        else
+            for (int64_t j = 0; j < m; j++) keys[j] = topk_key_f32(xb[j * xs], flip);
+        if (j0 == 0 && m >= TOPK_VEC_K) {
+            /* A floor: the 16 groups j mod 16 of the first block have 16
+             * distinct maxima, so the k-th best (k <= 16) is at least their
+             * minimum; anything below it never goes in (fewer tests fail
+             * late, fewer mispredicted branches). */
+            int32_t gm[TOPK_VEC_K];
+            for (int l = 0; l < TOPK_VEC_K; l++) gm[l] = INT32_MIN;
+            int64_t j = 0;
+            for (; j + TOPK_VEC_K <= m; j += TOPK_VEC_K)
+                for (int l = 0; l < TOPK_VEC_K; l++) gm[l] = keys[j + l] > gm[l] ? keys[j + l] : gm[l];
+            for (int l = 0; j + l < m; l++) gm[l] = keys[j + l] > gm[l] ? keys[j + l] : gm[l];
+            int32_t fl = gm[0];
+            for (int l = 1; l < TOPK_VEC_K; l++) fl = gm[l] < fl ? gm[l] : fl;
+            low = fl - 1; /* (keys exceed INT32_MIN) */
+            worst = low;
+        }
+        for (int64_t j = 0; j < m; j++) {
+            const int32_t key = keys[j];
+            if (key <= worst) continue;
+            const topk_v16i kb = (topk_v16i){0} + key, jb = (topk_v16i){0} + (int32_t)(j0 + j);
+            const topk_v16i ks = OARI_SHUFFLE1(kv, shift), is1 = OARI_SHUFFLE1(iv, shift);
+            const topk_v16i stay = kv >= kb;           /* the kept ones before it */
+            const topk_v16i at = ((ks >= kb) | lane0) & ~stay; /* its lane */
+            kv = (stay & kv) | (at & kb) | (~(stay | at) & ks);
+            iv = (stay & iv) | (at & jb) | (~(stay | at) & is1);
+            worst = OARI_SHUFFLE1(kv, last)[0];
+            worst = worst > low ? worst : low;
+        }
+    }
+    for (int64_t j = 0; j < k; j++) {
+        io[j * is] = iv[j];
+        vo[j * vs] = x[(int64_t)iv[j] * xs];
+    }
+}
+
+/* Every line of an f32 topk with k <= TOPK_VEC_K and lines shorter than 2^31. */
+static void topk_vec_lines_f32(const sort_job *s) {
+    const line_walk *w = &s->w;
+    const int64_t n = w->len, k = s->k, xs = w->strides[0][w->dim], vs = s->vstride,
+                  is = s->istride;
+    OARI_PARALLEL_FOR_IF(s->nt > 1,
+    for (int64_t l = 0; l < w->lines; l++) {
+        int64_t off[3];
+        walk_line(w, l, off);
+        topk_vec_line_f32((const float *)s->x + off[0], xs, n, k, s->desc,
+                          (float *)s->v + off[1], vs, s->ix + off[2], is);
+    });
+}
+
 /* x sorted along dim into values/indices, keeping the first k per line. */
 static int sort_kernel(const oar_kernel_call *c, int dim, int64_t k, bool desc) {
     oar_ktensor x = kt1(&c->in[0]), v = kt1(&c->out[0]), ix = kt1(&c->out[1]);
@@ -508,6 +599,10 @@ static int sort_kernel(const oar_kernel_call *c, int dim, int64_t k, bool desc) 
     bool big = s.w.lines > 1 && s.w.lines * s.w.len >= OARI_PARALLEL_GRAIN;
     s.nt = big ? omp_get_max_threads() : 1;
     if (s.nt < 1) s.nt = 1;
+    if (x.dtype == OAR_F32 && k <= TOPK_VEC_K && s.w.len <= INT32_MAX) {
+        topk_vec_lines_f32(&s);
+        return 0;
+    }
     size_t nbytes = (size_t)s.nt * (size_t)(2 * s.w.len) * 16; /* a pair is at most 16 bytes */
     if (!(s.scratch = oari_malloc(nbytes))) return oari_fail_status();
     switch (x.dtype) {

@@ -49,37 +49,30 @@ typedef float v8f_t __attribute__((vector_size(32)));
 typedef int32_t v8i_t __attribute__((vector_size(32)));
 typedef double v4d_t __attribute__((vector_size(32)));
 
-/* The same for a contiguous f32 row, in vector loops: the max, the sum of
+/* The same for contiguous f32 rows, in vector loops: the max, the sum of
  * exp in double lanes (combined in a fixed order, so the result does not
- * depend on the thread count). */
-OARI_SIMD_CLONES
-static void row_contig_f32(const float *x, float *y, int64_t n, bool log_out) {
-    /* the max (NaN never wins a compare, as in row_max), lanes in registers */
-    v8f_t mv = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
-                -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+ * depend on the thread count or on how rows are grouped). */
+
+/* the max of a row (NaN never wins a compare, as in row_max), lanes in
+ * registers */
+OARI_VINLINE float contig_max_f32(const float *x, int64_t n) {
+    /* 16 lanes, a select per lane that the clones make one max instruction */
+    float a[16];
+    for (int l = 0; l < 16; l++) a[l] = -INFINITY;
     int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        v8f_t v;
-        memcpy(&v, x + k, sizeof v);
-        v8i_t gt = v > mv;
-        mv = (v8f_t)(((v8i_t)v & gt) | ((v8i_t)mv & ~gt));
-    }
+    for (; k + 16 <= n; k += 16)
+        for (int l = 0; l < 16; l++) a[l] = x[k + l] > a[l] ? x[k + l] : a[l];
+    for (int l = 0; l < 8; l++) a[l] = a[l + 8] > a[l] ? a[l + 8] : a[l];
+    for (int l = 0; l < 4; l++) a[l] = a[l + 4] > a[l] ? a[l + 4] : a[l];
     float m = -INFINITY;
-    for (int l = 0; l < 8; l++) m = mv[l] > m ? mv[l] : m;
+    for (int l = 0; l < 4; l++) m = a[l] > m ? a[l] : m;
     for (; k < n; k++) m = x[k] > m ? x[k] : m;
-    double sum = 0;
-    if (log_out) {
-#pragma omp simd reduction(+ : sum)
-        for (int64_t i = 0; i < n; i++) sum += (double)oari_vexpf(x[i] - m);
-        const float ls = (float)log(sum);
-#pragma omp simd
-        for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - ls;
-        return;
-    }
-#pragma omp simd
-    for (int64_t i = 0; i < n; i++) y[i] = oari_vexpf(x[i] - m);
-    /* the sum of the row just written (in L1), in 8 double lanes kept in
-     * registers (an omp simd reduction folds its lanes through memory) */
+    return m;
+}
+
+/* the sum of a row in 8 double lanes kept in registers (an omp simd
+ * reduction folds its lanes through memory) */
+OARI_VINLINE double contig_sum_f32(const float *y, int64_t n) {
     v4d_t a0 = {0, 0, 0, 0}, a1 = a0;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -90,11 +83,61 @@ static void row_contig_f32(const float *x, float *y, int64_t n, bool log_out) {
         a1 += __builtin_convertvector(hi, v4d_t);
     }
     a0 += a1;
-    sum = (a0[0] + a0[2]) + (a0[1] + a0[3]);
+    double sum = (a0[0] + a0[2]) + (a0[1] + a0[3]);
     for (; i < n; i++) sum += (double)y[i];
-    const float inv = (float)(1.0 / sum);
+    return sum;
+}
+
+/* Rows of a short last dim go through each step in groups of ROW_GROUP:
+ * a 64-element row alone waited on its own chain (max, lane fold, sum,
+ * division) step after step; in a group the rows' chains overlap. A group
+ * of 8 rows of up to GROUP_MAX_N floats stays in L1. */
+enum { ROW_GROUP = 8, GROUP_MAX_N = 512 };
+
+/* `rows` contiguous rows of n at x (input) and y (output). Each row's
+ * arithmetic is the one-row kernel's whatever the grouping. */
+OARI_SIMD_CLONES
+static void rows_contig_f32(const float *x, float *y, int64_t n, int64_t rows, bool log_out) {
+    const int64_t g = n <= GROUP_MAX_N ? ROW_GROUP : 1;
+    for (int64_t r0 = 0; r0 < rows; r0 += g) {
+        const int nb = (int)(rows - r0 < g ? rows - r0 : g);
+        const float *xg = x + r0 * n;
+        float *yg = y + r0 * n;
+        float m[ROW_GROUP];
+        double sum[ROW_GROUP];
+        for (int b = 0; b < nb; b++) m[b] = contig_max_f32(xg + b * n, n);
+        if (log_out) {
+            for (int b = 0; b < nb; b++) {
+                const float *xr = xg + b * n, mb = m[b];
+                double s = 0;
+#pragma omp simd reduction(+ : s)
+                for (int64_t i = 0; i < n; i++) s += (double)oari_vexpf(xr[i] - mb);
+                sum[b] = s;
+            }
+            for (int b = 0; b < nb; b++) {
+                const float *xr = xg + b * n, mb = m[b];
+                float *yr = yg + b * n;
+                const float ls = (float)log(sum[b]);
 #pragma omp simd
-    for (int64_t j = 0; j < n; j++) y[j] *= inv;
+                for (int64_t i = 0; i < n; i++) yr[i] = (xr[i] - mb) - ls;
+            }
+            continue;
+        }
+        for (int b = 0; b < nb; b++) {
+            const float *xr = xg + b * n, mb = m[b];
+            float *yr = yg + b * n;
+#pragma omp simd
+            for (int64_t i = 0; i < n; i++) yr[i] = oari_vexpf(xr[i] - mb);
+        }
+        /* the sum of each row just written (in L1) */
+        for (int b = 0; b < nb; b++) sum[b] = contig_sum_f32(yg + b * n, n);
+        for (int b = 0; b < nb; b++) {
+            float *yr = yg + b * n;
+            const float inv = (float)(1.0 / sum[b]);
+#pragma omp simd
+            for (int64_t j = 0; j < n; j++) yr[j] *= inv;
+        }
+    }
 }
 
 /* A contiguous [n, inner] slab reduced over n, for columns j0 .. j0+nb-1
@@ -177,6 +220,16 @@ static int softmax_common(const oar_kernel_call *c, bool log_out) {
     /* rows of a contiguous input and output over the last dim sit at r * n
      * (no index division per row) */
     const bool flat = nd && dim == nd - 1 && oari_kt_contiguous(in) && oari_kt_contiguous(out);
+    if (flat && !is64) {
+        /* blocks of whole groups of short rows; long rows one by one */
+        const int64_t blk = n <= GROUP_MAX_N ? 8 * ROW_GROUP : 1, nblk = (rows + blk - 1) / blk;
+        OARI_PARALLEL_FOR_IF(rows * n > OARI_PARALLEL_GRAIN && nblk > 1,
+        for (int64_t t = 0; t < nblk; t++) {
+            const int64_t r0 = t * blk, nr = rows - r0 < blk ? rows - r0 : blk;
+            rows_contig_f32((const float *)xd + r0 * n, (float *)yd + r0 * n, n, nr, log_out);
+        });
+        return 0;
+    }
     OARI_PARALLEL_FOR_IF(rows * n > OARI_PARALLEL_GRAIN && rows > 1,
     for (int64_t r = 0; r < rows; r++) {
         int64_t oi = flat ? r * n : oari_strided_index(rn, rshape, rin, r);
@@ -187,7 +240,7 @@ static int softmax_common(const oar_kernel_call *c, bool log_out) {
             if (log_out) row_log_softmax_f64((const double *)x, si, (double *)y, so, n);
             else row_softmax_f64((const double *)x, si, (double *)y, so, n);
         } else if (si == 1 && so == 1) {
-            row_contig_f32((const float *)x, (float *)y, n, log_out);
+            rows_contig_f32((const float *)x, (float *)y, n, 1, log_out);
         } else {
             if (log_out) row_log_softmax_f32((const float *)x, si, (float *)y, so, n);
             else row_softmax_f32((const float *)x, si, (float *)y, so, n);
