@@ -4,7 +4,8 @@
 # ResNet-18 with random weights and a TransformerEncoderLayer (d 256, T 64),
 # latency at batch 1 (mean ms) and throughput at batch 32 (samples/s).
 #   bash bench/onnx_models.sh PYTHON_WITH_ONNXRUNTIME
-# The models are exported by /usr/bin/python3 (PyTorch) into
+# The models are exported by $OAR_EXPORT_PYTHON (a Python with PyTorch; torch 2
+# also needs onnxscript; default /usr/bin/python3) into
 # $OAR_ONNX_BENCH_DIR (default /tmp/oar-onnx-models); ONNX Runtime comes from
 # PyPI (python -m venv V && V/bin/pip install onnxruntime numpy).
 set -eu
@@ -13,7 +14,7 @@ shared=../shared/bench/peer-env.sh
 [ -f "$shared" ] && . "$shared"
 ort_py=${1:?usage: bash bench/onnx_models.sh PYTHON_WITH_ONNXRUNTIME}
 dir=${OAR_ONNX_BENCH_DIR:-/tmp/oar-onnx-models}
-/usr/bin/python3 bench/peer/onnx_models.py export "$dir"
+"${OAR_EXPORT_PYTHON:-/usr/bin/python3}" bench/peer/onnx_models.py export "$dir"
 for name in resnet18 encoder; do
     for batch in 1 32; do
         model=$dir/resnet18.onnx
