@@ -6,16 +6,19 @@
  * per sample. int8: activations uint8 per tensor (min-max over four
  * calibration batches), weights int8 per output channel, each layer
  * oar_qlinear (oar_qmatmul on oneDNN's VNNI kernel, then the scale and
- * bias), requantized between layers. Eager calls (no predictor: PTQ of a
- * saved model is not written yet). Prints the median latency at batch 1
- * and batch 64, and the int8 / f32 ratio; plus the raw product, qmatmul
- * against f32 matmul. Threads: the process's OpenMP threads (2 here). */
+ * bias), requantized between layers, as eager calls; then the same
+ * models traced, served by a compiled predictor in f32 and after
+ * oar_graph_quantize (the int8 predictor path, calibrated on the same four
+ * batches). Prints the median latency at batch 1 and batch 64, and the
+ * int8 / f32 ratio; plus the raw product, qmatmul against f32 matmul. Threads: the process's OpenMP threads (2 here). */
 #include <oar/oar.h>
+#include <oar/infer.h>
 #include <oar/quant.h>
 
 #include "bench_median.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -124,6 +127,60 @@ static double time_ms(oar_tensor *(*fn)(const model *, oar_tensor *), const mode
     return med;
 }
 
+/* ---- the predictor path: the model traced, f32 and oar_graph_quantize'd ---- */
+static int traced_forward(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    out[0] = forward_f32(ctx, in[0]);
+    return out[0] ? 0 : -1;
+}
+
+static double time_pred(oar_predictor *p, oar_tensor *x, int reps) {
+    double *t = malloc((size_t)reps * sizeof *t);
+    for (int r = -3; r < reps; r++) { /* (3 warm-up runs) */
+        oar_tensor *y = NULL;
+        double t0 = now();
+        if (oar_predictor_run(p, &x, &y)) {
+            fprintf(stderr, "bench_int8: %s\n", oar_last_error());
+            exit(1);
+        }
+        if (r >= 0) t[r] = 1e3 * (now() - t0);
+        oar_tensor_release(y);
+    }
+    double med = bench_median(t, reps);
+    free(t);
+    return med;
+}
+
+static void run_predictor(const char *name, const model *m, int64_t rows_per_sample) {
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, m->dims[0]}};
+    oar_graph *g = oar_trace(traced_forward, (void *)m, 1, &spec, 1, NULL), *gq = g ? oar_graph_clone(g) : NULL;
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *calib[4];
+    rng = 42 + 1000; /* (calibration batches of the same distribution as build's) */
+    for (int b = 0; b < 4; b++) calib[b] = rand_tensor(16 * rows_per_sample, m->dims[0], 1.0);
+    int nq = gq ? oar_graph_quantize(gq, &(oar_quantize_config){.n_batches = 4, .batches = calib}) : -1;
+    oar_predictor_config cfg = {.optimize = true};
+    oar_predictor *pf = nq > 0 ? oar_predictor_from_graph(g, &cfg) : NULL;
+    oar_predictor *pq = pf ? oar_predictor_from_graph(gq, &cfg) : NULL;
+    if (!pq) {
+        fprintf(stderr, "bench_int8: %s predictor: %s\n", name, oar_last_error());
+        exit(1);
+    }
+    static const int batches[2] = {1, 64};
+    for (int i = 0; i < 2; i++) {
+        oar_tensor *x = rand_tensor(batches[i] * rows_per_sample, m->dims[0], 1.0);
+        int reps = batches[i] == 1 ? 300 : 30;
+        double f = time_pred(pf, x, reps), q = time_pred(pq, x, reps);
+        printf("oar %s_predictor_f32_b%d %.4f ms\n", name, batches[i], f);
+        printf("oar %s_predictor_int8_b%d %.4f ms (%d layers quantized)\n", name, batches[i], q, nq);
+        printf("oar %s_predictor_int8_over_f32_b%d %.3f x\n", name, batches[i], q / f);
+    }
+    oar_predictor_free(pf);
+    oar_predictor_free(pq);
+    oar_graph_free(g);
+    oar_graph_free(gq);
+    oar_pool_pop(pool);
+}
+
 static void run(const char *name, int n, const int64_t *dims, int64_t rows_per_sample) {
     model m;
     build(&m, n, dims, rows_per_sample);
@@ -138,6 +195,7 @@ static void run(const char *name, int n, const int64_t *dims, int64_t rows_per_s
         printf("oar %s_int8_over_f32_b%d %.3f x\n", name, batches[i], q / f);
         oar_pool_pop(pool);
     }
+    run_predictor(name, &m, rows_per_sample);
     release(&m);
 }
 
