@@ -30,39 +30,36 @@ static bool float_const(const oar_graph *g, int v, int ndim) {
     return gv && gv->kind == OARI_V_CONST && gv->ndim == ndim && (gv->dtype == OAR_F32 || gv->dtype == OAR_F64);
 }
 
-/* The matmul weight value v stands for: a 2-D float constant, or a traced
- * Linear's permute [1, 0] of one (a view node the tracer keeps so the
- * parameter stays named). A new reference, or NULL if v is neither. */
-static oar_tensor *matmul_weight(const oar_graph *g, int v) {
-    if (float_const(g, v, 2)) return oar_tensor_retain(g->values[v].constant);
+/* The constant a matmul weight value v stands for: v itself, a 2-D float
+ * constant, or a traced Linear's permute [1, 0] of one (a view node the
+ * tracer keeps so the parameter stays named; *transposed set). -1 if v is
+ * neither. */
+static int matmul_weight_src(const oar_graph *g, int v, bool *transposed) {
+    *transposed = false;
+    if (float_const(g, v, 2)) return v;
     const oari_gvalue *gv = &g->values[v];
-    if (gv->kind != OARI_V_NODE) return NULL;
+    if (gv->kind != OARI_V_NODE) return -1;
     const oari_gnode *p = &g->nodes[gv->producer];
     if (p->dead || p->op != OARI_OP_permute || p->n_in != 1 || !float_const(g, p->in[0], 2) ||
         p->attrs.ni != 2 || p->attrs.i[0] != 1 || p->attrs.i[1] != 0)
-        return NULL;
-    oar_pool *pool = oar_pool_push();
-    oar_tensor *t = oar_tensor_retain(oar_transpose(g->values[p->in[0]].constant, 0, 1));
-    oar_pool_pop(pool);
-    return t;
+        return -1;
+    *transposed = true;
+    return p->in[0];
 }
 
 static bool is_candidate(const oar_graph *g, const oari_gnode *n, bool *conv) {
     if (n->dead || oari_is_ctrl(n->op) || n->n_in < 2 || n->in[0] < 0) return false;
     const oari_gvalue *x = &g->values[n->in[0]];
     if (x->kind == OARI_V_CONST || x->dtype != OAR_F32) return false;
+    *conv = n->op == OARI_OP_conv2d;
     if (n->op == OARI_OP_matmul && n->n_in == 2 && x->ndim >= 2) {
-        oar_tensor *w = matmul_weight(g, n->in[1]);
-        bool ok = w && oar_tensor_shape(w)[0] <= 65793; /* (qmatmul's int32-exact bound on k) */
-        oar_tensor_release(w);
-        *conv = false;
-        return ok;
+        bool tr;
+        int w = matmul_weight_src(g, n->in[1], &tr);
+        return w >= 0 && g->values[w].shape[tr ? 1 : 0] <= 65793; /* (qmatmul's int32-exact bound on k) */
     }
     if (n->op == OARI_OP_conv2d && x->ndim == 4 && float_const(g, n->in[1], 4)) {
         const oari_gvalue *w = &g->values[n->in[1]];
-        if (w->shape[1] * w->shape[2] * w->shape[3] > 65793) return false;
-        *conv = true;
-        return true;
+        return w->shape[1] * w->shape[2] * w->shape[3] <= 65793;
     }
     return false;
 }
@@ -120,15 +117,22 @@ static int calibrate(const oar_graph *g, const oar_quantize_config *cfg, const i
 }
 
 /* The int8 replacement of candidate cd traced onto g; *out gets the value
- * that stands for the old node's output. */
-static int rewrite(oar_graph *g, const candidate *cd, double xs, int64_t xz, bool per_tensor, int *out) {
+ * that stands for the old node's output. xq[cd->obs]: x quantized, made by
+ * the first candidate reading x and shared by the others (one quantize
+ * node per activation; they share its scale and zero point). */
+static int rewrite(oar_graph *g, const candidate *cd, double xs, int64_t xz, bool per_tensor, oar_tensor **xq,
+                   int *out) {
     oari_gnode n = g->nodes[cd->node]; /* a copy: tracing moves g->nodes */
-    oar_tensor *x = oari_pool_adopt(oari_graph_symbolic(&g->values[cd->x]));
-    if (!x) return oari_fail_status();
-    oari_trace_bind(x, cd->x);
-    oar_tensor *w0 = cd->conv ? oar_tensor_retain(g->values[n.in[1]].constant) : matmul_weight(g, n.in[1]);
-    oar_tensor *w = w0 ? oar_cast(w0, OAR_F32) : NULL, *wq = NULL, *ws = NULL;
-    oar_tensor_release(w0);
+    if (!xq[cd->obs]) {
+        oar_tensor *x = oari_pool_adopt(oari_graph_symbolic(&g->values[cd->x]));
+        if (!x) return oari_fail_status();
+        oari_trace_bind(x, cd->x);
+        if (!(xq[cd->obs] = oar_quantize_per_tensor(x, xs, xz, OAR_U8))) return oari_fail_status();
+    }
+    bool tr = false;
+    int wv = cd->conv ? n.in[1] : matmul_weight_src(g, n.in[1], &tr);
+    oar_tensor *w0 = g->values[wv].constant;
+    oar_tensor *w = oar_cast(tr ? oar_transpose(w0, 0, 1) : w0, OAR_F32), *wq = NULL, *ws = NULL;
     if (!w) return oari_fail_status();
     int axis = cd->conv ? 0 : 1; /* the output channel: conv [o, c, kh, kw], matmul [k, n] */
     if (per_tensor) axis = -1;
@@ -141,12 +145,12 @@ static int rewrite(oar_graph *g, const candidate *cd, double xs, int64_t xz, boo
         return oari_fail_status();
     }
     if (!wq || !ws) return oari_fail_status();
-    oar_tensor *xq = oar_quantize_per_tensor(x, xs, xz, OAR_U8), *acc;
+    oar_tensor *acc;
     if (cd->conv) {
         const int64_t *ia = n.attrs.i;
-        acc = oar_qconv2d(xq, xz, wq, ia, ia + 2, ia + 4, ia[6]);
+        acc = oar_qconv2d(xq[cd->obs], xz, wq, ia, ia + 2, ia + 4, ia[6]);
     } else {
-        acc = oar_qmatmul(xq, xz, wq);
+        acc = oar_qmatmul(xq[cd->obs], xz, wq);
     }
     /* the combined scale, broadcast along the output channel */
     oar_tensor *scale = oar_cast(oar_mul_scalar(ws, xs), OAR_F32);
@@ -220,6 +224,8 @@ int oar_graph_quantize(oar_graph *g, const oar_quantize_config *cfg) {
     void *tracer = st ? NULL : oari_trace_attach(g);
     if (!st && !tracer) st = OAR_ERR_STATE;
     oar_pool *pool = tracer ? oar_pool_push() : NULL;
+    oar_tensor **xq = tracer ? oari_calloc((size_t)n_obs, sizeof *xq) : NULL; /* (pool-owned tensors) */
+    if (tracer && !xq) st = oari_fail_status();
     for (int c = 0; c < nc && !st; c++) {
         double lo, hi, min, max, scale;
         int64_t zp;
@@ -229,9 +235,10 @@ int oar_graph_quantize(oar_graph *g, const oar_quantize_config *cfg) {
             break;
         if (min >= 0) lo = 0;
         if ((st = oar_quant_params(lo, hi, OAR_U8, false, &scale, &zp))) break;
-        st = rewrite(g, &cands[c], scale, zp, cfg->per_tensor_weights, &repl[c]);
+        st = rewrite(g, &cands[c], scale, zp, cfg->per_tensor_weights, xq, &repl[c]);
     }
     if (!st) first_new[nc] = g->n_nodes;
+    if (xq) oari_free(xq, (size_t)n_obs * sizeof *xq);
     if (tracer) oari_trace_detach(tracer);
     if (pool) oar_pool_pop(pool);
     if (st) goto done;

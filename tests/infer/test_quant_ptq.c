@@ -56,27 +56,42 @@ static void calibrate(oar_calib_method m, oar_tensor *a, double *s, int64_t *z) 
     oar_calib_observer_free(o);
 }
 
-static void test_ptq_accuracy(void) {
-    oar_pool *pool = oar_pool_push();
+/* The classifier 16 -> 64 relu -> 4: the first layer random, the second
+ * by ridge regression on the hidden features, (H'H + I) W2 = H'Y; its
+ * training and held-out data drawn from seed (tensors pool-owned). */
+typedef struct mlp { oar_tensor *W1, *b1, *W2, *b2; } mlp;
+typedef struct classifier {
+    mlp m;
+    oar_tensor *Xtr, *Xte, *Htr; /* f32 inputs, and the hidden features of Xtr */
+    int64_t ytr[NTRAIN], yte[NTEST];
+} classifier;
+
+static void make_classifier(uint64_t seed, classifier *k) {
     static double means[C * D], xtr[NTRAIN * D], xte[NTEST * D], r1[D * H];
-    static int64_t ytr[NTRAIN], yte[NTEST];
+    rng = seed;
     for (int i = 0; i < C * D; i++) means[i] = 0.9 * gauss();
     for (int i = 0; i < D * H; i++) r1[i] = gauss() / sqrt(D);
-    make_data(means, NTRAIN, xtr, ytr);
-    make_data(means, NTEST, xte, yte);
-    oar_tensor *Xtr = oar_cast(oar_tensor_from_data(xtr, OAR_F64, 2, (int64_t[]){NTRAIN, D}), OAR_F32);
-    oar_tensor *Xte = oar_cast(oar_tensor_from_data(xte, OAR_F64, 2, (int64_t[]){NTEST, D}), OAR_F32);
-    oar_tensor *W1 = oar_cast(oar_tensor_from_data(r1, OAR_F64, 2, (int64_t[]){D, H}), OAR_F32);
-    oar_tensor *b1 = oar_full(OAR_F32, 1, (int64_t[]){H}, 0.1);
-    /* layer 2 by ridge regression on the hidden features: (H'H + I) W2 = H'Y */
-    oar_tensor *Htr = oar_relu(oar_add(oar_matmul(Xtr, W1), b1));
-    oar_tensor *Hd = oar_cast(Htr, OAR_F64);
-    oar_tensor *Y = oar_cast(oar_one_hot(oar_tensor_from_data(ytr, OAR_I64, 1, (int64_t[]){NTRAIN}), C), OAR_F64);
-    oar_tensor *Ht = oar_transpose(Hd, 0, 1);
+    make_data(means, NTRAIN, xtr, k->ytr);
+    make_data(means, NTEST, xte, k->yte);
+    k->Xtr = oar_cast(oar_tensor_from_data(xtr, OAR_F64, 2, (int64_t[]){NTRAIN, D}), OAR_F32);
+    k->Xte = oar_cast(oar_tensor_from_data(xte, OAR_F64, 2, (int64_t[]){NTEST, D}), OAR_F32);
+    k->m.W1 = oar_cast(oar_tensor_from_data(r1, OAR_F64, 2, (int64_t[]){D, H}), OAR_F32);
+    k->m.b1 = oar_full(OAR_F32, 1, (int64_t[]){H}, 0.1);
+    k->Htr = oar_relu(oar_add(oar_matmul(k->Xtr, k->m.W1), k->m.b1));
+    oar_tensor *Hd = oar_cast(k->Htr, OAR_F64), *Ht = oar_transpose(Hd, 0, 1);
+    oar_tensor *Y = oar_cast(oar_one_hot(oar_tensor_from_data(k->ytr, OAR_I64, 1, (int64_t[]){NTRAIN}), C), OAR_F64);
     oar_tensor *A = oar_add(oar_matmul(Ht, Hd), oar_eye(H, H, OAR_F64));
-    oar_tensor *W2 = oar_cast(oar_linalg_solve(A, oar_matmul(Ht, Y)), OAR_F32);
-    CHECK(W2 != NULL);
-    oar_tensor *b2 = oar_full(OAR_F32, 1, (int64_t[]){C}, 0);
+    k->m.W2 = oar_cast(oar_linalg_solve(A, oar_matmul(Ht, Y)), OAR_F32);
+    k->m.b2 = oar_full(OAR_F32, 1, (int64_t[]){C}, 0);
+    CHECK(k->m.W2 != NULL);
+}
+
+static void test_ptq_accuracy(void) {
+    oar_pool *pool = oar_pool_push();
+    static classifier k;
+    make_classifier(12345, &k);
+    oar_tensor *Xtr = k.Xtr, *Xte = k.Xte, *Htr = k.Htr, *W1 = k.m.W1, *b1 = k.m.b1, *W2 = k.m.W2, *b2 = k.m.b2;
+    const int64_t *yte = k.yte;
     double acc32 = accuracy(oar_add(oar_matmul(oar_relu(oar_add(oar_matmul(Xte, W1), b1)), W2), b2), yte, NTEST);
     CHECK(acc32 > 60 && acc32 < 99.5); /* learned, and not trivially separable */
 
@@ -96,8 +111,7 @@ static void test_ptq_accuracy(void) {
     oar_pool_pop(pool);
 }
 
-/* The classifier of test_ptq_accuracy as a traced function. */
-typedef struct mlp { oar_tensor *W1, *b1, *W2, *b2; } mlp;
+/* The classifier as a traced function. */
 static int mlp_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     mlp *m = ctx;
     out[0] = oar_add(oar_matmul(oar_relu(oar_add(oar_matmul(in[0], m->W1), m->b1)), m->W2), m->b2);
@@ -115,23 +129,11 @@ static oar_tensor *run_graph(const oar_graph *g, oar_tensor *x) {
 
 static void test_graph_quantize(void) {
     oar_pool *pool = oar_pool_push();
-    static double means[C * D], xtr[NTRAIN * D], xte[NTEST * D], r1[D * H];
-    static int64_t ytr[NTRAIN], yte[NTEST];
-    rng = 777;
-    for (int i = 0; i < C * D; i++) means[i] = 0.9 * gauss();
-    for (int i = 0; i < D * H; i++) r1[i] = gauss() / sqrt(D);
-    make_data(means, NTRAIN, xtr, ytr);
-    make_data(means, NTEST, xte, yte);
-    oar_tensor *Xtr = oar_cast(oar_tensor_from_data(xtr, OAR_F64, 2, (int64_t[]){NTRAIN, D}), OAR_F32);
-    oar_tensor *Xte = oar_cast(oar_tensor_from_data(xte, OAR_F64, 2, (int64_t[]){NTEST, D}), OAR_F32);
-    mlp m = {.W1 = oar_cast(oar_tensor_from_data(r1, OAR_F64, 2, (int64_t[]){D, H}), OAR_F32),
-             .b1 = oar_full(OAR_F32, 1, (int64_t[]){H}, 0.1)};
-    oar_tensor *Htr = oar_relu(oar_add(oar_matmul(Xtr, m.W1), m.b1)), *Hd = oar_cast(Htr, OAR_F64);
-    oar_tensor *Y = oar_cast(oar_one_hot(oar_tensor_from_data(ytr, OAR_I64, 1, (int64_t[]){NTRAIN}), C), OAR_F64);
-    oar_tensor *Ht = oar_transpose(Hd, 0, 1);
-    m.W2 = oar_cast(oar_linalg_solve(oar_add(oar_matmul(Ht, Hd), oar_eye(H, H, OAR_F64)), oar_matmul(Ht, Y)), OAR_F32);
-    m.b2 = oar_full(OAR_F32, 1, (int64_t[]){C}, 0);
-    CHECK(m.W2 != NULL);
+    static classifier k;
+    make_classifier(777, &k);
+    mlp m = k.m;
+    oar_tensor *Xtr = k.Xtr, *Xte = k.Xte, *Htr = k.Htr;
+    const int64_t *yte = k.yte;
     oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, D}};
     oar_graph *g32 = oar_trace(mlp_fn, &m, 1, &spec, 1, NULL);
     CHECK(g32 && oar_graph_count_op(g32, "matmul") == 2);
@@ -210,6 +212,13 @@ static void test_graph_quantize(void) {
     oar_pool_pop(pool);
 }
 
+/* Two products of one input (as attention's q, k and v projections). */
+static int two_heads(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    oar_tensor **w = ctx;
+    out[0] = oar_add(oar_matmul(in[0], w[0]), oar_matmul(in[0], w[1]));
+    return out[0] ? 0 : -1;
+}
+
 static int mlp_relu_only(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     (void)ctx;
     out[0] = oar_relu(in[0]);
@@ -250,6 +259,19 @@ static void test_graph_quantize_conv(void) {
         oar_graph_free(g);
     }
     CHECK(mean_err[1] > mean_err[0]); /* one scale for all channels is coarser */
+    /* products sharing an input share its quantize node */
+    oar_tensor *heads[2] = {oar_randn(OAR_F32, 2, (int64_t[]){6, 5}), oar_randn(OAR_F32, 2, (int64_t[]){6, 5})};
+    oar_tensor *hx = oar_randn(OAR_F32, 2, (int64_t[]){32, 6});
+    oar_graph_input_spec hs = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, 6}};
+    oar_graph *gh = oar_trace(two_heads, heads, 1, &hs, 1, NULL), *gh32 = gh ? oar_graph_clone(gh) : NULL;
+    CHECK(gh32 && oar_graph_quantize(gh, &(oar_quantize_config){.n_batches = 1, .batches = &hx}) == 2);
+    CHECK(oar_graph_count_op(gh, "quantize") == 1 && oar_graph_count_op(gh, "qmatmul") == 2);
+    oar_tensor *hw = run_graph(gh32, hx), *hq = run_graph(gh, hx);
+    double hmag = oar_tensor_item(oar_amax(oar_abs(hw), 0, NULL, false));
+    double herr = oar_tensor_item(oar_amax(oar_abs(oar_sub(hq, hw)), 0, NULL, false));
+    CHECK(herr > 0 && herr < 0.03 * hmag);
+    oar_graph_free(gh);
+    oar_graph_free(gh32);
     /* nothing to quantize: 0, the graph unchanged */
     oar_tensor *i32 = oar_zeros(OAR_F32, 2, (int64_t[]){2, 2});
     oar_graph_input_spec s2 = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {2, 2}};

@@ -480,6 +480,15 @@ static void test_from_graph(void) {
     oar_module_free(net);
 }
 
+/* path's contents become text (a calibration file a test hand-writes). */
+static void spit(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
 static void test_calib_file(void) {
     char path[] = "/tmp/oar_plan_calibXXXXXX";
     int fd = mkstemp(path);
@@ -497,13 +506,9 @@ static void test_calib_file(void) {
     CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
     CHECK_NEAR(cl.intra_bw, 1e10, 1);
     CHECK(cl.flops == 5e10 && cl.devices_per_node == 4);
-    FILE *f = fopen(path, "w");
-    fputs("{\"format\": \"oar-plan-calibration-1\", \"matmul_flops\": -3}", f);
-    fclose(f);
+    spit(path, "{\"format\": \"oar-plan-calibration-1\", \"matmul_flops\": -3}");
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"matmul_flops\" is missing or not a positive");
-    f = fopen(path, "w");
-    fputs("not json", f);
-    fclose(f);
+    spit(path, "not json");
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "is not JSON");
     unlink(path);
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "cannot open");
@@ -518,43 +523,29 @@ static void test_calib_file(void) {
     CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
     CHECK(cl.optim_time_per_param == 1.5e-9 && cl.sync_lat == 2e-4 && cl.sync_phase == 3e-3 && cl.gemm_rate[3] == 4e9);
     /* a version 1 file: no extras, left 0 */
-    f = fopen(path, "w");
-    fputs("{\"format\": \"oar-plan-calibration-1\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
-          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2}", f);
-    fclose(f);
+    spit(path, "{\"format\": \"oar-plan-calibration-1\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2}");
     CHECK(oar_plan_calib_load(&d, path) == 0);
     CHECK(d.matmul_flops == 3 && d.optim_time == 0 && d.gemm_rate[0] == 0);
     /* bad extras */
-    f = fopen(path, "w");
-    fputs("{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
-          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8], \"gemm_rates\": [1, 2]}", f);
-    fclose(f);
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8], \"gemm_rates\": [1, 2]}");
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "must be arrays of 8 numbers");
-    f = fopen(path, "w");
-    fputs("{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
           "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8, 16, 32, 64, 128, 256, 1024], "
-          "\"gemm_rates\": [1, 2, 3, 4, 5, 6, 7, 8]}", f);
-    fclose(f);
+          "\"gemm_rates\": [1, 2, 3, 4, 5, 6, 7, 8]}");
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "gemm_dims[7] is not 512");
-    f = fopen(path, "w");
-    fputs("{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
           "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8, 16, 32, 64, 128, 256, 512], "
-          "\"gemm_rates\": [1, 2, 3, 4, 5, 6, 7, -8]}", f);
-    fclose(f);
+          "\"gemm_rates\": [1, 2, 3, 4, 5, 6, 7, -8]}");
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "gemm_rates[7] is not a positive number");
-    f = fopen(path, "w");
-    fputs("{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
-          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"optim_time\": -1}", f);
-    fclose(f);
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"optim_time\": -1}");
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"optim_time\" is not a positive number");
-    f = fopen(path, "w");
-    fputs("{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
-          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"sync\": \"x\"}", f);
-    fclose(f);
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"sync\": \"x\"}");
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"sync\" is not a non-negative number");
-    f = fopen(path, "w");
-    fputs("{\"format\": \"oar-plan-calibration-9\"}", f);
-    fclose(f);
+    spit(path, "{\"format\": \"oar-plan-calibration-9\"}");
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "format is not");
     unlink(path);
     c.beta = 0;
