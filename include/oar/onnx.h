@@ -82,6 +82,13 @@ OAR_API oar_graph *oar_onnx_load_buffer(const void *data, size_t n);
 
 typedef struct oar_onnx_export_options {
     int opset; /* 13..17; 0 means 17 */
+    /* false (the default): an int8 product as oar_graph_quantize writes it
+     * (quantize, qmatmul or qconv2d, cast, scale) is written in the QDQ
+     * form, DequantizeLinear -> MatMul/Conv <- DequantizeLinear(int8
+     * weight), as ONNX Runtime's quantize_static writes models; other int8
+     * products as MatMulInteger/ConvInteger. true: all of them as
+     * MatMulInteger/ConvInteger (the operator form). */
+    bool integer_ops;
 } oar_onnx_export_options;
 
 /* Writes g (borrowed, unchanged) as an ONNX model to path, through a
@@ -107,6 +114,12 @@ typedef struct oar_onnx_options {
      * shape, Slice's starts, Expand's shape) can read it. */
     int n_values;
     oar_tensor *const *values;
+    /* false (the default): the QDQ form ONNX Runtime's quantize_static
+     * writes (DequantizeLinear of a uint8/int8 activation and of an int8
+     * constant weight with zero points 0, into Conv, MatMul or Gemm) runs
+     * on the int8 kernels (docs/quantization.md). true: such nodes run in
+     * f32 on the dequantized values, as the model is written. */
+    bool keep_qdq;
 } oar_onnx_options;
 
 /* As oar_onnx_load / oar_onnx_load_buffer with options (opt may be NULL).

@@ -132,6 +132,7 @@ static int build_model(oari_xp *x, Onnx__ModelProto *m) {
     for (int i = 0; i < g->n_inputs; i++)
         if (!(ins[i] = oari_xp_value_info(x, x->names[g->inputs[i]], g->inputs[i]))) goto done;
     /* used constants */
+    oari_xp_quant_param_uses(x);
     for (int v = 0; v < g->n_values && !x->st; v++)
         if (g->values[v].kind == OARI_V_CONST && x->uses[v]) oari_xp_const(x, v);
     /* nodes, in order */
@@ -189,6 +190,11 @@ OAR_API int oar_onnx_export(const oar_graph *g, const char *path,
         return oari_error(OAR_ERR_UNSUPPORTED,
                           "oar_onnx_export: opset %d is not supported (%d..%d)", opset,
                           OARI_ONNX_XMIN, OARI_ONNX_XMAX);
+    oar_graph *qdq = NULL; /* the QDQ form of g's int8 products, unless asked for the operator form */
+    if (!(opt && opt->integer_ops) && (oar_graph_count_op(g, "qmatmul") || oar_graph_count_op(g, "qconv2d"))) {
+        if (!(qdq = oari_onnx_qdq_form(g))) return oari_fail_status();
+        g = qdq;
+    }
     oari_xp x = {.g = g, .opset = opset, .node = -1};
     size_t nv = (size_t)(g->n_values ? g->n_values : 1);
     x.names = oari_calloc(nv, sizeof *x.names);
@@ -218,5 +224,6 @@ OAR_API int oar_onnx_export(const oar_graph *g, const char *path,
     oari_xp_free(&x);
     oari_free(x.names, nv * sizeof *x.names);
     oari_free(x.uses, nv * sizeof *x.uses);
+    oar_graph_free(qdq);
     return st;
 }

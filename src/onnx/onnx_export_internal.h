@@ -11,6 +11,7 @@
  *   onnx_export_nn.c       emitters: conv, pooling, resize, norms
  *   onnx_export_rnn.c      emitters: recurrent layers (RNN, GRU, LSTM)
  *   onnx_export_quant.c    emitters: QuantizeLinear, DequantizeLinear
+ *   onnx_export_qdq.c      int8 products rewritten in the QDQ form before export
  *   onnx_export_control.c  emitters: If and Loop */
 #ifndef OARI_ONNX_EXPORT_INTERNAL_H
 #define OARI_ONNX_EXPORT_INTERNAL_H
@@ -74,6 +75,11 @@ OARI_HIDDEN extern const int oari_onnx_n_xrows;
 OARI_HIDDEN const oari_onnx_xrow *oari_onnx_xfind(oari_op op, int opset, char *msg, size_t size);
 /* An op's name, control nodes ("cond", "while") included. */
 OARI_HIDDEN const char *oari_onnx_xop_name(oari_op op);
+
+/* A copy of g whose int8 products (quantize -> qmatmul/qconv2d -> cast ->
+ * mul by a constant scale) are float products of dequantized operands, the
+ * QDQ form (onnx_export_qdq.c); NULL on failure. */
+OARI_HIDDEN oar_graph *oari_onnx_qdq_form(const oar_graph *g);
 
 /* The emitters (one file per family; the rows name them). */
 #define OARI_ONNX_EMITTERS(X)                                                                      \
@@ -151,6 +157,10 @@ OARI_HIDDEN const char *oari_xp_scalar(oari_xp *x, oar_dtype dt, double v);
 /* An initializer of dtype dt (f32 or f64) and the given shape, every element v. */
 OARI_HIDDEN const char *oari_xp_filled(oari_xp *x, oar_dtype dt, int ndim, const int64_t *shape,
                                        double v);
+/* Takes from x->uses the uses of constants that the quantization emitters
+ * write again in another dtype or shape (onnx_export_quant.c), so that
+ * the originals are not written unless something else reads them. */
+OARI_HIDDEN void oari_xp_quant_param_uses(oari_xp *x);
 /* Graph value v (a constant) as an initializer named x->names[v]. */
 OARI_HIDDEN int oari_xp_const(oari_xp *x, int v);
 

@@ -11,11 +11,53 @@
 #define OARI_ONNX_PROTO
 #include "onnx_export_internal.h"
 
+/* The dtype QuantizeLinear/DequantizeLinear take for input k (1: the
+ * scale, 2: the zero point) of quantize, dequantize or fake_quantize node
+ * n: float32, and the quantized dtype. */
+static oar_dtype param_dtype(const oar_graph *g, const oari_gnode *n, int k) {
+    if (k == 1) return OAR_F32;
+    if (n->op == OARI_OP_quantize) return (oar_dtype)n->attrs.i[1];
+    if (n->op == OARI_OP_dequantize) return g->values[n->in[0]].dtype;
+    return n->attrs.i[1] < 0 ? OAR_I8 : OAR_U8; /* fake_quantize: its clamp range */
+}
+
+/* A constant parameter written as a new initializer of its ONNX dtype and
+ * shape (below), not through Cast and Reshape nodes: ONNX Runtime fuses a
+ * QDQ group onto its int8 kernels only when its scales and zero points
+ * are initializers. */
+static bool retyped(const oari_gvalue *v, const oari_gnode *n, oar_dtype dt) {
+    return v->kind == OARI_V_CONST && v->constant && (v->dtype != dt || (n->attrs.i[0] < 0 && v->ndim > 0));
+}
+
+void oari_xp_quant_param_uses(oari_xp *x) {
+    for (int i = 0; i < x->g->n_nodes; i++) {
+        const oari_gnode *n = &x->g->nodes[i];
+        if (n->dead || (n->op != OARI_OP_quantize && n->op != OARI_OP_dequantize && n->op != OARI_OP_fake_quantize))
+            continue;
+        for (int k = 1; k < 3 && k < n->n_in; k++)
+            if (n->in[k] >= 0 && retyped(&x->g->values[n->in[k]], n, param_dtype(x->g, n, k))) x->uses[n->in[k]]--;
+    }
+}
+
+/* Constant v as a new initializer of dtype dt (0-d when scalar). */
+static const char *const_as(oari_xp *x, const oari_gvalue *v, oar_dtype dt, bool scalar) {
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *c = oar_contiguous(oar_cast(v->constant, dt));
+    const char *name = c ? oari_xp_init(x, oari_xp_tmp(x), dt, scalar ? 0 : v->ndim, v->shape, oar_tensor_data(c),
+                                        (size_t)oar_tensor_numel(c) * oar_dtype_size(dt), true)
+                         : NULL;
+    if (!c) oari_xp_fail(x, "%s", oar_last_error());
+    oar_pool_pop(pool);
+    return name;
+}
+
 /* Input k's ONNX name cast to dt (as is if it is dt already), reshaped to a
  * scalar for a per-tensor call (axis < 0). */
 static const char *param(oari_xp *x, const oari_xnode *e, int k, oar_dtype dt) {
     const oari_gvalue *v = &x->g->values[e->n->in[k]];
     const char *name = k == 1 ? e->X1 : e->X2;
+    if (retyped(v, e->n, dt)) /* (dt is param_dtype's, as the emitters below pass it) */
+        return const_as(x, v, dt, e->a[0] < 0);
     if (v->dtype != dt) {
         Onnx__NodeProto *nd = oari_xp_node1(x, "Cast", 1, &name, NULL);
         oari_xp_set_i(x, nd, "to", oari_xp_type(dt));

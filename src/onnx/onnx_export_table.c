@@ -220,8 +220,8 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
                          "Y_h and Y_c squeezed")),
     /* ---- quantization ---- */
     ROW(quantize, EMIT("QuantizeLinear", XMIN, XMAX, quantize, 0,
-                       "float scale and zero point of the quantized dtype (cast where the graph's "
-                       "differ), axis when per channel; x cast to float; PyTorch's x * (1 / scale) "
+                       "float scale and zero point of the quantized dtype (constants written in those "
+                       "dtypes, others cast), axis when per channel; x cast to float; PyTorch's x * (1 / scale) "
                        "(oar_quantize_per_tensor/_per_channel) becomes ONNX's x / scale, which can "
                        "round a tie the other way")),
     ROW(dequantize, EMIT("DequantizeLinear", XMIN, XMAX, dequantize, 0,
@@ -230,10 +230,14 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
                             "QuantizeLinear then DequantizeLinear; float32 x and the int8 or uint8 "
                             "range only")),
     ROW(qmatmul, EMIT("MatMulInteger", XMIN, XMAX, qmatmul, 0,
-                      "a's zero point as a constant of a's dtype; b's none (0); int32 output")),
+                      "a's zero point as a constant of a's dtype; b's none (0); int32 output. "
+                      "Quantized input, int8 constant b, cast and scale after it (oar_graph_quantize's "
+                      "form): DequantizeLinear of both into MatMul, the QDQ form, unless "
+                      "integer_ops")),
     ROW(qconv2d, EMIT("ConvInteger", XMIN, XMAX, qconv2d, 0,
                       "x's zero point as a constant of x's dtype; w's none (0); strides, pads, "
-                      "dilations, group; int32 output")),
+                      "dilations, group; int32 output. In oar_graph_quantize's form: DequantizeLinear "
+                      "of both into Conv, a constant bias added after as its bias, unless integer_ops")),
     /* ---- custom ops (include/oar/custom.h) ---- */
     ROW(custom, ONNX_NONE("a custom op: its kernel is the user's code, which an ONNX model cannot "
                           "carry")),

@@ -335,6 +335,7 @@ typedef struct {
     const char *name;
     oar_tensor *t;
     int sym; /* index in ctx.syms of what its sizes stand for (from a Shape of dynamic dims), or -1 */
+    const Onnx__NodeProto *producer; /* the node that made it; NULL for inputs and initializers */
 } entry;
 
 typedef struct {
@@ -348,6 +349,8 @@ typedef struct {
     const char **bound_names; /* inputs given values */
     oar_tensor **bound;
     bool static_shapes;
+    bool fold_qdq;          /* DequantizeLinear -> Conv/MatMul/Gemm onto the int8 kernels */
+    int n_folded;           /* nodes folded so (their dequantize nodes are left dead) */
     int64_t training_opset; /* of OARI_ONNX_TRAINING_DOMAIN, -1 if not imported */
     oari_onnx_svec *syms;   /* symbolic sizes, referred to by entries */
     size_t n_syms, cap_syms;
@@ -369,7 +372,7 @@ static int bind(ctx *c, const char *name, oar_tensor *t) {
         c->map = m;
         c->cap = cap;
     }
-    c->map[c->n++] = (entry){name, t, -1};
+    c->map[c->n++] = (entry){name, t, -1, NULL};
     return 0;
 }
 
@@ -406,6 +409,26 @@ static bool is_initializer(Onnx__GraphProto *g, const char *name) {
 }
 
 static int run_nodes(ctx *c, Onnx__NodeProto *const *nodes, size_t n_node, const char *where);
+
+/* What input i of nd is, if a DequantizeLinear of the default domain made
+ * it (dq->q NULL otherwise). */
+static void dequantized(ctx *c, const oari_onnx_node *nd, int i, oari_onnx_dq *dq) {
+    memset(dq, 0, sizeof *dq);
+    const char *name = nd->n->input[i];
+    entry *e = name[0] ? lookup(c, name) : NULL;
+    const Onnx__NodeProto *p = e ? e->producer : NULL;
+    if (!p || !p->op_type || strcmp(p->op_type, "DequantizeLinear") || (p->domain && p->domain[0] &&
+        strcmp(p->domain, "ai.onnx")) || p->n_input < 2)
+        return;
+    oar_tensor *in[3] = {0};
+    for (size_t k = 0; k < p->n_input && k < 3; k++) {
+        entry *pe = p->input[k][0] ? lookup(c, p->input[k]) : NULL;
+        if (!pe && p->input[k][0]) return;
+        in[k] = pe ? pe->t : NULL;
+    }
+    oari_onnx_node pn = {.n = p};
+    *dq = (oari_onnx_dq){.q = in[0], .scale = in[1], .zp = in[2], .axis = oari_onnx_attr_i(&pn, "axis", 1)};
+}
 
 /* One node: its outputs bound in the map. Errors name nothing (the caller
  * prefixes the node). */
@@ -481,7 +504,14 @@ static int run_node(ctx *c, const Onnx__NodeProto *n) {
             }
         }
     }
-    int st = row ? row->fn(&nd) : 0;
+    int st = 0, folded = 0;
+    if (row && c->fold_qdq && !any && (!strcmp(op, "Conv") || !strcmp(op, "MatMul") || !strcmp(op, "Gemm"))) {
+        oari_onnx_dq dq[OARI_ONNX_MAX_IO];
+        for (int i = 0; i < nd.n_in; i++) dequantized(c, &nd, i, &dq[i]);
+        if ((folded = oari_onnx_qdq_fold(&nd, dq)) < 0) return folded;
+        c->n_folded += folded;
+    }
+    if (!folded && row) st = row->fn(&nd);
     if (st) return st;
     if (have && nd.out[0] && !oari_onnx_svec_dynamic(&out_sym)) { /* exact constants, not placeholders */
         if (!(nd.out[0] = oari_onnx_sym_concrete(&out_sym, oar_tensor_dtype(nd.out[0]), "output")))
@@ -494,6 +524,7 @@ static int run_node(ctx *c, const Onnx__NodeProto *n) {
             return oari_error(OAR_ERR_UNSUPPORTED, "output %zu '%s' is not supported", j, n->output[j]);
         if (!c->static_shapes && (st = oari_onnx_sym_check(nd.out[j]))) return st;
         if ((st = bind(c, n->output[j], nd.out[j]))) return st;
+        c->map[c->n - 1].producer = n;
         if (j == 0 && have && (c->map[c->n - 1].sym = keep_sym(c, &out_sym)) < 0) return oari_fail_status();
     }
     return 0;
@@ -596,7 +627,7 @@ static oar_graph *import_model(Onnx__ModelProto *m, const oar_onnx_options *opt)
         oari_error(OAR_ERR_INVALID, "onnx: the model has no graph");
         return NULL;
     }
-    ctx c = {.g = g, .opset = -1, .static_shapes = true, .training_opset = -1};
+    ctx c = {.g = g, .opset = -1, .static_shapes = true, .fold_qdq = !(opt && opt->keep_qdq), .training_opset = -1};
     for (size_t i = 0; i < m->n_opset_import; i++) {
         const Onnx__OperatorSetIdProto *o = m->opset_import[i];
         if (!o->domain || !o->domain[0] || !strcmp(o->domain, "ai.onnx")) c.opset = o->has_version ? o->version : 1;
@@ -686,6 +717,11 @@ static oar_graph *import_model(Onnx__ModelProto *m, const oar_onnx_options *opt)
                                  &(oar_trace_options){.output_names = out_names});
     oari_free(c.map, c.cap * sizeof *c.map);
     oari_free(c.syms, c.cap_syms * sizeof *c.syms);
+    /* the dequantize nodes the folded ones bypassed */
+    if (graph && c.n_folded && (oari_pass_dce(graph) < 0 || oari_graph_compact(graph))) {
+        oar_graph_free(graph);
+        return NULL;
+    }
     return graph;
 }
 

@@ -159,6 +159,23 @@ OARI_HIDDEN int oari_onnx_axis(int64_t axis, int nd, bool inclusive_end, int64_t
 OARI_ONNX_CONVERTERS(OARI_ONNX_DECLARE)
 #undef OARI_ONNX_DECLARE
 
+/* ---- the QDQ form (onnx_qdq_fold.c) ----------------------------------------- */
+/* What a DequantizeLinear made an input of: q (NULL if the input is not a
+ * DequantizeLinear's output), its scale, zero point (NULL: none) and axis. */
+typedef struct {
+    oar_tensor *q, *scale, *zp;
+    int64_t axis;
+} oari_onnx_dq;
+/* Conv, MatMul or Gemm node nd whose inputs are the dequantized dq[i]
+ * (one per input slot) on the int8 kernels: 1 with nd->out[0] set, 0 if
+ * the node is not a pattern they run (nothing done), or an error. */
+OARI_HIDDEN int oari_onnx_qdq_fold(oari_onnx_node *nd, const oari_onnx_dq *dq);
+/* The attributes of a 2-D conv oar_qconv2d takes (strides, dilations,
+ * group; pads equal at both ends; auto_pad NOTSET): true with them set,
+ * false (no error) for any other conv. */
+OARI_HIDDEN bool oari_onnx_qconv_attrs(oari_onnx_node *nd, int64_t st[2], int64_t pd[2], int64_t dl[2],
+                                       int64_t *group);
+
 /* Shorthands of the converters (nd is the node being converted): its op
  * type is s; input k must be present (else return the error); set output 0
  * and return (an error if y is NULL). */

@@ -129,9 +129,7 @@ static bool int8_kernel_fits(oari_onnx_node *nd, int ia, int iza, int ib, int iz
     return ok;
 }
 
-/* The attributes of a 2-D conv that oar_qconv2d takes: strides,
- * dilations, group, and pads equal at both ends; auto_pad NOTSET. */
-static bool qconv_attrs(oari_onnx_node *nd, int64_t st[2], int64_t pd[2], int64_t dl[2], int64_t *group) {
+bool oari_onnx_qconv_attrs(oari_onnx_node *nd, int64_t st[2], int64_t pd[2], int64_t dl[2], int64_t *group) {
     int64_t v[3][4];
     st[0] = st[1] = dl[0] = dl[1] = 1, pd[0] = pd[1] = 0;
     int ns = oari_onnx_attr_ints(nd, "strides", v[0], 4), nl = oari_onnx_attr_ints(nd, "dilations", v[1], 4);
@@ -154,7 +152,7 @@ int oari_onnx_conv_conv_integer(oari_onnx_node *nd) {
     int st = only_8bit(nd, 4, (int[]){0, 1, 2, 3});
     if (st) return st;
     int64_t za, cs[2], cp[2], cd[2], g;
-    if (int8_kernel_fits(nd, 0, 2, 1, 3, &za) && qconv_attrs(nd, cs, cp, cd, &g))
+    if (int8_kernel_fits(nd, 0, 2, 1, 3, &za) && oari_onnx_qconv_attrs(nd, cs, cp, cd, &g))
         RESULT(oar_qconv2d(nd->in[0], za, nd->in[1], cs, cp, cd, g));
     oar_tensor *x = shifted(nd->in[0], nd->n_in > 2 ? nd->in[2] : NULL, 1);
     oar_tensor *w = shifted(nd->in[1], nd->n_in > 3 ? nd->in[3] : NULL, 0);
@@ -196,7 +194,7 @@ int oari_onnx_conv_qlinear_conv(oari_onnx_node *nd) {
     int64_t za, cs[2], cp[2], cd[2], g;
     oar_tensor *acc;
     int r = oar_tensor_ndim(nd->in[0]);
-    if (int8_kernel_fits(nd, 0, 2, 3, 5, &za) && qconv_attrs(nd, cs, cp, cd, &g)) {
+    if (int8_kernel_fits(nd, 0, 2, 3, 5, &za) && oari_onnx_qconv_attrs(nd, cs, cp, cd, &g)) {
         acc = oar_cast(oar_qconv2d(nd->in[0], za, nd->in[3], cs, cp, cd, g), OAR_F64);
         if (b) acc = oar_add(acc, along(b, 1, r));
     } else {
