@@ -89,7 +89,7 @@ static const char usage_text[] =
     "  oar plot   LOG... [-o OUT.svg|OUT.html] [--metric NAME]...\n"
     "  oar devices                       devices, loaded plugins, plugins that failed and why\n"
     "  oar plan   MODEL --devices N [--mem 80G] [--batch B] ...   choose a parallel strategy\n"
-    "  oar quantize MODEL OUT --calib X.npy [--calib ...] [--method minmax|percentile|entropy]\n"
+    "  oar quantize MODEL OUT --calib X.npy[,Y.npy...] [--calib ...] [--method minmax|percentile|entropy]\n"
     "                   [--per-tensor]       post-training int8 quantization into a model folder\n"
     "  oar --version                     the version of oar\n"
     "\n"
@@ -137,17 +137,19 @@ static const char run_help[] =
     "\n" EXIT_TEXT;
 
 static const char quantize_help[] =
-    "usage: oar quantize MODEL OUT --calib X.npy [--calib ...] [--method minmax|percentile|entropy]\n"
-    "                    [--per-tensor]\n"
+    "usage: oar quantize MODEL OUT --calib X.npy[,Y.npy...] [--calib ...]\n"
+    "                    [--method minmax|percentile|entropy] [--per-tensor]\n"
     "\n"
-    "Post-training quantization: loads MODEL (a saved-model folder or an .onnx file) with one\n"
-    "input, runs the inference passes (batch norm folds into the convolutions), calibrates\n"
-    "the activations on the --calib batches (each .npy file is one batch of the input), turns\n"
+    "Post-training quantization: loads MODEL (a saved-model folder or an .onnx file), runs\n"
+    "the inference passes (batch norm folds into the convolutions), calibrates the\n"
+    "activations on the --calib batches (each one .npy file per model input), turns\n"
     "every Linear / matmul by a constant weight and every conv2d into an int8 product\n"
     "(oar_graph_quantize: uint8 activations, int8 weights per output channel) and saves the\n"
     "model to the folder OUT, which `oar run`, `oar bench` and the predictor serve.\n"
     "\n"
-    "  --calib X.npy    a calibration batch (NumPy .npy, the model input's dtype and shape)\n"
+    "  --calib X.npy[,Y.npy...]\n"
+    "                   a calibration batch: one NumPy .npy per model input, in the model's\n"
+    "                   input order, comma-separated (the inputs' dtypes and shapes)\n"
     "  --method M       activation ranges: minmax (default), percentile (99.99), entropy\n"
     "  --per-tensor     one weight scale per layer instead of one per output channel\n"
     "\n"
@@ -686,9 +688,22 @@ static int cmd_plot(int argc, char **argv) {
 
 /* ---- quantize ------------------------------------------------------------------------ */
 
+/* Whether v is one or more comma-separated names of .npy files. */
+static bool calib_list_ok(const char *v) {
+    char name[4096];
+    for (const char *at = v;;) {
+        size_t len = strcspn(at, ",");
+        if (!len || len >= sizeof name) return false;
+        snprintf(name, sizeof name, "%.*s", (int)len, at);
+        if (!cli_ends_with(name, ".npy")) return false;
+        if (!at[len]) return true;
+        at += len + 1;
+    }
+}
+
 static int cmd_quantize(int argc, char **argv) {
     if (wants_help(argc, argv, quantize_help)) return CLI_OK;
-    const char *model = NULL, *out = NULL, *calib[MAX_IO], *v;
+    const char *model = NULL, *out = NULL, *calib[MAX_IO], *v; /* calib: one comma-separated list per batch */
     int n_calib = 0, m;
     oar_calib_method method = OAR_CALIB_MINMAX;
     bool per_tensor = false, opts = true;
@@ -698,7 +713,8 @@ static int cmd_quantize(int argc, char **argv) {
         else if (opts && !strcmp(a, "--per-tensor")) per_tensor = true;
         else if (opts && (m = opt_value("quantize", argc, argv, &i, "--calib", NULL, "a .npy file", &v))) {
             if (m < 0) return CLI_USAGE;
-            if (!cli_ends_with(v, ".npy")) return cli_usage_error("quantize", "--calib", "expected a .npy file, got '%s'", v);
+            if (!calib_list_ok(v)) return cli_usage_error("quantize", "--calib", "expected .npy files (comma-separated, "
+                                                            "one per model input), got '%s'", v);
             if (n_calib == MAX_IO) return cli_usage_error("quantize", "--calib", "more than %d", MAX_IO);
             calib[n_calib++] = v;
         } else if (opts && (m = opt_value("quantize", argc, argv, &i, "--method", NULL,
@@ -719,17 +735,33 @@ static int cmd_quantize(int argc, char **argv) {
     if (!n_calib) return cli_usage_error("quantize", "--calib", "missing (one .npy file per calibration batch)");
     oar_graph *g = load_graph(model);
     if (!g) return fail("quantize");
-    oar_tensor *batches[MAX_IO] = {0};
-    if (oar_graph_num_inputs(g) != 1) {
-        rc = cli_usage_error("quantize", "MODEL", "takes %d inputs; quantize calibrates models with one input",
-                             oar_graph_num_inputs(g));
+    const int n_in = oar_graph_num_inputs(g);
+    oar_tensor **batches = calloc((size_t)n_calib * (size_t)(n_in ? n_in : 1), sizeof *batches);
+    if (!batches) {
+        rc = cli_fail("quantize", "out of memory");
         goto done;
     }
-    for (int b = 0; b < n_calib; b++)
-        if (!(batches[b] = oar_npy_load(calib[b]))) {
-            rc = fail("quantize");
+    for (int b = 0; b < n_calib; b++) {
+        char path[4096];
+        const char *at = calib[b];
+        int k = 0;
+        for (; *at && k <= n_in; k++) { /* (one more than the model takes: the count is wrong) */
+            size_t len = strcspn(at, ",");
+            if (k < n_in) {
+                snprintf(path, sizeof path, "%.*s", (int)len, at);
+                if (!(batches[(size_t)b * (size_t)n_in + (size_t)k] = oar_npy_load(path))) {
+                    rc = fail("quantize");
+                    goto done;
+                }
+            }
+            at += len + (at[len] == ',');
+        }
+        if (k != n_in) {
+            rc = cli_usage_error("quantize", "--calib", "batch %d names %d file%s; the model takes %d input%s", b, k,
+                                 k == 1 ? "" : "s", n_in, n_in == 1 ? "" : "s");
             goto done;
         }
+    }
     oar_quantize_config cfg = {.n_batches = n_calib, .batches = batches, .method = method,
                                .per_tensor_weights = per_tensor};
     int n;
@@ -743,7 +775,8 @@ static int cmd_quantize(int argc, char **argv) {
            n == 1 ? "" : "s", method == OAR_CALIB_MINMAX ? "min-max" : method == OAR_CALIB_PERCENTILE ? "percentile" : "entropy",
            per_tensor ? "per-tensor" : "per-channel", n_calib, n_calib == 1 ? "" : "es", out);
 done:
-    for (int b = 0; b < n_calib; b++) oar_tensor_release(batches[b]);
+    for (int b = 0; batches && b < n_calib * n_in; b++) oar_tensor_release(batches[b]);
+    free(batches);
     oar_graph_free(g);
     return rc;
 }

@@ -237,7 +237,11 @@ static void test_quantize(void) {
     snprintf(args, sizeof args, "quantize %s %s", model, q);
     expect_usage(args, "quantize", "--calib: missing", NULL);
     snprintf(args, sizeof args, "quantize %s %s --calib x.txt", model, q);
-    expect_usage(args, "quantize", "--calib: expected a .npy file", NULL);
+    expect_usage(args, "quantize", "--calib: expected .npy files", NULL);
+    snprintf(args, sizeof args, "quantize %s %s --calib %s,", model, q, cp);
+    expect_usage(args, "quantize", "--calib: expected .npy files", NULL);
+    snprintf(args, sizeof args, "quantize %s %s --calib %s,%s", model, q, cp, cp);
+    expect_usage(args, "quantize", "--calib: batch 0 names 2 files; the model takes 1 input", NULL);
     snprintf(args, sizeof args, "quantize %s %s --calib %s --method kl", model, q, cp);
     expect_usage(args, "quantize", "--method: expected minmax, percentile or entropy, got 'kl'", NULL);
     snprintf(args, sizeof args, "quantize %s %s --calib %s extra", model, q, cp);
@@ -249,6 +253,49 @@ static void test_quantize(void) {
     snprintf(args, sizeof args, "quantize %s %s --calib %s", model, q, cp);
     expect(args, 1, "oar quantize: graph_quantize: calibration batch 0", NULL, NULL);
     oar_module_free(m);
+    oar_pool_pop(p);
+}
+
+/* y = x W1 + z W2: a model of two inputs */
+typedef struct { oar_tensor *w1, *w2; } two_in;
+static int two_in_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    two_in *t = ctx;
+    out[0] = oar_add(oar_matmul(in[0], t->w1), oar_matmul(in[1], t->w2));
+    return out[0] ? 0 : -1;
+}
+
+/* oar quantize on a model of two inputs: each --calib batch names one
+ * .npy per input; a batch naming too few is a usage error. */
+static void test_quantize_two_inputs(void) {
+    oar_pool *p = oar_pool_push();
+    oar_manual_seed(5);
+    two_in t = {oar_randn(OAR_F32, 2, (int64_t[]){8, 4}), oar_randn(OAR_F32, 2, (int64_t[]){6, 4})};
+    oar_graph_input_spec s[2] = {{.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {16, 8}},
+                                 {.name = "z", .dtype = OAR_F32, .ndim = 2, .shape = {16, 6}}};
+    oar_graph *g = oar_trace(two_in_fn, &t, 2, s, 1, NULL);
+    char model[64], q[64], xp[64], zp[64], yp[64], args[1024];
+    snprintf(model, sizeof model, "%s/q2src", dir);
+    snprintf(q, sizeof q, "%s/q2out", dir);
+    snprintf(xp, sizeof xp, "%s/q2x.npy", dir);
+    snprintf(zp, sizeof zp, "%s/q2z.npy", dir);
+    snprintf(yp, sizeof yp, "%s/q2y.npy", dir);
+    CHECK(g && oar_graph_save(g, model) == 0);
+    oar_graph_free(g);
+    oar_tensor *x = oar_randn(OAR_F32, 2, (int64_t[]){16, 8}), *z = oar_randn(OAR_F32, 2, (int64_t[]){16, 6});
+    CHECK(oar_npy_save(xp, x) == 0 && oar_npy_save(zp, z) == 0);
+    snprintf(args, sizeof args, "quantize %s %s --calib %s,%s --calib %s,%s", model, q, xp, zp, xp, zp);
+    expect(args, 0, "2 layers quantized to int8 (min-max, per-channel weights), calibrated on 2 batches", NULL, NULL);
+    oar_graph *gq = oar_graph_load(q);
+    CHECK(gq && oar_graph_count_op(gq, "qmatmul") == 2 && oar_graph_count_op(gq, "matmul") == 0);
+    oar_graph_free(gq);
+    snprintf(args, sizeof args, "run %s --input %s --input %s --output %s", q, xp, zp, yp);
+    expect(args, 0, "float32 [16, 4]", NULL, NULL);
+    oar_tensor *y = oar_npy_load(yp), *want = oar_add(oar_matmul(x, t.w1), oar_matmul(z, t.w2));
+    double mag = oar_tensor_item(oar_amax(oar_abs(want), 0, NULL, false));
+    CHECK(y && max_diff(y, want) > 0 && max_diff(y, want) < 0.05 * mag); /* int8, calibrated on x and z */
+    oar_tensor_release(y);
+    snprintf(args, sizeof args, "quantize %s %s --calib %s", model, q, xp);
+    expect_usage(args, "quantize", "--calib: batch 0 names 1 file; the model takes 2 inputs", NULL);
     oar_pool_pop(p);
 }
 
@@ -721,6 +768,7 @@ int main(void) {
     }
     RUN(test_cli);
     RUN(test_quantize);
+    RUN(test_quantize_two_inputs);
     RUN(test_forged);
     RUN(test_errors);
     RUN(test_help_version);
