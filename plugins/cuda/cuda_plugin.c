@@ -14,8 +14,9 @@
  *     oar's f32 route (casts around the f32 kernel, src/ops/plan.c)
  *   cast, copy, contiguous and fill among bool, u8, i32, i64, f16, bf16,
  *     f32 and f64
- *   sum, prod, amax, amin over any dims, softmax and log_softmax, in f32
- *     and f64 (one thread per output element or row)
+ *   sum, prod, amax, amin over any dims, softmax and log_softmax, in f16,
+ *     bf16 (computed in f32, rounded once), f32 and f64 (one thread per
+ *     output element or row)
  *   matmul in f32, f64, f16 and bf16 (f16/bf16 with f32 accumulation, on
  *     Tensor Cores where the GPU has them), 1-D or batched operands with
  *     broadcast batch dims, as one cublasGemmStridedBatchedEx when every
@@ -300,6 +301,9 @@ static int k_ew(void *ctx, const oar_kernel_call *c) {
 
 static bool is_float(int32_t dt) { return dt == DT_F32 || dt == DT_F64; }
 
+/* the dtypes of the reductions and softmax: f16, bf16, f32, f64 */
+static bool is_any_float(int32_t dt) { return dt == DT_F16 || dt == DT_BF16 || is_float(dt); }
+
 /* the dtypes of cast, copy, contiguous and fill: bool, u8, i32, i64, f16, bf16, f32, f64 */
 static bool small_dtype(int32_t dt) { return dt >= 0 && dt <= DT_F64; }
 
@@ -340,8 +344,8 @@ static int k_reduce(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     int op = reduce_op(c->op);
     if (op < 0 || c->n_in < 1 || c->n_out < 1 || c->n_iattr < 1 || c->in[0].dtype != c->out[0].dtype ||
-        !is_float(c->in[0].dtype))
-        return host->error(-3, "cuda: a reduction wants one f32 or f64 input, its output and the dims' mask");
+        !is_any_float(c->in[0].dtype))
+        return host->error(-3, "cuda: a reduction wants one f16, bf16, f32 or f64 input, its output and the dims' mask");
     const oar_ktensor *x = &c->in[0];
     int64_t mask = c->iattr[0];
     oar_cuda_desc kept, red;
@@ -378,9 +382,9 @@ static oar_cuda_desc rows_of(const oar_ktensor *t, int dim) {
 
 static int k_softmax(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
-    if (c->n_in < 1 || c->n_out < 1 || c->in[0].dtype != c->out[0].dtype || !is_float(c->in[0].dtype) ||
+    if (c->n_in < 1 || c->n_out < 1 || c->in[0].dtype != c->out[0].dtype || !is_any_float(c->in[0].dtype) ||
         numel(&c->in[0]) != numel(&c->out[0]) || c->in[0].ndim != c->out[0].ndim)
-        return host->error(-3, "cuda softmax: wants an f32 or f64 input and an output of its shape");
+        return host->error(-3, "cuda softmax: wants an f16, bf16, f32 or f64 input and an output of its shape");
     const oar_ktensor *x = &c->in[0], *o = &c->out[0];
     int dim = x->ndim ? (c->n_iattr > 0 ? (int)c->iattr[0] : -1) : -1;
     if (x->ndim && (dim < 0 || dim >= x->ndim)) return host->error(-3, "cuda softmax: dim out of range");
@@ -460,7 +464,7 @@ static int k_matmul(void *ctx, const oar_kernel_call *c) {
     return 0;
 }
 
-static bool is_matmul_dtype(int32_t dt) { return is_float(dt) || dt == DT_F16 || dt == DT_BF16; }
+static bool is_matmul_dtype(int32_t dt) { return is_any_float(dt); }
 
 static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt) {
     (void)ctx, (void)index;
@@ -470,8 +474,8 @@ static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt
     if (small_dtype(dt) && (!strcmp(op, "cast") || !strcmp(op, "copy") || !strcmp(op, "contiguous")))
         return k_convert;
     if (is_matmul_dtype(dt) && !strcmp(op, "matmul")) return k_matmul;
-    if (is_float(dt) && reduce_op(op) >= 0) return k_reduce;
-    if (is_float(dt) && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
+    if (is_any_float(dt) && reduce_op(op) >= 0) return k_reduce;
+    if (is_any_float(dt) && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
     return NULL;
 }
 
@@ -502,7 +506,7 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
         return 1;
     }
     if (reduce_op(op) >= 0 || !strcmp(op, "softmax") || !strcmp(op, "log_softmax"))
-        return c->n_in >= 1 && is_float(c->in[0].dtype); /* (outputs: f32/f64 as the input) */
+        return c->n_in >= 1 && is_any_float(c->in[0].dtype); /* (outputs: the input's dtype) */
     if (!strcmp(op, "matmul")) { /* asked with the operands alone (n_out 0), or with the output */
         oar_cuda_gemm_plan p;
         if (c->n_in != 2 || !is_matmul_dtype(c->in[0].dtype) || c->in[1].dtype != c->in[0].dtype) return 0;

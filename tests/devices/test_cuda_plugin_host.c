@@ -44,6 +44,7 @@
 #include <stdlib.h>
 
 #include "test.h"
+#include "core/core.h" /* f16/bf16 conversions */
 
 /* ---- fake CUDA runtime --------------------------------------------------------- */
 /* Device memory is host memory (cudaMalloc: malloc of exactly the size
@@ -329,26 +330,54 @@ int oar_cuda_fill(void *o, int32_t dt, oar_cuda_desc to, double v, int64_t n, vo
     last_fill_dt = dt;
     return 0;
 }
+/* element i of a buffer of dtype dt (f16, bf16, f32, f64) */
+static double ld_dt(const void *p, int32_t dt, int64_t i) {
+    switch (dt) {
+    case DT_F16: return oari_f16_to_f32(((const uint16_t *)p)[i]);
+    case DT_BF16: return oari_bf16_to_f32(((const uint16_t *)p)[i]);
+    case DT_F32: return ((const float *)p)[i];
+    default: return ((const double *)p)[i];
+    }
+}
+static void st_dt(void *p, int32_t dt, int64_t i, double v) {
+    switch (dt) {
+    case DT_F16: ((uint16_t *)p)[i] = oari_f32_to_f16((float)v); break;
+    case DT_BF16: ((uint16_t *)p)[i] = oari_f32_to_bf16((float)v); break;
+    case DT_F32: ((float *)p)[i] = (float)v; break;
+    default: ((double *)p)[i] = v;
+    }
+}
+static int32_t last_reduce_dt = -1, last_softmax_dt = -1;
+/* the kernels' definitions, in double */
 int oar_cuda_reduce(void *o, int32_t dt, int64_t o_off, const void *x, oar_cuda_desc kept, oar_cuda_desc red, int op,
                     int64_t n_out, int64_t n_red, void *stream) {
     on_stream(stream);
-    for (int64_t i = 0; i < n_out; i++) { /* sums and maxima are enough here */
-        double acc = op == 0 ? 0 : -INFINITY;
+    last_reduce_dt = dt;
+    for (int64_t i = 0; i < n_out; i++) {
+        double acc = op == 0 ? 0 : op == 3 ? 1 : op == 1 ? -INFINITY : INFINITY;
         for (int64_t r = 0; r < n_red; r++) {
-            int64_t j = at_of(&kept, i) + at_of(&red, r);
-            double v = dt == 7 ? ((const double *)x)[j] : ((const float *)x)[j];
-            acc = op == 0 ? acc + v : fmax(acc, v);
+            double v = ld_dt(x, dt, at_of(&kept, i) + at_of(&red, r));
+            acc = op == 0 ? acc + v : op == 3 ? acc * v : op == 1 ? fmax(acc, v) : fmin(acc, v);
         }
-        if (dt == 7) ((double *)o)[o_off + i] = acc;
-        else ((float *)o)[o_off + i] = (float)acc;
+        st_dt(o, dt, o_off + i, acc);
     }
     return 0;
 }
 int oar_cuda_softmax(void *o, int32_t dt, const void *x, oar_cuda_desc rows_x, oar_cuda_desc rows_o, int64_t len,
                      int64_t sx, int64_t so, int log_, int64_t n_rows, void *stream) {
     on_stream(stream);
-    return (void)o, (void)dt, (void)x, (void)rows_x, (void)rows_o, (void)len, (void)sx, (void)so, (void)log_,
-           (void)n_rows, 0;
+    last_softmax_dt = dt;
+    for (int64_t r = 0; r < n_rows; r++) {
+        int64_t bx = at_of(&rows_x, r), bo = at_of(&rows_o, r);
+        double mx = -INFINITY, s = 0;
+        for (int64_t j = 0; j < len; j++) mx = fmax(mx, ld_dt(x, dt, bx + j * sx));
+        for (int64_t j = 0; j < len; j++) s += exp(ld_dt(x, dt, bx + j * sx) - mx);
+        for (int64_t j = 0; j < len; j++) {
+            double v = ld_dt(x, dt, bx + j * sx) - mx;
+            st_dt(o, dt, bo + j * so, log_ ? v - log(s) : exp(v) / s);
+        }
+    }
+    return 0;
 }
 
 /* ---- the host table ------------------------------------------------------------- */
@@ -373,12 +402,12 @@ typedef struct {
     size_t bytes;
 } dev_tensor;
 
-/* a view of a fresh buffer of exactly `elems` elements (dtype 6 or 7), filled with small values */
+/* a view of a fresh buffer of exactly `elems` elements (dtype f16, bf16, f32 or f64), filled with small values */
 static dev_tensor make(int32_t dt, int ndim, const int64_t *shape, const int64_t *strides, int64_t offset,
                        int64_t elems) {
     dev_tensor t;
     memset(&t, 0, sizeof t);
-    t.bytes = (size_t)elems * (dt == DT_F64 ? 8 : 4);
+    t.bytes = (size_t)elems * (size_t)dt_size(dt);
     t.k.buffer = iface.alloc(NULL, 0, t.bytes);
     t.k.dtype = dt;
     t.k.ndim = ndim;
@@ -386,14 +415,11 @@ static dev_tensor make(int32_t dt, int ndim, const int64_t *shape, const int64_t
     for (int i = 0; i < ndim; i++) t.k.shape[i] = shape[i], t.k.strides[i] = strides[i];
     for (int64_t i = 0; i < elems; i++) {
         double v = (double)((i * 7 + 3) % 11) - 5.0;
-        if (dt == DT_F64) ((double *)t.k.buffer)[i] = v / 4;
-        else ((float *)t.k.buffer)[i] = (float)(v / 4);
+        st_dt(t.k.buffer, dt, i, v / 4);
     }
     return t;
 }
-static double get(const oar_ktensor *t, int64_t off) {
-    return t->dtype == DT_F64 ? ((const double *)t->buffer)[off] : ((const float *)t->buffer)[off];
-}
+static double get(const oar_ktensor *t, int64_t off) { return ld_dt(t->buffer, t->dtype, off); }
 static void drop(dev_tensor *t) { iface.free(NULL, 0, t->k.buffer, t->bytes); }
 
 /* element (batch multi-index bi over nb output batch dims, i, j) of a matmul operand view */
@@ -845,6 +871,71 @@ static void test_every_kernel_on_stream(void) {
     drop(&x), drop(&y), drop(&w), drop(&r), drop(&m);
 }
 
+/* f16 and bf16 reductions and softmax: claimed, refused for other dtypes,
+ * and run with the half dtype reaching the launcher and the views' rows
+ * and dims as the descriptors name them (the reference here walks the
+ * views itself). */
+static void test_half_reductions(void) {
+    static const char *const red[] = {"sum", "prod", "amax", "amin"};
+    for (int32_t dt = DT_F16; dt <= DT_F64; dt++) {
+        for (int i = 0; i < 4; i++) CHECK(iface.get_kernel(NULL, 0, red[i], dt) == k_reduce);
+        CHECK(iface.get_kernel(NULL, 0, "softmax", dt) == k_softmax && iface.get_kernel(NULL, 0, "log_softmax", dt) == k_softmax);
+    }
+    for (int32_t dt = 0; dt < DT_F16; dt++) /* bool, u8, i32, i64: the CPU */
+        CHECK(iface.get_kernel(NULL, 0, "sum", dt) == NULL && iface.get_kernel(NULL, 0, "softmax", dt) == NULL);
+    CHECK(iface.get_kernel(NULL, 0, "add", DT_F16) == NULL); /* elementwise: oar's f32 route */
+    oar_ktensor hin = {.dtype = DT_BF16, .ndim = 1, .shape = {3}, .strides = {1}};
+    oar_kernel_call ask = {.op = "amax", .n_in = 1, .in = &hin};
+    CHECK(iface.supports_op(NULL, 0, &ask) == 1);
+    hin.dtype = 2;
+    CHECK(iface.supports_op(NULL, 0, &ask) == 0);
+    for (int32_t dt = DT_F16; dt <= DT_F32; dt++) {
+        double tol = dt == DT_F16 ? 1e-3 : dt == DT_BF16 ? 8e-3 : 1e-6; /* relative: half and bf16 ulps */
+        /* x: a [3, 4] view of a [4, 3] buffer (transposed); sums and maxima over dim 1 */
+        dev_tensor x = make(dt, 2, (int64_t[]){3, 4}, (int64_t[]){1, 3}, 0, 12);
+        dev_tensor r = make(dt, 1, (int64_t[]){3}, (int64_t[]){1}, 0, 3);
+        int64_t mask = 2;
+        for (int op = 0; op < 4; op++) {
+            oar_kernel_call c = {.op = red[op], .n_in = 1, .in = &x.k, .n_out = 1, .out = &r.k, .n_iattr = 1, .iattr = &mask};
+            last_reduce_dt = -1;
+            CHECK(k_reduce(NULL, &c) == 0 && last_reduce_dt == dt);
+            for (int64_t i = 0; i < 3; i++) {
+                double want = op == 0 ? 0 : op == 1 ? 1 : op == 2 ? -INFINITY : INFINITY;
+                for (int64_t j = 0; j < 4; j++) {
+                    double v = get(&x.k, i + 3 * j);
+                    want = op == 0 ? want + v : op == 1 ? want * v : op == 2 ? fmax(want, v) : fmin(want, v);
+                }
+                CHECK_NEAR(get(&r.k, i), want, tol * (fabs(want) + 1));
+            }
+        }
+        /* softmax and log_softmax along dim 0 of x, into a contiguous [3, 4] */
+        dev_tensor o = make(dt, 2, (int64_t[]){3, 4}, (int64_t[]){4, 1}, 0, 12);
+        int64_t dim = 0;
+        for (int lg = 0; lg < 2; lg++) {
+            oar_kernel_call c = {.op = lg ? "log_softmax" : "softmax", .n_in = 1, .in = &x.k, .n_out = 1, .out = &o.k,
+                                 .n_iattr = 1, .iattr = &dim};
+            last_softmax_dt = -1;
+            CHECK(k_softmax(NULL, &c) == 0 && last_softmax_dt == dt);
+            for (int64_t j = 0; j < 4; j++) {
+                double mx = -INFINITY, sum = 0;
+                for (int64_t i = 0; i < 3; i++) mx = fmax(mx, get(&x.k, i + 3 * j));
+                for (int64_t i = 0; i < 3; i++) sum += exp(get(&x.k, i + 3 * j) - mx);
+                for (int64_t i = 0; i < 3; i++) {
+                    double v = get(&x.k, i + 3 * j) - mx, want = lg ? v - log(sum) : exp(v) / sum;
+                    CHECK_NEAR(get(&o.k, 4 * i + j), want, tol * (fabs(want) + 1));
+                }
+            }
+        }
+        /* an output of another dtype: refused with a message, no launch */
+        o.k.dtype = dt == DT_F32 ? DT_F64 : DT_F32;
+        oar_kernel_call bad = {.op = "softmax", .n_in = 1, .in = &x.k, .n_out = 1, .out = &o.k, .n_iattr = 1, .iattr = &dim};
+        last_softmax_dt = -1;
+        CHECK(k_softmax(NULL, &bad) == -3 && last_softmax_dt == -1);
+        o.k.dtype = dt;
+        drop(&x), drop(&r), drop(&o);
+    }
+}
+
 /* Without pinned memory the copies go straight from the caller's memory,
  * still right (a copy to the device waits, since its source may be reused). */
 static void test_no_pinned_memory(void) {
@@ -885,6 +976,7 @@ int main(void) {
     RUN(test_no_per_call_queries);
     RUN(test_matmul);
     RUN(test_claims);
+    RUN(test_half_reductions);
     /* shutdown gives back every cached block, the staging buffers and the streams */
     mem_cap = MEM_DEFAULT_CAP;
     void *q[3] = {iface.alloc(NULL, 0, 10), iface.alloc(NULL, 0, 5000), iface.alloc(NULL, 0, 1 << 20)};
