@@ -9,7 +9,7 @@
  * - the caching allocator: size classes hold their requests; a loop of
  *   allocate/free makes one cudaMalloc; random allocations never hand out
  *   a live block and make at most one cudaMalloc per block of a class
- *   live at once; the cap (OAR_CUDA_CACHE_BYTES, 0: no cache, exact
+ *   live at once; nor do four threads allocating at once; the cap (OAR_CUDA_CACHE_BYTES, 0: no cache, exact
  *   sizes); out of memory gives the cache back once and tries again;
  *   shutdown gives back every block, staging buffer and stream (and ASan
  *   finds no leak);
@@ -40,6 +40,7 @@
 #include "../../plugins/cuda/cuda_mem.c"
 
 #include <assert.h>
+#include <sched.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -120,25 +121,36 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
     p->totalGlobalMem = 1 << 30;
     return cudaSuccess;
 }
+static pthread_mutex_t fake_mem_lock = PTHREAD_MUTEX_INITIALIZER; /* (the threads test) */
 cudaError_t cudaMalloc(void **p, size_t n) {
+    pthread_mutex_lock(&fake_mem_lock);
+    cudaError_t e = cudaSuccess;
     n_malloc++;
     last_malloc_size = n;
-    if (live_dev_bytes + n > dev_limit || n_dev_bufs == 4096) return *p = NULL, cudaErrorMemoryAllocation;
-    if (!(*p = malloc(n))) return cudaErrorMemoryAllocation;
-    dev_bufs[n_dev_bufs++] = (fake_buf){*p, n};
-    live_dev_bytes += n;
-    return cudaSuccess;
+    if (live_dev_bytes + n > dev_limit || n_dev_bufs == 4096 || !(*p = malloc(n))) {
+        *p = NULL;
+        e = cudaErrorMemoryAllocation;
+    } else {
+        dev_bufs[n_dev_bufs++] = (fake_buf){*p, n};
+        live_dev_bytes += n;
+    }
+    pthread_mutex_unlock(&fake_mem_lock);
+    return e;
 }
 cudaError_t cudaFree(void *p) {
+    pthread_mutex_lock(&fake_mem_lock);
+    cudaError_t e = cudaErrorInvalidValue; /* not a cudaMalloc'd pointer, or freed twice */
     n_cuda_free++;
     for (int i = 0; i < n_dev_bufs; i++)
         if (dev_bufs[i].p == p) {
             live_dev_bytes -= dev_bufs[i].n;
             dev_bufs[i] = dev_bufs[--n_dev_bufs];
             free(p);
-            return cudaSuccess;
+            e = cudaSuccess;
+            break;
         }
-    return cudaErrorInvalidValue; /* not a cudaMalloc'd pointer, or freed twice */
+    pthread_mutex_unlock(&fake_mem_lock);
+    return e;
 }
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
     (void)flags;
@@ -713,6 +725,41 @@ static void test_alloc_never_twice(void) {
     }
 }
 
+/* Four threads allocating and freeing at once: no block is handed to two
+ * of them (each writes its own tag over its block and checks it before
+ * freeing), and every block is a cudaMalloc'd one (cudaFree of the cache
+ * at shutdown would fail otherwise). */
+enum { THREAD_ITERS = 5000 };
+static void *alloc_worker(void *arg) {
+    unsigned char tag = (unsigned char)(uintptr_t)arg;
+    static const size_t sizes[] = {600, 700, 4000}; /* (few classes: the threads contend for the same lists) */
+    unsigned seed = tag * 7919u;
+    uintptr_t bad = 0;
+    for (int it = 0; it < THREAD_ITERS; it++) {
+        seed = seed * 1103515245u + 12345u;
+        size_t n = sizes[(seed >> 16) % 3];
+        unsigned char *p = iface.alloc(NULL, 0, n);
+        if (!p) return (void *)(uintptr_t)1;
+        memset(p, tag, n);
+        sched_yield();
+        for (size_t k = 0; k < n; k++)
+            if (p[k] != tag) bad = 1;
+        iface.free(NULL, 0, p, n);
+    }
+    return (void *)bad;
+}
+static void test_alloc_threads(void) {
+    pthread_t t[4];
+    for (uintptr_t i = 0; i < 4; i++) CHECK(pthread_create(&t[i], NULL, alloc_worker, (void *)(i + 1)) == 0);
+    for (int i = 0; i < 4; i++) {
+        void *r = (void *)1;
+        pthread_join(t[i], &r);
+        CHECK(r == NULL);
+    }
+    /* every cached block a live cudaMalloc'd one: the cache's bytes are on the fake device */
+    CHECK(oar_cuda_mem_cached(0) <= live_dev_bytes);
+}
+
 /* The cap: freed blocks past it go back to CUDA; 0 caches nothing and
  * allocates exact sizes. */
 static void test_cache_cap(void) {
@@ -966,6 +1013,7 @@ int main(void) {
     RUN(test_size_classes);
     RUN(test_alloc_reuse);
     RUN(test_alloc_never_twice);
+    RUN(test_alloc_threads);
     RUN(test_stream_and_staging);
     RUN(test_every_kernel_on_stream);
     RUN(test_cache_cap);
