@@ -52,7 +52,7 @@ prepare() {
     command -v nvcc >/dev/null || { echo "gpu-check --prepare: nvcc is not on PATH (the CUDA toolkit builds the plugin)"; return 3; }
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DOAR_WITH_MPI=OFF -DOAR_WITH_ONNX=OFF \
         -DOAR_WITH_DNNL=OFF -DOAR_BUILD_TESTS=ON >/dev/null || return 1
-    cmake --build "$build" -j "$(nproc)" --target oar_cuda $progs >/dev/null || return 1
+    cmake --build "$build" -j "$(nproc)" --target oar oar_cuda $progs >/dev/null || return 1 # (oar: liboar.so, carried)
     [ -f "$build/plugins/cuda.so" ] || { echo "gpu-check --prepare: the cuda plugin was not built"; return 1; }
     rm -rf "$carry" && mkdir -p "$carry/plugins" "$carry/lib" || return 1
     local p f
