@@ -29,7 +29,8 @@
 #       --list prints the rows and exits.
 #
 # Rows: the cuda plugin test (claimed ops on cuda:0 against the CPU, no CPU
-# fallback; a compiled graph's NVRTC kernels; stride-0 operands), the
+# fallback; a compiled graph's NVRTC kernels; stride-0 operands), again
+# with the plugin's block cache off (OAR_CUDA_CACHE_BYTES=0), the
 # cuBLAS plans (CPU model), every claimed kernel against the CPU
 # (test_backend_ops), autograd through moves (on the mock device and
 # OpenCL: it has no CUDA part yet, so it guards the rest), the CUDA C of the compiler
@@ -51,7 +52,7 @@ prepare() {
     command -v nvcc >/dev/null || { echo "gpu-check --prepare: nvcc is not on PATH (the CUDA toolkit builds the plugin)"; return 3; }
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DOAR_WITH_MPI=OFF -DOAR_WITH_ONNX=OFF \
         -DOAR_WITH_DNNL=OFF -DOAR_BUILD_TESTS=ON >/dev/null || return 1
-    cmake --build "$build" -j "$(nproc)" --target oar_cuda $progs >/dev/null || return 1
+    cmake --build "$build" -j "$(nproc)" --target oar oar_cuda $progs >/dev/null || return 1 # (oar: liboar.so, carried)
     [ -f "$build/plugins/cuda.so" ] || { echo "gpu-check --prepare: the cuda plugin was not built"; return 1; }
     rm -rf "$carry" && mkdir -p "$carry/plugins" "$carry/lib" || return 1
     local p f
@@ -88,7 +89,7 @@ while [ $# -gt 0 ]; do
         --carry) [ $# -ge 2 ] && [ -n "$2" ] || { echo "gpu-check: --carry needs a folder" >&2; exit 2; }
                  carry=$2; shift 2;;
         --no-dist) dist=0; shift;;
-        --list) echo "$tests" | tr ' ' '\n'; [ $dist = 1 ] && echo "test_dist_device --cuda (2 ranks)"; echo bench_device; exit 0;;
+        --list) echo "$tests" | tr ' ' '\n'; echo "test_cuda_plugin with OAR_CUDA_CACHE_BYTES=0"; [ $dist = 1 ] && echo "test_dist_device --cuda (2 ranks)"; echo bench_device; exit 0;;
         *) echo "gpu-check: unknown argument '$1'" >&2; usage >&2; exit 2;;
     esac
 done
@@ -136,6 +137,8 @@ run() { # name, command...
 }
 row "check" "result" "detail"
 run "cuda plugin" "$carry/test_cuda_plugin"
+# again with the plugin's block cache off (exact-size cudaMalloc/cudaFree per buffer)
+run "cuda plugin, no block cache" env OAR_CUDA_CACHE_BYTES=0 "$carry/test_cuda_plugin"
 run "plugin host code (fake runtime)" "$carry/test_cuda_plugin_host"
 run "cuBLAS plans (CPU model)" "$carry/test_cuda_gemm_layout"
 run "backend ops (every claimed op)" "$carry/test_backend_ops"

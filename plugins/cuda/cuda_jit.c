@@ -172,12 +172,14 @@ int oar_cuda_launch(void *ctx, int index, void *fn, int n_buffers, void *const *
         return report(-3, "launch", "too many kernel parameters");
     if (!global_size) return 0;
     if (oar_cuda_use_device(index)) return -4; /* (no cudaSetDevice when index is already current) */
+    cudaStream_t stream = oar_cuda_stream(index); /* the device's stream, as every kernel of the plugin */
+    if (!stream) return -4;
     void *params[MAX_PARAMS];
     for (int i = 0; i < n_buffers; i++) params[i] = (void *)&buffers[i]; /* each a device pointer's value */
     for (int j = 0; j < n_scalars; j++) params[n_buffers + j] = (void *)&scalars[j];
     size_t blocks = (global_size + BLOCK - 1) / BLOCK;
     if (blocks > 0x7fffffffu) return report(-3, "launch", "too many work-items");
-    if (launch_kernel((CUfunction)fn, (unsigned)blocks, 1, 1, BLOCK, 1, 1, 0, NULL, params, NULL) != CUDA_SUCCESS)
+    if (launch_kernel((CUfunction)fn, (unsigned)blocks, 1, 1, BLOCK, 1, 1, 0, (CUstream)stream, params, NULL) != CUDA_SUCCESS)
         return report(-4, "launch", "cuLaunchKernel failed");
     return 0;
 }

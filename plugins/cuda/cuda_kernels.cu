@@ -4,8 +4,10 @@
 // src/ops/elementwise.def and dtype made from the row's formula over the
 // vocabulary of src/ops/ew_math.h (two passes over the table, suffixes f32
 // and f64); conversions between bool, u8, i32, i64, f16, bf16, f32 and f64
-// (cast, copy, contiguous); and fill in those dtypes. The launchers are
-// listed by op name in oar_cuda_ew_table (cuda_plugin.c finds them by name).
+// (cast, copy, contiguous); fill in those dtypes; reductions (sum, prod,
+// amax, amin) and softmax/log_softmax in f16, bf16 (f32 accumulation), f32
+// and f64. The elementwise launchers are listed by op name in
+// oar_cuda_ew_table (cuda_plugin.c finds them by name).
 #include "cuda_kernels.h"
 
 #include <cuda_bf16.h>
@@ -245,45 +247,66 @@ extern "C" int oar_cuda_fill(void *o, int32_t dt, oar_cuda_desc to, double v, in
     }
 }
 
-// ---- reductions and softmax (f32, f64): one thread per output element or row ----
+// ---- reductions and softmax (f16, bf16, f32, f64): one thread per output element or row ----
+// A half value is loaded as float and every sum, product, comparison and
+// exponential is done in float (f32 accumulation), rounded to the half
+// dtype once at the store: the values oar's f32 route (cast, f32 kernel,
+// cast back) and its CPU give. f32 and f64 compute in their own dtype.
+template <typename T> struct acc_of { typedef T type; };
+template <> struct acc_of<__half> { typedef float type; };
+template <> struct acc_of<__nv_bfloat16> { typedef float type; };
+template <typename T> __device__ static typename acc_of<T>::type ld(T v) { return v; }
+template <> __device__ float ld<__half>(__half v) { return __half2float(v); }
+template <> __device__ float ld<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ static T st(typename acc_of<T>::type v) { return v; }
+template <> __device__ __half st<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __nv_bfloat16 st<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
 // Reductions: kept: x's kept dims (shape, x's strides, x's offset); red: the
 // reduced dims (shape, x's strides, offset 0); output contiguous from o_off.
 // op: 0 sum (Kahan-compensated), 1 amax, 2 amin, 3 prod; a NaN wins amax/amin.
 template <typename T>
 __global__ static void k_reduce(T *o, int64_t o_off, const T *x, oar_cuda_desc kept, oar_cuda_desc red, int op,
                                 int64_t n_out, int64_t n_red) {
+    typedef typename acc_of<T>::type A;
     EW_FOR_EACH(i, n_out) {
         int64_t base = at(kept, i);
-        T acc = op == 0 ? (T)0 : op == 3 ? (T)1 : op == 1 ? (T)-INFINITY : (T)INFINITY, comp = 0;
+        A acc = op == 0 ? (A)0 : op == 3 ? (A)1 : op == 1 ? (A)-INFINITY : (A)INFINITY, comp = 0;
         for (int64_t r = 0; r < n_red; r++) {
-            T v = x[base + at(red, r)];
+            A v = ld<T>(x[base + at(red, r)]);
             if (op == 0) {
-                T y = v - comp, t = acc + y;
+                A y = v - comp, t = acc + y;
                 comp = (t - acc) - y;
                 acc = t;
             } else if (op == 3) {
                 acc *= v;
             } else if (isnan(v) || isnan(acc)) {
-                acc = (T)NAN;
+                acc = (A)NAN;
             } else {
                 acc = op == 1 ? fmax(acc, v) : fmin(acc, v);
             }
         }
-        o[o_off + i] = acc;
+        o[o_off + i] = st<T>(acc);
     }
+}
+
+template <typename T>
+static int reduce_go(void *o, int64_t o_off, const void *x, oar_cuda_desc kept, oar_cuda_desc red, int op,
+                     int64_t n_out, int64_t n_red, void *stream) {
+    k_reduce<T><<<blocks(n_out), 256, 0, (cudaStream_t)stream>>>((T *)o, o_off, (const T *)x, kept, red, op, n_out,
+                                                                  n_red);
+    return (int)cudaGetLastError();
 }
 
 extern "C" int oar_cuda_reduce(void *o, int32_t dt, int64_t o_off, const void *x, oar_cuda_desc kept,
                                oar_cuda_desc red, int op, int64_t n_out, int64_t n_red, void *stream) {
-    if (dt == 7)
-        k_reduce<double><<<blocks(n_out), 256, 0, (cudaStream_t)stream>>>((double *)o, o_off, (const double *)x, kept,
-                                                                          red, op, n_out, n_red);
-    else if (dt == 6)
-        k_reduce<float><<<blocks(n_out), 256, 0, (cudaStream_t)stream>>>((float *)o, o_off, (const float *)x, kept,
-                                                                         red, op, n_out, n_red);
-    else
-        return (int)cudaErrorInvalidValue;
-    return (int)cudaGetLastError();
+    switch (dt) {
+    case 4: return reduce_go<__half>(o, o_off, x, kept, red, op, n_out, n_red, stream);
+    case 5: return reduce_go<__nv_bfloat16>(o, o_off, x, kept, red, op, n_out, n_red, stream);
+    case 6: return reduce_go<float>(o, o_off, x, kept, red, op, n_out, n_red, stream);
+    case 7: return reduce_go<double>(o, o_off, x, kept, red, op, n_out, n_red, stream);
+    default: return (int)cudaErrorInvalidValue;
+    }
 }
 
 // softmax / log_softmax along one dim: rows_x, rows_o: the other dims (shape,
@@ -291,29 +314,36 @@ extern "C" int oar_cuda_reduce(void *o, int32_t dt, int64_t o_off, const void *x
 template <typename T>
 __global__ static void k_softmax(T *o, const T *x, oar_cuda_desc rows_x, oar_cuda_desc rows_o, int64_t len,
                                  int64_t sx, int64_t so, int log_, int64_t n_rows) {
+    typedef typename acc_of<T>::type A;
     EW_FOR_EACH(r, n_rows) {
         int64_t bx = at(rows_x, r), bo = at(rows_o, r);
-        T mx = (T)-INFINITY;
-        for (int64_t j = 0; j < len; j++) mx = fmax(mx, x[bx + j * sx]);
-        T s = 0;
-        for (int64_t j = 0; j < len; j++) s += exp(x[bx + j * sx] - mx);
-        T ls = log(s);
+        A mx = (A)-INFINITY;
+        for (int64_t j = 0; j < len; j++) mx = fmax(mx, ld<T>(x[bx + j * sx]));
+        A s = 0;
+        for (int64_t j = 0; j < len; j++) s += exp(ld<T>(x[bx + j * sx]) - mx);
+        A ls = log(s);
         for (int64_t j = 0; j < len; j++) {
-            T v = x[bx + j * sx] - mx;
-            o[bo + j * so] = log_ ? v - ls : exp(v) / s;
+            A v = ld<T>(x[bx + j * sx]) - mx;
+            o[bo + j * so] = st<T>(log_ ? v - ls : exp(v) / s);
         }
     }
 }
 
+template <typename T>
+static int softmax_go(void *o, const void *x, oar_cuda_desc rows_x, oar_cuda_desc rows_o, int64_t len, int64_t sx,
+                      int64_t so, int log_, int64_t n_rows, void *stream) {
+    k_softmax<T><<<blocks(n_rows), 256, 0, (cudaStream_t)stream>>>((T *)o, (const T *)x, rows_x, rows_o, len, sx, so,
+                                                                    log_, n_rows);
+    return (int)cudaGetLastError();
+}
+
 extern "C" int oar_cuda_softmax(void *o, int32_t dt, const void *x, oar_cuda_desc rows_x, oar_cuda_desc rows_o,
                                 int64_t len, int64_t sx, int64_t so, int log_, int64_t n_rows, void *stream) {
-    if (dt == 7)
-        k_softmax<double><<<blocks(n_rows), 256, 0, (cudaStream_t)stream>>>((double *)o, (const double *)x, rows_x,
-                                                                            rows_o, len, sx, so, log_, n_rows);
-    else if (dt == 6)
-        k_softmax<float><<<blocks(n_rows), 256, 0, (cudaStream_t)stream>>>((float *)o, (const float *)x, rows_x,
-                                                                           rows_o, len, sx, so, log_, n_rows);
-    else
-        return (int)cudaErrorInvalidValue;
-    return (int)cudaGetLastError();
+    switch (dt) {
+    case 4: return softmax_go<__half>(o, x, rows_x, rows_o, len, sx, so, log_, n_rows, stream);
+    case 5: return softmax_go<__nv_bfloat16>(o, x, rows_x, rows_o, len, sx, so, log_, n_rows, stream);
+    case 6: return softmax_go<float>(o, x, rows_x, rows_o, len, sx, so, log_, n_rows, stream);
+    case 7: return softmax_go<double>(o, x, rows_x, rows_o, len, sx, so, log_, n_rows, stream);
+    default: return (int)cudaErrorInvalidValue;
+    }
 }

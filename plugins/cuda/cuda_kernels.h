@@ -35,15 +35,16 @@ int oar_cuda_convert(void *o, int32_t to_dt, oar_cuda_desc to, const void *x, in
                      oar_cuda_desc tx, int64_t n, void *stream);
 /* Every element of o (dtype dt) = v converted to dt. */
 int oar_cuda_fill(void *o, int32_t dt, oar_cuda_desc to, double v, int64_t n, void *stream);
-/* Reductions of x (dtype 6 f32 or 7 f64) over the dims of red into a
- * contiguous o from o_off: kept holds x's kept dims (x's strides and
- * offset), red the reduced ones (offset 0); op 0 sum (Kahan), 1 amax,
- * 2 amin, 3 prod (a NaN wins amax and amin). */
+/* Reductions of x (dtype 4 f16, 5 bf16, 6 f32 or 7 f64; o of the same)
+ * over the dims of red into a contiguous o from o_off: kept holds x's kept
+ * dims (x's strides and offset), red the reduced ones (offset 0); op 0 sum
+ * (Kahan), 1 amax, 2 amin, 3 prod (a NaN wins amax and amin). f16 and
+ * bf16 accumulate in f32 and round once, at the store. */
 int oar_cuda_reduce(void *o, int32_t dt, int64_t o_off, const void *x, oar_cuda_desc kept, oar_cuda_desc red,
                     int op, int64_t n_out, int64_t n_red, void *stream);
-/* softmax (log_ 0) or log_softmax (1) along one dim of x into o (f32 or
- * f64): rows_x, rows_o describe the other dims; a row has len elements at
- * strides sx, so. */
+/* softmax (log_ 0) or log_softmax (1) along one dim of x into o (f16,
+ * bf16, f32 or f64; half rows computed in f32): rows_x, rows_o describe
+ * the other dims; a row has len elements at strides sx, so. */
 int oar_cuda_softmax(void *o, int32_t dt, const void *x, oar_cuda_desc rows_x, oar_cuda_desc rows_o, int64_t len,
                      int64_t sx, int64_t so, int log_, int64_t n_rows, void *stream);
 

@@ -1,7 +1,8 @@
 /* The CUDA plugin's collective members over NCCL: a communicator is an
  * ncclComm_t made by ncclCommInitRank from the ncclUniqueId that oar sends
  * from the group's first process to the others; every collective is queued
- * on the stream it is given (NULL: the default stream). Compiled and
+ * on the stream it is given (NULL: the device's stream, oar_cuda_stream,
+ * where the plugin's kernels and copies run). Compiled and
  * linked here, never run: the machine it was written on has no GPU. */
 #include "cuda_nccl.h"
 
@@ -30,6 +31,10 @@ static int nccl_fail(const char *what, ncclResult_t r) {
     } while (0)
 
 static int set_device(int index) { return oar_cuda_use_device(index); }
+
+/* The stream a collective is queued on: s, or the device's own stream
+ * (the plugin's kernels and copies run there) when oar gives none. */
+static cudaStream_t on_stream(int index, oar_stream s) { return s ? (cudaStream_t)s : oar_cuda_stream(index); }
 
 /* oar dtype -> NCCL type and element multiplier (complex: two reals);
  * -1 if NCCL has no such type. */
@@ -108,8 +113,9 @@ int oar_cuda_nccl_all_reduce(void *ctx, int index, void *comm, const void *send,
     ncclRedOp_t r;
     size_t mult;
     if (nccl_type(dtype, &t, &mult) || nccl_op(op, dtype, &r)) return unsupported("all_reduce", dtype);
-    if (set_device(index)) return -4;
-    NC(ncclAllReduce(send, recv, count * mult, t, r, (ncclComm_t)comm, (cudaStream_t)s), "ncclAllReduce");
+    cudaStream_t st;
+    if (set_device(index) || !(st = on_stream(index, s))) return -4;
+    NC(ncclAllReduce(send, recv, count * mult, t, r, (ncclComm_t)comm, st), "ncclAllReduce");
     return 0;
 }
 
@@ -119,8 +125,9 @@ int oar_cuda_nccl_all_gather(void *ctx, int index, void *comm, const void *send,
     ncclDataType_t t;
     size_t mult;
     if (nccl_type(dtype, &t, &mult)) return unsupported("all_gather", dtype);
-    if (set_device(index)) return -4;
-    NC(ncclAllGather(send, recv, send_count * mult, t, (ncclComm_t)comm, (cudaStream_t)s), "ncclAllGather");
+    cudaStream_t st;
+    if (set_device(index) || !(st = on_stream(index, s))) return -4;
+    NC(ncclAllGather(send, recv, send_count * mult, t, (ncclComm_t)comm, st), "ncclAllGather");
     return 0;
 }
 
@@ -131,8 +138,9 @@ int oar_cuda_nccl_reduce_scatter(void *ctx, int index, void *comm, const void *s
     ncclRedOp_t r;
     size_t mult;
     if (nccl_type(dtype, &t, &mult) || nccl_op(op, dtype, &r)) return unsupported("reduce_scatter", dtype);
-    if (set_device(index)) return -4;
-    NC(ncclReduceScatter(send, recv, recv_count * mult, t, r, (ncclComm_t)comm, (cudaStream_t)s),
+    cudaStream_t st;
+    if (set_device(index) || !(st = on_stream(index, s))) return -4;
+    NC(ncclReduceScatter(send, recv, recv_count * mult, t, r, (ncclComm_t)comm, st),
        "ncclReduceScatter");
     return 0;
 }
@@ -143,8 +151,9 @@ int oar_cuda_nccl_broadcast(void *ctx, int index, void *comm, const void *send, 
     ncclDataType_t t;
     size_t mult;
     if (nccl_type(dtype, &t, &mult)) return unsupported("broadcast", dtype);
-    if (set_device(index)) return -4;
-    NC(ncclBroadcast(send, recv, count * mult, t, root, (ncclComm_t)comm, (cudaStream_t)s), "ncclBroadcast");
+    cudaStream_t st;
+    if (set_device(index) || !(st = on_stream(index, s))) return -4;
+    NC(ncclBroadcast(send, recv, count * mult, t, root, (ncclComm_t)comm, st), "ncclBroadcast");
     return 0;
 }
 
@@ -154,8 +163,9 @@ int oar_cuda_nccl_send(void *ctx, int index, void *comm, const void *buf, size_t
     ncclDataType_t t;
     size_t mult;
     if (nccl_type(dtype, &t, &mult)) return unsupported("send", dtype);
-    if (set_device(index)) return -4;
-    NC(ncclSend(buf, count * mult, t, peer, (ncclComm_t)comm, (cudaStream_t)s), "ncclSend");
+    cudaStream_t st;
+    if (set_device(index) || !(st = on_stream(index, s))) return -4;
+    NC(ncclSend(buf, count * mult, t, peer, (ncclComm_t)comm, st), "ncclSend");
     return 0;
 }
 
@@ -165,7 +175,8 @@ int oar_cuda_nccl_recv(void *ctx, int index, void *comm, void *buf, size_t count
     ncclDataType_t t;
     size_t mult;
     if (nccl_type(dtype, &t, &mult)) return unsupported("recv", dtype);
-    if (set_device(index)) return -4;
-    NC(ncclRecv(buf, count * mult, t, peer, (ncclComm_t)comm, (cudaStream_t)s), "ncclRecv");
+    cudaStream_t st;
+    if (set_device(index) || !(st = on_stream(index, s))) return -4;
+    NC(ncclRecv(buf, count * mult, t, peer, (ncclComm_t)comm, st), "ncclRecv");
     return 0;
 }

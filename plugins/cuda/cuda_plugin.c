@@ -1,6 +1,9 @@
 /* The CUDA device plugin: every CUDA device becomes "cuda:<i>". Buffers
- * come from cudaMalloc; streams, events and asynchronous copies map onto
- * the CUDA runtime's. Built against <oar/device.h> alone.
+ * come from a caching allocator over cudaMalloc, every kernel, cuBLAS call
+ * and copy is queued on one stream per device, and copies between host
+ * and device go through pinned staging buffers (cuda_mem.c); the streams,
+ * events and asynchronous copies of the ABI map onto the CUDA runtime's.
+ * Built against <oar/device.h> alone.
  *
  * What it claims, exactly (everything else returns NULL from get_kernel and
  * runs on the CPU with copies):
@@ -11,8 +14,9 @@
  *     oar's f32 route (casts around the f32 kernel, src/ops/plan.c)
  *   cast, copy, contiguous and fill among bool, u8, i32, i64, f16, bf16,
  *     f32 and f64
- *   sum, prod, amax, amin over any dims, softmax and log_softmax, in f32
- *     and f64 (one thread per output element or row)
+ *   sum, prod, amax, amin over any dims, softmax and log_softmax, in f16,
+ *     bf16 (computed in f32, rounded once), f32 and f64 (one thread per
+ *     output element or row)
  *   matmul in f32, f64, f16 and bf16 (f16/bf16 with f32 accumulation, on
  *     Tensor Cores where the GPU has them), 1-D or batched operands with
  *     broadcast batch dims, as one cublasGemmStridedBatchedEx when every
@@ -29,9 +33,11 @@
  * Calls make no per-call device query: each thread remembers its current
  * device (oar_cuda_use_device), and with one GPU every buffer is on device
  * 0; only with several GPUs does a kernel ask the runtime which device owns
- * its output (cudaPointerGetAttributes). Kernels and cuBLAS calls run on
- * the default stream, asynchronously to the host; the synchronous copies
- * wait for them.
+ * its output (cudaPointerGetAttributes). Kernels, cuBLAS, NCCL (given no
+ * stream), generated kernels and copies run on the device's stream
+ * (oar_cuda_stream, not the legacy default stream), asynchronously to the
+ * host: a copy to the device returns once its data is staged, a copy to
+ * the host waits for the stream; synchronize waits for the device.
  *
  * The machine it is written on has no GPU: its f32 elementwise kernels
  * were checked on an H200 (plugins/cuda/ew_check.sh, bench/RESULTS.md);
@@ -54,7 +60,7 @@
 #include "cuda_nccl.h"
 #endif
 
-#define MAX_DEV 16
+#define MAX_DEV OAR_CUDA_MAX_DEV
 #define DT_BOOL 0
 #define DT_F16 4
 #define DT_BF16 5
@@ -100,42 +106,40 @@ static int props(void *ctx, int index, oar_device_props *out) {
 
 static void *alloc(void *ctx, int index, size_t n) {
     (void)ctx;
-    void *p = NULL;
-    if (oar_cuda_use_device(index)) return NULL;
-    cudaError_t e = cudaMalloc(&p, n ? n : 4);
-    if (e != cudaSuccess) {
-        char what[96];
-        snprintf(what, sizeof what, "cudaMalloc of %zu bytes on cuda:%d", n, index);
-        fail(what, (int)e);
-        return NULL;
-    }
-    return p;
+    if (index < 0 || index >= n_devs || oar_cuda_use_device(index)) return NULL;
+    return oar_cuda_mem_alloc(index, n);
 }
 
 static void release(void *ctx, int index, void *p, size_t n) {
-    (void)ctx, (void)n;
-    if (oar_cuda_use_device(index) == 0) cudaFree(p);
+    (void)ctx;
+    if (index >= 0 && index < n_devs && oar_cuda_use_device(index) == 0) oar_cuda_mem_free(index, p, n);
 }
 
+/* Synchronous for the caller's memory (the ABI's rule), asynchronous on
+ * the device: staged, then queued on the device's stream. */
 static int to_device(void *ctx, int index, void *dst, size_t off, const void *src, size_t n) {
     (void)ctx;
     if (oar_cuda_use_device(index)) return -4;
-    CU(cudaMemcpy((char *)dst + off, src, n, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
-    return 0;
+    return oar_cuda_mem_to_device(index, (char *)dst + off, src, n);
 }
 
 static int to_host(void *ctx, int index, void *dst, const void *src, size_t off, size_t n) {
     (void)ctx;
     if (oar_cuda_use_device(index)) return -4;
-    CU(cudaMemcpy(dst, (const char *)src + off, n, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
-    return 0;
+    return oar_cuda_mem_to_host(index, dst, (const char *)src + off, n);
+}
+
+/* The device's stream, or s when the caller gave one; NULL after reporting. */
+static cudaStream_t stream_or(int index, oar_stream s) {
+    return s ? (cudaStream_t)s : oar_cuda_stream(index);
 }
 
 static int d2d(void *ctx, int index, void *dst, size_t doff, const void *src, size_t soff, size_t n) {
     (void)ctx;
-    if (oar_cuda_use_device(index)) return -4;
-    CU(cudaMemcpy((char *)dst + doff, (const char *)src + soff, n, cudaMemcpyDeviceToDevice),
-       "cudaMemcpy on the device");
+    cudaStream_t s;
+    if (oar_cuda_use_device(index) || !(s = oar_cuda_stream(index))) return -4;
+    CU(cudaMemcpyAsync((char *)dst + doff, (const char *)src + soff, n, cudaMemcpyDeviceToDevice, s),
+       "cudaMemcpyAsync on the device");
     return 0;
 }
 
@@ -159,8 +163,10 @@ static void stream_destroy(void *ctx, int index, oar_stream s) {
     cudaStreamDestroy((cudaStream_t)s);
 }
 static int stream_sync(void *ctx, int index, oar_stream s) {
-    (void)ctx, (void)index;
-    CU(cudaStreamSynchronize((cudaStream_t)s), "cudaStreamSynchronize");
+    (void)ctx;
+    cudaStream_t cs;
+    if (oar_cuda_use_device(index) || !(cs = stream_or(index, s))) return -4;
+    CU(cudaStreamSynchronize(cs), "cudaStreamSynchronize");
     return 0;
 }
 static oar_event event_create(void *ctx, int index) {
@@ -175,13 +181,17 @@ static void event_destroy(void *ctx, int index, oar_event e) {
     cudaEventDestroy((cudaEvent_t)e);
 }
 static int event_record(void *ctx, int index, oar_event e, oar_stream s) {
-    (void)ctx, (void)index;
-    CU(cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s), "cudaEventRecord");
+    (void)ctx;
+    cudaStream_t cs;
+    if (oar_cuda_use_device(index) || !(cs = stream_or(index, s))) return -4;
+    CU(cudaEventRecord((cudaEvent_t)e, cs), "cudaEventRecord");
     return 0;
 }
 static int stream_wait(void *ctx, int index, oar_stream s, oar_event e) {
-    (void)ctx, (void)index;
-    CU(cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0), "cudaStreamWaitEvent");
+    (void)ctx;
+    cudaStream_t cs;
+    if (oar_cuda_use_device(index) || !(cs = stream_or(index, s))) return -4;
+    CU(cudaStreamWaitEvent(cs, (cudaEvent_t)e, 0), "cudaStreamWaitEvent");
     return 0;
 }
 static int event_sync(void *ctx, int index, oar_event e) {
@@ -192,25 +202,27 @@ static int event_sync(void *ctx, int index, oar_event e) {
 static int to_device_async(void *ctx, int index, void *dst, size_t off, const void *src, size_t n,
                            oar_stream s) {
     (void)ctx;
-    if (oar_cuda_use_device(index)) return -4;
-    CU(cudaMemcpyAsync((char *)dst + off, src, n, cudaMemcpyHostToDevice, (cudaStream_t)s),
+    cudaStream_t cs;
+    if (oar_cuda_use_device(index) || !(cs = stream_or(index, s))) return -4;
+    CU(cudaMemcpyAsync((char *)dst + off, src, n, cudaMemcpyHostToDevice, cs),
        "cudaMemcpyAsync to the device");
     return 0;
 }
 static int to_host_async(void *ctx, int index, void *dst, const void *src, size_t off, size_t n,
                          oar_stream s) {
     (void)ctx;
-    if (oar_cuda_use_device(index)) return -4;
-    CU(cudaMemcpyAsync(dst, (const char *)src + off, n, cudaMemcpyDeviceToHost, (cudaStream_t)s),
+    cudaStream_t cs;
+    if (oar_cuda_use_device(index) || !(cs = stream_or(index, s))) return -4;
+    CU(cudaMemcpyAsync(dst, (const char *)src + off, n, cudaMemcpyDeviceToHost, cs),
        "cudaMemcpyAsync to the host");
     return 0;
 }
 static int d2d_async(void *ctx, int index, void *dst, size_t doff, const void *src, size_t soff,
                      size_t n, oar_stream s) {
     (void)ctx;
-    if (oar_cuda_use_device(index)) return -4;
-    CU(cudaMemcpyAsync((char *)dst + doff, (const char *)src + soff, n, cudaMemcpyDeviceToDevice,
-                       (cudaStream_t)s),
+    cudaStream_t cs;
+    if (oar_cuda_use_device(index) || !(cs = stream_or(index, s))) return -4;
+    CU(cudaMemcpyAsync((char *)dst + doff, (const char *)src + soff, n, cudaMemcpyDeviceToDevice, cs),
        "cudaMemcpyAsync on the device");
     return 0;
 }
@@ -235,18 +247,20 @@ static int64_t numel(const oar_ktensor *t) {
     return n;
 }
 
-/* Makes the device owning t's buffer current, *dev = its index. One GPU:
- * device 0, no query; several: the runtime says which owns the buffer. */
-static int use_device_of(const oar_ktensor *t, int *dev) {
+/* Makes the device owning t's buffer current, *dev = its index, and
+ * returns that device's stream (NULL after reporting). One GPU: device 0,
+ * no query; several: the runtime says which owns the buffer. */
+static cudaStream_t on_device_of(const oar_ktensor *t, int *dev) {
     int d = 0;
     if (n_devs > 1) {
         struct cudaPointerAttributes a;
-        CU(cudaPointerGetAttributes(&a, t->buffer), "cudaPointerGetAttributes");
+        cudaError_t e = cudaPointerGetAttributes(&a, t->buffer);
+        if (e != cudaSuccess) return fail("cudaPointerGetAttributes", (int)e), NULL;
         d = a.device;
     }
-    if (d < 0 || d >= MAX_DEV) return host->error(-3, "cuda: a buffer on a device past the plugin's 16");
+    if (d < 0 || d >= n_devs) return host->error(-3, "cuda: a buffer on a device the plugin does not list"), NULL;
     if (dev) *dev = d;
-    return oar_cuda_use_device(d);
+    return oar_cuda_use_device(d) ? NULL : oar_cuda_stream(d);
 }
 
 /* The elementwise table's launchers of op, or NULL. */
@@ -269,7 +283,8 @@ static int k_ew(void *ctx, const oar_kernel_call *c) {
         return host->error(-3, "cuda: no such elementwise kernel");
     int32_t dt = ew_dtype(e, c);
     if (dt != DT_F32 && dt != DT_F64) return host->error(-3, "cuda: elementwise kernels are f32 and f64 only");
-    if (use_device_of(&c->out[0], NULL)) return -4;
+    cudaStream_t st = on_device_of(&c->out[0], NULL);
+    if (!st) return -4;
     const void *in[3] = {0};
     oar_cuda_desc ti[3];
     memset(ti, 0, sizeof ti);
@@ -280,11 +295,14 @@ static int k_ew(void *ctx, const oar_kernel_call *c) {
     double p0 = c->n_fattr > 0 ? c->fattr[0] : 0, p1 = c->n_fattr > 1 ? c->fattr[1] : 0;
     int alt = c->n_iattr > 0 && c->iattr[0] != 0;
     oar_cuda_ew_launch go = dt == DT_F64 ? e->launch_f64 : e->launch;
-    int e_ = go(c->out[0].buffer, desc(&c->out[0]), in, ti, p0, p1, alt, numel(&c->out[0]), NULL);
+    int e_ = go(c->out[0].buffer, desc(&c->out[0]), in, ti, p0, p1, alt, numel(&c->out[0]), st);
     return e_ ? fail(c->op, e_) : 0;
 }
 
 static bool is_float(int32_t dt) { return dt == DT_F32 || dt == DT_F64; }
+
+/* the dtypes of the reductions and softmax: f16, bf16, f32, f64 */
+static bool is_any_float(int32_t dt) { return dt == DT_F16 || dt == DT_BF16 || is_float(dt); }
 
 /* the dtypes of cast, copy, contiguous and fill: bool, u8, i32, i64, f16, bf16, f32, f64 */
 static bool small_dtype(int32_t dt) { return dt >= 0 && dt <= DT_F64; }
@@ -293,8 +311,9 @@ static int k_fill(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     if (c->n_in < 1 || c->n_fattr < 1 || !small_dtype(c->in[0].dtype))
         return host->error(-3, "cuda fill: wants a tensor of bool, u8, i32, i64, f16, bf16, f32 or f64 and a value");
-    if (use_device_of(&c->in[0], NULL)) return -4;
-    int e = oar_cuda_fill(c->in[0].buffer, c->in[0].dtype, desc(&c->in[0]), c->fattr[0], numel(&c->in[0]), NULL);
+    cudaStream_t st = on_device_of(&c->in[0], NULL);
+    if (!st) return -4;
+    int e = oar_cuda_fill(c->in[0].buffer, c->in[0].dtype, desc(&c->in[0]), c->fattr[0], numel(&c->in[0]), st);
     return e ? fail("fill", e) : 0;
 }
 
@@ -307,8 +326,9 @@ static int k_convert(void *ctx, const oar_kernel_call *c) {
     if (!small_dtype(dst->dtype) || !small_dtype(src->dtype))
         return host->error(-3, "cuda: unsupported conversion (bool, u8, i32, i64, f16, bf16, f32, f64 only)");
     if (numel(dst) != numel(src)) return host->error(-3, "cuda: a conversion between tensors of different sizes");
-    if (use_device_of(dst, NULL)) return -4;
-    int e = oar_cuda_convert(dst->buffer, dst->dtype, desc(dst), src->buffer, src->dtype, desc(src), numel(dst), NULL);
+    cudaStream_t st = on_device_of(dst, NULL);
+    if (!st) return -4;
+    int e = oar_cuda_convert(dst->buffer, dst->dtype, desc(dst), src->buffer, src->dtype, desc(src), numel(dst), st);
     return e ? fail(c->op, e) : 0;
 }
 
@@ -324,8 +344,8 @@ static int k_reduce(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     int op = reduce_op(c->op);
     if (op < 0 || c->n_in < 1 || c->n_out < 1 || c->n_iattr < 1 || c->in[0].dtype != c->out[0].dtype ||
-        !is_float(c->in[0].dtype))
-        return host->error(-3, "cuda: a reduction wants one f32 or f64 input, its output and the dims' mask");
+        !is_any_float(c->in[0].dtype))
+        return host->error(-3, "cuda: a reduction wants one f16, bf16, f32 or f64 input, its output and the dims' mask");
     const oar_ktensor *x = &c->in[0];
     int64_t mask = c->iattr[0];
     oar_cuda_desc kept, red;
@@ -341,8 +361,9 @@ static int k_reduce(void *ctx, const oar_kernel_call *c) {
         else n_out *= x->shape[i];
     }
     if (numel(&c->out[0]) != n_out) return host->error(-3, "cuda: a reduction's output of the wrong size");
-    if (use_device_of(&c->out[0], NULL)) return -4;
-    int e = oar_cuda_reduce(c->out[0].buffer, x->dtype, c->out[0].offset, x->buffer, kept, red, op, n_out, n_red, NULL);
+    cudaStream_t st = on_device_of(&c->out[0], NULL);
+    if (!st) return -4;
+    int e = oar_cuda_reduce(c->out[0].buffer, x->dtype, c->out[0].offset, x->buffer, kept, red, op, n_out, n_red, st);
     return e ? fail(c->op, e) : 0;
 }
 
@@ -361,18 +382,19 @@ static oar_cuda_desc rows_of(const oar_ktensor *t, int dim) {
 
 static int k_softmax(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
-    if (c->n_in < 1 || c->n_out < 1 || c->in[0].dtype != c->out[0].dtype || !is_float(c->in[0].dtype) ||
+    if (c->n_in < 1 || c->n_out < 1 || c->in[0].dtype != c->out[0].dtype || !is_any_float(c->in[0].dtype) ||
         numel(&c->in[0]) != numel(&c->out[0]) || c->in[0].ndim != c->out[0].ndim)
-        return host->error(-3, "cuda softmax: wants an f32 or f64 input and an output of its shape");
+        return host->error(-3, "cuda softmax: wants an f16, bf16, f32 or f64 input and an output of its shape");
     const oar_ktensor *x = &c->in[0], *o = &c->out[0];
     int dim = x->ndim ? (c->n_iattr > 0 ? (int)c->iattr[0] : -1) : -1;
     if (x->ndim && (dim < 0 || dim >= x->ndim)) return host->error(-3, "cuda softmax: dim out of range");
     int64_t len = dim >= 0 ? x->shape[dim] : 1;
     int64_t sx = dim >= 0 ? x->strides[dim] : 0, so = dim >= 0 ? o->strides[dim] : 0;
     int64_t rows = len ? numel(x) / len : 0;
-    if (use_device_of(o, NULL)) return -4;
+    cudaStream_t st = on_device_of(o, NULL);
+    if (!st) return -4;
     int e = oar_cuda_softmax(o->buffer, x->dtype, x->buffer, rows_of(x, dim), rows_of(o, dim), len, sx, so,
-                             !strcmp(c->op, "log_softmax"), rows, NULL);
+                             !strcmp(c->op, "log_softmax"), rows, st);
     return e ? fail(c->op, e) : 0;
 }
 
@@ -410,13 +432,19 @@ static int k_matmul(void *ctx, const oar_kernel_call *c) {
                                "supports_op refuses these, so oar runs them on the CPU");
     const oar_ktensor *A = &c->in[0], *B = &c->in[1], *O = &c->out[0];
     int dev;
-    if (use_device_of(O, &dev)) return -4;
+    cudaStream_t st = on_device_of(O, &dev);
+    if (!st) return -4;
     if (p.n == 0 || p.m == 0 || p.batch == 0) return 0;
-    pthread_mutex_lock(&blas_lock);
+    pthread_mutex_lock(&blas_lock); /* one handle per device, on the device's stream */
     cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
-    if (!blas[dev]) bs = cublasCreate(&blas[dev]);
+    if (!blas[dev]) {
+        cublasHandle_t h;
+        bs = cublasCreate(&h);
+        if (bs == CUBLAS_STATUS_SUCCESS && (bs = cublasSetStream(h, st)) != CUBLAS_STATUS_SUCCESS) cublasDestroy(h);
+        if (bs == CUBLAS_STATUS_SUCCESS) blas[dev] = h;
+    }
     pthread_mutex_unlock(&blas_lock);
-    if (bs != CUBLAS_STATUS_SUCCESS) return host->error(-4, "cuda matmul: cublasCreate failed");
+    if (bs != CUBLAS_STATUS_SUCCESS) return host->error(-4, "cuda matmul: cublasCreate or cublasSetStream failed");
     int es = dt_size(A->dtype);
     const char *a = (const char *)A->buffer + A->offset * es, *b = (const char *)B->buffer + B->offset * es;
     char *o = (char *)O->buffer + O->offset * es;
@@ -436,7 +464,7 @@ static int k_matmul(void *ctx, const oar_kernel_call *c) {
     return 0;
 }
 
-static bool is_matmul_dtype(int32_t dt) { return is_float(dt) || dt == DT_F16 || dt == DT_BF16; }
+static bool is_matmul_dtype(int32_t dt) { return is_any_float(dt); }
 
 static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt) {
     (void)ctx, (void)index;
@@ -446,8 +474,8 @@ static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt
     if (small_dtype(dt) && (!strcmp(op, "cast") || !strcmp(op, "copy") || !strcmp(op, "contiguous")))
         return k_convert;
     if (is_matmul_dtype(dt) && !strcmp(op, "matmul")) return k_matmul;
-    if (is_float(dt) && reduce_op(op) >= 0) return k_reduce;
-    if (is_float(dt) && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
+    if (is_any_float(dt) && reduce_op(op) >= 0) return k_reduce;
+    if (is_any_float(dt) && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
     return NULL;
 }
 
@@ -478,7 +506,7 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
         return 1;
     }
     if (reduce_op(op) >= 0 || !strcmp(op, "softmax") || !strcmp(op, "log_softmax"))
-        return c->n_in >= 1 && is_float(c->in[0].dtype); /* (outputs: f32/f64 as the input) */
+        return c->n_in >= 1 && is_any_float(c->in[0].dtype); /* (outputs: the input's dtype) */
     if (!strcmp(op, "matmul")) { /* asked with the operands alone (n_out 0), or with the output */
         oar_cuda_gemm_plan p;
         if (c->n_in != 2 || !is_matmul_dtype(c->in[0].dtype) || c->in[1].dtype != c->in[0].dtype) return 0;
@@ -538,11 +566,13 @@ static void shutdown(void *ctx) {
             cublasDestroy(blas[i]);
             blas[i] = NULL;
         }
+    oar_cuda_mem_shutdown(); /* the cache, staging buffers and streams (after cuBLAS, which uses them) */
 }
 
 __attribute__((visibility("default"))) int oar_plugin_init(const oar_host_api *h,
                                                            oar_plugin_desc *out) {
     host = h;
+    oar_cuda_mem_init(h);
     oar_cuda_jit_init(h);
 #ifdef OAR_CUDA_NCCL
     oar_cuda_nccl_init(h);

@@ -5,7 +5,8 @@
 # checked (never 0: a GPU check cannot pass where it did not run). With a
 # GPU (nvidia-smi finds one) that case is not checked. Past the probe,
 # with stub programs, a run without a cuda:0 step, with the NCCL row and
-# no MPI, or with a skipped test exits 1; only all rows passing gives 0.
+# no MPI, with a skipped test, or with the plugin test failing with its
+# block cache off exits 1; only all rows passing gives 0.
 set -u
 script="$(dirname "$0")/../../scripts/gpu-check.sh"
 fails=0
@@ -47,6 +48,11 @@ OAR_GPU_CHECK_NO_PROBE=1 expect 1 "MLP step on cuda:0 .*FAIL" --carry "$tmp" --n
 printf '#!/bin/sh\necho "oar mlp_step_cuda:0 1.0 ms"\n' > "$tmp/bench_device"
 OAR_GPU_CHECK_NO_PROBE=1 expect 0 "every check passed" --carry "$tmp" --no-dist
 OAR_GPU_CHECK_NO_PROBE=1 expect 1 "NCCL collectives (2 ranks) *FAIL" --carry "$tmp"
+# the plugin test's second row runs with the block cache off
+printf '#!/bin/sh\n[ "${OAR_CUDA_CACHE_BYTES:-}" = 0 ] && exit 1\nexit 0\n' > "$tmp/test_cuda_plugin"
+OAR_GPU_CHECK_NO_PROBE=1 expect 1 "cuda plugin, no block cache *FAIL" --carry "$tmp" --no-dist
+printf '#!/bin/sh\nexit 0\n' > "$tmp/test_cuda_plugin"
+expect 0 "OAR_CUDA_CACHE_BYTES=0" --list
 printf '#!/bin/sh\necho skipping\nexit 77\n' > "$tmp/test_backend_ops"
 OAR_GPU_CHECK_NO_PROBE=1 expect 1 "backend ops.*SKIPPED" --carry "$tmp" --no-dist
 [ $fails = 0 ] && echo "gpu_check_args: all passed" || echo "gpu_check_args: $fails failed"

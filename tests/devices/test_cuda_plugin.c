@@ -9,7 +9,7 @@
  * runs on the CPU, with the right values. On a GPU, check_coverage runs
  * what the plugin claims beyond f32 elementwise with no CPU fallback and
  * the CPU's values: f64 elementwise (broadcast, where), reductions and
- * softmax in f32 and f64, casts among
+ * softmax in f32, f64, f16 and bf16, casts among
  * bool/u8/i32/i64/f16/bf16/f32/f64, f16/bf16 elementwise through the f32
  * route, fill, and matmul as one strided-batched cuBLAS GEMM in f32, f64,
  * f16 and bf16 (batch dims, a broadcast batch, an expanded batch: stride
@@ -118,6 +118,24 @@ static void check_coverage(oar_device *d) {
     check_close_as_f64(oar_relu(oar_add(oar_tensor_to(h, d), oar_tensor_to(h, d))), oar_relu(oar_add(h, h)), 0);
     oar_tensor *hh = oar_cast(h, OAR_F16);
     check_close_as_f64(oar_sigmoid(oar_tensor_to(hh, d)), oar_sigmoid(hh), 1e-3);
+    CHECK(oar_device_fallback_count() == 0);
+    /* f16 and bf16 reductions and softmax: the plugin's half kernels (f32
+     * inside, one rounding), within an ulp or two of the CPU's */
+    for (int k = 0; k < 2; k++) {
+        oar_dtype t = k ? OAR_BF16 : OAR_F16;
+        double ulp = k ? 1.0 / 128 : 1.0 / 1024; /* relative */
+        oar_tensor *hx = oar_cast(x, t), *dhx = oar_tensor_to(hx, d);
+        oar_tensor *hxt = oar_transpose(hx, 0, 1), *dhxt = oar_transpose(dhx, 0, 1);
+        oar_tensor *hs = oar_sum(dhxt, 1, (int64_t[]){1}, false);
+        CHECK(hs && oar_tensor_dtype(hs) == t && oar_tensor_device(hs) == d);
+        check_close_as_f64(hs, oar_sum(hxt, 1, (int64_t[]){1}, false), 16 * 2 * ulp);
+        check_close_as_f64(oar_amax(dhx, 1, (int64_t[]){0}, true), oar_amax(hx, 1, (int64_t[]){0}, true), 0);
+        check_close_as_f64(oar_amin(dhxt, 1, (int64_t[]){0}, false), oar_amin(hxt, 1, (int64_t[]){0}, false), 0);
+        oar_tensor *hr = oar_cast(oar_add_scalar(oar_mul_scalar(r, 0.1), 1.0), t);
+        check_close_as_f64(oar_prod(oar_tensor_to(hr, d), 0, NULL, false), oar_prod(hr, 0, NULL, false), 4 * ulp);
+        check_close_as_f64(oar_softmax(dhx, 1), oar_softmax(hx, 1), 2 * ulp);
+        check_close_as_f64(oar_log_softmax(dhxt, 0), oar_log_softmax(hxt, 0), 16 * 2 * ulp);
+    }
     CHECK(oar_device_fallback_count() == 0);
     /* matmul: batched, a broadcast batch, transposed operands, 1-D operands */
     static const oar_dtype mdt[] = {OAR_F32, OAR_F64, OAR_F16, OAR_BF16};
