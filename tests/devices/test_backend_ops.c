@@ -9,7 +9,11 @@
  * with no case here fails the test, so new kernels come with cases. The
  * elementwise cases come from the op table (tests/ew_rows.h): each row
  * with a device form gets cases in its dtypes and ranges. The float cases
- * run in f32 and again in f64 (bound 1e-12 there).
+ * run in f32 and again in f64 (bound 1e-12 there); the reductions, matmul
+ * and softmax again in f16 and bf16 (half_tol), and the conversions among
+ * bool, u8, i32, i64, f16, bf16, f32 and f64. Where the CPU has no half
+ * kernel of an op, its reference is the CPU's f32 kernel on the inputs
+ * widened, rounded once to half (oar's f32 route, what dispatch runs).
  * Runs for every device of the plugins built here (exit 77, skipped,
  * where there is no opencl device). */
 #include "test.h"
@@ -112,8 +116,10 @@ static void *guarded_upload(oar_device *d, const void *src, size_t nbytes, size_
     return buf;
 }
 
-static int n_run, n_skipped;
+static int n_run, n_skipped, n_half_run;
 static bool covered[OARI_OP_COUNT][OAR_DTYPE_COUNT];
+
+static bool is_half(oar_dtype dt) { return dt == OAR_F16 || dt == OAR_BF16; }
 
 static double worst_error(const char *what, const oar_tensor *cpu, const unsigned char *dev,
                           double tol, bool *bad) {
@@ -139,6 +145,46 @@ static double worst_error(const char *what, const oar_tensor *cpu, const unsigne
     return worst;
 }
 
+/* Runs the CPU's kernel kc on the call cc (in: the inputs' views, out: the
+ * outputs, contiguous). via_f32: kc is the f32 kernel of an op the CPU has
+ * no half kernel of; it runs on f32 copies of the half inputs into f32
+ * outputs, each then rounded once into out (oar's f32 route). */
+static int cpu_reference(oar_kernel_fn kc, bool via_f32, const oar_kernel_call *cc, bool bcast, int n_in,
+                         oar_tensor *const *in, int n_out, oar_tensor *const *out) {
+    if (!via_f32) return kc(oari_device_cpu()->ctx, cc);
+    oar_ktensor fin[3], fout[4];
+    oar_tensor *fo[4] = {0};
+    int st = 0;
+    for (int i = 0; i < n_in && !st; i++) {
+        fin[i] = cc->in[i];
+        if (!in[i] || !is_half(in[i]->dtype)) continue;
+        oar_tensor *w = oar_cast(in[i], OAR_F32); /* the pool's */
+        if (!w) st = -1;
+        else kview(w, bcast, out[0]->ndim, out[0]->shape, &fin[i]);
+    }
+    for (int j = 0; j < n_out && !st; j++) {
+        fo[j] = oari_tensor_empty(NULL, is_half(out[j]->dtype) ? OAR_F32 : out[j]->dtype, out[j]->ndim,
+                                  out[j]->shape);
+        if (!fo[j]) st = -1;
+        else oari_ktensor(fo[j], &fout[j]);
+    }
+    oar_kernel_call fc = *cc;
+    fc.in = fin;
+    fc.out = fout;
+    if (!st) st = kc(oari_device_cpu()->ctx, &fc);
+    for (int j = 0; j < n_out; j++) {
+        if (!st) {
+            size_t es = oar_dtype_size(out[j]->dtype), fs = oar_dtype_size(fo[j]->dtype);
+            char *o = oar_tensor_data(out[j]);
+            const char *f = oar_tensor_data(fo[j]);
+            for (int64_t e = 0; e < out[j]->numel; e++)
+                oari_store_f64(o + (size_t)e * es, out[j]->dtype, oari_load_f64(f + (size_t)e * fs, fo[j]->dtype));
+        }
+        oar_tensor_release(fo[j]);
+    }
+    return st;
+}
+
 static void run_case(oar_device *dev, const tcase *tc) {
     oar_pool *pool = oar_pool_push();
     int op = oari_op_lookup(tc->op);
@@ -160,8 +206,9 @@ static void run_case(oar_device *dev, const tcase *tc) {
     c.attrs = &attrs;
     for (int i = 0; i < tc->n_in; i++) c.in_dtype[i] = in[i] ? in[i]->dtype : OAR_F32;
     c.kernel_dtype = in[0]->dtype;
-    char label[160];
-    snprintf(label, sizeof label, "%s(%s%s%s)", tc->op, oar_dtype_name(in[0]->dtype),
+    char label[160], to[40] = "";
+    if (!strcmp(tc->op, "cast")) snprintf(to, sizeof to, " to %s", oar_dtype_name((oar_dtype)tc->i[0]));
+    snprintf(label, sizeof label, "%s(%s%s%s%s)", tc->op, oar_dtype_name(in[0]->dtype), to,
              tc->in[0].lay == L_TRANSPOSED ? ", transposed" : tc->in[0].lay == L_STEPPED ? ", stepped" : "",
              tc->n_in > 1 && tc->in[1].lay == L_BROADCAST ? ", broadcast" : "");
     int st = def->infer(&c);
@@ -175,6 +222,8 @@ static void run_case(oar_device *dev, const tcase *tc) {
         }
     oar_kernel_fn kd = st ? NULL : oari_kernel_lookup(dev, (oari_op)op, c.kernel_dtype);
     oar_kernel_fn kc = st ? NULL : oari_kernel_lookup(oari_device_cpu(), (oari_op)op, c.kernel_dtype);
+    bool via_f32 = !st && !kc && is_half(c.kernel_dtype) && !inplace; /* no CPU half kernel */
+    if (via_f32) kc = oari_kernel_lookup(oari_device_cpu(), (oari_op)op, OAR_F32);
     oar_ktensor kin[3], kout[4], din[3], dout[4];
     int n_out = def->n_out;
     oar_tensor *out[4] = {0};
@@ -253,7 +302,7 @@ static void run_case(oar_device *dev, const tcase *tc) {
         oar_kernel_call dc = cc;
         dc.in = din;
         dc.out = dout;
-        CHECK(kc && kc(oari_device_cpu()->ctx, &cc) == 0);
+        CHECK(kc && cpu_reference(kc, via_f32, &cc, def->flags & OARI_F_BROADCAST, tc->n_in, in, n_out, out) == 0);
         int dst_ = kd(dev->ctx, &dc);
         if (dst_) fprintf(stderr, "%s: device kernel failed: %s\n", label, oar_last_error());
         CHECK(dst_ == 0);
@@ -292,6 +341,7 @@ static void run_case(oar_device *dev, const tcase *tc) {
                tc->tol);
         CHECK(!bad);
         n_run++;
+        n_half_run += is_half(c.kernel_dtype);
         for (int b = 0; b < 7; b++)
             if (bufs[b]) dev->iface->free(dev->ctx, dev->index, bufs[b], sizes[b] + 2 * GUARD * ess[b]);
     }
@@ -309,6 +359,23 @@ static void run_case(oar_device *dev, const tcase *tc) {
  * |device - cpu| / (1 + |cpu|)); exact results keep 0. */
 static oar_dtype FD = OAR_F32;
 static double tl(double f32_bound) { return FD == OAR_F64 ? 1e-12 : f32_bound; }
+
+/* The bound of an f16 or bf16 result made from n terms (1: a conversion).
+ * A half result is a float value rounded once to half, on the device (the
+ * cuda kernels compute in f32: cuBLAS with f32 accumulation, reductions,
+ * softmax) and on the CPU (its half kernel, or its f32 kernel rounded: the
+ * f32 route); a conversion from f64 may round twice (through f32) on one
+ * side and once on the other. The two float values differ by the rounding
+ * of n terms summed in another order (Kahan or tree sums, Tensor Core
+ * tiles, another exp), at most about n 2^-24 of the terms' size, about
+ * 1 + |result| in these cases; rounding to half then lands at most one
+ * ulp apart: 2^-10 of the value in f16 (11 significant bits, ~1e-3), 2^-7
+ * in bf16 (8 bits, ~1e-2). So one half ulp, plus n 2^-23. */
+static double half_tol(oar_dtype dt, int64_t n) {
+    return (dt == OAR_BF16 ? 0x1p-7 : 0x1p-10) + (double)n * 0x1p-23;
+}
+/* tl in the groups that also run in half (n: the terms of one result) */
+static double tl_n(double f32_bound, int64_t n) { return is_half(FD) ? half_tol(FD, n) : tl(f32_bound); }
 
 /* The attributes a row's device cases give it (the rows that take some). */
 static void row_attrs(tcase *t, int lay) {
@@ -403,11 +470,20 @@ static void binary_cases(oar_device *dev) {
     }
 }
 
+/* The bound of a conversion from `from` to `to`: exact, except a wider
+ * float rounded to a half type (values here are integers or within 100,
+ * which every type holds; bf16's 8 bits fit in f16's 11). */
+static double convert_tol(oar_dtype from, oar_dtype to) {
+    bool exact = !oar_dtype_is_float(from) || from == to || (from == OAR_BF16 && to == OAR_F16);
+    return is_half(to) && !exact ? half_tol(to, 1) : 0;
+}
+
 static void conversion_cases(oar_device *dev) {
-    static const oar_dtype dts[] = {OAR_BOOL, OAR_U8, OAR_I32, OAR_I64, OAR_F32, OAR_F64};
-    for (int a = 0; a < 6; a++) {
-        for (int b = 0; b < 6; b++) {
-            tcase t = {.op = "cast", .n_in = 1, .ni = 1, .i = {dts[b]}, .tol = 0,
+    static const oar_dtype dts[] = {OAR_BOOL, OAR_U8, OAR_I32, OAR_I64, OAR_F16, OAR_BF16, OAR_F32, OAR_F64};
+    enum { N = sizeof dts / sizeof *dts };
+    for (int a = 0; a < N; a++) {
+        for (int b = 0; b < N; b++) {
+            tcase t = {.op = "cast", .n_in = 1, .ni = 1, .i = {dts[b]}, .tol = convert_tol(dts[a], dts[b]),
                        .in = {{dts[a], 2, SH(5, 7), (layout)((a + b) % 3), 0, 100}}};
             bool fa = oar_dtype_is_float(dts[a]);
             if (fa) t.in[0].lo = -50.5; /* fractions truncate toward 0 */
@@ -421,23 +497,36 @@ static void conversion_cases(oar_device *dev) {
         tcase f = {.op = "fill", .n_in = 1, .nf = 2, .f = {3, 0}, .tol = 0,
                    .in = {{dts[a], 2, SH(4, 9), L_CONTIG, 0, 50}}};
         run_case(dev, &f);
-        tcase cp = {.op = "copy", .n_in = 2, .tol = 0,
-                    .in = {{dts[a], 2, SH(4, 9), L_CONTIG, 0, 50}, {dts[(a + 2) % 6], 1, SH(9), L_STEPPED, 0, 50}}};
+        oar_dtype src = dts[(a + 2) % N];
+        tcase cp = {.op = "copy", .n_in = 2, .tol = convert_tol(src, dts[a]),
+                    .in = {{dts[a], 2, SH(4, 9), L_CONTIG, 0, 50}, {src, 1, SH(9), L_STEPPED, 0, 50}}};
         run_case(dev, &cp);
+        if (is_half(dts[a])) { /* and from the other half type, each way */
+            cp.in[1].dtype = dts[a] == OAR_F16 ? OAR_BF16 : OAR_F16;
+            cp.tol = convert_tol(cp.in[1].dtype, dts[a]);
+            run_case(dev, &cp);
+        }
     }
 }
 
+/* In f16 and bf16: amax and amin exact (the result is one of the inputs);
+ * prod over [0.9, 1.1] there, so that 1110 factors stay within f16. */
 static void reduce_cases(oar_device *dev) {
     static const char *const ops[] = {"sum", "prod", "amax", "amin", NULL};
     static const int64_t masks[] = {1, 2, 4, 5, 7, 0};
+    static const int64_t shape[] = {5, 6, 37};
     for (int r = 0; ops[r]; r++)
         for (int m = 0; m < 6; m++) {
-            bool prod = !strcmp(ops[r], "prod");
-            tcase t = {.op = ops[r], .n_in = 1, .ni = 2, .i = {masks[m], m & 1}, .tol = tl(3e-6),
-                       .in = {{FD, 3, SH(5, 6, 37), (layout)(m % 3), prod ? 0.7 : -2, prod ? 1.4 : 2}}};
+            bool prod = !strcmp(ops[r], "prod"), minmax = !strcmp(ops[r], "amax") || !strcmp(ops[r], "amin");
+            int64_t n = 1;
+            for (int d = 0; d < 3; d++) n *= (masks[m] >> d) & 1 ? shape[d] : 1;
+            double lo = prod ? (is_half(FD) ? 0.9 : 0.7) : -2, hi = prod ? (is_half(FD) ? 1.1 : 1.4) : 2;
+            tcase t = {.op = ops[r], .n_in = 1, .ni = 2, .i = {masks[m], m & 1},
+                       .tol = minmax && is_half(FD) ? 0 : tl_n(3e-6, n),
+                       .in = {{FD, 3, SH(5, 6, 37), (layout)(m % 3), lo, hi}}};
             run_case(dev, &t);
         }
-    tcase big = {.op = "sum", .n_in = 1, .ni = 2, .i = {1, 0}, .tol = tl(1e-5),
+    tcase big = {.op = "sum", .n_in = 1, .ni = 2, .i = {1, 0}, .tol = tl_n(1e-5, 100000),
                  .in = {{FD, 1, SH(100000), L_CONTIG, -1, 1}}};
     run_case(dev, &big);
 }
@@ -455,7 +544,7 @@ static void matmul_cases(oar_device *dev) {
         {2, SH(70, 1), 2, SH(1, 50), L_CONTIG, L_CONTIG},
     };
     for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
-        tcase t = {.op = "matmul", .n_in = 2, .tol = tl(2e-5)};
+        tcase t = {.op = "matmul", .n_in = 2, .tol = tl_n(2e-5, m[k].b[m[k].nb == 1 ? 0 : m[k].nb - 2])};
         t.in[0] = (in_spec){FD, m[k].na, {0}, m[k].la, -1, 1};
         t.in[1] = (in_spec){FD, m[k].nb, {0}, m[k].lb, -1, 1};
         memcpy(t.in[0].shape, m[k].a, sizeof m[k].a);
@@ -464,13 +553,17 @@ static void matmul_cases(oar_device *dev) {
     }
 }
 
-static void nn_cases(oar_device *dev) {
+static void softmax_cases(oar_device *dev) {
+    static const int64_t shape[] = {4, 7, 5};
     for (int lg = 0; lg < 2; lg++)
         for (int dim = 0; dim < 3; dim++) {
             tcase t = {.op = lg ? "log_softmax" : "softmax", .n_in = 1, .ni = 1, .i = {dim},
-                       .tol = tl(3e-6), .in = {{FD, 3, SH(4, 7, 5), (layout)dim, -8, 8}}};
+                       .tol = tl_n(3e-6, shape[dim]), .in = {{FD, 3, SH(4, 7, 5), (layout)dim, -8, 8}}};
             run_case(dev, &t);
         }
+}
+
+static void nn_cases(oar_device *dev) {
     tcase ln1 = {.op = "layer_norm", .n_in = 3, .ni = 1, .i = {1}, .nf = 1, .f = {1e-5}, .tol = tl(1e-5),
                  .in = {{FD, 2, SH(6, 10), L_TRANSPOSED, -3, 3}, {FD, 1, SH(10), L_CONTIG, 0.5, 2},
                         {FD, 1, SH(10), L_STEPPED, -1, 1}}};
@@ -560,8 +653,20 @@ static void check_coverage(oar_device *dev) {
                 CHECK(0);
             }
         }
-    printf("%s: %d (op, dtype) kernels claimed (%d f64), %d cases run, %d skipped as unsupported\n",
-           dev->name, claimed, claimed_f64, n_run, n_skipped);
+    printf("%s: %d (op, dtype) kernels claimed (%d f64), %d cases run (%d f16/bf16), %d skipped as unsupported\n",
+           dev->name, claimed, claimed_f64, n_run, n_half_run, n_skipped);
+    /* cuda: the half cases name exactly what the plugin claims (a case of
+     * an (op, half type) it does not claim is stale), and some ran */
+    if (!strncmp(dev->name, "cuda", 4)) {
+        for (int op = 0; op < OARI_OP_COUNT; op++)
+            for (oar_dtype dt = OAR_F16; dt <= OAR_BF16; dt++)
+                if (covered[op][dt] && !oari_kernel_lookup(dev, (oari_op)op, dt)) {
+                    fprintf(stderr, "a case here tests %s in %s, which %s does not claim\n",
+                            oari_op_name((oari_op)op), oar_dtype_name(dt), dev->name);
+                    CHECK(0);
+                }
+        CHECK(n_half_run > 0);
+    }
     /* OAR_OPENCL_NO_FP64=1 (a CTest variant): opencl claims no f64 kernel,
      * as on a device without cl_khr_fp64 */
     const char *no64 = getenv("OAR_OPENCL_NO_FP64");
@@ -613,14 +718,16 @@ static void fused_forms(oar_device *dev) {
     oar_pool_pop(outer);
 }
 
-/* The case groups run in each float dtype. */
+/* The case groups run in f32 and f64; those marked half again in f16 and
+ * bf16 (the ops the cuda plugin claims in half types). */
 static const struct {
-    const char *name, *name_f64;
+    const char *name;
     void (*run)(oar_device *dev);
+    bool half;
 } groups[] = {
-    {"unary", "unary f64", unary_cases},         {"binary", "binary f64", binary_cases},
-    {"reductions", "reductions f64", reduce_cases}, {"matmul", "matmul f64", matmul_cases},
-    {"nn", "nn f64", nn_cases},                  {"conv", "conv f64", conv_cases},
+    {"unary", unary_cases, false},     {"binary", binary_cases, false}, {"reductions", reduce_cases, true},
+    {"matmul", matmul_cases, true},    {"softmax", softmax_cases, true}, {"nn", nn_cases, false},
+    {"conv", conv_cases, false},
 };
 
 /* Every device of the plugins built in this tree (opencl:0 here; cuda:0
@@ -653,13 +760,17 @@ int main(void) {
         oar_device *d = oar_device_at(i);
         printf("== %s\n", oar_device_name(d));
         memset(covered, 0, sizeof covered);
-        n_run = n_skipped = 0;
+        n_run = n_skipped = n_half_run = 0;
         test_current = "conversions";
-        conversion_cases(d); /* every pair of bool u8 i32 i64 f32 f64 */
-        for (int f = 0; f < 2; f++) { /* every float group in f32, then in f64 */
-            FD = f ? OAR_F64 : OAR_F32;
+        conversion_cases(d); /* every pair of bool u8 i32 i64 f16 bf16 f32 f64 */
+        static const oar_dtype fds[] = {OAR_F32, OAR_F64, OAR_F16, OAR_BF16};
+        for (int f = 0; f < 4; f++) { /* every float group in f32, then in f64; some in f16, bf16 */
+            FD = fds[f];
             for (size_t k = 0; k < sizeof groups / sizeof *groups; k++) {
-                test_current = f ? groups[k].name_f64 : groups[k].name;
+                if (is_half(FD) && !groups[k].half) continue;
+                static char name[64];
+                snprintf(name, sizeof name, "%s%s%s", groups[k].name, f ? " " : "", f ? oar_dtype_name(FD) : "");
+                test_current = name;
                 groups[k].run(d);
             }
         }
