@@ -15,7 +15,10 @@
  * kernel of an op, its reference is the CPU's f32 kernel on the inputs
  * widened, rounded once to half (oar's f32 route, what dispatch runs).
  * Runs for every device of the plugins built here (exit 77, skipped,
- * where there is no opencl device). */
+ * where there is no opencl device); `--plugins DIR` runs it on the devices
+ * of the plugins in DIR instead and wants a cuda:0 there (CTest's
+ * test_backend_ops_fake_cuda: the cuda plugin's host code with a fake
+ * runtime and CPU loops, tests/devices/plugins/fake_cuda_plugin.c). */
 #include "test.h"
 
 #include "ops/op.h"
@@ -731,21 +734,31 @@ static const struct {
 };
 
 /* Every device of the plugins built in this tree (opencl:0 here; cuda:0
- * on a machine with a GPU, with or without OpenCL). Skipped as a whole
- * when no plugin gives a device, unless OAR_REQUIRE_CUDA is set (a GPU
- * machine, scripts/gpu-check.sh): then cuda:0 must be there. */
-int main(void) {
-#ifndef OAR_PLUGIN_BUILD_DIR
-    printf("SKIP: no device plugin was built (neither OpenCL nor CUDA found by CMake)\n");
-    return TEST_SKIP;
-#else
-    setenv("OAR_PLUGIN_PATH", OAR_PLUGIN_BUILD_DIR, 1);
+ * on a machine with a GPU, with or without OpenCL), or of the plugins in
+ * DIR with --plugins DIR. Skipped as a whole when no plugin gives a
+ * device, unless OAR_REQUIRE_CUDA is set (a GPU machine,
+ * scripts/gpu-check.sh) or --plugins is given: then cuda:0 must be there. */
+int main(int argc, char **argv) {
+    if (argc != 1 && (argc != 3 || strcmp(argv[1], "--plugins"))) {
+        fprintf(stderr, "usage: %s [--plugins DIR]\n", argv[0]);
+        return 2;
+    }
+    const char *dir = argc == 3 ? argv[2] : NULL;
+#ifdef OAR_PLUGIN_BUILD_DIR
+    if (!dir) dir = OAR_PLUGIN_BUILD_DIR;
+#endif
+    if (!dir) {
+        printf("SKIP: no device plugin was built (neither OpenCL nor CUDA found by CMake)\n");
+        return TEST_SKIP;
+    }
+    setenv("OAR_PLUGIN_PATH", dir, 1);
     setenv("OAR_PLUGIN_NO_INSTALL_DIR", "1", 1);
     const char *req = getenv("OAR_REQUIRE_CUDA");
-    if (req && *req && strcmp(req, "0") && !oar_device_get("cuda:0")) {
+    if ((argc == 3 || (req && *req && strcmp(req, "0"))) && !oar_device_get("cuda:0")) {
         char report[4096];
         oar_device_report(report, sizeof report);
-        fprintf(stderr, "OAR_REQUIRE_CUDA is set and there is no cuda:0 (%s)\n%s", oar_last_error(), report);
+        fprintf(stderr, "%s and there is no cuda:0 (%s)\n%s",
+                argc == 3 ? "--plugins wants one" : "OAR_REQUIRE_CUDA is set", oar_last_error(), report);
         return 1;
     }
     if (oar_device_count() <= 1) {
@@ -755,7 +768,6 @@ int main(void) {
         return TEST_SKIP;
     }
     oar_clear_error();
-#endif
     for (int i = 1; i < oar_device_count(); i++) {
         oar_device *d = oar_device_at(i);
         printf("== %s\n", oar_device_name(d));

@@ -1,0 +1,227 @@
+/* The cuda plugin's own host code (plugins/cuda/cuda_plugin.c, cuda_mem.c)
+ * built as a loadable device with a fake CUDA runtime and cuBLAS in host
+ * memory and CPU loops for its kernel launchers, so that test_backend_ops
+ * runs on a machine without a GPU what it would run on one: the plugin's
+ * get_kernel and supports_op decide what is claimed (the coverage check
+ * reads them), and its argument handling (descriptors, reduced dims, rows,
+ * the cuBLAS plan) reaches the loops. The loops compute in double and round
+ * once at the store, as the .cu kernels say they do in float; they are not
+ * the .cu kernels, which only a GPU runs. Elementwise: "add" alone (the
+ * real table has every row with a float form, made by nvcc).
+ * Synchronous: a copy or kernel runs when it is queued (the stream
+ * semantics are test_cuda_plugin_host's). */
+#include "../../../plugins/cuda/cuda_plugin.c"
+#include "../../../plugins/cuda/cuda_mem.c"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ---- the runtime ------------------------------------------------------------ */
+cudaError_t cudaGetDeviceCount(int *n) { return *n = 1, cudaSuccess; }
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "a fake CUDA error"; }
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "fake GPU %d (CPU loops)", d);
+    p->totalGlobalMem = 1 << 30;
+    return cudaSuccess;
+}
+cudaError_t cudaMalloc(void **p, size_t n) { return (*p = malloc(n)) ? cudaSuccess : cudaErrorMemoryAllocation; }
+cudaError_t cudaFree(void *p) { return free(p), cudaSuccess; }
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
+    return (void)flags, (*p = malloc(n)) ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void *p) { return free(p), cudaSuccess; }
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) {
+    return (void)k, (void)st, memcpy(d, s, n), cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    return (void)flags, (*s = (cudaStream_t)malloc(1)) ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { return free(s), cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return (void)s, cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f) {
+    return (void)f, (*e = (cudaEvent_t)malloc(1)) ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) { return free(e), cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return (void)e, (void)s, cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f) { return (void)s, (void)e, (void)f, cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return (void)e, cudaSuccess; }
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+    (void)p;
+    memset(a, 0, sizeof *a);
+    return cudaSuccess;
+}
+
+/* ---- values of the dtypes (oar's codes) --------------------------------------- */
+static float bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+static uint16_t f32_to_bf16(float f) { /* round to nearest even; NaN stays NaN */
+    union { uint32_t u; float f; } v = {.f = f};
+    if (f != f) return (uint16_t)((v.u >> 16) | 0x40u);
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+/* element i of p (dtype dt), as the device reads it: integers through long long */
+static double ld(const void *p, int32_t dt, int64_t i) {
+    switch (dt) {
+    case 0: return ((const uint8_t *)p)[i] != 0;
+    case 1: return ((const uint8_t *)p)[i];
+    case 2: return ((const int32_t *)p)[i];
+    case 3: return (double)((const int64_t *)p)[i];
+    case DT_F16: return (double)((const _Float16 *)p)[i];
+    case DT_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
+    case DT_F32: return ((const float *)p)[i];
+    default: return ((const double *)p)[i];
+    }
+}
+/* element i of p = v converted to dt (floats to integers truncate) */
+static void st(void *p, int32_t dt, int64_t i, double v) {
+    switch (dt) {
+    case 0: ((uint8_t *)p)[i] = v != 0; break;
+    case 1: ((uint8_t *)p)[i] = (uint8_t)(long long)v; break;
+    case 2: ((int32_t *)p)[i] = (int32_t)(long long)v; break;
+    case 3: ((int64_t *)p)[i] = (int64_t)v; break;
+    case DT_F16: ((_Float16 *)p)[i] = (_Float16)v; break;
+    case DT_BF16: ((uint16_t *)p)[i] = f32_to_bf16((float)v); break;
+    case DT_F32: ((float *)p)[i] = (float)v; break;
+    default: ((double *)p)[i] = v;
+    }
+}
+
+/* ---- cuBLAS: its documented column-major definition --------------------------- */
+cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    return (*h = (cublasHandle_t)malloc(1)) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t h) { return free(h), CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) { return (void)h, (void)s, CUBLAS_STATUS_SUCCESS; }
+const char *cublasGetStatusString(cublasStatus_t s) { return s ? "a fake cuBLAS error" : "success"; }
+
+static int32_t dt_of(cudaDataType t) {
+    return t == CUDA_R_16F ? DT_F16 : t == CUDA_R_16BF ? DT_BF16 : t == CUDA_R_32F ? DT_F32 : t == CUDA_R_64F ? DT_F64 : -1;
+}
+
+/* C[b] (m x n, ldc) = alpha op(A[b]) (m x k) op(B[b]) (k x n) + beta C[b] */
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                                          long long sa, const void *B, cudaDataType bt, int ldb, long long sb,
+                                          const void *beta, void *C, cudaDataType ct, int ldc, long long sc,
+                                          int batch, cublasComputeType_t comp, cublasGemmAlgo_t algo) {
+    (void)h, (void)algo;
+    int32_t dt = dt_of(at);
+    bool f64 = dt == DT_F64;
+    if (dt < 0 || at != bt || at != ct || f64 != (comp == CUBLAS_COMPUTE_64F) || (!f64 && comp != CUBLAS_COMPUTE_32F))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || ldc < (m > 1 ? m : 1) ||
+        lda < ((ta == CUBLAS_OP_N ? m : k) > 1 ? (ta == CUBLAS_OP_N ? m : k) : 1) ||
+        ldb < ((tb == CUBLAS_OP_N ? k : n) > 1 ? (tb == CUBLAS_OP_N ? k : n) : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    double al = f64 ? *(const double *)alpha : *(const float *)alpha;
+    double be = f64 ? *(const double *)beta : *(const float *)beta;
+    for (int b = 0; b < batch; b++)
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double acc = 0;
+                for (int l = 0; l < k; l++) {
+                    long long ia = b * sa + (ta == CUBLAS_OP_N ? i + (long long)l * lda : l + (long long)i * lda);
+                    long long ib = b * sb + (tb == CUBLAS_OP_N ? l + (long long)j * ldb : j + (long long)l * ldb);
+                    acc += ld(A, dt, ia) * ld(B, dt, ib);
+                }
+                long long ic = b * sc + i + (long long)j * ldc;
+                st(C, dt, ic, al * acc + (be != 0 ? be * ld(C, dt, ic) : 0));
+            }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* ---- generated kernels: none (oar compiles nothing for this device here) ----- */
+void oar_cuda_jit_init(const oar_host_api *h) { (void)h; }
+void oar_cuda_jit_shutdown(void) {}
+void *oar_cuda_build_program(void *ctx, int index, const char *language, const char *source) {
+    return (void)ctx, (void)index, (void)language, (void)source, NULL;
+}
+void *oar_cuda_get_function(void *ctx, int index, void *prog, const char *name) {
+    return (void)ctx, (void)index, (void)prog, (void)name, NULL;
+}
+int oar_cuda_launch(void *ctx, int index, void *fn, int n_buffers, void *const *buffers, int n_scalars,
+                    const int64_t *scalars, size_t global_size) {
+    return (void)ctx, (void)index, (void)fn, (void)n_buffers, (void)buffers, (void)n_scalars, (void)scalars,
+           (void)global_size, (int)cudaErrorInvalidValue;
+}
+
+/* ---- the launchers ------------------------------------------------------------- */
+/* the offset of element i (row-major) of the view t */
+static int64_t at_of(const oar_cuda_desc *t, int64_t i) {
+    int64_t off = t->off;
+    for (int64_t d = t->nd - 1; d >= 0; d--) {
+        off += (i % t->shape[d]) * t->st[d];
+        i /= t->shape[d];
+    }
+    return off;
+}
+static bool known(int32_t dt) { return dt >= 0 && dt <= DT_F64; }
+
+static int add_dt(int32_t dt, void *o, oar_cuda_desc to, const void *const *in, const oar_cuda_desc *ti, int64_t n) {
+    for (int64_t i = 0; i < n; i++) st(o, dt, at_of(&to, i), ld(in[0], dt, at_of(&ti[0], i)) + ld(in[1], dt, at_of(&ti[1], i)));
+    return 0;
+}
+static int add_f32(void *o, oar_cuda_desc to, const void *const *in, const oar_cuda_desc *ti, double p0, double p1,
+                   int alt, int64_t n, void *stream) {
+    (void)p0, (void)p1, (void)alt, (void)stream;
+    return add_dt(DT_F32, o, to, in, ti, n);
+}
+static int add_f64(void *o, oar_cuda_desc to, const void *const *in, const oar_cuda_desc *ti, double p0, double p1,
+                   int alt, int64_t n, void *stream) {
+    (void)p0, (void)p1, (void)alt, (void)stream;
+    return add_dt(DT_F64, o, to, in, ti, n);
+}
+const oar_cuda_ew oar_cuda_ew_table[] = {{"add", 2, add_f32, add_f64}, {NULL, 0, NULL, NULL}};
+
+int oar_cuda_convert(void *o, int32_t to_dt, oar_cuda_desc to, const void *x, int32_t from, oar_cuda_desc tx, int64_t n,
+                     void *stream) {
+    (void)stream;
+    if (!known(to_dt) || !known(from)) return (int)cudaErrorInvalidValue;
+    for (int64_t i = 0; i < n; i++) st(o, to_dt, at_of(&to, i), ld(x, from, at_of(&tx, i)));
+    return 0;
+}
+int oar_cuda_fill(void *o, int32_t dt, oar_cuda_desc to, double v, int64_t n, void *stream) {
+    (void)stream;
+    if (!known(dt)) return (int)cudaErrorInvalidValue;
+    for (int64_t i = 0; i < n; i++) st(o, dt, at_of(&to, i), v);
+    return 0;
+}
+int oar_cuda_reduce(void *o, int32_t dt, int64_t o_off, const void *x, oar_cuda_desc kept, oar_cuda_desc red, int op,
+                    int64_t n_out, int64_t n_red, void *stream) {
+    (void)stream;
+    if (dt < DT_F16 || dt > DT_F64) return (int)cudaErrorInvalidValue;
+    for (int64_t i = 0; i < n_out; i++) {
+        double acc = op == 0 ? 0 : op == 3 ? 1 : op == 1 ? -INFINITY : INFINITY;
+        for (int64_t r = 0; r < n_red; r++) {
+            double v = ld(x, dt, at_of(&kept, i) + at_of(&red, r));
+            if (op == 1 || op == 2) /* a NaN wins */
+                acc = v != v || acc != acc ? NAN : op == 1 ? fmax(acc, v) : fmin(acc, v);
+            else acc = op == 0 ? acc + v : acc * v;
+        }
+        st(o, dt, o_off + i, acc);
+    }
+    return 0;
+}
+int oar_cuda_softmax(void *o, int32_t dt, const void *x, oar_cuda_desc rows_x, oar_cuda_desc rows_o, int64_t len,
+                     int64_t sx, int64_t so, int log_, int64_t n_rows, void *stream) {
+    (void)stream;
+    if (dt < DT_F16 || dt > DT_F64) return (int)cudaErrorInvalidValue;
+    for (int64_t r = 0; r < n_rows; r++) {
+        int64_t bx = at_of(&rows_x, r), bo = at_of(&rows_o, r);
+        double mx = -INFINITY, s = 0;
+        for (int64_t j = 0; j < len; j++) mx = fmax(mx, ld(x, dt, bx + j * sx));
+        for (int64_t j = 0; j < len; j++) s += exp(ld(x, dt, bx + j * sx) - mx);
+        for (int64_t j = 0; j < len; j++) {
+            double v = ld(x, dt, bx + j * sx) - mx;
+            st(o, dt, bo + j * so, log_ ? v - log(s) : exp(v) / s);
+        }
+    }
+    return 0;
+}
