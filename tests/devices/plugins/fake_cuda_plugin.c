@@ -57,6 +57,20 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
 }
 
 /* ---- values of the dtypes (oar's codes) --------------------------------------- */
+/* (by hand: _Float16 is not in every compiler that builds the tests) */
+static float f16_to_f32(uint16_t h) {
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
+    return h & 0x8000 ? -v : v;
+}
+static uint16_t f32_to_f16(float f) { /* round to nearest even */
+    union { uint32_t u; float f; } v = {.f = f};
+    uint32_t sign = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);                    /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);                   /* past 65504: inf */
+    if (a < 0x38800000u) return (uint16_t)(sign | (uint32_t)nearbyintf(fabsf(f) * 0x1p24f)); /* subnormal */
+    return (uint16_t)(sign | ((a + 0xfffu + ((a >> 13) & 1u) - (112u << 23)) >> 13));
+}
 static float bf16_to_f32(uint16_t h) {
     union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
     return v.f;
@@ -73,7 +87,7 @@ static double ld(const void *p, int32_t dt, int64_t i) {
     case 1: return ((const uint8_t *)p)[i];
     case 2: return ((const int32_t *)p)[i];
     case 3: return (double)((const int64_t *)p)[i];
-    case DT_F16: return (double)((const _Float16 *)p)[i];
+    case DT_F16: return f16_to_f32(((const uint16_t *)p)[i]);
     case DT_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
     case DT_F32: return ((const float *)p)[i];
     default: return ((const double *)p)[i];
@@ -86,7 +100,7 @@ static void st(void *p, int32_t dt, int64_t i, double v) {
     case 1: ((uint8_t *)p)[i] = (uint8_t)(long long)v; break;
     case 2: ((int32_t *)p)[i] = (int32_t)(long long)v; break;
     case 3: ((int64_t *)p)[i] = (int64_t)v; break;
-    case DT_F16: ((_Float16 *)p)[i] = (_Float16)v; break;
+    case DT_F16: ((uint16_t *)p)[i] = f32_to_f16((float)v); break;
     case DT_BF16: ((uint16_t *)p)[i] = f32_to_bf16((float)v); break;
     case DT_F32: ((float *)p)[i] = (float)v; break;
     default: ((double *)p)[i] = v;
