@@ -1006,6 +1006,36 @@ static inline void FN(max_window)(const T *xp, int64_t H, int64_t W, int64_t y0,
     *io = best;
 }
 
+/* One output row of the 3x3 pool over the outputs ox0..ox1 whose windows
+ * lie inside the plane: rows r0, r0 + W, r0 + 2W from column sw * ox,
+ * in the generic scan's order with selects instead of branches; b0 is
+ * r0's index in the plane. Inlined, so a constant sw specialises it. */
+static inline __attribute__((always_inline)) void FN(max_row_3x3)(const T *r0, int64_t W, int64_t b0,
+                                                                  int64_t sw, int64_t ox0, int64_t ox1, T *yo,
+                                                                  int64_t *io) {
+    const T *r1 = r0 + W, *r2 = r1 + W;
+#pragma omp simd
+    for (int64_t ox = ox0; ox < ox1; ox++) {
+        const int64_t c = ox * sw;
+        T m = r0[c], v;
+        int64_t bi = b0 + c;
+        bool t;
+#define MAX_STEP(row, dc, off)                                                                     \
+    v = row[c + dc], t = v > m || v != v, m = t ? v : m, bi = t ? b0 + (off) + c + dc : bi
+        MAX_STEP(r0, 1, 0);
+        MAX_STEP(r0, 2, 0);
+        MAX_STEP(r1, 0, W);
+        MAX_STEP(r1, 1, W);
+        MAX_STEP(r1, 2, W);
+        MAX_STEP(r2, 0, 2 * W);
+        MAX_STEP(r2, 1, 2 * W);
+        MAX_STEP(r2, 2, 2 * W);
+#undef MAX_STEP
+        yo[ox] = m;
+        io[ox] = bi;
+    }
+}
+
 /* The 3x3 window, dilation 1, any stride and padding (ResNet's stem pool,
  * 3x3 stride 2 pad 1): the outputs whose window lies inside the plane take
  * the generic scan's order with selects instead of branches; the border
@@ -1031,28 +1061,11 @@ OARI_SIMD_CLONES static void FN(max_pool_3x3)(const T *x, T *y, int64_t *ind, in
             if (!inner) continue;
             for (int64_t ox = ox1; ox < OW; ox++)
                 FN(max_window)(xp, H, W, iy, ox * sw - pw, 3, 3, 1, 1, yo + ox, io + ox);
-            const T *r0 = xp + iy * W - pw, *r1 = r0 + W, *r2 = r1 + W;
-            const int64_t b0 = iy * W - pw;
-#pragma omp simd
-            for (int64_t ox = ox0; ox < ox1; ox++) {
-                const int64_t c = ox * sw;
-                T m = r0[c], v;
-                int64_t bi = b0 + c;
-                bool t;
-#define MAX_STEP(row, dc, off)                                                                     \
-    v = row[c + dc], t = v > m || v != v, m = t ? v : m, bi = t ? b0 + (off) + c + dc : bi
-                MAX_STEP(r0, 1, 0);
-                MAX_STEP(r0, 2, 0);
-                MAX_STEP(r1, 0, W);
-                MAX_STEP(r1, 1, W);
-                MAX_STEP(r1, 2, W);
-                MAX_STEP(r2, 0, 2 * W);
-                MAX_STEP(r2, 1, 2 * W);
-                MAX_STEP(r2, 2, 2 * W);
-#undef MAX_STEP
-                yo[ox] = m;
-                io[ox] = bi;
-            }
+            const T *r0 = xp + iy * W - pw;
+            /* stride 2 (ResNet's) as a constant: the compiler loads the
+             * even columns with two loads and a permute, not a gather */
+            if (sw == 2) FN(max_row_3x3)(r0, W, iy * W - pw, 2, ox0, ox1, yo, io);
+            else FN(max_row_3x3)(r0, W, iy * W - pw, sw, ox0, ox1, yo, io);
         }
     }
 }
