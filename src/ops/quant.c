@@ -237,11 +237,24 @@ const oari_op_def oari_def_qconv2d = {
 /* qlinear: in0 uint8/int8 [..., m, k] (iattr0 its zero point, iattr1 the
  * activation: 0 none, 1 relu), in1 int8 [ceil(n/16), ceil(k/4), 16, 4] (the
  * weight packed, quant.def), in2 int32 [n] (its column sums), in3 f32 [] or
- * [n], in4 f32 [n] or NULL; out f32 [..., m, n]. */
+ * [n], in4 f32 [n] or NULL; out f32 [..., m, n]. With iattr2 (uint8 or int8)
+ * and iattr3 (div) the output is quantized as quantize's: in5 its scale
+ * (f32 or f64) and in6 its zero point (int64), one element each. */
 static int infer_qlinear(oari_infer *c) {
     const oar_tensor *a = c->in[0], *w = c->in[1], *ws = c->in[2], *s = c->in[3], *b = c->in[4];
     char as[200], wsh[200];
-    if (c->attrs->ni != 2) return oari_error(OAR_ERR_INVALID, "qlinear: expected 2 integer attributes");
+    if (c->attrs->ni != 2 && c->attrs->ni != 4)
+        return oari_error(OAR_ERR_INVALID, "qlinear: expected 2 integer attributes (4 with a quantized output)");
+    const bool out_q = c->attrs->ni == 4;
+    const oar_tensor *ys = c->n_in > 5 ? c->in[5] : NULL, *yz = c->n_in > 6 ? c->in[6] : NULL;
+    if (out_q && (c->attrs->i[2] != OAR_U8 && c->attrs->i[2] != OAR_I8))
+        return oari_error(OAR_ERR_INVALID, "qlinear: a quantized output must be uint8 or int8 (dtype code %lld)",
+                          (long long)c->attrs->i[2]);
+    if (out_q != (ys != NULL) || out_q != (yz != NULL) ||
+        (out_q && (!oar_dtype_is_float(ys->dtype) || ys->dtype == OAR_F16 || ys->dtype == OAR_BF16 ||
+                   ys->numel != 1 || yz->dtype != OAR_I64 || yz->numel != 1)))
+        return oari_error(OAR_ERR_INVALID, "qlinear: a quantized output takes its scale (one f32 or f64) and zero "
+                          "point (one int64) as inputs 5 and 6, and only then");
     if (!w || !ws || !s) return oari_error(OAR_ERR_INVALID, "qlinear: the weight, its column sums and the scale "
                                            "are required (only the bias may be NULL)");
     if (a->dtype != OAR_U8 && a->dtype != OAR_I8)
@@ -275,12 +288,12 @@ static int infer_qlinear(oari_infer *c) {
     c->kernel_dtype = a->dtype;
     oari_meta_from(&c->out[0], a);
     c->out[0].shape[a->ndim - 1] = n;
-    c->out[0].dtype = OAR_F32;
+    c->out[0].dtype = out_q ? (oar_dtype)c->attrs->i[2] : OAR_F32;
     return 0;
 }
 
 const oari_op_def oari_def_qlinear = {
-    .name = "qlinear", .n_in = 5, .n_out = 1, .fusion = OARI_FUSE_OPAQUE,
+    .name = "qlinear", .n_in = 7, .n_out = 1, .fusion = OARI_FUSE_OPAQUE,
     .flags = OARI_F_NONDIFF | OARI_F_OPTIONAL_IN, .infer = infer_qlinear,
 };
 

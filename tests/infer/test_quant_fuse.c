@@ -68,7 +68,8 @@ static void test_fused_mlp(void) {
     CHECK(oar_graph_count_op(f, "qlinear") == 3 && oar_graph_count_op(f, "qmatmul") == 0);
     CHECK(oar_graph_count_op(f, "cast") == 0 && oar_graph_count_op(f, "relu") == 0);
     CHECK(oar_graph_count_op(f, "add") == 0 && oar_graph_count_op(f, "mul") == 0);
-    CHECK(oar_graph_count_op(f, "quantize") == 3); /* each layer's input, as before */
+    /* the input's quantize stays; the hidden layers' move into the layers before */
+    CHECK(oar_graph_count_op(f, "quantize") == 1);
     CHECK(oar_graph_run_pass(f, "fuse_qlinear") == 0); /* nothing left to fuse */
     oar_predictor *p = g ? oar_predictor_from_graph(g, &(oar_predictor_config){.optimize = true}) : NULL;
     CHECK(p && oar_graph_count_op(oar_predictor_graph(p), "qlinear") == 3);
@@ -115,7 +116,20 @@ static oar_tensor *pack_ref(oar_tensor *w, oar_tensor **sums) {
 static oar_tensor *qlinear_op(oar_tensor *x, oar_tensor *wp, oar_tensor *ws, oar_tensor *s, oar_tensor *b,
                               int64_t zp, int64_t relu) {
     oari_attrs a = oari_attrs_ints(2, (int64_t[]){zp, relu});
-    return oari_call(OARI_OP_qlinear, 5, (oar_tensor *[]){x, wp, ws, s, b}, &a);
+    return oari_call(OARI_OP_qlinear, 7, (oar_tensor *[]){x, wp, ws, s, b, NULL, NULL}, &a);
+}
+
+/* The same, its output quantized (dtype dt, div: ONNX's division). */
+static oar_tensor *qlinear_q(oar_tensor *x, oar_tensor *wp, oar_tensor *ws, oar_tensor *s, oar_tensor *b,
+                             int64_t zp, int64_t relu, oar_tensor *ys, oar_tensor *yz, oar_dtype dt, int div) {
+    oari_attrs a = oari_attrs_ints(4, (int64_t[]){zp, relu, dt, div});
+    return oari_call(OARI_OP_qlinear, 7, (oar_tensor *[]){x, wp, ws, s, b, ys, yz}, &a);
+}
+
+static bool same_values(oar_tensor *a, oar_tensor *b) {
+    return a && b && oar_tensor_numel(a) == oar_tensor_numel(b) &&
+           oar_tensor_item(oar_amax(oar_abs(oar_sub(oar_cast(a, OAR_I64), oar_cast(b, OAR_I64))), 0, NULL,
+                                    false)) == 0;
 }
 
 static void test_op(void) {
@@ -139,6 +153,19 @@ static void test_op(void) {
                 oar_tensor *got = qlinear_op(xq, wp, ws, s, b, zp, 1);
                 CHECK(got && oar_tensor_ndim(got) == 3 && oar_tensor_shape(got)[2] == n);
                 CHECK(max_diff(got, want) <= 1e-6 * max_abs(want));
+                /* requantized: quantize's values exactly, uint8 and int8, product and division */
+                for (int div = 0; div < 2; div++)
+                    for (int odt = 0; odt < 2; odt++) {
+                        double sy = 0.37 * max_abs(want) / 127 + 1e-3;
+                        int64_t zy = odt ? -5 : 9;
+                        oar_tensor *ys = oar_full(div ? OAR_F32 : OAR_F64, 0, NULL, sy);
+                        oar_tensor *yz = oar_full(OAR_I64, 0, NULL, (double)zy);
+                        oar_dtype dt = odt ? OAR_I8 : OAR_U8;
+                        oar_tensor *wq = oar_quantize(got, ys, yz, -1, dt); /* (ONNX's division) */
+                        if (!div) wq = oar_quantize_per_tensor(got, sy, zy, dt);
+                        oar_tensor *gq = qlinear_q(xq, wp, ws, s, b, zp, 1, ys, yz, dt, div);
+                        CHECK(gq && oar_tensor_dtype(gq) == dt && same_values(gq, wq));
+                    }
                 /* one scale, no bias, no relu */
                 oar_tensor *s1 = oar_full(OAR_F32, 0, NULL, 0.003);
                 want = oar_mul(acc, s1);
@@ -180,8 +207,23 @@ static void test_bad_input(void) {
                 "scale must be 0-d or [3]");
     CHECK_FAILS(qlinear_op(x, wp, ws, s, oar_full(OAR_F32, 2, (int64_t[]){1, 3}, 1.0), 0, 0), "the bias [3]");
     oari_attrs one = oari_attrs_ints(1, (int64_t[]){0});
-    CHECK_FAILS(oari_call(OARI_OP_qlinear, 5, (oar_tensor *[]){x, wp, ws, s, NULL}, &one),
+    CHECK_FAILS(oari_call(OARI_OP_qlinear, 7, (oar_tensor *[]){x, wp, ws, s, NULL, NULL, NULL}, &one),
                 "expected 2 integer attributes");
+    CHECK_FAILS(oari_call(OARI_OP_qlinear, 5, (oar_tensor *[]){x, wp, ws, s, NULL}, &one), "expected 7");
+    oar_tensor *ys = oar_full(OAR_F32, 0, NULL, 0.1), *yz = oar_full(OAR_I64, 0, NULL, 3);
+    CHECK(qlinear_q(x, wp, ws, s, NULL, 0, 0, ys, yz, OAR_U8, 0) != NULL);
+    CHECK_FAILS(qlinear_q(x, wp, ws, s, NULL, 0, 0, ys, yz, OAR_F32, 0), "must be uint8 or int8");
+    CHECK_FAILS(qlinear_q(x, wp, ws, s, NULL, 0, 0, NULL, yz, OAR_U8, 0), "inputs 5 and 6");
+    CHECK_FAILS(qlinear_q(x, wp, ws, s, NULL, 0, 0, ys, oar_cast(yz, OAR_I32), OAR_U8, 0), "inputs 5 and 6");
+    CHECK_FAILS(qlinear_q(x, wp, ws, s, NULL, 0, 0, oar_full(OAR_F32, 1, (int64_t[]){2}, 0.1), yz, OAR_U8, 0),
+                "inputs 5 and 6");
+    CHECK_FAILS(qlinear_q(x, wp, ws, s, NULL, 0, 0, NULL, NULL, OAR_U8, 0), "inputs 5 and 6");
+    oari_attrs two = oari_attrs_ints(2, (int64_t[]){0, 0});
+    CHECK_FAILS(oari_call(OARI_OP_qlinear, 7, (oar_tensor *[]){x, wp, ws, s, NULL, ys, yz}, &two), "only then");
+    CHECK_FAILS(qlinear_q(x, wp, ws, s, NULL, 0, 0, oar_full(OAR_F32, 0, NULL, 0.0), yz, OAR_U8, 0),
+                "output scale 0 must be positive");
+    CHECK_FAILS(qlinear_q(x, wp, ws, s, NULL, 0, 0, ys, oar_full(OAR_I64, 0, NULL, 300), OAR_U8, 0),
+                "output zero point 300 is outside");
     oar_pool_pop(pool);
 }
 

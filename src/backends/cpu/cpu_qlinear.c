@@ -15,6 +15,7 @@
  * integer loop gives the same values. */
 #include "cpu_qlinear.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -24,10 +25,15 @@
 
 typedef struct {
     const oar_ktensor *x, *w, *ws, *s, *b; /* b: NULL for none */
-    float *y;                              /* [m, n], dense */
+    void *y;                               /* [m, n], dense: f32, or uint8/int8 when requantized */
     int64_t m, k, n, kb, nb;
     int32_t zp; /* the effective zero point: +128 for an int8 x */
     bool i8, relu;
+    /* requantization of y (out_q): as quantize's f32 kernels, zq +
+     * round(y * inv) (or round(y / sq), div), NaN and |t| >= 2^63 to lo,
+     * clamped to [lo, hi] */
+    bool out_q, div;
+    float inv, sq, zq, lo, hi;
 } qargs;
 
 static bool dense(const oar_ktensor *t) {
@@ -46,6 +52,19 @@ static inline float epilogue(const qargs *q, int64_t j, uint32_t acc) {
     float f = (float)v * ((const float *)s->data)[s->ndim ? j * s->strides[0] : 0];
     if (b) f += ((const float *)b->data)[j * b->strides[0]];
     return q->relu && f < 0.f ? 0.f : f;
+}
+
+/* y[i] = f, or f requantized. */
+static inline void put(const qargs *q, int64_t i, float f) {
+    if (!q->out_q) {
+        ((float *)q->y)[i] = f;
+        return;
+    }
+    float t = q->zq + nearbyintf(q->div ? f / q->sq : f * q->inv);
+    t = t > -9.2233720368547758e18f && t < 9.2233720368547758e18f ? t : q->lo;
+    t = t < q->lo ? q->lo : t > q->hi ? q->hi : t;
+    if (q->lo < 0) ((int8_t *)q->y)[i] = (int8_t)t;
+    else ((uint8_t *)q->y)[i] = (uint8_t)t;
 }
 
 /* The reference: any strides, one output row per iteration. */
@@ -68,13 +87,15 @@ static void qlinear_ref(const qargs *q) {
             for (int64_t p = 0; p < q->k; p++)
                 acc += (uint32_t)(int32_t)(uint8_t)(xr[p * xs1] ^ flip) *
                        (uint32_t)(int32_t)wc[(p / 4) * w1 + (p % 4) * w3];
-            q->y[r * q->n + j] = epilogue(q, j, acc);
+            put(q, r * q->n + j, epilogue(q, j, acc));
         }
     });
 }
 
 #ifdef HAVE_VNNI_CODE
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+/* the tile's loops unrolled, so that its accumulators live in registers */
+#define UNROLL4 _Pragma("GCC unroll 4")
 
 /* Four bytes of row xr from column 4 p on (zeros past k: W is zero there). */
 VNNI static inline int32_t x4(const uint8_t *xr, int64_t p, int64_t k, uint32_t flip) {
@@ -91,29 +112,38 @@ VNNI static inline int32_t x4(const uint8_t *xr, int64_t p, int64_t k, uint32_t 
 VNNI __attribute__((always_inline)) static inline void tile(const qargs *q, const uint8_t *x, int64_t i0, int MR,
                                                              int64_t jb0, int NB) {
     __m512i acc[4][4];
+    UNROLL4
     for (int r = 0; r < MR; r++)
+        UNROLL4
         for (int c = 0; c < NB; c++) acc[r][c] = _mm512_setzero_si512();
     const int8_t *w = (const int8_t *)q->w->data + jb0 * q->kb * 64;
     const int64_t panel = q->kb * 64, kfull = q->k / 4;
     const uint32_t flip = q->i8 ? 0x80808080u : 0;
     const uint8_t *xr[4];
+    UNROLL4
     for (int r = 0; r < MR; r++) xr[r] = x + (i0 + r) * q->k;
     int64_t p = 0;
     for (; p < kfull; p++) {
         __m512i wv[4];
+        UNROLL4
         for (int c = 0; c < NB; c++) wv[c] = _mm512_loadu_si512(w + c * panel + p * 64);
+        UNROLL4
         for (int r = 0; r < MR; r++) {
             uint32_t v;
             memcpy(&v, xr[r] + 4 * p, 4);
             __m512i xv = _mm512_set1_epi32((int32_t)(v ^ flip));
+            UNROLL4
             for (int c = 0; c < NB; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv, wv[c]);
         }
     }
     for (; p < q->kb; p++) { /* k % 4 left over */
         __m512i wv[4];
+        UNROLL4
         for (int c = 0; c < NB; c++) wv[c] = _mm512_loadu_si512(w + c * panel + p * 64);
+        UNROLL4
         for (int r = 0; r < MR; r++) {
             __m512i xv = _mm512_set1_epi32(x4(xr[r], p, q->k, flip));
+            UNROLL4
             for (int c = 0; c < NB; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv, wv[c]);
         }
     }
@@ -121,18 +151,30 @@ VNNI __attribute__((always_inline)) static inline void tile(const qargs *q, cons
     const float *sp = q->s->data, *bp = q->b ? (const float *)q->b->data : NULL;
     const bool per_col = q->s->ndim == 1;
     const __m512i zp = _mm512_set1_epi32(q->zp);
+    UNROLL4
     for (int c = 0; c < NB; c++) {
         int64_t j0 = (jb0 + c) * 16, left = q->n - j0;
         __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
         __m512i corr = _mm512_mullo_epi32(zp, _mm512_maskz_loadu_epi32(mask, ws + j0));
         __m512 sv = per_col ? _mm512_maskz_loadu_ps(mask, sp + j0) : _mm512_set1_ps(sp[0]);
         __m512 bv = bp ? _mm512_maskz_loadu_ps(mask, bp + j0) : _mm512_setzero_ps();
+        UNROLL4
         for (int r = 0; r < MR; r++) {
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][c], corr)), sv);
             if (bp) f = _mm512_add_ps(f, bv);
             if (q->relu) f = _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(f, _mm512_setzero_ps(), _CMP_LT_OQ),
                                                 _mm512_setzero_ps());
-            _mm512_mask_storeu_ps(q->y + (i0 + r) * q->n + j0, mask, f);
+            if (!q->out_q) {
+                _mm512_mask_storeu_ps((float *)q->y + (i0 + r) * q->n + j0, mask, f);
+                continue;
+            }
+            __m512 t = q->div ? _mm512_div_ps(f, _mm512_set1_ps(q->sq)) : _mm512_mul_ps(f, _mm512_set1_ps(q->inv));
+            t = _mm512_add_ps(_mm512_set1_ps(q->zq), _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            __mmask16 in = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-9.2233720368547758e18f), _CMP_GT_OQ) &
+                           _mm512_cmp_ps_mask(t, _mm512_set1_ps(9.2233720368547758e18f), _CMP_LT_OQ);
+            t = _mm512_mask_mov_ps(_mm512_set1_ps(q->lo), in, t);
+            t = _mm512_min_ps(_mm512_max_ps(t, _mm512_set1_ps(q->lo)), _mm512_set1_ps(q->hi));
+            _mm512_mask_cvtepi32_storeu_epi8((uint8_t *)q->y + (i0 + r) * q->n + j0, mask, _mm512_cvtps_epi32(t));
         }
     }
 }
@@ -199,6 +241,19 @@ static int k_qlinear(void *ctx, const oar_kernel_call *c) {
     for (int d = 0; d < x->ndim - 1; d++) q.m *= x->shape[d];
     q.kb = (q.k + 3) / 4, q.nb = (q.n + 15) / 16;
     q.zp = (int32_t)c->iattr[0] + (q.i8 ? 128 : 0);
+    if (c->n_iattr > 2) { /* requantized: in5 the scale, in6 the zero point, one each */
+        const oar_ktensor *ys = &c->in[5], *yz = &c->in[6];
+        double sc = ys->dtype == OAR_F64 ? *(const double *)ys->data : *(const float *)ys->data;
+        int64_t z = *(const int64_t *)yz->data;
+        q.out_q = true, q.div = c->iattr[3] != 0;
+        q.lo = c->out[0].dtype == OAR_I8 ? -128.f : 0.f, q.hi = c->out[0].dtype == OAR_I8 ? 127.f : 255.f;
+        if (!(sc > 0) || !isfinite(sc))
+            return oari_error(OAR_ERR_INVALID, "qlinear: output scale %g must be positive and finite", sc);
+        if ((double)z < q.lo || (double)z > q.hi)
+            return oari_error(OAR_ERR_INVALID, "qlinear: output zero point %lld is outside [%g, %g]", (long long)z,
+                              (double)q.lo, (double)q.hi);
+        q.sq = (float)sc, q.inv = 1.f / (float)sc, q.zq = (float)z;
+    }
     if (q.m == 0 || q.n == 0) return 0;
 #ifdef HAVE_VNNI_CODE
     if (!__atomic_load_n(&force_reference, __ATOMIC_RELAXED) && have_vnni() && dense(x) && dense(q.w) &&

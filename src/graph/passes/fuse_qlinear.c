@@ -7,11 +7,15 @@
  * output. It becomes y = qlinear(xq, pack(Wq), colsum(Wq), s, b; zp, relu):
  * no int32 tensor in memory, no separate scale, bias and relu passes, and
  * the weight packed once here for the kernel (VNNI's 4 x 16 blocks) rather
- * than at every call. The values are the same ops in the same order: the
- * exact int32 sum, converted, times s, plus b. The qmatmul node becomes the
- * qlinear node; the rest die. qconv2d is left as it is. */
+ * than at every call. Where y's one use is a per-tensor quantize with
+ * constant parameters (the next layer's input), that quantize moves into
+ * the epilogue too and the layer writes the next one's uint8 directly. The
+ * values are the same ops in the same order: the exact int32 sum,
+ * converted, times s, plus b, relu, quantize's rounding. The qmatmul node
+ * becomes the qlinear node; the rest die. qconv2d is left as it is. */
 #include "../ir.h"
 
+#include <math.h>
 #include <string.h>
 
 static bool const_of(const oar_graph *g, int v, oar_dtype dt) {
@@ -99,6 +103,34 @@ static int add_const(oar_graph *g, oar_tensor *t, int like, const char *suffix) 
     return t ? oari_graph_add_const(g, t, name) : -1;
 }
 
+/* One element of constant v as a double (v is a float or int64 constant
+ * of one element). */
+static double one_value(const oar_graph *g, int v) {
+    oar_tensor *t = g->values[v].constant;
+    const void *d = oar_tensor_data(t);
+    switch (t->dtype) {
+    case OAR_F32: return *(const float *)d;
+    case OAR_F64: return *(const double *)d;
+    default: return (double)*(const int64_t *)d;
+    }
+}
+
+/* Whether node q quantizes its input per tensor with constant, valid
+ * parameters (a scale of one f32 or f64, positive and finite; a zero
+ * point of one int64 in the output's range). */
+static bool fusable_quantize(const oar_graph *g, const oari_gnode *q) {
+    if (q->op != OARI_OP_quantize || q->n_in != 3 || q->attrs.ni < 3) return false;
+    int sv = q->in[1], zv = q->in[2];
+    if (!(const_of(g, sv, OAR_F32) || const_of(g, sv, OAR_F64)) || !const_of(g, zv, OAR_I64) ||
+        g->values[sv].constant->numel != 1 || g->values[zv].constant->numel != 1)
+        return false;
+    oar_dtype dt = (oar_dtype)q->attrs.i[1];
+    double sc = one_value(g, sv), z = one_value(g, zv);
+    double lo = dt == OAR_I8 ? -128 : 0, hi = dt == OAR_I8 ? 127 : 255;
+    return (dt == OAR_U8 || dt == OAR_I8) && g->values[q->out[0]].dtype == dt && sc > 0 &&
+           isfinite(sc) && z >= lo && z <= hi;
+}
+
 /* Fuses the layer whose qmatmul is node i; 1 if it did, 0 if the pattern
  * does not hold, < 0 on failure. */
 static int fuse_one(oar_graph *g, int i, const int *uses) {
@@ -128,9 +160,12 @@ static int fuse_one(oar_graph *g, int i, const int *uses) {
     if (ir >= 0 && g->nodes[ir].op == OARI_OP_relu && g->nodes[ir].n_in == 1) {
         relu = 1;
         last = g->nodes[ir].out[0];
+        from = ir;
     } else {
         ir = -1;
     }
+    int iq = sole_user(g, last, uses, from);
+    if (iq >= 0 && !fusable_quantize(g, &g->nodes[iq])) iq = -1;
     /* the constants the kernel reads */
     oar_pool *pool = oar_pool_push();
     oar_tensor *wp = NULL, *ws = NULL;
@@ -142,18 +177,23 @@ static int fuse_one(oar_graph *g, int i, const int *uses) {
     int s2 = wsv >= 0 ? add_const(g, s, sv, "flat") : -1;
     int b2 = s2 >= 0 && bv >= 0 ? add_const(g, bias, bv, "flat") : -1;
     if (pool) oar_pool_pop(pool);
-    if (s2 < 0 || (bv >= 0 && b2 < 0) || !(nin = oari_malloc(5 * sizeof *nin))) return oari_fail_status();
-    mm = &g->nodes[i]; /* (adding values may move nothing, but read it again) */
+    if (s2 < 0 || (bv >= 0 && b2 < 0) || !(nin = oari_malloc(7 * sizeof *nin))) return oari_fail_status();
+    mm = &g->nodes[i]; /* (adding values moves no node, but read it again) */
+    const oari_gnode *qn = iq >= 0 ? &g->nodes[iq] : NULL;
     nin[0] = x, nin[1] = wpv, nin[2] = wsv, nin[3] = s2, nin[4] = b2;
+    nin[5] = qn ? qn->in[1] : -1, nin[6] = qn ? qn->in[2] : -1;
     int64_t zp = mm->attrs.i[0];
     oari_free(mm->in, (size_t)mm->n_in * sizeof *mm->in);
     mm->in = nin;
-    mm->n_in = 5;
+    mm->n_in = 7;
     mm->op = OARI_OP_qlinear;
-    mm->attrs = oari_attrs_ints(2, (int64_t[]){zp, relu});
+    mm->attrs = qn ? oari_attrs_ints(4, (int64_t[]){zp, relu, qn->attrs.i[1], qn->attrs.i[2]})
+                   : oari_attrs_ints(2, (int64_t[]){zp, relu});
     for (int k = 0; k < OARI_MAX_IATTR; k++) mm->isym[k] = -1, mm->imul[k] = 1;
-    g->values[acc].dtype = OAR_F32;
+    g->values[acc].dtype = qn ? (oar_dtype)qn->attrs.i[1] : OAR_F32;
+    if (qn) last = qn->out[0];
     oari_graph_replace_uses(g, last, acc);
+    if (iq >= 0) oari_graph_kill(g, iq);
     if (ir >= 0) oari_graph_kill(g, ir);
     for (int c = n_chain - 1; c >= 0; c--) oari_graph_kill(g, chain[c]);
     return 1;
