@@ -9,7 +9,9 @@
  * bias), requantized between layers, as eager calls; then the same
  * models traced, served by a compiled predictor in f32 and after
  * oar_graph_quantize (the int8 predictor path, calibrated on the same four
- * batches). Prints the median latency at batch 1 and batch 64, and the
+ * batches; the predictor's fuse_qlinear pass makes each layer one qlinear
+ * node: VNNI on pre-packed weights, scale, bias, relu and the next layer's
+ * quantize in the epilogue). Prints the median latency at batch 1 and batch 64, and the
  * int8 / f32 ratio; plus the raw product, qmatmul against f32 matmul. Threads: the process's OpenMP threads (2 here). */
 #include <oar/oar.h>
 #include <oar/infer.h>
