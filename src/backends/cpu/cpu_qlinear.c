@@ -214,14 +214,17 @@ static void qlinear_vnni(const qargs *q) {
                          for (int64_t t = 0; t < items; t++) item(q, x, t, groups););
 }
 
+/* (atomic: predictors run layers on many threads at once) */
 static bool have_vnni(void) {
     static int have = -1;
-    if (have < 0) {
+    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+    if (h < 0) {
         __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vnni");
+        h = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vnni");
+        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
     }
-    return have;
+    return h;
 }
 #endif
 
