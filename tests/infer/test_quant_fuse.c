@@ -5,7 +5,8 @@
  * on the VNNI kernel and on the exact loop (a CPU without VNNI, a build
  * without oneDNN), at batches and widths that leave every tail (k not a
  * multiple of 4, n of 16, rows of 4 and of the 64-row chunk). Also int8
- * activations, a layer the pass must leave alone, and the op's refusals. */
+ * activations, the fused graph saved and loaded, a layer the pass must
+ * leave alone, and the op's refusals. */
 #include "test.h"
 
 #include "backends/cpu/cpu_qlinear.h"
@@ -13,6 +14,7 @@
 
 #include <oar/infer.h>
 #include <oar/quant.h>
+#include <unistd.h>
 
 enum { D = 37, H = 70, C = 19 };
 
@@ -89,6 +91,20 @@ static void test_fused_mlp(void) {
         }
     }
     oari_cpu_qlinear_force_reference(false);
+    /* the fused graph saves and loads (the packed weight is a plain int8 constant) */
+    char dir[] = "/tmp/oar-test-qfuse-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK(f && oar_graph_save(f, dir) == 0);
+    oar_graph *l = oar_graph_load(dir);
+    CHECK(l && oar_graph_count_op(l, "qlinear") == 3);
+    if (l) {
+        oar_tensor *x = rand_f32(9, D, 2.0), *want = run_graph(f, x), *got = run_graph(l, x);
+        CHECK(max_diff(got, want) == 0);
+    }
+    oar_graph_free(l);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
     oar_predictor_free(p);
     oar_graph_free(f);
     oar_graph_free(g);
