@@ -271,10 +271,36 @@ static void test_left_alone(void) {
     oar_pool_pop(pool);
 }
 
+/* qconv2d over a batch too large for one block of patches (cpu_quant.c:
+ * images in blocks of about 8 MB of patches; here one image a block), and
+ * a batch of small images in one block, against conv2d in f64 on x - zp
+ * (exact: the sums are integers far below 2^53). */
+static void test_qconv2d_blocks(void) {
+    oar_pool *pool = oar_pool_push();
+    static const struct { int64_t x[4], w[4]; } cases[] = {
+        {{3, 128, 64, 64}, {4, 128, 3, 3}}, /* 4096 x 1152 patch bytes an image: blocks of one */
+        {{64, 1, 28, 28}, {16, 1, 3, 3}},   /* the demo CNN's first conv at batch 64: one block */
+    };
+    for (int t = 0; t < 2; t++) {
+        const int64_t *xs = cases[t].x, *wsh = cases[t].w;
+        oar_tensor *x = oar_reshape(oar_quantize_per_tensor(rand_f32(xs[0] * xs[1], xs[2] * xs[3], 1.0), 0.01, 100,
+                                                            OAR_U8), 4, xs);
+        oar_tensor *w = oar_reshape(oar_quantize_per_tensor(rand_f32(wsh[0] * wsh[1], wsh[2] * wsh[3], 1.0),
+                                                            1.0 / 127, 0, OAR_I8), 4, wsh);
+        oar_tensor *y = oar_qconv2d(x, 100, w, NULL, (int64_t[]){1, 1}, NULL, 1);
+        oar_tensor *want = oar_conv2d(oar_sub(oar_cast(x, OAR_F64), oar_full(OAR_F64, 0, NULL, 100)),
+                                      oar_cast(w, OAR_F64), NULL, (int64_t[]){1, 1}, (int64_t[]){1, 1},
+                                      (int64_t[]){1, 1}, 1);
+        CHECK(y && oar_tensor_dtype(y) == OAR_I32 && max_diff(oar_cast(y, OAR_F64), want) == 0);
+    }
+    oar_pool_pop(pool);
+}
+
 int main(void) {
     RUN(test_fused_mlp);
     RUN(test_op);
     RUN(test_bad_input);
     RUN(test_left_alone);
+    RUN(test_qconv2d_blocks);
     return test_summary();
 }

@@ -34,6 +34,7 @@ typedef struct {
      * clamped to [lo, hi] */
     bool out_q, div;
     float inv, sq, zq, lo, hi;
+    bool out_i32; /* the int32 sums themselves (oari_cpu_qgemm_vnni): no scale, bias or relu */
 } qargs;
 
 static bool dense(const oar_ktensor *t) {
@@ -156,10 +157,17 @@ VNNI __attribute__((always_inline)) static inline void tile(const qargs *q, cons
         int64_t j0 = (jb0 + c) * 16, left = q->n - j0;
         __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
         __m512i corr = _mm512_mullo_epi32(zp, _mm512_maskz_loadu_epi32(mask, ws + j0));
-        __m512 sv = per_col ? _mm512_maskz_loadu_ps(mask, sp + j0) : _mm512_set1_ps(sp[0]);
+        __m512 sv = q->out_i32 ? _mm512_setzero_ps()
+                    : per_col  ? _mm512_maskz_loadu_ps(mask, sp + j0)
+                               : _mm512_set1_ps(sp[0]);
         __m512 bv = bp ? _mm512_maskz_loadu_ps(mask, bp + j0) : _mm512_setzero_ps();
         UNROLL4
         for (int r = 0; r < MR; r++) {
+            if (q->out_i32) {
+                _mm512_mask_storeu_epi32((int32_t *)q->y + (i0 + r) * q->n + j0, mask,
+                                         _mm512_sub_epi32(acc[r][c], corr));
+                continue;
+            }
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][c], corr)), sv);
             if (bp) f = _mm512_add_ps(f, bv);
             if (q->relu) f = _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(f, _mm512_setzero_ps(), _CMP_LT_OQ),
@@ -229,6 +237,41 @@ static bool have_vnni(void) {
 #endif
 
 static bool force_reference;
+
+int oari_cpu_qgemm_vnni(const void *a, bool i8, int32_t za, const int8_t *b, int64_t m, int64_t k, int64_t n,
+                        int32_t *c, bool *done) {
+    *done = false;
+#ifdef HAVE_VNNI_CODE
+    if (__atomic_load_n(&force_reference, __ATOMIC_RELAXED) || !have_vnni() || m <= 0 || k <= 0 || n <= 0) return 0;
+    const int64_t kb = (k + 3) / 4, nb = (n + 15) / 16;
+    size_t wbytes = (size_t)(nb * kb * 64), sbytes = (size_t)n * sizeof(int32_t);
+    int8_t *wp = oari_malloc(wbytes);
+    int32_t *sums = oari_malloc(sbytes);
+    if (!wp || !sums) {
+        if (wp) oari_free(wp, wbytes);
+        if (sums) oari_free(sums, sbytes);
+        return oari_fail_status();
+    }
+    memset(wp, 0, wbytes);
+    memset(sums, 0, sbytes);
+    for (int64_t r = 0; r < k; r++)
+        for (int64_t j = 0; j < n; j++) {
+            int8_t v = b[r * n + j];
+            wp[((j / 16) * kb + r / 4) * 64 + (j % 16) * 4 + r % 4] = v;
+            sums[j] += v;
+        }
+    oar_ktensor kx = {.data = (void *)a}, kw = {.data = wp}, ks = {.data = sums}, kscale = {.ndim = 0};
+    qargs q = {.x = &kx, .w = &kw, .ws = &ks, .s = &kscale, .y = c, .m = m, .k = k, .n = n, .kb = kb, .nb = nb,
+               .zp = za + (i8 ? 128 : 0), .i8 = i8, .out_i32 = true};
+    qlinear_vnni(&q);
+    oari_free(wp, wbytes);
+    oari_free(sums, sbytes);
+    *done = true;
+#else
+    (void)a, (void)i8, (void)za, (void)b, (void)m, (void)k, (void)n, (void)c;
+#endif
+    return 0;
+}
 
 /* Tests: the exact loop whatever the CPU (true), or the fast path back. */
 void oari_cpu_qlinear_force_reference(bool on) { __atomic_store_n(&force_reference, on, __ATOMIC_RELAXED); }
