@@ -9,7 +9,9 @@
  * bias), requantized between layers, as eager calls; then the same
  * models traced, served by a compiled predictor in f32 and after
  * oar_graph_quantize (the int8 predictor path, calibrated on the same four
- * batches). Prints the median latency at batch 1 and batch 64, and the
+ * batches; the predictor's fuse_qlinear pass makes each layer one qlinear
+ * node: VNNI on pre-packed weights, scale, bias, relu and the next layer's
+ * quantize in the epilogue). Prints the median latency at batch 1 and batch 64, and the
  * int8 / f32 ratio; plus the raw product, qmatmul against f32 matmul. Threads: the process's OpenMP threads (2 here). */
 #include <oar/oar.h>
 #include <oar/infer.h>
@@ -50,6 +52,7 @@ typedef struct {
     oar_tensor *wq[MAX_LAYERS], *ws[MAX_LAYERS];    /* int8, scales */
     double sx[MAX_LAYERS];                          /* each layer's input: uint8 */
     int64_t zx[MAX_LAYERS];
+    int64_t rows_per_sample;                        /* (the predictor rows' inputs) */
 } model;
 
 static oar_tensor *forward_f32(const model *m, oar_tensor *x) {
@@ -150,13 +153,16 @@ static double time_pred(oar_predictor *p, oar_tensor *x, int reps) {
     return med;
 }
 
-static void run_predictor(const char *name, const model *m, int64_t rows_per_sample) {
-    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, m->dims[0]}};
-    oar_graph *g = oar_trace(traced_forward, (void *)m, 1, &spec, 1, NULL), *gq = g ? oar_graph_clone(g) : NULL;
+/* The predictor rows of one model: fn traced on spec, served in f32 and
+ * after oar_graph_quantize (four calibration batches of make_x(16)), at
+ * batch 1 and 64 (make_x(b): an input of b samples). */
+static void predictor_rows(const char *name, oar_trace_fn fn, void *ctx, const oar_graph_input_spec *spec,
+                           oar_tensor *(*make_x)(int64_t samples, void *ctx)) {
+    oar_graph *g = oar_trace(fn, ctx, 1, spec, 1, NULL), *gq = g ? oar_graph_clone(g) : NULL;
     oar_pool *pool = oar_pool_push();
     oar_tensor *calib[4];
     rng = 42 + 1000; /* (calibration batches of the same distribution as build's) */
-    for (int b = 0; b < 4; b++) calib[b] = rand_tensor(16 * rows_per_sample, m->dims[0], 1.0);
+    for (int b = 0; b < 4; b++) calib[b] = make_x(16, ctx);
     int nq = gq ? oar_graph_quantize(gq, &(oar_quantize_config){.n_batches = 4, .batches = calib}) : -1;
     oar_predictor_config cfg = {.optimize = true};
     oar_predictor *pf = nq > 0 ? oar_predictor_from_graph(g, &cfg) : NULL;
@@ -167,7 +173,7 @@ static void run_predictor(const char *name, const model *m, int64_t rows_per_sam
     }
     static const int batches[2] = {1, 64};
     for (int i = 0; i < 2; i++) {
-        oar_tensor *x = rand_tensor(batches[i] * rows_per_sample, m->dims[0], 1.0);
+        oar_tensor *x = make_x(batches[i], ctx);
         int reps = batches[i] == 1 ? 300 : 30;
         double f = time_pred(pf, x, reps), q = time_pred(pq, x, reps);
         printf("oar %s_predictor_f32_b%d %.4f ms\n", name, batches[i], f);
@@ -179,6 +185,17 @@ static void run_predictor(const char *name, const model *m, int64_t rows_per_sam
     oar_graph_free(g);
     oar_graph_free(gq);
     oar_pool_pop(pool);
+}
+
+static oar_tensor *rows_x(int64_t samples, void *ctx) {
+    const model *m = ctx;
+    return rand_tensor(samples * m->rows_per_sample, m->dims[0], 1.0);
+}
+
+static void run_predictor(const char *name, model *m, int64_t rows_per_sample) {
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 2, .shape = {-1, m->dims[0]}};
+    m->rows_per_sample = rows_per_sample;
+    predictor_rows(name, traced_forward, m, &spec, rows_x);
 }
 
 static void run(const char *name, int n, const int64_t *dims, int64_t rows_per_sample) {
@@ -315,6 +332,23 @@ static void run_cnn(void) {
     }
 }
 
+/* The CNN traced and served by predictors (run last, after run_cnn built
+ * it, so that the other models keep their random draws): its convs become
+ * qconv2d layers, its head qlinear ones. */
+static int cnn_traced(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = cnn_f32(NULL, in[0]);
+    return out[0] ? 0 : -1;
+}
+static oar_tensor *cnn_x(int64_t samples, void *ctx) {
+    (void)ctx;
+    return oar_reshape(rand_tensor(samples, 784, 1.0), 4, (int64_t[]){samples, 1, 28, 28});
+}
+static void run_cnn_predictor(void) {
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 1, 28, 28}};
+    predictor_rows("cnn", cnn_traced, NULL, &spec, cnn_x);
+}
+
 static oar_tensor *gemm_f32(const model *m, oar_tensor *x) { return oar_matmul(x, m->w[0]); }
 static oar_tensor *gemm_int8(const model *m, oar_tensor *x) { return oar_qmatmul(x, 128, m->wq[0]); }
 
@@ -335,5 +369,6 @@ int main(void) {
     printf("oar gemm_int8_2048x256x1024 %.4f ms\n", q);
     printf("oar gemm_int8_over_f32 %.3f x (%.0f vs %.0f GOP/s)\n", q / f, gop / (q * 1e-3), gop / (f * 1e-3));
     oar_pool_pop(pool);
+    run_cnn_predictor();
     return 0;
 }

@@ -111,6 +111,7 @@ static const oari_dist_rule table[OARI_OP_COUNT] = {
     ROW(fake_quantize, OARI_RULE_REPLICATE, 0, 0, false, "not done: per-channel scales along an axis"),
     ROW(qmatmul, OARI_RULE_REPLICATE, 0, 0, false, "not done: int8 operands with their scales"),
     ROW(qconv2d, OARI_RULE_REPLICATE, 0, 0, false, "not done: int8 operands with their scales"),
+    ROW(qlinear, OARI_RULE_REPLICATE, 0, 0, false, "not done: int8 operands with their scales"),
 };
 
 oari_dist_rule oari_dist_rule_of(oari_op op) {

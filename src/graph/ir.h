@@ -198,6 +198,8 @@ OARI_HIDDEN int oari_pass_simplify(oar_graph *g);
 OARI_HIDDEN int oari_pass_drop_dropout(oar_graph *g);
 OARI_HIDDEN int oari_pass_fold_batch_norm(oar_graph *g);
 OARI_HIDDEN int oari_pass_schedule(oar_graph *g);
+/* the predictor's: quantized linear layers into qlinear nodes (passes/fuse_qlinear.c) */
+OARI_HIDDEN int oari_pass_fuse_qlinear(oar_graph *g);
 /* autocast's casts (include/oar/amp.h) to bf16 / f16 (passes/amp.c) */
 OARI_HIDDEN int oari_pass_amp(oar_graph *g);
 OARI_HIDDEN int oari_pass_amp_f16(oar_graph *g);

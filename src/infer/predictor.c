@@ -75,6 +75,12 @@ static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config 
         oar_graph_free(g);
         return NULL;
     }
+    /* quantized linear layers into qlinear nodes: the predictor's alone, as
+     * no exporter maps qlinear (docs/quantization.md) */
+    if (!cfg->passes && cfg->optimize && run_pass_list(g, "fuse_qlinear", cfg->print_passes)) {
+        oar_graph_free(g);
+        return NULL;
+    }
     model *m = oari_calloc(1, sizeof *m);
     if (!m) {
         oar_graph_free(g);

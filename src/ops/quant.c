@@ -234,6 +234,69 @@ const oari_op_def oari_def_qconv2d = {
     .flags = OARI_F_NONDIFF, .infer = infer_qconv2d,
 };
 
+/* qlinear: in0 uint8/int8 [..., m, k] (iattr0 its zero point, iattr1 the
+ * activation: 0 none, 1 relu), in1 int8 [ceil(n/16), ceil(k/4), 16, 4] (the
+ * weight packed, quant.def), in2 int32 [n] (its column sums), in3 f32 [] or
+ * [n], in4 f32 [n] or NULL; out f32 [..., m, n]. With iattr2 (uint8 or int8)
+ * and iattr3 (div) the output is quantized as quantize's: in5 its scale
+ * (f32 or f64) and in6 its zero point (int64), one element each. */
+static int infer_qlinear(oari_infer *c) {
+    const oar_tensor *a = c->in[0], *w = c->in[1], *ws = c->in[2], *s = c->in[3], *b = c->in[4];
+    char as[200], wsh[200];
+    if (c->attrs->ni != 2 && c->attrs->ni != 4)
+        return oari_error(OAR_ERR_INVALID, "qlinear: expected 2 integer attributes (4 with a quantized output)");
+    const bool out_q = c->attrs->ni == 4;
+    const oar_tensor *ys = c->n_in > 5 ? c->in[5] : NULL, *yz = c->n_in > 6 ? c->in[6] : NULL;
+    if (out_q && (c->attrs->i[2] != OAR_U8 && c->attrs->i[2] != OAR_I8))
+        return oari_error(OAR_ERR_INVALID, "qlinear: a quantized output must be uint8 or int8 (dtype code %lld)",
+                          (long long)c->attrs->i[2]);
+    if (out_q != (ys != NULL) || out_q != (yz != NULL) ||
+        (out_q && (!oar_dtype_is_float(ys->dtype) || ys->dtype == OAR_F16 || ys->dtype == OAR_BF16 ||
+                   ys->numel != 1 || yz->dtype != OAR_I64 || yz->numel != 1)))
+        return oari_error(OAR_ERR_INVALID, "qlinear: a quantized output takes its scale (one f32 or f64) and zero "
+                          "point (one int64) as inputs 5 and 6, and only then");
+    if (!w || !ws || !s) return oari_error(OAR_ERR_INVALID, "qlinear: the weight, its column sums and the scale "
+                                           "are required (only the bias may be NULL)");
+    if (a->dtype != OAR_U8 && a->dtype != OAR_I8)
+        return oari_error(OAR_ERR_INVALID, "qlinear: x must be uint8 or int8 (a quantized activation), got %s; "
+                          "quantize it first (oar_quantize)", oar_dtype_name(a->dtype));
+    if (w->dtype != OAR_I8 || ws->dtype != OAR_I32 || s->dtype != OAR_F32 || (b && b->dtype != OAR_F32))
+        return oari_error(OAR_ERR_INVALID, "qlinear: the weight must be int8, its column sums int32, the scale "
+                          "and bias f32; got %s, %s, %s, %s", oar_dtype_name(w->dtype), oar_dtype_name(ws->dtype),
+                          oar_dtype_name(s->dtype), b ? oar_dtype_name(b->dtype) : "none");
+    int64_t zp = c->attrs->i[0], lo = a->dtype == OAR_U8 ? 0 : -128, hi = a->dtype == OAR_U8 ? 255 : 127;
+    if (zp < lo || zp > hi)
+        return oari_error(OAR_ERR_INVALID, "qlinear: zero point %lld of x is outside %s's range [%lld, %lld]",
+                          (long long)zp, oar_dtype_name(a->dtype), (long long)lo, (long long)hi);
+    if (c->attrs->i[1] != 0 && c->attrs->i[1] != 1)
+        return oari_error(OAR_ERR_INVALID, "qlinear: activation %lld is not 0 (none) or 1 (relu)",
+                          (long long)c->attrs->i[1]);
+    int64_t k = a->ndim >= 1 ? a->shape[a->ndim - 1] : 0, n = ws->ndim == 1 ? ws->shape[0] : -1;
+    if (a->ndim < 2 || n < 0 || w->ndim != 4 || w->shape[0] != (n + 15) / 16 || w->shape[1] != (k + 3) / 4 ||
+        w->shape[2] != 16 || w->shape[3] != 4)
+        return oari_error(OAR_ERR_INVALID, "qlinear: x of shape %s and a packed weight of shape %s with %s column "
+                          "sums do not multiply (x [..., m, k], weight [ceil(n/16), ceil(k/4), 16, 4], sums [n])",
+                          oari_shape_str(as, a->ndim, a->shape), oari_shape_str(wsh, w->ndim, w->shape),
+                          ws->ndim == 1 ? "1-d" : "non-1-d");
+    if (k > QMATMUL_MAX_K)
+        return oari_error(OAR_ERR_INVALID, "qlinear: k = %lld could overflow the int32 accumulator (at most %lld)",
+                          (long long)k, (long long)QMATMUL_MAX_K);
+    if (s->ndim > 1 || (s->ndim == 1 && s->shape[0] != n) || (b && (b->ndim != 1 || b->shape[0] != n)))
+        return oari_error(OAR_ERR_INVALID, "qlinear: the scale must be 0-d or [%lld] and the bias [%lld]; got %s "
+                          "and %s", (long long)n, (long long)n, oari_shape_str(as, s->ndim, s->shape),
+                          b ? oari_shape_str(wsh, b->ndim, b->shape) : "none");
+    c->kernel_dtype = a->dtype;
+    oari_meta_from(&c->out[0], a);
+    c->out[0].shape[a->ndim - 1] = n;
+    c->out[0].dtype = out_q ? (oar_dtype)c->attrs->i[2] : OAR_F32;
+    return 0;
+}
+
+const oari_op_def oari_def_qlinear = {
+    .name = "qlinear", .n_in = 7, .n_out = 1, .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_NONDIFF | OARI_F_OPTIONAL_IN, .infer = infer_qlinear,
+};
+
 /* ---- public functions ---------------------------------------------------------- */
 
 /* The range of a quantized dtype, or an error naming fn. */

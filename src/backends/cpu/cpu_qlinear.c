@@ -1,0 +1,317 @@
+/* The fused quantized linear layer (qlinear, src/ops/defs/quant.def) on the
+ * CPU: y = act(f32((x - zp) . W) * scale + bias), the int32 sums exact, in
+ * one pass over the output with no int32 tensor written out. W comes packed
+ * in panels of 16 columns by 4 rows ([ceil(n/16), ceil(k/4), 16, 4]), the
+ * layout of AVX512_VNNI's vpdpbusd: one 64-byte load is a 4 x 16 block of
+ * W, and one instruction adds four uint8 x int8 products into each of 16
+ * int32 lanes. x - zp is not formed: the sum x . W less zp * colsum(W) (the
+ * op's in2) is the same int32 (wrapping arithmetic; the result fits). An
+ * int8 x runs as x ^ 0x80 (x + 128, a uint8) with zp + 128.
+ *
+ * Tiles of up to 4 rows by 64 columns (16 zmm accumulators) walk k; rows
+ * in chunks of 64, and each (chunk, 64 columns) an item of the OpenMP loop
+ * when the product is large. Without AVX512_VNNI (checked at run time), in
+ * a build without x86-64 intrinsics, or for strided operands, an exact
+ * integer loop gives the same values. */
+#include "cpu_qlinear.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_VNNI_CODE 1
+#endif
+
+typedef struct {
+    const oar_ktensor *x, *w, *ws, *s, *b; /* b: NULL for none */
+    void *y;                               /* [m, n], dense: f32, or uint8/int8 when requantized */
+    int64_t m, k, n, kb, nb;
+    int32_t zp; /* the effective zero point: +128 for an int8 x */
+    bool i8, relu;
+    /* requantization of y (out_q): as quantize's f32 kernels, zq +
+     * round(y * inv) (or round(y / sq), div), NaN and |t| >= 2^63 to lo,
+     * clamped to [lo, hi] */
+    bool out_q, div;
+    float inv, sq, zq, lo, hi;
+    bool out_i32; /* the int32 sums themselves (oari_cpu_qgemm_vnni): no scale, bias or relu */
+} qargs;
+
+static bool dense(const oar_ktensor *t) {
+    int64_t want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->strides[d] != want) return false;
+        want *= t->shape[d];
+    }
+    return true;
+}
+
+static inline float epilogue(const qargs *q, int64_t j, uint32_t acc) {
+    const oar_ktensor *ws = q->ws, *s = q->s, *b = q->b;
+    int32_t sum = ((const int32_t *)ws->data)[j * ws->strides[0]];
+    int32_t v = (int32_t)(acc - (uint32_t)q->zp * (uint32_t)sum); /* exact: the true sum fits */
+    float f = (float)v * ((const float *)s->data)[s->ndim ? j * s->strides[0] : 0];
+    if (b) f += ((const float *)b->data)[j * b->strides[0]];
+    return q->relu && f < 0.f ? 0.f : f;
+}
+
+/* y[i] = f, or f requantized. */
+static inline void put(const qargs *q, int64_t i, float f) {
+    if (!q->out_q) {
+        ((float *)q->y)[i] = f;
+        return;
+    }
+    float t = q->zq + nearbyintf(q->div ? f / q->sq : f * q->inv);
+    t = t > -9.2233720368547758e18f && t < 9.2233720368547758e18f ? t : q->lo;
+    t = t < q->lo ? q->lo : t > q->hi ? q->hi : t;
+    if (q->lo < 0) ((int8_t *)q->y)[i] = (int8_t)t;
+    else ((uint8_t *)q->y)[i] = (uint8_t)t;
+}
+
+/* The reference: any strides, one output row per iteration. */
+static void qlinear_ref(const qargs *q) {
+    const oar_ktensor *x = q->x, *w = q->w;
+    const int64_t xs1 = x->strides[x->ndim - 1];
+    const int64_t w0 = w->strides[0], w1 = w->strides[1], w2 = w->strides[2], w3 = w->strides[3];
+    const int8_t *wp = w->data;
+    const uint8_t flip = q->i8 ? 0x80 : 0;
+    OARI_PARALLEL_FOR_IF(q->m * q->k * q->n > 65536, for (int64_t r = 0; r < q->m; r++) {
+        int64_t off = 0, rest = r;
+        for (int d = x->ndim - 2; d >= 0; d--) {
+            off += (rest % x->shape[d]) * x->strides[d];
+            rest /= x->shape[d];
+        }
+        const uint8_t *xr = (const uint8_t *)x->data + off;
+        for (int64_t j = 0; j < q->n; j++) {
+            const int8_t *wc = wp + (j / 16) * w0 + (j % 16) * w2;
+            uint32_t acc = 0;
+            for (int64_t p = 0; p < q->k; p++)
+                acc += (uint32_t)(int32_t)(uint8_t)(xr[p * xs1] ^ flip) *
+                       (uint32_t)(int32_t)wc[(p / 4) * w1 + (p % 4) * w3];
+            put(q, r * q->n + j, epilogue(q, j, acc));
+        }
+    });
+}
+
+#ifdef HAVE_VNNI_CODE
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+/* the tile's loops unrolled, so that its accumulators live in registers */
+#define UNROLL4 _Pragma("GCC unroll 4")
+
+/* Four bytes of row xr from column 4 p on (zeros past k: W is zero there). */
+VNNI static inline int32_t x4(const uint8_t *xr, int64_t p, int64_t k, uint32_t flip) {
+    uint32_t v = 0;
+    if (4 * p + 4 <= k) memcpy(&v, xr + 4 * p, 4);
+    else memcpy(&v, xr + 4 * p, (size_t)(k - 4 * p));
+    v ^= flip;
+    if (4 * p + 4 > k) v &= (1u << (8 * (k - 4 * p))) - 1; /* the flip put 0x80 in the pad */
+    return (int32_t)v;
+}
+
+/* Rows i0..i0+MR, column panels jb0..jb0+NB: MR x NB accumulators of 16
+ * lanes over k, then the epilogue, stored under a mask past n. */
+VNNI __attribute__((always_inline)) static inline void tile(const qargs *q, const uint8_t *x, int64_t i0, int MR,
+                                                             int64_t jb0, int NB) {
+    __m512i acc[4][4];
+    UNROLL4
+    for (int r = 0; r < MR; r++)
+        UNROLL4
+        for (int c = 0; c < NB; c++) acc[r][c] = _mm512_setzero_si512();
+    const int8_t *w = (const int8_t *)q->w->data + jb0 * q->kb * 64;
+    const int64_t panel = q->kb * 64, kfull = q->k / 4;
+    const uint32_t flip = q->i8 ? 0x80808080u : 0;
+    const uint8_t *xr[4];
+    UNROLL4
+    for (int r = 0; r < MR; r++) xr[r] = x + (i0 + r) * q->k;
+    int64_t p = 0;
+    for (; p < kfull; p++) {
+        __m512i wv[4];
+        UNROLL4
+        for (int c = 0; c < NB; c++) wv[c] = _mm512_loadu_si512(w + c * panel + p * 64);
+        UNROLL4
+        for (int r = 0; r < MR; r++) {
+            uint32_t v;
+            memcpy(&v, xr[r] + 4 * p, 4);
+            __m512i xv = _mm512_set1_epi32((int32_t)(v ^ flip));
+            UNROLL4
+            for (int c = 0; c < NB; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv, wv[c]);
+        }
+    }
+    for (; p < q->kb; p++) { /* k % 4 left over */
+        __m512i wv[4];
+        UNROLL4
+        for (int c = 0; c < NB; c++) wv[c] = _mm512_loadu_si512(w + c * panel + p * 64);
+        UNROLL4
+        for (int r = 0; r < MR; r++) {
+            __m512i xv = _mm512_set1_epi32(x4(xr[r], p, q->k, flip));
+            UNROLL4
+            for (int c = 0; c < NB; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv, wv[c]);
+        }
+    }
+    const int32_t *ws = q->ws->data;
+    const float *sp = q->s->data, *bp = q->b ? (const float *)q->b->data : NULL;
+    const bool per_col = q->s->ndim == 1;
+    const __m512i zp = _mm512_set1_epi32(q->zp);
+    UNROLL4
+    for (int c = 0; c < NB; c++) {
+        int64_t j0 = (jb0 + c) * 16, left = q->n - j0;
+        __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        __m512i corr = _mm512_mullo_epi32(zp, _mm512_maskz_loadu_epi32(mask, ws + j0));
+        __m512 sv = q->out_i32 ? _mm512_setzero_ps()
+                    : per_col  ? _mm512_maskz_loadu_ps(mask, sp + j0)
+                               : _mm512_set1_ps(sp[0]);
+        __m512 bv = bp ? _mm512_maskz_loadu_ps(mask, bp + j0) : _mm512_setzero_ps();
+        UNROLL4
+        for (int r = 0; r < MR; r++) {
+            if (q->out_i32) {
+                _mm512_mask_storeu_epi32((int32_t *)q->y + (i0 + r) * q->n + j0, mask,
+                                         _mm512_sub_epi32(acc[r][c], corr));
+                continue;
+            }
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][c], corr)), sv);
+            if (bp) f = _mm512_add_ps(f, bv);
+            if (q->relu) f = _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(f, _mm512_setzero_ps(), _CMP_LT_OQ),
+                                                _mm512_setzero_ps());
+            if (!q->out_q) {
+                _mm512_mask_storeu_ps((float *)q->y + (i0 + r) * q->n + j0, mask, f);
+                continue;
+            }
+            __m512 t = q->div ? _mm512_div_ps(f, _mm512_set1_ps(q->sq)) : _mm512_mul_ps(f, _mm512_set1_ps(q->inv));
+            t = _mm512_add_ps(_mm512_set1_ps(q->zq), _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            __mmask16 in = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-9.2233720368547758e18f), _CMP_GT_OQ) &
+                           _mm512_cmp_ps_mask(t, _mm512_set1_ps(9.2233720368547758e18f), _CMP_LT_OQ);
+            t = _mm512_mask_mov_ps(_mm512_set1_ps(q->lo), in, t);
+            t = _mm512_min_ps(_mm512_max_ps(t, _mm512_set1_ps(q->lo)), _mm512_set1_ps(q->hi));
+            _mm512_mask_cvtepi32_storeu_epi8((uint8_t *)q->y + (i0 + r) * q->n + j0, mask, _mm512_cvtps_epi32(t));
+        }
+    }
+}
+
+#define CHUNK_ROWS 64
+#define GROUP_PANELS 4
+
+/* Item t of the loop: rows [64 c, 64 c + 64) by panels [4 g, 4 g + 4). */
+VNNI static void item(const qargs *q, const uint8_t *x, int64_t t, int64_t groups) {
+    int64_t c = t / groups, g = t % groups;
+    int64_t r1 = (c + 1) * CHUNK_ROWS < q->m ? (c + 1) * CHUNK_ROWS : q->m;
+    int64_t jb = g * GROUP_PANELS, nbk = q->nb - jb < GROUP_PANELS ? q->nb - jb : GROUP_PANELS;
+    for (int64_t i = c * CHUNK_ROWS; i < r1; i += 4) {
+        int mr = r1 - i < 4 ? (int)(r1 - i) : 4;
+#define NB_CASES(MR)                                                                                   \
+    switch (nbk) {                                                                                     \
+    case 4: tile(q, x, i, MR, jb, 4); break;                                                           \
+    case 3: tile(q, x, i, MR, jb, 3); break;                                                           \
+    case 2: tile(q, x, i, MR, jb, 2); break;                                                           \
+    default: tile(q, x, i, MR, jb, 1); break;                                                          \
+    }
+        switch (mr) {
+        case 4: NB_CASES(4) break;
+        case 3: NB_CASES(3) break;
+        case 2: NB_CASES(2) break;
+        default: NB_CASES(1) break;
+        }
+#undef NB_CASES
+    }
+}
+
+static void qlinear_vnni(const qargs *q) {
+    const uint8_t *x = q->x->data;
+    int64_t groups = (q->nb + GROUP_PANELS - 1) / GROUP_PANELS;
+    int64_t items = (q->m + CHUNK_ROWS - 1) / CHUNK_ROWS * groups;
+    OARI_PARALLEL_FOR_IF(items > 1 && q->m * q->k * q->n >= ((int64_t)1 << 20),
+                         for (int64_t t = 0; t < items; t++) item(q, x, t, groups););
+}
+
+/* (atomic: predictors run layers on many threads at once) */
+static bool have_vnni(void) {
+    static int have = -1;
+    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vnni");
+        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
+    }
+    return h;
+}
+#endif
+
+static bool force_reference;
+
+int oari_cpu_qgemm_vnni(const void *a, bool i8, int32_t za, const int8_t *b, int64_t m, int64_t k, int64_t n,
+                        int32_t *c, bool *done) {
+    *done = false;
+#ifdef HAVE_VNNI_CODE
+    if (__atomic_load_n(&force_reference, __ATOMIC_RELAXED) || !have_vnni() || m <= 0 || k <= 0 || n <= 0) return 0;
+    const int64_t kb = (k + 3) / 4, nb = (n + 15) / 16;
+    size_t wbytes = (size_t)(nb * kb * 64), sbytes = (size_t)n * sizeof(int32_t);
+    int8_t *wp = oari_malloc(wbytes);
+    int32_t *sums = oari_malloc(sbytes);
+    if (!wp || !sums) {
+        if (wp) oari_free(wp, wbytes);
+        if (sums) oari_free(sums, sbytes);
+        return oari_fail_status();
+    }
+    memset(wp, 0, wbytes);
+    memset(sums, 0, sbytes);
+    for (int64_t r = 0; r < k; r++)
+        for (int64_t j = 0; j < n; j++) {
+            int8_t v = b[r * n + j];
+            wp[((j / 16) * kb + r / 4) * 64 + (j % 16) * 4 + r % 4] = v;
+            sums[j] += v;
+        }
+    oar_ktensor kx = {.data = (void *)a}, kw = {.data = wp}, ks = {.data = sums}, kscale = {.ndim = 0};
+    qargs q = {.x = &kx, .w = &kw, .ws = &ks, .s = &kscale, .y = c, .m = m, .k = k, .n = n, .kb = kb, .nb = nb,
+               .zp = za + (i8 ? 128 : 0), .i8 = i8, .out_i32 = true};
+    qlinear_vnni(&q);
+    oari_free(wp, wbytes);
+    oari_free(sums, sbytes);
+    *done = true;
+#else
+    (void)a, (void)i8, (void)za, (void)b, (void)m, (void)k, (void)n, (void)c;
+#endif
+    return 0;
+}
+
+/* Tests: the exact loop whatever the CPU (true), or the fast path back. */
+void oari_cpu_qlinear_force_reference(bool on) { __atomic_store_n(&force_reference, on, __ATOMIC_RELAXED); }
+
+static int k_qlinear(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    const oar_ktensor *x = &c->in[0];
+    qargs q = {.x = x, .w = &c->in[1], .ws = &c->in[2], .s = &c->in[3],
+               .b = c->n_in > 4 && c->in[4].dtype >= 0 ? &c->in[4] : NULL, .y = c->out[0].data,
+               .k = x->shape[x->ndim - 1], .n = c->in[2].shape[0], .i8 = x->dtype == OAR_I8,
+               .relu = c->iattr[1] == 1};
+    q.m = 1;
+    for (int d = 0; d < x->ndim - 1; d++) q.m *= x->shape[d];
+    q.kb = (q.k + 3) / 4, q.nb = (q.n + 15) / 16;
+    q.zp = (int32_t)c->iattr[0] + (q.i8 ? 128 : 0);
+    if (c->n_iattr > 2) { /* requantized: in5 the scale, in6 the zero point, one each */
+        const oar_ktensor *ys = &c->in[5], *yz = &c->in[6];
+        double sc = ys->dtype == OAR_F64 ? *(const double *)ys->data : *(const float *)ys->data;
+        int64_t z = *(const int64_t *)yz->data;
+        q.out_q = true, q.div = c->iattr[3] != 0;
+        q.lo = c->out[0].dtype == OAR_I8 ? -128.f : 0.f, q.hi = c->out[0].dtype == OAR_I8 ? 127.f : 255.f;
+        if (!(sc > 0) || !isfinite(sc))
+            return oari_error(OAR_ERR_INVALID, "qlinear: output scale %g must be positive and finite", sc);
+        if ((double)z < q.lo || (double)z > q.hi)
+            return oari_error(OAR_ERR_INVALID, "qlinear: output zero point %lld is outside [%g, %g]", (long long)z,
+                              (double)q.lo, (double)q.hi);
+        q.sq = (float)sc, q.inv = 1.f / (float)sc, q.zq = (float)z;
+    }
+    if (q.m == 0 || q.n == 0) return 0;
+#ifdef HAVE_VNNI_CODE
+    if (!__atomic_load_n(&force_reference, __ATOMIC_RELAXED) && have_vnni() && dense(x) && dense(q.w) &&
+        dense(q.ws) && dense(q.s) && (!q.b || dense(q.b))) {
+        qlinear_vnni(&q);
+        return 0;
+    }
+#else
+    (void)dense;
+#endif
+    qlinear_ref(&q);
+    return 0;
+}
+
+const oari_cpu_kernels oari_cpu_k_qlinear = {[OAR_U8] = k_qlinear, [OAR_I8] = k_qlinear};

@@ -1,0 +1,221 @@
+/* Inference: fuses a quantized linear layer into one qlinear node
+ * (src/ops/defs/quant.def). The pattern is what oar_graph_quantize and the
+ * ONNX importer's QDQ folding emit for a matrix product,
+ *     y = cast(qmatmul(xq, Wq), f32) * s  (+ b) (relu)
+ * with Wq a 2-D int8 constant, s an f32 constant of one or n elements and b
+ * an f32 constant of n; each intermediate value used once and no graph
+ * output. It becomes y = qlinear(xq, pack(Wq), colsum(Wq), s, b; zp, relu):
+ * no int32 tensor in memory, no separate scale, bias and relu passes, and
+ * the weight packed once here for the kernel (VNNI's 4 x 16 blocks) rather
+ * than at every call. Where y's one use is a per-tensor quantize with
+ * constant parameters (the next layer's input), that quantize moves into
+ * the epilogue too and the layer writes the next one's uint8 directly. The
+ * values are the same ops in the same order: the exact int32 sum,
+ * converted, times s, plus b, relu, quantize's rounding. The qmatmul node
+ * becomes the qlinear node; the rest die. qconv2d is left as it is. */
+#include "../ir.h"
+
+#include <math.h>
+#include <string.h>
+
+static bool const_of(const oar_graph *g, int v, oar_dtype dt) {
+    return v >= 0 && g->values[v].kind == OARI_V_CONST && g->values[v].dtype == dt;
+}
+
+/* The one live node reading v (after node `from`), when v's only use is
+ * there (not a graph output); -1 otherwise. */
+static int sole_user(const oar_graph *g, int v, const int *uses, int from) {
+    if (uses[v] != 1) return -1;
+    for (int i = from + 1; i < g->n_nodes; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] == v) return oari_is_ctrl(n->op) ? -1 : i;
+    }
+    return -1;
+}
+
+static bool same_shape(const oari_gvalue *a, const oari_gvalue *b) {
+    return a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape);
+}
+
+/* A constant of n elements (or one, when one is allowed) laid out along
+ * the last dim only: [], [n], [1, n], ... */
+static bool along_last(const oari_gvalue *c, int64_t n, bool one_ok, int max_ndim) {
+    if (c->ndim > max_ndim) return false;
+    int64_t numel = 1;
+    for (int d = 0; d < c->ndim; d++) {
+        if (d < c->ndim - 1 && c->shape[d] != 1) return false;
+        numel *= c->shape[d];
+    }
+    return numel == n || (one_ok && numel == 1);
+}
+
+/* The other input of binary node b, which reads v; -1 if b does not read v
+ * exactly once. */
+static int other_input(const oari_gnode *b, int v) {
+    if (b->n_in != 2) return -1;
+    if (b->in[0] == v && b->in[1] != v) return b->in[1];
+    if (b->in[1] == v && b->in[0] != v) return b->in[0];
+    return -1;
+}
+
+/* W [k, n] int8 packed as [ceil(n/16), ceil(k/4), 16, 4] with zeros past
+ * k and n, and its column sums; new tensors (the caller's pool). */
+static int pack(oar_tensor *w, oar_tensor **packed, oar_tensor **sums) {
+    oar_tensor *wc = oar_contiguous(w);
+    if (!wc) return oari_fail_status();
+    const int8_t *src = oar_tensor_data(wc);
+    int64_t k = wc->shape[0], n = wc->shape[1], kb = (k + 3) / 4, nb = (n + 15) / 16;
+    size_t bytes = (size_t)(nb * kb * 64);
+    int8_t *p = oari_calloc(bytes ? bytes : 1, 1);
+    int32_t *s = oari_calloc((size_t)(n ? n : 1), sizeof *s);
+    if (!p || !s) {
+        if (p) oari_free(p, bytes ? bytes : 1);
+        if (s) oari_free(s, (size_t)(n ? n : 1) * sizeof *s);
+        return oari_fail_status();
+    }
+    for (int64_t r = 0; r < k; r++)
+        for (int64_t j = 0; j < n; j++) {
+            int8_t v = src[r * n + j];
+            p[((j / 16) * kb + r / 4) * 64 + (j % 16) * 4 + r % 4] = v;
+            s[j] += v;
+        }
+    *packed = oar_tensor_from_data(p, OAR_I8, 4, (int64_t[]){nb, kb, 16, 4});
+    *sums = oar_tensor_from_data(s, OAR_I32, 1, &n);
+    oari_free(p, bytes ? bytes : 1);
+    oari_free(s, (size_t)(n ? n : 1) * sizeof *s);
+    return *packed && *sums ? 0 : oari_fail_status();
+}
+
+/* c as a contiguous f32 [n], or a 0-d one when it has one element and
+ * scalar_ok. */
+static oar_tensor *flat(oar_tensor *c, int64_t n, bool scalar_ok) {
+    bool scalar = scalar_ok && c->numel == 1;
+    return oar_contiguous(oar_reshape(c, scalar ? 0 : 1, &n));
+}
+
+/* Adds t as a constant named after value `like`; -1 on failure. */
+static int add_const(oar_graph *g, oar_tensor *t, int like, const char *suffix) {
+    char name[256];
+    const char *base = g->values[like].name ? g->values[like].name : "qlinear";
+    snprintf(name, sizeof name, "%s.%s", base, suffix);
+    return t ? oari_graph_add_const(g, t, name) : -1;
+}
+
+/* One element of constant v as a double (v is a float or int64 constant
+ * of one element). */
+static double one_value(const oar_graph *g, int v) {
+    oar_tensor *t = g->values[v].constant;
+    const void *d = oar_tensor_data(t);
+    switch (t->dtype) {
+    case OAR_F32: return *(const float *)d;
+    case OAR_F64: return *(const double *)d;
+    default: return (double)*(const int64_t *)d;
+    }
+}
+
+/* Whether node q quantizes its input per tensor with constant, valid
+ * parameters (a scale of one f32 or f64, positive and finite; a zero
+ * point of one int64 in the output's range). */
+static bool fusable_quantize(const oar_graph *g, const oari_gnode *q) {
+    if (q->op != OARI_OP_quantize || q->n_in != 3 || q->attrs.ni < 3) return false;
+    int sv = q->in[1], zv = q->in[2];
+    if (!(const_of(g, sv, OAR_F32) || const_of(g, sv, OAR_F64)) || !const_of(g, zv, OAR_I64) ||
+        g->values[sv].constant->numel != 1 || g->values[zv].constant->numel != 1)
+        return false;
+    oar_dtype dt = (oar_dtype)q->attrs.i[1];
+    double sc = one_value(g, sv), z = one_value(g, zv);
+    double lo = dt == OAR_I8 ? -128 : 0, hi = dt == OAR_I8 ? 127 : 255;
+    return (dt == OAR_U8 || dt == OAR_I8) && g->values[q->out[0]].dtype == dt && sc > 0 &&
+           isfinite(sc) && z >= lo && z <= hi;
+}
+
+/* Fuses the layer whose qmatmul is node i; 1 if it did, 0 if the pattern
+ * does not hold, < 0 on failure. */
+static int fuse_one(oar_graph *g, int i, const int *uses) {
+    oari_gnode *mm = &g->nodes[i];
+    int x = mm->in[0], wv = mm->in[1], acc = mm->out[0];
+    if (mm->n_in != 2 || x < 0 || !const_of(g, wv, OAR_I8) || g->values[wv].ndim != 2) return 0;
+    int64_t n = g->values[wv].shape[1];
+    int ic = sole_user(g, acc, uses, i);
+    const oari_gnode *cast = ic >= 0 ? &g->nodes[ic] : NULL;
+    if (!cast || cast->op != OARI_OP_cast || g->values[cast->out[0]].dtype != OAR_F32) return 0;
+    int im = sole_user(g, cast->out[0], uses, ic);
+    const oari_gnode *mul = im >= 0 ? &g->nodes[im] : NULL;
+    int sv = mul && mul->op == OARI_OP_mul ? other_input(mul, cast->out[0]) : -1;
+    if (!const_of(g, sv, OAR_F32) || !along_last(&g->values[sv], n, true, g->values[acc].ndim) ||
+        !same_shape(&g->values[mul->out[0]], &g->values[acc]) || g->values[mul->out[0]].dtype != OAR_F32)
+        return 0;
+    int last = mul->out[0], chain[3] = {ic, im, -1}, n_chain = 2, bv = -1, relu = 0;
+    int ia = sole_user(g, last, uses, im);
+    const oari_gnode *add = ia >= 0 && g->nodes[ia].op == OARI_OP_add ? &g->nodes[ia] : NULL;
+    int b = add ? other_input(add, last) : -1;
+    if (const_of(g, b, OAR_F32) && along_last(&g->values[b], n, false, g->values[acc].ndim) &&
+        same_shape(&g->values[add->out[0]], &g->values[acc]) && g->values[add->out[0]].dtype == OAR_F32) {
+        bv = b, last = add->out[0], chain[n_chain++] = ia;
+    }
+    int from = chain[n_chain - 1], ir = sole_user(g, last, uses, from);
+    int *nin = NULL;
+    if (ir >= 0 && g->nodes[ir].op == OARI_OP_relu && g->nodes[ir].n_in == 1) {
+        relu = 1;
+        last = g->nodes[ir].out[0];
+        from = ir;
+    } else {
+        ir = -1;
+    }
+    int iq = sole_user(g, last, uses, from);
+    if (iq >= 0 && !fusable_quantize(g, &g->nodes[iq])) iq = -1;
+    /* the constants the kernel reads */
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *wp = NULL, *ws = NULL;
+    int st = pool ? pack(g->values[wv].constant, &wp, &ws) : oari_fail_status();
+    oar_tensor *s = st ? NULL : flat(g->values[sv].constant, n, true);
+    oar_tensor *bias = st || bv < 0 ? NULL : flat(g->values[bv].constant, n, false);
+    int wpv = st || !s || (bv >= 0 && !bias) ? -1 : add_const(g, wp, wv, "packed");
+    int wsv = wpv >= 0 ? add_const(g, ws, wv, "colsum") : -1;
+    int s2 = wsv >= 0 ? add_const(g, s, sv, "flat") : -1;
+    int b2 = s2 >= 0 && bv >= 0 ? add_const(g, bias, bv, "flat") : -1;
+    if (pool) oar_pool_pop(pool);
+    if (s2 < 0 || (bv >= 0 && b2 < 0) || !(nin = oari_malloc(7 * sizeof *nin))) return oari_fail_status();
+    mm = &g->nodes[i]; /* (adding values moves no node, but read it again) */
+    const oari_gnode *qn = iq >= 0 ? &g->nodes[iq] : NULL;
+    nin[0] = x, nin[1] = wpv, nin[2] = wsv, nin[3] = s2, nin[4] = b2;
+    nin[5] = qn ? qn->in[1] : -1, nin[6] = qn ? qn->in[2] : -1;
+    int64_t zp = mm->attrs.i[0];
+    oari_free(mm->in, (size_t)mm->n_in * sizeof *mm->in);
+    mm->in = nin;
+    mm->n_in = 7;
+    mm->op = OARI_OP_qlinear;
+    mm->attrs = qn ? oari_attrs_ints(4, (int64_t[]){zp, relu, qn->attrs.i[1], qn->attrs.i[2]})
+                   : oari_attrs_ints(2, (int64_t[]){zp, relu});
+    for (int k = 0; k < OARI_MAX_IATTR; k++) mm->isym[k] = -1, mm->imul[k] = 1;
+    g->values[acc].dtype = qn ? (oar_dtype)qn->attrs.i[1] : OAR_F32;
+    if (qn) last = qn->out[0];
+    oari_graph_replace_uses(g, last, acc);
+    if (iq >= 0) oari_graph_kill(g, iq);
+    if (ir >= 0) oari_graph_kill(g, ir);
+    for (int c = n_chain - 1; c >= 0; c--) oari_graph_kill(g, chain[c]);
+    return 1;
+}
+
+int oari_pass_fuse_qlinear(oar_graph *g) {
+    int changes = 0, st = 0;
+    size_t nbytes = (size_t)(g->n_values + 1) * sizeof(int);
+    int *uses = NULL;
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        if (g->nodes[i].dead || g->nodes[i].op != OARI_OP_qmatmul) continue;
+        if (!uses || (size_t)(g->n_values + 1) * sizeof(int) != nbytes) {
+            if (uses) oari_free(uses, nbytes);
+            nbytes = (size_t)(g->n_values + 1) * sizeof(int);
+            if (!(uses = oari_malloc(nbytes))) return oari_fail_status();
+        }
+        oari_graph_use_counts(g, uses);
+        st = fuse_one(g, i, uses);
+        if (st > 0) changes++, st = 0;
+    }
+    if (uses) oari_free(uses, nbytes);
+    if (st) return st;
+    int cst = changes ? oari_graph_compact(g) : 0;
+    return cst ? cst : changes;
+}
