@@ -151,6 +151,11 @@ typedef struct oar_plan_layer {
     double gemm_rows;         /* GEMM rows per sample (a micro-batch of b samples: b x gemm_rows) */
     double gemm_k, gemm_n;    /* its weight's input and output features (FLOP-weighted over
                                  the layer's weight GEMMs); column split divides n, row split k */
+    /* A LINEAR layer that adds its result to an activation made before it (a residual add).
+     * Not column-split: its feature-sharded output would make the residual stream sharded, and
+     * dist dispatch's pointwise rule keeps it so through every later add (gathers in forward
+     * and backward that the layer chain does not price). */
+    bool residual;
 } oar_plan_layer;
 
 typedef struct oar_plan_model oar_plan_model;
@@ -173,8 +178,9 @@ OAR_API const char *oar_plan_model_name(const oar_plan_model *m);
  * the parameter each reads (module names, "fc1.weight" -> "fc1"); a node
  * reading none joins the layer before it. Per-node FLOPs and bytes come
  * from the traced shapes; a layer with a matmul on a parameter is LINEAR,
- * one of elementwise ops only POINTWISE, others REPLICATED. f32 (4 bytes
- * per parameter). NULL on failure. */
+ * one of elementwise ops only POINTWISE, others REPLICATED; a LINEAR layer
+ * whose GEMM result meets an activation from before it in an elementwise
+ * op is `residual`. f32 (4 bytes per parameter). NULL on failure. */
 OAR_API oar_plan_model *oar_plan_model_from_graph(const oar_graph *g, int64_t batch);
 
 /* A decoder-only transformer by its configuration (GPT-style, as in

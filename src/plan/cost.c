@@ -245,7 +245,7 @@ static void place_layers(const oar_plan_model *m, const oar_cluster *c, int tp, 
         opts[no++] = (option){1, OARI_PLACE_REPLICATE, 0}; /* gathers first */
         if (l->kind == OAR_PLAN_LAYER_POINTWISE) opts[no++] = (option){1, OARI_PLACE_SHARD, 1};
         if (l->kind == OAR_PLAN_LAYER_LINEAR && split) {
-            opts[no++] = (option){0, OARI_PLACE_COLUMN, 1};
+            if (!l->residual) opts[no++] = (option){0, OARI_PLACE_COLUMN, 1};
             opts[no++] = (option){1, OARI_PLACE_ROW, 0};
         }
         if (l->kind == OAR_PLAN_LAYER_BLOCK && split) {

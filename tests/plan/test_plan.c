@@ -213,6 +213,17 @@ static void test_layout(void) {
     CHECK(oar_plan_estimate_layout(m, &c, 8, &k, 3, NULL, stage) == 0);
     CHECK(stage[0] == 0 && stage[2] == 1 && stage[1] <= stage[2]);
     CHECK_STATUS_FAILS(oar_plan_estimate_layout(m, &c, 8, &k, 2, place, stage), "must be the model's 3 layers");
+    /* a residual first layer is not column-split: then nothing before the row split makes the
+     * sharded input it reads, and the chain stays replicated */
+    oar_plan_model *mr = oar_plan_model_new("mlp-res", 4);
+    oar_plan_layer res = lin;
+    res.residual = true;
+    CHECK(oar_plan_model_add_layer(mr, &res) == 0 && oar_plan_model_add_layer(mr, &relu) == 0 &&
+          oar_plan_model_add_layer(mr, &lin) == 0);
+    oar_plan_config kt = {.dp = 1, .tp = 2, .pp = 1, .micro_batches = 1};
+    CHECK(oar_plan_estimate_layout(mr, &c, 8, &kt, 3, place, NULL) == 0);
+    CHECK(!strcmp(place[0], "replicate") && strcmp(place[2], "row"));
+    oar_plan_model_free(mr);
     CHECK_STATUS_FAILS(oar_plan_estimate_layout(NULL, &c, 8, &k, 3, place, stage), "model is NULL");
     CHECK_STATUS_FAILS(oar_plan_estimate_layout(m, &c, 8, NULL, 3, place, stage), "configuration is NULL");
     k.dp = 2;
@@ -478,6 +489,46 @@ static void test_from_graph(void) {
     oar_plan_model_free(m);
     oar_graph_free(g);
     oar_module_free(net);
+
+    /* a pre-norm encoder layer: out_proj and linear2 add their result to the residual stream
+     * (residual), linear1 does not; no plan column-splits a residual layer (dist dispatch would
+     * then shard the residual stream through every later add) */
+    oar_transformer_options o = {.dim_feedforward = 64, .norm_first = true, .activation = OAR_ACTIVATION_GELU};
+    oar_module *enc = oar_transformer_encoder_layer_new(16, 2, &o);
+    oar_graph_input_spec se = {.name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {8, 4, 16}};
+    g = enc ? oar_trace_module(enc, &se) : NULL;
+    m = g ? oar_plan_model_from_graph(g, 0) : NULL;
+    CHECK(m != NULL);
+    int seen = 0;
+    for (int i = 0; m && i < oar_plan_model_num_layers(m); i++) {
+        const oar_plan_layer *l = oar_plan_model_layer(m, i);
+        if (!strcmp(l->name, "self_attn.out_proj") || !strcmp(l->name, "linear2")) {
+            CHECK(l->kind == OAR_PLAN_LAYER_LINEAR && l->residual);
+            seen++;
+        } else if (!strcmp(l->name, "linear1")) {
+            CHECK(l->kind == OAR_PLAN_LAYER_LINEAR && !l->residual);
+            seen++;
+        } else
+            CHECK(!l->residual);
+    }
+    CHECK(seen == 3);
+    if (m) {
+        oar_cluster c = toy_cluster(2);
+        c.flops = 1e9; /* compute-bound: splitting pays */
+        const char *place[32];
+        int n = oar_plan_model_num_layers(m);
+        oar_plan_config k = {.dp = 1, .tp = 2, .pp = 1, .micro_batches = 1};
+        CHECK(n <= 32 && oar_plan_estimate_layout(m, &c, 8, &k, n, place, NULL) == 0);
+        for (int i = 0; i < n && i < 32; i++) {
+            const oar_plan_layer *l = oar_plan_model_layer(m, i);
+            if (l->residual) CHECK(strcmp(place[i], "column"));
+            if (!strcmp(l->name, "linear1")) CHECK(!strcmp(place[i], "column"));
+            if (!strcmp(l->name, "linear2")) CHECK(!strcmp(place[i], "row"));
+        }
+    }
+    oar_plan_model_free(m);
+    oar_graph_free(g);
+    oar_module_free(enc);
 }
 
 /* path's contents become text (a calibration file a test hand-writes). */
