@@ -40,6 +40,11 @@ extern "C" {
 /* The smallest GEMM dimensions (4, 8, ..., 512) at which gemm_rate is given. */
 #define OAR_PLAN_GEMM_CLASSES 8
 OAR_API extern const double oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES];
+/* The weights (elements, k x n) the two GEMM tables are measured at: gemm_rate at
+ * 512 x 512 (1 MiB of f32, held in cache), gemm_rate_wide at 1024 x 1024 (4 MiB, streamed from
+ * memory: a GEMM with few rows reads and writes its weight-sized operands at memory speed). */
+#define OAR_PLAN_GEMM_WEIGHT (512.0 * 512.0)
+#define OAR_PLAN_GEMM_WEIGHT_WIDE (1024.0 * 1024.0)
 
 /* A homogeneous cluster: nodes of devices_per_node devices. Bandwidths are
  * per device (what one rank can push through its link), latencies per
@@ -68,6 +73,11 @@ typedef struct oar_cluster {
                              as they compute; >= 0 */
     double sync_phase;    /* the compute before it: a collective after a shorter phase waits
                              sync_lat x phase / sync_phase; 0: sync_lat after any phase; >= 0 */
+    double gemm_rate_wide[OAR_PLAN_GEMM_CLASSES]; /* optional: the same as gemm_rate at a weight
+                             of OAR_PLAN_GEMM_WEIGHT_WIDE elements (gemm_rate's weight is
+                             OAR_PLAN_GEMM_WEIGHT; between: linear in log weight; beyond: the
+                             nearer table). All > 0 (then gemm_rate too) or all 0: gemm_rate for
+                             every weight */
 } oar_cluster;
 
 /* Fills c for n_devices of a named kind: "h200" (8 per node, 141 GB,
@@ -98,11 +108,14 @@ typedef struct oar_plan_calib {
     double gemm_rate[OAR_PLAN_GEMM_CLASSES]; /* FLOP/s of a linear layer's three training GEMMs
                              (y = x W^T, dx = g W, dW = g^T x; x, g [d, 512], W [512, 512]) at
                              smallest dimension d = oar_plan_gemm_dims[i] (0: not measured) */
+    double gemm_rate_wide[OAR_PLAN_GEMM_CLASSES]; /* the same at W [1024, 1024], x, g [d, 1024]
+                             (0: not measured) */
 } oar_plan_calib;
 
 /* Measures oar's own kernels (a GEMM, an elementwise add, the per-op cost
  * of a tiny training step, a linear layer's training GEMMs at each
- * smallest dimension of oar_plan_gemm_dims, an Adam step) and, when
+ * smallest dimension of oar_plan_gemm_dims and two weight sizes, an Adam
+ * step) and, when
  * oar_dist_init ran with more than one rank, the MPI all-reduce at several
  * sizes (a least-squares fit of alpha and beta), the wait for the slowest
  * rank after a compute phase (sync, sync_phase) and the step's per-op cost
@@ -111,14 +124,16 @@ typedef struct oar_plan_calib {
  * they plan alike. Fills *out. 0 or a status. */
 OAR_API int oar_plan_calibrate(oar_plan_calib *out);
 /* Writes / reads a calibration file (JSON, "oar-plan-calibration-2";
- * written atomically; optim_time, sync, sync_phase and gemm_rate written
- * when measured, > 0). Loading also reads version 1 files, which have none
- * of them (left 0). 0, or OAR_ERR_IO naming the file and the bad field. */
+ * written atomically; optim_time, sync, sync_phase, gemm_rate and
+ * gemm_rate_wide ("gemm_rates_wide") written when measured, > 0). Loading
+ * also reads version 1 files, and version 2 files without the wide table,
+ * which lack them (left 0). 0, or OAR_ERR_IO naming the file and the bad
+ * field. */
 OAR_API int oar_plan_calib_save(const oar_plan_calib *c, const char *path);
 OAR_API int oar_plan_calib_load(oar_plan_calib *c, const char *path);
 /* A cluster of n_devices ranks on this machine from a calibration: every
- * rate from c (gemm_rate, optim_time_per_param, sync_lat and sync_phase
- * included), devices_per_node = n_devices (one node), mem_bytes given. */
+ * rate from c (gemm_rate, gemm_rate_wide, optim_time_per_param, sync_lat and
+ * sync_phase included), devices_per_node = n_devices (one node), mem_bytes given. */
 OAR_API int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devices, double mem_bytes);
 
 /* ---- the model: per-layer cost records ------------------------------------ */
@@ -206,6 +221,11 @@ OAR_API double oar_plan_compute_time(double flops, double bytes, int n_ops, cons
  * c->flops when c has no gemm_rate or dim <= 0 (unknown). -1 on a NULL
  * cluster (error set). */
 OAR_API double oar_plan_gemm_time(double flops, double dim, const oar_cluster *c);
+/* The same for GEMMs whose weight has `weight` elements (k x n, this rank's part): the rate at
+ * dim from gemm_rate (weight <= OAR_PLAN_GEMM_WEIGHT), gemm_rate_wide (>= OAR_PLAN_GEMM_WEIGHT_WIDE)
+ * or between them linearly in log weight; gemm_rate alone when c has no wide table or weight <= 0
+ * (unknown). -1 on a NULL cluster (error set). */
+OAR_API double oar_plan_gemm_time_weight(double flops, double dim, double weight, const oar_cluster *c);
 
 /* One point of the search space. */
 typedef struct oar_plan_config {

@@ -149,7 +149,7 @@ const double oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES] = {4, 8, 16, 32, 64, 128,
 
 /* The three GEMMs of a linear layer's training step, as the matmul
  * gradient rule makes them (src/ops/linalg.c): y = x W^T, dx = g W,
- * dW = (g^T x)^T stored transposed; x and g [s, 512], W [512, 512]. */
+ * dW = (g^T x)^T stored transposed; x and g [s, w], W [w, w]. */
 typedef struct gemm_triple {
     oar_tensor *x, *g, *W;
 } gemm_triple;
@@ -165,9 +165,9 @@ static int run_gemm_triple(void *ctx) {
     return y && dx && dw ? 0 : oari_fail_status();
 }
 
-/* Seconds per triple at rows s; < 0 on failure. */
-static double time_gemm_triple(int64_t s) {
-    const int64_t w = 512, xs[2] = {s, w}, ws[2] = {w, w};
+/* Seconds per triple at rows s and width w; < 0 on failure. */
+static double time_gemm_triple(int64_t s, int64_t w) {
+    const int64_t xs[2] = {s, w}, ws[2] = {w, w};
     oar_pool *pool = oar_pool_push();
     if (!pool) return -1;
     gemm_triple c = {oar_randn(OAR_F32, 2, xs), oar_randn(OAR_F32, 2, xs), oar_randn(OAR_F32, 2, ws)};
@@ -222,9 +222,10 @@ int oar_plan_calibrate(oar_plan_calib *out) {
     /* GEMM rates by smallest dimension, and Adam's step per element */
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) {
         int64_t d = (int64_t)oar_plan_gemm_dims[i];
-        double tg = time_gemm_triple(d);
-        if (tg <= 0) return oari_fail_status();
-        out->gemm_rate[i] = 3 * 2.0 * (double)d * 512 * 512 / tg;
+        double tg = time_gemm_triple(d, 512), tw = time_gemm_triple(d, 1024);
+        if (tg <= 0 || tw <= 0) return oari_fail_status();
+        out->gemm_rate[i] = 3 * 2.0 * (double)d * OAR_PLAN_GEMM_WEIGHT / tg;
+        out->gemm_rate_wide[i] = 3 * 2.0 * (double)d * OAR_PLAN_GEMM_WEIGHT_WIDE / tw;
     }
     out->optim_time = time_adam_per_elem();
     if (out->optim_time <= 0) return oari_fail_status();
@@ -261,10 +262,11 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         }
         /* every rank must plan alike: the mean of the ranks' figures */
         if (!st) {
-            enum { NV = 8 + OAR_PLAN_GEMM_CLASSES };
+            enum { NV = 8 + 2 * OAR_PLAN_GEMM_CLASSES };
             double v[NV] = {out->matmul_flops, out->ew_bw, out->op_overhead, a0, b0, out->optim_time, out->sync,
                             out->sync_phase};
-            for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) v[8 + i] = out->gemm_rate[i];
+            for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
+                v[8 + i] = out->gemm_rate[i], v[8 + OAR_PLAN_GEMM_CLASSES + i] = out->gemm_rate_wide[i];
             const int64_t nv = NV;
             oar_tensor *loc = oar_tensor_from_data(v, OAR_F64, 1, &nv);
             oar_placement part = oar_partial(OAR_REDUCE_SUM), rep = oar_replicate();
@@ -277,7 +279,9 @@ int oar_plan_calibrate(oar_plan_calib *out) {
                 out->matmul_flops = p[0] / world, out->ew_bw = p[1] / world, out->op_overhead = p[2] / world;
                 a0 = p[3] / world, b0 = p[4] / world, out->optim_time = p[5] / world, out->sync = p[6] / world;
                 out->sync_phase = p[7] / world;
-                for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) out->gemm_rate[i] = p[8 + i] / world;
+                for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
+                    out->gemm_rate[i] = p[8 + i] / world,
+                    out->gemm_rate_wide[i] = p[8 + OAR_PLAN_GEMM_CLASSES + i] / world;
             }
             oar_tensor_release(sum);
             oar_tensor_release(d);
@@ -306,6 +310,7 @@ int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devi
                          .optim_time_per_param = c->optim_time, .sync_lat = c->sync,
                          .sync_phase = c->sync_phase};
     memcpy(out->gemm_rate, c->gemm_rate, sizeof out->gemm_rate);
+    memcpy(out->gemm_rate_wide, c->gemm_rate_wide, sizeof out->gemm_rate_wide);
     return oar_cluster_check(out);
 }
 
@@ -337,6 +342,11 @@ int oar_plan_calib_save(const oar_plan_calib *c, const char *path) {
         if (!ok) cJSON_Delete(dims);
         cJSON *rates = ok ? cJSON_CreateDoubleArray(c->gemm_rate, OAR_PLAN_GEMM_CLASSES) : NULL;
         ok = rates && cJSON_AddItemToObject(root, "gemm_rates", rates);
+        if (!ok) cJSON_Delete(rates);
+    }
+    if (ok && c->gemm_rate[0] > 0 && c->gemm_rate_wide[0] > 0) {
+        cJSON *rates = cJSON_CreateDoubleArray(c->gemm_rate_wide, OAR_PLAN_GEMM_CLASSES);
+        ok = rates && cJSON_AddItemToObject(root, "gemm_rates_wide", rates);
         if (!ok) cJSON_Delete(rates);
     }
     char *text = ok ? cJSON_Print(root) : NULL;
@@ -422,6 +432,19 @@ int oar_plan_calib_load(oar_plan_calib *c, const char *path) {
             else if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
                 st = oari_error(OAR_ERR_IO, "%s: %s: gemm_rates[%d] is not a positive number", fn, path, i);
             else got.gemm_rate[i] = v->valuedouble;
+        }
+    }
+    /* the table at the wide weight (optional in version 2; only beside gemm_rates) */
+    cJSON *wide = cJSON_GetObjectItemCaseSensitive(root, "gemm_rates_wide");
+    if (!st && version >= 2 && wide) {
+        if (!rates || !cJSON_IsArray(wide) || cJSON_GetArraySize(wide) != OAR_PLAN_GEMM_CLASSES)
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"gemm_rates_wide\" must be an array of %d numbers beside "
+                            "\"gemm_rates\"", fn, path, OAR_PLAN_GEMM_CLASSES);
+        for (int i = 0; !st && i < OAR_PLAN_GEMM_CLASSES; i++) {
+            cJSON *v = cJSON_GetArrayItem(wide, i);
+            if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
+                st = oari_error(OAR_ERR_IO, "%s: %s: gemm_rates_wide[%d] is not a positive number", fn, path, i);
+            else got.gemm_rate_wide[i] = v->valuedouble;
         }
     }
     if (!st) *c = got;

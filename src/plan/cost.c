@@ -51,17 +51,23 @@ int oar_cluster_check(const oar_cluster *c) {
     if (!isfinite(c->optim_time_per_param) || c->optim_time_per_param < 0)
         return oari_error(OAR_ERR_INVALID, "cluster: optimizer time per parameter %g: must be finite and >= 0",
                           c->optim_time_per_param);
-    int pos_rates = 0;
+    int pos_rates = 0, pos_wide = 0;
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) {
-        double r = c->gemm_rate[i];
+        double r = c->gemm_rate[i], w = c->gemm_rate_wide[i];
         if (!isfinite(r) || r < 0)
             return oari_error(OAR_ERR_INVALID, "cluster: gemm_rate[%d] %g: must be finite and >= 0", i, r);
-        pos_rates += r > 0;
+        if (!isfinite(w) || w < 0)
+            return oari_error(OAR_ERR_INVALID, "cluster: gemm_rate_wide[%d] %g: must be finite and >= 0", i, w);
+        pos_rates += r > 0, pos_wide += w > 0;
     }
     if (pos_rates && pos_rates < OAR_PLAN_GEMM_CLASSES)
         return oari_error(OAR_ERR_INVALID, "cluster: %d of the %d gemm_rate entries are 0: give all (as "
                           "oar_plan_calibrate measures them) or none", OAR_PLAN_GEMM_CLASSES - pos_rates,
                           OAR_PLAN_GEMM_CLASSES);
+    if (pos_wide && (pos_wide < OAR_PLAN_GEMM_CLASSES || !pos_rates))
+        return oari_error(OAR_ERR_INVALID, "cluster: %d of the %d gemm_rate_wide entries are 0%s: give all (and "
+                          "gemm_rate) or none", OAR_PLAN_GEMM_CLASSES - pos_wide, OAR_PLAN_GEMM_CLASSES,
+                          pos_rates ? "" : ", and gemm_rate has none");
     return 0;
 }
 
@@ -77,17 +83,33 @@ double oar_plan_compute_time(double flops, double bytes, int n_ops, const oar_cl
     return flops / c->flops + bytes / c->mem_bw + n_ops * c->op_overhead;
 }
 
-double oar_plan_gemm_time(double flops, double dim, const oar_cluster *c) {
-    if (!c) return oari_null_arg("oar_plan_gemm_time", "cluster"), -1;
-    const double *r = c->gemm_rate, *d = oar_plan_gemm_dims;
+/* A rate table's value at smallest dimension dim (> 0): linear in log dim, clamped. */
+static double table_rate(const double *r, double dim) {
+    const double *d = oar_plan_gemm_dims;
     const int n = OAR_PLAN_GEMM_CLASSES;
-    if (!(dim > 0) || !(r[0] > 0)) return flops / c->flops;
-    if (dim <= d[0]) return flops / r[0];
-    if (dim >= d[n - 1]) return flops / r[n - 1];
+    if (dim <= d[0]) return r[0];
+    if (dim >= d[n - 1]) return r[n - 1];
     int i = 0;
     while (dim > d[i + 1]) i++;
     double w = (log(dim) - log(d[i])) / (log(d[i + 1]) - log(d[i]));
-    return flops / (r[i] + w * (r[i + 1] - r[i]));
+    return r[i] + w * (r[i + 1] - r[i]);
+}
+
+double oar_plan_gemm_time_weight(double flops, double dim, double weight, const oar_cluster *c) {
+    if (!c) return oari_null_arg("oar_plan_gemm_time_weight", "cluster"), -1;
+    if (!(dim > 0) || !(c->gemm_rate[0] > 0)) return flops / c->flops;
+    double r = table_rate(c->gemm_rate, dim);
+    if (weight > 0 && c->gemm_rate_wide[0] > 0) {
+        double w = log(weight / OAR_PLAN_GEMM_WEIGHT) / log(OAR_PLAN_GEMM_WEIGHT_WIDE / OAR_PLAN_GEMM_WEIGHT);
+        w = fmin(1, fmax(0, w));
+        r += w * (table_rate(c->gemm_rate_wide, dim) - r);
+    }
+    return flops / r;
+}
+
+double oar_plan_gemm_time(double flops, double dim, const oar_cluster *c) {
+    if (!c) return oari_null_arg("oar_plan_gemm_time", "cluster"), -1;
+    return oar_plan_gemm_time_weight(flops, dim, 0, c);
 }
 
 const char *oari_place_name(oari_place p) {
@@ -168,12 +190,15 @@ typedef struct lay_cost {
 
 /* The smallest dimension of layer l's weight GEMMs at micro-batch b under
  * placement pl over tp ranks (a column split divides the output features,
- * a row split the input features, a block both); 0: unknown. */
-static double gemm_dim(const oar_plan_layer *l, double b, int tp, oari_place pl) {
+ * a row split the input features, a block both); 0: unknown. *weight gets
+ * this rank's weight elements, k x n (0: unknown). */
+static double gemm_dim(const oar_plan_layer *l, double b, int tp, oari_place pl, double *weight) {
+    *weight = 0;
     if (!(l->gemm_rows > 0) || !(l->gemm_k > 0) || !(l->gemm_n > 0)) return 0;
     double k = l->gemm_k, n = l->gemm_n;
     if (pl == OARI_PLACE_ROW || pl == OARI_PLACE_BLOCK) k /= tp;
     if (pl == OARI_PLACE_COLUMN || pl == OARI_PLACE_BLOCK) n /= tp;
+    *weight = k * n;
     return fmin(b * l->gemm_rows, fmin(k, n));
 }
 
@@ -182,8 +207,9 @@ static double gemm_dim(const oar_plan_layer *l, double b, int tp, oari_place pl)
  * gradient, not the input's) and no collective for the input's gradient. */
 static lay_cost option_cost(const oar_plan_layer *l, const oar_cluster *c, int tp, double b, int recompute,
                             oari_place pl, bool first) {
-    double f = (pl == OARI_PLACE_REPLICATE) ? 1 : tp;
-    double gemm = oar_plan_gemm_time(l->flops * b / f, gemm_dim(l, b, tp, pl), c);
+    double f = (pl == OARI_PLACE_REPLICATE) ? 1 : tp, weight;
+    double dim = gemm_dim(l, b, tp, pl, &weight);
+    double gemm = oar_plan_gemm_time_weight(l->flops * b / f, dim, weight, c);
     double rest = oar_plan_compute_time(0, l->bytes * b / f, l->n_ops, c);
     /* backward: two forwards (the first layer's GEMMs: one); recompute adds a forward */
     double fwd = gemm + rest, bwd = gemm * (first ? 1 : 2) + 2 * rest;

@@ -121,6 +121,28 @@ static void test_measured_rates(void) {
     c.gemm_rate[3] = -1;
     CHECK_STATUS_FAILS(oar_cluster_check(&c), "gemm_rate[3] -1");
     c.gemm_rate[3] = 4e10;
+    /* by weight: the table at 512 x 512 (<= 2^18 elements), the wide one at 1024 x 1024 (>= 2^20),
+     * linear in log weight between (2^19: halfway) */
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate_wide[i] = 0.5e10 * (i + 1); /* half */
+    CHECK(oar_cluster_check(&c) == 0);
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 512.0 * 512, &c), 1e9 / 3e10, 1e-15);
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 1000, &c), 1e9 / 3e10, 1e-15);           /* clamped below */
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 1024.0 * 1024, &c), 1e9 / 1.5e10, 1e-15);
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 1e9, &c), 1e9 / 1.5e10, 1e-15);          /* clamped above */
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 512.0 * 1024, &c), 1e9 / 2.25e10, 1e-15); /* halfway */
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, sqrt(16.0 * 32), 1024.0 * 1024, &c), 1e9 / 1.75e10, 1e-15);
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 0, &c), 1e9 / 3e10, 1e-15);    /* unknown weight: gemm_rate */
+    CHECK_NEAR(oar_plan_gemm_time(1e9, 16, &c), 1e9 / 3e10, 1e-15);
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 0, 1024.0 * 1024, &c), 1e9 / 1e12, 1e-18); /* unknown dim */
+    CHECK(oar_plan_gemm_time_weight(1, 1, 1, NULL) < 0);
+    c.gemm_rate_wide[5] = 0;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "1 of the 8 gemm_rate_wide entries are 0");
+    c.gemm_rate_wide[5] = INFINITY;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "gemm_rate_wide[5] inf");
+    c.gemm_rate_wide[5] = 3e10;
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate[i] = 0;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "gemm_rate has none");
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate[i] = 1e10 * (i + 1), c.gemm_rate_wide[i] = 0;
     c.optim_time_per_param = -1;
     CHECK_STATUS_FAILS(oar_cluster_check(&c), "optimizer time per parameter");
     c.optim_time_per_param = NAN;
@@ -148,6 +170,19 @@ static void test_measured_rates(void) {
     CHECK_NEAR(e.accum_time, 3 * 8192 * 12 / 1e11, 1e-18);
     CHECK_NEAR(e.step_time, e.compute_time + e.optim_time + e.accum_time, 1e-15);
     oar_plan_model_free(m);
+    /* a 1024 x 1024 weight: its GEMMs at the wide table's rate (a quarter of gemm_rate here);
+     * under tp 2, column-split, this rank's 1024 x 512 half sits halfway in log weight */
+    m = oar_plan_model_new("wide", 4);
+    oar_plan_layer lw = {.kind = OAR_PLAN_LAYER_LINEAR, .flops = 2.0 * 1024 * 1024, .params = 1024 * 1024,
+                         .gemm_rows = 1, .gemm_k = 1024, .gemm_n = 1024};
+    CHECK(oar_plan_model_add_layer(m, &lw) == 0);
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate_wide[i] = c.gemm_rate[i] / 4;
+    k = (oar_plan_config){.dp = 1, .tp = 1, .pp = 1, .micro_batches = 1};
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    double fw = 2.0 * 1024 * 1024 * 8;
+    CHECK_NEAR(e.compute_time, (1 + 1) * fw / (2e10 / 4), 1e-12); /* dim 8; the first layer: 2 GEMMs */
+    oar_plan_model_free(m);
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate_wide[i] = 0;
 
     /* the wait at each synchronising collective: dp 4, one micro-batch: the gradients'
      * all-reduce and the loss's, one wait each; ZeRO-2 with two micro-batches (accumulated
@@ -573,6 +608,20 @@ static void test_calib_file(void) {
     CHECK(d.optim_time == 1.5e-9 && d.sync == 2e-4 && d.gemm_rate[0] == 1e9 && d.gemm_rate[7] == 8e9);
     CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
     CHECK(cl.optim_time_per_param == 1.5e-9 && cl.sync_lat == 2e-4 && cl.sync_phase == 3e-3 && cl.gemm_rate[3] == 4e9);
+    CHECK(d.gemm_rate_wide[0] == 0 && cl.gemm_rate_wide[0] == 0); /* a version 2 file without the wide table */
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c2.gemm_rate_wide[i] = 0.5e9 * (i + 1);
+    CHECK(oar_plan_calib_save(&c2, path) == 0);
+    CHECK(oar_plan_calib_load(&d, path) == 0);
+    CHECK(d.gemm_rate_wide[0] == 0.5e9 && d.gemm_rate_wide[7] == 4e9 && d.gemm_rate[7] == 8e9);
+    CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
+    CHECK(cl.gemm_rate_wide[3] == 2e9);
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_rates_wide\": [1, 2, 3, 4, 5, 6, 7, 8]}");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "beside \"gemm_rates\"");
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8, 16, 32, 64, 128, 256, 512], "
+          "\"gemm_rates\": [1, 2, 3, 4, 5, 6, 7, 8], \"gemm_rates_wide\": [1, 2, 3, 0, 5, 6, 7, 8]}");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "gemm_rates_wide[3] is not a positive number");
     /* a version 1 file: no extras, left 0 */
     spit(path, "{\"format\": \"oar-plan-calibration-1\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
           "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2}");
@@ -607,7 +656,9 @@ static void test_calib_file(void) {
     CHECK(oar_plan_calibrate(&m) == 0);
     CHECK(m.matmul_flops > 1e6 && isfinite(m.matmul_flops) && m.ew_bw > 1e6 && m.op_overhead > 0 && m.ranks == 1);
     CHECK(m.optim_time > 0 && isfinite(m.optim_time));
-    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) CHECK(m.gemm_rate[i] > 1e6 && isfinite(m.gemm_rate[i]));
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
+        CHECK(m.gemm_rate[i] > 1e6 && isfinite(m.gemm_rate[i]) && m.gemm_rate_wide[i] > 1e6 &&
+              isfinite(m.gemm_rate_wide[i]));
     CHECK_STATUS_FAILS(oar_plan_calibrate(NULL), "out is NULL");
 }
 
