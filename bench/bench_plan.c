@@ -400,6 +400,8 @@ static void print_calib(const oar_plan_calib *cal, const char *what) {
     printf("; at a 1024 x 1024 weight:");
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
         printf(" %g: %.3g", oar_plan_gemm_dims[i], cal->gemm_rate_wide[i]);
+    printf("; op families (B/s):");
+    for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) printf(" %s %.3g", oar_plan_op_family_names[i], cal->family_bw[i]);
     printf("\n");
 }
 
@@ -412,6 +414,7 @@ static oar_plan_calib calib_mean(const oar_plan_calib *c, int n) {
         m.sync += c[r].sync / n, m.sync_phase += c[r].sync_phase / n;
         for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
             m.gemm_rate[i] += c[r].gemm_rate[i] / n, m.gemm_rate_wide[i] += c[r].gemm_rate_wide[i] / n;
+        for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) m.family_bw[i] += c[r].family_bw[i] / n;
     }
     return m;
 }

@@ -46,6 +46,22 @@ OAR_API extern const double oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES];
 #define OAR_PLAN_GEMM_WEIGHT (512.0 * 512.0)
 #define OAR_PLAN_GEMM_WEIGHT_WIDE (1024.0 * 1024.0)
 
+/* Families of memory-bound ops whose kernels run well below the elementwise add's bandwidth,
+ * each calibrated by one representative's forward and backward at 2^18 f32 elements:
+ * transcendental (exp, log, tanh, sigmoid, gelu, silu, erf, ...; timed: gelu), normalisation
+ * (layer_norm, group_norm, batch_norm; timed: layer_norm over 128 features), softmax (softmax,
+ * log_softmax; timed: over 64), select (where; timed: a [64, 64] mask broadcast, as in a causal
+ * attention). Other memory-bound ops run at mem_bw. */
+typedef enum oar_plan_op_family {
+    OAR_PLAN_FAMILY_TRANSCENDENTAL = 0,
+    OAR_PLAN_FAMILY_NORM = 1,
+    OAR_PLAN_FAMILY_SOFTMAX = 2,
+    OAR_PLAN_FAMILY_SELECT = 3,
+} oar_plan_op_family;
+#define OAR_PLAN_OP_FAMILIES 4
+/* Their names ("transcendental", "norm", "softmax", "select"), as the calibration file keys them. */
+OAR_API extern const char *const oar_plan_op_family_names[OAR_PLAN_OP_FAMILIES];
+
 /* A homogeneous cluster: nodes of devices_per_node devices. Bandwidths are
  * per device (what one rank can push through its link), latencies per
  * message. */
@@ -78,6 +94,9 @@ typedef struct oar_cluster {
                              OAR_PLAN_GEMM_WEIGHT; between: linear in log weight; beyond: the
                              nearer table). All > 0 (then gemm_rate too) or all 0: gemm_rate for
                              every weight */
+    double family_bw[OAR_PLAN_OP_FAMILIES]; /* optional: bytes/s of each op family's forward
+                             bytes, its backward counted as two forwards (as the cost model counts
+                             every pass): 3 x forward bytes / (forward + backward time); 0: mem_bw */
 } oar_cluster;
 
 /* Fills c for n_devices of a named kind: "h200" (8 per node, 141 GB,
@@ -110,12 +129,13 @@ typedef struct oar_plan_calib {
                              smallest dimension d = oar_plan_gemm_dims[i] (0: not measured) */
     double gemm_rate_wide[OAR_PLAN_GEMM_CLASSES]; /* the same at W [1024, 1024], x, g [d, 1024]
                              (0: not measured) */
+    double family_bw[OAR_PLAN_OP_FAMILIES]; /* oar_cluster.family_bw as measured (0: not) */
 } oar_plan_calib;
 
 /* Measures oar's own kernels (a GEMM, an elementwise add, the per-op cost
  * of a tiny training step, a linear layer's training GEMMs at each
- * smallest dimension of oar_plan_gemm_dims and two weight sizes, an Adam
- * step) and, when
+ * smallest dimension of oar_plan_gemm_dims and two weight sizes, each op
+ * family's representative forward and backward, an Adam step) and, when
  * oar_dist_init ran with more than one rank, the MPI all-reduce at several
  * sizes (a least-squares fit of alpha and beta), the wait for the slowest
  * rank after a compute phase (sync, sync_phase) and the step's per-op cost
@@ -124,16 +144,17 @@ typedef struct oar_plan_calib {
  * they plan alike. Fills *out. 0 or a status. */
 OAR_API int oar_plan_calibrate(oar_plan_calib *out);
 /* Writes / reads a calibration file (JSON, "oar-plan-calibration-2";
- * written atomically; optim_time, sync, sync_phase, gemm_rate and
- * gemm_rate_wide ("gemm_rates_wide") written when measured, > 0). Loading
- * also reads version 1 files, and version 2 files without the wide table,
- * which lack them (left 0). 0, or OAR_ERR_IO naming the file and the bad
- * field. */
+ * written atomically; optim_time, sync, sync_phase, gemm_rate,
+ * gemm_rate_wide ("gemm_rates_wide") and family_bw (an object
+ * "family_bw" keyed by oar_plan_op_family_names) written when measured,
+ * > 0). Loading also reads version 1 files, and version 2 files without
+ * the later tables, which lack them (left 0). 0, or OAR_ERR_IO naming the
+ * file and the bad field. */
 OAR_API int oar_plan_calib_save(const oar_plan_calib *c, const char *path);
 OAR_API int oar_plan_calib_load(oar_plan_calib *c, const char *path);
 /* A cluster of n_devices ranks on this machine from a calibration: every
- * rate from c (gemm_rate, gemm_rate_wide, optim_time_per_param, sync_lat and
- * sync_phase included), devices_per_node = n_devices (one node), mem_bytes given. */
+ * rate from c (gemm_rate, gemm_rate_wide, family_bw, optim_time_per_param,
+ * sync_lat and sync_phase included), devices_per_node = n_devices (one node), mem_bytes given. */
 OAR_API int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devices, double mem_bytes);
 
 /* ---- the model: per-layer cost records ------------------------------------ */
@@ -171,6 +192,9 @@ typedef struct oar_plan_layer {
      * dist dispatch's pointwise rule keeps it so through every later add (gathers in forward
      * and backward that the layer chain does not price). */
     bool residual;
+    /* Optional: the part of `bytes` through ops of each oar_plan_op_family (at
+     * oar_cluster.family_bw); the rest runs at mem_bw. Each >= 0, their sum <= bytes. */
+    double family_bytes[OAR_PLAN_OP_FAMILIES];
 } oar_plan_layer;
 
 typedef struct oar_plan_model oar_plan_model;
@@ -215,6 +239,10 @@ OAR_API oar_plan_model *oar_plan_model_transformer(const oar_plan_transformer *c
 OAR_API double oar_plan_allreduce_time(double bytes, int n, double alpha, double bw);
 /* flops / flop_rate + bytes / byte_rate + n_ops * overhead. */
 OAR_API double oar_plan_compute_time(double flops, double bytes, int n_ops, const oar_cluster *c);
+/* Seconds of a layer's memory-bound forward bytes (per sample, times `samples`): each family's
+ * part (l->family_bytes) at c->family_bw (mem_bw where 0), the rest at mem_bw. -1 on NULL
+ * (error set). */
+OAR_API double oar_plan_memory_time(const oar_plan_layer *l, double samples, const oar_cluster *c);
 /* Seconds of `flops` FLOPs of GEMMs whose smallest dimension is `dim`:
  * flops / the rate c->gemm_rate interpolates at dim (linear in log dim
  * between oar_plan_gemm_dims; clamped to the table's ends), or flops /

@@ -48,6 +48,10 @@ int oar_cluster_check(const oar_cluster *c) {
     for (int i = 0; i < 5; i++)
         if (!isfinite(nn[i]) || nn[i] < 0)
             return oari_error(OAR_ERR_INVALID, "cluster: %s %g: must be finite and >= 0", nnn[i], nn[i]);
+    for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++)
+        if (!isfinite(c->family_bw[i]) || c->family_bw[i] < 0)
+            return oari_error(OAR_ERR_INVALID, "cluster: family_bw[%d] (%s) %g: must be finite and >= 0", i,
+                              oar_plan_op_family_names[i], c->family_bw[i]);
     if (!isfinite(c->optim_time_per_param) || c->optim_time_per_param < 0)
         return oari_error(OAR_ERR_INVALID, "cluster: optimizer time per parameter %g: must be finite and >= 0",
                           c->optim_time_per_param);
@@ -81,6 +85,21 @@ double oar_plan_allreduce_time(double bytes, int n, double alpha, double bw) {
 double oar_plan_compute_time(double flops, double bytes, int n_ops, const oar_cluster *c) {
     if (!c) return oari_null_arg("oar_plan_compute_time", "cluster"), -1;
     return flops / c->flops + bytes / c->mem_bw + n_ops * c->op_overhead;
+}
+
+const char *const oar_plan_op_family_names[OAR_PLAN_OP_FAMILIES] = {"transcendental", "norm", "softmax", "select"};
+
+double oar_plan_memory_time(const oar_plan_layer *l, double samples, const oar_cluster *c) {
+    if (!l) return oari_null_arg("oar_plan_memory_time", "layer"), -1;
+    if (!c) return oari_null_arg("oar_plan_memory_time", "cluster"), -1;
+    double plain = l->bytes, t = 0;
+    for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) {
+        double fb = l->family_bytes[i];
+        if (!(fb > 0)) continue;
+        plain -= fb;
+        t += fb / (c->family_bw[i] > 0 ? c->family_bw[i] : c->mem_bw);
+    }
+    return samples * (t + fmax(0, plain) / c->mem_bw);
 }
 
 /* A rate table's value at smallest dimension dim (> 0): linear in log dim, clamped. */
@@ -210,7 +229,7 @@ static lay_cost option_cost(const oar_plan_layer *l, const oar_cluster *c, int t
     double f = (pl == OARI_PLACE_REPLICATE) ? 1 : tp, weight;
     double dim = gemm_dim(l, b, tp, pl, &weight);
     double gemm = oar_plan_gemm_time_weight(l->flops * b / f, dim, weight, c);
-    double rest = oar_plan_compute_time(0, l->bytes * b / f, l->n_ops, c);
+    double rest = oar_plan_memory_time(l, b / f, c) + l->n_ops * c->op_overhead;
     /* backward: two forwards (the first layer's GEMMs: one); recompute adds a forward */
     double fwd = gemm + rest, bwd = gemm * (first ? 1 : 2) + 2 * rest;
     double t = fwd * (recompute ? 2 : 1) + bwd;

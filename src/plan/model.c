@@ -47,6 +47,16 @@ int oar_plan_model_add_layer(oar_plan_model *m, const oar_plan_layer *l) {
         if (bad_num(f[i]))
             return oari_error(OAR_ERR_INVALID, "oar_plan_model_add_layer: %s: %s %g must be finite and >= 0", nm,
                               fn[i], f[i]);
+    double fam = 0;
+    for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) {
+        if (bad_num(l->family_bytes[i]))
+            return oari_error(OAR_ERR_INVALID, "oar_plan_model_add_layer: %s: family_bytes[%d] %g must be finite "
+                              "and >= 0", nm, i, l->family_bytes[i]);
+        fam += l->family_bytes[i];
+    }
+    if (fam > l->bytes * (1 + 1e-9))
+        return oari_error(OAR_ERR_INVALID, "oar_plan_model_add_layer: %s: family_bytes sum to %g, more than its "
+                          "%g bytes", nm, fam, l->bytes);
     if (l->n_ops < 0 || l->tp_max < 0)
         return oari_error(OAR_ERR_INVALID, "oar_plan_model_add_layer: %s: n_ops %d and tp_max %d must be >= 0", nm,
                           l->n_ops, l->tp_max);
@@ -99,6 +109,26 @@ static double numel(const oari_gvalue *v) {
     return n;
 }
 static double vbytes(const oari_gvalue *v) { return numel(v) * (double)oar_dtype_size(v->dtype); }
+
+/* The oar_plan_op_family of a memory-bound op; -1: plain (at the elementwise rate). */
+static int op_family(oari_op op) {
+    switch (op) {
+    case OARI_OP_exp: case OARI_OP_exp2: case OARI_OP_log: case OARI_OP_log2: case OARI_OP_log1p:
+    case OARI_OP_expm1: case OARI_OP_sin: case OARI_OP_cos: case OARI_OP_tan: case OARI_OP_asin:
+    case OARI_OP_acos: case OARI_OP_atan: case OARI_OP_sinh: case OARI_OP_cosh: case OARI_OP_tanh:
+    case OARI_OP_sigmoid: case OARI_OP_elu: case OARI_OP_gelu: case OARI_OP_silu: case OARI_OP_softplus:
+    case OARI_OP_erf: case OARI_OP_pow: case OARI_OP_atan2:
+        return OAR_PLAN_FAMILY_TRANSCENDENTAL;
+    case OARI_OP_layer_norm: case OARI_OP_group_norm: case OARI_OP_batch_norm:
+        return OAR_PLAN_FAMILY_NORM;
+    case OARI_OP_softmax: case OARI_OP_log_softmax:
+        return OAR_PLAN_FAMILY_SOFTMAX;
+    case OARI_OP_where:
+        return OAR_PLAN_FAMILY_SELECT;
+    default:
+        return -1;
+    }
+}
 
 /* A parameter: a named constant or input from a module's state ("fc1.weight"). */
 static bool is_param(const oari_gvalue *v) {
@@ -219,6 +249,8 @@ oar_plan_model *oar_plan_model_from_graph(const oar_graph *g, int64_t batch) {
             cur_pointwise = false;
         } else if (!view) {
             cur.bytes += (inb + outb) / B;
+            int fam = op_family(n->op);
+            if (fam >= 0) cur.family_bytes[fam] += (inb + outb) / B;
             bool pw = def->fusion == OARI_FUSE_ELEMWISE || def->fusion == OARI_FUSE_BROADCAST;
             if (!pw) cur_pointwise = false;
             /* after the weight GEMM, an elementwise op of its result and an activation made

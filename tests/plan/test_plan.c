@@ -39,6 +39,31 @@ static void test_closed_forms(void) {
     c.op_overhead = 1e-6;
     CHECK_NEAR(oar_plan_compute_time(0, 3e9, 5, &c), 3e9 / 1e11 + 5e-6, 1e-12);
     CHECK(oar_plan_compute_time(1, 1, 1, NULL) < 0);
+    /* memory-bound bytes by op family: 3e9 bytes a sample, 1e9 of them transcendental at
+     * family_bw 2e10, 5e8 select with no rate (mem_bw), the rest at mem_bw (1e11); 2 samples */
+    oar_plan_layer l = {.bytes = 3e9, .family_bytes = {[OAR_PLAN_FAMILY_TRANSCENDENTAL] = 1e9,
+                                                       [OAR_PLAN_FAMILY_SELECT] = 5e8}};
+    CHECK_NEAR(oar_plan_memory_time(&l, 2, &c), 2 * 3e9 / 1e11, 1e-12); /* no family rates: all at mem_bw */
+    c.family_bw[OAR_PLAN_FAMILY_TRANSCENDENTAL] = 2e10;
+    CHECK(oar_cluster_check(&c) == 0);
+    CHECK_NEAR(oar_plan_memory_time(&l, 2, &c), 2 * (1e9 / 2e10 + 2e9 / 1e11), 1e-12);
+    CHECK(oar_plan_memory_time(NULL, 1, &c) < 0 && oar_plan_memory_time(&l, 1, NULL) < 0);
+    c.family_bw[OAR_PLAN_FAMILY_NORM] = -1;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "family_bw[1] (norm) -1");
+    /* in a step: forward + backward (two forwards) of one such layer at batch 2, no GEMMs */
+    c.family_bw[OAR_PLAN_FAMILY_NORM] = 0;
+    oar_plan_model *m = oar_plan_model_new("fam", 4);
+    l.kind = OAR_PLAN_LAYER_REPLICATED;
+    CHECK(oar_plan_model_add_layer(m, &l) == 0);
+    oar_plan_estimate e;
+    CHECK(oar_plan_estimate_config(m, &c, 2, &(oar_plan_config){.dp = 1, .tp = 1, .pp = 1, .micro_batches = 1},
+                                   &e) == 0);
+    CHECK_NEAR(e.compute_time, 3 * 2 * (1e9 / 2e10 + 2e9 / 1e11), 1e-12);
+    l.family_bytes[OAR_PLAN_FAMILY_SOFTMAX] = 2e9; /* 3.5e9 of 3e9 */
+    CHECK_STATUS_FAILS(oar_plan_model_add_layer(m, &l), "family_bytes sum to 3.5e+09, more than its 3e+09 bytes");
+    l.family_bytes[OAR_PLAN_FAMILY_SOFTMAX] = NAN;
+    CHECK_STATUS_FAILS(oar_plan_model_add_layer(m, &l), "family_bytes[2] nan");
+    oar_plan_model_free(m);
 }
 
 static void test_memory_per_rank(void) {
@@ -510,6 +535,7 @@ static void test_from_graph(void) {
         CHECK_NEAR(flops, 2.0 * 8 * 16 + 2.0 * 16 * 4, 0);
         const oar_plan_layer *last = oar_plan_model_layer(m, oar_plan_model_num_layers(m) - 1);
         CHECK(!strcmp(last->name, "2") && last->kind == OAR_PLAN_LAYER_LINEAR);
+        for (int f = 0; f < OAR_PLAN_OP_FAMILIES; f++) CHECK(l0->family_bytes[f] == 0); /* relu, add: plain */
         CHECK_NEAR(last->out_bytes, 4 * 4, 0);
         CHECK(last->gemm_rows == 1 && last->gemm_k == 16 && last->gemm_n == 4);
     }
@@ -542,11 +568,18 @@ static void test_from_graph(void) {
             seen++;
         } else if (!strcmp(l->name, "linear1")) {
             CHECK(l->kind == OAR_PLAN_LAYER_LINEAR && !l->residual);
+            /* its gelu: [4, 64] in and out a sample, transcendental */
+            CHECK_NEAR(l->family_bytes[OAR_PLAN_FAMILY_TRANSCENDENTAL], 2.0 * 4 * 64 * 4, 0);
+            seen++;
+        } else if (!strcmp(l->name, "norm1")) {
+            /* layer_norm: [4, 16] in and out, mean and rstd [4, 1] */
+            CHECK_NEAR(l->family_bytes[OAR_PLAN_FAMILY_NORM], (2.0 * 4 * 16 + 2 * 4) * 4, 0);
+            CHECK(l->family_bytes[OAR_PLAN_FAMILY_NORM] <= l->bytes);
             seen++;
         } else
             CHECK(!l->residual);
     }
-    CHECK(seen == 3);
+    CHECK(seen == 4);
     if (m) {
         oar_cluster c = toy_cluster(2);
         c.flops = 1e9; /* compute-bound: splitting pays */
@@ -615,6 +648,20 @@ static void test_calib_file(void) {
     CHECK(d.gemm_rate_wide[0] == 0.5e9 && d.gemm_rate_wide[7] == 4e9 && d.gemm_rate[7] == 8e9);
     CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
     CHECK(cl.gemm_rate_wide[3] == 2e9);
+    /* op families: those measured are written, keyed by name */
+    c2.family_bw[OAR_PLAN_FAMILY_NORM] = 1.25e10, c2.family_bw[OAR_PLAN_FAMILY_SELECT] = 3e10;
+    CHECK(oar_plan_calib_save(&c2, path) == 0);
+    CHECK(oar_plan_calib_load(&d, path) == 0);
+    CHECK(d.family_bw[OAR_PLAN_FAMILY_NORM] == 1.25e10 && d.family_bw[OAR_PLAN_FAMILY_SELECT] == 3e10 &&
+          d.family_bw[OAR_PLAN_FAMILY_SOFTMAX] == 0);
+    CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
+    CHECK(cl.family_bw[OAR_PLAN_FAMILY_NORM] == 1.25e10);
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"family_bw\": {\"softmax\": -2}}");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "family_bw \"softmax\" is not a positive number");
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"family_bw\": [1]}");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"family_bw\" is not an object");
     spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
           "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_rates_wide\": [1, 2, 3, 4, 5, 6, 7, 8]}");
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "beside \"gemm_rates\"");
@@ -659,6 +706,7 @@ static void test_calib_file(void) {
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
         CHECK(m.gemm_rate[i] > 1e6 && isfinite(m.gemm_rate[i]) && m.gemm_rate_wide[i] > 1e6 &&
               isfinite(m.gemm_rate_wide[i]));
+    for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) CHECK(m.family_bw[i] > 1e6 && isfinite(m.family_bw[i]));
     CHECK_STATUS_FAILS(oar_plan_calibrate(NULL), "out is NULL");
 }
 
