@@ -406,7 +406,8 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
         from = (int8_t *)p;
     }
     place_layers(m, c, k->tp, b, k->recompute, mem_first, place, lc, from);
-    for (int i = 0; i < n; i++) t[i] = lc[i].t;
+    double total_t = 0;
+    for (int i = 0; i < n; i++) t[i] = lc[i].t, total_t += t[i];
     double stage_t = split_stages(t, n, k->pp, first);
 
     /* memory: the fullest stage */
@@ -458,7 +459,11 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
             double one = (across ? c->inter_lat : c->intra_lat) + by / (across ? c->inter_bw : c->intra_bw);
             send = one > send ? one : send;
         }
-        e->pp_time = (k->pp - 1) * stage_t + 2.0 * (M + k->pp - 1) * send;
+        /* 1F1B over stages of times t_s: the first micro-batch's pass through every stage and
+         * the slowest stage's M - 1 others, sum t_s + (M - 1) max t_s (equal stages: the
+         * familiar (M + pp - 1) t): the bubble is the other stages' time, not pp - 1 of the
+         * slowest's */
+        e->pp_time = fmax(0, total_t - stage_t) + 2.0 * (M + k->pp - 1) * send;
     }
     /* data parallel: the gradients of the fullest stage */
     double G = stage_params_max * gb;
