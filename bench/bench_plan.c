@@ -397,6 +397,11 @@ static void print_calib(const oar_plan_calib *cal, const char *what) {
            cal->matmul_flops, cal->ew_bw, cal->op_overhead, cal->optim_time, cal->alpha, cal->beta, cal->sync,
            cal->sync_phase);
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) printf(" %g: %.3g", oar_plan_gemm_dims[i], cal->gemm_rate[i]);
+    printf("; at a 1024 x 1024 weight:");
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
+        printf(" %g: %.3g", oar_plan_gemm_dims[i], cal->gemm_rate_wide[i]);
+    printf("; op families (B/s):");
+    for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) printf(" %s %.3g", oar_plan_op_family_names[i], cal->family_bw[i]);
     printf("\n");
 }
 
@@ -407,7 +412,9 @@ static oar_plan_calib calib_mean(const oar_plan_calib *c, int n) {
         m.matmul_flops += c[r].matmul_flops / n, m.ew_bw += c[r].ew_bw / n, m.op_overhead += c[r].op_overhead / n;
         m.alpha += c[r].alpha / n, m.beta += c[r].beta / n, m.optim_time += c[r].optim_time / n;
         m.sync += c[r].sync / n, m.sync_phase += c[r].sync_phase / n;
-        for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) m.gemm_rate[i] += c[r].gemm_rate[i] / n;
+        for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
+            m.gemm_rate[i] += c[r].gemm_rate[i] / n, m.gemm_rate_wide[i] += c[r].gemm_rate_wide[i] / n;
+        for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) m.family_bw[i] += c[r].family_bw[i] / n;
     }
     return m;
 }

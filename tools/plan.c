@@ -108,11 +108,13 @@ static int calibrate(const char *path, int *argc, char ***argv) {
     if (!st && rank == 0) st = oar_plan_calib_save(&c, path);
     int rc = st ? cli_fail("plan", "%s", oar_last_error()) : CLI_OK;
     if (!st && rank == 0)
-        printf("wrote %s: GEMM %.3g FLOP/s (%.3g at smallest dimension %g, %.3g at %g), elementwise %.3g B/s, "
+        printf("wrote %s: GEMM %.3g FLOP/s (%.3g at smallest dimension %g, %.3g at %g; at a 1024 x 1024 "
+               "weight %.3g and %.3g), elementwise %.3g B/s, "
                "%.3g s per op call, Adam %.3g s per parameter, all-reduce alpha %.3g s, beta %.3g s/B, sync wait "
                "%.3g s after %.3g s of compute (%d ranks)\n", path, c.matmul_flops, c.gemm_rate[0],
                oar_plan_gemm_dims[0], c.gemm_rate[OAR_PLAN_GEMM_CLASSES - 1],
-               oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES - 1], c.ew_bw, c.op_overhead, c.optim_time, c.alpha, c.beta,
+               oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES - 1], c.gemm_rate_wide[0],
+               c.gemm_rate_wide[OAR_PLAN_GEMM_CLASSES - 1], c.ew_bw, c.op_overhead, c.optim_time, c.alpha, c.beta,
                c.sync, c.sync_phase, c.ranks);
     if (dist) oar_dist_finalize();
     return rc;

@@ -40,6 +40,27 @@ extern "C" {
 /* The smallest GEMM dimensions (4, 8, ..., 512) at which gemm_rate is given. */
 #define OAR_PLAN_GEMM_CLASSES 8
 OAR_API extern const double oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES];
+/* The weights (elements, k x n) the two GEMM tables are measured at: gemm_rate at
+ * 512 x 512 (1 MiB of f32, held in cache), gemm_rate_wide at 1024 x 1024 (4 MiB, streamed from
+ * memory: a GEMM with few rows reads and writes its weight-sized operands at memory speed). */
+#define OAR_PLAN_GEMM_WEIGHT (512.0 * 512.0)
+#define OAR_PLAN_GEMM_WEIGHT_WIDE (1024.0 * 1024.0)
+
+/* Families of memory-bound ops whose kernels run well below the elementwise add's bandwidth,
+ * each calibrated by one representative's forward and backward at 2^18 f32 elements:
+ * transcendental (exp, log, tanh, sigmoid, gelu, silu, erf, ...; timed: gelu), normalisation
+ * (layer_norm, group_norm, batch_norm; timed: layer_norm over 128 features), softmax (softmax,
+ * log_softmax; timed: over 64), select (where; timed: a [64, 64] mask broadcast, as in a causal
+ * attention). Other memory-bound ops run at mem_bw. */
+typedef enum oar_plan_op_family {
+    OAR_PLAN_FAMILY_TRANSCENDENTAL = 0,
+    OAR_PLAN_FAMILY_NORM = 1,
+    OAR_PLAN_FAMILY_SOFTMAX = 2,
+    OAR_PLAN_FAMILY_SELECT = 3,
+} oar_plan_op_family;
+#define OAR_PLAN_OP_FAMILIES 4
+/* Their names ("transcendental", "norm", "softmax", "select"), as the calibration file keys them. */
+OAR_API extern const char *const oar_plan_op_family_names[OAR_PLAN_OP_FAMILIES];
 
 /* A homogeneous cluster: nodes of devices_per_node devices. Bandwidths are
  * per device (what one rank can push through its link), latencies per
@@ -68,6 +89,14 @@ typedef struct oar_cluster {
                              as they compute; >= 0 */
     double sync_phase;    /* the compute before it: a collective after a shorter phase waits
                              sync_lat x phase / sync_phase; 0: sync_lat after any phase; >= 0 */
+    double gemm_rate_wide[OAR_PLAN_GEMM_CLASSES]; /* optional: the same as gemm_rate at a weight
+                             of OAR_PLAN_GEMM_WEIGHT_WIDE elements (gemm_rate's weight is
+                             OAR_PLAN_GEMM_WEIGHT; between: linear in log weight; beyond: the
+                             nearer table). All > 0 (then gemm_rate too) or all 0: gemm_rate for
+                             every weight */
+    double family_bw[OAR_PLAN_OP_FAMILIES]; /* optional: bytes/s of each op family's forward
+                             bytes, its backward counted as two forwards (as the cost model counts
+                             every pass): 3 x forward bytes / (forward + backward time); 0: mem_bw */
 } oar_cluster;
 
 /* Fills c for n_devices of a named kind: "h200" (8 per node, 141 GB,
@@ -98,11 +127,15 @@ typedef struct oar_plan_calib {
     double gemm_rate[OAR_PLAN_GEMM_CLASSES]; /* FLOP/s of a linear layer's three training GEMMs
                              (y = x W^T, dx = g W, dW = g^T x; x, g [d, 512], W [512, 512]) at
                              smallest dimension d = oar_plan_gemm_dims[i] (0: not measured) */
+    double gemm_rate_wide[OAR_PLAN_GEMM_CLASSES]; /* the same at W [1024, 1024], x, g [d, 1024]
+                             (0: not measured) */
+    double family_bw[OAR_PLAN_OP_FAMILIES]; /* oar_cluster.family_bw as measured (0: not) */
 } oar_plan_calib;
 
 /* Measures oar's own kernels (a GEMM, an elementwise add, the per-op cost
  * of a tiny training step, a linear layer's training GEMMs at each
- * smallest dimension of oar_plan_gemm_dims, an Adam step) and, when
+ * smallest dimension of oar_plan_gemm_dims and two weight sizes, each op
+ * family's representative forward and backward, an Adam step) and, when
  * oar_dist_init ran with more than one rank, the MPI all-reduce at several
  * sizes (a least-squares fit of alpha and beta), the wait for the slowest
  * rank after a compute phase (sync, sync_phase) and the step's per-op cost
@@ -111,14 +144,17 @@ typedef struct oar_plan_calib {
  * they plan alike. Fills *out. 0 or a status. */
 OAR_API int oar_plan_calibrate(oar_plan_calib *out);
 /* Writes / reads a calibration file (JSON, "oar-plan-calibration-2";
- * written atomically; optim_time, sync, sync_phase and gemm_rate written
- * when measured, > 0). Loading also reads version 1 files, which have none
- * of them (left 0). 0, or OAR_ERR_IO naming the file and the bad field. */
+ * written atomically; optim_time, sync, sync_phase, gemm_rate,
+ * gemm_rate_wide ("gemm_rates_wide") and family_bw (an object
+ * "family_bw" keyed by oar_plan_op_family_names) written when measured,
+ * > 0). Loading also reads version 1 files, and version 2 files without
+ * the later tables, which lack them (left 0). 0, or OAR_ERR_IO naming the
+ * file and the bad field. */
 OAR_API int oar_plan_calib_save(const oar_plan_calib *c, const char *path);
 OAR_API int oar_plan_calib_load(oar_plan_calib *c, const char *path);
 /* A cluster of n_devices ranks on this machine from a calibration: every
- * rate from c (gemm_rate, optim_time_per_param, sync_lat and sync_phase
- * included), devices_per_node = n_devices (one node), mem_bytes given. */
+ * rate from c (gemm_rate, gemm_rate_wide, family_bw, optim_time_per_param,
+ * sync_lat and sync_phase included), devices_per_node = n_devices (one node), mem_bytes given. */
 OAR_API int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devices, double mem_bytes);
 
 /* ---- the model: per-layer cost records ------------------------------------ */
@@ -151,6 +187,14 @@ typedef struct oar_plan_layer {
     double gemm_rows;         /* GEMM rows per sample (a micro-batch of b samples: b x gemm_rows) */
     double gemm_k, gemm_n;    /* its weight's input and output features (FLOP-weighted over
                                  the layer's weight GEMMs); column split divides n, row split k */
+    /* A LINEAR layer that adds its result to an activation made before it (a residual add).
+     * Not column-split: its feature-sharded output would make the residual stream sharded, and
+     * dist dispatch's pointwise rule keeps it so through every later add (gathers in forward
+     * and backward that the layer chain does not price). */
+    bool residual;
+    /* Optional: the part of `bytes` through ops of each oar_plan_op_family (at
+     * oar_cluster.family_bw); the rest runs at mem_bw. Each >= 0, their sum <= bytes. */
+    double family_bytes[OAR_PLAN_OP_FAMILIES];
 } oar_plan_layer;
 
 typedef struct oar_plan_model oar_plan_model;
@@ -173,8 +217,9 @@ OAR_API const char *oar_plan_model_name(const oar_plan_model *m);
  * the parameter each reads (module names, "fc1.weight" -> "fc1"); a node
  * reading none joins the layer before it. Per-node FLOPs and bytes come
  * from the traced shapes; a layer with a matmul on a parameter is LINEAR,
- * one of elementwise ops only POINTWISE, others REPLICATED. f32 (4 bytes
- * per parameter). NULL on failure. */
+ * one of elementwise ops only POINTWISE, others REPLICATED; a LINEAR layer
+ * whose GEMM result meets an activation from before it in an elementwise
+ * op is `residual`. f32 (4 bytes per parameter). NULL on failure. */
 OAR_API oar_plan_model *oar_plan_model_from_graph(const oar_graph *g, int64_t batch);
 
 /* A decoder-only transformer by its configuration (GPT-style, as in
@@ -194,12 +239,21 @@ OAR_API oar_plan_model *oar_plan_model_transformer(const oar_plan_transformer *c
 OAR_API double oar_plan_allreduce_time(double bytes, int n, double alpha, double bw);
 /* flops / flop_rate + bytes / byte_rate + n_ops * overhead. */
 OAR_API double oar_plan_compute_time(double flops, double bytes, int n_ops, const oar_cluster *c);
+/* Seconds of a layer's memory-bound forward bytes (per sample, times `samples`): each family's
+ * part (l->family_bytes) at c->family_bw (mem_bw where 0), the rest at mem_bw. -1 on NULL
+ * (error set). */
+OAR_API double oar_plan_memory_time(const oar_plan_layer *l, double samples, const oar_cluster *c);
 /* Seconds of `flops` FLOPs of GEMMs whose smallest dimension is `dim`:
  * flops / the rate c->gemm_rate interpolates at dim (linear in log dim
  * between oar_plan_gemm_dims; clamped to the table's ends), or flops /
  * c->flops when c has no gemm_rate or dim <= 0 (unknown). -1 on a NULL
  * cluster (error set). */
 OAR_API double oar_plan_gemm_time(double flops, double dim, const oar_cluster *c);
+/* The same for GEMMs whose weight has `weight` elements (k x n, this rank's part): the rate at
+ * dim from gemm_rate (weight <= OAR_PLAN_GEMM_WEIGHT), gemm_rate_wide (>= OAR_PLAN_GEMM_WEIGHT_WIDE)
+ * or between them linearly in log weight; gemm_rate alone when c has no wide table or weight <= 0
+ * (unknown). -1 on a NULL cluster (error set). */
+OAR_API double oar_plan_gemm_time_weight(double flops, double dim, double weight, const oar_cluster *c);
 
 /* One point of the search space. */
 typedef struct oar_plan_config {

@@ -149,7 +149,7 @@ const double oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES] = {4, 8, 16, 32, 64, 128,
 
 /* The three GEMMs of a linear layer's training step, as the matmul
  * gradient rule makes them (src/ops/linalg.c): y = x W^T, dx = g W,
- * dW = (g^T x)^T stored transposed; x and g [s, 512], W [512, 512]. */
+ * dW = (g^T x)^T stored transposed; x and g [s, w], W [w, w]. */
 typedef struct gemm_triple {
     oar_tensor *x, *g, *W;
 } gemm_triple;
@@ -165,15 +165,72 @@ static int run_gemm_triple(void *ctx) {
     return y && dx && dw ? 0 : oari_fail_status();
 }
 
-/* Seconds per triple at rows s; < 0 on failure. */
-static double time_gemm_triple(int64_t s) {
-    const int64_t w = 512, xs[2] = {s, w}, ws[2] = {w, w};
+/* Seconds per triple at rows s and width w; < 0 on failure. */
+static double time_gemm_triple(int64_t s, int64_t w) {
+    const int64_t xs[2] = {s, w}, ws[2] = {w, w};
     oar_pool *pool = oar_pool_push();
     if (!pool) return -1;
     gemm_triple c = {oar_randn(OAR_F32, 2, xs), oar_randn(OAR_F32, 2, xs), oar_randn(OAR_F32, 2, ws)};
     double res = c.x && c.g && c.W ? time_windows(run_gemm_triple, &c) : -1;
     oar_pool_pop(pool);
     return res;
+}
+
+/* An op family's representative (oar_plan_op_family), forward and backward as a training
+ * step runs them: x (and layer_norm's weight and bias) require grad; g is the output's
+ * gradient. */
+typedef struct family_call {
+    int fam;
+    oar_tensor *x, *w, *b, *mask, *zero, *g;
+} family_call;
+
+static int run_family(void *ctx) {
+    family_call *c = ctx;
+    oar_pool *p = oar_pool_push();
+    if (!p) return oari_fail_status();
+    oar_tensor *y = c->fam == OAR_PLAN_FAMILY_TRANSCENDENTAL ? oar_gelu(c->x, false)
+                  : c->fam == OAR_PLAN_FAMILY_NORM          ? oar_layer_norm(c->x, 1, c->w, c->b, 1e-5)
+                  : c->fam == OAR_PLAN_FAMILY_SOFTMAX       ? oar_softmax(c->x, 1)
+                                                            : oar_where(c->mask, c->x, c->zero);
+    oar_tensor *in[3] = {c->x, c->w, c->b}, *gr[3];
+    int st = y ? oar_grad(1, &y, &c->g, c->fam == OAR_PLAN_FAMILY_NORM ? 3 : 1, in, false, false, gr)
+               : oari_fail_status();
+    oar_pool_pop(p);
+    return st;
+}
+
+/* Bytes per second of family fam's forward bytes (inputs that are not parameters, and
+ * outputs: as oar_plan_model_from_graph counts them), its backward counted as two forwards:
+ * 3 x bytes / (forward + backward seconds), at 2^18 f32 elements. < 0 on failure. */
+static double time_family(int fam) {
+    oar_pool *pool = oar_pool_push();
+    if (!pool) return -1;
+    const int64_t n = 1 << 18, flat[1] = {n}, ln[2] = {2048, 128}, sm[2] = {4096, 64}, cube[3] = {64, 64, 64},
+                  sq[2] = {64, 64}, feat = 128;
+    family_call c = {.fam = fam};
+    double bytes = 2.0 * 4 * (double)n; /* x in, y out */
+    if (fam == OAR_PLAN_FAMILY_TRANSCENDENTAL) c.x = oar_randn(OAR_F32, 1, flat);
+    else if (fam == OAR_PLAN_FAMILY_NORM) {
+        c.x = oar_randn(OAR_F32, 2, ln), c.w = oar_ones(OAR_F32, 1, &feat), c.b = oar_zeros(OAR_F32, 1, &feat);
+        bytes += 2.0 * 4 * 2048; /* mean, rstd */
+        if (c.w && c.b && (oar_tensor_set_requires_grad(c.w, true) || oar_tensor_set_requires_grad(c.b, true)))
+            c.w = NULL;
+    } else if (fam == OAR_PLAN_FAMILY_SOFTMAX) c.x = oar_randn(OAR_F32, 2, sm);
+    else {
+        c.x = oar_randn(OAR_F32, 3, cube), c.zero = oar_full(OAR_F32, 0, NULL, -1e9);
+        oar_tensor *r = oar_randn(OAR_F32, 2, sq), *z = oar_zeros(OAR_F32, 2, sq);
+        c.mask = r && z ? oar_gt(r, z) : NULL;
+        bytes += 64.0 * 64 + 4; /* the mask, the scalar */
+    }
+    bool ok = c.x && (fam != OAR_PLAN_FAMILY_NORM || (c.w && c.b)) &&
+              (fam != OAR_PLAN_FAMILY_SELECT || (c.zero && c.mask)) && !oar_tensor_set_requires_grad(c.x, true);
+    if (ok) {
+        c.g = oar_randn(OAR_F32, oar_tensor_ndim(c.x), oar_tensor_shape(c.x));
+        ok = c.g != NULL;
+    }
+    double t = ok ? time_windows(run_family, &c) : -1;
+    oar_pool_pop(pool);
+    return t > 0 ? 3 * bytes / t : -1;
 }
 
 static int run_optim_step(void *ctx) { return oar_optim_step(ctx); }
@@ -222,12 +279,15 @@ int oar_plan_calibrate(oar_plan_calib *out) {
     /* GEMM rates by smallest dimension, and Adam's step per element */
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) {
         int64_t d = (int64_t)oar_plan_gemm_dims[i];
-        double tg = time_gemm_triple(d);
-        if (tg <= 0) return oari_fail_status();
-        out->gemm_rate[i] = 3 * 2.0 * (double)d * 512 * 512 / tg;
+        double tg = time_gemm_triple(d, 512), tw = time_gemm_triple(d, 1024);
+        if (tg <= 0 || tw <= 0) return oari_fail_status();
+        out->gemm_rate[i] = 3 * 2.0 * (double)d * OAR_PLAN_GEMM_WEIGHT / tg;
+        out->gemm_rate_wide[i] = 3 * 2.0 * (double)d * OAR_PLAN_GEMM_WEIGHT_WIDE / tw;
     }
     out->optim_time = time_adam_per_elem();
     if (out->optim_time <= 0) return oari_fail_status();
+    for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++)
+        if ((out->family_bw[i] = time_family(i)) <= 0) return oari_fail_status();
     /* MPI all-reduce at several sizes: least squares t = a0 + bytes * b0 */
     int world = oar_dist_world_size();
     if (world > 1) {
@@ -261,10 +321,13 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         }
         /* every rank must plan alike: the mean of the ranks' figures */
         if (!st) {
-            enum { NV = 8 + OAR_PLAN_GEMM_CLASSES };
+            enum { NV = 8 + 2 * OAR_PLAN_GEMM_CLASSES + OAR_PLAN_OP_FAMILIES };
+            const int fam_at = 8 + 2 * OAR_PLAN_GEMM_CLASSES;
             double v[NV] = {out->matmul_flops, out->ew_bw, out->op_overhead, a0, b0, out->optim_time, out->sync,
                             out->sync_phase};
-            for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) v[8 + i] = out->gemm_rate[i];
+            for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
+                v[8 + i] = out->gemm_rate[i], v[8 + OAR_PLAN_GEMM_CLASSES + i] = out->gemm_rate_wide[i];
+            for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) v[fam_at + i] = out->family_bw[i];
             const int64_t nv = NV;
             oar_tensor *loc = oar_tensor_from_data(v, OAR_F64, 1, &nv);
             oar_placement part = oar_partial(OAR_REDUCE_SUM), rep = oar_replicate();
@@ -277,7 +340,10 @@ int oar_plan_calibrate(oar_plan_calib *out) {
                 out->matmul_flops = p[0] / world, out->ew_bw = p[1] / world, out->op_overhead = p[2] / world;
                 a0 = p[3] / world, b0 = p[4] / world, out->optim_time = p[5] / world, out->sync = p[6] / world;
                 out->sync_phase = p[7] / world;
-                for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) out->gemm_rate[i] = p[8 + i] / world;
+                for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
+                    out->gemm_rate[i] = p[8 + i] / world,
+                    out->gemm_rate_wide[i] = p[8 + OAR_PLAN_GEMM_CLASSES + i] / world;
+                for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) out->family_bw[i] = p[fam_at + i] / world;
             }
             oar_tensor_release(sum);
             oar_tensor_release(d);
@@ -306,6 +372,8 @@ int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devi
                          .optim_time_per_param = c->optim_time, .sync_lat = c->sync,
                          .sync_phase = c->sync_phase};
     memcpy(out->gemm_rate, c->gemm_rate, sizeof out->gemm_rate);
+    memcpy(out->gemm_rate_wide, c->gemm_rate_wide, sizeof out->gemm_rate_wide);
+    memcpy(out->family_bw, c->family_bw, sizeof out->family_bw);
     return oar_cluster_check(out);
 }
 
@@ -337,6 +405,20 @@ int oar_plan_calib_save(const oar_plan_calib *c, const char *path) {
         if (!ok) cJSON_Delete(dims);
         cJSON *rates = ok ? cJSON_CreateDoubleArray(c->gemm_rate, OAR_PLAN_GEMM_CLASSES) : NULL;
         ok = rates && cJSON_AddItemToObject(root, "gemm_rates", rates);
+        if (!ok) cJSON_Delete(rates);
+    }
+    bool any_family = false;
+    for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) any_family |= c->family_bw[i] > 0;
+    if (ok && any_family) {
+        cJSON *fam = cJSON_CreateObject();
+        ok = fam && cJSON_AddItemToObject(root, "family_bw", fam);
+        if (!ok) cJSON_Delete(fam);
+        for (int i = 0; ok && i < OAR_PLAN_OP_FAMILIES; i++)
+            if (c->family_bw[i] > 0) ok = cJSON_AddNumberToObject(fam, oar_plan_op_family_names[i], c->family_bw[i]);
+    }
+    if (ok && c->gemm_rate[0] > 0 && c->gemm_rate_wide[0] > 0) {
+        cJSON *rates = cJSON_CreateDoubleArray(c->gemm_rate_wide, OAR_PLAN_GEMM_CLASSES);
+        ok = rates && cJSON_AddItemToObject(root, "gemm_rates_wide", rates);
         if (!ok) cJSON_Delete(rates);
     }
     char *text = ok ? cJSON_Print(root) : NULL;
@@ -422,6 +504,32 @@ int oar_plan_calib_load(oar_plan_calib *c, const char *path) {
             else if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
                 st = oari_error(OAR_ERR_IO, "%s: %s: gemm_rates[%d] is not a positive number", fn, path, i);
             else got.gemm_rate[i] = v->valuedouble;
+        }
+    }
+    /* op families' rates (optional in version 2; each family optional) */
+    cJSON *fam = cJSON_GetObjectItemCaseSensitive(root, "family_bw");
+    if (!st && version >= 2 && fam) {
+        if (!cJSON_IsObject(fam)) st = oari_error(OAR_ERR_IO, "%s: %s: \"family_bw\" is not an object", fn, path);
+        for (int i = 0; !st && i < OAR_PLAN_OP_FAMILIES; i++) {
+            cJSON *v = cJSON_GetObjectItemCaseSensitive(fam, oar_plan_op_family_names[i]);
+            if (!v) continue;
+            if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
+                st = oari_error(OAR_ERR_IO, "%s: %s: family_bw \"%s\" is not a positive number", fn, path,
+                                oar_plan_op_family_names[i]);
+            else got.family_bw[i] = v->valuedouble;
+        }
+    }
+    /* the table at the wide weight (optional in version 2; only beside gemm_rates) */
+    cJSON *wide = cJSON_GetObjectItemCaseSensitive(root, "gemm_rates_wide");
+    if (!st && version >= 2 && wide) {
+        if (!rates || !cJSON_IsArray(wide) || cJSON_GetArraySize(wide) != OAR_PLAN_GEMM_CLASSES)
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"gemm_rates_wide\" must be an array of %d numbers beside "
+                            "\"gemm_rates\"", fn, path, OAR_PLAN_GEMM_CLASSES);
+        for (int i = 0; !st && i < OAR_PLAN_GEMM_CLASSES; i++) {
+            cJSON *v = cJSON_GetArrayItem(wide, i);
+            if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
+                st = oari_error(OAR_ERR_IO, "%s: %s: gemm_rates_wide[%d] is not a positive number", fn, path, i);
+            else got.gemm_rate_wide[i] = v->valuedouble;
         }
     }
     if (!st) *c = got;

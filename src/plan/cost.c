@@ -48,20 +48,30 @@ int oar_cluster_check(const oar_cluster *c) {
     for (int i = 0; i < 5; i++)
         if (!isfinite(nn[i]) || nn[i] < 0)
             return oari_error(OAR_ERR_INVALID, "cluster: %s %g: must be finite and >= 0", nnn[i], nn[i]);
+    for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++)
+        if (!isfinite(c->family_bw[i]) || c->family_bw[i] < 0)
+            return oari_error(OAR_ERR_INVALID, "cluster: family_bw[%d] (%s) %g: must be finite and >= 0", i,
+                              oar_plan_op_family_names[i], c->family_bw[i]);
     if (!isfinite(c->optim_time_per_param) || c->optim_time_per_param < 0)
         return oari_error(OAR_ERR_INVALID, "cluster: optimizer time per parameter %g: must be finite and >= 0",
                           c->optim_time_per_param);
-    int pos_rates = 0;
+    int pos_rates = 0, pos_wide = 0;
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) {
-        double r = c->gemm_rate[i];
+        double r = c->gemm_rate[i], w = c->gemm_rate_wide[i];
         if (!isfinite(r) || r < 0)
             return oari_error(OAR_ERR_INVALID, "cluster: gemm_rate[%d] %g: must be finite and >= 0", i, r);
-        pos_rates += r > 0;
+        if (!isfinite(w) || w < 0)
+            return oari_error(OAR_ERR_INVALID, "cluster: gemm_rate_wide[%d] %g: must be finite and >= 0", i, w);
+        pos_rates += r > 0, pos_wide += w > 0;
     }
     if (pos_rates && pos_rates < OAR_PLAN_GEMM_CLASSES)
         return oari_error(OAR_ERR_INVALID, "cluster: %d of the %d gemm_rate entries are 0: give all (as "
                           "oar_plan_calibrate measures them) or none", OAR_PLAN_GEMM_CLASSES - pos_rates,
                           OAR_PLAN_GEMM_CLASSES);
+    if (pos_wide && (pos_wide < OAR_PLAN_GEMM_CLASSES || !pos_rates))
+        return oari_error(OAR_ERR_INVALID, "cluster: %d of the %d gemm_rate_wide entries are 0%s: give all (and "
+                          "gemm_rate) or none", OAR_PLAN_GEMM_CLASSES - pos_wide, OAR_PLAN_GEMM_CLASSES,
+                          pos_rates ? "" : ", and gemm_rate has none");
     return 0;
 }
 
@@ -77,17 +87,48 @@ double oar_plan_compute_time(double flops, double bytes, int n_ops, const oar_cl
     return flops / c->flops + bytes / c->mem_bw + n_ops * c->op_overhead;
 }
 
-double oar_plan_gemm_time(double flops, double dim, const oar_cluster *c) {
-    if (!c) return oari_null_arg("oar_plan_gemm_time", "cluster"), -1;
-    const double *r = c->gemm_rate, *d = oar_plan_gemm_dims;
+const char *const oar_plan_op_family_names[OAR_PLAN_OP_FAMILIES] = {"transcendental", "norm", "softmax", "select"};
+
+double oar_plan_memory_time(const oar_plan_layer *l, double samples, const oar_cluster *c) {
+    if (!l) return oari_null_arg("oar_plan_memory_time", "layer"), -1;
+    if (!c) return oari_null_arg("oar_plan_memory_time", "cluster"), -1;
+    double plain = l->bytes, t = 0;
+    for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) {
+        double fb = l->family_bytes[i];
+        if (!(fb > 0)) continue;
+        plain -= fb;
+        t += fb / (c->family_bw[i] > 0 ? c->family_bw[i] : c->mem_bw);
+    }
+    return samples * (t + fmax(0, plain) / c->mem_bw);
+}
+
+/* A rate table's value at smallest dimension dim (> 0): linear in log dim, clamped. */
+static double table_rate(const double *r, double dim) {
+    const double *d = oar_plan_gemm_dims;
     const int n = OAR_PLAN_GEMM_CLASSES;
-    if (!(dim > 0) || !(r[0] > 0)) return flops / c->flops;
-    if (dim <= d[0]) return flops / r[0];
-    if (dim >= d[n - 1]) return flops / r[n - 1];
+    if (dim <= d[0]) return r[0];
+    if (dim >= d[n - 1]) return r[n - 1];
     int i = 0;
     while (dim > d[i + 1]) i++;
     double w = (log(dim) - log(d[i])) / (log(d[i + 1]) - log(d[i]));
-    return flops / (r[i] + w * (r[i + 1] - r[i]));
+    return r[i] + w * (r[i + 1] - r[i]);
+}
+
+double oar_plan_gemm_time_weight(double flops, double dim, double weight, const oar_cluster *c) {
+    if (!c) return oari_null_arg("oar_plan_gemm_time_weight", "cluster"), -1;
+    if (!(dim > 0) || !(c->gemm_rate[0] > 0)) return flops / c->flops;
+    double r = table_rate(c->gemm_rate, dim);
+    if (weight > 0 && c->gemm_rate_wide[0] > 0) {
+        double w = log(weight / OAR_PLAN_GEMM_WEIGHT) / log(OAR_PLAN_GEMM_WEIGHT_WIDE / OAR_PLAN_GEMM_WEIGHT);
+        w = fmin(1, fmax(0, w));
+        r += w * (table_rate(c->gemm_rate_wide, dim) - r);
+    }
+    return flops / r;
+}
+
+double oar_plan_gemm_time(double flops, double dim, const oar_cluster *c) {
+    if (!c) return oari_null_arg("oar_plan_gemm_time", "cluster"), -1;
+    return oar_plan_gemm_time_weight(flops, dim, 0, c);
 }
 
 const char *oari_place_name(oari_place p) {
@@ -168,12 +209,15 @@ typedef struct lay_cost {
 
 /* The smallest dimension of layer l's weight GEMMs at micro-batch b under
  * placement pl over tp ranks (a column split divides the output features,
- * a row split the input features, a block both); 0: unknown. */
-static double gemm_dim(const oar_plan_layer *l, double b, int tp, oari_place pl) {
+ * a row split the input features, a block both); 0: unknown. *weight gets
+ * this rank's weight elements, k x n (0: unknown). */
+static double gemm_dim(const oar_plan_layer *l, double b, int tp, oari_place pl, double *weight) {
+    *weight = 0;
     if (!(l->gemm_rows > 0) || !(l->gemm_k > 0) || !(l->gemm_n > 0)) return 0;
     double k = l->gemm_k, n = l->gemm_n;
     if (pl == OARI_PLACE_ROW || pl == OARI_PLACE_BLOCK) k /= tp;
     if (pl == OARI_PLACE_COLUMN || pl == OARI_PLACE_BLOCK) n /= tp;
+    *weight = k * n;
     return fmin(b * l->gemm_rows, fmin(k, n));
 }
 
@@ -182,9 +226,10 @@ static double gemm_dim(const oar_plan_layer *l, double b, int tp, oari_place pl)
  * gradient, not the input's) and no collective for the input's gradient. */
 static lay_cost option_cost(const oar_plan_layer *l, const oar_cluster *c, int tp, double b, int recompute,
                             oari_place pl, bool first) {
-    double f = (pl == OARI_PLACE_REPLICATE) ? 1 : tp;
-    double gemm = oar_plan_gemm_time(l->flops * b / f, gemm_dim(l, b, tp, pl), c);
-    double rest = oar_plan_compute_time(0, l->bytes * b / f, l->n_ops, c);
+    double f = (pl == OARI_PLACE_REPLICATE) ? 1 : tp, weight;
+    double dim = gemm_dim(l, b, tp, pl, &weight);
+    double gemm = oar_plan_gemm_time_weight(l->flops * b / f, dim, weight, c);
+    double rest = oar_plan_memory_time(l, b / f, c) + l->n_ops * c->op_overhead;
     /* backward: two forwards (the first layer's GEMMs: one); recompute adds a forward */
     double fwd = gemm + rest, bwd = gemm * (first ? 1 : 2) + 2 * rest;
     double t = fwd * (recompute ? 2 : 1) + bwd;
@@ -245,7 +290,7 @@ static void place_layers(const oar_plan_model *m, const oar_cluster *c, int tp, 
         opts[no++] = (option){1, OARI_PLACE_REPLICATE, 0}; /* gathers first */
         if (l->kind == OAR_PLAN_LAYER_POINTWISE) opts[no++] = (option){1, OARI_PLACE_SHARD, 1};
         if (l->kind == OAR_PLAN_LAYER_LINEAR && split) {
-            opts[no++] = (option){0, OARI_PLACE_COLUMN, 1};
+            if (!l->residual) opts[no++] = (option){0, OARI_PLACE_COLUMN, 1};
             opts[no++] = (option){1, OARI_PLACE_ROW, 0};
         }
         if (l->kind == OAR_PLAN_LAYER_BLOCK && split) {
@@ -361,7 +406,8 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
         from = (int8_t *)p;
     }
     place_layers(m, c, k->tp, b, k->recompute, mem_first, place, lc, from);
-    for (int i = 0; i < n; i++) t[i] = lc[i].t;
+    double total_t = 0;
+    for (int i = 0; i < n; i++) t[i] = lc[i].t, total_t += t[i];
     double stage_t = split_stages(t, n, k->pp, first);
 
     /* memory: the fullest stage */
@@ -413,7 +459,11 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
             double one = (across ? c->inter_lat : c->intra_lat) + by / (across ? c->inter_bw : c->intra_bw);
             send = one > send ? one : send;
         }
-        e->pp_time = (k->pp - 1) * stage_t + 2.0 * (M + k->pp - 1) * send;
+        /* 1F1B over stages of times t_s: the first micro-batch's pass through every stage and
+         * the slowest stage's M - 1 others, sum t_s + (M - 1) max t_s (equal stages: the
+         * familiar (M + pp - 1) t): the bubble is the other stages' time, not pp - 1 of the
+         * slowest's */
+        e->pp_time = fmax(0, total_t - stage_t) + 2.0 * (M + k->pp - 1) * send;
     }
     /* data parallel: the gradients of the fullest stage */
     double G = stage_params_max * gb;

@@ -47,6 +47,16 @@ int oar_plan_model_add_layer(oar_plan_model *m, const oar_plan_layer *l) {
         if (bad_num(f[i]))
             return oari_error(OAR_ERR_INVALID, "oar_plan_model_add_layer: %s: %s %g must be finite and >= 0", nm,
                               fn[i], f[i]);
+    double fam = 0;
+    for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) {
+        if (bad_num(l->family_bytes[i]))
+            return oari_error(OAR_ERR_INVALID, "oar_plan_model_add_layer: %s: family_bytes[%d] %g must be finite "
+                              "and >= 0", nm, i, l->family_bytes[i]);
+        fam += l->family_bytes[i];
+    }
+    if (fam > l->bytes * (1 + 1e-9))
+        return oari_error(OAR_ERR_INVALID, "oar_plan_model_add_layer: %s: family_bytes sum to %g, more than its "
+                          "%g bytes", nm, fam, l->bytes);
     if (l->n_ops < 0 || l->tp_max < 0)
         return oari_error(OAR_ERR_INVALID, "oar_plan_model_add_layer: %s: n_ops %d and tp_max %d must be >= 0", nm,
                           l->n_ops, l->tp_max);
@@ -100,6 +110,26 @@ static double numel(const oari_gvalue *v) {
 }
 static double vbytes(const oari_gvalue *v) { return numel(v) * (double)oar_dtype_size(v->dtype); }
 
+/* The oar_plan_op_family of a memory-bound op; -1: plain (at the elementwise rate). */
+static int op_family(oari_op op) {
+    switch (op) {
+    case OARI_OP_exp: case OARI_OP_exp2: case OARI_OP_log: case OARI_OP_log2: case OARI_OP_log1p:
+    case OARI_OP_expm1: case OARI_OP_sin: case OARI_OP_cos: case OARI_OP_tan: case OARI_OP_asin:
+    case OARI_OP_acos: case OARI_OP_atan: case OARI_OP_sinh: case OARI_OP_cosh: case OARI_OP_tanh:
+    case OARI_OP_sigmoid: case OARI_OP_elu: case OARI_OP_gelu: case OARI_OP_silu: case OARI_OP_softplus:
+    case OARI_OP_erf: case OARI_OP_pow: case OARI_OP_atan2:
+        return OAR_PLAN_FAMILY_TRANSCENDENTAL;
+    case OARI_OP_layer_norm: case OARI_OP_group_norm: case OARI_OP_batch_norm:
+        return OAR_PLAN_FAMILY_NORM;
+    case OARI_OP_softmax: case OARI_OP_log_softmax:
+        return OAR_PLAN_FAMILY_SOFTMAX;
+    case OARI_OP_where:
+        return OAR_PLAN_FAMILY_SELECT;
+    default:
+        return -1;
+    }
+}
+
 /* A parameter: a named constant or input from a module's state ("fc1.weight"). */
 static bool is_param(const oari_gvalue *v) {
     return (v->kind == OARI_V_CONST || v->kind == OARI_V_INPUT) && v->name && strchr(v->name, '.');
@@ -120,11 +150,17 @@ oar_plan_model *oar_plan_model_from_graph(const oar_graph *g, int64_t batch) {
     /* seen[v]: bit 0 a parameter already counted; bit 1 a value made from parameters only
      * (a transposed weight) */
     uint8_t *seen = oari_calloc((size_t)g->n_values + 1, 1);
-    if (!seen) return oar_plan_model_free(m), NULL;
+    /* node_layer[i]: the index of the layer node i joined (residual adds: an operand from before) */
+    int *node_layer = oari_calloc((size_t)g->n_nodes + 1, sizeof *node_layer);
+    if (!seen || !node_layer) {
+        oari_free(seen, seen ? (size_t)g->n_values + 1 : 0);
+        oari_free(node_layer, node_layer ? ((size_t)g->n_nodes + 1) * sizeof *node_layer : 0);
+        return oar_plan_model_free(m), NULL;
+    }
     bool have_in = false;
     oar_plan_layer cur = {0};
     char curname[128] = "";
-    bool open = false, cur_mm = false, cur_pointwise = true, cur_actmm = false;
+    bool open = false, cur_mm = false, cur_pointwise = true, cur_actmm = false, cur_residual = false;
     double wf = 0, wrows = 0, wk = 0, wn = 0; /* the layer's weight GEMMs: FLOPs, and FLOP-weighted dims */
     const double B = (double)batch;
     int st = 0;
@@ -149,6 +185,7 @@ oar_plan_model *oar_plan_model_from_graph(const oar_graph *g, int64_t batch) {
             cur.kind = cur_mm && !cur_actmm ? OAR_PLAN_LAYER_LINEAR
                        : cur_pointwise && !cur_mm ? OAR_PLAN_LAYER_POINTWISE : OAR_PLAN_LAYER_REPLICATED;
             cur.name = curname;
+            cur.residual = cur.kind == OAR_PLAN_LAYER_LINEAR && cur_residual;
             if (wf > 0) cur.gemm_rows = wrows / wf, cur.gemm_k = wk / wf, cur.gemm_n = wn / wf;
             st = oar_plan_model_add_layer(m, &cur);
             open = false;
@@ -158,17 +195,23 @@ oar_plan_model *oar_plan_model_from_graph(const oar_graph *g, int64_t batch) {
             memset(&cur, 0, sizeof cur);
             wf = wrows = wk = wn = 0;
             snprintf(curname, sizeof curname, "%s", pname ? prefix : (m->n ? "tail" : "input"));
-            cur_mm = false, cur_actmm = false;
+            cur_mm = false, cur_actmm = false, cur_residual = false;
             cur_pointwise = true;
             open = true;
             have_in = false;
         }
         const oari_op_def *def = oari_gnode_def(n);
+        node_layer[i] = m->n;
         double inb = 0, outb = 0;
         bool from_params = n->n_in > 0, reads_param = false;
+        int acts = 0, acts_before = 0; /* activation operands; of them, made before this layer */
         for (int k = 0; k < n->n_in; k++) {
             if (n->in[k] < 0) continue;
             const oari_gvalue *v = &g->values[n->in[k]];
+            if (!is_param(v) && !(seen[n->in[k]] & 2) && v->kind != OARI_V_CONST) {
+                acts++;
+                acts_before += v->kind != OARI_V_NODE || node_layer[v->producer] != m->n;
+            }
             if (is_param(v)) {
                 if (!(seen[n->in[k]] & 1)) cur.params += numel(v);
                 seen[n->in[k]] |= 1;
@@ -206,7 +249,13 @@ oar_plan_model *oar_plan_model_from_graph(const oar_graph *g, int64_t batch) {
             cur_pointwise = false;
         } else if (!view) {
             cur.bytes += (inb + outb) / B;
-            if (def->fusion != OARI_FUSE_ELEMWISE && def->fusion != OARI_FUSE_BROADCAST) cur_pointwise = false;
+            int fam = op_family(n->op);
+            if (fam >= 0) cur.family_bytes[fam] += (inb + outb) / B;
+            bool pw = def->fusion == OARI_FUSE_ELEMWISE || def->fusion == OARI_FUSE_BROADCAST;
+            if (!pw) cur_pointwise = false;
+            /* after the weight GEMM, an elementwise op of its result and an activation made
+             * before the layer: a residual add */
+            if (pw && cur_mm && acts >= 2 && acts_before >= 1 && acts_before < acts) cur_residual = true;
         }
         if (from_params) continue; /* a weight's transpose: part of the parameter, not of the step */
         if (!view) {
@@ -216,6 +265,7 @@ oar_plan_model *oar_plan_model_from_graph(const oar_graph *g, int64_t batch) {
         if (n->n_out > 0) cur.out_bytes = vbytes(&g->values[n->out[0]]) / B;
     }
     oari_free(seen, (size_t)g->n_values + 1);
+    oari_free(node_layer, ((size_t)g->n_nodes + 1) * sizeof *node_layer);
     if (st) return oar_plan_model_free(m), NULL;
     return m;
 }

@@ -39,6 +39,31 @@ static void test_closed_forms(void) {
     c.op_overhead = 1e-6;
     CHECK_NEAR(oar_plan_compute_time(0, 3e9, 5, &c), 3e9 / 1e11 + 5e-6, 1e-12);
     CHECK(oar_plan_compute_time(1, 1, 1, NULL) < 0);
+    /* memory-bound bytes by op family: 3e9 bytes a sample, 1e9 of them transcendental at
+     * family_bw 2e10, 5e8 select with no rate (mem_bw), the rest at mem_bw (1e11); 2 samples */
+    oar_plan_layer l = {.bytes = 3e9, .family_bytes = {[OAR_PLAN_FAMILY_TRANSCENDENTAL] = 1e9,
+                                                       [OAR_PLAN_FAMILY_SELECT] = 5e8}};
+    CHECK_NEAR(oar_plan_memory_time(&l, 2, &c), 2 * 3e9 / 1e11, 1e-12); /* no family rates: all at mem_bw */
+    c.family_bw[OAR_PLAN_FAMILY_TRANSCENDENTAL] = 2e10;
+    CHECK(oar_cluster_check(&c) == 0);
+    CHECK_NEAR(oar_plan_memory_time(&l, 2, &c), 2 * (1e9 / 2e10 + 2e9 / 1e11), 1e-12);
+    CHECK(oar_plan_memory_time(NULL, 1, &c) < 0 && oar_plan_memory_time(&l, 1, NULL) < 0);
+    c.family_bw[OAR_PLAN_FAMILY_NORM] = -1;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "family_bw[1] (norm) -1");
+    /* in a step: forward + backward (two forwards) of one such layer at batch 2, no GEMMs */
+    c.family_bw[OAR_PLAN_FAMILY_NORM] = 0;
+    oar_plan_model *m = oar_plan_model_new("fam", 4);
+    l.kind = OAR_PLAN_LAYER_REPLICATED;
+    CHECK(oar_plan_model_add_layer(m, &l) == 0);
+    oar_plan_estimate e;
+    CHECK(oar_plan_estimate_config(m, &c, 2, &(oar_plan_config){.dp = 1, .tp = 1, .pp = 1, .micro_batches = 1},
+                                   &e) == 0);
+    CHECK_NEAR(e.compute_time, 3 * 2 * (1e9 / 2e10 + 2e9 / 1e11), 1e-12);
+    l.family_bytes[OAR_PLAN_FAMILY_SOFTMAX] = 2e9; /* 3.5e9 of 3e9 */
+    CHECK_STATUS_FAILS(oar_plan_model_add_layer(m, &l), "family_bytes sum to 3.5e+09, more than its 3e+09 bytes");
+    l.family_bytes[OAR_PLAN_FAMILY_SOFTMAX] = NAN;
+    CHECK_STATUS_FAILS(oar_plan_model_add_layer(m, &l), "family_bytes[2] nan");
+    oar_plan_model_free(m);
 }
 
 static void test_memory_per_rank(void) {
@@ -91,7 +116,12 @@ static void test_memory_per_rank(void) {
     CHECK_NEAR(e.mem_params, 4000, 1e-9);
     CHECK_NEAR(e.mem_act, 2 * 2 * 100, 1e-9);
     CHECK_NEAR(e.compute_time, 2 * 3 * 2e-3, 1e-12);    /* 2 micro-batches of 2 samples, one layer */
-    CHECK(e.pp_time >= 1 * 2 * 2e-3 && e.runnable);      /* the bubble: one stage time */
+    CHECK(e.runnable);
+    /* the bubble: the stages are unequal (the first layer's backward has one GEMM: 4e-3 s a
+     * micro-batch against the second's 6e-3 s), so 1F1B's sum t_s + (M - 1) max t_s leaves the
+     * other stage's 4e-3 s beyond M x 6e-3 s; and two sends of 2 x 10 bytes per micro-batch
+     * and hop over M + pp - 1 slots */
+    CHECK_NEAR(e.pp_time, 4e-3 + 2.0 * 3 * (1e-5 + 20 / 1e9), 1e-12);
     k.zero = 1; /* ZeRO under a pipeline: predicted only */
     CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
     CHECK(!e.runnable);
@@ -121,6 +151,28 @@ static void test_measured_rates(void) {
     c.gemm_rate[3] = -1;
     CHECK_STATUS_FAILS(oar_cluster_check(&c), "gemm_rate[3] -1");
     c.gemm_rate[3] = 4e10;
+    /* by weight: the table at 512 x 512 (<= 2^18 elements), the wide one at 1024 x 1024 (>= 2^20),
+     * linear in log weight between (2^19: halfway) */
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate_wide[i] = 0.5e10 * (i + 1); /* half */
+    CHECK(oar_cluster_check(&c) == 0);
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 512.0 * 512, &c), 1e9 / 3e10, 1e-15);
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 1000, &c), 1e9 / 3e10, 1e-15);           /* clamped below */
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 1024.0 * 1024, &c), 1e9 / 1.5e10, 1e-15);
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 1e9, &c), 1e9 / 1.5e10, 1e-15);          /* clamped above */
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 512.0 * 1024, &c), 1e9 / 2.25e10, 1e-15); /* halfway */
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, sqrt(16.0 * 32), 1024.0 * 1024, &c), 1e9 / 1.75e10, 1e-15);
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 0, &c), 1e9 / 3e10, 1e-15);    /* unknown weight: gemm_rate */
+    CHECK_NEAR(oar_plan_gemm_time(1e9, 16, &c), 1e9 / 3e10, 1e-15);
+    CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 0, 1024.0 * 1024, &c), 1e9 / 1e12, 1e-18); /* unknown dim */
+    CHECK(oar_plan_gemm_time_weight(1, 1, 1, NULL) < 0);
+    c.gemm_rate_wide[5] = 0;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "1 of the 8 gemm_rate_wide entries are 0");
+    c.gemm_rate_wide[5] = INFINITY;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "gemm_rate_wide[5] inf");
+    c.gemm_rate_wide[5] = 3e10;
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate[i] = 0;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "gemm_rate has none");
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate[i] = 1e10 * (i + 1), c.gemm_rate_wide[i] = 0;
     c.optim_time_per_param = -1;
     CHECK_STATUS_FAILS(oar_cluster_check(&c), "optimizer time per parameter");
     c.optim_time_per_param = NAN;
@@ -148,6 +200,19 @@ static void test_measured_rates(void) {
     CHECK_NEAR(e.accum_time, 3 * 8192 * 12 / 1e11, 1e-18);
     CHECK_NEAR(e.step_time, e.compute_time + e.optim_time + e.accum_time, 1e-15);
     oar_plan_model_free(m);
+    /* a 1024 x 1024 weight: its GEMMs at the wide table's rate (a quarter of gemm_rate here);
+     * under tp 2, column-split, this rank's 1024 x 512 half sits halfway in log weight */
+    m = oar_plan_model_new("wide", 4);
+    oar_plan_layer lw = {.kind = OAR_PLAN_LAYER_LINEAR, .flops = 2.0 * 1024 * 1024, .params = 1024 * 1024,
+                         .gemm_rows = 1, .gemm_k = 1024, .gemm_n = 1024};
+    CHECK(oar_plan_model_add_layer(m, &lw) == 0);
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate_wide[i] = c.gemm_rate[i] / 4;
+    k = (oar_plan_config){.dp = 1, .tp = 1, .pp = 1, .micro_batches = 1};
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    double fw = 2.0 * 1024 * 1024 * 8;
+    CHECK_NEAR(e.compute_time, (1 + 1) * fw / (2e10 / 4), 1e-12); /* dim 8; the first layer: 2 GEMMs */
+    oar_plan_model_free(m);
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate_wide[i] = 0;
 
     /* the wait at each synchronising collective: dp 4, one micro-batch: the gradients'
      * all-reduce and the loss's, one wait each; ZeRO-2 with two micro-batches (accumulated
@@ -213,6 +278,17 @@ static void test_layout(void) {
     CHECK(oar_plan_estimate_layout(m, &c, 8, &k, 3, NULL, stage) == 0);
     CHECK(stage[0] == 0 && stage[2] == 1 && stage[1] <= stage[2]);
     CHECK_STATUS_FAILS(oar_plan_estimate_layout(m, &c, 8, &k, 2, place, stage), "must be the model's 3 layers");
+    /* a residual first layer is not column-split: then nothing before the row split makes the
+     * sharded input it reads, and the chain stays replicated */
+    oar_plan_model *mr = oar_plan_model_new("mlp-res", 4);
+    oar_plan_layer res = lin;
+    res.residual = true;
+    CHECK(oar_plan_model_add_layer(mr, &res) == 0 && oar_plan_model_add_layer(mr, &relu) == 0 &&
+          oar_plan_model_add_layer(mr, &lin) == 0);
+    oar_plan_config kt = {.dp = 1, .tp = 2, .pp = 1, .micro_batches = 1};
+    CHECK(oar_plan_estimate_layout(mr, &c, 8, &kt, 3, place, NULL) == 0);
+    CHECK(!strcmp(place[0], "replicate") && strcmp(place[2], "row"));
+    oar_plan_model_free(mr);
     CHECK_STATUS_FAILS(oar_plan_estimate_layout(NULL, &c, 8, &k, 3, place, stage), "model is NULL");
     CHECK_STATUS_FAILS(oar_plan_estimate_layout(m, &c, 8, NULL, 3, place, stage), "configuration is NULL");
     k.dp = 2;
@@ -464,6 +540,7 @@ static void test_from_graph(void) {
         CHECK_NEAR(flops, 2.0 * 8 * 16 + 2.0 * 16 * 4, 0);
         const oar_plan_layer *last = oar_plan_model_layer(m, oar_plan_model_num_layers(m) - 1);
         CHECK(!strcmp(last->name, "2") && last->kind == OAR_PLAN_LAYER_LINEAR);
+        for (int f = 0; f < OAR_PLAN_OP_FAMILIES; f++) CHECK(l0->family_bytes[f] == 0); /* relu, add: plain */
         CHECK_NEAR(last->out_bytes, 4 * 4, 0);
         CHECK(last->gemm_rows == 1 && last->gemm_k == 16 && last->gemm_n == 4);
     }
@@ -478,6 +555,53 @@ static void test_from_graph(void) {
     oar_plan_model_free(m);
     oar_graph_free(g);
     oar_module_free(net);
+
+    /* a pre-norm encoder layer: out_proj and linear2 add their result to the residual stream
+     * (residual), linear1 does not; no plan column-splits a residual layer (dist dispatch would
+     * then shard the residual stream through every later add) */
+    oar_transformer_options o = {.dim_feedforward = 64, .norm_first = true, .activation = OAR_ACTIVATION_GELU};
+    oar_module *enc = oar_transformer_encoder_layer_new(16, 2, &o);
+    oar_graph_input_spec se = {.name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {8, 4, 16}};
+    g = enc ? oar_trace_module(enc, &se) : NULL;
+    m = g ? oar_plan_model_from_graph(g, 0) : NULL;
+    CHECK(m != NULL);
+    int seen = 0;
+    for (int i = 0; m && i < oar_plan_model_num_layers(m); i++) {
+        const oar_plan_layer *l = oar_plan_model_layer(m, i);
+        if (!strcmp(l->name, "self_attn.out_proj") || !strcmp(l->name, "linear2")) {
+            CHECK(l->kind == OAR_PLAN_LAYER_LINEAR && l->residual);
+            seen++;
+        } else if (!strcmp(l->name, "linear1")) {
+            CHECK(l->kind == OAR_PLAN_LAYER_LINEAR && !l->residual);
+            /* its gelu: [4, 64] in and out a sample, transcendental */
+            CHECK_NEAR(l->family_bytes[OAR_PLAN_FAMILY_TRANSCENDENTAL], 2.0 * 4 * 64 * 4, 0);
+            seen++;
+        } else if (!strcmp(l->name, "norm1")) {
+            /* layer_norm: [4, 16] in and out, mean and rstd [4, 1] */
+            CHECK_NEAR(l->family_bytes[OAR_PLAN_FAMILY_NORM], (2.0 * 4 * 16 + 2 * 4) * 4, 0);
+            CHECK(l->family_bytes[OAR_PLAN_FAMILY_NORM] <= l->bytes);
+            seen++;
+        } else
+            CHECK(!l->residual);
+    }
+    CHECK(seen == 4);
+    if (m) {
+        oar_cluster c = toy_cluster(2);
+        c.flops = 1e9; /* compute-bound: splitting pays */
+        const char *place[32];
+        int n = oar_plan_model_num_layers(m);
+        oar_plan_config k = {.dp = 1, .tp = 2, .pp = 1, .micro_batches = 1};
+        CHECK(n <= 32 && oar_plan_estimate_layout(m, &c, 8, &k, n, place, NULL) == 0);
+        for (int i = 0; i < n && i < 32; i++) {
+            const oar_plan_layer *l = oar_plan_model_layer(m, i);
+            if (l->residual) CHECK(strcmp(place[i], "column"));
+            if (!strcmp(l->name, "linear1")) CHECK(!strcmp(place[i], "column"));
+            if (!strcmp(l->name, "linear2")) CHECK(!strcmp(place[i], "row"));
+        }
+    }
+    oar_plan_model_free(m);
+    oar_graph_free(g);
+    oar_module_free(enc);
 }
 
 /* path's contents become text (a calibration file a test hand-writes). */
@@ -522,6 +646,34 @@ static void test_calib_file(void) {
     CHECK(d.optim_time == 1.5e-9 && d.sync == 2e-4 && d.gemm_rate[0] == 1e9 && d.gemm_rate[7] == 8e9);
     CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
     CHECK(cl.optim_time_per_param == 1.5e-9 && cl.sync_lat == 2e-4 && cl.sync_phase == 3e-3 && cl.gemm_rate[3] == 4e9);
+    CHECK(d.gemm_rate_wide[0] == 0 && cl.gemm_rate_wide[0] == 0); /* a version 2 file without the wide table */
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c2.gemm_rate_wide[i] = 0.5e9 * (i + 1);
+    CHECK(oar_plan_calib_save(&c2, path) == 0);
+    CHECK(oar_plan_calib_load(&d, path) == 0);
+    CHECK(d.gemm_rate_wide[0] == 0.5e9 && d.gemm_rate_wide[7] == 4e9 && d.gemm_rate[7] == 8e9);
+    CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
+    CHECK(cl.gemm_rate_wide[3] == 2e9);
+    /* op families: those measured are written, keyed by name */
+    c2.family_bw[OAR_PLAN_FAMILY_NORM] = 1.25e10, c2.family_bw[OAR_PLAN_FAMILY_SELECT] = 3e10;
+    CHECK(oar_plan_calib_save(&c2, path) == 0);
+    CHECK(oar_plan_calib_load(&d, path) == 0);
+    CHECK(d.family_bw[OAR_PLAN_FAMILY_NORM] == 1.25e10 && d.family_bw[OAR_PLAN_FAMILY_SELECT] == 3e10 &&
+          d.family_bw[OAR_PLAN_FAMILY_SOFTMAX] == 0);
+    CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
+    CHECK(cl.family_bw[OAR_PLAN_FAMILY_NORM] == 1.25e10);
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"family_bw\": {\"softmax\": -2}}");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "family_bw \"softmax\" is not a positive number");
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"family_bw\": [1]}");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"family_bw\" is not an object");
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_rates_wide\": [1, 2, 3, 4, 5, 6, 7, 8]}");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "beside \"gemm_rates\"");
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8, 16, 32, 64, 128, 256, 512], "
+          "\"gemm_rates\": [1, 2, 3, 4, 5, 6, 7, 8], \"gemm_rates_wide\": [1, 2, 3, 0, 5, 6, 7, 8]}");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "gemm_rates_wide[3] is not a positive number");
     /* a version 1 file: no extras, left 0 */
     spit(path, "{\"format\": \"oar-plan-calibration-1\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
           "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2}");
@@ -556,7 +708,10 @@ static void test_calib_file(void) {
     CHECK(oar_plan_calibrate(&m) == 0);
     CHECK(m.matmul_flops > 1e6 && isfinite(m.matmul_flops) && m.ew_bw > 1e6 && m.op_overhead > 0 && m.ranks == 1);
     CHECK(m.optim_time > 0 && isfinite(m.optim_time));
-    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) CHECK(m.gemm_rate[i] > 1e6 && isfinite(m.gemm_rate[i]));
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
+        CHECK(m.gemm_rate[i] > 1e6 && isfinite(m.gemm_rate[i]) && m.gemm_rate_wide[i] > 1e6 &&
+              isfinite(m.gemm_rate_wide[i]));
+    for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) CHECK(m.family_bw[i] > 1e6 && isfinite(m.family_bw[i]));
     CHECK_STATUS_FAILS(oar_plan_calibrate(NULL), "out is NULL");
 }
 
