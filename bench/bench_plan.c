@@ -260,6 +260,10 @@ static double measure_pipeline(int kind, const oar_plan_config *k, const run_lay
         t[step] = now() - t0;
         oar_pool_pop(pool);
     }
+    if (sm) { /* (the stage's shards: made outside any pool) */
+        oar_tensor_release(xs);
+        oar_tensor_release(ys);
+    }
     oar_optim_free(opt);
     oar_pipeline_free(pl);
     for (int s = 0; s < k->pp; s++) oar_module_free(stage_mod[s]);
