@@ -333,6 +333,10 @@ OAR_API oar_tensor *oar_fake_quantize_per_tensor(oar_tensor *x, double scale, in
                                                  int64_t quant_min, int64_t quant_max);
 OAR_API oar_tensor *oar_fake_quantize_per_channel(oar_tensor *x, oar_tensor *scales, oar_tensor *zero_points,
                                                   int axis, int64_t quant_min, int64_t quant_max);
+/* The most terms an int8 product sums (qmatmul's k, qconv2d's c/groups *
+ * kh * kw): each is at most 255 * 128 in magnitude, so every int32 sum of
+ * this many is exact. */
+#define OAR_QMATMUL_MAX_K ((int64_t)(2147483647 / (255 * 128)))
 /* int8 products (docs/quantization.md). qmatmul: (a - a_zero_point) @ b as
  * int32, exact: a uint8 or int8 [..., m, k] (a quantized activation,
  * a_zero_point in its dtype's range), b int8 [k, n] (a symmetric weight,

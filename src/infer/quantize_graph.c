@@ -55,11 +55,11 @@ static bool is_candidate(const oar_graph *g, const oari_gnode *n, bool *conv) {
     if (n->op == OARI_OP_matmul && n->n_in == 2 && x->ndim >= 2) {
         bool tr;
         int w = matmul_weight_src(g, n->in[1], &tr);
-        return w >= 0 && g->values[w].shape[tr ? 1 : 0] <= 65793; /* (qmatmul's int32-exact bound on k) */
+        return w >= 0 && g->values[w].shape[tr ? 1 : 0] <= OAR_QMATMUL_MAX_K;
     }
     if (n->op == OARI_OP_conv2d && x->ndim == 4 && float_const(g, n->in[1], 4)) {
         const oari_gvalue *w = &g->values[n->in[1]];
-        return w->shape[1] * w->shape[2] * w->shape[3] <= 65793;
+        return w->shape[1] * w->shape[2] * w->shape[3] <= OAR_QMATMUL_MAX_K;
     }
     return false;
 }

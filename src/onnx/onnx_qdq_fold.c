@@ -63,10 +63,6 @@ static oar_tensor *weight_scale(const oari_onnx_dq *d, int rank, int channel) {
     return s32;
 }
 
-/* The int32 sums of a k-long dot product stay exact up to this k
- * (255 * 128 * k < 2^31), as in quantize_graph.c. */
-#define EXACT_K 65793
-
 static int fold_conv(oari_onnx_node *nd, const oari_onnx_dq *dq) {
     double sx;
     int64_t zx, st[2], pd[2], dl[2], group;
@@ -75,7 +71,7 @@ static int fold_conv(oari_onnx_node *nd, const oari_onnx_dq *dq) {
         !oari_onnx_qconv_attrs(nd, st, pd, dl, &group))
         return 0;
     const int64_t *ws = oar_tensor_shape(dq[1].q);
-    if (ws[1] * ws[2] * ws[3] > EXACT_K) return 0;
+    if (ws[1] * ws[2] * ws[3] > OAR_QMATMUL_MAX_K) return 0;
     int64_t o = ws[0];
     oar_tensor *acc = oar_qconv2d(dq[0].q, zx, dq[1].q, st, pd, dl, group);
     oar_tensor *scale = oar_reshape(oar_expand(oar_mul_scalar(sw, sx), 1, (int64_t[]){o}), 4,
@@ -97,7 +93,7 @@ static int fold_matmul(oari_onnx_node *nd, const oari_onnx_dq *dq, bool gemm) {
                                                            oari_onnx_attr_i(nd, "transA", 0))))
         return 0;
     oar_tensor *w = trans_b ? oar_contiguous(oar_transpose(dq[1].q, 0, 1)) : dq[1].q;
-    if (!w || oar_tensor_shape(w)[0] > EXACT_K) return w ? 0 : OAR_ERR_INVALID;
+    if (!w || oar_tensor_shape(w)[0] > OAR_QMATMUL_MAX_K) return w ? 0 : OAR_ERR_INVALID;
     oar_tensor *acc = oar_qmatmul(dq[0].q, zx, w);
     oar_tensor *y = oar_mul(oar_cast(acc, OAR_F32), oar_mul_scalar(sw, sx * alpha));
     oar_tensor *c = gemm && nd->n_in > 2 ? nd->in[2] : NULL;

@@ -146,9 +146,8 @@ const oari_op_def oari_def_fake_quantize = {
     .grad = grad_fake_quantize,
 };
 
-/* Terms of at most 255 * 128 in magnitude: k up to this many keeps every
- * int32 sum exact (oneDNN and the reference both accumulate in int32). */
-#define QMATMUL_MAX_K ((int64_t)(INT32_MAX / (255 * 128)))
+/* (oneDNN and the reference both accumulate in int32: OAR_QMATMUL_MAX_K) */
+#define QMATMUL_MAX_K OAR_QMATMUL_MAX_K
 
 /* in0 uint8/int8 [..., m, k] with its zero point iattr0 in its range, in1
  * int8 [k, n]; out int32 [..., m, n]. */

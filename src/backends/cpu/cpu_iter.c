@@ -51,6 +51,20 @@ void oari_iter_init(oari_iter *it, int n_ops, const oar_ktensor *const *ops) {
     }
 }
 
+/* The calling thread's share [*b, *e) of n items split over the team's
+ * threads (all of them outside a parallel region), chunks rounded up to
+ * a multiple of align. */
+static void thread_share(int64_t n, int64_t align, int64_t *b, int64_t *e) {
+#ifdef _OPENMP
+    int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+    int64_t nt = 1, t = 0;
+#endif
+    int64_t chunk = ((n + nt - 1) / nt + align - 1) / align * align;
+    *b = t * chunk < n ? t * chunk : n;
+    *e = *b + chunk < n ? *b + chunk : n;
+}
+
 /* Runs the linear element range [begin, end). */
 static void run_range(const oari_iter *it, oari_inner_fn fn, void *ctx, int64_t begin, int64_t end) {
     const int nd = it->ndim, last = nd - 1;
@@ -173,12 +187,8 @@ static void run_tiled(const oari_iter *it, oari_inner_fn fn, void *ctx) {
     }
 #pragma omp parallel
     {
-#ifdef _OPENMP
-        int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-#else
-        int64_t nt = 1, t = 0;
-#endif
-        int64_t chunk = (blocks + nt - 1) / nt, b0 = t * chunk, b1 = b0 + chunk < blocks ? b0 + chunk : blocks;
+        int64_t b0, b1;
+        thread_share(blocks, 1, &b0, &b1);
         if (b0 < b1) run_tiles(it, fn, ctx, b0, b1);
     }
 }
@@ -196,14 +206,9 @@ void oari_iter_run(const oari_iter *it, oari_inner_fn fn, void *ctx) {
     }
 #pragma omp parallel
     {
-#ifdef _OPENMP
-        int nt = omp_get_num_threads(), t = omp_get_thread_num();
-#else
-        int nt = 1, t = 0;
-#endif
-        /* Chunks aligned to 16 elements so threads never share a cache line of f32 output. */
-        int64_t chunk = ((total + nt - 1) / nt + 15) & ~(int64_t)15;
-        int64_t b = (int64_t)t * chunk, e = b + chunk < total ? b + chunk : total;
+        /* chunks of 16 elements so threads never share a cache line of f32 output */
+        int64_t b, e;
+        thread_share(total, 16, &b, &e);
         if (b < e) run_range(it, fn, ctx, b, e);
     }
 }
@@ -227,13 +232,8 @@ void oari_iter_call(const oar_kernel_call *call, oari_inner_fn fn, void *ctx) {
  * a parallel region). */
 static void rows_of_thread(const oari_iter *it, oari_inner2d_fn fn2, void *ctx, int64_t rows,
                            int64_t len, const int64_t *inner, const int64_t *outer) {
-#ifdef _OPENMP
-    int nt = omp_get_num_threads(), t = omp_get_thread_num();
-#else
-    int nt = 1, t = 0;
-#endif
-    int64_t chunk = (rows + nt - 1) / nt;
-    int64_t r0 = (int64_t)t * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    int64_t r0, r1;
+    thread_share(rows, 1, &r0, &r1);
     if (r0 < r1) {
         char *ptrs[OARI_ITER_MAX];
         for (int k = 0; k < it->n_ops; k++) ptrs[k] = it->data[k] + r0 * outer[k] * it->elsize[k];
