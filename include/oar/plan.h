@@ -121,9 +121,10 @@ typedef struct oar_plan_calib {
     double beta;          /* seconds per byte of them (1 / bandwidth) */
     int ranks;            /* ranks the collectives were measured at (1: not measured) */
     double optim_time;    /* seconds per parameter element of oar's Adam step (0: not measured) */
-    double sync;          /* seconds an all-reduce after a compute phase takes beyond one
-                             made back to back: waiting for the slowest rank (0: not measured) */
-    double sync_phase;    /* that compute phase, seconds (0: not measured) */
+    double sync;          /* seconds a compute phase and the all-reduce after it take beyond
+                             the phase's price at matmul_flops and an all-reduce made back to
+                             back: waiting for the slowest rank (0: not measured) */
+    double sync_phase;    /* that phase's price at matmul_flops, seconds (0: not measured) */
     double gemm_rate[OAR_PLAN_GEMM_CLASSES]; /* FLOP/s of a linear layer's three training GEMMs
                              (y = x W^T, dx = g W, dW = g^T x; x, g [d, 512], W [512, 512]) at
                              smallest dimension d = oar_plan_gemm_dims[i] (0: not measured) */

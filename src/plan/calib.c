@@ -72,8 +72,11 @@ static double time_op(oar_tensor *(*op)(oar_tensor *, oar_tensor *), oar_tensor 
  * slowest rank, as the ranks drift apart on a machine shared with other
  * processes (on an idle one, little more than the message). < 0 on
  * failure. */
+#define SYNC_PHASE_DIM 256
+#define SYNC_PHASE_GEMMS 8
+#define SYNC_PHASE_FLOPS (SYNC_PHASE_GEMMS * 2.0 * SYNC_PHASE_DIM * SYNC_PHASE_DIM * SYNC_PHASE_DIM)
 static double time_allreduce(oar_mesh *mesh, int64_t n, int reps, bool phase, double *phase_time) {
-    const int64_t sq[2] = {256, 256};
+    const int64_t sq[2] = {SYNC_PHASE_DIM, SYNC_PHASE_DIM};
     double t[16];
     if (reps > 16) reps = 16;
     oar_tensor *local = oar_ones(OAR_F32, 1, &n), *a = phase ? oar_randn(OAR_F32, 2, sq) : NULL;
@@ -84,7 +87,7 @@ static double time_allreduce(oar_mesh *mesh, int64_t n, int reps, bool phase, do
         double tp0 = now();
         oar_pool *p = phase ? oar_pool_push() : NULL;
         bool ok = !phase || p;
-        for (int k = 0; phase && k < 8 && ok; k++) ok = oar_matmul(a, a) != NULL;
+        for (int k = 0; phase && k < SYNC_PHASE_GEMMS && ok; k++) ok = oar_matmul(a, a) != NULL;
         if (p) oar_pool_pop(p);
         if (phase_time && i >= 0) *phase_time += (now() - tp0) / reps;
         oar_tensor *d = ok ? oar_dtensor_from_local(local, mesh, &part, &n) : NULL;
@@ -307,11 +310,19 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         double b0 = (4 * sxy - sx * sy) / (4 * sxx - sx * sx), a0 = (sy - b0 * sx) / 4;
         if (a0 < 0) a0 = 0;
         if (b0 <= 0) b0 = 1e-12;
-        /* the wait for the slowest rank at a synchronisation after compute */
+        /* the wait for the slowest rank at a synchronisation after compute: what a phase and
+         * its all-reduce take beyond the cost model's price of the phase (its GEMMs at the
+         * rate measured above, on every rank at once) and a back-to-back all-reduce. Not
+         * beyond the phase's own wall time: where ranks share a core, one rank's phase runs
+         * whole in a time slice while the other waits, so the wall time of a phase is its
+         * unshared time, the wait is the core-mate's phase, and the shared GEMM rate already
+         * prices both; the wait on top of that rate is only the drift that rate misses */
         if (!st) {
-            double t = time_allreduce(mesh, sizes[0], 12, true, &out->sync_phase);
+            double wall = 0;
+            double t = time_allreduce(mesh, sizes[0], 12, true, &wall);
+            double priced = SYNC_PHASE_FLOPS / out->matmul_flops;
             if (t < 0) st = oari_fail_status();
-            else out->sync = fmax(0, t - t_small);
+            else out->sync = fmax(0, wall + t - priced - t_small), out->sync_phase = priced;
         }
         /* the per-op cost of a training step on dtensors (dist dispatch, autograd) */
         if (!st) {
