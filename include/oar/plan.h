@@ -37,8 +37,8 @@ extern "C" {
 
 /* ---- the cluster ---------------------------------------------------------- */
 
-/* The smallest GEMM dimensions (4, 8, ..., 512) at which gemm_rate is given. */
-#define OAR_PLAN_GEMM_CLASSES 8
+/* The smallest GEMM dimensions (2, 4, ..., 512) at which gemm_rate is given. */
+#define OAR_PLAN_GEMM_CLASSES 9
 OAR_API extern const double oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES];
 /* The weights (elements, k x n) the two GEMM tables are measured at: gemm_rate at
  * 512 x 512 (1 MiB of f32, held in cache), gemm_rate_wide at 1024 x 1024 (4 MiB, streamed from
@@ -149,7 +149,9 @@ OAR_API int oar_plan_calibrate(oar_plan_calib *out);
  * gemm_rate_wide ("gemm_rates_wide") and family_bw (an object
  * "family_bw" keyed by oar_plan_op_family_names) written when measured,
  * > 0). Loading also reads version 1 files, and version 2 files without
- * the later tables, which lack them (left 0). 0, or OAR_ERR_IO naming the
+ * the later tables, which lack them (left 0), and GEMM tables written
+ * before the 2-row class (8 entries from 4 rows: the 2-row class gets the
+ * 4-row rate, as those files priced it). 0, or OAR_ERR_IO naming the
  * file and the bad field. */
 OAR_API int oar_plan_calib_save(const oar_plan_calib *c, const char *path);
 OAR_API int oar_plan_calib_load(oar_plan_calib *c, const char *path);

@@ -148,7 +148,9 @@ static double time_step_overhead(oar_mesh *mesh, int world) {
     return res;
 }
 
-const double oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES] = {4, 8, 16, 32, 64, 128, 256, 512};
+/* From 2 rows: a GEMM of 2 rows still reads its whole weight, and takes nearly as long as one of
+ * 4 (a table clamped at 4 priced micro-batches of 2 rows at twice their speed) */
+const double oar_plan_gemm_dims[OAR_PLAN_GEMM_CLASSES] = {2, 4, 8, 16, 32, 64, 128, 256, 512};
 
 /* The three GEMMs of a linear layer's training step, as the matmul
  * gradient rule makes them (src/ops/linalg.c): y = x W^T, dx = g W,
@@ -503,19 +505,26 @@ int oar_plan_calib_load(oar_plan_calib *c, const char *path) {
             st = oari_error(OAR_ERR_IO, "%s: %s: \"%s\" is not a non-negative number", fn, path, sk[i]);
         else *sf[i] = sy->valuedouble;
     }
+    /* a table from 2 rows, or one written before the 2-row class (from 4 rows: that class is
+     * left as those files priced it, the 4-row rate) */
+    int n_tab = OAR_PLAN_GEMM_CLASSES, skip = 0;
     if (!st && version >= 2 && (dims || rates)) {
-        if (!cJSON_IsArray(dims) || !cJSON_IsArray(rates) ||
-            cJSON_GetArraySize(dims) != OAR_PLAN_GEMM_CLASSES || cJSON_GetArraySize(rates) != OAR_PLAN_GEMM_CLASSES)
-            st = oari_error(OAR_ERR_IO, "%s: %s: \"gemm_dims\" and \"gemm_rates\" must be arrays of %d numbers", fn,
-                            path, OAR_PLAN_GEMM_CLASSES);
-        for (int i = 0; !st && i < OAR_PLAN_GEMM_CLASSES; i++) {
+        n_tab = cJSON_IsArray(dims) ? cJSON_GetArraySize(dims) : -1;
+        skip = OAR_PLAN_GEMM_CLASSES - n_tab;
+        if (!cJSON_IsArray(rates) || (skip != 0 && skip != 1) || cJSON_GetArraySize(rates) != n_tab)
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"gemm_dims\" and \"gemm_rates\" must be arrays of %d numbers "
+                            "(or %d, from dimension %g)", fn, path, OAR_PLAN_GEMM_CLASSES,
+                            OAR_PLAN_GEMM_CLASSES - 1, oar_plan_gemm_dims[1]);
+        for (int i = 0; !st && i < n_tab; i++) {
             cJSON *d = cJSON_GetArrayItem(dims, i), *v = cJSON_GetArrayItem(rates, i);
-            if (!cJSON_IsNumber(d) || d->valuedouble != oar_plan_gemm_dims[i])
-                st = oari_error(OAR_ERR_IO, "%s: %s: gemm_dims[%d] is not %g", fn, path, i, oar_plan_gemm_dims[i]);
+            if (!cJSON_IsNumber(d) || d->valuedouble != oar_plan_gemm_dims[skip + i])
+                st = oari_error(OAR_ERR_IO, "%s: %s: gemm_dims[%d] is not %g", fn, path, i,
+                                oar_plan_gemm_dims[skip + i]);
             else if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
                 st = oari_error(OAR_ERR_IO, "%s: %s: gemm_rates[%d] is not a positive number", fn, path, i);
-            else got.gemm_rate[i] = v->valuedouble;
+            else got.gemm_rate[skip + i] = v->valuedouble;
         }
+        if (!st && skip) got.gemm_rate[0] = got.gemm_rate[1];
     }
     /* op families' rates (optional in version 2; each family optional) */
     cJSON *fam = cJSON_GetObjectItemCaseSensitive(root, "family_bw");
@@ -533,15 +542,16 @@ int oar_plan_calib_load(oar_plan_calib *c, const char *path) {
     /* the table at the wide weight (optional in version 2; only beside gemm_rates) */
     cJSON *wide = cJSON_GetObjectItemCaseSensitive(root, "gemm_rates_wide");
     if (!st && version >= 2 && wide) {
-        if (!rates || !cJSON_IsArray(wide) || cJSON_GetArraySize(wide) != OAR_PLAN_GEMM_CLASSES)
+        if (!rates || !cJSON_IsArray(wide) || cJSON_GetArraySize(wide) != n_tab)
             st = oari_error(OAR_ERR_IO, "%s: %s: \"gemm_rates_wide\" must be an array of %d numbers beside "
-                            "\"gemm_rates\"", fn, path, OAR_PLAN_GEMM_CLASSES);
-        for (int i = 0; !st && i < OAR_PLAN_GEMM_CLASSES; i++) {
+                            "\"gemm_rates\"", fn, path, n_tab);
+        for (int i = 0; !st && i < n_tab; i++) {
             cJSON *v = cJSON_GetArrayItem(wide, i);
             if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
                 st = oari_error(OAR_ERR_IO, "%s: %s: gemm_rates_wide[%d] is not a positive number", fn, path, i);
-            else got.gemm_rate_wide[i] = v->valuedouble;
+            else got.gemm_rate_wide[skip + i] = v->valuedouble;
         }
+        if (!st && skip) got.gemm_rate_wide[0] = got.gemm_rate_wide[1];
     }
     if (!st) *c = got;
     cJSON_Delete(root);

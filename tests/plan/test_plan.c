@@ -138,10 +138,11 @@ static void test_memory_per_rank(void) {
 static void test_measured_rates(void) {
     oar_cluster c = toy_cluster(1);
     CHECK_NEAR(oar_plan_gemm_time(1e9, 64, &c), 1e9 / 1e12, 1e-18); /* no table: the peak rate */
-    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate[i] = 1e10 * (i + 1); /* 4: 1e10 .. 512: 8e10 */
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate[i] = i ? 1e10 * i : 0.5e10; /* 2: 0.5e10, 4: 1e10 .. 512: 8e10 */
     CHECK(oar_cluster_check(&c) == 0);
     CHECK_NEAR(oar_plan_gemm_time(1e9, 16, &c), 1e9 / 3e10, 1e-15);   /* at a table point */
-    CHECK_NEAR(oar_plan_gemm_time(1e9, 2, &c), 1e9 / 1e10, 1e-15);    /* clamped below */
+    CHECK_NEAR(oar_plan_gemm_time(1e9, 2, &c), 1e9 / 0.5e10, 1e-15);  /* the 2-row class */
+    CHECK_NEAR(oar_plan_gemm_time(1e9, 1, &c), 1e9 / 0.5e10, 1e-15);  /* clamped below */
     CHECK_NEAR(oar_plan_gemm_time(1e9, 4096, &c), 1e9 / 8e10, 1e-15); /* clamped above */
     CHECK_NEAR(oar_plan_gemm_time(1e9, sqrt(16.0 * 32), &c), 1e9 / 3.5e10, 1e-15); /* halfway in log dim */
     CHECK_NEAR(oar_plan_gemm_time(1e9, 0, &c), 1e9 / 1e12, 1e-18);    /* unknown dim: the peak rate */
@@ -150,10 +151,10 @@ static void test_measured_rates(void) {
     CHECK_STATUS_FAILS(oar_cluster_check(&c), "give all");
     c.gemm_rate[3] = -1;
     CHECK_STATUS_FAILS(oar_cluster_check(&c), "gemm_rate[3] -1");
-    c.gemm_rate[3] = 4e10;
+    c.gemm_rate[3] = 3e10; /* (dim 16) */
     /* by weight: the table at 512 x 512 (<= 2^18 elements), the wide one at 1024 x 1024 (>= 2^20),
      * linear in log weight between (2^19: halfway) */
-    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate_wide[i] = 0.5e10 * (i + 1); /* half */
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate_wide[i] = c.gemm_rate[i] / 2; /* half */
     CHECK(oar_cluster_check(&c) == 0);
     CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 512.0 * 512, &c), 1e9 / 3e10, 1e-15);
     CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 16, 1000, &c), 1e9 / 3e10, 1e-15);           /* clamped below */
@@ -166,20 +167,20 @@ static void test_measured_rates(void) {
     CHECK_NEAR(oar_plan_gemm_time_weight(1e9, 0, 1024.0 * 1024, &c), 1e9 / 1e12, 1e-18); /* unknown dim */
     CHECK(oar_plan_gemm_time_weight(1, 1, 1, NULL) < 0);
     c.gemm_rate_wide[5] = 0;
-    CHECK_STATUS_FAILS(oar_cluster_check(&c), "1 of the 8 gemm_rate_wide entries are 0");
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "1 of the 9 gemm_rate_wide entries are 0");
     c.gemm_rate_wide[5] = INFINITY;
     CHECK_STATUS_FAILS(oar_cluster_check(&c), "gemm_rate_wide[5] inf");
     c.gemm_rate_wide[5] = 3e10;
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate[i] = 0;
     CHECK_STATUS_FAILS(oar_cluster_check(&c), "gemm_rate has none");
-    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate[i] = 1e10 * (i + 1), c.gemm_rate_wide[i] = 0;
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c.gemm_rate[i] = i ? 1e10 * i : 0.5e10, c.gemm_rate_wide[i] = 0;
     c.optim_time_per_param = -1;
     CHECK_STATUS_FAILS(oar_cluster_check(&c), "optimizer time per parameter");
     c.optim_time_per_param = NAN;
     CHECK_STATUS_FAILS(oar_cluster_check(&c), "optimizer time per parameter");
 
     /* one linear layer of 64 x 64 on 1 row a sample, batch 8: GEMMs of smallest dim 8 (1 micro-batch)
-     * or 2 (4 micro-batches: clamped to the 4 entry) */
+     * or 2 (4 micro-batches: the 2 entry) */
     oar_plan_model *m = oar_plan_model_new("lin", 4);
     oar_plan_layer l = {.kind = OAR_PLAN_LAYER_LINEAR, .flops = 2 * 64 * 64, .params = 64 * 64, .gemm_rows = 1,
                         .gemm_k = 64, .gemm_n = 64};
@@ -196,7 +197,7 @@ static void test_measured_rates(void) {
     CHECK_NEAR(e.accum_time, 0, 0);
     k.micro_batches = 4; /* 4 micro-batches of 2 rows; 3 accumulations of 8192 f32 gradients (12 bytes each) */
     CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
-    CHECK_NEAR(e.compute_time, 4 * (2 + 1 + 2) * (f8 / 4) / 1e10, 1e-15);
+    CHECK_NEAR(e.compute_time, 4 * (2 + 1 + 2) * (f8 / 4) / 0.5e10, 1e-15);
     CHECK_NEAR(e.accum_time, 3 * 8192 * 12 / 1e11, 1e-18);
     CHECK_NEAR(e.step_time, e.compute_time + e.optim_time + e.accum_time, 1e-15);
     oar_plan_model_free(m);
@@ -643,14 +644,14 @@ static void test_calib_file(void) {
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c2.gemm_rate[i] = 1e9 * (i + 1);
     CHECK(oar_plan_calib_save(&c2, path) == 0);
     CHECK(oar_plan_calib_load(&d, path) == 0);
-    CHECK(d.optim_time == 1.5e-9 && d.sync == 2e-4 && d.gemm_rate[0] == 1e9 && d.gemm_rate[7] == 8e9);
+    CHECK(d.optim_time == 1.5e-9 && d.sync == 2e-4 && d.gemm_rate[0] == 1e9 && d.gemm_rate[8] == 9e9);
     CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
     CHECK(cl.optim_time_per_param == 1.5e-9 && cl.sync_lat == 2e-4 && cl.sync_phase == 3e-3 && cl.gemm_rate[3] == 4e9);
     CHECK(d.gemm_rate_wide[0] == 0 && cl.gemm_rate_wide[0] == 0); /* a version 2 file without the wide table */
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c2.gemm_rate_wide[i] = 0.5e9 * (i + 1);
     CHECK(oar_plan_calib_save(&c2, path) == 0);
     CHECK(oar_plan_calib_load(&d, path) == 0);
-    CHECK(d.gemm_rate_wide[0] == 0.5e9 && d.gemm_rate_wide[7] == 4e9 && d.gemm_rate[7] == 8e9);
+    CHECK(d.gemm_rate_wide[0] == 0.5e9 && d.gemm_rate_wide[8] == 4.5e9 && d.gemm_rate[8] == 9e9);
     CHECK(oar_cluster_from_calib(&cl, &d, 4, 1e9) == 0);
     CHECK(cl.gemm_rate_wide[3] == 2e9);
     /* op families: those measured are written, keyed by name */
@@ -674,6 +675,22 @@ static void test_calib_file(void) {
           "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8, 16, 32, 64, 128, 256, 512], "
           "\"gemm_rates\": [1, 2, 3, 4, 5, 6, 7, 8], \"gemm_rates_wide\": [1, 2, 3, 0, 5, 6, 7, 8]}");
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "gemm_rates_wide[3] is not a positive number");
+    /* tables written before the 2-row class: 8 entries from 4 rows; the 2-row class gets the
+     * 4-row rate, as those files priced 2 rows */
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8, 16, 32, 64, 128, 256, 512], "
+          "\"gemm_rates\": [1, 2, 3, 4, 5, 6, 7, 8], \"gemm_rates_wide\": [11, 12, 13, 14, 15, 16, 17, 18]}");
+    CHECK(oar_plan_calib_load(&d, path) == 0);
+    CHECK(d.gemm_rate[0] == 1 && d.gemm_rate[1] == 1 && d.gemm_rate[8] == 8);
+    CHECK(d.gemm_rate_wide[0] == 11 && d.gemm_rate_wide[1] == 11 && d.gemm_rate_wide[8] == 18);
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8, 16, 32, 64, 128, 256, 512], "
+          "\"gemm_rates\": [1, 2, 3, 4, 5, 6, 7, 8], \"gemm_rates_wide\": [1, 2, 3, 4, 5, 6, 7, 8, 9]}");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"gemm_rates_wide\" must be an array of 8 numbers");
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [2, 8, 16, 32, 64, 128, 256, 512], "
+          "\"gemm_rates\": [1, 2, 3, 4, 5, 6, 7, 8]}");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "gemm_dims[0] is not 4");
     /* a version 1 file: no extras, left 0 */
     spit(path, "{\"format\": \"oar-plan-calibration-1\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
           "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2}");
@@ -682,7 +699,7 @@ static void test_calib_file(void) {
     /* bad extras */
     spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
           "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8], \"gemm_rates\": [1, 2]}");
-    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "must be arrays of 8 numbers");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "must be arrays of 9 numbers (or 8, from dimension 4)");
     spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
           "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_dims\": [4, 8, 16, 32, 64, 128, 256, 1024], "
           "\"gemm_rates\": [1, 2, 3, 4, 5, 6, 7, 8]}");
