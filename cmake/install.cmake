@@ -130,6 +130,9 @@ if(OAR_BUILD_TESTS)
              ${CMAKE_COMMAND} ${CMAKE_C_COMPILER})
     set_tests_properties(core_build PROPERTIES TIMEOUT 1200)
   endif()
+  # Every OAR_API name of the public headers is in liboar.so's dynamic symbols.
+  add_test(NAME exports COMMAND bash ${CMAKE_SOURCE_DIR}/tests/install/exports.sh ${CMAKE_SOURCE_DIR}/include
+           $<TARGET_FILE:oar>)
   if(OAR_WITH_MPI)
     # A program without dtensors does not load libmpi (the transport is a
     # module liboar opens on oar_dist_init, src/dist/mpi_load.c).

@@ -5,11 +5,14 @@
 
 static _Thread_local int no_grad_depth;
 
-void oar_no_grad_push(void) { no_grad_depth++; }
-void oar_no_grad_pop(void) {
+/* The public three are declared in <oar/autograd.h>, a layer above this
+ * file's: OAR_API here too, or the build's hidden visibility keeps them out
+ * of liboar.so (tests/install/exports.sh). */
+OAR_API void oar_no_grad_push(void) { no_grad_depth++; }
+OAR_API void oar_no_grad_pop(void) {
     if (no_grad_depth > 0) no_grad_depth--;
 }
-bool oar_grad_enabled(void) { return no_grad_depth == 0; }
+OAR_API bool oar_grad_enabled(void) { return no_grad_depth == 0; }
 
 void oari_no_grad_push(void) { no_grad_depth++; }
 void oari_no_grad_pop(void) { no_grad_depth--; }
