@@ -246,6 +246,35 @@ static void test_large(void) {
 }
 
 /* Integer division by zero is defined (0), never a trap; INT_MIN // -1 wraps. */
+/* where over runs long enough for the vector loops: the values contiguous or
+ * one broadcast scalar on either side, every element size, and a [n] mask
+ * broadcast over [3, n] rows (a causal mask's shape). */
+static void test_where_runs(void) {
+    oar_pool *p = oar_pool_push();
+    enum { N = 203 };
+    double cv[N], av[N], w1[3 * N], w2[N];
+    for (int i = 0; i < N; i++) cv[i] = (i * 7 % 5) < 2, av[i] = i % 100;
+    oar_tensor *cond = oar_cast(make(OAR_F32, cv, NULL, N), OAR_BOOL);
+    static const oar_dtype dts[] = {OAR_U8, OAR_BF16, OAR_F32, OAR_F64, OAR_C128};
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
+        oar_tensor *a = oar_cast(make(OAR_F64, av, NULL, N), dts[d]);
+        oar_tensor *b = oar_cast(oar_scalar(3), dts[d]);
+        for (int i = 0; i < N; i++) w1[i] = cv[i] ? av[i] : 3, w2[i] = cv[i] ? 3 : av[i];
+        oar_tensor *r = oar_where(cond, a, b);
+        CHECK(r && oar_tensor_dtype(r) == dts[d]);
+        CHECK_VALUES(dts[d] == OAR_C128 ? oar_real(r) : r, w1, N, 0);
+        r = oar_where(cond, b, a);
+        CHECK_VALUES(dts[d] == OAR_C128 ? oar_real(r) : r, w2, N, 0);
+        r = oar_where(cond, a, a);
+        CHECK_VALUES(dts[d] == OAR_C128 ? oar_real(r) : r, av, N, 0);
+    }
+    oar_tensor *rows = oar_reshape(oar_arange(0, 3 * N, 1, OAR_F32), 2, (int64_t[]){3, N});
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < N; i++) w1[r * N + i] = cv[i] ? r * N + i : -1e9;
+    CHECK_VALUES(oar_where(cond, rows, oar_scalar(-1e9)), w1, 3 * N, 0);
+    oar_pool_pop(p);
+}
+
 static void test_integer_edges(void) {
     oar_pool *p = oar_pool_push();
     oar_tensor *a = make(OAR_I64, (double[]){7, -7, 0, 5}, NULL, 4);
@@ -420,6 +449,7 @@ int main(void) {
     RUN(test_promotion);
     RUN(test_broadcast);
     RUN(test_large);
+    RUN(test_where_runs);
     RUN(test_integer_edges);
     RUN(test_bad_input);
     RUN(test_gradients);

@@ -95,19 +95,30 @@
 #define EW_BINARY(op, rule, cpu, ...) EW_CPU_TABLE(op, cpu)
 #include "../../ops/elementwise.def"
 
-/* ---- where: out = in[0] ? in[1] : in[2]; one loop per element size ---- */
+/* ---- where: out = in[0] ? in[1] : in[2]; one loop per element size ----
+ * A contiguous run with a contiguous mask takes an `omp simd` loop for each
+ * of the values being contiguous or one broadcast scalar (a causal mask's
+ * fill: where(mask, scores, -inf)); the rest a strided loop. */
+#define WHERE_RUN(T, SA, SB)                                                        \
+    _Pragma("omp simd")                                                             \
+    for (int64_t i = 0; i < n; i++) {                                               \
+        T av = pa[i * (SA)], bv = pb[i * (SB)];                                     \
+        o[i] = pc[i] ? av : bv;                                                     \
+    }
 #define WHERE_LOOP(NAME, T)                                                         \
+    OARI_SIMD_CLONES                                                                \
     static void NAME(char **p, const int64_t *s, int64_t n, void *ctx) {            \
         (void)ctx;                                                                  \
         T *o = (T *)p[0];                                                           \
         const uint8_t *pc = (const uint8_t *)p[1];                                  \
         const T *pa = (const T *)p[2], *pb = (const T *)p[3];                       \
-        if (s[0] == 1 && s[1] == 1 && s[2] == 1 && s[3] == 1) {                     \
-            _Pragma("omp simd")                                                     \
-            for (int64_t i = 0; i < n; i++) {                                       \
-                T av = pa[i], bv = pb[i];                                           \
-                o[i] = pc[i] ? av : bv;                                             \
-            }                                                                       \
+        const bool run = s[0] == 1 && s[1] == 1;                                    \
+        if (run && s[2] == 1 && s[3] == 1) {                                        \
+            WHERE_RUN(T, 1, 1)                                                      \
+        } else if (run && s[2] == 1 && s[3] == 0) {                                 \
+            WHERE_RUN(T, 1, 0)                                                      \
+        } else if (run && s[2] == 0 && s[3] == 1) {                                 \
+            WHERE_RUN(T, 0, 1)                                                      \
         } else {                                                                    \
             for (int64_t i = 0; i < n; i++)                                         \
                 o[i * s[0]] = pc[i * s[1]] ? pa[i * s[2]] : pb[i * s[3]];           \
