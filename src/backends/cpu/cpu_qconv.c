@@ -188,17 +188,21 @@ VNNI __attribute__((always_inline)) static inline void tile(const cargs *q, cons
     const int32_t *ws = q->ws->data;
     const float *sp = q->s->data, *bp = q->b ? (const float *)q->b->data : NULL;
     const int64_t P = q->OH * q->OW;
+    const bool per_ch = q->s->ndim != 0, relu = q->relu;
+    const uint32_t zp = (uint32_t)q->zp;
+    const oari_qout_v ov = oari_qout_vec(&q->o);
+    void *const y = q->y;
     UNROLL4
     for (int r = 0; r < MR; r++) {
         const int64_t o = o0 + r;
-        __m512i corr = _mm512_set1_epi32((int32_t)((uint32_t)q->zp * (uint32_t)ws[o]));
-        __m512 sv = _mm512_set1_ps(sp[q->s->ndim ? o : 0]), bv = _mm512_set1_ps(bp ? bp[o] : 0.f);
+        __m512i corr = _mm512_set1_epi32((int32_t)(zp * (uint32_t)ws[o]));
+        __m512 sv = _mm512_set1_ps(sp[per_ch ? o : 0]), bv = _mm512_set1_ps(bp ? bp[o] : 0.f);
         UNROLL4
         for (int c = 0; c < NB; c++) {
-            __m512 f = oari_qact_v(_mm512_sub_epi32(acc[r][c], corr), sv, bp ? &bv : NULL, q->relu);
+            __m512 f = oari_qact_v(_mm512_sub_epi32(acc[r][c], corr), sv, bp ? &bv : NULL, relu);
             int64_t at = pn[c].y0 + o * P;
-            if (q->o.on) oari_qstore_v(&q->o, (uint8_t *)q->y + at, pn[c].mask, f);
-            else oari_qstore_v(&q->o, (float *)q->y + at, pn[c].mask, f);
+            if (ov.on) oari_qstore_v(&ov, (uint8_t *)y + at, pn[c].mask, f);
+            else oari_qstore_v(&ov, (float *)y + at, pn[c].mask, f);
         }
     }
 }
@@ -266,7 +270,7 @@ static int qconv_vnni(const cargs *q) {
         const int64_t cnt = q->N - n0 < nb ? q->N - n0 : nb;
         const int64_t items = (cnt * q->OH * cp + NB_MAX - 1) / NB_MAX;
         pad_block(q, xp, n0, cnt, QCONV_SLACK);
-        if (items > 1 && cnt * q->OH * q->OW * q->O * q->K >= ((int64_t)1 << 19) && threads > 1) {
+        if (items > 1 && cnt * q->OH * q->OW * q->O * q->K >= ((int64_t)1 << 20) && threads > 1) {
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads)
             {
@@ -352,6 +356,27 @@ const oari_cpu_kernels oari_cpu_k_qlinear_conv2d = {[OAR_U8] = k_qlinear_conv2d,
 QPOOL(u8, uint8_t, 0)
 QPOOL(i8, int8_t, -128)
 
+#ifdef OARI_HAVE_VNNI_CODE
+/* The 2 x 2 stride-2 window on AVX512BW: 32 outputs of a row from 64 bytes
+ * of each input row (the vertical max, then each byte pair's), int8 as
+ * uint8 through x ^ 0x80 (order-preserving). */
+VNNI static void qpool_2x2_avx512(const uint8_t *x, int64_t xs0, uint8_t *y, int64_t OH, int64_t OW, bool i8) {
+    const __m512i flip = _mm512_set1_epi8(i8 ? (char)0x80 : 0), low = _mm512_set1_epi16(0x00ff);
+    for (int64_t oy = 0; oy < OH; oy++) {
+        const uint8_t *r0 = x + 2 * oy * xs0, *r1 = r0 + xs0;
+        for (int64_t ox = 0; ox < OW; ox += 32) {
+            const int64_t n = OW - ox < 32 ? OW - ox : 32;
+            const __mmask64 lm = n == 32 ? ~(__mmask64)0 : ((__mmask64)1 << (2 * n)) - 1;
+            __m512i m = _mm512_max_epu8(_mm512_xor_si512(_mm512_maskz_loadu_epi8(lm, r0 + 2 * ox), flip),
+                                        _mm512_xor_si512(_mm512_maskz_loadu_epi8(lm, r1 + 2 * ox), flip));
+            __m512i pm = _mm512_max_epu16(_mm512_and_si512(m, low), _mm512_srli_epi16(m, 8));
+            __m256i r = _mm256_xor_si256(_mm512_cvtepi16_epi8(pm), _mm512_castsi512_si256(flip));
+            _mm256_mask_storeu_epi8(y + oy * OW + ox, (__mmask32)(((uint64_t)1 << n) - 1), r);
+        }
+    }
+}
+#endif
+
 static int k_qmax_pool2d(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     const oar_ktensor *x = &c->in[0];
@@ -361,18 +386,32 @@ static int k_qmax_pool2d(void *ctx, const oar_kernel_call *c) {
     int64_t np = 1;
     for (int d = 0; d < nd - 2; d++) np *= x->shape[d];
     const bool u8 = x->dtype == OAR_U8;
+    const int64_t *a = c->iattr;
+#ifdef OARI_HAVE_VNNI_CODE
+    const bool simd = oari_cpu_qvnni() && a[0] == 2 && a[1] == 2 && a[2] == 2 && a[3] == 2 && a[4] == 0 &&
+                      a[5] == 0 && a[6] == 1 && a[7] == 1 && x->strides[nd - 1] == 1 && 2 * OH <= H && 2 * OW <= W;
+#else
+    const bool simd = false;
+#endif
     OARI_PARALLEL_FOR_IF(np * H * W > (1 << 17), for (int64_t p = 0; p < np; p++) {
         int64_t off = 0, rest = p;
         for (int d = nd - 3; d >= 0; d--) {
             off += (rest % x->shape[d]) * x->strides[d];
             rest /= x->shape[d];
         }
+#ifdef OARI_HAVE_VNNI_CODE
+        if (simd) {
+            qpool_2x2_avx512((const uint8_t *)x->data + off, x->strides[nd - 2],
+                             (uint8_t *)c->out[0].data + p * OH * OW, OH, OW, !u8);
+            continue;
+        }
+#endif
         if (u8)
             qpool_plane_u8((const uint8_t *)x->data + off, x->strides[nd - 2], x->strides[nd - 1],
-                           (uint8_t *)c->out[0].data + p * OH * OW, H, W, OH, OW, c->iattr);
+                           (uint8_t *)c->out[0].data + p * OH * OW, H, W, OH, OW, a);
         else
             qpool_plane_i8((const int8_t *)x->data + off, x->strides[nd - 2], x->strides[nd - 1],
-                           (int8_t *)c->out[0].data + p * OH * OW, H, W, OH, OW, c->iattr);
+                           (int8_t *)c->out[0].data + p * OH * OW, H, W, OH, OW, a);
     });
     return 0;
 }

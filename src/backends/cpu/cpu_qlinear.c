@@ -130,27 +130,30 @@ VNNI __attribute__((always_inline)) static inline void tile(const qargs *q, cons
     }
     const int32_t *ws = q->ws->data;
     const float *sp = q->s->data, *bp = q->b ? (const float *)q->b->data : NULL;
-    const bool per_col = q->s->ndim == 1;
+    const bool per_col = q->s->ndim == 1, relu = q->relu, out_i32 = q->out_i32;
+    const oari_qout_v ov = oari_qout_vec(&q->o);
+    void *const y = q->y;
+    const int64_t n = q->n;
     const __m512i zp = _mm512_set1_epi32(q->zp);
     UNROLL4
     for (int c = 0; c < NB; c++) {
-        int64_t j0 = (jb0 + c) * 16, left = q->n - j0;
+        int64_t j0 = (jb0 + c) * 16, left = n - j0;
         __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
         __m512i corr = _mm512_mullo_epi32(zp, _mm512_maskz_loadu_epi32(mask, ws + j0));
-        __m512 sv = q->out_i32 ? _mm512_setzero_ps()
+        __m512 sv = out_i32 ? _mm512_setzero_ps()
                     : per_col  ? _mm512_maskz_loadu_ps(mask, sp + j0)
                                : _mm512_set1_ps(sp[0]);
         __m512 bv = bp ? _mm512_maskz_loadu_ps(mask, bp + j0) : _mm512_setzero_ps();
         UNROLL4
         for (int r = 0; r < MR; r++) {
-            if (q->out_i32) {
-                _mm512_mask_storeu_epi32((int32_t *)q->y + (i0 + r) * q->n + j0, mask,
+            if (out_i32) {
+                _mm512_mask_storeu_epi32((int32_t *)y + (i0 + r) * n + j0, mask,
                                          _mm512_sub_epi32(acc[r][c], corr));
                 continue;
             }
-            __m512 f = oari_qact_v(_mm512_sub_epi32(acc[r][c], corr), sv, bp ? &bv : NULL, q->relu);
-            if (q->o.on) oari_qstore_v(&q->o, (uint8_t *)q->y + (i0 + r) * q->n + j0, mask, f);
-            else oari_qstore_v(&q->o, (float *)q->y + (i0 + r) * q->n + j0, mask, f);
+            __m512 f = oari_qact_v(_mm512_sub_epi32(acc[r][c], corr), sv, bp ? &bv : NULL, relu);
+            if (ov.on) oari_qstore_v(&ov, (uint8_t *)y + (i0 + r) * n + j0, mask, f);
+            else oari_qstore_v(&ov, (float *)y + (i0 + r) * n + j0, mask, f);
         }
     }
 }

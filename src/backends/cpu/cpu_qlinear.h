@@ -66,27 +66,43 @@ static inline void oari_qput(const oari_qout *o, void *y, int64_t i, float f) {
 #define OARI_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
 /* act(f32(v) * s + b) on 16 lanes, each step rounded as the unfused ops
- * round it (the _round_ forms: never contracted into one FMA). */
+ * round it (the _round_ forms: never contracted into one FMA); relu as
+ * max(0, f), which keeps -0 and NaN as relu's f < 0 ? 0 : f does. */
 OARI_VNNI static inline __m512 oari_qact_v(__m512i v, __m512 s, const __m512 *b, bool relu) {
     __m512 f = _mm512_mul_round_ps(_mm512_cvtepi32_ps(v), s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     if (b) f = _mm512_add_round_ps(f, *b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    if (relu) f = _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(f, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_setzero_ps());
+    if (relu) f = _mm512_max_ps(_mm512_setzero_ps(), f);
     return f;
 }
 
-/* Stores the lanes of mask at y (f32, or requantized bytes, as oari_qput). */
-OARI_VNNI static inline void oari_qstore_v(const oari_qout *o, void *y, __mmask16 mask, __m512 f) {
+/* oari_qout's constants as vectors, made once per tile (a byte store may
+ * alias the struct, so the compiler would reload its fields at every
+ * store). */
+typedef struct oari_qout_v {
+    bool on, div;
+    __m512 inv, sq, zq, lo, hi, lim;
+    __m512i lo_i;
+} oari_qout_v;
+
+OARI_VNNI static inline oari_qout_v oari_qout_vec(const oari_qout *o) {
+    return (oari_qout_v){.on = o->on, .div = o->div, .inv = _mm512_set1_ps(o->inv), .sq = _mm512_set1_ps(o->sq),
+                         .zq = _mm512_set1_ps(o->zq), .lo = _mm512_set1_ps(o->lo), .hi = _mm512_set1_ps(o->hi),
+                         .lim = _mm512_set1_ps(9.2233720368547758e18f), .lo_i = _mm512_set1_epi32((int32_t)o->lo)};
+}
+
+/* Stores the lanes of mask at y (f32, or requantized bytes, as oari_qput:
+ * t below 2^63 is clamped to [lo, hi] (max(t, lo) sends NaN to lo), the
+ * others (NaN, +inf, >= 2^63) give lo). */
+OARI_VNNI static inline void oari_qstore_v(const oari_qout_v *o, void *y, __mmask16 mask, __m512 f) {
     if (!o->on) {
         _mm512_mask_storeu_ps(y, mask, f);
         return;
     }
-    __m512 t = o->div ? _mm512_div_ps(f, _mm512_set1_ps(o->sq)) : _mm512_mul_ps(f, _mm512_set1_ps(o->inv));
-    t = _mm512_add_ps(_mm512_set1_ps(o->zq), _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    __mmask16 in = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-9.2233720368547758e18f), _CMP_GT_OQ) &
-                   _mm512_cmp_ps_mask(t, _mm512_set1_ps(9.2233720368547758e18f), _CMP_LT_OQ);
-    t = _mm512_mask_mov_ps(_mm512_set1_ps(o->lo), in, t);
-    t = _mm512_min_ps(_mm512_max_ps(t, _mm512_set1_ps(o->lo)), _mm512_set1_ps(o->hi));
-    _mm512_mask_cvtepi32_storeu_epi8(y, mask, _mm512_cvtps_epi32(t));
+    __m512 t = o->div ? _mm512_div_ps(f, o->sq) : _mm512_mul_ps(f, o->inv);
+    t = _mm512_add_ps(o->zq, _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __mmask16 in = _mm512_cmp_ps_mask(t, o->lim, _CMP_LT_OQ);
+    t = _mm512_min_ps(_mm512_max_ps(t, o->lo), o->hi);
+    _mm512_mask_cvtepi32_storeu_epi8(y, mask, _mm512_mask_cvtps_epi32(o->lo_i, in, t));
 }
 #endif
 
