@@ -182,7 +182,7 @@ VNNI __attribute__((always_inline)) static inline void tile(const cargs *q, cons
             memcpy(&w4, w + (r * kb + p) * 4, 4);
             __m512i wb = _mm512_set1_epi32(w4);
             UNROLL4
-            for (int c = 0; c < NB; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], cv[c], wb);
+            for (int c = 0; c < NB; c++) acc[r][c] = oari_dpbusd(acc[r][c], cv[c], wb);
         }
     }
     const int32_t *ws = q->ws->data;

@@ -114,7 +114,7 @@ VNNI __attribute__((always_inline)) static inline void tile(const qargs *q, cons
             memcpy(&v, xr[r] + 4 * p, 4);
             __m512i xv = _mm512_set1_epi32((int32_t)(v ^ flip));
             UNROLL4
-            for (int c = 0; c < NB; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv, wv[c]);
+            for (int c = 0; c < NB; c++) acc[r][c] = oari_dpbusd(acc[r][c], xv, wv[c]);
         }
     }
     for (; p < q->kb; p++) { /* k % 4 left over */
@@ -125,7 +125,7 @@ VNNI __attribute__((always_inline)) static inline void tile(const qargs *q, cons
         for (int r = 0; r < MR; r++) {
             __m512i xv = _mm512_set1_epi32(x4(xr[r], p, q->k, flip));
             UNROLL4
-            for (int c = 0; c < NB; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv, wv[c]);
+            for (int c = 0; c < NB; c++) acc[r][c] = oari_dpbusd(acc[r][c], xv, wv[c]);
         }
     }
     const int32_t *ws = q->ws->data;
