@@ -316,6 +316,52 @@ static void test_bad_input(void) {
     oar_pool_pop(pool);
 }
 
+/* quantize's dense per-tensor f32 path (AVX-512 where the CPU has it, the
+ * scalar loop when forced) against the formula computed here: zp +
+ * round_half_even(x * (1 / s)) in float, NaN, +-inf and |t| >= 2^63 to the
+ * low end, clamped; lengths with every tail of 16, values on the .5
+ * boundaries, huge values and non-finite ones. */
+static void test_quantize_simd(void) {
+    oar_pool *pool = oar_pool_push();
+    const float special[] = {NAN, INFINITY, -INFINITY, 1e30f, -1e30f, 9.3e18f, -9.3e18f, 2.5f, 3.5f, -2.5f,
+                             0.0f, -0.0f, 127.49f, 1e-40f};
+    const int64_t lens[] = {1, 15, 16, 17, 50, 200};
+    for (size_t t = 0; t < sizeof lens / sizeof *lens; t++) {
+        int64_t n = lens[t];
+        float *v = malloc((size_t)n * sizeof *v);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = i % 3 == 0 ? special[(i / 3) % (sizeof special / sizeof *special)] : (float)(400 * uniform() - 200);
+        oar_tensor *x = oar_tensor_from_data(v, OAR_F32, 1, &n);
+        for (int i8 = 0; i8 < 2; i8++) {
+            const double s = 0.5;
+            const int64_t zp = i8 ? -7 : 100;
+            const float lo = i8 ? -128.f : 0.f, hi = i8 ? 127.f : 255.f, inv = 1.f / (float)s;
+            oar_dtype dt = i8 ? OAR_I8 : OAR_U8;
+            oar_tensor *q[2];
+            for (int ref = 0; ref < 2; ref++) {
+                oari_cpu_qlinear_force_reference(ref);
+                q[ref] = oar_quantize_per_tensor(x, s, zp, dt);
+            }
+            oari_cpu_qlinear_force_reference(false);
+            double *got = test_values(q[0]), *got_ref = test_values(q[1]);
+            int bad = !got || !got_ref;
+            for (int64_t i = 0; !bad && i < n; i++) {
+                float tq = (float)zp + nearbyintf(v[i] * inv);
+                tq = tq > -9.2233720368547758e18f && tq < 9.2233720368547758e18f ? tq : lo;
+                tq = tq < lo ? lo : tq > hi ? hi : tq;
+                if (got[i] != tq || got_ref[i] != tq) {
+                    fprintf(stderr, "quantize of %g: %g (fast), %g (loop), want %g\n", v[i], got[i], got_ref[i], tq);
+                    bad = 1;
+                }
+            }
+            CHECK(!bad);
+            free(got), free(got_ref);
+        }
+        free(v);
+    }
+    oar_pool_pop(pool);
+}
+
 /* ---- graphs the pass leaves alone ------------------------------------------------------- */
 typedef struct alone { oar_tensor *w, *w2; int kind; } alone;
 
@@ -378,6 +424,7 @@ static void test_left_alone(void) {
 int main(void) {
     RUN(test_op);
     RUN(test_qpool);
+    RUN(test_quantize_simd);
     RUN(test_bad_input);
     RUN(test_left_alone);
     RUN(test_fused_cnn);
