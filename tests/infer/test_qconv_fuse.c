@@ -17,6 +17,7 @@
 
 #include <oar/infer.h>
 #include <oar/quant.h>
+#include <unistd.h>
 
 static uint64_t rng = 777;
 static double uniform(void) {
@@ -130,6 +131,20 @@ static void cnn_case(const cnn *shape, const int64_t *batches, int n_batches) {
         }
     }
     oari_cpu_qlinear_force_reference(false);
+    /* the fused graph saves and loads (the packed weight is a plain int8 constant) */
+    char dir[] = "/tmp/oar-test-qconv-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK(f && oar_graph_save(f, dir) == 0);
+    oar_graph *l = oar_graph_load(dir);
+    CHECK(l && oar_graph_count_op(l, "qlinear_conv2d") == 2 && oar_graph_count_op(l, "qmax_pool2d") == 2);
+    if (l && f) {
+        oar_tensor *x = rand_t(4, (int64_t[]){2, m.c[0], m.hw[0], m.hw[1]}, 1.0);
+        CHECK(max_diff(run_graph(l, x), run_graph(f, x)) == 0);
+    }
+    oar_graph_free(l);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
     oar_predictor_free(p);
     oar_graph_free(f);
     oar_graph_free(g);
