@@ -16,6 +16,7 @@
 #include <oar/oar.h>
 #include <oar/infer.h>
 #include <oar/quant.h>
+#include <oar/profiler.h>
 
 #include "bench_median.h"
 
@@ -179,6 +180,23 @@ static void predictor_rows(const char *name, oar_trace_fn fn, void *ctx, const o
         printf("oar %s_predictor_f32_b%d %.4f ms\n", name, batches[i], f);
         printf("oar %s_predictor_int8_b%d %.4f ms (%d layers quantized)\n", name, batches[i], q, nq);
         printf("oar %s_predictor_int8_over_f32_b%d %.3f x\n", name, batches[i], q / f);
+        /* where the time goes: BENCH_INT8_PROFILE=dir profiles more runs of each predictor (oar's
+         * profiler), prints the op summary and writes dir/int8_<model>_b<batch>_<f32|int8>.json, a
+         * Chrome trace with each call (so each layer) on its own */
+        const char *prof = getenv("BENCH_INT8_PROFILE");
+        if (prof)
+            for (int k = 0; k < 2; k++) {
+                oar_profiler_reset();
+                oar_profiler_start();
+                time_pred(k ? pq : pf, x, reps);
+                oar_profiler_stop();
+                printf("-- profile: %s predictor %s, batch %d, %d runs (+3 warm-up) --\n", name, k ? "int8" : "f32",
+                       batches[i], reps);
+                oar_profiler_summary_write(stdout);
+                char tp[512];
+                snprintf(tp, sizeof tp, "%s/int8_%s_b%d_%s.json", prof, name, batches[i], k ? "int8" : "f32");
+                if (oar_profiler_write_trace(tp)) fprintf(stderr, "bench_int8: %s\n", oar_last_error());
+            }
     }
     oar_predictor_free(pf);
     oar_predictor_free(pq);
@@ -333,8 +351,9 @@ static void run_cnn(void) {
 }
 
 /* The CNN traced and served by predictors (run last, after run_cnn built
- * it, so that the other models keep their random draws): its convs become
- * qconv2d layers, its head qlinear ones. */
+ * it, so that the other models keep their random draws): the int8
+ * predictor's fuse_qlinear makes its convs qlinear_conv2d layers writing
+ * the uint8 their pools (qmax_pool2d) read, its head qlinear ones. */
 static int cnn_traced(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     (void)ctx;
     out[0] = cnn_f32(NULL, in[0]);

@@ -112,6 +112,8 @@ static const oari_dist_rule table[OARI_OP_COUNT] = {
     ROW(qmatmul, OARI_RULE_REPLICATE, 0, 0, false, "not done: int8 operands with their scales"),
     ROW(qconv2d, OARI_RULE_REPLICATE, 0, 0, false, "not done: int8 operands with their scales"),
     ROW(qlinear, OARI_RULE_REPLICATE, 0, 0, false, "not done: int8 operands with their scales"),
+    ROW(qlinear_conv2d, OARI_RULE_REPLICATE, 0, 0, false, "not done: int8 operands with their scales"),
+    ROW(qmax_pool2d, OARI_RULE_REPLICATE, 0, 0, false, "not done: as qlinear_conv2d, whose output it pools"),
 };
 
 oari_dist_rule oari_dist_rule_of(oari_op op) {

@@ -296,6 +296,128 @@ const oari_op_def oari_def_qlinear = {
     .flags = OARI_F_NONDIFF | OARI_F_OPTIONAL_IN, .infer = infer_qlinear,
 };
 
+/* qlinear_conv2d: in0 uint8/int8 [n, c, h, w] (iattr0 its zero point),
+ * in1 int8 [o, ceil(c kh kw / 4), 4] (the weight packed, quant.def), in2
+ * int32 [o] (its row sums), in3 f32 [] or [o], in4 f32 [o] or NULL; iattr
+ * 1..8 stride, padding, dilation (h, w each), kh, kw; iattr9 the
+ * activation; out f32 [n, o, oh, ow], or with iattr10 (uint8 or int8) and
+ * iattr11 (div) quantized as qlinear's (in5, in6). */
+static int infer_qlinear_conv2d(oari_infer *c) {
+    const oar_tensor *x = c->in[0], *w = c->in[1], *ws = c->in[2], *s = c->in[3], *b = c->in[4];
+    const int64_t *a = c->attrs->i;
+    char xs[200], wsh[200];
+    if (c->attrs->ni != 10 && c->attrs->ni != 12)
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: expected 10 integer attributes (12 with a quantized "
+                          "output)");
+    const bool out_q = c->attrs->ni == 12;
+    const oar_tensor *ys = c->n_in > 5 ? c->in[5] : NULL, *yz = c->n_in > 6 ? c->in[6] : NULL;
+    if (out_q && (a[10] != OAR_U8 && a[10] != OAR_I8))
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: a quantized output must be uint8 or int8 (dtype code "
+                          "%lld)", (long long)a[10]);
+    if (out_q != (ys != NULL) || out_q != (yz != NULL) ||
+        (out_q && (!oar_dtype_is_float(ys->dtype) || ys->dtype == OAR_F16 || ys->dtype == OAR_BF16 ||
+                   ys->numel != 1 || yz->dtype != OAR_I64 || yz->numel != 1)))
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: a quantized output takes its scale (one f32 or f64) "
+                          "and zero point (one int64) as inputs 5 and 6, and only then");
+    if (!w || !ws || !s)
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: the weight, its row sums and the scale are required "
+                          "(only the bias may be NULL)");
+    if (x->dtype != OAR_U8 && x->dtype != OAR_I8)
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: x must be uint8 or int8 (a quantized activation), got "
+                          "%s; quantize it first (oar_quantize)", oar_dtype_name(x->dtype));
+    if (w->dtype != OAR_I8 || ws->dtype != OAR_I32 || s->dtype != OAR_F32 || (b && b->dtype != OAR_F32))
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: the weight must be int8, its row sums int32, the scale "
+                          "and bias f32; got %s, %s, %s, %s", oar_dtype_name(w->dtype), oar_dtype_name(ws->dtype),
+                          oar_dtype_name(s->dtype), b ? oar_dtype_name(b->dtype) : "none");
+    int64_t lo = x->dtype == OAR_U8 ? 0 : -128, hi = x->dtype == OAR_U8 ? 255 : 127;
+    if (a[0] < lo || a[0] > hi)
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: zero point %lld of x is outside %s's range [%lld, %lld]",
+                          (long long)a[0], oar_dtype_name(x->dtype), (long long)lo, (long long)hi);
+    if (a[1] < 1 || a[2] < 1 || a[3] < 0 || a[4] < 0 || a[5] < 1 || a[6] < 1 || a[7] < 1 || a[8] < 1)
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: stride (%lld, %lld), dilation (%lld, %lld) and kernel "
+                          "(%lld, %lld) must be >= 1, padding (%lld, %lld) >= 0", (long long)a[1], (long long)a[2],
+                          (long long)a[5], (long long)a[6], (long long)a[7], (long long)a[8], (long long)a[3],
+                          (long long)a[4]);
+    if (a[9] != 0 && a[9] != 1)
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: activation %lld is not 0 (none) or 1 (relu)",
+                          (long long)a[9]);
+    oari_shape_str(xs, x->ndim, x->shape), oari_shape_str(wsh, w->ndim, w->shape);
+    int64_t o = ws->ndim == 1 ? ws->shape[0] : -1, k = x->ndim == 4 ? x->shape[1] * a[7] * a[8] : -1;
+    if (x->ndim != 4 || o < 0 || w->ndim != 3 || w->shape[0] != o || w->shape[1] != (k + 3) / 4 || w->shape[2] != 4)
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: x of shape %s and a packed weight of shape %s with %s "
+                          "row sums do not convolve with a %lld x %lld kernel (x [n, c, h, w], weight [o, "
+                          "ceil(c kh kw / 4), 4], sums [o])", xs, wsh, ws->ndim == 1 ? "1-d" : "non-1-d",
+                          (long long)a[7], (long long)a[8]);
+    if (k > QMATMUL_MAX_K)
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: %lld terms per output could overflow the int32 "
+                          "accumulator (at most %lld)", (long long)k, (long long)QMATMUL_MAX_K);
+    if (s->ndim > 1 || (s->ndim == 1 && s->shape[0] != o) || (b && (b->ndim != 1 || b->shape[0] != o)))
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: the scale must be 0-d or [%lld] and the bias [%lld]; "
+                          "got %s and %s", (long long)o, (long long)o, oari_shape_str(xs, s->ndim, s->shape),
+                          b ? oari_shape_str(wsh, b->ndim, b->shape) : "none");
+    int64_t ph = x->shape[2] + 2 * a[3], pw = x->shape[3] + 2 * a[4];
+    int64_t eh = a[5] * (a[7] - 1) + 1, ew = a[6] * (a[8] - 1) + 1;
+    if (ph < eh || pw < ew)
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: the %lld x %lld kernel (dilated %lld x %lld) is larger "
+                          "than the padded input %s", (long long)a[7], (long long)a[8], (long long)eh,
+                          (long long)ew, oari_shape_str(xs, x->ndim, x->shape));
+    c->kernel_dtype = x->dtype;
+    oari_meta_from(&c->out[0], x);
+    c->out[0].shape[1] = o, c->out[0].shape[2] = (ph - eh) / a[1] + 1, c->out[0].shape[3] = (pw - ew) / a[2] + 1;
+    c->out[0].dtype = out_q ? (oar_dtype)a[10] : OAR_F32;
+    return 0;
+}
+
+const oari_op_def oari_def_qlinear_conv2d = {
+    .name = "qlinear_conv2d", .n_in = 7, .n_out = 1, .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_NONDIFF | OARI_F_OPTIONAL_IN, .infer = infer_qlinear_conv2d,
+};
+
+/* PyTorch's pooling output size (as max_pool2d's, src/ops/conv.c): with
+ * ceil_mode the last window must start inside the input or the left
+ * padding. */
+static int64_t qpool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+    int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+    int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+    if (ceil_mode && (o - 1) * s >= in + p) o--;
+    return o;
+}
+
+/* qmax_pool2d: in0 uint8/int8 [..., h, w]; iattr kernel, stride, padding,
+ * dilation (h, w each), ceil_mode; out the pooled values, in0's dtype. */
+static int infer_qmax_pool2d(oari_infer *c) {
+    const oar_tensor *x = c->in[0];
+    const int64_t *a = c->attrs->i;
+    char xs[200];
+    if (c->attrs->ni != 9) return oari_error(OAR_ERR_INVALID, "qmax_pool2d: expected 9 integer attributes");
+    if (x->dtype != OAR_U8 && x->dtype != OAR_I8)
+        return oari_error(OAR_ERR_INVALID, "qmax_pool2d: x must be uint8 or int8 (quantized values), got %s; "
+                          "max_pool2d takes float", oar_dtype_name(x->dtype));
+    if (x->ndim < 2) return oari_error(OAR_ERR_INVALID, "qmax_pool2d: x of %d dims has no [h, w] planes", x->ndim);
+    for (int i = 0; i < 2; i++)
+        if (a[i] < 1 || a[2 + i] < 1 || a[6 + i] < 1 || a[4 + i] < 0 || a[4 + i] > a[i] / 2)
+            return oari_error(OAR_ERR_INVALID, "qmax_pool2d: kernel (%lld, %lld), stride (%lld, %lld) and dilation "
+                              "(%lld, %lld) must be >= 1, padding (%lld, %lld) >= 0 and at most half the kernel",
+                              (long long)a[0], (long long)a[1], (long long)a[2], (long long)a[3], (long long)a[6],
+                              (long long)a[7], (long long)a[4], (long long)a[5]);
+    int nd = x->ndim;
+    int64_t oh = qpool_out_size(x->shape[nd - 2], a[0], a[2], a[4], a[6], a[8] != 0);
+    int64_t ow = qpool_out_size(x->shape[nd - 1], a[1], a[3], a[5], a[7], a[8] != 0);
+    if (oh < 1 || ow < 1)
+        return oari_error(OAR_ERR_INVALID, "qmax_pool2d: input %s is too small for kernel (%lld, %lld): output "
+                          "%lld x %lld", oari_shape_str(xs, nd, x->shape), (long long)a[0], (long long)a[1],
+                          (long long)oh, (long long)ow);
+    c->kernel_dtype = x->dtype;
+    oari_meta_from(&c->out[0], x);
+    c->out[0].shape[nd - 2] = oh, c->out[0].shape[nd - 1] = ow;
+    return 0;
+}
+
+const oari_op_def oari_def_qmax_pool2d = {
+    .name = "qmax_pool2d", .n_in = 1, .n_out = 1, .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_NONDIFF, .infer = infer_qmax_pool2d,
+};
+
 /* ---- public functions ---------------------------------------------------------- */
 
 /* The range of a quantized dtype, or an error naming fn. */

@@ -49,10 +49,12 @@ static void test_quantize_static_cnn(void) {
     CHECK(oar_graph_count_op(g, "conv2d") == 0 && oar_graph_count_op(g, "matmul") == 0);
     /* the bypassed dequantize nodes are gone: left are the Flatten's input and the output */
     CHECK(oar_graph_count_op(g, "dequantize") == 2);
-    /* the predictor's fuse_qlinear takes the Gemm and the MatMul as it
-     * takes oar_graph_quantize's layers (the same pattern) */
+    /* the predictor's fuse_qlinear takes the convs, the Gemm and the MatMul
+     * as it takes oar_graph_quantize's layers (the same pattern) */
     oar_graph *fused = oar_graph_clone(g);
-    CHECK(fused && oar_graph_run_pass(fused, "fuse_qlinear") == 2 && oar_graph_count_op(fused, "qlinear") == 2);
+    /* (five changes: the four layers, and a quantize moved up through the Flatten) */
+    CHECK(fused && oar_graph_run_pass(fused, "fuse_qlinear") == 5 && oar_graph_count_op(fused, "qlinear") == 2 &&
+          oar_graph_count_op(fused, "qlinear_conv2d") == 2 && oar_graph_count_op(fused, "qconv2d") == 0);
     oar_graph_free(fused);
     oar_graph *kept = oar_onnx_load_with("onnx/qdq_static.onnx", &(oar_onnx_options){.keep_qdq = true});
     CHECK(kept && oar_graph_count_op(kept, "qconv2d") == 0 && oar_graph_count_op(kept, "qmatmul") == 0);

@@ -15,11 +15,9 @@
  * integer loop gives the same values. */
 #include "cpu_qlinear.h"
 
-#include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#ifdef OARI_HAVE_VNNI_CODE
 #define HAVE_VNNI_CODE 1
 #endif
 
@@ -29,11 +27,7 @@ typedef struct {
     int64_t m, k, n, kb, nb;
     int32_t zp; /* the effective zero point: +128 for an int8 x */
     bool i8, relu;
-    /* requantization of y (out_q): as quantize's f32 kernels, zq +
-     * round(y * inv) (or round(y / sq), div), NaN and |t| >= 2^63 to lo,
-     * clamped to [lo, hi] */
-    bool out_q, div;
-    float inv, sq, zq, lo, hi;
+    oari_qout o; /* y's dtype: f32, or requantized */
     bool out_i32; /* the int32 sums themselves (oari_cpu_qgemm_vnni): no scale, bias or relu */
 } qargs;
 
@@ -50,22 +44,8 @@ static inline float epilogue(const qargs *q, int64_t j, uint32_t acc) {
     const oar_ktensor *ws = q->ws, *s = q->s, *b = q->b;
     int32_t sum = ((const int32_t *)ws->data)[j * ws->strides[0]];
     int32_t v = (int32_t)(acc - (uint32_t)q->zp * (uint32_t)sum); /* exact: the true sum fits */
-    float f = (float)v * ((const float *)s->data)[s->ndim ? j * s->strides[0] : 0];
-    if (b) f += ((const float *)b->data)[j * b->strides[0]];
-    return q->relu && f < 0.f ? 0.f : f;
-}
-
-/* y[i] = f, or f requantized. */
-static inline void put(const qargs *q, int64_t i, float f) {
-    if (!q->out_q) {
-        ((float *)q->y)[i] = f;
-        return;
-    }
-    float t = q->zq + nearbyintf(q->div ? f / q->sq : f * q->inv);
-    t = t > -9.2233720368547758e18f && t < 9.2233720368547758e18f ? t : q->lo;
-    t = t < q->lo ? q->lo : t > q->hi ? q->hi : t;
-    if (q->lo < 0) ((int8_t *)q->y)[i] = (int8_t)t;
-    else ((uint8_t *)q->y)[i] = (uint8_t)t;
+    return oari_qact(v, ((const float *)s->data)[s->ndim ? j * s->strides[0] : 0],
+                     b ? (const float *)b->data + j * b->strides[0] : NULL, q->relu);
 }
 
 /* The reference: any strides, one output row per iteration. */
@@ -88,13 +68,13 @@ static void qlinear_ref(const qargs *q) {
             for (int64_t p = 0; p < q->k; p++)
                 acc += (uint32_t)(int32_t)(uint8_t)(xr[p * xs1] ^ flip) *
                        (uint32_t)(int32_t)wc[(p / 4) * w1 + (p % 4) * w3];
-            put(q, r * q->n + j, epilogue(q, j, acc));
+            oari_qput(&q->o, q->y, r * q->n + j, epilogue(q, j, acc));
         }
     });
 }
 
 #ifdef HAVE_VNNI_CODE
-#define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define VNNI OARI_VNNI
 /* the tile's loops unrolled, so that its accumulators live in registers */
 #define UNROLL4 _Pragma("GCC unroll 4")
 
@@ -134,7 +114,7 @@ VNNI __attribute__((always_inline)) static inline void tile(const qargs *q, cons
             memcpy(&v, xr[r] + 4 * p, 4);
             __m512i xv = _mm512_set1_epi32((int32_t)(v ^ flip));
             UNROLL4
-            for (int c = 0; c < NB; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv, wv[c]);
+            for (int c = 0; c < NB; c++) acc[r][c] = oari_dpbusd(acc[r][c], xv, wv[c]);
         }
     }
     for (; p < q->kb; p++) { /* k % 4 left over */
@@ -145,44 +125,35 @@ VNNI __attribute__((always_inline)) static inline void tile(const qargs *q, cons
         for (int r = 0; r < MR; r++) {
             __m512i xv = _mm512_set1_epi32(x4(xr[r], p, q->k, flip));
             UNROLL4
-            for (int c = 0; c < NB; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv, wv[c]);
+            for (int c = 0; c < NB; c++) acc[r][c] = oari_dpbusd(acc[r][c], xv, wv[c]);
         }
     }
     const int32_t *ws = q->ws->data;
     const float *sp = q->s->data, *bp = q->b ? (const float *)q->b->data : NULL;
-    const bool per_col = q->s->ndim == 1;
+    const bool per_col = q->s->ndim == 1, relu = q->relu, out_i32 = q->out_i32;
+    const oari_qout_v ov = oari_qout_vec(&q->o);
+    void *const y = q->y;
+    const int64_t n = q->n;
     const __m512i zp = _mm512_set1_epi32(q->zp);
     UNROLL4
     for (int c = 0; c < NB; c++) {
-        int64_t j0 = (jb0 + c) * 16, left = q->n - j0;
+        int64_t j0 = (jb0 + c) * 16, left = n - j0;
         __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
         __m512i corr = _mm512_mullo_epi32(zp, _mm512_maskz_loadu_epi32(mask, ws + j0));
-        __m512 sv = q->out_i32 ? _mm512_setzero_ps()
+        __m512 sv = out_i32 ? _mm512_setzero_ps()
                     : per_col  ? _mm512_maskz_loadu_ps(mask, sp + j0)
                                : _mm512_set1_ps(sp[0]);
         __m512 bv = bp ? _mm512_maskz_loadu_ps(mask, bp + j0) : _mm512_setzero_ps();
         UNROLL4
         for (int r = 0; r < MR; r++) {
-            if (q->out_i32) {
-                _mm512_mask_storeu_epi32((int32_t *)q->y + (i0 + r) * q->n + j0, mask,
+            if (out_i32) {
+                _mm512_mask_storeu_epi32((int32_t *)y + (i0 + r) * n + j0, mask,
                                          _mm512_sub_epi32(acc[r][c], corr));
                 continue;
             }
-            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][c], corr)), sv);
-            if (bp) f = _mm512_add_ps(f, bv);
-            if (q->relu) f = _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(f, _mm512_setzero_ps(), _CMP_LT_OQ),
-                                                _mm512_setzero_ps());
-            if (!q->out_q) {
-                _mm512_mask_storeu_ps((float *)q->y + (i0 + r) * q->n + j0, mask, f);
-                continue;
-            }
-            __m512 t = q->div ? _mm512_div_ps(f, _mm512_set1_ps(q->sq)) : _mm512_mul_ps(f, _mm512_set1_ps(q->inv));
-            t = _mm512_add_ps(_mm512_set1_ps(q->zq), _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-            __mmask16 in = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-9.2233720368547758e18f), _CMP_GT_OQ) &
-                           _mm512_cmp_ps_mask(t, _mm512_set1_ps(9.2233720368547758e18f), _CMP_LT_OQ);
-            t = _mm512_mask_mov_ps(_mm512_set1_ps(q->lo), in, t);
-            t = _mm512_min_ps(_mm512_max_ps(t, _mm512_set1_ps(q->lo)), _mm512_set1_ps(q->hi));
-            _mm512_mask_cvtepi32_storeu_epi8((uint8_t *)q->y + (i0 + r) * q->n + j0, mask, _mm512_cvtps_epi32(t));
+            __m512 f = oari_qact_v(_mm512_sub_epi32(acc[r][c], corr), sv, bp ? &bv : NULL, relu);
+            if (ov.on) oari_qstore_v(&ov, (uint8_t *)y + (i0 + r) * n + j0, mask, f);
+            else oari_qstore_v(&ov, (float *)y + (i0 + r) * n + j0, mask, f);
         }
     }
 }
@@ -229,7 +200,7 @@ static bool have_vnni(void) {
     if (h < 0) {
         __builtin_cpu_init();
         h = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vnni");
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
         __atomic_store_n(&have, h, __ATOMIC_RELAXED);
     }
     return h;
@@ -237,6 +208,31 @@ static bool have_vnni(void) {
 #endif
 
 static bool force_reference;
+
+bool oari_cpu_qvnni(void) {
+#ifdef HAVE_VNNI_CODE
+    return !__atomic_load_n(&force_reference, __ATOMIC_RELAXED) && have_vnni();
+#else
+    return false;
+#endif
+}
+
+int oari_cpu_qout_parse(const oar_kernel_call *c, int at, int in_s, oari_qout *o) {
+    *o = (oari_qout){.on = false};
+    if (c->n_iattr <= at) return 0;
+    const oar_ktensor *ys = &c->in[in_s], *yz = &c->in[in_s + 1];
+    double sc = ys->dtype == OAR_F64 ? *(const double *)ys->data : *(const float *)ys->data;
+    int64_t z = *(const int64_t *)yz->data;
+    o->on = true, o->div = c->iattr[at + 1] != 0;
+    o->lo = c->out[0].dtype == OAR_I8 ? -128.f : 0.f, o->hi = c->out[0].dtype == OAR_I8 ? 127.f : 255.f;
+    if (!(sc > 0) || !isfinite(sc))
+        return oari_error(OAR_ERR_INVALID, "%s: output scale %g must be positive and finite", c->op, sc);
+    if ((double)z < o->lo || (double)z > o->hi)
+        return oari_error(OAR_ERR_INVALID, "%s: output zero point %lld is outside [%g, %g]", c->op, (long long)z,
+                          (double)o->lo, (double)o->hi);
+    o->sq = (float)sc, o->inv = 1.f / (float)sc, o->zq = (float)z;
+    return 0;
+}
 
 int oari_cpu_qgemm_vnni(const void *a, bool i8, int32_t za, const int8_t *b, int64_t m, int64_t k, int64_t n,
                         int32_t *c, bool *done) {
@@ -287,19 +283,8 @@ static int k_qlinear(void *ctx, const oar_kernel_call *c) {
     for (int d = 0; d < x->ndim - 1; d++) q.m *= x->shape[d];
     q.kb = (q.k + 3) / 4, q.nb = (q.n + 15) / 16;
     q.zp = (int32_t)c->iattr[0] + (q.i8 ? 128 : 0);
-    if (c->n_iattr > 2) { /* requantized: in5 the scale, in6 the zero point, one each */
-        const oar_ktensor *ys = &c->in[5], *yz = &c->in[6];
-        double sc = ys->dtype == OAR_F64 ? *(const double *)ys->data : *(const float *)ys->data;
-        int64_t z = *(const int64_t *)yz->data;
-        q.out_q = true, q.div = c->iattr[3] != 0;
-        q.lo = c->out[0].dtype == OAR_I8 ? -128.f : 0.f, q.hi = c->out[0].dtype == OAR_I8 ? 127.f : 255.f;
-        if (!(sc > 0) || !isfinite(sc))
-            return oari_error(OAR_ERR_INVALID, "qlinear: output scale %g must be positive and finite", sc);
-        if ((double)z < q.lo || (double)z > q.hi)
-            return oari_error(OAR_ERR_INVALID, "qlinear: output zero point %lld is outside [%g, %g]", (long long)z,
-                              (double)q.lo, (double)q.hi);
-        q.sq = (float)sc, q.inv = 1.f / (float)sc, q.zq = (float)z;
-    }
+    /* requantized: in5 the scale, in6 the zero point, one each */
+    if (oari_cpu_qout_parse(c, 2, 5, &q.o)) return oari_fail_status();
     if (q.m == 0 || q.n == 0) return 0;
 #ifdef HAVE_VNNI_CODE
     if (!__atomic_load_n(&force_reference, __ATOMIC_RELAXED) && have_vnni() && dense(x) && dense(q.w) &&

@@ -1,13 +1,22 @@
 /* The fused quantized linear layer's CPU kernel (cpu_qlinear.c): a switch
- * for the tests, and the int32 product qconv2d runs on. */
+ * for the tests, the int32 product qconv2d runs on, and the pieces the
+ * fused conv (cpu_qconv.c) shares with it: the VNNI probe and the
+ * epilogue (scale, bias, relu, the next layer's quantize). */
 #ifndef OARI_CPU_QLINEAR_H
 #define OARI_CPU_QLINEAR_H
 
 #include "cpu.h"
 
-/* true: every qlinear call runs the exact integer loop (the path of a CPU
- * without AVX512_VNNI); false: the VNNI kernel where the CPU has it. */
+#include <math.h>
+
+/* true: every qlinear (and qlinear_conv2d) call runs the exact integer
+ * loop (the path of a CPU without AVX512_VNNI); false: the VNNI kernel
+ * where the CPU has it. */
 OARI_HIDDEN void oari_cpu_qlinear_force_reference(bool on);
+
+/* Whether the VNNI kernels may run: the CPU has AVX512F, BW, VL and VNNI
+ * and the exact loop is not forced. */
+OARI_HIDDEN bool oari_cpu_qvnni(void);
 
 /* c [m, n] int32 = (a - za) b exactly, a [m, k] uint8 (or int8: i8) and b
  * [k, n] int8 dense row-major, on the VNNI kernel with b packed for the
@@ -16,5 +25,95 @@ OARI_HIDDEN void oari_cpu_qlinear_force_reference(bool on);
  * forced; 0, or OAR_ERR_NOMEM. */
 OARI_HIDDEN int oari_cpu_qgemm_vnni(const void *a, bool i8, int32_t za, const int8_t *b, int64_t m, int64_t k,
                                     int64_t n, int32_t *c, bool *done);
+
+/* The epilogue's output: f32, or requantized as quantize's f32 kernels do
+ * (zq + round(y * inv), or round(y / sq) with div; NaN and |t| >= 2^63 to
+ * lo; clamped to [lo, hi]) into uint8 (lo 0) or int8 (lo -128). */
+typedef struct oari_qout {
+    bool on, div;
+    float inv, sq, zq, lo, hi;
+} oari_qout;
+
+/* The output quantization of call c whose integer attribute `at` is the
+ * output dtype (absent: f32 out) and `at` + 1 div, inputs in_s and in_s + 1
+ * its scale and zero point; checks the values (op names the op in the
+ * message). 0 or OAR_ERR_INVALID. */
+OARI_HIDDEN int oari_cpu_qout_parse(const oar_kernel_call *c, int at, int in_s, oari_qout *o);
+
+/* act(f32(v) * s + b) (b: 0 for none), the unfused ops' roundings. */
+static inline float oari_qact(int32_t v, float s, const float *b, bool relu) {
+    float f = (float)v * s;
+    if (b) f += *b;
+    return relu && f < 0.f ? 0.f : f;
+}
+
+/* y[i] = f, or f requantized. */
+static inline void oari_qput(const oari_qout *o, void *y, int64_t i, float f) {
+    if (!o->on) {
+        ((float *)y)[i] = f;
+        return;
+    }
+    float t = o->zq + nearbyintf(o->div ? f / o->sq : f * o->inv);
+    t = t > -9.2233720368547758e18f && t < 9.2233720368547758e18f ? t : o->lo;
+    t = t < o->lo ? o->lo : t > o->hi ? o->hi : t;
+    if (o->lo < 0) ((int8_t *)y)[i] = (int8_t)t;
+    else ((uint8_t *)y)[i] = (uint8_t)t;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define OARI_HAVE_VNNI_CODE 1
+#define OARI_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* acc + the four-byte dot products of a (uint8) and b (int8) in each
+ * lane: vpdpbusd in place. Written as asm because with the intrinsic gcc
+ * copies each of a tile's 16 accumulators in and out of another register
+ * (and spills some) at every step of the k loop: 70 instructions per 16
+ * vpdpbusd in qlinear_conv2d's tile; with this, 16 and their operands. */
+OARI_VNNI static inline __m512i oari_dpbusd(__m512i acc, __m512i a, __m512i b) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+}
+
+/* act(f32(v) * s + b) on 16 lanes, each step rounded as the unfused ops
+ * round it (the _round_ forms: never contracted into one FMA); relu as
+ * max(0, f), which keeps -0 and NaN as relu's f < 0 ? 0 : f does. */
+OARI_VNNI static inline __m512 oari_qact_v(__m512i v, __m512 s, const __m512 *b, bool relu) {
+    __m512 f = _mm512_mul_round_ps(_mm512_cvtepi32_ps(v), s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (b) f = _mm512_add_round_ps(f, *b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (relu) f = _mm512_max_ps(_mm512_setzero_ps(), f);
+    return f;
+}
+
+/* oari_qout's constants as vectors, made once per tile (a byte store may
+ * alias the struct, so the compiler would reload its fields at every
+ * store). */
+typedef struct oari_qout_v {
+    bool on, div;
+    __m512 inv, sq, zq, lo, hi, lim;
+    __m512i lo_i;
+} oari_qout_v;
+
+OARI_VNNI static inline oari_qout_v oari_qout_vec(const oari_qout *o) {
+    return (oari_qout_v){.on = o->on, .div = o->div, .inv = _mm512_set1_ps(o->inv), .sq = _mm512_set1_ps(o->sq),
+                         .zq = _mm512_set1_ps(o->zq), .lo = _mm512_set1_ps(o->lo), .hi = _mm512_set1_ps(o->hi),
+                         .lim = _mm512_set1_ps(9.2233720368547758e18f), .lo_i = _mm512_set1_epi32((int32_t)o->lo)};
+}
+
+/* Stores the lanes of mask at y (f32, or requantized bytes, as oari_qput:
+ * t below 2^63 is clamped to [lo, hi] (max(t, lo) sends NaN to lo), the
+ * others (NaN, +inf, >= 2^63) give lo). */
+OARI_VNNI static inline void oari_qstore_v(const oari_qout_v *o, void *y, __mmask16 mask, __m512 f) {
+    if (!o->on) {
+        _mm512_mask_storeu_ps(y, mask, f);
+        return;
+    }
+    __m512 t = o->div ? _mm512_div_ps(f, o->sq) : _mm512_mul_ps(f, o->inv);
+    t = _mm512_add_ps(o->zq, _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __mmask16 in = _mm512_cmp_ps_mask(t, o->lim, _CMP_LT_OQ);
+    t = _mm512_min_ps(_mm512_max_ps(t, o->lo), o->hi);
+    _mm512_mask_cvtepi32_storeu_epi8(y, mask, _mm512_mask_cvtps_epi32(o->lo_i, in, t));
+}
+#endif
 
 #endif

@@ -91,12 +91,37 @@ static void quantize_f32_dense(const float *x, void *out, bool u8, int64_t n, fl
     }
 }
 
+#ifdef OARI_HAVE_VNNI_CODE
+/* The same 16 at a time on AVX-512 (gcc -O2 leaves the loop above scalar,
+ * a branch per element: 1.7 ns an element), in the epilogue's code that
+ * qlinear's tests hold to quantize's values. */
+OARI_VNNI static void quantize_f32_avx512(const float *x, void *out, int64_t n, const oari_qout *q) {
+    const oari_qout_v ov = oari_qout_vec(q), *o = &ov;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) oari_qstore_v(o, (uint8_t *)out + i, (__mmask16)0xffff, _mm512_loadu_ps(x + i));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        oari_qstore_v(o, (uint8_t *)out + i, m, _mm512_maskz_loadu_ps(m, x + i));
+    }
+}
+#endif
+
 /* The same in blocks over the threads when large (an FFN's hidden
  * activation at batch 64: 2M elements). */
 static void quantize_f32_dense_par(const float *x, void *out, bool u8, int64_t n, float inv, float zf) {
     const int64_t block = 1 << 15, blocks = (n + block - 1) / block;
-    OARI_PARALLEL_FOR_IF(blocks > 1, for (int64_t b = 0; b < blocks; b++) {
+#ifdef OARI_HAVE_VNNI_CODE
+    const oari_qout o = {.on = true, .inv = inv, .zq = zf, .lo = u8 ? 0.f : -128.f, .hi = u8 ? 255.f : 127.f};
+    const bool simd = oari_cpu_qvnni();
+#endif
+    OARI_PARALLEL_FOR_IF(blocks > 1 && n > (1 << 17), for (int64_t b = 0; b < blocks; b++) {
         int64_t i0 = b * block, len = n - i0 < block ? n - i0 : block;
+#ifdef OARI_HAVE_VNNI_CODE
+        if (simd) {
+            quantize_f32_avx512(x + i0, (uint8_t *)out + i0, len, &o);
+            continue;
+        }
+#endif
         quantize_f32_dense(x + i0, (uint8_t *)out + i0, u8, len, inv, zf);
     });
 }

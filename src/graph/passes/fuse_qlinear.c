@@ -12,7 +12,24 @@
  * the epilogue too and the layer writes the next one's uint8 directly. The
  * values are the same ops in the same order: the exact int32 sum,
  * converted, times s, plus b, relu, quantize's rounding. The qmatmul node
- * becomes the qlinear node; the rest die. qconv2d is left as it is. */
+ * becomes the qlinear node; the rest die.
+ *
+ * A convolution, cast(qconv2d(xq, Wq), f32) * s (+ b) (relu) (quantize),
+ * Wq a 4-D int8 constant of groups 1 and s, b constants along the channel
+ * ([1, o, 1, 1], [o, 1, 1], or s of one element), becomes the same way one
+ * qlinear_conv2d node (Wq packed as [o, ceil(c kh kw / 4), 4] with its row
+ * sums), written NCHW.
+ *
+ * First, a per-tensor quantize with constant parameters moves up through
+ * the nodes between a layer and it that commute with it: a view (a
+ * reshape: quantize is elementwise) and max_pool2d's values (quantize is
+ * monotonic, so the max of the quantized window is the quantized max; the
+ * pool becomes qmax_pool2d on the bytes, its indices unused and not
+ * written). So conv, relu, pool, quantize (the demo CNN) becomes conv,
+ * relu, quantize, pool on uint8, and the conv takes the quantize into its
+ * epilogue. The values are the same for every pool input that is not NaN
+ * or +-inf and whose x / scale stays below 2^63 (quantize sends those to
+ * the low end, which is not monotonic). */
 #include "../ir.h"
 
 #include <math.h>
@@ -131,28 +148,132 @@ static bool fusable_quantize(const oar_graph *g, const oari_gnode *q) {
            isfinite(sc) && z >= lo && z <= hi;
 }
 
-/* Fuses the layer whose qmatmul is node i; 1 if it did, 0 if the pattern
- * does not hold, < 0 on failure. */
+
+/* ---- quantize moved up through views and max pools ---------------------------- */
+
+/* Swaps what nodes a and b compute (op, attributes, inputs), not their
+ * outputs. */
+static void swap_ops(oari_gnode *a, oari_gnode *b) {
+    oari_gnode t = *a;
+    a->op = b->op, a->attrs = b->attrs, a->n_in = b->n_in, a->in = b->in;
+    memcpy(a->isym, b->isym, sizeof a->isym), memcpy(a->imul, b->imul, sizeof a->imul);
+    b->op = t.op, b->attrs = t.attrs, b->n_in = t.n_in, b->in = t.in;
+    memcpy(b->isym, t.isym, sizeof b->isym), memcpy(b->imul, t.imul, sizeof b->imul);
+}
+
+/* Value `to` takes the meta (dtype aside) of value `from`. */
+static void take_meta(oar_graph *g, int to, int from, oar_dtype dt) {
+    oari_gvalue *t = &g->values[to];
+    const oari_gvalue *f = &g->values[from];
+    t->ndim = f->ndim, t->dtype = dt;
+    memcpy(t->shape, f->shape, sizeof t->shape), memcpy(t->sym, f->sym, sizeof t->sym);
+    memcpy(t->smul, f->smul, sizeof t->smul);
+}
+
+/* Quantize node iq reads the one use of a view's or a max_pool2d's values
+ * (its indices unused): the producer p becomes the quantize of p's input
+ * and node iq the view, or qmax_pool2d, of that. 1 if it moved, else 0. */
+static int move_quantize(oar_graph *g, int iq, const int *uses) {
+    oari_gnode *q = &g->nodes[iq];
+    if (q->dead || !fusable_quantize(g, q)) return 0;
+    int v = q->in[0];
+    const oari_gvalue *gv = &g->values[v];
+    if (gv->kind != OARI_V_NODE || uses[v] != 1 || gv->out_index != 0) return 0;
+    int ip = gv->producer;
+    oari_gnode *p = &g->nodes[ip];
+    if (p->dead || p->n_in != 1 || p->in[0] < 0) return 0;
+    int y = p->in[0];
+    oar_dtype yt = g->values[y].dtype;
+    if ((yt != OAR_F32 && yt != OAR_F64) || g->values[y].kind == OARI_V_CONST) return 0;
+    bool pool = p->op == OARI_OP_max_pool2d && p->n_out == 2 && uses[p->out[1]] == 0 && p->attrs.ni == 9;
+    if (!pool && p->op != OARI_OP_view) return 0;
+    oar_dtype qt = g->values[q->out[0]].dtype;
+    swap_ops(p, q);
+    p->in[0] = y; /* p: quantize(y, s, z) -> v */
+    q->in[0] = v; /* q: view or pool of v */
+    if (pool) {
+        q->op = OARI_OP_qmax_pool2d;
+        p->n_out = 1, p->out[1] = -1;
+    }
+    take_meta(g, v, y, qt);
+    return 1;
+}
+
+/* A constant of n elements (or one, when one is allowed) along the
+ * channel dim of an [n, c, h, w] value: [c, 1, 1] or [1, c, 1, 1]; one
+ * element in any shape of at most 4 dims. */
+static bool along_channel(const oari_gvalue *c, int64_t n, bool one_ok) {
+    if (c->ndim > 4) return false;
+    int64_t numel = 1;
+    for (int d = 0; d < c->ndim; d++) numel *= c->shape[d];
+    if (one_ok && numel == 1) return true;
+    if (c->ndim < 3 || numel != n) return false;
+    return c->shape[c->ndim - 3] == n && c->shape[c->ndim - 2] == 1 && c->shape[c->ndim - 1] == 1;
+}
+
+/* W [o, c, kh, kw] int8 packed as [o, ceil(c kh kw / 4), 4] with zeros
+ * past c kh kw, and its row sums; new tensors (the caller's pool). */
+static int pack_conv(oar_tensor *w, oar_tensor **packed, oar_tensor **sums) {
+    oar_tensor *wc = oar_contiguous(w);
+    if (!wc) return oari_fail_status();
+    const int8_t *src = oar_tensor_data(wc);
+    int64_t o = wc->shape[0], k = wc->shape[1] * wc->shape[2] * wc->shape[3], kb = (k + 3) / 4;
+    size_t bytes = (size_t)(o * kb * 4);
+    int8_t *p = oari_calloc(bytes ? bytes : 1, 1);
+    int32_t *s = oari_calloc((size_t)(o ? o : 1), sizeof *s);
+    if (!p || !s) {
+        if (p) oari_free(p, bytes ? bytes : 1);
+        if (s) oari_free(s, (size_t)(o ? o : 1) * sizeof *s);
+        return oari_fail_status();
+    }
+    for (int64_t r = 0; r < o; r++)
+        for (int64_t j = 0; j < k; j++) {
+            p[r * kb * 4 + j] = src[r * k + j];
+            s[r] += src[r * k + j];
+        }
+    *packed = oar_tensor_from_data(p, OAR_I8, 3, (int64_t[]){o, kb, 4});
+    *sums = oar_tensor_from_data(s, OAR_I32, 1, &o);
+    oari_free(p, bytes ? bytes : 1);
+    oari_free(s, (size_t)(o ? o : 1) * sizeof *s);
+    return *packed && *sums ? 0 : oari_fail_status();
+}
+
+/* The scale of a layer's outputs (n of them) is constant sv: along the
+ * last dim (a matrix product) or the channel (a conv). */
+static bool scale_ok(const oar_graph *g, int sv, int64_t n, bool conv, int acc_ndim) {
+    return const_of(g, sv, OAR_F32) &&
+           (conv ? along_channel(&g->values[sv], n, true) : along_last(&g->values[sv], n, true, acc_ndim));
+}
+static bool bias_ok(const oar_graph *g, int bv, int64_t n, bool conv, int acc_ndim) {
+    return const_of(g, bv, OAR_F32) &&
+           (conv ? along_channel(&g->values[bv], n, false) : along_last(&g->values[bv], n, false, acc_ndim));
+}
+
+/* Fuses the layer whose qmatmul (or qconv2d) is node i; 1 if it did, 0 if
+ * the pattern does not hold, < 0 on failure. */
 static int fuse_one(oar_graph *g, int i, const int *uses) {
     oari_gnode *mm = &g->nodes[i];
+    const bool conv = mm->op == OARI_OP_qconv2d;
     int x = mm->in[0], wv = mm->in[1], acc = mm->out[0];
-    if (mm->n_in != 2 || x < 0 || !const_of(g, wv, OAR_I8) || g->values[wv].ndim != 2) return 0;
-    int64_t n = g->values[wv].shape[1];
+    if (mm->n_in != 2 || x < 0 || !const_of(g, wv, OAR_I8) || g->values[wv].ndim != (conv ? 4 : 2)) return 0;
+    if (conv && (mm->attrs.ni != 8 || mm->attrs.i[7] != 1 || g->values[x].ndim != 4)) return 0; /* groups 1 */
+    int64_t n = g->values[wv].shape[conv ? 0 : 1];
+    const int acc_nd = g->values[acc].ndim;
     int ic = sole_user(g, acc, uses, i);
     const oari_gnode *cast = ic >= 0 ? &g->nodes[ic] : NULL;
     if (!cast || cast->op != OARI_OP_cast || g->values[cast->out[0]].dtype != OAR_F32) return 0;
     int im = sole_user(g, cast->out[0], uses, ic);
     const oari_gnode *mul = im >= 0 ? &g->nodes[im] : NULL;
     int sv = mul && mul->op == OARI_OP_mul ? other_input(mul, cast->out[0]) : -1;
-    if (!const_of(g, sv, OAR_F32) || !along_last(&g->values[sv], n, true, g->values[acc].ndim) ||
-        !same_shape(&g->values[mul->out[0]], &g->values[acc]) || g->values[mul->out[0]].dtype != OAR_F32)
+    if (!scale_ok(g, sv, n, conv, acc_nd) || !same_shape(&g->values[mul->out[0]], &g->values[acc]) ||
+        g->values[mul->out[0]].dtype != OAR_F32)
         return 0;
     int last = mul->out[0], chain[3] = {ic, im, -1}, n_chain = 2, bv = -1, relu = 0;
     int ia = sole_user(g, last, uses, im);
     const oari_gnode *add = ia >= 0 && g->nodes[ia].op == OARI_OP_add ? &g->nodes[ia] : NULL;
     int b = add ? other_input(add, last) : -1;
-    if (const_of(g, b, OAR_F32) && along_last(&g->values[b], n, false, g->values[acc].ndim) &&
-        same_shape(&g->values[add->out[0]], &g->values[acc]) && g->values[add->out[0]].dtype == OAR_F32) {
+    if (b >= 0 && bias_ok(g, b, n, conv, acc_nd) && same_shape(&g->values[add->out[0]], &g->values[acc]) &&
+        g->values[add->out[0]].dtype == OAR_F32) {
         bv = b, last = add->out[0], chain[n_chain++] = ia;
     }
     int from = chain[n_chain - 1], ir = sole_user(g, last, uses, from);
@@ -169,11 +290,13 @@ static int fuse_one(oar_graph *g, int i, const int *uses) {
     /* the constants the kernel reads */
     oar_pool *pool = oar_pool_push();
     oar_tensor *wp = NULL, *ws = NULL;
-    int st = pool ? pack(g->values[wv].constant, &wp, &ws) : oari_fail_status();
+    int st = !pool ? oari_fail_status()
+             : conv ? pack_conv(g->values[wv].constant, &wp, &ws)
+                    : pack(g->values[wv].constant, &wp, &ws);
     oar_tensor *s = st ? NULL : flat(g->values[sv].constant, n, true);
     oar_tensor *bias = st || bv < 0 ? NULL : flat(g->values[bv].constant, n, false);
     int wpv = st || !s || (bv >= 0 && !bias) ? -1 : add_const(g, wp, wv, "packed");
-    int wsv = wpv >= 0 ? add_const(g, ws, wv, "colsum") : -1;
+    int wsv = wpv >= 0 ? add_const(g, ws, wv, conv ? "rowsum" : "colsum") : -1;
     int s2 = wsv >= 0 ? add_const(g, s, sv, "flat") : -1;
     int b2 = s2 >= 0 && bv >= 0 ? add_const(g, bias, bv, "flat") : -1;
     if (pool) oar_pool_pop(pool);
@@ -182,13 +305,19 @@ static int fuse_one(oar_graph *g, int i, const int *uses) {
     const oari_gnode *qn = iq >= 0 ? &g->nodes[iq] : NULL;
     nin[0] = x, nin[1] = wpv, nin[2] = wsv, nin[3] = s2, nin[4] = b2;
     nin[5] = qn ? qn->in[1] : -1, nin[6] = qn ? qn->in[2] : -1;
-    int64_t zp = mm->attrs.i[0];
+    int64_t at[12], nat = 0;
+    at[nat++] = mm->attrs.i[0]; /* zp */
+    if (conv) {
+        for (int k = 1; k <= 6; k++) at[nat++] = mm->attrs.i[k]; /* stride, padding, dilation */
+        at[nat++] = g->values[wv].shape[2], at[nat++] = g->values[wv].shape[3];
+    }
+    at[nat++] = relu;
+    if (qn) at[nat++] = qn->attrs.i[1], at[nat++] = qn->attrs.i[2];
     oari_free(mm->in, (size_t)mm->n_in * sizeof *mm->in);
     mm->in = nin;
     mm->n_in = 7;
-    mm->op = OARI_OP_qlinear;
-    mm->attrs = qn ? oari_attrs_ints(4, (int64_t[]){zp, relu, qn->attrs.i[1], qn->attrs.i[2]})
-                   : oari_attrs_ints(2, (int64_t[]){zp, relu});
+    mm->op = conv ? OARI_OP_qlinear_conv2d : OARI_OP_qlinear;
+    mm->attrs = oari_attrs_ints((int)nat, at);
     for (int k = 0; k < OARI_MAX_IATTR; k++) mm->isym[k] = -1, mm->imul[k] = 1;
     g->values[acc].dtype = qn ? (oar_dtype)qn->attrs.i[1] : OAR_F32;
     if (qn) last = qn->out[0];
@@ -199,18 +328,35 @@ static int fuse_one(oar_graph *g, int i, const int *uses) {
     return 1;
 }
 
+/* uses[] sized for g's values now (grown when the pass added some). */
+static int *use_counts(oar_graph *g, int *uses, size_t *nbytes) {
+    size_t want = (size_t)(g->n_values + 1) * sizeof(int);
+    if (!uses || want != *nbytes) {
+        if (uses) oari_free(uses, *nbytes);
+        *nbytes = want;
+        if (!(uses = oari_malloc(want))) return NULL;
+    }
+    oari_graph_use_counts(g, uses);
+    return uses;
+}
+
 int oari_pass_fuse_qlinear(oar_graph *g) {
     int changes = 0, st = 0;
-    size_t nbytes = (size_t)(g->n_values + 1) * sizeof(int);
+    size_t nbytes = 0;
     int *uses = NULL;
-    for (int i = 0; i < g->n_nodes && !st; i++) {
-        if (g->nodes[i].dead || g->nodes[i].op != OARI_OP_qmatmul) continue;
-        if (!uses || (size_t)(g->n_values + 1) * sizeof(int) != nbytes) {
-            if (uses) oari_free(uses, nbytes);
-            nbytes = (size_t)(g->n_values + 1) * sizeof(int);
-            if (!(uses = oari_malloc(nbytes))) return oari_fail_status();
+    /* quantizes up through views and pools, as far as they go */
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (int i = 0; i < g->n_nodes; i++) {
+            if (g->nodes[i].dead || g->nodes[i].op != OARI_OP_quantize) continue;
+            if (!(uses = use_counts(g, uses, &nbytes))) return oari_fail_status();
+            if (move_quantize(g, i, uses)) moved = true, changes++;
         }
-        oari_graph_use_counts(g, uses);
+    }
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        oari_op op = g->nodes[i].op;
+        if (g->nodes[i].dead || (op != OARI_OP_qmatmul && op != OARI_OP_qconv2d)) continue;
+        if (!(uses = use_counts(g, uses, &nbytes))) return oari_fail_status();
         st = fuse_one(g, i, uses);
         if (st > 0) changes++, st = 0;
     }
