@@ -25,6 +25,20 @@
  *     matrix) and its batch dims collapse to one stride (0 for a broadcast
  *     operand), into a dense output (cuda_gemm_layout.h); other matmuls
  *     are refused by supports_op and run on the CPU
+ *   layer_norm (weight and bias optional; statistics in double), max_pool2d
+ *     and max_pool2d_backward, avg_pool2d and avg_pool2d_backward, in f32
+ *     and f64 over strided views, as the CPU computes them (the pools'
+ *     backward: one thread per plane, in the CPU's order; an index outside
+ *     the plane is skipped, not reported)
+ *   fft_c2c and fft_c2r in c64 and c128, fft_r2c in f32 and f64, over any
+ *     dims of strided views with every norm mode, through cuFFT plans
+ *     cached per shape (cuda_fft.c, cuda_fft_layout.h; OAR_CUDA_CUFFT):
+ *     up to three transformed dims of extent > 1 (more run on the CPU)
+ *   conv2d, conv_transpose2d and conv2d_weight_grad in f32 and f64 through
+ *     cuDNN, opened at run time (cuda_dnn.c; OAR_CUDA_CUDNN where CMake
+ *     found cudnn.h): [N, C, H, W] and [N, C, L] operands, groups, stride,
+ *     padding, dilation, bias; not claimed where libcudnn.so.9 cannot be
+ *     opened or OAR_CUDA_CUDNN=0
  * Collectives (all_reduce, all_gather, reduce_scatter, broadcast, send,
  * recv and communicators) over NCCL when CMake found it (cuda_nccl.c,
  * OAR_CUDA_NCCL); without it the members are NULL and oar stages device
@@ -58,6 +72,12 @@
 #include "cuda_jit.h"
 #ifdef OAR_CUDA_NCCL
 #include "cuda_nccl.h"
+#endif
+#ifdef OAR_CUDA_CUFFT
+#include "cuda_fft.h"
+#endif
+#ifdef OAR_CUDA_CUDNN
+#include "cuda_dnn.h"
 #endif
 
 #define MAX_DEV OAR_CUDA_MAX_DEV
@@ -398,6 +418,91 @@ static int k_softmax(void *ctx, const oar_kernel_call *c) {
     return e ? fail(c->op, e) : 0;
 }
 
+/* layer_norm: ins x, weight?, bias? (an absent one: dtype -1 or no
+ * buffer); outs y, mean, rstd; iattr[0] the normalised trailing dims,
+ * fattr[0] eps */
+static bool present(const oar_kernel_call *c, int i) {
+    return c->n_in > i && c->in[i].buffer && c->in[i].dtype >= 0;
+}
+
+static int k_layer_norm(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    if (c->n_in < 1 || c->n_out < 3 || c->n_iattr < 1 || c->n_fattr < 1 || !is_float(c->in[0].dtype))
+        return host->error(-3, "cuda layer_norm: wants an f32 or f64 input, three outputs, dims and eps");
+    const oar_ktensor *x = &c->in[0];
+    int nn = (int)c->iattr[0];
+    if (nn < 0 || nn > x->ndim) return host->error(-3, "cuda layer_norm: normalised dims out of range");
+    int64_t d = 1;
+    for (int i = x->ndim - nn; i < x->ndim; i++) d *= x->shape[i];
+    int64_t rows = d ? numel(x) / d : 0;
+    for (int j = 0; j < 3; j++)
+        if (c->out[j].dtype != x->dtype || numel(&c->out[j]) != (j ? rows : numel(x)))
+            return host->error(-3, "cuda layer_norm: outputs of the wrong dtype or size");
+    for (int i = 1; i < 3; i++)
+        if (present(c, i) && (c->in[i].dtype != x->dtype || numel(&c->in[i]) != d))
+            return host->error(-3, "cuda layer_norm: a weight or bias of the wrong dtype or size");
+    cudaStream_t st = on_device_of(&c->out[0], NULL);
+    if (!st) return -4;
+    oar_cuda_desc none;
+    memset(&none, 0, sizeof none);
+    int e = oar_cuda_layer_norm(c->out[0].buffer, desc(&c->out[0]), c->out[1].buffer, desc(&c->out[1]),
+                                c->out[2].buffer, desc(&c->out[2]), x->dtype, x->buffer, desc(x),
+                                present(c, 1) ? c->in[1].buffer : NULL, present(c, 1) ? desc(&c->in[1]) : none,
+                                present(c, 2) ? c->in[2].buffer : NULL, present(c, 2) ? desc(&c->in[2]) : none,
+                                c->fattr[0], d, rows, st);
+    return e ? fail(c->op, e) : 0;
+}
+
+/* the pools: 0 max_pool2d, 1 max_pool2d_backward, 2 avg_pool2d, 3 avg_pool2d_backward */
+static int pool_op(const char *op) {
+    static const char *const names[] = {"max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(op, names[i])) return i;
+    return -1;
+}
+
+/* planes of t's last two dims (t of rank >= 2) */
+static int64_t planes(const oar_ktensor *t) {
+    int64_t plane = t->ndim >= 2 ? t->shape[t->ndim - 1] * t->shape[t->ndim - 2] : 0;
+    return plane > 0 ? numel(t) / plane : 0;
+}
+
+/* The pools' operands agree (the kernels index with them): ranks >= 2,
+ * dtypes, attribute counts, and, with the output, the same planes. */
+static bool pool_ok(const oar_kernel_call *c, int op) {
+    static const int n_in[] = {1, 2, 1, 1}, n_out[] = {2, 1, 1, 1}, n_attr[] = {9, 2, 8, 10};
+    if (c->n_in < n_in[op] || c->n_iattr < n_attr[op] || !c->iattr || c->in[0].ndim < 2 || !is_float(c->in[0].dtype))
+        return false;
+    if (op == 1 && (c->in[1].dtype != 3 || c->in[1].ndim != c->in[0].ndim || numel(&c->in[1]) != numel(&c->in[0])))
+        return false;
+    if (op == 0 || op == 2)
+        for (int i = 0; i < 6; i++)
+            if (c->iattr[i] < (i < 4 ? 1 : 0)) return false; /* kernel, stride >= 1; padding >= 0 */
+    if (op == 0 && (c->iattr[6] < 1 || c->iattr[7] < 1)) return false; /* dilation */
+    if (c->n_out == 0) return true;
+    if (c->n_out < n_out[op]) return false;
+    for (int j = 0; j < n_out[op]; j++)
+        if (c->out[j].ndim != c->in[0].ndim || c->out[j].dtype != (j ? 3 : c->in[0].dtype)) return false;
+    return planes(&c->out[0]) == planes(&c->in[0]) && (op != 0 || numel(&c->out[1]) == numel(&c->out[0]));
+}
+
+static int k_pool(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int op = pool_op(c->op);
+    if (op < 0 || c->n_out < 1 || !pool_ok(c, op))
+        return host->error(-3, "cuda pool: operands or attributes that do not agree");
+    const oar_ktensor *o = &c->out[0], *x = &c->in[0];
+    oar_cuda_desc none;
+    memset(&none, 0, sizeof none);
+    cudaStream_t st = on_device_of(o, NULL);
+    if (!st) return -4;
+    int64_t n = op == 0 || op == 2 ? numel(o) : planes(o);
+    int e = oar_cuda_pool(op, x->dtype, o->buffer, desc(o), op == 0 ? c->out[1].buffer : NULL,
+                          op == 0 ? desc(&c->out[1]) : none, x->buffer, desc(x), op == 1 ? c->in[1].buffer : NULL,
+                          op == 1 ? desc(&c->in[1]) : none, op == 1 ? NULL : c->iattr, n, NULL, st);
+    return e ? fail(c->op, e) : 0;
+}
+
 /* cuBLAS's data type of a matmul dtype, and its compute type */
 static bool blas_types(int32_t dt, cudaDataType_t *t, cublasComputeType_t *ct) {
     switch (dt) {
@@ -466,6 +571,28 @@ static int k_matmul(void *ctx, const oar_kernel_call *c) {
 
 static bool is_matmul_dtype(int32_t dt) { return is_any_float(dt); }
 
+#ifdef OAR_CUDA_CUFFT
+/* fft_c2c, fft_r2c, fft_c2r through cuFFT (cuda_fft.c) */
+static int k_fft(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    if (c->n_in < 1 || c->n_out < 1) return host->error(-3, "cuda fft: wants an input and an output");
+    int dev;
+    cudaStream_t st = on_device_of(&c->out[0], &dev);
+    return st ? oar_cuda_fft_run(c, dev, st) : -4;
+}
+#endif
+
+#ifdef OAR_CUDA_CUDNN
+/* conv2d, conv_transpose2d, conv2d_weight_grad through cuDNN (cuda_dnn.c) */
+static int k_conv(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    if (c->n_in < 2 || c->n_out < 1) return host->error(-3, "cuda conv: wants two inputs and an output");
+    int dev;
+    cudaStream_t st = on_device_of(&c->out[0], &dev);
+    return st ? oar_cuda_dnn_run(c, dev, st) : -4;
+}
+#endif
+
 static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt) {
     (void)ctx, (void)index;
     if (!op) return NULL;
@@ -476,6 +603,14 @@ static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt
     if (is_matmul_dtype(dt) && !strcmp(op, "matmul")) return k_matmul;
     if (is_any_float(dt) && reduce_op(op) >= 0) return k_reduce;
     if (is_any_float(dt) && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
+    if (is_float(dt) && !strcmp(op, "layer_norm")) return k_layer_norm;
+    if (is_float(dt) && pool_op(op) >= 0) return k_pool;
+#ifdef OAR_CUDA_CUFFT
+    if (oar_cuda_fft_claims(op, dt)) return k_fft;
+#endif
+#ifdef OAR_CUDA_CUDNN
+    if (oar_cuda_dnn_claims(op, dt)) return k_conv;
+#endif
     return NULL;
 }
 
@@ -514,6 +649,20 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
         const oar_ktensor *A = &c->in[0], *B = &c->in[1];
         return oar_cuda_gemm_plan_inputs(A->ndim, A->shape, A->strides, B->ndim, B->shape, B->strides, &p);
     }
+    if (!strcmp(op, "layer_norm")) { /* every operand of x's dtype */
+        if (c->n_in < 1 || !is_float(c->in[0].dtype)) return 0;
+        for (int i = 1; i < 3; i++)
+            if (present(c, i) && c->in[i].dtype != c->in[0].dtype) return 0;
+        return 1;
+    }
+    if (pool_op(op) >= 0) return pool_ok(c, pool_op(op));
+#ifdef OAR_CUDA_CUFFT
+    if (!strncmp(op, "fft_", 4)) return oar_cuda_fft_supports(c);
+#endif
+#ifdef OAR_CUDA_CUDNN
+    if (!strcmp(op, "conv2d") || !strcmp(op, "conv_transpose2d") || !strcmp(op, "conv2d_weight_grad"))
+        return oar_cuda_dnn_supports(c);
+#endif
     return 1;
 }
 
@@ -561,6 +710,12 @@ static const oar_device_iface iface = {
 static void shutdown(void *ctx) {
     (void)ctx;
     oar_cuda_jit_shutdown();
+#ifdef OAR_CUDA_CUFFT
+    oar_cuda_fft_shutdown(); /* its plans, before the streams they name */
+#endif
+#ifdef OAR_CUDA_CUDNN
+    oar_cuda_dnn_shutdown(); /* its handles, likewise */
+#endif
     for (int i = 0; i < MAX_DEV; i++)
         if (blas[i]) {
             cublasDestroy(blas[i]);
@@ -574,6 +729,12 @@ __attribute__((visibility("default"))) int oar_plugin_init(const oar_host_api *h
     host = h;
     oar_cuda_mem_init(h);
     oar_cuda_jit_init(h);
+#ifdef OAR_CUDA_CUFFT
+    oar_cuda_fft_init(h);
+#endif
+#ifdef OAR_CUDA_CUDNN
+    oar_cuda_dnn_init(h);
+#endif
 #ifdef OAR_CUDA_NCCL
     oar_cuda_nccl_init(h);
 #endif

@@ -391,6 +391,10 @@ int oar_cuda_softmax(void *o, int32_t dt, const void *x, oar_cuda_desc rows_x, o
     }
     return 0;
 }
+/* layer_norm and the pools (indices: i64) */
+#define FAKE_LD(p, dt, i) ((dt) == 3 ? (double)((const int64_t *)(p))[i] : ld_dt(p, dt, i))
+#define FAKE_ST(p, dt, i, v) ((dt) == 3 ? (void)(((int64_t *)(p))[i] = (int64_t)(v)) : st_dt(p, dt, i, v))
+#include "fake_cuda_nn.h"
 
 /* ---- the host table ------------------------------------------------------------- */
 static char last_msg[512];

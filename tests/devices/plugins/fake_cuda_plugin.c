@@ -8,10 +8,16 @@
  * once at the store, as the .cu kernels say they do in float; they are not
  * the .cu kernels, which only a GPU runs. Elementwise: "add" alone (the
  * real table has every row with a float form, made by nvcc).
+ * The FFT ops run the plugin's cuda_fft.c, its cuFFT calls going to a
+ * model of cuFFT (../fake_cufft.h: the documented data layout, a direct
+ * DFT in double) and its gathers and scatters to loops here.
  * Synchronous: a copy or kernel runs when it is queued (the stream
  * semantics are test_cuda_plugin_host's). */
+#define OAR_CUDA_CUFFT /* the FFT ops through cuda_fft.c, on the model of cuFFT in fake_cufft.h */
 #include "../../../plugins/cuda/cuda_plugin.c"
 #include "../../../plugins/cuda/cuda_mem.c"
+#include "../../../plugins/cuda/cuda_fft.c"
+#include "../fake_cufft.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -237,5 +243,28 @@ int oar_cuda_softmax(void *o, int32_t dt, const void *x, oar_cuda_desc rows_x, o
             st(o, dt, bo + j * so, log_ ? v - log(s) : exp(v) / s);
         }
     }
+    return 0;
+}
+
+#define FAKE_LD(p, dt, i) ld(p, dt, i)
+#define FAKE_ST(p, dt, i, v) st(p, dt, i, v)
+#include "../fake_cuda_nn.h"
+
+/* the FFT ops' gather/scatter and zeroing, as cuda_kernels.cu's (complex: two reals) */
+int oar_cuda_scaled_copy(void *o, oar_cuda_desc to, const void *x, oar_cuda_desc tx, int32_t dt, double scale,
+                         int64_t n, void *stream) {
+    (void)stream;
+    if (dt < DT_F32 || dt > 9) return (int)cudaErrorInvalidValue;
+    int32_t r = dt == DT_F32 || dt == 8 ? DT_F32 : DT_F64;
+    int parts = dt >= 8 ? 2 : 1;
+    for (int64_t i = 0; i < n; i++)
+        for (int p = 0; p < parts; p++)
+            st(o, r, parts * at_of(&to, i) + p, ld(x, r, parts * at_of(&tx, i) + p) * scale);
+    return 0;
+}
+int oar_cuda_zero_imag(void *p, int32_t dt, int64_t off, int64_t stride, int64_t count, void *stream) {
+    (void)stream;
+    if (dt != 8 && dt != 9) return (int)cudaErrorInvalidValue;
+    for (int64_t j = 0; j < count; j++) st(p, dt == 8 ? DT_F32 : DT_F64, 2 * (off + j * stride) + 1, 0);
     return 0;
 }
