@@ -585,3 +585,101 @@ extern "C" int oar_cuda_pool(int op, int32_t dt, void *o, oar_cuda_desc to, void
 #undef POOL_GO
     return (int)cudaGetLastError();
 }
+
+// ---- indexing with i64 indices (f32, f64), as the OpenCL plugin's kernels and the CPU ----
+// gather: o = x gathered along dim by idx (same rank, idx of o's shape);
+// index_select: rows of x along dim picked by the 1-D idx; an index
+// outside [0, size) sets *bad (and reads 0 / row 0).
+template <typename T>
+__global__ static void k_gather(T *o, oar_cuda_desc to, const T *x, oar_cuda_desc tx, const long long *idx,
+                                oar_cuda_desc ti, int64_t dim, int64_t size, int *bad, int select, int64_t n) {
+    EW_FOR_EACH(i, n) {
+        long long j = select ? 0 : idx[at(ti, i)];
+        if (!select && (j < 0 || j >= size)) {
+            *bad = 1;
+            o[at(to, i)] = (T)0;
+            continue;
+        }
+        int64_t off = tx.off, rest = i;
+        for (int64_t d = to.nd - 1; d >= 0; d--) {
+            int64_t c = rest % to.shape[d];
+            rest /= to.shape[d];
+            if (d == dim && select) {
+                long long k = idx[ti.off + c * ti.st[0]];
+                if (k < 0 || k >= size) {
+                    *bad = 1;
+                    k = 0;
+                }
+                c = k;
+            } else if (d == dim) {
+                c = j;
+            }
+            off += c * tx.st[d];
+        }
+        o[at(to, i)] = x[off];
+    }
+}
+
+// scatter_add (index_add: its 1-D index viewed over src's shape, stride 0
+// off dim): o = x plus src[p] for each index position p whose index names
+// this element's coordinate along dim; one thread per output element adds
+// its contributions in index order, as the CPU does (deterministic sums).
+template <typename T>
+__global__ static void k_scatter_add(T *o, oar_cuda_desc to, const T *x, oar_cuda_desc tx, const long long *idx,
+                                     oar_cuda_desc ti, const T *src, oar_cuda_desc ts, int64_t dim, int64_t size,
+                                     int *bad, int64_t n) {
+    EW_FOR_EACH(i, n) {
+        int64_t c[8], rest = i;
+        for (int64_t d = to.nd - 1; d >= 0; d--) {
+            c[d] = rest % to.shape[d];
+            rest /= to.shape[d];
+        }
+        T v = x[at(tx, i)];
+        bool inside = true;
+        for (int64_t d = 0; d < ti.nd; d++)
+            if (d != dim && c[d] >= ti.shape[d]) inside = false;
+        int64_t len = ti.nd ? ti.shape[dim] : 1;
+        for (int64_t t = 0; inside && t < len; t++) {
+            int64_t oi = ti.off, os = ts.off;
+            for (int64_t d = 0; d < ti.nd; d++) {
+                int64_t cd = d == dim ? t : c[d];
+                oi += cd * ti.st[d];
+                os += cd * ts.st[d];
+            }
+            long long j = idx[oi];
+            if (j < 0 || j >= size) {
+                *bad = 1;
+                continue;
+            }
+            if (j == (to.nd ? c[dim] : 0)) v += src[os];
+        }
+        o[at(to, i)] = v;
+    }
+}
+
+extern "C" int oar_cuda_index(int op, int32_t dt, void *o, oar_cuda_desc to, const void *x, oar_cuda_desc tx,
+                              const void *idx, oar_cuda_desc ti, const void *src, oar_cuda_desc ts, int64_t dim,
+                              int64_t size, int *bad, int64_t n, void *stream) {
+    if (n <= 0) return (int)cudaMemsetAsync(bad, 0, sizeof(int), (cudaStream_t)stream);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (op < 0 || op > 2 || (dt != 6 && dt != 7)) return (int)cudaErrorInvalidValue;
+    cudaError_t z = cudaMemsetAsync(bad, 0, sizeof(int), s);
+    if (z != cudaSuccess) return (int)z;
+    if (dt == 6) {
+        if (op < 2)
+            k_gather<float><<<blocks(n), 256, 0, s>>>((float *)o, to, (const float *)x, tx, (const long long *)idx, ti,
+                                                      dim, size, bad, op == 1, n);
+        else
+            k_scatter_add<float><<<blocks(n), 256, 0, s>>>((float *)o, to, (const float *)x, tx, (const long long *)idx,
+                                                           ti, (const float *)src, ts, dim, size, bad, n);
+    } else {
+        if (op < 2)
+            k_gather<double><<<blocks(n), 256, 0, s>>>((double *)o, to, (const double *)x, tx, (const long long *)idx,
+                                                       ti, dim, size, bad, op == 1, n);
+        else
+            k_scatter_add<double><<<blocks(n), 256, 0, s>>>((double *)o, to, (const double *)x, tx,
+                                                            (const long long *)idx, ti, (const double *)src, ts, dim,
+                                                            size, bad, n);
+    }
+    return (int)cudaGetLastError();
+}

@@ -75,6 +75,17 @@ int oar_cuda_layer_norm(void *y, oar_cuda_desc ty, void *mean, oar_cuda_desc tm,
 int oar_cuda_pool(int op, int32_t dt, void *o, oar_cuda_desc to, void *o2, oar_cuda_desc to2, const void *x,
                   oar_cuda_desc tx, const void *x2, oar_cuda_desc tx2, const int64_t *a, int64_t n, int *bad,
                   void *stream);
+/* Indexing with i64 indices, f32 (dt 6) or f64 (7), as the CPU: op 0
+ * gather (o = x gathered along dim by idx, of o's shape), 1 index_select
+ * (idx 1-D: rows of x along dim), 2 scatter_add (o = x plus src at the
+ * index positions naming each element along dim, in index order; for
+ * index_add, ti is the 1-D index viewed over src's shape, stride 0 off
+ * dim). size: the extent indices must lie in; *bad (an int in device
+ * memory) is set to 0 first, then to 1 by an index outside [0, size). n:
+ * o's elements. */
+int oar_cuda_index(int op, int32_t dt, void *o, oar_cuda_desc to, const void *x, oar_cuda_desc tx, const void *idx,
+                   oar_cuda_desc ti, const void *src, oar_cuda_desc ts, int64_t dim, int64_t size, int *bad, int64_t n,
+                   void *stream);
 
 #ifdef __cplusplus
 }

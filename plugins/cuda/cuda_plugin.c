@@ -30,6 +30,10 @@
  *     and f64 over strided views, as the CPU computes them (the pools'
  *     backward: one thread per plane, in the CPU's order; an index outside
  *     the plane is skipped, not reported)
+ *   gather, index_select, scatter_add and index_add in f32 and f64 with
+ *     i64 indices (scatter_add and index_add: one thread per output
+ *     element, in index order, deterministic); an index out of range fails
+ *     the call as on the CPU, so each of these calls waits for the device
  *   fft_c2c and fft_c2r in c64 and c128, fft_r2c in f32 and f64, over any
  *     dims of strided views with every norm mode, through cuFFT plans
  *     cached per shape (cuda_fft.c, cuda_fft_layout.h; OAR_CUDA_CUFFT):
@@ -503,6 +507,83 @@ static int k_pool(void *ctx, const oar_kernel_call *c) {
     return e ? fail(c->op, e) : 0;
 }
 
+/* gather 0, index_select 1, scatter_add 2, index_add 3 (-1: none) */
+static int index_op(const char *op) {
+    static const char *const names[] = {"gather", "index_select", "scatter_add", "index_add"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(op, names[i])) return i;
+    return -1;
+}
+
+/* The indexing ops' operands: x float, the index i64, src (scatter_add,
+ * index_add) of x's dtype, dim in range; with the output, of x's dtype and
+ * rank. */
+static bool index_ok(const oar_kernel_call *c, int op) {
+    if (c->n_in < (op >= 2 ? 3 : 2) || c->n_iattr < 1 || !c->iattr || !is_float(c->in[0].dtype) ||
+        c->in[1].dtype != 3)
+        return false;
+    const oar_ktensor *x = &c->in[0], *ix = &c->in[1];
+    int64_t dim = c->iattr[0];
+    if (dim < 0 || dim >= (x->ndim ? x->ndim : 1)) return false;
+    if ((op == 1 || op == 3) && ix->ndim != 1) return false;
+    if (op == 0 && ix->ndim != x->ndim) return false;
+    if (op >= 2) {
+        const oar_ktensor *src = &c->in[2];
+        if (src->dtype != x->dtype) return false;
+        if (op == 2 && src->ndim != 0 && src->ndim != ix->ndim) return false;
+        if (op == 3 && (src->ndim != x->ndim || (x->ndim && src->shape[dim] != ix->shape[0]))) return false;
+    }
+    if (c->n_out == 0) return true;
+    return c->n_out >= 1 && c->out[0].dtype == x->dtype && c->out[0].ndim == (op == 0 ? ix->ndim : x->ndim);
+}
+
+/* gather, index_select, scatter_add, index_add. An index out of range
+ * fails the call as on the CPU, which needs the kernel's flag back: each
+ * call waits for the device (a synchronisation per indexing op). */
+static int k_index(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int op = index_op(c->op);
+    if (op < 0 || c->n_out < 1 || !index_ok(c, op))
+        return host->error(-3, "cuda indexing: wants an f32 or f64 input, an i64 index (1-D for index_select and "
+                               "index_add), a source of the input's dtype and an output of its rank");
+    const oar_ktensor *x = &c->in[0], *ix = &c->in[1], *o = &c->out[0];
+    int64_t dim = c->iattr[0];
+    int64_t size = op < 2 ? (x->ndim ? x->shape[dim] : 1) : (o->ndim ? o->shape[dim] : 1);
+    oar_cuda_desc ti = desc(ix), ts;
+    memset(&ts, 0, sizeof ts);
+    const void *src = NULL;
+    if (op >= 2) {
+        const oar_ktensor *sr = &c->in[2];
+        src = sr->buffer;
+        ts = desc(sr);
+        if (op == 3) { /* the 1-D index over src's shape */
+            ti = ts;
+            ti.off = ix->offset;
+            for (int d = 0; d < sr->ndim; d++) ti.st[d] = d == dim ? ix->strides[0] : 0;
+        } else if (sr->ndim == 0) { /* one value for every index position */
+            ts = ti;
+            ts.off = sr->offset;
+            for (int d = 0; d < 8; d++) ts.st[d] = 0;
+        }
+    }
+    int dev;
+    cudaStream_t st = on_device_of(o, &dev);
+    if (!st) return -4;
+    int *flag = oar_cuda_mem_alloc(dev, sizeof(int)), bad = 0;
+    if (!flag) return -4;
+    int e = oar_cuda_index(op < 3 ? op : 2, x->dtype, o->buffer, desc(o), x->buffer, desc(x), ix->buffer, ti, src, ts,
+                           dim, size, flag, numel(o), st);
+    int rc = e ? fail(c->op, e) : oar_cuda_mem_to_host(dev, &bad, flag, sizeof bad); /* waits for the kernel */
+    oar_cuda_mem_free(dev, flag, sizeof(int));
+    if (!rc && bad) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "%s: an index is out of range [0, %lld) along dim %lld", c->op, (long long)size,
+                 (long long)dim);
+        return host->error(-1, msg);
+    }
+    return rc;
+}
+
 /* cuBLAS's data type of a matmul dtype, and its compute type */
 static bool blas_types(int32_t dt, cudaDataType_t *t, cublasComputeType_t *ct) {
     switch (dt) {
@@ -605,6 +686,7 @@ static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt
     if (is_any_float(dt) && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
     if (is_float(dt) && !strcmp(op, "layer_norm")) return k_layer_norm;
     if (is_float(dt) && pool_op(op) >= 0) return k_pool;
+    if (is_float(dt) && index_op(op) >= 0) return k_index;
 #ifdef OAR_CUDA_CUFFT
     if (oar_cuda_fft_claims(op, dt)) return k_fft;
 #endif
@@ -656,6 +738,7 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
         return 1;
     }
     if (pool_op(op) >= 0) return pool_ok(c, pool_op(op));
+    if (index_op(op) >= 0) return index_ok(c, index_op(op));
 #ifdef OAR_CUDA_CUFFT
     if (!strncmp(op, "fft_", 4)) return oar_cuda_fft_supports(c);
 #endif

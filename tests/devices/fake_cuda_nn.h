@@ -1,4 +1,4 @@
-/* CPU loops for the cuda plugin's layer_norm and pool launchers
+/* CPU loops for the cuda plugin's layer_norm, pool and indexing launchers
  * (plugins/cuda/cuda_kernels.h), for the tests that run the plugin's host
  * code without a GPU (plugins/fake_cuda_plugin.c, test_cuda_plugin_host.c).
  * They follow what cuda_kernels.cu's kernels compute, in double; the
@@ -101,6 +101,46 @@ int oar_cuda_pool(int op, int32_t dt, void *o, oar_cuda_desc to, void *o2, oar_c
             for (int64_t k = 0; k < H * W; k++) FAKE_ST(o, dt, at_of(&to, p * H * W + k), acc[k]);
             free(acc);
         }
+    return 0;
+}
+
+int oar_cuda_index(int op, int32_t dt, void *o, oar_cuda_desc to, const void *x, oar_cuda_desc tx, const void *idx,
+                   oar_cuda_desc ti, const void *src, oar_cuda_desc ts, int64_t dim, int64_t size, int *bad, int64_t n,
+                   void *stream) {
+    (void)stream;
+    if ((dt != 6 && dt != 7) || op < 0 || op > 2) return (int)cudaErrorInvalidValue;
+    *bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t c[8] = {0}, rest = i;
+        for (int64_t d = to.nd - 1; d >= 0; d--) c[d] = rest % to.shape[d], rest /= to.shape[d];
+        if (op < 2) { /* gather, index_select: x at i's coordinates, dim's replaced by the index */
+            int64_t j = (int64_t)FAKE_LD(idx, 3, op == 0 ? at_of(&ti, i) : ti.off + c[dim] * ti.st[0]);
+            if (j < 0 || j >= size) {
+                *bad = 1;
+                if (op == 0) {
+                    FAKE_ST(o, dt, at_of(&to, i), 0);
+                    continue;
+                }
+                j = 0;
+            }
+            int64_t off = tx.off;
+            for (int64_t d = 0; d < to.nd; d++) off += (d == dim ? j : c[d]) * tx.st[d];
+            FAKE_ST(o, dt, at_of(&to, i), FAKE_LD(x, dt, off));
+            continue;
+        }
+        double v = FAKE_LD(x, dt, at_of(&tx, i));
+        bool inside = true;
+        for (int64_t d = 0; d < ti.nd; d++)
+            if (d != dim && c[d] >= ti.shape[d]) inside = false;
+        for (int64_t t = 0; inside && t < (ti.nd ? ti.shape[dim] : 1); t++) {
+            int64_t oi = ti.off, os = ts.off;
+            for (int64_t d = 0; d < ti.nd; d++) oi += (d == dim ? t : c[d]) * ti.st[d], os += (d == dim ? t : c[d]) * ts.st[d];
+            int64_t j = (int64_t)FAKE_LD(idx, 3, oi);
+            if (j < 0 || j >= size) *bad = 1;
+            else if (j == (to.nd ? c[dim] : 0)) v += FAKE_LD(src, dt, os);
+        }
+        FAKE_ST(o, dt, at_of(&to, i), v);
+    }
     return 0;
 }
 

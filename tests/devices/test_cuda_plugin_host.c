@@ -620,6 +620,31 @@ static void test_claims(void) {
     drop(&src), drop(&dst), drop(&x), drop(&s);
 }
 
+/* Indexing: gather's elements are x's, an index out of range fails the
+ * call with the CPU's message (the kernel's flag read back), and only f32
+ * and f64 with i64 indices are claimed. */
+static void test_indexing(void) {
+    dev_tensor x = make(DT_F32, 2, (int64_t[]){2, 3}, (int64_t[]){3, 1}, 0, 6);
+    dev_tensor o = make(DT_F32, 2, (int64_t[]){2, 2}, (int64_t[]){2, 1}, 0, 4);
+    int64_t *ix = iface.alloc(NULL, 0, 4 * sizeof *ix), good[4] = {2, 0, 1, 1}, dim = 1;
+    memcpy(ix, good, sizeof good);
+    oar_ktensor ins[2] = {x.k, {.buffer = ix, .dtype = 3, .ndim = 2, .shape = {2, 2}, .strides = {2, 1}}};
+    oar_kernel_call g = {.op = "gather", .n_in = 2, .in = ins, .n_out = 1, .out = &o.k, .n_iattr = 1, .iattr = &dim};
+    CHECK(iface.get_kernel(NULL, 0, "gather", DT_F32) == k_index && iface.get_kernel(NULL, 0, "gather", DT_F16) == NULL);
+    CHECK(iface.get_kernel(NULL, 0, "index_add", DT_F64) == k_index && iface.get_kernel(NULL, 0, "scatter_add", 3) == NULL);
+    CHECK(iface.supports_op(NULL, 0, &g) == 1 && k_index(NULL, &g) == 0);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) CHECK(get(&o.k, i * 2 + j) == get(&x.k, i * 3 + good[i * 2 + j]));
+    ix[1] = 3; /* outside [0, 3) */
+    CHECK(k_index(NULL, &g) == -1 && strstr(last_msg, "gather: an index is out of range [0, 3) along dim 1"));
+    ix[1] = 0; /* and right again: the flag starts at 0 each call */
+    CHECK(k_index(NULL, &g) == 0);
+    ins[1].dtype = 2; /* i32 indices */
+    CHECK(iface.supports_op(NULL, 0, &g) == 0 && k_index(NULL, &g) == -3);
+    iface.free(NULL, 0, ix, 4 * sizeof *ix);
+    drop(&x), drop(&o);
+}
+
 /* The plugin shut down and loaded again: an empty cache, no stream yet. */
 static void restart(void) {
     oar_plugin_desc d;
@@ -1028,6 +1053,7 @@ int main(void) {
     RUN(test_no_per_call_queries);
     RUN(test_matmul);
     RUN(test_claims);
+    RUN(test_indexing);
     RUN(test_half_reductions);
     /* shutdown gives back every cached block, the staging buffers and the streams */
     mem_cap = MEM_DEFAULT_CAP;

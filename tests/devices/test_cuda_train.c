@@ -6,8 +6,9 @@
  * backward pass and the optimizer runs on the device
  * (oar_device_fallback_count stays 0), and the loss curve and the trained
  * weights equal the CPU's to f32 rounding. Targets are one-hot rows
- * (cross entropy with probabilities): class indices go through gather and
- * integer comparisons, which the cuda plugin does not claim yet. The
+ * (cross entropy with probabilities): class indices go through eq,
+ * logical_not and where on i64 and bool tensors, forms the cuda plugin
+ * does not claim yet. The
  * second pool is an avg_pool2d in one more run (the plugin's avg pool
  * kernels). The last line gives the loss curve ends and the median step
  * time on each device (information, not a check).
