@@ -4,7 +4,9 @@
  * the first claim asked, so the plugin needs cuDNN neither to build (CMake
  * defines OAR_CUDA_CUDNN only where it finds cudnn.h) nor to load; where
  * the library cannot be opened, or OAR_CUDA_CUDNN=0, these ops are not
- * claimed and run on the CPU. [N, C, L] operands are [N, C, 1, L].
+ * claimed and run on the CPU; OAR_CUDA_CUDNN_LIB names another library to
+ * open instead (the tests' fake, tests/devices/plugins/fake_cudnn.c).
+ * [N, C, L] operands are [N, C, 1, L].
  * Operands that are not dense NCHW are first copied into dense scratch on
  * the device (cuDNN's filters must be packed; expanded inputs too), and a
  * result for an output that is not dense is made in scratch and copied out.
@@ -56,8 +58,9 @@ void oar_cuda_dnn_init(const oar_host_api *h) { host = h; }
 static void dnn_open(void) {
     const char *off = getenv("OAR_CUDA_CUDNN");
     if (off && !strcmp(off, "0")) return;
-    void *lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) lib = dlopen("libcudnn.so", RTLD_NOW | RTLD_LOCAL);
+    const char *path = getenv("OAR_CUDA_CUDNN_LIB"); /* another library (the tests' fake) */
+    void *lib = dlopen(path && *path ? path : "libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+    if (!lib && !(path && *path)) lib = dlopen("libcudnn.so", RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         char msg[300];
         snprintf(msg, sizeof msg, "cuDNN not found (%s): conv2d and its gradients run on the CPU", dlerror());
@@ -226,7 +229,7 @@ static bool is_dense(const oar_ktensor *t) {
     return true;
 }
 
-static int64_t count(const oar_ktensor *t) {
+static int64_t n_elems(const oar_ktensor *t) {
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
@@ -260,10 +263,10 @@ typedef struct {
  * cuDNN and copied out later). NULL after reporting. */
 static void *dense_ptr(int dev, cudaStream_t st, const oar_ktensor *t, size_t es, bool copy_in, scratch *s) {
     if (is_dense(t)) return (char *)t->buffer + t->offset * (int64_t)es;
-    s->bytes = (size_t)count(t) * es;
+    s->bytes = (size_t)n_elems(t) * es;
     if (!(s->p = oar_cuda_mem_alloc(dev, s->bytes ? s->bytes : 1))) return NULL;
     if (copy_in) {
-        int e = oar_cuda_convert(s->p, t->dtype, dense_desc(t), t->buffer, t->dtype, desc_of(t, t->offset), count(t), st);
+        int e = oar_cuda_convert(s->p, t->dtype, dense_desc(t), t->buffer, t->dtype, desc_of(t, t->offset), n_elems(t), st);
         if (e) {
             char msg[160];
             snprintf(msg, sizeof msg, "cuda conv: copying an operand into dense scratch failed: %s",
@@ -401,7 +404,7 @@ int oar_cuda_dnn_run(const oar_kernel_call *c, int dev, cudaStream_t st) {
     /* a result made in scratch goes to the output view */
     scratch *so = g.kind == CONV_FWD ? &sy : g.kind == CONV_BWD_DATA ? &sx : &sf;
     if (!rc && so->p) {
-        int e = oar_cuda_convert(out->buffer, dt, desc_of(out, out->offset), so->p, dt, dense_desc(out), count(out), st);
+        int e = oar_cuda_convert(out->buffer, dt, desc_of(out, out->offset), so->p, dt, dense_desc(out), n_elems(out), st);
         if (e) {
             char msg[160];
             snprintf(msg, sizeof msg, "cuda conv: copying the result out failed: %s", cudaGetErrorString((cudaError_t)e));

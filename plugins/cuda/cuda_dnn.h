@@ -14,7 +14,7 @@ void oar_cuda_dnn_init(const oar_host_api *h);
 void oar_cuda_dnn_shutdown(void);
 /* Whether (op, kernel dtype) is a conv op the plugin claims (f32, f64) and
  * cuDNN could be opened (opened on the first call; OAR_CUDA_CUDNN=0 keeps
- * it closed). */
+ * it closed, OAR_CUDA_CUDNN_LIB names another library to open). */
 bool oar_cuda_dnn_claims(const char *op, int32_t dt);
 /* supports_op for those ops: ranks, dtypes, attributes cuDNN takes. */
 int oar_cuda_dnn_supports(const oar_kernel_call *c);
