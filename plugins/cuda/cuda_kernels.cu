@@ -130,6 +130,80 @@ static unsigned blocks(int64_t n) {
 #undef EW_BINARY
 #undef EW_TERNARY
 
+// the bool and integer forms (the rows whose gen column has them): a
+// pass for b1 (bool), then u8, i32 and i64
+#define EW_UNARY(op, rule, cpu, gen, api, forward, alt, gradient, saved, test, onnx, doc)      \
+    EW_GEN_IN(gen)(EW_UNARY_KERNELS(EW_SFX_NAME(op##_), EW_TI, EW_OUT_T(rule), forward, alt))
+#define EW_BINARY(op, rule, cpu, gen, api, forward, gradient, saved, test, onnx, doc)          \
+    EW_GEN_IN(gen)(EW_BINARY_KERNEL_N(EW_SFX_NAME(op##_), EW_TI, EW_OUT_T(rule), forward))
+#define EW_TERNARY(op, rule, cpu, gen, api, forward, gradient, saved, test, onnx, doc)         \
+    EW_GEN_IN(gen)(EW_TERNARY_KERNEL_N(EW_SFX_NAME(op##_), EW_TI, EW_OUT_T(rule), forward))
+#undef EW_PASS_R
+#define EW_PASS_R EW_DROP
+#undef EW_PASS_B
+#define EW_PASS_B EW_KEEP
+#undef EW_SFX
+#define EW_SFX b1
+#include "elementwise.def"
+#undef EW_PASS_B
+#define EW_PASS_B EW_DROP
+#undef EW_PASS_I
+#define EW_PASS_I EW_KEEP
+#undef EW_SFX
+#define EW_SFX u8
+#include "elementwise.def"
+#undef EW_SFX
+#define EW_SFX i32
+#include "elementwise.def"
+#undef EW_SFX
+#define EW_SFX i64
+#include "elementwise.def"
+#undef EW_UNARY
+#undef EW_BINARY
+#undef EW_TERNARY
+
+// their launchers by op name, one table per dtype (the same passes)
+#define EW_ENTRY1(name, n, L) {name, n, l_##L},
+#define EW_ENTRY1_N(...) EW_ENTRY1(__VA_ARGS__)
+#define EW_UNARY(op, rule, cpu, gen, ...) EW_GEN_IN(gen)(EW_ENTRY1_N(#op, 1, EW_SFX_NAME(op##_)))
+#define EW_BINARY(op, rule, cpu, gen, ...) EW_GEN_IN(gen)(EW_ENTRY1_N(#op, 2, EW_SFX_NAME(op##_)))
+#define EW_TERNARY(op, rule, cpu, gen, ...) EW_GEN_IN(gen)(EW_ENTRY1_N(#op, 3, EW_SFX_NAME(op##_)))
+#undef EW_PASS_I
+#define EW_PASS_I EW_DROP
+#undef EW_PASS_B
+#define EW_PASS_B EW_KEEP
+#undef EW_SFX
+#define EW_SFX b1
+extern "C" const oar_cuda_ew1 oar_cuda_ew_b1[] = {
+#include "elementwise.def"
+    {NULL, 0, NULL}};
+#undef EW_PASS_B
+#define EW_PASS_B EW_DROP
+#undef EW_PASS_I
+#define EW_PASS_I EW_KEEP
+#undef EW_SFX
+#define EW_SFX u8
+extern "C" const oar_cuda_ew1 oar_cuda_ew_u8[] = {
+#include "elementwise.def"
+    {NULL, 0, NULL}};
+#undef EW_SFX
+#define EW_SFX i32
+extern "C" const oar_cuda_ew1 oar_cuda_ew_i32[] = {
+#include "elementwise.def"
+    {NULL, 0, NULL}};
+#undef EW_SFX
+#define EW_SFX i64
+extern "C" const oar_cuda_ew1 oar_cuda_ew_i64[] = {
+#include "elementwise.def"
+    {NULL, 0, NULL}};
+#undef EW_UNARY
+#undef EW_BINARY
+#undef EW_TERNARY
+#undef EW_PASS_I
+#define EW_PASS_I EW_DROP
+#undef EW_PASS_R
+#define EW_PASS_R EW_KEEP
+
 // the launchers by op name, f32 and f64
 #define EW_ENTRY(name, n, F32, F64) {name, n, l_##F32, l_##F64},
 #define EW_ENTRY_N(...) EW_ENTRY(__VA_ARGS__)

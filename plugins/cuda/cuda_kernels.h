@@ -27,6 +27,15 @@ typedef struct {
 } oar_cuda_ew;
 /* One entry per row of src/ops/elementwise.def with a float device form. */
 extern const oar_cuda_ew oar_cuda_ew_table[];
+/* The bool and integer forms: one table per dtype (bool, u8, i32, i64),
+ * an entry per row whose gen column has that kind of form; NULL ends each.
+ * A launcher's inputs are of the table's dtype (where's condition: bool). */
+typedef struct {
+    const char *op; /* NULL ends the table */
+    int n_in;
+    oar_cuda_ew_launch launch;
+} oar_cuda_ew1;
+extern const oar_cuda_ew1 oar_cuda_ew_b1[], oar_cuda_ew_u8[], oar_cuda_ew_i32[], oar_cuda_ew_i64[];
 
 /* Dtype codes are oar's (include/oar/tensor.h): 0 bool, 1 u8, 2 i32, 3 i64,
  * 4 f16, 5 bf16, 6 f32, 7 f64; another code gives cudaErrorInvalidValue. */

@@ -11,7 +11,10 @@
  *     (cuda_kernels.cu): every row of oar's op table
  *     src/ops/elementwise.def with a float device form (its gen column),
  *     found by name in oar_cuda_ew_table; f16 and bf16 reach them through
- *     oar's f32 route (casts around the f32 kernel, src/ops/plan.c)
+ *     oar's f32 route (casts around the f32 kernel, src/ops/plan.c); and
+ *     the bool, u8, i32 and i64 forms of the rows whose gen column has
+ *     them (comparisons, where, logical ops, integer arithmetic;
+ *     oar_cuda_ew_b1, _u8, _i32, _i64)
  *   cast, copy, contiguous and fill among bool, u8, i32, i64, f16, bf16,
  *     f32 and f64
  *   sum, prod, amax, amin over any dims, softmax and log_softmax, in f16,
@@ -287,26 +290,59 @@ static cudaStream_t on_device_of(const oar_ktensor *t, int *dev) {
     return oar_cuda_use_device(d) ? NULL : oar_cuda_stream(d);
 }
 
-/* The elementwise table's launchers of op, or NULL. */
+/* The elementwise table's launchers of op (its float forms), or NULL. */
 static const oar_cuda_ew *ew_find(const char *op) {
     for (const oar_cuda_ew *e = oar_cuda_ew_table; e->op; e++)
         if (!strcmp(e->op, op)) return e;
     return NULL;
 }
 
+/* The table of the bool or integer forms of dtype dt, or NULL. */
+static const oar_cuda_ew1 *ew1_table(int32_t dt) {
+    switch (dt) {
+    case 0: return oar_cuda_ew_b1;
+    case 1: return oar_cuda_ew_u8;
+    case 2: return oar_cuda_ew_i32;
+    case 3: return oar_cuda_ew_i64;
+    default: return NULL;
+    }
+}
+
+/* The number of inputs of elementwise row op (in any table), 0 for none. */
+static int ew_arity(const char *op) {
+    const oar_cuda_ew *e = ew_find(op);
+    if (e) return e->n_in;
+    for (int32_t dt = 0; dt <= 3; dt++)
+        for (const oar_cuda_ew1 *t = ew1_table(dt); t->op; t++)
+            if (!strcmp(t->op, op)) return t->n_in;
+    return 0;
+}
+
+/* op's launcher for kernel dtype dt: its f32 or f64 form, or its bool or
+ * integer one; NULL where the row has none. */
+static oar_cuda_ew_launch ew_launcher(const char *op, int32_t dt) {
+    if (dt == DT_F32 || dt == DT_F64) {
+        const oar_cuda_ew *e = ew_find(op);
+        return e ? (dt == DT_F64 ? e->launch_f64 : e->launch) : NULL;
+    }
+    for (const oar_cuda_ew1 *t = ew1_table(dt); t && t->op; t++)
+        if (!strcmp(t->op, op)) return t->launch;
+    return NULL;
+}
+
 /* The dtype an elementwise kernel computes in: where's values (input 1),
  * else input 0's. */
-static int32_t ew_dtype(const oar_cuda_ew *e, const oar_kernel_call *c) {
-    return c->in[e->n_in == 3 ? 1 : 0].dtype;
+static int32_t ew_dtype(int n_in, const oar_kernel_call *c) {
+    return c->in[n_in == 3 ? 1 : 0].dtype;
 }
 
 static int k_ew(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
-    const oar_cuda_ew *e = ew_find(c->op);
-    if (!e || c->n_in != e->n_in || c->n_in > 3 || c->n_out < 1)
+    int n_in = ew_arity(c->op);
+    if (!n_in || c->n_in != n_in || c->n_in > 3 || c->n_out < 1)
         return host->error(-3, "cuda: no such elementwise kernel");
-    int32_t dt = ew_dtype(e, c);
-    if (dt != DT_F32 && dt != DT_F64) return host->error(-3, "cuda: elementwise kernels are f32 and f64 only");
+    oar_cuda_ew_launch go = ew_launcher(c->op, ew_dtype(n_in, c));
+    if (!go) return host->error(-3, "cuda: no elementwise kernel of this op in this dtype");
     cudaStream_t st = on_device_of(&c->out[0], NULL);
     if (!st) return -4;
     const void *in[3] = {0};
@@ -318,7 +354,6 @@ static int k_ew(void *ctx, const oar_kernel_call *c) {
     }
     double p0 = c->n_fattr > 0 ? c->fattr[0] : 0, p1 = c->n_fattr > 1 ? c->fattr[1] : 0;
     int alt = c->n_iattr > 0 && c->iattr[0] != 0;
-    oar_cuda_ew_launch go = dt == DT_F64 ? e->launch_f64 : e->launch;
     int e_ = go(c->out[0].buffer, desc(&c->out[0]), in, ti, p0, p1, alt, numel(&c->out[0]), st);
     return e_ ? fail(c->op, e_) : 0;
 }
@@ -677,7 +712,7 @@ static int k_conv(void *ctx, const oar_kernel_call *c) {
 static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt) {
     (void)ctx, (void)index;
     if (!op) return NULL;
-    if (is_float(dt) && ew_find(op)) return k_ew;
+    if (ew_launcher(op, dt)) return k_ew; /* f32, f64; bool and integer forms where the row has them */
     if (small_dtype(dt) && !strcmp(op, "fill")) return k_fill;
     if (small_dtype(dt) && (!strcmp(op, "cast") || !strcmp(op, "copy") || !strcmp(op, "contiguous")))
         return k_convert;
@@ -713,13 +748,13 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
     if (!strcmp(op, "contiguous")) return c->n_in >= 1 && small_dtype(c->in[0].dtype);
     if (!strcmp(op, "copy")) return c->n_in >= 2 && small_dtype(c->in[0].dtype) && small_dtype(c->in[1].dtype);
     if (!strcmp(op, "fill")) return c->n_in >= 1 && small_dtype(c->in[0].dtype);
-    const oar_cuda_ew *e = ew_find(op);
-    if (e) { /* every input of the kernel's dtype (where's condition bool) */
-        if (c->n_in != e->n_in) return 0;
-        int32_t dt = ew_dtype(e, c);
-        if (!is_float(dt)) return 0;
+    int n_ew = ew_arity(op);
+    if (n_ew) { /* every input of the kernel's dtype (where's condition bool), a form in that dtype */
+        if (c->n_in != n_ew) return 0;
+        int32_t dt = ew_dtype(n_ew, c);
+        if (!ew_launcher(op, dt)) return 0;
         for (int i = 0; i < c->n_in; i++)
-            if (c->in[i].dtype != (e->n_in == 3 && i == 0 ? DT_BOOL : dt)) return 0;
+            if (c->in[i].dtype != (n_ew == 3 && i == 0 ? DT_BOOL : dt)) return 0;
         return 1;
     }
     if (reduce_op(op) >= 0 || !strcmp(op, "softmax") || !strcmp(op, "log_softmax"))

@@ -328,6 +328,8 @@ static int add_f64(void *o, oar_cuda_desc to, const void *const *in, const oar_c
     return 0;
 }
 const oar_cuda_ew oar_cuda_ew_table[] = {{"add", 2, add_f32, add_f64}, {NULL, 0, NULL, NULL}};
+const oar_cuda_ew1 oar_cuda_ew_b1[] = {{NULL, 0, NULL}}, oar_cuda_ew_u8[] = {{NULL, 0, NULL}},
+                   oar_cuda_ew_i32[] = {{NULL, 0, NULL}}, oar_cuda_ew_i64[] = {{NULL, 0, NULL}};
 static int last_convert_to = -1, last_convert_from = -1, last_fill_dt = -1;
 int oar_cuda_convert(void *o, int32_t to_dt, oar_cuda_desc to, const void *x, int32_t from, oar_cuda_desc tx, int64_t n,
                      void *stream) {

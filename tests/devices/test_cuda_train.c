@@ -5,13 +5,12 @@
  * CPU from the same seed: on cuda:0 every op of the forward pass, the
  * backward pass and the optimizer runs on the device
  * (oar_device_fallback_count stays 0), and the loss curve and the trained
- * weights equal the CPU's to f32 rounding. Targets are one-hot rows
- * (cross entropy with probabilities): class indices go through eq,
- * logical_not and where on i64 and bool tensors, forms the cuda plugin
- * does not claim yet. The
- * second pool is an avg_pool2d in one more run (the plugin's avg pool
- * kernels). The last line gives the loss curve ends and the median step
- * time on each device (information, not a check).
+ * weights equal the CPU's to f32 rounding. Three runs: one-hot targets
+ * (cross entropy with probabilities), the same with the second pool an
+ * avg_pool2d (the plugin's avg pool kernels), and class indices as
+ * examples/lenet5.c gives them (eq, logical_not and where on i64 and bool
+ * tensors, and gather). The last line gives the last run's loss curve
+ * ends and median step time on each device (information, not a check).
  * Skipped (77) where there is no cuda:0, unless OAR_REQUIRE_CUDA is set
  * (scripts/gpu-check.sh): then a missing cuda:0 fails. */
 #include "test.h"
@@ -52,7 +51,8 @@ static oar_tensor *zeros(oar_device *d, int64_t n) {
 /* Trains from seed 5 on device d; fills losses[STEPS], the final weights
  * (host copies, NW floats) and *step_ms (the median step). avg: the second
  * pool is avg_pool2d. */
-static void train(oar_device *d, bool avg, double *losses, float *final, double *step_ms) {
+static void train(oar_device *d, int variant, double *losses, float *final, double *step_ms) {
+    const bool avg = variant == 1, indices = variant == 2;
     oar_pool *outer = oar_pool_push();
     oar_manual_seed(5);
     int64_t xs[4] = {BATCH, 1, 28, 28};
@@ -68,8 +68,12 @@ static void train(oar_device *d, bool avg, double *losses, float *final, double 
             if (s[k] > s[best]) best = k;
         onehot[i * 10 + best] = 1;
     }
-    int64_t ys[2] = {BATCH, 10};
-    oar_tensor *y = oar_tensor_to(oar_tensor_from_data(onehot, OAR_F32, 2, ys), d);
+    int64_t ys[2] = {BATCH, 10}, classes[BATCH], nb = BATCH;
+    for (int i = 0; i < BATCH; i++)
+        for (int k = 0; k < 10; k++)
+            if (onehot[i * 10 + k] != 0) classes[i] = k;
+    oar_tensor *y = indices ? oar_tensor_to(oar_tensor_from_data(classes, OAR_I64, 1, &nb), d)
+                            : oar_tensor_to(oar_tensor_from_data(onehot, OAR_F32, 2, ys), d);
     free(xv);
     free(onehot);
     x = oar_tensor_to(x, d);
@@ -156,11 +160,14 @@ int main(int argc, char **argv) {
     static double lc[STEPS], ld[STEPS];
     static float wc[NW], wd[NW];
     double ms_cpu = 0, ms_dev = 0, worst = 0;
-    for (int avg = 0; avg < 2; avg++) {
-        test_current = avg ? "lenet5 (avg pool) cpu" : "lenet5 cpu";
-        train(oar_device_cpu(), avg, lc, wc, &ms_cpu);
-        test_current = avg ? "lenet5 (avg pool) cuda" : "lenet5 cuda";
-        train(d, avg, ld, wd, &ms_dev);
+    static const char *const names[3][2] = {{"lenet5 cpu", "lenet5 device"},
+                                            {"lenet5 (avg pool) cpu", "lenet5 (avg pool) device"},
+                                            {"lenet5 (class indices) cpu", "lenet5 (class indices) device"}};
+    for (int variant = 0; variant < 3; variant++) {
+        test_current = names[variant][0];
+        train(oar_device_cpu(), variant, lc, wc, &ms_cpu);
+        test_current = names[variant][1];
+        train(d, variant, ld, wd, &ms_dev);
         for (int i = 0; i < STEPS; i++) CHECK_NEAR(ld[i], lc[i], 2e-4 * (1 + fabs(lc[i])));
         worst = 0;
         for (int i = 0; i < NW; i++) worst = fmax(worst, fabs((double)wd[i] - wc[i]));
