@@ -13,8 +13,8 @@
  *     found by name in oar_cuda_ew_table; f16 and bf16 reach them through
  *     oar's f32 route (casts around the f32 kernel, src/ops/plan.c); and
  *     the bool, u8, i32 and i64 forms of the rows whose gen column has
- *     them (comparisons, where, logical ops, integer arithmetic;
- *     oar_cuda_ew_b1, _u8, _i32, _i64)
+ *     them (comparisons, where and logical_not; in bool also the other
+ *     logical ops: oar_cuda_ew_b1, _u8, _i32, _i64)
  *   cast, copy, contiguous and fill among bool, u8, i32, i64, f16, bf16,
  *     f32 and f64
  *   sum, prod, amax, amin over any dims, softmax and log_softmax, in f16,
@@ -62,7 +62,9 @@
  *
  * The machine it is written on has no GPU: its f32 elementwise kernels
  * were checked on an H200 (plugins/cuda/ew_check.sh, bench/RESULTS.md);
- * the rest is compiled and linked but unrun. */
+ * the rest is compiled and linked but has never run on a GPU (its host
+ * code runs here on fakes of the runtime, cuBLAS, cuFFT and cuDNN:
+ * tests/devices/test_cuda_plugin_host.c, plugins/fake_cuda_plugin.c). */
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
 
