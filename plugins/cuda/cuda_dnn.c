@@ -11,8 +11,8 @@
  * the device (cuDNN's filters must be packed; expanded inputs too), and a
  * result for an output that is not dense is made in scratch and copied out.
  * f32 runs with CUDNN_FMA_MATH (no TF32: the CPU's values), the algorithm
- * is cuDNN's first heuristic choice (the _v7 queries) whose workspace can
- * be had, the workspace and scratch come from the plugin's caching
+ * is cuDNN's first heuristic choice (the _v7 queries) whose workspace size
+ * it gives, remembered per shape (64 kept), the workspace and scratch come from the plugin's caching
  * allocator and go back once their work is queued (cuda_mem.c's stream
  * rule), and each device has one cuDNN handle on its stream. */
 #include "cuda_dnn.h"
@@ -294,6 +294,80 @@ static cudnnHandle_t handle_of(int dev, cudaStream_t st) {
     return h;
 }
 
+/* The algorithm of a convolution and its workspace: cuDNN's first
+ * heuristic choice (the _v7 query) whose workspace size it can say,
+ * remembered per (device, dtype, geometry) so that later calls of the
+ * same shape make no query (N_CHOICES kept, replaced in turn). */
+#define N_CHOICES 64
+typedef struct {
+    bool used;
+    int64_t key[24];
+    int algo;
+    size_t ws;
+} choice;
+static choice choices[N_CHOICES];
+static int next_choice;
+
+static void key_of(int dev, int32_t dt, const conv_geom *g, int64_t *k) {
+    memset(k, 0, sizeof(int64_t) * 24);
+    k[0] = dev, k[1] = dt, k[2] = g->kind, k[3] = g->groups;
+    for (int i = 0; i < 4; i++) k[4 + i] = g->x[i], k[8 + i] = g->y[i], k[12 + i] = g->f[i];
+    for (int i = 0; i < 2; i++) k[16 + i] = g->pad[i], k[18 + i] = g->stride[i], k[20 + i] = g->dil[i];
+}
+
+static int choose(cudnnHandle_t h, int dev, int32_t dt, const conv_geom *g, cudnnTensorDescriptor_t xd,
+                  cudnnFilterDescriptor_t fd, cudnnConvolutionDescriptor_t cd, cudnnTensorDescriptor_t yd, int *algo,
+                  size_t *ws) {
+    int64_t key[24];
+    key_of(dev, dt, g, key);
+    pthread_mutex_lock(&dnn_lock);
+    for (int i = 0; i < N_CHOICES; i++)
+        if (choices[i].used && !memcmp(choices[i].key, key, sizeof key)) {
+            *algo = choices[i].algo, *ws = choices[i].ws;
+            pthread_mutex_unlock(&dnn_lock);
+            return 0;
+        }
+    pthread_mutex_unlock(&dnn_lock);
+    enum { N_ALGO = 8 };
+    int n = 0, pick = -1, algos[N_ALGO];
+    cudnnStatus_t s, status[N_ALGO];
+    if (g->kind == CONV_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t perf[N_ALGO];
+        s = dnn.cudnnGetConvolutionForwardAlgorithm_v7(h, xd, fd, cd, yd, N_ALGO, &n, perf);
+        for (int i = 0; i < n && i < N_ALGO; i++) algos[i] = (int)perf[i].algo, status[i] = perf[i].status;
+    } else if (g->kind == CONV_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[N_ALGO];
+        s = dnn.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, fd, yd, cd, xd, N_ALGO, &n, perf);
+        for (int i = 0; i < n && i < N_ALGO; i++) algos[i] = (int)perf[i].algo, status[i] = perf[i].status;
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[N_ALGO];
+        s = dnn.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, fd, N_ALGO, &n, perf);
+        for (int i = 0; i < n && i < N_ALGO; i++) algos[i] = (int)perf[i].algo, status[i] = perf[i].status;
+    }
+    if (s != CUDNN_STATUS_SUCCESS) return dnn_fail("choosing an algorithm", s);
+    for (int i = 0; i < n && i < N_ALGO && pick < 0; i++) {
+        if (status[i] != CUDNN_STATUS_SUCCESS) continue;
+        if (g->kind == CONV_FWD)
+            s = dnn.cudnnGetConvolutionForwardWorkspaceSize(h, xd, fd, cd, yd, (cudnnConvolutionFwdAlgo_t)algos[i], ws);
+        else if (g->kind == CONV_BWD_DATA)
+            s = dnn.cudnnGetConvolutionBackwardDataWorkspaceSize(h, fd, yd, cd, xd,
+                                                                 (cudnnConvolutionBwdDataAlgo_t)algos[i], ws);
+        else
+            s = dnn.cudnnGetConvolutionBackwardFilterWorkspaceSize(h, xd, yd, cd, fd,
+                                                                   (cudnnConvolutionBwdFilterAlgo_t)algos[i], ws);
+        if (s == CUDNN_STATUS_SUCCESS) pick = i;
+    }
+    if (pick < 0) return host->error(-4, "cuda conv: cuDNN offers no algorithm for this convolution");
+    *algo = algos[pick];
+    pthread_mutex_lock(&dnn_lock);
+    choice *c = &choices[next_choice];
+    next_choice = (next_choice + 1) % N_CHOICES;
+    c->used = true, c->algo = *algo, c->ws = *ws;
+    memcpy(c->key, key, sizeof key);
+    pthread_mutex_unlock(&dnn_lock);
+    return 0;
+}
+
 int oar_cuda_dnn_run(const oar_kernel_call *c, int dev, cudaStream_t st) {
     conv_geom g;
     if (!dnn.ok) return host->error(-3, "cuda conv: cuDNN is not loaded");
@@ -334,59 +408,24 @@ int oar_cuda_dnn_run(const oar_kernel_call *c, int dev, cudaStream_t st) {
     const float one_f = 1, zero_f = 0;
     const void *one = dt == DT_F64 ? (const void *)&one_d : (const void *)&one_f;
     const void *zero = dt == DT_F64 ? (const void *)&zero_d : (const void *)&zero_f;
-    /* the first algorithm of cuDNN's heuristic list whose workspace can be had */
-    enum { N_ALGO = 8 };
-    int n_algo = 0;
+    int algo = 0;
     size_t ws = 0;
     void *work = NULL;
     what = "choosing an algorithm";
+    if (!rc) rc = choose(h, dev, dt, &g, xd, fd, cd, yd, &algo, &ws);
+    if (!rc && ws && !(work = oar_cuda_mem_alloc(dev, ws))) rc = -4;
     if (g.kind == CONV_FWD) {
-        cudnnConvolutionFwdAlgoPerf_t perf[N_ALGO];
-        DNN(dnn.cudnnGetConvolutionForwardAlgorithm_v7(h, xd, fd, cd, yd, N_ALGO, &n_algo, perf));
-        int pick = -1;
-        for (int i = 0; i < n_algo && !rc && pick < 0; i++) {
-            if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-            if (dnn.cudnnGetConvolutionForwardWorkspaceSize(h, xd, fd, cd, yd, perf[i].algo, &ws) != CUDNN_STATUS_SUCCESS)
-                continue;
-            if (ws && !(work = oar_cuda_mem_alloc(dev, ws))) continue;
-            pick = i;
-        }
-        if (!rc && pick < 0) rc = host->error(-4, "cuda conv: cuDNN offers no forward algorithm for this convolution");
         what = "cudnnConvolutionForward";
-        DNN(dnn.cudnnConvolutionForward(h, one, xd, px, fd, pf, cd, perf[pick < 0 ? 0 : pick].algo, work, ws, zero, yd,
-                                        py));
+        DNN(dnn.cudnnConvolutionForward(h, one, xd, px, fd, pf, cd, (cudnnConvolutionFwdAlgo_t)algo, work, ws, zero,
+                                        yd, py));
     } else if (g.kind == CONV_BWD_DATA) {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[N_ALGO];
-        DNN(dnn.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, fd, yd, cd, xd, N_ALGO, &n_algo, perf));
-        int pick = -1;
-        for (int i = 0; i < n_algo && !rc && pick < 0; i++) {
-            if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-            if (dnn.cudnnGetConvolutionBackwardDataWorkspaceSize(h, fd, yd, cd, xd, perf[i].algo, &ws) !=
-                CUDNN_STATUS_SUCCESS)
-                continue;
-            if (ws && !(work = oar_cuda_mem_alloc(dev, ws))) continue;
-            pick = i;
-        }
-        if (!rc && pick < 0) rc = host->error(-4, "cuda conv: cuDNN offers no backward-data algorithm here");
         what = "cudnnConvolutionBackwardData";
-        DNN(dnn.cudnnConvolutionBackwardData(h, one, fd, pf, yd, py, cd, perf[pick < 0 ? 0 : pick].algo, work, ws, zero,
-                                             xd, px));
+        DNN(dnn.cudnnConvolutionBackwardData(h, one, fd, pf, yd, py, cd, (cudnnConvolutionBwdDataAlgo_t)algo, work, ws,
+                                             zero, xd, px));
     } else {
-        cudnnConvolutionBwdFilterAlgoPerf_t perf[N_ALGO];
-        DNN(dnn.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, fd, N_ALGO, &n_algo, perf));
-        int pick = -1;
-        for (int i = 0; i < n_algo && !rc && pick < 0; i++) {
-            if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-            if (dnn.cudnnGetConvolutionBackwardFilterWorkspaceSize(h, xd, yd, cd, fd, perf[i].algo, &ws) !=
-                CUDNN_STATUS_SUCCESS)
-                continue;
-            if (ws && !(work = oar_cuda_mem_alloc(dev, ws))) continue;
-            pick = i;
-        }
-        if (!rc && pick < 0) rc = host->error(-4, "cuda conv: cuDNN offers no backward-filter algorithm here");
         what = "cudnnConvolutionBackwardFilter";
-        DNN(dnn.cudnnConvolutionBackwardFilter(h, one, xd, px, yd, py, cd, perf[pick < 0 ? 0 : pick].algo, work, ws,
-                                               zero, fd, pf));
+        DNN(dnn.cudnnConvolutionBackwardFilter(h, one, xd, px, yd, py, cd, (cudnnConvolutionBwdFilterAlgo_t)algo, work,
+                                               ws, zero, fd, pf));
     }
     /* the bias of conv2d / conv_transpose2d, added over [1, channels, 1, 1] */
     const oar_ktensor *bias = g.bias;

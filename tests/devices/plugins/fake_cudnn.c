@@ -4,7 +4,8 @@
  * OAR_CUDA_CUDNN_LIB names it), each checking its arguments as cuDNN's
  * documentation states them (packed NCHW descriptors, an output of the
  * size the convolution gives, a workspace of at least the size asked,
- * which the call then writes whole) and computing by the definition in
+ * which the call then writes whole; with OAR_FAKE_CUDNN_STRICT=1 an
+ * algorithm query repeated for the same convolution fails) and computing by the definition in
  * double over "device" memory that is host memory (the fake runtime's):
  * y = alpha conv(x, w) + beta y (cross-correlation with padding, stride,
  * dilation and groups), its backward data and backward filter, and
@@ -83,11 +84,28 @@ static bool conv_ok(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w, cudnnC
     return true;
 }
 
+/* OAR_FAKE_CUDNN_STRICT=1: a heuristic query repeated for the same
+ * convolution fails, so a caller that should remember its choice is
+ * caught asking again */
+static bool seen_before(int which, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                        cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t y) {
+    static int keys[512][20], n_keys;
+    const char *strict = getenv("OAR_FAKE_CUDNN_STRICT");
+    if (!strict || strcmp(strict, "1")) return false;
+    int k[20] = {which, (int)x->dt, c->groups, c->pad[0], c->pad[1], c->stride[0], c->stride[1], c->dil[0], c->dil[1]};
+    for (int i = 0; i < 4; i++) k[9 + i] = x->d[i], k[13 + i] = y->d[i];
+    for (int i = 0; i < 3; i++) k[17 + i] = w->d[i]; /* (w's last dim follows from the others and y) */
+    for (int i = 0; i < n_keys; i++)
+        if (!memcmp(keys[i], k, sizeof k)) return true;
+    if (n_keys < 512) memcpy(keys[n_keys++], k, sizeof k);
+    return false;
+}
+
 #define WS_BYTES 96 /* the workspace every algorithm asks for */
-#define ALGO_QUERY(NAME, PERF, A, B, C, D, TA, TB, TD, OK)                                                        \
+#define ALGO_QUERY(NAME, PERF, A, B, C, D, TA, TB, TD, OK, SEEN)                                                  \
     EXPORT cudnnStatus_t NAME(cudnnHandle_t h, TA A, TB B, cudnnConvolutionDescriptor_t C, TD D, const int req,   \
                               int *n, PERF *p) {                                                                    \
-        if (!h || req < 1 || !n || !p || !(OK)) return CUDNN_STATUS_BAD_PARAM;                                      \
+        if (!h || req < 1 || !n || !p || !(OK) || (SEEN)) return CUDNN_STATUS_BAD_PARAM;                            \
         memset(p, 0, sizeof *p);                                                                                    \
         p->algo = 1, p->status = CUDNN_STATUS_SUCCESS, p->memory = WS_BYTES;                                         \
         *n = 1;                                                                                                     \
@@ -101,11 +119,13 @@ static bool conv_ok(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w, cudnnC
         return CUDNN_STATUS_SUCCESS;                                                                                \
     }
 ALGO_QUERY(cudnnGetConvolutionForwardAlgorithm_v7, cudnnConvolutionFwdAlgoPerf_t, x, w, c, y, cudnnTensorDescriptor_t,
-           cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, conv_ok(x, w, c, y))
+           cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, conv_ok(x, w, c, y), seen_before(0, x, w, c, y))
 ALGO_QUERY(cudnnGetConvolutionBackwardDataAlgorithm_v7, cudnnConvolutionBwdDataAlgoPerf_t, w, dy, c, dx,
-           cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, conv_ok(dx, w, c, dy))
+           cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, conv_ok(dx, w, c, dy),
+           seen_before(1, dx, w, c, dy))
 ALGO_QUERY(cudnnGetConvolutionBackwardFilterAlgorithm_v7, cudnnConvolutionBwdFilterAlgoPerf_t, x, dy, c, dw,
-           cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, conv_ok(x, dw, c, dy))
+           cudnnTensorDescriptor_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t, conv_ok(x, dw, c, dy),
+           seen_before(2, x, dw, c, dy))
 WS_QUERY(cudnnGetConvolutionForwardWorkspaceSize, cudnnConvolutionFwdAlgo_t, x, w, c, y, cudnnTensorDescriptor_t,
          cudnnFilterDescriptor_t, cudnnTensorDescriptor_t, conv_ok(x, w, c, y))
 WS_QUERY(cudnnGetConvolutionBackwardDataWorkspaceSize, cudnnConvolutionBwdDataAlgo_t, w, dy, c, dx,
