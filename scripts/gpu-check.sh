@@ -31,18 +31,25 @@
 # Rows: the cuda plugin test (claimed ops on cuda:0 against the CPU, no CPU
 # fallback; a compiled graph's NVRTC kernels; stride-0 operands), again
 # with the plugin's block cache off (OAR_CUDA_CACHE_BYTES=0), the
-# cuBLAS plans (CPU model), every claimed kernel against the CPU
-# (test_backend_ops), autograd through moves (on the mock device and
+# cuBLAS plans and the cuFFT layouts (CPU models), every claimed kernel
+# against the CPU (test_backend_ops: cuFFT, cuDNN and the pool and norm
+# kernels among them), autograd through moves (on the mock device and
 # OpenCL: it has no CUDA part yet, so it guards the rest), the CUDA C of the compiler
-# compiled by NVRTC, NCCL collectives on 2 ranks (where MPI exists), and
-# the MLP step on every device (bench_device: fails without a cuda:0 row). Not yet here:
-# a char-LM AMP step with tokens/s and MFU, a CNN step, matmul GFLOP/s
-# against raw cuBLAS (docs/internals/devices.md, "CUDA").
+# compiled by NVRTC, the demo CNN (LeNet-5) trained on cuda:0 against the
+# CPU with no op on the CPU (test_cuda_train; fails on any fallback), matmul
+# at 2048 in f32 and bf16 through oar and through raw cuBLAS (GFLOP/s and
+# their ratio, reported; the row fails when either product is wrong), NCCL
+# collectives on 2 ranks (where MPI exists), and the MLP step on every
+# device (bench_device: fails without a cuda:0 row). cuDNN is opened at run
+# time: where libcudnn.so.9 is not on the library path, the folder of
+# Python's nvidia-cudnn wheel is added to it (the "cudnn" line says which).
+# Not yet here: a char-LM AMP step with tokens/s and MFU
+# (docs/internals/devices.md, "CUDA").
 set -u
 cd "$(dirname "$0")/.." || exit 3
 root=$PWD
-tests="test_cuda_plugin test_cuda_plugin_host test_cuda_gemm_layout test_backend_ops test_device_autograd test_cuda_codegen"
-progs="$tests bench_device"
+tests="test_cuda_plugin test_cuda_plugin_host test_cuda_gemm_layout test_cuda_fft_layout test_backend_ops test_device_autograd test_cuda_codegen test_cuda_train"
+progs="$tests bench_cuda_matmul bench_device"
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -64,7 +71,7 @@ prepare() {
                awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
         case $(basename "$f") in
             libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libcuda.so*) ;;
-            libcudart*|libcublas*|libnvrtc*|libnccl*|libcufft*|libnvJitLink*) ;;
+            libcudart*|libcublas*|libnvrtc*|libnccl*|libcufft*|libnvJitLink*|libcudnn*) ;;
             liboar*) ;;
             *) cp -L "$f" "$carry/lib/" || return 1;;
         esac
@@ -89,7 +96,9 @@ while [ $# -gt 0 ]; do
         --carry) [ $# -ge 2 ] && [ -n "$2" ] || { echo "gpu-check: --carry needs a folder" >&2; exit 2; }
                  carry=$2; shift 2;;
         --no-dist) dist=0; shift;;
-        --list) echo "$tests" | tr ' ' '\n'; echo "test_cuda_plugin with OAR_CUDA_CACHE_BYTES=0"; [ $dist = 1 ] && echo "test_dist_device --cuda (2 ranks)"; echo bench_device; exit 0;;
+        --list) echo "$tests" | tr ' ' '\n'; echo "test_cuda_plugin with OAR_CUDA_CACHE_BYTES=0"
+                echo "bench_cuda_matmul 2048 (f32, bf16 against raw cuBLAS)"
+                [ $dist = 1 ] && echo "test_dist_device --cuda (2 ranks)"; echo bench_device; exit 0;;
         *) echo "gpu-check: unknown argument '$1'" >&2; usage >&2; exit 2;;
     esac
 done
@@ -121,6 +130,22 @@ fi
 export LD_LIBRARY_PATH="$carry:$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OAR_PLUGIN_PATH="$carry/plugins" OAR_TEST_CUDA_PLUGIN="$carry/plugins/cuda.so" OAR_REQUIRE_CUDA=1
 export OAR_CACHE_DIR="${TMPDIR:-/tmp}/oar-gpu-check-cache"
+# cuDNN (opened by the plugin at run time) and cuFFT: where the library path
+# lacks them, the folders of Python's nvidia wheels (the GPU image has them)
+wheel_lib() { # wheel module (nvidia.cudnn) -> its lib folder, or nothing
+    python3 -c "import $1 as m, os; print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null
+}
+has_lib() { ldconfig -p 2>/dev/null | grep -q "$1" || ls /usr/local/cuda/lib64/"$1"* >/dev/null 2>&1; }
+for pair in libcudnn.so.9:nvidia.cudnn libcufft.so.12:nvidia.cufft; do
+    lib=${pair%%:*} mod=${pair#*:}
+    if has_lib "$lib"; then echo "${lib%%.so*}: on the library path"; continue; fi
+    dir=$(wheel_lib "$mod")
+    if [ -n "$dir" ] && [ -e "$dir/$lib" ]; then
+        export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir"; echo "${lib%%.so*}: $dir (Python wheel)"
+    else
+        echo "${lib%%.so*}: not found (the ops it serves run on the CPU, and the CNN row fails on their fallbacks)"
+    fi
+done
 status=0
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 row() { printf '%-34s %-8s %s\n' "$1" "$2" "$3"; }
@@ -144,6 +169,21 @@ run "cuBLAS plans (CPU model)" "$carry/test_cuda_gemm_layout"
 run "backend ops (every claimed op)" "$carry/test_backend_ops"
 run "autograd via moves (mock, OpenCL)" "$carry/test_device_autograd" # (no CUDA part: a regression row)
 run "compiler CUDA C through NVRTC" "$carry/test_cuda_codegen"
+run "cuFFT layouts (CPU model)" "$carry/test_cuda_fft_layout"
+run "LeNet-5 CNN step, no fallback" "$carry/test_cuda_train"
+# matmul through oar against raw cuBLAS: both products right, GFLOP/s and the ratio reported
+mm=$(cd "$root/tests" && timeout 240 "$carry/bench_cuda_matmul" 2048 2>&1); rc=$?
+for dt in f32 bf16; do
+    line=$(echo "$mm" | grep -m1 "^matmul 2048 $dt ")
+    if [ $rc = 0 ] && [ -n "$line" ] && echo "$line" | grep -q ': right$'; then
+        ratio=$(echo "$line" | sed -n 's/.*ratio \([0-9.]*\).*/\1/p')
+        target=$(awk -v r="${ratio:-0}" 'BEGIN {print (r >= 0.9) ? "target >= 0.9 met" : "target >= 0.9 NOT met"}')
+        row "matmul 2048 $dt vs cuBLAS" pass "$(echo "$line" | sed 's/^.* on cuda:[0-9]*: //') ($target)"
+    else
+        row "matmul 2048 $dt vs cuBLAS" FAIL "exit $rc: ${line:-no $dt line}"; status=1
+        echo "$mm" | tail -5 | sed 's/^/    /'
+    fi
+done
 if [ $dist = 1 ]; then
     if [ -x "$carry/test_dist_device" ] && command -v mpirun >/dev/null; then
         run "NCCL collectives (2 ranks)" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \

@@ -130,6 +130,80 @@ static unsigned blocks(int64_t n) {
 #undef EW_BINARY
 #undef EW_TERNARY
 
+// the bool and integer forms (the rows whose gen column has them): a
+// pass for b1 (bool), then u8, i32 and i64
+#define EW_UNARY(op, rule, cpu, gen, api, forward, alt, gradient, saved, test, onnx, doc)      \
+    EW_GEN_IN(gen)(EW_UNARY_KERNELS(EW_SFX_NAME(op##_), EW_TI, EW_OUT_T(rule), forward, alt))
+#define EW_BINARY(op, rule, cpu, gen, api, forward, gradient, saved, test, onnx, doc)          \
+    EW_GEN_IN(gen)(EW_BINARY_KERNEL_N(EW_SFX_NAME(op##_), EW_TI, EW_OUT_T(rule), forward))
+#define EW_TERNARY(op, rule, cpu, gen, api, forward, gradient, saved, test, onnx, doc)         \
+    EW_GEN_IN(gen)(EW_TERNARY_KERNEL_N(EW_SFX_NAME(op##_), EW_TI, EW_OUT_T(rule), forward))
+#undef EW_PASS_R
+#define EW_PASS_R EW_DROP
+#undef EW_PASS_B
+#define EW_PASS_B EW_KEEP
+#undef EW_SFX
+#define EW_SFX b1
+#include "elementwise.def"
+#undef EW_PASS_B
+#define EW_PASS_B EW_DROP
+#undef EW_PASS_I
+#define EW_PASS_I EW_KEEP
+#undef EW_SFX
+#define EW_SFX u8
+#include "elementwise.def"
+#undef EW_SFX
+#define EW_SFX i32
+#include "elementwise.def"
+#undef EW_SFX
+#define EW_SFX i64
+#include "elementwise.def"
+#undef EW_UNARY
+#undef EW_BINARY
+#undef EW_TERNARY
+
+// their launchers by op name, one table per dtype (the same passes)
+#define EW_ENTRY1(name, n, L) {name, n, l_##L},
+#define EW_ENTRY1_N(...) EW_ENTRY1(__VA_ARGS__)
+#define EW_UNARY(op, rule, cpu, gen, ...) EW_GEN_IN(gen)(EW_ENTRY1_N(#op, 1, EW_SFX_NAME(op##_)))
+#define EW_BINARY(op, rule, cpu, gen, ...) EW_GEN_IN(gen)(EW_ENTRY1_N(#op, 2, EW_SFX_NAME(op##_)))
+#define EW_TERNARY(op, rule, cpu, gen, ...) EW_GEN_IN(gen)(EW_ENTRY1_N(#op, 3, EW_SFX_NAME(op##_)))
+#undef EW_PASS_I
+#define EW_PASS_I EW_DROP
+#undef EW_PASS_B
+#define EW_PASS_B EW_KEEP
+#undef EW_SFX
+#define EW_SFX b1
+extern "C" const oar_cuda_ew1 oar_cuda_ew_b1[] = {
+#include "elementwise.def"
+    {NULL, 0, NULL}};
+#undef EW_PASS_B
+#define EW_PASS_B EW_DROP
+#undef EW_PASS_I
+#define EW_PASS_I EW_KEEP
+#undef EW_SFX
+#define EW_SFX u8
+extern "C" const oar_cuda_ew1 oar_cuda_ew_u8[] = {
+#include "elementwise.def"
+    {NULL, 0, NULL}};
+#undef EW_SFX
+#define EW_SFX i32
+extern "C" const oar_cuda_ew1 oar_cuda_ew_i32[] = {
+#include "elementwise.def"
+    {NULL, 0, NULL}};
+#undef EW_SFX
+#define EW_SFX i64
+extern "C" const oar_cuda_ew1 oar_cuda_ew_i64[] = {
+#include "elementwise.def"
+    {NULL, 0, NULL}};
+#undef EW_UNARY
+#undef EW_BINARY
+#undef EW_TERNARY
+#undef EW_PASS_I
+#define EW_PASS_I EW_DROP
+#undef EW_PASS_R
+#define EW_PASS_R EW_KEEP
+
 // the launchers by op name, f32 and f64
 #define EW_ENTRY(name, n, F32, F64) {name, n, l_##F32, l_##F64},
 #define EW_ENTRY_N(...) EW_ENTRY(__VA_ARGS__)
@@ -346,4 +420,340 @@ extern "C" int oar_cuda_softmax(void *o, int32_t dt, const void *x, oar_cuda_des
     case 7: return softmax_go<double>(o, x, rows_x, rows_o, len, sx, so, log_, n_rows, stream);
     default: return (int)cudaErrorInvalidValue;
     }
+}
+
+// ---- the FFT ops' gathers and scatters (cuda_fft.c) ----
+// o[at(to, i)] = x[at(tx, i)] * s: a real (f32, f64) or complex (c64,
+// c128: both parts scaled) element each; the views permute and stride as
+// they like, the kernel only follows them.
+template <typename T> struct cplx { T re, im; };
+template <typename E, typename R> __device__ static E scaled(E v, R s) { return v * s; }
+template <> __device__ cplx<float> scaled<cplx<float>, float>(cplx<float> v, float s) { return {v.re * s, v.im * s}; }
+template <> __device__ cplx<double> scaled<cplx<double>, double>(cplx<double> v, double s) {
+    return {v.re * s, v.im * s};
+}
+
+template <typename E, typename R>
+__global__ static void k_scaled_copy(E *o, oar_cuda_desc to, const E *x, oar_cuda_desc tx, R s, int scale,
+                                     int64_t n) {
+    EW_FOR_EACH(i, n) {
+        E v = x[at(tx, i)];
+        o[at(to, i)] = scale ? scaled<E, R>(v, s) : v;
+    }
+}
+
+template <typename E, typename R>
+static int scaled_copy_go(void *o, oar_cuda_desc to, const void *x, oar_cuda_desc tx, double s, int64_t n,
+                          void *stream) {
+    k_scaled_copy<E, R><<<blocks(n), 256, 0, (cudaStream_t)stream>>>((E *)o, to, (const E *)x, tx, (R)s, s != 1.0,
+                                                                      n);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int oar_cuda_scaled_copy(void *o, oar_cuda_desc to, const void *x, oar_cuda_desc tx, int32_t dt,
+                                    double scale, int64_t n, void *stream) {
+    if (n <= 0) return 0;
+    switch (dt) {
+    case 6: return scaled_copy_go<float, float>(o, to, x, tx, scale, n, stream);
+    case 7: return scaled_copy_go<double, double>(o, to, x, tx, scale, n, stream);
+    case 8: return scaled_copy_go<cplx<float>, float>(o, to, x, tx, scale, n, stream);
+    case 9: return scaled_copy_go<cplx<double>, double>(o, to, x, tx, scale, n, stream);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
+template <typename T> __global__ static void k_zero_imag(cplx<T> *p, int64_t off, int64_t stride, int64_t n) {
+    EW_FOR_EACH(i, n) p[off + i * stride].im = 0;
+}
+
+extern "C" int oar_cuda_zero_imag(void *p, int32_t dt, int64_t off, int64_t stride, int64_t count, void *stream) {
+    if (count <= 0) return 0;
+    int64_t n = count;
+    if (dt == 8) {
+        EW_GO(k_zero_imag<float>, (cplx<float> *)p, off, stride, n)
+    }
+    if (dt == 9) {
+        EW_GO(k_zero_imag<double>, (cplx<double> *)p, off, stride, n)
+    }
+    return (int)cudaErrorInvalidValue;
+}
+
+// ---- layer_norm and pooling (f32, f64), as the CPU's (src/backends/cpu/cpu_norm.c, cpu_conv.c) ----
+// layer_norm: one thread per row of d elements (row r: elements r d .. r d + d - 1 of x in row-major
+// order); mean and variance in double, two passes (the CPU's); w and b (NULL: none) over the row.
+template <typename T>
+__global__ static void k_layer_norm(T *y, oar_cuda_desc ty, T *mean, oar_cuda_desc tm, T *rstd, oar_cuda_desc tr,
+                                    const T *x, oar_cuda_desc tx, const T *w, oar_cuda_desc tw, const T *b,
+                                    oar_cuda_desc tb, double eps, int64_t d, int64_t rows) {
+    EW_FOR_EACH(r, rows) {
+        double mu = 0;
+        for (int64_t j = 0; j < d; j++) mu += (double)x[at(tx, r * d + j)];
+        mu /= (double)d;
+        double var = 0;
+        for (int64_t j = 0; j < d; j++) {
+            double c = (double)x[at(tx, r * d + j)] - mu;
+            var += c * c;
+        }
+        var /= (double)d;
+        double rs = 1.0 / sqrt(var + eps);
+        mean[at(tm, r)] = (T)mu;
+        rstd[at(tr, r)] = (T)rs;
+        for (int64_t j = 0; j < d; j++) {
+            double v = ((double)x[at(tx, r * d + j)] - mu) * rs;
+            if (w) v *= (double)w[at(tw, j)];
+            if (b) v += (double)b[at(tb, j)];
+            y[at(ty, r * d + j)] = (T)v;
+        }
+    }
+}
+
+template <typename T>
+static int layer_norm_go(void *y, oar_cuda_desc ty, void *mean, oar_cuda_desc tm, void *rstd, oar_cuda_desc tr,
+                         const void *x, oar_cuda_desc tx, const void *w, oar_cuda_desc tw, const void *b,
+                         oar_cuda_desc tb, double eps, int64_t d, int64_t rows, void *stream) {
+    k_layer_norm<T><<<blocks(rows), 256, 0, (cudaStream_t)stream>>>((T *)y, ty, (T *)mean, tm, (T *)rstd, tr,
+                                                                     (const T *)x, tx, (const T *)w, tw, (const T *)b,
+                                                                     tb, eps, d, rows);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int oar_cuda_layer_norm(void *y, oar_cuda_desc ty, void *mean, oar_cuda_desc tm, void *rstd,
+                                   oar_cuda_desc tr, int32_t dt, const void *x, oar_cuda_desc tx, const void *w,
+                                   oar_cuda_desc tw, const void *b, oar_cuda_desc tb, double eps, int64_t d,
+                                   int64_t rows, void *stream) {
+    if (rows <= 0) return 0;
+    if (dt == 6) return layer_norm_go<float>(y, ty, mean, tm, rstd, tr, x, tx, w, tw, b, tb, eps, d, rows, stream);
+    if (dt == 7) return layer_norm_go<double>(y, ty, mean, tm, rstd, tr, x, tx, w, tw, b, tb, eps, d, rows, stream);
+    return (int)cudaErrorInvalidValue;
+}
+
+// Pools over the last two dims [..., H, W] -> [..., OH, OW] (element i of a
+// view: row-major over its own shape). a: max_pool2d's kernel2, stride2,
+// padding2, dilation2; avg_pool2d's kernel2, stride2, padding2, ceil_mode,
+// count_include_pad.
+struct pool_args { int64_t a[8]; };
+
+// max_pool2d: one thread per output; the first maximum in window order, a NaN wins (the CPU's max_window)
+template <typename T>
+__global__ static void k_max_pool(T *y, oar_cuda_desc ty, long long *ind, oar_cuda_desc ti, const T *x,
+                                  oar_cuda_desc tx, pool_args pa, int64_t n_out) {
+    const int64_t *a = pa.a;
+    EW_FOR_EACH(i, n_out) {
+        int64_t OH = ty.shape[ty.nd - 2], OW = ty.shape[ty.nd - 1];
+        int64_t H = tx.shape[tx.nd - 2], W = tx.shape[tx.nd - 1];
+        int64_t ox = i % OW, oy = (i / OW) % OH, p = i / (OW * OH);
+        int64_t y0 = oy * a[2] - a[4], x0 = ox * a[3] - a[5];
+        int64_t y1 = y0 + (a[0] - 1) * a[6] + 1, x1 = x0 + (a[1] - 1) * a[7] + 1;
+        if (y1 > H) y1 = H;
+        if (x1 > W) x1 = W;
+        while (y0 < 0) y0 += a[6];
+        while (x0 < 0) x0 += a[7];
+        int64_t best = y0 * W + x0;
+        T m = (T)-INFINITY;
+        for (int64_t iy = y0; iy < y1; iy += a[6])
+            for (int64_t ix = x0; ix < x1; ix += a[7]) {
+                T v = x[at(tx, p * H * W + iy * W + ix)];
+                if (v > m || isnan(v)) {
+                    m = v;
+                    best = iy * W + ix;
+                }
+            }
+        y[at(ty, i)] = m;
+        ind[at(ti, i)] = best;
+    }
+}
+
+// max_pool2d_backward: one thread per plane, gx zeroed then gy added at the
+// indices in output order (the CPU's order: the same sums); an index
+// outside the plane is skipped (and counted in *bad where bad is not NULL)
+template <typename T>
+__global__ static void k_max_pool_bwd(T *gx, oar_cuda_desc tgx, const T *gy, oar_cuda_desc tgy, const long long *ind,
+                                      oar_cuda_desc ti, int *bad, int64_t planes) {
+    EW_FOR_EACH(p, planes) {
+        int64_t H = tgx.shape[tgx.nd - 2], W = tgx.shape[tgx.nd - 1];
+        int64_t OH = tgy.shape[tgy.nd - 2], OW = tgy.shape[tgy.nd - 1];
+        for (int64_t k = 0; k < H * W; k++) gx[at(tgx, p * H * W + k)] = 0;
+        for (int64_t j = 0; j < OH * OW; j++) {
+            long long q = ind[at(ti, p * OH * OW + j)];
+            if (q < 0 || q >= H * W) {
+                if (bad) atomicAdd(bad, 1);
+                continue;
+            }
+            gx[at(tgx, p * H * W + q)] += gy[at(tgy, p * OH * OW + j)];
+        }
+    }
+}
+
+// avg_pool2d's window of output (oy, ox) clipped to the plane, and its divisor (0: empty)
+__device__ static int64_t avg_window(const int64_t *a, int64_t H, int64_t W, int64_t oy, int64_t ox, int64_t *y0,
+                                     int64_t *y1, int64_t *x0, int64_t *x1) {
+    int64_t h0 = oy * a[2] - a[4], w0 = ox * a[3] - a[5];
+    int64_t h1 = h0 + a[0], w1 = w0 + a[1];
+    if (h1 > H + a[4]) h1 = H + a[4];
+    if (w1 > W + a[5]) w1 = W + a[5];
+    int64_t pool = (h1 - h0) * (w1 - w0);
+    if (h0 < 0) h0 = 0;
+    if (w0 < 0) w0 = 0;
+    if (h1 > H) h1 = H;
+    if (w1 > W) w1 = W;
+    *y0 = h0, *y1 = h1, *x0 = w0, *x1 = w1;
+    if (h0 >= h1 || w0 >= w1) return 0;
+    return a[7] ? pool : (h1 - h0) * (w1 - w0);
+}
+
+template <typename T>
+__global__ static void k_avg_pool(T *y, oar_cuda_desc ty, const T *x, oar_cuda_desc tx, pool_args pa, int64_t n_out) {
+    EW_FOR_EACH(i, n_out) {
+        int64_t OH = ty.shape[ty.nd - 2], OW = ty.shape[ty.nd - 1];
+        int64_t H = tx.shape[tx.nd - 2], W = tx.shape[tx.nd - 1];
+        int64_t ox = i % OW, oy = (i / OW) % OH, p = i / (OW * OH), y0, y1, x0, x1;
+        T div = (T)avg_window(pa.a, H, W, oy, ox, &y0, &y1, &x0, &x1), s = 0;
+        for (int64_t iy = y0; iy < y1; iy++)
+            for (int64_t ix = x0; ix < x1; ix++) s += x[at(tx, p * H * W + iy * W + ix)];
+        y[at(ty, i)] = div != 0 ? s / div : (T)0;
+    }
+}
+
+// avg_pool2d_backward: one thread per plane, in the CPU's order
+template <typename T>
+__global__ static void k_avg_pool_bwd(T *gx, oar_cuda_desc tgx, const T *gy, oar_cuda_desc tgy, pool_args pa,
+                                      int64_t planes) {
+    EW_FOR_EACH(p, planes) {
+        int64_t H = tgx.shape[tgx.nd - 2], W = tgx.shape[tgx.nd - 1];
+        int64_t OH = tgy.shape[tgy.nd - 2], OW = tgy.shape[tgy.nd - 1];
+        for (int64_t k = 0; k < H * W; k++) gx[at(tgx, p * H * W + k)] = 0;
+        for (int64_t oy = 0; oy < OH; oy++)
+            for (int64_t ox = 0; ox < OW; ox++) {
+                int64_t y0, y1, x0, x1;
+                T div = (T)avg_window(pa.a, H, W, oy, ox, &y0, &y1, &x0, &x1);
+                if (div == 0) continue;
+                T v = gy[at(tgy, p * OH * OW + oy * OW + ox)] / div;
+                for (int64_t iy = y0; iy < y1; iy++)
+                    for (int64_t ix = x0; ix < x1; ix++) gx[at(tgx, p * H * W + iy * W + ix)] += v;
+            }
+    }
+}
+
+extern "C" int oar_cuda_pool(int op, int32_t dt, void *o, oar_cuda_desc to, void *o2, oar_cuda_desc to2,
+                             const void *x, oar_cuda_desc tx, const void *x2, oar_cuda_desc tx2, const int64_t *a,
+                             int64_t n, int *bad, void *stream) {
+    if (n <= 0) return 0;
+    pool_args pa;
+    for (int i = 0; i < 8; i++) pa.a[i] = a ? a[i] : 0;
+    cudaStream_t s = (cudaStream_t)stream;
+#define POOL_GO(T)                                                                                              \
+    switch (op) {                                                                                               \
+    case 0: k_max_pool<T><<<blocks(n), 256, 0, s>>>((T *)o, to, (long long *)o2, to2, (const T *)x, tx, pa, n); break; \
+    case 1: k_max_pool_bwd<T><<<blocks(n), 64, 0, s>>>((T *)o, to, (const T *)x, tx, (const long long *)x2, tx2, bad, n); break; \
+    case 2: k_avg_pool<T><<<blocks(n), 256, 0, s>>>((T *)o, to, (const T *)x, tx, pa, n); break;             \
+    case 3: k_avg_pool_bwd<T><<<blocks(n), 64, 0, s>>>((T *)o, to, (const T *)x, tx, pa, n); break;          \
+    default: return (int)cudaErrorInvalidValue;                                                                 \
+    }
+    if (dt == 6) {
+        POOL_GO(float)
+    } else if (dt == 7) {
+        POOL_GO(double)
+    } else {
+        return (int)cudaErrorInvalidValue;
+    }
+#undef POOL_GO
+    return (int)cudaGetLastError();
+}
+
+// ---- indexing with i64 indices (f32, f64), as the OpenCL plugin's kernels and the CPU ----
+// gather: o = x gathered along dim by idx (same rank, idx of o's shape);
+// index_select: rows of x along dim picked by the 1-D idx; an index
+// outside [0, size) sets *bad (and reads 0 / row 0).
+template <typename T>
+__global__ static void k_gather(T *o, oar_cuda_desc to, const T *x, oar_cuda_desc tx, const long long *idx,
+                                oar_cuda_desc ti, int64_t dim, int64_t size, int *bad, int select, int64_t n) {
+    EW_FOR_EACH(i, n) {
+        long long j = select ? 0 : idx[at(ti, i)];
+        if (!select && (j < 0 || j >= size)) {
+            *bad = 1;
+            o[at(to, i)] = (T)0;
+            continue;
+        }
+        int64_t off = tx.off, rest = i;
+        for (int64_t d = to.nd - 1; d >= 0; d--) {
+            int64_t c = rest % to.shape[d];
+            rest /= to.shape[d];
+            if (d == dim && select) {
+                long long k = idx[ti.off + c * ti.st[0]];
+                if (k < 0 || k >= size) {
+                    *bad = 1;
+                    k = 0;
+                }
+                c = k;
+            } else if (d == dim) {
+                c = j;
+            }
+            off += c * tx.st[d];
+        }
+        o[at(to, i)] = x[off];
+    }
+}
+
+// scatter_add (index_add: its 1-D index viewed over src's shape, stride 0
+// off dim): o = x plus src[p] for each index position p whose index names
+// this element's coordinate along dim; one thread per output element adds
+// its contributions in index order, as the CPU does (deterministic sums).
+template <typename T>
+__global__ static void k_scatter_add(T *o, oar_cuda_desc to, const T *x, oar_cuda_desc tx, const long long *idx,
+                                     oar_cuda_desc ti, const T *src, oar_cuda_desc ts, int64_t dim, int64_t size,
+                                     int *bad, int64_t n) {
+    EW_FOR_EACH(i, n) {
+        int64_t c[8], rest = i;
+        for (int64_t d = to.nd - 1; d >= 0; d--) {
+            c[d] = rest % to.shape[d];
+            rest /= to.shape[d];
+        }
+        T v = x[at(tx, i)];
+        bool inside = true;
+        for (int64_t d = 0; d < ti.nd; d++)
+            if (d != dim && c[d] >= ti.shape[d]) inside = false;
+        int64_t len = ti.nd ? ti.shape[dim] : 1;
+        for (int64_t t = 0; inside && t < len; t++) {
+            int64_t oi = ti.off, os = ts.off;
+            for (int64_t d = 0; d < ti.nd; d++) {
+                int64_t cd = d == dim ? t : c[d];
+                oi += cd * ti.st[d];
+                os += cd * ts.st[d];
+            }
+            long long j = idx[oi];
+            if (j < 0 || j >= size) {
+                *bad = 1;
+                continue;
+            }
+            if (j == (to.nd ? c[dim] : 0)) v += src[os];
+        }
+        o[at(to, i)] = v;
+    }
+}
+
+extern "C" int oar_cuda_index(int op, int32_t dt, void *o, oar_cuda_desc to, const void *x, oar_cuda_desc tx,
+                              const void *idx, oar_cuda_desc ti, const void *src, oar_cuda_desc ts, int64_t dim,
+                              int64_t size, int *bad, int64_t n, void *stream) {
+    if (n <= 0) return (int)cudaMemsetAsync(bad, 0, sizeof(int), (cudaStream_t)stream);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (op < 0 || op > 2 || (dt != 6 && dt != 7)) return (int)cudaErrorInvalidValue;
+    cudaError_t z = cudaMemsetAsync(bad, 0, sizeof(int), s);
+    if (z != cudaSuccess) return (int)z;
+    if (dt == 6) {
+        if (op < 2)
+            k_gather<float><<<blocks(n), 256, 0, s>>>((float *)o, to, (const float *)x, tx, (const long long *)idx, ti,
+                                                      dim, size, bad, op == 1, n);
+        else
+            k_scatter_add<float><<<blocks(n), 256, 0, s>>>((float *)o, to, (const float *)x, tx, (const long long *)idx,
+                                                           ti, (const float *)src, ts, dim, size, bad, n);
+    } else {
+        if (op < 2)
+            k_gather<double><<<blocks(n), 256, 0, s>>>((double *)o, to, (const double *)x, tx, (const long long *)idx,
+                                                       ti, dim, size, bad, op == 1, n);
+        else
+            k_scatter_add<double><<<blocks(n), 256, 0, s>>>((double *)o, to, (const double *)x, tx,
+                                                            (const long long *)idx, ti, (const double *)src, ts, dim,
+                                                            size, bad, n);
+    }
+    return (int)cudaGetLastError();
 }

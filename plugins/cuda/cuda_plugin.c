@@ -11,7 +11,10 @@
  *     (cuda_kernels.cu): every row of oar's op table
  *     src/ops/elementwise.def with a float device form (its gen column),
  *     found by name in oar_cuda_ew_table; f16 and bf16 reach them through
- *     oar's f32 route (casts around the f32 kernel, src/ops/plan.c)
+ *     oar's f32 route (casts around the f32 kernel, src/ops/plan.c); and
+ *     the bool, u8, i32 and i64 forms of the rows whose gen column has
+ *     them (comparisons, where and logical_not; in bool also the other
+ *     logical ops: oar_cuda_ew_b1, _u8, _i32, _i64)
  *   cast, copy, contiguous and fill among bool, u8, i32, i64, f16, bf16,
  *     f32 and f64
  *   sum, prod, amax, amin over any dims, softmax and log_softmax, in f16,
@@ -25,6 +28,24 @@
  *     matrix) and its batch dims collapse to one stride (0 for a broadcast
  *     operand), into a dense output (cuda_gemm_layout.h); other matmuls
  *     are refused by supports_op and run on the CPU
+ *   layer_norm (weight and bias optional; statistics in double), max_pool2d
+ *     and max_pool2d_backward, avg_pool2d and avg_pool2d_backward, in f32
+ *     and f64 over strided views, as the CPU computes them (the pools'
+ *     backward: one thread per plane, in the CPU's order; an index outside
+ *     the plane is skipped, not reported)
+ *   gather, index_select, scatter_add and index_add in f32 and f64 with
+ *     i64 indices (scatter_add and index_add: one thread per output
+ *     element, in index order, deterministic); an index out of range fails
+ *     the call as on the CPU, so each of these calls waits for the device
+ *   fft_c2c and fft_c2r in c64 and c128, fft_r2c in f32 and f64, over any
+ *     dims of strided views with every norm mode, through cuFFT plans
+ *     cached per shape (cuda_fft.c, cuda_fft_layout.h; OAR_CUDA_CUFFT):
+ *     up to three transformed dims of extent > 1 (more run on the CPU)
+ *   conv2d, conv_transpose2d and conv2d_weight_grad in f32 and f64 through
+ *     cuDNN, opened at run time (cuda_dnn.c; OAR_CUDA_CUDNN where CMake
+ *     found cudnn.h): [N, C, H, W] and [N, C, L] operands, groups, stride,
+ *     padding, dilation, bias; not claimed where libcudnn.so.9 cannot be
+ *     opened or OAR_CUDA_CUDNN=0
  * Collectives (all_reduce, all_gather, reduce_scatter, broadcast, send,
  * recv and communicators) over NCCL when CMake found it (cuda_nccl.c,
  * OAR_CUDA_NCCL); without it the members are NULL and oar stages device
@@ -41,7 +62,9 @@
  *
  * The machine it is written on has no GPU: its f32 elementwise kernels
  * were checked on an H200 (plugins/cuda/ew_check.sh, bench/RESULTS.md);
- * the rest is compiled and linked but unrun. */
+ * the rest is compiled and linked but has never run on a GPU (its host
+ * code runs here on fakes of the runtime, cuBLAS, cuFFT and cuDNN:
+ * tests/devices/test_cuda_plugin_host.c, plugins/fake_cuda_plugin.c). */
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
 
@@ -58,6 +81,12 @@
 #include "cuda_jit.h"
 #ifdef OAR_CUDA_NCCL
 #include "cuda_nccl.h"
+#endif
+#ifdef OAR_CUDA_CUFFT
+#include "cuda_fft.h"
+#endif
+#ifdef OAR_CUDA_CUDNN
+#include "cuda_dnn.h"
 #endif
 
 #define MAX_DEV OAR_CUDA_MAX_DEV
@@ -263,26 +292,59 @@ static cudaStream_t on_device_of(const oar_ktensor *t, int *dev) {
     return oar_cuda_use_device(d) ? NULL : oar_cuda_stream(d);
 }
 
-/* The elementwise table's launchers of op, or NULL. */
+/* The elementwise table's launchers of op (its float forms), or NULL. */
 static const oar_cuda_ew *ew_find(const char *op) {
     for (const oar_cuda_ew *e = oar_cuda_ew_table; e->op; e++)
         if (!strcmp(e->op, op)) return e;
     return NULL;
 }
 
+/* The table of the bool or integer forms of dtype dt, or NULL. */
+static const oar_cuda_ew1 *ew1_table(int32_t dt) {
+    switch (dt) {
+    case 0: return oar_cuda_ew_b1;
+    case 1: return oar_cuda_ew_u8;
+    case 2: return oar_cuda_ew_i32;
+    case 3: return oar_cuda_ew_i64;
+    default: return NULL;
+    }
+}
+
+/* The number of inputs of elementwise row op (in any table), 0 for none. */
+static int ew_arity(const char *op) {
+    const oar_cuda_ew *e = ew_find(op);
+    if (e) return e->n_in;
+    for (int32_t dt = 0; dt <= 3; dt++)
+        for (const oar_cuda_ew1 *t = ew1_table(dt); t->op; t++)
+            if (!strcmp(t->op, op)) return t->n_in;
+    return 0;
+}
+
+/* op's launcher for kernel dtype dt: its f32 or f64 form, or its bool or
+ * integer one; NULL where the row has none. */
+static oar_cuda_ew_launch ew_launcher(const char *op, int32_t dt) {
+    if (dt == DT_F32 || dt == DT_F64) {
+        const oar_cuda_ew *e = ew_find(op);
+        return e ? (dt == DT_F64 ? e->launch_f64 : e->launch) : NULL;
+    }
+    for (const oar_cuda_ew1 *t = ew1_table(dt); t && t->op; t++)
+        if (!strcmp(t->op, op)) return t->launch;
+    return NULL;
+}
+
 /* The dtype an elementwise kernel computes in: where's values (input 1),
  * else input 0's. */
-static int32_t ew_dtype(const oar_cuda_ew *e, const oar_kernel_call *c) {
-    return c->in[e->n_in == 3 ? 1 : 0].dtype;
+static int32_t ew_dtype(int n_in, const oar_kernel_call *c) {
+    return c->in[n_in == 3 ? 1 : 0].dtype;
 }
 
 static int k_ew(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
-    const oar_cuda_ew *e = ew_find(c->op);
-    if (!e || c->n_in != e->n_in || c->n_in > 3 || c->n_out < 1)
+    int n_in = ew_arity(c->op);
+    if (!n_in || c->n_in != n_in || c->n_in > 3 || c->n_out < 1)
         return host->error(-3, "cuda: no such elementwise kernel");
-    int32_t dt = ew_dtype(e, c);
-    if (dt != DT_F32 && dt != DT_F64) return host->error(-3, "cuda: elementwise kernels are f32 and f64 only");
+    oar_cuda_ew_launch go = ew_launcher(c->op, ew_dtype(n_in, c));
+    if (!go) return host->error(-3, "cuda: no elementwise kernel of this op in this dtype");
     cudaStream_t st = on_device_of(&c->out[0], NULL);
     if (!st) return -4;
     const void *in[3] = {0};
@@ -294,7 +356,6 @@ static int k_ew(void *ctx, const oar_kernel_call *c) {
     }
     double p0 = c->n_fattr > 0 ? c->fattr[0] : 0, p1 = c->n_fattr > 1 ? c->fattr[1] : 0;
     int alt = c->n_iattr > 0 && c->iattr[0] != 0;
-    oar_cuda_ew_launch go = dt == DT_F64 ? e->launch_f64 : e->launch;
     int e_ = go(c->out[0].buffer, desc(&c->out[0]), in, ti, p0, p1, alt, numel(&c->out[0]), st);
     return e_ ? fail(c->op, e_) : 0;
 }
@@ -398,6 +459,168 @@ static int k_softmax(void *ctx, const oar_kernel_call *c) {
     return e ? fail(c->op, e) : 0;
 }
 
+/* layer_norm: ins x, weight?, bias? (an absent one: dtype -1 or no
+ * buffer); outs y, mean, rstd; iattr[0] the normalised trailing dims,
+ * fattr[0] eps */
+static bool present(const oar_kernel_call *c, int i) {
+    return c->n_in > i && c->in[i].buffer && c->in[i].dtype >= 0;
+}
+
+static int k_layer_norm(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    if (c->n_in < 1 || c->n_out < 3 || c->n_iattr < 1 || c->n_fattr < 1 || !is_float(c->in[0].dtype))
+        return host->error(-3, "cuda layer_norm: wants an f32 or f64 input, three outputs, dims and eps");
+    const oar_ktensor *x = &c->in[0];
+    int nn = (int)c->iattr[0];
+    if (nn < 0 || nn > x->ndim) return host->error(-3, "cuda layer_norm: normalised dims out of range");
+    int64_t d = 1;
+    for (int i = x->ndim - nn; i < x->ndim; i++) d *= x->shape[i];
+    int64_t rows = d ? numel(x) / d : 0;
+    for (int j = 0; j < 3; j++)
+        if (c->out[j].dtype != x->dtype || numel(&c->out[j]) != (j ? rows : numel(x)))
+            return host->error(-3, "cuda layer_norm: outputs of the wrong dtype or size");
+    for (int i = 1; i < 3; i++)
+        if (present(c, i) && (c->in[i].dtype != x->dtype || numel(&c->in[i]) != d))
+            return host->error(-3, "cuda layer_norm: a weight or bias of the wrong dtype or size");
+    cudaStream_t st = on_device_of(&c->out[0], NULL);
+    if (!st) return -4;
+    oar_cuda_desc none;
+    memset(&none, 0, sizeof none);
+    int e = oar_cuda_layer_norm(c->out[0].buffer, desc(&c->out[0]), c->out[1].buffer, desc(&c->out[1]),
+                                c->out[2].buffer, desc(&c->out[2]), x->dtype, x->buffer, desc(x),
+                                present(c, 1) ? c->in[1].buffer : NULL, present(c, 1) ? desc(&c->in[1]) : none,
+                                present(c, 2) ? c->in[2].buffer : NULL, present(c, 2) ? desc(&c->in[2]) : none,
+                                c->fattr[0], d, rows, st);
+    return e ? fail(c->op, e) : 0;
+}
+
+/* the pools: 0 max_pool2d, 1 max_pool2d_backward, 2 avg_pool2d, 3 avg_pool2d_backward */
+static int pool_op(const char *op) {
+    static const char *const names[] = {"max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(op, names[i])) return i;
+    return -1;
+}
+
+/* planes of t's last two dims (t of rank >= 2) */
+static int64_t planes(const oar_ktensor *t) {
+    int64_t plane = t->ndim >= 2 ? t->shape[t->ndim - 1] * t->shape[t->ndim - 2] : 0;
+    return plane > 0 ? numel(t) / plane : 0;
+}
+
+/* The pools' operands agree (the kernels index with them): ranks >= 2,
+ * dtypes, attribute counts, and, with the output, the same planes. */
+static bool pool_ok(const oar_kernel_call *c, int op) {
+    static const int n_in[] = {1, 2, 1, 1}, n_out[] = {2, 1, 1, 1}, n_attr[] = {9, 2, 8, 10};
+    if (c->n_in < n_in[op] || c->n_iattr < n_attr[op] || !c->iattr || c->in[0].ndim < 2 || !is_float(c->in[0].dtype))
+        return false;
+    if (op == 1 && (c->in[1].dtype != 3 || c->in[1].ndim != c->in[0].ndim || numel(&c->in[1]) != numel(&c->in[0])))
+        return false;
+    if (op == 0 || op == 2)
+        for (int i = 0; i < 6; i++)
+            if (c->iattr[i] < (i < 4 ? 1 : 0)) return false; /* kernel, stride >= 1; padding >= 0 */
+    if (op == 0 && (c->iattr[6] < 1 || c->iattr[7] < 1)) return false; /* dilation */
+    if (c->n_out == 0) return true;
+    if (c->n_out < n_out[op]) return false;
+    for (int j = 0; j < n_out[op]; j++)
+        if (c->out[j].ndim != c->in[0].ndim || c->out[j].dtype != (j ? 3 : c->in[0].dtype)) return false;
+    return planes(&c->out[0]) == planes(&c->in[0]) && (op != 0 || numel(&c->out[1]) == numel(&c->out[0]));
+}
+
+static int k_pool(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int op = pool_op(c->op);
+    if (op < 0 || c->n_out < 1 || !pool_ok(c, op))
+        return host->error(-3, "cuda pool: operands or attributes that do not agree");
+    const oar_ktensor *o = &c->out[0], *x = &c->in[0];
+    oar_cuda_desc none;
+    memset(&none, 0, sizeof none);
+    cudaStream_t st = on_device_of(o, NULL);
+    if (!st) return -4;
+    int64_t n = op == 0 || op == 2 ? numel(o) : planes(o);
+    int e = oar_cuda_pool(op, x->dtype, o->buffer, desc(o), op == 0 ? c->out[1].buffer : NULL,
+                          op == 0 ? desc(&c->out[1]) : none, x->buffer, desc(x), op == 1 ? c->in[1].buffer : NULL,
+                          op == 1 ? desc(&c->in[1]) : none, op == 1 ? NULL : c->iattr, n, NULL, st);
+    return e ? fail(c->op, e) : 0;
+}
+
+/* gather 0, index_select 1, scatter_add 2, index_add 3 (-1: none) */
+static int index_op(const char *op) {
+    static const char *const names[] = {"gather", "index_select", "scatter_add", "index_add"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(op, names[i])) return i;
+    return -1;
+}
+
+/* The indexing ops' operands: x float, the index i64, src (scatter_add,
+ * index_add) of x's dtype, dim in range; with the output, of x's dtype and
+ * rank. */
+static bool index_ok(const oar_kernel_call *c, int op) {
+    if (c->n_in < (op >= 2 ? 3 : 2) || c->n_iattr < 1 || !c->iattr || !is_float(c->in[0].dtype) ||
+        c->in[1].dtype != 3)
+        return false;
+    const oar_ktensor *x = &c->in[0], *ix = &c->in[1];
+    int64_t dim = c->iattr[0];
+    if (dim < 0 || dim >= (x->ndim ? x->ndim : 1)) return false;
+    if ((op == 1 || op == 3) && ix->ndim != 1) return false;
+    if (op == 0 && ix->ndim != x->ndim) return false;
+    if (op >= 2) {
+        const oar_ktensor *src = &c->in[2];
+        if (src->dtype != x->dtype) return false;
+        if (op == 2 && src->ndim != 0 && src->ndim != ix->ndim) return false;
+        if (op == 3 && (src->ndim != x->ndim || (x->ndim && src->shape[dim] != ix->shape[0]))) return false;
+    }
+    if (c->n_out == 0) return true;
+    return c->n_out >= 1 && c->out[0].dtype == x->dtype && c->out[0].ndim == (op == 0 ? ix->ndim : x->ndim);
+}
+
+/* gather, index_select, scatter_add, index_add. An index out of range
+ * fails the call as on the CPU, which needs the kernel's flag back: each
+ * call waits for the device (a synchronisation per indexing op). */
+static int k_index(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int op = index_op(c->op);
+    if (op < 0 || c->n_out < 1 || !index_ok(c, op))
+        return host->error(-3, "cuda indexing: wants an f32 or f64 input, an i64 index (1-D for index_select and "
+                               "index_add), a source of the input's dtype and an output of its rank");
+    const oar_ktensor *x = &c->in[0], *ix = &c->in[1], *o = &c->out[0];
+    int64_t dim = c->iattr[0];
+    int64_t size = op < 2 ? (x->ndim ? x->shape[dim] : 1) : (o->ndim ? o->shape[dim] : 1);
+    oar_cuda_desc ti = desc(ix), ts;
+    memset(&ts, 0, sizeof ts);
+    const void *src = NULL;
+    if (op >= 2) {
+        const oar_ktensor *sr = &c->in[2];
+        src = sr->buffer;
+        ts = desc(sr);
+        if (op == 3) { /* the 1-D index over src's shape */
+            ti = ts;
+            ti.off = ix->offset;
+            for (int d = 0; d < sr->ndim; d++) ti.st[d] = d == dim ? ix->strides[0] : 0;
+        } else if (sr->ndim == 0) { /* one value for every index position */
+            ts = ti;
+            ts.off = sr->offset;
+            for (int d = 0; d < 8; d++) ts.st[d] = 0;
+        }
+    }
+    int dev;
+    cudaStream_t st = on_device_of(o, &dev);
+    if (!st) return -4;
+    int *flag = oar_cuda_mem_alloc(dev, sizeof(int)), bad = 0;
+    if (!flag) return -4;
+    int e = oar_cuda_index(op < 3 ? op : 2, x->dtype, o->buffer, desc(o), x->buffer, desc(x), ix->buffer, ti, src, ts,
+                           dim, size, flag, numel(o), st);
+    int rc = e ? fail(c->op, e) : oar_cuda_mem_to_host(dev, &bad, flag, sizeof bad); /* waits for the kernel */
+    oar_cuda_mem_free(dev, flag, sizeof(int));
+    if (!rc && bad) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "%s: an index is out of range [0, %lld) along dim %lld", c->op, (long long)size,
+                 (long long)dim);
+        return host->error(-1, msg);
+    }
+    return rc;
+}
+
 /* cuBLAS's data type of a matmul dtype, and its compute type */
 static bool blas_types(int32_t dt, cudaDataType_t *t, cublasComputeType_t *ct) {
     switch (dt) {
@@ -466,16 +689,47 @@ static int k_matmul(void *ctx, const oar_kernel_call *c) {
 
 static bool is_matmul_dtype(int32_t dt) { return is_any_float(dt); }
 
+#ifdef OAR_CUDA_CUFFT
+/* fft_c2c, fft_r2c, fft_c2r through cuFFT (cuda_fft.c) */
+static int k_fft(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    if (c->n_in < 1 || c->n_out < 1) return host->error(-3, "cuda fft: wants an input and an output");
+    int dev;
+    cudaStream_t st = on_device_of(&c->out[0], &dev);
+    return st ? oar_cuda_fft_run(c, dev, st) : -4;
+}
+#endif
+
+#ifdef OAR_CUDA_CUDNN
+/* conv2d, conv_transpose2d, conv2d_weight_grad through cuDNN (cuda_dnn.c) */
+static int k_conv(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    if (c->n_in < 2 || c->n_out < 1) return host->error(-3, "cuda conv: wants two inputs and an output");
+    int dev;
+    cudaStream_t st = on_device_of(&c->out[0], &dev);
+    return st ? oar_cuda_dnn_run(c, dev, st) : -4;
+}
+#endif
+
 static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt) {
     (void)ctx, (void)index;
     if (!op) return NULL;
-    if (is_float(dt) && ew_find(op)) return k_ew;
+    if (ew_launcher(op, dt)) return k_ew; /* f32, f64; bool and integer forms where the row has them */
     if (small_dtype(dt) && !strcmp(op, "fill")) return k_fill;
     if (small_dtype(dt) && (!strcmp(op, "cast") || !strcmp(op, "copy") || !strcmp(op, "contiguous")))
         return k_convert;
     if (is_matmul_dtype(dt) && !strcmp(op, "matmul")) return k_matmul;
     if (is_any_float(dt) && reduce_op(op) >= 0) return k_reduce;
     if (is_any_float(dt) && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
+    if (is_float(dt) && !strcmp(op, "layer_norm")) return k_layer_norm;
+    if (is_float(dt) && pool_op(op) >= 0) return k_pool;
+    if (is_float(dt) && index_op(op) >= 0) return k_index;
+#ifdef OAR_CUDA_CUFFT
+    if (oar_cuda_fft_claims(op, dt)) return k_fft;
+#endif
+#ifdef OAR_CUDA_CUDNN
+    if (oar_cuda_dnn_claims(op, dt)) return k_conv;
+#endif
     return NULL;
 }
 
@@ -496,13 +750,13 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
     if (!strcmp(op, "contiguous")) return c->n_in >= 1 && small_dtype(c->in[0].dtype);
     if (!strcmp(op, "copy")) return c->n_in >= 2 && small_dtype(c->in[0].dtype) && small_dtype(c->in[1].dtype);
     if (!strcmp(op, "fill")) return c->n_in >= 1 && small_dtype(c->in[0].dtype);
-    const oar_cuda_ew *e = ew_find(op);
-    if (e) { /* every input of the kernel's dtype (where's condition bool) */
-        if (c->n_in != e->n_in) return 0;
-        int32_t dt = ew_dtype(e, c);
-        if (!is_float(dt)) return 0;
+    int n_ew = ew_arity(op);
+    if (n_ew) { /* every input of the kernel's dtype (where's condition bool), a form in that dtype */
+        if (c->n_in != n_ew) return 0;
+        int32_t dt = ew_dtype(n_ew, c);
+        if (!ew_launcher(op, dt)) return 0;
         for (int i = 0; i < c->n_in; i++)
-            if (c->in[i].dtype != (e->n_in == 3 && i == 0 ? DT_BOOL : dt)) return 0;
+            if (c->in[i].dtype != (n_ew == 3 && i == 0 ? DT_BOOL : dt)) return 0;
         return 1;
     }
     if (reduce_op(op) >= 0 || !strcmp(op, "softmax") || !strcmp(op, "log_softmax"))
@@ -514,6 +768,21 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
         const oar_ktensor *A = &c->in[0], *B = &c->in[1];
         return oar_cuda_gemm_plan_inputs(A->ndim, A->shape, A->strides, B->ndim, B->shape, B->strides, &p);
     }
+    if (!strcmp(op, "layer_norm")) { /* every operand of x's dtype */
+        if (c->n_in < 1 || !is_float(c->in[0].dtype)) return 0;
+        for (int i = 1; i < 3; i++)
+            if (present(c, i) && c->in[i].dtype != c->in[0].dtype) return 0;
+        return 1;
+    }
+    if (pool_op(op) >= 0) return pool_ok(c, pool_op(op));
+    if (index_op(op) >= 0) return index_ok(c, index_op(op));
+#ifdef OAR_CUDA_CUFFT
+    if (!strncmp(op, "fft_", 4)) return oar_cuda_fft_supports(c);
+#endif
+#ifdef OAR_CUDA_CUDNN
+    if (!strcmp(op, "conv2d") || !strcmp(op, "conv_transpose2d") || !strcmp(op, "conv2d_weight_grad"))
+        return oar_cuda_dnn_supports(c);
+#endif
     return 1;
 }
 
@@ -561,6 +830,12 @@ static const oar_device_iface iface = {
 static void shutdown(void *ctx) {
     (void)ctx;
     oar_cuda_jit_shutdown();
+#ifdef OAR_CUDA_CUFFT
+    oar_cuda_fft_shutdown(); /* its plans, before the streams they name */
+#endif
+#ifdef OAR_CUDA_CUDNN
+    oar_cuda_dnn_shutdown(); /* its handles, likewise */
+#endif
     for (int i = 0; i < MAX_DEV; i++)
         if (blas[i]) {
             cublasDestroy(blas[i]);
@@ -574,6 +849,12 @@ __attribute__((visibility("default"))) int oar_plugin_init(const oar_host_api *h
     host = h;
     oar_cuda_mem_init(h);
     oar_cuda_jit_init(h);
+#ifdef OAR_CUDA_CUFFT
+    oar_cuda_fft_init(h);
+#endif
+#ifdef OAR_CUDA_CUDNN
+    oar_cuda_dnn_init(h);
+#endif
 #ifdef OAR_CUDA_NCCL
     oar_cuda_nccl_init(h);
 #endif

@@ -5,8 +5,9 @@
 # checked (never 0: a GPU check cannot pass where it did not run). With a
 # GPU (nvidia-smi finds one) that case is not checked. Past the probe,
 # with stub programs, a run without a cuda:0 step, with the NCCL row and
-# no MPI, with a skipped test, or with the plugin test failing with its
-# block cache off exits 1; only all rows passing gives 0.
+# no MPI, with a skipped test, with the plugin test failing with its
+# block cache off, with a matmul product not said right, or with the CNN
+# program failing exits 1; only all rows passing gives 0.
 set -u
 script="$(dirname "$0")/../../scripts/gpu-check.sh"
 fails=0
@@ -32,7 +33,8 @@ tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 expect 3 "no carried build in" --carry "$tmp" # (no build-dir: not a carried build)
 echo /nonexistent > "$tmp/build-dir"
 expect 3 "is missing (run --prepare again)" --carry "$tmp"
-for p in test_cuda_plugin test_cuda_plugin_host test_cuda_gemm_layout test_backend_ops test_device_autograd test_cuda_codegen bench_device; do
+for p in test_cuda_plugin test_cuda_plugin_host test_cuda_gemm_layout test_cuda_fft_layout test_backend_ops \
+         test_device_autograd test_cuda_codegen test_cuda_train bench_cuda_matmul bench_device; do
     printf '#!/bin/sh\nexit 0\n' > "$tmp/$p" && chmod +x "$tmp/$p"
 done
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
@@ -46,6 +48,17 @@ fi
 echo "$tmp/moved-build" > "$tmp/build-dir" # (a build folder path that is free: linked to the carry)
 OAR_GPU_CHECK_NO_PROBE=1 expect 1 "MLP step on cuda:0 .*FAIL" --carry "$tmp" --no-dist
 printf '#!/bin/sh\necho "oar mlp_step_cuda:0 1.0 ms"\n' > "$tmp/bench_device"
+# the matmul row wants both products said right: a silent bench fails it
+OAR_GPU_CHECK_NO_PROBE=1 expect 1 "matmul 2048 f32 vs cuBLAS *FAIL" --carry "$tmp" --no-dist
+mm_line='matmul 2048 %s on cuda:0: oar 100 GFLOP/s, raw cuBLAS 100 GFLOP/s, ratio %s; oar vs cuBLAS 0, vs double 1e-07: %s'
+printf '#!/bin/sh\nprintf "%s\\n%s\\n"\n' "$(printf "$mm_line" f32 1.000 right)" "$(printf "$mm_line" bf16 0.500 WRONG)" > "$tmp/bench_cuda_matmul"
+OAR_GPU_CHECK_NO_PROBE=1 expect 1 "matmul 2048 bf16 vs cuBLAS *FAIL" --carry "$tmp" --no-dist
+printf '#!/bin/sh\nprintf "%s\\n%s\\n"\n' "$(printf "$mm_line" f32 1.000 right)" "$(printf "$mm_line" bf16 0.500 right)" > "$tmp/bench_cuda_matmul"
+OAR_GPU_CHECK_NO_PROBE=1 expect 0 "bf16 vs cuBLAS *pass .*target >= 0.9 NOT met" --carry "$tmp" --no-dist
+# the CNN row fails with its program (a fallback is a failure there)
+printf '#!/bin/sh\necho "cuda:0: 3 ops ran on the CPU instead"; exit 1\n' > "$tmp/test_cuda_train"
+OAR_GPU_CHECK_NO_PROBE=1 expect 1 "LeNet-5 CNN step, no fallback *FAIL" --carry "$tmp" --no-dist
+printf '#!/bin/sh\nexit 0\n' > "$tmp/test_cuda_train"
 OAR_GPU_CHECK_NO_PROBE=1 expect 0 "every check passed" --carry "$tmp" --no-dist
 OAR_GPU_CHECK_NO_PROBE=1 expect 1 "NCCL collectives (2 ranks) *FAIL" --carry "$tmp"
 # the plugin test's second row runs with the block cache off

@@ -82,6 +82,8 @@ static oar_tensor *make_input(const in_spec *s, bool special) {
             v = sp[(i / 5) % 5];
         }
         oari_store_f64(p + (size_t)i * es, s->dtype, v);
+        if (s->dtype == OAR_C64) ((float *)p)[2 * i + 1] = (float)(s->lo + (s->hi - s->lo) * urand());
+        if (s->dtype == OAR_C128) ((double *)p)[2 * i + 1] = s->lo + (s->hi - s->lo) * urand();
     }
     oar_tensor *v = b;
     if (s->lay == L_TRANSPOSED && nd >= 2) v = oar_transpose(b, nd - 2, nd - 1);
@@ -127,12 +129,15 @@ static bool is_half(oar_dtype dt) { return dt == OAR_F16 || dt == OAR_BF16; }
 static double worst_error(const char *what, const oar_tensor *cpu, const unsigned char *dev,
                           double tol, bool *bad) {
     double worst = 0;
-    size_t es = oar_dtype_size(cpu->dtype);
+    /* complex: its real and imaginary parts, each a real element */
+    const bool cx = cpu->dtype == OAR_C64 || cpu->dtype == OAR_C128;
+    const oar_dtype dt = cpu->dtype == OAR_C64 ? OAR_F32 : cpu->dtype == OAR_C128 ? OAR_F64 : cpu->dtype;
+    size_t es = oar_dtype_size(dt);
     const char *c = oar_tensor_data(cpu);
-    for (int64_t i = 0; i < cpu->numel; i++) {
+    for (int64_t i = 0; i < cpu->numel * (cx ? 2 : 1); i++) {
         /* cpu is contiguous here (an output, or an in-place target's clone) */
-        double want = oari_load_f64(c + (size_t)i * es, cpu->dtype);
-        double got = oari_load_f64(dev + (size_t)i * es, cpu->dtype);
+        double want = oari_load_f64(c + (size_t)i * es, dt);
+        double got = oari_load_f64(dev + (size_t)i * es, dt);
         if (isnan(want) && isnan(got)) continue;
         if (isinf(want) && got == want) continue;
         if (!isfinite(got) && isfinite(want)) {
@@ -638,6 +643,52 @@ static void conv_cases(oar_device *dev) {
                 .in = {{FD, 4, SH(2, 3, 3, 4), L_TRANSPOSED, -1, 1},
                        {OAR_I64, 4, SH(2, 3, 3, 4), L_CONTIG, 0, 30}}};
     run_case(dev, &mb);
+    /* avg_pool2d: kernel (3, 2), stride 2, padding (1, 0), ceil_mode, count_include_pad off, then on */
+    for (int cip = 0; cip < 2; cip++) {
+        tcase ap = {.op = "avg_pool2d", .n_in = 1, .ni = 8, .i = {3, 2, 2, 2, 1, 0, 1, cip}, .tol = tl(1e-6),
+                    .in = {{FD, 4, SH(2, 3, 7, 8), cip ? L_TRANSPOSED : L_STEPPED, -3, 3}}};
+        run_case(dev, &ap);
+        tcase ab = {.op = "avg_pool2d_backward", .n_in = 1, .ni = 10, .i = {3, 2, 2, 2, 1, 0, 1, cip, 7, 8},
+                    .tol = tl(1e-6), .in = {{FD, 4, SH(2, 3, 4, 4), cip ? L_STEPPED : L_TRANSPOSED, -1, 1}}};
+        run_case(dev, &ab);
+    }
+}
+
+/* The FFT ops (c2c both ways, r2c, c2r of odd and even lengths, each norm
+ * mode) over one, two and three dims, in any order, of strided, stepped
+ * and broadcast views; in c64/f32 (FD f32) and c128/f64. Four dims of
+ * extent > 1 are beyond what the cuda plugin lays out for cuFFT (skipped
+ * there). c2r's inputs are not Hermitian: the imaginary parts the
+ * definition ignores must be ignored on the device too. */
+static void fft_cases(oar_device *dev) {
+    const oar_dtype cx = FD == OAR_F64 ? OAR_C128 : OAR_C64;
+    /* (kind 0 c2c, 1 r2c, 2 c2r), rank, shape, k, dims, norm, forward or c2r's n, layout */
+    static const struct { int kind, nd; int64_t shape[4]; int k; int64_t dims[4]; int norm; int64_t a1; layout lay; } f[] = {
+        {0, 2, {3, 8}, 1, {1}, 0, 1, L_TRANSPOSED},
+        {0, 3, {4, 3, 5}, 2, {2, 0}, 2, 0, L_STEPPED},
+        {0, 4, {2, 3, 4, 5}, 3, {3, 1, 2}, 1, 1, L_CONTIG},
+        {0, 3, {4, 6, 7}, 1, {1}, 1, 0, L_BROADCAST},
+        {0, 4, {2, 3, 2, 3}, 4, {0, 1, 2, 3}, 0, 1, L_CONTIG},
+        {1, 2, {5, 8}, 1, {1}, 0, 0, L_CONTIG},
+        {1, 3, {6, 3, 7}, 2, {2, 0}, 1, 0, L_TRANSPOSED},
+        {1, 3, {4, 5, 6}, 3, {0, 2, 1}, 2, 0, L_STEPPED},
+        {2, 2, {4, 5}, 1, {1}, 2, 8, L_CONTIG},
+        {2, 2, {3, 5}, 1, {1}, 0, 9, L_STEPPED},
+        {2, 3, {4, 3, 4}, 2, {2, 0}, 1, 7, L_TRANSPOSED},
+        {2, 2, {6, 5}, 2, {0, 1}, 0, 8, L_BROADCAST},
+        {2, 3, {3, 4, 4}, 3, {1, 0, 2}, 2, 6, L_CONTIG},
+    };
+    static const char *const ops[] = {"fft_c2c", "fft_r2c", "fft_c2r"};
+    for (size_t q = 0; q < sizeof f / sizeof *f; q++) {
+        int64_t n = 1;
+        for (int j = 0; j < f[q].k; j++) n *= f[q].kind == 2 && j == f[q].k - 1 ? f[q].a1 : f[q].shape[f[q].dims[j]];
+        tcase t = {.op = ops[f[q].kind], .n_in = 1, .ni = 3 + f[q].k, .i = {f[q].norm, f[q].a1, f[q].k},
+                   .tol = tl(3e-6 * log2((double)n + 1)),
+                   .in = {{f[q].kind == 1 ? FD : cx, f[q].nd, {0}, f[q].lay, -1, 1}}};
+        memcpy(t.in[0].shape, f[q].shape, sizeof f[q].shape);
+        for (int j = 0; j < f[q].k; j++) t.i[3 + j] = f[q].dims[j];
+        run_case(dev, &t);
+    }
 }
 
 /* Every (op, dtype) the device claims must have had a case. */
@@ -730,7 +781,7 @@ static const struct {
 } groups[] = {
     {"unary", unary_cases, false},     {"binary", binary_cases, false}, {"reductions", reduce_cases, true},
     {"matmul", matmul_cases, true},    {"softmax", softmax_cases, true}, {"nn", nn_cases, false},
-    {"conv", conv_cases, false},
+    {"conv", conv_cases, false},       {"fft", fft_cases, false},
 };
 
 /* Every device of the plugins built in this tree (opencl:0 here; cuda:0

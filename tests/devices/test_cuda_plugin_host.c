@@ -328,6 +328,8 @@ static int add_f64(void *o, oar_cuda_desc to, const void *const *in, const oar_c
     return 0;
 }
 const oar_cuda_ew oar_cuda_ew_table[] = {{"add", 2, add_f32, add_f64}, {NULL, 0, NULL, NULL}};
+const oar_cuda_ew1 oar_cuda_ew_b1[] = {{NULL, 0, NULL}}, oar_cuda_ew_u8[] = {{NULL, 0, NULL}},
+                   oar_cuda_ew_i32[] = {{NULL, 0, NULL}}, oar_cuda_ew_i64[] = {{NULL, 0, NULL}};
 static int last_convert_to = -1, last_convert_from = -1, last_fill_dt = -1;
 int oar_cuda_convert(void *o, int32_t to_dt, oar_cuda_desc to, const void *x, int32_t from, oar_cuda_desc tx, int64_t n,
                      void *stream) {
@@ -391,6 +393,10 @@ int oar_cuda_softmax(void *o, int32_t dt, const void *x, oar_cuda_desc rows_x, o
     }
     return 0;
 }
+/* layer_norm and the pools (indices: i64) */
+#define FAKE_LD(p, dt, i) ((dt) == 3 ? (double)((const int64_t *)(p))[i] : ld_dt(p, dt, i))
+#define FAKE_ST(p, dt, i, v) ((dt) == 3 ? (void)(((int64_t *)(p))[i] = (int64_t)(v)) : st_dt(p, dt, i, v))
+#include "fake_cuda_nn.h"
 
 /* ---- the host table ------------------------------------------------------------- */
 static char last_msg[512];
@@ -614,6 +620,31 @@ static void test_claims(void) {
     CHECK(k_reduce(NULL, &red) == -3);
     CHECK(iface.get_kernel(NULL, 0, "sum", 3 /* i64 */) == NULL && iface.get_kernel(NULL, 0, "softmax", DT_F32) == k_softmax);
     drop(&src), drop(&dst), drop(&x), drop(&s);
+}
+
+/* Indexing: gather's elements are x's, an index out of range fails the
+ * call with the CPU's message (the kernel's flag read back), and only f32
+ * and f64 with i64 indices are claimed. */
+static void test_indexing(void) {
+    dev_tensor x = make(DT_F32, 2, (int64_t[]){2, 3}, (int64_t[]){3, 1}, 0, 6);
+    dev_tensor o = make(DT_F32, 2, (int64_t[]){2, 2}, (int64_t[]){2, 1}, 0, 4);
+    int64_t *ix = iface.alloc(NULL, 0, 4 * sizeof *ix), good[4] = {2, 0, 1, 1}, dim = 1;
+    memcpy(ix, good, sizeof good);
+    oar_ktensor ins[2] = {x.k, {.buffer = ix, .dtype = 3, .ndim = 2, .shape = {2, 2}, .strides = {2, 1}}};
+    oar_kernel_call g = {.op = "gather", .n_in = 2, .in = ins, .n_out = 1, .out = &o.k, .n_iattr = 1, .iattr = &dim};
+    CHECK(iface.get_kernel(NULL, 0, "gather", DT_F32) == k_index && iface.get_kernel(NULL, 0, "gather", DT_F16) == NULL);
+    CHECK(iface.get_kernel(NULL, 0, "index_add", DT_F64) == k_index && iface.get_kernel(NULL, 0, "scatter_add", 3) == NULL);
+    CHECK(iface.supports_op(NULL, 0, &g) == 1 && k_index(NULL, &g) == 0);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) CHECK(get(&o.k, i * 2 + j) == get(&x.k, i * 3 + good[i * 2 + j]));
+    ix[1] = 3; /* outside [0, 3) */
+    CHECK(k_index(NULL, &g) == -1 && strstr(last_msg, "gather: an index is out of range [0, 3) along dim 1"));
+    ix[1] = 0; /* and right again: the flag starts at 0 each call */
+    CHECK(k_index(NULL, &g) == 0);
+    ins[1].dtype = 2; /* i32 indices */
+    CHECK(iface.supports_op(NULL, 0, &g) == 0 && k_index(NULL, &g) == -3);
+    iface.free(NULL, 0, ix, 4 * sizeof *ix);
+    drop(&x), drop(&o);
 }
 
 /* The plugin shut down and loaded again: an empty cache, no stream yet. */
@@ -1024,6 +1055,7 @@ int main(void) {
     RUN(test_no_per_call_queries);
     RUN(test_matmul);
     RUN(test_claims);
+    RUN(test_indexing);
     RUN(test_half_reductions);
     /* shutdown gives back every cached block, the staging buffers and the streams */
     mem_cap = MEM_DEFAULT_CAP;

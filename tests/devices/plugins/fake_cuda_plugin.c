@@ -6,12 +6,28 @@
  * reads them), and its argument handling (descriptors, reduced dims, rows,
  * the cuBLAS plan) reaches the loops. The loops compute in double and round
  * once at the store, as the .cu kernels say they do in float; they are not
- * the .cu kernels, which only a GPU runs. Elementwise: "add" alone (the
- * real table has every row with a float form, made by nvcc).
+ * the .cu kernels, which only a GPU runs. Elementwise: add, sub, mul, div,
+ * exp, neg, relu, sign and where, what the demo CNN's step uses, and eq, where
+ * and logical_not in i64 and bool, what cross entropy with class indices
+ * adds (the real tables have every row's forms, made by nvcc).
+ * The FFT ops run the plugin's cuda_fft.c, its cuFFT calls going to a
+ * model of cuFFT (../fake_cufft.h: the documented data layout, a direct
+ * DFT in double) and its gathers and scatters to loops here; conv runs
+ * cuda_dnn.c, which opens the fake cuDNN library (fake_cudnn.c) that
+ * OAR_CUDA_CUDNN_LIB names, where CMake found cudnn.h.
  * Synchronous: a copy or kernel runs when it is queued (the stream
  * semantics are test_cuda_plugin_host's). */
+#define OAR_CUDA_CUFFT /* the FFT ops through cuda_fft.c, on the model of cuFFT in fake_cufft.h */
+#ifdef OAR_TEST_FAKE_CUDNN /* conv through cuda_dnn.c, opening fake_cudnn.c's library (OAR_CUDA_CUDNN_LIB) */
+#define OAR_CUDA_CUDNN
+#endif
 #include "../../../plugins/cuda/cuda_plugin.c"
 #include "../../../plugins/cuda/cuda_mem.c"
+#include "../../../plugins/cuda/cuda_fft.c"
+#ifdef OAR_TEST_FAKE_CUDNN
+#include "../../../plugins/cuda/cuda_dnn.c"
+#endif
+#include "../fake_cufft.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -192,7 +208,81 @@ static int add_f64(void *o, oar_cuda_desc to, const void *const *in, const oar_c
     (void)p0, (void)p1, (void)alt, (void)stream;
     return add_dt(DT_F64, o, to, in, ti, n);
 }
-const oar_cuda_ew oar_cuda_ew_table[] = {{"add", 2, add_f32, add_f64}, {NULL, 0, NULL, NULL}};
+/* the other rows the demo CNN's training step uses (test_cuda_train_fake_cuda), by their formulas */
+static double ew_apply(const char *op, double a, double b) {
+    if (!strcmp(op, "sub")) return a - b;
+    if (!strcmp(op, "mul")) return a * b;
+    if (!strcmp(op, "div")) return a / b;
+    if (!strcmp(op, "exp")) return exp(a);
+    if (!strcmp(op, "neg")) return -a;
+    if (!strcmp(op, "relu")) return a < 0 ? 0 : a;
+    return (double)((a > 0) - (a < 0)); /* sign (NaN gives 0, as ew_math.h) */
+}
+static int ew_dt(const char *op, int n_in, int32_t dt, void *o, oar_cuda_desc to, const void *const *in,
+                 const oar_cuda_desc *ti, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        if (n_in == 3) { /* where: a bool condition */
+            bool c = ld(in[0], 0, at_of(&ti[0], i)) != 0;
+            st(o, dt, at_of(&to, i), ld(in[c ? 1 : 2], dt, at_of(&ti[c ? 1 : 2], i)));
+            continue;
+        }
+        double a = ld(in[0], dt, at_of(&ti[0], i)), b = n_in > 1 ? ld(in[1], dt, at_of(&ti[1], i)) : 0;
+        st(o, dt, at_of(&to, i), ew_apply(op, a, b));
+    }
+    return 0;
+}
+#define EW_FAKE(OP, N)                                                                                          \
+    static int OP##_f32(void *o, oar_cuda_desc to, const void *const *in, const oar_cuda_desc *ti, double p0,   \
+                        double p1, int alt, int64_t n, void *stream) {                                          \
+        (void)p0, (void)p1, (void)alt, (void)stream;                                                            \
+        return ew_dt(#OP, N, DT_F32, o, to, in, ti, n);                                                         \
+    }                                                                                                           \
+    static int OP##_f64(void *o, oar_cuda_desc to, const void *const *in, const oar_cuda_desc *ti, double p0,   \
+                        double p1, int alt, int64_t n, void *stream) {                                          \
+        (void)p0, (void)p1, (void)alt, (void)stream;                                                            \
+        return ew_dt(#OP, N, DT_F64, o, to, in, ti, n);                                                         \
+    }
+EW_FAKE(sub, 2)
+EW_FAKE(mul, 2)
+EW_FAKE(div, 2)
+EW_FAKE(exp, 1)
+EW_FAKE(neg, 1)
+EW_FAKE(relu, 1)
+EW_FAKE(sign, 1)
+EW_FAKE(where, 3)
+const oar_cuda_ew oar_cuda_ew_table[] = {
+    {"add", 2, add_f32, add_f64}, {"sub", 2, sub_f32, sub_f64},   {"mul", 2, mul_f32, mul_f64},
+    {"div", 2, div_f32, div_f64}, {"exp", 1, exp_f32, exp_f64},   {"neg", 1, neg_f32, neg_f64},
+    {"relu", 1, relu_f32, relu_f64}, {"sign", 1, sign_f32, sign_f64}, {"where", 3, where_f32, where_f64},
+    {NULL, 0, NULL, NULL}};
+
+/* bool and integer forms: what cross entropy with class indices uses (eq,
+ * logical_not, where), in the plugin's tables per dtype */
+static int ew1_run(const char *op, int32_t dt, void *o, oar_cuda_desc to, const void *const *in,
+                   const oar_cuda_desc *ti, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        double a = ld(in[0], !strcmp(op, "where") ? 0 : dt, at_of(&ti[0], i));
+        if (!strcmp(op, "eq")) st(o, 0, at_of(&to, i), a == ld(in[1], dt, at_of(&ti[1], i)));
+        else if (!strcmp(op, "logical_not")) st(o, 0, at_of(&to, i), a == 0);
+        else st(o, dt, at_of(&to, i), a != 0 ? ld(in[1], dt, at_of(&ti[1], i)) : ld(in[2], dt, at_of(&ti[2], i)));
+    }
+    return 0;
+}
+#define EW1_FAKE(OP, SFX, DT)                                                                                   \
+    static int OP##_##SFX(void *o, oar_cuda_desc to, const void *const *in, const oar_cuda_desc *ti, double p0, \
+                          double p1, int alt, int64_t n, void *stream) {                                        \
+        (void)p0, (void)p1, (void)alt, (void)stream;                                                            \
+        return ew1_run(#OP, DT, o, to, in, ti, n);                                                              \
+    }
+EW1_FAKE(eq, i64, 3)
+EW1_FAKE(where, i64, 3)
+EW1_FAKE(eq, b1, 0)
+EW1_FAKE(where, b1, 0)
+EW1_FAKE(logical_not, b1, 0)
+const oar_cuda_ew1 oar_cuda_ew_b1[] = {{"eq", 2, eq_b1}, {"where", 3, where_b1}, {"logical_not", 1, logical_not_b1},
+                                       {NULL, 0, NULL}};
+const oar_cuda_ew1 oar_cuda_ew_u8[] = {{NULL, 0, NULL}}, oar_cuda_ew_i32[] = {{NULL, 0, NULL}};
+const oar_cuda_ew1 oar_cuda_ew_i64[] = {{"eq", 2, eq_i64}, {"where", 3, where_i64}, {NULL, 0, NULL}};
 
 int oar_cuda_convert(void *o, int32_t to_dt, oar_cuda_desc to, const void *x, int32_t from, oar_cuda_desc tx, int64_t n,
                      void *stream) {
@@ -237,5 +327,28 @@ int oar_cuda_softmax(void *o, int32_t dt, const void *x, oar_cuda_desc rows_x, o
             st(o, dt, bo + j * so, log_ ? v - log(s) : exp(v) / s);
         }
     }
+    return 0;
+}
+
+#define FAKE_LD(p, dt, i) ld(p, dt, i)
+#define FAKE_ST(p, dt, i, v) st(p, dt, i, v)
+#include "../fake_cuda_nn.h"
+
+/* the FFT ops' gather/scatter and zeroing, as cuda_kernels.cu's (complex: two reals) */
+int oar_cuda_scaled_copy(void *o, oar_cuda_desc to, const void *x, oar_cuda_desc tx, int32_t dt, double scale,
+                         int64_t n, void *stream) {
+    (void)stream;
+    if (dt < DT_F32 || dt > 9) return (int)cudaErrorInvalidValue;
+    int32_t r = dt == DT_F32 || dt == 8 ? DT_F32 : DT_F64;
+    int parts = dt >= 8 ? 2 : 1;
+    for (int64_t i = 0; i < n; i++)
+        for (int p = 0; p < parts; p++)
+            st(o, r, parts * at_of(&to, i) + p, ld(x, r, parts * at_of(&tx, i) + p) * scale);
+    return 0;
+}
+int oar_cuda_zero_imag(void *p, int32_t dt, int64_t off, int64_t stride, int64_t count, void *stream) {
+    (void)stream;
+    if (dt != 8 && dt != 9) return (int)cudaErrorInvalidValue;
+    for (int64_t j = 0; j < count; j++) st(p, dt == 8 ? DT_F32 : DT_F64, 2 * (off + j * stride) + 1, 0);
     return 0;
 }
