@@ -77,7 +77,7 @@ static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config 
     }
     /* quantized linear layers into qlinear nodes: the predictor's alone, as
      * no exporter maps qlinear (docs/quantization.md) */
-    if (!cfg->passes && cfg->optimize && run_pass_list(g, "fuse_qlinear", cfg->print_passes)) {
+    if (!cfg->passes && cfg->optimize && run_pass_list(g, "fuse_qlinear,prepack_conv", cfg->print_passes)) {
         oar_graph_free(g);
         return NULL;
     }
