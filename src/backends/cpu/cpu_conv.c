@@ -259,9 +259,10 @@ static int k_conv2d_f32_route(void *ctx, const oar_kernel_call *c) {
  * The predictor's prepack_conv pass packs a constant f32 weight in the
  * layout oneDNN's convolution asked for (oari_cpu_conv2d_prepack_layout),
  * so the kernel hands it over as it is, with relu as oneDNN's post-op.
- * Without oneDNN, or when oneDNN fails (a batch size whose primitive wants
- * another layout is reordered by oneDNN instead, and still runs there),
- * the weight is unpacked into scratch and conv2d's own kernel runs it. */
+ * Without oneDNN, or when oneDNN fails other than for memory (a batch size
+ * whose primitive wants another layout is reordered by oneDNN instead, and
+ * still runs there), the weight is unpacked into scratch and conv2d's own
+ * kernel runs it. */
 static int conv2d_unpacked(void *ctx, const oar_kernel_call *c) {
     const int64_t *a = c->iattr, O = a[6], C = a[7], kh = a[8], kw = a[9];
     void *own;
@@ -304,7 +305,7 @@ static int k_conv2d_prepacked(void *ctx, const oar_kernel_call *c) {
     if (c->in[2].dtype >= 0 && !(args.bias = contig(&c->in[2], &own, &own_n))) return oari_fail_status();
     int st = dnnl_conv_call(c, &args, &args.x, &args.weight);
     scratch_free(own, own_n);
-    if (st == 0) return 0;
+    if (st == 0 || st == OAR_ERR_NOMEM) return st;
     oar_clear_error();
 #endif
     return conv2d_unpacked(ctx, c);
