@@ -49,7 +49,7 @@ typedef struct cnn {
 } cnn;
 
 /* x [N, 5, 13, 11]: 3x3 + relu; 3x3 stride 2 (no bias) + relu; 1x1 added
- * back (a residual) + relu; 7x7 stride 2 padding 3, an output itself and
+ * back (a residual; its weight outweighs its input, so it is packed) + relu; 7x7 stride 2 padding 3, an output itself and
  * relu'd (so its relu stays); dilation 2 + relu; a grouped conv (left
  * alone). Two outputs. */
 static int cnn_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
@@ -65,8 +65,8 @@ static int cnn_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
 }
 
 static cnn make_cnn(void) {
-    cnn m = {conv_w(24, 5, 3, 3),  rand_t(OAR_F32, 1, (int64_t[]){24}, 0.1), conv_w(40, 24, 3, 3),
-             conv_w(40, 40, 1, 1), rand_t(OAR_F32, 1, (int64_t[]){40}, 0.1), conv_w(17, 40, 7, 7),
+    cnn m = {conv_w(24, 5, 3, 3),  rand_t(OAR_F32, 1, (int64_t[]){24}, 0.1), conv_w(48, 24, 3, 3),
+             conv_w(48, 48, 1, 1), rand_t(OAR_F32, 1, (int64_t[]){48}, 0.1), conv_w(17, 48, 7, 7),
              rand_t(OAR_F32, 1, (int64_t[]){17}, 0.1), conv_w(33, 17, 3, 3),
              rand_t(OAR_F32, 1, (int64_t[]){33}, 0.1), conv_w(33, 11, 3, 3)};
     return m;
@@ -169,7 +169,12 @@ static int dyn_plane_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     out[0] = conv(in[0], W, NULL, 1, 1, 1, 1);
     return out[0] ? 0 : -1;
 }
-static oar_tensor *Wwino;
+static oar_tensor *Wwino, *W1x1;
+static int small_1x1_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = conv(in[0], W1x1, NULL, 2, 0, 1, 1);
+    return out[0] ? 0 : -1;
+}
 static int wino_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     (void)ctx;
     out[0] = oar_relu(conv(in[0], Wwino, NULL, 1, 1, 1, 1));
@@ -190,10 +195,12 @@ static void test_left_alone(void) {
     /* a 3x3 conv conv2d runs by Winograd F(4x4) (36 tiles at batch 1) */
     Wwino = conv_w(16, 16, 3, 3);
     oar_graph_input_spec xw = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 16, 24, 24}};
-    oar_graph *gs[5] = {oar_trace(weight_input_fn, NULL, 2, specs, 1, NULL), oar_trace(f64_fn, NULL, 1, &x64, 1, NULL),
+    /* a 1x1 conv whose weight (8 x 4) is smaller than its input (4 x 9 x 9) */
+    W1x1 = conv_w(8, 4, 1, 1);
+    oar_graph *gs[6] = {oar_trace(weight_input_fn, NULL, 2, specs, 1, NULL), oar_trace(f64_fn, NULL, 1, &x64, 1, NULL),
                         oar_trace(conv1d_fn, NULL, 1, &x1d, 1, NULL), oar_trace(dyn_plane_fn, NULL, 1, &xdyn, 1, NULL),
-                        oar_trace(wino_fn, NULL, 1, &xw, 1, NULL)};
-    for (int i = 0; i < 5; i++) {
+                        oar_trace(wino_fn, NULL, 1, &xw, 1, NULL), oar_trace(small_1x1_fn, NULL, 1, &x, 1, NULL)};
+    for (int i = 0; i < 6; i++) {
         CHECK(gs[i] && oar_graph_run_pass(gs[i], "prepack_conv") == 0);
         CHECK(oar_graph_count_op(gs[i], "conv2d") == 1 && oar_graph_count_op(gs[i], "conv2d_prepacked") == 0);
         oar_graph_free(gs[i]);

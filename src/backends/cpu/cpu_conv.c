@@ -321,6 +321,12 @@ int oari_cpu_conv2d_prepack_layout(int64_t *a, int64_t n, int64_t h, int64_t w, 
      * ResNet-18's 64 x 56 x 56 convs (1.15-1.4 ms against 1.6-2.0, loaded
      * machine) and tied at 128 x 28 x 28; those stay conv2d */
     if (oari_cpu_wino_ok(n, a[7], a[6], oh, ow, a[8], a[9], a[0], a[1], a[4], a[5], 1) == 4) return 0;
+    /* a 1x1 conv's own path is a strided copy of x (or none) and one gemm
+     * that repacks only the weight: oneDNN's reorders of x and y cost more
+     * unless the weight outweighs x (ResNet-18's 64 -> 128 and 128 -> 256
+     * shortcuts at batch 1 ran faster as conv2d; 256 -> 512 on 14 x 14, a
+     * 0.5 MB weight against 0.2 MB of x, as conv2d_prepacked) */
+    if (a[8] == 1 && a[9] == 1 && a[6] * a[7] < n * a[7] * h * w) return 0;
     oari_dnnl_conv2d_args args = {
         .dtype = OAR_F32, .pass = OARI_DNNL_FORWARD, .relu = a[13] != 0, .n = n, .c = a[7], .h = h, .w = w,
         .o = a[6], .kh = a[8], .kw = a[9], .oh = oh, .ow = ow, .sh = a[0], .sw = a[1], .ph = a[2], .pw = a[3],

@@ -8,8 +8,9 @@
  * The layout is the one oneDNN picks for the conv at the graph's batch (1
  * where the batch is dynamic) and the threads the call will get
  * (oari_cpu_conv2d_prepack_layout); convs whose layout is not one the op
- * packs, groups, dynamic channels or planes, and builds without oneDNN are
- * left as they are. The values are conv2d's to f32 rounding (oneDNN sums
+ * packs, convs conv2d runs faster (Winograd F(4x4), 1x1 convs on small
+ * weights: cpu.md), groups, dynamic channels or planes, and builds
+ * without oneDNN are left as they are. The values are conv2d's to f32 rounding (oneDNN sums
  * in another order than im2col + gemm). Run by the predictor after its
  * inference passes, like fuse_qlinear; OAR_PREPACK_CONV=0 in the
  * environment turns it off (for A/B measurements). */
