@@ -269,6 +269,23 @@ static void test_op(void) {
                 CHECK(mag > 0.1 && err <= 2e-6 * mag);
                 oar_pool_pop(pool);
             }
+    /* a strided x (a transposed plane) and a strided packed weight */
+    for (size_t li = 0; li < 2; li++) {
+        oar_pool *pool = oar_pool_push();
+        oar_tensor *x = oar_permute(rand_t(OAR_F32, 4, (int64_t[]){2, 19, 12, 15}, 2.0), (int64_t[]){0, 1, 3, 2});
+        oar_tensor *w = conv_w(21, 19, 3, 3), *b = rand_t(OAR_F32, 1, (int64_t[]){21}, 0.5);
+        int64_t shape[6];
+        oar_tensor *wp = pack_ref(w, layouts[li].order, layouts[li].ib, layouts[li].ob, shape);
+        /* the same values, every other element of a stack of two */
+        wp = oar_reshape(oar_slice(oar_stack(2, (oar_tensor *[]){wp, wp}, 6), 6, 0, 1, 1), 6, shape);
+        CHECK(!oar_tensor_is_contiguous(x) && wp && !oar_tensor_is_contiguous(wp));
+        oar_tensor *want = oar_relu(conv(x, w, b, 1, 1, 1, 1));
+        oar_tensor *got = prepacked(x, wp, b, (int64_t[]){1, 1, 1, 1, 1, 1}, (int64_t[]){21, 19, 3, 3},
+                                    layouts[li].order, layouts[li].ib, layouts[li].ob, 1);
+        double mag = max_abs(want);
+        CHECK(mag > 0.1 && max_diff(got, want) <= 2e-6 * mag);
+        oar_pool_pop(pool);
+    }
     /* the pass's packing is the layout's */
     oar_pool *pool = oar_pool_push();
     oar_tensor *w = conv_w(21, 19, 3, 2);

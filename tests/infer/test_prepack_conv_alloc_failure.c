@@ -39,7 +39,7 @@ static int cnn_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
 static void test_every_allocation_fails_cleanly(void) {
     W1 = oar_randn(OAR_F32, 4, (int64_t[]){24, 5, 3, 3});
     b1 = oar_randn(OAR_F32, 1, (int64_t[]){24});
-    W2 = oar_randn(OAR_F32, 4, (int64_t[]){16, 24, 1, 1});
+    W2 = oar_randn(OAR_F32, 4, (int64_t[]){16, 24, 3, 3});
     x = oar_randn(OAR_F32, 4, (int64_t[]){2, 5, 9, 7});
     oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 5, 9, 7}};
     traced = oar_trace(cnn_fn, NULL, 1, &s, 1, NULL);
