@@ -264,17 +264,22 @@ static int execute(const call_desc *c, const prim_slot *s) {
     return status ? status : st ? dnnl_fail(c, "execution", st) : 0;
 }
 
-/* Runs call c: below 2^23 multiply-adds on one thread, as f32's gemm does
- * (cpu_linalg.c): a 64x64x64 product took 85 us on two threads of a loaded
- * machine against 4.5 us on one. oneDNN takes its thread count from
- * OpenMP, when the primitive is made (its blocking) and run. */
-static bool one_thread_for(int64_t work) {
-    return omp_get_max_threads() > 1 && work < ((int64_t)1 << 23) && !omp_in_parallel();
+/* Runs call c: below `below` multiply-adds (2^23, as f32's gemm does,
+ * cpu_linalg.c) on one thread: a 64x64x64 product took 85 us on two
+ * threads of a loaded machine against 4.5 us on one. A conv on a packed
+ * weight goes to one thread only below 2^20: ResNet-18's 1x1 256 -> 512
+ * shortcut at batch 1 (6.4M) took 234 us on one against 131 us for
+ * conv2d's gemm on two. oneDNN takes its thread count from OpenMP, when
+ * the primitive is made (its blocking) and run. */
+#define ONE_THREAD_BELOW ((int64_t)1 << 23)
+#define PACKED_ONE_THREAD_BELOW ((int64_t)1 << 20)
+static bool one_thread_for(int64_t work, int64_t below) {
+    return omp_get_max_threads() > 1 && work < below && !omp_in_parallel();
 }
 
-static int run(call_desc *c, int64_t work) {
+static int run(call_desc *c, int64_t work, int64_t below) {
     int threads = omp_get_max_threads();
-    bool one_thread = one_thread_for(work);
+    bool one_thread = one_thread_for(work, below);
     if (one_thread) omp_set_num_threads(1);
     c->key.threads = omp_get_max_threads();
     prim_slot *s = acquire(c);
@@ -339,7 +344,7 @@ int oari_dnnl_matmul(const oari_dnnl_matmul_args *m) {
     c.op = "matmul";
     int64_t work = m->a_dims[m->rank - 1];
     for (int d = 0; d < m->rank; d++) work *= m->c_dims[d];
-    return run(&c, work);
+    return run(&c, work, ONE_THREAD_BELOW);
 }
 
 /* ---- conv2d ------------------------------------------------------------- */
@@ -498,7 +503,8 @@ int oari_dnnl_conv2d(const oari_dnnl_conv2d_args *a) {
     for (int i = 0; i < 3; i++) c.ptr[i] = ops_of[a->pass][i];
     c.ptr[3] = (void *)a->bias;
     c.op = ops[a->pass];
-    return run(&c, a->n * a->o * a->oh * a->ow * (a->c / g) * a->kh * a->kw);
+    return run(&c, a->n * a->o * a->oh * a->ow * (a->c / g) * a->kh * a->kw,
+               a->packed ? PACKED_ONE_THREAD_BELOW : ONE_THREAD_BELOW);
 }
 
 int oari_dnnl_conv2d_layout(const oari_dnnl_conv2d_args *a, int *order, int64_t *ib, int64_t *ob) {
@@ -515,7 +521,7 @@ int oari_dnnl_conv2d_layout(const oari_dnnl_conv2d_args *a, int *order, int64_t 
     if (st) return dnnl_fail(&c, "engine", st);
     /* the threads run() gives a call of this size: oneDNN blocks for them */
     int threads = omp_get_max_threads();
-    bool one_thread = one_thread_for(a->n * a->o * a->oh * a->ow * a->c * a->kh * a->kw);
+    bool one_thread = one_thread_for(a->n * a->o * a->oh * a->ow * a->c * a->kh * a->kw, PACKED_ONE_THREAD_BELOW);
     if (one_thread) omp_set_num_threads(1);
     dnnl_dims_t wd = {a->o, a->c, a->kh, a->kw};
     dnnl_memory_desc_t any, want, m;
