@@ -76,6 +76,7 @@ static const oari_dist_rule table[OARI_OP_COUNT] = {
     ROW(conv2d, OARI_RULE_CONV, 0, 0, false, NULL),
     ROW(conv_transpose2d, OARI_RULE_CONV, 0, 0, false, NULL),
     ROW(conv2d_weight_grad, OARI_RULE_CONV, 0, 0, false, NULL),
+    ROW(conv2d_prepacked, OARI_RULE_REPLICATE, 0, 0, false, "not done: the predictor's op on a packed weight"),
     ROW(conv3d, OARI_RULE_CONV, 0, 0, false, NULL),
     ROW(conv_transpose3d, OARI_RULE_CONV, 0, 0, false, NULL),
     ROW(conv3d_weight_grad, OARI_RULE_CONV, 0, 0, false, NULL),

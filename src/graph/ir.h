@@ -200,6 +200,8 @@ OARI_HIDDEN int oari_pass_fold_batch_norm(oar_graph *g);
 OARI_HIDDEN int oari_pass_schedule(oar_graph *g);
 /* the predictor's: quantized linear layers into qlinear nodes (passes/fuse_qlinear.c) */
 OARI_HIDDEN int oari_pass_fuse_qlinear(oar_graph *g);
+/* the predictor's: f32 convs on constant weights onto weights packed once (passes/prepack_conv.c) */
+OARI_HIDDEN int oari_pass_prepack_conv(oar_graph *g);
 /* autocast's casts (include/oar/amp.h) to bf16 / f16 (passes/amp.c) */
 OARI_HIDDEN int oari_pass_amp(oar_graph *g);
 OARI_HIDDEN int oari_pass_amp_f16(oar_graph *g);

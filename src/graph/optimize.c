@@ -22,6 +22,7 @@ static const pass all_passes[] = {
     {"amp", oari_pass_amp},
     {"amp_f16", oari_pass_amp_f16},
     {"fuse_qlinear", oari_pass_fuse_qlinear},
+    {"prepack_conv", oari_pass_prepack_conv},
 };
 
 static const char *const training_list[] = {"dce", "cse", "constant_fold", "simplify",
@@ -34,7 +35,8 @@ int oar_graph_run_pass(oar_graph *g, const char *name) {
     for (size_t i = 0; i < sizeof all_passes / sizeof *all_passes; i++)
         if (!strcmp(all_passes[i].name, name)) return all_passes[i].run(g);
     return oari_error(OAR_ERR_INVALID, "graph_run_pass: unknown pass \"%s\" (dce, cse, constant_fold, "
-                      "simplify, drop_dropout, fold_batch_norm, schedule, amp, amp_f16, fuse_qlinear)", name);
+                      "simplify, drop_dropout, fold_batch_norm, schedule, amp, amp_f16, fuse_qlinear, prepack_conv)",
+                      name);
 }
 
 /* The sub-graphs of control nodes (ir.h), recursively: the passes that

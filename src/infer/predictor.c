@@ -65,6 +65,17 @@ static int run_pass_list(oar_graph *g, const char *list, bool print) {
     return oar_graph_verify(g);
 }
 
+/* The predictor's own passes, under its thread count: prepack_conv packs
+ * each weight in the layout oneDNN picks for the threads its kernel will
+ * run on (16 threads asked for other blocks than 2). */
+static int run_own_passes(oar_graph *g, const char *list, const oar_predictor_config *cfg) {
+    int saved = omp_get_max_threads();
+    if (cfg->num_threads > 0) omp_set_num_threads(cfg->num_threads);
+    int st = run_pass_list(g, list, cfg->print_passes);
+    if (cfg->num_threads > 0) omp_set_num_threads(saved);
+    return st;
+}
+
 static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config *cfg) {
     if (!g) return NULL;
     if (cfg->passes && run_pass_list(g, cfg->passes, cfg->print_passes)) {
@@ -77,7 +88,7 @@ static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config 
     }
     /* quantized linear layers into qlinear nodes: the predictor's alone, as
      * no exporter maps qlinear (docs/quantization.md) */
-    if (!cfg->passes && cfg->optimize && run_pass_list(g, "fuse_qlinear", cfg->print_passes)) {
+    if (!cfg->passes && cfg->optimize && run_own_passes(g, "fuse_qlinear,prepack_conv", cfg)) {
         oar_graph_free(g);
         return NULL;
     }

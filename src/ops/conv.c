@@ -307,6 +307,106 @@ const oari_op_def oari_def_conv2d = {
     .infer = infer_conv2d,
     .grad = grad_conv2d,
 };
+/* ---- conv2d_prepacked: conv2d on a weight packed once ----------------------------
+ * Attributes (defs/conv.def): stride2, padding2, dilation2, O, C, kh, kw,
+ * order, ib, ob, act. */
+enum { PK_SH, PK_SW, PK_PH, PK_PW, PK_DH, PK_DW, PK_O, PK_C, PK_KH, PK_KW, PK_ORDER, PK_IB, PK_OB, PK_ACT,
+       PK_COUNT };
+
+int64_t oari_conv2d_packed_shape(const int64_t *a, int64_t d[6]) {
+    const int64_t ob = (a[PK_O] + a[PK_OB] - 1) / a[PK_OB], cb = (a[PK_C] + a[PK_IB] - 1) / a[PK_IB];
+    const int64_t o0[6] = {ob, cb, a[PK_KH], a[PK_KW], a[PK_IB], a[PK_OB]};
+    const int64_t o1[6] = {ob, a[PK_KH], a[PK_KW], cb, a[PK_IB], a[PK_OB]};
+    memcpy(d, a[PK_ORDER] ? o1 : o0, sizeof o0);
+    int64_t n = 1;
+    for (int i = 0; i < 6; i++) n *= d[i];
+    return n;
+}
+
+/* Where weight element (o, c, i, j) lies in the packed weight. */
+static int64_t packed_at(const int64_t *a, int64_t o, int64_t c, int64_t i, int64_t j) {
+    const int64_t ib = a[PK_IB], obk = a[PK_OB], cb = (a[PK_C] + ib - 1) / ib;
+    const int64_t kh = a[PK_KH], kw = a[PK_KW];
+    const int64_t blk = a[PK_ORDER] ? ((o / obk * kh + i) * kw + j) * cb + c / ib
+                                    : ((o / obk * cb + c / ib) * kh + i) * kw + j;
+    return (blk * ib + c % ib) * obk + o % obk;
+}
+
+void oari_conv2d_pack(const float *w, float *wp, const int64_t *a) {
+    int64_t d[6];
+    memset(wp, 0, (size_t)oari_conv2d_packed_shape(a, d) * sizeof *wp);
+    const int64_t O = a[PK_O], C = a[PK_C], kh = a[PK_KH], kw = a[PK_KW];
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < kh; i++)
+                for (int64_t j = 0; j < kw; j++)
+                    wp[packed_at(a, o, c, i, j)] = w[((o * C + c) * kh + i) * kw + j];
+}
+
+void oari_conv2d_unpack(const float *wp, float *w, const int64_t *a) {
+    const int64_t O = a[PK_O], C = a[PK_C], kh = a[PK_KH], kw = a[PK_KW];
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < kh; i++)
+                for (int64_t j = 0; j < kw; j++)
+                    w[((o * C + c) * kh + i) * kw + j] = wp[packed_at(a, o, c, i, j)];
+}
+
+/* x f32 [N, C, H, W], wp f32 (oari_conv2d_packed_shape), bias f32 [O] or NULL. */
+static int infer_conv2d_prepacked(oari_infer *c) {
+    const int64_t *a = c->attrs->i;
+    const oar_tensor *x = c->in[0], *wp = c->in[1], *b = c->in[2];
+    char bx[200], bw[200], bd[200];
+    if (c->attrs->ni != PK_COUNT)
+        return oari_error(OAR_ERR_INVALID, "conv2d_prepacked: expected %d integer attributes, got %d", PK_COUNT,
+                          c->attrs->ni);
+    if (!wp) return oari_error(OAR_ERR_INVALID, "conv2d_prepacked: the packed weight is NULL");
+    if (x->dtype != OAR_F32 || wp->dtype != OAR_F32 || (b && b->dtype != OAR_F32))
+        return oari_error(OAR_ERR_INVALID, "conv2d_prepacked: input, packed weight and bias must be float32, got "
+                          "%s, %s and %s", oar_dtype_name(x->dtype), oar_dtype_name(wp->dtype),
+                          b ? oar_dtype_name(b->dtype) : "none");
+    bool bad = false;
+    for (int k = PK_SH; k <= PK_DW; k++) bad |= k == PK_PH || k == PK_PW ? a[k] < 0 : a[k] < 1;
+    for (int k = PK_O; k <= PK_KW; k++) bad |= a[k] < 1;
+    bad |= (a[PK_ORDER] != 0 && a[PK_ORDER] != 1) || a[PK_IB] < 1 || a[PK_IB] > 64 || a[PK_OB] < 1 ||
+           a[PK_OB] > 64 || (a[PK_ACT] != 0 && a[PK_ACT] != 1);
+    if (bad)
+        return oari_error(OAR_ERR_INVALID, "conv2d_prepacked: bad attributes (stride and dilation >= 1, padding "
+                          ">= 0, O, C, kh, kw >= 1, order 0 or 1, blocks in [1, 64], act 0 or 1)");
+    int64_t d[6];
+    oari_conv2d_packed_shape(a, d);
+    if (x->ndim != 4 || x->shape[1] != a[PK_C] || wp->ndim != 6 || memcmp(wp->shape, d, sizeof d))
+        return oari_error(OAR_ERR_INVALID, "conv2d_prepacked: input %s and packed weight %s do not fit a weight "
+                          "[%lld, %lld, %lld, %lld] packed as %s (expected input [N, %lld, H, W], weight %s)",
+                          oari_shape_str(bx, x->ndim, x->shape), oari_shape_str(bw, wp->ndim, wp->shape),
+                          (long long)a[PK_O], (long long)a[PK_C], (long long)a[PK_KH], (long long)a[PK_KW],
+                          a[PK_ORDER] ? "order 1" : "order 0", (long long)a[PK_C],
+                          oari_shape_str(bd, 6, d));
+    if (b && (b->ndim != 1 || b->shape[0] != a[PK_O]))
+        return oari_error(OAR_ERR_INVALID, "conv2d_prepacked: bias %s is not [%lld]",
+                          oari_shape_str(bx, b->ndim, b->shape), (long long)a[PK_O]);
+    int64_t eh = a[PK_DH] * (a[PK_KH] - 1) + 1, ew = a[PK_DW] * (a[PK_KW] - 1) + 1;
+    if (x->shape[2] + 2 * a[PK_PH] < eh || x->shape[3] + 2 * a[PK_PW] < ew)
+        return oari_error(OAR_ERR_INVALID, "conv2d_prepacked: kernel %lld x %lld (dilated %lld x %lld) is larger "
+                          "than the padded input of %s", (long long)a[PK_KH], (long long)a[PK_KW], (long long)eh,
+                          (long long)ew, oari_shape_str(bx, x->ndim, x->shape));
+    c->out[0].dtype = OAR_F32;
+    c->out[0].ndim = 4;
+    c->out[0].shape[0] = x->shape[0];
+    c->out[0].shape[1] = a[PK_O];
+    c->out[0].shape[2] = conv_out_size(x->shape[2], a[PK_KH], a[PK_SH], a[PK_PH], a[PK_DH]);
+    c->out[0].shape[3] = conv_out_size(x->shape[3], a[PK_KW], a[PK_SW], a[PK_PW], a[PK_DW]);
+    return 0;
+}
+
+const oari_op_def oari_def_conv2d_prepacked = {
+    .name = "conv2d_prepacked",
+    .n_in = 3,
+    .n_out = 1,
+    .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_NONDIFF | OARI_F_OPTIONAL_IN,
+    .infer = infer_conv2d_prepacked,
+};
 const oari_op_def oari_def_conv_transpose2d = {
     .name = "conv_transpose2d",
     .n_in = 3,

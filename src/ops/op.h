@@ -119,6 +119,12 @@ OARI_HIDDEN int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in,
 /* oari_dispatch without autocast (autocast.c calls it after its casts). */
 OARI_HIDDEN int oari_dispatch_run(oari_op op, int n_in, oar_tensor *const *in,
                                   const oari_attrs *attrs, oar_tensor **out);
+/* conv2d_prepacked's weight layout (defs/conv.def; `a` its attributes):
+ * the packed weight's shape into d and its element count; w [O, C, kh,
+ * kw] contiguous packed into wp (zeros past O and C), and back. */
+OARI_HIDDEN int64_t oari_conv2d_packed_shape(const int64_t *a, int64_t d[6]);
+OARI_HIDDEN void oari_conv2d_pack(const float *w, float *wp, const int64_t *a);
+OARI_HIDDEN void oari_conv2d_unpack(const float *wp, float *w, const int64_t *a);
 /* Single-output conveniences with public semantics: the output, adopted
  * by the innermost pool, or NULL. */
 OARI_HIDDEN oar_tensor *oari_call(oari_op op, int n_in, oar_tensor *const *in,

@@ -160,6 +160,13 @@ OARI_HIDDEN int oari_cpu_conv2d_wino(const float *x, const float *w, const oar_k
                                      int64_t O, int64_t OH, int64_t OW, int64_t ph, int64_t pw,
                                      int m);
 
+/* For the predictor's prepack_conv pass: whether an f32 conv2d with
+ * conv2d_prepacked's attributes a (defs/conv.def; the layout's left
+ * unset) on x [n, a[7], h, w], with a bias or not, runs on a weight packed
+ * once: 1 with the layout (a[10..12]) filled, 0 when not (a build without
+ * oneDNN, or a layout oneDNN asks for that the op does not pack). */
+OARI_HIDDEN int oari_cpu_conv2d_prepack_layout(int64_t *a, int64_t n, int64_t h, int64_t w, bool bias);
+
 /* A batched product C = A B through oneDNN (cpu_dnnl.c; only in a build
  * with OAR_WITH_DNNL): over `rank` dims, the batch dims then rows and
  * columns, A [..., n, k] and B [..., k, m] given by their dims (1 where a
@@ -186,16 +193,25 @@ OARI_HIDDEN int oari_dnnl_matmul(const oari_dnnl_matmul_args *m);
  * matmul; with f32_out the computed operand is written in f32 (for a sum
  * that follows, rounded once). Also f32 (every operand f32) for FORWARD
  * without f32_out; any other dtype or pass is OAR_ERR_UNSUPPORTED. 0, or a
- * status with the error naming the shapes. */
+ * status with the error naming the shapes. An f32 FORWARD may also take
+ * the weight packed (`packed` 1 + conv2d_prepacked's order, blocks ib and
+ * ob: defs/conv.def; groups 1) and apply relu to y (`relu`). */
 enum { OARI_DNNL_FORWARD, OARI_DNNL_BACKWARD_DATA, OARI_DNNL_BACKWARD_WEIGHTS };
 typedef struct {
     int dtype, pass;
-    bool f32_out;
-    int64_t n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups;
+    bool f32_out, relu;
+    int packed;
+    int64_t n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups, ib, ob;
     const void *bias;
     void *x, *weight, *y; /* the one `pass` computes is written */
 } oari_dnnl_conv2d_args;
 OARI_HIDDEN int oari_dnnl_conv2d(const oari_dnnl_conv2d_args *a);
+/* The packed weight layout oneDNN's f32 forward convolution of a (its
+ * sizes, stride, padding, dilation, relu; groups 1; the weight plain) runs
+ * on with the threads a call of these sizes gets: 0 with *order, *ib, *ob
+ * set (conv2d_prepacked's layout, defs/conv.def), OAR_ERR_UNSUPPORTED when
+ * its layout is none of those (error set). */
+OARI_HIDDEN int oari_dnnl_conv2d_layout(const oari_dnnl_conv2d_args *a, int *order, int64_t *ib, int64_t *ob);
 /* How many oneDNN primitives are cached (one per op, shape, strides and
  * thread count): the tests' evidence that oneDNN ran. */
 OARI_HIDDEN int oari_dnnl_cached_primitives(void);

@@ -255,6 +255,95 @@ static int k_conv2d_f32_route(void *ctx, const oar_kernel_call *c) {
 #define K_CONV2D_F32 k_conv2d_f32
 #endif
 
+/* ---- conv2d_prepacked (defs/conv.def): conv2d on a weight packed once -------------
+ * The predictor's prepack_conv pass packs a constant f32 weight in the
+ * layout oneDNN's convolution asked for (oari_cpu_conv2d_prepack_layout),
+ * so the kernel hands it over as it is, with relu as oneDNN's post-op.
+ * Without oneDNN, or when oneDNN fails other than for memory (a batch size
+ * whose primitive wants another layout is reordered by oneDNN instead, and
+ * still runs there), the weight is unpacked into scratch and conv2d's own
+ * kernel runs it. */
+static int conv2d_unpacked(void *ctx, const oar_kernel_call *c) {
+    const int64_t *a = c->iattr, O = a[6], C = a[7], kh = a[8], kw = a[9];
+    void *own;
+    size_t own_n, wn = (size_t)(O * C * kh * kw) * sizeof(float);
+    const float *wp = contig(&c->in[1], &own, &own_n);
+    float *w = wp ? scratch_alloc(wn) : NULL;
+    if (!w) {
+        scratch_free(own, own_n);
+        return oari_fail_status();
+    }
+    oari_conv2d_unpack(wp, w, a);
+    scratch_free(own, own_n);
+    oar_ktensor in[3] = {c->in[0], {.data = w, .buffer = w, .dtype = OAR_F32, .ndim = 4, .shape = {O, C, kh, kw},
+                                    .strides = {C * kh * kw, kh * kw, kw, 1}}, c->in[2]};
+    const int64_t attrs[7] = {a[0], a[1], a[2], a[3], a[4], a[5], 1};
+    oar_kernel_call plain = *c;
+    plain.in = in, plain.iattr = attrs, plain.n_iattr = 7;
+    int st = k_conv2d_f32(ctx, &plain);
+    scratch_free(w, wn);
+    float *y = c->out[0].data;
+    const int64_t n = oari_kt_numel(&c->out[0]);
+    if (!st && a[13])
+#pragma omp parallel for if (n > 65536)
+        for (int64_t i = 0; i < n; i++) y[i] = y[i] < 0 ? 0 : y[i];
+    return st;
+}
+
+static int k_conv2d_prepacked(void *ctx, const oar_kernel_call *c) {
+    if (oari_kt_numel(&c->out[0]) == 0) return 0;
+#ifdef OAR_WITH_DNNL
+    const int64_t *a = c->iattr;
+    dims4 xd = dims_of(&c->in[0]), yd = dims_of(&c->out[0]);
+    oari_dnnl_conv2d_args args = {
+        .dtype = OAR_F32, .pass = OARI_DNNL_FORWARD, .relu = a[13] != 0, .packed = (int)a[10] + 1, .n = xd.n,
+        .c = xd.c, .h = xd.h, .w = xd.w, .o = a[6], .kh = a[8], .kw = a[9], .oh = yd.h, .ow = yd.w, .sh = a[0],
+        .sw = a[1], .ph = a[2], .pw = a[3], .dh = a[4], .dw = a[5], .groups = 1, .ib = a[11], .ob = a[12],
+        .y = c->out[0].data};
+    void *own = NULL;
+    size_t own_n = 0;
+    if (c->in[2].dtype >= 0 && !(args.bias = contig(&c->in[2], &own, &own_n))) return oari_fail_status();
+    int st = dnnl_conv_call(c, &args, &args.x, &args.weight);
+    scratch_free(own, own_n);
+    if (st == 0 || st == OAR_ERR_NOMEM) return st;
+    oar_clear_error();
+#endif
+    return conv2d_unpacked(ctx, c);
+}
+const oari_cpu_kernels oari_cpu_k_conv2d_prepacked = {[OAR_F32] = k_conv2d_prepacked};
+
+int oari_cpu_conv2d_prepack_layout(int64_t *a, int64_t n, int64_t h, int64_t w, bool bias) {
+#ifdef OAR_WITH_DNNL
+    const int64_t oh = (h + 2 * a[2] - a[4] * (a[8] - 1) - 1) / a[0] + 1;
+    const int64_t ow = (w + 2 * a[3] - a[5] * (a[9] - 1) - 1) / a[1] + 1;
+    /* conv2d's Winograd F(4x4) does a quarter of the multiplications: at
+     * batch 1 it beat oneDNN's direct convolution on the packed weight for
+     * ResNet-18's 64 x 56 x 56 convs (1.15-1.4 ms against 1.6-2.0, loaded
+     * machine) and tied at 128 x 28 x 28; those stay conv2d */
+    if (oari_cpu_wino_ok(n, a[7], a[6], oh, ow, a[8], a[9], a[0], a[1], a[4], a[5], 1) == 4) return 0;
+    /* a 1x1 conv's own path is a strided copy of x (or none) and one gemm
+     * that repacks only the weight: oneDNN's reorders of x and y cost more
+     * unless the weight outweighs x (ResNet-18's 64 -> 128 and 128 -> 256
+     * shortcuts at batch 1 ran faster as conv2d; 256 -> 512 on 14 x 14, a
+     * 0.5 MB weight against 0.2 MB of x, as conv2d_prepacked) */
+    if (a[8] == 1 && a[9] == 1 && a[6] * a[7] < n * a[7] * h * w) return 0;
+    oari_dnnl_conv2d_args args = {
+        .dtype = OAR_F32, .pass = OARI_DNNL_FORWARD, .relu = a[13] != 0, .n = n, .c = a[7], .h = h, .w = w,
+        .o = a[6], .kh = a[8], .kw = a[9], .oh = oh, .ow = ow, .sh = a[0], .sw = a[1], .ph = a[2], .pw = a[3],
+        .dh = a[4], .dw = a[5], .groups = 1, .bias = bias ? (const void *)a : NULL};
+    int order;
+    if (oari_dnnl_conv2d_layout(&args, &order, &a[11], &a[12])) {
+        oar_clear_error();
+        return 0;
+    }
+    a[10] = order;
+    return 1;
+#else
+    (void)a, (void)n, (void)h, (void)w, (void)bias;
+    return 0;
+#endif
+}
+
 #define TABLE(name)                                                                                \
     const oari_cpu_kernels oari_cpu_k_##name = {                                                   \
         [OAR_F32] = k_##name##_f32, [OAR_F64] = k_##name##_f64}

@@ -9,7 +9,11 @@
  * small conv and its reorders), so primitives are kept per op, shape,
  * strides and thread count in a small cache, evicted least recently used. Scratchpads are the caller's (user
  * mode): a cached primitive then runs on many threads at once, which
- * oneDNN's shared library scratchpad would not allow. */
+ * oneDNN's shared library scratchpad would not allow.
+ * The f32 forward conv2d also runs on a weight packed once in the layout
+ * oneDNN asked for (conv2d_prepacked, passes/prepack_conv.c): then no
+ * weight reorder runs per call, which for ResNet's 512 x 512 x 3 x 3
+ * weights (9.4 MB) cost as much as the convolution at batch 1. */
 #include "cpu.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -126,13 +130,20 @@ static bool is_output(int arg) {
  * their layouts: the ones that differ from s->md get reorders (operands
  * described, in s->md, as the caller holds them). */
 static int make_from_desc(const call_desc *c, prim_slot *s, const void *op_desc, bool any_layout,
-                          const_dnnl_primitive_desc_t hint) {
+                          const_dnnl_primitive_desc_t hint, bool relu) {
     dnnl_status_t st;
-    dnnl_primitive_attr_t attr;
+    dnnl_primitive_attr_t attr, op_attr = NULL;
     if ((st = dnnl_primitive_attr_create(&attr))) return dnnl_fail(c, "attributes", st);
     dnnl_primitive_desc_t pd = NULL;
-    if (!(st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)))
-        st = dnnl_primitive_desc_create(&pd, op_desc, attr, engine, hint);
+    dnnl_post_ops_t post = NULL;
+    if (!(st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)) &&
+        !(st = dnnl_primitive_attr_clone(&op_attr, attr)) && relu &&
+        !(st = dnnl_post_ops_create(&post)) &&
+        !(st = dnnl_post_ops_append_eltwise(post, 1.f, dnnl_eltwise_relu, 0.f, 0.f)))
+        st = dnnl_primitive_attr_set_post_ops(op_attr, post);
+    if (post) dnnl_post_ops_destroy(post);
+    if (!st) st = dnnl_primitive_desc_create(&pd, op_desc, op_attr, engine, hint);
+    if (op_attr) dnnl_primitive_attr_destroy(op_attr);
     if (st) {
         dnnl_primitive_attr_destroy(attr);
         return dnnl_fail(c, "primitive description", st);
@@ -253,13 +264,22 @@ static int execute(const call_desc *c, const prim_slot *s) {
     return status ? status : st ? dnnl_fail(c, "execution", st) : 0;
 }
 
-/* Runs call c: below 2^23 multiply-adds on one thread, as f32's gemm does
- * (cpu_linalg.c): a 64x64x64 product took 85 us on two threads of a loaded
- * machine against 4.5 us on one. oneDNN takes its thread count from
- * OpenMP, when the primitive is made (its blocking) and run. */
-static int run(call_desc *c, int64_t work) {
+/* Runs call c: below `below` multiply-adds (2^23, as f32's gemm does,
+ * cpu_linalg.c) on one thread: a 64x64x64 product took 85 us on two
+ * threads of a loaded machine against 4.5 us on one. A conv on a packed
+ * weight goes to one thread only below 2^20: ResNet-18's 1x1 256 -> 512
+ * shortcut at batch 1 (6.4M) took 234 us on one against 131 us for
+ * conv2d's gemm on two. oneDNN takes its thread count from OpenMP, when
+ * the primitive is made (its blocking) and run. */
+#define ONE_THREAD_BELOW ((int64_t)1 << 23)
+#define PACKED_ONE_THREAD_BELOW ((int64_t)1 << 20)
+static bool one_thread_for(int64_t work, int64_t below) {
+    return omp_get_max_threads() > 1 && work < below && !omp_in_parallel();
+}
+
+static int run(call_desc *c, int64_t work, int64_t below) {
     int threads = omp_get_max_threads();
-    bool one_thread = threads > 1 && work < ((int64_t)1 << 23) && !omp_in_parallel();
+    bool one_thread = one_thread_for(work, below);
     if (one_thread) omp_set_num_threads(1);
     c->key.threads = omp_get_max_threads();
     prim_slot *s = acquire(c);
@@ -293,7 +313,7 @@ static int make_matmul(const call_desc *c, prim_slot *s) {
     dnnl_matmul_desc_t desc;
     if ((st = dnnl_matmul_desc_init(&desc, &s->md[0], &s->md[1], NULL, &s->md[2])))
         return dnnl_fail(c, "matmul description", st);
-    return make_from_desc(c, s, &desc, false, NULL);
+    return make_from_desc(c, s, &desc, false, NULL, false);
 }
 
 static void describe_matmul(const call_desc *c, char *what, size_t size) {
@@ -324,15 +344,53 @@ int oari_dnnl_matmul(const oari_dnnl_matmul_args *m) {
     c.op = "matmul";
     int64_t work = m->a_dims[m->rank - 1];
     for (int d = 0; d < m->rank; d++) work *= m->c_dims[d];
-    return run(&c, work);
+    return run(&c, work, ONE_THREAD_BELOW);
 }
 
 /* ---- conv2d ------------------------------------------------------------- */
 
 /* key.v: the fields of oari_dnnl_conv2d_args from n to groups, then
- * whether there is a bias, the pass, and f32_out. */
+ * whether there is a bias, the pass, f32_out, the weight's packing and
+ * blocks, and relu. */
 enum { CV_N, CV_C, CV_H, CV_W, CV_O, CV_KH, CV_KW, CV_OH, CV_OW, CV_SH, CV_SW, CV_PH, CV_PW,
-       CV_DH, CV_DW, CV_GROUPS, CV_BIAS, CV_PASS, CV_F32_OUT, CV_COUNT };
+       CV_DH, CV_DW, CV_GROUPS, CV_BIAS, CV_PASS, CV_F32_OUT, CV_PACKED, CV_IB, CV_OB, CV_RELU, CV_COUNT };
+
+/* conv2d_prepacked's weight layouts (defs/conv.def: order, blocks ib and
+ * ob) that oneDNN's f32 forward convolutions ask for, by oneDNN's name. */
+static const struct {
+    int order;
+    int64_t ib, ob;
+    dnnl_format_tag_t tag;
+} packed_tags[] = {
+    {0, 16, 16, dnnl_OIhw16i16o}, {0, 16, 32, dnnl_OIhw16i32o}, {0, 16, 64, dnnl_OIhw16i64o},
+    {0, 8, 8, dnnl_OIhw8i8o},     {0, 4, 4, dnnl_OIhw4i4o},     {1, 1, 4, dnnl_Ohwi4o},
+    {1, 1, 8, dnnl_Ohwi8o},       {1, 1, 16, dnnl_Ohwi16o},     {1, 1, 32, dnnl_Ohwi32o},
+    {1, 1, 48, dnnl_Ohwi48o},     {1, 1, 64, dnnl_Ohwi64o},
+};
+
+/* The tag of a packed layout; dnnl_format_tag_undef for none. */
+static dnnl_format_tag_t packed_tag(int64_t order, int64_t ib, int64_t ob) {
+    for (size_t i = 0; i < sizeof packed_tags / sizeof *packed_tags; i++)
+        if (packed_tags[i].order == order && packed_tags[i].ib == ib && packed_tags[i].ob == ob)
+            return packed_tags[i].tag;
+    return dnnl_format_tag_undef;
+}
+
+/* The f32 forward description of key values v: x and y in any layout,
+ * the weight's layout `wmd`. */
+static dnnl_status_t forward_desc(const int64_t *v, const dnnl_memory_desc_t *wmd, dnnl_convolution_desc_t *d) {
+    dnnl_dims_t xd = {v[CV_N], v[CV_C], v[CV_H], v[CV_W]}, yd = {v[CV_N], v[CV_O], v[CV_OH], v[CV_OW]};
+    dnnl_dims_t bd = {v[CV_O]}, strides = {v[CV_SH], v[CV_SW]}, dil = {v[CV_DH] - 1, v[CV_DW] - 1},
+                pad = {v[CV_PH], v[CV_PW]};
+    dnnl_memory_desc_t x, y, b;
+    dnnl_status_t st;
+    if ((st = dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, dnnl_format_tag_any)) ||
+        (st = dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, dnnl_format_tag_any)) ||
+        (st = dnnl_memory_desc_init_by_tag(&b, 1, bd, dnnl_f32, dnnl_a)))
+        return st;
+    return dnnl_dilated_convolution_forward_desc_init(d, dnnl_forward_inference, dnnl_convolution_direct, &x, wmd,
+                                                      v[CV_BIAS] ? &b : NULL, &y, strides, dil, pad, pad);
+}
 
 /* The forward, backward-data or backward-weights convolution of the key.
  * Operands 0..2 are, in that order, what the pass reads and then writes:
@@ -369,7 +427,9 @@ static int make_conv2d(const call_desc *c, prim_slot *s) {
             return dnnl_fail(c, "memory description", st);
     }
     if ((st = dnnl_memory_desc_init_by_tag(&bias, 1, bd, c->key.dtype == OAR_F32 ? dnnl_f32 : dnnl_bf16,
-                                           dnnl_a)))
+                                           dnnl_a)) ||
+        (v[CV_PACKED] && (st = dnnl_memory_desc_init_by_tag(&user[1], 4, wd, dnnl_f32,
+                                                            packed_tag(v[CV_PACKED] - 1, v[CV_IB], v[CV_OB])))))
         return dnnl_fail(c, "memory description", st);
     bool with_bias = pass == OARI_DNNL_FORWARD && v[CV_BIAS];
     dnnl_convolution_desc_t fwd;
@@ -387,7 +447,7 @@ static int make_conv2d(const call_desc *c, prim_slot *s) {
     s->n_md = with_bias ? 4 : 3;
     for (int i = 0; i < 3; i++) s->md[i] = user[order[pass][i]], s->arg[i] = args[pass][i];
     s->md[3] = bias, s->arg[3] = DNNL_ARG_BIAS;
-    if (pass == OARI_DNNL_FORWARD) return make_from_desc(c, s, &fwd, true, NULL);
+    if (pass == OARI_DNNL_FORWARD) return make_from_desc(c, s, &fwd, true, NULL, v[CV_RELU]);
     dnnl_primitive_desc_t hint;
     if ((st = dnnl_primitive_desc_create(&hint, &fwd, NULL, engine, NULL)))
         return dnnl_fail(c, "forward description (the backward's hint)", st);
@@ -397,7 +457,7 @@ static int make_conv2d(const call_desc *c, prim_slot *s) {
                                                                 &any[2], strides, dil, pad, pad)
              : dnnl_dilated_convolution_backward_weights_desc_init(&bwd, dnnl_convolution_direct, &any[0],
                                                                    &any[1], NULL, &any[2], strides, dil, pad, pad);
-    int r = st ? dnnl_fail(c, "convolution description", st) : make_from_desc(c, s, &bwd, true, hint);
+    int r = st ? dnnl_fail(c, "convolution description", st) : make_from_desc(c, s, &bwd, true, hint, false);
     dnnl_primitive_desc_destroy(hint);
     return r;
 }
@@ -421,13 +481,20 @@ int oari_dnnl_conv2d(const oari_dnnl_conv2d_args *a) {
     if (a->dtype != OAR_BF16 && !(a->dtype == OAR_F32 && a->pass == OARI_DNNL_FORWARD && !a->f32_out))
         return oari_error(OAR_ERR_UNSUPPORTED, "%s: no oneDNN kernel for %s input", ops[a->pass],
                           oar_dtype_name((oar_dtype)a->dtype));
+    if ((a->packed || a->relu) &&
+        (a->dtype != OAR_F32 || a->pass != OARI_DNNL_FORWARD || g != 1 ||
+         (a->packed && packed_tag(a->packed - 1, a->ib, a->ob) == dnnl_format_tag_undef)))
+        return oari_error(OAR_ERR_UNSUPPORTED, "conv2d: no oneDNN kernel for a packed weight (layout %d, blocks "
+                          "%lld, %lld) or relu with %s input, groups %lld", a->packed, (long long)a->ib,
+                          (long long)a->ob, oar_dtype_name((oar_dtype)a->dtype), (long long)g);
     call_desc c;
     memset(&c.key, 0, sizeof c.key);
     c.key.kind = KIND_CONV2D;
     c.key.dtype = a->dtype;
     const int64_t geom[CV_COUNT] = {a->n,  a->c,  a->h,  a->w,  a->o, a->kh, a->kw, a->oh, a->ow, a->sh,
                                     a->sw, a->ph, a->pw, a->dh, a->dw, g,     a->bias != NULL, a->pass,
-                                    a->f32_out};
+                                    a->f32_out, a->packed, a->packed ? a->ib : 0, a->packed ? a->ob : 0,
+                                    a->relu};
     memcpy(c.key.v, geom, sizeof geom);
     c.make = make_conv2d;
     c.describe = describe_conv2d;
@@ -436,5 +503,51 @@ int oari_dnnl_conv2d(const oari_dnnl_conv2d_args *a) {
     for (int i = 0; i < 3; i++) c.ptr[i] = ops_of[a->pass][i];
     c.ptr[3] = (void *)a->bias;
     c.op = ops[a->pass];
-    return run(&c, a->n * a->o * a->oh * a->ow * (a->c / g) * a->kh * a->kw);
+    return run(&c, a->n * a->o * a->oh * a->ow * (a->c / g) * a->kh * a->kw,
+               a->packed ? PACKED_ONE_THREAD_BELOW : ONE_THREAD_BELOW);
+}
+
+int oari_dnnl_conv2d_layout(const oari_dnnl_conv2d_args *a, int *order, int64_t *ib, int64_t *ob) {
+    call_desc c = {.describe = describe_conv2d, .args = a, .op = "conv2d"};
+    const int64_t v[CV_COUNT] = {[CV_N] = a->n,   [CV_C] = a->c,   [CV_H] = a->h,   [CV_W] = a->w,
+                                 [CV_O] = a->o,   [CV_KH] = a->kh, [CV_KW] = a->kw, [CV_OH] = a->oh,
+                                 [CV_OW] = a->ow, [CV_SH] = a->sh, [CV_SW] = a->sw, [CV_PH] = a->ph,
+                                 [CV_PW] = a->pw, [CV_DH] = a->dh, [CV_DW] = a->dw, [CV_BIAS] = a->bias != NULL};
+    if (a->groups > 1 || a->n < 1 || a->c < 1 || a->o < 1 || a->oh < 1 || a->ow < 1)
+        return oari_error(OAR_ERR_UNSUPPORTED, "conv2d: no packed oneDNN layout with groups or empty dims");
+    pthread_mutex_lock(&cache_lock);
+    dnnl_status_t st = engine ? dnnl_success : dnnl_engine_create(&engine, dnnl_cpu, 0);
+    pthread_mutex_unlock(&cache_lock);
+    if (st) return dnnl_fail(&c, "engine", st);
+    /* the threads run() gives a call of this size: oneDNN blocks for them */
+    int threads = omp_get_max_threads();
+    bool one_thread = one_thread_for(a->n * a->o * a->oh * a->ow * a->c * a->kh * a->kw, PACKED_ONE_THREAD_BELOW);
+    if (one_thread) omp_set_num_threads(1);
+    dnnl_dims_t wd = {a->o, a->c, a->kh, a->kw};
+    dnnl_memory_desc_t any, want, m;
+    dnnl_convolution_desc_t d;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t post = NULL;
+    if (!(st = dnnl_memory_desc_init_by_tag(&any, 4, wd, dnnl_f32, dnnl_format_tag_any)) &&
+        !(st = forward_desc(v, &any, &d)) && !(st = dnnl_primitive_attr_create(&attr)) && a->relu &&
+        !(st = dnnl_post_ops_create(&post)) &&
+        !(st = dnnl_post_ops_append_eltwise(post, 1.f, dnnl_eltwise_relu, 0.f, 0.f)))
+        st = dnnl_primitive_attr_set_post_ops(attr, post);
+    if (!st) st = dnnl_primitive_desc_create(&pd, &d, attr, engine, NULL);
+    if (!st) want = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    if (post) dnnl_post_ops_destroy(post);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (one_thread) omp_set_num_threads(threads);
+    if (st) return dnnl_fail(&c, "primitive description", st);
+    for (size_t i = 0; i < sizeof packed_tags / sizeof *packed_tags; i++) {
+        if (dnnl_memory_desc_init_by_tag(&m, 4, wd, dnnl_f32, packed_tags[i].tag) ||
+            !dnnl_memory_desc_equal(&m, &want))
+            continue;
+        *order = packed_tags[i].order, *ib = packed_tags[i].ib, *ob = packed_tags[i].ob;
+        return 0;
+    }
+    return oari_error(OAR_ERR_UNSUPPORTED, "conv2d: oneDNN's weight layout for this convolution is not one "
+                      "conv2d_prepacked packs");
 }

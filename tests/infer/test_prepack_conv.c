@@ -1,0 +1,340 @@
+/* Prepacked conv weights: the predictor's prepack_conv pass
+ * (src/graph/passes/prepack_conv.c) turns each f32 conv2d on constant
+ * weights into conv2d_prepacked on the weight packed once (and a relu
+ * that only it reads into the op). The packed graph gives the unpacked
+ * graph's values to f32 rounding on a small CNN with stride 2, padding,
+ * dilation, 1x1 and 7x7 kernels, channel counts off the layouts' blocks
+ * and odd planes, at several batch sizes, through the predictor and after
+ * a save and load. Also the convs the pass must leave alone, the op called
+ * directly in every layout it takes (oneDNN's, and others that run on the
+ * weight unpacked) against conv2d, and the op's refusals. */
+#include "test.h"
+
+#include "ops/op.h"
+
+#include <oar/infer.h>
+#include <unistd.h>
+
+static uint64_t rng = 777;
+static double uniform(void) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return ((rng >> 11) + 0.5) / 9007199254740992.0;
+}
+
+/* uniform in [-a, a), f32 (f64 when dt says so) */
+static oar_tensor *rand_t(oar_dtype dt, int ndim, const int64_t *shape, double a) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = a * (2 * uniform() - 1);
+    oar_tensor *t = oar_cast(oar_tensor_from_data(v, OAR_F64, ndim, shape), dt);
+    free(v);
+    return t;
+}
+static oar_tensor *conv_w(int64_t o, int64_t c, int64_t kh, int64_t kw) {
+    return rand_t(OAR_F32, 4, (int64_t[]){o, c, kh, kw}, 1.0 / sqrt((double)(c * kh * kw)));
+}
+
+static double max_abs(oar_tensor *t) { return t ? oar_tensor_item(oar_amax(oar_abs(t), 0, NULL, false)) : NAN; }
+static double max_diff(oar_tensor *a, oar_tensor *b) { return a && b ? max_abs(oar_sub(a, b)) : NAN; }
+
+static oar_tensor *conv(oar_tensor *x, oar_tensor *w, oar_tensor *b, int64_t s, int64_t p, int64_t d, int64_t g) {
+    return oar_conv2d(x, w, b, (int64_t[]){s, s}, (int64_t[]){p, p}, (int64_t[]){d, d}, g);
+}
+
+/* ---- a small CNN ------------------------------------------------------------------ */
+
+typedef struct cnn {
+    oar_tensor *w1, *b1, *w2, *w3, *b3, *w4, *b4, *w5, *b5, *wg;
+} cnn;
+
+/* x [N, 5, 13, 11]: 3x3 + relu; 3x3 stride 2 (no bias) + relu; 1x1 added
+ * back (a residual; its weight outweighs its input, so it is packed) + relu; 7x7 stride 2 padding 3, an output itself and
+ * relu'd (so its relu stays); dilation 2 + relu; a grouped conv (left
+ * alone). Two outputs. */
+static int cnn_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    cnn *m = ctx;
+    oar_tensor *h = oar_relu(conv(in[0], m->w1, m->b1, 1, 1, 1, 1));
+    h = oar_relu(conv(h, m->w2, NULL, 2, 1, 1, 1));
+    h = oar_relu(oar_add(conv(h, m->w3, m->b3, 1, 0, 1, 1), h));
+    oar_tensor *s = conv(h, m->w4, m->b4, 2, 3, 1, 1);
+    h = oar_relu(conv(oar_relu(s), m->w5, m->b5, 1, 2, 2, 1));
+    out[0] = conv(h, m->wg, NULL, 1, 1, 1, 3);
+    out[1] = s;
+    return out[0] && out[1] ? 0 : -1;
+}
+
+static cnn make_cnn(void) {
+    cnn m = {conv_w(24, 5, 3, 3),  rand_t(OAR_F32, 1, (int64_t[]){24}, 0.1), conv_w(48, 24, 3, 3),
+             conv_w(48, 48, 1, 1), rand_t(OAR_F32, 1, (int64_t[]){48}, 0.1), conv_w(17, 48, 7, 7),
+             rand_t(OAR_F32, 1, (int64_t[]){17}, 0.1), conv_w(33, 17, 3, 3),
+             rand_t(OAR_F32, 1, (int64_t[]){33}, 0.1), conv_w(33, 11, 3, 3)};
+    return m;
+}
+
+static int run_graph(const oar_graph *g, oar_tensor *x, oar_tensor **y) {
+    oar_executor *ex = oar_executor_new(g);
+    oar_tensor *o[2] = {NULL, NULL};
+    int st = ex ? oar_executor_run(ex, &x, o) : -1;
+    for (int i = 0; i < 2; i++) y[i] = !st && o[i] ? oar_clone(o[i]) : NULL;
+    oar_executor_free(ex);
+    return st;
+}
+
+#ifdef OAR_TEST_WITH_DNNL
+enum { PACKED = 5, RELUS_LEFT = 2 }; /* the relus of the residual and of the 7x7's output stay */
+#else
+enum { PACKED = 0, RELUS_LEFT = 5 }; /* without oneDNN the pass leaves the graph as it is */
+#endif
+
+/* Checks graph f's two outputs against g's at batch n. */
+static void check_against(const oar_graph *g, const oar_graph *f, oar_predictor *p, int64_t n) {
+    oar_tensor *x = rand_t(OAR_F32, 4, (int64_t[]){n, 5, 13, 11}, 2.0), *want[2], *got[2];
+    CHECK(run_graph(g, x, want) == 0);
+    CHECK(run_graph(f, x, got) == 0);
+    oar_tensor *served[2] = {NULL, NULL};
+    CHECK(!p || oar_predictor_run(p, &x, served) == 0);
+    for (int i = 0; i < 2; i++) {
+        double mag = max_abs(want[i]), err = max_diff(got[i], want[i]);
+        double err_p = p ? max_diff(served[i], want[i]) : 0;
+        if (!(mag > 0.01 && err <= 2e-6 * mag && err_p <= 2e-6 * mag))
+            fprintf(stderr, "batch %lld, output %d: packed %g, predictor %g off (magnitude %g)\n", (long long)n,
+                    i, err, err_p, mag);
+        CHECK(mag > 0.01 && err <= 2e-6 * mag && err_p <= 2e-6 * mag);
+        oar_tensor_release(served[i]);
+    }
+}
+
+static void test_cnn(void) {
+    oar_pool *pool = oar_pool_push();
+    cnn m = make_cnn();
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 5, 13, 11}};
+    oar_graph *g = oar_trace(cnn_fn, &m, 1, &spec, 2, NULL);
+    CHECK(g && oar_graph_count_op(g, "conv2d") == 6 && oar_graph_count_op(g, "relu") == 5);
+    oar_graph *f = g ? oar_graph_clone(g) : NULL;
+    CHECK(f && oar_graph_run_pass(f, "prepack_conv") == PACKED);
+    CHECK(f && oar_graph_verify(f) == 0);
+    CHECK(oar_graph_count_op(f, "conv2d_prepacked") == PACKED);
+    CHECK(oar_graph_count_op(f, "conv2d") == 6 - PACKED); /* the grouped conv stays */
+    CHECK(oar_graph_count_op(f, "relu") == RELUS_LEFT);
+    CHECK(f && oar_graph_run_pass(f, "prepack_conv") == 0); /* nothing left */
+    /* the environment switch for A/B measurements */
+    oar_graph *off = g ? oar_graph_clone(g) : NULL;
+    setenv("OAR_PREPACK_CONV", "0", 1);
+    CHECK(off && oar_graph_run_pass(off, "prepack_conv") == 0 && oar_graph_count_op(off, "conv2d") == 6);
+    unsetenv("OAR_PREPACK_CONV");
+    oar_graph_free(off);
+    /* the predictor runs the pass after its own */
+    oar_predictor *p = g ? oar_predictor_from_graph(g, &(oar_predictor_config){.optimize = true}) : NULL;
+    CHECK(p && oar_graph_count_op(oar_predictor_graph(p), "conv2d_prepacked") == PACKED);
+    const int64_t batches[] = {1, 2, 3, 1};
+    for (size_t i = 0; i < sizeof batches / sizeof *batches; i++) check_against(g, f, p, batches[i]);
+    /* the packed graph saves and loads (the packed weight is a plain constant) */
+    char dir[] = "/tmp/oar-test-prepack-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK(f && oar_graph_save(f, dir) == 0);
+    oar_graph *l = oar_graph_load(dir);
+    CHECK(l && oar_graph_count_op(l, "conv2d_prepacked") == PACKED);
+    if (l) check_against(g, l, NULL, 2);
+    oar_graph_free(l);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    oar_predictor_free(p);
+    oar_graph_free(f);
+    oar_graph_free(g);
+    oar_pool_pop(pool);
+}
+
+/* ---- convs the pass leaves alone -------------------------------------------------- */
+
+static oar_tensor *W, *W64, *W1d;
+static int weight_input_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = conv(in[0], in[1], NULL, 1, 1, 1, 1); /* the weight is an input, not a constant */
+    return out[0] ? 0 : -1;
+}
+static int f64_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_relu(conv(in[0], W64, NULL, 1, 1, 1, 1));
+    return out[0] ? 0 : -1;
+}
+static int conv1d_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_conv1d(in[0], W1d, NULL, 1, 1, 1, 1);
+    return out[0] ? 0 : -1;
+}
+static int dyn_plane_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = conv(in[0], W, NULL, 1, 1, 1, 1);
+    return out[0] ? 0 : -1;
+}
+static oar_tensor *Wwino, *W1x1;
+static int small_1x1_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = conv(in[0], W1x1, NULL, 2, 0, 1, 1);
+    return out[0] ? 0 : -1;
+}
+static int wino_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_relu(conv(in[0], Wwino, NULL, 1, 1, 1, 1));
+    return out[0] ? 0 : -1;
+}
+
+static void test_left_alone(void) {
+    oar_pool *pool = oar_pool_push();
+    W = conv_w(8, 4, 3, 3);
+    W64 = oar_cast(conv_w(8, 4, 3, 3), OAR_F64);
+    W1d = rand_t(OAR_F32, 3, (int64_t[]){8, 4, 3}, 0.3);
+    oar_graph_input_spec x = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {2, 4, 9, 9}};
+    oar_graph_input_spec specs[2] = {x, {.name = "w", .dtype = OAR_F32, .ndim = 4, .shape = {8, 4, 3, 3}}};
+    oar_graph_input_spec x64 = {.name = "x", .dtype = OAR_F64, .ndim = 4, .shape = {2, 4, 9, 9}};
+    oar_graph_input_spec x1d = {.name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {2, 4, 9}};
+    oar_graph_input_spec xdyn = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {1, 4, -1, 9},
+                                 .dim_names = {NULL, NULL, "H"}};
+    /* a 3x3 conv conv2d runs by Winograd F(4x4) (36 tiles at batch 1) */
+    Wwino = conv_w(16, 16, 3, 3);
+    oar_graph_input_spec xw = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 16, 24, 24}};
+    /* a 1x1 conv whose weight (8 x 4) is smaller than its input (4 x 9 x 9) */
+    W1x1 = conv_w(8, 4, 1, 1);
+    oar_graph *gs[6] = {oar_trace(weight_input_fn, NULL, 2, specs, 1, NULL), oar_trace(f64_fn, NULL, 1, &x64, 1, NULL),
+                        oar_trace(conv1d_fn, NULL, 1, &x1d, 1, NULL), oar_trace(dyn_plane_fn, NULL, 1, &xdyn, 1, NULL),
+                        oar_trace(wino_fn, NULL, 1, &xw, 1, NULL), oar_trace(small_1x1_fn, NULL, 1, &x, 1, NULL)};
+    for (int i = 0; i < 6; i++) {
+        CHECK(gs[i] && oar_graph_run_pass(gs[i], "prepack_conv") == 0);
+        CHECK(oar_graph_count_op(gs[i], "conv2d") == 1 && oar_graph_count_op(gs[i], "conv2d_prepacked") == 0);
+        oar_graph_free(gs[i]);
+    }
+    oar_pool_pop(pool);
+}
+
+/* ---- the op itself ---------------------------------------------------------------- */
+
+/* The packing of defs/conv.def, written out here: weight (o, c, i, j) at
+ * [o/ob, c/ib, i, j, c%ib, o%ob] (order 0) or [o/ob, i, j, c/ib, c%ib, o%ob]. */
+static oar_tensor *pack_ref(oar_tensor *w, int order, int64_t ib, int64_t ob, int64_t shape[6]) {
+    const int64_t *s = oar_tensor_shape(w), O = s[0], C = s[1], kh = s[2], kw = s[3];
+    const int64_t OB = (O + ob - 1) / ob, CB = (C + ib - 1) / ib;
+    int64_t d0[6] = {OB, CB, kh, kw, ib, ob}, d1[6] = {OB, kh, kw, CB, ib, ob};
+    memcpy(shape, order ? d1 : d0, sizeof d0);
+    double *v = test_values(w), *p = calloc((size_t)(OB * CB * kh * kw * ib * ob), sizeof *p);
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < kh; i++)
+                for (int64_t j = 0; j < kw; j++) {
+                    int64_t at = order ? ((((o / ob * kh + i) * kw + j) * CB + c / ib) * ib + c % ib) * ob + o % ob
+                                       : ((((o / ob * CB + c / ib) * kh + i) * kw + j) * ib + c % ib) * ob + o % ob;
+                    p[at] = v[((o * C + c) * kh + i) * kw + j];
+                }
+    oar_tensor *t = oar_cast(oar_tensor_from_data(p, OAR_F64, 6, shape), OAR_F32);
+    free(v), free(p);
+    return t;
+}
+
+static oar_tensor *prepacked(oar_tensor *x, oar_tensor *wp, oar_tensor *b, const int64_t *conv_a, const int64_t *wshape,
+                             int order, int64_t ib, int64_t ob, int64_t relu) {
+    int64_t a[14] = {conv_a[0], conv_a[1], conv_a[2], conv_a[3], conv_a[4], conv_a[5], wshape[0], wshape[1],
+                     wshape[2], wshape[3], order, ib, ob, relu};
+    oari_attrs at = oari_attrs_ints(14, a);
+    return oari_call(OARI_OP_conv2d_prepacked, 3, (oar_tensor *[]){x, wp, b}, &at);
+}
+
+static void test_op(void) {
+    /* oneDNN's layouts (run on the packed weight, or reordered by oneDNN
+     * when its primitive wants another) and two it has no name for (run on
+     * the weight unpacked) */
+    static const struct { int order; int64_t ib, ob; } layouts[] = {
+        {0, 16, 16}, {0, 8, 8}, {0, 16, 64}, {1, 1, 16}, {1, 1, 32}, {1, 1, 48}, {1, 2, 3}, {0, 3, 5}};
+    /* x shape, w shape, stride, padding, dilation */
+    static const struct { int64_t x[4], w[4], s, p, d; } cases[] = {
+        {{1, 19, 15, 12}, {21, 19, 3, 3}, 1, 1, 1}, {{2, 32, 14, 14}, {64, 32, 3, 3}, 2, 1, 1},
+        {{1, 3, 29, 31}, {16, 3, 7, 7}, 2, 3, 1},   {{3, 48, 7, 9}, {50, 48, 1, 1}, 1, 0, 1},
+        {{1, 16, 11, 11}, {16, 16, 3, 3}, 1, 2, 2}, {{1, 64, 9, 9}, {32, 64, 1, 1}, 2, 0, 1}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (size_t li = 0; li < sizeof layouts / sizeof *layouts; li++)
+            for (int relu = 0; relu < 2; relu++) {
+                oar_pool *pool = oar_pool_push();
+                oar_tensor *x = rand_t(OAR_F32, 4, cases[ci].x, 2.0);
+                oar_tensor *w = conv_w(cases[ci].w[0], cases[ci].w[1], cases[ci].w[2], cases[ci].w[3]);
+                oar_tensor *b = li % 2 ? NULL : rand_t(OAR_F32, 1, cases[ci].w, 0.5);
+                int64_t s = cases[ci].s, p = cases[ci].p, d = cases[ci].d, shape[6];
+                oar_tensor *want = conv(x, w, b, s, p, d, 1);
+                if (relu) want = oar_relu(want);
+                oar_tensor *wp = pack_ref(w, layouts[li].order, layouts[li].ib, layouts[li].ob, shape);
+                oar_tensor *got = prepacked(x, wp, b, (int64_t[]){s, s, p, p, d, d}, cases[ci].w,
+                                            layouts[li].order, layouts[li].ib, layouts[li].ob, relu);
+                double mag = max_abs(want), err = max_diff(got, want);
+                if (!(err <= 2e-6 * mag))
+                    fprintf(stderr, "case %zu, layout %zu, relu %d: %g off (magnitude %g)\n", ci, li, relu, err, mag);
+                CHECK(mag > 0.1 && err <= 2e-6 * mag);
+                oar_pool_pop(pool);
+            }
+    /* a strided x (a transposed plane) and a strided packed weight */
+    for (size_t li = 0; li < 2; li++) {
+        oar_pool *pool = oar_pool_push();
+        oar_tensor *x = oar_permute(rand_t(OAR_F32, 4, (int64_t[]){2, 19, 12, 15}, 2.0), (int64_t[]){0, 1, 3, 2});
+        oar_tensor *w = conv_w(21, 19, 3, 3), *b = rand_t(OAR_F32, 1, (int64_t[]){21}, 0.5);
+        int64_t shape[6];
+        oar_tensor *wp = pack_ref(w, layouts[li].order, layouts[li].ib, layouts[li].ob, shape);
+        /* the same values, every other element of a stack of two */
+        wp = oar_reshape(oar_slice(oar_stack(2, (oar_tensor *[]){wp, wp}, 6), 6, 0, 1, 1), 6, shape);
+        CHECK(!oar_tensor_is_contiguous(x) && wp && !oar_tensor_is_contiguous(wp));
+        oar_tensor *want = oar_relu(conv(x, w, b, 1, 1, 1, 1));
+        oar_tensor *got = prepacked(x, wp, b, (int64_t[]){1, 1, 1, 1, 1, 1}, (int64_t[]){21, 19, 3, 3},
+                                    layouts[li].order, layouts[li].ib, layouts[li].ob, 1);
+        double mag = max_abs(want);
+        CHECK(mag > 0.1 && max_diff(got, want) <= 2e-6 * mag);
+        oar_pool_pop(pool);
+    }
+    /* the pass's packing is the layout's */
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *w = conv_w(21, 19, 3, 2);
+    int64_t shape[6];
+    for (size_t li = 0; li < sizeof layouts / sizeof *layouts; li++) {
+        int64_t a[14] = {1, 1, 0, 0, 1, 1, 21, 19, 3, 2, layouts[li].order, layouts[li].ib, layouts[li].ob, 0};
+        oar_tensor *want = pack_ref(w, layouts[li].order, layouts[li].ib, layouts[li].ob, shape), *back;
+        int64_t d[6];
+        CHECK(oari_conv2d_packed_shape(a, d) == oar_tensor_numel(want) && !memcmp(d, shape, sizeof d));
+        oar_tensor *got = oar_empty(OAR_F32, 6, d, NULL);
+        oari_conv2d_pack(oar_tensor_data(w), oar_tensor_data(got), a);
+        CHECK(max_diff(got, want) == 0);
+        back = oar_empty(OAR_F32, 4, (int64_t[]){21, 19, 3, 2}, NULL);
+        oari_conv2d_unpack(oar_tensor_data(got), oar_tensor_data(back), a);
+        CHECK(max_diff(back, w) == 0);
+    }
+    oar_pool_pop(pool);
+}
+
+static void test_bad_input(void) {
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *x = rand_t(OAR_F32, 4, (int64_t[]){1, 19, 8, 8}, 1), *w = conv_w(21, 19, 3, 3), *b = NULL;
+    int64_t shape[6], ca[6] = {1, 1, 1, 1, 1, 1}, ws[4] = {21, 19, 3, 3};
+    oar_tensor *wp = pack_ref(w, 0, 16, 16, shape);
+    CHECK(prepacked(x, wp, NULL, ca, ws, 0, 16, 16, 0) != NULL);
+    CHECK_FAILS(prepacked(x, wp, NULL, ca, ws, 1, 16, 16, 0), "do not fit");          /* the other order */
+    CHECK_FAILS(prepacked(x, wp, NULL, ca, ws, 0, 8, 8, 0), "do not fit");            /* other blocks */
+    CHECK_FAILS(prepacked(x, wp, NULL, ca, (int64_t[]){21, 18, 3, 3}, 0, 16, 16, 0), "do not fit");
+    CHECK_FAILS(prepacked(x, wp, NULL, ca, ws, 2, 16, 16, 0), "bad attributes");
+    CHECK_FAILS(prepacked(x, wp, NULL, ca, ws, 0, 16, 65, 0), "bad attributes");
+    CHECK_FAILS(prepacked(x, wp, NULL, ca, ws, 0, 16, 16, 2), "bad attributes");
+    CHECK_FAILS(prepacked(x, wp, NULL, (int64_t[]){0, 1, 1, 1, 1, 1}, ws, 0, 16, 16, 0), "bad attributes");
+    CHECK_FAILS(prepacked(x, wp, NULL, (int64_t[]){1, 1, -1, 1, 1, 1}, ws, 0, 16, 16, 0), "bad attributes");
+    CHECK_FAILS(prepacked(x, NULL, NULL, ca, ws, 0, 16, 16, 0), "packed weight is NULL");
+    CHECK_FAILS(prepacked(oar_cast(x, OAR_F64), wp, NULL, ca, ws, 0, 16, 16, 0), "float32");
+    CHECK_FAILS(prepacked(x, wp, rand_t(OAR_F32, 1, (int64_t[]){20}, 1), ca, ws, 0, 16, 16, 0), "bias");
+    CHECK_FAILS(prepacked(oar_reshape(x, 3, (int64_t[]){19, 8, 8}), wp, b, ca, ws, 0, 16, 16, 0), "do not fit");
+    CHECK_FAILS(prepacked(oar_slice(x, 2, 0, 1, 1), wp, NULL, (int64_t[]){1, 1, 0, 0, 1, 1}, ws, 0, 16, 16, 0),
+                "larger than the padded input");
+    oari_attrs seven = oari_attrs_ints(7, (int64_t[]){1, 1, 1, 1, 1, 1, 1});
+    CHECK_FAILS(oari_call(OARI_OP_conv2d_prepacked, 3, (oar_tensor *[]){x, wp, NULL}, &seven),
+                "expected 14 integer attributes");
+    oar_pool_pop(pool);
+}
+
+int main(void) {
+    RUN(test_cnn);
+    RUN(test_left_alone);
+    RUN(test_op);
+    RUN(test_bad_input);
+    return test_summary();
+}
