@@ -15,7 +15,10 @@
  *       pipelines (1F1B, the cost model's stage split), and the planner's own choice;
  *       measures the step time (median of 5 after a warm-up) and prints predicted vs
  *       measured, Spearman's rho, the worst error and the chosen plan's gap to the best
- *       measured. BENCH_PLAN_MODEL=mlp or transformer runs one model only.
+ *       measured. Under each data-parallel plan it prints the measured parts of the step
+ *       (forward+backward, gradient collectives, optimizer) beside the predicted terms, so
+ *       a wrong prediction shows which term is wrong. BENCH_PLAN_MODEL=mlp or transformer
+ *       runs one model only; BENCH_PLAN_ROUNDS repeats the measurement.
  *
  * Peer: none exists for a planner's prediction; the "peer figure" is the measured time of the
  * same plan in the same run, and the ratio is predicted / measured. */
@@ -275,13 +278,14 @@ static double measure_pipeline(int kind, const oar_plan_config *k, const run_lay
 /* One plan's median step time at this world size (rank 0's figure on every rank): data
  * parallel (ZeRO, gradient accumulation), tensor parallel by the layout's rules, recompute by
  * checkpointing each child, or a pipeline. */
-static double measure(int kind, const oar_plan_config *k, const run_layout *lo, double *loss_out) {
+static double measure(int kind, const oar_plan_config *k, const run_layout *lo, double *loss_out, double *phases_out) {
     int64_t xs[3];
     int xnd = model_shape(kind, xs);
     oar_manual_seed(11);
     oar_tensor *x = oar_randn(OAR_F32, xnd, xs), *y = oar_randn(OAR_F32, xnd, xs);
     if (k->pp > 1) {
         double r = measure_pipeline(kind, k, lo, x, y, loss_out);
+        phases_out[0] = phases_out[1] = phases_out[2] = NAN; /* (a pipeline's phases interleave) */
         oar_tensor_release(x);
         oar_tensor_release(y);
         return r;
@@ -307,11 +311,12 @@ static double measure(int kind, const oar_plan_config *k, const run_layout *lo, 
     }
     /* the batch: sharded over the data-parallel dim, replicated over the tensor-parallel one */
     oar_placement bp[2] = {k->dp > 1 ? oar_shard(0) : oar_replicate(), oar_replicate()};
-    double t[STEPS + 1], loss = 0;
+    double t[STEPS + 1], loss = 0, ph[3][STEPS + 1]; /* phases: forward+backward, collectives, optimizer */
     int64_t mb = model_batch(kind) / k->micro_batches;
     for (int step = 0; step <= STEPS; step++) {
         oar_pool *pool = oar_pool_push();
         double t0 = now();
+        ph[0][step] = ph[1][step] = ph[2][step] = 0;
         loss = 0;
         for (int a = 0; a < k->micro_batches; a++) {
             oar_tensor *xb = oar_slice(x, 0, a * mb, (a + 1) * mb, 1), *yb = oar_slice(y, 0, a * mb, (a + 1) * mb, 1);
@@ -319,6 +324,7 @@ static double measure(int kind, const oar_plan_config *k, const run_layout *lo, 
                 xb = oar_shard_tensor(xb, mesh, bp);
                 yb = oar_shard_tensor(yb, mesh, bp);
             }
+            double ta = now();
             oar_tensor *h = xb;
             if (k->recompute)
                 for (int i = 0; i < nc && h; i++) h = oar_module_checkpoint(child[i], h);
@@ -327,12 +333,19 @@ static double measure(int kind, const oar_plan_config *k, const run_layout *lo, 
             oar_tensor *l = mse(h, yb, NULL);
             if (!l || oar_backward(l, NULL)) fail("step");
             loss += oar_tensor_item(oar_dtensor_mesh(l) ? oar_unshard(l) : l) / k->micro_batches;
+            double tb = now();
+            ph[0][step] += tb - ta;
             if (z && oar_zero_step(z) < 0) fail("zero step");
+            ph[2][step] += now() - tb; /* ZeRO's step: its collectives and the optimizer together */
         }
         if (opt) {
+            double tb = now();
             if (mesh && oar_dist_reduce_grads(np, p, 0) < 0) fail("reduce grads");
+            double tc = now();
             if (oar_optim_step(opt)) fail("optim step");
             oar_optim_zero_grad(opt);
+            ph[1][step] = tc - tb;
+            ph[2][step] = now() - tc;
         }
         t[step] = now() - t0;
         oar_pool_pop(pool);
@@ -344,6 +357,7 @@ static double measure(int kind, const oar_plan_config *k, const run_layout *lo, 
     oar_module_free(mod);
     if (mesh) oar_mesh_release(mesh);
     *loss_out = loss;
+    for (int i = 0; i < 3; i++) phases_out[i] = from_rank0(median(ph[i] + 1, STEPS));
     return from_rank0(median(t + 1, STEPS));
 }
 
@@ -480,10 +494,13 @@ static int measure_all(int argc, char **argv) {
             }
             plans[n++] = want[i];
         }
-        double mr[MAXR][MAXP], loss[MAXP];
+        double mr[MAXR][MAXP], mph[3][MAXR][MAXP], loss[MAXP], ph3[3];
         for (int round = 0; round < R; round++) {
             if (oar_plan_calibrate(&cal[round])) return fprintf(stderr, "calibrate: %s\n", oar_last_error()), 1;
-            for (int i = 0; i < n; i++) mr[round][i] = measure(kind, &plans[i], &lay[i], &loss[i]);
+            for (int i = 0; i < n; i++) {
+                mr[round][i] = measure(kind, &plans[i], &lay[i], &loss[i], ph3);
+                for (int q = 0; q < 3; q++) mph[q][round][i] = ph3[q];
+            }
         }
         /* predictions from the rounds' mean calibration; the planner's choice again from it */
         oar_plan_calib mean = calib_mean(cal, R);
@@ -497,7 +514,10 @@ static int measure_all(int argc, char **argv) {
         for (int i = 0; i < n && !have; i++) have = same_plan(ch, &plans[i]);
         if (!have && n < MAXP && !layout_for(pm, &c, B, ch, kind, &lay[n], why, sizeof why)) {
             plans[n] = *ch;
-            for (int round = 0; round < R; round++) mr[round][n] = measure(kind, &plans[n], &lay[n], &loss[n]);
+            for (int round = 0; round < R; round++) {
+                mr[round][n] = measure(kind, &plans[n], &lay[n], &loss[n], ph3);
+                for (int q = 0; q < 3; q++) mph[q][round][n] = ph3[q];
+            }
             if (me == 0) printf("  (the mean calibration's choice %s was measured after the rounds)\n",
                                 plan_str(ch, buf, sizeof buf));
             n++;
@@ -541,6 +561,15 @@ static int measure_all(int argc, char **argv) {
                        1e3 * e->compute_time, 1e3 * e->tp_comm_time, 1e3 * e->dp_comm_time, 1e3 * e->pp_time,
                        1e3 * e->optim_time, 1e3 * e->accum_time);
                 for (int k = 0; k < R; k++) printf(" %.4f", mr[k][i]);
+                double mq[3];
+                for (int q = 0; q < 3; q++) {
+                    double v[MAXR];
+                    for (int k = 0; k < R; k++) v[k] = mph[q][k][i];
+                    mq[q] = median(v, R);
+                }
+                if (!isnan(mq[0]))
+                    printf("; measured parts (ms): forward+backward %.1f, dp comm %.1f, %s %.1f", 1e3 * mq[0],
+                           1e3 * mq[1], plans[i].zero ? "ZeRO step" : "optimizer", 1e3 * mq[2]);
                 char ls[256];
                 printf("  %s%s\n", layout_str(&plans[i], &lay[i], kind, ls, sizeof ls),
                        moved[i] ? "  (the mean calibration would lay it out otherwise)" : "");
