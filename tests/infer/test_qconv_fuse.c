@@ -262,6 +262,58 @@ static void test_op(void) {
     oar_pool_pop(pool);
 }
 
+/* The requantizing epilogue in both its forms (cpu_qlinear.h: the short
+ * one when the constants keep every value finite and below 2^30, the full
+ * one otherwise) gives quantize's values of the unfused ops exactly: no
+ * relu and relu, negative scales (relu folded into the clamp), and the
+ * constants that refuse the short form (a scale of 1e30, an infinite bias:
+ * values past 2^63 and inf, which quantize sends to the low end). */
+static void test_requant_forms(void) {
+    oar_pool *pool = oar_pool_push();
+    const conv_p cp = {{1, 1}, {1, 1}, {1, 1}, 3, 3};
+    const int64_t o = 32, xs[4] = {2, 16, 14, 14}, wsh[4] = {o, 16, 3, 3};
+    oar_tensor *w = oar_quantize_per_tensor(rand_t(4, wsh, 1.0), 1.0 / 127, 0, OAR_I8), *ws;
+    oar_tensor *wp = pack_conv_ref(w, &ws);
+    oar_tensor *x = rand_t(4, xs, 1.0);
+    float sv[32], bv[32];
+    for (int kind = 0; kind < 4; kind++) { /* plain, negative scales, a scale of 1e30, an infinite bias */
+        for (int j = 0; j < o; j++) {
+            sv[j] = (float)(0.001 + 0.00005 * j) * (kind == 1 && j % 2 ? -1.f : 1.f);
+            bv[j] = (float)(0.05 * (j % 7) - 0.15);
+        }
+        if (kind == 2) sv[3] = 1e30f;
+        if (kind == 3) bv[5] = INFINITY, bv[6] = -INFINITY;
+        oar_tensor *s = oar_tensor_from_data(sv, OAR_F32, 1, &o), *b = oar_tensor_from_data(bv, OAR_F32, 1, &o);
+        oar_tensor *s4 = oar_reshape(s, 4, (int64_t[]){1, o, 1, 1}), *b4 = oar_reshape(b, 4, (int64_t[]){1, o, 1, 1});
+        for (int i8 = 0; i8 < 2; i8++) {
+            int64_t zp = i8 ? 5 : 120;
+            oar_tensor *xq = oar_quantize_per_tensor(x, 0.01, zp, i8 ? OAR_I8 : OAR_U8);
+            oar_tensor *acc = oar_cast(oar_qconv2d(xq, zp, w, cp.st, cp.pd, cp.dl, 1), OAR_F32);
+            for (int relu = 0; relu < 2; relu++) {
+                oar_tensor *f = oar_add(oar_mul(acc, s4), b4);
+                if (relu) f = oar_relu(f);
+                for (int odt = 0; odt < 2; odt++) {
+                    oar_dtype dt = odt ? OAR_I8 : OAR_U8;
+                    const double sy = 0.011;
+                    const int64_t zy = odt ? -20 : 30;
+                    oar_tensor *want = oar_quantize_per_tensor(f, sy, zy, dt);
+                    for (int ref = 0; ref < 2; ref++) {
+                        oari_cpu_qlinear_force_reference(ref);
+                        oar_tensor *got = qconv_op(xq, wp, ws, s, b, zp, &cp, relu, oar_full(OAR_F64, 0, NULL, sy),
+                                                   oar_full(OAR_I64, 0, NULL, (double)zy), dt, 0);
+                        CHECK(got && oar_tensor_dtype(got) == dt && same_values(got, want));
+                        if (!same_values(got, want))
+                            fprintf(stderr, "kind %d, int8 x %d, relu %d, int8 out %d, reference %d: %g off\n", kind,
+                                    i8, relu, odt, ref, max_diff(got, want));
+                    }
+                    oari_cpu_qlinear_force_reference(false);
+                }
+            }
+        }
+    }
+    oar_pool_pop(pool);
+}
+
 /* qmax_pool2d of quantize(x) is quantize of max_pool2d(x), uint8 and int8,
  * at the windows max_pool2d takes (2 x 2 on its fast path, 3 x 3 stride 2
  * padding 1, dilation, ceil mode), on a strided x too. */
@@ -438,6 +490,7 @@ static void test_left_alone(void) {
 
 int main(void) {
     RUN(test_op);
+    RUN(test_requant_forms);
     RUN(test_qpool);
     RUN(test_quantize_simd);
     RUN(test_bad_input);

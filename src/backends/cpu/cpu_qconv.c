@@ -21,7 +21,9 @@
  * item of the OpenMP loop gathers up to four panels into its thread's
  * buffer (4 x ceil(K/4) x 64 bytes: the demo CNN's second conv, 9 KB) and
  * runs every output channel over them, 4 channels x 4 panels (16 zmm
- * accumulators) at a time. Without AVX512_VNNI, outside x86-64 or for
+ * accumulators, started at -zp rowsum(W)) at a time; a requantized output
+ * takes oari_qfast's short epilogue where the constants allow it (checked
+ * per call). Without AVX512_VNNI, outside x86-64 or for
  * strided constants, an exact integer loop gives the same values.
  *
  * qmax_pool2d: max_pool2d's values (the same windows, padding skipped) on
@@ -37,6 +39,8 @@ typedef struct {
     int32_t zp; /* the effective zero point: +128 for an int8 x */
     bool i8, relu;
     oari_qout o;
+    bool fast;     /* requantized with oari_qfast's short epilogue */
+    oari_qfast qf;
 } cargs;
 
 static bool dense(const oar_ktensor *t) {
@@ -164,12 +168,16 @@ typedef struct {
 /* Channels o0 .. o0 + MR over the NB gathered panels col [NB, kb, 64]:
  * MR x NB accumulators over kb, then the epilogue, one masked store each. */
 VNNI __attribute__((always_inline)) static inline void tile(const cargs *q, const uint8_t *col, const panel *pn,
-                                                             int64_t o0, int MR, int NB) {
+                                                             int64_t o0, int MR, int NB, bool FAST) {
     __m512i acc[4][NB_MAX];
+    const int32_t *ws = q->ws->data;
+    const uint32_t zp = (uint32_t)q->zp;
     UNROLL4
-    for (int r = 0; r < MR; r++)
+    for (int r = 0; r < MR; r++) { /* the sums start at -zp rowsum(W) (the epilogue's correction) */
+        __m512i corr = _mm512_set1_epi32((int32_t)(0u - zp * (uint32_t)ws[o0 + r]));
         UNROLL4
-        for (int c = 0; c < NB; c++) acc[r][c] = _mm512_setzero_si512();
+        for (int c = 0; c < NB; c++) acc[r][c] = corr;
+    }
     const int64_t kb = q->kb;
     const int8_t *w = (const int8_t *)q->w->data + o0 * kb * 4;
     for (int64_t p = 0; p < kb; p++) {
@@ -185,21 +193,30 @@ VNNI __attribute__((always_inline)) static inline void tile(const cargs *q, cons
             for (int c = 0; c < NB; c++) acc[r][c] = oari_dpbusd(acc[r][c], cv[c], wb);
         }
     }
-    const int32_t *ws = q->ws->data;
     const float *sp = q->s->data, *bp = q->b ? (const float *)q->b->data : NULL;
     const int64_t P = q->OH * q->OW;
     const bool per_ch = q->s->ndim != 0, relu = q->relu;
-    const uint32_t zp = (uint32_t)q->zp;
-    const oari_qout_v ov = oari_qout_vec(&q->o);
     void *const y = q->y;
+    if (FAST) {
+        const oari_qfast_v fv = oari_qfast_vec(&q->o, &q->qf);
+        UNROLL4
+        for (int r = 0; r < MR; r++) {
+            const int64_t o = o0 + r;
+            __m512 sv = _mm512_set1_ps(sp[per_ch ? o : 0]), bv = _mm512_set1_ps(bp ? bp[o] : 0.f);
+            UNROLL4
+            for (int c = 0; c < NB; c++)
+                oari_qfast_store(&fv, (uint8_t *)y + pn[c].y0 + o * P, pn[c].mask, acc[r][c], sv, bv);
+        }
+        return;
+    }
+    const oari_qout_v ov = oari_qout_vec(&q->o);
     UNROLL4
     for (int r = 0; r < MR; r++) {
         const int64_t o = o0 + r;
-        __m512i corr = _mm512_set1_epi32((int32_t)(zp * (uint32_t)ws[o]));
         __m512 sv = _mm512_set1_ps(sp[per_ch ? o : 0]), bv = _mm512_set1_ps(bp ? bp[o] : 0.f);
         UNROLL4
         for (int c = 0; c < NB; c++) {
-            __m512 f = oari_qact_v(_mm512_sub_epi32(acc[r][c], corr), sv, bp ? &bv : NULL, relu);
+            __m512 f = oari_qact_v(acc[r][c], sv, bp ? &bv : NULL, relu);
             int64_t at = pn[c].y0 + o * P;
             if (ov.on) oari_qstore_v(&ov, (uint8_t *)y + at, pn[c].mask, f);
             else oari_qstore_v(&ov, (float *)y + at, pn[c].mask, f);
@@ -226,10 +243,10 @@ VNNI static void item(const cargs *q, const uint8_t *xp, const int64_t *off, int
         int mr = q->O - o0 < 4 ? (int)(q->O - o0) : 4;
 #define NB_CASES(MR)                                                                                   \
     switch (nb) {                                                                                      \
-    case 4: tile(q, col, pn, o0, MR, 4); break;                                                        \
-    case 3: tile(q, col, pn, o0, MR, 3); break;                                                        \
-    case 2: tile(q, col, pn, o0, MR, 2); break;                                                        \
-    default: tile(q, col, pn, o0, MR, 1); break;                                                       \
+    case 4: q->fast ? tile(q, col, pn, o0, MR, 4, true) : tile(q, col, pn, o0, MR, 4, false); break;   \
+    case 3: q->fast ? tile(q, col, pn, o0, MR, 3, true) : tile(q, col, pn, o0, MR, 3, false); break;   \
+    case 2: q->fast ? tile(q, col, pn, o0, MR, 2, true) : tile(q, col, pn, o0, MR, 2, false); break;   \
+    default: q->fast ? tile(q, col, pn, o0, MR, 1, true) : tile(q, col, pn, o0, MR, 1, false); break;  \
     }
         switch (mr) {
         case 4: NB_CASES(4) break;
@@ -303,8 +320,10 @@ static int k_qlinear_conv2d(void *ctx, const oar_kernel_call *c) {
     if (oari_cpu_qout_parse(c, 10, 5, &q.o)) return oari_fail_status();
     if (q.N == 0 || q.O == 0) return 0;
 #ifdef OARI_HAVE_VNNI_CODE
-    if (oari_cpu_qvnni() && q.K > 0 && dense(w) && dense(q.ws) && dense(q.s) && (!q.b || dense(q.b)))
+    if (oari_cpu_qvnni() && q.K > 0 && dense(w) && dense(q.ws) && dense(q.s) && (!q.b || dense(q.b))) {
+        q.fast = oari_qfast_make(&q.o, q.s->data, q.s->ndim ? q.O : 1, q.b ? q.b->data : NULL, q.O, q.relu, &q.qf);
         return qconv_vnni(&q);
+    }
 #else
     (void)dense;
 #endif
