@@ -156,14 +156,17 @@ OARI_VNNI static inline oari_qfast_v oari_qfast_vec(const oari_qout *o, const oa
                           .zq = _mm512_set1_epi32(f->zq)};
 }
 
-OARI_VNNI static inline void oari_qfast_store(const oari_qfast_v *q, void *y, __mmask16 mask, __m512i v, __m512 s,
-                                              __m512 b) {
+OARI_VNNI static inline __m512i oari_qfast_int(const oari_qfast_v *q, __m512i v, __m512 s, __m512 b) {
     __m512 f = _mm512_mul_round_ps(_mm512_cvtepi32_ps(v), s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     f = _mm512_add_round_ps(f, b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 x = q->div ? _mm512_div_ps(f, q->sq) : _mm512_mul_ps(f, q->inv);
     x = _mm512_min_ps(_mm512_max_ps(x, q->lower), q->upper);
-    __m512i i = _mm512_add_epi32(_mm512_cvt_roundps_epi32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), q->zq);
-    _mm_mask_storeu_epi8(y, mask, _mm512_cvtepi32_epi8(i));
+    return _mm512_add_epi32(_mm512_cvt_roundps_epi32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), q->zq);
+}
+
+OARI_VNNI static inline void oari_qfast_store(const oari_qfast_v *q, void *y, __mmask16 mask, __m512i v, __m512 s,
+                                              __m512 b) {
+    _mm_mask_storeu_epi8(y, mask, _mm512_cvtepi32_epi8(oari_qfast_int(q, v, s, b)));
 }
 #endif
 
