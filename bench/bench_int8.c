@@ -360,8 +360,9 @@ static void run_cnn(void) {
 
 /* The CNN traced and served by predictors (run last, after run_cnn built
  * it, so that the other models keep their random draws): the int8
- * predictor's fuse_qlinear makes its convs qlinear_conv2d layers writing
- * the uint8 their pools (qmax_pool2d) read, its head qlinear ones. */
+ * predictor's fuse_qlinear makes its convs qlinear_conv2d layers with
+ * their 2 x 2 pools inside, writing the pooled uint8 the next layer
+ * reads, its head qlinear ones. */
 static int cnn_traced(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     (void)ctx;
     out[0] = cnn_f32(NULL, in[0]);
