@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 static double now(void) {
@@ -173,9 +174,11 @@ static void predictor_rows(const char *name, oar_trace_fn fn, void *ctx, const o
         exit(1);
     }
     static const int batches[2] = {1, 64};
+    const char *rep_env = getenv("BENCH_INT8_REPEAT"); /* (more runs for perf: the counts times this) */
+    const int repeat = rep_env && atoi(rep_env) > 0 ? atoi(rep_env) : 1;
     for (int i = 0; i < 2; i++) {
         oar_tensor *x = make_x(batches[i], ctx);
-        int reps = batches[i] == 1 ? 300 : 30;
+        int reps = (batches[i] == 1 ? 300 : 30) * repeat;
         double f = time_pred(pf, x, reps), q = time_pred(pq, x, reps);
         printf("oar %s_predictor_f32_b%d %.4f ms\n", name, batches[i], f);
         printf("oar %s_predictor_int8_b%d %.4f ms (%d layers quantized)\n", name, batches[i], q, nq);
@@ -306,9 +309,10 @@ static void build_cnn(void) {
     }
 }
 
-static void run_cnn(void) {
+/* The CNN's convs (build_cnn) and its head, calibrated on the features of
+ * random images. */
+static void build_cnn_head(void) {
     build_cnn();
-    /* the head calibrated on the features of random images */
     model *h = &the_cnn.head;
     int64_t dims[3] = {32 * 49, 128, 10};
     h->n = 2;
@@ -337,6 +341,10 @@ static void run_cnn(void) {
         oar_quant_params(lo, hi, OAR_U8, false, &h->sx[l], &h->zx[l]);
         oar_calib_observer_free(o[l]);
     }
+}
+
+static void run_cnn(void) {
+    build_cnn_head();
     static const int batches[2] = {1, 64};
     for (int i = 0; i < 2; i++) {
         oar_pool *pool = oar_pool_push();
@@ -352,8 +360,9 @@ static void run_cnn(void) {
 
 /* The CNN traced and served by predictors (run last, after run_cnn built
  * it, so that the other models keep their random draws): the int8
- * predictor's fuse_qlinear makes its convs qlinear_conv2d layers writing
- * the uint8 their pools (qmax_pool2d) read, its head qlinear ones. */
+ * predictor's fuse_qlinear makes its convs qlinear_conv2d layers with
+ * their 2 x 2 pools inside, writing the pooled uint8 the next layer
+ * reads, its head qlinear ones. */
 static int cnn_traced(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     (void)ctx;
     out[0] = cnn_f32(NULL, in[0]);
@@ -372,6 +381,13 @@ static oar_tensor *gemm_f32(const model *m, oar_tensor *x) { return oar_matmul(x
 static oar_tensor *gemm_int8(const model *m, oar_tensor *x) { return oar_qmatmul(x, 128, m->wq[0]); }
 
 int main(void) {
+    /* BENCH_INT8_ONLY=cnn_predictor: only the CNN's predictor rows (what a profiler or perf then sees) */
+    const char *only = getenv("BENCH_INT8_ONLY");
+    if (only && !strcmp(only, "cnn_predictor")) {
+        build_cnn_head();
+        run_cnn_predictor();
+        return 0;
+    }
     run_cnn();
     run("mlp", 3, (int64_t[]){784, 512, 512, 10}, 1);
     run("ffn", 2, (int64_t[]){256, 1024, 256}, 32);

@@ -70,6 +70,52 @@ OAR_API bool oar_autocast_enabled(void);
 /* The low dtype op calls are autocast to now; OAR_F32 when not enabled. */
 OAR_API oar_dtype oar_autocast_dtype(void);
 
+/* ---- a low dtype the CPU only emulates -----------------------------------------
+ * A CPU without native bf16 dot products (AVX512_BF16 or AMX-BF16, used
+ * through oneDNN) runs bf16 matmul and conv emulated, typically slower
+ * than f32 (2x on an AVX-512 CPU without AVX512_BF16); oar's CPU computes
+ * f16 in f32 between casts on every CPU. oar_autocast_push asks the CPU
+ * (oar_device_native_dot, include/oar/device.h) and, when it only
+ * emulates the scope's dtype, follows the policy:
+ *
+ *   - DEFAULT (nothing chosen): one warning on stderr per dtype and
+ *     process, naming the choices below; LOW ops run in the low dtype
+ *     anyway, so results are the same on every CPU.
+ *   - LOW: the same without the warning.
+ *   - F32: LOW ops on CPU tensors compute in f32 (their f16/bf16 inputs
+ *     cast up, f32 ones left as they are): f32 speed and f32 results. The
+ *     API keeps working as in any scope: oar_autocast_enabled() is true,
+ *     oar_autocast_dtype() is still the scope's dtype (ask
+ *     oar_autocast_compute_dtype for the one LOW ops use), the F32 and
+ *     PROMOTE lists apply, O2 models keep their low-precision parameters
+ *     (cast up by each LOW op), and the loss scaler works unchanged.
+ *
+ * The policy is oar_autocast_set_emulated's, else the environment variable
+ * OAR_AUTOCAST_EMULATED ("low" or "f32"; another value warns as DEFAULT
+ * does and names it). It is applied when a scope opens, so a scope keeps
+ * its choice; ops on a plugin device's tensors compute in the scope's
+ * dtype (their device's kernels). The graph passes "amp" / "amp_f16"
+ * insert the scope's dtype regardless (a graph may run elsewhere); a graph
+ * traced inside a scope records the casts the scope made. PyTorch runs CPU
+ * autocast in bf16 whatever the CPU and says nothing; for a device without
+ * the dtype at all it warns and disables autocast: DEFAULT keeps the
+ * first's results and adds the warning, F32 is the second's speed with
+ * the API kept. */
+typedef enum oar_autocast_emulated {
+    OAR_AUTOCAST_EMULATED_DEFAULT = 0, /* from OAR_AUTOCAST_EMULATED; else warn once and run low */
+    OAR_AUTOCAST_EMULATED_LOW = 1,     /* run in the low dtype, emulated, without a warning */
+    OAR_AUTOCAST_EMULATED_F32 = 2,     /* LOW ops on the CPU compute in f32 */
+} oar_autocast_emulated;
+
+/* Sets the policy for scopes opened from now on, on every thread
+ * (DEFAULT: back to the environment variable). 0, or OAR_ERR_INVALID for
+ * another value. */
+OAR_API int oar_autocast_set_emulated(oar_autocast_emulated mode);
+/* The dtype LOW ops on CPU tensors compute in on this thread now: the
+ * scope's low dtype, or f32 under the F32 policy on a CPU that only
+ * emulates it; OAR_F32 when autocast is not enabled. */
+OAR_API oar_dtype oar_autocast_compute_dtype(void);
+
 typedef enum oar_autocast_policy {
     OAR_AUTOCAST_PROMOTE = 0, /* runs in its inputs' dtype, mixed floating inputs widened */
     OAR_AUTOCAST_LOW = 1,     /* runs in the scope's low dtype */

@@ -49,7 +49,7 @@ extern "C" {
 #endif
 
 #define OAR_DEVICE_ABI_MAJOR 1
-#define OAR_DEVICE_ABI_MINOR 3
+#define OAR_DEVICE_ABI_MINOR 4
 #define OAR_DEVICE_ABI_VERSION ((OAR_DEVICE_ABI_MAJOR << 16) | OAR_DEVICE_ABI_MINOR)
 #define OAR_KERNEL_MAX_DIMS 8
 #define OAR_COMM_ID_BYTES 256 /* at most this many bytes name a communicator (comm_unique_id) */
@@ -232,6 +232,15 @@ typedef struct oar_device_iface {
      * device buffers (what alloc returned), then n_scalars 64-bit integers */
     int (*launch)(void *ctx, int index, void *fn, int n_buffers, void *const *buffers,
                   int n_scalars, const int64_t *scalars, size_t global_size);
+
+    /* ---- ABI 1.4: what the hardware computes natively -------------------- */
+    /* optional: 1 when the device's matmul and conv kernels in dtype (an
+     * oar_dtype value: f16, bf16, f32, u8, i8) run on the hardware's own
+     * dot-product instructions for it, 0 when they are emulated or computed
+     * in a wider type (slower than f32 for f16/bf16), a negative status
+     * (reported) on failure. NULL member: native for every dtype the device
+     * has kernels for (autocast then never falls back on it). */
+    int (*native_dot)(void *ctx, int index, int32_t dtype);
 } oar_device_iface;
 
 /* Log levels of oar_host_api.log. */
@@ -332,6 +341,19 @@ OAR_DEVICE_API int oar_device_count(void);
 OAR_DEVICE_API oar_device *oar_device_at(int i);
 /* The device's properties; 0 or a status. */
 OAR_DEVICE_API int oar_device_get_props(const oar_device *d, oar_device_props *out);
+/* Whether device d computes dot products (matmul, conv) in dtype natively:
+ * 1 yes, 0 no (emulated, or computed in a wider type: for f16/bf16 slower
+ * than f32), a negative status with an error for a NULL device or a dtype
+ * that is not an oar_dtype. f32 and f64 are native everywhere. The CPU
+ * answers from cpuid and how oar was built: bf16 is native with
+ * AVX512_BF16 or AMX-BF16 and oneDNN (OAR_WITH_DNNL); f16 never is (oar's
+ * CPU computes it in f32 between casts); u8/i8 with AVX512_VNNI. The
+ * environment variables OAR_CPU_NATIVE_BF16 and OAR_CPU_NATIVE_F16 ("0" or
+ * "1", read at each call) override the CPU's answer (tests; a machine whose
+ * probe is wrong). A plugin device answers through its table's native_dot
+ * (ABI 1.4); one that does not counts as native. Autocast
+ * (include/oar/amp.h) asks this when a scope opens. */
+OAR_DEVICE_API int oar_device_native_dot(const oar_device *d, int32_t dtype);
 /* Waits for the work queued on d; 0 or a status. */
 OAR_DEVICE_API int oar_device_synchronize(oar_device *d);
 

@@ -111,6 +111,17 @@ int oar_device_get_props(const oar_device *d, oar_device_props *out) {
     return st ? failed(st, "oar_device_get_props: %s failed (%d)", d->name, st) : 0;
 }
 
+int oar_device_native_dot(const oar_device *d, int32_t dtype) {
+    if (!d) return oari_error(OAR_ERR_INVALID, "oar_device_native_dot: device is NULL");
+    if (dtype < 0 || dtype >= OAR_DTYPE_COUNT)
+        return oari_error(OAR_ERR_INVALID, "oar_device_native_dot: dtype code %d is not an oar dtype", (int)dtype);
+    if (dtype == OAR_F32 || dtype == OAR_F64) return 1;
+    if (!d->iface->native_dot) return 1;
+    oari_device_reported = false;
+    int r = d->iface->native_dot(d->ctx, d->index, dtype);
+    return r < 0 ? failed(r, "oar_device_native_dot: %s failed (%d)", d->name, r) : r > 0;
+}
+
 int oar_device_synchronize(oar_device *d) {
     if (!d) return oari_error(OAR_ERR_INVALID, "oar_device_synchronize: device is NULL");
     if (!d->iface->synchronize) return 0;

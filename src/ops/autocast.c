@@ -7,11 +7,17 @@
 #include "op.h"
 
 #include <oar/amp.h>
+#include <oar/device.h>
+
+#include <stdlib.h>
+#include <string.h>
 
 #define AUTOCAST_MAX_DEPTH 64
 
-/* The scopes' dtypes (OAR_F32: a disabling scope), innermost last. */
-static _Thread_local oar_dtype scope[AUTOCAST_MAX_DEPTH];
+/* The scopes' dtypes (OAR_F32: a disabling scope), innermost last, and
+ * the dtype their LOW ops compute in on the CPU (the scope's, or f32 when
+ * the CPU lacks native dot products in it and the policy says so). */
+static _Thread_local oar_dtype scope[AUTOCAST_MAX_DEPTH], scope_compute[AUTOCAST_MAX_DEPTH];
 static _Thread_local int depth;
 /* Backward passes suspend autocast (oari_autocast_suspend). */
 static _Thread_local int suspended;
@@ -21,6 +27,60 @@ static void refresh(void) {
     oari_autocast_active = depth > 0 && !suspended && scope[depth - 1] != OAR_F32;
 }
 
+/* ---- a low dtype the CPU only emulates --------------------------------------- */
+
+static int emulated_mode = OAR_AUTOCAST_EMULATED_DEFAULT; /* (process-wide; atomic) */
+static int warned[OAR_DTYPE_COUNT];
+
+int oar_autocast_set_emulated(oar_autocast_emulated mode) {
+    if (mode != OAR_AUTOCAST_EMULATED_DEFAULT && mode != OAR_AUTOCAST_EMULATED_LOW &&
+        mode != OAR_AUTOCAST_EMULATED_F32)
+        return oari_error(OAR_ERR_INVALID, "autocast_set_emulated: mode %d is not DEFAULT (0), LOW (1) or F32 (2)",
+                          (int)mode);
+    __atomic_store_n(&emulated_mode, (int)mode, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* The policy now: the one set by oar_autocast_set_emulated, else
+ * OAR_AUTOCAST_EMULATED ("low" or "f32"); DEFAULT when neither says. *env
+ * is the variable's value when it names no policy (for the warning). */
+static int emulated_policy(const char **bad_env) {
+    int m = __atomic_load_n(&emulated_mode, __ATOMIC_RELAXED);
+    *bad_env = NULL;
+    if (m != OAR_AUTOCAST_EMULATED_DEFAULT) return m;
+    const char *v = getenv("OAR_AUTOCAST_EMULATED");
+    if (!v) return OAR_AUTOCAST_EMULATED_DEFAULT;
+    if (!strcmp(v, "low")) return OAR_AUTOCAST_EMULATED_LOW;
+    if (!strcmp(v, "f32")) return OAR_AUTOCAST_EMULATED_F32;
+    *bad_env = v;
+    return OAR_AUTOCAST_EMULATED_DEFAULT;
+}
+
+/* The dtype a scope of low's LOW ops compute in on the CPU; warns once per
+ * dtype (per process) when the CPU only emulates low and no policy was
+ * chosen. */
+static oar_dtype cpu_compute_dtype(oar_dtype low) {
+    if (low == OAR_F32) return OAR_F32;
+    int native = oar_device_native_dot(oar_device_cpu(), low);
+    if (native != 0) return low; /* (a failed probe: as native, the behaviour before the probe existed) */
+    const char *bad = NULL;
+    int m = emulated_policy(&bad);
+    if (m == OAR_AUTOCAST_EMULATED_F32) return OAR_F32;
+    if (m == OAR_AUTOCAST_EMULATED_DEFAULT && !__atomic_exchange_n(&warned[low], 1, __ATOMIC_RELAXED)) {
+        const char *n = low == OAR_BF16 ? "bf16" : "f16";
+        oari_log(OAR_LOG_WARN, "autocast",
+                 "this CPU has no native %s dot products (%s), so %s matmul and conv inside autocast scopes are "
+                 "emulated and typically slower than f32. They run in %s anyway; set OAR_AUTOCAST_EMULATED=f32 "
+                 "(or call oar_autocast_set_emulated) to compute them in f32 instead, or =low to keep %s "
+                 "without this warning (docs/amp.md)%s%s%s",
+                 n, low == OAR_BF16 ? "AVX512_BF16 or AMX-BF16 with oneDNN" : "oar's CPU kernels compute f16 in f32",
+                 n, n, n, bad ? "; OAR_AUTOCAST_EMULATED=\"" : "", bad ? bad : "", bad ? "\" is neither" : "");
+    }
+    return low;
+}
+
+oar_dtype oar_autocast_compute_dtype(void) { return oari_autocast_active ? scope_compute[depth - 1] : OAR_F32; }
+
 int oar_autocast_push(oar_dtype low) {
     if (low != OAR_BF16 && low != OAR_F16 && low != OAR_F32)
         return oari_error(OAR_ERR_INVALID, "autocast_push: dtype %s is not bf16, f16 or f32 (f32 "
@@ -29,6 +89,7 @@ int oar_autocast_push(oar_dtype low) {
     if (depth == AUTOCAST_MAX_DEPTH)
         return oari_error(OAR_ERR_STATE, "autocast_push: scopes nested more than %d deep (a missing "
                           "oar_autocast_pop?)", AUTOCAST_MAX_DEPTH);
+    scope_compute[depth] = cpu_compute_dtype(low);
     scope[depth++] = low;
     refresh();
     return 0;
@@ -165,7 +226,12 @@ bool oari_autocast_targets(oari_op op, oar_dtype low, int n_in, oar_tensor *cons
 int oari_autocast_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs *attrs,
                            oar_tensor **out) {
     oar_dtype want[OARI_MAX_IN];
-    if (n_in < 0 || n_in > OARI_MAX_IN || !oari_autocast_targets(op, scope[depth - 1], n_in, in, want))
+    /* LOW ops compute in the scope's CPU dtype; on a plugin device's
+     * tensors in the scope's own (that device's kernels run them) */
+    oar_dtype low = scope_compute[depth - 1];
+    for (int i = 0; i < n_in && n_in <= OARI_MAX_IN; i++)
+        if (in[i] && in[i]->storage && in[i]->storage->device != oari_device_cpu()) low = scope[depth - 1];
+    if (n_in < 0 || n_in > OARI_MAX_IN || !oari_autocast_targets(op, low, n_in, in, want))
         return oari_dispatch_run(op, n_in, in, attrs, out);
     oar_tensor *cin[OARI_MAX_IN] = {0};
     int st = 0;

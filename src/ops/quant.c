@@ -301,15 +301,22 @@ const oari_op_def oari_def_qlinear = {
  * int32 [o] (its row sums), in3 f32 [] or [o], in4 f32 [o] or NULL; iattr
  * 1..8 stride, padding, dilation (h, w each), kh, kw; iattr9 the
  * activation; out f32 [n, o, oh, ow], or with iattr10 (uint8 or int8) and
- * iattr11 (div) quantized as qlinear's (in5, in6). */
+ * iattr11 (div) quantized as qlinear's (in5, in6); iattr12 (with those)
+ * 1: a 2 x 2 stride-2 max pool of that output (floor: [n, o, oh / 2,
+ * ow / 2]), taken on the int32 sums before the epilogue (the predictor's
+ * fuse_qlinear sets it only for positive scales, where the epilogue is
+ * non-decreasing and so commutes with max). */
 static int infer_qlinear_conv2d(oari_infer *c) {
     const oar_tensor *x = c->in[0], *w = c->in[1], *ws = c->in[2], *s = c->in[3], *b = c->in[4];
     const int64_t *a = c->attrs->i;
     char xs[200], wsh[200];
-    if (c->attrs->ni != 10 && c->attrs->ni != 12)
+    if (c->attrs->ni != 10 && c->attrs->ni != 12 && c->attrs->ni != 13)
         return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: expected 10 integer attributes (12 with a quantized "
-                          "output)");
-    const bool out_q = c->attrs->ni == 12;
+                          "output, 13 with its 2 x 2 pool)");
+    const bool out_q = c->attrs->ni >= 12, pooled = c->attrs->ni == 13 && a[12] == 1;
+    if (c->attrs->ni == 13 && a[12] != 0 && a[12] != 1)
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: pool %lld is not 0 (none) or 1 (2 x 2, stride 2)",
+                          (long long)a[12]);
     const oar_tensor *ys = c->n_in > 5 ? c->in[5] : NULL, *yz = c->n_in > 6 ? c->in[6] : NULL;
     if (out_q && (a[10] != OAR_U8 && a[10] != OAR_I8))
         return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: a quantized output must be uint8 or int8 (dtype code "
@@ -364,6 +371,10 @@ static int infer_qlinear_conv2d(oari_infer *c) {
     c->kernel_dtype = x->dtype;
     oari_meta_from(&c->out[0], x);
     c->out[0].shape[1] = o, c->out[0].shape[2] = (ph - eh) / a[1] + 1, c->out[0].shape[3] = (pw - ew) / a[2] + 1;
+    if (pooled && (c->out[0].shape[2] < 2 || c->out[0].shape[3] < 2))
+        return oari_error(OAR_ERR_INVALID, "qlinear_conv2d: a %lld x %lld output is too small for its 2 x 2 pool",
+                          (long long)c->out[0].shape[2], (long long)c->out[0].shape[3]);
+    if (pooled) c->out[0].shape[2] /= 2, c->out[0].shape[3] /= 2;
     c->out[0].dtype = out_q ? (oar_dtype)a[10] : OAR_F32;
     return 0;
 }

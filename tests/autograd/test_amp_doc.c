@@ -61,6 +61,30 @@ static char *generate(void) {
             "autocast. The loss scaler (`oar_grad_scaler_*`), O2 master weights\n"
             "(`oar_amp_o2_*`) and `oar_fit`'s `autocast_dtype` and `scaler` options are in\n"
             "the same header.\n\n");
+    put(&b, "## A low dtype the CPU only emulates\n\n"
+            "A CPU without native bf16 dot products (AVX512_BF16 or AMX-BF16, used\n"
+            "through oneDNN) runs bf16 matmul and conv emulated, typically slower than\n"
+            "f32 (2x on an AVX-512 CPU without AVX512_BF16: `bench/RESULTS.md`); oar's\n"
+            "CPU computes f16 in f32 between casts on every CPU. Ask with\n"
+            "`oar_device_native_dot(oar_device_cpu(), OAR_BF16)` (`include/oar/device.h`;\n"
+            "`OAR_CPU_NATIVE_BF16` / `OAR_CPU_NATIVE_F16` = `0` or `1` override the\n"
+            "answer). When a scope opens on such a CPU, autocast follows a policy, set by\n"
+            "`oar_autocast_set_emulated` or else by `OAR_AUTOCAST_EMULATED`:\n\n"
+            "| policy | LOW ops on CPU tensors | message |\n"
+            "| --- | --- | --- |\n"
+            "| default (nothing set) | run in the low dtype, emulated: the same results on every CPU | one warning per dtype and process, naming the choices |\n"
+            "| `low` (`OAR_AUTOCAST_EMULATED_LOW`) | run in the low dtype, emulated | none |\n"
+            "| `f32` (`OAR_AUTOCAST_EMULATED_F32`) | compute in f32 (f16/bf16 inputs cast up): f32 speed and results | none |\n\n"
+            "Under `f32` the API works as in any scope: `oar_autocast_enabled()` is true,\n"
+            "`oar_autocast_dtype()` is the scope's dtype (`oar_autocast_compute_dtype()`\n"
+            "says f32), the f32 and promote lists apply, O2 models keep their low\n"
+            "parameters (each LOW op casts them up) and the loss scaler is unchanged. A\n"
+            "scope keeps the choice made when it opened; tensors of a plugin device\n"
+            "compute in the scope's dtype; the graph passes `amp` / `amp_f16` insert the\n"
+            "scope's dtype regardless. PyTorch runs CPU autocast in bf16 on any CPU and\n"
+            "says nothing, and on a device without the dtype warns and disables autocast:\n"
+            "the default keeps the first's results and adds the warning; `f32` gives the\n"
+            "second's speed with the API kept.\n\n");
     put(&b, "%d ops: %d low, %d f32, %d promote.\n\n", count[0] + count[1] + count[2],
         count[OAR_AUTOCAST_LOW], count[OAR_AUTOCAST_F32], count[OAR_AUTOCAST_PROMOTE]);
     put(&b, "| op | policy |\n| --- | --- |\n");

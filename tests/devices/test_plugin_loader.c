@@ -98,6 +98,31 @@ static void test_older_minor(void) {
     oar_pool_pop(pool);
 }
 
+/* oar_device_native_dot asks the plugin's table (ABI 1.4); a table that
+ * lacks the member (oldmock's 1.0 one) counts as native. Autocast's F32
+ * policy on a CPU without native bf16 leaves a plugin device's tensors in
+ * the scope's dtype. */
+static void test_native_dot(void) {
+    oar_device *m = oar_device_get("mock:0"), *old = oar_device_get("oldmock:0");
+    CHECK(m && old);
+    CHECK(oar_device_native_dot(m, OAR_BF16) == 0 && oar_device_native_dot(m, OAR_F16) == 1);
+    CHECK(oar_device_native_dot(m, OAR_F32) == 1); /* f32 and f64: native everywhere, not asked */
+    CHECK(oar_device_native_dot(old, OAR_BF16) == 1 && oar_device_native_dot(old, OAR_F16) == 1);
+    CHECK_STATUS_FAILS(oar_device_native_dot(m, 42) < 0, "dtype code 42");
+    setenv("OAR_CPU_NATIVE_BF16", "0", 1);
+    setenv("OAR_AUTOCAST_EMULATED", "f32", 1);
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *a = oar_ones(OAR_F32, 2, (int64_t[]){2, 3}), *b = oar_ones(OAR_F32, 2, (int64_t[]){3, 2});
+    oar_tensor *da = oar_tensor_to(a, m), *db = oar_tensor_to(b, m);
+    CHECK(oar_autocast_push(OAR_BF16) == 0);
+    CHECK(oar_tensor_dtype(oar_matmul(a, b)) == OAR_F32);   /* the CPU's: f32 compute */
+    CHECK(oar_tensor_dtype(oar_matmul(da, db)) == OAR_BF16); /* the device's: the scope's */
+    CHECK(oar_autocast_pop() == 0);
+    oar_pool_pop(pool);
+    unsetenv("OAR_AUTOCAST_EMULATED");
+    unsetenv("OAR_CPU_NATIVE_BF16");
+}
+
 static oar_tensor *seq(int64_t r, int64_t c, double scale) {
     int64_t s[2] = {r, c};
     float *v = malloc((size_t)(r * c) * sizeof *v);
@@ -190,6 +215,7 @@ int main(void) {
     setenv("OAR_PLUGIN_NO_INSTALL_DIR", "1", 1);
     RUN(test_loading);
     RUN(test_older_minor);
+    RUN(test_native_dot);
     RUN(test_use);
     RUN(test_autograd);
     return test_summary();

@@ -75,7 +75,9 @@ static int cnn_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     return out[0] ? 0 : -1;
 }
 
-static void cnn_case(const cnn *shape, const int64_t *batches, int n_batches) {
+/* pools_fused: how many of the two pools are 2 x 2 stride 2 without padding,
+ * and so go into their conv (qlinear_conv2d's attribute 12). */
+static void cnn_case(const cnn *shape, const int64_t *batches, int n_batches, int pools_fused) {
     oar_pool *pool = oar_pool_push();
     cnn m = *shape;
     for (int l = 0; l < 2; l++) {
@@ -103,12 +105,13 @@ static void cnn_case(const cnn *shape, const int64_t *batches, int n_batches) {
     for (int b = 0; b < 2; b++) calib[b] = rand_t(4, (int64_t[]){8, m.c[0], m.hw[0], m.hw[1]}, 1.0);
     CHECK(g && oar_graph_quantize(g, &(oar_quantize_config){.n_batches = 2, .batches = calib}) == 3);
     oar_graph *f = g ? oar_graph_clone(g) : NULL;
-    /* 3 quantizes moved (pool 1; pool 2 and the reshape), 2 convs and the linear fused */
+    /* 3 quantizes moved (pool 1; pool 2 and the reshape), 2 convs and the linear fused, the 2 x 2 pools
+     * into their convs */
     int changes = f ? oar_graph_run_pass(f, "fuse_qlinear") : -1;
-    CHECK(changes == 6);
+    CHECK(changes == 6 + pools_fused);
     CHECK(f && oar_graph_verify(f) == 0);
     CHECK(oar_graph_count_op(f, "qlinear_conv2d") == 2 && oar_graph_count_op(f, "qconv2d") == 0);
-    CHECK(oar_graph_count_op(f, "qmax_pool2d") == 2 && oar_graph_count_op(f, "max_pool2d") == 0);
+    CHECK(oar_graph_count_op(f, "qmax_pool2d") == 2 - pools_fused && oar_graph_count_op(f, "max_pool2d") == 0);
     CHECK(oar_graph_count_op(f, "qlinear") == 1 && oar_graph_count_op(f, "quantize") == 1);
     CHECK(oar_graph_count_op(f, "cast") == 0 && oar_graph_count_op(f, "mul") == 0 &&
           oar_graph_count_op(f, "add") == 0 && oar_graph_count_op(f, "relu") == 0);
@@ -136,7 +139,7 @@ static void cnn_case(const cnn *shape, const int64_t *batches, int n_batches) {
     CHECK(mkdtemp(dir) != NULL);
     CHECK(f && oar_graph_save(f, dir) == 0);
     oar_graph *l = oar_graph_load(dir);
-    CHECK(l && oar_graph_count_op(l, "qlinear_conv2d") == 2 && oar_graph_count_op(l, "qmax_pool2d") == 2);
+    CHECK(l && oar_graph_count_op(l, "qlinear_conv2d") == 2 && oar_graph_count_op(l, "qmax_pool2d") == 2 - pools_fused);
     if (l && f) {
         oar_tensor *x = rand_t(4, (int64_t[]){2, m.c[0], m.hw[0], m.hw[1]}, 1.0);
         CHECK(max_diff(run_graph(l, x), run_graph(f, x)) == 0);
@@ -155,16 +158,20 @@ static void test_fused_cnn(void) {
     /* the demo CNN (bench_int8, examples/fashion_mnist.c): 1 -> 16 -> 32 on 28 x 28, pad 1, pools 2 */
     cnn demo = {.c = {1, 16, 32}, .hw = {28, 28}, .stride = {1, 1}, .pad = {1, 1}, .dil = {1, 1},
                 .pool_k = {2, 2}, .pool_s = {2, 2}, .pool_p = {0, 0}};
-    cnn_case(&demo, (int64_t[]){1, 3, 64}, 3);
+    cnn_case(&demo, (int64_t[]){1, 3, 64}, 3, 2);
     /* odd channels, a 13 x 11 image, stride 2 and dilation 2, no padding then padding 2, a 3 x 3 pool
      * with padding 1 */
     cnn odd = {.c = {3, 5, 7}, .hw = {13, 11}, .stride = {2, 1}, .pad = {0, 2}, .dil = {1, 2},
                .pool_k = {3, 2}, .pool_s = {1, 2}, .pool_p = {1, 0}};
-    cnn_case(&odd, (int64_t[]){1, 2, 5}, 3);
+    cnn_case(&odd, (int64_t[]){1, 2, 5}, 3, 1); /* the second pool (on a 6 x 5 conv output) */
     /* rows wider than two panels (OW 37), 18 and 20 channels (tails of 4), stride 3 */
     cnn wide = {.c = {2, 18, 20}, .hw = {9, 37}, .stride = {1, 3}, .pad = {1, 1}, .dil = {1, 1},
                 .pool_k = {2, 2}, .pool_s = {1, 1}, .pool_p = {0, 0}};
-    cnn_case(&wide, (int64_t[]){1, 4}, 2);
+    cnn_case(&wide, (int64_t[]){1, 4}, 2, 0);
+    /* the same with 2 x 2 pools, fused: three column panels (37 = 16 + 16 + 5), odd rows and columns */
+    cnn wide2 = {.c = {2, 18, 20}, .hw = {9, 37}, .stride = {1, 1}, .pad = {1, 1}, .dil = {1, 1},
+                 .pool_k = {2, 2}, .pool_s = {2, 2}, .pool_p = {0, 0}};
+    cnn_case(&wide2, (int64_t[]){1, 3}, 2, 2);
 }
 
 /* ---- the ops called directly ---------------------------------------------------------- */
@@ -262,6 +269,71 @@ static void test_op(void) {
     oar_pool_pop(pool);
 }
 
+/* The requantizing epilogue in both its forms (cpu_qlinear.h: the short
+ * one when the constants keep every value finite and below 2^30, the full
+ * one otherwise) gives quantize's values of the unfused ops exactly: no
+ * relu and relu, negative scales (relu folded into the clamp), and the
+ * constants that refuse the short form (a scale of 1e30, an infinite bias:
+ * values past 2^63 and inf, which quantize sends to the low end). */
+static void test_requant_forms(void) {
+    oar_pool *pool = oar_pool_push();
+    const conv_p cp = {{1, 1}, {1, 1}, {1, 1}, 3, 3};
+    const int64_t o = 32, xs[4] = {2, 16, 14, 14}, wsh[4] = {o, 16, 3, 3};
+    oar_tensor *w = oar_quantize_per_tensor(rand_t(4, wsh, 1.0), 1.0 / 127, 0, OAR_I8), *ws;
+    oar_tensor *wp = pack_conv_ref(w, &ws);
+    oar_tensor *x = rand_t(4, xs, 1.0);
+    float sv[32], bv[32];
+    for (int kind = 0; kind < 4; kind++) { /* plain, negative scales, a scale of 1e30, an infinite bias */
+        for (int j = 0; j < o; j++) {
+            sv[j] = (float)(0.001 + 0.00005 * j) * (kind == 1 && j % 2 ? -1.f : 1.f);
+            bv[j] = (float)(0.05 * (j % 7) - 0.15);
+        }
+        if (kind == 2) sv[3] = 1e30f;
+        if (kind == 3) bv[5] = INFINITY, bv[6] = -INFINITY;
+        oar_tensor *s = oar_tensor_from_data(sv, OAR_F32, 1, &o), *b = oar_tensor_from_data(bv, OAR_F32, 1, &o);
+        oar_tensor *s4 = oar_reshape(s, 4, (int64_t[]){1, o, 1, 1}), *b4 = oar_reshape(b, 4, (int64_t[]){1, o, 1, 1});
+        for (int i8 = 0; i8 < 2; i8++) {
+            int64_t zp = i8 ? 5 : 120;
+            oar_tensor *xq = oar_quantize_per_tensor(x, 0.01, zp, i8 ? OAR_I8 : OAR_U8);
+            oar_tensor *acc = oar_cast(oar_qconv2d(xq, zp, w, cp.st, cp.pd, cp.dl, 1), OAR_F32);
+            for (int relu = 0; relu < 2; relu++) {
+                oar_tensor *f = oar_add(oar_mul(acc, s4), b4);
+                if (relu) f = oar_relu(f);
+                for (int odt = 0; odt < 2; odt++) {
+                    oar_dtype dt = odt ? OAR_I8 : OAR_U8;
+                    const double sy = 0.011;
+                    const int64_t zy = odt ? -20 : 30;
+                    oar_tensor *want = oar_quantize_per_tensor(f, sy, zy, dt);
+                    /* with the 2 x 2 pool: quantize of the f32 pool (f non-decreasing in the sum where the
+                     * scale is positive, non-increasing where negative) */
+                    oar_tensor *want_p = oar_quantize_per_tensor(
+                        oar_max_pool2d(f, (int64_t[]){2, 2}, (int64_t[]){2, 2}, (int64_t[]){0, 0}, (int64_t[]){1, 1},
+                                       false, NULL),
+                        sy, zy, dt);
+                    for (int ref = 0; ref < 2; ref++) {
+                        oari_cpu_qlinear_force_reference(ref);
+                        oar_tensor *ys = oar_full(OAR_F64, 0, NULL, sy), *yz = oar_full(OAR_I64, 0, NULL, (double)zy);
+                        oar_tensor *got = qconv_op(xq, wp, ws, s, b, zp, &cp, relu, ys, yz, dt, 0);
+                        CHECK(got && oar_tensor_dtype(got) == dt && same_values(got, want));
+                        if (!same_values(got, want))
+                            fprintf(stderr, "kind %d, int8 x %d, relu %d, int8 out %d, reference %d: %g off\n", kind,
+                                    i8, relu, odt, ref, max_diff(got, want));
+                        int64_t at[13] = {zp, 1, 1, 1, 1, 1, 1, 3, 3, relu, dt, 0, 1};
+                        oari_attrs a = oari_attrs_ints(13, at);
+                        oar_tensor *gp = oari_call(OARI_OP_qlinear_conv2d, 7, (oar_tensor *[]){xq, wp, ws, s, b, ys, yz}, &a);
+                        CHECK(gp && oar_tensor_shape(gp)[2] == 7 && oar_tensor_shape(gp)[3] == 7 && same_values(gp, want_p));
+                        if (!same_values(gp, want_p))
+                            fprintf(stderr, "pooled: kind %d, int8 x %d, relu %d, int8 out %d, reference %d: %g off\n",
+                                    kind, i8, relu, odt, ref, max_diff(gp, want_p));
+                    }
+                    oari_cpu_qlinear_force_reference(false);
+                }
+            }
+        }
+    }
+    oar_pool_pop(pool);
+}
+
 /* qmax_pool2d of quantize(x) is quantize of max_pool2d(x), uint8 and int8,
  * at the windows max_pool2d takes (2 x 2 on its fast path, 3 x 3 stride 2
  * padding 1, dilation, ceil mode), on a strided x too. */
@@ -303,6 +375,20 @@ static void test_bad_input(void) {
                 "the weight must be int8");
     CHECK_FAILS(qconv_op(x, wp, ws, s, NULL, 256, &c3, 0, NULL, NULL, OAR_F32, 0), "zero point 256 of x");
     CHECK_FAILS(qconv_op(x, wp, ws, s, NULL, 0, &c3, 2, NULL, NULL, OAR_F32, 0), "activation 2");
+    /* the pool attribute: 0 or 1, and an output of at least 2 x 2 under it */
+    {
+        int64_t at[13] = {0, 1, 1, 1, 1, 1, 1, 3, 3, 0, OAR_U8, 0, 2};
+        oari_attrs a = oari_attrs_ints(13, at);
+        CHECK_FAILS(oari_call(OARI_OP_qlinear_conv2d, 7, (oar_tensor *[]){x, wp, ws, s, NULL, ys, yz}, &a),
+                    "pool 2 is not 0 (none) or 1");
+        at[12] = 1, at[3] = at[4] = 0; /* no padding: 5 x 5 -> 3 x 3 -> pooled 1 x 1 */
+        a = oari_attrs_ints(13, at);
+        oar_tensor *y = oari_call(OARI_OP_qlinear_conv2d, 7, (oar_tensor *[]){x, wp, ws, s, NULL, ys, yz}, &a);
+        CHECK(y && oar_tensor_shape(y)[2] == 1 && oar_tensor_shape(y)[3] == 1);
+        oar_tensor *x1 = oar_full(OAR_U8, 4, (int64_t[]){1, 2, 3, 4}, 3); /* -> 1 x 2: too small */
+        CHECK_FAILS(oari_call(OARI_OP_qlinear_conv2d, 7, (oar_tensor *[]){x1, wp, ws, s, NULL, ys, yz}, &a),
+                    "a 1 x 2 output is too small for its 2 x 2 pool");
+    }
     CHECK_FAILS(qconv_op(x, wp, ws, NULL, NULL, 0, &c3, 0, NULL, NULL, OAR_F32, 0), "are required");
     CHECK_FAILS(qconv_op(oar_full(OAR_U8, 4, (int64_t[]){1, 3, 5, 5}, 3), wp, ws, s, NULL, 0, &c3, 0, NULL, NULL,
                          OAR_F32, 0), "do not convolve");
@@ -438,6 +524,7 @@ static void test_left_alone(void) {
 
 int main(void) {
     RUN(test_op);
+    RUN(test_requant_forms);
     RUN(test_qpool);
     RUN(test_quantize_simd);
     RUN(test_bad_input);

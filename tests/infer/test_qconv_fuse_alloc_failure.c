@@ -2,8 +2,9 @@
  * docs/architecture.md): the Nth host allocation fails, for every N, while
  * the pass moves a quantize up through a max pool and a flatten, fuses a
  * quantized conv-relu-pool-linear net (packing the conv weight, adding
- * constants, editing the nodes) and the fused graph runs (the conv
- * kernel's padded buffer, the pool, the head). Each failure must be
+ * constants, editing the nodes, checking the scales before taking the
+ * pool into the conv) and the fused graph runs (the conv kernel's padded
+ * buffer, the head). Each failure must be
  * reported, leak nothing and leave oar usable. */
 #include "alloc_fail_loop.h"
 
@@ -18,8 +19,9 @@ static int step(void) {
     oar_executor *ex = NULL;
     oar_tensor *y = NULL;
     int st = g ? 0 : -1;
-    /* 2 quantizes moved (through the pool and the flatten), the conv and the linear fused */
-    if (!st && oar_graph_run_pass(g, "fuse_qlinear") != 4) st = -1;
+    /* 2 quantizes moved (through the pool and the flatten), the conv and the linear fused, the 2 x 2
+     * pool into the conv */
+    if (!st && oar_graph_run_pass(g, "fuse_qlinear") != 5) st = -1;
     if (!st && !(ex = oar_executor_new(g))) st = -1;
     if (!st) st = oar_executor_run(ex, &x, &y);
     oar_executor_free(ex);

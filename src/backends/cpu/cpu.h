@@ -92,6 +92,8 @@ typedef struct oari_iter {
 /* Registers the CPU as a device (src/init/, at start-up, before anything
  * else): the first device, oari_device_cpu(). */
 OARI_HIDDEN int oari_cpu_install(void);
+/* The CPU device table's native_dot (cpu_features.c). */
+OARI_HIDDEN int oari_cpu_native_dot(void *ctx, int index, int32_t dtype);
 
 OARI_HIDDEN void oari_iter_init(oari_iter *it, int n_ops, const oar_ktensor *const *ops);
 OARI_HIDDEN void oari_iter_run(const oari_iter *it, oari_inner_fn fn, void *ctx);

@@ -93,6 +93,7 @@ static const oar_device_iface cpu_iface = {
     .get_kernel = cpu_get_kernel,
     .copy_device_to_device = cpu_copy_d2d,
     .synchronize = NULL,
+    .native_dot = oari_cpu_native_dot,
 };
 
 int oari_cpu_install(void) { return oari_device_register(&cpu_iface, NULL, 0); }

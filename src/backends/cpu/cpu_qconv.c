@@ -21,7 +21,9 @@
  * item of the OpenMP loop gathers up to four panels into its thread's
  * buffer (4 x ceil(K/4) x 64 bytes: the demo CNN's second conv, 9 KB) and
  * runs every output channel over them, 4 channels x 4 panels (16 zmm
- * accumulators) at a time. Without AVX512_VNNI, outside x86-64 or for
+ * accumulators, started at -zp rowsum(W)) at a time; a requantized output
+ * takes oari_qfast's short epilogue where the constants allow it (checked
+ * per call). Without AVX512_VNNI, outside x86-64 or for
  * strided constants, an exact integer loop gives the same values.
  *
  * qmax_pool2d: max_pool2d's values (the same windows, padding skipped) on
@@ -37,7 +39,16 @@ typedef struct {
     int32_t zp; /* the effective zero point: +128 for an int8 x */
     bool i8, relu;
     oari_qout o;
+    bool fast;     /* requantized with oari_qfast's short epilogue */
+    oari_qfast qf;
+    bool pooled;   /* y is the 2 x 2 stride-2 max pool [N, O, PH, PW] of the conv's [OH, OW] */
+    int64_t PH, PW;
 } cargs;
+
+/* The pooled form takes, per channel, the max of the window's int32 sums
+ * (the min for a negative scale), then the epilogue once: the epilogue is
+ * monotone in the sum, so that is the epilogue's values pooled. */
+static inline int32_t pool_pick(int32_t a, int32_t b, bool neg) { return neg ? (a < b ? a : b) : (a > b ? a : b); }
 
 static bool dense(const oar_ktensor *t) {
     int64_t want = 1;
@@ -48,36 +59,48 @@ static bool dense(const oar_ktensor *t) {
     return true;
 }
 
-/* The reference: any strides, one (image, channel) plane per iteration. */
-static void qconv_ref(const cargs *q) {
+/* The int32 sum of output (n, o, oy, ox), any strides. */
+static int32_t conv_at(const cargs *q, int64_t n, int64_t o, int64_t oy, int64_t ox) {
     const oar_ktensor *x = q->x, *w = q->w;
     const uint8_t *xd = x->data;
     const int8_t *wd = w->data;
     const uint8_t flip = q->i8 ? 0x80 : 0;
-    const int64_t P = q->OH * q->OW;
+    const int32_t sum = ((const int32_t *)q->ws->data)[o * q->ws->strides[0]];
+    uint32_t acc = 0;
+    for (int64_t ci = 0; ci < q->C; ci++)
+        for (int64_t i = 0; i < q->KH; i++)
+            for (int64_t j = 0; j < q->KW; j++) {
+                int64_t iy = oy * q->sh - q->ph + i * q->dh, ix = ox * q->sw - q->pw + j * q->dw;
+                int64_t k = (ci * q->KH + i) * q->KW + j;
+                uint32_t xv = iy < 0 || iy >= q->H || ix < 0 || ix >= q->W
+                                  ? (uint32_t)q->zp
+                                  : (uint8_t)(xd[n * x->strides[0] + ci * x->strides[1] + iy * x->strides[2] +
+                                                 ix * x->strides[3]] ^
+                                              flip);
+                acc += xv * (uint32_t)(int32_t)wd[o * w->strides[0] + (k / 4) * w->strides[1] + (k % 4) * w->strides[2]];
+            }
+    return (int32_t)(acc - (uint32_t)q->zp * (uint32_t)sum); /* exact: the true sum fits */
+}
+
+/* The reference: any strides, one (image, channel) plane per iteration. */
+static void qconv_ref(const cargs *q) {
+    const int64_t P = q->OH * q->OW, YH = q->pooled ? q->PH : q->OH, YW = q->pooled ? q->PW : q->OW;
     OARI_PARALLEL_FOR_IF(q->N * q->O * P * q->K > 65536, for (int64_t t = 0; t < q->N * q->O; t++) {
         const int64_t n = t / q->O, o = t % q->O;
-        const int32_t sum = ((const int32_t *)q->ws->data)[o * q->ws->strides[0]];
         const float s = ((const float *)q->s->data)[q->s->ndim ? o * q->s->strides[0] : 0];
         const float *b = q->b ? (const float *)q->b->data + o * q->b->strides[0] : NULL;
-        for (int64_t oy = 0; oy < q->OH; oy++)
-            for (int64_t ox = 0; ox < q->OW; ox++) {
-                uint32_t acc = 0;
-                for (int64_t ci = 0; ci < q->C; ci++)
-                    for (int64_t i = 0; i < q->KH; i++)
-                        for (int64_t j = 0; j < q->KW; j++) {
-                            int64_t iy = oy * q->sh - q->ph + i * q->dh, ix = ox * q->sw - q->pw + j * q->dw;
-                            int64_t k = (ci * q->KH + i) * q->KW + j;
-                            uint32_t xv = iy < 0 || iy >= q->H || ix < 0 || ix >= q->W
-                                              ? (uint32_t)q->zp
-                                              : (uint8_t)(xd[n * x->strides[0] + ci * x->strides[1] +
-                                                             iy * x->strides[2] + ix * x->strides[3]] ^
-                                                          flip);
-                            acc += xv * (uint32_t)(int32_t)wd[o * w->strides[0] + (k / 4) * w->strides[1] +
-                                                              (k % 4) * w->strides[2]];
-                        }
-                int32_t v = (int32_t)(acc - (uint32_t)q->zp * (uint32_t)sum); /* exact: the true sum fits */
-                oari_qput(&q->o, q->y, (t * q->OH + oy) * q->OW + ox, oari_qact(v, s, b, q->relu));
+        for (int64_t oy = 0; oy < YH; oy++)
+            for (int64_t ox = 0; ox < YW; ox++) {
+                int32_t v;
+                if (q->pooled) {
+                    v = conv_at(q, n, o, 2 * oy, 2 * ox);
+                    v = pool_pick(v, conv_at(q, n, o, 2 * oy, 2 * ox + 1), s < 0);
+                    v = pool_pick(v, conv_at(q, n, o, 2 * oy + 1, 2 * ox), s < 0);
+                    v = pool_pick(v, conv_at(q, n, o, 2 * oy + 1, 2 * ox + 1), s < 0);
+                } else {
+                    v = conv_at(q, n, o, oy, ox);
+                }
+                oari_qput(&q->o, q->y, (t * YH + oy) * YW + ox, oari_qact(v, s, b, q->relu));
             }
     });
 }
@@ -161,15 +184,18 @@ typedef struct {
     __mmask16 mask;  /* its pixels inside the row */
 } panel;
 
-/* Channels o0 .. o0 + MR over the NB gathered panels col [NB, kb, 64]:
- * MR x NB accumulators over kb, then the epilogue, one masked store each. */
-VNNI __attribute__((always_inline)) static inline void tile(const cargs *q, const uint8_t *col, const panel *pn,
-                                                             int64_t o0, int MR, int NB) {
-    __m512i acc[4][NB_MAX];
+/* The sums of channels o0 .. o0 + MR over the NB gathered panels col
+ * [NB, kb, 64] into acc (MR x NB accumulators over kb). */
+VNNI __attribute__((always_inline)) static inline void accumulate(const cargs *q, const uint8_t *col, int64_t o0,
+                                                                   int MR, int NB, __m512i acc[4][NB_MAX]) {
+    const int32_t *ws = q->ws->data;
+    const uint32_t zp = (uint32_t)q->zp;
     UNROLL4
-    for (int r = 0; r < MR; r++)
+    for (int r = 0; r < MR; r++) { /* the sums start at -zp rowsum(W) (the epilogue's correction) */
+        __m512i corr = _mm512_set1_epi32((int32_t)(0u - zp * (uint32_t)ws[o0 + r]));
         UNROLL4
-        for (int c = 0; c < NB; c++) acc[r][c] = _mm512_setzero_si512();
+        for (int c = 0; c < NB; c++) acc[r][c] = corr;
+    }
     const int64_t kb = q->kb;
     const int8_t *w = (const int8_t *)q->w->data + o0 * kb * 4;
     for (int64_t p = 0; p < kb; p++) {
@@ -185,21 +211,38 @@ VNNI __attribute__((always_inline)) static inline void tile(const cargs *q, cons
             for (int c = 0; c < NB; c++) acc[r][c] = oari_dpbusd(acc[r][c], cv[c], wb);
         }
     }
-    const int32_t *ws = q->ws->data;
+}
+
+/* Channels o0 .. o0 + MR over the NB gathered panels col [NB, kb, 64]:
+ * the sums, then the epilogue, one masked store each. */
+VNNI __attribute__((always_inline)) static inline void tile(const cargs *q, const uint8_t *col, const panel *pn,
+                                                             int64_t o0, int MR, int NB, bool FAST) {
+    __m512i acc[4][NB_MAX];
+    accumulate(q, col, o0, MR, NB, acc);
     const float *sp = q->s->data, *bp = q->b ? (const float *)q->b->data : NULL;
     const int64_t P = q->OH * q->OW;
     const bool per_ch = q->s->ndim != 0, relu = q->relu;
-    const uint32_t zp = (uint32_t)q->zp;
-    const oari_qout_v ov = oari_qout_vec(&q->o);
     void *const y = q->y;
+    if (FAST) {
+        const oari_qfast_v fv = oari_qfast_vec(&q->o, &q->qf);
+        UNROLL4
+        for (int r = 0; r < MR; r++) {
+            const int64_t o = o0 + r;
+            __m512 sv = _mm512_set1_ps(sp[per_ch ? o : 0]), bv = _mm512_set1_ps(bp ? bp[o] : 0.f);
+            UNROLL4
+            for (int c = 0; c < NB; c++)
+                oari_qfast_store(&fv, (uint8_t *)y + pn[c].y0 + o * P, pn[c].mask, acc[r][c], sv, bv);
+        }
+        return;
+    }
+    const oari_qout_v ov = oari_qout_vec(&q->o);
     UNROLL4
     for (int r = 0; r < MR; r++) {
         const int64_t o = o0 + r;
-        __m512i corr = _mm512_set1_epi32((int32_t)(zp * (uint32_t)ws[o]));
         __m512 sv = _mm512_set1_ps(sp[per_ch ? o : 0]), bv = _mm512_set1_ps(bp ? bp[o] : 0.f);
         UNROLL4
         for (int c = 0; c < NB; c++) {
-            __m512 f = oari_qact_v(_mm512_sub_epi32(acc[r][c], corr), sv, bp ? &bv : NULL, relu);
+            __m512 f = oari_qact_v(acc[r][c], sv, bp ? &bv : NULL, relu);
             int64_t at = pn[c].y0 + o * P;
             if (ov.on) oari_qstore_v(&ov, (uint8_t *)y + at, pn[c].mask, f);
             else oari_qstore_v(&ov, (float *)y + at, pn[c].mask, f);
@@ -226,10 +269,10 @@ VNNI static void item(const cargs *q, const uint8_t *xp, const int64_t *off, int
         int mr = q->O - o0 < 4 ? (int)(q->O - o0) : 4;
 #define NB_CASES(MR)                                                                                   \
     switch (nb) {                                                                                      \
-    case 4: tile(q, col, pn, o0, MR, 4); break;                                                        \
-    case 3: tile(q, col, pn, o0, MR, 3); break;                                                        \
-    case 2: tile(q, col, pn, o0, MR, 2); break;                                                        \
-    default: tile(q, col, pn, o0, MR, 1); break;                                                       \
+    case 4: q->fast ? tile(q, col, pn, o0, MR, 4, true) : tile(q, col, pn, o0, MR, 4, false); break;   \
+    case 3: q->fast ? tile(q, col, pn, o0, MR, 3, true) : tile(q, col, pn, o0, MR, 3, false); break;   \
+    case 2: q->fast ? tile(q, col, pn, o0, MR, 2, true) : tile(q, col, pn, o0, MR, 2, false); break;   \
+    default: q->fast ? tile(q, col, pn, o0, MR, 1, true) : tile(q, col, pn, o0, MR, 1, false); break;  \
     }
         switch (mr) {
         case 4: NB_CASES(4) break;
@@ -238,6 +281,85 @@ VNNI static void item(const cargs *q, const uint8_t *xp, const int64_t *off, int
         default: NB_CASES(1) break;
         }
 #undef NB_CASES
+    }
+}
+
+/* Pooled: channels o0 .. o0 + MR over NP pooled panels, each the two
+ * gathered conv panels (rows 2 py, 2 py + 1) col[2 j], col[2 j + 1]: the
+ * window's max (min for a negative scale) of the sums, vertical then of
+ * each lane pair, the pairs' results packed into one vector (8 lanes a
+ * pooled panel), one epilogue, a masked store per pooled panel. */
+VNNI __attribute__((always_inline)) static inline void tile_pooled(const cargs *q, const uint8_t *col,
+                                                                    const panel *pn, int64_t o0, int MR, int NP,
+                                                                    bool FAST) {
+    __m512i acc[4][NB_MAX];
+    accumulate(q, col, o0, MR, 2 * NP, acc);
+    const float *sp = q->s->data, *bp = q->b ? (const float *)q->b->data : NULL;
+    const int64_t P = q->PH * q->PW;
+    const bool per_ch = q->s->ndim != 0;
+    void *const y = q->y;
+    const oari_qfast_v fv = oari_qfast_vec(&q->o, &q->qf);
+    const oari_qout_v ov = oari_qout_vec(&q->o);
+    UNROLL4
+    for (int r = 0; r < MR; r++) {
+        const int64_t o = o0 + r;
+        const float sc = sp[per_ch ? o : 0];
+        __m512 sv = _mm512_set1_ps(sc), bv = _mm512_set1_ps(bp ? bp[o] : 0.f);
+        __m256i h[2];
+        for (int j = 0; j < NP; j++) {
+            __m512i m = sc < 0 ? _mm512_min_epi32(acc[r][2 * j], acc[r][2 * j + 1])
+                               : _mm512_max_epi32(acc[r][2 * j], acc[r][2 * j + 1]);
+            __m512i sh = _mm512_srli_epi64(m, 32); /* lane 2 i + 1 onto lane 2 i */
+            m = sc < 0 ? _mm512_min_epi32(m, sh) : _mm512_max_epi32(m, sh);
+            h[j] = _mm512_cvtepi64_epi32(m); /* the even lanes */
+        }
+        __m512i v = _mm512_zextsi256_si512(h[0]);
+        if (NP == 2) v = _mm512_inserti64x4(v, h[1], 1);
+        const __m512i hi = _mm512_set_epi32(7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8);
+        if (FAST) {
+            __m512i iv = oari_qfast_int(&fv, v, sv, bv);
+            _mm512_mask_cvtepi32_storeu_epi8((uint8_t *)y + pn[0].y0 + o * P, pn[0].mask, iv);
+            if (NP == 2)
+                _mm512_mask_cvtepi32_storeu_epi8((uint8_t *)y + pn[1].y0 + o * P, pn[1].mask,
+                                                 _mm512_permutexvar_epi32(hi, iv));
+        } else {
+            __m512 f = oari_qact_v(v, sv, bp ? &bv : NULL, q->relu);
+            oari_qstore_v(&ov, (uint8_t *)y + pn[0].y0 + o * P, pn[0].mask, f);
+            if (NP == 2)
+                oari_qstore_v(&ov, (uint8_t *)y + pn[1].y0 + o * P, pn[1].mask,
+                              _mm512_permutexvar_ps(hi, f));
+        }
+    }
+}
+
+/* Pooled, item t of a block: pooled panels [2 t, 2 t + 2) of the block's
+ * cnt * PH * ceil(OW / 16) (image, pooled row, conv column panel), each
+ * the panels of conv rows 2 py and 2 py + 1 gathered into col. */
+VNNI static void item_pooled(const cargs *q, const uint8_t *xp, const int64_t *off, int64_t n0, int64_t cnt,
+                             int64_t t, uint8_t *col) {
+    const int64_t cp = (q->OW + 15) / 16, per_img = q->PH * cp, total = cnt * per_img, first = 2 * t;
+    const int np = total - first < 2 ? (int)(total - first) : 2;
+    panel pn[2];
+    for (int j = 0; j < np; j++) {
+        int64_t idx = first + j, nl = idx / per_img, rem = idx % per_img, py = rem / cp, ox0 = (rem % cp) * 16;
+        gather(q, xp, off, nl, 2 * py, ox0, col + (2 * j) * q->kb * 64);
+        gather(q, xp, off, nl, 2 * py + 1, ox0, col + (2 * j + 1) * q->kb * 64);
+        int64_t left = q->PW - ox0 / 2; /* pooled columns from this panel on */
+        pn[j].y0 = (n0 + nl) * q->O * q->PH * q->PW + py * q->PW + ox0 / 2;
+        pn[j].mask = (__mmask16)((1u << (left < 8 ? left : 8)) - 1);
+    }
+    for (int64_t o0 = 0; o0 < q->O; o0 += 4) {
+        int mr = q->O - o0 < 4 ? (int)(q->O - o0) : 4;
+#define NP_CASES(MR)                                                                                   \
+    if (np == 2) q->fast ? tile_pooled(q, col, pn, o0, MR, 2, true) : tile_pooled(q, col, pn, o0, MR, 2, false); \
+    else q->fast ? tile_pooled(q, col, pn, o0, MR, 1, true) : tile_pooled(q, col, pn, o0, MR, 1, false);
+        switch (mr) {
+        case 4: NP_CASES(4) break;
+        case 3: NP_CASES(3) break;
+        case 2: NP_CASES(2) break;
+        default: NP_CASES(1) break;
+        }
+#undef NP_CASES
     }
 }
 
@@ -268,7 +390,7 @@ static int qconv_vnni(const cargs *q) {
     const int64_t cp = (q->OW + 15) / 16;
     for (int64_t n0 = 0; n0 < q->N; n0 += nb) {
         const int64_t cnt = q->N - n0 < nb ? q->N - n0 : nb;
-        const int64_t items = (cnt * q->OH * cp + NB_MAX - 1) / NB_MAX;
+        const int64_t items = q->pooled ? (cnt * q->PH * cp + 1) / 2 : (cnt * q->OH * cp + NB_MAX - 1) / NB_MAX;
         pad_block(q, xp, n0, cnt, QCONV_SLACK);
         if (items > 1 && cnt * q->OH * q->OW * q->O * q->K >= ((int64_t)1 << 20) && threads > 1) {
 #ifdef _OPENMP
@@ -276,11 +398,13 @@ static int qconv_vnni(const cargs *q) {
             {
                 uint8_t *col = cols + (size_t)omp_get_thread_num() * col_n;
 #pragma omp for schedule(static)
-                for (int64_t t = 0; t < items; t++) item(q, xp, off, n0, cnt, t, col);
+                for (int64_t t = 0; t < items; t++)
+                    q->pooled ? item_pooled(q, xp, off, n0, cnt, t, col) : item(q, xp, off, n0, cnt, t, col);
             }
 #endif
         } else {
-            for (int64_t t = 0; t < items; t++) item(q, xp, off, n0, cnt, t, cols);
+            for (int64_t t = 0; t < items; t++)
+                q->pooled ? item_pooled(q, xp, off, n0, cnt, t, cols) : item(q, xp, off, n0, cnt, t, cols);
         }
     }
     oari_free(mem, bytes);
@@ -295,16 +419,20 @@ static int k_qlinear_conv2d(void *ctx, const oar_kernel_call *c) {
     cargs q = {.x = x, .w = w, .ws = &c->in[2], .s = &c->in[3],
                .b = c->n_in > 4 && c->in[4].dtype >= 0 ? &c->in[4] : NULL, .y = c->out[0].data,
                .N = x->shape[0], .C = x->shape[1], .H = x->shape[2], .W = x->shape[3], .O = c->in[2].shape[0],
-               .OH = c->out[0].shape[2], .OW = c->out[0].shape[3], .sh = a[1], .sw = a[2], .ph = a[3], .pw = a[4],
+               .PH = c->out[0].shape[2], .PW = c->out[0].shape[3], .sh = a[1], .sw = a[2], .ph = a[3], .pw = a[4],
                .dh = a[5], .dw = a[6], .KH = a[7], .KW = a[8], .i8 = x->dtype == OAR_I8, .relu = a[9] == 1};
     q.K = q.C * q.KH * q.KW, q.kb = w->shape[1];
+    q.pooled = c->n_iattr > 12 && a[12] == 1;
+    q.OH = (q.H + 2 * q.ph - q.dh * (q.KH - 1) - 1) / q.sh + 1, q.OW = (q.W + 2 * q.pw - q.dw * (q.KW - 1) - 1) / q.sw + 1;
     q.zp = (int32_t)a[0] + (q.i8 ? 128 : 0);
     /* requantized: in5 the scale, in6 the zero point, one each */
     if (oari_cpu_qout_parse(c, 10, 5, &q.o)) return oari_fail_status();
     if (q.N == 0 || q.O == 0) return 0;
 #ifdef OARI_HAVE_VNNI_CODE
-    if (oari_cpu_qvnni() && q.K > 0 && dense(w) && dense(q.ws) && dense(q.s) && (!q.b || dense(q.b)))
+    if (oari_cpu_qvnni() && q.K > 0 && dense(w) && dense(q.ws) && dense(q.s) && (!q.b || dense(q.b))) {
+        q.fast = oari_qfast_make(&q.o, q.s->data, q.s->ndim ? q.O : 1, q.b ? q.b->data : NULL, q.O, q.relu, &q.qf);
         return qconv_vnni(&q);
+    }
 #else
     (void)dense;
 #endif

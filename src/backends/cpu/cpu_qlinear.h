@@ -60,6 +60,33 @@ static inline void oari_qput(const oari_qout *o, void *y, int64_t i, float f) {
     else ((uint8_t *)y)[i] = (uint8_t)t;
 }
 
+/* The requantizing epilogue's short form, valid when no output can be
+ * NaN, infinite or near 2^31 after scaling (oari_qfast_make checks the
+ * constants): y = zq + round(clamp(f / sq, lower, upper)) with lower =
+ * lo - zq (0 with relu: relu folds into the clamp) and upper = hi - zq.
+ * The same values as oari_qput: round and a clamp to integers commute,
+ * and f / sq stays below 2^30, so the checks for NaN and 2^63 never fire. */
+typedef struct oari_qfast {
+    float lower, upper;
+    int32_t zq;
+} oari_qfast;
+
+/* Whether every f = v * s + b (|v| <= 2^31; s: ns values, b: nb values or
+ * NULL) requantized by o stays finite and below 2^30 in magnitude; fills
+ * *f when it does. false for an f32 output. */
+static inline bool oari_qfast_make(const oari_qout *o, const float *s, int64_t ns, const float *b, int64_t nb,
+                                   bool relu, oari_qfast *f) {
+    if (!o->on) return false;
+    double ms = 0, mb = 0, r = o->div ? 1.0 / (double)o->sq : (double)o->inv;
+    for (int64_t j = 0; j < ns; j++) ms = fmax(ms, isfinite(s[j]) ? fabs((double)s[j]) : INFINITY);
+    for (int64_t j = 0; b && j < nb; j++) mb = fmax(mb, isfinite(b[j]) ? fabs((double)b[j]) : INFINITY);
+    double m = 2147483648.0 * ms + mb; /* (a bound over every channel's constants together) */
+    if (!(m * r * 1.001 < 1073741824.0)) return false;
+    f->lower = o->lo - o->zq, f->upper = o->hi - o->zq, f->zq = (int32_t)o->zq;
+    if (relu && f->lower < 0) f->lower = 0;
+    return true;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define OARI_HAVE_VNNI_CODE 1
@@ -113,6 +140,33 @@ OARI_VNNI static inline void oari_qstore_v(const oari_qout_v *o, void *y, __mmas
     __mmask16 in = _mm512_cmp_ps_mask(t, o->lim, _CMP_LT_OQ);
     t = _mm512_min_ps(_mm512_max_ps(t, o->lo), o->hi);
     _mm512_mask_cvtepi32_storeu_epi8(y, mask, _mm512_mask_cvtps_epi32(o->lo_i, in, t));
+}
+
+/* oari_qfast as vectors (made once per tile), and the epilogue in its
+ * short form: act folded in, the stores of mask's lanes at y. */
+typedef struct oari_qfast_v {
+    bool div;
+    __m512 inv, sq, lower, upper;
+    __m512i zq;
+} oari_qfast_v;
+
+OARI_VNNI static inline oari_qfast_v oari_qfast_vec(const oari_qout *o, const oari_qfast *f) {
+    return (oari_qfast_v){.div = o->div, .inv = _mm512_set1_ps(o->inv), .sq = _mm512_set1_ps(o->sq),
+                          .lower = _mm512_set1_ps(f->lower), .upper = _mm512_set1_ps(f->upper),
+                          .zq = _mm512_set1_epi32(f->zq)};
+}
+
+OARI_VNNI static inline __m512i oari_qfast_int(const oari_qfast_v *q, __m512i v, __m512 s, __m512 b) {
+    __m512 f = _mm512_mul_round_ps(_mm512_cvtepi32_ps(v), s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    f = _mm512_add_round_ps(f, b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 x = q->div ? _mm512_div_ps(f, q->sq) : _mm512_mul_ps(f, q->inv);
+    x = _mm512_min_ps(_mm512_max_ps(x, q->lower), q->upper);
+    return _mm512_add_epi32(_mm512_cvt_roundps_epi32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), q->zq);
+}
+
+OARI_VNNI static inline void oari_qfast_store(const oari_qfast_v *q, void *y, __mmask16 mask, __m512i v, __m512 s,
+                                              __m512 b) {
+    _mm_mask_storeu_epi8(y, mask, _mm512_cvtepi32_epi8(oari_qfast_int(q, v, s, b)));
 }
 #endif
 

@@ -29,7 +29,14 @@
  * relu, quantize, pool on uint8, and the conv takes the quantize into its
  * epilogue. The values are the same for every pool input that is not NaN
  * or +-inf and whose x / scale stays below 2^63 (quantize sends those to
- * the low end, which is not monotonic). */
+ * the low end, which is not monotonic).
+ *
+ * Last, a 2 x 2 stride-2 qmax_pool2d (no padding) of a requantized
+ * qlinear_conv2d's one use, the conv's scales positive and finite and its
+ * bias finite, goes into the conv (its attribute 12): it pools the int32
+ * sums and runs its epilogue once per pooled output. The epilogue is
+ * non-decreasing in the sum, so the values are quantize of the f32 pool,
+ * the unfused order. */
 #include "../ir.h"
 
 #include <math.h>
@@ -328,6 +335,56 @@ static int fuse_one(oar_graph *g, int i, const int *uses) {
     return 1;
 }
 
+/* 1 when every element of f32 constant v is finite and (when pos) > 0
+ * (v -1: no constant, 1), 0 when not, a negative status on failure. */
+static int all_finite(const oar_graph *g, int v, bool pos) {
+    if (v < 0) return 1;
+    if (!const_of(g, v, OAR_F32)) return 0;
+    oar_pool *pool = oar_pool_push();
+    oar_tensor *c = pool ? oar_contiguous(g->values[v].constant) : NULL;
+    const float *d = c ? oar_tensor_data(c) : NULL;
+    int ok = d ? 1 : oari_fail_status();
+    for (int64_t i = 0; ok == 1 && i < c->numel; i++) ok = isfinite(d[i]) && (!pos || d[i] > 0);
+    if (pool) oar_pool_pop(pool);
+    return ok;
+}
+
+/* Pool node ip reads the one use of a requantized qlinear_conv2d's output:
+ * a 2 x 2 stride-2 pool without padding, dilation or ceil mode, the conv's
+ * scales positive and finite and its bias finite, static spatial dims. The
+ * conv then takes the pool (attribute 12): it pools its int32 sums, and
+ * its epilogue, non-decreasing in them, runs on a quarter of the outputs;
+ * f32 conv, relu, max pool, quantize give the same values in that order
+ * (max commutes with a non-decreasing function). 1 if fused, 0 if not, a
+ * negative status on failure. */
+static int fuse_pool(oar_graph *g, int ip, const int *uses) {
+    oari_gnode *pl = &g->nodes[ip];
+    static const int64_t want[9] = {2, 2, 2, 2, 0, 0, 1, 1, 0};
+    if (pl->dead || pl->op != OARI_OP_qmax_pool2d || pl->attrs.ni != 9 || pl->in[0] < 0 ||
+        memcmp(pl->attrs.i, want, sizeof want))
+        return 0;
+    int v = pl->in[0];
+    const oari_gvalue *gv = &g->values[v];
+    if (gv->kind != OARI_V_NODE || uses[v] != 1 || gv->ndim != 4 || gv->sym[2] >= 0 || gv->sym[3] >= 0 ||
+        gv->shape[2] < 2 || gv->shape[3] < 2)
+        return 0;
+    oari_gnode *cv = &g->nodes[gv->producer];
+    if (cv->dead || cv->op != OARI_OP_qlinear_conv2d || cv->attrs.ni != 12 || cv->n_in < 5) return 0;
+    int ok = all_finite(g, cv->in[3], true);
+    if (ok == 1) ok = all_finite(g, cv->in[4], false);
+    if (ok != 1) return ok;
+    int64_t at[13];
+    memcpy(at, cv->attrs.i, 12 * sizeof *at);
+    at[12] = 1;
+    cv->attrs = oari_attrs_ints(13, at);
+    cv->isym[12] = -1, cv->imul[12] = 1;
+    int y = pl->out[0];
+    take_meta(g, v, y, g->values[y].dtype);
+    oari_graph_replace_uses(g, y, v);
+    oari_graph_kill(g, ip);
+    return 1;
+}
+
 /* uses[] sized for g's values now (grown when the pass added some). */
 static int *use_counts(oar_graph *g, int *uses, size_t *nbytes) {
     size_t want = (size_t)(g->n_values + 1) * sizeof(int);
@@ -358,6 +415,12 @@ int oari_pass_fuse_qlinear(oar_graph *g) {
         if (g->nodes[i].dead || (op != OARI_OP_qmatmul && op != OARI_OP_qconv2d)) continue;
         if (!(uses = use_counts(g, uses, &nbytes))) return oari_fail_status();
         st = fuse_one(g, i, uses);
+        if (st > 0) changes++, st = 0;
+    }
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        if (g->nodes[i].dead || g->nodes[i].op != OARI_OP_qmax_pool2d) continue;
+        if (!(uses = use_counts(g, uses, &nbytes))) return oari_fail_status();
+        st = fuse_pool(g, i, uses);
         if (st > 0) changes++, st = 0;
     }
     if (uses) oari_free(uses, nbytes);

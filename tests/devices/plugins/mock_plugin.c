@@ -113,6 +113,13 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
     return 1;
 }
 
+/* (ABI 1.4) bf16 emulated, f16 native: the answers test_plugin_loader
+ * expects; past the 1.0 table, so never read for oldmock */
+static int native_dot(void *ctx, int index, int32_t dtype) {
+    (void)ctx, (void)index;
+    return dtype == 4; /* f16 */
+}
+
 static const oar_device_iface iface = {
     .abi_version = VERSION,
     .struct_size = TABLE_SIZE,
@@ -125,6 +132,7 @@ static const oar_device_iface iface = {
     .copy_to_host = to_host,
     .get_kernel = get_kernel,
     .supports_op = supports,
+    .native_dot = native_dot,
 };
 
 static void shutdown(void *ctx) {
