@@ -40,7 +40,9 @@
  *   fft_c2c and fft_c2r in c64 and c128, fft_r2c in f32 and f64, over any
  *     dims of strided views with every norm mode, through cuFFT plans
  *     cached per shape (cuda_fft.c, cuda_fft_layout.h; OAR_CUDA_CUFFT):
- *     up to three transformed dims of extent > 1 (more run on the CPU)
+ *     up to three transformed dims of extent > 1 (more run on the CPU);
+ *     cuFFT is opened at run time: not claimed where libcufft.so.12
+ *     cannot be opened or OAR_CUDA_CUFFT=0
  *   conv2d, conv_transpose2d and conv2d_weight_grad in f32 and f64 through
  *     cuDNN, opened at run time (cuda_dnn.c; OAR_CUDA_CUDNN where CMake
  *     found cudnn.h): [N, C, H, W] and [N, C, L] operands, groups, stride,

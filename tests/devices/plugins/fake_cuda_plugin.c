@@ -10,14 +10,16 @@
  * exp, neg, relu, sign and where, what the demo CNN's step uses, and eq, where
  * and logical_not in i64 and bool, what cross entropy with class indices
  * adds (the real tables have every row's forms, made by nvcc).
- * The FFT ops run the plugin's cuda_fft.c, its cuFFT calls going to a
- * model of cuFFT (../fake_cufft.h: the documented data layout, a direct
- * DFT in double) and its gathers and scatters to loops here; conv runs
+ * The FFT ops run the plugin's cuda_fft.c, which opens the model of cuFFT
+ * (../fake_cufft.h: the documented data layout, a direct DFT in double,
+ * built as fake_cufft_lib.c's library) that OAR_CUDA_CUFFT_LIB names, as it
+ * opens libcufft.so.12 on a GPU, and its gathers and scatters go to loops
+ * here (without OAR_CUDA_CUFFT_LIB the FFT ops are not claimed); conv runs
  * cuda_dnn.c, which opens the fake cuDNN library (fake_cudnn.c) that
  * OAR_CUDA_CUDNN_LIB names, where CMake found cudnn.h.
  * Synchronous: a copy or kernel runs when it is queued (the stream
  * semantics are test_cuda_plugin_host's). */
-#define OAR_CUDA_CUFFT /* the FFT ops through cuda_fft.c, on the model of cuFFT in fake_cufft.h */
+#define OAR_CUDA_CUFFT /* the FFT ops through cuda_fft.c, opening the model of cuFFT (OAR_CUDA_CUFFT_LIB) */
 #ifdef OAR_TEST_FAKE_CUDNN /* conv through cuda_dnn.c, opening fake_cudnn.c's library (OAR_CUDA_CUDNN_LIB) */
 #define OAR_CUDA_CUDNN
 #endif
@@ -27,7 +29,6 @@
 #ifdef OAR_TEST_FAKE_CUDNN
 #include "../../../plugins/cuda/cuda_dnn.c"
 #endif
-#include "../fake_cufft.h"
 
 #include <math.h>
 #include <stdlib.h>
