@@ -609,6 +609,21 @@ static void nn_cases(oar_device *dev) {
     run_case(dev, &is1);
 }
 
+/* slice_backward (attributes dim, start, end, step, the full shape): a
+ * stepped slice of dim 1 from a transposed gradient, a slice at an offset
+ * of dim 0, and the last dim cut at 2/3 (an attention's qkv split) */
+static void movement_cases(oar_device *dev) {
+    tcase s1 = {.op = "slice_backward", .n_in = 1, .ni = 6, .i = {1, 1, 8, 3, 4, 9}, .tol = 0,
+                .in = {{FD, 2, SH(4, 3), L_TRANSPOSED, -3, 3}}};
+    run_case(dev, &s1);
+    tcase s0 = {.op = "slice_backward", .n_in = 1, .ni = 7, .i = {0, 2, 5, 1, 6, 5, 2}, .tol = 0,
+                .in = {{FD, 3, SH(3, 5, 2), L_STEPPED, -3, 3}}};
+    run_case(dev, &s0);
+    tcase s2 = {.op = "slice_backward", .n_in = 1, .ni = 7, .i = {2, 8, 12, 1, 2, 3, 12}, .tol = 0,
+                .in = {{FD, 3, SH(2, 3, 4), L_CONTIG, -3, 3}}};
+    run_case(dev, &s2);
+}
+
 static void conv_cases(oar_device *dev) {
     /* groups 2, stride (2, 1), padding (1, 0), dilation (1, 2); bias or none */
     for (int b = 0; b < 2; b++) {
@@ -782,6 +797,7 @@ static const struct {
     {"unary", unary_cases, false},     {"binary", binary_cases, false}, {"reductions", reduce_cases, true},
     {"matmul", matmul_cases, true},    {"softmax", softmax_cases, true}, {"nn", nn_cases, false},
     {"conv", conv_cases, false},       {"fft", fft_cases, false},
+    {"movement", movement_cases, true},
 };
 
 /* Every device of the plugins built in this tree (opencl:0 here; cuda:0
