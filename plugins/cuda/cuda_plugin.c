@@ -30,6 +30,10 @@
  *     (a permuted attention head, an expanded row) is first copied into
  *     dense scratch on the device, and an output that is not dense gets
  *     its result through scratch, so no layout runs on the CPU
+ *   group_norm and batch_norm (training and eval; weight and bias
+ *     optional) in f32 and f64, one block per statistic group, statistics
+ *     in double summed in a fixed order (f16/bf16 through oar's f32 route;
+ *     their backward passes are oar's compositions of claimed ops)
  *   layer_norm (weight and bias optional; statistics in double), max_pool2d
  *     and max_pool2d_backward, avg_pool2d and avg_pool2d_backward, in f32
  *     and f64 over strided views, as the CPU computes them (the pools'
@@ -500,6 +504,71 @@ static int k_layer_norm(void *ctx, const oar_kernel_call *c) {
     return e ? fail(c->op, e) : 0;
 }
 
+/* group_norm (ins x, weight?, bias?; iattr groups; outs y, mean, rstd of
+ * [N, groups]) and batch_norm (ins x, running_mean?, running_var?,
+ * weight?, bias?; iattr training; outs y, mean, rstd, the unbiased
+ * variance, each [C]); fattr[0] eps. x [N, C, *] of rank >= 2, f32 or
+ * f64 (f16/bf16 through oar's f32 route); the affine operands of x's
+ * dtype; the running stats too in eval (training does not read them). */
+static int channel_norm_mode(const oar_kernel_call *c) {
+    if (!strcmp(c->op, "group_norm")) return 0;
+    if (!strcmp(c->op, "batch_norm")) return c->n_iattr >= 1 && c->iattr && c->iattr[0] ? 1 : 2;
+    return -1;
+}
+
+static bool channel_norm_ok(const oar_kernel_call *c, int mode) {
+    const int n_in = mode == 0 ? 3 : 5, n_out = mode == 0 ? 3 : 4;
+    if (mode < 0 || c->n_in < 1 || c->n_iattr < 1 || !c->iattr || c->n_fattr < 1 || !c->fattr) return false;
+    const oar_ktensor *x = &c->in[0];
+    if (!is_float(x->dtype) || x->ndim < 2) return false;
+    const int64_t ch = x->shape[1], groups = mode == 0 ? c->iattr[0] : 1;
+    if (groups < 1 || ch % groups) return false;
+    for (int i = 2; i < x->ndim; i++)
+        if (x->shape[i] < 1) return false; /* (an empty spatial dim: the CPU runs it) */
+    for (int i = 1; i < n_in && i < c->n_in; i++) {
+        bool stat = mode != 0 && i <= 2;
+        if (!present(c, i) || (stat && mode == 1)) continue; /* (training reads no running stat) */
+        if (c->in[i].dtype != x->dtype || numel(&c->in[i]) != ch) return false;
+    }
+    if (mode == 2 && (!present(c, 1) || !present(c, 2))) return false;
+    if (c->n_out == 0) return true;
+    if (c->n_out < n_out) return false;
+    const int64_t n_stat = mode == 0 ? x->shape[0] * groups : ch;
+    for (int j = 0; j < n_out; j++)
+        if (c->out[j].dtype != x->dtype || numel(&c->out[j]) != (j ? n_stat : numel(x))) return false;
+    return true;
+}
+
+static int k_channel_norm(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int mode = channel_norm_mode(c);
+    if (mode < 0 || c->n_out < 1 || !channel_norm_ok(c, mode))
+        return host->error(-3, "cuda group_norm/batch_norm: wants an f32 or f64 [N, C, *] input, weight, bias "
+                               "(and in eval the running stats) of its dtype and C elements, its outputs, the "
+                               "groups or training flag and eps");
+    const oar_ktensor *x = &c->in[0];
+    oar_cuda_norm_args a;
+    memset(&a, 0, sizeof a);
+    a.mode = mode;
+    a.n = x->shape[0], a.c = x->shape[1], a.s = 1;
+    for (int i = 2; i < x->ndim; i++) a.s *= x->shape[i];
+    a.groups = mode == 0 ? c->iattr[0] : 1;
+    a.eps = c->fattr[0];
+    a.x = x->buffer, a.tx = desc(x);
+    a.y = c->out[0].buffer, a.ty = desc(&c->out[0]);
+    a.mean = c->out[1].buffer, a.tm = desc(&c->out[1]);
+    a.rstd = c->out[2].buffer, a.tr = desc(&c->out[2]);
+    if (mode != 0) a.uvar = c->out[3].buffer, a.tu = desc(&c->out[3]);
+    const int iw = mode == 0 ? 1 : 3;
+    if (present(c, iw)) a.w = c->in[iw].buffer, a.tw = desc(&c->in[iw]);
+    if (present(c, iw + 1)) a.b = c->in[iw + 1].buffer, a.tb = desc(&c->in[iw + 1]);
+    if (mode == 2) a.rm = c->in[1].buffer, a.trm = desc(&c->in[1]), a.rv = c->in[2].buffer, a.trv = desc(&c->in[2]);
+    cudaStream_t st = on_device_of(&c->out[0], NULL);
+    if (!st) return -4;
+    int e = oar_cuda_channel_norm(&a, x->dtype, st);
+    return e ? fail(c->op, e) : 0;
+}
+
 /* the pools: 0 max_pool2d, 1 max_pool2d_backward, 2 avg_pool2d, 3 avg_pool2d_backward */
 static int pool_op(const char *op) {
     static const char *const names[] = {"max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward"};
@@ -850,6 +919,7 @@ static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt
     if (is_any_float(dt) && reduce_op(op) >= 0) return k_reduce;
     if (is_any_float(dt) && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
     if (is_float(dt) && !strcmp(op, "layer_norm")) return k_layer_norm;
+    if (is_float(dt) && (!strcmp(op, "group_norm") || !strcmp(op, "batch_norm"))) return k_channel_norm;
     if (is_float(dt) && pool_op(op) >= 0) return k_pool;
     if (is_float(dt) && index_op(op) >= 0) return k_index;
     if (is_any_float(dt) && !strcmp(op, "slice_backward")) return k_slice_backward;
@@ -902,6 +972,7 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
             if (present(c, i) && c->in[i].dtype != c->in[0].dtype) return 0;
         return 1;
     }
+    if (!strcmp(op, "group_norm") || !strcmp(op, "batch_norm")) return channel_norm_ok(c, channel_norm_mode(c));
     if (pool_op(op) >= 0) return pool_ok(c, pool_op(op));
     if (index_op(op) >= 0) return index_ok(c, index_op(op));
     if (!strcmp(op, "slice_backward")) return slice_backward_ok(c);
