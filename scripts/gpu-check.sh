@@ -43,12 +43,17 @@
 # device (bench_device: fails without a cuda:0 row). cuDNN is opened at run
 # time: where libcudnn.so.9 is not on the library path, the folder of
 # Python's nvidia-cudnn wheel is added to it (the "cudnn" line says which).
-# Not yet here: a char-LM AMP step with tokens/s and MFU
-# (docs/internals/devices.md, "CUDA").
+# The plugin is also run with cuFFT's path made to fail (it must load, run
+# its other ops on cuda:0 and the FFT ops on the CPU) and with cuFFT found
+# (the FFT ops on cuda:0; test_cuda_fft_open), and the char LM's training
+# step in AMP bf16 (test_cuda_char_lm: a small model against the CPU, then
+# a d768 x 6-layer one timed; fails on any fallback; its row reports
+# tokens/s and MFU against the device's bf16 peak, OAR_PEAK_BF16_TFLOPS
+# overriding the table).
 set -u
 cd "$(dirname "$0")/.." || exit 3
 root=$PWD
-tests="test_cuda_plugin test_cuda_plugin_host test_cuda_gemm_layout test_cuda_fft_layout test_backend_ops test_device_autograd test_cuda_codegen test_cuda_train"
+tests="test_cuda_plugin test_cuda_plugin_host test_cuda_gemm_layout test_cuda_fft_layout test_cuda_fft_open test_backend_ops test_device_autograd test_cuda_codegen test_cuda_train test_cuda_char_lm"
 progs="$tests bench_cuda_matmul bench_device"
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -97,6 +102,7 @@ while [ $# -gt 0 ]; do
                  carry=$2; shift 2;;
         --no-dist) dist=0; shift;;
         --list) echo "$tests" | tr ' ' '\n'; echo "test_cuda_plugin with OAR_CUDA_CACHE_BYTES=0"
+                echo "test_cuda_fft_open --cufft absent, --cufft present"
                 echo "bench_cuda_matmul 2048 (f32, bf16 against raw cuBLAS)"
                 [ $dist = 1 ] && echo "test_dist_device --cuda (2 ranks)"; echo bench_device; exit 0;;
         *) echo "gpu-check: unknown argument '$1'" >&2; usage >&2; exit 2;;
@@ -171,6 +177,9 @@ run "autograd via moves (mock, OpenCL)" "$carry/test_device_autograd" # (no CUDA
 run "compiler CUDA C through NVRTC" "$carry/test_cuda_codegen"
 run "cuFFT layouts (CPU model)" "$carry/test_cuda_fft_layout"
 run "LeNet-5 CNN step, no fallback" "$carry/test_cuda_train"
+run "char LM AMP bf16 step, no fallback" "$carry/test_cuda_char_lm"
+run "plugin without cuFFT (loads)" "$carry/test_cuda_fft_open" --plugins "$carry/plugins" --cufft absent
+run "cuFFT opened at run time" "$carry/test_cuda_fft_open" --plugins "$carry/plugins" --cufft present
 # matmul through oar against raw cuBLAS: both products right, GFLOP/s and the ratio reported
 mm=$(cd "$root/tests" && timeout 240 "$carry/bench_cuda_matmul" 2048 2>&1); rc=$?
 for dt in f32 bf16; do

@@ -10,12 +10,22 @@
  * nothing itself: cufftSetAutoAllocation 0) and go back to it as soon as
  * their work is queued, which the allocator's stream rule makes safe
  * (cuda_mem.c). f32/c64 and f64/c128; f16 has no route (oar's FFT ops
- * have no half dtypes). */
+ * have no half dtypes).
+ * cuFFT is opened at run time, as cuda_dnn.c opens cuDNN: dlopen of
+ * libcufft.so.12 on the first claim asked, so the plugin loads, and claims
+ * every other op, on a machine without cuFFT (the library is 280 MB and not
+ * every GPU image has it). Where it cannot be opened, or OAR_CUDA_CUFFT=0,
+ * the FFT ops are not claimed and run on the CPU, and a line in oar's log
+ * says why; OAR_CUDA_CUFFT_LIB names another library to open instead (the
+ * tests' model of cuFFT, tests/devices/plugins/fake_cufft_lib.c). Only
+ * cufft.h is needed to build. */
 #include "cuda_fft.h"
 
 #include <cufft.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_fft_layout.h"
@@ -28,6 +38,59 @@
 #define N_PLANS 32 /* cached plans, least recently used replaced */
 
 static const oar_host_api *host;
+
+#define FFT_FUNCS(X)                                                                                         \
+    X(cufftGetVersion) X(cufftCreate) X(cufftDestroy) X(cufftSetAutoAllocation) X(cufftSetWorkArea)           \
+    X(cufftSetStream) X(cufftMakePlanMany64) X(cufftExecC2C) X(cufftExecZ2Z) X(cufftExecR2C) X(cufftExecD2Z) \
+    X(cufftExecC2R) X(cufftExecZ2D)
+
+static struct {
+    bool ok;
+#define FFT_DECL(f) __typeof__(&f) f;
+    FFT_FUNCS(FFT_DECL)
+#undef FFT_DECL
+} fft;
+static pthread_once_t fft_once = PTHREAD_ONCE_INIT;
+static char fft_why[360]; /* why cuFFT is not there ("" when it is, or before the first claim asked) */
+
+/* Opens cuFFT once (the library stays open: plans name it until shutdown). */
+static void fft_open(void) {
+    const char *off = getenv("OAR_CUDA_CUFFT");
+    if (off && !strcmp(off, "0")) {
+        snprintf(fft_why, sizeof fft_why, "cuFFT is off (OAR_CUDA_CUFFT=0)");
+        return;
+    }
+    const char *path = getenv("OAR_CUDA_CUFFT_LIB"); /* another library (the tests' model of cuFFT) */
+    void *lib = dlopen(path && *path ? path : "libcufft.so.12", RTLD_NOW | RTLD_LOCAL);
+    if (!lib && !(path && *path)) lib = dlopen("libcufft.so", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *e = dlerror();
+        snprintf(fft_why, sizeof fft_why, "cuFFT not found (%s)", e ? e : "dlopen failed");
+    } else {
+        bool all = true;
+#define FFT_LOAD(f) all = all && (*(void **)&fft.f = dlsym(lib, #f)) != NULL;
+        FFT_FUNCS(FFT_LOAD)
+#undef FFT_LOAD
+        int version = 0;
+        if (all && fft.cufftGetVersion(&version) == CUFFT_SUCCESS && version >= 11000) {
+            fft.ok = true;
+            return;
+        }
+        snprintf(fft_why, sizeof fft_why, "libcufft lacks a function or is older than 11 (version %d)", version);
+        dlclose(lib);
+        memset(&fft, 0, sizeof fft);
+    }
+    if (host && host->log) {
+        char msg[sizeof fft_why + 64];
+        snprintf(msg, sizeof msg, "%s: fft_c2c, fft_r2c and fft_c2r run on the CPU", fft_why);
+        host->log(1, "cuda", msg);
+    }
+}
+
+bool oar_cuda_fft_available(void) {
+    pthread_once(&fft_once, fft_open);
+    return fft.ok;
+}
 
 typedef struct {
     bool used;
@@ -47,8 +110,8 @@ void oar_cuda_fft_init(const oar_host_api *h) { host = h; }
 void oar_cuda_fft_shutdown(void) {
     pthread_mutex_lock(&plan_lock);
     for (int i = 0; i < N_PLANS; i++)
-        if (plans[i].used) {
-            cufftDestroy(plans[i].h);
+        if (plans[i].used) { /* (a plan exists only where cuFFT was opened) */
+            fft.cufftDestroy(plans[i].h);
             plans[i].used = false;
         }
     pthread_mutex_unlock(&plan_lock);
@@ -72,8 +135,8 @@ static int kind_of(const char *op) {
 
 bool oar_cuda_fft_claims(const char *op, int32_t dt) {
     int k = kind_of(op);
-    if (k == OAR_CUDA_FFT_R2C) return dt == DT_F32 || dt == DT_F64;
-    return k >= 0 && (dt == DT_C64 || dt == DT_C128);
+    bool typed = k == OAR_CUDA_FFT_R2C ? dt == DT_F32 || dt == DT_F64 : k >= 0 && (dt == DT_C64 || dt == DT_C128);
+    return typed && oar_cuda_fft_available(); /* (opens cuFFT at the first FFT op asked) */
 }
 
 static const char *result_str(cufftResult r) {
@@ -139,19 +202,19 @@ static plan_slot *plan_get(int dev, bool dbl, const oar_cuda_fft_many *m) {
         if (!victim || (victim->used && (!s->used || s->last < victim->last))) victim = s;
     }
     if (victim->used) {
-        cufftDestroy(victim->h);
+        fft.cufftDestroy(victim->h);
         victim->used = false;
     }
     cufftHandle h;
-    cufftResult r = cufftCreate(&h);
+    cufftResult r = fft.cufftCreate(&h);
     if (r != CUFFT_SUCCESS) return cufft_fail("cufftCreate", r), NULL;
     long long n[3], ie[3], oe[3];
     for (int j = 0; j < 3; j++) n[j] = m->n[j], ie[j] = m->inembed[j], oe[j] = m->onembed[j];
     size_t work = 0;
-    if ((r = cufftSetAutoAllocation(h, 0)) != CUFFT_SUCCESS ||
-        (r = cufftMakePlanMany64(h, m->rank, n, ie, m->istride, m->idist, oe, m->ostride, m->odist,
+    if ((r = fft.cufftSetAutoAllocation(h, 0)) != CUFFT_SUCCESS ||
+        (r = fft.cufftMakePlanMany64(h, m->rank, n, ie, m->istride, m->idist, oe, m->ostride, m->odist,
                                  cufft_type(m->type, dbl), m->batch, &work)) != CUFFT_SUCCESS) {
-        cufftDestroy(h);
+        fft.cufftDestroy(h);
         return cufft_fail("cufftMakePlanMany64", r), NULL;
     }
     *victim = (plan_slot){.used = true, .dev = dev, .dbl = dbl, .key = *m, .h = h, .work = work,
@@ -169,15 +232,15 @@ static int plan_run(int dev, cudaStream_t st, bool dbl, const oar_cuda_fft_many 
     int rc = s ? 0 : -4;
     cufftResult r = CUFFT_SUCCESS;
     if (!rc && wbytes && !(work = oar_cuda_mem_alloc(dev, wbytes))) rc = -4;
-    if (!rc && ((r = cufftSetWorkArea(s->h, work)) != CUFFT_SUCCESS || (r = cufftSetStream(s->h, st)) != CUFFT_SUCCESS))
+    if (!rc && ((r = fft.cufftSetWorkArea(s->h, work)) != CUFFT_SUCCESS || (r = fft.cufftSetStream(s->h, st)) != CUFFT_SUCCESS))
         rc = cufft_fail("cufftSetWorkArea or cufftSetStream", r);
     if (!rc) {
         switch (m->type) {
         case OAR_CUDA_FFT_C2C:
-            r = dbl ? cufftExecZ2Z(s->h, in, out, m->dir) : cufftExecC2C(s->h, in, out, m->dir);
+            r = dbl ? fft.cufftExecZ2Z(s->h, in, out, m->dir) : fft.cufftExecC2C(s->h, in, out, m->dir);
             break;
-        case OAR_CUDA_FFT_R2C: r = dbl ? cufftExecD2Z(s->h, in, out) : cufftExecR2C(s->h, in, out); break;
-        default: r = dbl ? cufftExecZ2D(s->h, in, out) : cufftExecC2R(s->h, in, out); break;
+        case OAR_CUDA_FFT_R2C: r = dbl ? fft.cufftExecD2Z(s->h, in, out) : fft.cufftExecR2C(s->h, in, out); break;
+        default: r = dbl ? fft.cufftExecZ2D(s->h, in, out) : fft.cufftExecC2R(s->h, in, out); break;
         }
         if (r != CUFFT_SUCCESS) rc = cufft_fail("cufftExec", r);
     }
@@ -218,7 +281,7 @@ static bool layout_of(const oar_kernel_call *c, oar_cuda_fft_layout *L, bool *db
 int oar_cuda_fft_supports(const oar_kernel_call *c) {
     oar_cuda_fft_layout L;
     bool dbl;
-    return layout_of(c, &L, &dbl);
+    return oar_cuda_fft_available() && layout_of(c, &L, &dbl);
 }
 
 /* t's view in the layout's dim order (perm), its strides and offset */
@@ -251,6 +314,12 @@ static oar_cuda_desc dense(const oar_ktensor *t, const int *perm) {
 int oar_cuda_fft_run(const oar_kernel_call *c, int dev, cudaStream_t st) {
     oar_cuda_fft_layout L;
     bool dbl;
+    if (!oar_cuda_fft_available()) { /* (get_kernel does not claim these then: a caller that asked nothing) */
+        char msg[sizeof fft_why + 128];
+        snprintf(msg, sizeof msg, "cuda fft: %s; the plugin does not claim the FFT ops without it (install "
+                 "libcufft.so.12 or put its folder on LD_LIBRARY_PATH)", fft_why);
+        return host->error(-3, msg);
+    }
     if (c->n_out < 1 || !layout_of(c, &L, &dbl))
         return host->error(-3, "cuda fft: a transform the plugin cannot lay out for cuFFT (more than three "
                                "dims of extent > 1, a half dim of extent 1, or mismatched views); supports_op "

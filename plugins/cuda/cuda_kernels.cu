@@ -527,6 +527,85 @@ extern "C" int oar_cuda_layer_norm(void *y, oar_cuda_desc ty, void *mean, oar_cu
     return (int)cudaErrorInvalidValue;
 }
 
+// group_norm and batch_norm: one block of NORM_THREADS per statistic group (a sample's channel group,
+// or a channel), its members strided over the block's threads, partial sums in double combined by a
+// fixed tree in shared memory (the same order on every run), then every member normalised.
+#define NORM_THREADS 256
+// member k of statistic group g: its row-major element index in [n, c, s], *ch its channel
+__device__ static int64_t norm_member(const oar_cuda_norm_args &a, int64_t g, int64_t k, int64_t *ch) {
+    const int64_t sp = k % a.s, q = k / a.s;
+    if (a.mode == 0) { // group_norm: g = sample * groups + group, q the channel within the group
+        const int64_t cg = a.c / a.groups, smp = g / a.groups;
+        *ch = (g % a.groups) * cg + q;
+        return (smp * a.c + *ch) * a.s + sp;
+    }
+    *ch = g; // batch_norm: q the sample
+    return (q * a.c + g) * a.s + sp;
+}
+
+// the block's sum of v (every thread's part), the same on every thread
+__device__ static double block_sum(double v, double *red) {
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned w = NORM_THREADS / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+        __syncthreads();
+    }
+    double r = red[0];
+    __syncthreads();
+    return r;
+}
+
+template <typename T>
+__global__ static void k_channel_norm(oar_cuda_norm_args a) {
+    __shared__ double red[NORM_THREADS];
+    const int64_t g = blockIdx.x, cnt = a.mode == 0 ? a.c / a.groups * a.s : a.n * a.s;
+    const T *x = (const T *)a.x;
+    int64_t ch;
+    double mu, var;
+    if (a.mode == 2) {
+        mu = (double)((const T *)a.rm)[at(a.trm, g)];
+        var = (double)((const T *)a.rv)[at(a.trv, g)];
+    } else {
+        double s = 0;
+        for (int64_t k = threadIdx.x; k < cnt; k += NORM_THREADS) s += (double)x[at(a.tx, norm_member(a, g, k, &ch))];
+        mu = block_sum(s, red) / (double)(cnt > 0 ? cnt : 1); // (cnt is the block's: every thread syncs)
+        double sq = 0;
+        for (int64_t k = threadIdx.x; k < cnt; k += NORM_THREADS) {
+            double d = (double)x[at(a.tx, norm_member(a, g, k, &ch))] - mu;
+            sq += d * d;
+        }
+        sq = block_sum(sq, red);
+        var = cnt > 0 ? sq / (double)cnt : 0;
+        if (a.mode == 1 && threadIdx.x == 0)
+            ((T *)a.uvar)[at(a.tu, g)] = (T)(cnt > 1 ? sq / (double)(cnt - 1) : var);
+    }
+    const double rs = 1.0 / sqrt(var + a.eps);
+    if (threadIdx.x == 0) {
+        ((T *)a.mean)[at(a.tm, g)] = (T)mu;
+        ((T *)a.rstd)[at(a.tr, g)] = (T)rs;
+        if (a.mode == 2) ((T *)a.uvar)[at(a.tu, g)] = ((const T *)a.rv)[at(a.trv, g)];
+    }
+    for (int64_t k = threadIdx.x; k < cnt; k += NORM_THREADS) {
+        int64_t i = norm_member(a, g, k, &ch);
+        double wc = a.w ? (double)((const T *)a.w)[at(a.tw, ch)] : 1.0;
+        double bc = a.b ? (double)((const T *)a.b)[at(a.tb, ch)] : 0.0;
+        ((T *)a.y)[at(a.ty, i)] = (T)(((double)x[at(a.tx, i)] - mu) * rs * wc + bc);
+    }
+}
+
+extern "C" int oar_cuda_channel_norm(const oar_cuda_norm_args *a, int32_t dt, void *stream) {
+    if (a->mode < 0 || a->mode > 2 || a->s < 1 || a->groups < 1 || a->c % a->groups) return (int)cudaErrorInvalidValue;
+    const int64_t n_groups = a->mode == 0 ? a->n * a->groups : a->c;
+    if (n_groups <= 0) return 0;
+    if (n_groups > 0x7fffffff) return (int)cudaErrorInvalidValue;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (dt == 6) k_channel_norm<float><<<(unsigned)n_groups, NORM_THREADS, 0, st>>>(*a);
+    else if (dt == 7) k_channel_norm<double><<<(unsigned)n_groups, NORM_THREADS, 0, st>>>(*a);
+    else return (int)cudaErrorInvalidValue;
+    return (int)cudaGetLastError();
+}
+
 // Pools over the last two dims [..., H, W] -> [..., OH, OW] (element i of a
 // view: row-major over its own shape). a: max_pool2d's kernel2, stride2,
 // padding2, dilation2; avg_pool2d's kernel2, stride2, padding2, ceil_mode,

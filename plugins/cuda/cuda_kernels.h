@@ -72,6 +72,25 @@ int oar_cuda_zero_imag(void *p, int32_t dt, int64_t off, int64_t stride, int64_t
 int oar_cuda_layer_norm(void *y, oar_cuda_desc ty, void *mean, oar_cuda_desc tm, void *rstd, oar_cuda_desc tr,
                         int32_t dt, const void *x, oar_cuda_desc tx, const void *w, oar_cuda_desc tw, const void *b,
                         oar_cuda_desc tb, double eps, int64_t d, int64_t rows, void *stream);
+/* group_norm and batch_norm in f32 (dt 6) or f64 (7), as the CPU's
+ * (src/backends/cpu/cpu_norm.c): x is [n, c, s] in row-major order over tx
+ * (s: the product of the dims after the channels). A statistic group:
+ * group_norm (mode 0), each (sample, channel group) of c / groups channels;
+ * batch_norm (mode 1 training, 2 eval), each channel over the samples and
+ * s. y = (x - mean) rstd w + b per channel (w, b NULL: none); mean, rstd
+ * per group at element g of tm, tr; eval takes them from the running
+ * stats rm, rv (element ch), training ignores those. uvar (batch_norm's
+ * out[3]): the unbiased batch variance (training), rv itself (eval).
+ * Statistics in double, two passes, summed in a fixed order. */
+typedef struct {
+    int mode; /* 0 group_norm, 1 batch_norm training, 2 batch_norm eval */
+    int64_t n, c, s, groups;
+    double eps;
+    void *y, *mean, *rstd, *uvar;     /* uvar: batch_norm only */
+    const void *x, *w, *b, *rm, *rv;  /* w, b: NULL when absent; rm, rv: eval only */
+    oar_cuda_desc ty, tm, tr, tu, tx, tw, tb, trm, trv;
+} oar_cuda_norm_args;
+int oar_cuda_channel_norm(const oar_cuda_norm_args *a, int32_t dt, void *stream);
 /* Pools over the last two dims, f32 (dt 6) or f64 (7), as the CPU's:
  * op 0 max_pool2d: o values, o2 indices (i64, into each H x W plane), x
  *   input, a: kernel2, stride2, padding2, dilation2; n outputs;

@@ -22,17 +22,25 @@
  *     output element or row)
  *   matmul in f32, f64, f16 and bf16 (f16/bf16 with f32 accumulation, on
  *     Tensor Cores where the GPU has them), 1-D or batched operands with
- *     broadcast batch dims, as one cublasGemmStridedBatchedEx when every
- *     operand is one cuBLAS reads in place (a unit stride in one matrix
- *     dim, the other at least the extent: no expanded or overlapping
- *     matrix) and its batch dims collapse to one stride (0 for a broadcast
- *     operand), into a dense output (cuda_gemm_layout.h); other matmuls
- *     are refused by supports_op and run on the CPU
+ *     broadcast batch dims, as one cublasGemmStridedBatchedEx over the
+ *     operands cuBLAS reads in place (a unit stride in one matrix dim, the
+ *     other at least the extent: no expanded or overlapping matrix; batch
+ *     dims that collapse to one stride, 0 for a broadcast operand) into a
+ *     dense output (cuda_gemm_layout.h); an operand cuBLAS cannot read so
+ *     (a permuted attention head, an expanded row) is first copied into
+ *     dense scratch on the device, and an output that is not dense gets
+ *     its result through scratch, so no layout runs on the CPU
+ *   group_norm and batch_norm (training and eval; weight and bias
+ *     optional) in f32 and f64, one block per statistic group, statistics
+ *     in double summed in a fixed order (f16/bf16 through oar's f32 route;
+ *     their backward passes are oar's compositions of claimed ops)
  *   layer_norm (weight and bias optional; statistics in double), max_pool2d
  *     and max_pool2d_backward, avg_pool2d and avg_pool2d_backward, in f32
  *     and f64 over strided views, as the CPU computes them (the pools'
  *     backward: one thread per plane, in the CPU's order; an index outside
  *     the plane is skipped, not reported)
+ *   slice_backward in f16, bf16, f32 and f64 (zeros, then the gradient
+ *     copied into the slice's view: the fill and conversion kernels)
  *   gather, index_select, scatter_add and index_add in f32 and f64 with
  *     i64 indices (scatter_add and index_add: one thread per output
  *     element, in index order, deterministic); an index out of range fails
@@ -40,7 +48,9 @@
  *   fft_c2c and fft_c2r in c64 and c128, fft_r2c in f32 and f64, over any
  *     dims of strided views with every norm mode, through cuFFT plans
  *     cached per shape (cuda_fft.c, cuda_fft_layout.h; OAR_CUDA_CUFFT):
- *     up to three transformed dims of extent > 1 (more run on the CPU)
+ *     up to three transformed dims of extent > 1 (more run on the CPU);
+ *     cuFFT is opened at run time: not claimed where libcufft.so.12
+ *     cannot be opened or OAR_CUDA_CUFFT=0
  *   conv2d, conv_transpose2d and conv2d_weight_grad in f32 and f64 through
  *     cuDNN, opened at run time (cuda_dnn.c; OAR_CUDA_CUDNN where CMake
  *     found cudnn.h): [N, C, H, W] and [N, C, L] operands, groups, stride,
@@ -494,6 +504,71 @@ static int k_layer_norm(void *ctx, const oar_kernel_call *c) {
     return e ? fail(c->op, e) : 0;
 }
 
+/* group_norm (ins x, weight?, bias?; iattr groups; outs y, mean, rstd of
+ * [N, groups]) and batch_norm (ins x, running_mean?, running_var?,
+ * weight?, bias?; iattr training; outs y, mean, rstd, the unbiased
+ * variance, each [C]); fattr[0] eps. x [N, C, *] of rank >= 2, f32 or
+ * f64 (f16/bf16 through oar's f32 route); the affine operands of x's
+ * dtype; the running stats too in eval (training does not read them). */
+static int channel_norm_mode(const oar_kernel_call *c) {
+    if (!strcmp(c->op, "group_norm")) return 0;
+    if (!strcmp(c->op, "batch_norm")) return c->n_iattr >= 1 && c->iattr && c->iattr[0] ? 1 : 2;
+    return -1;
+}
+
+static bool channel_norm_ok(const oar_kernel_call *c, int mode) {
+    const int n_in = mode == 0 ? 3 : 5, n_out = mode == 0 ? 3 : 4;
+    if (mode < 0 || c->n_in < 1 || c->n_iattr < 1 || !c->iattr || c->n_fattr < 1 || !c->fattr) return false;
+    const oar_ktensor *x = &c->in[0];
+    if (!is_float(x->dtype) || x->ndim < 2) return false;
+    const int64_t ch = x->shape[1], groups = mode == 0 ? c->iattr[0] : 1;
+    if (groups < 1 || ch % groups) return false;
+    for (int i = 2; i < x->ndim; i++)
+        if (x->shape[i] < 1) return false; /* (an empty spatial dim: the CPU runs it) */
+    for (int i = 1; i < n_in && i < c->n_in; i++) {
+        bool stat = mode != 0 && i <= 2;
+        if (!present(c, i) || (stat && mode == 1)) continue; /* (training reads no running stat) */
+        if (c->in[i].dtype != x->dtype || numel(&c->in[i]) != ch) return false;
+    }
+    if (mode == 2 && (!present(c, 1) || !present(c, 2))) return false;
+    if (c->n_out == 0) return true;
+    if (c->n_out < n_out) return false;
+    const int64_t n_stat = mode == 0 ? x->shape[0] * groups : ch;
+    for (int j = 0; j < n_out; j++)
+        if (c->out[j].dtype != x->dtype || numel(&c->out[j]) != (j ? n_stat : numel(x))) return false;
+    return true;
+}
+
+static int k_channel_norm(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    int mode = channel_norm_mode(c);
+    if (mode < 0 || c->n_out < 1 || !channel_norm_ok(c, mode))
+        return host->error(-3, "cuda group_norm/batch_norm: wants an f32 or f64 [N, C, *] input, weight, bias "
+                               "(and in eval the running stats) of its dtype and C elements, its outputs, the "
+                               "groups or training flag and eps");
+    const oar_ktensor *x = &c->in[0];
+    oar_cuda_norm_args a;
+    memset(&a, 0, sizeof a);
+    a.mode = mode;
+    a.n = x->shape[0], a.c = x->shape[1], a.s = 1;
+    for (int i = 2; i < x->ndim; i++) a.s *= x->shape[i];
+    a.groups = mode == 0 ? c->iattr[0] : 1;
+    a.eps = c->fattr[0];
+    a.x = x->buffer, a.tx = desc(x);
+    a.y = c->out[0].buffer, a.ty = desc(&c->out[0]);
+    a.mean = c->out[1].buffer, a.tm = desc(&c->out[1]);
+    a.rstd = c->out[2].buffer, a.tr = desc(&c->out[2]);
+    if (mode != 0) a.uvar = c->out[3].buffer, a.tu = desc(&c->out[3]);
+    const int iw = mode == 0 ? 1 : 3;
+    if (present(c, iw)) a.w = c->in[iw].buffer, a.tw = desc(&c->in[iw]);
+    if (present(c, iw + 1)) a.b = c->in[iw + 1].buffer, a.tb = desc(&c->in[iw + 1]);
+    if (mode == 2) a.rm = c->in[1].buffer, a.trm = desc(&c->in[1]), a.rv = c->in[2].buffer, a.trv = desc(&c->in[2]);
+    cudaStream_t st = on_device_of(&c->out[0], NULL);
+    if (!st) return -4;
+    int e = oar_cuda_channel_norm(&a, x->dtype, st);
+    return e ? fail(c->op, e) : 0;
+}
+
 /* the pools: 0 max_pool2d, 1 max_pool2d_backward, 2 avg_pool2d, 3 avg_pool2d_backward */
 static int pool_op(const char *op) {
     static const char *const names[] = {"max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward"};
@@ -541,6 +616,49 @@ static int k_pool(void *ctx, const oar_kernel_call *c) {
     int e = oar_cuda_pool(op, x->dtype, o->buffer, desc(o), op == 0 ? c->out[1].buffer : NULL,
                           op == 0 ? desc(&c->out[1]) : none, x->buffer, desc(x), op == 1 ? c->in[1].buffer : NULL,
                           op == 1 ? desc(&c->in[1]) : none, op == 1 ? NULL : c->iattr, n, NULL, st);
+    return e ? fail(c->op, e) : 0;
+}
+
+/* slice_backward (the gradient of a slice: q, k and v cut from one qkv
+ * product): iattr dim, start, end, step, then the result's shape; the
+ * output zeroed, then the gradient copied into the slice's view of it.
+ * f16, bf16, f32, f64 (the fill and conversion kernels, no kernel of its own). */
+static bool slice_backward_ok(const oar_kernel_call *c) {
+    if (c->n_in < 1 || !c->iattr || !is_any_float(c->in[0].dtype)) return false;
+    const oar_ktensor *g = &c->in[0];
+    if (c->n_iattr != 4 + g->ndim || g->ndim < 1) return false;
+    const int64_t dim = c->iattr[0], start = c->iattr[1], step = c->iattr[3];
+    if (dim < 0 || dim >= g->ndim || step < 1 || start < 0) return false;
+    for (int d = 0; d < g->ndim; d++) {
+        int64_t full = c->iattr[4 + d];
+        if (d != dim && g->shape[d] != full) return false;
+        if (d == dim && g->shape[d] > 0 && start + (g->shape[d] - 1) * step >= full) return false;
+    }
+    if (c->n_out == 0) return true;
+    const oar_ktensor *o = &c->out[0];
+    if (c->n_out < 1 || o->dtype != g->dtype || o->ndim != g->ndim) return false;
+    for (int d = 0; d < g->ndim; d++)
+        if (o->shape[d] != c->iattr[4 + d]) return false;
+    return true;
+}
+
+static int k_slice_backward(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    if (c->n_out < 1 || !slice_backward_ok(c))
+        return host->error(-3, "cuda slice_backward: wants a gradient, its output of the sliced shape and "
+                               "attributes (dim, start, end, step >= 1, shape) that fit them");
+    const oar_ktensor *g = &c->in[0], *o = &c->out[0];
+    cudaStream_t st = on_device_of(o, NULL);
+    if (!st) return -4;
+    int e = oar_cuda_fill(o->buffer, o->dtype, desc(o), 0.0, numel(o), st);
+    if (!e && numel(g) > 0) {
+        const int dim = (int)c->iattr[0];
+        oar_cuda_desc v = desc(o); /* the slice of the output the gradient fills */
+        v.off += c->iattr[1] * o->strides[dim];
+        v.shape[dim] = g->shape[dim];
+        v.st[dim] *= c->iattr[3];
+        e = oar_cuda_convert(o->buffer, o->dtype, v, g->buffer, g->dtype, desc(g), numel(g), st);
+    }
     return e ? fail(c->op, e) : 0;
 }
 
@@ -632,59 +750,138 @@ static bool blas_types(int32_t dt, cudaDataType_t *t, cublasComputeType_t *ct) {
     }
 }
 
-static bool matmul_plan(const oar_kernel_call *c, oar_cuda_gemm_plan *p) {
+/* t with the strides of a dense tensor of its shape (offset 0): what a
+ * scratch copy of t is */
+static oar_ktensor dense_like(const oar_ktensor *t) {
+    oar_ktensor d = *t;
+    d.offset = 0;
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        d.strides[i] = s;
+        s *= t->shape[i] > 0 ? t->shape[i] : 1;
+    }
+    return d;
+}
+
+/* How a matmul runs: one strided-batched GEMM (cuda_gemm_layout.h) over
+ * the views as given where cuBLAS reads them in place, else over dense
+ * scratch copies of the operands it cannot read (an expanded or
+ * overlapping matrix, batch dims of no single stride: a permuted
+ * attention head, say) and, for an output that is not dense, into dense
+ * scratch copied out after. copy[0..2]: A, B, the output go through
+ * scratch. Fewest copies first; false only for operands that do not
+ * match (or sizes past cuBLAS's int). */
+typedef struct {
+    oar_cuda_gemm_plan p;
+    bool copy[3];
+} matmul_route;
+
+static bool matmul_route_of(const oar_kernel_call *c, matmul_route *r) {
     if (c->n_in != 2 || c->n_out < 1) return false;
     const oar_ktensor *A = &c->in[0], *B = &c->in[1], *O = &c->out[0];
-    return A->dtype == B->dtype && A->dtype == O->dtype &&
-           oar_cuda_gemm_plan_make(A->ndim, A->shape, A->strides, B->ndim, B->shape, B->strides, O->ndim,
-                                   O->shape, O->strides, p);
+    if (A->dtype != B->dtype || A->dtype != O->dtype) return false;
+    static const unsigned order[8] = {0, 4, 1, 2, 5, 6, 3, 7}; /* bits: A, B, output copied */
+    for (int i = 0; i < 8; i++) {
+        unsigned m = order[i];
+        oar_ktensor a = m & 1 ? dense_like(A) : *A, b = m & 2 ? dense_like(B) : *B, o = m & 4 ? dense_like(O) : *O;
+        if (oar_cuda_gemm_plan_make(a.ndim, a.shape, a.strides, b.ndim, b.shape, b.strides, o.ndim, o.shape,
+                                    o.strides, &r->p)) {
+            r->copy[0] = m & 1, r->copy[1] = (m & 2) != 0, r->copy[2] = (m & 4) != 0;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* supports_op's question before the output exists: the dense output oar
+ * will allocate, with the operands as given or copied */
+static bool matmul_inputs_ok(const oar_ktensor *A, const oar_ktensor *B) {
+    oar_cuda_gemm_plan p;
+    oar_ktensor a = dense_like(A), b = dense_like(B);
+    return oar_cuda_gemm_plan_inputs(A->ndim, A->shape, A->strides, B->ndim, B->shape, B->strides, &p) ||
+           oar_cuda_gemm_plan_inputs(a.ndim, a.shape, a.strides, b.ndim, b.shape, b.strides, &p);
 }
 
 static int dt_size(int32_t dt) { return dt == DT_F64 ? 8 : dt == DT_F32 ? 4 : 2; }
 
+/* the device's cuBLAS handle, made on its stream at first use */
+static cublasHandle_t blas_handle(int dev, cudaStream_t st) {
+    pthread_mutex_lock(&blas_lock); /* one handle per device, on the device's stream */
+    if (!blas[dev]) {
+        cublasHandle_t h;
+        cublasStatus_t bs = cublasCreate(&h);
+        if (bs == CUBLAS_STATUS_SUCCESS && (bs = cublasSetStream(h, st)) != CUBLAS_STATUS_SUCCESS) cublasDestroy(h);
+        if (bs == CUBLAS_STATUS_SUCCESS) blas[dev] = h;
+    }
+    cublasHandle_t h = blas[dev];
+    pthread_mutex_unlock(&blas_lock);
+    return h;
+}
+
 static int k_matmul(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
-    oar_cuda_gemm_plan p;
+    matmul_route r;
     cudaDataType_t t;
     cublasComputeType_t ct;
     if (c->n_in != 2 || c->n_out < 1 || !blas_types(c->in[0].dtype, &t, &ct))
         return host->error(-3, "cuda matmul: wants two f32, f64, f16 or bf16 operands");
-    if (!matmul_plan(c, &p))
-        return host->error(-3, "cuda matmul: operands cuBLAS cannot read in place (an expanded or overlapping "
-                               "matrix, batch dims of no single stride) or an output that is not dense; "
-                               "supports_op refuses these, so oar runs them on the CPU");
-    const oar_ktensor *A = &c->in[0], *B = &c->in[1], *O = &c->out[0];
+    if (!matmul_route_of(c, &r))
+        return host->error(-3, "cuda matmul: operands and output of different dtypes or shapes that do not "
+                               "multiply, or sizes past cuBLAS's int; supports_op refuses these, so oar runs "
+                               "them on the CPU");
+    const oar_cuda_gemm_plan *p = &r.p;
+    const oar_ktensor *T[3] = {&c->in[0], &c->in[1], &c->out[0]};
     int dev;
-    cudaStream_t st = on_device_of(O, &dev);
+    cudaStream_t st = on_device_of(T[2], &dev);
     if (!st) return -4;
-    if (p.n == 0 || p.m == 0 || p.batch == 0) return 0;
-    pthread_mutex_lock(&blas_lock); /* one handle per device, on the device's stream */
-    cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
-    if (!blas[dev]) {
-        cublasHandle_t h;
-        bs = cublasCreate(&h);
-        if (bs == CUBLAS_STATUS_SUCCESS && (bs = cublasSetStream(h, st)) != CUBLAS_STATUS_SUCCESS) cublasDestroy(h);
-        if (bs == CUBLAS_STATUS_SUCCESS) blas[dev] = h;
+    if (p->n == 0 || p->m == 0 || p->batch == 0) return 0;
+    cublasHandle_t h = blas_handle(dev, st);
+    if (!h) return host->error(-4, "cuda matmul: cublasCreate or cublasSetStream failed");
+    const int es = dt_size(T[0]->dtype);
+    void *scratch[3] = {NULL, NULL, NULL};
+    size_t bytes[3] = {0, 0, 0};
+    char *base[3];
+    int rc = 0;
+    for (int i = 0; i < 3 && !rc; i++) {
+        base[i] = (char *)T[i]->buffer + T[i]->offset * es;
+        if (!r.copy[i]) continue;
+        bytes[i] = (size_t)(numel(T[i]) > 0 ? numel(T[i]) : 1) * (size_t)es;
+        if (!(scratch[i] = oar_cuda_mem_alloc(dev, bytes[i]))) {
+            rc = -4;
+            break;
+        }
+        base[i] = scratch[i];
+        oar_ktensor d = dense_like(T[i]);
+        int e = i < 2 ? oar_cuda_convert(scratch[i], T[i]->dtype, desc(&d), T[i]->buffer, T[i]->dtype, desc(T[i]),
+                                         numel(T[i]), st)
+                      : 0;
+        if (e) rc = fail("matmul: copying an operand into dense scratch", e);
     }
-    pthread_mutex_unlock(&blas_lock);
-    if (bs != CUBLAS_STATUS_SUCCESS) return host->error(-4, "cuda matmul: cublasCreate or cublasSetStream failed");
-    int es = dt_size(A->dtype);
-    const char *a = (const char *)A->buffer + A->offset * es, *b = (const char *)B->buffer + B->offset * es;
-    char *o = (char *)O->buffer + O->offset * es;
-    const double one_d = 1, zero_d = 0;
-    const float one_f = 1, zero_f = 0;
-    const void *one = ct == CUBLAS_COMPUTE_64F ? (const void *)&one_d : (const void *)&one_f;
-    const void *zero = ct == CUBLAS_COMPUTE_64F ? (const void *)&zero_d : (const void *)&zero_f;
-    /* row-major O = A B is column-major O^T = B^T A^T */
-    bs = cublasGemmStridedBatchedEx(blas[dev], p.tb ? CUBLAS_OP_T : CUBLAS_OP_N, p.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                    (int)p.m, (int)p.n, (int)p.k, one, b, t, (int)p.ldb, p.sb, a, t, (int)p.lda,
-                                    p.sa, zero, o, t, (int)p.m, p.n * p.m, (int)p.batch, ct, CUBLAS_GEMM_DEFAULT);
-    if (bs != CUBLAS_STATUS_SUCCESS) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "cuda matmul: cublasGemmStridedBatchedEx failed: %s", cublasGetStatusString(bs));
-        return host->error(-4, msg);
+    if (!rc) {
+        const double one_d = 1, zero_d = 0;
+        const float one_f = 1, zero_f = 0;
+        const void *one = ct == CUBLAS_COMPUTE_64F ? (const void *)&one_d : (const void *)&one_f;
+        const void *zero = ct == CUBLAS_COMPUTE_64F ? (const void *)&zero_d : (const void *)&zero_f;
+        /* row-major O = A B is column-major O^T = B^T A^T */
+        cublasStatus_t bs = cublasGemmStridedBatchedEx(
+            h, p->tb ? CUBLAS_OP_T : CUBLAS_OP_N, p->ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)p->m, (int)p->n, (int)p->k,
+            one, base[1], t, (int)p->ldb, p->sb, base[0], t, (int)p->lda, p->sa, zero, base[2], t, (int)p->m,
+            p->n * p->m, (int)p->batch, ct, CUBLAS_GEMM_DEFAULT);
+        if (bs != CUBLAS_STATUS_SUCCESS) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "cuda matmul: cublasGemmStridedBatchedEx failed: %s", cublasGetStatusString(bs));
+            rc = host->error(-4, msg);
+        }
     }
-    return 0;
+    if (!rc && r.copy[2]) { /* the dense result into the output's view */
+        oar_ktensor d = dense_like(T[2]);
+        int e = oar_cuda_convert(T[2]->buffer, T[2]->dtype, desc(T[2]), scratch[2], T[2]->dtype, desc(&d),
+                                 numel(T[2]), st);
+        if (e) rc = fail("matmul: copying the result out of scratch", e);
+    }
+    for (int i = 0; i < 3; i++) /* queued work first: the allocator's stream rule */
+        if (scratch[i]) oar_cuda_mem_free(dev, scratch[i], bytes[i]);
+    return rc;
 }
 
 static bool is_matmul_dtype(int32_t dt) { return is_any_float(dt); }
@@ -722,8 +919,10 @@ static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dt
     if (is_any_float(dt) && reduce_op(op) >= 0) return k_reduce;
     if (is_any_float(dt) && (!strcmp(op, "softmax") || !strcmp(op, "log_softmax"))) return k_softmax;
     if (is_float(dt) && !strcmp(op, "layer_norm")) return k_layer_norm;
+    if (is_float(dt) && (!strcmp(op, "group_norm") || !strcmp(op, "batch_norm"))) return k_channel_norm;
     if (is_float(dt) && pool_op(op) >= 0) return k_pool;
     if (is_float(dt) && index_op(op) >= 0) return k_index;
+    if (is_any_float(dt) && !strcmp(op, "slice_backward")) return k_slice_backward;
 #ifdef OAR_CUDA_CUFFT
     if (oar_cuda_fft_claims(op, dt)) return k_fft;
 #endif
@@ -762,11 +961,10 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
     if (reduce_op(op) >= 0 || !strcmp(op, "softmax") || !strcmp(op, "log_softmax"))
         return c->n_in >= 1 && is_any_float(c->in[0].dtype); /* (outputs: the input's dtype) */
     if (!strcmp(op, "matmul")) { /* asked with the operands alone (n_out 0), or with the output */
-        oar_cuda_gemm_plan p;
+        matmul_route r;
         if (c->n_in != 2 || !is_matmul_dtype(c->in[0].dtype) || c->in[1].dtype != c->in[0].dtype) return 0;
-        if (c->n_out > 0) return matmul_plan(c, &p);
-        const oar_ktensor *A = &c->in[0], *B = &c->in[1];
-        return oar_cuda_gemm_plan_inputs(A->ndim, A->shape, A->strides, B->ndim, B->shape, B->strides, &p);
+        if (c->n_out > 0) return matmul_route_of(c, &r);
+        return matmul_inputs_ok(&c->in[0], &c->in[1]);
     }
     if (!strcmp(op, "layer_norm")) { /* every operand of x's dtype */
         if (c->n_in < 1 || !is_float(c->in[0].dtype)) return 0;
@@ -774,8 +972,10 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
             if (present(c, i) && c->in[i].dtype != c->in[0].dtype) return 0;
         return 1;
     }
+    if (!strcmp(op, "group_norm") || !strcmp(op, "batch_norm")) return channel_norm_ok(c, channel_norm_mode(c));
     if (pool_op(op) >= 0) return pool_ok(c, pool_op(op));
     if (index_op(op) >= 0) return index_ok(c, index_op(op));
+    if (!strcmp(op, "slice_backward")) return slice_backward_ok(c);
 #ifdef OAR_CUDA_CUFFT
     if (!strncmp(op, "fft_", 4)) return oar_cuda_fft_supports(c);
 #endif

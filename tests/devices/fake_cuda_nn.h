@@ -1,4 +1,4 @@
-/* CPU loops for the cuda plugin's layer_norm, pool and indexing launchers
+/* CPU loops for the cuda plugin's layer_norm, group/batch norm, pool and indexing launchers
  * (plugins/cuda/cuda_kernels.h), for the tests that run the plugin's host
  * code without a GPU (plugins/fake_cuda_plugin.c, test_cuda_plugin_host.c).
  * They follow what cuda_kernels.cu's kernels compute, in double; the
@@ -29,6 +29,46 @@ int oar_cuda_layer_norm(void *y, oar_cuda_desc ty, void *mean, oar_cuda_desc tm,
             if (b) v += FAKE_LD(b, dt, at_of(&tb, j));
             FAKE_ST(y, dt, at_of(&ty, r * d + j), v);
         }
+    }
+    return 0;
+}
+
+/* group_norm and batch_norm as cuda_kernels.cu's k_channel_norm computes them */
+int oar_cuda_channel_norm(const oar_cuda_norm_args *a, int32_t dt, void *stream) {
+    (void)stream;
+    if ((dt != 6 && dt != 7) || a->mode < 0 || a->mode > 2 || a->s < 1 || a->groups < 1 || a->c % a->groups)
+        return (int)cudaErrorInvalidValue;
+    const int64_t n_groups = a->mode == 0 ? a->n * a->groups : a->c, cg = a->c / a->groups;
+    const int64_t cnt = a->mode == 0 ? cg * a->s : a->n * a->s;
+    for (int64_t g = 0; g < n_groups; g++) {
+        double mu, var;
+#define FAKE_MEMBER(k, ch)                                                                                  \
+    (a->mode == 0 ? ((g / a->groups) * a->c + (ch = (g % a->groups) * cg + (k) / a->s)) * a->s + (k) % a->s \
+                  : (((k) / a->s) * a->c + (ch = g)) * a->s + (k) % a->s)
+        int64_t ch = 0;
+        if (a->mode == 2) {
+            mu = FAKE_LD(a->rm, dt, at_of(&a->trm, g)), var = FAKE_LD(a->rv, dt, at_of(&a->trv, g));
+        } else {
+            double s = 0, sq = 0;
+            for (int64_t k = 0; k < cnt; k++) s += FAKE_LD(a->x, dt, at_of(&a->tx, FAKE_MEMBER(k, ch)));
+            mu = s / (double)(cnt > 0 ? cnt : 1);
+            for (int64_t k = 0; k < cnt; k++) {
+                double d = FAKE_LD(a->x, dt, at_of(&a->tx, FAKE_MEMBER(k, ch))) - mu;
+                sq += d * d;
+            }
+            var = cnt > 0 ? sq / (double)cnt : 0;
+            if (a->mode == 1) FAKE_ST(a->uvar, dt, at_of(&a->tu, g), cnt > 1 ? sq / (double)(cnt - 1) : var);
+        }
+        double rs = 1 / sqrt(var + a->eps);
+        FAKE_ST(a->mean, dt, at_of(&a->tm, g), mu);
+        FAKE_ST(a->rstd, dt, at_of(&a->tr, g), rs);
+        if (a->mode == 2) FAKE_ST(a->uvar, dt, at_of(&a->tu, g), FAKE_LD(a->rv, dt, at_of(&a->trv, g)));
+        for (int64_t k = 0; k < cnt; k++) {
+            int64_t i = FAKE_MEMBER(k, ch);
+            double wc = a->w ? FAKE_LD(a->w, dt, at_of(&a->tw, ch)) : 1, bc = a->b ? FAKE_LD(a->b, dt, at_of(&a->tb, ch)) : 0;
+            FAKE_ST(a->y, dt, at_of(&a->ty, i), (FAKE_LD(a->x, dt, at_of(&a->tx, i)) - mu) * rs * wc + bc);
+        }
+#undef FAKE_MEMBER
     }
     return 0;
 }

@@ -1,5 +1,5 @@
-/* A fake cuFFT for the tests without a GPU (fake_cuda_plugin.c,
- * test_cuda_fft_layout.c): the calls the cuda plugin makes (cuda_fft.c),
+/* A fake cuFFT for the tests without a GPU (test_cuda_fft_layout.c, and
+ * as a library the cuda plugin opens, plugins/fake_cufft_lib.c): the calls the cuda plugin makes (cuda_fft.c),
  * each checking its arguments as cuFFT's documentation states them, and
  * execs that compute the transforms' definitions directly in double over
  * cuFFT's advanced data layout: element x = (x0, .., x_r-1) of batch b is
@@ -35,6 +35,12 @@ typedef struct {
 static fake_plan fake_plans[FAKE_CUFFT_MAX];
 static int fake_cufft_execs, fake_cufft_makes, fake_cufft_live;
 static cudaStream_t fake_cufft_last_stream;
+
+cufftResult cufftGetVersion(int *version) {
+    if (!version) return CUFFT_INVALID_VALUE;
+    *version = CUFFT_VERSION;
+    return CUFFT_SUCCESS;
+}
 
 static fake_plan *fake_plan_of(cufftHandle h) {
     return h >= 1 && h <= FAKE_CUFFT_MAX && fake_plans[h - 1].live ? &fake_plans[h - 1] : NULL;

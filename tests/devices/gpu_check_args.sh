@@ -7,7 +7,8 @@
 # with stub programs, a run without a cuda:0 step, with the NCCL row and
 # no MPI, with a skipped test, with the plugin test failing with its
 # block cache off, with a matmul product not said right, or with the CNN
-# program failing exits 1; only all rows passing gives 0.
+# program failing, with the char LM program failing, or with the plugin
+# failing without cuFFT exits 1; only all rows passing gives 0.
 set -u
 script="$(dirname "$0")/../../scripts/gpu-check.sh"
 fails=0
@@ -33,8 +34,9 @@ tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 expect 3 "no carried build in" --carry "$tmp" # (no build-dir: not a carried build)
 echo /nonexistent > "$tmp/build-dir"
 expect 3 "is missing (run --prepare again)" --carry "$tmp"
-for p in test_cuda_plugin test_cuda_plugin_host test_cuda_gemm_layout test_cuda_fft_layout test_backend_ops \
-         test_device_autograd test_cuda_codegen test_cuda_train bench_cuda_matmul bench_device; do
+for p in test_cuda_plugin test_cuda_plugin_host test_cuda_gemm_layout test_cuda_fft_layout test_cuda_fft_open \
+         test_backend_ops test_device_autograd test_cuda_codegen test_cuda_train test_cuda_char_lm bench_cuda_matmul \
+         bench_device; do
     printf '#!/bin/sh\nexit 0\n' > "$tmp/$p" && chmod +x "$tmp/$p"
 done
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
@@ -59,6 +61,15 @@ OAR_GPU_CHECK_NO_PROBE=1 expect 0 "bf16 vs cuBLAS *pass .*target >= 0.9 NOT met"
 printf '#!/bin/sh\necho "cuda:0: 3 ops ran on the CPU instead"; exit 1\n' > "$tmp/test_cuda_train"
 OAR_GPU_CHECK_NO_PROBE=1 expect 1 "LeNet-5 CNN step, no fallback *FAIL" --carry "$tmp" --no-dist
 printf '#!/bin/sh\nexit 0\n' > "$tmp/test_cuda_train"
+# the char LM row fails with its program (a fallback), and shows its last line (tokens/s, MFU)
+printf '#!/bin/sh\necho "cuda:0: 2 ops ran on the CPU instead"; exit 1\n' > "$tmp/test_cuda_char_lm"
+OAR_GPU_CHECK_NO_PROBE=1 expect 1 "char LM AMP bf16 step, no fallback *FAIL" --carry "$tmp" --no-dist
+printf '#!/bin/sh\necho "char lm step: 1000 tokens/s, MFU 12.0%% of 989.4"\n' > "$tmp/test_cuda_char_lm"
+OAR_GPU_CHECK_NO_PROBE=1 expect 0 "char LM AMP bf16 step, no fallback *pass .*MFU 12.0%" --carry "$tmp" --no-dist
+# the cuFFT rows: the absent mode is asked of the carried plugins
+printf '#!/bin/sh\n[ "$4" = absent ] && exit 1\nexit 0\n' > "$tmp/test_cuda_fft_open"
+OAR_GPU_CHECK_NO_PROBE=1 expect 1 "plugin without cuFFT (loads) *FAIL" --carry "$tmp" --no-dist
+printf '#!/bin/sh\nexit 0\n' > "$tmp/test_cuda_fft_open"
 OAR_GPU_CHECK_NO_PROBE=1 expect 0 "every check passed" --carry "$tmp" --no-dist
 OAR_GPU_CHECK_NO_PROBE=1 expect 1 "NCCL collectives (2 ranks) *FAIL" --carry "$tmp"
 # the plugin test's second row runs with the block cache off

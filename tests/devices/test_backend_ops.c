@@ -28,6 +28,7 @@
 
 #define GUARD 64 /* sentinel elements on each side */
 #define SENTINEL 0xA5
+#define MAX_IN 5 /* inputs of a case (batch_norm's five) */
 
 typedef enum { L_CONTIG, L_TRANSPOSED, L_STEPPED, L_BROADCAST, L_NULL } layout;
 
@@ -42,7 +43,7 @@ typedef struct {
 typedef struct {
     const char *op;
     int n_in;
-    in_spec in[3];
+    in_spec in[MAX_IN];
     int ni, nf;
     int64_t i[12];
     double f[2];
@@ -160,7 +161,7 @@ static double worst_error(const char *what, const oar_tensor *cpu, const unsigne
 static int cpu_reference(oar_kernel_fn kc, bool via_f32, const oar_kernel_call *cc, bool bcast, int n_in,
                          oar_tensor *const *in, int n_out, oar_tensor *const *out) {
     if (!via_f32) return kc(oari_device_cpu()->ctx, cc);
-    oar_ktensor fin[3], fout[4];
+    oar_ktensor fin[MAX_IN], fout[4];
     oar_tensor *fo[4] = {0};
     int st = 0;
     for (int i = 0; i < n_in && !st; i++) {
@@ -200,7 +201,7 @@ static void run_case(oar_device *dev, const tcase *tc) {
     if (op < 0) return;
     const oari_op_def *def = oari_op_defs[op];
     bool inplace = def->flags & OARI_F_INPLACE;
-    oar_tensor *in[3] = {0};
+    oar_tensor *in[MAX_IN] = {0};
     for (int i = 0; i < tc->n_in; i++) in[i] = make_input(&tc->in[i], tc->special);
     oari_attrs attrs = {.ni = tc->ni, .nf = tc->nf};
     memcpy(attrs.i, tc->i, sizeof tc->i);
@@ -232,7 +233,7 @@ static void run_case(oar_device *dev, const tcase *tc) {
     oar_kernel_fn kc = st ? NULL : oari_kernel_lookup(oari_device_cpu(), (oari_op)op, c.kernel_dtype);
     bool via_f32 = !st && !kc && is_half(c.kernel_dtype) && !inplace; /* no CPU half kernel */
     if (via_f32) kc = oari_kernel_lookup(oari_device_cpu(), (oari_op)op, OAR_F32);
-    oar_ktensor kin[3], kout[4], din[3], dout[4];
+    oar_ktensor kin[MAX_IN], kout[4], din[MAX_IN], dout[4];
     int n_out = def->n_out;
     oar_tensor *out[4] = {0};
     if (!st) {
@@ -257,7 +258,7 @@ static void run_case(oar_device *dev, const tcase *tc) {
     }
     bool claimed = kd != NULL;
     if (claimed && dev->iface->supports_op) {
-        oar_ktensor raw[3];
+        oar_ktensor raw[MAX_IN];
         for (int i = 0; i < tc->n_in; i++) {
             if (in[i]) oari_ktensor(in[i], &raw[i]);
             else {
@@ -275,8 +276,8 @@ static void run_case(oar_device *dev, const tcase *tc) {
     }
     if (!st && claimed) {
         /* device copies: inputs' whole storages, outputs fresh, all guarded */
-        void *bufs[7] = {0};
-        size_t sizes[7] = {0}, ess[7] = {0};
+        void *bufs[MAX_IN + 4] = {0};
+        size_t sizes[MAX_IN + 4] = {0}, ess[MAX_IN + 4] = {0};
         for (int i = 0; i < tc->n_in; i++) {
             din[i] = kin[i];
             if (!in[i]) continue;
@@ -295,12 +296,12 @@ static void run_case(oar_device *dev, const tcase *tc) {
                 continue;
             }
             size_t es = oar_dtype_size(out[j]->dtype);
-            sizes[3 + j] = (size_t)out[j]->numel * es;
-            ess[3 + j] = es;
-            bufs[3 + j] = guarded_upload(dev, NULL, sizes[3 + j], es);
-            CHECK(bufs[3 + j] != NULL);
+            sizes[MAX_IN + j] = (size_t)out[j]->numel * es;
+            ess[MAX_IN + j] = es;
+            bufs[MAX_IN + j] = guarded_upload(dev, NULL, sizes[MAX_IN + j], es);
+            CHECK(bufs[MAX_IN + j] != NULL);
             dout[j] = kout[j];
-            dout[j].buffer = bufs[3 + j];
+            dout[j].buffer = bufs[MAX_IN + j];
             dout[j].data = NULL;
             dout[j].offset = GUARD;
         }
@@ -318,7 +319,7 @@ static void run_case(oar_device *dev, const tcase *tc) {
         bool bad = false;
         double worst = 0;
         for (int j = 0; j < n_out; j++) {
-            int b = inplace ? 0 : 3 + j;
+            int b = inplace ? 0 : MAX_IN + j;
             size_t g = GUARD * ess[b], total = sizes[b] + 2 * g;
             unsigned char *h = malloc(total);
             CHECK(dev->iface->copy_to_host(dev->ctx, dev->index, h, bufs[b], 0, total) == 0);
@@ -350,7 +351,7 @@ static void run_case(oar_device *dev, const tcase *tc) {
         CHECK(!bad);
         n_run++;
         n_half_run += is_half(c.kernel_dtype);
-        for (int b = 0; b < 7; b++)
+        for (int b = 0; b < MAX_IN + 4; b++)
             if (bufs[b]) dev->iface->free(dev->ctx, dev->index, bufs[b], sizes[b] + 2 * GUARD * ess[b]);
     }
     for (int i = 0; i < tc->n_in; i++) oar_tensor_release(in[i]);
@@ -609,6 +610,48 @@ static void nn_cases(oar_device *dev) {
     run_case(dev, &is1);
 }
 
+/* group_norm (2 and 1 groups, weight and bias or none) and batch_norm
+ * (training and eval, strided inputs, [N, C] and [N, C, H, W]); the
+ * running stats in eval in x's dtype (dispatch casts them), in training
+ * not read. */
+static void channel_norm_cases(oar_device *dev) {
+    tcase gn = {.op = "group_norm", .n_in = 3, .ni = 1, .i = {2}, .nf = 1, .f = {1e-5}, .tol = tl(1e-5),
+                .in = {{FD, 4, SH(3, 4, 5, 6), L_STEPPED, -3, 3}, {FD, 1, SH(4), L_CONTIG, 0.5, 2},
+                       {FD, 1, SH(4), L_STEPPED, -1, 1}}};
+    run_case(dev, &gn);
+    tcase gn1 = {.op = "group_norm", .n_in = 3, .ni = 1, .i = {1}, .nf = 1, .f = {1e-3}, .tol = tl(1e-5),
+                 .in = {{FD, 3, SH(2, 6, 7), L_TRANSPOSED, -3, 3}, {.lay = L_NULL}, {.lay = L_NULL}}};
+    run_case(dev, &gn1);
+    tcase bn = {.op = "batch_norm", .n_in = 5, .ni = 1, .i = {1}, .nf = 1, .f = {1e-5}, .tol = tl(1e-5),
+                .in = {{FD, 4, SH(5, 3, 4, 6), L_CONTIG, -3, 3}, {.lay = L_NULL}, {.lay = L_NULL},
+                       {FD, 1, SH(3), L_CONTIG, 0.5, 2}, {FD, 1, SH(3), L_STEPPED, -1, 1}}};
+    run_case(dev, &bn);
+    tcase bn2 = {.op = "batch_norm", .n_in = 5, .ni = 1, .i = {1}, .nf = 1, .f = {1e-3}, .tol = tl(1e-5),
+                 .in = {{FD, 2, SH(9, 4), L_TRANSPOSED, -3, 3}, {FD, 1, SH(4), L_CONTIG, -1, 1},
+                        {FD, 1, SH(4), L_CONTIG, 0.5, 2}, {.lay = L_NULL}, {.lay = L_NULL}}};
+    run_case(dev, &bn2);
+    tcase ev = {.op = "batch_norm", .n_in = 5, .ni = 1, .i = {0}, .nf = 1, .f = {1e-5}, .tol = tl(1e-5),
+                .in = {{FD, 3, SH(4, 3, 5), L_STEPPED, -3, 3}, {FD, 1, SH(3), L_CONTIG, -1, 1},
+                       {FD, 1, SH(3), L_STEPPED, 0.5, 2}, {FD, 1, SH(3), L_CONTIG, 0.5, 2},
+                       {FD, 1, SH(3), L_CONTIG, -1, 1}}};
+    run_case(dev, &ev);
+}
+
+/* slice_backward (attributes dim, start, end, step, the full shape): a
+ * stepped slice of dim 1 from a transposed gradient, a slice at an offset
+ * of dim 0, and the last dim cut at 2/3 (an attention's qkv split) */
+static void movement_cases(oar_device *dev) {
+    tcase s1 = {.op = "slice_backward", .n_in = 1, .ni = 6, .i = {1, 1, 8, 3, 4, 9}, .tol = 0,
+                .in = {{FD, 2, SH(4, 3), L_TRANSPOSED, -3, 3}}};
+    run_case(dev, &s1);
+    tcase s0 = {.op = "slice_backward", .n_in = 1, .ni = 7, .i = {0, 2, 5, 1, 6, 5, 2}, .tol = 0,
+                .in = {{FD, 3, SH(3, 5, 2), L_STEPPED, -3, 3}}};
+    run_case(dev, &s0);
+    tcase s2 = {.op = "slice_backward", .n_in = 1, .ni = 7, .i = {2, 8, 12, 1, 2, 3, 12}, .tol = 0,
+                .in = {{FD, 3, SH(2, 3, 4), L_CONTIG, -3, 3}}};
+    run_case(dev, &s2);
+}
+
 static void conv_cases(oar_device *dev) {
     /* groups 2, stride (2, 1), padding (1, 0), dilation (1, 2); bias or none */
     for (int b = 0; b < 2; b++) {
@@ -782,6 +825,8 @@ static const struct {
     {"unary", unary_cases, false},     {"binary", binary_cases, false}, {"reductions", reduce_cases, true},
     {"matmul", matmul_cases, true},    {"softmax", softmax_cases, true}, {"nn", nn_cases, false},
     {"conv", conv_cases, false},       {"fft", fft_cases, false},
+    {"movement", movement_cases, true},
+    {"norms", channel_norm_cases, false},
 };
 
 /* Every device of the plugins built in this tree (opencl:0 here; cuda:0

@@ -5,8 +5,9 @@
  * results (test_backend_ops then also runs every claimed kernel), and a
  * compiled graph runs its generated CUDA kernels there. With
  * OAR_REQUIRE_CUDA=1 (scripts/gpu-check.sh) a refusal fails the test
- * instead. An expanded operand of matmul is refused by the plugin and
- * runs on the CPU, with the right values. On a GPU, check_coverage runs
+ * instead. An expanded operand of matmul (and a permuted attention head)
+ * is copied dense on the device by the plugin, with the right values and
+ * no fallback. On a GPU, check_coverage runs
  * what the plugin claims beyond f32 elementwise with no CPU fallback and
  * the CPU's values: f64 elementwise (broadcast, where), reductions and
  * softmax in f32, f64, f16 and bf16, casts among
@@ -159,11 +160,16 @@ static void check_coverage(oar_device *d) {
     oar_tensor *ym = oar_matmul(oar_transpose(da, 1, 2), oar_expand(db1, 3, (int64_t[]){4, 24, 13}));
     CHECK(oar_device_fallback_count() == before); /* batch stride 0 for b: one GEMM */
     check_close(ym, oar_matmul(oar_transpose(a, 1, 2), oar_expand(b1, 3, (int64_t[]){4, 24, 13})), 1e-4);
-    /* a batch of expanded rows (stride 0 inside a matrix): refused, run on the CPU, right values */
+    /* a batch of expanded rows (stride 0 inside a matrix): copied dense on the device first, right values */
     oar_tensor *row = oar_randn(OAR_F32, 3, (int64_t[]){4, 1, 24}), *drow = oar_tensor_to(row, d);
     check_close(oar_matmul(oar_expand(drow, 3, (int64_t[]){4, 19, 24}), oar_tensor_to(oar_transpose(a, 1, 2), d)),
                 oar_matmul(oar_expand(row, 3, (int64_t[]){4, 19, 24}), oar_transpose(a, 1, 2)), 1e-4);
-    CHECK(oar_device_fallback_count() > before);
+    /* a permuted attention head ([B, H, T, E] from [B, T, H, E]: batch dims of no single stride) */
+    oar_tensor *bthe = oar_randn(OAR_F32, 4, (int64_t[]){3, 10, 4, 8}), *dbthe = oar_tensor_to(bthe, d);
+    const int64_t bhte[4] = {0, 2, 1, 3};
+    oar_tensor *hq = oar_permute(dbthe, bhte), *hq_cpu = oar_permute(bthe, bhte);
+    check_close(oar_matmul(hq, oar_transpose(hq, 2, 3)), oar_matmul(hq_cpu, oar_transpose(hq_cpu, 2, 3)), 1e-4);
+    CHECK(oar_device_fallback_count() == before); /* none of them on the CPU */
     oar_pool_pop(pool);
 }
 #endif
@@ -210,7 +216,7 @@ int main(void) {
     check_close(y, oar_relu(oar_add(oar_matmul(a, b), oar_scalar(0.5))), 1e-4);
     check_close(yt, oar_matmul(oar_transpose(b, 0, 1), oar_transpose(a, 0, 1)), 1e-4);
     /* expanded operands (stride 0): cuBLAS would read past the buffer, so
-     * the plugin refuses them (plugins/cuda/cuda_gemm_layout.h) */
+     * the plugin copies them dense first (plugins/cuda/cuda_gemm_layout.h) */
     oar_tensor *row = oar_randn(OAR_F32, 2, (int64_t[]){1, 45}), *drow = oar_tensor_to(row, d);
     oar_tensor *wide = oar_expand(drow, 2, (int64_t[]){37, 45}), *wide_cpu = oar_expand(row, 2, (int64_t[]){37, 45});
     check_close(oar_matmul(wide, db), oar_matmul(wide_cpu, b), 1e-4);

@@ -27,9 +27,11 @@
  *   transposed, stride-0-batch and 1-D operands in f32 and f64: the fake
  *   GEMM is cuBLAS's documented column-major definition, and the result is
  *   compared with a matmul over the views written here;
- * - operands cuBLAS cannot read in place (expanded rows) are refused by
- *   supports_op, and the kernel called anyway fails with a message
- *   instead of reading past the buffer;
+ * - operands cuBLAS cannot read in place (expanded rows, batch dims of no
+ *   single stride, a permuted attention head) and outputs that are not
+ *   dense go through dense scratch copies, right and never read past a
+ *   buffer; shapes that do not multiply are refused, and the kernel called
+ *   anyway fails with a message;
  * - no per-call device query: with one device, 200 kernel calls make one
  *   cudaSetDevice and no cudaPointerGetAttributes;
  * - get_kernel and supports_op claim what the plugin's head says (dtypes,
@@ -331,11 +333,15 @@ const oar_cuda_ew oar_cuda_ew_table[] = {{"add", 2, add_f32, add_f64}, {NULL, 0,
 const oar_cuda_ew1 oar_cuda_ew_b1[] = {{NULL, 0, NULL}}, oar_cuda_ew_u8[] = {{NULL, 0, NULL}},
                    oar_cuda_ew_i32[] = {{NULL, 0, NULL}}, oar_cuda_ew_i64[] = {{NULL, 0, NULL}};
 static int last_convert_to = -1, last_convert_from = -1, last_fill_dt = -1;
+static double ld_dt(const void *p, int32_t dt, int64_t i);
+static void st_dt(void *p, int32_t dt, int64_t i, double v);
+/* records the dtypes; between float dtypes it also copies (matmul's dense scratch) */
 int oar_cuda_convert(void *o, int32_t to_dt, oar_cuda_desc to, const void *x, int32_t from, oar_cuda_desc tx, int64_t n,
                      void *stream) {
-    (void)o, (void)to, (void)x, (void)tx, (void)n;
     on_stream(stream);
     last_convert_to = to_dt, last_convert_from = from;
+    if (to_dt >= DT_F16 && to_dt <= DT_F64 && from >= DT_F16 && from <= DT_F64)
+        for (int64_t i = 0; i < n; i++) st_dt(o, to_dt, at_of(&to, i), ld_dt(x, from, at_of(&tx, i)));
     return 0;
 }
 int oar_cuda_fill(void *o, int32_t dt, oar_cuda_desc to, double v, int64_t n, void *stream) {
@@ -512,30 +518,43 @@ static void test_matmul(void) {
         check_matmul(&v, &b, 3, (int64_t[]){2, 3, 6});
         check_matmul(&a, &v2, 3, (int64_t[]){2, 3, 4});
         check_matmul(&v, &v2, 0, NULL);
-        /* refused: expanded rows in a matrix ([4, 5] from a [1, 5] row), batch dims of no single
-         * stride ([2, 3] with strides (0, 30)): supports_op says no, and the kernel called anyway
-         * fails naming the problem, before any cuBLAS call */
+        /* operands cuBLAS cannot read in place: expanded rows in a matrix ([4, 5] from a [1, 5] row),
+         * batch dims of no single stride ([2, 3] with strides (0, 30); a permuted attention head
+         * [2, 3, 4, 5] with strides (60, 5, 15, 1)): claimed, copied into dense scratch on the device
+         * first (the fake GEMM reads only its exact buffers, so ASan would see a read past one), one
+         * GEMM each, the views' product */
         dev_tensor rows = make(dt, 2, (int64_t[]){4, 5}, (int64_t[]){0, 1}, 0, 5);
         dev_tensor b03 = make(dt, 4, (int64_t[]){2, 3, 5, 6}, (int64_t[]){0, 30, 6, 1}, 0, 90);
-        dev_tensor o = make(dt, 2, (int64_t[]){4, 6}, (int64_t[]){6, 1}, 0, 24);
-        dev_tensor o4 = make(dt, 4, (int64_t[]){2, 3, 4, 6}, (int64_t[]){72, 24, 6, 1}, 0, 144);
-        oar_ktensor in1[2] = {rows.k, w.k}, in2[2] = {a.k, b03.k};
-        oar_kernel_call c1 = {.op = "matmul", .n_in = 2, .in = in1}, c2 = {.op = "matmul", .n_in = 2, .in = in2};
-        CHECK(iface.supports_op(NULL, 0, &c1) == 0 && iface.supports_op(NULL, 0, &c2) == 0);
-        c1.n_out = c2.n_out = 1;
-        c1.out = &o.k;
-        c2.out = &o4.k;
+        dev_tensor head = make(dt, 4, (int64_t[]){2, 3, 4, 5}, (int64_t[]){60, 5, 15, 1}, 0, 120);
         int gemms = n_gemm;
-        last_msg[0] = 0;
-        CHECK(k_matmul(NULL, &c1) == -3 && strstr(last_msg, "cannot read in place"));
-        CHECK(k_matmul(NULL, &c2) == -3 && n_gemm == gemms);
-        /* a transposed output: refused */
+        check_matmul(&rows, &w, 2, (int64_t[]){4, 6});
+        check_matmul(&a, &b03, 4, (int64_t[]){2, 3, 4, 6});
+        check_matmul(&head, &b, 4, (int64_t[]){2, 3, 4, 6});
+        CHECK(n_gemm == gemms + 3);
+        /* a transposed output: the product made in dense scratch, then copied into the view */
         dev_tensor ot = make(dt, 2, (int64_t[]){4, 6}, (int64_t[]){1, 4}, 0, 24);
         dev_tensor a2 = make(dt, 2, (int64_t[]){4, 5}, (int64_t[]){5, 1}, 0, 20);
         oar_ktensor in3[2] = {a2.k, w.k};
         oar_kernel_call c3 = {.op = "matmul", .n_in = 2, .in = in3, .n_out = 1, .out = &ot.k};
-        CHECK(iface.supports_op(NULL, 0, &c3) == 0 && k_matmul(NULL, &c3) == -3);
-        dev_tensor *all[] = {&a, &b, &w, &at, &b11, &ap, &bp, &v, &v2, &rows, &b03, &o, &o4, &ot, &a2};
+        CHECK(iface.supports_op(NULL, 0, &c3) == 1 && k_matmul(NULL, &c3) == 0);
+        double worst = 0;
+        for (int64_t i = 0; i < 4; i++)
+            for (int64_t j = 0; j < 6; j++) {
+                double acc = 0;
+                for (int64_t l = 0; l < 5; l++) acc += get(&a2.k, i * 5 + l) * get(&w.k, 3 + l * 6 + j);
+                worst = fmax(worst, fabs(get(&ot.k, i + j * 4) - acc));
+            }
+        CHECK_NEAR(worst, 0, dt == DT_F64 ? 1e-12 : 1e-4);
+        /* shapes that do not multiply: refused, and the kernel called anyway fails with a message */
+        dev_tensor o = make(dt, 2, (int64_t[]){4, 6}, (int64_t[]){6, 1}, 0, 24);
+        oar_ktensor bad[2] = {a2.k, a2.k};
+        oar_kernel_call c4 = {.op = "matmul", .n_in = 2, .in = bad};
+        CHECK(iface.supports_op(NULL, 0, &c4) == 0);
+        c4.n_out = 1, c4.out = &o.k;
+        last_msg[0] = 0;
+        gemms = n_gemm;
+        CHECK(k_matmul(NULL, &c4) == -3 && strstr(last_msg, "do not multiply") && n_gemm == gemms);
+        dev_tensor *all[] = {&a, &b, &w, &at, &b11, &ap, &bp, &v, &v2, &rows, &b03, &head, &o, &ot, &a2};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) drop(all[i]);
     }
     /* mixed dtypes, c64, i32: not claimed, refused */

@@ -7,17 +7,19 @@
  * the cuBLAS plan) reaches the loops. The loops compute in double and round
  * once at the store, as the .cu kernels say they do in float; they are not
  * the .cu kernels, which only a GPU runs. Elementwise: add, sub, mul, div,
- * exp, neg, relu, sign and where, what the demo CNN's step uses, and eq, where
+ * exp, neg, relu, sign and where, what the demo CNN's step uses, eq, where
  * and logical_not in i64 and bool, what cross entropy with class indices
- * adds (the real tables have every row's forms, made by nvcc).
- * The FFT ops run the plugin's cuda_fft.c, its cuFFT calls going to a
- * model of cuFFT (../fake_cufft.h: the documented data layout, a direct
- * DFT in double) and its gathers and scatters to loops here; conv runs
+ * adds, and gelu, gelu_grad and sqrt, what the char LM's step adds (the real tables have every row's forms, made by nvcc).
+ * The FFT ops run the plugin's cuda_fft.c, which opens the model of cuFFT
+ * (../fake_cufft.h: the documented data layout, a direct DFT in double,
+ * built as fake_cufft_lib.c's library) that OAR_CUDA_CUFFT_LIB names, as it
+ * opens libcufft.so.12 on a GPU, and its gathers and scatters go to loops
+ * here (without OAR_CUDA_CUFFT_LIB the FFT ops are not claimed); conv runs
  * cuda_dnn.c, which opens the fake cuDNN library (fake_cudnn.c) that
  * OAR_CUDA_CUDNN_LIB names, where CMake found cudnn.h.
  * Synchronous: a copy or kernel runs when it is queued (the stream
  * semantics are test_cuda_plugin_host's). */
-#define OAR_CUDA_CUFFT /* the FFT ops through cuda_fft.c, on the model of cuFFT in fake_cufft.h */
+#define OAR_CUDA_CUFFT /* the FFT ops through cuda_fft.c, opening the model of cuFFT (OAR_CUDA_CUFFT_LIB) */
 #ifdef OAR_TEST_FAKE_CUDNN /* conv through cuda_dnn.c, opening fake_cudnn.c's library (OAR_CUDA_CUDNN_LIB) */
 #define OAR_CUDA_CUDNN
 #endif
@@ -27,7 +29,6 @@
 #ifdef OAR_TEST_FAKE_CUDNN
 #include "../../../plugins/cuda/cuda_dnn.c"
 #endif
-#include "../fake_cufft.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -208,8 +209,14 @@ static int add_f64(void *o, oar_cuda_desc to, const void *const *in, const oar_c
     (void)p0, (void)p1, (void)alt, (void)stream;
     return add_dt(DT_F64, o, to, in, ti, n);
 }
-/* the other rows the demo CNN's training step uses (test_cuda_train_fake_cuda), by their formulas */
-static double ew_apply(const char *op, double a, double b) {
+/* the other rows the demo CNN's training step uses (test_cuda_train_fake_cuda), and the char LM's
+ * (test_cuda_char_lm_fake_cuda: gelu in both forms, gelu_grad, sqrt), by their formulas */
+static double ew_apply(const char *op, double a, double b, int alt) {
+    if (!strcmp(op, "gelu"))
+        return alt ? 0.5 * a * (1 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)))
+                   : 0.5 * a * (1 + erf(a * M_SQRT1_2));
+    if (!strcmp(op, "gelu_grad")) return 0.5 * (1 + erf(a * M_SQRT1_2)) + a * exp(-0.5 * a * a) * 0.3989422804014327;
+    if (!strcmp(op, "sqrt")) return sqrt(a);
     if (!strcmp(op, "sub")) return a - b;
     if (!strcmp(op, "mul")) return a * b;
     if (!strcmp(op, "div")) return a / b;
@@ -219,7 +226,7 @@ static double ew_apply(const char *op, double a, double b) {
     return (double)((a > 0) - (a < 0)); /* sign (NaN gives 0, as ew_math.h) */
 }
 static int ew_dt(const char *op, int n_in, int32_t dt, void *o, oar_cuda_desc to, const void *const *in,
-                 const oar_cuda_desc *ti, int64_t n) {
+                 const oar_cuda_desc *ti, int64_t n, int alt) {
     for (int64_t i = 0; i < n; i++) {
         if (n_in == 3) { /* where: a bool condition */
             bool c = ld(in[0], 0, at_of(&ti[0], i)) != 0;
@@ -227,20 +234,20 @@ static int ew_dt(const char *op, int n_in, int32_t dt, void *o, oar_cuda_desc to
             continue;
         }
         double a = ld(in[0], dt, at_of(&ti[0], i)), b = n_in > 1 ? ld(in[1], dt, at_of(&ti[1], i)) : 0;
-        st(o, dt, at_of(&to, i), ew_apply(op, a, b));
+        st(o, dt, at_of(&to, i), ew_apply(op, a, b, alt));
     }
     return 0;
 }
 #define EW_FAKE(OP, N)                                                                                          \
     static int OP##_f32(void *o, oar_cuda_desc to, const void *const *in, const oar_cuda_desc *ti, double p0,   \
                         double p1, int alt, int64_t n, void *stream) {                                          \
-        (void)p0, (void)p1, (void)alt, (void)stream;                                                            \
-        return ew_dt(#OP, N, DT_F32, o, to, in, ti, n);                                                         \
+        (void)p0, (void)p1, (void)stream;                                                                       \
+        return ew_dt(#OP, N, DT_F32, o, to, in, ti, n, alt);                                                    \
     }                                                                                                           \
     static int OP##_f64(void *o, oar_cuda_desc to, const void *const *in, const oar_cuda_desc *ti, double p0,   \
                         double p1, int alt, int64_t n, void *stream) {                                          \
-        (void)p0, (void)p1, (void)alt, (void)stream;                                                            \
-        return ew_dt(#OP, N, DT_F64, o, to, in, ti, n);                                                         \
+        (void)p0, (void)p1, (void)stream;                                                                       \
+        return ew_dt(#OP, N, DT_F64, o, to, in, ti, n, alt);                                                    \
     }
 EW_FAKE(sub, 2)
 EW_FAKE(mul, 2)
@@ -250,10 +257,14 @@ EW_FAKE(neg, 1)
 EW_FAKE(relu, 1)
 EW_FAKE(sign, 1)
 EW_FAKE(where, 3)
+EW_FAKE(gelu, 1)
+EW_FAKE(gelu_grad, 1)
+EW_FAKE(sqrt, 1)
 const oar_cuda_ew oar_cuda_ew_table[] = {
     {"add", 2, add_f32, add_f64}, {"sub", 2, sub_f32, sub_f64},   {"mul", 2, mul_f32, mul_f64},
     {"div", 2, div_f32, div_f64}, {"exp", 1, exp_f32, exp_f64},   {"neg", 1, neg_f32, neg_f64},
     {"relu", 1, relu_f32, relu_f64}, {"sign", 1, sign_f32, sign_f64}, {"where", 3, where_f32, where_f64},
+    {"gelu", 1, gelu_f32, gelu_f64}, {"gelu_grad", 1, gelu_grad_f32, gelu_grad_f64}, {"sqrt", 1, sqrt_f32, sqrt_f64},
     {NULL, 0, NULL, NULL}};
 
 /* bool and integer forms: what cross entropy with class indices uses (eq,
