@@ -258,7 +258,9 @@ static int k_conv2d_f32_route(void *ctx, const oar_kernel_call *c) {
 /* ---- conv2d_prepacked (defs/conv.def): conv2d on a weight packed once -------------
  * The predictor's prepack_conv pass packs a constant f32 weight in the
  * layout oneDNN's convolution asked for (oari_cpu_conv2d_prepack_layout),
- * so the kernel hands it over as it is, with relu as oneDNN's post-op.
+ * so the kernel hands it over as it is, with relu as oneDNN's post-op; or
+ * (order 2) as Winograd F(4x4)'s filter transform, which the kernel starts
+ * from, with relu in its output transform.
  * Without oneDNN, or when oneDNN fails other than for memory (a batch size
  * whose primitive wants another layout is reordered by oneDNN instead, and
  * still runs there), the weight is unpacked into scratch and conv2d's own
@@ -290,8 +292,28 @@ static int conv2d_unpacked(void *ctx, const oar_kernel_call *c) {
     return st;
 }
 
+/* Order 2: Winograd F(4x4) from the filter transform computed once. */
+static int conv2d_wino_prepacked(const oar_kernel_call *c) {
+    const int64_t *a = c->iattr;
+    dims4 xd = dims_of(&c->in[0]), yd = dims_of(&c->out[0]);
+    void *xo, *uo;
+    size_t xn, un;
+    const float *x = contig(&c->in[0], &xo, &xn);
+    const float *U = x ? contig(&c->in[1], &uo, &un) : NULL;
+    if (!U) {
+        scratch_free(xo, xn);
+        return oari_fail_status();
+    }
+    int st = oari_cpu_conv2d_wino_packed(x, U, &c->in[2], c->out[0].data, xd.n, xd.c, xd.h, xd.w, yd.c, yd.h,
+                                         yd.w, a[2], a[3], a[13] != 0);
+    scratch_free(xo, xn);
+    scratch_free(uo, un);
+    return st;
+}
+
 static int k_conv2d_prepacked(void *ctx, const oar_kernel_call *c) {
     if (oari_kt_numel(&c->out[0]) == 0) return 0;
+    if (c->iattr[10] == 2) return conv2d_wino_prepacked(c);
 #ifdef OAR_WITH_DNNL
     const int64_t *a = c->iattr;
     dims4 xd = dims_of(&c->in[0]), yd = dims_of(&c->out[0]);
@@ -313,14 +335,18 @@ static int k_conv2d_prepacked(void *ctx, const oar_kernel_call *c) {
 const oari_cpu_kernels oari_cpu_k_conv2d_prepacked = {[OAR_F32] = k_conv2d_prepacked};
 
 int oari_cpu_conv2d_prepack_layout(int64_t *a, int64_t n, int64_t h, int64_t w, bool bias) {
-#ifdef OAR_WITH_DNNL
     const int64_t oh = (h + 2 * a[2] - a[4] * (a[8] - 1) - 1) / a[0] + 1;
     const int64_t ow = (w + 2 * a[3] - a[5] * (a[9] - 1) - 1) / a[1] + 1;
     /* conv2d's Winograd F(4x4) does a quarter of the multiplications: at
      * batch 1 it beat oneDNN's direct convolution on the packed weight for
      * ResNet-18's 64 x 56 x 56 convs (1.15-1.4 ms against 1.6-2.0, loaded
-     * machine) and tied at 128 x 28 x 28; those stay conv2d */
-    if (oari_cpu_wino_ok(n, a[7], a[6], oh, ow, a[8], a[9], a[0], a[1], a[4], a[5], 1) == 4) return 0;
+     * machine) and tied at 128 x 28 x 28; those keep it, on the filter
+     * transform computed once (order 2) */
+    if (oh > 0 && ow > 0 && oari_cpu_wino_ok(n, a[7], a[6], oh, ow, a[8], a[9], a[0], a[1], a[4], a[5], 1) == 4) {
+        a[10] = 2, a[11] = 1, a[12] = 1;
+        return 1;
+    }
+#ifdef OAR_WITH_DNNL
     /* a 1x1 conv's own path is a strided copy of x (or none) and one gemm
      * that repacks only the weight: oneDNN's reorders of x and y cost more
      * unless the weight outweighs x (ResNet-18's 64 -> 128 and 128 -> 256
@@ -339,9 +365,14 @@ int oari_cpu_conv2d_prepack_layout(int64_t *a, int64_t n, int64_t h, int64_t w, 
     a[10] = order;
     return 1;
 #else
-    (void)a, (void)n, (void)h, (void)w, (void)bias;
+    (void)bias;
     return 0;
 #endif
+}
+
+void oari_cpu_conv2d_pack(const float *w, float *wp, const int64_t *a) {
+    if (a[10] == 2) oari_cpu_wino_filter(w, a[7], a[6], wp);
+    else oari_conv2d_pack(w, wp, a);
 }
 
 #define TABLE(name)                                                                                \
