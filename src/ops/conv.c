@@ -494,6 +494,12 @@ static int infer_max_pool2d(oari_infer *c) {
     return 0;
 }
 
+static int infer_max_pool2d_values(oari_infer *c) {
+    const int64_t *a = c->attrs->i;
+    if (c->attrs->ni != 9) return oari_error(OAR_ERR_INVALID, "max_pool2d_values: expected 9 attributes");
+    return pool_infer(c, a, a + 2, a + 4, a + 6, a[8] != 0);
+}
+
 static int infer_avg_pool2d(oari_infer *c) {
     const int64_t *a = c->attrs->i;
     static const int64_t one[2] = {1, 1};
@@ -662,6 +668,14 @@ const oari_op_def oari_def_max_pool2d = {
     .saved = OARI_SAVE_OUT(1),
     .infer = infer_max_pool2d,
     .grad = grad_max_pool2d,
+};
+const oari_op_def oari_def_max_pool2d_values = {
+    .name = "max_pool2d_values",
+    .n_in = 1,
+    .n_out = 1,
+    .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_NONDIFF,
+    .infer = infer_max_pool2d_values,
 };
 const oari_op_def oari_def_max_pool2d_backward = {
     .name = "max_pool2d_backward",
