@@ -81,6 +81,7 @@ static const oari_dist_rule table[OARI_OP_COUNT] = {
     ROW(conv_transpose3d, OARI_RULE_CONV, 0, 0, false, NULL),
     ROW(conv3d_weight_grad, OARI_RULE_CONV, 0, 0, false, NULL),
     ROW(max_pool2d, OARI_RULE_SPATIAL, 0, 0, false, NULL),
+    ROW(max_pool2d_values, OARI_RULE_REPLICATE, 0, 0, false, "not done: the predictor's op, as conv2d_prepacked"),
     ROW(avg_pool2d, OARI_RULE_SPATIAL, 0, LIN(0), false, NULL),
     ROW(adaptive_avg_pool2d, OARI_RULE_SPATIAL, 0, LIN(0), false, NULL),
     ROW(interpolate, OARI_RULE_SPATIAL, 0, LIN(0), false, NULL),

@@ -23,6 +23,7 @@ static const pass all_passes[] = {
     {"amp_f16", oari_pass_amp_f16},
     {"fuse_qlinear", oari_pass_fuse_qlinear},
     {"prepack_conv", oari_pass_prepack_conv},
+    {"pool_values", oari_pass_pool_values},
 };
 
 static const char *const training_list[] = {"dce", "cse", "constant_fold", "simplify",
@@ -35,7 +36,7 @@ int oar_graph_run_pass(oar_graph *g, const char *name) {
     for (size_t i = 0; i < sizeof all_passes / sizeof *all_passes; i++)
         if (!strcmp(all_passes[i].name, name)) return all_passes[i].run(g);
     return oari_error(OAR_ERR_INVALID, "graph_run_pass: unknown pass \"%s\" (dce, cse, constant_fold, "
-                      "simplify, drop_dropout, fold_batch_norm, schedule, amp, amp_f16, fuse_qlinear, prepack_conv)",
+                      "simplify, drop_dropout, fold_batch_norm, schedule, amp, amp_f16, fuse_qlinear, prepack_conv, pool_values)",
                       name);
 }
 

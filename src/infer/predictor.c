@@ -87,8 +87,9 @@ static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config 
         return NULL;
     }
     /* quantized linear layers into qlinear nodes: the predictor's alone, as
-     * no exporter maps qlinear (docs/quantization.md) */
-    if (!cfg->passes && cfg->optimize && run_own_passes(g, "fuse_qlinear,prepack_conv", cfg)) {
+     * no exporter maps qlinear (docs/quantization.md); convs on packed
+     * weights; pools without their unused indices (no gradient here) */
+    if (!cfg->passes && cfg->optimize && run_own_passes(g, "fuse_qlinear,prepack_conv,pool_values", cfg)) {
         oar_graph_free(g);
         return NULL;
     }

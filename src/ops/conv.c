@@ -313,11 +313,14 @@ const oari_op_def oari_def_conv2d = {
 enum { PK_SH, PK_SW, PK_PH, PK_PW, PK_DH, PK_DW, PK_O, PK_C, PK_KH, PK_KW, PK_ORDER, PK_IB, PK_OB, PK_ACT,
        PK_COUNT };
 
+oari_conv_prepack_hooks oari_conv_prepack;
+
 int64_t oari_conv2d_packed_shape(const int64_t *a, int64_t d[6]) {
     const int64_t ob = (a[PK_O] + a[PK_OB] - 1) / a[PK_OB], cb = (a[PK_C] + a[PK_IB] - 1) / a[PK_IB];
     const int64_t o0[6] = {ob, cb, a[PK_KH], a[PK_KW], a[PK_IB], a[PK_OB]};
     const int64_t o1[6] = {ob, a[PK_KH], a[PK_KW], cb, a[PK_IB], a[PK_OB]};
-    memcpy(d, a[PK_ORDER] ? o1 : o0, sizeof o0);
+    const int64_t o2[6] = {6, 6, a[PK_O], a[PK_C], 1, 1};
+    memcpy(d, a[PK_ORDER] == 2 ? o2 : a[PK_ORDER] ? o1 : o0, sizeof o0);
     int64_t n = 1;
     for (int i = 0; i < 6; i++) n *= d[i];
     return n;
@@ -368,11 +371,16 @@ static int infer_conv2d_prepacked(oari_infer *c) {
     bool bad = false;
     for (int k = PK_SH; k <= PK_DW; k++) bad |= k == PK_PH || k == PK_PW ? a[k] < 0 : a[k] < 1;
     for (int k = PK_O; k <= PK_KW; k++) bad |= a[k] < 1;
-    bad |= (a[PK_ORDER] != 0 && a[PK_ORDER] != 1) || a[PK_IB] < 1 || a[PK_IB] > 64 || a[PK_OB] < 1 ||
+    bad |= a[PK_ORDER] < 0 || a[PK_ORDER] > 2 || a[PK_IB] < 1 || a[PK_IB] > 64 || a[PK_OB] < 1 ||
            a[PK_OB] > 64 || (a[PK_ACT] != 0 && a[PK_ACT] != 1);
+    /* order 2, Winograd F(4x4, 3x3)'s filter transform: 3x3, stride 1,
+     * undilated, blocks 1 */
+    bad |= a[PK_ORDER] == 2 && (a[PK_KH] != 3 || a[PK_KW] != 3 || a[PK_SH] != 1 || a[PK_SW] != 1 ||
+                                a[PK_DH] != 1 || a[PK_DW] != 1 || a[PK_IB] != 1 || a[PK_OB] != 1);
     if (bad)
         return oari_error(OAR_ERR_INVALID, "conv2d_prepacked: bad attributes (stride and dilation >= 1, padding "
-                          ">= 0, O, C, kh, kw >= 1, order 0 or 1, blocks in [1, 64], act 0 or 1)");
+                          ">= 0, O, C, kh, kw >= 1, order 0, 1 or 2, blocks in [1, 64], act 0 or 1; order 2: "
+                          "a 3x3 kernel, stride and dilation 1, blocks 1)");
     int64_t d[6];
     oari_conv2d_packed_shape(a, d);
     if (x->ndim != 4 || x->shape[1] != a[PK_C] || wp->ndim != 6 || memcmp(wp->shape, d, sizeof d))
@@ -380,7 +388,7 @@ static int infer_conv2d_prepacked(oari_infer *c) {
                           "[%lld, %lld, %lld, %lld] packed as %s (expected input [N, %lld, H, W], weight %s)",
                           oari_shape_str(bx, x->ndim, x->shape), oari_shape_str(bw, wp->ndim, wp->shape),
                           (long long)a[PK_O], (long long)a[PK_C], (long long)a[PK_KH], (long long)a[PK_KW],
-                          a[PK_ORDER] ? "order 1" : "order 0", (long long)a[PK_C],
+                          a[PK_ORDER] == 2 ? "order 2" : a[PK_ORDER] ? "order 1" : "order 0", (long long)a[PK_C],
                           oari_shape_str(bd, 6, d));
     if (b && (b->ndim != 1 || b->shape[0] != a[PK_O]))
         return oari_error(OAR_ERR_INVALID, "conv2d_prepacked: bias %s is not [%lld]",
@@ -484,6 +492,12 @@ static int infer_max_pool2d(oari_infer *c) {
     c->out[1] = c->out[0];
     c->out[1].dtype = OAR_I64;
     return 0;
+}
+
+static int infer_max_pool2d_values(oari_infer *c) {
+    const int64_t *a = c->attrs->i;
+    if (c->attrs->ni != 9) return oari_error(OAR_ERR_INVALID, "max_pool2d_values: expected 9 attributes");
+    return pool_infer(c, a, a + 2, a + 4, a + 6, a[8] != 0);
 }
 
 static int infer_avg_pool2d(oari_infer *c) {
@@ -654,6 +668,14 @@ const oari_op_def oari_def_max_pool2d = {
     .saved = OARI_SAVE_OUT(1),
     .infer = infer_max_pool2d,
     .grad = grad_max_pool2d,
+};
+const oari_op_def oari_def_max_pool2d_values = {
+    .name = "max_pool2d_values",
+    .n_in = 1,
+    .n_out = 1,
+    .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_NONDIFF,
+    .infer = infer_max_pool2d_values,
 };
 const oari_op_def oari_def_max_pool2d_backward = {
     .name = "max_pool2d_backward",

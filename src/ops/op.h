@@ -120,8 +120,10 @@ OARI_HIDDEN int oari_dispatch(oari_op op, int n_in, oar_tensor *const *in,
 OARI_HIDDEN int oari_dispatch_run(oari_op op, int n_in, oar_tensor *const *in,
                                   const oari_attrs *attrs, oar_tensor **out);
 /* conv2d_prepacked's weight layout (defs/conv.def; `a` its attributes):
- * the packed weight's shape into d and its element count; w [O, C, kh,
- * kw] contiguous packed into wp (zeros past O and C), and back. */
+ * the packed weight's shape into d and its element count; for orders 0
+ * and 1 (oneDNN's blocked layouts), w [O, C, kh, kw] contiguous packed
+ * into wp (zeros past O and C), and back. Order 2 (a Winograd transform)
+ * is packed by the backend (oari_conv_prepack.pack). */
 OARI_HIDDEN int64_t oari_conv2d_packed_shape(const int64_t *a, int64_t d[6]);
 OARI_HIDDEN void oari_conv2d_pack(const float *w, float *wp, const int64_t *a);
 OARI_HIDDEN void oari_conv2d_unpack(const float *wp, float *w, const int64_t *a);
@@ -211,6 +213,22 @@ typedef struct oari_dispatch_hooks {
     oar_tensor *(*dist_local)(oar_tensor *t);
 } oari_dispatch_hooks;
 OARI_HIDDEN extern oari_dispatch_hooks oari_hooks;
+
+/* What the predictor's prepack_conv pass (src/graph/passes/) asks of the
+ * backend whose kernel runs conv2d_prepacked: installed at start-up by the
+ * CPU backend (oari_cpu_install), so the pass names no backend. NULL
+ * members: no backend packs, and the pass leaves every conv. */
+typedef struct oari_conv_prepack_hooks {
+    /* whether an f32 conv2d with conv2d_prepacked's attributes a (the
+     * layout's a[10..12] unset) on x [n, a[7], h, w], with a bias or not,
+     * runs faster on a weight packed once: 1 with the layout filled in,
+     * else 0 */
+    int (*layout)(int64_t *a, int64_t n, int64_t h, int64_t w, bool bias);
+    /* w [O, C, kh, kw] contiguous packed as a says into wp
+     * (oari_conv2d_packed_shape's elements) */
+    void (*pack)(const float *w, float *wp, const int64_t *a);
+} oari_conv_prepack_hooks;
+OARI_HIDDEN extern oari_conv_prepack_hooks oari_conv_prepack;
 /* Non-NULL while this thread traces (set by the tracer, src/graph/). */
 OARI_HIDDEN extern _Thread_local void *oari_trace_current;
 

@@ -5,7 +5,8 @@
  * graph's values to f32 rounding on a small CNN with stride 2, padding,
  * dilation, 1x1 and 7x7 kernels, channel counts off the layouts' blocks
  * and odd planes, at several batch sizes, through the predictor and after
- * a save and load. Also the convs the pass must leave alone, the op called
+ * a save and load; the same for Winograd's convs (order 2: the filter
+ * transform packed once, checked against G w G^T in float64). Also the convs the pass must leave alone, the op called
  * directly in every layout it takes (oneDNN's, and others that run on the
  * weight unpacked) against conv2d, and the op's refusals. */
 #include "test.h"
@@ -169,15 +170,10 @@ static int dyn_plane_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     out[0] = conv(in[0], W, NULL, 1, 1, 1, 1);
     return out[0] ? 0 : -1;
 }
-static oar_tensor *Wwino, *W1x1;
+static oar_tensor *W1x1;
 static int small_1x1_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     (void)ctx;
     out[0] = conv(in[0], W1x1, NULL, 2, 0, 1, 1);
-    return out[0] ? 0 : -1;
-}
-static int wino_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
-    (void)ctx;
-    out[0] = oar_relu(conv(in[0], Wwino, NULL, 1, 1, 1, 1));
     return out[0] ? 0 : -1;
 }
 
@@ -192,20 +188,143 @@ static void test_left_alone(void) {
     oar_graph_input_spec x1d = {.name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {2, 4, 9}};
     oar_graph_input_spec xdyn = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {1, 4, -1, 9},
                                  .dim_names = {NULL, NULL, "H"}};
-    /* a 3x3 conv conv2d runs by Winograd F(4x4) (36 tiles at batch 1) */
-    Wwino = conv_w(16, 16, 3, 3);
-    oar_graph_input_spec xw = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 16, 24, 24}};
     /* a 1x1 conv whose weight (8 x 4) is smaller than its input (4 x 9 x 9) */
     W1x1 = conv_w(8, 4, 1, 1);
-    oar_graph *gs[6] = {oar_trace(weight_input_fn, NULL, 2, specs, 1, NULL), oar_trace(f64_fn, NULL, 1, &x64, 1, NULL),
+    oar_graph *gs[5] = {oar_trace(weight_input_fn, NULL, 2, specs, 1, NULL), oar_trace(f64_fn, NULL, 1, &x64, 1, NULL),
                         oar_trace(conv1d_fn, NULL, 1, &x1d, 1, NULL), oar_trace(dyn_plane_fn, NULL, 1, &xdyn, 1, NULL),
-                        oar_trace(wino_fn, NULL, 1, &xw, 1, NULL), oar_trace(small_1x1_fn, NULL, 1, &x, 1, NULL)};
-    for (int i = 0; i < 6; i++) {
+                        oar_trace(small_1x1_fn, NULL, 1, &x, 1, NULL)};
+    for (int i = 0; i < 5; i++) {
         CHECK(gs[i] && oar_graph_run_pass(gs[i], "prepack_conv") == 0);
         CHECK(oar_graph_count_op(gs[i], "conv2d") == 1 && oar_graph_count_op(gs[i], "conv2d_prepacked") == 0);
         oar_graph_free(gs[i]);
     }
     oar_pool_pop(pool);
+}
+
+/* ---- Winograd's convs: order 2, the filter transform packed once ----------------- */
+
+static oar_tensor *prepacked(oar_tensor *x, oar_tensor *wp, oar_tensor *b, const int64_t *conv_a, const int64_t *wshape,
+                             int order, int64_t ib, int64_t ob, int64_t relu);
+
+static oar_tensor *Wwino, *Wwino2, *Bwino2;
+/* Two 3x3 convs conv2d runs by Winograd F(4x4) (36 tiles at batch 1, odd
+ * planes): the first with its relu folded in; the second, with a bias, an
+ * output itself and relu'd (its relu stays). */
+static int wino_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *s = conv(oar_relu(conv(in[0], Wwino, NULL, 1, 1, 1, 1)), Wwino2, Bwino2, 1, 1, 1, 1);
+    out[0] = s;
+    out[1] = oar_relu(s);
+    return out[0] && out[1] ? 0 : -1;
+}
+
+/* Winograd against im2col + gemm, or against Winograd with blocks of
+ * other sizes: a few 1e-7 of sum |terms| (cpu_conv_wino.c), inside the
+ * 1e-5 the conv tests allow */
+#define WINO_TOL 1e-5
+
+static void check_wino(const oar_graph *g, const oar_graph *f, int64_t n) {
+    oar_tensor *x = rand_t(OAR_F32, 4, (int64_t[]){n, 16, 23, 21}, 2.0), *want[2], *got[2];
+    CHECK(run_graph(g, x, want) == 0);
+    CHECK(run_graph(f, x, got) == 0);
+    for (int i = 0; i < 2; i++) {
+        double mag = max_abs(want[i]), err = max_diff(got[i], want[i]);
+        if (!(mag > 0.01 && err <= WINO_TOL * mag))
+            fprintf(stderr, "batch %lld, output %d: %g off (magnitude %g)\n", (long long)n, i, err, mag);
+        CHECK(mag > 0.01 && err <= WINO_TOL * mag);
+    }
+}
+
+static void test_wino(void) {
+    oar_pool *pool = oar_pool_push();
+    Wwino = conv_w(16, 16, 3, 3);
+    Wwino2 = conv_w(20, 16, 3, 3);
+    Bwino2 = rand_t(OAR_F32, 1, (int64_t[]){20}, 0.5);
+    oar_graph_input_spec xw = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 16, 23, 21}};
+    oar_graph *g = oar_trace(wino_fn, NULL, 1, &xw, 2, NULL);
+    CHECK(g && oar_graph_count_op(g, "conv2d") == 2 && oar_graph_count_op(g, "relu") == 2);
+    oar_graph *f = g ? oar_graph_clone(g) : NULL;
+    CHECK(f && oar_graph_run_pass(f, "prepack_conv") == 2 && oar_graph_verify(f) == 0);
+    CHECK(oar_graph_count_op(f, "conv2d_prepacked") == 2 && oar_graph_count_op(f, "conv2d") == 0);
+    CHECK(oar_graph_count_op(f, "relu") == 1);
+    const int64_t batches[] = {1, 3, 2};
+    for (size_t i = 0; i < sizeof batches / sizeof *batches; i++) check_wino(g, f, batches[i]);
+    /* saved and loaded, and through the predictor */
+    char dir[] = "/tmp/oar-test-prepack-wino-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK(f && oar_graph_save(f, dir) == 0);
+    oar_graph *l = oar_graph_load(dir);
+    CHECK(l && oar_graph_count_op(l, "conv2d_prepacked") == 2);
+    if (l) check_wino(g, l, 2);
+    oar_graph_free(l);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    oar_predictor *p = g ? oar_predictor_from_graph(g, &(oar_predictor_config){.optimize = true}) : NULL;
+    CHECK(p && oar_graph_count_op(oar_predictor_graph(p), "conv2d_prepacked") == 2);
+    oar_tensor *x = rand_t(OAR_F32, 4, (int64_t[]){1, 16, 23, 21}, 2.0), *want[2], *served[2] = {NULL, NULL};
+    CHECK(run_graph(g, x, want) == 0 && p && oar_predictor_run(p, &x, served) == 0);
+    for (int i = 0; i < 2; i++) {
+        CHECK(max_diff(served[i], want[i]) <= WINO_TOL * max_abs(want[i]));
+        oar_tensor_release(served[i]);
+    }
+    oar_predictor_free(p);
+    oar_graph_free(f);
+    oar_graph_free(g);
+    oar_pool_pop(pool);
+}
+
+/* Winograd F(4x4, 3x3)'s G [6x3] */
+static const double wino_G[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                    {-1.0 / 6, 1.0 / 6, -1.0 / 6}, {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                    {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+
+/* The order-2 packing written out here, in float64: U[a][b][o][c] = (G w_oc G^T)[a][b]. */
+static oar_tensor *wino_ref(oar_tensor *w) {
+    const int64_t *s = oar_tensor_shape(w), O = s[0], C = s[1];
+    double *v = test_values(w), *u = calloc((size_t)(36 * O * C), sizeof *u);
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t c = 0; c < C; c++)
+            for (int a = 0; a < 6; a++)
+                for (int b = 0; b < 6; b++) {
+                    double acc = 0;
+                    for (int i = 0; i < 3; i++)
+                        for (int j = 0; j < 3; j++) acc += wino_G[a][i] * v[((o * C + c) * 3 + i) * 3 + j] * wino_G[b][j];
+                    u[((a * 6 + b) * O + o) * C + c] = acc;
+                }
+    oar_tensor *t = oar_cast(oar_tensor_from_data(u, OAR_F64, 6, (int64_t[]){6, 6, O, C, 1, 1}), OAR_F32);
+    free(v), free(u);
+    return t;
+}
+
+/* The op on order 2 directly: the backend's packing against the closed
+ * form, and the conv against conv2d on odd sizes (channels off 16, a
+ * plane not a multiple of the tile, padding 0 and 2, strided x). */
+static void test_wino_op(void) {
+    static const struct { int64_t x[4], o, p; } cases[] = {
+        {{1, 19, 15, 12}, 21, 1}, {{2, 16, 9, 17}, 16, 0}, {{1, 33, 10, 10}, 17, 2}, {{3, 16, 4, 5}, 40, 1}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int relu = 0; relu < 2; relu++) {
+            oar_pool *pool = oar_pool_push();
+            const int64_t C = cases[ci].x[1], O = cases[ci].o, p = cases[ci].p;
+            oar_tensor *x = rand_t(OAR_F32, 4, cases[ci].x, 2.0);
+            if (ci == 1) /* a transposed plane */
+                x = oar_permute(rand_t(OAR_F32, 4, (int64_t[]){2, 16, 17, 9}, 2.0), (int64_t[]){0, 1, 3, 2});
+            oar_tensor *w = conv_w(O, C, 3, 3), *b = relu ? NULL : rand_t(OAR_F32, 1, &O, 0.5);
+            int64_t a[14] = {1, 1, p, p, 1, 1, O, C, 3, 3, 2, 1, 1, relu}, d[6];
+            CHECK(oari_conv2d_packed_shape(a, d) == 36 * O * C);
+            oar_tensor *U = oar_empty(OAR_F32, 6, d, NULL), *Uref = wino_ref(w);
+            oari_conv_prepack.pack(oar_tensor_data(w), oar_tensor_data(U), a);
+            CHECK(max_diff(U, Uref) <= 1e-6 * max_abs(Uref));
+            oar_tensor *want = conv(x, w, b, 1, p, 1, 1);
+            if (relu) want = oar_relu(want);
+            oar_tensor *got = prepacked(x, U, b, (int64_t[]){1, 1, p, p, 1, 1}, (int64_t[]){O, C, 3, 3}, 2, 1, 1, relu);
+            double mag = max_abs(want), err = max_diff(got, want);
+            if (!(err <= WINO_TOL * mag))
+                fprintf(stderr, "wino case %zu, relu %d: %g off (magnitude %g)\n", ci, relu, err, mag);
+            CHECK(mag > 0.1 && err <= WINO_TOL * mag);
+            oar_pool_pop(pool);
+        }
 }
 
 /* ---- the op itself ---------------------------------------------------------------- */
@@ -314,7 +433,16 @@ static void test_bad_input(void) {
     CHECK_FAILS(prepacked(x, wp, NULL, ca, ws, 1, 16, 16, 0), "do not fit");          /* the other order */
     CHECK_FAILS(prepacked(x, wp, NULL, ca, ws, 0, 8, 8, 0), "do not fit");            /* other blocks */
     CHECK_FAILS(prepacked(x, wp, NULL, ca, (int64_t[]){21, 18, 3, 3}, 0, 16, 16, 0), "do not fit");
-    CHECK_FAILS(prepacked(x, wp, NULL, ca, ws, 2, 16, 16, 0), "bad attributes");
+    CHECK_FAILS(prepacked(x, wp, NULL, ca, ws, 2, 16, 16, 0), "bad attributes"); /* order 2 takes blocks 1 */
+    CHECK_FAILS(prepacked(x, wp, NULL, ca, ws, 3, 1, 1, 0), "bad attributes");
+    /* order 2: a 3x3 kernel at stride 1, undilated */
+    int64_t d2[6], a2[14] = {1, 1, 1, 1, 1, 1, 21, 19, 3, 3, 2, 1, 1, 0};
+    oar_tensor *u = oar_zeros(OAR_F32, 6, (oari_conv2d_packed_shape(a2, d2), d2));
+    CHECK(prepacked(x, u, NULL, ca, ws, 2, 1, 1, 0) != NULL);
+    CHECK_FAILS(prepacked(x, u, NULL, (int64_t[]){2, 2, 1, 1, 1, 1}, ws, 2, 1, 1, 0), "bad attributes");
+    CHECK_FAILS(prepacked(x, u, NULL, (int64_t[]){1, 1, 1, 1, 2, 2}, ws, 2, 1, 1, 0), "bad attributes");
+    CHECK_FAILS(prepacked(x, u, NULL, ca, (int64_t[]){21, 19, 1, 1}, 2, 1, 1, 0), "bad attributes");
+    CHECK_FAILS(prepacked(x, wp, NULL, ca, ws, 2, 1, 1, 0), "do not fit");
     CHECK_FAILS(prepacked(x, wp, NULL, ca, ws, 0, 16, 65, 0), "bad attributes");
     CHECK_FAILS(prepacked(x, wp, NULL, ca, ws, 0, 16, 16, 2), "bad attributes");
     CHECK_FAILS(prepacked(x, wp, NULL, (int64_t[]){0, 1, 1, 1, 1, 1}, ws, 0, 16, 16, 0), "bad attributes");
@@ -334,6 +462,8 @@ static void test_bad_input(void) {
 int main(void) {
     RUN(test_cnn);
     RUN(test_left_alone);
+    RUN(test_wino);
+    RUN(test_wino_op);
     RUN(test_op);
     RUN(test_bad_input);
     return test_summary();

@@ -162,12 +162,26 @@ OARI_HIDDEN int oari_cpu_conv2d_wino(const float *x, const float *w, const oar_k
                                      int64_t O, int64_t OH, int64_t OW, int64_t ph, int64_t pw,
                                      int m);
 
+/* conv2d_prepacked's order 2 (defs/conv.def): U [36][O][C], F(4x4)'s
+ * transform of the filters w [O][C][3][3] (contiguous), computed once; and
+ * the F(4x4) convolution from it, as oari_cpu_conv2d_wino with m 4, then
+ * relu when asked. 0, or OAR_ERR_NOMEM (error set). */
+OARI_HIDDEN void oari_cpu_wino_filter(const float *w, int64_t C, int64_t O, float *U);
+OARI_HIDDEN int oari_cpu_conv2d_wino_packed(const float *x, const float *U, const oar_ktensor *bias, float *y,
+                                            int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH,
+                                            int64_t OW, int64_t ph, int64_t pw, bool relu);
+
 /* For the predictor's prepack_conv pass: whether an f32 conv2d with
  * conv2d_prepacked's attributes a (defs/conv.def; the layout's left
  * unset) on x [n, a[7], h, w], with a bias or not, runs on a weight packed
- * once: 1 with the layout (a[10..12]) filled, 0 when not (a build without
- * oneDNN, or a layout oneDNN asks for that the op does not pack). */
+ * once: 1 with the layout (a[10..12]) filled (order 2 where conv2d would
+ * run Winograd F(4x4)), 0 when not (a build without oneDNN, or a layout
+ * oneDNN asks for that the op does not pack). */
 OARI_HIDDEN int oari_cpu_conv2d_prepack_layout(int64_t *a, int64_t n, int64_t h, int64_t w, bool bias);
+/* ... and packs w [O, C, kh, kw] (contiguous) in the layout a names
+ * (oari_cpu_conv2d_prepack_layout's, any order) into wp. Both are
+ * installed as oari_conv_prepack (src/ops/op.h) by oari_cpu_install. */
+OARI_HIDDEN void oari_cpu_conv2d_pack(const float *w, float *wp, const int64_t *a);
 
 /* A batched product C = A B through oneDNN (cpu_dnnl.c; only in a build
  * with OAR_WITH_DNNL): over `rank` dims, the batch dims then rows and

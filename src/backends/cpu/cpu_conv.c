@@ -258,7 +258,9 @@ static int k_conv2d_f32_route(void *ctx, const oar_kernel_call *c) {
 /* ---- conv2d_prepacked (defs/conv.def): conv2d on a weight packed once -------------
  * The predictor's prepack_conv pass packs a constant f32 weight in the
  * layout oneDNN's convolution asked for (oari_cpu_conv2d_prepack_layout),
- * so the kernel hands it over as it is, with relu as oneDNN's post-op.
+ * so the kernel hands it over as it is, with relu as oneDNN's post-op; or
+ * (order 2) as Winograd F(4x4)'s filter transform, which the kernel starts
+ * from, with relu in its output transform.
  * Without oneDNN, or when oneDNN fails other than for memory (a batch size
  * whose primitive wants another layout is reordered by oneDNN instead, and
  * still runs there), the weight is unpacked into scratch and conv2d's own
@@ -290,8 +292,28 @@ static int conv2d_unpacked(void *ctx, const oar_kernel_call *c) {
     return st;
 }
 
+/* Order 2: Winograd F(4x4) from the filter transform computed once. */
+static int conv2d_wino_prepacked(const oar_kernel_call *c) {
+    const int64_t *a = c->iattr;
+    dims4 xd = dims_of(&c->in[0]), yd = dims_of(&c->out[0]);
+    void *xo, *uo;
+    size_t xn, un;
+    const float *x = contig(&c->in[0], &xo, &xn);
+    const float *U = x ? contig(&c->in[1], &uo, &un) : NULL;
+    if (!U) {
+        scratch_free(xo, xn);
+        return oari_fail_status();
+    }
+    int st = oari_cpu_conv2d_wino_packed(x, U, &c->in[2], c->out[0].data, xd.n, xd.c, xd.h, xd.w, yd.c, yd.h,
+                                         yd.w, a[2], a[3], a[13] != 0);
+    scratch_free(xo, xn);
+    scratch_free(uo, un);
+    return st;
+}
+
 static int k_conv2d_prepacked(void *ctx, const oar_kernel_call *c) {
     if (oari_kt_numel(&c->out[0]) == 0) return 0;
+    if (c->iattr[10] == 2) return conv2d_wino_prepacked(c);
 #ifdef OAR_WITH_DNNL
     const int64_t *a = c->iattr;
     dims4 xd = dims_of(&c->in[0]), yd = dims_of(&c->out[0]);
@@ -313,14 +335,18 @@ static int k_conv2d_prepacked(void *ctx, const oar_kernel_call *c) {
 const oari_cpu_kernels oari_cpu_k_conv2d_prepacked = {[OAR_F32] = k_conv2d_prepacked};
 
 int oari_cpu_conv2d_prepack_layout(int64_t *a, int64_t n, int64_t h, int64_t w, bool bias) {
-#ifdef OAR_WITH_DNNL
     const int64_t oh = (h + 2 * a[2] - a[4] * (a[8] - 1) - 1) / a[0] + 1;
     const int64_t ow = (w + 2 * a[3] - a[5] * (a[9] - 1) - 1) / a[1] + 1;
     /* conv2d's Winograd F(4x4) does a quarter of the multiplications: at
      * batch 1 it beat oneDNN's direct convolution on the packed weight for
      * ResNet-18's 64 x 56 x 56 convs (1.15-1.4 ms against 1.6-2.0, loaded
-     * machine) and tied at 128 x 28 x 28; those stay conv2d */
-    if (oari_cpu_wino_ok(n, a[7], a[6], oh, ow, a[8], a[9], a[0], a[1], a[4], a[5], 1) == 4) return 0;
+     * machine) and tied at 128 x 28 x 28; those keep it, on the filter
+     * transform computed once (order 2) */
+    if (oh > 0 && ow > 0 && oari_cpu_wino_ok(n, a[7], a[6], oh, ow, a[8], a[9], a[0], a[1], a[4], a[5], 1) == 4) {
+        a[10] = 2, a[11] = 1, a[12] = 1;
+        return 1;
+    }
+#ifdef OAR_WITH_DNNL
     /* a 1x1 conv's own path is a strided copy of x (or none) and one gemm
      * that repacks only the weight: oneDNN's reorders of x and y cost more
      * unless the weight outweighs x (ResNet-18's 64 -> 128 and 128 -> 256
@@ -339,9 +365,14 @@ int oari_cpu_conv2d_prepack_layout(int64_t *a, int64_t n, int64_t h, int64_t w, 
     a[10] = order;
     return 1;
 #else
-    (void)a, (void)n, (void)h, (void)w, (void)bias;
+    (void)bias;
     return 0;
 #endif
+}
+
+void oari_cpu_conv2d_pack(const float *w, float *wp, const int64_t *a) {
+    if (a[10] == 2) oari_cpu_wino_filter(w, a[7], a[6], wp);
+    else oari_conv2d_pack(w, wp, a);
 }
 
 #define TABLE(name)                                                                                \
@@ -366,6 +397,7 @@ const oari_cpu_kernels oari_cpu_k_conv2d_weight_grad = {
 #endif
 };
 TABLE(max_pool2d);
+TABLE(max_pool2d_values);
 TABLE(max_pool2d_backward);
 TABLE(avg_pool2d);
 TABLE(avg_pool2d_backward);
@@ -1042,35 +1074,46 @@ static int FN(k_conv2d_weight_grad)(void *ctx, const oar_kernel_call *c) {
 
 /* ---- pools ------------------------------------------------------------------ */
 
+/* The pools write their indices where ind is not NULL (max_pool2d) and
+ * only the values where it is (max_pool2d_values, which the predictor
+ * runs where no one reads the indices: a third of max_pool2d's bytes). The
+ * simd loops take that as a constant (wi), so each form is its own loop. */
+
 /* The 2x2 stride-2 window without padding (every window inside the plane):
  * the generic loop's scan (row by row; a value replaces the best if larger
  * or NaN) with selects instead of branches, which random data mispredicts. */
+static inline __attribute__((always_inline)) void FN(max_row_2x2)(const T *r0, int64_t W, int64_t b0, int64_t OW,
+                                                                  T *yo, int64_t *io, bool wi) {
+    const T *r1 = r0 + W;
+#pragma omp simd
+    for (int64_t ox = 0; ox < OW; ox++) {
+        T m = r0[2 * ox], v;
+        int64_t bi = b0 + 2 * ox;
+        bool t;
+        v = r0[2 * ox + 1], t = v > m || v != v, m = t ? v : m, bi = t ? b0 + 2 * ox + 1 : bi;
+        v = r1[2 * ox], t = v > m || v != v, m = t ? v : m, bi = t ? b0 + W + 2 * ox : bi;
+        v = r1[2 * ox + 1], t = v > m || v != v, m = t ? v : m, bi = t ? b0 + W + 2 * ox + 1 : bi;
+        yo[ox] = m;
+        if (wi) io[ox] = bi;
+    }
+}
+
 OARI_SIMD_CLONES static void FN(max_pool_2x2)(const T *x, T *y, int64_t *ind, int64_t np,
                                                int64_t H, int64_t W, int64_t OH, int64_t OW) {
 #pragma omp parallel for schedule(static) if (np * OH * OW * 4 > OARI_PARALLEL_GRAIN)
     for (int64_t p = 0; p < np; p++)
         for (int64_t oy = 0; oy < OH; oy++) {
-            const T *r0 = x + p * H * W + 2 * oy * W, *r1 = r0 + W;
+            const T *r0 = x + p * H * W + 2 * oy * W;
             T *yo = y + (p * OH + oy) * OW;
-            int64_t *io = ind + (p * OH + oy) * OW, b0 = 2 * oy * W;
-#pragma omp simd
-            for (int64_t ox = 0; ox < OW; ox++) {
-                T m = r0[2 * ox], v;
-                int64_t bi = b0 + 2 * ox;
-                bool t;
-                v = r0[2 * ox + 1], t = v > m || v != v, m = t ? v : m, bi = t ? b0 + 2 * ox + 1 : bi;
-                v = r1[2 * ox], t = v > m || v != v, m = t ? v : m, bi = t ? b0 + W + 2 * ox : bi;
-                v = r1[2 * ox + 1], t = v > m || v != v, m = t ? v : m,
-                bi = t ? b0 + W + 2 * ox + 1 : bi;
-                yo[ox] = m;
-                io[ox] = bi;
-            }
+            if (ind) FN(max_row_2x2)(r0, W, 2 * oy * W, OW, yo, ind + (p * OH + oy) * OW, true);
+            else FN(max_row_2x2)(r0, W, 2 * oy * W, OW, yo, NULL, false);
         }
 }
 
 /* One max_pool2d output: the window at (y0, x0) (top-left, may start in the
  * padding) scanned row by row; a value replaces the best if larger or NaN.
- * The index is that of the first element in the plane when none wins. */
+ * The index (when io is not NULL) is that of the first element in the
+ * plane when none wins. */
 static inline void FN(max_window)(const T *xp, int64_t H, int64_t W, int64_t y0, int64_t x0,
                                   int64_t kh, int64_t kw, int64_t dh, int64_t dw, T *yo,
                                   int64_t *io) {
@@ -1092,7 +1135,7 @@ static inline void FN(max_window)(const T *xp, int64_t H, int64_t W, int64_t y0,
             }
         }
     *yo = m;
-    *io = best;
+    if (io) *io = best;
 }
 
 /* One output row of the 3x3 pool over the outputs ox0..ox1 whose windows
@@ -1101,7 +1144,7 @@ static inline void FN(max_window)(const T *xp, int64_t H, int64_t W, int64_t y0,
  * r0's index in the plane. Inlined, so a constant sw specialises it. */
 static inline __attribute__((always_inline)) void FN(max_row_3x3)(const T *r0, int64_t W, int64_t b0,
                                                                   int64_t sw, int64_t ox0, int64_t ox1, T *yo,
-                                                                  int64_t *io) {
+                                                                  int64_t *io, bool wi) {
     const T *r1 = r0 + W, *r2 = r1 + W;
 #pragma omp simd
     for (int64_t ox = ox0; ox < ox1; ox++) {
@@ -1121,7 +1164,7 @@ static inline __attribute__((always_inline)) void FN(max_row_3x3)(const T *r0, i
         MAX_STEP(r2, 2, 2 * W);
 #undef MAX_STEP
         yo[ox] = m;
-        io[ox] = bi;
+        if (wi) io[ox] = bi;
     }
 }
 
@@ -1139,29 +1182,30 @@ OARI_SIMD_CLONES static void FN(max_pool_3x3)(const T *x, T *y, int64_t *ind, in
     for (int64_t p = 0; p < np; p++) {
         const T *xp = x + p * H * W;
         T *yp = y + p * OH * OW;
-        int64_t *ip = ind + p * OH * OW;
         for (int64_t oy = 0; oy < OH; oy++) {
             const int64_t iy = oy * sh - ph;
             T *yo = yp + oy * OW;
-            int64_t *io = ip + oy * OW;
+            int64_t *io = ind ? ind + (p * OH + oy) * OW : NULL;
             const bool inner = oy >= oy0 && oy < oy1;
             for (int64_t ox = 0; ox < (inner ? ox0 : OW); ox++)
-                FN(max_window)(xp, H, W, iy, ox * sw - pw, 3, 3, 1, 1, yo + ox, io + ox);
+                FN(max_window)(xp, H, W, iy, ox * sw - pw, 3, 3, 1, 1, yo + ox, io ? io + ox : NULL);
             if (!inner) continue;
             for (int64_t ox = ox1; ox < OW; ox++)
-                FN(max_window)(xp, H, W, iy, ox * sw - pw, 3, 3, 1, 1, yo + ox, io + ox);
+                FN(max_window)(xp, H, W, iy, ox * sw - pw, 3, 3, 1, 1, yo + ox, io ? io + ox : NULL);
             const T *r0 = xp + iy * W - pw;
             /* stride 2 (ResNet's) as a constant: the compiler loads the
              * even columns with two loads and a permute, not a gather */
-            if (sw == 2) FN(max_row_3x3)(r0, W, iy * W - pw, 2, ox0, ox1, yo, io);
-            else FN(max_row_3x3)(r0, W, iy * W - pw, sw, ox0, ox1, yo, io);
+            if (sw == 2 && io) FN(max_row_3x3)(r0, W, iy * W - pw, 2, ox0, ox1, yo, io, true);
+            else if (sw == 2) FN(max_row_3x3)(r0, W, iy * W - pw, 2, ox0, ox1, yo, NULL, false);
+            else if (io) FN(max_row_3x3)(r0, W, iy * W - pw, sw, ox0, ox1, yo, io, true);
+            else FN(max_row_3x3)(r0, W, iy * W - pw, sw, ox0, ox1, yo, NULL, false);
         }
     }
 }
 
-/* max_pool2d: out[0] values, out[1] i64 indices (h * W + w in the input plane). */
-static int FN(k_max_pool2d)(void *ctx, const oar_kernel_call *c) {
-    (void)ctx;
+/* The pool's values into y and, where ind is not NULL, its i64 indices
+ * (h * W + w in the input plane). */
+static int FN(max_pool2d_run)(const oar_kernel_call *c, int64_t *ind) {
     const int64_t *a = c->iattr;
     int64_t np, H, W, OH, OW;
     planes_of(&c->in[0], &np, &H, &W);
@@ -1171,7 +1215,6 @@ static int FN(k_max_pool2d)(void *ctx, const oar_kernel_call *c) {
     const T *x = contig(&c->in[0], &xo, &xn);
     if (!x) return oari_fail_status();
     T *y = c->out[0].data;
-    int64_t *ind = c->out[1].data;
     const int64_t kh = a[0], kw = a[1], sh = a[2], sw = a[3], ph = a[4], pw = a[5], dh = a[6],
                   dw = a[7];
     if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && dh == 1 && dw == 1 &&
@@ -1191,10 +1234,22 @@ static int FN(k_max_pool2d)(void *ctx, const oar_kernel_call *c) {
         for (int64_t oy = 0; oy < OH; oy++)
             for (int64_t ox = 0; ox < OW; ox++)
                 FN(max_window)(xp, H, W, oy * sh - ph, ox * sw - pw, kh, kw, dh, dw,
-                               y + (p * OH + oy) * OW + ox, ind + (p * OH + oy) * OW + ox);
+                               y + (p * OH + oy) * OW + ox, ind ? ind + (p * OH + oy) * OW + ox : NULL);
     }
     scratch_free(xo, xn);
     return 0;
+}
+
+/* max_pool2d: out[0] values, out[1] i64 indices. */
+static int FN(k_max_pool2d)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    return FN(max_pool2d_run)(c, c->out[1].data);
+}
+
+/* max_pool2d_values: out[0] the values alone. */
+static int FN(k_max_pool2d_values)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    return FN(max_pool2d_run)(c, NULL);
 }
 
 /* max_pool2d_backward: in gy [..., OH, OW], indices; out gx [..., H, W]. */

@@ -15,12 +15,15 @@
  * input tiles, 16 gemms, 4 multiply-adds per output) serves small planes
  * whose 4x4 tiles are too few (see oari_cpu_wino_ok).
  *
- * The filter transform U is recomputed on every call: a kernel sees only a
- * data pointer (no storage or version), and a pointer can be refilled with
- * other weights (an arena slot, an optimizer's in-place update), so there is
- * no safe cache key. Its cost (read C*O*9 floats, write C*O*36) is what
- * keeps small planes with many channels (ResNet's 7x7 stage at batch 1) on
- * im2col + gemm; see oari_cpu_wino_ok.
+ * conv2d recomputes the filter transform U on every call: a kernel sees
+ * only a data pointer (no storage or version), and a pointer can be refilled
+ * with other weights (an arena slot, an optimizer's in-place update), so
+ * there is no safe cache key. Its cost (read C*O*9 floats, write C*O*36) is
+ * what keeps small planes with many channels (ResNet's 7x7 stage at batch
+ * 1) on im2col + gemm; see oari_cpu_wino_ok. On a constant weight the
+ * predictor's prepack_conv pass computes U once (oari_cpu_wino_filter:
+ * conv2d_prepacked's order 2), and oari_cpu_conv2d_wino_packed starts from
+ * it, with relu folded into the output transform.
  *
  * Accuracy: the interpolation points 0, +-1, +-2 and 1/2, 1/4 ... constants
  * of the transforms are exact in binary only in part (1/6, 1/12, 1/24 are
@@ -168,6 +171,7 @@ typedef struct {
     int64_t nty, ntx; /* tile rows per image, tiles per tile row */
     int64_t nch;      /* chunks of WVL tiles per tile row */
     int64_t m, wk;    /* output tile m x m (4 or 2), (m + 2)^2 gemms */
+    bool relu;        /* y = max(y, 0) as it is stored */
 } wgeom;
 
 typedef int32_t wmask __attribute__((vector_size(64)));
@@ -261,9 +265,17 @@ OARI_SIMD_CLONES static void store_rows(const wgeom *g, const float *orow, int64
         if (oy >= g->OH) break;
         const float *src = orow + p * orw;
         float *dst = yo + oy * g->OW;
+        if (g->relu) {
 #pragma omp simd
-        for (int64_t ox = 0; ox < g->OW; ox++)
-            dst[ox] = src[ox] + b;
+            for (int64_t ox = 0; ox < g->OW; ox++) {
+                const float v = src[ox] + b;
+                dst[ox] = v < 0 ? 0 : v; /* (NaN stays NaN, as relu) */
+            }
+        } else {
+#pragma omp simd
+            for (int64_t ox = 0; ox < g->OW; ox++)
+                dst[ox] = src[ox] + b;
+        }
     }
 }
 
@@ -466,12 +478,14 @@ static void stage_out(const wgeom *g, const float *M, const oar_ktensor *bias, f
     }
 }
 
-int oari_cpu_conv2d_wino(const float *x, const float *w, const oar_ktensor *bias, float *y,
-                         int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH,
-                         int64_t OW, int64_t ph, int64_t pw, int m) {
+/* The convolution, from the filters w or, when w is NULL, from their
+ * transform Up (U's layout, m 4 only). */
+static int wino_run(const float *x, const float *w, const float *Up, const oar_ktensor *bias, float *y,
+                    int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH, int64_t OW, int64_t ph,
+                    int64_t pw, int m, bool relu) {
     const int64_t ntx = (OW + m - 1) / m, nk = (m + 2) * (m + 2);
     wgeom g = {N,   C,   H,  W,  O, OH, OW, ph, pw, (OH + m - 1) / m, ntx, (ntx + WVL - 1) / WVL,
-               m, nk};
+               m, nk, relu};
     const int64_t rows = N * g.nty; /* tile rows in all */
     int64_t rb = WINO_BLOCK_BYTES / (int64_t)sizeof(float) / (nk * (C + O) * g.ntx);
     if (rb * g.ntx < WINO_BLOCK_MIN_TILES) rb = (WINO_BLOCK_MIN_TILES + g.ntx - 1) / g.ntx;
@@ -485,18 +499,20 @@ int oari_cpu_conv2d_wino(const float *x, const float *w, const oar_ktensor *bias
      * split over the threads */
     const bool outer = par && nblk >= 4 * nt;
     const int nbuf = outer ? nt : 1, nscr = par ? nt : 1;
-    const size_t un = (size_t)(nk * O * C), vmn = (size_t)(nk * (C + O) * (rb * g.ntx + WVL));
+    const size_t un = w ? (size_t)(nk * O * C) : 0, vmn = (size_t)(nk * (C + O) * (rb * g.ntx + WVL));
     const size_t sn = (size_t)scratch_floats(&g);
     const size_t total = un + vmn * (size_t)nbuf + sn * (size_t)nscr;
-    float *U = oari_cpu_block_alloc(total * sizeof(float));
-    if (!U) return oari_fail_status();
-    float *bufs = U + un, *scr = bufs + vmn * (size_t)nbuf;
+    float *blk = oari_cpu_block_alloc(total * sizeof(float));
+    if (!blk) return oari_fail_status();
+    float *U = w ? blk : (float *)Up, *bufs = blk + un, *scr = bufs + vmn * (size_t)nbuf;
 #pragma omp parallel if (par)
     {
         /* the filter transform: output channels split over the threads */
+        if (w) {
 #pragma omp for schedule(static)
-        for (int64_t o = 0; o < O; o++)
-            (m == 4 ? filter_transform : filter_transform2)(w, C, O, o, o + 1, U);
+            for (int64_t o = 0; o < O; o++)
+                (m == 4 ? filter_transform : filter_transform2)(w, C, O, o, o + 1, U);
+        }
         float *sc = scr + (size_t)(par ? tid() : 0) * sn;
         if (outer) { /* each thread its own V and M */
             float *V = bufs + (size_t)tid() * vmn;
@@ -530,6 +546,24 @@ int oari_cpu_conv2d_wino(const float *x, const float *w, const oar_ktensor *bias
             }
         }
     }
-    oari_cpu_block_free(U, total * sizeof(float));
+    oari_cpu_block_free(blk, total * sizeof(float));
     return 0;
+}
+
+int oari_cpu_conv2d_wino(const float *x, const float *w, const oar_ktensor *bias, float *y,
+                         int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH,
+                         int64_t OW, int64_t ph, int64_t pw, int m) {
+    return wino_run(x, w, NULL, bias, y, N, C, H, W, O, OH, OW, ph, pw, m, false);
+}
+
+void oari_cpu_wino_filter(const float *w, int64_t C, int64_t O, float *U) {
+#pragma omp parallel for schedule(static) if (O * C >= 4096)
+    for (int64_t o = 0; o < O; o++)
+        filter_transform(w, C, O, o, o + 1, U);
+}
+
+int oari_cpu_conv2d_wino_packed(const float *x, const float *U, const oar_ktensor *bias, float *y, int64_t N,
+                                int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH, int64_t OW, int64_t ph,
+                                int64_t pw, bool relu) {
+    return wino_run(x, NULL, U, bias, y, N, C, H, W, O, OH, OW, ph, pw, 4, relu);
 }

@@ -96,4 +96,8 @@ static const oar_device_iface cpu_iface = {
     .native_dot = oari_cpu_native_dot,
 };
 
-int oari_cpu_install(void) { return oari_device_register(&cpu_iface, NULL, 0); }
+int oari_cpu_install(void) {
+    oari_conv_prepack.layout = oari_cpu_conv2d_prepack_layout;
+    oari_conv_prepack.pack = oari_cpu_conv2d_pack;
+    return oari_device_register(&cpu_iface, NULL, 0);
+}

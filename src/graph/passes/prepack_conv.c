@@ -5,18 +5,19 @@
  * folded in as oneDNN's post-op. Per call oneDNN then reorders no weights:
  * ResNet-18's 512 x 512 x 3 x 3 weights (9.4 MB) cost about as much to
  * repack (OpenBLAS's packing, oneDNN's reorder) as to convolve at batch 1.
- * The layout is the one oneDNN picks for the conv at the graph's batch (1
- * where the batch is dynamic) and the threads the call will get
- * (oari_cpu_conv2d_prepack_layout); convs whose layout is not one the op
- * packs, convs conv2d runs faster (Winograd F(4x4), 1x1 convs on small
- * weights: cpu.md), groups, dynamic channels or planes, and builds
- * without oneDNN are left as they are. The values are conv2d's to f32 rounding (oneDNN sums
+ * The backend that runs conv2d_prepacked picks the layout and packs
+ * (oari_conv_prepack, installed by the CPU backend: this pass names no
+ * backend): oneDNN's for the conv at the graph's batch (1 where the batch
+ * is dynamic) and the threads the call will get, or, for the convs conv2d
+ * runs by Winograd F(4x4), that algorithm's filter transform (order 2, so
+ * it is no longer redone on every call). Convs whose layout is not one the
+ * op packs, 1x1 convs on small weights (cpu.md), groups, dynamic channels
+ * or planes, and builds without oneDNN (but for the Winograd ones) are
+ * left as they are. The values are conv2d's to f32 rounding (oneDNN sums
  * in another order than im2col + gemm). Run by the predictor after its
  * inference passes, like fuse_qlinear; OAR_PREPACK_CONV=0 in the
  * environment turns it off (for A/B measurements). */
 #include "../ir.h"
-
-#include "../../backends/cpu/cpu.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +58,7 @@ static int pack_one(oar_graph *g, int i, const int *uses) {
     if (ir >= 0 && (g->nodes[ir].op != OARI_OP_relu || g->nodes[ir].n_in != 1)) ir = -1;
     int64_t a[14] = {ia[0], ia[1], ia[2], ia[3], ia[4], ia[5], w->shape[0], w->shape[1], w->shape[2], w->shape[3],
                      0, 0, 0, ir >= 0};
-    if (!oari_cpu_conv2d_prepack_layout(a, x->sym[0] >= 0 ? 1 : x->shape[0], x->shape[2], x->shape[3], bv >= 0))
+    if (!oari_conv_prepack.layout(a, x->sym[0] >= 0 ? 1 : x->shape[0], x->shape[2], x->shape[3], bv >= 0))
         return 0;
     int64_t d[6];
     oar_pool *pool = oar_pool_push();
@@ -67,7 +68,7 @@ static int pack_one(oar_graph *g, int i, const int *uses) {
     oar_tensor *wp = wc ? oar_empty(OAR_F32, 6, d, NULL) : NULL;
     char name[256];
     snprintf(name, sizeof name, "%s.packed", g->values[wv].name ? g->values[wv].name : "conv");
-    if (wp) oari_conv2d_pack(oar_tensor_data(wc), oar_tensor_data(wp), a);
+    if (wp) oari_conv_prepack.pack(oar_tensor_data(wc), oar_tensor_data(wp), a);
     int pv = wp ? oari_graph_add_const(g, wp, name) : -1;
     oar_pool_pop(pool);
     if (pv < 0) return oari_fail_status();
@@ -86,7 +87,7 @@ static int pack_one(oar_graph *g, int i, const int *uses) {
 
 int oari_pass_prepack_conv(oar_graph *g) {
     const char *env = getenv("OAR_PREPACK_CONV");
-    if (env && !strcmp(env, "0")) return 0;
+    if ((env && !strcmp(env, "0")) || !oari_conv_prepack.layout || !oari_conv_prepack.pack) return 0;
     int changes = 0, st = 0;
     size_t nbytes = 0;
     int *uses = NULL;
