@@ -9,6 +9,9 @@
 #include "cpu.h"
 
 #include <stdlib.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 #include <string.h>
 
 /* -1: no override; else the value of env "0" / "1" */
@@ -20,10 +23,17 @@ static int env_override(const char *name) {
     return -1; /* (anything else: the probe decides) */
 }
 
+/* cpuid leaf 7: AVX512_BF16 is sub-leaf 1's EAX bit 5, AMX-BF16 sub-leaf 0's EDX bit 22. Read
+ * directly: clang 14's __builtin_cpu_supports knows neither name. avx512f through the builtin,
+ * which also checks that the OS saves the AVX-512 state. */
 static bool cpu_has_bf16_dot(void) {
 #if defined(__x86_64__) && defined(__GNUC__) && defined(OAR_WITH_DNNL)
+    unsigned a, b, c, d;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+    if (!__builtin_cpu_supports("avx512f")) return false;
+    bool avx512_bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
+    bool amx_bf16 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1);
+    return avx512_bf16 || amx_bf16;
 #else
     return false;
 #endif
