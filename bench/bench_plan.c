@@ -420,6 +420,10 @@ static void print_calib(const oar_plan_calib *cal, const char *what) {
         printf(" %g: %.3g", oar_plan_gemm_dims[i], cal->gemm_rate_wide[i]);
     printf("; op families (B/s):");
     for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) printf(" %s %.3g", oar_plan_op_family_names[i], cal->family_bw[i]);
+    printf("; past the %.3g B cache: elementwise %.3g B/s, Adam %.3g s per element, wide GEMMs:", cal->cache_bytes,
+           cal->ew_bw_cold, cal->optim_time_cold);
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
+        printf(" %g: %.3g", oar_plan_gemm_dims[i], cal->gemm_rate_cold[i]);
     printf("\n");
 }
 
@@ -433,6 +437,9 @@ static oar_plan_calib calib_mean(const oar_plan_calib *c, int n) {
         for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
             m.gemm_rate[i] += c[r].gemm_rate[i] / n, m.gemm_rate_wide[i] += c[r].gemm_rate_wide[i] / n;
         for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) m.family_bw[i] += c[r].family_bw[i] / n;
+        m.cache_bytes += c[r].cache_bytes / n, m.ew_bw_cold += c[r].ew_bw_cold / n;
+        m.optim_time_cold += c[r].optim_time_cold / n;
+        for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) m.gemm_rate_cold[i] += c[r].gemm_rate_cold[i] / n;
     }
     return m;
 }
@@ -522,14 +529,19 @@ static int measure_all(int argc, char **argv) {
                                 plan_str(ch, buf, sizeof buf));
             n++;
         }
-        double pred[MAXP], meas[MAXP];
+        double pred[MAXP], meas[MAXP], warm[MAXP]; /* warm: the prediction without the cache term */
         oar_plan_estimate est[MAXP];
+        oar_cluster cw = c;
+        cw.cache_bytes = 0;
         bool moved[MAXP];
         int chosen = -1;
         for (int i = 0; i < n; i++) {
             if (oar_plan_estimate_config(pm, &c, B, &plans[i], &est[i]))
                 return fprintf(stderr, "%s\n", oar_last_error()), 1;
             pred[i] = est[i].step_time;
+            oar_plan_estimate ew;
+            if (oar_plan_estimate_config(pm, &cw, B, &plans[i], &ew)) return fprintf(stderr, "%s\n", oar_last_error()), 1;
+            warm[i] = ew.step_time;
             double v[MAXR];
             for (int k = 0; k < R; k++) v[k] = mr[k][i];
             meas[i] = median(v, R);
@@ -551,15 +563,15 @@ static int measure_all(int argc, char **argv) {
             }
             print_calib(&mean, "  mean calibration");
             printf("  %-34s predicted(s) measured(s) ratio   loss      predicted parts (ms): compute, tp comm, dp "
-                   "comm, pipeline, optimizer, accumulation; measured per round (s)\n", "plan");
+                   "comm, pipeline, optimizer, accumulation, cache fraction; measured per round (s)\n", "plan");
             double err = 0, best = HUGE_VAL;
             int best_i = 0;
             for (int i = 0; i < n; i++) {
                 const oar_plan_estimate *e = &est[i];
-                printf("  %-34s %10.4f  %10.4f  %5.2f  %.6f  %.1f %.1f %.1f %.1f %.1f %.1f;",
+                printf("  %-34s %10.4f  %10.4f  %5.2f  %.6f  %.1f %.1f %.1f %.1f %.1f %.1f %.2f;",
                        plan_str(&plans[i], buf, sizeof buf), pred[i], meas[i], pred[i] / meas[i], loss[i],
                        1e3 * e->compute_time, 1e3 * e->tp_comm_time, 1e3 * e->dp_comm_time, 1e3 * e->pp_time,
-                       1e3 * e->optim_time, 1e3 * e->accum_time);
+                       1e3 * e->optim_time, 1e3 * e->accum_time, e->cache_fraction);
                 for (int k = 0; k < R; k++) printf(" %.4f", mr[k][i]);
                 double mq[3];
                 for (int q = 0; q < 3; q++) {
@@ -579,6 +591,10 @@ static int measure_all(int argc, char **argv) {
             printf("  Spearman rho %.3f (target >= 0.8); largest |predicted - measured| / measured %.0f%% (target <= "
                    "25%%); best measured: %s (%.4f s)\n", spearman(pred, meas, n), 100 * err,
                    plan_str(&plans[best_i], buf, sizeof buf), best);
+            double werr = 0;
+            for (int i = 0; i < n; i++) werr = fmax(werr, fabs(warm[i] - meas[i]) / meas[i]);
+            printf("  without the cache term (everything warm): Spearman rho %.3f, largest error %.0f%%\n",
+                   spearman(warm, meas, n), 100 * werr);
             if (chosen >= 0)
                 printf("  planner's choice (runnable, <= 8 micro-batches): %s: measured %.4f s, %.1f%% off the best "
                        "measured (target <= 10%%)\n", plan_str(&plans[chosen], buf, sizeof buf), meas[chosen],

@@ -97,6 +97,18 @@ typedef struct oar_cluster {
     double family_bw[OAR_PLAN_OP_FAMILIES]; /* optional: bytes/s of each op family's forward
                              bytes, its backward counted as two forwards (as the cost model counts
                              every pass): 3 x forward bytes / (forward + backward time); 0: mem_bw */
+    /* Optional: memory past the cache (0: not modelled). A step whose working set (the ranks
+     * of a node together: parameters, gradients, optimizer state, activations) outgrows the
+     * cache they share streams its weights, gradients and optimizer state from memory at every
+     * pass; the fraction of that set the cache holds, h = min(1, cache_bytes / set), runs at
+     * the rates above and the rest at these (a time-weighted blend). A CPU's last-level cache;
+     * 0 for a GPU, whose rates above already are memory's. */
+    double cache_bytes;   /* the cache the ranks of a node share, bytes; >= 0 (0: not modelled) */
+    double mem_bw_cold;   /* bytes/s of elementwise work on data past the cache (gradient
+                             accumulation); 0: mem_bw */
+    double optim_time_cold; /* optim_time_per_param on state past the cache; 0: the warm one */
+    double gemm_rate_cold[OAR_PLAN_GEMM_CLASSES]; /* gemm_rate_wide with each call's weight
+                             past the cache; all > 0 or all 0 (0: the warm tables) */
 } oar_cluster;
 
 /* Fills c for n_devices of a named kind: "h200" (8 per node, 141 GB,
@@ -131,6 +143,13 @@ typedef struct oar_plan_calib {
     double gemm_rate_wide[OAR_PLAN_GEMM_CLASSES]; /* the same at W [1024, 1024], x, g [d, 1024]
                              (0: not measured) */
     double family_bw[OAR_PLAN_OP_FAMILIES]; /* oar_cluster.family_bw as measured (0: not) */
+    /* memory past the last-level cache (oar_cluster.cache_bytes and the cold rates; 0: not
+     * measured): the cache's size as the OS reports it, and an add, an Adam step and the
+     * wide GEMM table measured on operands rotated through twice that size */
+    double cache_bytes;
+    double ew_bw_cold;    /* bytes/s of an add on arrays past the cache */
+    double optim_time_cold; /* optim_time on a parameter whose state is past the cache */
+    double gemm_rate_cold[OAR_PLAN_GEMM_CLASSES]; /* gemm_rate_wide, each call a weight past the cache */
 } oar_plan_calib;
 
 /* Measures oar's own kernels (a GEMM, an elementwise add, the per-op cost
@@ -138,7 +157,9 @@ typedef struct oar_plan_calib {
  * smallest dimension of oar_plan_gemm_dims and two weight sizes, each op
  * family's representative forward and backward, an Adam step) and, when
  * oar_dist_init ran with more than one rank, the MPI all-reduce at several
- * sizes (a least-squares fit of alpha and beta), the wait for the slowest
+ * sizes (a least-squares fit of alpha and beta), the same add, Adam step
+ * and wide GEMMs on operands past the last-level cache (when the OS
+ * reports its size, at most 128 MiB), the wait for the slowest
  * rank after a compute phase (sync, sync_phase) and the step's per-op cost
  * on dtensors. Collective then: every
  * rank must call it, and all get the mean of the ranks' figures, so that
@@ -146,9 +167,10 @@ typedef struct oar_plan_calib {
 OAR_API int oar_plan_calibrate(oar_plan_calib *out);
 /* Writes / reads a calibration file (JSON, "oar-plan-calibration-2";
  * written atomically; optim_time, sync, sync_phase, gemm_rate,
- * gemm_rate_wide ("gemm_rates_wide") and family_bw (an object
- * "family_bw" keyed by oar_plan_op_family_names) written when measured,
- * > 0). Loading also reads version 1 files, and version 2 files without
+ * gemm_rate_wide ("gemm_rates_wide"), family_bw (an object
+ * "family_bw" keyed by oar_plan_op_family_names) and the cold figures
+ * (cache_bytes, ew_bw_cold, optim_time_cold, "gemm_rates_cold") written
+ * when measured, > 0). Loading also reads version 1 files, and version 2 files without
  * the later tables, which lack them (left 0), and GEMM tables written
  * before the 2-row class (8 entries from 4 rows: the 2-row class gets the
  * 4-row rate, as those files priced it). 0, or OAR_ERR_IO naming the
@@ -157,7 +179,7 @@ OAR_API int oar_plan_calib_save(const oar_plan_calib *c, const char *path);
 OAR_API int oar_plan_calib_load(oar_plan_calib *c, const char *path);
 /* A cluster of n_devices ranks on this machine from a calibration: every
  * rate from c (gemm_rate, gemm_rate_wide, family_bw, optim_time_per_param,
- * sync_lat and sync_phase included), devices_per_node = n_devices (one node), mem_bytes given. */
+ * sync_lat, sync_phase and the cold figures included), devices_per_node = n_devices (one node), mem_bytes given. */
 OAR_API int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devices, double mem_bytes);
 
 /* ---- the model: per-layer cost records ------------------------------------ */
@@ -276,6 +298,8 @@ typedef struct oar_plan_estimate {
     bool fits;          /* mem <= the cluster's memory per device */
     bool runnable;      /* oar runs it today (ZeRO 1/2 only with data parallelism alone) */
     double accum_time;  /* part of step_time: adding each micro-batch's gradients after the first */
+    double cache_fraction; /* the part of a node's working set its cache holds (oar_cluster.
+                              cache_bytes): 1 when it all fits or the cache is not modelled */
 } oar_plan_estimate;
 
 /* Estimates configuration *cfg of model m on cluster c at global batch

@@ -241,9 +241,10 @@ static double time_family(int fam) {
 static int run_optim_step(void *ctx) { return oar_optim_step(ctx); }
 
 /* Seconds per parameter element of one Adam step (oar_optim_step) over a
- * parameter of 2^20 elements with a dense gradient. < 0 on failure. */
-static double time_adam_per_elem(void) {
-    const int64_t n = 1 << 20;
+ * parameter of n elements with a dense gradient: 2^18 (4 MiB of p, g, m, v:
+ * in the cache, 4 ranks at once), or a multiple of the cache for the cold
+ * rate. < 0 on failure. */
+static double time_adam_per_elem(int64_t n) {
     double res = -1;
     oar_pool *pool = oar_pool_push();
     if (!pool) return -1;
@@ -255,6 +256,128 @@ static double time_adam_per_elem(void) {
     oar_optim_free(opt);
     oar_pool_pop(pool);
     return res;
+}
+
+/* ---- memory past the cache ------------------------------------------------ */
+
+/* The last-level cache's size in bytes as the OS reports it (Linux's sysfs: the highest cache
+ * level of cpu0), 0 when unknown. Not sysconf(_SC_LEVEL3_CACHE_SIZE): under a hypervisor glibc
+ * can report the host's whole L3 (320 MiB for this VM's 32 MiB). */
+static double llc_bytes(void) {
+    double best = 0;
+    int best_level = 0;
+    for (int i = 0; i < 8; i++) {
+        char path[96], buf[32];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        int level = fgets(buf, sizeof buf, f) ? atoi(buf) : 0;
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        f = fopen(path, "r");
+        if (!f) continue;
+        char *end = NULL;
+        double size = fgets(buf, sizeof buf, f) ? strtod(buf, &end) : 0;
+        fclose(f);
+        if (end && (*end == 'K' || *end == 'k')) size *= 1024;
+        else if (end && (*end == 'M' || *end == 'm')) size *= 1024 * 1024;
+        if (level > best_level && size > 0) best_level = level, best = size;
+    }
+    return best;
+}
+
+#define COLD_MAX_BYTES (128.0 * 1024 * 1024) /* larger caches: not modelled (the rotation's memory) */
+
+typedef struct cold_add {
+    oar_tensor **a, **b;
+    int n, at;
+} cold_add;
+
+static int run_cold_add(void *ctx) {
+    cold_add *c = ctx;
+    int i = c->at++ % c->n;
+    oar_tensor *y = oar_add(c->a[i], c->b[i]);
+    if (!y) return oari_fail_status();
+    oar_tensor_release(y);
+    return 0;
+}
+
+/* Bytes/s of an add of 2^20 f32 elements whose operands rotate through pairs of twice `cache`
+ * bytes in all, so that each call reads them from memory. < 0 on failure. */
+static double time_cold_add(double cache) {
+    enum { MAXP = 64 };
+    const int64_t n = 1 << 20;
+    int pairs = (int)ceil(2 * cache / (8.0 * (double)n));
+    if (pairs < 2) pairs = 2;
+    if (pairs > MAXP) pairs = MAXP;
+    oar_tensor *a[MAXP] = {0}, *b[MAXP] = {0};
+    oar_pool *pool = oar_pool_push();
+    if (!pool) return -1;
+    bool ok = true;
+    for (int i = 0; i < pairs && ok; i++) ok = (a[i] = oar_randn(OAR_F32, 1, &n)) && (b[i] = oar_randn(OAR_F32, 1, &n));
+    cold_add c = {a, b, pairs, 0};
+    double t = ok ? time_windows(run_cold_add, &c) : -1;
+    oar_pool_pop(pool);
+    return t > 0 ? 3.0 * 4 * (double)n / t : -1;
+}
+
+typedef struct cold_triple {
+    gemm_triple *g;
+    int n, at;
+} cold_triple;
+
+static int run_cold_triple(void *ctx) {
+    cold_triple *c = ctx;
+    return run_gemm_triple(&c->g[c->at++ % c->n]);
+}
+
+/* Seconds per triple at rows s and width 1024 (the wide table), each call's weight the next of
+ * a rotation of twice `cache` bytes in all. < 0 on failure. */
+static double time_cold_triple(int64_t s, oar_tensor *const *weights, int nw) {
+    const int64_t w = 1024, xs[2] = {s, w};
+    oar_pool *pool = oar_pool_push();
+    if (!pool) return -1;
+    enum { MAXW = 64 };
+    gemm_triple g[MAXW];
+    oar_tensor *x = oar_randn(OAR_F32, 2, xs), *gr = oar_randn(OAR_F32, 2, xs);
+    for (int i = 0; i < nw; i++) g[i] = (gemm_triple){x, gr, weights[i]};
+    cold_triple c = {g, nw, 0};
+    double res = x && gr ? time_windows(run_cold_triple, &c) : -1;
+    oar_pool_pop(pool);
+    return res;
+}
+
+/* Fills out's cold figures (cache_bytes, ew_bw_cold, optim_time_cold, gemm_rate_cold); leaves
+ * them 0 where the OS reports no cache or one past COLD_MAX_BYTES. 0 or a status. */
+static int calibrate_cold(oar_plan_calib *out) {
+    double cache = llc_bytes();
+    if (!(cache > 0) || cache > COLD_MAX_BYTES) return 0;
+    double add = time_cold_add(cache);
+    if (add <= 0) return oari_fail_status();
+    /* Adam's p, g, m, v: 16 bytes an element, twice the cache */
+    double adam = time_adam_per_elem((int64_t)ceil(2 * cache / 16));
+    if (adam <= 0) return oari_fail_status();
+    enum { MAXW = 64 };
+    const int64_t ws[2] = {1024, 1024};
+    int nw = (int)ceil(2 * cache / (4.0 * 1024 * 1024));
+    if (nw < 2) nw = 2;
+    if (nw > MAXW) nw = MAXW;
+    oar_tensor *w[MAXW] = {0};
+    oar_pool *pool = oar_pool_push();
+    if (!pool) return oari_fail_status();
+    int st = 0;
+    for (int i = 0; i < nw && !st; i++)
+        if (!(w[i] = oar_randn(OAR_F32, 2, ws))) st = oari_fail_status();
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES && !st; i++) {
+        int64_t d = (int64_t)oar_plan_gemm_dims[i];
+        double t = time_cold_triple(d, w, nw);
+        if (t <= 0) st = oari_fail_status();
+        else out->gemm_rate_cold[i] = 3 * 2.0 * (double)d * OAR_PLAN_GEMM_WEIGHT_WIDE / t;
+    }
+    oar_pool_pop(pool);
+    if (st) return st;
+    out->cache_bytes = cache, out->ew_bw_cold = add, out->optim_time_cold = adam;
+    return 0;
 }
 
 int oar_plan_calibrate(oar_plan_calib *out) {
@@ -289,8 +412,9 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         out->gemm_rate[i] = 3 * 2.0 * (double)d * OAR_PLAN_GEMM_WEIGHT / tg;
         out->gemm_rate_wide[i] = 3 * 2.0 * (double)d * OAR_PLAN_GEMM_WEIGHT_WIDE / tw;
     }
-    out->optim_time = time_adam_per_elem();
+    out->optim_time = time_adam_per_elem(1 << 18);
     if (out->optim_time <= 0) return oari_fail_status();
+    if ((st = calibrate_cold(out))) return st;
     for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++)
         if ((out->family_bw[i] = time_family(i)) <= 0) return oari_fail_status();
     /* MPI all-reduce at several sizes: least squares t = a0 + bytes * b0 */
@@ -334,13 +458,15 @@ int oar_plan_calibrate(oar_plan_calib *out) {
         }
         /* every rank must plan alike: the mean of the ranks' figures */
         if (!st) {
-            enum { NV = 8 + 2 * OAR_PLAN_GEMM_CLASSES + OAR_PLAN_OP_FAMILIES };
-            const int fam_at = 8 + 2 * OAR_PLAN_GEMM_CLASSES;
+            enum { NV = 8 + 2 * OAR_PLAN_GEMM_CLASSES + OAR_PLAN_OP_FAMILIES + 3 + OAR_PLAN_GEMM_CLASSES };
+            const int fam_at = 8 + 2 * OAR_PLAN_GEMM_CLASSES, cold_at = fam_at + OAR_PLAN_OP_FAMILIES;
             double v[NV] = {out->matmul_flops, out->ew_bw, out->op_overhead, a0, b0, out->optim_time, out->sync,
                             out->sync_phase};
             for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
                 v[8 + i] = out->gemm_rate[i], v[8 + OAR_PLAN_GEMM_CLASSES + i] = out->gemm_rate_wide[i];
             for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) v[fam_at + i] = out->family_bw[i];
+            v[cold_at] = out->cache_bytes, v[cold_at + 1] = out->ew_bw_cold, v[cold_at + 2] = out->optim_time_cold;
+            for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) v[cold_at + 3 + i] = out->gemm_rate_cold[i];
             const int64_t nv = NV;
             oar_tensor *loc = oar_tensor_from_data(v, OAR_F64, 1, &nv);
             oar_placement part = oar_partial(OAR_REDUCE_SUM), rep = oar_replicate();
@@ -357,6 +483,9 @@ int oar_plan_calibrate(oar_plan_calib *out) {
                     out->gemm_rate[i] = p[8 + i] / world,
                     out->gemm_rate_wide[i] = p[8 + OAR_PLAN_GEMM_CLASSES + i] / world;
                 for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) out->family_bw[i] = p[fam_at + i] / world;
+                out->cache_bytes = p[cold_at] / world, out->ew_bw_cold = p[cold_at + 1] / world;
+                out->optim_time_cold = p[cold_at + 2] / world;
+                for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) out->gemm_rate_cold[i] = p[cold_at + 3 + i] / world;
             }
             oar_tensor_release(sum);
             oar_tensor_release(d);
@@ -387,6 +516,8 @@ int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devi
     memcpy(out->gemm_rate, c->gemm_rate, sizeof out->gemm_rate);
     memcpy(out->gemm_rate_wide, c->gemm_rate_wide, sizeof out->gemm_rate_wide);
     memcpy(out->family_bw, c->family_bw, sizeof out->family_bw);
+    out->cache_bytes = c->cache_bytes, out->mem_bw_cold = c->ew_bw_cold, out->optim_time_cold = c->optim_time_cold;
+    memcpy(out->gemm_rate_cold, c->gemm_rate_cold, sizeof out->gemm_rate_cold);
     return oar_cluster_check(out);
 }
 
@@ -432,6 +563,15 @@ int oar_plan_calib_save(const oar_plan_calib *c, const char *path) {
     if (ok && c->gemm_rate[0] > 0 && c->gemm_rate_wide[0] > 0) {
         cJSON *rates = cJSON_CreateDoubleArray(c->gemm_rate_wide, OAR_PLAN_GEMM_CLASSES);
         ok = rates && cJSON_AddItemToObject(root, "gemm_rates_wide", rates);
+        if (!ok) cJSON_Delete(rates);
+    }
+    static const char *const ck[] = {"cache_bytes", "ew_bw_cold", "optim_time_cold"};
+    const double cv[] = {c->cache_bytes, c->ew_bw_cold, c->optim_time_cold};
+    for (int i = 0; ok && i < 3; i++)
+        if (cv[i] > 0) ok = cJSON_AddNumberToObject(root, ck[i], cv[i]);
+    if (ok && c->gemm_rate_cold[0] > 0) {
+        cJSON *rates = cJSON_CreateDoubleArray(c->gemm_rate_cold, OAR_PLAN_GEMM_CLASSES);
+        ok = rates && cJSON_AddItemToObject(root, "gemm_rates_cold", rates);
         if (!ok) cJSON_Delete(rates);
     }
     char *text = ok ? cJSON_Print(root) : NULL;
@@ -552,6 +692,28 @@ int oar_plan_calib_load(oar_plan_calib *c, const char *path) {
             else got.gemm_rate_wide[skip + i] = v->valuedouble;
         }
         if (!st && skip) got.gemm_rate_wide[0] = got.gemm_rate_wide[1];
+    }
+    /* memory past the cache (optional in version 2; each figure optional, the table whole) */
+    static const char *const ck[] = {"cache_bytes", "ew_bw_cold", "optim_time_cold"};
+    double *cf[] = {&got.cache_bytes, &got.ew_bw_cold, &got.optim_time_cold};
+    for (int i = 0; i < 3 && !st && version >= 2; i++) {
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(root, ck[i]);
+        if (!v) continue;
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"%s\" is not a positive number", fn, path, ck[i]);
+        else *cf[i] = v->valuedouble;
+    }
+    cJSON *cold = cJSON_GetObjectItemCaseSensitive(root, "gemm_rates_cold");
+    if (!st && version >= 2 && cold) {
+        if (!cJSON_IsArray(cold) || cJSON_GetArraySize(cold) != OAR_PLAN_GEMM_CLASSES)
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"gemm_rates_cold\" must be an array of %d numbers", fn, path,
+                            OAR_PLAN_GEMM_CLASSES);
+        for (int i = 0; !st && i < OAR_PLAN_GEMM_CLASSES; i++) {
+            cJSON *v = cJSON_GetArrayItem(cold, i);
+            if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
+                st = oari_error(OAR_ERR_IO, "%s: %s: gemm_rates_cold[%d] is not a positive number", fn, path, i);
+            else got.gemm_rate_cold[i] = v->valuedouble;
+        }
     }
     if (!st) *c = got;
     cJSON_Delete(root);

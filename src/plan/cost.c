@@ -72,6 +72,21 @@ int oar_cluster_check(const oar_cluster *c) {
         return oari_error(OAR_ERR_INVALID, "cluster: %d of the %d gemm_rate_wide entries are 0%s: give all (and "
                           "gemm_rate) or none", OAR_PLAN_GEMM_CLASSES - pos_wide, OAR_PLAN_GEMM_CLASSES,
                           pos_rates ? "" : ", and gemm_rate has none");
+    const double cold[] = {c->cache_bytes, c->mem_bw_cold, c->optim_time_cold};
+    static const char *const coldn[] = {"cache bytes", "mem_bw_cold", "optim_time_cold"};
+    for (int i = 0; i < 3; i++)
+        if (!isfinite(cold[i]) || cold[i] < 0)
+            return oari_error(OAR_ERR_INVALID, "cluster: %s %g: must be finite and >= 0", coldn[i], cold[i]);
+    int pos_cold = 0;
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) {
+        double r = c->gemm_rate_cold[i];
+        if (!isfinite(r) || r < 0)
+            return oari_error(OAR_ERR_INVALID, "cluster: gemm_rate_cold[%d] %g: must be finite and >= 0", i, r);
+        pos_cold += r > 0;
+    }
+    if (pos_cold && pos_cold < OAR_PLAN_GEMM_CLASSES)
+        return oari_error(OAR_ERR_INVALID, "cluster: %d of the %d gemm_rate_cold entries are 0: give all or none",
+                          OAR_PLAN_GEMM_CLASSES - pos_cold, OAR_PLAN_GEMM_CLASSES);
     return 0;
 }
 
@@ -129,6 +144,31 @@ double oar_plan_gemm_time_weight(double flops, double dim, double weight, const 
 double oar_plan_gemm_time(double flops, double dim, const oar_cluster *c) {
     if (!c) return oari_null_arg("oar_plan_gemm_time", "cluster"), -1;
     return oar_plan_gemm_time_weight(flops, dim, 0, c);
+}
+
+/* ---- memory past the cache ---------------------------------------------------- */
+
+/* The fraction h of a node's working set the cache holds runs at the warm rates, the rest at
+ * the cold ones (oar_cluster.cache_bytes): time h t_warm + (1 - h) t_cold. A GEMM with a
+ * weight streams that weight; one without (attention's) is left warm. */
+static double weight_gemm_time(double flops, double dim, double weight, const oar_cluster *c, double hot) {
+    double t = oar_plan_gemm_time_weight(flops, dim, weight, c);
+    if (hot >= 1 || !(weight > 0) || !(dim > 0) || !(c->gemm_rate_cold[0] > 0)) return t;
+    return hot * t + (1 - hot) * flops / table_rate(c->gemm_rate_cold, dim);
+}
+
+/* Seconds per byte of a stream over the gradients (accumulation: two reads, one write). */
+static double stream_time_per_byte(const oar_cluster *c, double hot) {
+    double cold = c->mem_bw_cold > 0 ? c->mem_bw_cold : c->mem_bw;
+    return hot / c->mem_bw + (1 - hot) / cold;
+}
+
+/* Seconds per parameter element of the optimizer step: as calibrated, or Adam reading p, g, m,
+ * v and writing p, m, v (f32): 28 bytes an element. */
+static double optim_per_param(const oar_cluster *c, double hot) {
+    double warm = c->optim_time_per_param > 0 ? c->optim_time_per_param : 28.0 / c->mem_bw;
+    double cold = c->optim_time_cold > 0 ? c->optim_time_cold : warm;
+    return hot * warm + (1 - hot) * cold;
 }
 
 const char *oari_place_name(oari_place p) {
@@ -225,10 +265,10 @@ static double gemm_dim(const oar_plan_layer *l, double b, int tp, oari_place pl,
  * gradient: its backward runs one GEMM per forward GEMM (the weight's
  * gradient, not the input's) and no collective for the input's gradient. */
 static lay_cost option_cost(const oar_plan_layer *l, const oar_cluster *c, int tp, double b, int recompute,
-                            oari_place pl, bool first) {
+                            oari_place pl, bool first, double hot) {
     double f = (pl == OARI_PLACE_REPLICATE) ? 1 : tp, weight;
     double dim = gemm_dim(l, b, tp, pl, &weight);
-    double gemm = oar_plan_gemm_time_weight(l->flops * b / f, dim, weight, c);
+    double gemm = weight_gemm_time(l->flops * b / f, dim, weight, c, hot);
     double rest = oar_plan_memory_time(l, b / f, c) + l->n_ops * c->op_overhead;
     /* backward: two forwards (the first layer's GEMMs: one); recompute adds a forward */
     double fwd = gemm + rest, bwd = gemm * (first ? 1 : 2) + 2 * rest;
@@ -265,11 +305,11 @@ static bool better(double t, double p, double bt, double bp, bool mem_first) {
 
 /* Fills place[], and per-layer costs lc[], for tensor degree tp. */
 static void place_layers(const oar_plan_model *m, const oar_cluster *c, int tp, double b, int recompute,
-                         bool mem_first, oari_place *place, lay_cost *lc, int8_t *from /* 2 * n */) {
+                         bool mem_first, double hot, oari_place *place, lay_cost *lc, int8_t *from /* 2 * n */) {
     if (tp == 1) {
         for (int i = 0; i < m->n; i++) {
             place[i] = OARI_PLACE_REPLICATE;
-            lc[i] = option_cost(&m->layers[i], c, 1, b, recompute, OARI_PLACE_REPLICATE, i == 0);
+            lc[i] = option_cost(&m->layers[i], c, 1, b, recompute, OARI_PLACE_REPLICATE, i == 0, hot);
         }
         return;
     }
@@ -300,7 +340,7 @@ static void place_layers(const oar_plan_model *m, const oar_cluster *c, int tp, 
         for (int o = 0; o < no; o++) {
             int in = opts[o].in, out = opts[o].out;
             if (ct[in] == INF) continue;
-            lay_cost k = option_cost(l, c, tp, b, recompute, opts[o].pl, i == 0);
+            lay_cost k = option_cost(l, c, tp, b, recompute, opts[o].pl, i == 0, hot);
             double t = ct[in] + k.t;
             if (in == 1 && (opts[o].pl == OARI_PLACE_REPLICATE || opts[o].pl == OARI_PLACE_BLOCK))
                 t += gather_cost(l->in_bytes * b, c, tp, k.fwd);
@@ -324,7 +364,7 @@ static void place_layers(const oar_plan_model *m, const oar_cluster *c, int tp, 
     /* costs of the chosen placements, gathers charged to the layer that needs them */
     int lay = 0;
     for (int i = 0; i < m->n; i++) {
-        lc[i] = option_cost(&m->layers[i], c, tp, b, recompute, place[i], i == 0);
+        lc[i] = option_cost(&m->layers[i], c, tp, b, recompute, place[i], i == 0, hot);
         if (lay == 1 && (place[i] == OARI_PLACE_REPLICATE || place[i] == OARI_PLACE_BLOCK)) {
             double g = gather_cost(m->layers[i].in_bytes * b, c, tp, lc[i].fwd);
             lc[i].t += g, lc[i].tc += g;
@@ -374,8 +414,8 @@ static double split_stages(const double *t, int n, int pp, int *first) {
 /* ---- one configuration -------------------------------------------------------------- */
 
 static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t B, const oar_plan_config *k,
-                          bool mem_first, oar_plan_estimate *e, oari_place *place_out, int *stage_out,
-                          bool *splits) {
+                          bool mem_first, double hot, oar_plan_estimate *e, oari_place *place_out,
+                          int *stage_out, bool *splits) {
     memset(e, 0, sizeof *e);
     const int n = m->n;
     const double b = (double)B / ((double)k->dp * k->micro_batches); /* micro-batch size */
@@ -405,7 +445,7 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
         first = (int *)p, p += (size_t)(n + 1) * sizeof(int);
         from = (int8_t *)p;
     }
-    place_layers(m, c, k->tp, b, k->recompute, mem_first, place, lc, from);
+    place_layers(m, c, k->tp, b, k->recompute, mem_first, hot, place, lc, from);
     double total_t = 0;
     for (int i = 0; i < n; i++) t[i] = lc[i].t, total_t += t[i];
     double stage_t = split_stages(t, n, k->pp, first);
@@ -472,7 +512,7 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
          * its forward (the loss, parameters gathered for ZeRO-3), the optimizer (ZeRO-2's
          * all-gather of the updated parameters) */
         double upd0 = stage_params_max / k->dp;
-        double t_opt = upd0 * (c->optim_time_per_param > 0 ? c->optim_time_per_param : 28.0 / c->mem_bw);
+        double t_opt = upd0 * optim_per_param(c, hot);
         double ar = group_ar(c, G, k->dp, k->tp, stage_bwd), half = group_coll(c, G, k->dp, k->tp, 0.5, stage_bwd);
         /* as oar's ZeRO runs them (src/optim/zero.c): micro-batches accumulate into the full
          * .grad locally and the step communicates once: ZeRO-1 all-reduces the gradients,
@@ -486,15 +526,14 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
          * all-reduce of a scalar, a synchronisation per micro-batch */
         if (k->pp == 1) e->dp_comm_time += M * group_ar(c, 4, k->dp, k->tp, stage_fwd);
     }
-    /* optimizer: as calibrated per element, or Adam reading p, g, m, v and writing p, m, v
-     * (f32): 28 bytes an element */
     double upd = stage_params_max / (k->zero >= 1 ? k->dp : 1);
-    e->optim_time = upd * (c->optim_time_per_param > 0 ? c->optim_time_per_param : 28.0 / c->mem_bw);
+    e->optim_time = upd * optim_per_param(c, hot);
     /* gradient accumulation: each micro-batch after the first adds its gradients to .grad
      * (two reads, one write); the full gradients, ZeRO-1/2 included (they communicate once a
      * step), but under ZeRO-3 only this rank's shard */
     double acc = stage_params_max / (k->zero >= 3 ? k->dp : 1);
-    e->accum_time = (M - 1) * acc * gb * 3 / c->mem_bw;
+    e->accum_time = (M - 1) * acc * gb * 3 * stream_time_per_byte(c, hot);
+    e->cache_fraction = hot;
     e->step_time = e->compute_time + e->tp_comm_time + e->pp_time + e->dp_comm_time + e->optim_time +
                    e->accum_time;
     if (place_out) memcpy(place_out, place, (size_t)n * sizeof *place);
@@ -509,18 +548,30 @@ static void estimate_with(const oar_plan_model *m, const oar_cluster *c, int64_t
  * layer (its ranks would repeat each other's work), by memory first
  * (splitting wherever a layer can), which then wins if it fits or needs
  * less. */
-void oari_plan_estimate(const oar_plan_model *m, const oar_cluster *c, int64_t B, const oar_plan_config *k,
-                        oar_plan_estimate *e, oari_place *place_out, int *stage_out) {
+static void estimate_placed(const oar_plan_model *m, const oar_cluster *c, int64_t B, const oar_plan_config *k,
+                            double hot, oar_plan_estimate *e, oari_place *place_out, int *stage_out) {
     bool splits, splits2;
-    estimate_with(m, c, B, k, false, e, place_out, stage_out, &splits);
+    estimate_with(m, c, B, k, false, hot, e, place_out, stage_out, &splits);
     if (k->tp == 1 || !isfinite(e->step_time) || (e->fits && splits)) return;
     oar_plan_estimate e2;
-    estimate_with(m, c, B, k, true, &e2, NULL, NULL, &splits2);
+    estimate_with(m, c, B, k, true, hot, &e2, NULL, NULL, &splits2);
     if (!isfinite(e2.step_time)) return;
     if ((!splits && splits2 && (e2.fits || !e->fits)) || (!e->fits && (e2.fits || e2.mem < e->mem))) {
         *e = e2;
-        if (place_out || stage_out) estimate_with(m, c, B, k, true, &e2, place_out, stage_out, &splits2);
+        if (place_out || stage_out) estimate_with(m, c, B, k, true, hot, &e2, place_out, stage_out, &splits2);
     }
+}
+
+/* Priced with everything in cache first; the memory per rank that gives (which the cache does
+ * not change) times the ranks sharing a node's cache is the working set, and where the cache
+ * holds only part of it, priced again with that part warm. */
+void oari_plan_estimate(const oar_plan_model *m, const oar_cluster *c, int64_t B, const oar_plan_config *k,
+                        oar_plan_estimate *e, oari_place *place_out, int *stage_out) {
+    estimate_placed(m, c, B, k, 1, e, place_out, stage_out);
+    if (!(c->cache_bytes > 0) || !isfinite(e->step_time)) return;
+    int sharing = c->n_devices < c->devices_per_node ? c->n_devices : c->devices_per_node;
+    double set = e->mem * sharing, hot = set > c->cache_bytes ? c->cache_bytes / set : 1;
+    if (hot < 1) estimate_placed(m, c, B, k, hot, e, place_out, stage_out);
 }
 
 int oar_plan_estimate_config(const oar_plan_model *m, const oar_cluster *c, int64_t global_batch,

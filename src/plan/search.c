@@ -263,8 +263,11 @@ int oar_plan_result_print(const oar_plan_result *r, FILE *f) {
     print_plan(f, "chosen", &r->plans[0]);
     const oar_plan_estimate *e = &r->plans[0].est;
     fprintf(f, "  time: compute %.4g s, tensor-parallel comm %.4g s, pipeline bubble+sends %.4g s, "
-            "data-parallel comm %.4g s, optimizer %.4g s\n", e->compute_time, e->tp_comm_time, e->pp_time,
-            e->dp_comm_time, e->optim_time);
+            "data-parallel comm %.4g s, optimizer %.4g s, gradient accumulation %.4g s\n", e->compute_time,
+            e->tp_comm_time, e->pp_time, e->dp_comm_time, e->optim_time, e->accum_time);
+    if (e->cache_fraction < 1)
+        fprintf(f, "  the node's cache holds %.0f%% of its working set: the rest streams from memory\n",
+                100 * e->cache_fraction);
     fprintf(f, "  memory per rank: params %s, grads %s, optimizer %s, activations %s\n", size_str(e->mem_params, s0),
             size_str(e->mem_grads, s1), size_str(e->mem_optim, s2), size_str(e->mem_act, s3));
     if (r->plans[0].cfg.tp > 1) {

@@ -614,6 +614,61 @@ static void spit(const char *path, const char *text) {
     fclose(f);
 }
 
+/* Memory past the cache: the working set of a node (memory per rank x ranks sharing the cache)
+ * over cache_bytes leaves the fraction h = cache / set warm; weight GEMMs, gradient accumulation
+ * and the optimizer are priced h warm + (1 - h) cold; a set that fits is priced as before. */
+static void test_cold_memory(void) {
+    oar_cluster c = toy_cluster(2);
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++)
+        c.gemm_rate[i] = 4e10, c.gemm_rate_wide[i] = 2e10, c.gemm_rate_cold[i] = 5e9;
+    c.optim_time_per_param = 1e-9, c.optim_time_cold = 4e-9, c.mem_bw_cold = 2e10;
+    CHECK(oar_cluster_check(&c) == 0);
+    /* one 1024 x 1024 linear layer: 4 MiB each of parameters and gradients, 8 MiB of Adam state:
+     * 16 MiB a rank, 32 MiB for the two ranks of the node */
+    oar_plan_model *m = oar_plan_model_new("wide", 4);
+    oar_plan_layer lw = {.kind = OAR_PLAN_LAYER_LINEAR, .flops = 2.0 * 1024 * 1024, .params = 1024 * 1024,
+                         .gemm_rows = 1, .gemm_k = 1024, .gemm_n = 1024};
+    CHECK(oar_plan_model_add_layer(m, &lw) == 0);
+    oar_plan_config k = {.dp = 2, .tp = 1, .pp = 1, .micro_batches = 2};
+    oar_plan_estimate warm, e;
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &warm) == 0); /* no cache given: all warm */
+    CHECK_NEAR(warm.mem, 16.0 * 1024 * 1024, 1e-6);
+    CHECK(warm.cache_fraction == 1);
+    const double P = 1024.0 * 1024, gemm_flops = 2 * 2 * (2.0 * P * 2); /* 2 micro-batches, 2 GEMMs of 2 rows */
+    CHECK_NEAR(warm.compute_time, gemm_flops / 2e10, 1e-15);
+    CHECK_NEAR(warm.optim_time, P * 1e-9, 1e-15);
+    CHECK_NEAR(warm.accum_time, P * 4 * 3 / 1e11, 1e-15);
+    c.cache_bytes = 64.0 * 1024 * 1024; /* fits: priced as before */
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK(e.cache_fraction == 1 && e.step_time == warm.step_time);
+    c.cache_bytes = 8.0 * 1024 * 1024; /* a quarter of the 32 MiB set */
+    CHECK(oar_plan_estimate_config(m, &c, 8, &k, &e) == 0);
+    CHECK_NEAR(e.cache_fraction, 0.25, 1e-15);
+    CHECK_NEAR(e.compute_time, 0.25 * gemm_flops / 2e10 + 0.75 * gemm_flops / 5e9, 1e-15);
+    CHECK_NEAR(e.optim_time, P * (0.25 * 1e-9 + 0.75 * 4e-9), 1e-15);
+    CHECK_NEAR(e.accum_time, P * 4 * 3 * (0.25 / 1e11 + 0.75 / 2e10), 1e-15);
+    CHECK(e.mem == warm.mem && e.step_time > warm.step_time);
+    /* without the cold rates, a cache alone changes nothing */
+    oar_cluster bare = toy_cluster(2);
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) bare.gemm_rate[i] = 4e10, bare.gemm_rate_wide[i] = 2e10;
+    bare.optim_time_per_param = 1e-9, bare.cache_bytes = 1;
+    CHECK(oar_plan_estimate_config(m, &bare, 8, &k, &e) == 0);
+    CHECK_NEAR(e.step_time, warm.step_time, 1e-15);
+    CHECK(e.cache_fraction < 1e-6);
+    oar_plan_model_free(m);
+    /* bad cold fields */
+    c.cache_bytes = -1;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "cache bytes -1");
+    c.cache_bytes = 1e6, c.mem_bw_cold = NAN;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "mem_bw_cold nan");
+    c.mem_bw_cold = 1e10, c.optim_time_cold = INFINITY;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "optim_time_cold inf");
+    c.optim_time_cold = 0, c.gemm_rate_cold[4] = 0;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "1 of the 9 gemm_rate_cold entries are 0");
+    c.gemm_rate_cold[4] = -5;
+    CHECK_STATUS_FAILS(oar_cluster_check(&c), "gemm_rate_cold[4] -5");
+}
+
 static void test_calib_file(void) {
     char path[] = "/tmp/oar_plan_calibXXXXXX";
     int fd = mkstemp(path);
@@ -714,6 +769,26 @@ static void test_calib_file(void) {
     spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
           "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"sync\": \"x\"}");
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"sync\" is not a non-negative number");
+    /* memory past the cache: written when measured, carried into the cluster */
+    oar_plan_calib c3 = c2;
+    c3.cache_bytes = 32 << 20, c3.ew_bw_cold = 2e10, c3.optim_time_cold = 3e-9;
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) c3.gemm_rate_cold[i] = 1e8 * (i + 1);
+    CHECK(oar_plan_calib_save(&c3, path) == 0);
+    CHECK(oar_plan_calib_load(&d, path) == 0);
+    CHECK(d.cache_bytes == 32 << 20 && d.ew_bw_cold == 2e10 && d.optim_time_cold == 3e-9 &&
+          d.gemm_rate_cold[0] == 1e8 && d.gemm_rate_cold[8] == 9e8);
+    CHECK(oar_cluster_from_calib(&cl, &d, 2, 1e9) == 0);
+    CHECK(cl.cache_bytes == 32 << 20 && cl.mem_bw_cold == 2e10 && cl.optim_time_cold == 3e-9 &&
+          cl.gemm_rate_cold[2] == 3e8);
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"ew_bw_cold\": 0}");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"ew_bw_cold\" is not a positive number");
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_rates_cold\": [1, 2, 3]}");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "\"gemm_rates_cold\" must be an array of 9 numbers");
+    spit(path, "{\"format\": \"oar-plan-calibration-2\", \"matmul_flops\": 3, \"ew_bw\": 2, \"op_overhead\": 0, "
+          "\"alpha\": 0, \"beta\": 1e-9, \"ranks\": 2, \"gemm_rates_cold\": [1, 2, 3, 4, 5, 6, 7, 8, \"9\"]}");
+    CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "gemm_rates_cold[8] is not a positive number");
     spit(path, "{\"format\": \"oar-plan-calibration-9\"}");
     CHECK_STATUS_FAILS(oar_plan_calib_load(&d, path), "format is not");
     unlink(path);
@@ -729,6 +804,11 @@ static void test_calib_file(void) {
         CHECK(m.gemm_rate[i] > 1e6 && isfinite(m.gemm_rate[i]) && m.gemm_rate_wide[i] > 1e6 &&
               isfinite(m.gemm_rate_wide[i]));
     for (int i = 0; i < OAR_PLAN_OP_FAMILIES; i++) CHECK(m.family_bw[i] > 1e6 && isfinite(m.family_bw[i]));
+    /* the cold figures: all measured where the OS reports a last-level cache (to 128 MiB), else none */
+    bool cold = m.cache_bytes > 0;
+    CHECK(cold == (m.ew_bw_cold > 0) && cold == (m.optim_time_cold > 0));
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) CHECK(cold == (m.gemm_rate_cold[i] > 1e6) && isfinite(m.gemm_rate_cold[i]));
+    if (cold) CHECK(m.cache_bytes <= 128.0 * 1024 * 1024 && isfinite(m.ew_bw_cold) && isfinite(m.optim_time_cold));
     CHECK_STATUS_FAILS(oar_plan_calibrate(NULL), "out is NULL");
 }
 
@@ -752,7 +832,8 @@ static int plan_step(void) {
     /* a calibration file with every field */
     oar_plan_calib cal = {.matmul_flops = 1e10, .ew_bw = 1e9, .op_overhead = 1e-6, .alpha = 1e-5, .beta = 1e-9,
                           .ranks = 2, .optim_time = 1e-9, .sync = 1e-4, .sync_phase = 1e-3};
-    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) cal.gemm_rate[i] = 1e9;
+    for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) cal.gemm_rate[i] = 1e9, cal.gemm_rate_cold[i] = 1e8;
+    cal.cache_bytes = 1 << 20, cal.ew_bw_cold = 1e9, cal.optim_time_cold = 2e-9;
     char path[] = "/tmp/oar_plan_allocXXXXXX";
     int fd = st ? -1 : mkstemp(path);
     if (!st && fd < 0) return OAR_ERR_IO;
@@ -780,6 +861,7 @@ int main(void) {
     RUN(test_failure_paths);
     RUN(test_transformer);
     RUN(test_from_graph);
+    RUN(test_cold_memory);
     RUN(test_calib_file);
     RUN(test_measured_rates);
     RUN(test_layout);
