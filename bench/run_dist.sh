@@ -23,7 +23,7 @@
 # With "plan" first, it runs bench_plan measure (the planner's predicted
 # step times against measured ones, bench/RESULTS.md) at 2 and then 4
 # ranks, `rounds` (5) rounds each, and prints the load average around them.
-#   bash bench/run_dist.sh plan [rounds]
+#   [BENCH_PLAN_RT=1] bash bench/run_dist.sh plan [rounds]
 # With "pipeline" first, it measures pipeline parallelism: bench_pipeline
 # (8 blocks Linear 256 x 256 + tanh, a batch of 64, SGD) on 1 rank (the
 # whole model: the baseline), then cut into 2 and 4 stages on 2 and 4 ranks
@@ -79,10 +79,15 @@ fi
 if [ "${1:-}" = plan ]; then
     # the planner against measurement (issue 23, item 3): bench_plan measure at 2 then 4 ranks,
     # `rounds` rounds of (calibrate, measure every plan), the load average before, between and after
+    # BENCH_PLAN_RT=1 runs the ranks at real-time priority (chrt -f 20; root), so that other
+    # processes on a shared host do not preempt them: at 2 ranks the figures are then clean
+    # even at load 3-4; at 4 ranks (2 a core) it changes how core-mates interleave, not better
     export BENCH_PLAN_ROUNDS=${2:-5}
+    rt=()
+    [ "${BENCH_PLAN_RT:-0}" = 1 ] && rt=(chrt -f 20)
     for np in 2 4; do
         echo "== $(date -u +%H:%M:%S) UTC, np $np, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-        mpirun -np "$np" --oversubscribe --mca mpi_yield_when_idle 1 "${BUILD:-build}/bench_plan" measure || exit 1
+        "${rt[@]}" mpirun -np "$np" --oversubscribe --mca mpi_yield_when_idle 1 "${BUILD:-build}/bench_plan" measure || exit 1
     done
     echo "== $(date -u +%H:%M:%S) UTC, done, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
     exit 0

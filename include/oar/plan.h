@@ -100,10 +100,11 @@ typedef struct oar_cluster {
     /* Optional: memory past the cache (0: not modelled). A step whose working set (the ranks
      * of a node together: parameters, gradients, optimizer state, activations) outgrows the
      * cache they share streams its weights, gradients and optimizer state from memory at every
-     * pass; the fraction of that set the cache holds, h = min(1, cache_bytes / set), runs at
-     * the rates above and the rest at these (a time-weighted blend). A CPU's last-level cache;
-     * 0 for a GPU, whose rates above already are memory's. */
-    double cache_bytes;   /* the cache the ranks of a node share, bytes; >= 0 (0: not modelled) */
+     * pass; the fraction of that set the cache holds, h = 1 / (1 + (set / cache_bytes)^4),
+     * runs at the rates above and the rest at these (a time-weighted blend). A CPU's
+     * last-level cache; 0 for a GPU, whose rates above already are memory's. */
+    double cache_bytes;   /* the effective cache the ranks of a node share, bytes: the working
+                             set the cache half holds; >= 0 (0: not modelled) */
     double mem_bw_cold;   /* bytes/s of elementwise work on data past the cache (gradient
                              accumulation); 0: mem_bw */
     double optim_time_cold; /* optim_time_per_param on state past the cache; 0: the warm one */
@@ -144,8 +145,9 @@ typedef struct oar_plan_calib {
                              (0: not measured) */
     double family_bw[OAR_PLAN_OP_FAMILIES]; /* oar_cluster.family_bw as measured (0: not) */
     /* memory past the last-level cache (oar_cluster.cache_bytes and the cold rates; 0: not
-     * measured): the cache's size as the OS reports it, and an add, an Adam step and the
-     * wide GEMM table measured on operands rotated through twice that size */
+     * measured): an add, an Adam step and the wide GEMM table measured on operands rotated
+     * through twice the size the OS reports, and the effective cache: the node working set
+     * at which Adam's time per element is halfway from a small set's to that cold one's */
     double cache_bytes;
     double ew_bw_cold;    /* bytes/s of an add on arrays past the cache */
     double optim_time_cold; /* optim_time on a parameter whose state is past the cache */
@@ -299,7 +301,7 @@ typedef struct oar_plan_estimate {
     bool runnable;      /* oar runs it today (ZeRO 1/2 only with data parallelism alone) */
     double accum_time;  /* part of step_time: adding each micro-batch's gradients after the first */
     double cache_fraction; /* the part of a node's working set its cache holds (oar_cluster.
-                              cache_bytes): 1 when it all fits or the cache is not modelled */
+                              cache_bytes): 1 when the cache is not modelled */
 } oar_plan_estimate;
 
 /* Estimates configuration *cfg of model m on cluster c at global batch

@@ -347,16 +347,42 @@ static double time_cold_triple(int64_t s, oar_tensor *const *weights, int nw) {
     return res;
 }
 
-/* Fills out's cold figures (cache_bytes, ew_bw_cold, optim_time_cold, gemm_rate_cold); leaves
- * them 0 where the OS reports no cache or one past COLD_MAX_BYTES. 0 or a status. */
+/* Fills out's cold figures (cache_bytes: the effective cache of the node, ew_bw_cold,
+ * optim_time_cold, gemm_rate_cold); leaves them 0 where the OS reports no cache or one past
+ * COLD_MAX_BYTES. 0 or a status. */
 static int calibrate_cold(oar_plan_calib *out) {
     double cache = llc_bytes();
     if (!(cache > 0) || cache > COLD_MAX_BYTES) return 0;
     double add = time_cold_add(cache);
     if (add <= 0) return oari_fail_status();
-    /* Adam's p, g, m, v: 16 bytes an element, twice the cache */
+    /* Adam's p, g, m, v: 16 bytes an element, twice the cache a rank */
     double adam = time_adam_per_elem((int64_t)ceil(2 * cache / 16));
     if (adam <= 0) return oari_fail_status();
+    /* the effective cache: what the ranks of this machine hold between two passes is less than
+     * the size the OS reports (other tenants of the same cache under a hypervisor, a victim
+     * cache's replacement, the step's other data: here Adam ran at the cold rate with 25 MB of
+     * state a node, under the 32 MiB L3). So Adam again at node working sets of 1/8 .. 2 of the
+     * cache (every rank at once, each 1/world of it): the set at which its time per element is
+     * halfway from the smallest set's to the cold one's, linear in log set between the points */
+    int world = oar_dist_world_size();
+    if (world < 1) world = 1;
+    enum { SWEEP = 5 };
+    const double frac[SWEEP] = {0.125, 0.25, 0.5, 1, 2};
+    double t[SWEEP], eff = 2 * cache;
+    for (int i = 0; i < SWEEP; i++) {
+        int64_t n = (int64_t)ceil(frac[i] * cache / (16.0 * world));
+        if ((t[i] = time_adam_per_elem(n < 1024 ? 1024 : n)) <= 0) return oari_fail_status();
+    }
+    double half = 0.5 * (t[0] + adam);
+    for (int i = 0; i < SWEEP; i++) {
+        if (t[i] < half) continue;
+        if (i == 0) eff = frac[0] * cache;
+        else {
+            double w = (half - t[i - 1]) / (t[i] - t[i - 1]);
+            eff = cache * exp(log(frac[i - 1]) + w * (log(frac[i]) - log(frac[i - 1])));
+        }
+        break;
+    }
     enum { MAXW = 64 };
     const int64_t ws[2] = {1024, 1024};
     int nw = (int)ceil(2 * cache / (4.0 * 1024 * 1024));
@@ -376,7 +402,7 @@ static int calibrate_cold(oar_plan_calib *out) {
     }
     oar_pool_pop(pool);
     if (st) return st;
-    out->cache_bytes = cache, out->ew_bw_cold = add, out->optim_time_cold = adam;
+    out->cache_bytes = eff, out->ew_bw_cold = add, out->optim_time_cold = adam;
     return 0;
 }
 
