@@ -443,10 +443,10 @@ static void test_topk_long_lines(void) {
 static void test_topk_small_k_f32(void) {
     oar_pool *p = oar_pool_push();
     const float nneg = -NAN, special[8] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f, 0.0f};
-    const int64_t lens[5] = {1, 3, 20, 64, 300}, ks[4] = {1, 3, 16, 16};
+    const int64_t lens[7] = {1, 3, 20, 33, 64, 128, 300}, ks[4] = {1, 3, 16, 16};
     uint64_t seed = 99;
     int bad = 0, checked = 0;
-    for (int li = 0; li < 5; li++)
+    for (int li = 0; li < 7; li++)
         for (int ki = 0; ki < 4; ki++)
             for (int largest = 0; largest < 2; largest++) {
                 const int64_t n = lens[li], R = 3, k = ks[ki] < n ? ks[ki] : n;
