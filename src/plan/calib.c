@@ -296,10 +296,11 @@ typedef struct cold_add {
 static int run_cold_add(void *ctx) {
     cold_add *c = ctx;
     int i = c->at++ % c->n;
+    oar_pool *p = oar_pool_push(); /* (the caller's pool owns the operands: the sum is this one's) */
+    if (!p) return oari_fail_status();
     oar_tensor *y = oar_add(c->a[i], c->b[i]);
-    if (!y) return oari_fail_status();
-    oar_tensor_release(y);
-    return 0;
+    oar_pool_pop(p);
+    return y ? 0 : oari_fail_status();
 }
 
 /* Bytes/s of an add of 2^20 f32 elements whose operands rotate through pairs of twice `cache`
