@@ -262,7 +262,9 @@ typedef enum oar_interp_mode { OAR_INTERP_NEAREST = 0, OAR_INTERP_BILINEAR = 1 }
 OAR_API oar_tensor *oar_interpolate(oar_tensor *x, const int64_t size[2], oar_interp_mode mode,
                                     bool align_corners);
 /* q [..., L, E], k [..., S, E], v [..., S, Ev]; mask NULL, bool (true keeps)
- * or additive float, broadcast to [..., L, S]; scale 0: 1/sqrt(E). */
+ * or additive float, broadcast to [..., L, S]; scale 0: 1/sqrt(E).
+ * is_causal (with no mask) keeps key j for query i where j <= i, its mask
+ * made on q's device. */
 OAR_API oar_tensor *oar_scaled_dot_product_attention(oar_tensor *q, oar_tensor *k, oar_tensor *v,
                                                      oar_tensor *mask, double dropout_p,
                                                      bool is_causal, double scale);

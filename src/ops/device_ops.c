@@ -130,21 +130,12 @@ int oari_device_move_scalars(oar_device *dev, bool inplace, int n_in, oar_tensor
     return 0;
 }
 
-static bool is_half(oar_dtype d) { return d == OAR_F16 || d == OAR_BF16; }
-
-static bool claims(oar_device *dev, oari_op op, oar_dtype kdtype, int n_in, oar_tensor *const *in,
-                   const oari_attrs *attrs) {
+/* Whether dev has a kernel for (op, kdtype) and its supports_op, if it has
+ * one, says yes to the call on inputs kin. */
+static bool claimed(oar_device *dev, oari_op op, oar_dtype kdtype, int n_in, const oar_ktensor *kin,
+                    const oari_attrs *attrs) {
     if (!oari_kernel_lookup(dev, op, kdtype)) return false;
     if (!dev->iface->supports_op) return true;
-    oar_ktensor kin[OARI_MAX_IN];
-    for (int i = 0; i < n_in; i++) {
-        if (in[i]) {
-            oari_ktensor(in[i], &kin[i]);
-        } else {
-            memset(&kin[i], 0, sizeof kin[i]);
-            kin[i].dtype = -1;
-        }
-    }
     oar_kernel_call call = {
         .op = oari_op_name(op), .n_in = n_in, .n_out = 0, .in = kin, .out = NULL,
         .n_iattr = attrs->ni, .n_fattr = attrs->nf, .iattr = attrs->i, .fattr = attrs->f,
@@ -152,12 +143,38 @@ static bool claims(oar_device *dev, oari_op op, oar_dtype kdtype, int n_in, oar_
     return dev->iface->supports_op(dev->ctx, dev->index, &call) != 0;
 }
 
-bool oari_device_needs_fallback(oar_device *dev, oari_op op, oar_dtype kdtype, int n_in,
-                                oar_tensor *const *in, const oari_attrs *attrs) {
-    if (dev == oari_device_cpu()) return false;
-    if (claims(dev, op, kdtype, n_in, in, attrs)) return false;
-    /* dispatch runs f16/bf16 through the f32 kernel on converted copies */
-    return !(is_half(kdtype) && oari_kernel_lookup(dev, op, OAR_F32));
+/* The kernel tensors of the call's inputs; with via_f32, each f16/bf16
+ * input as the f32 temporary the planner gives its kernel instead: dense,
+ * of the input's shape, at an address not yet known (plan.c's
+ * fresh_temp, the executor's arena_temp). */
+static void kinputs(int n_in, oar_tensor *const *in, bool via_f32, oar_ktensor *kin) {
+    for (int i = 0; i < n_in; i++) {
+        if (!in[i]) {
+            memset(&kin[i], 0, sizeof kin[i]);
+            kin[i].dtype = -1;
+            continue;
+        }
+        oari_ktensor(in[i], &kin[i]);
+        if (!via_f32 || !oari_is_half(in[i]->dtype)) continue;
+        kin[i].dtype = OAR_F32;
+        kin[i].offset = 0;
+        kin[i].data = kin[i].buffer = NULL;
+        oari_contiguous_strides(kin[i].ndim, kin[i].shape, kin[i].strides);
+    }
+}
+
+bool oari_device_claims(oar_device *dev, oari_op op, oar_dtype kdtype, int n_in,
+                        oar_tensor *const *in, const oari_attrs *attrs) {
+    oar_ktensor kin[OARI_MAX_IN];
+    kinputs(n_in, in, false, kin);
+    return claimed(dev, op, kdtype, n_in, kin, attrs);
+}
+
+bool oari_device_claims_via_f32(oar_device *dev, oari_op op, int n_in, oar_tensor *const *in,
+                                const oari_attrs *attrs) {
+    oar_ktensor kin[OARI_MAX_IN];
+    kinputs(n_in, in, true, kin);
+    return claimed(dev, op, OAR_F32, n_in, kin, attrs);
 }
 
 /* A CPU tensor with t's geometry over a copy of t's whole storage. */

@@ -1,6 +1,6 @@
 /* What dispatch does for devices other than the CPU (src/ops/device_ops.c):
  * 0-d CPU inputs follow the other inputs' device, and an op a device has no
- * kernel for runs on the CPU with copies. */
+ * kernel for (or refuses) runs on the CPU with copies. */
 #ifndef OARI_DEVICE_OPS_H
 #define OARI_DEVICE_OPS_H
 
@@ -16,12 +16,17 @@ OARI_HIDDEN bool oari_device_follows(const oar_tensor *t, bool inplace_target);
 OARI_HIDDEN int oari_device_move_scalars(oar_device *dev, bool inplace, int n_in,
                                          oar_tensor *const *in, oar_tensor **cin,
                                          int *n_replaced);
-/* True if dev is not the CPU and has no kernel for (op, kdtype) that
- * supports these inputs (and the f16/bf16-through-f32 path has none
- * either). */
-OARI_HIDDEN bool oari_device_needs_fallback(oar_device *dev, oari_op op, oar_dtype kdtype,
-                                            int n_in, oar_tensor *const *in,
-                                            const oari_attrs *attrs);
+/* Whether dev takes this call with its own kernel for (op, kdtype):
+ * get_kernel has one and supports_op, if the device has it, says yes to
+ * these inputs (as the op got them, before broadcast expansion). */
+OARI_HIDDEN bool oari_device_claims(oar_device *dev, oari_op op, oar_dtype kdtype, int n_in,
+                                    oar_tensor *const *in, const oari_attrs *attrs);
+/* The same for the call an f16/bf16 call becomes on the planner's f32
+ * route (plan.h, OARI_ROUTE_VIA_F32): the f32 kernel, each f16/bf16 input
+ * replaced by a dense f32 tensor of its shape. When neither is claimed,
+ * the op runs on the CPU with copies (oari_device_run_on_cpu). */
+OARI_HIDDEN bool oari_device_claims_via_f32(oar_device *dev, oari_op op, int n_in,
+                                            oar_tensor *const *in, const oari_attrs *attrs);
 /* Runs op on CPU copies of in[] and copies the results into out[] (already
  * allocated on dev; for in-place ops out[0] is in[0]). Warns once per op,
  * counts the call for oar_device_fallback_count. */

@@ -404,9 +404,9 @@ oar_tensor *oar_scaled_dot_product_attention(oar_tensor *q, oar_tensor *k, oar_t
     oar_pool *pool = oar_pool_push();
     oar_tensor *attn = oar_mul_scalar(oar_matmul(q, oar_transpose(k, -2, -1)), scale);
     oar_tensor *keep = mask && mask->dtype == OAR_BOOL ? mask : NULL;
-    if (is_causal) {
+    if (is_causal) { /* the mask on q's device (a traced q has none: the CPU's) */
         int64_t ls[2] = {L, S};
-        keep = oar_tril(oar_ones(OAR_BOOL, 2, ls), 0);
+        keep = oar_tril(oar_full_on(OAR_BOOL, 2, ls, 1, oar_tensor_device(q)), 0);
     }
     if (keep) attn = oar_where(keep, attn, oar_scalar(-INFINITY));
     else if (mask) attn = oar_add(attn, mask);

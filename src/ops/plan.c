@@ -62,17 +62,20 @@ static inline __attribute__((always_inline)) oari_route route_of(oar_device *dev
                            const oari_attrs *attrs, oar_kernel_fn *kernel) {
     const bool cpu = dev == oari_device_cpu();
     if (__builtin_expect(op == OARI_OP_custom, 0)) return (oari_route)oari_custom_route(dev, attrs);
-    if (!cpu && oari_device_needs_fallback(dev, op, kdtype, n_in, in, attrs)) return OARI_ROUTE_ON_CPU;
-    if ((*kernel = oari_kernel_lookup(dev, op, kdtype))) return OARI_ROUTE_KERNEL;
+    if ((*kernel = oari_kernel_lookup(dev, op, kdtype)) &&
+        (cpu || oari_device_claims(dev, op, kdtype, n_in, in, attrs)))
+        return OARI_ROUTE_KERNEL;
     /* f16/bf16 are stored as such and computed in f32 where a device has
-     * no half kernel, if it can also cast each way */
+     * no half kernel for the call, if it can also cast each way and its
+     * f32 kernel takes the call it will get: the one on the temporaries */
     bool via_f32 = oari_is_half(kdtype) && (*kernel = oari_kernel_lookup(dev, op, OAR_F32));
     for (int i = 0; i < n_in && via_f32; i++)
         if (in[i] && oari_is_half(in[i]->dtype))
             via_f32 = cast_runs_on(dev, in[i], in[i]->dtype, OAR_F32) &&
                       cast_runs_on(dev, in[i], OAR_F32, in[i]->dtype);
-    if (via_f32) return OARI_ROUTE_VIA_F32;
-    return cpu ? OARI_ROUTE_NONE : OARI_ROUTE_ON_CPU; /* a device with no casts: all on the CPU */
+    if (via_f32 && (cpu || oari_device_claims_via_f32(dev, op, n_in, in, attrs)))
+        return OARI_ROUTE_VIA_F32;
+    return cpu ? OARI_ROUTE_NONE : OARI_ROUTE_ON_CPU; /* no kernel takes it, or no casts */
 }
 
 oari_route oari_plan_route(oar_device *dev, oari_op op, oar_dtype kdtype, int n_in, oar_tensor *const *in,
