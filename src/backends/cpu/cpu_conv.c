@@ -1081,12 +1081,46 @@ static int FN(k_conv2d_weight_grad)(void *ctx, const oar_kernel_call *c) {
 
 /* The 2x2 stride-2 window without padding (every window inside the plane):
  * the generic loop's scan (row by row; a value replaces the best if larger
- * or NaN) with selects instead of branches, which random data mispredicts. */
+ * or NaN) with selects instead of branches, which random data mispredicts.
+ * Eight windows at a time in GNU vectors (each row's 16 values split into
+ * even and odd columns): gcc 12 left the `omp simd` loop below scalar and
+ * branchy (a NaN test per value), 13% of the demo CNN's training step. */
 static inline __attribute__((always_inline)) void FN(max_row_2x2)(const T *r0, int64_t W, int64_t b0, int64_t OW,
                                                                   T *yo, int64_t *io, bool wi) {
     const T *r1 = r0 + W;
+    typedef T vt __attribute__((vector_size(8 * sizeof(T))));
+    typedef __typeof__(_Generic((T)0, float: (int32_t)0, default: (int64_t)0)) lane_int;
+    typedef lane_int vm __attribute__((vector_size(8 * sizeof(T)))); /* the lanes' masks */
+    typedef int64_t vi __attribute__((vector_size(64)));
+    const vi lane2 = {0, 2, 4, 6, 8, 10, 12, 14};
+    int64_t o8 = 0;
+    for (; o8 + 8 <= OW; o8 += 8) {
+        vt lo0, hi0, lo1, hi1;
+        memcpy(&lo0, r0 + 2 * o8, sizeof lo0);
+        memcpy(&hi0, r0 + 2 * o8 + 8, sizeof hi0);
+        memcpy(&lo1, r1 + 2 * o8, sizeof lo1);
+        memcpy(&hi1, r1 + 2 * o8 + 8, sizeof hi1);
+        vt v[4];
+        v[0] = OARI_SHUFFLE2(lo0, hi0, vm, 0, 2, 4, 6, 8, 10, 12, 14);
+        v[1] = OARI_SHUFFLE2(lo0, hi0, vm, 1, 3, 5, 7, 9, 11, 13, 15);
+        v[2] = OARI_SHUFFLE2(lo1, hi1, vm, 0, 2, 4, 6, 8, 10, 12, 14);
+        v[3] = OARI_SHUFFLE2(lo1, hi1, vm, 1, 3, 5, 7, 9, 11, 13, 15);
+        const int64_t off[4] = {0, 1, W, W + 1};
+        vt m = v[0];
+        vi bi = lane2 + (b0 + 2 * o8);
+        for (int k = 1; k < 4; k++) {
+            const vm t = (vm)(v[k] > m) | (vm)(v[k] != v[k]);
+            m = (vt)(((vm)v[k] & t) | ((vm)m & ~t));
+            if (wi) {
+                const vi ti = __builtin_convertvector(t, vi);
+                bi = ((lane2 + (b0 + 2 * o8 + off[k])) & ti) | (bi & ~ti);
+            }
+        }
+        memcpy(yo + o8, &m, sizeof m);
+        if (wi) memcpy(io + o8, &bi, sizeof bi);
+    }
 #pragma omp simd
-    for (int64_t ox = 0; ox < OW; ox++) {
+    for (int64_t ox = o8; ox < OW; ox++) {
         T m = r0[2 * ox], v;
         int64_t bi = b0 + 2 * ox;
         bool t;
