@@ -119,6 +119,52 @@ static void test_group_norm(void) {
     }
 }
 
+/* Planes of 25 values (the kernel's 8-wide loops and a tail of 1) and of 5 (the tail alone),
+ * f32 and f64, training: y, the running stats against a two-pass double reference written
+ * here, with the weight and bias applied. */
+static void test_batch_norm_long_rows(void) {
+    const int64_t N = 3, C = 4, HW[2] = {5, 1};
+    for (int k = 0; k < 2; k++)
+        for (int h = 0; h < 2; h++) {
+            oar_pool *p = oar_pool_push();
+            oar_dtype dt = float_types[k];
+            const int64_t S = 5 * HW[h], shape[4] = {N, C, 5, HW[h]}, n = N * C * S;
+            double *x = malloc((size_t)n * sizeof *x), wv[4] = {0.5, 1.5, -2, 1}, bv[4] = {0, 0.25, -1, 3};
+            for (int64_t i = 0; i < n; i++) x[i] = sin(0.7 * (double)i) * (1 + (double)(i % 7)) + 0.1 * (double)(i % 3);
+            oar_tensor *xt = make(x, dt, 4, shape), *w = make(wv, dt, 1, &C), *b = make(bv, dt, 1, &C);
+            oar_tensor *rm = oar_zeros(dt, 1, &C), *rv = oar_ones(dt, 1, &C);
+            oar_tensor *y = oar_batch_norm(xt, rm, rv, w, b, true, 0.1, 1e-5);
+            const double tol = dt == OAR_F64 ? 1e-12 : 2e-6;
+            oar_tensor *y64 = y ? oar_cast(y, OAR_F64) : NULL, *rm64 = oar_cast(rm, OAR_F64), *rv64 = oar_cast(rv, OAR_F64);
+            CHECK(y64 && rm64 && rv64);
+            const double *yd = y64 ? oar_tensor_data(y64) : NULL, *rmd = oar_tensor_data(rm64), *rvd = oar_tensor_data(rv64);
+            /* the inputs as the kernel saw them (rounded to dt) */
+            oar_tensor *x64 = oar_cast(xt, OAR_F64);
+            const double *xd = oar_tensor_data(x64);
+            int bad = 0;
+            for (int64_t c = 0; yd && c < C; c++) {
+                double sum = 0, sq = 0;
+                for (int64_t i = 0; i < N; i++)
+                    for (int64_t j = 0; j < S; j++) sum += xd[(i * C + c) * S + j];
+                const double mean = sum / (double)(N * S);
+                for (int64_t i = 0; i < N; i++)
+                    for (int64_t j = 0; j < S; j++) sq += (xd[(i * C + c) * S + j] - mean) * (xd[(i * C + c) * S + j] - mean);
+                const double var = sq / (double)(N * S), rstd = 1 / sqrt(var + 1e-5);
+                for (int64_t i = 0; i < N; i++)
+                    for (int64_t j = 0; j < S; j++) {
+                        const int64_t at = (i * C + c) * S + j;
+                        const double want = (xd[at] - mean) * rstd * wv[c] + bv[c];
+                        bad += fabs(yd[at] - want) > tol * (1 + fabs(want));
+                    }
+                bad += fabs(rmd[c] - 0.1 * mean) > tol;
+                bad += fabs(rvd[c] - (0.9 + 0.1 * sq / (double)(N * S - 1))) > tol * (1 + rvd[c]);
+            }
+            CHECK(bad == 0);
+            free(x);
+            oar_pool_pop(p);
+        }
+}
+
 static void test_batch_norm(void) {
     for (int k = 0; k < 2; k++) {
         oar_pool *p = oar_pool_push();
@@ -279,6 +325,7 @@ int main(void) {
     RUN(test_layer_norm);
     RUN(test_group_norm);
     RUN(test_batch_norm);
+    RUN(test_batch_norm_long_rows);
     RUN(test_gradients);
     RUN(test_half_and_empty);
     RUN(test_bad_input);
