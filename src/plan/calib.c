@@ -551,6 +551,8 @@ int oar_cluster_from_calib(oar_cluster *out, const oar_plan_calib *c, int n_devi
 /* ---- the file ------------------------------------------------------------- */
 
 static const char *const calib_keys[] = {"matmul_flops", "ew_bw", "op_overhead", "alpha", "beta"};
+/* the scalars of memory past the cache, optional in version 2 */
+static const char *const cold_keys[] = {"cache_bytes", "ew_bw_cold", "optim_time_cold"};
 
 static double *calib_field(oar_plan_calib *c, int i) {
     double *f[] = {&c->matmul_flops, &c->ew_bw, &c->op_overhead, &c->alpha, &c->beta};
@@ -592,10 +594,9 @@ int oar_plan_calib_save(const oar_plan_calib *c, const char *path) {
         ok = rates && cJSON_AddItemToObject(root, "gemm_rates_wide", rates);
         if (!ok) cJSON_Delete(rates);
     }
-    static const char *const ck[] = {"cache_bytes", "ew_bw_cold", "optim_time_cold"};
     const double cv[] = {c->cache_bytes, c->ew_bw_cold, c->optim_time_cold};
     for (int i = 0; ok && i < 3; i++)
-        if (cv[i] > 0) ok = cJSON_AddNumberToObject(root, ck[i], cv[i]);
+        if (cv[i] > 0) ok = cJSON_AddNumberToObject(root, cold_keys[i], cv[i]);
     if (ok && c->gemm_rate_cold[0] > 0) {
         cJSON *rates = cJSON_CreateDoubleArray(c->gemm_rate_cold, OAR_PLAN_GEMM_CLASSES);
         ok = rates && cJSON_AddItemToObject(root, "gemm_rates_cold", rates);
@@ -721,13 +722,12 @@ int oar_plan_calib_load(oar_plan_calib *c, const char *path) {
         if (!st && skip) got.gemm_rate_wide[0] = got.gemm_rate_wide[1];
     }
     /* memory past the cache (optional in version 2; each figure optional, the table whole) */
-    static const char *const ck[] = {"cache_bytes", "ew_bw_cold", "optim_time_cold"};
     double *cf[] = {&got.cache_bytes, &got.ew_bw_cold, &got.optim_time_cold};
     for (int i = 0; i < 3 && !st && version >= 2; i++) {
-        cJSON *v = cJSON_GetObjectItemCaseSensitive(root, ck[i]);
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(root, cold_keys[i]);
         if (!v) continue;
         if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
-            st = oari_error(OAR_ERR_IO, "%s: %s: \"%s\" is not a positive number", fn, path, ck[i]);
+            st = oari_error(OAR_ERR_IO, "%s: %s: \"%s\" is not a positive number", fn, path, cold_keys[i]);
         else *cf[i] = v->valuedouble;
     }
     cJSON *cold = cJSON_GetObjectItemCaseSensitive(root, "gemm_rates_cold");

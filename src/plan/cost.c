@@ -562,16 +562,18 @@ static void estimate_placed(const oar_plan_model *m, const oar_cluster *c, int64
     }
 }
 
-/* Priced with everything in cache first; the memory per rank that gives (which the cache does
- * not change) times the ranks sharing a node's cache is the working set, and the part of it
+/* Priced with everything in cache first; the memory per rank that gives times the ranks
+ * sharing a node's cache is the working set (priced again, a tensor-parallel layout may move
+ * with the slower GEMMs, its memory with it: the set of the warm layout is kept), and the part of it
  * the cache holds between two passes, h = 1 / (1 + (set / cache)^4), warm: a half at the
  * effective cache (as calibrated: where Adam's time is halfway to the cold one), 94% at half
  * of it, 6% at twice: a cache's curve, not a cliff, so that the planner's choice moves
  * smoothly with the set. */
 void oari_plan_estimate(const oar_plan_model *m, const oar_cluster *c, int64_t B, const oar_plan_config *k,
                         oar_plan_estimate *e, oari_place *place_out, int *stage_out) {
-    estimate_placed(m, c, B, k, 1, e, place_out, stage_out);
-    if (!(c->cache_bytes > 0) || !isfinite(e->step_time)) return;
+    const bool cold = c->cache_bytes > 0;
+    estimate_placed(m, c, B, k, 1, e, cold ? NULL : place_out, cold ? NULL : stage_out);
+    if (!cold || !isfinite(e->step_time)) return;
     int sharing = c->n_devices < c->devices_per_node ? c->n_devices : c->devices_per_node;
     double set = e->mem * sharing, hot = 1 / (1 + pow(set / c->cache_bytes, 4));
     estimate_placed(m, c, B, k, hot, e, place_out, stage_out);

@@ -653,6 +653,17 @@ static void test_cold_memory(void) {
     CHECK_NEAR(e.optim_time, P * (h * 1e-9 + (1 - h) * 4e-9), 1e-15);
     CHECK_NEAR(e.accum_time, P * 4 * 3 * (h / 1e11 + (1 - h) / 2e10), 1e-15);
     CHECK(e.mem == warm.mem && e.step_time > warm.step_time);
+    /* the planner's printout names the accumulation term and the cache's share */
+    oar_plan_result *r = oar_plan_parallel(m, &c, &(oar_plan_options){.global_batch = 8});
+    CHECK(r != NULL);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f && r && oar_plan_result_print(r, f) == 0);
+    if (f) fclose(f);
+    CHECK(text && strstr(text, "gradient accumulation") && strstr(text, "% of its working set"));
+    free(text);
+    oar_plan_result_free(r);
     /* without the cold rates, a cache alone changes nothing */
     oar_cluster bare = toy_cluster(2);
     for (int i = 0; i < OAR_PLAN_GEMM_CLASSES; i++) bare.gemm_rate[i] = 4e10, bare.gemm_rate_wide[i] = 2e10;

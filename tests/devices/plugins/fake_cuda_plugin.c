@@ -74,29 +74,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
 }
 
 /* ---- values of the dtypes (oar's codes) --------------------------------------- */
-/* (by hand: _Float16 is not in every compiler that builds the tests) */
-static float f16_to_f32(uint16_t h) {
-    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
-    return h & 0x8000 ? -v : v;
-}
-static uint16_t f32_to_f16(float f) { /* round to nearest even */
-    union { uint32_t u; float f; } v = {.f = f};
-    uint32_t sign = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);                    /* NaN */
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);                   /* past 65504: inf */
-    if (a < 0x38800000u) return (uint16_t)(sign | (uint32_t)nearbyintf(fabsf(f) * 0x1p24f)); /* subnormal */
-    return (uint16_t)(sign | ((a + 0xfffu + ((a >> 13) & 1u) - (112u << 23)) >> 13));
-}
-static float bf16_to_f32(uint16_t h) {
-    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
-    return v.f;
-}
-static uint16_t f32_to_bf16(float f) { /* round to nearest even; NaN stays NaN */
-    union { uint32_t u; float f; } v = {.f = f};
-    if (f != f) return (uint16_t)((v.u >> 16) | 0x40u);
-    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
-}
+#include "half_bits.h"
 /* element i of p (dtype dt), as the device reads it: integers through long long */
 static double ld(const void *p, int32_t dt, int64_t i) {
     switch (dt) {
