@@ -287,6 +287,7 @@ static double llc_bytes(void) {
 }
 
 #define COLD_MAX_BYTES (128.0 * 1024 * 1024) /* larger caches: not modelled (the rotation's memory) */
+enum { COLD_ROTATION = 64 }; /* at most this many operand sets rotate (2 x 128 MiB in 4 MiB ones) */
 
 typedef struct cold_add {
     oar_tensor **a, **b;
@@ -306,12 +307,11 @@ static int run_cold_add(void *ctx) {
 /* Bytes/s of an add of 2^20 f32 elements whose operands rotate through pairs of twice `cache`
  * bytes in all, so that each call reads them from memory. < 0 on failure. */
 static double time_cold_add(double cache) {
-    enum { MAXP = 64 };
     const int64_t n = 1 << 20;
     int pairs = (int)ceil(2 * cache / (8.0 * (double)n));
     if (pairs < 2) pairs = 2;
-    if (pairs > MAXP) pairs = MAXP;
-    oar_tensor *a[MAXP] = {0}, *b[MAXP] = {0};
+    if (pairs > COLD_ROTATION) pairs = COLD_ROTATION;
+    oar_tensor *a[COLD_ROTATION] = {0}, *b[COLD_ROTATION] = {0};
     oar_pool *pool = oar_pool_push();
     if (!pool) return -1;
     bool ok = true;
@@ -338,8 +338,7 @@ static double time_cold_triple(int64_t s, oar_tensor *const *weights, int nw) {
     const int64_t w = 1024, xs[2] = {s, w};
     oar_pool *pool = oar_pool_push();
     if (!pool) return -1;
-    enum { MAXW = 64 };
-    gemm_triple g[MAXW];
+    gemm_triple g[COLD_ROTATION];
     oar_tensor *x = oar_randn(OAR_F32, 2, xs), *gr = oar_randn(OAR_F32, 2, xs);
     for (int i = 0; i < nw; i++) g[i] = (gemm_triple){x, gr, weights[i]};
     cold_triple c = {g, nw, 0};
@@ -384,12 +383,11 @@ static int calibrate_cold(oar_plan_calib *out) {
         }
         break;
     }
-    enum { MAXW = 64 };
     const int64_t ws[2] = {1024, 1024};
     int nw = (int)ceil(2 * cache / (4.0 * 1024 * 1024));
     if (nw < 2) nw = 2;
-    if (nw > MAXW) nw = MAXW;
-    oar_tensor *w[MAXW] = {0};
+    if (nw > COLD_ROTATION) nw = COLD_ROTATION;
+    oar_tensor *w[COLD_ROTATION] = {0};
     oar_pool *pool = oar_pool_push();
     if (!pool) return oari_fail_status();
     int st = 0;
