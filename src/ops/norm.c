@@ -22,10 +22,12 @@ static int check_input(const char *op, const oar_tensor *x, int min_ndim) {
     return 0;
 }
 
-/* An optional per-feature tensor t (weight, bias, running stat) must have
- * shape (n, shape) and a floating dtype; it is cast to x's dtype. */
-static int check_param(oari_infer *c, int i, const char *what, int n, const int64_t *shape) {
-    const oar_tensor *t = c->in[i], *x = c->in[0];
+/* An optional per-feature tensor t = in[i] (weight, bias, running stat)
+ * must have shape (n, shape) and a floating dtype; it is cast to the
+ * normalised input x's dtype. */
+static int check_param(oari_infer *c, const oar_tensor *x, int i, const char *what, int n,
+                       const int64_t *shape) {
+    const oar_tensor *t = c->in[i];
     if (!t) return 0;
     char bt[200], bs[200], bx[200];
     if (t->ndim != n || memcmp(t->shape, shape, (size_t)n * sizeof *shape))
@@ -51,8 +53,8 @@ static int infer_layer_norm(oari_infer *c) {
                           (long long)n, oari_shape_str(b, x->ndim, x->shape), x->ndim);
     }
     const int64_t *norm_shape = x->shape + x->ndim - n;
-    if (check_param(c, 1, "weight", (int)n, norm_shape) ||
-        check_param(c, 2, "bias", (int)n, norm_shape))
+    if (check_param(c, x, 1, "weight", (int)n, norm_shape) ||
+        check_param(c, x, 2, "bias", (int)n, norm_shape))
         return OAR_ERR_INVALID;
     oari_meta_from(&c->out[0], x);
     c->out[1] = c->out[0];
@@ -72,7 +74,7 @@ static int infer_group_norm(oari_infer *c) {
                           "group_norm: groups %lld must be >= 1 and divide the %lld "
                           "channels of input %s",
                           (long long)g, (long long)ch, oari_shape_str(b, x->ndim, x->shape));
-    if (check_param(c, 1, "weight", 1, &ch) || check_param(c, 2, "bias", 1, &ch))
+    if (check_param(c, x, 1, "weight", 1, &ch) || check_param(c, x, 2, "bias", 1, &ch))
         return OAR_ERR_INVALID;
     oari_meta_from(&c->out[0], x);
     c->out[1].dtype = x->dtype;
@@ -89,8 +91,8 @@ static int infer_batch_norm(oari_infer *c) {
     int64_t ch = x->shape[1];
     bool training = c->attrs->ni && c->attrs->i[0];
     char b[200];
-    if (check_param(c, 1, "running_mean", 1, &ch) || check_param(c, 2, "running_var", 1, &ch) ||
-        check_param(c, 3, "weight", 1, &ch) || check_param(c, 4, "bias", 1, &ch))
+    if (check_param(c, x, 1, "running_mean", 1, &ch) || check_param(c, x, 2, "running_var", 1, &ch) ||
+        check_param(c, x, 3, "weight", 1, &ch) || check_param(c, x, 4, "bias", 1, &ch))
         return OAR_ERR_INVALID;
     if (!training && (!c->in[1] || !c->in[2]))
         return oari_error(OAR_ERR_INVALID, "batch_norm: evaluation mode needs running_mean and "
@@ -107,6 +109,34 @@ static int infer_batch_norm(oari_infer *c) {
     }
     oari_meta_from(&c->out[0], x);
     for (int j = 1; j < 4; j++) {
+        c->out[j].dtype = x->dtype;
+        c->out[j].ndim = 1;
+        c->out[j].shape[0] = ch;
+    }
+    return 0;
+}
+
+/* batch_norm_backward: gy and x [N, C, *] alike; mean, rstd, weight? [C]. */
+static int infer_batch_norm_backward(oari_infer *c) {
+    const oar_tensor *gy = c->in[0], *x = c->in[1];
+    if (check_input(c->op, x, 2)) return OAR_ERR_INVALID;
+    char bg[200], bx[200];
+    if (!gy || gy->ndim != x->ndim || memcmp(gy->shape, x->shape, (size_t)x->ndim * sizeof *x->shape))
+        return oari_error(OAR_ERR_INVALID, "batch_norm_backward: grad_out %s must have input %s's shape",
+                          gy ? oari_shape_str(bg, gy->ndim, gy->shape) : "(NULL)",
+                          oari_shape_str(bx, x->ndim, x->shape));
+    if (!oar_dtype_is_float(gy->dtype))
+        return oari_error(OAR_ERR_INVALID, "batch_norm_backward: grad_out must be floating, got %s",
+                          oar_dtype_name(gy->dtype));
+    c->in_dtype[0] = x->dtype;
+    int64_t ch = x->shape[1];
+    if (!c->in[2] || !c->in[3])
+        return oari_error(OAR_ERR_INVALID, "batch_norm_backward: mean and rstd are required");
+    if (check_param(c, x, 2, "mean", 1, &ch) || check_param(c, x, 3, "rstd", 1, &ch) ||
+        check_param(c, x, 4, "weight", 1, &ch))
+        return OAR_ERR_INVALID;
+    oari_meta_from(&c->out[0], x);
+    for (int j = 1; j < 3; j++) {
         c->out[j].dtype = x->dtype;
         c->out[j].ndim = 1;
         c->out[j].shape[0] = ch;
@@ -204,25 +234,70 @@ static int grad_group_norm(oari_grad_ctx *g) {
     return 0;
 }
 
+/* batch_norm's channel layout: cshape [1, C, 1, ...] (a [C] tensor
+ * reshaped to broadcast against x), the reduced dims (all but 1) and the
+ * count M of values per channel. */
+typedef struct {
+    int ndim, nd;
+    int64_t cshape[OAR_MAX_DIMS], dims[OAR_MAX_DIMS];
+    double m;
+} bn_layout;
+
+static bn_layout bn_layout_of(const oari_meta *x) {
+    bn_layout l = {.ndim = x->ndim};
+    int64_t numel = 1;
+    for (int i = 0; i < x->ndim; i++) {
+        l.cshape[i] = i == 1 ? x->shape[1] : 1;
+        if (i != 1) l.dims[l.nd++] = i;
+        numel *= x->shape[i];
+    }
+    l.m = (double)(numel / (x->shape[1] ? x->shape[1] : 1));
+    return l;
+}
+
+static oar_tensor *per_channel(oar_tensor *t, const bn_layout *l) {
+    return t ? oar_reshape(t, l->ndim, l->cshape) : NULL;
+}
+
+/* Whether the fused batch_norm_backward kernel runs where x lives (the CPU
+ * always has it; a device without it keeps the composite, which its own
+ * elementwise kernels run, rather than a round trip through the CPU; a
+ * traced graph records the fused node). */
+static bool fused_backward_here(const oar_tensor *x) {
+    oar_device *d = x->storage ? x->storage->device : oari_device_cpu(); /* traced: a CPU graph */
+    return d == oari_device_cpu() || oari_kernel_lookup(d, OARI_OP_batch_norm_backward, x->dtype) ||
+           (oari_is_half(x->dtype) && oari_kernel_lookup(d, OARI_OP_batch_norm_backward, OAR_F32));
+}
+
 static int grad_batch_norm(oari_grad_ctx *g) {
     oar_tensor *x = g->in[0], *w = g->n_in > 3 ? g->in[3] : NULL, *gy = g->gout[0];
     bool training = g->attrs->i[0] != 0;
-    int64_t ch = x->shape[1], cshape[OAR_MAX_DIMS], dims[OAR_MAX_DIMS];
-    int nd = 0;
-    for (int i = 0; i < x->ndim; i++) {
-        cshape[i] = i == 1 ? ch : 1;
-        if (i != 1) dims[nd++] = i;
+    const bn_layout l = bn_layout_of(&g->in_meta[0]);
+    oar_tensor *mean = per_channel(g->out[1], &l), *rstd = per_channel(g->out[2], &l);
+    oar_tensor *gm = per_channel(g->gout[1], &l), *gr = per_channel(g->gout[2], &l);
+    bool want_w = gy && g->n_in > 3 && g->needs[3], want_b = gy && g->n_in > 4 && g->needs[4];
+    if (training && gy && g->needs[0] && fused_backward_here(x)) {
+        /* the usual first-order case in one pass over gy and x; its own
+         * gradient rule (below) keeps grad-of-grad working */
+        oar_tensor *in[5] = {gy, x, g->out[1], g->out[2], w}, *out[OARI_MAX_OUT] = {0};
+        if (oari_dispatch(OARI_OP_batch_norm_backward, 5, in, NULL, out)) return oari_fail_status();
+        for (int j = 0; j < 3; j++)
+            if (!oari_pool_adopt(out[j])) return oari_fail_status();
+        g->gin[0] = out[0];
+        if (gm || gr) {
+            oar_tensor *xhat = oar_mul(oar_sub(x, mean), rstd);
+            oar_tensor *extra = norm_input_grad(NULL, xhat, rstd, gm, gr, l.nd, l.dims, l.m);
+            if (!(g->gin[0] = extra ? oar_add(out[0], extra) : NULL)) return oari_fail_status();
+        }
+        if (want_w) g->gin[3] = out[1];
+        if (want_b) g->gin[4] = out[2];
+        return 0;
     }
-    double m = (double)(x->numel / (ch ? ch : 1));
-    oar_tensor *mean = oar_reshape(g->out[1], x->ndim, cshape);
-    oar_tensor *rstd = oar_reshape(g->out[2], x->ndim, cshape);
     oar_tensor *xhat = oar_mul(oar_sub(x, mean), rstd);
     if (g->needs[0]) {
-        oar_tensor *gyw = gy && w ? oar_mul(gy, oar_reshape(w, x->ndim, cshape)) : gy;
+        oar_tensor *gyw = gy && w ? oar_mul(gy, per_channel(w, &l)) : gy;
         if (training) {
-            oar_tensor *gm = g->gout[1] ? oar_reshape(g->gout[1], x->ndim, cshape) : NULL;
-            oar_tensor *gr = g->gout[2] ? oar_reshape(g->gout[2], x->ndim, cshape) : NULL;
-            g->gin[0] = norm_input_grad(gyw, xhat, rstd, gm, gr, nd, dims, m);
+            g->gin[0] = norm_input_grad(gyw, xhat, rstd, gm, gr, l.nd, l.dims, l.m);
             if (!g->gin[0] && (gy || gm || gr)) return OAR_ERR_INVALID;
         } else {
             /* running stats are constants: y is affine in x */
@@ -231,11 +306,60 @@ static int grad_batch_norm(oari_grad_ctx *g) {
         }
     }
     /* no gradient for the running stats (buffers) */
-    if (gy && g->n_in > 3 && g->needs[3] &&
-        !(g->gin[3] = oar_sum(oar_mul(gy, xhat), nd, dims, false)))
+    if (want_w && !(g->gin[3] = oar_sum(oar_mul(gy, xhat), l.nd, l.dims, false)))
         return OAR_ERR_INVALID;
-    if (gy && g->n_in > 4 && g->needs[4] && !(g->gin[4] = oar_sum(gy, nd, dims, false)))
-        return OAR_ERR_INVALID;
+    if (want_b && !(g->gin[4] = oar_sum(gy, l.nd, l.dims, false))) return OAR_ERR_INVALID;
+    return 0;
+}
+
+/* batch_norm_backward computes, with a = gy w, xhat = (x - mean) rstd and
+ * E the per-channel mean over M values,
+ *   gx = rstd (a - E[a] - xhat E[a xhat]),  gw = sum gy xhat,  gb = sum gy,
+ * treating mean and rstd as inputs of their own (batch_norm's gradient
+ * flows on through them). With u, p, q the gradients of gx, gw, gb:
+ *   d a    = rstd (u - E[u] - xhat E[u xhat])      (gx's form, u for a)
+ *   d xhat = -rstd (u E[a xhat] + a E[u xhat]) + p gy
+ *   d rstd = sum u (a - E[a] - xhat E[a xhat]) + sum d xhat (x - mean)
+ *   d gy   = d a w + p xhat + q,   d w = sum d a gy,
+ *   d x    = d xhat rstd,          d mean = -sum d x.
+ * Written with ops, so it differentiates again. */
+static int grad_batch_norm_backward(oari_grad_ctx *g) {
+    oar_tensor *gy = g->in[0], *x = g->in[1], *w = g->n_in > 4 ? g->in[4] : NULL;
+    oar_tensor *u = g->gout[0];
+    const bn_layout l = bn_layout_of(&g->in_meta[1]);
+    const int nd = l.nd;
+    const int64_t *dims = l.dims;
+    oar_tensor *p = per_channel(g->gout[1], &l), *q = per_channel(g->gout[2], &l);
+    oar_tensor *rstd = per_channel(g->in[3], &l), *wc = per_channel(w, &l);
+    oar_tensor *xc = oar_sub(x, per_channel(g->in[2], &l)), *xhat = oar_mul(xc, rstd);
+    oar_tensor *a = wc ? oar_mul(gy, wc) : gy;
+    oar_tensor *da = NULL, *dxhat = NULL, *drstd = NULL, *dgy = NULL;
+    if (u) {
+        oar_tensor *ea = oar_mean(a, nd, dims, true);
+        oar_tensor *eax = oar_mean(oar_mul(a, xhat), nd, dims, true);
+        oar_tensor *eu = oar_mean(u, nd, dims, true);
+        oar_tensor *eux = oar_mean(oar_mul(u, xhat), nd, dims, true);
+        da = oar_mul(rstd, oar_sub(oar_sub(u, eu), oar_mul(xhat, eux)));
+        dxhat = oar_neg(oar_mul(rstd, oar_add(oar_mul(u, eax), oar_mul(a, eux))));
+        oar_tensor *t = oar_sub(oar_sub(a, ea), oar_mul(xhat, eax));
+        drstd = oar_sum(oar_mul(u, t), nd, dims, false);
+        dgy = wc ? oar_mul(da, wc) : da;
+    }
+    if (p) {
+        dxhat = acc(dxhat, oar_mul(p, gy));
+        dgy = acc(dgy, oar_mul(p, xhat));
+    }
+    if (q) dgy = acc(dgy, oar_expand(q, x->ndim, x->shape));
+    oar_tensor *dx = dxhat ? oar_mul(dxhat, rstd) : NULL;
+    if (dxhat) drstd = acc(drstd, oar_sum(oar_mul(dxhat, xc), nd, dims, false));
+    oar_tensor *dmean = dx ? oar_neg(oar_sum(dx, nd, dims, false)) : NULL;
+    oar_tensor *dw = w && da ? oar_sum(oar_mul(da, gy), nd, dims, false) : NULL;
+    /* an op that failed left NULL where a gradient flows */
+    if (((u || p || q) && !dgy) || ((u || p) && (!dx || !dmean || !drstd)) || (u && w && !dw))
+        return oari_fail_status();
+    oar_tensor *res[5] = {dgy, dx, dmean, drstd, dw};
+    for (int i = 0; i < 5 && i < g->n_in; i++)
+        if (g->needs[i]) g->gin[i] = res[i];
     return 0;
 }
 
@@ -270,6 +394,16 @@ const oari_op_def oari_def_batch_norm = {
     .saved = OARI_SAVE_IN(0) | OARI_SAVE_IN(3) | OARI_SAVE_OUT(1) | OARI_SAVE_OUT(2),
     .infer = infer_batch_norm,
     .grad = grad_batch_norm,
+};
+const oari_op_def oari_def_batch_norm_backward = {
+    .name = "batch_norm_backward",
+    .n_in = 5,
+    .n_out = 3,
+    .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_OPTIONAL_IN,
+    .saved = OARI_SAVE_ALL_IN,
+    .infer = infer_batch_norm_backward,
+    .grad = grad_batch_norm_backward,
 };
 
 /* ---- public functions ------------------------------------------------------------------ */

@@ -109,6 +109,26 @@ FN(f_layer_norm2, oar_layer_norm(x[0], 2, NULL, NULL, 1e-5))
 FN(f_group_norm, oar_group_norm(x[0], 2, x[1], x[2], 1e-5))
 FN(f_batch_norm, oar_batch_norm(x[0], NULL, NULL, x[1], x[2], true, 0.1, 1e-5))
 FN(f_batch_norm_eval, oar_batch_norm(x[0], x[1], x[2], x[3], NULL, false, 0.1, 1e-5))
+FN(f_batch_norm_nw, oar_batch_norm(x[0], NULL, NULL, NULL, x[1], true, 0.1, 1e-5))
+/* batch_norm_backward's three outputs in one tensor: gx + 0.7 gw + 1.3 gb
+ * (gw, gb broadcast per channel), with the mean taken from x (so its
+ * gradient reaches x) and rstd an input of its own. */
+static oar_tensor *bn_bw_all(oar_tensor *gy, oar_tensor *x, oar_tensor *rstd, oar_tensor *w) {
+    int64_t dims[OAR_MAX_DIMS], cshape[OAR_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        cshape[i] = i == 1 ? x->shape[1] : 1;
+        if (i != 1) dims[nd++] = i;
+    }
+    oar_tensor *in[5] = {gy, x, oar_mean(x, nd, dims, false), rstd, w}, *out[OARI_MAX_OUT] = {0};
+    if (oari_dispatch(OARI_OP_batch_norm_backward, 5, in, NULL, out)) return NULL;
+    for (int j = 0; j < 3; j++)
+        oari_pool_adopt(out[j]);
+    oar_tensor *gw = oar_reshape(out[1], x->ndim, cshape), *gb = oar_reshape(out[2], x->ndim, cshape);
+    return oar_add(out[0], oar_add(oar_mul_scalar(gw, 0.7), oar_mul_scalar(gb, 1.3)));
+}
+FN(f_bn_bw, bn_bw_all(x[0], x[1], x[2], x[3]))
+FN(f_bn_bw_nw, bn_bw_all(x[0], x[1], x[2], NULL))
 static const int64_t one2[2] = {1, 1}, two2[2] = {2, 2}, zero2[2] = {0, 0};
 FN(f_conv2d, oar_conv2d(x[0], x[1], x[2], one2, one2, one2, 1))
 FN(f_conv2d_s, oar_conv2d(x[0], x[1], NULL, two2, zero2, two2, 2))
@@ -388,6 +408,9 @@ static const op_case op_cases[] = {
     {"layer_norm", "2 dims, no affine", f_layer_norm2, 1, {{SH3(2, 3, 4)}}, NOOPT},
     {"group_norm", "", f_group_norm, 3, {{SH4(2, 4, 2, 2)}, {SH1(4)}, {SH1(4)}}, NOOPT},
     {"batch_norm", "training", f_batch_norm, 3, {{SH3(3, 2, 4)}, {SH1(2)}, {SH1(2)}}, NOOPT},
+    {"batch_norm", "training, 4-d, bias only", f_batch_norm_nw, 2, {{SH4(2, 3, 2, 2)}, {SH1(3)}}, NOOPT},
+    {"batch_norm_backward", "weight", f_bn_bw, 4, {{SH3(3, 2, 4)}, {SH3(3, 2, 4)}, {SH1(2), POS}, {SH1(2)}}, NOOPT},
+    {"batch_norm_backward", "4-d, no weight", f_bn_bw_nw, 3, {{SH4(2, 3, 2, 2)}, {SH4(2, 3, 2, 2)}, {SH1(3), POS}}, NOOPT},
     {"batch_norm", "eval", f_batch_norm_eval, 4, {{SH3(3, 2, 4)}, {SH1(2), .constant = true}, {SH1(2), POS, .constant = true}, {SH1(2)}}, NOOPT},
     {"conv2d", "padding 1 bias", f_conv2d, 3, {{SH4(2, 2, 4, 4)}, {SH4(3, 2, 3, 3)}, {SH1(3)}}, NOOPT},
     {"conv2d", "stride 2 dilation 2 groups 2", f_conv2d_s, 2, {{SH4(1, 4, 6, 6)}, {SH4(2, 2, 2, 2)}}, NOOPT},

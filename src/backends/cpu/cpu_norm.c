@@ -86,6 +86,7 @@ typedef double v4d_t __attribute__((vector_size(32)));
 TABLE(layer_norm);
 TABLE(group_norm);
 TABLE(batch_norm);
+TABLE(batch_norm_backward);
 
 #else /* ---- the template: NORM_T, NORM_SFX ------------------------------------------- */
 
@@ -319,6 +320,92 @@ static int FN(k_batch_norm)(void *ctx, const oar_kernel_call *c) {
             FN(bn_apply)(x + (i * ch + cc) * s, y + (i * ch + cc) * s, s, mean, rstd, wc, bc);
         mo[cc] = (T)mean;
         ro[cc] = (T)rstd;
+    });
+    free_inputs(&in);
+    return 0;
+}
+
+/* Per-channel sums of batch_norm's backward over one image's s values:
+ * *sg += sum gy, *sgx += sum gy (x - mean), in 8 double lanes as bn_sum. */
+OARI_SIMD_CLONES
+static void FN(bn_grad_sums)(const T *gy, const T *x, int64_t s, double mean, double *sg,
+                             double *sgx) {
+    typedef T vt __attribute__((vector_size(8 * sizeof(T))));
+    typedef double vd __attribute__((vector_size(64)));
+    vd ag = {0}, ax = {0};
+    int64_t j = 0;
+    for (; j + 8 <= s; j += 8) {
+        vt g, v;
+        memcpy(&g, gy + j, sizeof g);
+        memcpy(&v, x + j, sizeof v);
+        const vd gd = __builtin_convertvector(g, vd);
+        ag += gd;
+        ax += gd * (__builtin_convertvector(v, vd) - mean);
+    }
+    double tg = 0, tx = 0;
+    for (int l = 0; l < 8; l++) {
+        tg += ag[l];
+        tx += ax[l];
+    }
+    for (; j < s; j++) {
+        tg += (double)gy[j];
+        tx += (double)gy[j] * ((double)x[j] - mean);
+    }
+    *sg += tg;
+    *sgx += tx;
+}
+
+/* gx = k_gy gy - k_x (x - mean) + k_0, in double as bn_apply. */
+OARI_SIMD_CLONES
+static void FN(bn_grad_apply)(const T *gy, const T *x, T *gx, int64_t s, double mean, double k_gy,
+                              double k_x, double k_0) {
+    typedef T vt __attribute__((vector_size(8 * sizeof(T))));
+    typedef double vd __attribute__((vector_size(64)));
+    int64_t j = 0;
+    for (; j + 8 <= s; j += 8) {
+        vt g, v;
+        memcpy(&g, gy + j, sizeof g);
+        memcpy(&v, x + j, sizeof v);
+        const vd r = __builtin_convertvector(g, vd) * k_gy -
+                     (__builtin_convertvector(v, vd) - mean) * k_x + k_0;
+        const vt y = __builtin_convertvector(r, vt);
+        memcpy(gx + j, &y, sizeof y);
+    }
+    for (; j < s; j++) gx[j] = (T)((double)gy[j] * k_gy - ((double)x[j] - mean) * k_x + k_0);
+}
+
+/* batch_norm_backward (defs/conv.def): per channel, one pass for the sums
+ * and one for gx = rstd w (gy - E[gy] - xhat E[gy xhat]), where
+ * E[gy xhat] = rstd sum(gy (x - mean)) / M. */
+static int FN(k_batch_norm_backward)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    inputs in;
+    if (load_inputs(c, &in)) {
+        free_inputs(&in);
+        return oari_fail_status();
+    }
+    const T *gy = in.p[0], *x = in.p[1], *mo = in.p[2], *ro = in.p[3], *w = in.p[4];
+    const oar_ktensor *xk = &c->in[1];
+    const int64_t n = xk->shape[0], ch = xk->shape[1];
+    int64_t s = 1;
+    for (int d = 2; d < xk->ndim; d++)
+        s *= xk->shape[d];
+    const double cnt = (double)(n * s);
+    T *gx = c->out[0].data, *gw = c->out[1].data, *gb = c->out[2].data;
+    OARI_PARALLEL_FOR_IF(ch > 1 && n * ch * s > OARI_PARALLEL_GRAIN,
+    for (int64_t cc = 0; cc < ch; cc++) {
+        const double mean = (double)mo[cc], rstd = (double)ro[cc], wc = w ? (double)w[cc] : 1.0;
+        double sg = 0, sgx = 0;
+        for (int64_t i = 0; i < n; i++)
+            FN(bn_grad_sums)(gy + (i * ch + cc) * s, x + (i * ch + cc) * s, s, mean, &sg, &sgx);
+        gw[cc] = (T)(rstd * sgx);
+        gb[cc] = (T)sg;
+        if (cnt > 0) {
+            const double k_gy = rstd * wc, k_x = k_gy * rstd * rstd * sgx / cnt, k_0 = -k_gy * sg / cnt;
+            for (int64_t i = 0; i < n; i++)
+                FN(bn_grad_apply)(gy + (i * ch + cc) * s, x + (i * ch + cc) * s, gx + (i * ch + cc) * s, s,
+                                  mean, k_gy, k_x, k_0);
+        }
     });
     free_inputs(&in);
     return 0;
