@@ -14,7 +14,7 @@ junit=${1:?usage: check-skips.sh JUNIT.xml}
 needs() {
     case $1 in
     test_cuda_plugin | test_cuda_codegen | test_cuda_train | test_cuda_char_lm | test_dist_device_cuda) echo - ;; # the CUDA toolkit and a GPU
-    test_cuda_fft_open*) echo - ;;                  # the CUDA headers (the fake cuda plugin)
+    test_cuda_fft_open* | test_cuda_native_dot*) echo - ;; # the CUDA headers (the fake cuda plugin)
     test_safetensors_hf) echo - ;;                 # safetensors from PyPI
     test_profiler) echo - ;;                        # only when built with OARI_PROF_DISABLED
     fuzz_*) echo "clang-14 libclang-rt-14-dev" ;;   # deps.sh's optional packages

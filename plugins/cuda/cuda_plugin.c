@@ -56,6 +56,10 @@
  *     found cudnn.h): [N, C, H, W] and [N, C, L] operands, groups, stride,
  *     padding, dilation, bias; not claimed where libcudnn.so.9 cannot be
  *     opened or OAR_CUDA_CUDNN=0
+ * native_dot (ABI 1.4), from the compute capability read once at init:
+ * f16 on cc >= 7.0 and bf16 on cc >= 8.0 (cuBLAS's half GEMMs on Tensor
+ * Cores; conv in those types still goes through f32), u8 and i8 never (no
+ * int8 GEMM).
  * Collectives (all_reduce, all_gather, reduce_scatter, broadcast, send,
  * recv and communicators) over NCCL when CMake found it (cuda_nccl.c,
  * OAR_CUDA_NCCL); without it the members are NULL and oar stages device
@@ -109,6 +113,7 @@
 static const oar_host_api *host;
 static int n_devs;
 static cublasHandle_t blas[MAX_DEV];
+static int cc[MAX_DEV]; /* compute capability (major * 10 + minor) read at init; -1: not readable */
 static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int fail(const char *what, int err) {
@@ -986,6 +991,25 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
     return 1;
 }
 
+/* ABI 1.4: whether matmul and conv in dt run on the GPU's own dot-product
+ * instructions, from the compute capability read at init (no driver call
+ * here). f16 and bf16 matmul are cuBLAS GEMMs on the half data itself
+ * (blas_types: CUDA_R_16F / CUDA_R_16BF, f32 accumulation), which cuBLAS
+ * runs on Tensor Cores from cc 7.0 for f16 and cc 8.0 for bf16; below
+ * that it computes them in f32 units, so 0. Conv has no half path (cuDNN
+ * in f32 and f64 only, cuda_dnn.c): f16/bf16 conv are casts around the f32
+ * one, which this answer, made by the matmul, does not cover. u8/i8: no
+ * int8 GEMM or conv (they run on the CPU), 0. */
+static int native_dot(void *ctx, int index, int32_t dt) {
+    (void)ctx;
+    if (dt != DT_F16 && dt != DT_BF16) return dt == DT_F32 || dt == DT_F64;
+    if (index < 0 || index >= n_devs) return host->error(-3, "cuda native_dot: no such device");
+    if (cc[index] < 0)
+        return host->error(-4, "cuda native_dot: the device's compute capability could not be read when the "
+                               "plugin loaded (cudaDeviceGetAttribute failed)");
+    return cc[index] >= (dt == DT_F16 ? 70 : 80);
+}
+
 static const oar_device_iface iface = {
     .abi_version = OAR_DEVICE_ABI_VERSION,
     .struct_size = sizeof(oar_device_iface),
@@ -1025,6 +1049,7 @@ static const oar_device_iface iface = {
     .comm_create = oar_cuda_nccl_comm_create,
     .comm_destroy = oar_cuda_nccl_comm_destroy,
 #endif
+    .native_dot = native_dot, /* (ABI 1.4) */
 };
 
 static void shutdown(void *ctx) {
@@ -1068,6 +1093,12 @@ __attribute__((visibility("default"))) int oar_plugin_init(const oar_host_api *h
         return h->error(-3, msg);
     }
     n_devs = n < MAX_DEV ? n : MAX_DEV;
+    for (int i = 0; i < n_devs; i++) { /* for native_dot, once */
+        int major = 0, minor = 0;
+        bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i) == cudaSuccess;
+        cc[i] = ok ? major * 10 + minor : -1;
+    }
     out->abi_version = OAR_DEVICE_ABI_VERSION;
     out->iface = &iface;
     out->shutdown = shutdown;

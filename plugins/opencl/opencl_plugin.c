@@ -23,7 +23,11 @@
  * of an f64 kernel (the same kernels in double, accumulating in double;
  * scalar arguments such as eps passed as double). On a device without
  * cl_khr_fp64, or with OAR_OPENCL_NO_FP64=1 in the environment when the
- * plugin loads, f64 ops are not claimed and run on the CPU. */
+ * plugin loads, f64 ops are not claimed and run on the CPU.
+ * native_dot (ABI 1.4) answers 0 for f16, bf16, u8 and i8: no kernel
+ * computes in those types (f16/bf16 matmul and conv are casts around the
+ * f32 kernels, u8/i8 ones run on the CPU), even where the device has
+ * cl_khr_fp16. */
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
 
@@ -940,6 +944,18 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
     return 1;
 }
 
+/* ABI 1.4: whether matmul and conv in dt run on the device's own dot
+ * products. Only the float kernels of `real` (opencl_kernels.cl: float,
+ * or double with -DOAR_F64) exist: f16/bf16 matmul and conv run as casts
+ * around the f32 kernels (the planner's f32 route, src/ops/plan.c), and
+ * u8/i8 have no matmul or conv kernel at all (the CPU runs them), so those
+ * are 0 whatever the device reports (cl_khr_fp16 included: no kernel here
+ * computes in half). f32 and f64 are 1 (oar answers those itself). */
+static int native_dot(void *ctx, int index, int32_t dt) {
+    (void)ctx, (void)index;
+    return dt == DT_F32 || dt == DT_F64;
+}
+
 static const oar_device_iface iface = {
     .abi_version = OAR_DEVICE_ABI_VERSION,
     .struct_size = sizeof(oar_device_iface),
@@ -957,6 +973,7 @@ static const oar_device_iface iface = {
     .build_program = build_program,
     .get_function = get_function,
     .launch = launch_fn,
+    .native_dot = native_dot,
 };
 
 static void shutdown(void *ctx) {

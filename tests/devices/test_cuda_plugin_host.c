@@ -123,6 +123,16 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
     p->totalGlobalMem = 1 << 30;
     return cudaSuccess;
 }
+/* each device's compute capability (major * 10 + minor; -1: the query
+ * fails), and the queries made (native_dot must make none) */
+static int fake_cc[4] = {80, 80, 80, 80}, n_attr_queries;
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
+    n_attr_queries++;
+    if (d < 0 || d >= fake_devices || d >= 4 || fake_cc[d] < 0) return cudaErrorInvalidDevice;
+    if (a == cudaDevAttrComputeCapabilityMajor) return *v = fake_cc[d] / 10, cudaSuccess;
+    if (a == cudaDevAttrComputeCapabilityMinor) return *v = fake_cc[d] % 10, cudaSuccess;
+    return cudaErrorInvalidValue;
+}
 static pthread_mutex_t fake_mem_lock = PTHREAD_MUTEX_INITIALIZER; /* (the threads test) */
 cudaError_t cudaMalloc(void **p, size_t n) {
     pthread_mutex_lock(&fake_mem_lock);
@@ -1051,6 +1061,41 @@ static void test_no_pinned_memory(void) {
     restart(); /* (a device without pinned memory stays so until the plugin is loaded again) */
 }
 
+/* native_dot (ABI 1.4): f16 from cc 7.0, bf16 from cc 8.0 (cuBLAS's
+ * half GEMMs on Tensor Cores), never u8/i8 (no int8 GEMM); per device,
+ * from the capability read at init, with no driver query per answer; a
+ * capability that could not be read fails the half answers. */
+static void test_native_dot(void) {
+    static const struct { int cc, f16, bf16; } cases[] = {{61, 0, 0}, {70, 1, 0}, {75, 1, 0}, {80, 1, 1}, {90, 1, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fake_cc[0] = cases[i].cc;
+        restart();
+        int f16 = iface.native_dot(NULL, 0, OAR_F16), bf16 = iface.native_dot(NULL, 0, OAR_BF16);
+        if (f16 != cases[i].f16 || bf16 != cases[i].bf16)
+            fprintf(stderr, "cc %d: f16 %d bf16 %d (expected %d %d)\n", cases[i].cc, f16, bf16, cases[i].f16,
+                    cases[i].bf16);
+        CHECK(f16 == cases[i].f16 && bf16 == cases[i].bf16);
+        CHECK(iface.native_dot(NULL, 0, OAR_U8) == 0 && iface.native_dot(NULL, 0, OAR_I8) == 0);
+        CHECK(iface.native_dot(NULL, 0, OAR_F32) == 1 && iface.native_dot(NULL, 0, OAR_F64) == 1);
+        CHECK(iface.native_dot(NULL, 0, OAR_I32) == 0 && iface.native_dot(NULL, 0, OAR_C64) == 0);
+    }
+    fake_devices = 2, fake_cc[0] = 75, fake_cc[1] = 86; /* a T4 next to an RTX 30 */
+    restart();
+    int queries = n_attr_queries;
+    for (int i = 0; i < 100; i++) {
+        CHECK(iface.native_dot(NULL, 0, OAR_F16) == 1 && iface.native_dot(NULL, 0, OAR_BF16) == 0);
+        CHECK(iface.native_dot(NULL, 1, OAR_F16) == 1 && iface.native_dot(NULL, 1, OAR_BF16) == 1);
+    }
+    CHECK(n_attr_queries == queries);
+    fake_cc[1] = -1; /* device 1's capability unreadable: its half answers fail, device 0's stand */
+    restart();
+    last_msg[0] = 0;
+    CHECK(iface.native_dot(NULL, 1, OAR_BF16) < 0 && strstr(last_msg, "compute capability"));
+    CHECK(iface.native_dot(NULL, 1, OAR_U8) == 0 && iface.native_dot(NULL, 0, OAR_BF16) == 0);
+    fake_devices = 1, fake_cc[0] = fake_cc[1] = 80;
+    restart();
+}
+
 int main(void) {
     oar_plugin_desc d;
     memset(&d, 0, sizeof d);
@@ -1076,6 +1121,7 @@ int main(void) {
     RUN(test_claims);
     RUN(test_indexing);
     RUN(test_half_reductions);
+    RUN(test_native_dot);
     /* shutdown gives back every cached block, the staging buffers and the streams */
     mem_cap = MEM_DEFAULT_CAP;
     void *q[3] = {iface.alloc(NULL, 0, 10), iface.alloc(NULL, 0, 5000), iface.alloc(NULL, 0, 1 << 20)};

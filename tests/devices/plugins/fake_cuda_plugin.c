@@ -44,6 +44,17 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
     p->totalGlobalMem = 1 << 30;
     return cudaSuccess;
 }
+/* the compute capability: OAR_FAKE_CUDA_CC ("7.5"), else 8.0 (what the
+ * plugin's kernels are built for); a value that is not major.minor makes
+ * the query fail */
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
+    const char *e = getenv("OAR_FAKE_CUDA_CC");
+    int major = 8, minor = 0;
+    if (d != 0 || (e && sscanf(e, "%d.%d", &major, &minor) != 2)) return cudaErrorInvalidValue;
+    if (a == cudaDevAttrComputeCapabilityMajor) return *v = major, cudaSuccess;
+    if (a == cudaDevAttrComputeCapabilityMinor) return *v = minor, cudaSuccess;
+    return cudaErrorInvalidValue;
+}
 cudaError_t cudaMalloc(void **p, size_t n) { return (*p = malloc(n)) ? cudaSuccess : cudaErrorMemoryAllocation; }
 cudaError_t cudaFree(void *p) { return free(p), cudaSuccess; }
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
