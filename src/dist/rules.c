@@ -232,15 +232,20 @@ static void passthrough(oari_op op, const oari_meta *x, oar_placement (*in_p)[OA
 
 /* ---- layer_norm: the leading (not normalised) dims are independent ------- */
 
-static void layer_norm_rule(int n_in, const oari_meta *in, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
+static void layer_norm_rule(oari_op op, int n_in, const oari_meta *in, oar_placement (*in_p)[OAR_MESH_MAX_DIMS],
                             const oari_attrs *a, const oar_mesh *mesh, oari_shard_plan *plan) {
-    int lead = in[0].ndim - (int)a->i[0];
+    /* layer_norm_backward: ins gy, x, mean, rstd, weight?; its weight and
+     * bias gradients sum over the leading dims, so partial where they are
+     * sharded */
+    const bool bw = op == OARI_OP_layer_norm_backward;
+    const int ix = bw ? 1 : 0, n_follow = bw ? 4 : 1;
+    int lead = in[ix].ndim - (int)a->i[0];
     for (int d = 0; d < mesh->ndim; d++) {
-        oar_placement p = in_p[0][d], o = oar_replicate();
+        oar_placement p = in_p[ix][d], o = oar_replicate();
         if (p.kind == OAR_PLACEMENT_SHARD && p.dim < lead) o = p;
-        plan->in[0][d] = o;
-        for (int i = 1; i < n_in; i++) plan->in[i][d] = oar_replicate();
-        for (int j = 0; j < 3; j++) plan->out[j][d] = o;
+        for (int i = 0; i < n_in; i++) plan->in[i][d] = i < n_follow ? o : oar_replicate();
+        for (int j = 0; j < 3; j++)
+            plan->out[j][d] = bw && j > 0 && o.kind == OAR_PLACEMENT_SHARD ? oar_partial(OAR_REDUCE_SUM) : o;
     }
 }
 
@@ -462,7 +467,7 @@ int oari_shard_rule(oari_op op, const oari_op_def *def, int n_in, const oari_met
         passthrough(op, &in[0], in_p, attrs, &out_meta[0], mesh, plan);
         return 1;
     case OARI_RULE_LAYER_NORM:
-        layer_norm_rule(n_in, in, in_p, attrs, mesh, plan);
+        layer_norm_rule(op, n_in, in, in_p, attrs, mesh, plan);
         return 1;
     case OARI_RULE_INDEX_SELECT:
         if (in[0].ndim <= 0) return 0;

@@ -89,6 +89,8 @@ static const oari_dist_rule table[OARI_OP_COUNT] = {
     ROW(avg_pool2d_backward, OARI_RULE_SPATIAL, 0, LIN(0), false, NULL),
     ROW(adaptive_avg_pool2d_backward, OARI_RULE_SPATIAL, 0, LIN(0), false, NULL),
     ROW(interpolate_backward, OARI_RULE_SPATIAL, 0, LIN(0), false, NULL),
+    ROW(layer_norm_backward, OARI_RULE_LAYER_NORM, 0, 0, false,
+        "leading dims stay sharded; the weight and bias gradients are then partial sums"),
     ROW(batch_norm_backward, OARI_RULE_REPLICATE, 0, 0, false,
         "batch statistics span the batch, as batch_norm's"),
     /* Fourier transforms */

@@ -195,6 +195,7 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
     ROW(adaptive_avg_pool2d_backward, ONNX_NONE(GRAD_HELPER)),
     ROW(interpolate_backward, ONNX_NONE(GRAD_HELPER)),
     ROW(batch_norm_backward, ONNX_NONE(GRAD_HELPER)),
+    ROW(layer_norm_backward, ONNX_NONE(GRAD_HELPER)),
     /* ---- fft, complex views ---- */
     ROW(fft_c2c, ONNX_NONE(FFT)),
     ROW(fft_r2c, ONNX_NONE(FFT)),

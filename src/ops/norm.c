@@ -116,32 +116,55 @@ static int infer_batch_norm(oari_infer *c) {
     return 0;
 }
 
-/* batch_norm_backward: gy and x [N, C, *] alike; mean, rstd, weight? [C]. */
-static int infer_batch_norm_backward(oari_infer *c) {
+/* The fused backward ops (defs/conv.def): gy and x alike; mean and rstd
+ * shaped as the forward's statistics (stat, n_stat dims), weight? as its
+ * parameters (param, n_param dims); outs gx, gw, gb (gw, gb as weight). */
+static int infer_norm_backward(oari_infer *c, int n_stat, const int64_t *stat, int n_param,
+                               const int64_t *param) {
     const oar_tensor *gy = c->in[0], *x = c->in[1];
-    if (check_input(c->op, x, 2)) return OAR_ERR_INVALID;
     char bg[200], bx[200];
     if (!gy || gy->ndim != x->ndim || memcmp(gy->shape, x->shape, (size_t)x->ndim * sizeof *x->shape))
-        return oari_error(OAR_ERR_INVALID, "batch_norm_backward: grad_out %s must have input %s's shape",
+        return oari_error(OAR_ERR_INVALID, "%s: grad_out %s must have input %s's shape", c->op,
                           gy ? oari_shape_str(bg, gy->ndim, gy->shape) : "(NULL)",
                           oari_shape_str(bx, x->ndim, x->shape));
     if (!oar_dtype_is_float(gy->dtype))
-        return oari_error(OAR_ERR_INVALID, "batch_norm_backward: grad_out must be floating, got %s",
+        return oari_error(OAR_ERR_INVALID, "%s: grad_out must be floating, got %s", c->op,
                           oar_dtype_name(gy->dtype));
     c->in_dtype[0] = x->dtype;
-    int64_t ch = x->shape[1];
     if (!c->in[2] || !c->in[3])
-        return oari_error(OAR_ERR_INVALID, "batch_norm_backward: mean and rstd are required");
-    if (check_param(c, x, 2, "mean", 1, &ch) || check_param(c, x, 3, "rstd", 1, &ch) ||
-        check_param(c, x, 4, "weight", 1, &ch))
+        return oari_error(OAR_ERR_INVALID, "%s: mean and rstd are required", c->op);
+    if (check_param(c, x, 2, "mean", n_stat, stat) || check_param(c, x, 3, "rstd", n_stat, stat) ||
+        check_param(c, x, 4, "weight", n_param, param))
         return OAR_ERR_INVALID;
     oari_meta_from(&c->out[0], x);
     for (int j = 1; j < 3; j++) {
         c->out[j].dtype = x->dtype;
-        c->out[j].ndim = 1;
-        c->out[j].shape[0] = ch;
+        c->out[j].ndim = n_param;
+        memcpy(c->out[j].shape, param, (size_t)n_param * sizeof *param);
     }
     return 0;
+}
+
+/* batch_norm_backward: x [N, C, *]; statistics and parameters [C]. */
+static int infer_batch_norm_backward(oari_infer *c) {
+    if (check_input(c->op, c->in[1], 2)) return OAR_ERR_INVALID;
+    return infer_norm_backward(c, 1, &c->in[1]->shape[1], 1, &c->in[1]->shape[1]);
+}
+
+/* layer_norm_backward: iattr[0] n; statistics x's shape with the last n
+ * dims 1 (layer_norm's outs 1 and 2), parameters the last n dims. */
+static int infer_layer_norm_backward(oari_infer *c) {
+    const oar_tensor *x = c->in[1];
+    if (check_input(c->op, x, 1)) return OAR_ERR_INVALID;
+    int64_t n = c->attrs->ni ? c->attrs->i[0] : -1, stat[OAR_MAX_DIMS];
+    if (n < 1 || n > x->ndim) {
+        char b[200];
+        return oari_error(OAR_ERR_INVALID, "layer_norm_backward: n_norm_dims %lld out of range for input %s (1 to %d)",
+                          (long long)n, oari_shape_str(b, x->ndim, x->shape), x->ndim);
+    }
+    for (int d = 0; d < x->ndim; d++)
+        stat[d] = d < x->ndim - n ? x->shape[d] : 1;
+    return infer_norm_backward(c, x->ndim, stat, (int)n, x->shape + x->ndim - n);
 }
 
 /* ---- gradient rules ------------------------------------------------------------------ */
@@ -170,37 +193,6 @@ static oar_tensor *norm_input_grad(oar_tensor *gyw, oar_tensor *xhat, oar_tensor
         !memcmp(gx->shape, xhat->shape, (size_t)xhat->ndim * sizeof(int64_t)))
         return gx;
     return gx ? oar_expand(gx, xhat->ndim, xhat->shape) : NULL;
-}
-
-/* Sum over dims (all of them when n == 0 means none to sum: returns t). */
-static oar_tensor *sum_dims(oar_tensor *t, int n, const int64_t *dims) {
-    return n ? oar_sum(t, n, dims, false) : t;
-}
-
-static int grad_layer_norm(oari_grad_ctx *g) {
-    oar_tensor *x = g->in[0], *w = g->n_in > 1 ? g->in[1] : NULL;
-    oar_tensor *mean = g->out[1], *rstd = g->out[2], *gy = g->gout[0];
-    int n = (int)g->attrs->i[0], lead = x->ndim - n;
-    int64_t dims[OAR_MAX_DIMS], lead_dims[OAR_MAX_DIMS];
-    double m = 1;
-    for (int i = 0; i < n; i++) {
-        dims[i] = lead + i;
-        m *= (double)x->shape[lead + i];
-    }
-    for (int i = 0; i < lead; i++)
-        lead_dims[i] = i;
-    oar_tensor *xhat = oar_mul(oar_sub(x, mean), rstd);
-    if (g->needs[0]) {
-        oar_tensor *gyw = gy && w ? oar_mul(gy, w) : gy;
-        g->gin[0] = norm_input_grad(gyw, xhat, rstd, g->gout[1], g->gout[2], n, dims, m);
-        if (!g->gin[0] && (gy || g->gout[1] || g->gout[2])) return OAR_ERR_INVALID;
-    }
-    if (gy && g->n_in > 1 && g->needs[1] &&
-        !(g->gin[1] = sum_dims(oar_mul(gy, xhat), lead, lead_dims)))
-        return OAR_ERR_INVALID;
-    if (gy && g->n_in > 2 && g->needs[2] && !(g->gin[2] = sum_dims(gy, lead, lead_dims)))
-        return OAR_ERR_INVALID;
-    return 0;
 }
 
 static int grad_group_norm(oari_grad_ctx *g) {
@@ -234,70 +226,135 @@ static int grad_group_norm(oari_grad_ctx *g) {
     return 0;
 }
 
-/* batch_norm's channel layout: cshape [1, C, 1, ...] (a [C] tensor
- * reshaped to broadcast against x), the reduced dims (all but 1) and the
- * count M of values per channel. */
+/* Where a norm's statistics and parameters sit in x [..]: the statistics
+ * (mean, rstd) are per group of M values over stat_dims, broadcast to x
+ * as stat_shape; the parameters (weight, bias and their gradients) vary
+ * along the other dims and are summed over param_dims, broadcast as
+ * param_shape. layer_norm: stats over the last n dims, params over the
+ * leading ones; batch_norm: both over all dims but the channels (1). */
 typedef struct {
-    int ndim, nd;
-    int64_t cshape[OAR_MAX_DIMS], dims[OAR_MAX_DIMS];
+    int ndim, n_stat, n_param;
+    int64_t stat_dims[OAR_MAX_DIMS], param_dims[OAR_MAX_DIMS];
+    int64_t stat_shape[OAR_MAX_DIMS], param_shape[OAR_MAX_DIMS];
     double m;
-} bn_layout;
+} norm_layout;
 
-static bn_layout bn_layout_of(const oari_meta *x) {
-    bn_layout l = {.ndim = x->ndim};
-    int64_t numel = 1;
+static norm_layout ln_layout_of(const oari_meta *x, int n) {
+    norm_layout l = {.ndim = x->ndim, .m = 1};
     for (int i = 0; i < x->ndim; i++) {
-        l.cshape[i] = i == 1 ? x->shape[1] : 1;
-        if (i != 1) l.dims[l.nd++] = i;
-        numel *= x->shape[i];
+        bool stat = i >= x->ndim - n;
+        l.stat_shape[i] = stat ? 1 : x->shape[i];
+        l.param_shape[i] = stat ? x->shape[i] : 1;
+        if (stat) {
+            l.stat_dims[l.n_stat++] = i;
+            l.m *= (double)x->shape[i];
+        } else {
+            l.param_dims[l.n_param++] = i;
+        }
     }
-    l.m = (double)(numel / (x->shape[1] ? x->shape[1] : 1));
     return l;
 }
 
-static oar_tensor *per_channel(oar_tensor *t, const bn_layout *l) {
-    return t ? oar_reshape(t, l->ndim, l->cshape) : NULL;
+static norm_layout bn_layout_of(const oari_meta *x) {
+    norm_layout l = {.ndim = x->ndim, .m = 1};
+    for (int i = 0; i < x->ndim; i++) {
+        l.stat_shape[i] = l.param_shape[i] = i == 1 ? x->shape[1] : 1;
+        if (i == 1) continue;
+        l.stat_dims[l.n_stat++] = l.param_dims[l.n_param++] = i;
+        l.m *= (double)x->shape[i];
+    }
+    return l;
 }
 
-/* Whether the fused batch_norm_backward kernel runs where x lives (the CPU
- * always has it; a device without it keeps the composite, which its own
- * elementwise kernels run, rather than a round trip through the CPU; a
- * traced graph records the fused node). */
-static bool fused_backward_here(const oar_tensor *x) {
+static oar_tensor *as_stat(oar_tensor *t, const norm_layout *l) {
+    return t ? oar_reshape(t, l->ndim, l->stat_shape) : NULL;
+}
+static oar_tensor *as_param(oar_tensor *t, const norm_layout *l) {
+    return t ? oar_reshape(t, l->ndim, l->param_shape) : NULL;
+}
+static oar_tensor *sum_stat(oar_tensor *t, const norm_layout *l) {
+    return oar_sum(t, l->n_stat, l->stat_dims, true);
+}
+static oar_tensor *sum_param(oar_tensor *t, const norm_layout *l) {
+    return l->n_param ? oar_sum(t, l->n_param, l->param_dims, true) : t;
+}
+/* t reshaped to meta's shape (a stat or param sum kept its dims). */
+static oar_tensor *shaped(oar_tensor *t, const oari_meta *m) {
+    return t ? oar_reshape(t, m->ndim, m->shape) : NULL;
+}
+
+/* Whether the fused backward op runs where x lives (the CPU always has
+ * it; a device without it keeps the composite, which its own elementwise
+ * kernels run, rather than a round trip through the CPU; a traced graph
+ * records the fused node). */
+static bool fused_backward_here(oari_op op, const oar_tensor *x) {
     oar_device *d = x->storage ? x->storage->device : oari_device_cpu(); /* traced: a CPU graph */
-    return d == oari_device_cpu() || oari_kernel_lookup(d, OARI_OP_batch_norm_backward, x->dtype) ||
-           (oari_is_half(x->dtype) && oari_kernel_lookup(d, OARI_OP_batch_norm_backward, OAR_F32));
+    return d == oari_device_cpu() || oari_kernel_lookup(d, op, x->dtype) ||
+           (oari_is_half(x->dtype) && oari_kernel_lookup(d, op, OAR_F32));
+}
+
+/* The first-order gradient of layer_norm or batch_norm (training) through
+ * their fused backward op `op`: gy, x, mean, rstd, w as the op takes them;
+ * gm, gr the gradients reaching mean and rstd (stat-shaped, or NULL), added
+ * with the composite. Sets gin[ix] (x), gin[iw] and gin[ib] where needed. */
+static int fused_norm_grad(oari_grad_ctx *g, oari_op op, const oari_attrs *a, oar_tensor *const in[5],
+                           const norm_layout *l, oar_tensor *gm, oar_tensor *gr, int iw, int ib) {
+    oar_tensor *out[OARI_MAX_OUT] = {0};
+    if (oari_dispatch(op, 5, in, a, out)) return oari_fail_status();
+    for (int j = 0; j < 3; j++)
+        if (!oari_pool_adopt(out[j])) return oari_fail_status();
+    g->gin[0] = out[0];
+    if (gm || gr) {
+        oar_tensor *rstd = as_stat(in[3], l), *xhat = oar_mul(oar_sub(in[1], as_stat(in[2], l)), rstd);
+        oar_tensor *extra = norm_input_grad(NULL, xhat, rstd, gm, gr, l->n_stat, l->stat_dims, l->m);
+        if (!(g->gin[0] = extra ? oar_add(out[0], extra) : NULL)) return oari_fail_status();
+    }
+    if (iw < g->n_in && g->needs[iw]) g->gin[iw] = out[1];
+    if (ib < g->n_in && g->needs[ib]) g->gin[ib] = out[2];
+    return 0;
+}
+
+static int grad_layer_norm(oari_grad_ctx *g) {
+    oar_tensor *x = g->in[0], *w = g->n_in > 1 ? g->in[1] : NULL, *gy = g->gout[0];
+    const norm_layout l = ln_layout_of(&g->in_meta[0], (int)g->attrs->i[0]);
+    oar_tensor *gm = g->gout[1], *gr = g->gout[2]; /* already stat-shaped */
+    if (gy && g->needs[0] && fused_backward_here(OARI_OP_layer_norm_backward, x)) {
+        oar_tensor *in[5] = {gy, x, g->out[1], g->out[2], w};
+        oari_attrs a = oari_attrs_ints(1, g->attrs->i);
+        return fused_norm_grad(g, OARI_OP_layer_norm_backward, &a, in, &l, gm, gr, 1, 2);
+    }
+    oar_tensor *mean = g->out[1], *rstd = g->out[2];
+    oar_tensor *xhat = oar_mul(oar_sub(x, mean), rstd);
+    if (g->needs[0]) {
+        oar_tensor *gyw = gy && w ? oar_mul(gy, w) : gy;
+        g->gin[0] = norm_input_grad(gyw, xhat, rstd, gm, gr, l.n_stat, l.stat_dims, l.m);
+        if (!g->gin[0] && (gy || gm || gr)) return OAR_ERR_INVALID;
+    }
+    if (gy && g->n_in > 1 && g->needs[1] &&
+        !(g->gin[1] = shaped(sum_param(oar_mul(gy, xhat), &l), &g->in_meta[1])))
+        return OAR_ERR_INVALID;
+    if (gy && g->n_in > 2 && g->needs[2] && !(g->gin[2] = shaped(sum_param(gy, &l), &g->in_meta[2])))
+        return OAR_ERR_INVALID;
+    return 0;
 }
 
 static int grad_batch_norm(oari_grad_ctx *g) {
     oar_tensor *x = g->in[0], *w = g->n_in > 3 ? g->in[3] : NULL, *gy = g->gout[0];
     bool training = g->attrs->i[0] != 0;
-    const bn_layout l = bn_layout_of(&g->in_meta[0]);
-    oar_tensor *mean = per_channel(g->out[1], &l), *rstd = per_channel(g->out[2], &l);
-    oar_tensor *gm = per_channel(g->gout[1], &l), *gr = per_channel(g->gout[2], &l);
-    bool want_w = gy && g->n_in > 3 && g->needs[3], want_b = gy && g->n_in > 4 && g->needs[4];
-    if (training && gy && g->needs[0] && fused_backward_here(x)) {
+    const norm_layout l = bn_layout_of(&g->in_meta[0]);
+    oar_tensor *gm = as_stat(g->gout[1], &l), *gr = as_stat(g->gout[2], &l);
+    if (training && gy && g->needs[0] && fused_backward_here(OARI_OP_batch_norm_backward, x)) {
         /* the usual first-order case in one pass over gy and x; its own
          * gradient rule (below) keeps grad-of-grad working */
-        oar_tensor *in[5] = {gy, x, g->out[1], g->out[2], w}, *out[OARI_MAX_OUT] = {0};
-        if (oari_dispatch(OARI_OP_batch_norm_backward, 5, in, NULL, out)) return oari_fail_status();
-        for (int j = 0; j < 3; j++)
-            if (!oari_pool_adopt(out[j])) return oari_fail_status();
-        g->gin[0] = out[0];
-        if (gm || gr) {
-            oar_tensor *xhat = oar_mul(oar_sub(x, mean), rstd);
-            oar_tensor *extra = norm_input_grad(NULL, xhat, rstd, gm, gr, l.nd, l.dims, l.m);
-            if (!(g->gin[0] = extra ? oar_add(out[0], extra) : NULL)) return oari_fail_status();
-        }
-        if (want_w) g->gin[3] = out[1];
-        if (want_b) g->gin[4] = out[2];
-        return 0;
+        oar_tensor *in[5] = {gy, x, g->out[1], g->out[2], w};
+        return fused_norm_grad(g, OARI_OP_batch_norm_backward, NULL, in, &l, gm, gr, 3, 4);
     }
+    oar_tensor *mean = as_stat(g->out[1], &l), *rstd = as_stat(g->out[2], &l);
     oar_tensor *xhat = oar_mul(oar_sub(x, mean), rstd);
     if (g->needs[0]) {
-        oar_tensor *gyw = gy && w ? oar_mul(gy, per_channel(w, &l)) : gy;
+        oar_tensor *gyw = gy && w ? oar_mul(gy, as_param(w, &l)) : gy;
         if (training) {
-            g->gin[0] = norm_input_grad(gyw, xhat, rstd, gm, gr, l.nd, l.dims, l.m);
+            g->gin[0] = norm_input_grad(gyw, xhat, rstd, gm, gr, l.n_stat, l.stat_dims, l.m);
             if (!g->gin[0] && (gy || gm || gr)) return OAR_ERR_INVALID;
         } else {
             /* running stats are constants: y is affine in x */
@@ -306,43 +363,43 @@ static int grad_batch_norm(oari_grad_ctx *g) {
         }
     }
     /* no gradient for the running stats (buffers) */
-    if (want_w && !(g->gin[3] = oar_sum(oar_mul(gy, xhat), l.nd, l.dims, false)))
+    if (gy && g->n_in > 3 && g->needs[3] &&
+        !(g->gin[3] = shaped(sum_param(oar_mul(gy, xhat), &l), &g->in_meta[3])))
         return OAR_ERR_INVALID;
-    if (want_b && !(g->gin[4] = oar_sum(gy, l.nd, l.dims, false))) return OAR_ERR_INVALID;
+    if (gy && g->n_in > 4 && g->needs[4] && !(g->gin[4] = shaped(sum_param(gy, &l), &g->in_meta[4])))
+        return OAR_ERR_INVALID;
     return 0;
 }
 
-/* batch_norm_backward computes, with a = gy w, xhat = (x - mean) rstd and
- * E the per-channel mean over M values,
- *   gx = rstd (a - E[a] - xhat E[a xhat]),  gw = sum gy xhat,  gb = sum gy,
- * treating mean and rstd as inputs of their own (batch_norm's gradient
- * flows on through them). With u, p, q the gradients of gx, gw, gb:
+/* The fused backward ops (layer_norm_backward, batch_norm_backward)
+ * compute, with a = gy w, xhat = (x - mean) rstd and E the mean over each
+ * statistic's M values,
+ *   gx = rstd (a - E[a] - xhat E[a xhat]),  gw = sum gy xhat,  gb = sum gy
+ * (gw, gb summed over the parameter dims), treating mean and rstd as
+ * inputs of their own (the forward's gradient flows on through them).
+ * With u, p, q the gradients of gx, gw, gb (S: a sum over a statistic):
  *   d a    = rstd (u - E[u] - xhat E[u xhat])      (gx's form, u for a)
  *   d xhat = -rstd (u E[a xhat] + a E[u xhat]) + p gy
- *   d rstd = sum u (a - E[a] - xhat E[a xhat]) + sum d xhat (x - mean)
- *   d gy   = d a w + p xhat + q,   d w = sum d a gy,
- *   d x    = d xhat rstd,          d mean = -sum d x.
+ *   d rstd = S u (a - E[a] - xhat E[a xhat]) + S d xhat (x - mean)
+ *   d gy   = d a w + p xhat + q,   d w = sum d a gy (parameter dims),
+ *   d x    = d xhat rstd,          d mean = -S d x.
  * Written with ops, so it differentiates again. */
-static int grad_batch_norm_backward(oari_grad_ctx *g) {
+static int grad_norm_backward(oari_grad_ctx *g, const norm_layout *l) {
     oar_tensor *gy = g->in[0], *x = g->in[1], *w = g->n_in > 4 ? g->in[4] : NULL;
     oar_tensor *u = g->gout[0];
-    const bn_layout l = bn_layout_of(&g->in_meta[1]);
-    const int nd = l.nd;
-    const int64_t *dims = l.dims;
-    oar_tensor *p = per_channel(g->gout[1], &l), *q = per_channel(g->gout[2], &l);
-    oar_tensor *rstd = per_channel(g->in[3], &l), *wc = per_channel(w, &l);
-    oar_tensor *xc = oar_sub(x, per_channel(g->in[2], &l)), *xhat = oar_mul(xc, rstd);
+    const int ns = l->n_stat;
+    const int64_t *sd = l->stat_dims;
+    oar_tensor *p = as_param(g->gout[1], l), *q = as_param(g->gout[2], l);
+    oar_tensor *rstd = as_stat(g->in[3], l), *wc = as_param(w, l);
+    oar_tensor *xc = oar_sub(x, as_stat(g->in[2], l)), *xhat = oar_mul(xc, rstd);
     oar_tensor *a = wc ? oar_mul(gy, wc) : gy;
     oar_tensor *da = NULL, *dxhat = NULL, *drstd = NULL, *dgy = NULL;
     if (u) {
-        oar_tensor *ea = oar_mean(a, nd, dims, true);
-        oar_tensor *eax = oar_mean(oar_mul(a, xhat), nd, dims, true);
-        oar_tensor *eu = oar_mean(u, nd, dims, true);
-        oar_tensor *eux = oar_mean(oar_mul(u, xhat), nd, dims, true);
+        oar_tensor *ea = oar_mean(a, ns, sd, true), *eax = oar_mean(oar_mul(a, xhat), ns, sd, true);
+        oar_tensor *eu = oar_mean(u, ns, sd, true), *eux = oar_mean(oar_mul(u, xhat), ns, sd, true);
         da = oar_mul(rstd, oar_sub(oar_sub(u, eu), oar_mul(xhat, eux)));
         dxhat = oar_neg(oar_mul(rstd, oar_add(oar_mul(u, eax), oar_mul(a, eux))));
-        oar_tensor *t = oar_sub(oar_sub(a, ea), oar_mul(xhat, eax));
-        drstd = oar_sum(oar_mul(u, t), nd, dims, false);
+        drstd = sum_stat(oar_mul(u, oar_sub(oar_sub(a, ea), oar_mul(xhat, eax))), l);
         dgy = wc ? oar_mul(da, wc) : da;
     }
     if (p) {
@@ -351,16 +408,27 @@ static int grad_batch_norm_backward(oari_grad_ctx *g) {
     }
     if (q) dgy = acc(dgy, oar_expand(q, x->ndim, x->shape));
     oar_tensor *dx = dxhat ? oar_mul(dxhat, rstd) : NULL;
-    if (dxhat) drstd = acc(drstd, oar_sum(oar_mul(dxhat, xc), nd, dims, false));
-    oar_tensor *dmean = dx ? oar_neg(oar_sum(dx, nd, dims, false)) : NULL;
-    oar_tensor *dw = w && da ? oar_sum(oar_mul(da, gy), nd, dims, false) : NULL;
+    if (dxhat) drstd = acc(drstd, sum_stat(oar_mul(dxhat, xc), l));
+    oar_tensor *dmean = dx ? oar_neg(sum_stat(dx, l)) : NULL;
+    oar_tensor *dw = w && da ? sum_param(oar_mul(da, gy), l) : NULL;
     /* an op that failed left NULL where a gradient flows */
     if (((u || p || q) && !dgy) || ((u || p) && (!dx || !dmean || !drstd)) || (u && w && !dw))
         return oari_fail_status();
     oar_tensor *res[5] = {dgy, dx, dmean, drstd, dw};
     for (int i = 0; i < 5 && i < g->n_in; i++)
-        if (g->needs[i]) g->gin[i] = res[i];
+        if (g->needs[i] && res[i] && !(g->gin[i] = i >= 2 ? shaped(res[i], &g->in_meta[i]) : res[i]))
+            return oari_fail_status();
     return 0;
+}
+
+static int grad_batch_norm_backward(oari_grad_ctx *g) {
+    const norm_layout l = bn_layout_of(&g->in_meta[1]);
+    return grad_norm_backward(g, &l);
+}
+
+static int grad_layer_norm_backward(oari_grad_ctx *g) {
+    const norm_layout l = ln_layout_of(&g->in_meta[1], (int)g->attrs->i[0]);
+    return grad_norm_backward(g, &l);
 }
 
 #define NORM_SAVED (OARI_SAVE_IN(0) | OARI_SAVE_IN(1) | OARI_SAVE_OUT(1) | OARI_SAVE_OUT(2))
@@ -394,6 +462,16 @@ const oari_op_def oari_def_batch_norm = {
     .saved = OARI_SAVE_IN(0) | OARI_SAVE_IN(3) | OARI_SAVE_OUT(1) | OARI_SAVE_OUT(2),
     .infer = infer_batch_norm,
     .grad = grad_batch_norm,
+};
+const oari_op_def oari_def_layer_norm_backward = {
+    .name = "layer_norm_backward",
+    .n_in = 5,
+    .n_out = 3,
+    .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_OPTIONAL_IN,
+    .saved = OARI_SAVE_ALL_IN,
+    .infer = infer_layer_norm_backward,
+    .grad = grad_layer_norm_backward,
 };
 const oari_op_def oari_def_batch_norm_backward = {
     .name = "batch_norm_backward",

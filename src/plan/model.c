@@ -120,7 +120,7 @@ static int op_family(oari_op op) {
     case OARI_OP_erf: case OARI_OP_pow: case OARI_OP_atan2:
         return OAR_PLAN_FAMILY_TRANSCENDENTAL;
     case OARI_OP_layer_norm: case OARI_OP_group_norm: case OARI_OP_batch_norm:
-    case OARI_OP_batch_norm_backward:
+    case OARI_OP_batch_norm_backward: case OARI_OP_layer_norm_backward:
         return OAR_PLAN_FAMILY_NORM;
     case OARI_OP_softmax: case OARI_OP_log_softmax:
         return OAR_PLAN_FAMILY_SOFTMAX;

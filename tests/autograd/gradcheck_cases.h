@@ -128,6 +128,19 @@ static oar_tensor *bn_bw_all(oar_tensor *gy, oar_tensor *x, oar_tensor *rstd, oa
     return oar_add(out[0], oar_add(oar_mul_scalar(gw, 0.7), oar_mul_scalar(gb, 1.3)));
 }
 FN(f_bn_bw, bn_bw_all(x[0], x[1], x[2], x[3]))
+/* layer_norm_backward the same way over the last n dims: gx + 0.7 gw + 1.3 gb. */
+static oar_tensor *ln_bw_all(oar_tensor *gy, oar_tensor *x, oar_tensor *rstd, oar_tensor *w, int n) {
+    int64_t dims[OAR_MAX_DIMS];
+    for (int i = 0; i < n; i++) dims[i] = x->ndim - n + i;
+    oar_tensor *in[5] = {gy, x, oar_mean(x, n, dims, true), rstd, w}, *out[OARI_MAX_OUT] = {0};
+    oari_attrs a = {.ni = 1, .i = {n}};
+    if (oari_dispatch(OARI_OP_layer_norm_backward, 5, in, &a, out)) return NULL;
+    for (int j = 0; j < 3; j++)
+        oari_pool_adopt(out[j]);
+    return oar_add(out[0], oar_add(oar_mul_scalar(out[1], 0.7), oar_mul_scalar(out[2], 1.3)));
+}
+FN(f_ln_bw, ln_bw_all(x[0], x[1], x[2], x[3], 1))
+FN(f_ln_bw2, ln_bw_all(x[0], x[1], x[2], NULL, 2))
 FN(f_bn_bw_nw, bn_bw_all(x[0], x[1], x[2], NULL))
 static const int64_t one2[2] = {1, 1}, two2[2] = {2, 2}, zero2[2] = {0, 0};
 FN(f_conv2d, oar_conv2d(x[0], x[1], x[2], one2, one2, one2, 1))
@@ -409,6 +422,8 @@ static const op_case op_cases[] = {
     {"group_norm", "", f_group_norm, 3, {{SH4(2, 4, 2, 2)}, {SH1(4)}, {SH1(4)}}, NOOPT},
     {"batch_norm", "training", f_batch_norm, 3, {{SH3(3, 2, 4)}, {SH1(2)}, {SH1(2)}}, NOOPT},
     {"batch_norm", "training, 4-d, bias only", f_batch_norm_nw, 2, {{SH4(2, 3, 2, 2)}, {SH1(3)}}, NOOPT},
+    {"layer_norm_backward", "weight", f_ln_bw, 4, {{SH3(2, 3, 4)}, {SH3(2, 3, 4)}, {SH3(2, 3, 1), POS}, {SH1(4)}}, NOOPT},
+    {"layer_norm_backward", "2 dims, no weight", f_ln_bw2, 3, {{SH3(2, 3, 4)}, {SH3(2, 3, 4)}, {SH3(2, 1, 1), POS}}, NOOPT},
     {"batch_norm_backward", "weight", f_bn_bw, 4, {{SH3(3, 2, 4)}, {SH3(3, 2, 4)}, {SH1(2), POS}, {SH1(2)}}, NOOPT},
     {"batch_norm_backward", "4-d, no weight", f_bn_bw_nw, 3, {{SH4(2, 3, 2, 2)}, {SH4(2, 3, 2, 2)}, {SH1(3), POS}}, NOOPT},
     {"batch_norm", "eval", f_batch_norm_eval, 4, {{SH3(3, 2, 4)}, {SH1(2), .constant = true}, {SH1(2), POS, .constant = true}, {SH1(2)}}, NOOPT},

@@ -230,6 +230,95 @@ static void test_batch_norm_backward_long_rows(void) {
         }
 }
 
+/* layer_norm's gradient (the fused layer_norm_backward kernel) on rows of
+ * 37 values (8-wide loops and a tail; one column block) and of 130 (three
+ * blocks of the weight sums), f32 and f64, gy strided in one of them,
+ * against a reference in double written here. */
+static void test_layer_norm_backward_long_rows(void) {
+    const int64_t R = 7, M[2] = {37, 130};
+    for (int k = 0; k < 2; k++)
+        for (int h = 0; h < 2; h++) {
+            oar_pool *p = oar_pool_push();
+            oar_dtype dt = float_types[k];
+            const int64_t m = M[h], shape[2] = {R, m}, n = R * m;
+            double *x = malloc((size_t)n * sizeof *x), *gyv = malloc((size_t)n * sizeof *gyv);
+            double *wv = malloc((size_t)m * sizeof *wv), *bv = malloc((size_t)m * sizeof *bv);
+            for (int64_t i = 0; i < n; i++) {
+                x[i] = 2 + sin(0.7 * (double)i) * (1 + (double)(i % 7)) + 0.1 * (double)(i % 3);
+                gyv[i] = cos(0.3 * (double)i) + 0.05 * (double)(i % 5);
+            }
+            for (int64_t j = 0; j < m; j++) {
+                wv[j] = 0.5 + 0.01 * (double)j;
+                bv[j] = -0.2 * (double)(j % 4);
+            }
+            oar_tensor *xt = leaf(make(x, dt, 2, shape)), *w = leaf(make(wv, dt, 1, &m)), *b = leaf(make(bv, dt, 1, &m));
+            oar_tensor *gy = h ? make_strided(gyv, dt, 2, shape) : make(gyv, dt, 2, shape);
+            oar_tensor *y = oar_layer_norm(xt, 1, w, b, 1e-5), *g[3] = {0}, *xs[3] = {xt, w, b};
+            CHECK(y && oar_grad(1, &y, &gy, 3, xs, false, false, g) == 0);
+            const double tol = dt == OAR_F64 ? 1e-11 : 2e-5;
+            oar_tensor *x64 = oar_cast(xt, OAR_F64), *gy64 = oar_contiguous(oar_cast(gy, OAR_F64));
+            oar_tensor *g64[3] = {g[0] ? oar_cast(g[0], OAR_F64) : NULL, g[1] ? oar_cast(g[1], OAR_F64) : NULL,
+                                  g[2] ? oar_cast(g[2], OAR_F64) : NULL};
+            CHECK(g64[0] && g64[1] && g64[2] && x64 && gy64);
+            int bad = 0;
+            if (g64[0] && g64[1] && g64[2] && x64 && gy64) {
+                const double *xd = oar_tensor_data(x64), *gd = oar_tensor_data(gy64), *gx = oar_tensor_data(g64[0]),
+                             *gw = oar_tensor_data(g64[1]), *gb = oar_tensor_data(g64[2]);
+                double *sw = calloc((size_t)m, sizeof *sw), *sb = calloc((size_t)m, sizeof *sb);
+                for (int64_t r = 0; r < R; r++) {
+                    const double *xr = xd + r * m, *gr = gd + r * m;
+                    double mean = 0, var = 0, sa = 0, sax = 0;
+                    for (int64_t j = 0; j < m; j++) mean += xr[j] / (double)m;
+                    for (int64_t j = 0; j < m; j++) var += (xr[j] - mean) * (xr[j] - mean) / (double)m;
+                    const double rstd = 1 / sqrt(var + 1e-5);
+                    for (int64_t j = 0; j < m; j++) {
+                        const double xhat = (xr[j] - mean) * rstd;
+                        sa += gr[j] * wv[j];
+                        sax += gr[j] * wv[j] * xhat;
+                        sw[j] += gr[j] * xhat;
+                        sb[j] += gr[j];
+                    }
+                    for (int64_t j = 0; j < m; j++) {
+                        const double xhat = (xr[j] - mean) * rstd;
+                        const double want = rstd * (gr[j] * wv[j] - sa / (double)m - xhat * sax / (double)m);
+                        bad += fabs(gx[r * m + j] - want) > tol * (1 + fabs(want));
+                    }
+                }
+                for (int64_t j = 0; j < m; j++) {
+                    bad += fabs(gw[j] - sw[j]) > tol * (1 + fabs(sw[j]));
+                    bad += fabs(gb[j] - sb[j]) > tol * (1 + fabs(sb[j]));
+                }
+                free(sw);
+                free(sb);
+            }
+            CHECK(bad == 0);
+            free(x);
+            free(gyv);
+            free(wv);
+            free(bv);
+            oar_pool_pop(p);
+        }
+}
+
+/* layer_norm_backward called directly: what its shape rule refuses. */
+static void test_layer_norm_backward_bad_input(void) {
+    oar_pool *p = oar_pool_push();
+    oar_tensor *x = oar_ones(OAR_F32, 3, (int64_t[]){2, 4, 5}), *st = oar_ones(OAR_F32, 3, (int64_t[]){2, 4, 1});
+    oar_tensor *out[OARI_MAX_OUT];
+    oari_attrs one = {.ni = 1, .i = {1}}, four = {.ni = 1, .i = {4}};
+    CHECK(run_op(OARI_OP_layer_norm_backward, 5, (oar_tensor *[]){x, x, st, st, NULL}, &four, out) != 0);
+    CHECK(strstr(oar_last_error(), "n_norm_dims 4 out of range for input [2, 4, 5]") != NULL);
+    CHECK(run_op(OARI_OP_layer_norm_backward, 5, (oar_tensor *[]){x, x, x, st, NULL}, &one, out) != 0);
+    CHECK(strstr(oar_last_error(), "mean [2, 4, 5] must have shape [2, 4, 1]") != NULL);
+    CHECK(run_op(OARI_OP_layer_norm_backward, 5,
+                 (oar_tensor *[]){x, x, st, st, oar_ones(OAR_F32, 1, (int64_t[]){4})}, &one, out) != 0);
+    CHECK(strstr(oar_last_error(), "weight [4] must have shape [5]") != NULL);
+    CHECK(run_op(OARI_OP_layer_norm_backward, 5, (oar_tensor *[]){st, x, st, st, NULL}, &one, out) != 0);
+    CHECK(strstr(oar_last_error(), "grad_out [2, 4, 1] must have input [2, 4, 5]'s shape") != NULL);
+    CHECK(run_op(OARI_OP_layer_norm_backward, 5, (oar_tensor *[]){x, x, st, st, NULL}, &one, out) == 0);
+    oar_pool_pop(p);
+}
+
 /* batch_norm_backward called directly: what its shape rule refuses. */
 static void test_batch_norm_backward_bad_input(void) {
     oar_pool *p = oar_pool_push();
@@ -379,6 +468,14 @@ static void test_allocation_failures(void) {
         if (xg) oar_tensor_set_requires_grad(xg, true);
         oar_tensor *z = xg ? oar_batch_norm(xg, NULL, NULL, NULL, NULL, true, 0.1, 1e-5) : NULL;
         bool ok = y && z && oar_grad(1, &z, (oar_tensor *[]){oar_ones_like(z)}, 1, &xg, false, false, &gx) == 0 && gx;
+        /* and layer_norm's */
+        oar_tensor *lw = make_strided(bn_w, OAR_F32, 1, (int64_t[]){3}), *lx = MAKE(bn_x, OAR_F32, 4, 12), *lg[2] = {0};
+        if (lx && lw) {
+            oar_tensor_set_requires_grad(lx, true);
+            oar_tensor_set_requires_grad(lw, true);
+        }
+        oar_tensor *ly = lx && lw ? oar_layer_norm(oar_reshape(lx, 3, (int64_t[]){4, 4, 3}), 1, lw, NULL, 1e-5) : NULL;
+        ok = ok && ly && oar_grad(1, &ly, (oar_tensor *[]){oar_ones_like(ly)}, 2, (oar_tensor *[]){lx, lw}, false, false, lg) == 0;
         CHECK(ok || oar_last_error()[0] != 0);
         finished = ok && f.count < n;
         oar_pool_pop(p);
@@ -424,6 +521,8 @@ int main(void) {
     RUN(test_batch_norm_long_rows);
     RUN(test_batch_norm_backward_long_rows);
     RUN(test_batch_norm_backward_bad_input);
+    RUN(test_layer_norm_backward_long_rows);
+    RUN(test_layer_norm_backward_bad_input);
     RUN(test_gradients);
     RUN(test_half_and_empty);
     RUN(test_bad_input);

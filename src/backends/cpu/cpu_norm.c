@@ -61,6 +61,9 @@ static void free_inputs(inputs *in) {
         scratch_free(in->owned[i], in->n[i]);
 }
 
+/* layer_norm_backward's weight and bias sums: columns a block */
+#define LN_COLS 64
+
 typedef float v4f_t __attribute__((vector_size(16)));
 typedef double v4d_t __attribute__((vector_size(32)));
 
@@ -84,6 +87,7 @@ typedef double v4d_t __attribute__((vector_size(32)));
     const oari_cpu_kernels oari_cpu_k_##name = {                                                   \
         [OAR_F32] = k_##name##_f32, [OAR_F64] = k_##name##_f64}
 TABLE(layer_norm);
+TABLE(layer_norm_backward);
 TABLE(group_norm);
 TABLE(batch_norm);
 TABLE(batch_norm_backward);
@@ -199,6 +203,100 @@ static int FN(k_layer_norm)(void *ctx, const oar_kernel_call *c) {
     OARI_PARALLEL_FOR_IF(rows > 1 && rows * m > OARI_PARALLEL_GRAIN,
     for (int64_t r = 0; r < rows; r++)
         FN(ln_row)(x + r * m, y + r * m, w, b, m, eps, mo + r, ro + r););
+    free_inputs(&in);
+    return 0;
+}
+
+/* One row of layer_norm's backward: with a = gy w (w optional) and
+ * xc = x - mean, the sums of a and a xc in double lanes, then
+ * gx = rstd (a - E[a]) - rstd^3 E[a xc] xc. */
+OARI_SIMD_CLONES
+static void FN(ln_grad_row)(const T *gy, const T *x, const T *w, T *gx, int64_t m, double mean, double rstd) {
+    typedef T vt __attribute__((vector_size(8 * sizeof(T))));
+    typedef double vd __attribute__((vector_size(64)));
+    vd as = {0}, axs = {0};
+    int64_t j = 0;
+    for (; j + 8 <= m; j += 8) {
+        vt g, v, wv;
+        memcpy(&g, gy + j, sizeof g);
+        memcpy(&v, x + j, sizeof v);
+        vd a = __builtin_convertvector(g, vd);
+        if (w) {
+            memcpy(&wv, w + j, sizeof wv);
+            a *= __builtin_convertvector(wv, vd);
+        }
+        as += a;
+        axs += a * (__builtin_convertvector(v, vd) - mean);
+    }
+    double sa = 0, sax = 0;
+    for (int l = 0; l < 8; l++) {
+        sa += as[l];
+        sax += axs[l];
+    }
+    for (; j < m; j++) {
+        const double a = (double)gy[j] * (w ? (double)w[j] : 1.0);
+        sa += a;
+        sax += a * ((double)x[j] - mean);
+    }
+    const double k0 = -rstd * sa / (double)m, kx = rstd * rstd * rstd * sax / (double)m;
+    j = 0;
+    for (; j + 8 <= m; j += 8) {
+        vt g, v, wv;
+        memcpy(&g, gy + j, sizeof g);
+        memcpy(&v, x + j, sizeof v);
+        vd a = __builtin_convertvector(g, vd);
+        if (w) {
+            memcpy(&wv, w + j, sizeof wv);
+            a *= __builtin_convertvector(wv, vd);
+        }
+        const vt y = __builtin_convertvector(a * rstd + k0 - (__builtin_convertvector(v, vd) - mean) * kx, vt);
+        memcpy(gx + j, &y, sizeof y);
+    }
+    for (; j < m; j++) {
+        const double a = (double)gy[j] * (w ? (double)w[j] : 1.0);
+        gx[j] = (T)(a * rstd + k0 - ((double)x[j] - mean) * kx);
+    }
+}
+
+/* layer_norm_backward (defs/conv.def): gx row by row (rows in parallel),
+ * then gw = sum gy xhat and gb = sum gy over the rows, in double, by
+ * blocks of LN_COLS columns (blocks in parallel; a fixed order). */
+static int FN(k_layer_norm_backward)(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    inputs in;
+    if (load_inputs(c, &in)) {
+        free_inputs(&in);
+        return oari_fail_status();
+    }
+    const T *gy = in.p[0], *x = in.p[1], *mo = in.p[2], *ro = in.p[3], *w = in.p[4];
+    const int nd = c->in[1].ndim, n = (int)c->iattr[0];
+    int64_t m = 1, rows = 1;
+    for (int d = 0; d < nd; d++) {
+        if (d < nd - n) rows *= c->in[1].shape[d];
+        else m *= c->in[1].shape[d];
+    }
+    T *gx = c->out[0].data, *gw = c->out[1].data, *gb = c->out[2].data;
+    OARI_PARALLEL_FOR_IF(rows > 1 && rows * m > OARI_PARALLEL_GRAIN,
+    for (int64_t r = 0; r < rows; r++)
+        FN(ln_grad_row)(gy + r * m, x + r * m, w, gx + r * m, m, (double)mo[r], (double)ro[r]););
+    const int64_t blocks = (m + LN_COLS - 1) / LN_COLS;
+    OARI_PARALLEL_FOR_IF(blocks > 1 && rows * m > OARI_PARALLEL_GRAIN,
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t j0 = b * LN_COLS, nj = m - j0 < LN_COLS ? m - j0 : LN_COLS;
+        double sw[LN_COLS] = {0}, sb[LN_COLS] = {0};
+        for (int64_t r = 0; r < rows; r++) {
+            const T *g = gy + r * m + j0, *v = x + r * m + j0;
+            const double mean = (double)mo[r], rstd = (double)ro[r];
+            _Pragma("omp simd") for (int64_t j = 0; j < nj; j++) {
+                sw[j] += (double)g[j] * (((double)v[j] - mean) * rstd);
+                sb[j] += (double)g[j];
+            }
+        }
+        for (int64_t j = 0; j < nj; j++) {
+            gw[j0 + j] = (T)sw[j];
+            gb[j0 + j] = (T)sb[j];
+        }
+    });
     free_inputs(&in);
     return 0;
 }
