@@ -92,11 +92,24 @@ OAR_API oar_dtype oar_autocast_dtype(void);
  *
  * The policy is oar_autocast_set_emulated's, else the environment variable
  * OAR_AUTOCAST_EMULATED ("low" or "f32"; another value warns as DEFAULT
- * does and names it). It is applied when a scope opens, so a scope keeps
- * its choice; ops on a plugin device's tensors compute in the scope's
- * dtype (their device's kernels). The graph passes "amp" / "amp_f16"
- * insert the scope's dtype regardless (a graph may run elsewhere); a graph
- * traced inside a scope records the casts the scope made. PyTorch runs CPU
+ * does and names it). It is read when a scope opens, so a scope keeps
+ * its choice.
+ *
+ * LOW ops on a plugin device's tensors follow the same policy by that
+ * device's own answer (oar_device_native_dot(device, low): its plugin's
+ * native_dot; OpenCL emulates f16 and bf16, CUDA has f16 natively from
+ * compute capability 7.0 and bf16 from 8.0), not the CPU's: the device is
+ * asked on the first LOW op on its tensors in a scope (once per scope and
+ * device), and the scope keeps the answer. DEFAULT's warning names the
+ * device and comes once per device and dtype per process; F32 computes
+ * them in f32 on the device. A device without native_dot, or whose answer
+ * fails (logged once; the caller's error state is kept), counts as native.
+ * (An op a device has no kernel for runs on the CPU in the dtype chosen
+ * for the device.)
+ *
+ * The graph passes "amp" / "amp_f16" insert the scope's dtype regardless
+ * (a graph may run elsewhere); a graph traced inside a scope records the
+ * casts the scope made. PyTorch runs CPU
  * autocast in bf16 whatever the CPU and says nothing; for a device without
  * the dtype at all it warns and disables autocast: DEFAULT keeps the
  * first's results and adds the warning, F32 is the second's speed with
@@ -104,7 +117,7 @@ OAR_API oar_dtype oar_autocast_dtype(void);
 typedef enum oar_autocast_emulated {
     OAR_AUTOCAST_EMULATED_DEFAULT = 0, /* from OAR_AUTOCAST_EMULATED; else warn once and run low */
     OAR_AUTOCAST_EMULATED_LOW = 1,     /* run in the low dtype, emulated, without a warning */
-    OAR_AUTOCAST_EMULATED_F32 = 2,     /* LOW ops on the CPU compute in f32 */
+    OAR_AUTOCAST_EMULATED_F32 = 2,     /* LOW ops compute in f32 where emulated */
 } oar_autocast_emulated;
 
 /* Sets the policy for scopes opened from now on, on every thread
@@ -113,7 +126,9 @@ typedef enum oar_autocast_emulated {
 OAR_API int oar_autocast_set_emulated(oar_autocast_emulated mode);
 /* The dtype LOW ops on CPU tensors compute in on this thread now: the
  * scope's low dtype, or f32 under the F32 policy on a CPU that only
- * emulates it; OAR_F32 when autocast is not enabled. */
+ * emulates it; OAR_F32 when autocast is not enabled. The CPU's only: LOW
+ * ops on a plugin device's tensors follow that device's answer (above),
+ * which their output dtype shows. */
 OAR_API oar_dtype oar_autocast_compute_dtype(void);
 
 typedef enum oar_autocast_policy {

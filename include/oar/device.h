@@ -352,7 +352,8 @@ OAR_DEVICE_API int oar_device_get_props(const oar_device *d, oar_device_props *o
  * "1", read at each call) override the CPU's answer (tests; a machine whose
  * probe is wrong). A plugin device answers through its table's native_dot
  * (ABI 1.4); one that does not counts as native. Autocast
- * (include/oar/amp.h) asks this when a scope opens. */
+ * (include/oar/amp.h) asks the CPU when a scope opens, and a plugin
+ * device on the first LOW op (matmul, conv) on its tensors in a scope. */
 OAR_DEVICE_API int oar_device_native_dot(const oar_device *d, int32_t dtype);
 /* Waits for the work queued on d; 0 or a status. */
 OAR_DEVICE_API int oar_device_synchronize(oar_device *d);

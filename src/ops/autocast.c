@@ -9,6 +9,7 @@
 #include <oar/amp.h>
 #include <oar/device.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,13 @@
  * the dtype their LOW ops compute in on the CPU (the scope's, or f32 when
  * the CPU lacks native dot products in it and the policy says so). */
 static _Thread_local oar_dtype scope[AUTOCAST_MAX_DEPTH], scope_compute[AUTOCAST_MAX_DEPTH];
+/* Each scope's emulated-dtype policy, read when it opened, and the dtype
+ * its LOW ops compute in on each plugin device (by device id), 1 + the
+ * dtype once asked, 0 before: a device is asked on the first LOW op on
+ * its tensors in the scope, so the hot path calls no plugin. A push
+ * clears the new level; popping back finds the outer scope's answers. */
+static _Thread_local uint8_t scope_policy[AUTOCAST_MAX_DEPTH];
+static _Thread_local uint8_t scope_dev[AUTOCAST_MAX_DEPTH][OARI_MAX_DEVICES];
 static _Thread_local int depth;
 /* Backward passes suspend autocast (oari_autocast_suspend). */
 static _Thread_local int suspended;
@@ -30,7 +38,11 @@ static void refresh(void) {
 /* ---- a low dtype the CPU only emulates --------------------------------------- */
 
 static int emulated_mode = OAR_AUTOCAST_EMULATED_DEFAULT; /* (process-wide; atomic) */
-static int warned[OAR_DTYPE_COUNT];
+/* The warnings given, per device (by id: the CPU's is 0) and dtype, in
+ * this process: bits of WARNED_EMULATED (DEFAULT's), WARNED_PROBE (a
+ * failed native_dot) */
+enum { WARNED_EMULATED = 1, WARNED_PROBE = 2 };
+static int warned[OARI_MAX_DEVICES][OAR_DTYPE_COUNT];
 
 int oar_autocast_set_emulated(oar_autocast_emulated mode) {
     if (mode != OAR_AUTOCAST_EMULATED_DEFAULT && mode != OAR_AUTOCAST_EMULATED_LOW &&
@@ -56,27 +68,65 @@ static int emulated_policy(const char **bad_env) {
     return OAR_AUTOCAST_EMULATED_DEFAULT;
 }
 
-/* The dtype a scope of low's LOW ops compute in on the CPU; warns once per
- * dtype (per process) when the CPU only emulates low and no policy was
- * chosen. */
-static oar_dtype cpu_compute_dtype(oar_dtype low) {
-    if (low == OAR_F32) return OAR_F32;
-    int native = oar_device_native_dot(oar_device_cpu(), low);
+static const char *low_name(oar_dtype low) { return low == OAR_BF16 ? "bf16" : "f16"; }
+
+/* True the first time for warning `what` about device d and dtype low. */
+static bool first_warning(const oar_device *d, oar_dtype low, int what) {
+    return (unsigned)d->id < OARI_MAX_DEVICES &&
+           !(__atomic_fetch_or(&warned[d->id][low], what, __ATOMIC_RELAXED) & what);
+}
+
+/* The dtype a scope of low (with emulated-dtype policy `policy`) computes
+ * its LOW ops in on device d, given d's native_dot answer; DEFAULT warns
+ * once per device and dtype (per process) when d only emulates low. */
+static oar_dtype compute_dtype(const oar_device *d, oar_dtype low, int policy, int native) {
     if (native != 0) return low; /* (a failed probe: as native, the behaviour before the probe existed) */
-    const char *bad = NULL;
-    int m = emulated_policy(&bad);
-    if (m == OAR_AUTOCAST_EMULATED_F32) return OAR_F32;
-    if (m == OAR_AUTOCAST_EMULATED_DEFAULT && !__atomic_exchange_n(&warned[low], 1, __ATOMIC_RELAXED)) {
-        const char *n = low == OAR_BF16 ? "bf16" : "f16";
+    if (policy == OAR_AUTOCAST_EMULATED_F32) return OAR_F32;
+    if (policy == OAR_AUTOCAST_EMULATED_DEFAULT && first_warning(d, low, WARNED_EMULATED)) {
+        const char *bad = NULL, *n = low_name(low);
+        emulated_policy(&bad);
+        bool cpu = d == oari_device_cpu();
+        char who[48];
+        snprintf(who, sizeof who, cpu ? "this CPU" : "device %s", d->name);
         oari_log(OAR_LOG_WARN, "autocast",
-                 "this CPU has no native %s dot products (%s), so %s matmul and conv inside autocast scopes are "
+                 "%s has no native %s dot products (%s), so %s matmul and conv %sinside autocast scopes are "
                  "emulated and typically slower than f32. They run in %s anyway; set OAR_AUTOCAST_EMULATED=f32 "
                  "(or call oar_autocast_set_emulated) to compute them in f32 instead, or =low to keep %s "
                  "without this warning (docs/amp.md)%s%s%s",
-                 n, low == OAR_BF16 ? "AVX512_BF16 or AMX-BF16 with oneDNN" : "oar's CPU kernels compute f16 in f32",
-                 n, n, n, bad ? "; OAR_AUTOCAST_EMULATED=\"" : "", bad ? bad : "", bad ? "\" is neither" : "");
+                 who, n,
+                 !cpu ? "its plugin's native_dot says its kernels emulate it or compute it in a wider type"
+                 : low == OAR_BF16 ? "AVX512_BF16 or AMX-BF16 with oneDNN"
+                                   : "oar's CPU kernels compute f16 in f32",
+                 n, cpu ? "" : "on its tensors ", n, n, bad ? "; OAR_AUTOCAST_EMULATED=\"" : "", bad ? bad : "",
+                 bad ? "\" is neither" : "");
     }
     return low;
+}
+
+/* The dtype the innermost scope's LOW ops compute in on plugin device d:
+ * d's answer for this scope, asked on the first call (its native_dot,
+ * which a failed probe, logged once, counts as native; the caller's
+ * error state is kept, since the op goes on). */
+static oar_dtype device_compute_dtype(const oar_device *d) {
+    if ((unsigned)d->id >= OARI_MAX_DEVICES) return scope[depth - 1];
+    uint8_t *c = &scope_dev[depth - 1][d->id];
+    if (*c) return (oar_dtype)(*c - 1);
+    oar_dtype low = scope[depth - 1];
+    int prev_status = oari_last_status();
+    char prev[1024] = "";
+    if (oari_error_pending()) snprintf(prev, sizeof prev, "%s", oar_last_error());
+    int native = oar_device_native_dot(d, low);
+    if (native < 0) {
+        if (first_warning(d, low, WARNED_PROBE))
+            oari_log(OAR_LOG_WARN, "autocast", "could not ask device %s whether it computes %s dot products "
+                     "natively (%s); its %s matmul and conv run in %s, as on a device that does",
+                     d->name, low_name(low), oar_last_error(), low_name(low), low_name(low));
+        if (prev[0]) oari_error(prev_status, "%s", prev);
+        else oar_clear_error();
+    }
+    oar_dtype r = compute_dtype(d, low, scope_policy[depth - 1], native);
+    *c = (uint8_t)(r + 1);
+    return r;
 }
 
 oar_dtype oar_autocast_compute_dtype(void) { return oari_autocast_active ? scope_compute[depth - 1] : OAR_F32; }
@@ -89,7 +139,13 @@ int oar_autocast_push(oar_dtype low) {
     if (depth == AUTOCAST_MAX_DEPTH)
         return oari_error(OAR_ERR_STATE, "autocast_push: scopes nested more than %d deep (a missing "
                           "oar_autocast_pop?)", AUTOCAST_MAX_DEPTH);
-    scope_compute[depth] = cpu_compute_dtype(low);
+    const char *bad;
+    int policy = emulated_policy(&bad);
+    scope_policy[depth] = (uint8_t)policy;
+    memset(scope_dev[depth], 0, sizeof scope_dev[depth]);
+    scope_compute[depth] = low == OAR_F32 ? OAR_F32
+                           : compute_dtype(oari_device_cpu(), low, policy,
+                                           oar_device_native_dot(oari_device_cpu(), low));
     scope[depth++] = low;
     refresh();
     return 0;
@@ -227,10 +283,15 @@ int oari_autocast_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oa
                            oar_tensor **out) {
     oar_dtype want[OARI_MAX_IN];
     /* LOW ops compute in the scope's CPU dtype; on a plugin device's
-     * tensors in the scope's own (that device's kernels run them) */
+     * tensors (the first input's device that is not the CPU) in the one
+     * that device's answer and the scope's policy give */
     oar_dtype low = scope_compute[depth - 1];
-    for (int i = 0; i < n_in && n_in <= OARI_MAX_IN; i++)
-        if (in[i] && in[i]->storage && in[i]->storage->device != oari_device_cpu()) low = scope[depth - 1];
+    if (oari_autocast_policy(op) == OAR_AUTOCAST_LOW)
+        for (int i = 0; i < n_in && n_in <= OARI_MAX_IN; i++)
+            if (in[i] && in[i]->storage && in[i]->storage->device != oari_device_cpu()) {
+                low = device_compute_dtype(in[i]->storage->device);
+                break;
+            }
     if (n_in < 0 || n_in > OARI_MAX_IN || !oari_autocast_targets(op, low, n_in, in, want))
         return oari_dispatch_run(op, n_in, in, attrs, out);
     oar_tensor *cin[OARI_MAX_IN] = {0};

@@ -209,8 +209,10 @@ int oari_device_run_on_cpu(oari_op op, oar_device *dev, int n_in, oar_tensor *co
         hin[i] = in[i]->storage->device == dev ? host_mirror(in[i]) : oar_tensor_retain(in[i]);
         if (!hin[i]) st = oari_fail_status();
     }
+    /* without autocast: the call's dtypes were decided for dev (autocast
+     * ran before this call), and the CPU's scope dtype may differ */
     oari_no_grad_push();
-    if (!st) st = oari_dispatch(op, n_in, hin, attrs, hout);
+    if (!st) st = oari_dispatch_run(op, n_in, hin, attrs, hout);
     oari_no_grad_pop();
     for (int j = 0; j < n_out && !st; j++) {
         if (def->flags & OARI_F_INPLACE) { /* the whole storage back, as it was mirrored */
@@ -220,6 +222,11 @@ int oari_device_run_on_cpu(oari_op op, oar_device *dev, int n_in, oar_tensor *co
         }
         size_t n = (size_t)out[j]->numel * oar_dtype_size(out[j]->dtype);
         oar_tensor *c = hout[j];
+        if (c->dtype != out[j]->dtype || c->numel != out[j]->numel) {
+            st = oari_error(OAR_ERR_STATE, "%s: the CPU's result (%s) does not match %s's output (%s)", def->name,
+                            oar_dtype_name(c->dtype), dev->name, oar_dtype_name(out[j]->dtype));
+            break;
+        }
         st = oari_device_from_host(dev, out[j]->storage->data,
                                    (size_t)out[j]->offset * oar_dtype_size(out[j]->dtype),
                                    (char *)c->storage->data +

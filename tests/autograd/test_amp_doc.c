@@ -79,12 +79,23 @@ static char *generate(void) {
             "`oar_autocast_dtype()` is the scope's dtype (`oar_autocast_compute_dtype()`\n"
             "says f32), the f32 and promote lists apply, O2 models keep their low\n"
             "parameters (each LOW op casts them up) and the loss scaler is unchanged. A\n"
-            "scope keeps the choice made when it opened; tensors of a plugin device\n"
-            "compute in the scope's dtype; the graph passes `amp` / `amp_f16` insert the\n"
-            "scope's dtype regardless. PyTorch runs CPU autocast in bf16 on any CPU and\n"
-            "says nothing, and on a device without the dtype warns and disables autocast:\n"
-            "the default keeps the first's results and adds the warning; `f32` gives the\n"
-            "second's speed with the API kept.\n\n");
+            "scope keeps the choice made when it opened; the graph passes `amp` /\n"
+            "`amp_f16` insert the scope's dtype regardless. PyTorch runs CPU autocast in\n"
+            "bf16 on any CPU and says nothing, and on a device without the dtype warns\n"
+            "and disables autocast: the default keeps the first's results and adds the\n"
+            "warning; `f32` gives the second's speed with the API kept.\n\n"
+            "LOW ops on a plugin device's tensors follow the same policy by that\n"
+            "device's own answer, `oar_device_native_dot(device, dtype)` (its plugin's\n"
+            "`native_dot`: OpenCL says no for f16 and bf16, since none of its kernels\n"
+            "computes in them; CUDA says yes for f16 from compute capability 7.0 and\n"
+            "for bf16 from 8.0). A device is asked on the first LOW op on its tensors\n"
+            "in a scope, and the scope keeps that answer; the default's warning names\n"
+            "the device and comes once per device and dtype; under `f32` its LOW ops\n"
+            "compute in f32, on its f32 kernels. A device that answers yes, or\n"
+            "has no `native_dot`, or fails to answer (logged once), runs the scope's\n"
+            "dtype; the CPU's answer never decides for a device, nor a device's for the\n"
+            "CPU. `oar_autocast_compute_dtype()` stays the CPU's; an op's output dtype\n"
+            "shows what ran.\n\n");
     put(&b, "%d ops: %d low, %d f32, %d promote.\n\n", count[0] + count[1] + count[2],
         count[OAR_AUTOCAST_LOW], count[OAR_AUTOCAST_F32], count[OAR_AUTOCAST_PROMOTE]);
     put(&b, "| op | policy |\n| --- | --- |\n");

@@ -100,8 +100,10 @@ static void test_older_minor(void) {
 
 /* oar_device_native_dot asks the plugin's table (ABI 1.4); a table that
  * lacks the member (oldmock's 1.0 one) counts as native. Autocast's F32
- * policy on a CPU without native bf16 leaves a plugin device's tensors in
- * the scope's dtype. */
+ * policy follows each device's own answer: on a CPU without native bf16
+ * or f16, the CPU's products compute in f32, mock:0's in f32 for bf16
+ * (it emulates it too) and in f16 for f16 (native there). More in
+ * test_amp_device. */
 static void test_native_dot(void) {
     oar_device *m = oar_device_get("mock:0"), *old = oar_device_get("oldmock:0");
     CHECK(m && old);
@@ -116,7 +118,11 @@ static void test_native_dot(void) {
     oar_tensor *da = oar_tensor_to(a, m), *db = oar_tensor_to(b, m);
     CHECK(oar_autocast_push(OAR_BF16) == 0);
     CHECK(oar_tensor_dtype(oar_matmul(a, b)) == OAR_F32);   /* the CPU's: f32 compute */
-    CHECK(oar_tensor_dtype(oar_matmul(da, db)) == OAR_BF16); /* the device's: the scope's */
+    CHECK(oar_tensor_dtype(oar_matmul(da, db)) == OAR_F32); /* the device's: emulated too */
+    CHECK(oar_autocast_pop() == 0);
+    CHECK(oar_autocast_push(OAR_F16) == 0); /* (the CPU's f16: never native) */
+    CHECK(oar_tensor_dtype(oar_matmul(a, b)) == OAR_F32);   /* the CPU's: f32 compute */
+    CHECK(oar_tensor_dtype(oar_matmul(da, db)) == OAR_F16); /* the device's: native */
     CHECK(oar_autocast_pop() == 0);
     oar_pool_pop(pool);
     unsetenv("OAR_AUTOCAST_EMULATED");

@@ -9,6 +9,7 @@
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 static const oar_host_api *host;
@@ -114,9 +115,14 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
 }
 
 /* (ABI 1.4) bf16 emulated, f16 native: the answers test_plugin_loader
- * expects; past the 1.0 table, so never read for oldmock */
+ * expects; past the 1.0 table, so never read for oldmock. For
+ * test_amp_device, OAR_TEST_MOCK_NATIVE_BF16 (read at each call) makes
+ * bf16 native ("1") or the answer a failure ("fail"). */
 static int native_dot(void *ctx, int index, int32_t dtype) {
     (void)ctx, (void)index;
+    const char *v = dtype == 5 ? getenv("OAR_TEST_MOCK_NATIVE_BF16") : NULL; /* bf16 */
+    if (v && !strcmp(v, "fail")) return host->error(-3, "mock native_dot: made to fail (OAR_TEST_MOCK_NATIVE_BF16)");
+    if (v && !strcmp(v, "1")) return 1;
     return dtype == 4; /* f16 */
 }
 
