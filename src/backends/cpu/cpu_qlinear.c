@@ -28,6 +28,8 @@ typedef struct {
     int32_t zp; /* the effective zero point: +128 for an int8 x */
     bool i8, relu;
     oari_qout o; /* y's dtype: f32, or requantized */
+    bool fast;    /* requantized with oari_qfast's short epilogue (the VNNI kernel; set per call) */
+    oari_qfast qf;
     bool out_i32; /* the int32 sums themselves (oari_cpu_qgemm_vnni): no scale, bias or relu */
 } qargs;
 
@@ -130,8 +132,9 @@ VNNI __attribute__((always_inline)) static inline void tile(const qargs *q, cons
     }
     const int32_t *ws = q->ws->data;
     const float *sp = q->s->data, *bp = q->b ? (const float *)q->b->data : NULL;
-    const bool per_col = q->s->ndim == 1, relu = q->relu, out_i32 = q->out_i32;
+    const bool per_col = q->s->ndim == 1, relu = q->relu, out_i32 = q->out_i32, fast = q->fast;
     const oari_qout_v ov = oari_qout_vec(&q->o);
+    const oari_qfast_v fv = oari_qfast_vec(&q->o, &q->qf);
     void *const y = q->y;
     const int64_t n = q->n;
     const __m512i zp = _mm512_set1_epi32(q->zp);
@@ -149,6 +152,11 @@ VNNI __attribute__((always_inline)) static inline void tile(const qargs *q, cons
             if (out_i32) {
                 _mm512_mask_storeu_epi32((int32_t *)y + (i0 + r) * n + j0, mask,
                                          _mm512_sub_epi32(acc[r][c], corr));
+                continue;
+            }
+            if (fast) { /* the same bytes as the full form below (oari_qfast) */
+                oari_qfast_store(&fv, (uint8_t *)y + (i0 + r) * n + j0, mask, _mm512_sub_epi32(acc[r][c], corr), sv,
+                                 bv);
                 continue;
             }
             __m512 f = oari_qact_v(_mm512_sub_epi32(acc[r][c], corr), sv, bp ? &bv : NULL, relu);
@@ -207,7 +215,7 @@ static bool have_vnni(void) {
 }
 #endif
 
-static bool force_reference;
+static bool force_reference, qfast_off;
 
 bool oari_cpu_qvnni(void) {
 #ifdef HAVE_VNNI_CODE
@@ -272,6 +280,14 @@ int oari_cpu_qgemm_vnni(const void *a, bool i8, int32_t za, const int8_t *b, int
 /* Tests: the exact loop whatever the CPU (true), or the fast path back. */
 void oari_cpu_qlinear_force_reference(bool on) { __atomic_store_n(&force_reference, on, __ATOMIC_RELAXED); }
 
+/* Tests: the full requantizing epilogue on the VNNI kernels (true), or the short one back where it holds. */
+void oari_cpu_qfast_force_off(bool on) { __atomic_store_n(&qfast_off, on, __ATOMIC_RELAXED); }
+
+bool oari_cpu_qfast(const oari_qout *o, const float *s, int64_t ns, const float *b, int64_t nb, bool relu,
+                    oari_qfast *f) {
+    return !__atomic_load_n(&qfast_off, __ATOMIC_RELAXED) && oari_qfast_make(o, s, ns, b, nb, relu, f);
+}
+
 static int k_qlinear(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     const oar_ktensor *x = &c->in[0];
@@ -289,6 +305,7 @@ static int k_qlinear(void *ctx, const oar_kernel_call *c) {
 #ifdef HAVE_VNNI_CODE
     if (!__atomic_load_n(&force_reference, __ATOMIC_RELAXED) && have_vnni() && dense(x) && dense(q.w) &&
         dense(q.ws) && dense(q.s) && (!q.b || dense(q.b))) {
+        q.fast = oari_cpu_qfast(&q.o, q.s->data, q.s->ndim ? q.n : 1, q.b ? q.b->data : NULL, q.n, q.relu, &q.qf);
         qlinear_vnni(&q);
         return 0;
     }

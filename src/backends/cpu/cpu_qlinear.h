@@ -1,7 +1,8 @@
-/* The fused quantized linear layer's CPU kernel (cpu_qlinear.c): a switch
+/* The fused quantized linear layer's CPU kernel (cpu_qlinear.c): switches
  * for the tests, the int32 product qconv2d runs on, and the pieces the
  * fused conv (cpu_qconv.c) shares with it: the VNNI probe and the
- * epilogue (scale, bias, relu, the next layer's quantize). */
+ * epilogue (scale, bias, relu, the next layer's quantize) in its full and
+ * short forms. */
 #ifndef OARI_CPU_QLINEAR_H
 #define OARI_CPU_QLINEAR_H
 
@@ -86,6 +87,16 @@ static inline bool oari_qfast_make(const oari_qout *o, const float *s, int64_t n
     if (relu && f->lower < 0) f->lower = 0;
     return true;
 }
+
+/* true: the VNNI kernels of qlinear and qlinear_conv2d never take the
+ * short form (tests compare it with the full form on the same kernel);
+ * false: they take it where oari_qfast_make allows. */
+OARI_HIDDEN void oari_cpu_qfast_force_off(bool on);
+
+/* oari_qfast_make, false while the short form is forced off: the fused
+ * layers' choice of epilogue, made once per call. */
+OARI_HIDDEN bool oari_cpu_qfast(const oari_qout *o, const float *s, int64_t ns, const float *b, int64_t nb, bool relu,
+                                oari_qfast *f);
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
