@@ -221,8 +221,8 @@ static int64_t n_differ(oar_tensor *a, oar_tensor *b) {
  * chunk, k not a multiple of 4; per-column scales (some negative) and one
  * scale, with and without bias and relu, uint8 and int8 x and out, ONNX's
  * division; and constants that refuse the short form (a scale of 1e30: f /
- * sq past 2^63, which quantize sends to the low end, and an infinite
- * bias), where the full form must run. (On a CPU without AVX512_VNNI all
+ * sq past 2^63, which quantize sends to the low end, and infinite and
+ * NaN biases), where the full form must run. (On a CPU without AVX512_VNNI all
  * three are the exact loop.) */
 static void test_requant_forms(void) {
     oar_pool *pool = oar_pool_push();
@@ -234,14 +234,15 @@ static void test_requant_forms(void) {
         oar_tensor *wp = pack_ref(w, &ws);
         oar_tensor *x = rand_f32(m, k, 1.0);
         float *sv = malloc((size_t)n * sizeof *sv), *bv = malloc((size_t)n * sizeof *bv);
-        /* per column, per column with negative scales, one scale and no bias, a scale of 1e30, infinite biases */
+        /* per column, per column with negative scales, one scale and no bias, a scale of 1e30, infinite and NaN
+         * biases */
         for (int kind = 0; kind < 5; kind++) {
             for (int64_t j = 0; j < n; j++) {
                 sv[j] = (float)(0.002 + 0.0001 * (double)(j % 13)) * (kind == 1 && j % 2 ? -1.f : 1.f);
                 bv[j] = (float)(0.3 * (double)(j % 7) - 0.9);
             }
             if (kind == 3) sv[n / 2] = 1e30f;
-            if (kind == 4) bv[n - 1] = INFINITY, bv[0] = n > 1 ? -INFINITY : bv[0];
+            if (kind == 4) bv[n - 1] = INFINITY, bv[0] = -INFINITY, bv[n / 2] = NAN;
             oar_tensor *s = kind == 2 ? oar_full(OAR_F32, 0, NULL, 0.0031) : oar_tensor_from_data(sv, OAR_F32, 1, &n);
             oar_tensor *b = kind == 2 ? NULL : oar_tensor_from_data(bv, OAR_F32, 1, &n);
             for (int i8 = 0; i8 < 2; i8++) {
@@ -269,6 +270,11 @@ static void test_requant_forms(void) {
                             bool fast = oari_qfast_make(&o, kind == 2 ? (const float[]){0.0031f} : sv,
                                                         kind == 2 ? 1 : n, b ? bv : NULL, n, relu, &qf);
                             CHECK(fast == (kind < 3));
+                            /* the kernels' own check (AVX-512 where the CPU has it) agrees */
+                            oari_qfast qk;
+                            CHECK(oari_cpu_qfast(&o, kind == 2 ? (const float[]){0.0031f} : sv, kind == 2 ? 1 : n,
+                                                 b ? bv : NULL, n, relu, &qk) == fast);
+                            CHECK(!fast || (qk.lower == qf.lower && qk.upper == qf.upper && qk.zq == qf.zq));
                             if (kind == 0 && !relu) { /* the clamps and the rounding all exercised */
                                 double *v = test_values(want);
                                 int64_t at_lo = 0, at_hi = 0, inside = 0;

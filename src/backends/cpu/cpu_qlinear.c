@@ -10,9 +10,11 @@
  *
  * Tiles of up to 4 rows by 64 columns (16 zmm accumulators) walk k; rows
  * in chunks of 64, and each (chunk, 64 columns) an item of the OpenMP loop
- * when the product is large. Without AVX512_VNNI (checked at run time), in
- * a build without x86-64 intrinsics, or for strided operands, an exact
- * integer loop gives the same values. */
+ * when the product is large. A requantized output takes oari_qfast's
+ * short epilogue (cpu_qlinear.h) where the constants allow it (checked per
+ * call), as the fused conv does. Without AVX512_VNNI (checked at run
+ * time), in a build without x86-64 intrinsics, or for strided operands, an
+ * exact integer loop gives the same values. */
 #include "cpu_qlinear.h"
 
 #include <string.h>
@@ -283,9 +285,29 @@ void oari_cpu_qlinear_force_reference(bool on) { __atomic_store_n(&force_referen
 /* Tests: the full requantizing epilogue on the VNNI kernels (true), or the short one back where it holds. */
 void oari_cpu_qfast_force_off(bool on) { __atomic_store_n(&qfast_off, on, __ATOMIC_RELAXED); }
 
+#ifdef HAVE_VNNI_CODE
+/* oari_absmax on 16 lanes */
+VNNI static double absmax_v(const float *p, int64_t n) {
+    const __m512 big = _mm512_set1_ps(3.40282347e38f);
+    __m512 m = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int64_t j = 0; j < n; j += 16) {
+        __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+        __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(k, p + j));
+        bad |= _mm512_mask_cmp_ps_mask(k, a, big, _CMP_NLE_UQ); /* NaN or inf */
+        m = _mm512_max_ps(m, a);
+    }
+    return bad ? INFINITY : (double)_mm512_reduce_max_ps(m);
+}
+#endif
+
 bool oari_cpu_qfast(const oari_qout *o, const float *s, int64_t ns, const float *b, int64_t nb, bool relu,
                     oari_qfast *f) {
-    return !__atomic_load_n(&qfast_off, __ATOMIC_RELAXED) && oari_qfast_make(o, s, ns, b, nb, relu, f);
+    if (!o->on || __atomic_load_n(&qfast_off, __ATOMIC_RELAXED)) return false;
+#ifdef HAVE_VNNI_CODE
+    if (have_vnni()) return oari_qfast_bound(o, absmax_v(s, ns), b ? absmax_v(b, nb) : 0, relu, f);
+#endif
+    return oari_qfast_make(o, s, ns, b, nb, relu, f);
 }
 
 static int k_qlinear(void *ctx, const oar_kernel_call *c) {
