@@ -286,18 +286,28 @@ void oari_cpu_qlinear_force_reference(bool on) { __atomic_store_n(&force_referen
 void oari_cpu_qfast_force_off(bool on) { __atomic_store_n(&qfast_off, on, __ATOMIC_RELAXED); }
 
 #ifdef HAVE_VNNI_CODE
-/* oari_absmax on 16 lanes */
+/* oari_absmax on 16 lanes, four vectors at a time (a layer's n scales and
+ * n biases are read at every call) */
 VNNI static double absmax_v(const float *p, int64_t n) {
     const __m512 big = _mm512_set1_ps(3.40282347e38f);
-    __m512 m = _mm512_setzero_ps();
+    __m512 m[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     __mmask16 bad = 0;
-    for (int64_t j = 0; j < n; j += 16) {
+    int64_t j = 0;
+    for (; j + 64 <= n; j += 64)
+        UNROLL4
+        for (int u = 0; u < 4; u++) {
+            __m512 a = _mm512_abs_ps(_mm512_loadu_ps(p + j + 16 * u));
+            bad |= _mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ); /* NaN or inf */
+            m[u] = _mm512_max_ps(m[u], a);
+        }
+    for (; j < n; j += 16) {
         __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
         __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(k, p + j));
-        bad |= _mm512_mask_cmp_ps_mask(k, a, big, _CMP_NLE_UQ); /* NaN or inf */
-        m = _mm512_max_ps(m, a);
+        bad |= _mm512_mask_cmp_ps_mask(k, a, big, _CMP_NLE_UQ);
+        m[0] = _mm512_max_ps(m[0], a);
     }
-    return bad ? INFINITY : (double)_mm512_reduce_max_ps(m);
+    __m512 all = _mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3]));
+    return bad ? INFINITY : (double)_mm512_reduce_max_ps(all);
 }
 #endif
 
@@ -327,7 +337,9 @@ static int k_qlinear(void *ctx, const oar_kernel_call *c) {
 #ifdef HAVE_VNNI_CODE
     if (!__atomic_load_n(&force_reference, __ATOMIC_RELAXED) && have_vnni() && dense(x) && dense(q.w) &&
         dense(q.ws) && dense(q.s) && (!q.b || dense(q.b))) {
-        q.fast = oari_cpu_qfast(&q.o, q.s->data, q.s->ndim ? q.n : 1, q.b ? q.b->data : NULL, q.n, q.relu, &q.qf);
+        /* (one row: the check, which reads the n scales and biases, costs about what the short form saves) */
+        q.fast = q.m > 1 &&
+                 oari_cpu_qfast(&q.o, q.s->data, q.s->ndim ? q.n : 1, q.b ? q.b->data : NULL, q.n, q.relu, &q.qf);
         qlinear_vnni(&q);
         return 0;
     }
