@@ -271,10 +271,11 @@ static void test_op(void) {
 
 /* The requantizing epilogue in both its forms (cpu_qlinear.h: the short
  * one when the constants keep every value finite and below 2^30, the full
- * one otherwise) gives quantize's values of the unfused ops exactly: no
- * relu and relu, negative scales (relu folded into the clamp), and the
- * constants that refuse the short form (a scale of 1e30, an infinite bias:
- * values past 2^63 and inf, which quantize sends to the low end). */
+ * one otherwise, or forced on the VNNI kernel) gives quantize's values of
+ * the unfused ops exactly: no relu and relu, negative scales (relu folded
+ * into the clamp), and the constants that refuse the short form (a scale
+ * of 1e30, an infinite bias: values past 2^63 and inf, which quantize
+ * sends to the low end). */
 static void test_requant_forms(void) {
     oar_pool *pool = oar_pool_push();
     const conv_p cp = {{1, 1}, {1, 1}, {1, 1}, 3, 3};
@@ -310,8 +311,10 @@ static void test_requant_forms(void) {
                         oar_max_pool2d(f, (int64_t[]){2, 2}, (int64_t[]){2, 2}, (int64_t[]){0, 0}, (int64_t[]){1, 1},
                                        false, NULL),
                         sy, zy, dt);
-                    for (int ref = 0; ref < 2; ref++) {
-                        oari_cpu_qlinear_force_reference(ref);
+                    /* ref 0: VNNI, the short form where it holds; 1: the exact loop; 2: VNNI, the full form */
+                    for (int ref = 0; ref < 3; ref++) {
+                        oari_cpu_qlinear_force_reference(ref == 1);
+                        oari_cpu_qfast_force_off(ref == 2);
                         oar_tensor *ys = oar_full(OAR_F64, 0, NULL, sy), *yz = oar_full(OAR_I64, 0, NULL, (double)zy);
                         oar_tensor *got = qconv_op(xq, wp, ws, s, b, zp, &cp, relu, ys, yz, dt, 0);
                         CHECK(got && oar_tensor_dtype(got) == dt && same_values(got, want));
@@ -327,6 +330,7 @@ static void test_requant_forms(void) {
                                     kind, i8, relu, odt, ref, max_diff(gp, want_p));
                     }
                     oari_cpu_qlinear_force_reference(false);
+                    oari_cpu_qfast_force_off(false);
                 }
             }
         }

@@ -202,6 +202,119 @@ static void test_op(void) {
     oar_pool_pop(pool);
 }
 
+/* Elements where a and b differ (all of them where the shapes differ). */
+static int64_t n_differ(oar_tensor *a, oar_tensor *b) {
+    if (!a || !b || oar_tensor_numel(a) != oar_tensor_numel(b)) return -1;
+    int64_t n = oar_tensor_numel(a), bad = 0;
+    double *va = test_values(a), *vb = test_values(b);
+    for (int64_t i = 0; i < n; i++) bad += va[i] != vb[i];
+    free(va), free(vb);
+    return bad;
+}
+
+/* The requantizing epilogue in both its forms (cpu_qlinear.h: the short
+ * one where oari_qfast_make bounds every value below 2^30, the full one
+ * otherwise): the VNNI kernel with the short form allowed, the VNNI kernel
+ * with it forced off and the exact loop give, byte for byte, quantize of
+ * the unfused ops' f32 values. Widths that leave a masked tail of 16 (n 7,
+ * 33, 100) and none (16, 64), rows past the 4-row tiles and the 64-row
+ * chunk, k not a multiple of 4; per-column scales (some negative) and one
+ * scale, with and without bias and relu, uint8 and int8 x and out, ONNX's
+ * division; and constants that refuse the short form (a scale of 1e30: f /
+ * sq past 2^63, which quantize sends to the low end, and infinite and
+ * NaN biases), where the full form must run. (On a CPU without AVX512_VNNI all
+ * three are the exact loop.) */
+static void test_requant_forms(void) {
+    oar_pool *pool = oar_pool_push();
+    const int64_t ks[] = {5, 64, 259}, ns[] = {7, 16, 33, 64, 100}, ms[] = {14, 67};
+    int64_t cases = 0, fast_cases = 0;
+    for (int ci = 0; ci < 5; ci++) {
+        const int64_t n = ns[ci], k = ks[ci % 3], m = ms[ci % 2];
+        oar_tensor *w = oar_quantize_per_tensor(rand_f32(k, n, 1.0), 1.0 / 127, 0, OAR_I8), *ws;
+        oar_tensor *wp = pack_ref(w, &ws);
+        oar_tensor *x = rand_f32(m, k, 1.0);
+        float *sv = malloc((size_t)n * sizeof *sv), *bv = malloc((size_t)n * sizeof *bv);
+        /* per column, per column with negative scales, one scale and no bias, a scale of 1e30, infinite and NaN
+         * biases */
+        for (int kind = 0; kind < 5; kind++) {
+            for (int64_t j = 0; j < n; j++) {
+                sv[j] = (float)(0.002 + 0.0001 * (double)(j % 13)) * (kind == 1 && j % 2 ? -1.f : 1.f);
+                bv[j] = (float)(0.3 * (double)(j % 7) - 0.9);
+            }
+            if (kind == 3) sv[n / 2] = 1e30f;
+            if (kind == 4) bv[n - 1] = INFINITY, bv[0] = -INFINITY, bv[n / 2] = NAN;
+            oar_tensor *s = kind == 2 ? oar_full(OAR_F32, 0, NULL, 0.0031) : oar_tensor_from_data(sv, OAR_F32, 1, &n);
+            oar_tensor *b = kind == 2 ? NULL : oar_tensor_from_data(bv, OAR_F32, 1, &n);
+            for (int i8 = 0; i8 < 2; i8++) {
+                int64_t zp = i8 ? -3 : 131;
+                oar_tensor *xq = oar_quantize_per_tensor(x, 0.01, zp, i8 ? OAR_I8 : OAR_U8);
+                oar_tensor *acc = oar_cast(oar_qmatmul(xq, zp, w), OAR_F32);
+                /* an output scale that puts most values inside the byte range and some past both ends */
+                const double sy = (0.0025 * max_abs(acc) + 0.9) / 300;
+                for (int relu = 0; relu < 2; relu++) {
+                    oar_tensor *f = oar_mul(acc, s);
+                    if (b) f = oar_add(f, b);
+                    if (relu) f = oar_relu(f);
+                    for (int div = 0; div < 2; div++)
+                        for (int odt = 0; odt < 2; odt++) {
+                            const int64_t zy = odt ? -20 : 30;
+                            const oar_dtype dt = odt ? OAR_I8 : OAR_U8;
+                            oar_tensor *ys = oar_full(div ? OAR_F32 : OAR_F64, 0, NULL, sy);
+                            oar_tensor *yz = oar_full(OAR_I64, 0, NULL, (double)zy);
+                            oar_tensor *want = div ? oar_quantize(f, ys, yz, -1, dt)
+                                                   : oar_quantize_per_tensor(f, sy, zy, dt);
+                            /* the choice the kernel makes, from the same constants */
+                            oari_qout o = {.on = true, .div = div != 0, .inv = 1.f / (float)sy, .sq = (float)sy,
+                                           .zq = (float)zy, .lo = odt ? -128.f : 0.f, .hi = odt ? 127.f : 255.f};
+                            oari_qfast qf;
+                            bool fast = oari_qfast_make(&o, kind == 2 ? (const float[]){0.0031f} : sv,
+                                                        kind == 2 ? 1 : n, b ? bv : NULL, n, relu, &qf);
+                            CHECK(fast == (kind < 3));
+                            /* the kernels' own check (AVX-512 where the CPU has it) agrees */
+                            oari_qfast qk;
+                            CHECK(oari_cpu_qfast(&o, kind == 2 ? (const float[]){0.0031f} : sv, kind == 2 ? 1 : n,
+                                                 b ? bv : NULL, n, relu, &qk) == fast);
+                            CHECK(!fast || (qk.lower == qf.lower && qk.upper == qf.upper && qk.zq == qf.zq));
+                            if (kind == 0 && !relu) { /* the clamps and the rounding all exercised */
+                                double *v = test_values(want);
+                                int64_t at_lo = 0, at_hi = 0, inside = 0;
+                                for (int64_t i = 0; v && i < m * n; i++) {
+                                    at_lo += v[i] == o.lo, at_hi += v[i] == o.hi;
+                                    inside += v[i] > o.lo && v[i] < o.hi;
+                                }
+                                free(v);
+                                CHECK(at_lo > 0 && at_hi > 0 && inside > m * n / 4);
+                                if (!(at_lo > 0 && at_hi > 0 && inside > m * n / 4))
+                                    fprintf(stderr, "n %lld, int8 out %d: %lld at the low end, %lld at the high, "
+                                            "%lld inside\n", (long long)n, odt, (long long)at_lo, (long long)at_hi,
+                                            (long long)inside);
+                            }
+                            cases++, fast_cases += fast;
+                            /* 0: VNNI, short form where allowed; 1: VNNI, full form; 2: the exact loop */
+                            for (int mode = 0; mode < 3; mode++) {
+                                oari_cpu_qfast_force_off(mode == 1);
+                                oari_cpu_qlinear_force_reference(mode == 2);
+                                oar_tensor *got = qlinear_q(xq, wp, ws, s, b, zp, relu, ys, yz, dt, div);
+                                int64_t bad = n_differ(got, want);
+                                CHECK(got && oar_tensor_dtype(got) == dt && bad == 0);
+                                if (bad != 0)
+                                    fprintf(stderr, "m %lld k %lld n %lld, kind %d, int8 x %d, relu %d, div %d, "
+                                            "int8 out %d, mode %d: %lld of %lld bytes differ\n", (long long)m,
+                                            (long long)k, (long long)n, kind, i8, relu, div, odt, mode,
+                                            (long long)bad, (long long)(m * n));
+                            }
+                            oari_cpu_qfast_force_off(false);
+                            oari_cpu_qlinear_force_reference(false);
+                        }
+                }
+            }
+        }
+        free(sv), free(bv);
+    }
+    CHECK(cases == 5 * 5 * 16 && fast_cases == 5 * 3 * 16);
+    oar_pool_pop(pool);
+}
+
 static void test_bad_input(void) {
     oar_pool *pool = oar_pool_push();
     oar_tensor *w = oar_full(OAR_I8, 2, (int64_t[]){8, 3}, 1), *ws, *wp = pack_ref(w, &ws);
@@ -299,6 +412,7 @@ static void test_qconv2d_blocks(void) {
 int main(void) {
     RUN(test_fused_mlp);
     RUN(test_op);
+    RUN(test_requant_forms);
     RUN(test_bad_input);
     RUN(test_left_alone);
     RUN(test_qconv2d_blocks);

@@ -430,7 +430,7 @@ static int k_qlinear_conv2d(void *ctx, const oar_kernel_call *c) {
     if (q.N == 0 || q.O == 0) return 0;
 #ifdef OARI_HAVE_VNNI_CODE
     if (oari_cpu_qvnni() && q.K > 0 && dense(w) && dense(q.ws) && dense(q.s) && (!q.b || dense(q.b))) {
-        q.fast = oari_qfast_make(&q.o, q.s->data, q.s->ndim ? q.O : 1, q.b ? q.b->data : NULL, q.O, q.relu, &q.qf);
+        q.fast = oari_cpu_qfast(&q.o, q.s->data, q.s->ndim ? q.O : 1, q.b ? q.b->data : NULL, q.O, q.relu, &q.qf);
         return qconv_vnni(&q);
     }
 #else

@@ -10,9 +10,11 @@
  *
  * Tiles of up to 4 rows by 64 columns (16 zmm accumulators) walk k; rows
  * in chunks of 64, and each (chunk, 64 columns) an item of the OpenMP loop
- * when the product is large. Without AVX512_VNNI (checked at run time), in
- * a build without x86-64 intrinsics, or for strided operands, an exact
- * integer loop gives the same values. */
+ * when the product is large. A requantized output takes oari_qfast's
+ * short epilogue (cpu_qlinear.h) where the constants allow it (checked per
+ * call), as the fused conv does. Without AVX512_VNNI (checked at run
+ * time), in a build without x86-64 intrinsics, or for strided operands, an
+ * exact integer loop gives the same values. */
 #include "cpu_qlinear.h"
 
 #include <string.h>
@@ -28,6 +30,8 @@ typedef struct {
     int32_t zp; /* the effective zero point: +128 for an int8 x */
     bool i8, relu;
     oari_qout o; /* y's dtype: f32, or requantized */
+    bool fast;    /* requantized with oari_qfast's short epilogue (the VNNI kernel; set per call) */
+    oari_qfast qf;
     bool out_i32; /* the int32 sums themselves (oari_cpu_qgemm_vnni): no scale, bias or relu */
 } qargs;
 
@@ -130,8 +134,9 @@ VNNI __attribute__((always_inline)) static inline void tile(const qargs *q, cons
     }
     const int32_t *ws = q->ws->data;
     const float *sp = q->s->data, *bp = q->b ? (const float *)q->b->data : NULL;
-    const bool per_col = q->s->ndim == 1, relu = q->relu, out_i32 = q->out_i32;
+    const bool per_col = q->s->ndim == 1, relu = q->relu, out_i32 = q->out_i32, fast = q->fast;
     const oari_qout_v ov = oari_qout_vec(&q->o);
+    const oari_qfast_v fv = oari_qfast_vec(&q->o, &q->qf);
     void *const y = q->y;
     const int64_t n = q->n;
     const __m512i zp = _mm512_set1_epi32(q->zp);
@@ -149,6 +154,11 @@ VNNI __attribute__((always_inline)) static inline void tile(const qargs *q, cons
             if (out_i32) {
                 _mm512_mask_storeu_epi32((int32_t *)y + (i0 + r) * n + j0, mask,
                                          _mm512_sub_epi32(acc[r][c], corr));
+                continue;
+            }
+            if (fast) { /* the same bytes as the full form below (oari_qfast) */
+                oari_qfast_store(&fv, (uint8_t *)y + (i0 + r) * n + j0, mask, _mm512_sub_epi32(acc[r][c], corr), sv,
+                                 bv);
                 continue;
             }
             __m512 f = oari_qact_v(_mm512_sub_epi32(acc[r][c], corr), sv, bp ? &bv : NULL, relu);
@@ -207,7 +217,7 @@ static bool have_vnni(void) {
 }
 #endif
 
-static bool force_reference;
+static bool force_reference, qfast_off;
 
 bool oari_cpu_qvnni(void) {
 #ifdef HAVE_VNNI_CODE
@@ -272,6 +282,44 @@ int oari_cpu_qgemm_vnni(const void *a, bool i8, int32_t za, const int8_t *b, int
 /* Tests: the exact loop whatever the CPU (true), or the fast path back. */
 void oari_cpu_qlinear_force_reference(bool on) { __atomic_store_n(&force_reference, on, __ATOMIC_RELAXED); }
 
+/* Tests: the full requantizing epilogue on the VNNI kernels (true), or the short one back where it holds. */
+void oari_cpu_qfast_force_off(bool on) { __atomic_store_n(&qfast_off, on, __ATOMIC_RELAXED); }
+
+#ifdef HAVE_VNNI_CODE
+/* oari_absmax on 16 lanes, four vectors at a time (a layer's n scales and
+ * n biases are read at every call) */
+VNNI static double absmax_v(const float *p, int64_t n) {
+    const __m512 big = _mm512_set1_ps(3.40282347e38f);
+    __m512 m[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __mmask16 bad = 0;
+    int64_t j = 0;
+    for (; j + 64 <= n; j += 64)
+        UNROLL4
+        for (int u = 0; u < 4; u++) {
+            __m512 a = _mm512_abs_ps(_mm512_loadu_ps(p + j + 16 * u));
+            bad |= _mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ); /* NaN or inf */
+            m[u] = _mm512_max_ps(m[u], a);
+        }
+    for (; j < n; j += 16) {
+        __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+        __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(k, p + j));
+        bad |= _mm512_mask_cmp_ps_mask(k, a, big, _CMP_NLE_UQ);
+        m[0] = _mm512_max_ps(m[0], a);
+    }
+    __m512 all = _mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3]));
+    return bad ? INFINITY : (double)_mm512_reduce_max_ps(all);
+}
+#endif
+
+bool oari_cpu_qfast(const oari_qout *o, const float *s, int64_t ns, const float *b, int64_t nb, bool relu,
+                    oari_qfast *f) {
+    if (!o->on || __atomic_load_n(&qfast_off, __ATOMIC_RELAXED)) return false;
+#ifdef HAVE_VNNI_CODE
+    if (have_vnni()) return oari_qfast_bound(o, absmax_v(s, ns), b ? absmax_v(b, nb) : 0, relu, f);
+#endif
+    return oari_qfast_make(o, s, ns, b, nb, relu, f);
+}
+
 static int k_qlinear(void *ctx, const oar_kernel_call *c) {
     (void)ctx;
     const oar_ktensor *x = &c->in[0];
@@ -289,6 +337,9 @@ static int k_qlinear(void *ctx, const oar_kernel_call *c) {
 #ifdef HAVE_VNNI_CODE
     if (!__atomic_load_n(&force_reference, __ATOMIC_RELAXED) && have_vnni() && dense(x) && dense(q.w) &&
         dense(q.ws) && dense(q.s) && (!q.b || dense(q.b))) {
+        /* (one row: the check, which reads the n scales and biases, costs about what the short form saves) */
+        q.fast = q.m > 1 &&
+                 oari_cpu_qfast(&q.o, q.s->data, q.s->ndim ? q.n : 1, q.b ? q.b->data : NULL, q.n, q.relu, &q.qf);
         qlinear_vnni(&q);
         return 0;
     }

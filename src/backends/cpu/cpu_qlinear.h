@@ -1,7 +1,8 @@
-/* The fused quantized linear layer's CPU kernel (cpu_qlinear.c): a switch
+/* The fused quantized linear layer's CPU kernel (cpu_qlinear.c): switches
  * for the tests, the int32 product qconv2d runs on, and the pieces the
  * fused conv (cpu_qconv.c) shares with it: the VNNI probe and the
- * epilogue (scale, bias, relu, the next layer's quantize). */
+ * epilogue (scale, bias, relu, the next layer's quantize) in its full and
+ * short forms. */
 #ifndef OARI_CPU_QLINEAR_H
 #define OARI_CPU_QLINEAR_H
 
@@ -71,21 +72,47 @@ typedef struct oari_qfast {
     int32_t zq;
 } oari_qfast;
 
-/* Whether every f = v * s + b (|v| <= 2^31; s: ns values, b: nb values or
- * NULL) requantized by o stays finite and below 2^30 in magnitude; fills
- * *f when it does. false for an f32 output. */
-static inline bool oari_qfast_make(const oari_qout *o, const float *s, int64_t ns, const float *b, int64_t nb,
-                                   bool relu, oari_qfast *f) {
+/* Whether every f = v * s + b (|v| <= 2^31, |s| <= ms, |b| <= mb: INFINITY
+ * for a constant that is not finite) requantized by o stays finite and
+ * below 2^30 in magnitude; fills *f when it does. false for an f32 output. */
+static inline bool oari_qfast_bound(const oari_qout *o, double ms, double mb, bool relu, oari_qfast *f) {
     if (!o->on) return false;
-    double ms = 0, mb = 0, r = o->div ? 1.0 / (double)o->sq : (double)o->inv;
-    for (int64_t j = 0; j < ns; j++) ms = fmax(ms, isfinite(s[j]) ? fabs((double)s[j]) : INFINITY);
-    for (int64_t j = 0; b && j < nb; j++) mb = fmax(mb, isfinite(b[j]) ? fabs((double)b[j]) : INFINITY);
+    double r = o->div ? 1.0 / (double)o->sq : (double)o->inv;
     double m = 2147483648.0 * ms + mb; /* (a bound over every channel's constants together) */
     if (!(m * r * 1.001 < 1073741824.0)) return false;
     f->lower = o->lo - o->zq, f->upper = o->hi - o->zq, f->zq = (int32_t)o->zq;
     if (relu && f->lower < 0) f->lower = 0;
     return true;
 }
+
+/* max |p[j]| over n values, INFINITY where one is NaN or infinite (0 for
+ * none). Comparisons, not fmax: that is a call into libm per value. */
+static inline double oari_absmax(const float *p, int64_t n) {
+    double m = 0;
+    for (int64_t j = 0; j < n; j++) {
+        double a = fabs((double)p[j]);
+        m = !isfinite(p[j]) ? INFINITY : a > m ? a : m;
+    }
+    return m;
+}
+
+/* oari_qfast_bound over the constants themselves: s (ns values), b (nb
+ * values, or NULL). */
+static inline bool oari_qfast_make(const oari_qout *o, const float *s, int64_t ns, const float *b, int64_t nb,
+                                   bool relu, oari_qfast *f) {
+    return o->on && oari_qfast_bound(o, oari_absmax(s, ns), b ? oari_absmax(b, nb) : 0, relu, f);
+}
+
+/* true: the VNNI kernels of qlinear and qlinear_conv2d never take the
+ * short form (tests compare it with the full form on the same kernel);
+ * false: they take it where oari_qfast_make allows. */
+OARI_HIDDEN void oari_cpu_qfast_force_off(bool on);
+
+/* oari_qfast_make's answer (on AVX-512 where the CPU has it: a layer's
+ * 1024 constants at every call), false while the short form is forced
+ * off: the fused layers' choice of epilogue, made once per call. */
+OARI_HIDDEN bool oari_cpu_qfast(const oari_qout *o, const float *s, int64_t ns, const float *b, int64_t nb, bool relu,
+                                oari_qfast *f);
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
