@@ -69,6 +69,36 @@ static void test_registry(void) {
     CHECK(!strcmp(oari_rule_kind_doc((oari_rule_kind)999), "?"));
 }
 
+/* layer_norm_backward's plan on a 1-D mesh of 2 (metas only, no ranks
+ * needed): a leading dim of x sharded stays sharded for gy, x and the
+ * statistics, the weight is replicated, gx is sharded like x and the
+ * weight and bias gradients are partial sums; a normalised dim sharded
+ * replicates everything. */
+static void test_layer_norm_backward_plan(void) {
+    struct oar_mesh m = {.ndim = 1, .shape = {2}, .size = 2, .coord = {0}};
+    oari_meta in[5] = {{.dtype = OAR_F64, .ndim = 3, .shape = {4, 6, 8}}, {.dtype = OAR_F64, .ndim = 3, .shape = {4, 6, 8}},
+                       {.dtype = OAR_F64, .ndim = 3, .shape = {4, 6, 1}}, {.dtype = OAR_F64, .ndim = 3, .shape = {4, 6, 1}},
+                       {.dtype = OAR_F64, .ndim = 1, .shape = {8}}};
+    oari_meta out[3] = {in[1], in[4], in[4]};
+    oari_attrs a = {.ni = 1, .i = {1}};
+    const oari_op_def *def = oari_op_defs[OARI_OP_layer_norm_backward];
+    for (int sharded = 0; sharded < 3; sharded++) {
+        oar_placement in_p[5][OAR_MESH_MAX_DIMS];
+        for (int i = 0; i < 5; i++) in_p[i][0] = oar_replicate();
+        in_p[1][0] = oar_shard(sharded); /* x: dim 0 or 1 (leading), 2 (normalised) */
+        oari_shard_plan plan;
+        memset(&plan, 0, sizeof plan);
+        CHECK(oari_shard_rule(OARI_OP_layer_norm_backward, def, 5, in, in_p, &a, out, &m, &plan) == 1);
+        bool lead = sharded < 2;
+        oar_placement o = lead ? oar_shard(sharded) : oar_replicate();
+        for (int i = 0; i < 4; i++) CHECK(same_placement(plan.in[i][0], o));
+        CHECK(same_placement(plan.in[4][0], oar_replicate()));
+        CHECK(same_placement(plan.out[0][0], o));
+        for (int j = 1; j < 3; j++)
+            CHECK(same_placement(plan.out[j][0], lead ? oar_partial(OAR_REDUCE_SUM) : oar_replicate()));
+    }
+}
+
 static const char *DOC = "../docs/dist_rules.md";
 
 static int test_docs(bool write) {
@@ -507,6 +537,7 @@ int main(int argc, char **argv) {
     MESH = oar_mesh_create(1, (int64_t[]){W}, NULL, NULL);
     oar_pool *pool = oar_pool_push(); /* the tests' own tensors */
     RUN(test_registry);
+    RUN(test_layer_norm_backward_plan);
     RUN(test_docs_check);
     RUN(test_reductions);
     RUN(test_movement);
