@@ -1,6 +1,6 @@
 /* ONNX export emitters: convolutions, pooling, resize and the norms
  * (layer_norm as LayerNormalization from opset 17 or decomposed, group_norm
- * decomposed, batch_norm in eval mode). */
+ * decomposed, batch_norm in eval mode, layer_norm's fused gradient decomposed). */
 #define OARI_ONNX_PROTO
 #include "onnx_export_internal.h"
 
@@ -190,5 +190,39 @@ int oari_onnx_emit_group_norm(oari_xp *x, const oari_xnode *e) {
     const char *cs = X1 || X2 ? oari_xp_i64(x, rank - 1, cshape) : NULL;
     if (X1) y = OP2("Mul", y, OP2("Reshape", X1, cs, NULL), X2 ? NULL : Y);
     if (X2) OP2("Add", y, OP2("Reshape", X2, cs, NULL), Y);
+    return x->st;
+}
+
+/* layer_norm_backward (ins gy, x, mean, rstd, weight?; outs gx, gw, gb;
+ * attribute 0 the normalised trailing dims), decomposed as the composite
+ * gradient: xhat = (x - mean) rstd, a = gy w, gx = rstd (a - E[a] -
+ * xhat E[a xhat]) with E the mean over the normalised dims, gw = sum gy
+ * xhat and gb = sum gy over the leading dims. (batch_norm_backward has no
+ * mapping: its forward, training-mode batch norm, is refused.) */
+int oari_onnx_emit_layer_norm_backward(oari_xp *x, const oari_xnode *e) {
+    const oari_gnode *n = e->n;
+    const int rank = e->rank, k = (int)e->a[0];
+    int64_t stat[OAR_MAX_DIMS], lead[OAR_MAX_DIMS];
+    int ns = 0, nl = 0;
+    for (int d = 0; d < rank; d++) {
+        if (d >= rank - k) stat[ns++] = d;
+        else lead[nl++] = d;
+    }
+    const char *W = n->n_in > 4 && n->in[4] >= 0 ? x->names[n->in[4]] : NULL;
+    const char *gy = e->X, *R = x->names[n->in[3]];
+    const char *xhat = OP2("Mul", OP2("Sub", e->X1, e->X2, NULL), R, NULL);
+    const char *a = W ? OP2("Mul", gy, W, NULL) : gy;
+    const char *ea = oari_xp_reduce(x, "ReduceMean", a, ns, stat, true, NULL);
+    const char *eax = oari_xp_reduce(x, "ReduceMean", OP2("Mul", a, xhat, NULL), ns, stat, true, NULL);
+    OP2("Mul", R, OP2("Sub", OP2("Sub", a, ea, NULL), OP2("Mul", xhat, eax, NULL), NULL), e->Y);
+    const int *out = n->out;
+    if (x->uses[out[1]]) {
+        const char *p = OP2("Mul", gy, xhat, nl ? NULL : x->names[out[1]]);
+        if (nl) oari_xp_reduce(x, "ReduceSum", p, nl, lead, false, x->names[out[1]]);
+    }
+    if (x->uses[out[2]]) {
+        if (nl) oari_xp_reduce(x, "ReduceSum", gy, nl, lead, false, x->names[out[2]]);
+        else OP1("Identity", gy, x->names[out[2]]);
+    }
     return x->st;
 }

@@ -194,8 +194,10 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
     ROW(avg_pool2d_backward, ONNX_NONE(GRAD_HELPER)),
     ROW(adaptive_avg_pool2d_backward, ONNX_NONE(GRAD_HELPER)),
     ROW(interpolate_backward, ONNX_NONE(GRAD_HELPER)),
-    ROW(batch_norm_backward, ONNX_NONE(GRAD_HELPER)),
-    ROW(layer_norm_backward, ONNX_NONE(GRAD_HELPER)),
+    ROW(batch_norm_backward, ONNX_NONE("the gradient of training-mode batch norm, which is refused")),
+    ROW(layer_norm_backward, EMIT("ReduceMean", XMIN, XMAX, layer_norm_backward, OUTS,
+                                  "decomposed: the composite gradient (ReduceMean over the normalised "
+                                  "dims, ReduceSum over the leading ones, Mul, Sub)")),
     /* ---- fft, complex views ---- */
     ROW(fft_c2c, ONNX_NONE(FFT)),
     ROW(fft_r2c, ONNX_NONE(FFT)),

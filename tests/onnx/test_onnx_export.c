@@ -621,6 +621,35 @@ static void test_backward_graph(void) {
     oar_tensor_release(w);
 }
 
+/* layer_norm with its weight and bias as inputs, over the last two dims
+ * of a rank-3 input: the backward's fused layer_norm_backward exports its
+ * three outputs (gx, and gw, gb summed over the leading dim). */
+static int ln_affine_loss_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *y = oar_layer_norm(in[0], 2, in[1], in[2], 1e-5);
+    out[0] = oar_sum(oar_mul(y, oar_sin(in[0])), 3, (int64_t[]){0, 1, 2}, false);
+    return out[0] ? 0 : -1;
+}
+
+static void test_norm_backward_graph(void) {
+    oar_graph_input_spec s[3] = {
+        {.name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {-1, 3, 4}, .dim_names = {"N"}},
+        {.name = "w", .dtype = OAR_F32, .ndim = 2, .shape = {3, 4}},
+        {.name = "b", .dtype = OAR_F32, .ndim = 2, .shape = {3, 4}}};
+    model_case c = {.name = "ln_backward", .n_in = 3};
+    c.g = oar_trace(ln_affine_loss_fn, NULL, 3, s, 1, NULL);
+    CHECK(c.g && oar_graph_append_backward(c.g, 0, 3, (int[]){0, 1, 2}) == 1);
+    CHECK(c.g && oar_graph_count_op(c.g, "layer_norm_backward") == 1);
+    c.in[0] = oar_randn(OAR_F32, 3, (int64_t[]){5, 3, 4});
+    c.in[1] = oar_randn(OAR_F32, 2, (int64_t[]){3, 4});
+    c.in[2] = oar_randn(OAR_F32, 2, (int64_t[]){3, 4});
+    if (c.g) {
+        round_trip(&c, 17, "");
+        round_trip(&c, 13, "");
+    }
+    case_free(&c);
+}
+
 /* The gradient of an embedding lookup: index_add (ScatterElements add). */
 static int lookup_loss_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     oar_tensor *rows = oar_index_select(in[0], 0, ctx); /* repeated indices accumulate */
@@ -919,6 +948,7 @@ int main(void) {
     RUN(test_recurrent);
     RUN(test_dtypes);
     RUN(test_backward_graph);
+    RUN(test_norm_backward_graph);
     RUN(test_train_step);
     RUN(test_index_add);
     RUN(test_quantize);
