@@ -6,7 +6,8 @@
  * unless said otherwise.
  *
  * The source is built twice: as it is, giving the f32 kernels (named
- * <kernel>_f32) and the bool/u8/i32/i64 ones; and, on a device with
+ * <kernel>_f32), the bool/u8/i32/i64 ones and the f16/bf16 conversions
+ * and fills (16-bit storage, no cl_khr_fp16); and, on a device with
  * cl_khr_fp64, with -DOAR_F64, giving the same floating-point kernels in
  * double (<kernel>_f64, accumulating in double) and the conversions and
  * fill of f64. The elementwise kernels come from the op table (below). `real` is the floating-point type, R(x)
@@ -130,22 +131,73 @@ static long at(const T *t, long i) {
 #undef EW_SFX
 #endif
 
-/* ---- conversions: cast, copy, contiguous --------------------------------- */
-#define TO_b(v) ((uchar)((v) != 0))
-#define TO_u8(v) ((uchar)(v))
-#define TO_i32(v) ((int)(v))
-#define TO_i64(v) ((long)(v))
-#define TO_f32(v) ((float)(v))
-#define TO_f64(v) ((double)(v))
+/* ---- conversions: cast, copy, contiguous, fill ---------------------------
+ * f16 and bf16 are stored as 16-bit words (ushort buffers) and converted
+ * through f32 exactly as oar's CPU does (src/core/dtype.c, core.h), bit
+ * for bit, with no need of cl_khr_fp16:
+ * - f16: vload_half / vstore_half_rte (core OpenCL C: round to nearest
+ *   even, subnormals kept, past 65504 to inf); NaN explicitly, as the CPU:
+ *   f16 -> f32 keeps sign and payload, f32 -> f16 gives sign | 0x7e00;
+ * - bf16: the high half of the f32 word, rounded to nearest even; NaN
+ *   kept a quiet NaN (sign and high payload, quiet bit set).
+ * Other dtypes convert to and from them through f32 as well (f64 and i64
+ * round to f32 first, as the CPU's float conversion does); a half copied
+ * to its own dtype keeps its bits. */
+static float ld_f16(__global const ushort *p, long e) {
+    uint h = p[e];
+    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) /* NaN: sign and payload as they are */
+        return as_float(((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13));
+    return vload_half((size_t)e, (__global const half *)p);
+}
+static void st_f16(__global ushort *p, long e, float v) {
+    uint u = as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        p[e] = (ushort)(((u >> 16) & 0x8000u) | 0x7e00u);
+    else
+        vstore_half_rte(v, (size_t)e, (__global half *)p);
+}
+static float ld_bf16(__global const ushort *p, long e) { return as_float((uint)p[e] << 16); }
+static ushort f32_to_bf16(float v) {
+    uint u = as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u); /* quiet NaN */
+    return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* round to nearest even */
+}
+
+/* LD_<name>(p, e): element e of a buffer of that dtype, as a value;
+ * ST_<name>(p, e, v): stores v converted to it */
+#define LD_b(p, e) ((p)[e])
+#define LD_u8(p, e) ((p)[e])
+#define LD_i32(p, e) ((p)[e])
+#define LD_i64(p, e) ((p)[e])
+#define LD_f32(p, e) ((p)[e])
+#define LD_f64(p, e) ((p)[e])
+#define LD_f16(p, e) ld_f16(p, e)
+#define LD_bf16(p, e) ld_bf16(p, e)
+#define ST_b(p, e, v) ((p)[e] = (uchar)((v) != 0))
+#define ST_u8(p, e, v) ((p)[e] = (uchar)(v))
+#define ST_i32(p, e, v) ((p)[e] = (int)(v))
+#define ST_i64(p, e, v) ((p)[e] = (long)(v))
+#define ST_f32(p, e, v) ((p)[e] = (float)(v))
+#define ST_f64(p, e, v) ((p)[e] = (double)(v))
+#define ST_f16(p, e, v) st_f16(p, e, (float)(v))
+#define ST_bf16(p, e, v) ((p)[e] = f32_to_bf16((float)(v)))
 #define CONVERT(TI, NI, TO, NO)                                                            \
     __kernel void convert_##NI##_##NO(__global TO *o, T to, __global const TI *x, T tx,   \
                                       long n) {                                            \
         long i = get_global_id(0);                                                         \
-        if (i < n) o[at(&to, i)] = TO_##NO(x[at(&tx, i)]);                                 \
+        if (i < n) ST_##NO(o, at(&to, i), LD_##NI(x, at(&tx, i)));                         \
+    }
+/* a half to its own dtype: the 16 bits as they are (a NaN's payload too) */
+#define CONVERT_BITS(N)                                                                    \
+    __kernel void convert_##N##_##N(__global ushort *o, T to, __global const ushort *x,   \
+                                    T tx, long n) {                                        \
+        long i = get_global_id(0);                                                         \
+        if (i < n) o[at(&to, i)] = x[at(&tx, i)];                                          \
     }
 #define CONVERT_FROM(TI, NI)                                                               \
     CONVERT(TI, NI, uchar, b) CONVERT(TI, NI, uchar, u8) CONVERT(TI, NI, int, i32)         \
-    CONVERT(TI, NI, long, i64) CONVERT(TI, NI, float, f32)
+    CONVERT(TI, NI, long, i64) CONVERT(TI, NI, float, f32) CONVERT(TI, NI, ushort, f16)    \
+    CONVERT(TI, NI, ushort, bf16)
 #ifdef OAR_F64 /* every conversion to or from f64 */
 CONVERT_FROM(double, f64)
 CONVERT(double, f64, double, f64)
@@ -154,18 +206,41 @@ CONVERT(uchar, u8, double, f64)
 CONVERT(int, i32, double, f64)
 CONVERT(long, i64, double, f64)
 CONVERT(float, f32, double, f64)
+CONVERT(ushort, f16, double, f64)
+CONVERT(ushort, bf16, double, f64)
 #else
 CONVERT_FROM(uchar, b)
 CONVERT_FROM(uchar, u8)
 CONVERT_FROM(int, i32)
 CONVERT_FROM(long, i64)
 CONVERT_FROM(float, f32)
+CONVERT(ushort, f16, uchar, b)
+CONVERT(ushort, f16, uchar, u8)
+CONVERT(ushort, f16, int, i32)
+CONVERT(ushort, f16, long, i64)
+CONVERT(ushort, f16, float, f32)
+CONVERT_BITS(f16)
+CONVERT(ushort, f16, ushort, bf16)
+CONVERT(ushort, bf16, uchar, b)
+CONVERT(ushort, bf16, uchar, u8)
+CONVERT(ushort, bf16, int, i32)
+CONVERT(ushort, bf16, long, i64)
+CONVERT(ushort, bf16, float, f32)
+CONVERT(ushort, bf16, ushort, f16)
+CONVERT_BITS(bf16)
 #endif
 
 #define FILL(TO, NO)                                                                       \
     __kernel void fill_##NO(__global TO *o, T to, TO v, long n) {                          \
         long i = get_global_id(0);                                                         \
         if (i < n) o[at(&to, i)] = v;                                                      \
+    }
+/* f16/bf16: v is the value in f32 (oar's CPU rounds a fill value to f32
+ * first too), stored converted */
+#define FILL_HALF(NO)                                                                      \
+    __kernel void fill_##NO(__global ushort *o, T to, float v, long n) {                  \
+        long i = get_global_id(0);                                                         \
+        if (i < n) ST_##NO(o, at(&to, i), v);                                              \
     }
 #ifdef OAR_F64
 FILL(double, f64)
@@ -175,6 +250,8 @@ FILL(uchar, u8)
 FILL(int, i32)
 FILL(long, i64)
 FILL(float, f32)
+FILL_HALF(f16)
+FILL_HALF(bf16)
 #endif
 
 /* ---- reductions: one work item per output element ------------------- */

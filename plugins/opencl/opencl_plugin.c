@@ -9,7 +9,9 @@
  *     of the comparisons, where and logical_not, bool logical ops; one
  *     kernel per row and dtype, <op>_<suffix>, made in opencl_kernels.cl
  *     from the row's formula and found by that name
- *   cast, copy: between bool u8 i32 i64 f32 (f64); fill, contiguous: those dtypes
+ *   cast, copy: between bool u8 i32 i64 f16 bf16 f32 (f64); fill, contiguous:
+ *     those dtypes. f16/bf16 are 16-bit words converted through f32 bit
+ *     for bit as oar's CPU converts (no cl_khr_fp16 needed; see the .cl)
  *   reductions: sum prod amax amin over any dims
  *   matmul (tiled, batched, broadcast batch dims, 1-D operands), softmax,
  *   log_softmax, layer_norm, gather, index_select, scatter_add and
@@ -17,17 +19,18 @@
  *   conv2d, conv_transpose2d, conv2d_weight_grad (direct, any groups,
  *   strides, padding, dilation), max_pool2d and max_pool2d_backward.
  *   Not claimed: avg/adaptive pooling, interpolate, norms other than
- *   layer_norm, sort/topk, cumsum, random ops, f16/bf16 (oar runs them
- *   through the f32 kernels) and complex.
+ *   layer_norm, sort/topk, cumsum, random ops, f16/bf16 compute (oar runs
+ *   those ops through the f32 kernels, with the casts above around them,
+ *   on the device) and complex.
  * f64: the .cl source is built a second time with -DOAR_F64 on first use
  * of an f64 kernel (the same kernels in double, accumulating in double;
  * scalar arguments such as eps passed as double). On a device without
  * cl_khr_fp64, or with OAR_OPENCL_NO_FP64=1 in the environment when the
  * plugin loads, f64 ops are not claimed and run on the CPU.
  * native_dot (ABI 1.4) answers 0 for f16, bf16, u8 and i8: no kernel
- * computes in those types (f16/bf16 matmul and conv are casts around the
- * f32 kernels, u8/i8 ones run on the CPU), even where the device has
- * cl_khr_fp16. */
+ * computes in those types (f16/bf16 matmul and conv are the device's casts
+ * around its f32 kernels, u8/i8 ones run on the CPU), even where the
+ * device has cl_khr_fp16: the half kernels here only convert. */
 #define OAR_DEVICE_PLUGIN_ONLY
 #include <oar/device.h>
 
@@ -44,7 +47,7 @@
 
 #define MAX_DEV 8
 #define MAX_KERNELS 512 /* per device, of both programs */
-enum { DT_BOOL = 0, DT_U8 = 1, DT_I32 = 2, DT_I64 = 3, DT_F32 = 6, DT_F64 = 7 };
+enum { DT_BOOL = 0, DT_U8 = 1, DT_I32 = 2, DT_I64 = 3, DT_F16 = 4, DT_BF16 = 5, DT_F32 = 6, DT_F64 = 7 };
 
 typedef struct { cl_long off, nd, shape[8], st[8]; } kdesc; /* T in the .cl file */
 
@@ -381,13 +384,14 @@ static int k_scatter_add(void *ctx, const oar_kernel_call *c) {
     return st;
 }
 
-/* convert_names[from][to], by dt_slot */
+/* convert_names[from][to], by dt_slot (f16/bf16: 16-bit words converted
+ * through f32 as oar's CPU does, opencl_kernels.cl) */
 #define CONVERT_ROW(f)                                                                        \
-    {"convert_" f "_b", "convert_" f "_u8", "convert_" f "_i32", "convert_" f "_i64",         \
-     "convert_" f "_f32", "convert_" f "_f64"}
-static const char *const convert_names[6][6] = {CONVERT_ROW("b"), CONVERT_ROW("u8"),
-                                                CONVERT_ROW("i32"), CONVERT_ROW("i64"),
-                                                CONVERT_ROW("f32"), CONVERT_ROW("f64")};
+    {"convert_" f "_b",   "convert_" f "_u8",  "convert_" f "_i32", "convert_" f "_i64",      \
+     "convert_" f "_f32", "convert_" f "_f64", "convert_" f "_f16", "convert_" f "_bf16"}
+static const char *const convert_names[8][8] = {
+    CONVERT_ROW("b"),   CONVERT_ROW("u8"),  CONVERT_ROW("i32"), CONVERT_ROW("i64"),
+    CONVERT_ROW("f32"), CONVERT_ROW("f64"), CONVERT_ROW("f16"), CONVERT_ROW("bf16")};
 static int dt_slot(int32_t dt) {
     switch (dt) {
     case DT_BOOL: return 0;
@@ -396,6 +400,8 @@ static int dt_slot(int32_t dt) {
     case DT_I64: return 3;
     case DT_F32: return 4;
     case DT_F64: return 5;
+    case DT_F16: return 6;
+    case DT_BF16: return 7;
     default: return -1;
     }
 }
@@ -434,15 +440,15 @@ static int k_fill(void *ctx, const oar_kernel_call *c) {
     args a = {0};
     arg(&a, sizeof(cl_mem), &t->buffer);
     ARG(&a, td);
-    static const char *names[] = {"fill_b", "fill_u8", "fill_i32", "fill_i64", "", "", "fill_f32",
-                                  "fill_f64"};
+    static const char *names[] = {"fill_b",    "fill_u8",  "fill_i32", "fill_i64",
+                                  "fill_f16",  "fill_bf16", "fill_f32", "fill_f64"};
     switch (t->dtype) {
     case DT_BOOL: ARG(&a, vb); break;
     case DT_U8: ARG(&a, vu); break;
     case DT_I32: ARG(&a, vi); break;
     case DT_I64: ARG(&a, vl); break;
     case DT_F64: ARG(&a, vd); break;
-    default: ARG(&a, vf); break;
+    default: ARG(&a, vf); break; /* f32, and f16/bf16: rounded to f32 first, as the CPU */
     }
     ARG(&a, n);
     return launch1(d, names[t->dtype], &a, n);
@@ -751,7 +757,8 @@ static int k_max_pool_backward(void *ctx, const oar_kernel_call *c) {
 static bool is_real(int index, int32_t dt) {
     return dt == DT_F32 || (dt == DT_F64 && devs[index].fp64);
 }
-/* the dtypes of cast, copy, contiguous and fill */
+/* the dtypes of cast, copy, contiguous and fill (f16/bf16 included: 16-bit
+ * storage, converted through f32 without cl_khr_fp16) */
 static bool is_small(int index, int32_t dt) {
     return dt_slot(dt) >= 0 && (dt != DT_F64 || devs[index].fp64);
 }
@@ -947,7 +954,8 @@ static int supports(void *ctx, int index, const oar_kernel_call *c) {
 /* ABI 1.4: whether matmul and conv in dt run on the device's own dot
  * products. Only the float kernels of `real` (opencl_kernels.cl: float,
  * or double with -DOAR_F64) exist: f16/bf16 matmul and conv run as casts
- * around the f32 kernels (the planner's f32 route, src/ops/plan.c), and
+ * around the f32 kernels (the planner's f32 route, src/ops/plan.c, with
+ * this plugin's f16/bf16 conversions; those only convert), and
  * u8/i8 have no matmul or conv kernel at all (the CPU runs them), so those
  * are 0 whatever the device reports (cl_khr_fp16 included: no kernel here
  * computes in half). f32 and f64 are 1 (oar answers those itself). */

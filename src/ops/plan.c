@@ -44,17 +44,41 @@ static void ktensor_expanded(const oar_tensor *t, int ndim, const int64_t *shape
     }
 }
 
-/* Whether dev casts a tensor shaped like `like` from one dtype to another
- * with a kernel of its own (its supports_op asked, as for any call). */
-static bool cast_runs_on(oar_device *dev, const oar_tensor *like, oar_dtype from, oar_dtype to) {
+/* Whether dev casts a tensor of k's geometry from k's dtype to `to` with a
+ * kernel of its own (its supports_op asked, as for any call). */
+static bool cast_k_runs_on(oar_device *dev, const oar_ktensor *k, oar_dtype to) {
     if (!oari_kernel_lookup(dev, OARI_OP_cast, to)) return false;
     if (dev == oari_device_cpu() || !dev->iface->supports_op) return true;
+    int64_t attr = to;
+    oar_kernel_call call = {.op = "cast", .n_in = 1, .in = k, .n_iattr = 1, .iattr = &attr};
+    return dev->iface->supports_op(dev->ctx, dev->index, &call) != 0;
+}
+
+/* The same for a tensor shaped like `like`, read from `from`. */
+static bool cast_runs_on(oar_device *dev, const oar_tensor *like, oar_dtype from, oar_dtype to) {
     oar_ktensor k;
     oari_ktensor(like, &k);
     k.dtype = from;
-    int64_t attr = to;
-    oar_kernel_call call = {.op = "cast", .n_in = 1, .in = &k, .n_iattr = 1, .iattr = &attr};
-    return dev->iface->supports_op(dev->ctx, dev->index, &call) != 0;
+    return cast_k_runs_on(dev, &k, to);
+}
+
+/* Whether dev casts the f32 temporary of a half output (dtype `to`) back:
+ * the temporary is dense (fresh_temp, the executor's arena), here shaped
+ * like the first input (the output's shape is not known yet; rank 0 where
+ * the call has no input). */
+static bool out_cast_runs_on(oar_device *dev, int n_in, oar_tensor *const *in, oar_dtype to) {
+    oar_ktensor k;
+    memset(&k, 0, sizeof k);
+    for (int i = 0; i < n_in; i++) {
+        if (!in[i]) continue;
+        oari_ktensor(in[i], &k);
+        k.offset = 0;
+        k.data = k.buffer = NULL;
+        oari_contiguous_strides(k.ndim, k.shape, k.strides);
+        break;
+    }
+    k.dtype = OAR_F32;
+    return cast_k_runs_on(dev, &k, to);
 }
 
 /* The route, and in *kernel the kernel it runs (KERNEL, VIA_F32). */
@@ -66,9 +90,13 @@ static inline __attribute__((always_inline)) oari_route route_of(oar_device *dev
         (cpu || oari_device_claims(dev, op, kdtype, n_in, in, attrs)))
         return OARI_ROUTE_KERNEL;
     /* f16/bf16 are stored as such and computed in f32 where a device has
-     * no half kernel for the call, if it can also cast each way and its
-     * f32 kernel takes the call it will get: the one on the temporaries */
-    bool via_f32 = oari_is_half(kdtype) && (*kernel = oari_kernel_lookup(dev, op, OAR_F32));
+     * no half kernel for the call, if it can also cast each way (each half
+     * input to f32 and back, f32 to the half outputs) and its f32 kernel
+     * takes the call it will get: the one on the temporaries. A cast to a
+     * half dtype the device has no cast kernel for thus runs on the CPU
+     * (its f32 route would need that very kernel for its output). */
+    bool via_f32 = oari_is_half(kdtype) && (*kernel = oari_kernel_lookup(dev, op, OAR_F32)) &&
+                   out_cast_runs_on(dev, n_in, in, kdtype);
     for (int i = 0; i < n_in && via_f32; i++)
         if (in[i] && oari_is_half(in[i]->dtype))
             via_f32 = cast_runs_on(dev, in[i], in[i]->dtype, OAR_F32) &&

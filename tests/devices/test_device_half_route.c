@@ -9,6 +9,10 @@
  *   call (the half input's own strides do not matter: the kernel never
  *   sees them);
  * - else the CPU with copies (counted by oar_device_fallback_count).
+ * A call with a half output needs the cast from f32 into it as well: with
+ * --no-half-cast the plugin has no cast kernel to f16/bf16, and a cast to
+ * them, or an add of half inputs its f16 kernel refuses, runs on the CPU
+ * (never on the f32 route, whose output cast would fail).
  * The plugin's kernels fail when called on a call they refused, and count
  * their calls, so the test sees which ran. Values are checked against the
  * exact sums (every input and sum is exact in f16 and bf16). */
@@ -123,6 +127,84 @@ static void check_graph_add(const char *what, oar_dtype dt, int ndim, const int6
     oar_pool_pop(pool);
 }
 
+/* x (the `a` values, exact in every float dtype) in `from` on the device,
+ * cast there to `to`: the route taken is `want`, the values exact. */
+static void check_cast(const char *what, oar_dtype from, oar_dtype to, route want) {
+    oar_pool *pool = oar_pool_push();
+    const int64_t shape[2] = {3, 4};
+    oar_tensor *x = oar_tensor_to(oar_cast(input(0, 2, shape), from), dev);
+    CHECK(x && oar_tensor_dtype(x) == from);
+    kernel_calls(-1);
+    oar_device_fallback_reset();
+    oar_tensor *y = oar_cast(x, to);
+    check_route(what, y, want);
+    CHECK(y && oar_tensor_device(y) == dev && oar_tensor_dtype(y) == to);
+    if (y) {
+        double want_v[12];
+        for (int i = 0; i < 12; i++)
+            want_v[i] = value(0, i);
+        CHECK_VALUES(y, want_v, 12, 0);
+    }
+    oar_pool_pop(pool);
+}
+
+static int cast_fn(void *ctx, oar_tensor *const *x, oar_tensor **y) {
+    return !(y[0] = oar_cast(x[0], *(const oar_dtype *)ctx));
+}
+
+/* The same cast traced and run by an executor on a device input. */
+static void check_graph_cast(const char *what, oar_dtype from, oar_dtype to, route want) {
+    oar_pool *pool = oar_pool_push();
+    const int64_t shape[2] = {3, 4};
+    oar_graph_input_spec spec[1] = {{.dtype = from, .ndim = 2, .shape = {3, 4}}};
+    oar_graph *g = oar_trace(cast_fn, &to, 1, spec, 1, NULL);
+    oar_executor *ex = g ? oar_executor_new(g) : NULL;
+    CHECK(g && ex);
+    oar_tensor *in[1] = {oar_tensor_to(oar_cast(input(0, 2, shape), from), dev)};
+    kernel_calls(-1);
+    oar_device_fallback_reset();
+    oar_tensor *y[1] = {NULL};
+    CHECK(ex && oar_executor_run(ex, in, y) == 0);
+    check_route(what, y[0], want);
+    CHECK(y[0] && oar_tensor_device(y[0]) == dev && oar_tensor_dtype(y[0]) == to);
+    if (y[0]) {
+        double want_v[12];
+        for (int i = 0; i < 12; i++)
+            want_v[i] = value(0, i);
+        CHECK_VALUES(y[0], want_v, 12, 0);
+    }
+    oar_executor_free(ex);
+    oar_graph_free(g);
+    oar_pool_pop(pool);
+}
+
+static void test_cast_routes(void) {
+    /* the device's casts each way */
+    check_cast("cast f32 -> bf16", OAR_F32, OAR_BF16, (route){0, 0, 1, 0});
+    check_cast("cast f32 -> f16", OAR_F32, OAR_F16, (route){0, 0, 1, 0});
+    check_cast("cast f16 -> f32", OAR_F16, OAR_F32, (route){0, 0, 1, 0});
+    check_cast("cast bf16 -> f32", OAR_BF16, OAR_F32, (route){0, 0, 1, 0});
+    check_graph_cast("graph cast f32 -> bf16", OAR_F32, OAR_BF16, (route){0, 0, 1, 0});
+}
+
+/* --no-half-cast: no cast kernel to f16/bf16 on the device */
+static void test_no_half_cast_routes(void) {
+    const int64_t s1[1] = {6}, s2[2] = {3, 4};
+    /* a cast to half: the f32 route would need that very cast; the CPU */
+    check_cast("no half cast: cast f32 -> bf16", OAR_F32, OAR_BF16, (route){0, 0, 0, 1});
+    check_cast("no half cast: cast f32 -> f16", OAR_F32, OAR_F16, (route){0, 0, 0, 1});
+    check_graph_cast("no half cast: graph cast f32 -> bf16", OAR_F32, OAR_BF16, (route){0, 0, 0, 1});
+    check_graph_cast("no half cast: graph cast f32 -> f16", OAR_F32, OAR_F16, (route){0, 0, 0, 1});
+    /* from half to f32: the device's kernel (keyed by f32) still runs */
+    check_cast("no half cast: cast f16 -> f32", OAR_F16, OAR_F32, (route){0, 0, 1, 0});
+    check_cast("no half cast: cast bf16 -> f32", OAR_BF16, OAR_F32, (route){0, 0, 1, 0});
+    /* half adds: the f16 kernel where claimed, else the CPU (no way back from f32) */
+    check_add("no half cast: f16 rank 1", OAR_F16, 1, s1, false, (route){0, 1, 0, 0});
+    check_add("no half cast: f16 rank 2", OAR_F16, 2, s2, false, (route){0, 0, 0, 1});
+    check_add("no half cast: bf16 rank 2", OAR_BF16, 2, s2, false, (route){0, 0, 0, 1});
+    check_graph_add("no half cast: graph bf16 rank 2", OAR_BF16, 2, s2, (route){0, 0, 0, 1});
+}
+
 static void test_routes(void) {
     const int64_t s1[1] = {6}, s2[2] = {3, 4}, s3[3] = {2, 3, 2};
     /* f16 kernel claimed: it runs */
@@ -151,7 +233,9 @@ static void test_graph_routes(void) {
     check_graph_add("graph bf16 rank 3", OAR_BF16, 3, s3, (route){0, 0, 0, 1});
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    bool no_half_cast = argc > 1 && !strcmp(argv[1], "--no-half-cast");
+    if (no_half_cast) setenv("OAR_TEST_HALFMOCK_NO_HALF_CAST", "1", 1); /* read at plugin load */
     setenv("OAR_PLUGIN_PATH", OAR_TEST_HALF_PLUGIN_DIR, 1);
     setenv("OAR_PLUGIN_NO_INSTALL_DIR", "1", 1);
     dev = oar_device_get("halfmock:0");
@@ -161,8 +245,13 @@ int main(void) {
         fprintf(stderr, "halfmock plugin not loaded: %s\n", oar_last_error());
         return 1;
     }
-    RUN(test_routes);
-    RUN(test_graph_routes);
+    if (no_half_cast) {
+        RUN(test_no_half_cast_routes);
+    } else {
+        RUN(test_routes);
+        RUN(test_graph_routes);
+        RUN(test_cast_routes);
+    }
     dlclose(lib);
     return test_summary();
 }

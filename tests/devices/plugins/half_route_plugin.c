@@ -7,6 +7,10 @@
  * - cast between f32 and f16/bf16, claimed for those dtypes;
  * - copy (an executor's inputs into its arena) between views of one shape
  *   in those dtypes.
+ * With OAR_TEST_HALFMOCK_NO_HALF_CAST=1 in the environment when it loads,
+ * it has no cast kernel to f16 or bf16 (get_kernel answers NULL; its
+ * supports_op, like OpenCL's, asks only about the source dtype), so it
+ * can cast f16/bf16 to f32 but not back.
  * Every kernel checks its own claim and fails on a call supports_op
  * refused, so a refused kernel that runs fails the op. It counts its calls
  * (oar_test_half_route_calls) so the test sees which kernels ran. Built
@@ -16,6 +20,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { DT_F16 = 4, DT_BF16 = 5, DT_F32 = 6 };
@@ -23,6 +28,7 @@ enum { CALLS_ADD_F32, CALLS_ADD_F16, CALLS_CAST, N_CALLS };
 
 static const oar_host_api *host;
 static long calls[N_CALLS];
+static bool no_half_cast; /* OAR_TEST_HALFMOCK_NO_HALF_CAST: no cast kernel to f16/bf16 */
 
 /* Calls of one kind of kernel so far: 0 add f32, 1 add f16, 2 cast; -1 resets all. */
 __attribute__((visibility("default"))) long oar_test_half_route_calls(int kind) {
@@ -192,7 +198,8 @@ static int k_copy(void *ctx, const oar_kernel_call *c) {
 static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dtype) {
     (void)ctx, (void)index;
     if (!strcmp(op, "add")) return dtype == DT_F32 ? k_add_f32 : dtype == DT_F16 ? k_add_f16 : NULL;
-    if (!strcmp(op, "cast")) return is_float(dtype) ? k_cast : NULL;
+    if (!strcmp(op, "cast"))
+        return is_float(dtype) && !(no_half_cast && dtype != DT_F32) ? k_cast : NULL;
     if (!strcmp(op, "copy")) return is_float(dtype) ? k_copy : NULL;
     return NULL;
 }
@@ -222,6 +229,8 @@ static const oar_device_iface iface = {
 __attribute__((visibility("default"))) int oar_plugin_init(const oar_host_api *h,
                                                            oar_plugin_desc *out) {
     host = h;
+    const char *e = getenv("OAR_TEST_HALFMOCK_NO_HALF_CAST");
+    no_half_cast = e && !strcmp(e, "1");
     out->abi_version = OAR_DEVICE_ABI_VERSION;
     out->name = "halfmock";
     out->iface = &iface;
