@@ -96,7 +96,7 @@ static inline __attribute__((always_inline)) oari_route route_of(oar_device *dev
      * half dtype the device has no cast kernel for thus runs on the CPU
      * (its f32 route would need that very kernel for its output). */
     bool via_f32 = oari_is_half(kdtype) && (*kernel = oari_kernel_lookup(dev, op, OAR_F32)) &&
-                   out_cast_runs_on(dev, n_in, in, kdtype);
+                   (cpu || out_cast_runs_on(dev, n_in, in, kdtype)); /* the CPU casts every way */
     for (int i = 0; i < n_in && via_f32; i++)
         if (in[i] && oari_is_half(in[i]->dtype))
             via_f32 = cast_runs_on(dev, in[i], in[i]->dtype, OAR_F32) &&
