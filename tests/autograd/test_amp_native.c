@@ -10,36 +10,7 @@
 
 #include <unistd.h>
 
-/* ---- stderr captured into a temporary file -------------------------------------- */
-
-static int saved_fd = -1;
-static FILE *capture;
-
-static void capture_begin(void) {
-    fflush(stderr);
-    capture = tmpfile();
-    saved_fd = dup(fileno(stderr));
-    dup2(fileno(capture), fileno(stderr));
-}
-
-/* What was written since capture_begin (a static buffer, terminated). */
-static const char *capture_end(void) {
-    static char buf[8192];
-    fflush(stderr);
-    dup2(saved_fd, fileno(stderr));
-    close(saved_fd);
-    rewind(capture);
-    size_t n = fread(buf, 1, sizeof buf - 1, capture);
-    buf[n] = 0;
-    fclose(capture);
-    return buf;
-}
-
-static int count(const char *hay, const char *needle) {
-    int n = 0;
-    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
-}
+#include "../stderr_capture.h"
 
 static oar_tensor *randn(int64_t r, int64_t c) { return oar_randn(OAR_F32, 2, (int64_t[]){r, c}); }
 

@@ -30,36 +30,7 @@
 #error "OAR_TEST_PLUGIN_DIR must name the folder of the mock plugin"
 #endif
 
-/* ---- stderr captured into a temporary file (as test_amp_native) ---------------- */
-
-static int saved_fd = -1;
-static FILE *capture;
-
-static void capture_begin(void) {
-    fflush(stderr);
-    capture = tmpfile();
-    saved_fd = dup(fileno(stderr));
-    dup2(fileno(capture), fileno(stderr));
-}
-
-/* What was written since capture_begin (a static buffer, terminated). */
-static const char *capture_end(void) {
-    static char buf[8192];
-    fflush(stderr);
-    dup2(saved_fd, fileno(stderr));
-    close(saved_fd);
-    rewind(capture);
-    size_t n = fread(buf, 1, sizeof buf - 1, capture);
-    buf[n] = 0;
-    fclose(capture);
-    return buf;
-}
-
-static int count(const char *hay, const char *needle) {
-    int n = 0;
-    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
-}
+#include "stderr_capture.h"
 
 /* a and b hold the same values, exactly (false on a NULL or a size mismatch). */
 static bool same(oar_tensor *a, oar_tensor *b) {

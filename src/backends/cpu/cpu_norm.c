@@ -40,6 +40,15 @@ static const void *contig(const oar_ktensor *k, void **owned, size_t *owned_n) {
     return buf;
 }
 
+/* x [N, C, *]: N, C and the count S of the spatial dims (batch and group norm). */
+static void nc_s(const oar_ktensor *x, int64_t *n, int64_t *ch, int64_t *s) {
+    *n = x->shape[0];
+    *ch = x->shape[1];
+    *s = 1;
+    for (int d = 2; d < x->ndim; d++)
+        *s *= x->shape[d];
+}
+
 /* Up to 5 inputs made contiguous; absent ones stay NULL. */
 typedef struct {
     const void *p[5];
@@ -310,11 +319,9 @@ static int FN(k_group_norm)(void *ctx, const oar_kernel_call *c) {
         return oari_fail_status();
     }
     const T *x = in.p[0], *w = in.p[1], *b = in.p[2];
-    const oar_ktensor *xk = &c->in[0];
-    const int64_t n = xk->shape[0], ch = xk->shape[1], groups = c->iattr[0], cg = ch / groups;
-    int64_t s = 1;
-    for (int d = 2; d < xk->ndim; d++)
-        s *= xk->shape[d];
+    int64_t n, ch, s;
+    nc_s(&c->in[0], &n, &ch, &s);
+    const int64_t groups = c->iattr[0], cg = ch / groups;
     const double eps = c->fattr[0];
     T *y = c->out[0].data, *mo = c->out[1].data, *ro = c->out[2].data;
     OARI_PARALLEL_FOR_IF(n * groups > 1 && n * ch * s > OARI_PARALLEL_GRAIN,
@@ -389,11 +396,8 @@ static int FN(k_batch_norm)(void *ctx, const oar_kernel_call *c) {
         return oari_fail_status();
     }
     const T *x = in.p[0], *rm = in.p[1], *rv = in.p[2], *w = in.p[3], *b = in.p[4];
-    const oar_ktensor *xk = &c->in[0];
-    const int64_t n = xk->shape[0], ch = xk->shape[1];
-    int64_t s = 1;
-    for (int d = 2; d < xk->ndim; d++)
-        s *= xk->shape[d];
+    int64_t n, ch, s;
+    nc_s(&c->in[0], &n, &ch, &s);
     const bool training = c->iattr[0] != 0;
     const double eps = c->fattr[0], cnt = (double)(n * s);
     T *y = c->out[0].data, *mo = c->out[1].data, *ro = c->out[2].data, *uv = c->out[3].data;
@@ -483,11 +487,8 @@ static int FN(k_batch_norm_backward)(void *ctx, const oar_kernel_call *c) {
         return oari_fail_status();
     }
     const T *gy = in.p[0], *x = in.p[1], *mo = in.p[2], *ro = in.p[3], *w = in.p[4];
-    const oar_ktensor *xk = &c->in[1];
-    const int64_t n = xk->shape[0], ch = xk->shape[1];
-    int64_t s = 1;
-    for (int d = 2; d < xk->ndim; d++)
-        s *= xk->shape[d];
+    int64_t n, ch, s;
+    nc_s(&c->in[1], &n, &ch, &s);
     const double cnt = (double)(n * s);
     T *gx = c->out[0].data, *gw = c->out[1].data, *gb = c->out[2].data;
     OARI_PARALLEL_FOR_IF(ch > 1 && n * ch * s > OARI_PARALLEL_GRAIN,
