@@ -279,6 +279,30 @@ bool oari_autocast_targets(oari_op op, oar_dtype low, int n_in, oar_tensor *cons
     return any;
 }
 
+/* A 2-D matrix stored transposed: a linear layer's W^T, a view of W. */
+static bool stored_transposed(const oar_tensor *t) {
+    return t->ndim == 2 && t->shape[0] > 1 && t->shape[1] > 1 && t->strides[0] == 1 &&
+           t->strides[1] == t->shape[0];
+}
+
+/* *r = t cast to dtype (a new reference, recorded as ops). A matrix stored
+ * transposed is cast as cast(W)^T: the copy keeps W's layout, so the cast
+ * reads memory in order, and matmul's gradient rule, seeing a transposed
+ * operand, gives W a contiguous gradient (grad_matmul in linalg.c) where
+ * cast(W^T)'s would have needed a copy through the transpose. */
+static int cast_keeping_layout(oar_tensor *t, oar_dtype dtype, oar_tensor **r) {
+    oari_attrs ca = {.ni = 1, .i = {dtype}};
+    if (!stored_transposed(t)) return oari_dispatch_run(OARI_OP_cast, 1, &t, &ca, r);
+    oari_attrs swap = {.ni = 2, .i = {1, 0}};
+    oar_tensor *w = NULL, *wc = NULL;
+    int st = oari_dispatch_run(OARI_OP_permute, 1, &t, &swap, &w);
+    if (!st) st = oari_dispatch_run(OARI_OP_cast, 1, &w, &ca, &wc);
+    if (!st) st = oari_dispatch_run(OARI_OP_permute, 1, &wc, &swap, r);
+    oar_tensor_release(w);
+    oar_tensor_release(wc);
+    return st;
+}
+
 int oari_autocast_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oari_attrs *attrs,
                            oar_tensor **out) {
     oar_dtype want[OARI_MAX_IN];
@@ -299,9 +323,8 @@ int oari_autocast_dispatch(oari_op op, int n_in, oar_tensor *const *in, const oa
     for (int i = 0; i < n_in; i++) cin[i] = in[i];
     for (int i = 0; i < n_in && !st; i++) {
         if (!in[i] || want[i] == in[i]->dtype) continue;
-        oari_attrs ca = {.ni = 1, .i = {want[i]}};
         oar_tensor *r = NULL;
-        if (!(st = oari_dispatch_run(OARI_OP_cast, 1, &in[i], &ca, &r))) cin[i] = r;
+        if (!(st = cast_keeping_layout(in[i], want[i], &r))) cin[i] = r;
     }
     if (!st) st = oari_dispatch_run(op, n_in, cin, attrs, out);
     else

@@ -308,6 +308,33 @@ static void test_gradients(void) {
     oar_pool_pop(p);
 }
 
+/* A linear layer's weight used transposed (x @ W^T, W [out, in]): autocast
+ * casts W and views the copy transposed, so the cast keeps W's layout
+ * and W's gradient arrives contiguous (no copy through the transpose).
+ * The values are those of casting W^T itself. */
+static void test_transposed_weight(void) {
+    oar_pool *p = oar_pool_push();
+    oar_manual_seed(11);
+    oar_tensor *x = randn(2, (int64_t[]){6, 16}), *w = randn(2, (int64_t[]){12, 16});
+    oar_tensor_set_requires_grad(w, true);
+    CHECK(oar_autocast_push(OAR_BF16) == 0);
+    oar_tensor *wt = oar_transpose(w, 0, 1), *y = oar_matmul(x, wt);
+    CHECK(y && oar_tensor_dtype(y) == OAR_BF16);
+    oar_tensor *loss = oar_sum(oar_square(oar_cast(y, OAR_F32)), 0, NULL, false);
+    CHECK(oar_autocast_pop() == 0);
+    oar_tensor *g = NULL;
+    CHECK(loss && oar_grad(1, &loss, NULL, 1, &w, false, false, &g) == 0);
+    CHECK(g && oar_tensor_dtype(g) == OAR_F32 && oar_tensor_is_contiguous(g));
+    /* the reference: W^T made contiguous, then cast, outside any scope */
+    oar_tensor *wb = oar_cast(oar_contiguous(oar_transpose(w, 0, 1)), OAR_BF16);
+    oar_tensor *yr = oar_matmul(oar_cast(x, OAR_BF16), wb), *gr = NULL;
+    CHECK(yr && rel_err(y, yr) < 1e-2);
+    oar_tensor *lr = oar_sum(oar_square(oar_cast(yr, OAR_F32)), 0, NULL, false);
+    CHECK(lr && oar_grad(1, &lr, NULL, 1, &w, false, false, &gr) == 0);
+    CHECK(gr && rel_err(g, gr) < 1e-2);
+    oar_pool_pop(p);
+}
+
 /* A checkpointed segment recomputed in backward casts as its forward did,
  * though backward runs with autocast suspended. */
 static int segment(void *ctx, int n_in, oar_tensor *const *in, int n_out, oar_tensor **out) {
@@ -632,6 +659,7 @@ int main(void) {
     RUN(test_f32_list);
     RUN(test_promote);
     RUN(test_gradients);
+    RUN(test_transposed_weight);
     RUN(test_checkpoint);
     RUN(test_scaler_sequence);
     RUN(test_o2);

@@ -56,6 +56,8 @@ static char *generate(void) {
             "  are never cast.\n\n"
             "The casts are recorded ops: gradients reach f32 leaves in f32, and backward\n"
             "passes run with autocast suspended (each gradient in its forward op's dtype).\n"
+            "A matrix stored transposed (a linear layer's W^T) is cast as cast(W)^T, so\n"
+            "the low copy keeps W's layout and W's gradient arrives contiguous.\n"
             "Composite functions have no row: their primitives decide. The graph pass\n"
             "`amp` (`amp_f16`) inserts the same casts into a graph traced without\n"
             "autocast. The loss scaler (`oar_grad_scaler_*`), O2 master weights\n"
