@@ -296,7 +296,8 @@ static bool fused_backward_here(oari_op op, const oar_tensor *x) {
 /* The first-order gradient of layer_norm or batch_norm (training) through
  * their fused backward op `op`: gy, x, mean, rstd, w as the op takes them;
  * gm, gr the gradients reaching mean and rstd (stat-shaped, or NULL), added
- * with the composite. Sets gin[ix] (x), gin[iw] and gin[ib] where needed. */
+ * with the composite. Sets gin[0] (x), and gin[iw], gin[ib] (weight, bias)
+ * where needed. */
 static int fused_norm_grad(oari_grad_ctx *g, oari_op op, const oari_attrs *a, oar_tensor *const in[5],
                            const norm_layout *l, oar_tensor *gm, oar_tensor *gr, int iw, int ib) {
     oar_tensor *out[OARI_MAX_OUT] = {0};

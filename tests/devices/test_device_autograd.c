@@ -41,12 +41,31 @@ static oar_tensor *f_mock_out(void *ctx, int n, oar_tensor *const *x) {
     return oar_tensor_to(oar_mul(oar_exp(a), a), oar_device_cpu());
 }
 
+/* The norms' composite gradients, which a device without the fused
+ * layer_norm_backward / batch_norm_backward kernels takes (src/ops/norm.c,
+ * fused_backward_here): training batch_norm and layer_norm on the mock,
+ * whose ops run on the CPU with copies. */
+static oar_tensor *f_mock_norms(void *ctx, int n, oar_tensor *const *x) {
+    (void)ctx, (void)n;
+    oar_tensor *v[3];
+    for (int i = 0; i < 3; i++) v[i] = oar_tensor_to(x[i], mock);
+    oar_tensor *y = oar_batch_norm(v[0], NULL, NULL, v[1], v[2], true, 0.1, 1e-5); /* [3, 2, 4] */
+    y = oar_layer_norm(oar_mul(y, v[0]), 1, NULL, NULL, 1e-5);
+    oar_tensor *z = oar_sum(oar_mul(oar_sin(y), v[0]), 0, NULL, false);
+    if (z && oar_tensor_device(z) != mock) return NULL;
+    return oar_tensor_to(z, oar_device_cpu());
+}
+
 static void test_gradcheck_mock(void) {
     gc_input in[2] = {{.ndim = 2, .shape = {3, 4}, .lo = -1, .hi = 1},
                       {.ndim = 2, .shape = {4, 2}, .lo = -1, .hi = 1}};
     gc_opts o = {.seed = 7};
     CHECK(gradcheck("to mock and back, matmul, sin", f_mock, NULL, 2, in, &o));
     CHECK(gradcheck("to mock and back, exp", f_mock_out, NULL, 1, in, &o));
+    gc_input norms[3] = {{.ndim = 3, .shape = {3, 2, 4}, .lo = -1, .hi = 1},
+                         {.ndim = 1, .shape = {2}, .lo = 0.5, .hi = 1.5},
+                         {.ndim = 1, .shape = {2}, .lo = -0.5, .hi = 0.5}};
+    CHECK(gradcheck("on the mock: batch_norm, layer_norm (composite gradients)", f_mock_norms, NULL, 3, norms, &o));
 }
 
 static void test_nothing_recorded(oar_device *d) {
