@@ -130,10 +130,8 @@ int oari_device_move_scalars(oar_device *dev, bool inplace, int n_in, oar_tensor
     return 0;
 }
 
-/* Whether dev has a kernel for (op, kdtype) and its supports_op, if it has
- * one, says yes to the call on inputs kin. */
-static bool claimed(oar_device *dev, oari_op op, oar_dtype kdtype, int n_in, const oar_ktensor *kin,
-                    const oari_attrs *attrs) {
+bool oari_device_claims_k(oar_device *dev, oari_op op, oar_dtype kdtype, int n_in, const oar_ktensor *kin,
+                          const oari_attrs *attrs) {
     if (!oari_kernel_lookup(dev, op, kdtype)) return false;
     if (!dev->iface->supports_op) return true;
     oar_kernel_call call = {
@@ -143,10 +141,16 @@ static bool claimed(oar_device *dev, oari_op op, oar_dtype kdtype, int n_in, con
     return dev->iface->supports_op(dev->ctx, dev->index, &call) != 0;
 }
 
+void oari_ktensor_f32_temp(const oar_tensor *t, oar_ktensor *k) {
+    oari_ktensor(t, k);
+    k->dtype = OAR_F32;
+    k->offset = 0;
+    k->data = k->buffer = NULL;
+    oari_contiguous_strides(k->ndim, k->shape, k->strides);
+}
+
 /* The kernel tensors of the call's inputs; with via_f32, each f16/bf16
- * input as the f32 temporary the planner gives its kernel instead: dense,
- * of the input's shape, at an address not yet known (plan.c's
- * fresh_temp, the executor's arena_temp). */
+ * input as the f32 temporary the planner gives its kernel instead. */
 static void kinputs(int n_in, oar_tensor *const *in, bool via_f32, oar_ktensor *kin) {
     for (int i = 0; i < n_in; i++) {
         if (!in[i]) {
@@ -154,12 +158,8 @@ static void kinputs(int n_in, oar_tensor *const *in, bool via_f32, oar_ktensor *
             kin[i].dtype = -1;
             continue;
         }
-        oari_ktensor(in[i], &kin[i]);
-        if (!via_f32 || !oari_is_half(in[i]->dtype)) continue;
-        kin[i].dtype = OAR_F32;
-        kin[i].offset = 0;
-        kin[i].data = kin[i].buffer = NULL;
-        oari_contiguous_strides(kin[i].ndim, kin[i].shape, kin[i].strides);
+        if (via_f32 && oari_is_half(in[i]->dtype)) oari_ktensor_f32_temp(in[i], &kin[i]);
+        else oari_ktensor(in[i], &kin[i]);
     }
 }
 
@@ -167,14 +167,14 @@ bool oari_device_claims(oar_device *dev, oari_op op, oar_dtype kdtype, int n_in,
                         oar_tensor *const *in, const oari_attrs *attrs) {
     oar_ktensor kin[OARI_MAX_IN];
     kinputs(n_in, in, false, kin);
-    return claimed(dev, op, kdtype, n_in, kin, attrs);
+    return oari_device_claims_k(dev, op, kdtype, n_in, kin, attrs);
 }
 
 bool oari_device_claims_via_f32(oar_device *dev, oari_op op, int n_in, oar_tensor *const *in,
                                 const oari_attrs *attrs) {
     oar_ktensor kin[OARI_MAX_IN];
     kinputs(n_in, in, true, kin);
-    return claimed(dev, op, OAR_F32, n_in, kin, attrs);
+    return oari_device_claims_k(dev, op, OAR_F32, n_in, kin, attrs);
 }
 
 /* A CPU tensor with t's geometry over a copy of t's whole storage. */

@@ -16,6 +16,14 @@ OARI_HIDDEN bool oari_device_follows(const oar_tensor *t, bool inplace_target);
 OARI_HIDDEN int oari_device_move_scalars(oar_device *dev, bool inplace, int n_in,
                                          oar_tensor *const *in, oar_tensor **cin,
                                          int *n_replaced);
+/* Whether dev has a kernel for (op, kdtype) and its supports_op, if it
+ * has one, says yes to the call on kernel tensors kin. */
+OARI_HIDDEN bool oari_device_claims_k(oar_device *dev, oari_op op, oar_dtype kdtype, int n_in,
+                                      const oar_ktensor *kin, const oari_attrs *attrs);
+/* k: the f32 temporary the planner's f32 route gives a kernel for t
+ * (dense, t's shape, at an address not yet known: plan.c's fresh_temp,
+ * the executor's arena_temp). */
+OARI_HIDDEN void oari_ktensor_f32_temp(const oar_tensor *t, oar_ktensor *k);
 /* Whether dev takes this call with its own kernel for (op, kdtype):
  * get_kernel has one and supports_op, if the device has it, says yes to
  * these inputs (as the op got them, before broadcast expansion). */

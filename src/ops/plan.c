@@ -47,11 +47,8 @@ static void ktensor_expanded(const oar_tensor *t, int ndim, const int64_t *shape
 /* Whether dev casts a tensor of k's geometry from k's dtype to `to` with a
  * kernel of its own (its supports_op asked, as for any call). */
 static bool cast_k_runs_on(oar_device *dev, const oar_ktensor *k, oar_dtype to) {
-    if (!oari_kernel_lookup(dev, OARI_OP_cast, to)) return false;
-    if (dev == oari_device_cpu() || !dev->iface->supports_op) return true;
-    int64_t attr = to;
-    oar_kernel_call call = {.op = "cast", .n_in = 1, .in = k, .n_iattr = 1, .iattr = &attr};
-    return dev->iface->supports_op(dev->ctx, dev->index, &call) != 0;
+    oari_attrs a = {.ni = 1, .i = {to}};
+    return oari_device_claims_k(dev, OARI_OP_cast, to, 1, k, &a);
 }
 
 /* The same for a tensor shaped like `like`, read from `from`. */
@@ -62,22 +59,18 @@ static bool cast_runs_on(oar_device *dev, const oar_tensor *like, oar_dtype from
     return cast_k_runs_on(dev, &k, to);
 }
 
-/* Whether dev casts the f32 temporary of a half output (dtype `to`) back:
- * the temporary is dense (fresh_temp, the executor's arena), here shaped
- * like the first input (the output's shape is not known yet; rank 0 where
- * the call has no input). */
+/* Whether dev casts the f32 temporary of a half output (dtype `to`) back,
+ * here shaped like the first input (the output's shape is not known yet;
+ * rank 0 where the call has no input). */
 static bool out_cast_runs_on(oar_device *dev, int n_in, oar_tensor *const *in, oar_dtype to) {
     oar_ktensor k;
     memset(&k, 0, sizeof k);
-    for (int i = 0; i < n_in; i++) {
-        if (!in[i]) continue;
-        oari_ktensor(in[i], &k);
-        k.offset = 0;
-        k.data = k.buffer = NULL;
-        oari_contiguous_strides(k.ndim, k.shape, k.strides);
-        break;
-    }
     k.dtype = OAR_F32;
+    for (int i = 0; i < n_in; i++)
+        if (in[i]) {
+            oari_ktensor_f32_temp(in[i], &k);
+            break;
+        }
     return cast_k_runs_on(dev, &k, to);
 }
 
