@@ -70,6 +70,15 @@ static void free_inputs(inputs *in) {
         scratch_free(in->owned[i], in->n[i]);
 }
 
+/* x's rows and the count m of values a row when the last n dims are normalised (layer norm). */
+static void rows_m(const oar_ktensor *x, int n, int64_t *rows, int64_t *m) {
+    *rows = *m = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d < x->ndim - n) *rows *= x->shape[d];
+        else *m *= x->shape[d];
+    }
+}
+
 /* layer_norm_backward's weight and bias sums: columns a block */
 #define LN_COLS 64
 
@@ -199,14 +208,8 @@ static int FN(k_layer_norm)(void *ctx, const oar_kernel_call *c) {
         return oari_fail_status();
     }
     const T *x = in.p[0], *w = in.p[1], *b = in.p[2];
-    const int nd = c->in[0].ndim, n = (int)c->iattr[0];
-    int64_t m = 1, rows = 1;
-    for (int d = 0; d < nd; d++) {
-        if (d < nd - n)
-            rows *= c->in[0].shape[d];
-        else
-            m *= c->in[0].shape[d];
-    }
+    int64_t m, rows;
+    rows_m(&c->in[0], (int)c->iattr[0], &rows, &m);
     const double eps = c->fattr[0];
     T *y = c->out[0].data, *mo = c->out[1].data, *ro = c->out[2].data;
     OARI_PARALLEL_FOR_IF(rows > 1 && rows * m > OARI_PARALLEL_GRAIN,
@@ -219,21 +222,31 @@ static int FN(k_layer_norm)(void *ctx, const oar_kernel_call *c) {
 /* One row of layer_norm's backward: with a = gy w (w optional) and
  * xc = x - mean, the sums of a and a xc in double lanes, then
  * gx = rstd (a - E[a]) - rstd^3 E[a xc] xc. */
+typedef double FN(v8d) __attribute__((vector_size(64)));
+/* *a = 8 values of gy w (w optional) from j, in doubles (through a
+ * pointer: a 64-byte vector returned by value changes the ABI). */
+static inline __attribute__((always_inline)) void FN(gyw8)(const T *gy, const T *w, int64_t j, FN(v8d) *a) {
+    typedef T vt __attribute__((vector_size(8 * sizeof(T))));
+    vt g, wv;
+    memcpy(&g, gy + j, sizeof g);
+    *a = __builtin_convertvector(g, FN(v8d));
+    if (w) {
+        memcpy(&wv, w + j, sizeof wv);
+        *a *= __builtin_convertvector(wv, FN(v8d));
+    }
+}
+
 OARI_SIMD_CLONES
 static void FN(ln_grad_row)(const T *gy, const T *x, const T *w, T *gx, int64_t m, double mean, double rstd) {
     typedef T vt __attribute__((vector_size(8 * sizeof(T))));
-    typedef double vd __attribute__((vector_size(64)));
+    typedef FN(v8d) vd;
     vd as = {0}, axs = {0};
     int64_t j = 0;
     for (; j + 8 <= m; j += 8) {
-        vt g, v, wv;
-        memcpy(&g, gy + j, sizeof g);
+        vt v;
         memcpy(&v, x + j, sizeof v);
-        vd a = __builtin_convertvector(g, vd);
-        if (w) {
-            memcpy(&wv, w + j, sizeof wv);
-            a *= __builtin_convertvector(wv, vd);
-        }
+        vd a;
+        FN(gyw8)(gy, w, j, &a);
         as += a;
         axs += a * (__builtin_convertvector(v, vd) - mean);
     }
@@ -250,14 +263,10 @@ static void FN(ln_grad_row)(const T *gy, const T *x, const T *w, T *gx, int64_t 
     const double k0 = -rstd * sa / (double)m, kx = rstd * rstd * rstd * sax / (double)m;
     j = 0;
     for (; j + 8 <= m; j += 8) {
-        vt g, v, wv;
-        memcpy(&g, gy + j, sizeof g);
+        vt v;
         memcpy(&v, x + j, sizeof v);
-        vd a = __builtin_convertvector(g, vd);
-        if (w) {
-            memcpy(&wv, w + j, sizeof wv);
-            a *= __builtin_convertvector(wv, vd);
-        }
+        vd a;
+        FN(gyw8)(gy, w, j, &a);
         const vt y = __builtin_convertvector(a * rstd + k0 - (__builtin_convertvector(v, vd) - mean) * kx, vt);
         memcpy(gx + j, &y, sizeof y);
     }
@@ -278,12 +287,8 @@ static int FN(k_layer_norm_backward)(void *ctx, const oar_kernel_call *c) {
         return oari_fail_status();
     }
     const T *gy = in.p[0], *x = in.p[1], *mo = in.p[2], *ro = in.p[3], *w = in.p[4];
-    const int nd = c->in[1].ndim, n = (int)c->iattr[0];
-    int64_t m = 1, rows = 1;
-    for (int d = 0; d < nd; d++) {
-        if (d < nd - n) rows *= c->in[1].shape[d];
-        else m *= c->in[1].shape[d];
-    }
+    int64_t m, rows;
+    rows_m(&c->in[1], (int)c->iattr[0], &rows, &m);
     T *gx = c->out[0].data, *gw = c->out[1].data, *gb = c->out[2].data;
     OARI_PARALLEL_FOR_IF(rows > 1 && rows * m > OARI_PARALLEL_GRAIN,
     for (int64_t r = 0; r < rows; r++)
