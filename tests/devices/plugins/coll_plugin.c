@@ -29,7 +29,7 @@
 #define MBOX_BYTES (64u << 10) /* one chunk of a message between two ranks */
 #define P2P_WAIT_S 30          /* a send or recv fails after this long without its peer */
 
-static const oar_host_api *host;
+#include "host_memory.h"
 static long calls[6];
 
 /* Calls made so far: kind 0 all_reduce, 1 all_gather, 2 reduce_scatter,
@@ -61,27 +61,6 @@ static int props(void *ctx, int index, oar_device_props *out) {
     return 0;
 }
 
-static void *alloc(void *ctx, int index, size_t n) {
-    (void)ctx, (void)index;
-    return host->alloc(n ? n : 1);
-}
-
-static void release(void *ctx, int index, void *p, size_t n) {
-    (void)ctx, (void)index;
-    host->free(p, n ? n : 1);
-}
-
-static int to_dev(void *ctx, int index, void *dst, size_t off, const void *src, size_t n) {
-    (void)ctx, (void)index;
-    memcpy((char *)dst + off, src, n);
-    return 0;
-}
-
-static int to_host(void *ctx, int index, void *dst, const void *src, size_t off, size_t n) {
-    (void)ctx, (void)index;
-    memcpy(dst, (const char *)src + off, n);
-    return 0;
-}
 
 static oar_kernel_fn get_kernel(void *ctx, int index, const char *op, int32_t dtype) {
     (void)ctx, (void)index, (void)op, (void)dtype;

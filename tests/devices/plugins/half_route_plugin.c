@@ -26,7 +26,7 @@
 enum { DT_F16 = 4, DT_BF16 = 5, DT_F32 = 6 };
 enum { CALLS_ADD_F32, CALLS_ADD_F16, CALLS_CAST, N_CALLS };
 
-static const oar_host_api *host;
+#include "host_memory.h"
 static long calls[N_CALLS];
 static bool no_half_cast; /* OAR_TEST_HALFMOCK_NO_HALF_CAST: no cast kernel to f16/bf16 */
 
@@ -51,27 +51,6 @@ static int props(void *ctx, int index, oar_device_props *out) {
     return 0;
 }
 
-static void *alloc(void *ctx, int index, size_t n) {
-    (void)ctx, (void)index;
-    return host->alloc(n ? n : 1);
-}
-
-static void release(void *ctx, int index, void *p, size_t n) {
-    (void)ctx, (void)index;
-    host->free(p, n ? n : 1);
-}
-
-static int to_dev(void *ctx, int index, void *dst, size_t off, const void *src, size_t n) {
-    (void)ctx, (void)index;
-    memcpy((char *)dst + off, src, n);
-    return 0;
-}
-
-static int to_host(void *ctx, int index, void *dst, const void *src, size_t off, size_t n) {
-    (void)ctx, (void)index;
-    memcpy(dst, (const char *)src + off, n);
-    return 0;
-}
 
 #include "half_bits.h"
 

@@ -12,8 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const oar_host_api *host;
-static int n_allocs; /* live buffers, checked at shutdown */
+#include "host_memory.h"
 
 #ifdef OAR_TEST_MOCK_V10
 #define TYPE "oldmock"
@@ -36,30 +35,6 @@ static int props(void *ctx, int index, oar_device_props *out) {
     return 0;
 }
 
-static void *alloc(void *ctx, int index, size_t n) {
-    (void)ctx, (void)index;
-    void *p = host->alloc(n ? n : 1);
-    if (p) n_allocs++;
-    return p;
-}
-
-static void release(void *ctx, int index, void *p, size_t n) {
-    (void)ctx, (void)index;
-    host->free(p, n ? n : 1);
-    n_allocs--;
-}
-
-static int to_dev(void *ctx, int index, void *dst, size_t off, const void *src, size_t n) {
-    (void)ctx, (void)index;
-    memcpy((char *)dst + off, src, n);
-    return 0;
-}
-
-static int to_host(void *ctx, int index, void *dst, const void *src, size_t off, size_t n) {
-    (void)ctx, (void)index;
-    memcpy(dst, (const char *)src + off, n);
-    return 0;
-}
 
 /* Element offset of the i-th element (row-major) of a strided view. */
 static int64_t at(const oar_ktensor *t, int64_t i) {
@@ -143,7 +118,7 @@ static const oar_device_iface iface = {
 
 static void shutdown(void *ctx) {
     (void)ctx;
-    if (n_allocs) {
+    if (host_buffers_live) {
         char msg[64];
         memcpy(msg, "buffers still allocated at exit", 32);
         host->log(OAR_LOG_DEBUG, "mock", msg);
