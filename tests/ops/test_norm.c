@@ -119,6 +119,22 @@ static void test_group_norm(void) {
     }
 }
 
+/* Channel c of x [N, C, S] (doubles): its mean and sum of squared
+ * deviations, two passes (the references of the long-row tests). */
+static void channel_moments(const double *xd, int64_t N, int64_t C, int64_t S, int64_t c, double *mean,
+                            double *sq) {
+    double sum = 0;
+    *sq = 0;
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t j = 0; j < S; j++) sum += xd[(i * C + c) * S + j];
+    *mean = sum / (double)(N * S);
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t j = 0; j < S; j++) {
+            const double d = xd[(i * C + c) * S + j] - *mean;
+            *sq += d * d;
+        }
+}
+
 /* Planes of 25 values (the kernel's 8-wide loops and a tail of 1) and of 5 (the tail alone),
  * f32 and f64, training: y, the running stats against a two-pass double reference written
  * here, with the weight and bias applied. */
@@ -143,12 +159,8 @@ static void test_batch_norm_long_rows(void) {
             const double *xd = oar_tensor_data(x64);
             int bad = 0;
             for (int64_t c = 0; yd && c < C; c++) {
-                double sum = 0, sq = 0;
-                for (int64_t i = 0; i < N; i++)
-                    for (int64_t j = 0; j < S; j++) sum += xd[(i * C + c) * S + j];
-                const double mean = sum / (double)(N * S);
-                for (int64_t i = 0; i < N; i++)
-                    for (int64_t j = 0; j < S; j++) sq += (xd[(i * C + c) * S + j] - mean) * (xd[(i * C + c) * S + j] - mean);
+                double mean, sq;
+                channel_moments(xd, N, C, S, c, &mean, &sq);
                 const double var = sq / (double)(N * S), rstd = 1 / sqrt(var + 1e-5);
                 for (int64_t i = 0; i < N; i++)
                     for (int64_t j = 0; j < S; j++) {
@@ -200,12 +212,8 @@ static void test_batch_norm_backward_long_rows(void) {
             for (int64_t c = 0; g64[0] && g64[1] && g64[2] && gd && c < C; c++) {
                 const double *gx = oar_tensor_data(g64[0]), *gw = oar_tensor_data(g64[1]),
                              *gb = oar_tensor_data(g64[2]);
-                double sum = 0, sq = 0, sg = 0, sgx = 0, m = (double)(N * S);
-                for (int64_t i = 0; i < N; i++)
-                    for (int64_t j = 0; j < S; j++) sum += xd[(i * C + c) * S + j];
-                const double mean = sum / m;
-                for (int64_t i = 0; i < N; i++)
-                    for (int64_t j = 0; j < S; j++) sq += (xd[(i * C + c) * S + j] - mean) * (xd[(i * C + c) * S + j] - mean);
+                double mean, sq, sg = 0, sgx = 0, m = (double)(N * S);
+                channel_moments(xd, N, C, S, c, &mean, &sq);
                 const double rstd = 1 / sqrt(sq / m + 1e-5);
                 for (int64_t i = 0; i < N; i++)
                     for (int64_t j = 0; j < S; j++) {
