@@ -1,6 +1,7 @@
 /* bf16 matmul (oneDNN's kernel through oar, where built with OAR_WITH_DNNL;
- * else f32 between casts) against f32 (OpenBLAS through oar), the raw
- * library calls on the same inputs (oneDNN's bf16 primitive, cblas_sgemm)
+ * else f32 between casts) against f32 (oneDNN's or OpenBLAS's sgemm through
+ * oar, src/backends/cpu/cpu_gemm.c), the raw library calls on the same
+ * inputs (oneDNN's bf16 primitive, dnnl_sgemm and cblas_sgemm)
  * and PyTorch's torch.matmul on bf16 and f32 CPU tensors
  * (bench/peer/bf16_matmul.py, run by this program at the same thread
  * count), all in one run: GFLOP/s, best of `reps` each, the oar calls and
@@ -142,8 +143,8 @@ int main(int argc, char **argv) {
     }
 #endif
     const float *pa = oar_tensor_data(a), *pb = oar_tensor_data(b);
-    enum { OAR_F32_, OAR_BF16_, RAW_BLAS, RAW_DNNL, N_WAYS };
-    double best[N_WAYS] = {1e30, 1e30, 1e30, 1e30};
+    enum { OAR_F32_, OAR_BF16_, RAW_BLAS, RAW_DNNL, RAW_DNNL_SGEMM, N_WAYS };
+    double best[N_WAYS] = {1e30, 1e30, 1e30, 1e30, 1e30};
     for (int r = 0; r <= reps; r++) { /* r == 0 warms up (and makes oar's primitive) */
         double t[N_WAYS] = {0};
         for (int w = 0; w < N_WAYS; w++) {
@@ -158,6 +159,13 @@ int main(int argc, char **argv) {
             } else if (w == RAW_BLAS) {
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, pa,
                             (int)n, pb, (int)n, 0.0f, c32, (int)n);
+            } else if (w == RAW_DNNL_SGEMM) {
+#ifdef OAR_BENCH_WITH_DNNL
+                if (dnnl_sgemm('N', 'N', n, n, n, 1.0f, pa, n, pb, n, 0.0f, c32, n) != dnnl_success) {
+                    fprintf(stderr, "bench_bf16: the raw dnnl_sgemm call failed\n");
+                    return 1;
+                }
+#endif
             } else {
 #ifdef OAR_BENCH_WITH_DNNL
                 if (raw_dnnl_run(&raw)) {
@@ -197,6 +205,8 @@ int main(int argc, char **argv) {
     printf("%-34s %10.1f %12.1f %8.3f\n", "f32: oar vs raw cblas_sgemm", g[OAR_F32_], g[RAW_BLAS],
            g[OAR_F32_] / g[RAW_BLAS]);
 #ifdef OAR_BENCH_WITH_DNNL
+    printf("%-34s %10.1f %12.1f %8.3f\n", "f32: oar vs raw dnnl_sgemm", g[OAR_F32_], g[RAW_DNNL_SGEMM],
+           g[OAR_F32_] / g[RAW_DNNL_SGEMM]);
     printf("%-34s %10.1f %12.1f %8.3f\n", "bf16: oar vs raw oneDNN", g[OAR_BF16_], g[RAW_DNNL],
            g[OAR_BF16_] / g[RAW_DNNL]);
 #else

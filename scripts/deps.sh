@@ -18,7 +18,7 @@ pkgs=(
     python3-numpy            # the safetensors cross-check (tests/io/read_safetensors.py)
     libonnx-testdata         # the ONNX backend node tests (tests/onnx/test_onnx_conformance.c)
     libfftw3-dev             # optional FFT engine (GPL-2+): -DOAR_FFTW=ON, and test_fft_fftw
-    libdnnl-dev              # oneDNN: bf16 matmul and conv2d on the CPU (src/backends/cpu/cpu_dnnl.c)
+    libdnnl-dev              # oneDNN: f32 GEMM (cpu_gemm.c), bf16 matmul and conv2d on the CPU (cpu_dnnl.c)
 )
 
 # Optional: without them the parts that need them are skipped (exit 77).

@@ -32,7 +32,7 @@ static const char *capture_end(void) {
 }
 
 /* How many times needle occurs in hay (not overlapping). */
-static int count(const char *hay, const char *needle) {
+static inline int count(const char *hay, const char *needle) {
     int n = 0;
     for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
     return n;

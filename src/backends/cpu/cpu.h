@@ -5,6 +5,7 @@
 
 #include "../../ops/op.h"
 
+#include <cblas.h>
 #include <complex.h>
 
 /* Lane shuffles of GNU vectors. gcc's __builtin_shuffle takes a mask
@@ -89,6 +90,20 @@ typedef struct oari_iter {
 
 /* ops[0] gives the shape; all operands must have it (inputs broadcast by
  * dispatch already). */
+/* ---- the f32 GEMM (cpu_gemm.c) --------------------------------------------
+ * cblas_sgemm's contract, run by oneDNN's dnnl_sgemm where oar has it and
+ * the product is not tiny, else by CBLAS. Every f32 product of the CPU
+ * backend calls this, never cblas_sgemm. */
+enum { OARI_SGEMM_AUTO, OARI_SGEMM_ONEDNN, OARI_SGEMM_OPENBLAS };
+OARI_HIDDEN void oari_cpu_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
+                                blasint m, blasint n, blasint k, float alpha, const float *a, blasint lda,
+                                const float *b, blasint ldb, float beta, float *c, blasint ldc);
+/* Whether an m x n x k product goes to oneDNN under the current choice. */
+OARI_HIDDEN bool oari_cpu_sgemm_onednn(int64_t m, int64_t n, int64_t k);
+/* Pins the choice (an OARI_SGEMM_*; one this build lacks is ignored) and
+ * returns the previous one: for tests and benchmarks, between products. */
+OARI_HIDDEN int oari_cpu_sgemm_use(int provider);
+
 /* Registers the CPU as a device (src/init/, at start-up, before anything
  * else): the first device, oari_device_cpu(). */
 OARI_HIDDEN int oari_cpu_install(void);

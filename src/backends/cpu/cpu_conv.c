@@ -116,7 +116,7 @@ static int64_t adaptive_end(int64_t o, int64_t out, int64_t in) {
 
 #define CONV_T float
 #define CONV_SFX f32
-#define CONV_GEMM cblas_sgemm
+#define CONV_GEMM oari_cpu_sgemm
 #define CONV_WINO /* float32 3x3 convs may take Winograd (cpu_conv_wino.c) */
 #include "cpu_conv.c"
 #undef CONV_WINO

@@ -89,7 +89,7 @@ static int64_t slab_planes(int64_t rows, const geom3 *g) {
 
 #define C3_T float
 #define C3_SFX f32
-#define C3_GEMM cblas_sgemm
+#define C3_GEMM oari_cpu_sgemm
 #include "cpu_conv3d.c"
 #undef C3_T
 #undef C3_SFX

@@ -448,7 +448,7 @@ OARI_SIMD_CLONES static void output_row2(const wgeom *g, const float *M, int64_t
 static void gemms(const wgeom *g, const float *U, const float *V, float *M, int64_t tb, int64_t ld,
                   int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; k++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->O, (int)tb, (int)g->C, 1,
+        oari_cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->O, (int)tb, (int)g->C, 1,
                     U + k * g->O * g->C, (int)g->C, V + k * g->C * ld, (int)ld, 0,
                     M + k * g->O * ld, (int)ld);
 }

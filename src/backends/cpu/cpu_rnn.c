@@ -50,14 +50,15 @@ static const void *dense(const oar_ktensor *t, void **buf, size_t *nbytes) {
 /* Products below 2^23 multiply-adds run on one thread: OpenBLAS's OpenMP
  * build threads every product, and a step's small one (B x G*H x H) costs
  * more on two threads than on one (see gemm in cpu_linalg.c). */
-static bool gemm_single(int64_t n, int64_t m, int64_t k, int *threads) {
+static bool gemm_single(int64_t n, int64_t m, int64_t k, int *threads, bool f32) {
     *threads = omp_get_max_threads();
+    if (f32 && oari_cpu_sgemm_onednn(n, m, k)) return false; /* oneDNN's threads pay at every size */
     return *threads > 1 && !omp_in_parallel() && n * m * k < ((int64_t)1 << 23);
 }
 
 #define RNN_T float
 #define RNN_SFX f32
-#define RNN_GEMM cblas_sgemm
+#define RNN_GEMM oari_cpu_sgemm
 #define RNN_EXP oari_vexpf /* call-free: the gate loops vectorize (libm's tanhf was */
 #define RNN_TANH oari_vtanhf /* half of the f32 forward) */
 #include "cpu_rnn.c"
@@ -112,7 +113,7 @@ typedef RNN_T FN(real);
 /* C [n, m] (ld m) = A [n, k] (ld k) B^T (B [m, k], ld k) + beta C. */
 static void FN(gemm_nt)(int64_t n, int64_t m, int64_t k, const T *a, const T *b, T beta, T *c) {
     int threads;
-    bool single = gemm_single(n, m, k, &threads);
+    bool single = gemm_single(n, m, k, &threads, sizeof(T) == sizeof(float));
     if (single) omp_set_num_threads(1);
     RNN_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, (blasint)m, (blasint)k, 1, a,
              (blasint)(k > 0 ? k : 1), b, (blasint)(k > 0 ? k : 1), beta, c, (blasint)m);
