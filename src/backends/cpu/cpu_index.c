@@ -229,6 +229,19 @@ static int k_index_select(void *ctx, const oar_kernel_call *c) {
     oar_ktensor out = kt1(&c->out[0]), x = kt1(&c->in[0]), idx = kt1(&c->in[1]);
     int st = check_index(c->op, &idx, x.shape[dim], dim);
     if (st) return st;
+    int64_t n_idx = out.shape[dim], slice = n_idx ? oari_kt_numel(&out) / n_idx : 0;
+    if (slice >= 8 * n_idx) { /* few large slices (q, k and v picked out of one projection):
+                               * a strided copy each, not one walk per element along dim */
+        const int64_t es = elsize(&x), *ip = idx.data;
+        oar_ktensor dst = out, src = x;
+        dst.shape[dim] = src.shape[dim] = 1;
+        for (int64_t j = 0; j < n_idx; j++) {
+            dst.data = (char *)out.data + j * out.strides[dim] * es;
+            src.data = (char *)x.data + ip[j * idx.strides[0]] * x.strides[dim] * es;
+            oari_copy_strided(&dst, &src);
+        }
+        return 0;
+    }
     oar_ktensor b = out;
     b.data = idx.data;
     b.dtype = OAR_I64;

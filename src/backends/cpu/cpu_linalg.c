@@ -214,7 +214,17 @@ static void setup(const oar_kernel_call *call, mm_shape *s, mat_view *a, mat_vie
 /* A batch of rows of A over a B shared by every batch folds into one gemm
  * when A's batch dims step by whole matrices of rows. */
 static void fold_batches(mm_shape *s, mat_view *a, const mat_view *b) {
-    if (s->nb <= 1 || (a->sc != 1 && a->cols != 1) || a->sr < a->cols) return;
+    if (s->nb <= 1 || (a->sc != 1 && a->cols != 1)) return;
+    if (s->n == 1) { /* one row a batch: its stride is free, so take the innermost batch step
+                      * (a sequence-first [T, 1, d] view of [1, T, d] times W: one GEMM, not
+                      * T gemv calls that each read all of W) */
+        for (int d = s->nbatch - 1; d >= 0; d--)
+            if (s->bshape[d] != 1) {
+                if (a->bstride[d] > 0) a->sr = a->bstride[d];
+                break;
+            }
+    }
+    if (a->sr < a->cols) return;
     int64_t expect = a->sr * s->n;
     for (int d = s->nbatch - 1; d >= 0; d--) {
         if (b->bstride[d] != 0) return;
