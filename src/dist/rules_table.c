@@ -101,6 +101,7 @@ static const oari_dist_rule table[OARI_OP_COUNT] = {
     ROW(fill, OARI_RULE_INPLACE, 0, 0, false, "each rank writes its shard"),
     ROW(copy, OARI_RULE_INPLACE, 0, 0, false, "the source resharded to the target's layout; each rank writes its shard"),
     ROW(add_scaled, OARI_RULE_INPLACE, 0, 0, false, "the source resharded to the target's layout; each rank writes its shard"),
+    ROW(adam_update, OARI_RULE_ALL_DIMS, 0, 0, false, "p, g, m and v take p's sharded dims (a Partial gradient is reduced first); oar_optim_step runs the composite update on dtensors"),
     ROW(uniform, OARI_RULE_INPLACE, 0, 0, false, "refused on dtensors (random in-place ops are not done)"),
     ROW(normal, OARI_RULE_INPLACE, 0, 0, false, "refused on dtensors (random in-place ops are not done)"),
     ROW(randint, OARI_RULE_INPLACE, 0, 0, false, "refused on dtensors (random in-place ops are not done)"),

@@ -91,6 +91,7 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
     ROW(copy, ONNX_NONE(IN_PLACE)),
     ROW(add_scaled, ONNX_NONE("in place (an optimizer step): an ONNX graph does not write its "
                               "tensors")),
+    ROW(adam_update, ONNX_NONE("an optimizer step (a training graph's update of its own weights)")),
     ROW(uniform, ONNX_NONE("in place, " RANDOM)),
     ROW(normal, ONNX_NONE("in place, " RANDOM)),
     ROW(randint, ONNX_NONE("in place, " RANDOM)),

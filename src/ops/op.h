@@ -23,7 +23,7 @@ typedef enum oari_fusion_kind {
 } oari_fusion_kind;
 
 #define OARI_MAX_IATTR 40
-#define OARI_MAX_FATTR 4
+#define OARI_MAX_FATTR 8
 #define OARI_MAX_IN 256   /* variadic ops (concat) take at most this many */
 #define OARI_MAX_OUT 4
 

@@ -2,6 +2,7 @@
  * written with public ops under no_grad and stored with oar_copy_, so the
  * parameters keep their identity (modules and graphs still point at them). */
 #include "../core/core.h"
+#include "../ops/op.h"
 #include "../profiler/hooks.h" /* profiler hook */
 
 #include <math.h>
@@ -186,21 +187,47 @@ static int sgd_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
     return axpy_(p, g, -o->lr);
 }
 
+/* The fused update (the adam_update op, one pass) where p's device has its
+ * kernel: plain tensors of a real float dtype. A dtensor, or a device
+ * without it, takes the composite below (each of its ops runs there). */
+static bool fused_adam_here(const oar_tensor *p) {
+    if (oar_tensor_is_dist(p) || !oar_dtype_is_float(p->dtype)) return false;
+    oar_device *d = p->storage ? p->storage->device : oari_device_cpu(); /* traced: a CPU graph */
+    return d == oari_device_cpu() || oari_kernel_lookup(d, OARI_OP_adam_update, p->dtype) ||
+           (oari_is_half(p->dtype) && oari_kernel_lookup(d, OARI_OP_adam_update, OAR_F32));
+}
+
+/* p, m and v from one adam_update call, copied back into the tensors. */
+static int adam_fused(oar_optimizer *o, oar_tensor *p, oar_tensor *g, oar_tensor *m, oar_tensor *v, int64_t t) {
+    oar_tensor *in[4] = {p, g, m, v}, *out[3] = {NULL, NULL, NULL};
+    oari_attrs a = {.nf = 7,
+                    .f = {o->lr, o->beta1, o->beta2, o->eps, o->wd, 1 - pow(o->beta1, (double)t),
+                          1 - pow(o->beta2, (double)t)},
+                    .ni = 1,
+                    .i = {o->kind == KIND_ADAMW}};
+    int st = oari_dispatch(OARI_OP_adam_update, 4, in, &a, out);
+    if (!st) st = oar_copy_(p, out[0]) || oar_copy_(m, out[1]) || oar_copy_(v, out[2]) ? oari_fail_status() : 0;
+    for (int j = 0; j < 3; j++) oar_tensor_release(out[j]);
+    return st;
+}
+
 /* torch's single-tensor Adam/AdamW, updated in place with axpy_ (m and v
- * moved by lerp), about 11 ops per parameter instead of 18. */
+ * moved by lerp), about 11 ops per parameter instead of 18; one fused op
+ * where p's device has it. */
 static int adam_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
     int64_t t = ++o->pstep[i];
-    if (o->kind == KIND_ADAMW && o->wd) {
-        if (axpy_(p, p, -o->lr * o->wd)) return oari_fail_status();
-    } else if (o->wd) {
-        g = oar_add(g, oar_mul_scalar(p, o->wd));
-    }
     if (!o->s1[i] || !o->s2[i]) { /* both moments, or neither (a partial state was refused on load) */
         oar_tensor_release(o->s1[i]);
         oar_tensor_release(o->s2[i]);
         o->s1[i] = oar_tensor_retain(zeros_state(p));
         o->s2[i] = oar_tensor_retain(zeros_state(p));
         if (!o->s1[i] || !o->s2[i]) return oari_fail_status();
+    }
+    if (fused_adam_here(p) && o->s1[i]->dtype == p->dtype) return adam_fused(o, p, g, o->s1[i], o->s2[i], t);
+    if (o->kind == KIND_ADAMW && o->wd) {
+        if (axpy_(p, p, -o->lr * o->wd)) return oari_fail_status();
+    } else if (o->wd) {
+        g = oar_add(g, oar_mul_scalar(p, o->wd));
     }
     oar_tensor *m = o->s1[i], *v = o->s2[i];
     /* m += (1 - beta1) (g - m); v += (1 - beta2) (g^2 - v) */
