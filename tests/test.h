@@ -109,6 +109,14 @@ static inline double *test_values_ri(oar_tensor *t, double **imag) {
 }
 static inline double *test_values(oar_tensor *t) { return test_values_ri(t, NULL); }
 
+/* A deterministic value in [-1, 1) for element i of test array `which`
+ * (a multiplicative hash: no generator state, any element on its own). */
+static inline double test_hash_value(int which, int64_t i) {
+    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(which * 40503u + 7u);
+    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+    return (double)(h & 0xffff) / 32768.0 - 1.0;
+}
+
 /* Checks t against n expected values to an absolute+relative tolerance;
  * a complex t against want_re and want_im (want_im NULL: all zero). */
 static inline void test_expect_cvalues(const char *what, oar_tensor *t, const double *want, const double *want_im,

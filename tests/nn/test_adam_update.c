@@ -16,25 +16,19 @@
 
 enum { STEPS = 5, ROWS = 7, COLS = 33 }; /* 231 values: vector loops and a tail */
 
-static double value(int which, int64_t i) {
-    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(which * 40503u + 7u);
-    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-    return (double)(h & 0xffff) / 32768.0 - 1.0;
-}
-
 typedef struct {
     double lr, beta1, beta2, eps, wd;
     bool decoupled;
 } hyper;
 
 /* torch.optim.Adam / AdamW (single tensor), `steps` steps on p with the
- * gradient of step s value(10 + s, i), in float64. */
+ * gradient of step s test_hash_value(10 + s, i), in float64. */
 static void reference(const hyper *h, int steps, int64_t n, double *p) {
     double *m = calloc((size_t)n, sizeof *m), *v = calloc((size_t)n, sizeof *v);
     for (int s = 1; s <= steps && m && v; s++) {
         double bc1 = 1 - pow(h->beta1, s), bc2 = 1 - pow(h->beta2, s);
         for (int64_t i = 0; i < n; i++) {
-            double g = value(10 + s, i);
+            double g = test_hash_value(10 + s, i);
             if (h->decoupled)
                 p[i] *= 1 - h->lr * h->wd;
             else
@@ -59,7 +53,7 @@ static double optimizer_error(const hyper *h, oar_dtype dt, bool strided) {
     oar_tensor *p = NULL;
     if (!want || !buf) goto done;
     for (int64_t i = 0; i < n; i++)
-        want[i] = value(1, i);
+        want[i] = test_hash_value(1, i);
     p = oar_tensor_retain(
         oar_cast(oar_tensor_from_data(want, OAR_F64, 2, (int64_t[]){ROWS, COLS}), dt));
     if (dt != OAR_F64) { /* the reference starts from the rounded values */
@@ -79,11 +73,12 @@ static double optimizer_error(const hyper *h, oar_dtype dt, bool strided) {
         if (strided) { /* the transpose of a [COLS, ROWS] array holding g^T */
             for (int64_t r = 0; r < ROWS; r++)
                 for (int64_t c = 0; c < COLS; c++)
-                    buf[c * ROWS + r] = value(10 + s, r * COLS + c);
-            g = oar_transpose(oar_cast(oar_tensor_from_data(buf, OAR_F64, 2, (int64_t[]){COLS, ROWS}), dt), 0, 1);
+                    buf[c * ROWS + r] = test_hash_value(10 + s, r * COLS + c);
+            g = oar_transpose(
+                oar_cast(oar_tensor_from_data(buf, OAR_F64, 2, (int64_t[]){COLS, ROWS}), dt), 0, 1);
         } else {
             for (int64_t i = 0; i < n; i++)
-                buf[i] = value(10 + s, i);
+                buf[i] = test_hash_value(10 + s, i);
             g = oar_cast(oar_tensor_from_data(buf, OAR_F64, 2, (int64_t[]){ROWS, COLS}), dt);
         }
         oar_tensor_zero_grad(p);
@@ -134,9 +129,10 @@ static void test_op_strided(void) {
     const int64_t R = 9, C = 20;
     double pv[9 * 20], gv[9 * 20], mv[9 * 40], vv[9 * 20];
     for (int64_t i = 0; i < R * C; i++)
-        pv[i] = value(2, i), gv[i] = value(3, i), vv[i] = 0.1 + value(5, i) * value(5, i);
+        pv[i] = test_hash_value(2, i), gv[i] = test_hash_value(3, i),
+        vv[i] = 0.1 + test_hash_value(5, i) * test_hash_value(5, i);
     for (int64_t i = 0; i < R * 2 * C; i++)
-        mv[i] = value(4, i);
+        mv[i] = test_hash_value(4, i);
     /* p [R, C] as the transpose of a [C, R] array; m every other column of [R, 2C] */
     oar_tensor *pt = oar_tensor_from_data(pv, OAR_F64, 2, (int64_t[]){C, R});
     oar_tensor *p = oar_transpose(pt, 0, 1);
@@ -187,11 +183,13 @@ static void test_refusals(void) {
     CHECK(call(p, p64, p, p, &ok) == 0); /* an f64 gradient is cast to the parameter's f32 */
     CHECK_STATUS_FAILS(call(pc, pc, pc, pc, &ok),
                        "the parameter must be a real float tensor, got complex64");
-    CHECK_STATUS_FAILS(call(p, pi, p, p, &ok), "the gradient must be a real float tensor, got int32");
+    CHECK_STATUS_FAILS(call(p, pi, p, p, &ok),
+                       "the gradient must be a real float tensor, got int32");
     CHECK_STATUS_FAILS(call(p, other, p, p, &ok),
                        "the gradient has shape [4, 3], the parameter [3, 4]");
     CHECK_STATUS_FAILS(call(p, p, p, other, &ok), "the second moment has shape [4, 3]");
-    CHECK_STATUS_FAILS(call(p, p, p64, p, &ok), "the first moment is float64, the parameter float32");
+    CHECK_STATUS_FAILS(call(p, p, p64, p, &ok),
+                       "the first moment is float64, the parameter float32");
     oari_attrs few = ok;
     few.nf = 4;
     CHECK_STATUS_FAILS(call(p, p, p, p, &few), "wants 7 float attributes and 1 integer");

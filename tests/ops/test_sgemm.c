@@ -22,12 +22,7 @@
 static const int providers[] = {OARI_SGEMM_AUTO, OARI_SGEMM_ONEDNN, OARI_SGEMM_OPENBLAS};
 static const char *const provider_names[] = {"auto", "onednn", "openblas"};
 
-/* A deterministic value in [-1, 1) for element i of matrix `which`. */
-static float value(int which, int64_t i) {
-    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(which * 40503u + 7u);
-    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-    return (float)(h & 0xffff) / 32768.0f - 1.0f;
-}
+static float value(int which, int64_t i) { return (float)test_hash_value(which, i); }
 
 /* C = alpha op(A) op(B) + beta C, row-major, in float64 */
 static void ref_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,

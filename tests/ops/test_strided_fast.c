@@ -14,14 +14,7 @@
 
 #include <stdint.h>
 
-/* A deterministic value in [-1, 1) for element i of array `which`. */
-static double value(int which, int64_t i) {
-    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(which * 40503u + 7u);
-    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-    return (double)(h & 0xffff) / 32768.0 - 1.0;
-}
-
-/* A contiguous tensor of dtype dt (f32/f64) with value(which, i) at flat i;
+/* A contiguous tensor of dtype dt (f32/f64) with test_hash_value(which, i) at flat i;
  * *src gets the same values in double (the caller frees it). */
 static oar_tensor *filled(oar_dtype dt, int which, int ndim, const int64_t *shape, double **src) {
     int64_t n = 1;
@@ -30,7 +23,7 @@ static oar_tensor *filled(oar_dtype dt, int which, int ndim, const int64_t *shap
     double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
     if (!v) return NULL;
     for (int64_t i = 0; i < n; i++)
-        v[i] = dt == OAR_F32 ? (double)(float)value(which, i) : value(which, i);
+        v[i] = dt == OAR_F32 ? (double)(float)test_hash_value(which, i) : test_hash_value(which, i);
     oar_tensor *t = oar_tensor_from_data(v, OAR_F64, ndim, shape);
     if (t && dt != OAR_F64) t = oar_cast(t, dt);
     *src = v;

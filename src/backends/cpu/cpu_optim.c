@@ -2,15 +2,18 @@
  * adam_update in one pass over p, g, m and v, f32 and f64 (f16/bf16
  * parameters run here in f32 between casts). Per element the arithmetic is
  * the composite update's (src/optim/optim.c), in the same order and the
- * parameter's precision. Runs over the strided iterator (outputs p', m', v'
+ * parameter's precision, so the two give the same bits. Runs over the strided iterator (outputs p', m', v'
  * then inputs p, g, m, v), OpenMP above its grain. */
 #include "cpu.h"
 
 #include <math.h>
 
 /* sqrt as an instruction (no errno), selects in vector loops: the values
- * are the same (see cpu_binary.c). */
-#pragma GCC optimize("no-trapping-math", "no-math-errno")
+ * are the same (see cpu_binary.c). No a*b+c fused into one rounding: the
+ * composite's ops round each product, and ZeRO's sharded update (this op
+ * on plain shards) must match data parallel's (the composite on dtensors)
+ * bit for bit. */
+#pragma GCC optimize("no-trapping-math", "no-math-errno", "fp-contract=off")
 
 /* The scalars of a call, in the parameter's precision. mode: 0 no weight
  * decay, 1 L2 (g += wd p), 2 decoupled (p += -lr wd p, AdamW). */
