@@ -4,9 +4,11 @@
  * float64 loop of torch's formulas, in f64, f32 (contiguous and over a
  * transposed gradient, the iterator's strided path) and bf16 (computed in
  * f32 between casts); the op called directly on strided inputs; and its
- * shape rule's refusals. test_optim checks the same optimizers against
- * PyTorch's trajectories; test_opencl_train runs the composite update that
- * a device without this kernel takes. */
+ * shape rule's refusals. test_zero checks that it gives the composite
+ * update's bits (ZeRO's shards take this op, data parallel's dtensors the
+ * composite); test_optim checks the same optimizers against PyTorch's
+ * trajectories; test_opencl_train runs the composite update that a device
+ * without this kernel takes. */
 #include "test.h"
 
 #include "core/core.h" /* to plant gradients, strided ones too, without a backward pass */
