@@ -2,7 +2,8 @@
  * (a sequence-first attention block: x [1, T, d] transposed to [T, 1, d]):
  * - matmul whose left operand has one row a batch takes that row's stride
  *   from the batch and runs one GEMM (src/backends/cpu/cpu_linalg.c,
- *   fold_batches), not one gemv per batch;
+ *   fold_batches), not one gemv per batch; with a few rows a batch, a dense
+ *   copy of it does (dense_copy_folds), not one GEMM per batch;
  * - index_select of a few indices copies each selected slice with one
  *   strided copy (cpu_index.c, k_index_select), not one line per element.
  * Checked against float64 loops over the source arrays (not through other
@@ -39,33 +40,37 @@ static double worst(oar_tensor *got, const double *want, int64_t n) {
     return m;
 }
 
-/* x [1, T, d] viewed as [T, 1, d], times w [d, m] (or the transposed view
- * of a [m, d] array): out[t, 0, j] = sum_p x[t, p] w[p, j]. */
-static void check_sequence_first(oar_dtype dt, int64_t T, int64_t d, int64_t m, bool w_transposed) {
+/* x [NB, T, d] viewed as [T, NB, d], times w [d, m] (or the transposed
+ * view of a [m, d] array): out[t, b, j] = sum_p x[b, t, p] w[p, j]. One
+ * row a batch (NB 1) folds as it is; more rows take a dense copy of x. */
+static void check_sequence_first(oar_dtype dt, int64_t NB, int64_t T, int64_t d, int64_t m,
+                                 bool w_transposed) {
     oar_pool *pool = oar_pool_push();
     double *xs = NULL, *ws = NULL;
-    oar_tensor *x = filled(dt, 1, 3, (int64_t[]){1, T, d}, &xs);
+    oar_tensor *x = filled(dt, 1, 3, (int64_t[]){NB, T, d}, &xs);
     oar_tensor *w = w_transposed ? filled(dt, 2, 2, (int64_t[]){m, d}, &ws)
                                  : filled(dt, 2, 2, (int64_t[]){d, m}, &ws);
-    double *want = malloc((size_t)(T * m) * sizeof *want);
+    double *want = malloc((size_t)(T * NB * m) * sizeof *want);
     CHECK(x && w && want);
     if (x && w && want) {
         for (int64_t t = 0; t < T; t++)
-            for (int64_t j = 0; j < m; j++) {
-                double s = 0;
-                for (int64_t p = 0; p < d; p++)
-                    s += xs[t * d + p] * (w_transposed ? ws[j * d + p] : ws[p * m + j]);
-                want[t * m + j] = s;
-            }
+            for (int64_t b = 0; b < NB; b++)
+                for (int64_t j = 0; j < m; j++) {
+                    double s = 0;
+                    for (int64_t p = 0; p < d; p++)
+                        s += xs[(b * T + t) * d + p] *
+                             (w_transposed ? ws[j * d + p] : ws[p * m + j]);
+                    want[(t * NB + b) * m + j] = s;
+                }
         oar_tensor *y = oar_matmul(oar_permute(x, (int64_t[]){1, 0, 2}),
                                    w_transposed ? oar_transpose(w, 0, 1) : w);
         CHECK(y && oar_tensor_ndim(y) == 3 && oar_tensor_shape(y)[0] == T &&
-              oar_tensor_shape(y)[1] == 1);
+              oar_tensor_shape(y)[1] == NB);
         double tol = (dt == OAR_F32 ? 2e-6 : 1e-13) * (double)d;
-        double e = worst(y, want, T * m);
+        double e = worst(y, want, T * NB * m);
         if (!(e <= tol))
-            fprintf(stderr, "  %s T %lld d %lld m %lld: worst %g\n", oar_dtype_name(dt),
-                    (long long)T, (long long)d, (long long)m, e);
+            fprintf(stderr, "  %s NB %lld T %lld d %lld m %lld: worst %g\n", oar_dtype_name(dt),
+                    (long long)NB, (long long)T, (long long)d, (long long)m, e);
         CHECK(e <= tol);
     }
     free(xs), free(ws), free(want);
@@ -75,14 +80,26 @@ static void check_sequence_first(oar_dtype dt, int64_t T, int64_t d, int64_t m, 
 static void test_matmul_one_row_batches(void) {
     for (int k = 0; k < 2; k++) {
         oar_dtype dt = k ? OAR_F64 : OAR_F32;
-        check_sequence_first(dt, 37, 19, 23, false);
-        check_sequence_first(dt, 37, 19, 23, true);
-        check_sequence_first(dt, 64, 256, 768, false); /* an encoder's in-projection */
-        check_sequence_first(dt, 1, 8, 5, false);      /* a batch of one */
+        check_sequence_first(dt, 1, 37, 19, 23, false);
+        check_sequence_first(dt, 1, 37, 19, 23, true);
+        check_sequence_first(dt, 1, 64, 256, 768, false); /* an encoder's in-projection */
+        check_sequence_first(dt, 1, 1, 8, 5, false);      /* a batch of one */
     }
 }
 
-/* One-row batches that must not fold, all still right: batch dims that do
+/* Batches of several rows that do not step by whole matrices: a dense copy
+ * of A, then one GEMM (dense_copy_folds). */
+static void test_matmul_dense_copy(void) {
+    for (int k = 0; k < 2; k++) {
+        oar_dtype dt = k ? OAR_F64 : OAR_F32;
+        check_sequence_first(dt, 5, 37, 19, 23, false);
+        check_sequence_first(dt, 3, 37, 19, 23, true);
+        check_sequence_first(dt, 32, 64, 64, 96, false); /* the encoder at batch 32, smaller */
+        check_sequence_first(dt, 300, 3, 4, 5, false);   /* 300 rows a batch: left batched */
+    }
+}
+
+/* One-row batches that do not fold as they are, all still right: batch dims that do
  * not step by whole rows, a batched right operand, a broadcast left one. */
 static void test_matmul_unfoldable(void) {
     oar_pool *pool = oar_pool_push();
@@ -183,6 +200,7 @@ static void test_index_select_slices(void) {
 
 int main(void) {
     RUN(test_matmul_one_row_batches);
+    RUN(test_matmul_dense_copy);
     RUN(test_matmul_unfoldable);
     RUN(test_index_select_slices);
     return test_summary();

@@ -82,14 +82,10 @@ static void *pack(const oar_ktensor *t, oar_ktensor *c, size_t *nbytes) {
     *nbytes = (size_t)(n ? n : 1) * es;
     char *buf = oari_malloc(*nbytes);
     if (!buf) return NULL;
-    const char *src = t->data;
-#pragma omp parallel for if (n > OARI_PARALLEL_GRAIN)
-    for (int64_t i = 0; i < n; i++)
-        memcpy(buf + (size_t)i * es,
-               src + oari_strided_index(t->ndim, t->shape, t->strides, i) * (int64_t)es, es);
     *c = *t;
     c->data = buf;
     oari_contiguous_strides(t->ndim, t->shape, c->strides);
+    oari_copy_strided(c, t);
     return buf;
 }
 
@@ -238,6 +234,17 @@ static void fold_batches(mm_shape *s, mat_view *a, const mat_view *b) {
     s->nbatch = 0;
 }
 
+/* Whether a dense copy of A would fold the batch into one GEMM where A as
+ * it is did not: several batches of fewer than 256 rows, one B for all of
+ * them, and every batch dim A's own (not broadcast). */
+static bool dense_copy_folds(const oar_kernel_call *call, const mm_shape *s, const mat_view *a,
+                             const mat_view *b) {
+    if (s->nb <= 1 || s->n >= 256 || call->in[0].ndim != call->out[0].ndim) return false;
+    for (int d = 0; d < s->nbatch; d++)
+        if (b->bstride[d] != 0 || (s->bshape[d] > 1 && a->bstride[d] == 0)) return false;
+    return true;
+}
+
 /* Copies the operands neither row- nor column-major in their last two dims
  * (blas_layout) and views the copies instead; *la, *lb get the layouts.
  * bufs/sizes: the copies, for oari_free. 0, or a status (OOM). */
@@ -285,6 +292,19 @@ static int k_matmul_blas(void *ctx, const oar_kernel_call *call) {
     int st = pack_unreadable(call, &s, &a, &b, &la, &lda, &lb, &ldb, packed, bufs, sizes);
     if (st) return st;
     if (la == 0) fold_batches(&s, &a, &b);
+    if (dense_copy_folds(call, &s, &a, &b) && !bufs[0]) {
+        /* batches of few rows over one B whose rows do not line up (a [T, B, d] view of
+         * [B, T, d], a sequence-first layer at batch > 1): a dense copy of A folds into
+         * one GEMM, where T products of B rows each repacked all of B (64 x 32 x 256 x 768:
+         * 14 ms, against one copy and one GEMM) */
+        if (!(bufs[0] = pack(&call->in[0], &packed[0], &sizes[0]))) {
+            oari_free(bufs[1], sizes[1]);
+            return oari_fail_status();
+        }
+        make_view(&packed[0], true, &s, &a);
+        la = blas_layout(a.rows, a.cols, a.sr, a.sc, &lda);
+        fold_batches(&s, &a, &b);
+    }
     if (la == 0) blas_layout(a.rows, a.cols, a.sr, a.sc, &lda);
     if (!fits_blas(s.n) || !fits_blas(s.m) || !fits_blas(s.k) || !fits_blas(lda) ||
         !fits_blas(ldb)) {
