@@ -2,10 +2,12 @@
  * oari_cpu_sgemm against a float64 loop under each choice (oneDNN,
  * OpenBLAS, auto) for every transpose pair, leading dimensions wider than
  * the matrix, alpha and beta other than 1 and 0, and sizes on both sides of
- * the tiny-product threshold; which provider auto picks; OAR_CPU_SGEMM
- * (an unknown value warns and falls back to auto); and matmul, conv2d and
- * an LSTM layer, which reach it through three kernels, giving the same
- * values under both providers. */
+ * the tiny-product threshold; the GEMV likewise; which provider auto picks
+ * (lower thresholds, and GEMV too, where OpenBLAS runs pre-AVX kernels);
+ * OAR_CPU_SGEMM (an unknown value warns and falls back to auto); the
+ * once-only note about such an OpenBLAS at an f64 product; and matmul,
+ * conv2d and an LSTM layer, which reach it through three kernels, giving
+ * the same values under both providers. */
 #include "test.h"
 #include "stderr_capture.h"
 
@@ -21,6 +23,21 @@
 
 static const int providers[] = {OARI_SGEMM_AUTO, OARI_SGEMM_ONEDNN, OARI_SGEMM_OPENBLAS};
 static const char *const provider_names[] = {"auto", "onednn", "openblas"};
+
+/* Whether OpenBLAS runs kernels without AVX on a CPU with AVX2 here (its
+ * fallback on a model it does not know), read as cpu_gemm.c does. */
+static bool openblas_pre_avx_here(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    static const char *const cores[] = {"Prescott",  "Core2",  "Penryn",  "Dunnington",
+                                        "Nehalem",   "Atom",   "Opteron", "Opteron_SSE3",
+                                        "Barcelona", "Bobcat", "Nano"};
+    __builtin_cpu_init();
+    const char *core = openblas_get_corename();
+    for (size_t i = 0; core && i < sizeof cores / sizeof *cores; i++)
+        if (!strcmp(core, cores[i])) return __builtin_cpu_supports("avx2");
+#endif
+    return false;
+}
 
 static float value(int which, int64_t i) { return (float)test_hash_value(which, i); }
 
@@ -99,17 +116,89 @@ static void test_products(void) {
     }
 }
 
+/* y = op(M) x against the loop under each choice: both orientations, x at
+ * stride 1 and 3, a leading dimension wider than the row, sizes on both
+ * sides of the threshold. */
+static void test_gemv(void) {
+    static const int64_t shapes[][2] = {{1, 1}, {5, 7}, {64, 64}, {300, 77}, {77, 300}};
+    for (size_t p = 0; p < sizeof providers / sizeof *providers; p++) {
+        int was = oari_cpu_sgemm_use(providers[p]);
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (int t = 0; t < 4; t++) {
+                bool trans = t & 1;
+                int64_t rows = shapes[s][0], cols = shapes[s][1], ld = cols + 2 * (t >> 1),
+                        inc = t & 2 ? 3 : 1;
+                int64_t nx = trans ? rows : cols, ny = trans ? cols : rows;
+                float *m = malloc((size_t)(rows * ld) * sizeof *m),
+                      *x = malloc((size_t)(nx * inc) * sizeof *x);
+                float *y = malloc((size_t)ny * sizeof *y);
+                CHECK(m && x && y);
+                if (m && x && y) {
+                    for (int64_t i = 0; i < rows * ld; i++)
+                        m[i] = value(5, i);
+                    for (int64_t i = 0; i < nx * inc; i++)
+                        x[i] = value(6, i);
+                    oari_cpu_sgemv(trans, rows, cols, m, ld, x, inc, y);
+                    double worst = 0;
+                    for (int64_t j = 0; j < ny; j++) {
+                        double r = 0;
+                        for (int64_t q = 0; q < nx; q++)
+                            r += (double)(trans ? m[q * ld + j] : m[j * ld + q]) * x[q * inc];
+                        if (!(fabs(y[j] - r) <= worst)) worst = fabs(y[j] - r);
+                    }
+                    if (!(worst <= 1e-5 * (1.0 + (double)nx)))
+                        fprintf(stderr, "  gemv %s %lldx%lld ld %lld inc %lld (%s): worst %g\n",
+                                trans ? "T" : "N", (long long)rows, (long long)cols, (long long)ld,
+                                (long long)inc, provider_names[p], worst);
+                    CHECK(worst <= 1e-5 * (1.0 + (double)nx));
+                }
+                free(m), free(x), free(y);
+            }
+        oari_cpu_sgemm_use(was);
+    }
+}
+
+/* An f64 product on an OpenBLAS that runs pre-AVX kernels on a CPU with
+ * AVX2 (an unknown model) says so once; elsewhere nothing. */
+static void test_pre_avx_note(void) {
+    oar_pool *pool = oar_pool_push();
+    bool pre_avx = openblas_pre_avx_here();
+    oar_tensor *a = oar_randn(OAR_F64, 2, (int64_t[]){64, 64});
+    capture_begin();
+    oar_tensor *small =
+        oar_matmul(oar_slice(a, 0, 0, 4, 1), oar_slice(a, 1, 0, 4, 1)); /* 4^3: no note */
+    const char *err = capture_end();
+    CHECK(small && count(err, "OPENBLAS_CORETYPE") == 0);
+    capture_begin();
+    oar_tensor *y1 = oar_matmul(a, a), *y2 = oar_matmul(a, a);
+    err = capture_end();
+    CHECK(y1 && y2);
+    CHECK(count(err, "OPENBLAS_CORETYPE=") == (pre_avx ? 1 : 0));
+    if (pre_avx)
+        CHECK(strstr(err, "f64 and complex matrix products run several times slower") != NULL);
+    oar_pool_pop(pool);
+}
+
 /* Which provider a product goes to, and what oari_cpu_sgemm_use accepts. */
 static void test_choice(void) {
     int was = oari_cpu_sgemm_use(OARI_SGEMM_AUTO);
     CHECK(!oari_cpu_sgemm_onednn(8, 8, 8)); /* tiny: OpenBLAS's call is cheaper */
-    CHECK(!oari_cpu_sgemm_onednn(31, 32, 32));
+    /* from 32^3 multiply-adds; from 16^3 where OpenBLAS runs pre-AVX kernels */
+    bool pre_avx = openblas_pre_avx_here();
+    CHECK(!oari_cpu_sgemm_onednn(15, 16, 16));
+    CHECK(oari_cpu_sgemm_onednn(16, 16, 16) == (HAVE_ONEDNN && pre_avx));
+    CHECK(oari_cpu_sgemm_onednn(31, 32, 32) == (HAVE_ONEDNN && pre_avx));
     CHECK(oari_cpu_sgemm_onednn(32, 32, 32) == HAVE_ONEDNN);
+    /* a matrix-vector product: sgemv, unless OpenBLAS runs pre-AVX kernels */
+    CHECK(oari_cpu_sgemv_onednn(64, 64) == (HAVE_ONEDNN && pre_avx));
+    CHECK(!oari_cpu_sgemv_onednn(8, 8));
     CHECK(oari_cpu_sgemm_onednn(2048, 128, 512) == HAVE_ONEDNN);
     CHECK(oari_cpu_sgemm_use(OARI_SGEMM_ONEDNN) == OARI_SGEMM_AUTO);
     CHECK(oari_cpu_sgemm_onednn(8, 8, 8) == HAVE_ONEDNN); /* pinned: every size */
+    CHECK(oari_cpu_sgemv_onednn(8, 8) == HAVE_ONEDNN);
     oari_cpu_sgemm_use(OARI_SGEMM_OPENBLAS);
     CHECK(!oari_cpu_sgemm_onednn(2048, 128, 512));
+    CHECK(!oari_cpu_sgemv_onednn(4096, 4096));
     /* a value that names no provider changes nothing */
     CHECK(oari_cpu_sgemm_use(42) == OARI_SGEMM_OPENBLAS);
     CHECK(oari_cpu_sgemm_use(-1) == OARI_SGEMM_OPENBLAS);
@@ -183,6 +272,8 @@ int main(void) {
     RUN(test_environment);
     RUN(test_choice);
     RUN(test_products);
+    RUN(test_gemv);
+    RUN(test_pre_avx_note);
     RUN(test_kernels_agree);
     return test_summary();
 }

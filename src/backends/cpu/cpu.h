@@ -100,9 +100,19 @@ OARI_HIDDEN void oari_cpu_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta,
                                 const float *b, blasint ldb, float beta, float *c, blasint ldc);
 /* Whether an m x n x k product goes to oneDNN under the current choice. */
 OARI_HIDDEN bool oari_cpu_sgemm_onednn(int64_t m, int64_t n, int64_t k);
+/* y = op(M) x, M rows x cols row-major (ld), x at stride incx: cblas_sgemv,
+ * or dnnl_sgemm where OpenBLAS runs pre-AVX kernels on an AVX2 CPU. */
+OARI_HIDDEN void oari_cpu_sgemv(bool trans, int64_t rows, int64_t cols, const float *mat, int64_t ld,
+                                const float *x, int64_t incx, float *y);
+/* Whether such a product goes to oneDNN under the current choice. */
+OARI_HIDDEN bool oari_cpu_sgemv_onednn(int64_t rows, int64_t cols);
 /* Pins the choice (an OARI_SGEMM_*; one this build lacks is ignored) and
  * returns the previous one: for tests and benchmarks, between products. */
 OARI_HIDDEN int oari_cpu_sgemm_use(int provider);
+/* Before an f64 or complex product of `macs` multiply-adds: the first of
+ * 32^3 or more warns once if OpenBLAS runs kernels without AVX on a CPU
+ * with AVX2 (an unknown model), naming OPENBLAS_CORETYPE. */
+OARI_HIDDEN void oari_cpu_blas_note(int64_t macs);
 
 /* Registers the CPU as a device (src/init/, at start-up, before anything
  * else): the first device, oari_device_cpu(). */

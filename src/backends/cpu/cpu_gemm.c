@@ -1,6 +1,7 @@
-/* The CPU's f32 GEMM (oari_cpu_sgemm, cpu.h): every f32 product of the CPU
- * backend (matmul, im2col conv, Winograd's tile products, the RNN gates)
- * goes through here, to oneDNN's dnnl_sgemm or to CBLAS (OpenBLAS).
+/* The CPU's f32 GEMM and GEMV (oari_cpu_sgemm, oari_cpu_sgemv; cpu.h):
+ * every f32 product of the CPU backend (matmul, im2col conv, Winograd's
+ * tile products, the RNN gates) goes through here, to oneDNN's dnnl_sgemm
+ * or to CBLAS (OpenBLAS).
  *
  * Why two: OpenBLAS 0.3.21 (Debian 12) picks its kernels by CPU model, and
  * on a model newer than it knows it falls back to its generic SSE3 kernels
@@ -12,13 +13,20 @@
  * than OpenBLAS's own AVX-512 kernels at every size a model here runs
  * (bench/RESULTS.md, 2026-12-07): 1.1-2x on the thin products of a
  * transformer and of im2col convs. Its call costs about 0.4 us more, so
- * products under 32^3 multiply-adds stay with OpenBLAS.
+ * products under 32^3 multiply-adds stay with OpenBLAS, unless OpenBLAS
+ * runs kernels without AVX on a CPU with AVX2 (then from 16^3, where
+ * oneDNN already wins 4x). Matrix-vector products stay with sgemv, which
+ * matches dnnl_sgemm with AVX kernels, except on such a pre-AVX OpenBLAS
+ * (3-4x slower there).
  *
- * f64 and complex products and gemv stay with OpenBLAS (oneDNN has none).
- * OAR_CPU_SGEMM=openblas|onednn pins the choice (read once); builds
- * without oneDNN (OAR_WITH_DNNL off) always use OpenBLAS. */
+ * f64 and complex products stay with OpenBLAS (oneDNN has none): on a
+ * pre-AVX OpenBLAS the first such product of some size says so once on
+ * stderr, with the fix (oari_cpu_blas_note). OAR_CPU_SGEMM=openblas|onednn
+ * pins the f32 choice (read once); builds without oneDNN (OAR_WITH_DNNL
+ * off) always use OpenBLAS. */
 #include "cpu.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,11 +34,60 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
-/* Products of fewer multiply-adds than this run on OpenBLAS: below it the
- * fixed cost of a call decides (8x8x8: 0.07 us against 0.41). */
+/* Products of fewer multiply-adds than these run on OpenBLAS: below them
+ * the fixed cost of a call decides (8x8x8: 0.07 us against 0.41). */
 #define ONEDNN_MIN_MACS (32 * 32 * 32)
+#define ONEDNN_MIN_MACS_PRE_AVX (16 * 16 * 16)
 
-/* -1: not read yet; else an oari_sgemm_provider */
+/* ---- what OpenBLAS runs ---------------------------------------------------- */
+
+/* OpenBLAS's x86-64 kernel sets without AVX (its DYNAMIC_ARCH core names):
+ * what it falls back to on a CPU model it does not know. */
+static bool pre_avx_core(const char *name) {
+    static const char *const cores[] = {"Prescott",  "Core2",  "Penryn",  "Dunnington",
+                                        "Nehalem",   "Atom",   "Opteron", "Opteron_SSE3",
+                                        "Barcelona", "Bobcat", "Nano"};
+    for (size_t i = 0; name && i < sizeof cores / sizeof *cores; i++)
+        if (!strcmp(name, cores[i])) return true;
+    return false;
+}
+
+static bool blas_pre_avx; /* OpenBLAS runs pre-AVX kernels on a CPU with AVX2 */
+static pthread_once_t blas_probed = PTHREAD_ONCE_INIT;
+
+static void probe_blas(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    blas_pre_avx = __builtin_cpu_supports("avx2") && pre_avx_core(openblas_get_corename());
+#endif
+}
+
+static bool openblas_pre_avx(void) {
+    pthread_once(&blas_probed, probe_blas);
+    return blas_pre_avx;
+}
+
+static void warn_pre_avx(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (openblas_pre_avx())
+        oari_log(
+            OAR_LOG_WARN, "blas",
+            "OpenBLAS runs its generic '%s' kernels on this CPU (a model it does not know), so "
+            "f64 and complex matrix products run several times slower than the CPU allows; "
+            "set OPENBLAS_CORETYPE=%s before the program starts (f32 products go to oneDNN "
+            "where oar has it and are not affected)",
+            openblas_get_corename(), __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
+#endif
+}
+
+void oari_cpu_blas_note(int64_t macs) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    if (macs >= ONEDNN_MIN_MACS) pthread_once(&once, warn_pre_avx);
+}
+
+/* ---- the f32 choice ---------------------------------------------------------- */
+
+/* -1: not read yet; else an OARI_SGEMM_* */
 static int provider = -1;
 
 static int provider_from_env(void) {
@@ -69,12 +126,26 @@ int oari_cpu_sgemm_use(int p) {
 bool oari_cpu_sgemm_onednn(int64_t m, int64_t n, int64_t k) {
 #ifdef OAR_WITH_DNNL
     int p = current();
-    return p == OARI_SGEMM_ONEDNN || (p == OARI_SGEMM_AUTO && m * n * k >= ONEDNN_MIN_MACS);
+    if (p != OARI_SGEMM_AUTO) return p == OARI_SGEMM_ONEDNN;
+    return m * n * k >= (openblas_pre_avx() ? ONEDNN_MIN_MACS_PRE_AVX : ONEDNN_MIN_MACS);
 #else
     (void)m, (void)n, (void)k;
     return false;
 #endif
 }
+
+bool oari_cpu_sgemv_onednn(int64_t rows, int64_t cols) {
+#ifdef OAR_WITH_DNNL
+    int p = current();
+    if (p != OARI_SGEMM_AUTO) return p == OARI_SGEMM_ONEDNN;
+    return openblas_pre_avx() && rows * cols >= ONEDNN_MIN_MACS_PRE_AVX;
+#else
+    (void)rows, (void)cols;
+    return false;
+#endif
+}
+
+/* ---- the calls ------------------------------------------------------------------ */
 
 void oari_cpu_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
                     blasint m, blasint n, blasint k, float alpha, const float *a, blasint lda,
@@ -87,4 +158,20 @@ void oari_cpu_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_
         return; /* (it refuses only what CBLAS would too: a leading dimension too small) */
 #endif
     cblas_sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void oari_cpu_sgemv(bool trans, int64_t rows, int64_t cols, const float *mat, int64_t ld,
+                    const float *x, int64_t incx, float *y) {
+#ifdef OAR_WITH_DNNL
+    /* as a GEMM with a one-column (or one-row) side; x read at stride incx as the
+     * transpose of a [len, 1] matrix of leading dimension incx */
+    if (oari_cpu_sgemv_onednn(rows, cols) && incx >= 1) {
+        dnnl_status_t st =
+            trans ? dnnl_sgemm('T', 'N', 1, cols, rows, 1.0f, x, incx, mat, ld, 0.0f, y, cols)
+                  : dnnl_sgemm('N', 'N', rows, 1, cols, 1.0f, mat, ld, x, incx, 0.0f, y, 1);
+        if (st == dnnl_success) return;
+    }
+#endif
+    cblas_sgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, (blasint)rows, (blasint)cols,
+                1.0f, mat, (blasint)ld, x, (blasint)incx, 0.0f, y, 1);
 }

@@ -95,6 +95,7 @@ static void blas_gemm(int dt, bool ta, bool tb, int64_t n, int64_t m, int64_t k,
     enum CBLAS_TRANSPOSE tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
     blasint N = (blasint)n, M = (blasint)m, K = (blasint)k;
     blasint LA = (blasint)lda, LB = (blasint)ldb, LC = (blasint)ldc;
+    if (dt != OAR_F32) oari_cpu_blas_note(n * m * k);
     switch (dt) {
     case OAR_F32:
         oari_cpu_sgemm(CblasRowMajor, tra, trb, N, M, K, 1.0f, a, LA, b, LB, 0.0f, c, LC);
@@ -161,8 +162,9 @@ static void gemv(int dt, bool trans, int64_t rows, int64_t cols, const void *mat
                  const void *x, int64_t incx, void *y) {
     enum CBLAS_TRANSPOSE tr = trans ? CblasTrans : CblasNoTrans;
     blasint R = (blasint)rows, C = (blasint)cols, L = (blasint)ld, INC = (blasint)incx;
+    if (dt != OAR_F32) oari_cpu_blas_note(rows * cols);
     switch (dt) {
-    case OAR_F32: cblas_sgemv(CblasRowMajor, tr, R, C, 1.0f, mat, L, x, INC, 0.0f, y, 1); break;
+    case OAR_F32: oari_cpu_sgemv(trans, rows, cols, mat, ld, x, incx, y); break;
     case OAR_F64: cblas_dgemv(CblasRowMajor, tr, R, C, 1.0, mat, L, x, INC, 0.0, y, 1); break;
     case OAR_C64: {
         const float one[2] = {1, 0}, zero[2] = {0, 0};
