@@ -104,7 +104,7 @@ static void test_products(void) {
     static const int64_t shapes[][3] = {{3, 5, 4},    {8, 8, 8},     {1, 300, 70}, {70, 1, 300},
                                         {33, 33, 33}, {130, 70, 90}, {257, 64, 1}, {64, 200, 128}};
     for (size_t p = 0; p < sizeof providers / sizeof *providers; p++) {
-        int was = oari_cpu_sgemm_use(providers[p]);
+        int was = oari_cpu_sgemm_use(providers[p]), failed_before = test_failed;
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
             for (int t = 0; t < 4; t++) {
                 bool ta = t & 1, tb = t & 2;
@@ -112,7 +112,7 @@ static void test_products(void) {
                 check_product(ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], -0.5f, 2.0f, 3);
             }
         oari_cpu_sgemm_use(was);
-        if (test_failed) fprintf(stderr, "  (provider %s)\n", provider_names[p]);
+        if (test_failed > failed_before) fprintf(stderr, "  (provider %s)\n", provider_names[p]);
     }
 }
 
@@ -174,8 +174,7 @@ static void test_pre_avx_note(void) {
     err = capture_end();
     CHECK(y1 && y2);
     CHECK(count(err, "OPENBLAS_CORETYPE=") == (pre_avx ? 1 : 0));
-    if (pre_avx)
-        CHECK(strstr(err, "f64 and complex matrix products run several times slower") != NULL);
+    if (pre_avx) CHECK(strstr(err, "matrix products run several times slower") != NULL);
     oar_pool_pop(pool);
 }
 
@@ -193,7 +192,9 @@ static void test_choice(void) {
     CHECK(oari_cpu_sgemv_onednn(64, 64) == (HAVE_ONEDNN && pre_avx));
     CHECK(!oari_cpu_sgemv_onednn(8, 8));
     CHECK(oari_cpu_sgemm_onednn(2048, 128, 512) == HAVE_ONEDNN);
-    CHECK(oari_cpu_sgemm_use(OARI_SGEMM_ONEDNN) == OARI_SGEMM_AUTO);
+    /* (a build without oneDNN ignores the choices it lacks: it stays with OpenBLAS) */
+    CHECK(oari_cpu_sgemm_use(OARI_SGEMM_ONEDNN) ==
+          (HAVE_ONEDNN ? OARI_SGEMM_AUTO : OARI_SGEMM_OPENBLAS));
     CHECK(oari_cpu_sgemm_onednn(8, 8, 8) == HAVE_ONEDNN); /* pinned: every size */
     CHECK(oari_cpu_sgemv_onednn(8, 8) == HAVE_ONEDNN);
     oari_cpu_sgemm_use(OARI_SGEMM_OPENBLAS);
@@ -264,6 +265,7 @@ static void test_environment(void) {
     CHECK(big); /* auto */
 #else
     CHECK(!big); /* no oneDNN in this build: the variable names nothing it has */
+    CHECK(count(err, "OAR_CPU_SGEMM") == 0);
 #endif
     unsetenv("OAR_CPU_SGEMM");
 }

@@ -69,14 +69,21 @@ static bool openblas_pre_avx(void) {
 
 static void warn_pre_avx(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
+#ifdef OAR_WITH_DNNL
+    const char *f32 =
+        "f64 and complex matrix products run several times slower than the CPU allows "
+        "(f32 products go to oneDNN and are not affected)";
+#else
+    const char *f32 = "f64, complex and f32 matrix products run several times slower than the CPU "
+                      "allows (this build has no oneDNN)";
+#endif
     if (openblas_pre_avx())
         oari_log(
             OAR_LOG_WARN, "blas",
-            "OpenBLAS runs its generic '%s' kernels on this CPU (a model it does not know), so "
-            "f64 and complex matrix products run several times slower than the CPU allows; "
-            "set OPENBLAS_CORETYPE=%s before the program starts (f32 products go to oneDNN "
-            "where oar has it and are not affected)",
-            openblas_get_corename(), __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
+            "OpenBLAS runs its generic '%s' kernels on this CPU (a model it does not know), so %s; "
+            "set OPENBLAS_CORETYPE=%s before the program starts",
+            openblas_get_corename(), f32,
+            __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
 #endif
 }
 
