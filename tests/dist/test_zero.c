@@ -242,8 +242,11 @@ static void test_transformer(void) {
     check_close("transformer, ZeRO-2", &r, &ref, 1e-10);
     check_bitwise("transformer, ZeRO-2", &r, &dp);
     run_free(&r);
+    /* 2 micro-batches against the whole batch in one process: the two batchings part by
+     * about 1e-10 after these steps (1.09e-10 with OpenBLAS's generic dgemm kernels, in a
+     * Debug build), so 1e-9 here; ZeRO-3 below compares its micro-batches with plain DP's */
     train(ZERO1, true, OAR_F64, 2, x, y, &r);
-    check_close("transformer, ZeRO-1, 2 micro-batches", &r, &ref, 1e-10);
+    check_close("transformer, ZeRO-1, 2 micro-batches", &r, &ref, 1e-9);
     run_free(&r);
     run_free(&ref);
     run_free(&dp);
