@@ -198,6 +198,12 @@ static ushort f32_to_bf16(float v) {
     CONVERT(TI, NI, uchar, b) CONVERT(TI, NI, uchar, u8) CONVERT(TI, NI, int, i32)         \
     CONVERT(TI, NI, long, i64) CONVERT(TI, NI, float, f32) CONVERT(TI, NI, ushort, f16)    \
     CONVERT(TI, NI, ushort, bf16)
+/* from a half N: to the other types through f32, to the other half O, to
+ * itself bit for bit */
+#define CONVERT_FROM_HALF(N, O)                                                            \
+    CONVERT(ushort, N, uchar, b) CONVERT(ushort, N, uchar, u8)                             \
+    CONVERT(ushort, N, int, i32) CONVERT(ushort, N, long, i64)                             \
+    CONVERT(ushort, N, float, f32) CONVERT(ushort, N, ushort, O) CONVERT_BITS(N)
 #ifdef OAR_F64 /* every conversion to or from f64 */
 CONVERT_FROM(double, f64)
 CONVERT(double, f64, double, f64)
@@ -214,20 +220,8 @@ CONVERT_FROM(uchar, u8)
 CONVERT_FROM(int, i32)
 CONVERT_FROM(long, i64)
 CONVERT_FROM(float, f32)
-CONVERT(ushort, f16, uchar, b)
-CONVERT(ushort, f16, uchar, u8)
-CONVERT(ushort, f16, int, i32)
-CONVERT(ushort, f16, long, i64)
-CONVERT(ushort, f16, float, f32)
-CONVERT_BITS(f16)
-CONVERT(ushort, f16, ushort, bf16)
-CONVERT(ushort, bf16, uchar, b)
-CONVERT(ushort, bf16, uchar, u8)
-CONVERT(ushort, bf16, int, i32)
-CONVERT(ushort, bf16, long, i64)
-CONVERT(ushort, bf16, float, f32)
-CONVERT(ushort, bf16, ushort, f16)
-CONVERT_BITS(bf16)
+CONVERT_FROM_HALF(f16, bf16)
+CONVERT_FROM_HALF(bf16, f16)
 #endif
 
 #define FILL(TO, NO)                                                                       \

@@ -89,7 +89,7 @@ OARI_HIDDEN oar_graph *oari_onnx_qdq_form(const oar_graph *g);
     X(index_add) X(one_hot) X(sort) X(topk)                                                        \
     X(view) X(permute) X(expand) X(slice) X(flip) X(roll) X(trilu) X(diagonal) X(concat) X(pad)    \
     X(conv) X(pool) X(adaptive_avg_pool) X(interpolate) X(layer_norm_decomposed) X(layer_norm)     \
-    X(batch_norm) X(group_norm) X(layer_norm_backward)                                                                    \
+    X(batch_norm) X(group_norm) X(layer_norm_backward)                                             \
     X(rnn)                                                                                         \
     X(quantize) X(dequantize) X(fake_quantize)                                                     \
     X(qmatmul) X(qconv2d)                                                                          \

@@ -177,6 +177,12 @@ bool oari_device_claims_via_f32(oar_device *dev, oari_op op, int n_in, oar_tenso
     return oari_device_claims_k(dev, op, OAR_F32, n_in, kin, attrs);
 }
 
+bool oari_fused_op_here(oari_op op, const oar_tensor *x) {
+    oar_device *d = x->storage ? x->storage->device : oari_device_cpu(); /* traced: a CPU graph */
+    return d == oari_device_cpu() || oari_kernel_lookup(d, op, x->dtype) ||
+           (oari_is_half(x->dtype) && oari_kernel_lookup(d, op, OAR_F32));
+}
+
 /* A CPU tensor with t's geometry over a copy of t's whole storage. */
 static oar_tensor *host_mirror(oar_tensor *t) {
     oar_device *d = t->storage->device;

@@ -24,6 +24,12 @@ OARI_HIDDEN bool oari_device_claims_k(oar_device *dev, oari_op op, oar_dtype kdt
  * (dense, t's shape, at an address not yet known: plan.c's fresh_temp,
  * the executor's arena_temp). */
 OARI_HIDDEN void oari_ktensor_f32_temp(const oar_tensor *t, oar_ktensor *k);
+/* Whether a fused op (a norm's backward, adam_update) runs where x lives,
+ * so a caller picks it over its composite: always on the CPU and for a
+ * traced x (a CPU graph); on a device only where it has the kernel (for
+ * f16/bf16, its f32 one), since the composite's ops run there while the
+ * fused op would round-trip through the CPU. */
+OARI_HIDDEN bool oari_fused_op_here(oari_op op, const oar_tensor *x);
 /* Whether dev takes this call with its own kernel for (op, kdtype):
  * get_kernel has one and supports_op, if the device has it, says yes to
  * these inputs (as the op got them, before broadcast expansion). */

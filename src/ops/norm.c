@@ -5,6 +5,7 @@
  * and also handle gradients flowing into them (needed by double backward,
  * since a first-order gradient uses them). */
 #include "op.h"
+#include "device_ops.h"
 
 #include <string.h>
 
@@ -283,16 +284,6 @@ static oar_tensor *shaped(oar_tensor *t, const oari_meta *m) {
     return t ? oar_reshape(t, m->ndim, m->shape) : NULL;
 }
 
-/* Whether the fused backward op runs where x lives (the CPU always has
- * it; a device without it keeps the composite, which its own elementwise
- * kernels run, rather than a round trip through the CPU; a traced graph
- * records the fused node). */
-static bool fused_backward_here(oari_op op, const oar_tensor *x) {
-    oar_device *d = x->storage ? x->storage->device : oari_device_cpu(); /* traced: a CPU graph */
-    return d == oari_device_cpu() || oari_kernel_lookup(d, op, x->dtype) ||
-           (oari_is_half(x->dtype) && oari_kernel_lookup(d, op, OAR_F32));
-}
-
 /* The first-order gradient of layer_norm or batch_norm (training) through
  * their fused backward op `op`: gy, x, mean, rstd, w as the op takes them;
  * gm, gr the gradients reaching mean and rstd (stat-shaped, or NULL), added
@@ -319,7 +310,7 @@ static int grad_layer_norm(oari_grad_ctx *g) {
     oar_tensor *x = g->in[0], *w = g->n_in > 1 ? g->in[1] : NULL, *gy = g->gout[0];
     const norm_layout l = ln_layout_of(&g->in_meta[0], (int)g->attrs->i[0]);
     oar_tensor *gm = g->gout[1], *gr = g->gout[2]; /* already stat-shaped */
-    if (gy && g->needs[0] && fused_backward_here(OARI_OP_layer_norm_backward, x)) {
+    if (gy && g->needs[0] && oari_fused_op_here(OARI_OP_layer_norm_backward, x)) {
         oar_tensor *in[5] = {gy, x, g->out[1], g->out[2], w};
         oari_attrs a = oari_attrs_ints(1, g->attrs->i);
         return fused_norm_grad(g, OARI_OP_layer_norm_backward, &a, in, &l, gm, gr, 1, 2);
@@ -344,7 +335,7 @@ static int grad_batch_norm(oari_grad_ctx *g) {
     bool training = g->attrs->i[0] != 0;
     const norm_layout l = bn_layout_of(&g->in_meta[0]);
     oar_tensor *gm = as_stat(g->gout[1], &l), *gr = as_stat(g->gout[2], &l);
-    if (training && gy && g->needs[0] && fused_backward_here(OARI_OP_batch_norm_backward, x)) {
+    if (training && gy && g->needs[0] && oari_fused_op_here(OARI_OP_batch_norm_backward, x)) {
         /* the usual first-order case in one pass over gy and x; its own
          * gradient rule (below) keeps grad-of-grad working */
         oar_tensor *in[5] = {gy, x, g->out[1], g->out[2], w};

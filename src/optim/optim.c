@@ -2,6 +2,7 @@
  * written with public ops under no_grad and stored with oar_copy_, so the
  * parameters keep their identity (modules and graphs still point at them). */
 #include "../core/core.h"
+#include "../ops/device_ops.h"
 #include "../ops/op.h"
 #include "../profiler/hooks.h" /* profiler hook */
 
@@ -187,18 +188,17 @@ static int sgd_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
     return axpy_(p, g, -o->lr);
 }
 
-/* The fused update (the adam_update op, one pass) where p's device has its
- * kernel: plain tensors of a real float dtype. A dtensor, or a device
- * without it, takes the composite below (each of its ops runs there). */
+/* The fused update (the adam_update op, one pass) for plain tensors of a
+ * real float dtype where p's device runs it; a dtensor, or a device
+ * without the kernel, takes the composite below (each of its ops runs there). */
 static bool fused_adam_here(const oar_tensor *p) {
-    if (oar_tensor_is_dist(p) || !oar_dtype_is_float(p->dtype)) return false;
-    oar_device *d = p->storage ? p->storage->device : oari_device_cpu(); /* traced: a CPU graph */
-    return d == oari_device_cpu() || oari_kernel_lookup(d, OARI_OP_adam_update, p->dtype) ||
-           (oari_is_half(p->dtype) && oari_kernel_lookup(d, OARI_OP_adam_update, OAR_F32));
+    return !oar_tensor_is_dist(p) && oar_dtype_is_float(p->dtype) &&
+           oari_fused_op_here(OARI_OP_adam_update, p);
 }
 
 /* p, m and v from one adam_update call, copied back into the tensors. */
-static int adam_fused(oar_optimizer *o, oar_tensor *p, oar_tensor *g, oar_tensor *m, oar_tensor *v, int64_t t) {
+static int adam_fused(oar_optimizer *o, oar_tensor *p, oar_tensor *g, oar_tensor *m, oar_tensor *v,
+                      int64_t t) {
     oar_tensor *in[4] = {p, g, m, v}, *out[3] = {NULL, NULL, NULL};
     oari_attrs a = {.nf = 7,
                     .f = {o->lr, o->beta1, o->beta2, o->eps, o->wd, 1 - pow(o->beta1, (double)t),
@@ -206,7 +206,8 @@ static int adam_fused(oar_optimizer *o, oar_tensor *p, oar_tensor *g, oar_tensor
                     .ni = 1,
                     .i = {o->kind == KIND_ADAMW}};
     int st = oari_dispatch(OARI_OP_adam_update, 4, in, &a, out);
-    if (!st) st = oar_copy_(p, out[0]) || oar_copy_(m, out[1]) || oar_copy_(v, out[2]) ? oari_fail_status() : 0;
+    if (!st && (oar_copy_(p, out[0]) || oar_copy_(m, out[1]) || oar_copy_(v, out[2])))
+        st = oari_fail_status();
     for (int j = 0; j < 3; j++) oar_tensor_release(out[j]);
     return st;
 }
@@ -223,7 +224,8 @@ static int adam_update(oar_optimizer *o, int i, oar_tensor *p, oar_tensor *g) {
         o->s2[i] = oar_tensor_retain(zeros_state(p));
         if (!o->s1[i] || !o->s2[i]) return oari_fail_status();
     }
-    if (fused_adam_here(p) && o->s1[i]->dtype == p->dtype) return adam_fused(o, p, g, o->s1[i], o->s2[i], t);
+    if (fused_adam_here(p) && o->s1[i]->dtype == p->dtype)
+        return adam_fused(o, p, g, o->s1[i], o->s2[i], t);
     if (o->kind == KIND_ADAMW && o->wd) {
         if (axpy_(p, p, -o->lr * o->wd)) return oari_fail_status();
     } else if (o->wd) {

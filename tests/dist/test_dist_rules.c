@@ -69,6 +69,30 @@ static void test_registry(void) {
     CHECK(!strcmp(oari_rule_kind_doc((oari_rule_kind)999), "?"));
 }
 
+/* adam_update's plan (all dims free) on a 1-D mesh of 2: p sharded on a
+ * dim shards g, m, v and the three outputs on it; a Partial gradient is
+ * reduced first, and then everything is replicated. */
+static void test_adam_update_plan(void) {
+    struct oar_mesh m = {.ndim = 1, .shape = {2}, .size = 2, .coord = {0}};
+    oari_meta in[4], out[3];
+    for (int i = 0; i < 4; i++) in[i] = (oari_meta){.dtype = OAR_F32, .ndim = 2, .shape = {4, 6}};
+    for (int j = 0; j < 3; j++) out[j] = in[0];
+    oari_attrs a = {.nf = 7, .f = {1e-3, 0.9, 0.999, 1e-8, 0, 0.1, 0.001}, .ni = 1, .i = {1}};
+    const oari_op_def *def = oari_op_defs[OARI_OP_adam_update];
+    for (int c = 0; c < 3; c++) { /* p on dim 0, p on dim 1, p on dim 0 with a Partial g */
+        oar_placement in_p[4][OAR_MESH_MAX_DIMS];
+        for (int i = 0; i < 4; i++) in_p[i][0] = oar_replicate();
+        in_p[0][0] = oar_shard(c == 1);
+        if (c == 2) in_p[1][0] = oar_partial(OAR_REDUCE_SUM);
+        oari_shard_plan plan;
+        memset(&plan, 0, sizeof plan);
+        CHECK(oari_shard_rule(OARI_OP_adam_update, def, 4, in, in_p, &a, out, &m, &plan) == 1);
+        oar_placement o = c == 2 ? oar_replicate() : oar_shard(c == 1);
+        for (int i = 0; i < 4; i++) CHECK(same_placement(plan.in[i][0], o));
+        for (int j = 0; j < 3; j++) CHECK(same_placement(plan.out[j][0], o));
+    }
+}
+
 /* layer_norm_backward's plan on a 1-D mesh of 2 (metas only, no ranks
  * needed): a leading dim of x sharded stays sharded for gy, x and the
  * statistics, the weight is replicated, gx is sharded like x and the
@@ -538,6 +562,7 @@ int main(int argc, char **argv) {
     oar_pool *pool = oar_pool_push(); /* the tests' own tensors */
     RUN(test_registry);
     RUN(test_layer_norm_backward_plan);
+    RUN(test_adam_update_plan);
     RUN(test_docs_check);
     RUN(test_reductions);
     RUN(test_movement);

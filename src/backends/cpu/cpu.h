@@ -88,38 +88,14 @@ typedef struct oari_iter {
     int64_t elsize[OARI_ITER_MAX];
 } oari_iter;
 
-/* ops[0] gives the shape; all operands must have it (inputs broadcast by
- * dispatch already). */
-/* ---- the f32 GEMM (cpu_gemm.c) --------------------------------------------
- * cblas_sgemm's contract, run by oneDNN's dnnl_sgemm where oar has it and
- * the product is not tiny, else by CBLAS. Every f32 product of the CPU
- * backend calls this, never cblas_sgemm. */
-enum { OARI_SGEMM_AUTO, OARI_SGEMM_ONEDNN, OARI_SGEMM_OPENBLAS };
-OARI_HIDDEN void oari_cpu_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
-                                blasint m, blasint n, blasint k, float alpha, const float *a, blasint lda,
-                                const float *b, blasint ldb, float beta, float *c, blasint ldc);
-/* Whether an m x n x k product goes to oneDNN under the current choice. */
-OARI_HIDDEN bool oari_cpu_sgemm_onednn(int64_t m, int64_t n, int64_t k);
-/* y = op(M) x, M rows x cols row-major (ld), x at stride incx: cblas_sgemv,
- * or dnnl_sgemm where OpenBLAS runs pre-AVX kernels on an AVX2 CPU. */
-OARI_HIDDEN void oari_cpu_sgemv(bool trans, int64_t rows, int64_t cols, const float *mat, int64_t ld,
-                                const float *x, int64_t incx, float *y);
-/* Whether such a product goes to oneDNN under the current choice. */
-OARI_HIDDEN bool oari_cpu_sgemv_onednn(int64_t rows, int64_t cols);
-/* Pins the choice (an OARI_SGEMM_*; one this build lacks is ignored) and
- * returns the previous one: for tests and benchmarks, between products. */
-OARI_HIDDEN int oari_cpu_sgemm_use(int provider);
-/* Before an f64 or complex product of `macs` multiply-adds: the first of
- * 32^3 or more warns once if OpenBLAS runs kernels without AVX on a CPU
- * with AVX2 (an unknown model), naming OPENBLAS_CORETYPE. */
-OARI_HIDDEN void oari_cpu_blas_note(int64_t macs);
-
 /* Registers the CPU as a device (src/init/, at start-up, before anything
  * else): the first device, oari_device_cpu(). */
 OARI_HIDDEN int oari_cpu_install(void);
 /* The CPU device table's native_dot (cpu_features.c). */
 OARI_HIDDEN int oari_cpu_native_dot(void *ctx, int index, int32_t dtype);
 
+/* ops[0] gives the shape; all operands must have it (inputs broadcast by
+ * dispatch already). */
 OARI_HIDDEN void oari_iter_init(oari_iter *it, int n_ops, const oar_ktensor *const *ops);
 OARI_HIDDEN void oari_iter_run(const oari_iter *it, oari_inner_fn fn, void *ctx);
 /* Convenience for the common case: out = call->out[0], inputs = call->in[...]. */
@@ -172,6 +148,30 @@ static inline int64_t oari_kt_numel(const oar_ktensor *k) {
 /* Half-precision load/store for kernels that handle f16/bf16 natively. */
 static inline float oari_ld_f16(const void *p) { return oari_f16_to_f32(*(const uint16_t *)p); }
 static inline float oari_ld_bf16(const void *p) { return oari_bf16_to_f32(*(const uint16_t *)p); }
+
+/* ---- the f32 GEMM (cpu_gemm.c) --------------------------------------------
+ * cblas_sgemm's contract, run by oneDNN's dnnl_sgemm where oar has it and
+ * the product is not tiny, else by CBLAS; GEMV likewise (sgemv). Every f32
+ * product of the CPU backend calls these, never cblas_sgemm or sgemv. */
+enum { OARI_SGEMM_AUTO, OARI_SGEMM_ONEDNN, OARI_SGEMM_OPENBLAS };
+OARI_HIDDEN void oari_cpu_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
+                                blasint m, blasint n, blasint k, float alpha, const float *a, blasint lda,
+                                const float *b, blasint ldb, float beta, float *c, blasint ldc);
+/* Whether an m x n x k product goes to oneDNN under the current choice. */
+OARI_HIDDEN bool oari_cpu_sgemm_onednn(int64_t m, int64_t n, int64_t k);
+/* y = op(M) x, M rows x cols row-major (ld), x at stride incx: cblas_sgemv,
+ * or dnnl_sgemm where OpenBLAS runs pre-AVX kernels on an AVX2 CPU. */
+OARI_HIDDEN void oari_cpu_sgemv(bool trans, int64_t rows, int64_t cols, const float *mat, int64_t ld,
+                                const float *x, int64_t incx, float *y);
+/* Whether such a product goes to oneDNN under the current choice. */
+OARI_HIDDEN bool oari_cpu_sgemv_onednn(int64_t rows, int64_t cols);
+/* Pins the choice (an OARI_SGEMM_*; one this build lacks is ignored) and
+ * returns the previous one: for tests and benchmarks, between products. */
+OARI_HIDDEN int oari_cpu_sgemm_use(int provider);
+/* Before an f64 or complex product of `macs` multiply-adds: the first of
+ * 32^3 or more warns once if OpenBLAS runs kernels without AVX on a CPU
+ * with AVX2 (an unknown model), naming OPENBLAS_CORETYPE. */
+OARI_HIDDEN void oari_cpu_blas_note(int64_t macs);
 
 /* conv2d by Winograd F(m x m, 3x3), float32 (cpu_conv_wino.c): the output
  * tile m (4 or 2) it takes for a conv of these sizes (3x3, stride 1, no

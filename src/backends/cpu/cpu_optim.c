@@ -2,8 +2,9 @@
  * adam_update in one pass over p, g, m and v, f32 and f64 (f16/bf16
  * parameters run here in f32 between casts). Per element the arithmetic is
  * the composite update's (src/optim/optim.c), in the same order and the
- * parameter's precision, so the two give the same bits. Runs over the strided iterator (outputs p', m', v'
- * then inputs p, g, m, v), OpenMP above its grain. */
+ * parameter's precision, so the two give the same bits. Runs over the
+ * strided iterator (outputs p', m', v' then inputs p, g, m, v), OpenMP
+ * above its grain. */
 #include "cpu.h"
 
 #include <math.h>
