@@ -2,6 +2,7 @@
  * gather, scatter, scatter_add, index_select, index_add, one_hot, sort, topk,
  * masked_fill; dtypes, i32 indices, non-contiguous views, empty tensors,
  * duplicates, ties and NaN, and bad input. */
+#include "backends/cpu/cpu.h" /* oari_cpu_topk_vector_use */
 #include "core/core.h" /* oari_tensor_view: non-contiguous views without movement ops */
 #include "ref/index_ref.h"
 #include "test.h"
@@ -435,12 +436,13 @@ static void test_topk_long_lines(void) {
     oar_pool_pop(p);
 }
 
-/* f32 topk with k <= 16 (the vector of kept keys, any line length): -0
+/* f32 topk with k <= 16 (the vector of kept keys on x86-64-v4, sorted
+ * insertion elsewhere; each where it runs, any line length): -0
  * ties +0, NaNs of either sign tie each other above +inf, infinities,
  * lines with more NaNs than k, lines shorter than 4k and of one element;
  * values compared by their bits (a -0 stays -0), positions exactly,
  * against the plain selection of topk_before. */
-static void test_topk_small_k_f32(void) {
+static void topk_small_k_f32(void) {
     oar_pool *p = oar_pool_push();
     const float nneg = -NAN, special[8] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f, 0.0f};
     const int64_t lens[7] = {1, 3, 20, 33, 64, 128, 300}, ks[4] = {1, 3, 16, 16};
@@ -484,6 +486,16 @@ static void test_topk_small_k_f32(void) {
             }
     CHECK(checked > 0 && bad == 0);
     oar_pool_pop(p);
+}
+
+static void test_topk_small_k_f32(void) {
+    int was = oari_cpu_topk_vector_use(0);
+    topk_small_k_f32();
+    oari_cpu_topk_vector_use(1);
+    if (oari_cpu_topk_vector_use(1)) topk_small_k_f32(); /* (the CPU has x86-64-v4) */
+    else printf("  (no x86-64-v4: the vector of kept keys is not tested here)\n");
+    oari_cpu_topk_vector_use(-1);
+    CHECK(oari_cpu_topk_vector_use(-1) == was);
 }
 
 static void test_masked_fill(void) {

@@ -168,6 +168,10 @@ OARI_HIDDEN bool oari_cpu_sgemv_onednn(int64_t rows, int64_t cols);
 /* Pins the choice (an OARI_SGEMM_*; one this build lacks is ignored) and
  * returns the previous one: for tests and benchmarks, between products. */
 OARI_HIDDEN int oari_cpu_sgemm_use(int provider);
+/* Pins f32 topk with k <= 16 to the 16-lane vector of kept keys (1, only
+ * where the CPU has x86-64-v4), to sorted insertion (0), or back to the
+ * CPU's choice (-1); returns whether the vector ran before. For tests. */
+OARI_HIDDEN int oari_cpu_topk_vector_use(int use);
 /* Before an f64 or complex product of `macs` multiply-adds: the first of
  * 32^3 or more warns once if OpenBLAS runs kernels without AVX on a CPU
  * with AVX2 (an unknown model), naming OPENBLAS_CORETYPE. */

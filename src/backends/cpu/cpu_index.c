@@ -515,8 +515,21 @@ SORT_FNS(f64, double, FLT_BEFORE_ASC, FLT_BEFORE_DESC)
  * every key in both orders, fills the empty lanes. 512 lines of 128, k 16,
  * one thread, with the floor below: 158 us against the insertion sort's 540;
  * with the 32-group floor and the keys computed 16 at a time, 123-144 us
- * (two threads: 58 us, PyTorch 80). */
+ * (two threads: 58 us, PyTorch 80). That is on AVX-512, where a 16-lane
+ * vector is one register. Without it GCC spills the vector to the stack at
+ * every lane shift: 1760 us on one thread of a Zen 1 (AVX2), 3x PyTorch.
+ * So the vector of keys is compiled for x86-64-v4 only and picked at run
+ * time; other CPUs insert into two sorted arrays (topk_ins_line_f32). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(OAR_NO_SIMD_CLONES)
+#define TOPK_HAS_V4 1
+#define TOPK_V4 __attribute__((target("arch=x86-64-v4")))
+#else
+#define TOPK_HAS_V4 0
+#define TOPK_V4
+#endif
 typedef int32_t topk_v16i __attribute__((vector_size(64)));
+typedef int32_t topk_v8i __attribute__((vector_size(32)));
 enum { TOPK_VEC_K = 16, TOPK_KEY_BLOCK = 256 };
 
 /* (integer operations only, so the loop over a block vectorises) */
@@ -599,7 +612,7 @@ static inline __attribute__((always_inline)) int32_t topk_floor32(const int32_t 
     return fl;
 }
 
-OARI_SIMD_CLONES
+TOPK_V4
 static void topk_vec_line_f32(const float *x, int64_t xs, int64_t n, int64_t k, bool desc,
                               float *vo, int64_t vs, int64_t *io, int64_t is) {
     const int32_t flip = desc ? 0 : -1;
@@ -665,17 +678,116 @@ static void topk_vec_line_f32(const float *x, int64_t xs, int64_t n, int64_t k, 
     }
 }
 
+/* The same selection without a 16-lane vector: the keys 8 at a time, the
+ * floor of the first block's 16 groups j mod 16, then each key above the
+ * worst kept goes into sorted arrays of keys and positions by a shift
+ * (about 31 of a line of 128 normal values, k 16, pass the floor). 512
+ * lines of 128, k 16, on a Zen 1 (AVX2): 1760 -> 600 us on one thread,
+ * 297 on two (PyTorch 2.15: 537). */
+OARI_SIMD_CLONES
+static void topk_ins_line_f32(const float *x, int64_t xs, int64_t n, int64_t k, bool desc,
+                              float *vo, int64_t vs, int64_t *io, int64_t is) {
+    const int32_t flip = desc ? 0 : -1;
+    int32_t kk[TOPK_VEC_K], ki[TOPK_VEC_K], keys[TOPK_KEY_BLOCK];
+    int32_t worst = INT32_MIN, low = INT32_MIN; /* (keys exceed INT32_MIN) */
+    int64_t kept = 0;
+    for (int64_t j0 = 0; j0 < n; j0 += TOPK_KEY_BLOCK) {
+        const int64_t m = n - j0 < TOPK_KEY_BLOCK ? n - j0 : TOPK_KEY_BLOCK;
+        const float *xb = x + j0 * xs;
+        int64_t j = 0;
+        if (xs == 1)
+            for (; j + 8 <= m; j += 8) { /* topk_key_f32, 8 lanes */
+                topk_v8i b;
+                memcpy(&b, xb + j, sizeof b);
+                const topk_v8i mag = b & 0x7fffffff, nan = mag > 0x7f800000;
+                b &= ~(mag == 0);
+                b ^= (b >> 31) & 0x7fffffff;
+                b = ((b & ~nan) | (nan & 0x7ffffffe)) ^ flip;
+                memcpy(keys + j, &b, sizeof b);
+            }
+        for (; j < m; j++) keys[j] = topk_key_f32(xb[j * xs], flip);
+        if (j0 == 0 && m >= TOPK_VEC_K) {
+            /* the 16 groups j mod 16 have 16 distinct maxima, so the k-th
+             * best (k <= 16) is at least the least of them */
+            topk_v8i g0 = (topk_v8i){0} + INT32_MIN, g1 = g0, v;
+            for (j = 0; j + TOPK_VEC_K <= m; j += TOPK_VEC_K) {
+                memcpy(&v, keys + j, sizeof v);
+                topk_v8i gt = g0 > v;
+                g0 = (g0 & gt) | (v & ~gt);
+                memcpy(&v, keys + j + 8, sizeof v);
+                gt = g1 > v;
+                g1 = (g1 & gt) | (v & ~gt);
+            }
+            for (int64_t l = 0; j + l < m; l++) {
+                if (l < 8) g0[l] = keys[j + l] > g0[l] ? keys[j + l] : g0[l];
+                else g1[l - 8] = keys[j + l] > g1[l - 8] ? keys[j + l] : g1[l - 8];
+            }
+            const topk_v8i lt = g0 < g1;
+            g0 = (g0 & lt) | (g1 & ~lt);
+            int32_t fl = g0[0];
+            for (int l = 1; l < 8; l++) fl = g0[l] < fl ? g0[l] : fl;
+            worst = low = fl - 1;
+        }
+        for (j = 0; j < m; j++) {
+            const int32_t key = keys[j];
+            if (key <= worst) continue;
+            /* a later equal key goes after the kept one: ties keep the lower position */
+            int64_t p = kept < k ? kept++ : k - 1;
+            for (; p > 0 && kk[p - 1] < key; p--) {
+                kk[p] = kk[p - 1];
+                ki[p] = ki[p - 1];
+            }
+            kk[p] = key;
+            ki[p] = (int32_t)(j0 + j);
+            if (kept == k) worst = kk[k - 1] > low ? kk[k - 1] : low;
+        }
+    }
+    for (int64_t j = 0; j < k; j++) {
+        io[j * is] = ki[j];
+        vo[j * vs] = x[(int64_t)ki[j] * xs];
+    }
+}
+
+/* -1: by the CPU; 0 or 1: pinned by oari_cpu_topk_vector_use */
+static int topk_vector_pin = -1;
+
+static bool topk_vector_keys(void) {
+    int pin = __atomic_load_n(&topk_vector_pin, __ATOMIC_RELAXED);
+#if TOPK_HAS_V4
+    if (pin >= 0) return pin;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("x86-64-v4");
+#else
+    (void)pin;
+    return false;
+#endif
+}
+
+int oari_cpu_topk_vector_use(int use) {
+    int was = topk_vector_keys();
+#if TOPK_HAS_V4
+    __builtin_cpu_init();
+    if (use < 0 || !use || __builtin_cpu_supports("x86-64-v4"))
+        __atomic_store_n(&topk_vector_pin, use < 0 ? -1 : use, __ATOMIC_RELAXED);
+#else
+    (void)use;
+#endif
+    return was;
+}
+
 /* Every line of an f32 topk with k <= TOPK_VEC_K and lines shorter than 2^31. */
 static void topk_vec_lines_f32(const sort_job *s) {
     const line_walk *w = &s->w;
     const int64_t n = w->len, k = s->k, xs = w->strides[0][w->dim], vs = s->vstride,
                   is = s->istride;
+    const bool vec = topk_vector_keys();
     OARI_PARALLEL_FOR_IF(s->nt > 1,
     for (int64_t l = 0; l < w->lines; l++) {
         int64_t off[3];
         walk_line(w, l, off);
-        topk_vec_line_f32((const float *)s->x + off[0], xs, n, k, s->desc,
-                          (float *)s->v + off[1], vs, s->ix + off[2], is);
+        (vec ? topk_vec_line_f32 : topk_ins_line_f32)((const float *)s->x + off[0], xs, n, k,
+                                                      s->desc, (float *)s->v + off[1], vs,
+                                                      s->ix + off[2], is);
     });
 }
 
