@@ -1,9 +1,11 @@
 /* An LSTM layer's forward + backward (torch.nn.LSTM(128, 128), seq_len 32,
  * batch 32, loss sum of the outputs, gradients of the weights and input),
  * one OpenMP thread as the peer (bench/peer/rnn.py):
- *   oar fused     the module (oar_lstm_new): one lstm_layer op, whose
- *                 kernel does one GEMM per step and a fused gate pass, and
- *                 whose backward is backpropagation through time in ops;
+ *   oar fused     the module (oar_lstm_new): one lstm_layer_train op, whose
+ *                 kernel does one GEMM per step and a fused gate pass and
+ *                 keeps the gates, and whose first-order backward is one
+ *                 lstm_layer_backward op (a gate pass and a GEMM per step)
+ *                 and three GEMMs; the forward alone (no grad) is lstm_layer;
  *   oar unrolled  the same cell written step by step with public ops (what
  *                 src/nn/rnn.c did before the fused op), here for the
  *                 speed-up.

@@ -1,6 +1,9 @@
 /* Recurrent layers over a whole sequence (src/ops/defs/rnn.def): the
  * primitives rnn_layer (tanh, relu, GRU cells) and lstm_layer, their shape
- * rules, their gradient rules and the public function oar_rnn_layer.
+ * rules, their gradient rules and the public function oar_rnn_layer; and
+ * lstm_layer_train with lstm_layer_backward, the eager training path of an
+ * LSTM (a reserve of gates and cell states, then BPTT in one kernel),
+ * taken where nothing differentiates the gradient again.
  *
  * The gradient is backpropagation through time written with ops, so it
  * differentiates again. It recomputes what it needs from the saved inputs
@@ -11,8 +14,10 @@
  * backward carrying dh (and dc), and the weight gradients are two matmuls
  * over the gate gradients of all steps.
  * Kernels: src/backends/cpu/cpu_rnn.c. */
+#include "device_ops.h"
 #include "op.h"
 
+#include <oar/autograd.h>
 #include <oar/device.h>
 
 #include <stdlib.h>
@@ -124,6 +129,71 @@ static int infer_layer(oari_infer *c, bool lstm) {
 static int infer_rnn_layer(oari_infer *c) { return infer_layer(c, false); }
 static int infer_lstm_layer(oari_infer *c) { return infer_layer(c, true); }
 
+static int infer_lstm_layer_train(oari_infer *c) {
+    int st = infer_layer(c, true);
+    if (st) return st;
+    const int64_t *y = c->out[0].shape;
+    c->out[3] = (oari_meta){.dtype = c->out[0].dtype, .ndim = 3, .shape = {y[0], y[1], 5 * y[2]}};
+    return 0;
+}
+
+/* lstm_layer_backward's inputs */
+enum { BW_C0, BW_WHH, BW_RES, BW_LEN, BW_GY, BW_DH, BW_DC, BW_N };
+
+static int infer_lstm_layer_backward(oari_infer *c) {
+    oar_tensor *const *in = c->in;
+    const oari_attrs *a = c->attrs;
+    if (!a || a->ni < 1 || (a->i[0] != 0 && a->i[0] != 1))
+        return oari_error(OAR_ERR_INVALID, "%s: bad attributes (expected [reverse 0/1])", c->op);
+    if (!in[BW_C0] || !in[BW_WHH] || !in[BW_RES])
+        return oari_error(OAR_ERR_INVALID, "%s: c0, w_hh and reserve are required, got NULL",
+                          c->op);
+    const oar_tensor *w_hh = in[BW_WHH], *res = in[BW_RES];
+    char s1[200], want[200];
+    if (w_hh->dtype != OAR_F32 && w_hh->dtype != OAR_F64)
+        return oari_error(OAR_ERR_INVALID, "%s: w_hh is %s; expected float32 or float64", c->op,
+                          oar_dtype_name(w_hh->dtype));
+    if (w_hh->ndim != 2 || w_hh->shape[1] <= 0 || w_hh->shape[0] != 4 * w_hh->shape[1])
+        return oari_error(OAR_ERR_INVALID, "%s: expected w_hh [4 * hidden, hidden] (hidden > 0), "
+                          "got %s", c->op, oari_shape_str(s1, w_hh->ndim, w_hh->shape));
+    const int64_t H = w_hh->shape[1];
+    if (res->ndim != 3 || res->shape[2] != 5 * H)
+        return oari_error(OAR_ERR_INVALID, "%s: expected reserve [seq_len, batch, 5 * %lld], got %s",
+                          c->op, (long long)H, oari_shape_str(s1, res->ndim, res->shape));
+    const int64_t T = res->shape[0], B = res->shape[1];
+    static const char *const names[BW_N] = {"c0", "w_hh", "reserve", "lengths", "gy", "dh_n", "dc_n"};
+    for (int i = 0; i < BW_N; i++) {
+        const oar_tensor *t = in[i];
+        if (!t || i == BW_WHH || i == BW_RES) continue;
+        if (i == BW_LEN) {
+            if (t->dtype != OAR_I64 || !shape_is(t, 1, B, 0))
+                return oari_error(OAR_ERR_INVALID, "%s: lengths must be int64 [batch] = [%lld], "
+                                  "got %s %s", c->op, (long long)B, oar_dtype_name(t->dtype),
+                                  oari_shape_str(s1, t->ndim, t->shape));
+            continue;
+        }
+        if (t->dtype != w_hh->dtype)
+            return oari_error(OAR_ERR_INVALID, "%s: %s is %s but w_hh is %s; all float inputs "
+                              "share one dtype", c->op, names[i], oar_dtype_name(t->dtype),
+                              oar_dtype_name(w_hh->dtype));
+        bool seq = i == BW_GY;
+        if (seq ? !(t->ndim == 3 && t->shape[0] == T && t->shape[1] == B && t->shape[2] == H)
+                : !shape_is(t, 2, B, H))
+            return oari_error(OAR_ERR_INVALID, "%s: expected %s of shape %s, got %s", c->op,
+                              names[i],
+                              seq ? oari_shape_str(want, 3, (int64_t[]){T, B, H})
+                                  : oari_shape_str(want, 2, (int64_t[]){B, H}),
+                              oari_shape_str(s1, t->ndim, t->shape));
+    }
+    if (res->dtype != w_hh->dtype)
+        return oari_error(OAR_ERR_INVALID, "%s: reserve is %s but w_hh is %s", c->op,
+                          oar_dtype_name(res->dtype), oar_dtype_name(w_hh->dtype));
+    c->out[0] = (oari_meta){.dtype = w_hh->dtype, .ndim = 3, .shape = {T, B, 4 * H}};
+    c->out[1] = c->out[2] = (oari_meta){.dtype = w_hh->dtype, .ndim = 2, .shape = {B, H}};
+    c->kernel_dtype = w_hh->dtype;
+    return 0;
+}
+
 /* ---- gradient rule (ops only) ------------------------------------------------ */
 
 /* Row t of a [T, ...] tensor. */
@@ -167,23 +237,48 @@ typedef struct fwd {
     oar_tensor *r, *z, *n, *hn;      /* GRU; hn = W_hn h + b_hn */
 } fwd;
 
+static int input_grads(oari_grad_ctx *g, const rnn_io *io, oar_tensor *dA_ih, oar_tensor *dA_hh,
+                       oar_tensor *dh, oar_tensor *dc, oar_tensor *hp);
+
+/* Whether the gradient of an LSTM layer may run as lstm_layer_backward,
+ * which has no gradient rule: only where nothing differentiates the result
+ * again (grad mode off: oar_grad/oar_backward without create_graph; no
+ * trace, whose graph backward may be differentiated) and x's device has it. */
+static bool fused_lstm_backward_here(const oar_tensor *x) {
+    return !oar_grad_enabled() && !oari_trace_current && x->storage &&
+           oari_fused_op_here(OARI_OP_lstm_layer_backward, x);
+}
+
+/* lstm_layer_train's gradient through lstm_layer_backward over its reserve
+ * (hp: the state before each step, made by the caller). */
+static int fused_lstm_grad(oari_grad_ctx *g, bool reverse, oar_tensor *hp) {
+    const rnn_io *io = &rnn_io_lstm;
+    oar_tensor *in[BW_N] = {g->in[io->c0], g->in[io->w_hh], g->out[3], g->in[io->len],
+                            g->gout[0],    g->gout[1],      g->gout[2]};
+    oar_tensor *out[OARI_MAX_OUT] = {0};
+    oari_attrs a = oari_attrs_ints(1, (int64_t[]){reverse});
+    if (oari_dispatch(OARI_OP_lstm_layer_backward, BW_N, in, &a, out)) return oari_fail_status();
+    bool ok = true;
+    for (int j = 0; j < 3; j++) ok = oari_pool_adopt(out[j]) && ok;
+    if (!ok) return oari_fail_status();
+    return input_grads(g, io, out[0], out[0], out[1], out[2], hp);
+}
+
 static int grad_layer(oari_grad_ctx *g) {
-    bool lstm = g->op == OARI_OP_lstm_layer, reverse;
+    bool lstm = g->op != OARI_OP_rnn_layer, reverse;
     const rnn_io *io = lstm ? &rnn_io_lstm : &rnn_io_rnn;
     int cell = call_cell(lstm, g->attrs, &reverse);
     oar_tensor *x = g->in[io->x], *h0 = g->in[io->h0], *c0 = lstm ? g->in[io->c0] : NULL;
     oar_tensor *w_ih = g->in[io->w_ih], *w_hh = g->in[io->w_hh], *b_ih = g->in[io->b_ih],
                *b_hh = g->in[io->b_hh], *len = g->in[io->len], *y = g->out[0];
     oar_tensor *gy = g->gout[0], *dh = g->gout[1], *dc = lstm ? g->gout[2] : NULL;
-    const int64_t T = g->in_meta[io->x].shape[0], B = g->in_meta[io->x].shape[1],
-                  I = g->in_meta[io->x].shape[2], H = g->in_meta[io->h0].shape[1],
-                  GH = cell_gates(cell) * H;
+    const int64_t T = g->in_meta[io->x].shape[0];
     if (!gy && !dh && !dc) return 0;
     if (oari_trace_size_is_dynamic(T))
         return oari_error(OAR_ERR_UNSUPPORTED,
                           "%s: the gradient unrolls the seq_len steps, so graph backward needs a "
                           "static seq_len (traced %lld is dynamic)",
-                          g->op == OARI_OP_lstm_layer ? "lstm_layer" : "rnn_layer", (long long)T);
+                          lstm ? "lstm_layer" : "rnn_layer", (long long)T);
     if (!dh) dh = oar_zeros_like(h0);
     if (lstm && !dc) dc = oar_zeros_like(c0);
     if (T == 0) { /* h_n = h0, c_n = c0 */
@@ -191,9 +286,6 @@ static int grad_layer(oari_grad_ctx *g) {
         if (lstm && g->needs[io->c0]) g->gin[io->c0] = dc;
         return 0;
     }
-    oar_tensor *mask = len ? step_mask(len, T, 0, x) : NULL;
-    if (len && !mask) return oari_fail_status();
-
     /* the state before each step: y of the step before, h0 for the first
      * (reverse: the step after, and h0 at lengths[b] - 1 and past it) */
     oar_tensor *h0r = oar_unsqueeze(h0, 0);
@@ -206,6 +298,10 @@ static int grad_layer(oari_grad_ctx *g) {
         f.hp = oar_concat(2, (oar_tensor *[]){oar_slice(y, 0, 1, T, 1), h0r}, 0);
         if (len) f.hp = oar_where(step_mask(len, T, 1, x), f.hp, h0r);
     }
+    if (g->op == OARI_OP_lstm_layer_train && g->out[3] && fused_lstm_backward_here(x))
+        return fused_lstm_grad(g, reverse, f.hp);
+    oar_tensor *mask = len ? step_mask(len, T, 0, x) : NULL;
+    if (len && !mask) return oari_fail_status();
     oar_tensor *a_ih = linear(x, w_ih, b_ih), *a_hh = linear(f.hp, w_hh, b_hh);
     oar_tensor **steps = calloc((size_t)(4 * T), sizeof *steps);
     if (!steps) return oari_error(OAR_ERR_NOMEM, "rnn_layer backward: out of memory");
@@ -296,6 +392,19 @@ static int grad_layer(oari_grad_ctx *g) {
     oar_tensor *dA_ih = oar_stack((int)T, da_ih, 0);
     oar_tensor *dA_hh = cell == CELL_GRU ? oar_stack((int)T, da_hh, 0) : dA_ih;
     free(steps);
+    return input_grads(g, io, dA_ih, dA_hh, dh, dc, f.hp);
+}
+
+/* The gradients of the inputs from those of the gate pre-activations
+ * (dA_ih = x W_ih^T's, dA_hh = hp W_hh^T's, each [T, B, G*H]), the
+ * carries at the first step (dh, dc) and the states before each step hp. */
+static int input_grads(oari_grad_ctx *g, const rnn_io *io, oar_tensor *dA_ih, oar_tensor *dA_hh,
+                       oar_tensor *dh, oar_tensor *dc, oar_tensor *hp) {
+    oar_tensor *x = g->in[io->x], *w_ih = g->in[io->w_ih], *b_ih = g->in[io->b_ih],
+               *b_hh = g->in[io->b_hh];
+    const int64_t T = g->in_meta[io->x].shape[0], B = g->in_meta[io->x].shape[1],
+                  I = g->in_meta[io->x].shape[2], H = g->in_meta[io->h0].shape[1],
+                  GH = g->in_meta[io->w_hh].shape[0];
     oar_tensor *dA_ih2 = oar_reshape(dA_ih, 2, (int64_t[]){T * B, GH});
     oar_tensor *dA_hh2 = oar_reshape(dA_hh, 2, (int64_t[]){T * B, GH});
     int64_t sum01[2] = {0, 1};
@@ -312,7 +421,7 @@ static int grad_layer(oari_grad_ctx *g) {
                        : NULL},
         {io->w_hh, g->needs[io->w_hh]
                        ? oar_matmul(oar_transpose(dA_hh2, 0, 1),
-                                    oar_reshape(f.hp, 2, (int64_t[]){T * B, H}))
+                                    oar_reshape(hp, 2, (int64_t[]){T * B, H}))
                        : NULL},
         {io->b_ih, b_ih && g->needs[io->b_ih] ? oar_sum(dA_ih, 2, sum01, false) : NULL},
         {io->b_hh, b_hh && g->needs[io->b_hh] ? oar_sum(dA_hh, 2, sum01, false) : NULL},
@@ -335,6 +444,24 @@ const oari_op_def oari_def_rnn_layer = {
     .infer = infer_rnn_layer,
     .grad = grad_layer,
 };
+const oari_op_def oari_def_lstm_layer_train = {
+    .name = "lstm_layer_train",
+    .n_in = 8,
+    .n_out = 4,
+    .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_OPTIONAL_IN | OARI_F_NO_HALF,
+    .saved = OARI_SAVE_ALL_IN | OARI_SAVE_OUT(0) | OARI_SAVE_OUT(3),
+    .infer = infer_lstm_layer_train,
+    .grad = grad_layer,
+};
+const oari_op_def oari_def_lstm_layer_backward = {
+    .name = "lstm_layer_backward",
+    .n_in = BW_N,
+    .n_out = 3,
+    .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_OPTIONAL_IN | OARI_F_NO_HALF | OARI_F_NONDIFF, /* (see rnn.def) */
+    .infer = infer_lstm_layer_backward,
+};
 const oari_op_def oari_def_lstm_layer = {
     .name = "lstm_layer",
     .n_in = 8,
@@ -347,6 +474,19 @@ const oari_op_def oari_def_lstm_layer = {
 };
 
 /* ---- public function --------------------------------------------------------- */
+
+/* Whether an LSTM layer over these inputs runs as lstm_layer_train: its
+ * gradient is recorded eagerly (grad mode on, a float input requiring
+ * grad, no trace) on plain tensors of a device with both kernels. */
+static bool train_here(int n, oar_tensor *const *in) {
+    if (!oar_grad_enabled() || oari_trace_current || oari_dist_any(n, in) || !in[0]->storage ||
+        !oari_fused_op_here(OARI_OP_lstm_layer_train, in[0]) ||
+        !oari_fused_op_here(OARI_OP_lstm_layer_backward, in[0]))
+        return false;
+    for (int i = 0; i < n; i++)
+        if (in[i] && in[i]->requires_grad) return true;
+    return false;
+}
 
 int oar_rnn_layer(oar_rnn_cell cell, bool reverse, oar_tensor *x, oar_tensor *h0, oar_tensor *c0,
                   oar_tensor *w_ih, oar_tensor *w_hh, oar_tensor *b_ih, oar_tensor *b_hh,
@@ -382,11 +522,12 @@ int oar_rnn_layer(oar_rnn_cell cell, bool reverse, oar_tensor *x, oar_tensor *h0
     in[n++] = lengths;
     oari_attrs at = lstm ? (oari_attrs){.ni = 1, .i = {reverse}}
                          : (oari_attrs){.ni = 2, .i = {cell, reverse}};
-    oari_op op = lstm ? OARI_OP_lstm_layer : OARI_OP_rnn_layer;
+    oari_op op = lstm ? (train_here(n, in) ? OARI_OP_lstm_layer_train : OARI_OP_lstm_layer)
+                      : OARI_OP_rnn_layer;
     int st = oari_dispatch(op, n, in, &at, out);
     if (st) return st;
-    int n_out = lstm ? 3 : 2;
-    oar_tensor *r[3] = {NULL, NULL, NULL};
+    int n_out = oari_op_defs[op]->n_out;
+    oar_tensor *r[4] = {NULL, NULL, NULL, NULL}; /* (the reserve lives on in the tape) */
     bool ok = true;
     for (int j = 0; j < n_out; j++) ok = (r[j] = oari_pool_adopt(out[j])) && ok;
     if (!ok) return oari_fail_status();

@@ -267,12 +267,28 @@ static oar_tensor *rl_fixed(int ndim, int64_t d0, int64_t d1) {
     int64_t shape[2] = {d0, d1};
     return oar_tensor_from_data(rl_vals, OAR_F64, ndim, shape);
 }
-static oar_tensor *rl_sum(oar_rnn_cell cell, bool reverse, oar_tensor *x, oar_tensor *h0,
+/* lstm_layer itself, called directly: oar_rnn_layer takes lstm_layer_train
+ * where the gradient is recorded eagerly, as here */
+static int rl_lstm_op(bool reverse, oar_tensor *x, oar_tensor *h0, oar_tensor *c0, oar_tensor *w_ih,
+                      oar_tensor *w_hh, oar_tensor *b_ih, oar_tensor *b_hh, oar_tensor *len,
+                      oar_tensor **y, oar_tensor **hn, oar_tensor **cn) {
+    oar_tensor *in[8] = {x, h0, c0, w_ih, w_hh, b_ih, b_hh, len}, *out[OARI_MAX_OUT] = {0};
+    oari_attrs a = oari_attrs_ints(1, (int64_t[]){reverse});
+    if (oari_dispatch(OARI_OP_lstm_layer, 8, in, &a, out)) return -1;
+    *y = oari_pool_adopt(out[0]);
+    *hn = oari_pool_adopt(out[1]);
+    *cn = oari_pool_adopt(out[2]);
+    return *y && *hn && *cn ? 0 : -1;
+}
+/* cell OAR_RNN_LSTM + 1: lstm_layer directly */
+static oar_tensor *rl_sum(int cell, bool reverse, oar_tensor *x, oar_tensor *h0,
                           oar_tensor *c0, oar_tensor *w_ih, oar_tensor *w_hh, oar_tensor *b_ih,
                           oar_tensor *b_hh, bool lengths) {
     oar_tensor *y = NULL, *hn = NULL, *cn = NULL;
     oar_tensor *len = lengths ? oar_tensor_from_data(rl_len, OAR_I64, 1, (int64_t[]){2}) : NULL;
-    if (oar_rnn_layer(cell, reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, len, &y, &hn, &cn))
+    if (cell > OAR_RNN_LSTM ? rl_lstm_op(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, len, &y, &hn, &cn)
+                            : oar_rnn_layer(cell, reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, len,
+                                            &y, &hn, &cn))
         return NULL;
     oar_tensor *s = oar_add(oar_sum(oar_mul(y, y), 0, NULL, false), oar_sum(oar_tanh(hn), 0, NULL, false));
     return cn ? oar_add(s, oar_sum(oar_mul(cn, cn), 0, NULL, false)) : s;
@@ -281,10 +297,16 @@ FN(f_rl_tanh, rl_sum(OAR_RNN_TANH, false, x[0], x[1], NULL, x[2], x[3], rl_fixed
                      rl_fixed(1, 2, 0), false))
 FN(f_rl_gru, rl_sum(OAR_RNN_GRU, true, x[0], x[1], NULL, rl_fixed(2, 6, 2), rl_fixed(2, 6, 2),
                     x[2], x[3], true))
-FN(f_rl_lstm, rl_sum(OAR_RNN_LSTM, false, x[0], x[1], rl_fixed(2, 2, 2), x[2], x[3],
+FN(f_rl_lstm, rl_sum(OAR_RNN_LSTM + 1, false, x[0], x[1], rl_fixed(2, 2, 2), x[2], x[3],
                      rl_fixed(1, 8, 0), NULL, false))
-FN(f_rl_lstm_len, rl_sum(OAR_RNN_LSTM, true, x[0], rl_fixed(2, 2, 2), x[1], rl_fixed(2, 8, 2),
+FN(f_rl_lstm_len, rl_sum(OAR_RNN_LSTM + 1, true, x[0], rl_fixed(2, 2, 2), x[1], rl_fixed(2, 8, 2),
                          x[2], NULL, x[3], true))
+/* the same through oar_rnn_layer: lstm_layer_train, whose first-order
+ * gradient is lstm_layer_backward's (the second order is the ops') */
+FN(f_rl_lstm_train, rl_sum(OAR_RNN_LSTM, false, x[0], x[1], rl_fixed(2, 2, 2), x[2], x[3],
+                           rl_fixed(1, 8, 0), NULL, false))
+FN(f_rl_lstm_train_len, rl_sum(OAR_RNN_LSTM, true, x[0], rl_fixed(2, 2, 2), x[1],
+                               rl_fixed(2, 8, 2), x[2], NULL, x[3], true))
 
 /* custom: a registered op (include/oar/custom.h) y = a * b^2 with a CPU
  * kernel and a gradient written with ops (da = g b^2, db = 2 g a b);
@@ -512,6 +534,10 @@ static const op_case op_cases[] = {
     {"lstm_layer", "x, h0, w_ih, w_hh (c0, b_ih fixed)", f_rl_lstm, 4,
      {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH2(8, 2), .lo = -1, .hi = 1}, {SH2(8, 2), .lo = -1, .hi = 1}}, NOOPT},
     {"lstm_layer", "reverse, lengths {3, 1}: x, c0, w_hh, b_hh", f_rl_lstm_len, 4,
+     {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH2(8, 2), .lo = -1, .hi = 1}, {SH1(8)}}, NOOPT},
+    {"lstm_layer_train", "x, h0, w_ih, w_hh (c0, b_ih fixed)", f_rl_lstm_train, 4,
+     {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH2(8, 2), .lo = -1, .hi = 1}, {SH2(8, 2), .lo = -1, .hi = 1}}, NOOPT},
+    {"lstm_layer_train", "reverse, lengths {3, 1}: x, c0, w_hh, b_hh", f_rl_lstm_train_len, 4,
      {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH2(8, 2), .lo = -1, .hi = 1}, {SH1(8)}}, NOOPT},
     {"custom", "a registered op a * b^2, gradient written with ops", f_custom, 2,
      {{SH2(3, 4)}, {SH2(3, 4)}}, NOOPT},

@@ -6,11 +6,15 @@
  * here (an independent reference); first and second order gradchecks of
  * the relu cell (the other cells: tests/autograd/gradcheck_cases.h and the
  * modules' in test_rnn.c); every bad input of the shape rule and the
- * kernel's length check; a traced LSTM module run by the executor,
+ * kernel's length check; the eager LSTM training path (lstm_layer_train's
+ * reserve and lstm_layer_backward) against the rule's ops, and the
+ * backward op's refusals; a traced LSTM module run by the executor,
  * compiled (the op stays a library call) and loaded by the predictor from
  * a saved model, all equal to eager. */
 #include "gradcheck.h"
 #include "test.h"
+
+#include "ops/op.h" /* lstm_layer_backward called directly, for its refusals */
 
 #include <oar/autograd.h>
 #include <oar/graph.h>
@@ -227,6 +231,135 @@ static void test_errors(void) {
     oar_pool_pop(p);
 }
 
+/* ---- lstm_layer_train and lstm_layer_backward ------------------------------- */
+
+/* An LSTM whose inputs require grad goes through lstm_layer_train, and its
+ * first-order gradient (oar_grad without create_graph) through
+ * lstm_layer_backward over the reserve; with create_graph, through the
+ * rule's ops. Both against each other, for each set of output gradients
+ * (y only, h_n only, all three), both directions, lengths with a 0, no
+ * biases, f64 and f32 on a strided x, T = 0 and T = 1. (Each against
+ * central differences: tests/autograd/gradcheck_cases.h.) */
+static void test_fused_backward(void) {
+    oar_manual_seed(5);
+    const int64_t B = 3, In = 4, H = 5, lens[3] = {6, 0, 2};
+    const int64_t Ts[3] = {6, 1, 0};
+    int runs = 0;
+    for (int ti = 0; ti < 3; ti++)
+        for (int variant = 0; variant < 16; variant++)
+            for (int outs = 0; outs < 3; outs++) {
+                oar_pool *p = oar_pool_push();
+                const int64_t T = Ts[ti];
+                bool reverse = variant & 1, with_len = (variant & 2) && T == 6, f32 = variant & 4,
+                     bias = !(variant & 8);
+                oar_dtype dt = f32 ? OAR_F32 : OAR_F64;
+                oar_tensor *x = f32 ? oar_transpose(rnd(dt, 3, (int64_t[]){B, T, In}), 0, 1)
+                                    : rnd(dt, 3, (int64_t[]){T, B, In});
+                oar_tensor *v[7] = {
+                    x,
+                    rnd(dt, 2, (int64_t[]){B, H}),
+                    rnd(dt, 2, (int64_t[]){B, H}),
+                    oar_sub_scalar(rnd(dt, 2, (int64_t[]){4 * H, In}), 0.8),
+                    oar_sub_scalar(rnd(dt, 2, (int64_t[]){4 * H, H}), 0.8),
+                    bias ? oar_sub_scalar(rnd(dt, 1, (int64_t[]){4 * H}), 0.8) : NULL,
+                    bias ? oar_sub_scalar(rnd(dt, 1, (int64_t[]){4 * H}), 0.8) : NULL};
+                int nv = bias ? 7 : 5;
+                for (int k = 0; k < nv; k++) {
+                    v[k] = oar_tensor_retain(v[k]); /* leaves (x: a contiguous-later copy) */
+                    CHECK(oar_tensor_set_requires_grad(v[k], true) == 0);
+                }
+                oar_tensor *len = with_len ? oar_tensor_from_data(lens, OAR_I64, 1, (int64_t[]){B}) : NULL;
+                oar_tensor *gw = rnd(dt, 3, (int64_t[]){T, B, H}), *hw = rnd(dt, 2, (int64_t[]){B, H});
+                oar_tensor *g_fused[7] = {0}, *g_ops[7] = {0};
+                for (int create = 0; create < 2; create++) {
+                    oar_tensor *y = NULL, *hn = NULL, *cn = NULL;
+                    CHECK(oar_rnn_layer(OAR_RNN_LSTM, reverse, v[0], v[1], v[2], v[3], v[4], v[5],
+                                        v[6], len, &y, &hn, &cn) == 0);
+                    oar_tensor *ly = oar_sum(oar_mul(y, gw), 0, NULL, false);
+                    oar_tensor *lh = oar_sum(oar_mul(hn, hw), 0, NULL, false);
+                    oar_tensor *lc = oar_sum(oar_mul(oar_mul(cn, cn), hw), 0, NULL, false);
+                    oar_tensor *loss = outs == 0 ? ly : outs == 1 ? lh : oar_add(oar_add(ly, lh), lc);
+                    CHECK(oar_grad(1, &loss, NULL, nv, v, create, true, create ? g_ops : g_fused) == 0);
+                }
+                double tol = f32 ? 2e-5 : 1e-12;
+                for (int k = 0; k < nv; k++) {
+                    bool empty = g_fused[k] && g_ops[k] && oar_tensor_numel(g_fused[k]) == 0 &&
+                                 oar_tensor_numel(g_ops[k]) == 0; /* x when T = 0 */
+                    double d = empty || (!g_fused[k] && !g_ops[k]) ? 0 : max_diff(g_fused[k], g_ops[k]);
+                    if (!(d <= tol))
+                        fprintf(stderr, "T %lld variant %d outs %d input %d: fused - ops = %g\n",
+                                (long long)T, variant, outs, k, d);
+                    CHECK(d <= tol);
+                }
+                runs++;
+                for (int k = 0; k < nv; k++) oar_tensor_release(v[k]);
+                oar_pool_pop(p);
+            }
+    CHECK(runs == 3 * 16 * 3);
+}
+
+/* lstm_layer_backward's refusals (it is reached only through the rule, but
+ * fails cleanly all the same), and lstm_layer_train's shape rule. */
+static void test_backward_op_errors(void) {
+    oar_pool *p = oar_pool_push();
+    const int64_t T = 3, B = 2, H = 4;
+    oar_tensor *c0 = oar_zeros(OAR_F32, 2, (int64_t[]){B, H});
+    oar_tensor *whh = oar_zeros(OAR_F32, 2, (int64_t[]){4 * H, H});
+    oar_tensor *res = oar_zeros(OAR_F32, 3, (int64_t[]){T, B, 5 * H});
+    oar_tensor *gy = oar_zeros(OAR_F32, 3, (int64_t[]){T, B, H});
+    int64_t l_ok[2] = {3, 1}, l_bad[2] = {4, 1};
+    oar_tensor *len = oar_tensor_from_data(l_ok, OAR_I64, 1, (int64_t[]){B});
+    oari_attrs fwd = oari_attrs_ints(1, (int64_t[]){0}), bad_attr = oari_attrs_ints(1, (int64_t[]){2});
+    oar_tensor *out[OARI_MAX_OUT];
+#define BW(attrs, ...) oari_dispatch(OARI_OP_lstm_layer_backward, 7, (oar_tensor *[]){__VA_ARGS__}, attrs, out)
+    CHECK(BW(&fwd, c0, whh, res, len, gy, c0, c0) == 0);
+    for (int j = 0; j < 3; j++) oar_tensor_release(out[j]);
+    CHECK_STATUS_FAILS(BW(&bad_attr, c0, whh, res, NULL, gy, NULL, NULL),
+                       "lstm_layer_backward: bad attributes (expected [reverse 0/1])");
+    CHECK_STATUS_FAILS(BW(&fwd, c0, whh, NULL, NULL, gy, NULL, NULL),
+                       "lstm_layer_backward: c0, w_hh and reserve are required, got NULL");
+    CHECK_STATUS_FAILS(BW(&fwd, c0, oar_zeros(OAR_F32, 2, (int64_t[]){4 * H, H + 1}), res, NULL,
+                          gy, NULL, NULL),
+                       "lstm_layer_backward: expected w_hh [4 * hidden, hidden] (hidden > 0), got [16, 5]");
+    CHECK_STATUS_FAILS(BW(&fwd, c0, oar_zeros(OAR_I32, 2, (int64_t[]){4 * H, H}), res, NULL, gy,
+                          NULL, NULL),
+                       "lstm_layer_backward: w_hh is int32; expected float32 or float64");
+    CHECK_STATUS_FAILS(BW(&fwd, c0, whh, gy, NULL, gy, NULL, NULL),
+                       "lstm_layer_backward: expected reserve [seq_len, batch, 5 * 4], got [3, 2, 4]");
+    CHECK_STATUS_FAILS(BW(&fwd, c0, whh, oar_zeros(OAR_F64, 3, (int64_t[]){T, B, 5 * H}), NULL,
+                          NULL, NULL, NULL),
+                       "lstm_layer_backward: reserve is float64 but w_hh is float32");
+    CHECK_STATUS_FAILS(BW(&fwd, oar_zeros(OAR_F32, 2, (int64_t[]){B + 1, H}), whh, res, NULL, gy,
+                          NULL, NULL),
+                       "lstm_layer_backward: expected c0 of shape [2, 4], got [3, 4]");
+    CHECK_STATUS_FAILS(BW(&fwd, c0, whh, res, NULL, oar_zeros(OAR_F32, 3, (int64_t[]){T + 1, B, H}),
+                          NULL, NULL),
+                       "lstm_layer_backward: expected gy of shape [3, 2, 4], got [4, 2, 4]");
+    CHECK_STATUS_FAILS(BW(&fwd, c0, whh, res, NULL, gy, oar_zeros(OAR_F64, 2, (int64_t[]){B, H}),
+                          NULL),
+                       "lstm_layer_backward: dh_n is float64 but w_hh is float32");
+    CHECK_STATUS_FAILS(BW(&fwd, c0, whh, res, NULL, gy, NULL, oar_zeros(OAR_F32, 1, (int64_t[]){H})),
+                       "lstm_layer_backward: expected dc_n of shape [2, 4], got [4]");
+    CHECK_STATUS_FAILS(BW(&fwd, c0, whh, res, oar_tensor_from_data(l_ok, OAR_I64, 1, (int64_t[]){1}), gy, NULL, NULL),
+                       "lstm_layer_backward: lengths must be int64 [batch] = [2], got int64 [1]");
+    CHECK_STATUS_FAILS(BW(&fwd, c0, whh, res, oar_tensor_from_data(l_bad, OAR_I64, 1, (int64_t[]){B}),
+                          gy, NULL, NULL),
+                       "lstm_layer_backward (lstm): lengths[0] = 4 is outside [0, seq_len = 3]");
+#undef BW
+    /* lstm_layer_train: lstm_layer's shape rule, plus the reserve */
+    oar_tensor *x = oar_zeros(OAR_F32, 3, (int64_t[]){T, B, 3});
+    oar_tensor *wih = oar_zeros(OAR_F32, 2, (int64_t[]){4 * H, 3});
+    CHECK(oari_dispatch(OARI_OP_lstm_layer_train, 8,
+                        (oar_tensor *[]){x, c0, c0, wih, whh, NULL, NULL, NULL}, &fwd, out) == 0);
+    CHECK(out[3] && oar_tensor_ndim(out[3]) == 3 && oar_tensor_shape(out[3])[2] == 5 * H);
+    for (int j = 0; j < 4; j++) oar_tensor_release(out[j]);
+    CHECK_STATUS_FAILS(oari_dispatch(OARI_OP_lstm_layer_train, 8,
+                                     (oar_tensor *[]){x, c0, c0, whh, whh, NULL, NULL, NULL}, &fwd,
+                                     out),
+                       "lstm_layer_train (lstm): expected w_ih of shape [16, 3], got [16, 4]");
+    oar_pool_pop(p);
+}
+
 /* ---- traced: executor, compiler, predictor ---------------------------------- */
 
 static int lstm_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
@@ -293,6 +426,8 @@ int main(void) {
     RUN(test_against_reference);
     RUN(test_relu_gradcheck);
     RUN(test_errors);
+    RUN(test_fused_backward);
+    RUN(test_backward_op_errors);
     RUN(test_traced);
     return test_summary();
 }

@@ -1,8 +1,9 @@
 /* CPU kernels of the fused recurrent layers rnn_layer and lstm_layer
- * (src/ops/defs/rnn.def). One GEMM projects the inputs of every step (x
- * W_ih^T, biases folded in), then each step is one GEMM for the recurrent
- * projection (h W_hh^T) and one pass over the gates that writes the new
- * state and the output row: no tensor per gate, no allocation per step.
+ * (src/ops/defs/rnn.def), and of lstm_layer_backward. One GEMM projects
+ * the inputs of every step (x W_ih^T, biases folded in), then each step is
+ * one GEMM for the recurrent projection (h W_hh^T) and one pass over the
+ * gates that writes the new state and the output row: no tensor per gate,
+ * no allocation per step. The backward runs the same way in reverse.
  * The state lives in the h_n (and c_n) outputs, updated in place. The f32
  * and f64 kernels come from one template: this file includes itself with
  * RNN_T defined (see the end of the file). */
@@ -45,6 +46,29 @@ static const void *dense(const oar_ktensor *t, void **buf, size_t *nbytes) {
     oari_contiguous_strides(t->ndim, t->shape, c.strides);
     oari_copy_strided(&c, t);
     return *buf;
+}
+
+/* lengths (L, int64 [B], or absent: dtype < 0) read into *len (NULL when
+ * absent; *nbytes to free), each checked to lie in [0, Ts] before anything
+ * is written. */
+static int read_lengths(const oar_ktensor *L, int64_t B, int64_t Ts, const char *op, int cell,
+                        int64_t **len, size_t *nbytes) {
+    *len = NULL;
+    *nbytes = 0;
+    if (L->dtype < 0) return 0;
+    *nbytes = (size_t)(B ? B : 1) * sizeof **len;
+    if (!(*len = oari_malloc(*nbytes))) return oari_fail_status();
+    for (int64_t b = 0; b < B; b++) {
+        int64_t v = (*len)[b] = ((const int64_t *)L->data)[b * L->strides[0]];
+        if (v < 0 || v > Ts) {
+            oari_free(*len, *nbytes);
+            *len = NULL;
+            return oari_error(OAR_ERR_INVALID,
+                              "%s (%s): lengths[%lld] = %lld is outside [0, seq_len = %lld]", op,
+                              cell_names[cell], (long long)b, (long long)v, (long long)Ts);
+        }
+    }
+    return 0;
 }
 
 /* Products below 2^23 multiply-adds run on one thread: OpenBLAS's OpenMP
@@ -98,9 +122,19 @@ static int k_lstm_layer(void *ctx, const oar_kernel_call *c) {
                                       : layer_f32(c, &io_lstm, CELL_LSTM, reverse);
 }
 
+static int k_lstm_layer_backward(void *ctx, const oar_kernel_call *c) {
+    (void)ctx;
+    bool reverse = c->n_iattr > 0 && c->iattr[0];
+    return c->out[0].dtype == OAR_F64 ? lstm_backward_f64(c, reverse) : lstm_backward_f32(c, reverse);
+}
+
 const oari_cpu_kernels oari_cpu_k_rnn_layer = {[OAR_F32] = k_rnn_layer, [OAR_F64] = k_rnn_layer};
 const oari_cpu_kernels oari_cpu_k_lstm_layer = {[OAR_F32] = k_lstm_layer,
                                                 [OAR_F64] = k_lstm_layer};
+const oari_cpu_kernels oari_cpu_k_lstm_layer_train = {[OAR_F32] = k_lstm_layer,
+                                                      [OAR_F64] = k_lstm_layer};
+const oari_cpu_kernels oari_cpu_k_lstm_layer_backward = {[OAR_F32] = k_lstm_layer_backward,
+                                                         [OAR_F64] = k_lstm_layer_backward};
 
 #else /* ---- the template: RNN_T, RNN_SFX, RNN_GEMM, RNN_EXP, RNN_TANH --------------- */
 
@@ -110,13 +144,16 @@ const oari_cpu_kernels oari_cpu_k_lstm_layer = {[OAR_F32] = k_lstm_layer,
 typedef RNN_T FN(real);
 #define T FN(real)
 
-/* C [n, m] (ld m) = A [n, k] (ld k) B^T (B [m, k], ld k) + beta C. */
-static void FN(gemm_nt)(int64_t n, int64_t m, int64_t k, const T *a, const T *b, T beta, T *c) {
+/* C [n, m] (ld m) = A [n, k] (ld k) B^T (B [m, k], ld k) + beta C; with
+ * tb false, A B (B [k, m], ld m). */
+static void FN(gemm)(bool tb, int64_t n, int64_t m, int64_t k, const T *a, const T *b, T beta,
+                     T *c) {
     int threads;
     bool single = gemm_single(n, m, k, &threads, sizeof(T) == sizeof(float));
     if (single) omp_set_num_threads(1);
-    RNN_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, (blasint)m, (blasint)k, 1, a,
-             (blasint)(k > 0 ? k : 1), b, (blasint)(k > 0 ? k : 1), beta, c, (blasint)m);
+    RNN_GEMM(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)n, (blasint)m,
+             (blasint)k, 1, a, (blasint)(k > 0 ? k : 1), b,
+             (blasint)(tb ? (k > 0 ? k : 1) : (m > 0 ? m : 1)), beta, c, (blasint)(m > 0 ? m : 1));
     if (single) omp_set_num_threads(threads);
 }
 
@@ -163,32 +200,62 @@ OARI_SIMD_CLONES static void FN(cell_step)(int cell, int64_t H, const T *restric
     }
 }
 
+/* cell_step's LSTM case for lstm_layer_train: also writes the gates i, f,
+ * g, o and the new cell state into the step's reserve row rs (5H). */
+OARI_SIMD_CLONES static void FN(lstm_step_save)(int64_t H, const T *restrict xg,
+                                                const T *restrict hg, T *restrict h,
+                                                T *restrict c, T *restrict y, T *restrict rs) {
+    _Pragma("omp simd")
+    for (int64_t j = 0; j < H; j++) {
+        T i = FN(sigmoid)(xg[j] + hg[j]);
+        T f = FN(sigmoid)(xg[H + j] + hg[H + j]);
+        T g = RNN_TANH(xg[2 * H + j] + hg[2 * H + j]);
+        T o = FN(sigmoid)(xg[3 * H + j] + hg[3 * H + j]);
+        T cn = f * c[j] + i * g;
+        rs[j] = i;
+        rs[H + j] = f;
+        rs[2 * H + j] = g;
+        rs[3 * H + j] = o;
+        rs[4 * H + j] = c[j] = cn;
+        y[j] = h[j] = o * RNN_TANH(cn);
+    }
+}
+
+/* The step backward for sequence b: rs the step's reserve row (gates i,
+ * f, g, o, cell state c), cp the cell state before the step; da gets the
+ * gradients of the gate pre-activations; gy the output's gradient (or
+ * NULL); dh, dc the carries, dc updated (dh is the caller's GEMM). */
+OARI_SIMD_CLONES static void FN(lstm_step_backward)(int64_t H, const T *restrict rs,
+                                                    const T *restrict cp, const T *restrict gy,
+                                                    const T *restrict dh, T *restrict dc,
+                                                    T *restrict da) {
+    _Pragma("omp simd")
+    for (int64_t j = 0; j < H; j++) {
+        const T i = rs[j], f = rs[H + j], g = rs[2 * H + j], o = rs[3 * H + j];
+        const T dht = dh[j] + (gy ? gy[j] : 0), tc = RNN_TANH(rs[4 * H + j]);
+        const T dct = dc[j] + dht * o * (1 - tc * tc);
+        da[j] = dct * g * i * (1 - i);
+        da[H + j] = dct * cp[j] * f * (1 - f);
+        da[2 * H + j] = dct * i * (1 - g * g);
+        da[3 * H + j] = dht * tc * o * (1 - o);
+        dc[j] = dct * f;
+    }
+}
+
+/* rnn_layer, lstm_layer and lstm_layer_train (its reserve: out[3]). */
 static int FN(layer)(const oar_kernel_call *call, const rnn_io *io, int cell, bool reverse) {
     const char *op = cell == CELL_LSTM ? "lstm_layer" : "rnn_layer";
     const oar_ktensor *X = &call->in[io->x], *L = &call->in[io->len];
     const int64_t Ts = X->shape[0], B = X->shape[1], In = X->shape[2],
                   H = call->in[io->w_hh].shape[1], G = cell == CELL_LSTM ? 4 : cell == CELL_GRU ? 3 : 1,
                   GH = G * H;
-    T *y = call->out[0].data, *h = call->out[1].data, *c = cell == CELL_LSTM ? call->out[2].data : NULL;
+    T *y = call->out[0].data, *h = call->out[1].data, *c = cell == CELL_LSTM ? call->out[2].data : NULL,
+      *rs = call->n_out > 3 ? call->out[3].data : NULL;
     if (Ts * B > INT_MAX || GH > INT_MAX || In > INT_MAX)
         return oari_error(OAR_ERR_UNSUPPORTED, "%s: a dim exceeds the BLAS integer range", op);
-    /* lengths, checked before anything is written */
-    int64_t *len = NULL;
-    size_t len_n = 0;
-    if (L->dtype >= 0) {
-        len_n = (size_t)(B ? B : 1) * sizeof *len;
-        if (!(len = oari_malloc(len_n))) return oari_fail_status();
-        for (int64_t b = 0; b < B; b++) {
-            len[b] = ((const int64_t *)L->data)[b * L->strides[0]];
-            if (len[b] < 0 || len[b] > Ts) {
-                int64_t v = len[b];
-                oari_free(len, len_n);
-                return oari_error(OAR_ERR_INVALID,
-                                  "%s (%s): lengths[%lld] = %lld is outside [0, seq_len = %lld]",
-                                  op, cell_names[cell], (long long)b, (long long)v, (long long)Ts);
-            }
-        }
-    }
+    int64_t *len;
+    size_t len_n;
+    if (read_lengths(L, B, Ts, op, cell, &len, &len_n)) return oari_fail_status();
     enum { NX, NH0, NC0, NWI, NWH, NBI, NBH, NDENSE };
     const int slots[NDENSE] = {io->x, io->h0, io->c0, io->w_ih, io->w_hh, io->b_ih, io->b_hh};
     const T *d[NDENSE] = {0};
@@ -210,7 +277,7 @@ static int FN(layer)(const oar_kernel_call *call, const rnn_io *io, int cell, bo
         if (c) memcpy(c, d[NC0], (size_t)(B * H) * sizeof(T));
         /* the input projection of every step, with b_ih and the part of
          * b_hh outside GRU's r * (W_hn h + b_hn) folded in */
-        if (In > 0) FN(gemm_nt)(Ts * B, GH, In, d[NX], d[NWI], 0, xw);
+        if (In > 0) FN(gemm)(true, Ts * B, GH, In, d[NX], d[NWI], 0, xw);
         else memset(xw, 0, xw_n);
         const T *bi = d[NBI], *bh = d[NBH];
         int64_t fold = cell == CELL_GRU ? 2 * H : GH;
@@ -233,16 +300,21 @@ static int FN(layer)(const oar_kernel_call *call, const rnn_io *io, int cell, bo
         bool par = B > 1 && B * GH >= 8192;
         for (int64_t s = 0; s < Ts && !st; s++) {
             int64_t t = reverse ? Ts - 1 - s : s;
-            FN(gemm_nt)(B, GH, H, h, d[NWH], 0, hw);
+            FN(gemm)(true, B, GH, H, h, d[NWH], 0, hw);
             OARI_PARALLEL_FOR_IF(par,
                 for (int64_t b = 0; b < B; b++) {
-                    T *yr = y + (t * B + b) * H;
+                    T *yr = y + (t * B + b) * H, *rr = rs ? rs + (t * B + b) * 5 * H : NULL;
                     if (len && t >= len[b]) {
                         memset(yr, 0, (size_t)H * sizeof(T));
+                        if (rr) memcpy(rr + 4 * H, c + b * H, (size_t)H * sizeof(T)); /* held */
                         continue;
                     }
-                    FN(cell_step)(cell, H, xw + (t * B + b) * GH, hw + b * GH, bn, h + b * H,
-                                  c ? c + b * H : NULL, yr);
+                    if (rr)
+                        FN(lstm_step_save)(H, xw + (t * B + b) * GH, hw + b * GH, h + b * H,
+                                           c + b * H, yr, rr);
+                    else
+                        FN(cell_step)(cell, H, xw + (t * B + b) * GH, hw + b * GH, bn, h + b * H,
+                                      c ? c + b * H : NULL, yr);
                 });
         }
         oari_free(zeros, zeros_n);
@@ -250,6 +322,67 @@ static int FN(layer)(const oar_kernel_call *call, const rnn_io *io, int cell, bo
     oari_free(xw, xw_n);
     oari_free(hw, hw_n);
     for (int k = 0; k < NDENSE; k++) oari_free(bufs[k], sizes[k]);
+    oari_free(len, len_n);
+    return st;
+}
+
+/* lstm_layer_backward (src/ops/defs/rnn.def) over lstm_layer_train's
+ * reserve: the steps backward, each one pass over the gates and one GEMM
+ * for the carried dh. The weight and input gradients are the caller's
+ * GEMMs over dA. */
+static int FN(lstm_backward)(const oar_kernel_call *call, bool reverse) {
+    enum { C0, WHH, RES, LEN, GY, DH, DC, N_IN };
+    const oar_ktensor *R = &call->in[RES];
+    const int64_t Ts = R->shape[0], B = R->shape[1], H = call->in[WHH].shape[1], GH = 4 * H,
+                  BH = B * H;
+    T *dA = call->out[0].data, *dh = call->out[1].data, *dc = call->out[2].data;
+    if (B > INT_MAX || GH > INT_MAX)
+        return oari_error(OAR_ERR_UNSUPPORTED, "lstm_layer_backward: a dim exceeds the BLAS "
+                          "integer range");
+    int64_t *len;
+    size_t len_n;
+    if (read_lengths(&call->in[LEN], B, Ts, "lstm_layer_backward", CELL_LSTM, &len, &len_n))
+        return oari_fail_status();
+    const T *d[N_IN] = {0};
+    void *bufs[N_IN] = {0};
+    size_t sizes[N_IN] = {0};
+    int st = 0;
+    for (int k = 0; k < N_IN && !st; k++) {
+        if (k == LEN) continue;
+        d[k] = dense(&call->in[k], &bufs[k], &sizes[k]);
+        if (!d[k] && sizes[k]) st = oari_fail_status();
+    }
+    size_t dn_n = (size_t)(len && BH > 0 ? BH : 1) * sizeof(T);
+    T *dn = st ? NULL : oari_malloc(dn_n); /* dh before the held rows are restored */
+    if (!st && !dn) st = oari_fail_status();
+    if (!st) {
+        if (d[DH]) memcpy(dh, d[DH], (size_t)BH * sizeof(T));
+        else memset(dh, 0, (size_t)BH * sizeof(T));
+        if (d[DC]) memcpy(dc, d[DC], (size_t)BH * sizeof(T));
+        else memset(dc, 0, (size_t)BH * sizeof(T));
+    }
+    const bool par = B > 1 && B * GH >= 8192; /* as the forward's gate pass */
+    for (int64_t s = Ts - 1; s >= 0 && !st; s--) {
+        const int64_t t = reverse ? Ts - 1 - s : s, tp = reverse ? t + 1 : t - 1;
+        const T *gy = d[GY] ? d[GY] + t * BH : NULL;
+        OARI_PARALLEL_FOR_IF(par,
+            for (int64_t b = 0; b < B; b++) {
+                T *da = dA + (t * B + b) * GH;
+                if (len && t >= len[b]) {
+                    memset(da, 0, (size_t)GH * sizeof(T));
+                    continue;
+                }
+                const T *cp = s == 0 ? d[C0] + b * H : d[RES] + (tp * B + b) * 5 * H + 4 * H;
+                FN(lstm_step_backward)(H, d[RES] + (t * B + b) * 5 * H, cp,
+                                       gy ? gy + b * H : NULL, dh + b * H, dc + b * H, da);
+            });
+        /* dh = dA_t W_hh, held past a length */
+        FN(gemm)(false, B, H, GH, dA + t * B * GH, d[WHH], 0, len ? dn : dh);
+        for (int64_t b = 0; len && b < B; b++)
+            if (t < len[b]) memcpy(dh + b * H, dn + b * H, (size_t)H * sizeof(T));
+    }
+    oari_free(dn, dn_n);
+    for (int k = 0; k < N_IN; k++) oari_free(bufs[k], sizes[k]);
     oari_free(len, len_n);
     return st;
 }
