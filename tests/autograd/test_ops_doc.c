@@ -35,10 +35,13 @@ static const char *short_name(int d) {
 }
 
 /* The CPU kernels oneDNN gives where oar is built with it (OAR_WITH_DNNL;
- * src/backends/cpu/cpu_dnnl.c), computed in f32 otherwise: marked the same
- * in either build, so that one ops.md is right for both. */
+ * src/backends/cpu/cpu_dnnl.c) and oneDNN has bf16 kernels on the CPU,
+ * computed in f32 otherwise: marked the same in either build and on any
+ * CPU, so that one ops.md is right for all. */
 static bool dnnl_kernel(oari_op op, int d) {
-    return (op == OARI_OP_matmul || op == OARI_OP_conv2d) && d == OAR_BF16;
+    return (op == OARI_OP_matmul || op == OARI_OP_conv2d || op == OARI_OP_conv_transpose2d ||
+            op == OARI_OP_conv2d_weight_grad) &&
+           d == OAR_BF16;
 }
 
 static void dtypes(buf *b, oari_op op, const oari_op_def *def) {
@@ -78,7 +81,8 @@ static char *generate(void) {
             "differences to second order (`tests/autograd/gradcheck_cases.h`).\n\n",
         OARI_OP_COUNT, n_def, n_diff, n_second);
     put(&b, "- **CPU dtypes**: dtypes with a CPU kernel; \\* computed in f32 and stored back;\n"
-            "  \\*\\* oneDNN's kernel where oar is built with it (`OAR_WITH_DNNL`), else as \\*.\n"
+            "  \\*\\* oneDNN's kernel where oar is built with it (`OAR_WITH_DNNL`) and oneDNN has\n"
+            "  bf16 kernels on the CPU (AVX-512 for oneDNN 2.6), else as \\*.\n"
             "- **gradient**: yes (a rule written with ops), no (not differentiable), or missing.\n"
             "- **checked**: the gradcheck table's cases for the op (first and second order,\n"
             "  contiguous and strided inputs).\n\n");

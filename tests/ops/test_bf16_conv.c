@@ -212,6 +212,13 @@ static void test_route(void) {
     oar_tensor *h[3] = {oar_ones(OAR_F16, 4, SHAPE(1, 2, 5, 5)), oar_ones(OAR_F16, 4, SHAPE(3, 2, 3, 3)), NULL};
     CHECK(oari_plan_route(oari_device_cpu(), OARI_OP_conv2d, OAR_F16, 3, h, NULL) == OARI_ROUTE_VIA_F32);
 #ifdef OAR_TEST_WITH_DNNL
+    if (!oari_dnnl_has_bf16()) { /* oneDNN 2.6 on a CPU without AVX-512 */
+        CHECK(r == OARI_ROUTE_VIA_F32);
+        printf("oneDNN has no bf16 kernels on this CPU: bf16 conv2d runs VIA_F32; oneDNN route "
+               "checks skipped\n");
+        oar_pool_pop(p);
+        return;
+    }
     CHECK(r == OARI_ROUTE_KERNEL);
     /* the backward ops too */
     oar_tensor *gy = oar_ones(OAR_BF16, 4, SHAPE(1, 3, 3, 3));

@@ -190,6 +190,13 @@ static void test_route(void) {
     oar_tensor *h[2] = {oar_ones(OAR_F16, 2, SHAPE(2, 3)), oar_ones(OAR_F16, 2, SHAPE(3, 4))};
     CHECK(oari_plan_route(oari_device_cpu(), OARI_OP_matmul, OAR_F16, 2, h, NULL) == OARI_ROUTE_VIA_F32);
 #ifdef OAR_TEST_WITH_DNNL
+    if (!oari_dnnl_has_bf16()) { /* oneDNN 2.6 on a CPU without AVX-512 */
+        CHECK(r == OARI_ROUTE_VIA_F32);
+        printf("oneDNN has no bf16 kernels on this CPU: bf16 matmul runs VIA_F32; oneDNN route "
+               "checks skipped\n");
+        oar_pool_pop(p);
+        return;
+    }
     CHECK(r == OARI_ROUTE_KERNEL);
     int n0 = oari_dnnl_cached_primitives();
     oar_tensor *a = bf16_randn(2, SHAPE(61, 7)), *b = bf16_randn(2, SHAPE(7, 67));

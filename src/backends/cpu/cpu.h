@@ -228,6 +228,12 @@ typedef struct {
     void *c;
 } oari_dnnl_matmul_args;
 OARI_HIDDEN int oari_dnnl_matmul(const oari_dnnl_matmul_args *m);
+/* Whether oneDNN has bf16 kernels on this CPU: 2.6 has them from AVX-512
+ * on (emulated without AVX512_BF16) and none on AVX2, where even its
+ * reference kernels refuse bf16. Asked once, by describing a 16 x 16 bf16
+ * matmul. Where it says no, the CPU device offers no bf16 kernel for
+ * matmul and the convs (cpu_device.c), so they run VIA_F32. */
+OARI_HIDDEN bool oari_dnnl_has_bf16(void);
 /* conv2d through oneDNN (cpu_dnnl.c, OAR_WITH_DNNL) on the conv of x [n,
  * c, h, w], weight [o, c/groups, kh, kw], bias [o] or NULL, y [n, o, oh,
  * ow], all contiguous; stride, padding (both sides), dilation (1: dense) as

@@ -291,6 +291,27 @@ static int run(call_desc *c, int64_t work, int64_t below) {
 
 /* ---- matmul ------------------------------------------------------------- */
 
+bool oari_dnnl_has_bf16(void) {
+    static int have = -1; /* -1: not asked yet */
+    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+    if (h >= 0) return h;
+    dnnl_engine_t e;
+    bool ok = false;
+    if (dnnl_engine_create(&e, dnnl_cpu, 0) == dnnl_success) {
+        dnnl_dims_t d = {16, 16};
+        dnnl_memory_desc_t md;
+        dnnl_matmul_desc_t desc;
+        dnnl_primitive_desc_t pd;
+        ok = !dnnl_memory_desc_init_by_tag(&md, 2, d, dnnl_bf16, dnnl_ab) &&
+             !dnnl_matmul_desc_init(&desc, &md, &md, NULL, &md) &&
+             !dnnl_primitive_desc_create(&pd, &desc, NULL, e, NULL);
+        if (ok) dnnl_primitive_desc_destroy(pd);
+        dnnl_engine_destroy(e);
+    }
+    __atomic_store_n(&have, ok, __ATOMIC_RELAXED);
+    return ok;
+}
+
 /* key.v: A's dims and strides, B's dims and strides, C's dims, MAX_RANK
  * entries each. */
 static int make_matmul(const call_desc *c, prim_slot *s) {

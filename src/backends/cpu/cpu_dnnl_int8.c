@@ -43,6 +43,21 @@ static int fail(const oari_dnnl_qmatmul_args *q, const char *step, dnnl_status_t
                       (long long)q->k, (long long)q->k, (long long)q->n);
 }
 
+bool oari_dnnl_int8_exact(void) {
+    static int have = -1;
+    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+    if (h < 0) {
+#if defined(__x86_64__) && defined(__GNUC__)
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+#else
+        h = 0; /* (oneDNN's int8 kernels elsewhere are not known to be exact) */
+#endif
+        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
+    }
+    return h;
+}
+
 /* Makes slot s's primitive for q (the lock held). */
 static int make(const oari_dnnl_qmatmul_args *q, qslot *s) {
     dnnl_status_t st;

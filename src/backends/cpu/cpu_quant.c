@@ -296,7 +296,7 @@ static int k_qmatmul(void *ctx, const oar_kernel_call *c) {
     for (int d = 0; d < a->ndim - 1; d++) rows *= a->shape[d];
     if (rows == 0 || n == 0) return 0;
 #ifdef OAR_WITH_DNNL
-    if (k > 0 && dense(a) && dense(&c->in[1])) {
+    if (k > 0 && dense(a) && dense(&c->in[1]) && oari_dnnl_int8_exact()) {
         oari_dnnl_qmatmul_args q = {.a_dtype = a->dtype, .m = rows, .k = k, .n = n,
                                     .a_zero_point = (int32_t)c->iattr[0], .a = a->data,
                                     .b = c->in[1].data, .c = c->out[0].data};
@@ -314,18 +314,20 @@ const oari_cpu_kernels oari_cpu_k_qmatmul = {[OAR_U8] = k_qmatmul, [OAR_I8] = k_
 
 /* ---- qconv2d: im2col onto the int8 product ------------------------------------- */
 
-/* c [m, n] = (a - za) b, all dense, m, k, n > 0: oneDNN where built with it,
- * else the exact loop. */
+/* c [m, n] = (a - za) b, all dense, m, k, n > 0: oneDNN where built with it
+ * and exact on this CPU, else the exact loop. */
 static int qgemm_dense(const void *a, bool u8, int32_t za, const int8_t *b, int64_t m, int64_t k, int64_t n,
                        int32_t *c) {
     bool done = false;
     int st = oari_cpu_qgemm_vnni(a, !u8, za, b, m, k, n, c, &done);
     if (st || done) return st;
 #ifdef OAR_WITH_DNNL
-    oari_dnnl_qmatmul_args q = {.a_dtype = u8 ? OAR_U8 : OAR_I8, .m = m, .k = k, .n = n, .a_zero_point = za,
-                                .a = a, .b = b, .c = c};
-    return oari_dnnl_qmatmul(&q);
-#else
+    if (oari_dnnl_int8_exact()) {
+        oari_dnnl_qmatmul_args q = {.a_dtype = u8 ? OAR_U8 : OAR_I8, .m = m, .k = k, .n = n,
+                                    .a_zero_point = za, .a = a, .b = b, .c = c};
+        return oari_dnnl_qmatmul(&q);
+    }
+#endif
     OARI_PARALLEL_FOR_IF(m * k * n > 65536, for (int64_t r = 0; r < m; r++) {
         int32_t *o = c + r * n;
         for (int64_t j = 0; j < n; j++) o[j] = 0;
@@ -337,7 +339,6 @@ static int qgemm_dense(const void *a, bool u8, int32_t za, const int8_t *b, int6
         }
     });
     return 0;
-#endif
 }
 
 /* Per group, and per block of images: the patches of x as rows, colT
