@@ -543,6 +543,18 @@ static inline int32_t topk_key_f32(float v, int32_t flip) {
     return b ^ flip;
 }
 
+/* topk_key_f32 of the floats at x into keys, a vector type VT of lanes at a time */
+#define TOPK_KEYS(VT, x, keys, flip)                                         \
+    do {                                                                     \
+        VT b_;                                                               \
+        memcpy(&b_, (x), sizeof b_);                                         \
+        const VT mag_ = b_ & 0x7fffffff, nan_ = mag_ > 0x7f800000;           \
+        b_ &= ~(mag_ == 0);                                                  \
+        b_ ^= (b_ >> 31) & 0x7fffffff;                                       \
+        b_ = ((b_ & ~nan_) | (nan_ & 0x7ffffffe)) ^ (flip);                  \
+        memcpy((keys), &b_, sizeof b_);                                      \
+    } while (0)
+
 /* A bitonic network sorting 16 lanes ascending: stage s pairs lane i with lane
  * bitonic_perm[s][i], and the lanes of bitonic_min[s] keep the smaller. */
 static const topk_v16i bitonic_perm[10] = {
@@ -628,15 +640,7 @@ static void topk_vec_line_f32(const float *x, int64_t xs, int64_t n, int64_t k, 
             /* 16 at a time by hand: GCC's -O2 cost model leaves the scalar loop (a third of
              * the time of 512 lines of 128) unvectorised */
             int64_t j = 0;
-            for (; j + TOPK_VEC_K <= m; j += TOPK_VEC_K) {
-                topk_v16i b;
-                memcpy(&b, xb + j, sizeof b);
-                const topk_v16i mag = b & 0x7fffffff, nan = mag > 0x7f800000;
-                b &= ~(mag == 0);
-                b ^= (b >> 31) & 0x7fffffff;
-                b = ((b & ~nan) | (nan & 0x7ffffffe)) ^ flip;
-                memcpy(keys + j, &b, sizeof b);
-            }
+            for (; j + TOPK_VEC_K <= m; j += TOPK_VEC_K) TOPK_KEYS(topk_v16i, xb + j, keys + j, flip);
             for (; j < m; j++) keys[j] = topk_key_f32(xb[j], flip);
         } else
             for (int64_t j = 0; j < m; j++) keys[j] = topk_key_f32(xb[j * xs], flip);
@@ -696,15 +700,7 @@ static void topk_ins_line_f32(const float *x, int64_t xs, int64_t n, int64_t k, 
         const float *xb = x + j0 * xs;
         int64_t j = 0;
         if (xs == 1)
-            for (; j + 8 <= m; j += 8) { /* topk_key_f32, 8 lanes */
-                topk_v8i b;
-                memcpy(&b, xb + j, sizeof b);
-                const topk_v8i mag = b & 0x7fffffff, nan = mag > 0x7f800000;
-                b &= ~(mag == 0);
-                b ^= (b >> 31) & 0x7fffffff;
-                b = ((b & ~nan) | (nan & 0x7ffffffe)) ^ flip;
-                memcpy(keys + j, &b, sizeof b);
-            }
+            for (; j + 8 <= m; j += 8) TOPK_KEYS(topk_v8i, xb + j, keys + j, flip);
         for (; j < m; j++) keys[j] = topk_key_f32(xb[j * xs], flip);
         if (j0 == 0 && m >= TOPK_VEC_K) {
             /* the 16 groups j mod 16 have 16 distinct maxima, so the k-th

@@ -159,6 +159,17 @@ static void FN(gemm)(bool tb, int64_t n, int64_t m, int64_t k, const T *a, const
 
 static inline T FN(sigmoid)(T v) { return 1 / (1 + RNN_EXP(-v)); }
 
+/* Unit j's LSTM gates i, f, g, o from the two projections (4H each). */
+static inline __attribute__((always_inline)) void FN(lstm_gates)(int64_t H, int64_t j,
+                                                                 const T *restrict xg,
+                                                                 const T *restrict hg, T *i, T *f,
+                                                                 T *g, T *o) {
+    *i = FN(sigmoid)(xg[j] + hg[j]);
+    *f = FN(sigmoid)(xg[H + j] + hg[H + j]);
+    *g = RNN_TANH(xg[2 * H + j] + hg[2 * H + j]);
+    *o = FN(sigmoid)(xg[3 * H + j] + hg[3 * H + j]);
+}
+
 /* One step's gate pass for sequence b: xg (the input projection with the
  * biases folded in, G*H), hg (h W_hh^T, G*H), bn (GRU: b_hn or NULL), h
  * and c the state (updated in place), y the output row. */
@@ -189,10 +200,8 @@ OARI_SIMD_CLONES static void FN(cell_step)(int cell, int64_t H, const T *restric
     default: /* LSTM, gates i, f, g, o */
         _Pragma("omp simd")
         for (int64_t j = 0; j < H; j++) {
-            T i = FN(sigmoid)(xg[j] + hg[j]);
-            T f = FN(sigmoid)(xg[H + j] + hg[H + j]);
-            T g = RNN_TANH(xg[2 * H + j] + hg[2 * H + j]);
-            T o = FN(sigmoid)(xg[3 * H + j] + hg[3 * H + j]);
+            T i, f, g, o;
+            FN(lstm_gates)(H, j, xg, hg, &i, &f, &g, &o);
             c[j] = f * c[j] + i * g;
             y[j] = h[j] = o * RNN_TANH(c[j]);
         }
@@ -207,10 +216,8 @@ OARI_SIMD_CLONES static void FN(lstm_step_save)(int64_t H, const T *restrict xg,
                                                 T *restrict c, T *restrict y, T *restrict rs) {
     _Pragma("omp simd")
     for (int64_t j = 0; j < H; j++) {
-        T i = FN(sigmoid)(xg[j] + hg[j]);
-        T f = FN(sigmoid)(xg[H + j] + hg[H + j]);
-        T g = RNN_TANH(xg[2 * H + j] + hg[2 * H + j]);
-        T o = FN(sigmoid)(xg[3 * H + j] + hg[3 * H + j]);
+        T i, f, g, o;
+        FN(lstm_gates)(H, j, xg, hg, &i, &f, &g, &o);
         T cn = f * c[j] + i * g;
         rs[j] = i;
         rs[H + j] = f;
