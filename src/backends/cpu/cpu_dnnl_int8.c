@@ -10,6 +10,10 @@
  * primitive runs on many threads at once. */
 #include "cpu_dnnl_int8.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <omp.h>
@@ -48,8 +52,13 @@ bool oari_dnnl_int8_exact(void) {
     int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
     if (h < 0) {
 #if defined(__x86_64__) && defined(__GNUC__)
+        /* AVX-VNNI is cpuid leaf 7 sub-leaf 1's EAX bit 4, read directly:
+         * clang 14's __builtin_cpu_supports does not know its name */
+        unsigned a, b, c, d;
         __builtin_cpu_init();
-        h = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+        bool avx_vnni = __builtin_cpu_supports("avx2") && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+                        (a >> 4 & 1);
+        h = __builtin_cpu_supports("avx512vnni") || avx_vnni;
 #else
         h = 0; /* (oneDNN's int8 kernels elsewhere are not known to be exact) */
 #endif
