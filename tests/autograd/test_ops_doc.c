@@ -38,11 +38,7 @@ static const char *short_name(int d) {
  * src/backends/cpu/cpu_dnnl.c) and oneDNN has bf16 kernels on the CPU,
  * computed in f32 otherwise: marked the same in either build and on any
  * CPU, so that one ops.md is right for all. */
-static bool dnnl_kernel(oari_op op, int d) {
-    return (op == OARI_OP_matmul || op == OARI_OP_conv2d || op == OARI_OP_conv_transpose2d ||
-            op == OARI_OP_conv2d_weight_grad) &&
-           d == OAR_BF16;
-}
+static bool dnnl_kernel(oari_op op, int d) { return d == OAR_BF16 && oari_cpu_bf16_is_dnnl(op); }
 
 static void dtypes(buf *b, oari_op op, const oari_op_def *def) {
     if (def->flags & OARI_F_VIEW) {

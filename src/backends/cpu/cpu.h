@@ -234,6 +234,12 @@ OARI_HIDDEN int oari_dnnl_matmul(const oari_dnnl_matmul_args *m);
  * matmul. Where it says no, the CPU device offers no bf16 kernel for
  * matmul and the convs (cpu_device.c), so they run VIA_F32. */
 OARI_HIDDEN bool oari_dnnl_has_bf16(void);
+/* The ops whose bf16 CPU kernel is oneDNN's (cpu_linalg.c, cpu_conv.c), in
+ * a build with OAR_WITH_DNNL. */
+static inline bool oari_cpu_bf16_is_dnnl(int op) {
+    return op == OARI_OP_matmul || op == OARI_OP_conv2d || op == OARI_OP_conv_transpose2d ||
+           op == OARI_OP_conv2d_weight_grad;
+}
 /* conv2d through oneDNN (cpu_dnnl.c, OAR_WITH_DNNL) on the conv of x [n,
  * c, h, w], weight [o, c/groups, kh, kw], bias [o] or NULL, y [n, o, oh,
  * ow], all contiguous; stride, padding (both sides), dilation (1: dense) as

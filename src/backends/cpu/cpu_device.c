@@ -78,11 +78,8 @@ static oar_kernel_fn cpu_get_kernel(void *ctx, int index, const char *op, int32_
     int id = oari_op_lookup(op);
     if (id < 0 || (unsigned)dtype >= OAR_DTYPE_COUNT || !kernel_tables[id]) return NULL;
 #ifdef OAR_WITH_DNNL
-    /* the oneDNN bf16 kernels (cpu_linalg.c, cpu_conv.c), where oneDNN has none: VIA_F32 */
-    if (dtype == OAR_BF16 && (id == OARI_OP_matmul || id == OARI_OP_conv2d ||
-                              id == OARI_OP_conv_transpose2d || id == OARI_OP_conv2d_weight_grad) &&
-        !oari_dnnl_has_bf16())
-        return NULL;
+    /* the oneDNN bf16 kernels, where oneDNN has none: VIA_F32 */
+    if (dtype == OAR_BF16 && oari_cpu_bf16_is_dnnl(id) && !oari_dnnl_has_bf16()) return NULL;
 #endif
     return kernel_tables[id][dtype];
 }

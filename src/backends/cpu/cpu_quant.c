@@ -317,12 +317,21 @@ OARI_SIMD_CLONES static void qgemm_row(int32_t *restrict o, const uint8_t *restr
     }
 }
 
-/* c [m, n] = (a - za) b by the exact loop, rows in parallel. */
-static void qgemm_loop(const void *a, bool u8, int32_t za, const int8_t *b, int64_t m, int64_t k, int64_t n,
+/* c [m, n] = (a - za) b, all dense, m, k, n > 0: oneDNN where built with it
+ * and exact on this CPU, else the exact loop, rows in parallel. */
+static int qgemm_exact(const void *a, bool u8, int32_t za, const int8_t *b, int64_t m, int64_t k, int64_t n,
                        int32_t *c) {
+#ifdef OAR_WITH_DNNL
+    if (oari_dnnl_int8_exact()) {
+        oari_dnnl_qmatmul_args q = {.a_dtype = u8 ? OAR_U8 : OAR_I8, .m = m, .k = k, .n = n,
+                                    .a_zero_point = za, .a = a, .b = b, .c = c};
+        return oari_dnnl_qmatmul(&q);
+    }
+#endif
     OARI_PARALLEL_FOR_IF(m * k * n > 65536, for (int64_t r = 0; r < m; r++) {
         qgemm_row(c + r * n, (const uint8_t *)a + r * k, u8, za, b, k, n);
     });
+    return 0;
 }
 
 static int k_qmatmul(void *ctx, const oar_kernel_call *c) {
@@ -331,19 +340,9 @@ static int k_qmatmul(void *ctx, const oar_kernel_call *c) {
     int64_t k = a->shape[a->ndim - 1], n = c->in[1].shape[1], rows = 1;
     for (int d = 0; d < a->ndim - 1; d++) rows *= a->shape[d];
     if (rows == 0 || n == 0) return 0;
-    if (k > 0 && dense(a) && dense(&c->in[1])) {
-        const bool u8 = a->dtype == OAR_U8;
-        const int32_t za = (int32_t)c->iattr[0];
-#ifdef OAR_WITH_DNNL
-        if (oari_dnnl_int8_exact()) {
-            oari_dnnl_qmatmul_args q = {.a_dtype = a->dtype, .m = rows, .k = k, .n = n, .a_zero_point = za,
-                                        .a = a->data, .b = c->in[1].data, .c = c->out[0].data};
-            return oari_dnnl_qmatmul(&q);
-        }
-#endif
-        qgemm_loop(a->data, u8, za, c->in[1].data, rows, k, n, c->out[0].data);
-        return 0;
-    }
+    if (k > 0 && dense(a) && dense(&c->in[1]))
+        return qgemm_exact(a->data, a->dtype == OAR_U8, (int32_t)c->iattr[0], c->in[1].data, rows, k, n,
+                           c->out[0].data);
     if (a->dtype == OAR_U8) qmatmul_ref_u8(c, rows, k, n);
     else qmatmul_ref_i8(c, rows, k, n);
     return 0;
@@ -353,22 +352,14 @@ const oari_cpu_kernels oari_cpu_k_qmatmul = {[OAR_U8] = k_qmatmul, [OAR_I8] = k_
 
 /* ---- qconv2d: im2col onto the int8 product ------------------------------------- */
 
-/* c [m, n] = (a - za) b, all dense, m, k, n > 0: oneDNN where built with it
- * and exact on this CPU, else the exact loop. */
+/* c [m, n] = (a - za) b, all dense, m, k, n > 0: oar's VNNI tile where the
+ * CPU has AVX512_VNNI, else as qmatmul's. */
 static int qgemm_dense(const void *a, bool u8, int32_t za, const int8_t *b, int64_t m, int64_t k, int64_t n,
                        int32_t *c) {
     bool done = false;
     int st = oari_cpu_qgemm_vnni(a, !u8, za, b, m, k, n, c, &done);
     if (st || done) return st;
-#ifdef OAR_WITH_DNNL
-    if (oari_dnnl_int8_exact()) {
-        oari_dnnl_qmatmul_args q = {.a_dtype = u8 ? OAR_U8 : OAR_I8, .m = m, .k = k, .n = n,
-                                    .a_zero_point = za, .a = a, .b = b, .c = c};
-        return oari_dnnl_qmatmul(&q);
-    }
-#endif
-    qgemm_loop(a, u8, za, b, m, k, n, c);
-    return 0;
+    return qgemm_exact(a, u8, za, b, m, k, n, c);
 }
 
 /* Per group, and per block of images: the patches of x as rows, colT

@@ -359,9 +359,9 @@ static int FN(lstm_backward)(const oar_kernel_call *call, bool reverse) {
         d[k] = dense(&call->in[k], &bufs[k], &sizes[k]);
         if (!d[k] && sizes[k]) st = oari_fail_status();
     }
-    size_t dn_n = (size_t)(len && BH > 0 ? BH : 1) * sizeof(T);
-    T *dn = st ? NULL : oari_malloc(dn_n); /* dh before the held rows are restored */
-    if (!st && !dn) st = oari_fail_status();
+    size_t dn_n = (size_t)(BH > 0 ? BH : 1) * sizeof(T);
+    T *dn = st || !len ? NULL : oari_malloc(dn_n); /* with lengths: dh before the held rows return */
+    if (!st && len && !dn) st = oari_fail_status();
     if (!st) {
         if (d[DH]) memcpy(dh, d[DH], (size_t)BH * sizeof(T));
         else memset(dh, 0, (size_t)BH * sizeof(T));
@@ -388,7 +388,7 @@ static int FN(lstm_backward)(const oar_kernel_call *call, bool reverse) {
         for (int64_t b = 0; len && b < B; b++)
             if (t < len[b]) memcpy(dh + b * H, dn + b * H, (size_t)H * sizeof(T));
     }
-    oari_free(dn, dn_n);
+    if (dn) oari_free(dn, dn_n);
     for (int k = 0; k < N_IN; k++) oari_free(bufs[k], sizes[k]);
     oari_free(len, len_n);
     return st;
