@@ -19,6 +19,15 @@
 #include <oar/quant.h>
 #include <unistd.h>
 
+/* Caps oar's int8 kernels at k (cpu_qlinear.h); false, and no cap, where
+ * the CPU lacks k. */
+static bool use_kernel(int k) {
+    oari_cpu_qkernel_cap((oari_qkernel)k);
+    if (oari_cpu_qkernel() == (oari_qkernel)k) return true;
+    oari_cpu_qkernel_cap(OARI_QK_VNNI);
+    return false;
+}
+
 static uint64_t rng = 777;
 static double uniform(void) {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -118,11 +127,13 @@ static void cnn_case(const cnn *shape, const int64_t *batches, int n_batches, in
     CHECK(oar_graph_run_pass(f, "fuse_qlinear") == 0); /* nothing left to do */
     oar_predictor *p = g ? oar_predictor_from_graph(g, &(oar_predictor_config){.optimize = true}) : NULL;
     CHECK(p && oar_graph_count_op(oar_predictor_graph(p), "qlinear_conv2d") == 2);
-    for (int ref = 0; ref < 2; ref++) {
-        oari_cpu_qlinear_force_reference(ref);
-        for (int b = 0; b < n_batches; b++) {
+    for (int ref = OARI_QK_REFERENCE; ref <= OARI_QK_VNNI; ref++) { /* (the unfused graph on the exact loop) */
+        for (int b = 0; b < n_batches && use_kernel(ref); b++) {
             oar_tensor *x = rand_t(4, (int64_t[]){batches[b], m.c[0], m.hw[0], m.hw[1]}, 1.0);
-            oar_tensor *want = run_graph(g, x), *got = run_graph(f, x), *served = NULL;
+            use_kernel(OARI_QK_REFERENCE);
+            oar_tensor *want = run_graph(g, x);
+            use_kernel(ref);
+            oar_tensor *got = run_graph(f, x), *served = NULL;
             CHECK(p && oar_predictor_run(p, &x, &served) == 0);
             double mag = max_abs(want), err = max_diff(got, want), err_p = max_diff(served, want);
             if (!(err <= 1e-6 * mag) || !(err_p <= 1e-6 * mag))
@@ -133,7 +144,7 @@ static void cnn_case(const cnn *shape, const int64_t *batches, int n_batches, in
             oar_tensor_release(served);
         }
     }
-    oari_cpu_qlinear_force_reference(false);
+    use_kernel(OARI_QK_VNNI);
     /* the fused graph saves and loads (the packed weight is a plain int8 constant) */
     char dir[] = "/tmp/oar-test-qconv-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -214,9 +225,8 @@ static void test_op(void) {
         {2, 2, 5, 5, 3, {{1, 1}, {0, 0}, {1, 1}, 1, 1}},     /* 1 x 1: K 2, one group of taps short */
         {1, 5, 6, 33, 9, {{2, 1}, {2, 2}, {1, 2}, 5, 5}},    /* 5 x 5, K 125 */
     };
-    for (int ref = 0; ref < 2; ref++) {
-        oari_cpu_qlinear_force_reference(ref);
-        for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+    for (int ref = OARI_QK_REFERENCE; ref <= OARI_QK_VNNI; ref++) {
+        for (size_t t = 0; t < sizeof cases / sizeof *cases && use_kernel(ref); t++) {
             const conv_p *cp = &cases[t].p;
             int64_t n = cases[t].n, c = cases[t].c, o = cases[t].o;
             int64_t xs[4] = {n, c, cases[t].h, cases[t].w}, wsh[4] = {o, c, cp->kh, cp->kw};
@@ -228,7 +238,9 @@ static void test_op(void) {
             for (int i8 = 0; i8 < 2; i8++) {
                 int64_t zp = i8 ? -3 : 131;
                 oar_tensor *xq = oar_quantize_per_tensor(x, 0.01, zp, i8 ? OAR_I8 : OAR_U8);
+                use_kernel(OARI_QK_REFERENCE); /* the reference sums on the exact loop */
                 oar_tensor *acc = oar_cast(oar_qconv2d(xq, zp, w, cp->st, cp->pd, cp->dl, 1), OAR_F32);
+                use_kernel(ref);
                 oar_tensor *want = oar_relu(oar_add(oar_mul(acc, s4), b4));
                 oar_tensor *got = qconv_op(xq, wp, ws, s, b, zp, cp, 1, NULL, NULL, OAR_F32, 0);
                 CHECK(got && oar_tensor_ndim(got) == 4 && oar_tensor_dtype(got) == OAR_F32);
@@ -259,7 +271,7 @@ static void test_op(void) {
             }
         }
     }
-    oari_cpu_qlinear_force_reference(false);
+    use_kernel(OARI_QK_VNNI);
     /* an empty batch */
     conv_p c3 = {{1, 1}, {1, 1}, {1, 1}, 3, 3};
     oar_tensor *w = oar_full(OAR_I8, 4, (int64_t[]){4, 2, 3, 3}, 1), *ws, *wp = pack_conv_ref(w, &ws);
@@ -296,7 +308,9 @@ static void test_requant_forms(void) {
         for (int i8 = 0; i8 < 2; i8++) {
             int64_t zp = i8 ? 5 : 120;
             oar_tensor *xq = oar_quantize_per_tensor(x, 0.01, zp, i8 ? OAR_I8 : OAR_U8);
+            use_kernel(OARI_QK_REFERENCE);
             oar_tensor *acc = oar_cast(oar_qconv2d(xq, zp, w, cp.st, cp.pd, cp.dl, 1), OAR_F32);
+            use_kernel(OARI_QK_VNNI);
             for (int relu = 0; relu < 2; relu++) {
                 oar_tensor *f = oar_add(oar_mul(acc, s4), b4);
                 if (relu) f = oar_relu(f);
@@ -311,9 +325,11 @@ static void test_requant_forms(void) {
                         oar_max_pool2d(f, (int64_t[]){2, 2}, (int64_t[]){2, 2}, (int64_t[]){0, 0}, (int64_t[]){1, 1},
                                        false, NULL),
                         sy, zy, dt);
-                    /* ref 0: VNNI, the short form where it holds; 1: the exact loop; 2: VNNI, the full form */
-                    for (int ref = 0; ref < 3; ref++) {
-                        oari_cpu_qlinear_force_reference(ref == 1);
+                    /* ref 0: VNNI, the short form where it holds; 1: the exact loop; 2: VNNI, the full form;
+                     * 3: AVX2 (each where the CPU has it) */
+                    for (int ref = 0; ref < 4; ref++) {
+                        if (!use_kernel(ref == 1 ? OARI_QK_REFERENCE : ref == 3 ? OARI_QK_AVX2 : OARI_QK_VNNI))
+                            continue;
                         oari_cpu_qfast_force_off(ref == 2);
                         oar_tensor *ys = oar_full(OAR_F64, 0, NULL, sy), *yz = oar_full(OAR_I64, 0, NULL, (double)zy);
                         oar_tensor *got = qconv_op(xq, wp, ws, s, b, zp, &cp, relu, ys, yz, dt, 0);
@@ -329,7 +345,7 @@ static void test_requant_forms(void) {
                             fprintf(stderr, "pooled: kind %d, int8 x %d, relu %d, int8 out %d, reference %d: %g off\n",
                                     kind, i8, relu, odt, ref, max_diff(gp, want_p));
                     }
-                    oari_cpu_qlinear_force_reference(false);
+                    use_kernel(OARI_QK_VNNI);
                     oari_cpu_qfast_force_off(false);
                 }
             }
@@ -444,10 +460,10 @@ static void test_quantize_simd(void) {
             oar_dtype dt = i8 ? OAR_I8 : OAR_U8;
             oar_tensor *q[2];
             for (int ref = 0; ref < 2; ref++) {
-                oari_cpu_qlinear_force_reference(ref);
+                use_kernel(ref ? OARI_QK_REFERENCE : OARI_QK_VNNI);
                 q[ref] = oar_quantize_per_tensor(x, s, zp, dt);
             }
-            oari_cpu_qlinear_force_reference(false);
+            use_kernel(OARI_QK_VNNI);
             double *got = test_values(q[0]), *got_ref = test_values(q[1]);
             int bad = !got || !got_ref;
             for (int64_t i = 0; !bad && i < n; i++) {

@@ -18,6 +18,15 @@
 
 enum { D = 37, H = 70, C = 19 };
 
+/* Caps oar's int8 kernels at k (cpu_qlinear.h); false, and no cap, where
+ * the CPU lacks k. */
+static bool use_kernel(int k) {
+    oari_cpu_qkernel_cap((oari_qkernel)k);
+    if (oari_cpu_qkernel() == (oari_qkernel)k) return true;
+    oari_cpu_qkernel_cap(OARI_QK_VNNI);
+    return false;
+}
+
 static uint64_t rng = 4242;
 static double uniform(void) {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -76,11 +85,13 @@ static void test_fused_mlp(void) {
     oar_predictor *p = g ? oar_predictor_from_graph(g, &(oar_predictor_config){.optimize = true}) : NULL;
     CHECK(p && oar_graph_count_op(oar_predictor_graph(p), "qlinear") == 3);
     const int64_t rows[] = {1, 3, 4, 5, 64, 67, 131};
-    for (int ref = 0; ref < 2; ref++) {
-        oari_cpu_qlinear_force_reference(ref);
-        for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+    for (int ref = OARI_QK_REFERENCE; ref <= OARI_QK_VNNI; ref++) { /* (the unfused graph on the exact loop) */
+        for (size_t r = 0; r < sizeof rows / sizeof *rows && use_kernel(ref); r++) {
             oar_tensor *x = rand_f32(rows[r], D, 2.0);
-            oar_tensor *want = run_graph(g, x), *got = run_graph(f, x), *served = NULL;
+            use_kernel(OARI_QK_REFERENCE);
+            oar_tensor *want = run_graph(g, x);
+            use_kernel(ref);
+            oar_tensor *got = run_graph(f, x), *served = NULL;
             CHECK(p && oar_predictor_run(p, &x, &served) == 0);
             double mag = max_abs(want), err = max_diff(got, want), err_p = max_diff(served, want);
             if (!(err <= 1e-6 * mag) || !(err_p <= 1e-6 * mag))
@@ -90,7 +101,7 @@ static void test_fused_mlp(void) {
             oar_tensor_release(served);
         }
     }
-    oari_cpu_qlinear_force_reference(false);
+    use_kernel(OARI_QK_VNNI);
     /* the fused graph saves and loads (the packed weight is a plain int8 constant) */
     char dir[] = "/tmp/oar-test-qfuse-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -151,9 +162,8 @@ static bool same_values(oar_tensor *a, oar_tensor *b) {
 static void test_op(void) {
     oar_pool *pool = oar_pool_push();
     const int64_t ks[] = {1, 5, 64, 259}, ns[] = {1, 16, 33, 100};
-    for (int ref = 0; ref < 2; ref++) {
-        oari_cpu_qlinear_force_reference(ref);
-        for (int c = 0; c < 4; c++) {
+    for (int ref = OARI_QK_REFERENCE; ref <= OARI_QK_VNNI; ref++) {
+        for (int c = 0; c < 4 && use_kernel(ref); c++) {
             int64_t k = ks[c], n = ns[c];
             oar_tensor *w = oar_quantize_per_tensor(rand_f32(k, n, 1.0), 1.0 / 127, 0, OAR_I8), *ws;
             oar_tensor *wp = pack_ref(w, &ws);
@@ -164,7 +174,9 @@ static void test_op(void) {
                 int64_t zp = i8 ? -3 : 131;
                 oar_tensor *xq = oar_reshape(oar_quantize_per_tensor(x, 0.01, zp, i8 ? OAR_I8 : OAR_U8), 3,
                                              (int64_t[]){2, 7, k});
+                use_kernel(OARI_QK_REFERENCE); /* the reference sums on the exact loop */
                 oar_tensor *acc = oar_cast(oar_qmatmul(xq, zp, w), OAR_F32);
+                use_kernel(ref);
                 oar_tensor *want = oar_relu(oar_add(oar_mul(acc, s), b));
                 oar_tensor *got = qlinear_op(xq, wp, ws, s, b, zp, 1);
                 CHECK(got && oar_tensor_ndim(got) == 3 && oar_tensor_shape(got)[2] == n);
@@ -193,7 +205,7 @@ static void test_op(void) {
             }
         }
     }
-    oari_cpu_qlinear_force_reference(false);
+    use_kernel(OARI_QK_VNNI);
     /* an empty batch */
     oar_tensor *w = oar_full(OAR_I8, 2, (int64_t[]){8, 3}, 1), *ws, *wp = pack_ref(w, &ws);
     oar_tensor *s = oar_full(OAR_F32, 0, NULL, 1.0), *x = oar_full(OAR_U8, 2, (int64_t[]){0, 8}, 0);
@@ -248,7 +260,9 @@ static void test_requant_forms(void) {
             for (int i8 = 0; i8 < 2; i8++) {
                 int64_t zp = i8 ? -3 : 131;
                 oar_tensor *xq = oar_quantize_per_tensor(x, 0.01, zp, i8 ? OAR_I8 : OAR_U8);
+                use_kernel(OARI_QK_REFERENCE);
                 oar_tensor *acc = oar_cast(oar_qmatmul(xq, zp, w), OAR_F32);
+                use_kernel(OARI_QK_VNNI);
                 /* an output scale that puts most values inside the byte range and some past both ends */
                 const double sy = (0.0025 * max_abs(acc) + 0.9) / 300;
                 for (int relu = 0; relu < 2; relu++) {
@@ -290,10 +304,13 @@ static void test_requant_forms(void) {
                                             (long long)inside);
                             }
                             cases++, fast_cases += fast;
-                            /* 0: VNNI, short form where allowed; 1: VNNI, full form; 2: the exact loop */
-                            for (int mode = 0; mode < 3; mode++) {
+                            /* 0: VNNI, short form where allowed; 1: VNNI, full form; 2: the exact loop; 3: AVX2
+                             * (each where the CPU has it) */
+                            for (int mode = 0; mode < 4; mode++) {
+                                if (!use_kernel(mode == 2 ? OARI_QK_REFERENCE : mode == 3 ? OARI_QK_AVX2
+                                                                                         : OARI_QK_VNNI))
+                                    continue;
                                 oari_cpu_qfast_force_off(mode == 1);
-                                oari_cpu_qlinear_force_reference(mode == 2);
                                 oar_tensor *got = qlinear_q(xq, wp, ws, s, b, zp, relu, ys, yz, dt, div);
                                 int64_t bad = n_differ(got, want);
                                 CHECK(got && oar_tensor_dtype(got) == dt && bad == 0);
@@ -304,7 +321,7 @@ static void test_requant_forms(void) {
                                             (long long)bad, (long long)(m * n));
                             }
                             oari_cpu_qfast_force_off(false);
-                            oari_cpu_qlinear_force_reference(false);
+                            use_kernel(OARI_QK_VNNI);
                         }
                 }
             }

@@ -1,9 +1,12 @@
 /* int8 products (oar_qmatmul, oar_qlinear): the int32 accumulation against
  * an exact integer reference computed here (bitwise), through oneDNN's VNNI
- * kernels for dense operands and the reference loop for strided ones;
+ * kernels for dense operands (oar's VNNI, AVX2 and exact-loop kernels in
+ * turn where oneDNN is not exact) and the reference loop for strided ones;
  * per-channel scales, zero points, saturating extremes, empty batches,
  * requantization within one step of the double reference, and bad input. */
 #include "test.h"
+
+#include "backends/cpu/cpu_qlinear.h"
 
 #ifdef OAR_TEST_WITH_DNNL
 #include "backends/cpu/cpu_dnnl_int8.h"
@@ -317,10 +320,17 @@ static void test_dequantize_i32(void) {
 
 int main(void) {
     RUN(test_dequantize_i32);
-    RUN(test_qconv2d);
-    RUN(test_dense_exact);
+    /* each of oar's int8 kernels the CPU has: the exact loop, AVX2, VNNI */
+    for (int k = OARI_QK_REFERENCE; k <= OARI_QK_VNNI; k++) {
+        oari_cpu_qkernel_cap((oari_qkernel)k);
+        if (k > OARI_QK_REFERENCE && oari_cpu_qkernel() != (oari_qkernel)k) continue; /* (not on this CPU) */
+        fprintf(stderr, "int8 kernel %d\n", k);
+        RUN(test_qconv2d);
+        RUN(test_dense_exact);
+        RUN(test_extremes);
+    }
+    oari_cpu_qkernel_cap(OARI_QK_VNNI);
     RUN(test_strided_exact);
-    RUN(test_extremes);
     RUN(test_empty);
     RUN(test_qlinear);
     RUN(test_bad_input);

@@ -23,8 +23,11 @@
  * runs every output channel over them, 4 channels x 4 panels (16 zmm
  * accumulators, started at -zp rowsum(W)) at a time; a requantized output
  * takes oari_qfast's short epilogue where the constants allow it (checked
- * per call). Without AVX512_VNNI, outside x86-64 or for
- * strided constants, an exact integer loop gives the same values.
+ * per call). Without AVX512_VNNI, an AVX2 kernel runs on the same gathered
+ * panels: 2 channels by one panel, vpmaddwd on the panel's bytes widened
+ * to int16 and W's rows as int16 quads (cpu_qlinear.h), the full epilogue
+ * 8 lanes at a time. Without AVX2, outside x86-64 or for strided
+ * constants, an exact integer loop gives the same values.
  *
  * qmax_pool2d: max_pool2d's values (the same windows, padding skipped) on
  * the quantized bytes; no indices. */
@@ -135,54 +138,89 @@ static void pad_block(const cargs *q, uint8_t *xp, int64_t n0, int64_t cnt, int6
     memset(xp + cnt * q->C * plane, padv, (size_t)slack);
 }
 
-/* The 16 pixels of a panel (corner at src, stride sw) at one tap. */
-VNNI static inline __m128i tap16(const uint8_t *src, int64_t sw, int64_t lanes) {
+/* The 16 pixels of a panel (corner at src, stride sw) at one tap (SSE2:
+ * the gather serves the VNNI and the AVX2 kernels). */
+static inline __m128i tap16(const uint8_t *src, int64_t sw, int64_t lanes) {
     if (sw == 1) return _mm_loadu_si128((const __m128i *)src);
-    if (sw == 2) return _mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)src)); /* the even bytes */
+    if (sw == 2) { /* the even bytes of 32 */
+        const __m128i lo = _mm_set1_epi16(0xff);
+        return _mm_packus_epi16(_mm_and_si128(_mm_loadu_si128((const __m128i *)src), lo),
+                                _mm_and_si128(_mm_loadu_si128((const __m128i *)(src + 16)), lo));
+    }
     uint8_t v[16] = {0};
     for (int64_t l = 0; l < lanes; l++) v[l] = src[l * sw];
     return _mm_loadu_si128((const __m128i *)v);
 }
 
+/* Four taps of 16 pixels interleaved into dst [16, 4]: byte (l, t) = tap t of pixel l. */
+static inline void interleave4(const __m128i v[4], uint8_t *dst) {
+    __m128i ab0 = _mm_unpacklo_epi8(v[0], v[1]), ab1 = _mm_unpackhi_epi8(v[0], v[1]);
+    __m128i cd0 = _mm_unpacklo_epi8(v[2], v[3]), cd1 = _mm_unpackhi_epi8(v[2], v[3]);
+    _mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi16(ab0, cd0));
+    _mm_storeu_si128((__m128i *)(dst + 16), _mm_unpackhi_epi16(ab0, cd0));
+    _mm_storeu_si128((__m128i *)(dst + 32), _mm_unpacklo_epi16(ab1, cd1));
+    _mm_storeu_si128((__m128i *)(dst + 48), _mm_unpackhi_epi16(ab1, cd1));
+}
+
 /* Panel (image nl of the block, output row oy, columns ox0 ..) into dst
  * [kb, 16, 4]: byte (g, l, t) = tap 4 g + t of pixel l (0 past K). */
-VNNI static void gather(const cargs *q, const uint8_t *xp, const int64_t *off, int64_t nl, int64_t oy, int64_t ox0,
-                        uint8_t *dst) {
+static void gather(const cargs *q, const uint8_t *xp, const int64_t *off, int64_t nl, int64_t oy, int64_t ox0,
+                   uint8_t *dst) {
     const int64_t Hp = q->H + 2 * q->ph, Wp = q->W + 2 * q->pw;
     const uint8_t *base = xp + nl * q->C * Hp * Wp + oy * q->sh * Wp + ox0 * q->sw;
-    const int64_t lanes = q->OW - ox0 < 16 ? q->OW - ox0 : 16, kfull = q->K / 4;
+    const int64_t lanes = q->OW - ox0 < 16 ? q->OW - ox0 : 16;
     const int64_t sw = q->sw;
-    int64_t g = 0;
-    for (; g < kfull; g++) {
-        const int64_t *o4 = off + 4 * g;
-        __m128i a = tap16(base + o4[0], sw, lanes), b = tap16(base + o4[1], sw, lanes);
-        __m128i c = tap16(base + o4[2], sw, lanes), d = tap16(base + o4[3], sw, lanes);
-        __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
-        __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
-        __m512i z = _mm512_castsi128_si512(_mm_unpacklo_epi16(ab0, cd0));
-        z = _mm512_inserti32x4(z, _mm_unpackhi_epi16(ab0, cd0), 1);
-        z = _mm512_inserti32x4(z, _mm_unpacklo_epi16(ab1, cd1), 2);
-        z = _mm512_inserti32x4(z, _mm_unpackhi_epi16(ab1, cd1), 3);
-        _mm512_storeu_si512(dst + g * 64, z);
-    }
-    for (; g < q->kb; g++) { /* K % 4 taps left (the weight is 0 past K) */
+    for (int64_t g = 0; g < q->kb; g++) { /* (the weight is 0 past K) */
         __m128i v[4];
         for (int t = 0; t < 4; t++)
             v[t] = 4 * g + t < q->K ? tap16(base + off[4 * g + t], sw, lanes) : _mm_setzero_si128();
-        __m128i ab0 = _mm_unpacklo_epi8(v[0], v[1]), ab1 = _mm_unpackhi_epi8(v[0], v[1]);
-        __m128i cd0 = _mm_unpacklo_epi8(v[2], v[3]), cd1 = _mm_unpackhi_epi8(v[2], v[3]);
-        __m512i z = _mm512_castsi128_si512(_mm_unpacklo_epi16(ab0, cd0));
-        z = _mm512_inserti32x4(z, _mm_unpackhi_epi16(ab0, cd0), 1);
-        z = _mm512_inserti32x4(z, _mm_unpacklo_epi16(ab1, cd1), 2);
-        z = _mm512_inserti32x4(z, _mm_unpackhi_epi16(ab1, cd1), 3);
-        _mm512_storeu_si512(dst + g * 64, z);
+        interleave4(v, dst + g * 64);
     }
 }
 
 typedef struct {
-    int64_t y0;      /* the panel's first output of channel 0 (element index) */
-    __mmask16 mask;  /* its pixels inside the row */
+    int64_t y0; /* the panel's first output of channel 0 (element index) */
+    int lanes;  /* its outputs inside the row (pooled: at most 8) */
 } panel;
+
+/* Item t of a block (images n0 .., cnt of them): panels [4 t, 4 t + 4) of
+ * the block's cnt * OH * ceil(OW / 16), gathered into col; their count. */
+static int gather_item(const cargs *q, const uint8_t *xp, const int64_t *off, int64_t n0, int64_t cnt, int64_t t,
+                       uint8_t *col, panel *pn) {
+    const int64_t cp = (q->OW + 15) / 16, per_img = q->OH * cp, total = cnt * per_img;
+    const int64_t first = t * NB_MAX;
+    const int nb = total - first < NB_MAX ? (int)(total - first) : NB_MAX;
+    for (int c = 0; c < nb; c++) {
+        int64_t idx = first + c, nl = idx / per_img, rem = idx % per_img, oy = rem / cp, ox0 = (rem % cp) * 16;
+        gather(q, xp, off, nl, oy, ox0, col + c * q->kb * 64);
+        int64_t left = q->OW - ox0;
+        pn[c].y0 = (n0 + nl) * q->O * q->OH * q->OW + oy * q->OW + ox0;
+        pn[c].lanes = left >= 16 ? 16 : (int)left;
+    }
+    return nb;
+}
+
+/* Pooled, item t of a block: pooled panels [2 t, 2 t + 2) of the block's
+ * cnt * PH * ceil(OW / 16) (image, pooled row, conv column panel), each
+ * the panels of conv rows 2 py and 2 py + 1 gathered into col [2 j] and
+ * col [2 j + 1]; their count. */
+static int gather_item_pooled(const cargs *q, const uint8_t *xp, const int64_t *off, int64_t n0, int64_t cnt,
+                              int64_t t, uint8_t *col, panel *pn) {
+    const int64_t cp = (q->OW + 15) / 16, per_img = q->PH * cp, total = cnt * per_img, first = 2 * t;
+    const int np = total - first < 2 ? (int)(total - first) : 2;
+    for (int j = 0; j < np; j++) {
+        int64_t idx = first + j, nl = idx / per_img, rem = idx % per_img, py = rem / cp, ox0 = (rem % cp) * 16;
+        gather(q, xp, off, nl, 2 * py, ox0, col + (2 * j) * q->kb * 64);
+        gather(q, xp, off, nl, 2 * py + 1, ox0, col + (2 * j + 1) * q->kb * 64);
+        int64_t left = q->PW - ox0 / 2; /* pooled columns from this panel on */
+        pn[j].y0 = (n0 + nl) * q->O * q->PH * q->PW + py * q->PW + ox0 / 2;
+        pn[j].lanes = left < 8 ? (int)left : 8;
+    }
+    return np;
+}
+
+/* A panel's store mask on AVX-512. */
+#define LANE_MASK(pn) ((__mmask16)((1u << (pn).lanes) - 1))
 
 /* The sums of channels o0 .. o0 + MR over the NB gathered panels col
  * [NB, kb, 64] into acc (MR x NB accumulators over kb). */
@@ -231,7 +269,7 @@ VNNI __attribute__((always_inline)) static inline void tile(const cargs *q, cons
             __m512 sv = _mm512_set1_ps(sp[per_ch ? o : 0]), bv = _mm512_set1_ps(bp ? bp[o] : 0.f);
             UNROLL4
             for (int c = 0; c < NB; c++)
-                oari_qfast_store(&fv, (uint8_t *)y + pn[c].y0 + o * P, pn[c].mask, acc[r][c], sv, bv);
+                oari_qfast_store(&fv, (uint8_t *)y + pn[c].y0 + o * P, LANE_MASK(pn[c]), acc[r][c], sv, bv);
         }
         return;
     }
@@ -244,27 +282,17 @@ VNNI __attribute__((always_inline)) static inline void tile(const cargs *q, cons
         for (int c = 0; c < NB; c++) {
             __m512 f = oari_qact_v(acc[r][c], sv, bp ? &bv : NULL, relu);
             int64_t at = pn[c].y0 + o * P;
-            if (ov.on) oari_qstore_v(&ov, (uint8_t *)y + at, pn[c].mask, f);
-            else oari_qstore_v(&ov, (float *)y + at, pn[c].mask, f);
+            if (ov.on) oari_qstore_v(&ov, (uint8_t *)y + at, LANE_MASK(pn[c]), f);
+            else oari_qstore_v(&ov, (float *)y + at, LANE_MASK(pn[c]), f);
         }
     }
 }
 
-/* Item t of a block (images n0 .., cnt of them): panels [4 t, 4 t + 4) of
- * the block's cnt * OH * ceil(OW / 16), gathered into col, every channel. */
+/* Item t of a block on VNNI: its panels gathered, every channel. */
 VNNI static void item(const cargs *q, const uint8_t *xp, const int64_t *off, int64_t n0, int64_t cnt, int64_t t,
                       uint8_t *col) {
-    const int64_t cp = (q->OW + 15) / 16, per_img = q->OH * cp, total = cnt * per_img;
-    const int64_t first = t * NB_MAX;
-    const int nb = total - first < NB_MAX ? (int)(total - first) : NB_MAX;
     panel pn[NB_MAX];
-    for (int c = 0; c < nb; c++) {
-        int64_t idx = first + c, nl = idx / per_img, rem = idx % per_img, oy = rem / cp, ox0 = (rem % cp) * 16;
-        gather(q, xp, off, nl, oy, ox0, col + c * q->kb * 64);
-        int64_t left = q->OW - ox0;
-        pn[c].y0 = (n0 + nl) * q->O * q->OH * q->OW + oy * q->OW + ox0;
-        pn[c].mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-    }
+    const int nb = gather_item(q, xp, off, n0, cnt, t, col, pn);
     for (int64_t o0 = 0; o0 < q->O; o0 += 4) {
         int mr = q->O - o0 < 4 ? (int)(q->O - o0) : 4;
 #define NB_CASES(MR)                                                                                   \
@@ -318,36 +346,25 @@ VNNI __attribute__((always_inline)) static inline void tile_pooled(const cargs *
         const __m512i hi = _mm512_set_epi32(7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8);
         if (FAST) {
             __m512i iv = oari_qfast_int(&fv, v, sv, bv);
-            _mm512_mask_cvtepi32_storeu_epi8((uint8_t *)y + pn[0].y0 + o * P, pn[0].mask, iv);
+            _mm512_mask_cvtepi32_storeu_epi8((uint8_t *)y + pn[0].y0 + o * P, LANE_MASK(pn[0]), iv);
             if (NP == 2)
-                _mm512_mask_cvtepi32_storeu_epi8((uint8_t *)y + pn[1].y0 + o * P, pn[1].mask,
+                _mm512_mask_cvtepi32_storeu_epi8((uint8_t *)y + pn[1].y0 + o * P, LANE_MASK(pn[1]),
                                                  _mm512_permutexvar_epi32(hi, iv));
         } else {
             __m512 f = oari_qact_v(v, sv, bp ? &bv : NULL, q->relu);
-            oari_qstore_v(&ov, (uint8_t *)y + pn[0].y0 + o * P, pn[0].mask, f);
+            oari_qstore_v(&ov, (uint8_t *)y + pn[0].y0 + o * P, LANE_MASK(pn[0]), f);
             if (NP == 2)
-                oari_qstore_v(&ov, (uint8_t *)y + pn[1].y0 + o * P, pn[1].mask,
+                oari_qstore_v(&ov, (uint8_t *)y + pn[1].y0 + o * P, LANE_MASK(pn[1]),
                               _mm512_permutexvar_ps(hi, f));
         }
     }
 }
 
-/* Pooled, item t of a block: pooled panels [2 t, 2 t + 2) of the block's
- * cnt * PH * ceil(OW / 16) (image, pooled row, conv column panel), each
- * the panels of conv rows 2 py and 2 py + 1 gathered into col. */
+/* Pooled, item t of a block on VNNI: its panels gathered, every channel. */
 VNNI static void item_pooled(const cargs *q, const uint8_t *xp, const int64_t *off, int64_t n0, int64_t cnt,
                              int64_t t, uint8_t *col) {
-    const int64_t cp = (q->OW + 15) / 16, per_img = q->PH * cp, total = cnt * per_img, first = 2 * t;
-    const int np = total - first < 2 ? (int)(total - first) : 2;
     panel pn[2];
-    for (int j = 0; j < np; j++) {
-        int64_t idx = first + j, nl = idx / per_img, rem = idx % per_img, py = rem / cp, ox0 = (rem % cp) * 16;
-        gather(q, xp, off, nl, 2 * py, ox0, col + (2 * j) * q->kb * 64);
-        gather(q, xp, off, nl, 2 * py + 1, ox0, col + (2 * j + 1) * q->kb * 64);
-        int64_t left = q->PW - ox0 / 2; /* pooled columns from this panel on */
-        pn[j].y0 = (n0 + nl) * q->O * q->PH * q->PW + py * q->PW + ox0 / 2;
-        pn[j].mask = (__mmask16)((1u << (left < 8 ? left : 8)) - 1);
-    }
+    const int np = gather_item_pooled(q, xp, off, n0, cnt, t, col, pn);
     for (int64_t o0 = 0; o0 < q->O; o0 += 4) {
         int mr = q->O - o0 < 4 ? (int)(q->O - o0) : 4;
 #define NP_CASES(MR)                                                                                   \
@@ -363,11 +380,96 @@ VNNI static void item_pooled(const cargs *q, const uint8_t *xp, const int64_t *o
     }
 }
 
+#define QAVX2 OARI_QAVX2
+
+/* Channels o0 .. o0 + MR over one gathered panel col [kb, 16, 4] on AVX2
+ * (W's rows as int16 quads wq [O, kb]): the 16 pixels' sums, corrected by
+ * -zp rowsum(W), lanes 0-7 in v[r][0] and 8-15 in v[r][1]. */
+QAVX2 __attribute__((always_inline)) static inline void sums_avx2(const cargs *q, const uint8_t *col,
+                                                                  const uint64_t *wq, int64_t o0, int MR,
+                                                                  __m256i v[2][2]) {
+    __m256i acc[2][4];
+    const uint64_t *bq[2] = {wq + o0 * q->kb, wq + (o0 + MR - 1) * q->kb};
+    oari_qmadd(col, false, bq, MR, q->kb, acc);
+    const int32_t *ws = q->ws->data;
+    for (int r = 0; r < MR; r++) {
+        oari_qlanes(acc[r], v[r]);
+        __m256i corr = _mm256_set1_epi32((int32_t)((uint32_t)q->zp * (uint32_t)ws[o0 + r]));
+        v[r][0] = _mm256_sub_epi32(v[r][0], corr), v[r][1] = _mm256_sub_epi32(v[r][1], corr);
+    }
+}
+
+/* Item t of a block on AVX2: its panels gathered, then panel by panel
+ * every channel, two at a time. */
+QAVX2 static void item_avx2(const cargs *q, const uint8_t *xp, const int64_t *off, int64_t n0, int64_t cnt,
+                            int64_t t, uint8_t *col, const uint64_t *wq) {
+    panel pn[NB_MAX];
+    const int nb = gather_item(q, xp, off, n0, cnt, t, col, pn);
+    const float *sp = q->s->data, *bp = q->b ? (const float *)q->b->data : NULL;
+    const int64_t P = q->OH * q->OW;
+    for (int c = 0; c < nb; c++)
+        for (int64_t o0 = 0; o0 < q->O; o0 += 2) {
+            const int mr = q->O - o0 < 2 ? 1 : 2;
+            __m256i v[2][2];
+            if (mr == 2) sums_avx2(q, col + c * q->kb * 64, wq, o0, 2, v);
+            else sums_avx2(q, col + c * q->kb * 64, wq, o0, 1, v);
+            for (int r = 0; r < mr; r++) {
+                const int64_t o = o0 + r;
+                const __m256 sv = _mm256_set1_ps(sp[q->s->ndim ? o : 0]), bv = _mm256_set1_ps(bp ? bp[o] : 0.f);
+                for (int h = 0; h < 2 && 8 * h < pn[c].lanes; h++)
+                    oari_qepi(&q->o, v[r][h], sv, bp ? &bv : NULL, q->relu, q->y, pn[c].y0 + o * P + 8 * h,
+                              pn[c].lanes - 8 * h < 8 ? pn[c].lanes - 8 * h : 8);
+            }
+        }
+}
+
+/* Pooled, item t of a block on AVX2: per channel, the window's max (min
+ * for a negative scale) of the sums of the two conv rows, then of each
+ * lane pair, the even lanes packed into 8 pooled outputs, one epilogue. */
+QAVX2 static void item_pooled_avx2(const cargs *q, const uint8_t *xp, const int64_t *off, int64_t n0, int64_t cnt,
+                                   int64_t t, uint8_t *col, const uint64_t *wq) {
+    panel pn[2];
+    const int np = gather_item_pooled(q, xp, off, n0, cnt, t, col, pn);
+    const float *sp = q->s->data, *bp = q->b ? (const float *)q->b->data : NULL;
+    const int64_t P = q->PH * q->PW;
+    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    for (int j = 0; j < np; j++)
+        for (int64_t o0 = 0; o0 < q->O; o0 += 2) {
+            const int mr = q->O - o0 < 2 ? 1 : 2;
+            __m256i top[2][2], bot[2][2];
+            const uint8_t *c0 = col + 2 * j * q->kb * 64, *c1 = c0 + q->kb * 64;
+            if (mr == 2) sums_avx2(q, c0, wq, o0, 2, top), sums_avx2(q, c1, wq, o0, 2, bot);
+            else sums_avx2(q, c0, wq, o0, 1, top), sums_avx2(q, c1, wq, o0, 1, bot);
+            for (int r = 0; r < mr; r++) {
+                const int64_t o = o0 + r;
+                const float sc = sp[q->s->ndim ? o : 0];
+                __m256i h[2];
+                for (int i = 0; i < 2; i++) {
+                    __m256i m = sc < 0 ? _mm256_min_epi32(top[r][i], bot[r][i]) : _mm256_max_epi32(top[r][i], bot[r][i]);
+                    __m256i sh = _mm256_srli_epi64(m, 32); /* lane 2 i + 1 onto lane 2 i */
+                    m = sc < 0 ? _mm256_min_epi32(m, sh) : _mm256_max_epi32(m, sh);
+                    h[i] = _mm256_permutevar8x32_epi32(m, even);
+                }
+                const __m256 sv = _mm256_set1_ps(sc), bv = _mm256_set1_ps(bp ? bp[o] : 0.f);
+                oari_qepi(&q->o, _mm256_blend_epi32(h[0], h[1], 0xf0), sv, bp ? &bv : NULL, q->relu, q->y,
+                          pn[j].y0 + o * P, pn[j].lanes);
+            }
+        }
+}
+
+static void run_item(const cargs *q, oari_qkernel kern, const uint8_t *xp, const int64_t *off, int64_t n0,
+                     int64_t cnt, int64_t t, uint8_t *col, const uint64_t *wq) {
+    if (kern == OARI_QK_VNNI) q->pooled ? item_pooled(q, xp, off, n0, cnt, t, col) : item(q, xp, off, n0, cnt, t, col);
+    else q->pooled ? item_pooled_avx2(q, xp, off, n0, cnt, t, col, wq) : item_avx2(q, xp, off, n0, cnt, t, col, wq);
+}
+
 /* A block's padded images near this many bytes. */
 #define QCONV_BLOCK_BYTES ((int64_t)4 << 20)
 #define QCONV_SLACK 128 /* a panel's loads run up to 32 bytes past a row's end */
 
-static int qconv_vnni(const cargs *q) {
+/* The VNNI or AVX2 kernel (kern) over blocks of padded images. 0 or
+ * OAR_ERR_NOMEM. */
+static int qconv_simd(const cargs *q, oari_qkernel kern) {
     const int64_t Hp = q->H + 2 * q->ph, Wp = q->W + 2 * q->pw, img = q->C * Hp * Wp;
     int64_t nb = img > 0 ? QCONV_BLOCK_BYTES / img : q->N;
     nb = nb < 1 ? 1 : nb > q->N ? q->N : nb;
@@ -378,11 +480,16 @@ static int qconv_vnni(const cargs *q) {
 #endif
     const size_t xp_n = (size_t)(nb * img + QCONV_SLACK), col_n = (size_t)(NB_MAX * q->kb * 64);
     const size_t off_n = (size_t)(q->kb * 4) * sizeof(int64_t);
-    const size_t bytes = xp_n + off_n + (size_t)threads * col_n + 64;
+    const size_t wq_n = kern == OARI_QK_AVX2 ? (size_t)(q->O * q->kb) * sizeof(uint64_t) : 0;
+    const size_t bytes = wq_n + xp_n + off_n + (size_t)threads * col_n + 64;
     uint8_t *mem = oari_malloc(bytes);
     if (!mem) return oari_fail_status();
-    int64_t *off = (int64_t *)(((uintptr_t)mem + 7) & ~(uintptr_t)7);
+    uint64_t *wq = (uint64_t *)(((uintptr_t)mem + 7) & ~(uintptr_t)7);
+    int64_t *off = (int64_t *)((uint8_t *)wq + wq_n);
     uint8_t *cols = (uint8_t *)off + off_n, *xp = cols + (size_t)threads * col_n;
+    if (wq_n) /* W's rows as AVX2's int16 quads */
+        for (int64_t o = 0; o < q->O; o++)
+            oari_qquads((const uint8_t *)q->w->data + o * q->kb * 4, q->kb * 4, 0, true, wq + o * q->kb);
     for (int64_t k = 0; k < q->kb * 4; k++) { /* tap k's offset from a panel's corner (0 past K) */
         int64_t ci = k / (q->KH * q->KW), i = k / q->KW % q->KH, j = k % q->KW;
         off[k] = k < q->K ? ci * Hp * Wp + i * q->dh * Wp + j * q->dw : 0;
@@ -398,13 +505,11 @@ static int qconv_vnni(const cargs *q) {
             {
                 uint8_t *col = cols + (size_t)omp_get_thread_num() * col_n;
 #pragma omp for schedule(static)
-                for (int64_t t = 0; t < items; t++)
-                    q->pooled ? item_pooled(q, xp, off, n0, cnt, t, col) : item(q, xp, off, n0, cnt, t, col);
+                for (int64_t t = 0; t < items; t++) run_item(q, kern, xp, off, n0, cnt, t, col, wq);
             }
 #endif
         } else {
-            for (int64_t t = 0; t < items; t++)
-                q->pooled ? item_pooled(q, xp, off, n0, cnt, t, cols) : item(q, xp, off, n0, cnt, t, cols);
+            for (int64_t t = 0; t < items; t++) run_item(q, kern, xp, off, n0, cnt, t, cols, wq);
         }
     }
     oari_free(mem, bytes);
@@ -429,9 +534,11 @@ static int k_qlinear_conv2d(void *ctx, const oar_kernel_call *c) {
     if (oari_cpu_qout_parse(c, 10, 5, &q.o)) return oari_fail_status();
     if (q.N == 0 || q.O == 0) return 0;
 #ifdef OARI_HAVE_VNNI_CODE
-    if (oari_cpu_qvnni() && q.K > 0 && dense(w) && dense(q.ws) && dense(q.s) && (!q.b || dense(q.b))) {
-        q.fast = oari_cpu_qfast(&q.o, q.s->data, q.s->ndim ? q.O : 1, q.b ? q.b->data : NULL, q.O, q.relu, &q.qf);
-        return qconv_vnni(&q);
+    const oari_qkernel kern = oari_cpu_qkernel();
+    if (kern != OARI_QK_REFERENCE && q.K > 0 && dense(w) && dense(q.ws) && dense(q.s) && (!q.b || dense(q.b))) {
+        q.fast = kern == OARI_QK_VNNI &&
+                 oari_cpu_qfast(&q.o, q.s->data, q.s->ndim ? q.O : 1, q.b ? q.b->data : NULL, q.O, q.relu, &q.qf);
+        return qconv_simd(&q, kern);
     }
 #else
     (void)dense;
@@ -516,7 +623,7 @@ static int k_qmax_pool2d(void *ctx, const oar_kernel_call *c) {
     const bool u8 = x->dtype == OAR_U8;
     const int64_t *a = c->iattr;
 #ifdef OARI_HAVE_VNNI_CODE
-    const bool simd = oari_cpu_qvnni() && a[0] == 2 && a[1] == 2 && a[2] == 2 && a[3] == 2 && a[4] == 0 &&
+    const bool simd = oari_cpu_qkernel() == OARI_QK_VNNI && a[0] == 2 && a[1] == 2 && a[2] == 2 && a[3] == 2 && a[4] == 0 &&
                       a[5] == 0 && a[6] == 1 && a[7] == 1 && x->strides[nd - 1] == 1 && 2 * OH <= H && 2 * OW <= W;
 #else
     const bool simd = false;

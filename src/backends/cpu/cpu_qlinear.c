@@ -12,9 +12,14 @@
  * in chunks of 64, and each (chunk, 64 columns) an item of the OpenMP loop
  * when the product is large. A requantized output takes oari_qfast's
  * short epilogue (cpu_qlinear.h) where the constants allow it (checked per
- * call), as the fused conv does. Without AVX512_VNNI (checked at run
- * time), in a build without x86-64 intrinsics, or for strided operands, an
- * exact integer loop gives the same values. */
+ * call), as the fused conv does.
+ *
+ * Without AVX512_VNNI (checked at run time), an AVX2 kernel reads the same
+ * packed W: tiles of 2 rows by 16 columns, each 16 bytes of a panel
+ * widened to int16 and multiplied by a row's 4 values (vpmaddwd: exact
+ * pair sums), the full epilogue on 8 lanes at a time. In a build without
+ * x86-64 intrinsics, or for strided operands, an exact integer loop gives
+ * the same values. */
 #include "cpu_qlinear.h"
 
 #include <string.h>
@@ -32,7 +37,7 @@ typedef struct {
     oari_qout o; /* y's dtype: f32, or requantized */
     bool fast;    /* requantized with oari_qfast's short epilogue (the VNNI kernel; set per call) */
     oari_qfast qf;
-    bool out_i32; /* the int32 sums themselves (oari_cpu_qgemm_vnni): no scale, bias or relu */
+    bool out_i32; /* the int32 sums themselves (oari_cpu_qgemm_packed): no scale, bias or relu */
 } qargs;
 
 static bool dense(const oar_ktensor *t) {
@@ -203,29 +208,100 @@ static void qlinear_vnni(const qargs *q) {
                          for (int64_t t = 0; t < items; t++) item(q, x, t, groups););
 }
 
-/* (atomic: predictors run layers on many threads at once) */
-static bool have_vnni(void) {
+#define QAVX2 OARI_QAVX2
+
+/* Rows i0 .. i0 + MR of x (as int16 quads xq [m, kb]) by panel jb: the sums, then the epilogue, 8 lanes at a
+ * time. */
+QAVX2 __attribute__((always_inline)) static inline void tile_avx2(const qargs *q, const uint64_t *xq, int64_t i0,
+                                                                  int MR, int64_t jb) {
+    __m256i acc[2][4], v[2][2];
+    const uint64_t *bq[2] = {xq + i0 * q->kb, xq + (i0 + MR - 1) * q->kb};
+    oari_qmadd((const uint8_t *)q->w->data + jb * q->kb * 64, true, bq, MR, q->kb, acc);
+    for (int r = 0; r < MR; r++) oari_qlanes(acc[r], v[r]);
+    const int32_t *ws = q->ws->data;
+    const float *sp = q->s->data, *bp = q->b ? (const float *)q->b->data : NULL;
+    const bool per_col = q->s->ndim == 1;
+    const int64_t n = q->n;
+    for (int h = 0; h < 2; h++) {
+        const int64_t j0 = jb * 16 + 8 * h;
+        if (j0 >= n) break;
+        const int cnt = n - j0 < 8 ? (int)(n - j0) : 8;
+        const __m256i first = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256i corr = _mm256_mullo_epi32(_mm256_set1_epi32(q->zp), _mm256_maskload_epi32(ws + j0, first));
+        const __m256 sv = q->out_i32 ? _mm256_setzero_ps()
+                          : per_col  ? _mm256_maskload_ps(sp + j0, first)
+                                     : _mm256_set1_ps(sp[0]);
+        const __m256 bv = bp ? _mm256_maskload_ps(bp + j0, first) : _mm256_setzero_ps();
+        for (int r = 0; r < MR; r++) {
+            __m256i s = _mm256_sub_epi32(v[r][h], corr);
+            if (q->out_i32) _mm256_maskstore_epi32((int32_t *)q->y + (i0 + r) * n + j0, first, s);
+            else oari_qepi(&q->o, s, sv, bp ? &bv : NULL, q->relu, q->y, (i0 + r) * n + j0, cnt);
+        }
+    }
+}
+
+/* Item t: rows [64 c, 64 c + 64) by panels [4 g, 4 g + 4), panel by panel (one stays in L1 over the rows). */
+QAVX2 static void item_avx2(const qargs *q, const uint64_t *xq, int64_t t, int64_t groups) {
+    int64_t c = t / groups, g = t % groups;
+    int64_t r1 = (c + 1) * CHUNK_ROWS < q->m ? (c + 1) * CHUNK_ROWS : q->m;
+    int64_t jb1 = (g + 1) * GROUP_PANELS < q->nb ? (g + 1) * GROUP_PANELS : q->nb;
+    for (int64_t jb = g * GROUP_PANELS; jb < jb1; jb++)
+        for (int64_t i = c * CHUNK_ROWS; i < r1; i += 2) {
+            if (r1 - i >= 2) tile_avx2(q, xq, i, 2, jb);
+            else tile_avx2(q, xq, i, 1, jb);
+        }
+}
+
+/* x's rows as int16 quads (int8 x flipped to uint8, as the VNNI kernel
+ * reads it), then the items. 0 or OAR_ERR_NOMEM. */
+static int qlinear_avx2(const qargs *q) {
+    const size_t bytes = (size_t)(q->m * q->kb) * sizeof(uint64_t);
+    uint64_t *xq = oari_malloc(bytes);
+    if (!xq) return oari_fail_status();
+    const uint8_t *x = q->x->data;
+    OARI_PARALLEL_FOR_IF(q->m * q->k > (1 << 16), for (int64_t r = 0; r < q->m; r++) {
+        oari_qquads(x + r * q->k, q->k, q->i8 ? 0x80 : 0, false, xq + r * q->kb);
+    });
+    int64_t groups = (q->nb + GROUP_PANELS - 1) / GROUP_PANELS;
+    int64_t items = (q->m + CHUNK_ROWS - 1) / CHUNK_ROWS * groups;
+    OARI_PARALLEL_FOR_IF(items > 1 && q->m * q->k * q->n >= ((int64_t)1 << 20),
+                         for (int64_t t = 0; t < items; t++) item_avx2(q, xq, t, groups););
+    oari_free(xq, bytes);
+    return 0;
+}
+#endif
+
+static int qkernel_cap = OARI_QK_VNNI;
+static bool qfast_off;
+
+/* The fastest kernel the CPU has, probed once (atomic: predictors run
+ * layers on many threads at once). */
+static oari_qkernel qkernel_hw(void) {
+#ifdef HAVE_VNNI_CODE
     static int have = -1;
     int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
     if (h < 0) {
         __builtin_cpu_init();
         h = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")
+                ? OARI_QK_VNNI
+            : __builtin_cpu_supports("avx2") ? OARI_QK_AVX2
+                                             : OARI_QK_REFERENCE;
         __atomic_store_n(&have, h, __ATOMIC_RELAXED);
     }
-    return h;
-}
-#endif
-
-static bool force_reference, qfast_off;
-
-bool oari_cpu_qvnni(void) {
-#ifdef HAVE_VNNI_CODE
-    return !__atomic_load_n(&force_reference, __ATOMIC_RELAXED) && have_vnni();
+    return (oari_qkernel)h;
 #else
-    return false;
+    return OARI_QK_REFERENCE;
 #endif
 }
+
+oari_qkernel oari_cpu_qkernel(void) {
+    oari_qkernel hw = qkernel_hw(), cap = (oari_qkernel)__atomic_load_n(&qkernel_cap, __ATOMIC_RELAXED);
+    return hw < cap ? hw : cap;
+}
+
+/* Tests: the kernels allowed, up to k. */
+void oari_cpu_qkernel_cap(oari_qkernel k) { __atomic_store_n(&qkernel_cap, (int)k, __ATOMIC_RELAXED); }
 
 int oari_cpu_qout_parse(const oar_kernel_call *c, int at, int in_s, oari_qout *o) {
     *o = (oari_qout){.on = false};
@@ -244,11 +320,12 @@ int oari_cpu_qout_parse(const oar_kernel_call *c, int at, int in_s, oari_qout *o
     return 0;
 }
 
-int oari_cpu_qgemm_vnni(const void *a, bool i8, int32_t za, const int8_t *b, int64_t m, int64_t k, int64_t n,
-                        int32_t *c, bool *done) {
+int oari_cpu_qgemm_packed(const void *a, bool i8, int32_t za, const int8_t *b, int64_t m, int64_t k, int64_t n,
+                          int32_t *c, bool *done) {
     *done = false;
 #ifdef HAVE_VNNI_CODE
-    if (__atomic_load_n(&force_reference, __ATOMIC_RELAXED) || !have_vnni() || m <= 0 || k <= 0 || n <= 0) return 0;
+    const oari_qkernel kern = oari_cpu_qkernel();
+    if (kern == OARI_QK_REFERENCE || m <= 0 || k <= 0 || n <= 0) return 0;
     const int64_t kb = (k + 3) / 4, nb = (n + 15) / 16;
     size_t wbytes = (size_t)(nb * kb * 64), sbytes = (size_t)n * sizeof(int32_t);
     int8_t *wp = oari_malloc(wbytes);
@@ -269,18 +346,18 @@ int oari_cpu_qgemm_vnni(const void *a, bool i8, int32_t za, const int8_t *b, int
     oar_ktensor kx = {.data = (void *)a}, kw = {.data = wp}, ks = {.data = sums}, kscale = {.ndim = 0};
     qargs q = {.x = &kx, .w = &kw, .ws = &ks, .s = &kscale, .y = c, .m = m, .k = k, .n = n, .kb = kb, .nb = nb,
                .zp = za + (i8 ? 128 : 0), .i8 = i8, .out_i32 = true};
-    qlinear_vnni(&q);
+    int st = 0;
+    if (kern == OARI_QK_VNNI) qlinear_vnni(&q);
+    else st = qlinear_avx2(&q);
     oari_free(wp, wbytes);
     oari_free(sums, sbytes);
-    *done = true;
+    *done = st == 0;
+    return st;
 #else
     (void)a, (void)i8, (void)za, (void)b, (void)m, (void)k, (void)n, (void)c;
-#endif
     return 0;
+#endif
 }
-
-/* Tests: the exact loop whatever the CPU (true), or the fast path back. */
-void oari_cpu_qlinear_force_reference(bool on) { __atomic_store_n(&force_reference, on, __ATOMIC_RELAXED); }
 
 /* Tests: the full requantizing epilogue on the VNNI kernels (true), or the short one back where it holds. */
 void oari_cpu_qfast_force_off(bool on) { __atomic_store_n(&qfast_off, on, __ATOMIC_RELAXED); }
@@ -315,7 +392,7 @@ bool oari_cpu_qfast(const oari_qout *o, const float *s, int64_t ns, const float 
                     oari_qfast *f) {
     if (!o->on || __atomic_load_n(&qfast_off, __ATOMIC_RELAXED)) return false;
 #ifdef HAVE_VNNI_CODE
-    if (have_vnni()) return oari_qfast_bound(o, absmax_v(s, ns), b ? absmax_v(b, nb) : 0, relu, f);
+    if (oari_cpu_qkernel() == OARI_QK_VNNI) return oari_qfast_bound(o, absmax_v(s, ns), b ? absmax_v(b, nb) : 0, relu, f);
 #endif
     return oari_qfast_make(o, s, ns, b, nb, relu, f);
 }
@@ -335,8 +412,9 @@ static int k_qlinear(void *ctx, const oar_kernel_call *c) {
     if (oari_cpu_qout_parse(c, 2, 5, &q.o)) return oari_fail_status();
     if (q.m == 0 || q.n == 0) return 0;
 #ifdef HAVE_VNNI_CODE
-    if (!__atomic_load_n(&force_reference, __ATOMIC_RELAXED) && have_vnni() && dense(x) && dense(q.w) &&
-        dense(q.ws) && dense(q.s) && (!q.b || dense(q.b))) {
+    const oari_qkernel kern = oari_cpu_qkernel();
+    if (kern != OARI_QK_REFERENCE && dense(x) && dense(q.w) && dense(q.ws) && dense(q.s) && (!q.b || dense(q.b))) {
+        if (kern == OARI_QK_AVX2) return qlinear_avx2(&q);
         /* (one row: the check, which reads the n scales and biases, costs about what the short form saves) */
         q.fast = q.m > 1 &&
                  oari_cpu_qfast(&q.o, q.s->data, q.s->ndim ? q.n : 1, q.b ? q.b->data : NULL, q.n, q.relu, &q.qf);

@@ -9,23 +9,28 @@
 #include "cpu.h"
 
 #include <math.h>
+#include <string.h>
 
-/* true: every qlinear (and qlinear_conv2d) call runs the exact integer
- * loop (the path of a CPU without AVX512_VNNI); false: the VNNI kernel
- * where the CPU has it. */
-OARI_HIDDEN void oari_cpu_qlinear_force_reference(bool on);
+/* The integer kernels the fused layers (qlinear, qlinear_conv2d), the
+ * packed product below and qmax_pool2d run, from slowest to fastest: the
+ * exact loop (any CPU, any strides), AVX2 (16-bit products summed in pairs
+ * into int32: vpmaddwd, exact) and AVX512_VNNI (vpdpbusd). */
+typedef enum { OARI_QK_REFERENCE, OARI_QK_AVX2, OARI_QK_VNNI } oari_qkernel;
 
-/* Whether the VNNI kernels may run: the CPU has AVX512F, BW, VL and VNNI
- * and the exact loop is not forced. */
-OARI_HIDDEN bool oari_cpu_qvnni(void);
+/* The kernel that runs now: the fastest the CPU has, at most the cap. */
+OARI_HIDDEN oari_qkernel oari_cpu_qkernel(void);
+
+/* Tests: the fastest kernel allowed (OARI_QK_VNNI: whatever the CPU has,
+ * the default; OARI_QK_REFERENCE: the exact loop everywhere). */
+OARI_HIDDEN void oari_cpu_qkernel_cap(oari_qkernel k);
 
 /* c [m, n] int32 = (a - za) b exactly, a [m, k] uint8 (or int8: i8) and b
- * [k, n] int8 dense row-major, on the VNNI kernel with b packed for the
- * call (qconv2d's products: a small weight, many rows). *done false (and
- * nothing written) where the CPU lacks AVX512_VNNI or the exact loop is
- * forced; 0, or OAR_ERR_NOMEM. */
-OARI_HIDDEN int oari_cpu_qgemm_vnni(const void *a, bool i8, int32_t za, const int8_t *b, int64_t m, int64_t k,
-                                    int64_t n, int32_t *c, bool *done);
+ * [k, n] int8 dense row-major, on the VNNI or AVX2 kernel with b packed
+ * for the call (qconv2d's products: a small weight, many rows; qmatmul's
+ * without VNNI). *done false (and nothing written) where neither may run;
+ * 0, or OAR_ERR_NOMEM. */
+OARI_HIDDEN int oari_cpu_qgemm_packed(const void *a, bool i8, int32_t za, const int8_t *b, int64_t m, int64_t k,
+                                      int64_t n, int32_t *c, bool *done);
 
 /* The epilogue's output: f32, or requantized as quantize's f32 kernels do
  * (zq + round(y * inv), or round(y / sq) with div; NaN and |t| >= 2^63 to
@@ -194,6 +199,97 @@ OARI_VNNI static inline __m512i oari_qfast_int(const oari_qfast_v *q, __m512i v,
 OARI_VNNI static inline void oari_qfast_store(const oari_qfast_v *q, void *y, __mmask16 mask, __m512i v, __m512 s,
                                               __m512 b) {
     _mm_mask_storeu_epi8(y, mask, _mm512_cvtepi32_epi8(oari_qfast_int(q, v, s, b)));
+}
+
+/* ---- AVX2 (no VNNI): the same sums from 16-bit products ---------------------- */
+
+/* Without FMA: the epilogue's multiply and add are two roundings, as the
+ * unfused ops round them, so the compiler must not contract them. */
+#define OARI_QAVX2 __attribute__((target("avx2,no-fma")))
+
+/* acc + vpmaddwd(w, b), the add written as asm so that it happens in
+ * place: with the intrinsic gcc renames the 8 accumulators through copies
+ * at every step and spills one. */
+OARI_QAVX2 static inline __m256i oari_qmaddacc(__m256i acc, __m256i w, __m256i b) {
+    __m256i t = _mm256_madd_epi16(w, b);
+    __asm__("vpaddd %1, %0, %0" : "+x"(acc) : "x"(t));
+    return acc;
+}
+
+/* acc[r][i] += the products of MR broadcast rows with one panel of 16
+ * lanes, over kb groups of 4: panel [kb, 16, 4] bytes (int8 where sgn,
+ * else uint8), row r's group p the four values bq[r][p] as int16 (a
+ * uint64: the layout vpbroadcastq reads). Quarter i holds lanes 4 i .. 4 i
+ * + 3; vpmaddwd sums each lane's taps in pairs, so a lane has two int32
+ * halves in acc (oari_qlanes adds them). |product| <= 255 * 128, so the
+ * pair sums are exact, as vpmaddubsw's saturating ones are not. */
+OARI_QAVX2 __attribute__((always_inline)) static inline void oari_qmadd(const uint8_t *panel, bool sgn,
+                                                                        const uint64_t *const *bq, int MR,
+                                                                        int64_t kb, __m256i acc[2][4]) {
+    /* (unrolled, so that the accumulators live in registers) */
+    _Pragma("GCC unroll 2") for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) acc[r][i] = _mm256_setzero_si256();
+    for (int64_t p = 0; p < kb; p++) {
+        __m256i b[2];
+        _Pragma("GCC unroll 2") for (int r = 0; r < MR; r++) b[r] = _mm256_set1_epi64x((long long)bq[r][p]);
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+            __m128i raw = _mm_loadu_si128((const __m128i *)(panel + p * 64 + 16 * i));
+            __m256i w = sgn ? _mm256_cvtepi8_epi16(raw) : _mm256_cvtepu8_epi16(raw);
+            _Pragma("GCC unroll 2") for (int r = 0; r < MR; r++)
+                acc[r][i] = oari_qmaddacc(acc[r][i], w, b[r]);
+        }
+    }
+}
+
+/* A row's 16 lanes from its four quarters: lanes 0-7 in v[0], 8-15 in v[1]
+ * (hadd pairs the halves within 128-bit lanes; the permute restores the
+ * order). */
+OARI_QAVX2 static inline void oari_qlanes(const __m256i a[4], __m256i v[2]) {
+    v[0] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(a[0], a[1]), 0xd8);
+    v[1] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(a[2], a[3]), 0xd8);
+}
+
+/* Four bytes a group as int16 in a uint64 (zero past k), each byte ^ flip:
+ * one row of k bytes into kb groups. */
+static inline void oari_qquads(const uint8_t *x, int64_t k, uint8_t flip, bool sgn, uint64_t *out) {
+    for (int64_t p = 0; 4 * p < k; p++) {
+        uint64_t q = 0;
+        for (int t = 0; t < 4 && 4 * p + t < k; t++) {
+            uint8_t v = x[4 * p + t] ^ flip;
+            q |= (uint64_t)(uint16_t)(sgn ? (int16_t)(int8_t)v : (int16_t)v) << (16 * t);
+        }
+        out[p] = q;
+    }
+}
+
+/* The epilogue on 8 lanes (int32 sums v, corrected): act(f32(v) * s + b)
+ * (b NULL: none; relu as max(0, f), keeping -0 and NaN as relu does), then
+ * f32, or requantized as oari_qput, the first n lanes stored at y + at
+ * (elements of y's dtype). */
+OARI_QAVX2 static inline void oari_qepi(const oari_qout *o, __m256i v, __m256 s, const __m256 *b, bool relu,
+                                        void *y, int64_t at, int n) {
+    __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), s);
+    if (b) f = _mm256_add_ps(f, *b);
+    if (relu) f = _mm256_max_ps(_mm256_setzero_ps(), f);
+    const __m256i first = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    if (!o->on) {
+        if (n == 8) _mm256_storeu_ps((float *)y + at, f);
+        else _mm256_maskstore_ps((float *)y + at, first, f);
+        return;
+    }
+    __m256 t = o->div ? _mm256_div_ps(f, _mm256_set1_ps(o->sq)) : _mm256_mul_ps(f, _mm256_set1_ps(o->inv));
+    t = _mm256_add_ps(_mm256_set1_ps(o->zq), _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256 lim = _mm256_set1_ps(9.2233720368547758e18f);
+    __m256 in = _mm256_and_ps(_mm256_cmp_ps(t, lim, _CMP_LT_OQ),
+                              _mm256_cmp_ps(t, _mm256_sub_ps(_mm256_setzero_ps(), lim), _CMP_GT_OQ));
+    t = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(o->lo)), _mm256_set1_ps(o->hi)); /* (NaN to lo) */
+    __m256i q = _mm256_blendv_epi8(_mm256_set1_epi32((int32_t)o->lo), _mm256_cvtps_epi32(t), _mm256_castps_si256(in));
+    /* each int32's low byte, the two 128-bit halves' four joined */
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12,
+                                          -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    q = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q, pick), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
+    uint64_t bytes = (uint64_t)_mm_cvtsi128_si64(_mm256_castsi256_si128(q));
+    memcpy((uint8_t *)y + at, &bytes, (size_t)n);
 }
 #endif
 

@@ -121,7 +121,7 @@ static void quantize_f32_dense_par(const float *x, void *out, bool u8, int64_t n
     const int64_t block = 1 << 15, blocks = (n + block - 1) / block;
 #ifdef OARI_HAVE_VNNI_CODE
     const oari_qout o = {.on = true, .inv = inv, .zq = zf, .lo = u8 ? 0.f : -128.f, .hi = u8 ? 255.f : 127.f};
-    const bool simd = oari_cpu_qvnni();
+    const bool simd = oari_cpu_qkernel() == OARI_QK_VNNI;
 #endif
     OARI_PARALLEL_FOR_IF(blocks > 1 && n > (1 << 17), for (int64_t b = 0; b < blocks; b++) {
         int64_t i0 = b * block, len = n - i0 < block ? n - i0 : block;
@@ -294,8 +294,8 @@ QMATMUL_REF(i8, int8_t)
  * vector registers of int32 over all of k. Each product (a - za) b fits
  * int16 (|a - za| <= 255, |b| <= 128: at most 32640), so it is one 16-lane
  * int16 multiply, widened to int32 for the sum: exact, as oneDNN's int16
- * pair sums without VNNI are not. This is every int8 product of a CPU
- * without VNNI. */
+ * pair sums without VNNI are not. This is the int8 product of a CPU with
+ * neither VNNI nor AVX2 (and of the tests' exact-loop cap). */
 OARI_SIMD_CLONES static void qgemm_row(int32_t *restrict o, const uint8_t *restrict a, bool u8,
                                        int32_t za, const int8_t *restrict b, int64_t k, int64_t n) {
     int64_t j0 = 0;
@@ -318,7 +318,8 @@ OARI_SIMD_CLONES static void qgemm_row(int32_t *restrict o, const uint8_t *restr
 }
 
 /* c [m, n] = (a - za) b, all dense, m, k, n > 0: oneDNN where built with it
- * and exact on this CPU, else the exact loop, rows in parallel. */
+ * and exact on this CPU, else oar's AVX2 kernel (b packed for the call),
+ * else the exact loop, rows in parallel. */
 static int qgemm_exact(const void *a, bool u8, int32_t za, const int8_t *b, int64_t m, int64_t k, int64_t n,
                        int32_t *c) {
 #ifdef OAR_WITH_DNNL
@@ -328,6 +329,9 @@ static int qgemm_exact(const void *a, bool u8, int32_t za, const int8_t *b, int6
         return oari_dnnl_qmatmul(&q);
     }
 #endif
+    bool done = false;
+    int st = oari_cpu_qkernel() == OARI_QK_AVX2 ? oari_cpu_qgemm_packed(a, !u8, za, b, m, k, n, c, &done) : 0;
+    if (st || done) return st;
     OARI_PARALLEL_FOR_IF(m * k * n > 65536, for (int64_t r = 0; r < m; r++) {
         qgemm_row(c + r * n, (const uint8_t *)a + r * k, u8, za, b, k, n);
     });
@@ -352,12 +356,12 @@ const oari_cpu_kernels oari_cpu_k_qmatmul = {[OAR_U8] = k_qmatmul, [OAR_I8] = k_
 
 /* ---- qconv2d: im2col onto the int8 product ------------------------------------- */
 
-/* c [m, n] = (a - za) b, all dense, m, k, n > 0: oar's VNNI tile where the
- * CPU has AVX512_VNNI, else as qmatmul's. */
+/* c [m, n] = (a - za) b, all dense, m, k, n > 0: oar's VNNI or AVX2 tile
+ * where the CPU has it, else as qmatmul's. */
 static int qgemm_dense(const void *a, bool u8, int32_t za, const int8_t *b, int64_t m, int64_t k, int64_t n,
                        int32_t *c) {
     bool done = false;
-    int st = oari_cpu_qgemm_vnni(a, !u8, za, b, m, k, n, c, &done);
+    int st = oari_cpu_qgemm_packed(a, !u8, za, b, m, k, n, c, &done);
     if (st || done) return st;
     return qgemm_exact(a, u8, za, b, m, k, n, c);
 }
