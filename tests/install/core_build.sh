@@ -18,7 +18,10 @@ failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 ok() { echo "ok: $*"; }
 
-if ! "$cmake" -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$cc" \
+# Debug (-O0): what builds, links and fails here does not depend on the
+# optimiser, and -O0 compiles the library in a quarter of -O2's time (on 2
+# cores 19 s against 75 s, and this test runs beside the rest of the suite).
+if ! "$cmake" -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER="$cc" \
         -DOAR_WITH_MPI=OFF -DOAR_WITH_ONNX=OFF -DOAR_WITH_DNNL=OFF -DOAR_PLUGIN_OPENCL=OFF -DOAR_PLUGIN_CUDA=OFF \
         -DOAR_FFTW=OFF -DOAR_BUILD_TESTS=OFF -DOAR_BUILD_BENCH=OFF >"$tmp/configure.log" 2>&1; then
     cat "$tmp/configure.log"; echo "FAIL: configure with the optional parts off"; exit 1

@@ -330,7 +330,9 @@ static int qgemm_exact(const void *a, bool u8, int32_t za, const int8_t *b, int6
     }
 #endif
     bool done = false;
-    int st = oari_cpu_qkernel() == OARI_QK_AVX2 ? oari_cpu_qgemm_packed(a, !u8, za, b, m, k, n, c, &done) : 0;
+    /* (a few rows: packing b would cost more than the loop saves) */
+    int st = m >= 8 && oari_cpu_qkernel() == OARI_QK_AVX2 ? oari_cpu_qgemm_packed(a, !u8, za, b, m, k, n, c, &done)
+                                                          : 0;
     if (st || done) return st;
     OARI_PARALLEL_FOR_IF(m * k * n > 65536, for (int64_t r = 0; r < m; r++) {
         qgemm_row(c + r * n, (const uint8_t *)a + r * k, u8, za, b, k, n);
