@@ -9,7 +9,8 @@
  *   oar unrolled  the same cell written step by step with public ops (what
  *                 src/nn/rnn.c did before the fused op), here for the
  *                 speed-up.
- * Then the forward alone (no grad) of each. Best of rounds. */
+ * Then the forward alone (no grad) of each, and a GRU layer's forward +
+ * backward through its module (oar_gru_new; torch.nn.GRU). Best of rounds. */
 #include <oar/oar.h>
 
 #include <omp.h>
@@ -76,6 +77,28 @@ int main(void) {
         }
         printf("oar %s %.3f ms\n", names[run], best);
     }
+    /* the GRU module, forward + backward */
+    oar_module *gm = oar_gru_new(I, H, NULL);
+    oar_tensor *gw[5];
+    for (int k = 0; k < 4; k++) gw[k] = oar_module_get(gm, pn[k]);
+    gw[4] = x;
+    double best = 1e30;
+    for (int r = 0; r <= 5; r++) {
+        double t0 = now();
+        for (int k = 0; k < 5; k++) {
+            oar_pool *p = oar_pool_push();
+            oar_tensor *loss = oar_sum(oar_module_forward(gm, x), 0, NULL, false), *g[5];
+            if (!loss || oar_grad(1, &loss, NULL, 5, gw, false, false, g)) {
+                fprintf(stderr, "bench_rnn: %s\n", oar_last_error());
+                return 1;
+            }
+            oar_pool_pop(p);
+        }
+        double ms = (now() - t0) * 1e3 / 5;
+        if (r > 0 && ms < best) best = ms;
+    }
+    printf("oar gru_fwd_bwd %.3f ms\n", best);
+    oar_module_free(gm);
     oar_tensor_release(x);
     oar_module_free(m);
     return 0;
