@@ -318,6 +318,46 @@ static void test_numpy_values_narrow(void) {
     oari_fft_force_narrow(false);
 }
 
+/* Lines contiguous along the transformed dim, 19 of them (two groups of 8
+ * SIMD lanes, then 3 alone) and 42 or 44 long (a tail past the 4-element
+ * blocks of the 8-line gather and scatter), in float32 against the same
+ * transform in float64 (which gathers lane by lane): fft, ifft with a
+ * scale, rfft (real lines, packed in pairs) and irfft. A round trip alone
+ * would not see two lines swapped by both the gather and the scatter. */
+static void test_eight_lines(void) {
+    oar_pool *p = oar_pool_push();
+    oar_manual_seed(5);
+    for (int narrow = 0; narrow < 2; narrow++) {
+        oari_fft_force_narrow(narrow);
+        oar_tensor *xc = oar_complex(oar_randn(OAR_F64, 2, (const int64_t[]){19, 42}),
+                                     oar_randn(OAR_F64, 2, (const int64_t[]){19, 42}));
+        oar_tensor *xr = oar_randn(OAR_F64, 2, (const int64_t[]){19, 44});
+        oar_tensor *xh = oar_fft_rfft(xr, -1, -1, NULL); /* [19, 23] */
+        for (int f = 0; f < 4; f++) {
+            oar_tensor *x = f < 2 ? xc : f == 2 ? xr : xh;
+            oar_tensor *x32 = oar_cast(x, f == 2 ? OAR_F32 : OAR_C64);
+            oar_tensor *want = f == 0   ? oar_fft_fft(x, -1, -1, NULL)
+                               : f == 1 ? oar_fft_ifft(x, -1, -1, "ortho")
+                               : f == 2 ? oar_fft_rfft(x, -1, -1, NULL)
+                                        : oar_fft_irfft(x, 44, -1, "forward");
+            oar_tensor *got = f == 0   ? oar_fft_fft(x32, -1, -1, NULL)
+                              : f == 1 ? oar_fft_ifft(x32, -1, -1, "ortho")
+                              : f == 2 ? oar_fft_rfft(x32, -1, -1, NULL)
+                                       : oar_fft_irfft(x32, 44, -1, "forward");
+            CHECK(want && got);
+            if (!want || !got) continue;
+            oar_tensor *d = oar_abs(oar_sub(oar_cast(got, oar_tensor_dtype(want)), want));
+            double err = oar_tensor_item(oar_amax(d, 0, NULL, false));
+            double mag = oar_tensor_item(oar_amax(oar_abs(want), 0, NULL, false));
+            if (!(err <= 1e-5 * mag))
+                fprintf(stderr, "eight lines: narrow %d, case %d: %g off (of %g)\n", narrow, f, err, mag);
+            CHECK(mag > 0 && err <= 1e-5 * mag);
+        }
+    }
+    oari_fft_force_narrow(false);
+    oar_pool_pop(p);
+}
+
 /* 2-D transforms of a batch big enough that each thread takes whole slabs
  * (run_passes in cpu_fft.c: every pass on one slab before the next) against
  * the same transform of each slab alone (one slab: pass by pass), in both
@@ -388,6 +428,7 @@ int main(void) {
     RUN(test_freq);
     RUN(test_promotion);
     RUN(test_layouts_and_round_trips);
+    RUN(test_eight_lines);
     RUN(test_gradients);
     RUN(test_threads);
     RUN(test_errors);

@@ -4,6 +4,9 @@
 #include "cpu.h"
 #include "fft_engine.h"
 
+#if OARI_FFT_X86
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -255,45 +258,45 @@ GROUP_FN(f64, double, v2d_t, 2, oari_fft_exec_v2d, no_gather, no_scatter, no_gat
 typedef float v8f_t __attribute__((vector_size(32)));
 typedef double v4d_t __attribute__((vector_size(32)));
 typedef int32_t v8i_t __attribute__((vector_size(32)));
-/* unaligned loads and stores straight into registers: a memcpy into a
- * v8f_t array went through the stack as two 16-byte halves, and the 32-byte
- * reload of each stalled on store forwarding (half of the transposes' time) */
-typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
 
-/* In-place 8x8 transpose of r[0..7]. */
-static inline void tr8(v8f_t *r) {
-    v8f_t t[8], u[8];
-    for (int q = 0; q < 8; q += 2) {
-        t[q] = OARI_SHUFFLE2(r[q], r[q + 1], v8i_t, 0, 8, 1, 9, 4, 12, 5, 13);
-        t[q + 1] = OARI_SHUFFLE2(r[q], r[q + 1], v8i_t, 2, 10, 3, 11, 6, 14, 7, 15);
-    }
-    for (int q = 0; q < 8; q += 4) {
-        u[q] = OARI_SHUFFLE2(t[q], t[q + 2], v8i_t, 0, 1, 8, 9, 4, 5, 12, 13);
-        u[q + 1] = OARI_SHUFFLE2(t[q], t[q + 2], v8i_t, 2, 3, 10, 11, 6, 7, 14, 15);
-        u[q + 2] = OARI_SHUFFLE2(t[q + 1], t[q + 3], v8i_t, 0, 1, 8, 9, 4, 5, 12, 13);
-        u[q + 3] = OARI_SHUFFLE2(t[q + 1], t[q + 3], v8i_t, 2, 3, 10, 11, 6, 7, 14, 15);
-    }
-    for (int q = 0; q < 4; q++) {
-        r[q] = OARI_SHUFFLE2(u[q], u[q + 4], v8i_t, 0, 1, 2, 3, 8, 9, 10, 11);
-        r[q + 4] = OARI_SHUFFLE2(u[q], u[q + 4], v8i_t, 4, 5, 6, 7, 12, 13, 14, 15);
-    }
+/* 4x4 transposes in each 128-bit half: o[j] holds column j of the rows
+ * (a, b, c, d), low half from their low halves, high from their high. */
+static inline void tr4x2(__m256 a, __m256 b, __m256 c, __m256 d, __m256 *o) {
+    __m256 u0 = _mm256_unpacklo_ps(a, b), u1 = _mm256_unpackhi_ps(a, b);
+    __m256 u2 = _mm256_unpacklo_ps(c, d), u3 = _mm256_unpackhi_ps(c, d);
+    o[0] = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(u0), _mm256_castps_pd(u2)));
+    o[1] = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(u0), _mm256_castps_pd(u2)));
+    o[2] = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(u1), _mm256_castps_pd(u3)));
+    o[3] = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(u1), _mm256_castps_pd(u3)));
+}
+
+/* 16 bytes at lo in the low half, 16 at hi in the high half. */
+static inline __m256 load_halves(const float *lo, const float *hi) {
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(lo)), _mm_loadu_ps(hi), 1);
 }
 
 /* 8 contiguous float lines of (re, im) pairs <-> lane layout: four complex
- * elements of eight lines are one 8x8 transpose. */
+ * elements of eight lines are one 8x8 transpose, done as line l's and
+ * line l + 4's halves loaded into one register, then 4x4 transposes within
+ * the halves. (The transpose with a cross-half last step, vperm2f128, cost
+ * 2.4x this on Zen 1, where that instruction is 8 micro-ops.) */
 static bool gather8(void *A_, const char *const *src, int64_t nel) {
     float *A = A_;
+    const float *s[8];
+    for (int l = 0; l < 8; l++) s[l] = (const float *)src[l];
     int64_t k = 0;
     for (; k + 4 <= nel; k += 4) {
-        v8f_t r[8];
-        for (int l = 0; l < 8; l++) r[l] = *(const v8f_u *)((const float *)src[l] + 2 * k);
-        tr8(r);
-        for (int q = 0; q < 8; q++) ((v8f_t *)(A + 16 * k))[q] = r[q];
+        const int64_t o = 2 * k;
+        __m256 *out = (__m256 *)(A + 16 * k);
+        tr4x2(load_halves(s[0] + o, s[4] + o), load_halves(s[1] + o, s[5] + o), load_halves(s[2] + o, s[6] + o),
+              load_halves(s[3] + o, s[7] + o), out);
+        tr4x2(load_halves(s[0] + o + 4, s[4] + o + 4), load_halves(s[1] + o + 4, s[5] + o + 4),
+              load_halves(s[2] + o + 4, s[6] + o + 4), load_halves(s[3] + o + 4, s[7] + o + 4), out + 4);
     }
     for (; k < nel; k++)
         for (int l = 0; l < 8; l++) {
-            A[16 * k + l] = ((const float *)src[l])[2 * k];
-            A[16 * k + 8 + l] = ((const float *)src[l])[2 * k + 1];
+            A[16 * k + l] = s[l][2 * k];
+            A[16 * k + 8 + l] = s[l][2 * k + 1];
         }
     return true;
 }
@@ -301,12 +304,20 @@ static bool gather8(void *A_, const char *const *src, int64_t nel) {
 static bool scatter8(char *const *dst, const void *B_, int64_t nel, double s_) {
     const float *B = B_;
     const float s = (float)s_;
+    const __m256 sv = _mm256_set1_ps(s);
     int64_t k = 0;
     for (; k + 4 <= nel; k += 4) {
-        v8f_t r[8];
-        for (int q = 0; q < 8; q++) r[q] = ((const v8f_t *)(B + 16 * k))[q] * s;
-        tr8(r);
-        for (int l = 0; l < 8; l++) *(v8f_u *)((float *)dst[l] + 2 * k) = r[l];
+        const __m256 *in = (const __m256 *)(B + 16 * k);
+        __m256 t[4], u[4];
+        tr4x2(in[0] * sv, in[1] * sv, in[2] * sv, in[3] * sv, t);
+        tr4x2(in[4] * sv, in[5] * sv, in[6] * sv, in[7] * sv, u);
+        for (int l = 0; l < 4; l++) {
+            float *lo = (float *)dst[l] + 2 * k, *hi = (float *)dst[l + 4] + 2 * k;
+            _mm_storeu_ps(lo, _mm256_castps256_ps128(t[l]));
+            _mm_storeu_ps(lo + 4, _mm256_castps256_ps128(u[l]));
+            _mm_storeu_ps(hi, _mm256_extractf128_ps(t[l], 1));
+            _mm_storeu_ps(hi + 4, _mm256_extractf128_ps(u[l], 1));
+        }
     }
     for (; k < nel; k++)
         for (int l = 0; l < 8; l++) {
