@@ -11,7 +11,9 @@
 #include <omp.h>
 #include <string.h>
 
+#ifndef __clang__ /* clang has no such pragma */
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
+#endif
 
 /* Lines shorter than this many elements in total run on one thread. */
 #define FFT_PARALLEL_GRAIN 32768
@@ -253,8 +255,7 @@ static inline bool no_scatter_adj(char *dst, int64_t ds, const void *B, int64_t 
 GROUP_FN(f32, float, v4f_t, 4, oari_fft_exec_v4f, no_gather, no_scatter, no_gather_adj, no_scatter_adj)
 GROUP_FN(f64, double, v2d_t, 2, oari_fft_exec_v2d, no_gather, no_scatter, no_gather_adj, no_scatter_adj)
 #if OARI_FFT_X86
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+OARI_FFT_AVX2_BEGIN
 typedef float v8f_t __attribute__((vector_size(32)));
 typedef double v4d_t __attribute__((vector_size(32)));
 typedef int32_t v8i_t __attribute__((vector_size(32)));
@@ -387,7 +388,7 @@ __attribute__((noinline)) static bool scatter_adj4d(char *dst, int64_t ds, const
 GROUP_FN(f32x8, float, v8f_t, 8, oari_fft_exec_v8f, gather8, scatter8, gather_adj8, scatter_adj8)
 GROUP_FN(f64x4, double, v4d_t, 4, oari_fft_exec_v4d, no_gather, no_scatter, gather_adj4d,
          scatter_adj4d)
-#pragma GCC pop_options
+OARI_FFT_AVX2_END
 #endif
 
 /* Plans j on the in-tree engine and sets *per to the bytes of buffer one

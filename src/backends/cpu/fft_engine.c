@@ -24,7 +24,9 @@ struct oari_fft_plan {
     struct oari_fft_plan *next;
 };
 
+#ifndef __clang__ /* clang has no such pragma */
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
+#endif
 
 #define FT float
 #define FSFX f32
@@ -55,8 +57,7 @@ typedef double oari_v2d __attribute__((vector_size(16)));
 #if OARI_FFT_X86
 /* 8 (float) or 4 (double) lanes where the CPU has AVX2 and FMA: the same
  * code compiled for that target, chosen at run time. */
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+OARI_FFT_AVX2_BEGIN
 typedef float oari_v8f __attribute__((vector_size(32)));
 typedef double oari_v4d __attribute__((vector_size(32)));
 #define FT float
@@ -71,7 +72,7 @@ typedef double oari_v4d __attribute__((vector_size(32)));
 #include "fft_engine_impl.h"
 #undef FT
 #undef FSFX
-#pragma GCC pop_options
+OARI_FFT_AVX2_END
 
 static bool force_narrow;
 

@@ -53,6 +53,17 @@ OARI_HIDDEN void oari_fft_exec_v8f(const oari_fft_plan *p, const void *in, int64
                                    void *out, void *work);
 OARI_HIDDEN void oari_fft_exec_v4d(const oari_fft_plan *p, const void *in, int64_t in_stride,
                                    void *out, void *work);
+/* Everything between BEGIN and END is compiled for AVX2+FMA. GCC takes
+ * its target pragma; clang ignores that one (and then refuses the AVX
+ * intrinsics), so it gets its own attribute push. */
+#ifdef __clang__
+#define OARI_FFT_AVX2_BEGIN \
+    _Pragma("clang attribute push(__attribute__((target(\"avx2,fma\"))), apply_to = function)")
+#define OARI_FFT_AVX2_END _Pragma("clang attribute pop")
+#else
+#define OARI_FFT_AVX2_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma\")")
+#define OARI_FFT_AVX2_END _Pragma("GCC pop_options")
+#endif
 #else
 #define OARI_FFT_X86 0
 #endif
