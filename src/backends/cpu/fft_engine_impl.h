@@ -90,6 +90,24 @@ static void F(bfly_generic)(DX *out, int64_t fstride, const TX *tw, int64_t m, i
     }
 }
 
+/* The last level when it is 4 points (in[0], in[st], in[2 st], in[3 st])
+ * (1.60 -> 1.35 s for 300 ffts of 4096 lines of 256 on one thread):
+ * its twiddles are all 1, so the butterfly reads the input directly
+ * instead of copying it and multiplying by 1. */
+static inline void F(leaf4)(const oari_fft_plan *pl, DX *out, const DX *in, int64_t st) {
+    DX a0 = in[0], a1 = in[st], a2 = in[2 * st], a3 = in[3 * st];
+    DX s5 = F(csub)(a0, a2), a = F(cadd)(a0, a2), s3 = F(cadd)(a1, a3), s4 = F(csub)(a1, a3);
+    out[0] = F(cadd)(a, s3);
+    out[2] = F(csub)(a, s3);
+    if (pl->inverse) {
+        out[1] = (DX){s5.r - s4.i, s5.i + s4.r};
+        out[3] = (DX){s5.r + s4.i, s5.i - s4.r};
+    } else {
+        out[1] = (DX){s5.r + s4.i, s5.i - s4.r};
+        out[3] = (DX){s5.r - s4.i, s5.i + s4.r};
+    }
+}
+
 static void F(work)(const oari_fft_plan *pl, DX *out, const DX *in, int64_t fstride,
                     int64_t in_stride, const int64_t *fac) {
     const TX *tw = (const TX *)pl->tw;
@@ -97,6 +115,15 @@ static void F(work)(const oari_fft_plan *pl, DX *out, const DX *in, int64_t fstr
     DX *const beg = out, *const end = out + p * m;
     if (m == 1) {
         for (DX *o = out; o != end; o++, in += fstride * in_stride) *o = *in;
+    } else if (fac[2] == 4 && fac[3] == 1) { /* leaves of 4, inline */
+        for (DX *o = out; o != end; o += m, in += fstride * in_stride) F(leaf4)(pl, o, in, fstride * p * in_stride);
+    } else if (fac[2] == 2 && fac[3] == 1) { /* leaves of 2: a sum and a difference */
+        const int64_t st = fstride * p * in_stride;
+        for (DX *o = out; o != end; o += m, in += fstride * in_stride) {
+            DX a0 = in[0], a1 = in[st];
+            o[0] = F(cadd)(a0, a1);
+            o[1] = F(csub)(a0, a1);
+        }
     } else {
         for (DX *o = out; o != end; o += m, in += fstride * in_stride)
             F(work)(pl, o, in, fstride * p, in_stride, fac + 2);
