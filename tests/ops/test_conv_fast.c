@@ -408,10 +408,11 @@ static void check_max_pool(const int64_t s[4], int64_t k, int64_t st, int64_t pa
 
 /* The 2x2 stride-2 path (no padding): rows of 8 windows and more take the
  * vector loop (16 windows, 14 = 8 + a scalar tail of 6, 16 from an odd
- * width of 33), shorter ones the scalar loop alone. */
+ * width of 33), shorter ones the scalar loop alone (7: the demo CNN's
+ * second pool; 5, 4 and 1). */
 static void test_max_pool_2x2(void) {
     static const int64_t shapes[][4] = {{2, 3, 8, 8}, {3, 2, 9, 11}, {1, 1, 2, 2}, {4, 5, 7, 3},
-                                        {2, 3, 6, 28}, {1, 2, 5, 33}, {3, 1, 4, 32}};
+                                        {2, 3, 6, 28}, {1, 2, 5, 33}, {3, 1, 4, 32}, {2, 4, 14, 14}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (int d = 0; d < 2; d++)
             check_max_pool(shapes[k], 2, 2, 0, false, d);
