@@ -164,7 +164,7 @@ static const char bench_help[] =
     "Times MODEL (a saved-model folder or an .onnx file) on random inputs (dynamic dims set\n"
     "to the batch) and prints the latency (mean, p50, p90, p99, min, max) and throughput.\n"
     "\n"
-    "  --batch N      the size of dynamic dims (default 1)\n"
+    "  --batch N      the size of dynamic dims (default 1); convolutions are packed for it\n"
     "  --iters K      timed runs (default 100)\n"
     "  --warmup W     untimed runs first (default 10)\n"
     "  --threads T    threads (default 0: the library's choice)\n"
@@ -538,8 +538,8 @@ static int cmd_bench(int argc, char **argv) {
         else dir = a;
     }
     if ((rc = check_model("bench", dir))) return rc;
-    oar_predictor_config cfg = {
-        .model_dir = dir, .optimize = optimize, .num_threads = (int)threads, .no_compile = !compile};
+    oar_predictor_config cfg = {.model_dir = dir, .optimize = optimize, .num_threads = (int)threads,
+                                .no_compile = !compile, .batch = batch}; /* convs packed for it */
     oar_predictor *p = load_predictor(dir, &cfg);
     if (!p) return fail("bench");
     int ni = oar_predictor_num_inputs(p), no = oar_predictor_num_outputs(p);

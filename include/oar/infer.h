@@ -34,6 +34,11 @@ typedef struct oar_predictor_config {
                              * compiled into kernels (oar_executor_compile) once
                              * per model, when a C compiler exists (a kernel cache
                              * that cannot be written: a warning, and unfused) */
+    int64_t batch;          /* the batch most runs will have, where the model's
+                             * batch (first) dim is dynamic; 0 means 1. The f32
+                             * convs' weights are packed once in the layout the
+                             * CPU's kernels pick for it (other batches still
+                             * run, a little slower); < 0 is an error */
 } oar_predictor_config;
 
 /* Loads and prepares a model. NULL with the loader's error (naming the

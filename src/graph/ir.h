@@ -202,6 +202,9 @@ OARI_HIDDEN int oari_pass_schedule(oar_graph *g);
 OARI_HIDDEN int oari_pass_fuse_qlinear(oar_graph *g);
 /* the predictor's: f32 convs on constant weights onto weights packed once (passes/prepack_conv.c) */
 OARI_HIDDEN int oari_pass_prepack_conv(oar_graph *g);
+/* the same, packing convs whose input batch is dynamic for `batch` (>= 1;
+ * the pass by name uses 1) */
+OARI_HIDDEN int oari_pass_prepack_conv_at(oar_graph *g, int64_t batch);
 /* the predictor's: max pools whose indices no one reads onto max_pool2d_values (passes/pool_values.c) */
 OARI_HIDDEN int oari_pass_pool_values(oar_graph *g);
 /* autocast's casts (include/oar/amp.h) to bf16 / f16 (passes/amp.c) */

@@ -65,13 +65,21 @@ static int run_pass_list(oar_graph *g, const char *list, bool print) {
     return oar_graph_verify(g);
 }
 
-/* The predictor's own passes, under its thread count: prepack_conv packs
- * each weight in the layout oneDNN picks for the threads its kernel will
- * run on (16 threads asked for other blocks than 2). */
-static int run_own_passes(oar_graph *g, const char *list, const oar_predictor_config *cfg) {
+/* The predictor's own passes, under its thread count: quantized linear
+ * layers into qlinear nodes, then prepack_conv, which packs each weight in
+ * the layout oneDNN picks for the threads its kernel will run on (16
+ * threads asked for other blocks than 2) and for cfg->batch, then pools
+ * without their unused indices. */
+static int run_own_passes(oar_graph *g, const oar_predictor_config *cfg) {
     int saved = omp_get_max_threads();
     if (cfg->num_threads > 0) omp_set_num_threads(cfg->num_threads);
-    int st = run_pass_list(g, list, cfg->print_passes);
+    int st = run_pass_list(g, "fuse_qlinear", cfg->print_passes);
+    int r = st ? st : oari_pass_prepack_conv_at(g, cfg->batch > 0 ? cfg->batch : 1);
+    if (r >= 0 && cfg->print_passes) {
+        fprintf(stderr, "-- after prepack_conv (%d changes)\n", r);
+        oar_graph_print(g, stderr);
+    }
+    st = r < 0 ? r : run_pass_list(g, "pool_values", cfg->print_passes);
     if (cfg->num_threads > 0) omp_set_num_threads(saved);
     return st;
 }
@@ -89,7 +97,7 @@ static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config 
     /* quantized linear layers into qlinear nodes: the predictor's alone, as
      * no exporter maps qlinear (docs/quantization.md); convs on packed
      * weights; pools without their unused indices (no gradient here) */
-    if (!cfg->passes && cfg->optimize && run_own_passes(g, "fuse_qlinear,prepack_conv,pool_values", cfg)) {
+    if (!cfg->passes && cfg->optimize && run_own_passes(g, cfg)) {
         oar_graph_free(g);
         return NULL;
     }
@@ -128,6 +136,8 @@ oar_predictor *oar_predictor_create(const oar_predictor_config *cfg) {
         return oari_error(OAR_ERR_INVALID, "predictor_create: config or model_dir is NULL"), NULL;
     if (cfg->num_threads < 0)
         return oari_error(OAR_ERR_INVALID, "predictor_create: num_threads %d < 0", cfg->num_threads), NULL;
+    if (cfg->batch < 0)
+        return oari_error(OAR_ERR_INVALID, "predictor_create: batch %lld < 0", (long long)cfg->batch), NULL;
     return from_owned_graph(oar_graph_load(cfg->model_dir), cfg);
 }
 
@@ -137,6 +147,8 @@ oar_predictor *oar_predictor_from_graph(const oar_graph *g, const oar_predictor_
     if (!cfg) cfg = &none;
     if (cfg->num_threads < 0)
         return oari_error(OAR_ERR_INVALID, "predictor_from_graph: num_threads %d < 0", cfg->num_threads), NULL;
+    if (cfg->batch < 0)
+        return oari_error(OAR_ERR_INVALID, "predictor_from_graph: batch %lld < 0", (long long)cfg->batch), NULL;
     return from_owned_graph(oar_graph_clone(g), cfg);
 }
 

@@ -11,6 +11,7 @@
  * weight unpacked) against conv2d, and the op's refusals. */
 #include "test.h"
 
+#include "graph/ir.h"
 #include "ops/op.h"
 
 #include <oar/infer.h>
@@ -143,6 +144,85 @@ static void test_cnn(void) {
     CHECK(system(cmd) == 0);
     oar_predictor_free(p);
     oar_graph_free(f);
+    oar_graph_free(g);
+    oar_pool_pop(pool);
+}
+
+/* ---- the predictor's batch setting ------------------------------------------------- */
+
+static oar_tensor *Wb;
+static int wide_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    out[0] = oar_relu(conv(in[0], Wb, NULL, 1, 1, 1, 1));
+    return out[0] ? 0 : -1;
+}
+
+/* The layout (a[10..12]) the backend picks for that conv, 64 -> 64
+ * channels on 14 x 14 planes with its relu, at batch n; 0 where it packs
+ * none. */
+static int layout_at(int64_t n, int64_t out[3]) {
+    int64_t a[14] = {1, 1, 1, 1, 1, 1, 64, 64, 3, 3, 0, 0, 0, 1};
+    if (!oari_conv_prepack.layout || !oari_conv_prepack.layout(a, n, 14, 14, false)) return 0;
+    memcpy(out, a + 10, 3 * sizeof *out);
+    return 1;
+}
+
+/* The predictor's conv2d_prepacked node's layout; 0 if it has none. */
+static int served_layout(oar_predictor *p, int64_t out[3]) {
+    const oar_graph *g = p ? oar_predictor_graph(p) : NULL;
+    for (int i = 0; g && i < g->n_nodes; i++)
+        if (!g->nodes[i].dead && g->nodes[i].op == OARI_OP_conv2d_prepacked) {
+            memcpy(out, g->nodes[i].attrs.i + 10, 3 * sizeof *out);
+            return 1;
+        }
+    return 0;
+}
+
+/* Where the graph's batch is dynamic, the convs are packed for
+ * oar_predictor_config.batch (0: 1), and the packed predictor gives the
+ * unpacked conv's values at that batch and at others. */
+static void test_batch_setting(void) {
+    oar_pool *pool = oar_pool_push();
+    Wb = conv_w(64, 64, 3, 3);
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 64, 14, 14}};
+    oar_graph *g = oar_trace(wide_fn, NULL, 1, &spec, 1, NULL);
+    CHECK(g != NULL);
+    int64_t l1[3] = {0}, l32[3] = {0}, got[3] = {0};
+    const int packs = layout_at(1, l1);
+    CHECK(layout_at(32, l32) == packs);
+    if (packs) /* (what this CPU picks; where both are the same the check below is weaker) */
+        fprintf(stderr, "  layouts (order, blocks): batch 1 %lld %lld %lld, batch 32 %lld %lld %lld\n", (long long)l1[0],
+                (long long)l1[1], (long long)l1[2], (long long)l32[0], (long long)l32[1], (long long)l32[2]);
+    const int64_t settings[] = {0, 1, 32};
+    for (int k = 0; k < 3; k++) {
+        oar_predictor *p = oar_predictor_from_graph(g, &(oar_predictor_config){.optimize = true, .batch = settings[k]});
+        CHECK(p != NULL);
+        CHECK(served_layout(p, got) == packs);
+        if (packs) CHECK(!memcmp(got, settings[k] == 32 ? l32 : l1, sizeof got));
+        for (int64_t n = 1; n <= 32; n += 31) {
+            oar_tensor *x = rand_t(OAR_F32, 4, (int64_t[]){n, 64, 14, 14}, 1.0), *y = NULL;
+            /* in float64: the eager f32 conv may take Winograd, less exact than either */
+            oar_tensor *want = oar_cast(oar_relu(conv(oar_cast(x, OAR_F64), oar_cast(Wb, OAR_F64), NULL, 1, 1, 1, 1)),
+                                        OAR_F32);
+            CHECK(oar_predictor_run(p, &x, &y) == 0);
+            /* order 2 is Winograd's packed filter: its tolerance */
+            double mag = max_abs(want), err = max_diff(y, want), tol = packs && got[0] == 2 ? 1e-5 : 2e-6;
+            if (!(mag > 0.1 && err <= tol * mag))
+                fprintf(stderr, "  batch setting %lld, batch %lld: off by %g (magnitude %g)\n", (long long)settings[k],
+                        (long long)n, err, mag);
+            CHECK(mag > 0.1 && err <= tol * mag);
+            oar_tensor_release(y);
+        }
+        oar_predictor_free(p);
+    }
+    /* a negative batch is refused; the pass itself wants >= 1 */
+    CHECK_FAILS(oar_predictor_from_graph(g, &(oar_predictor_config){.optimize = true, .batch = -2}), "batch -2 < 0");
+    CHECK_FAILS(oar_predictor_create(&(oar_predictor_config){.model_dir = "/nonexistent", .batch = -1}),
+                "batch -1 < 0");
+    oar_graph *c = oar_graph_clone(g);
+    CHECK(c && oari_pass_prepack_conv_at(c, 0) == OAR_ERR_INVALID);
+    CHECK(strstr(oar_last_error(), "want >= 1") != NULL);
+    oar_graph_free(c);
     oar_graph_free(g);
     oar_pool_pop(pool);
 }
@@ -461,6 +541,7 @@ static void test_bad_input(void) {
 
 int main(void) {
     RUN(test_cnn);
+    RUN(test_batch_setting);
     RUN(test_left_alone);
     RUN(test_wino);
     RUN(test_wino_op);
