@@ -45,6 +45,16 @@ static oar_predictor *wrap(model *m, int num_threads) {
     return p;
 }
 
+/* After a pass that made r changes (< 0: failed), the graph on stderr
+ * when asked; returns r. */
+static int after_pass(const oar_graph *g, const char *name, int r, bool print) {
+    if (r >= 0 && print) {
+        fprintf(stderr, "-- after %s (%d changes)\n", name, r);
+        oar_graph_print(g, stderr);
+    }
+    return r;
+}
+
 /* Runs the comma-separated passes of `list` in order. */
 static int run_pass_list(oar_graph *g, const char *list, bool print) {
     char name[64];
@@ -54,12 +64,8 @@ static int run_pass_list(oar_graph *g, const char *list, bool print) {
             return oari_error(OAR_ERR_INVALID, "predictor: bad pass list \"%s\"", list);
         memcpy(name, p, n);
         name[n] = 0;
-        int r = oar_graph_run_pass(g, name);
+        int r = after_pass(g, name, oar_graph_run_pass(g, name), print);
         if (r < 0) return r;
-        if (print) {
-            fprintf(stderr, "-- after %s (%d changes)\n", name, r);
-            oar_graph_print(g, stderr);
-        }
         p += n + (p[n] == ',');
     }
     return oar_graph_verify(g);
@@ -74,11 +80,9 @@ static int run_own_passes(oar_graph *g, const oar_predictor_config *cfg) {
     int saved = omp_get_max_threads();
     if (cfg->num_threads > 0) omp_set_num_threads(cfg->num_threads);
     int st = run_pass_list(g, "fuse_qlinear", cfg->print_passes);
-    int r = st ? st : oari_pass_prepack_conv_at(g, cfg->batch > 0 ? cfg->batch : 1);
-    if (r >= 0 && cfg->print_passes) {
-        fprintf(stderr, "-- after prepack_conv (%d changes)\n", r);
-        oar_graph_print(g, stderr);
-    }
+    int r = st ? st
+               : after_pass(g, "prepack_conv", oari_pass_prepack_conv_at(g, cfg->batch > 0 ? cfg->batch : 1),
+                            cfg->print_passes);
     st = r < 0 ? r : run_pass_list(g, "pool_values", cfg->print_passes);
     if (cfg->num_threads > 0) omp_set_num_threads(saved);
     return st;
