@@ -9,6 +9,12 @@
  *   oar unrolled  the same cell written step by step with public ops (what
  *                 src/nn/rnn.c did before the fused op), here for the
  *                 speed-up.
+ *   oar graph     the module's loss traced (oar_trace, parameters as
+ *                 inputs), oar_graph_append_backward (which makes the
+ *                 lstm_layer an lstm_layer_train, its rule the ops over the
+ *                 reserve), run by the executor; torch's figure for it is
+ *                 its eager one (bench/peer/rnn.py: torch has no graph form
+ *                 of this backward).
  * Then the forward alone (no grad) of each, and a GRU layer's forward +
  * backward through its module (oar_gru_new; torch.nn.GRU). Best of rounds. */
 #include <oar/oar.h>
@@ -23,6 +29,41 @@ static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int loss_fn(void *m, oar_tensor *const *in, oar_tensor **out) {
+    out[0] = oar_sum(oar_module_forward(m, in[0]), 0, NULL, false);
+    return out[0] ? 0 : -1;
+}
+
+/* The traced step (see the head): best ms of rounds, or a negative value. */
+static double graph_step(oar_module *m, oar_tensor *x) {
+    oar_tensor *params[4];
+    if (oar_module_parameters(m, params, 4) != 4) return -1;
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 3, .shape = {T, B, I}};
+    oar_graph *g = oar_trace(loss_fn, m, 1, &spec, 1,
+                             &(oar_trace_options){.module = m, .params_as_inputs = true});
+    oar_executor *ex = NULL;
+    if (!g || oar_graph_append_backward(g, 0, 5, (int[]){0, 1, 2, 3, 4}) < 0 ||
+        oar_graph_optimize(g, OAR_PASSES_TRAINING, 0) || !(ex = oar_executor_new(g))) {
+        oar_graph_free(g);
+        return -1;
+    }
+    oar_tensor *in[5] = {x, params[0], params[1], params[2], params[3]}, *out[6];
+    double best = 1e30;
+    for (int r = 0; r <= 5; r++) {
+        double t0 = now();
+        for (int k = 0; k < 5; k++) {
+            oar_pool *p = oar_pool_push();
+            if (oar_executor_run(ex, in, out)) best = -1e30;
+            oar_pool_pop(p);
+        }
+        double ms = (now() - t0) * 1e3 / 5;
+        if (r > 0 && ms < best) best = ms;
+    }
+    oar_executor_free(ex);
+    oar_graph_free(g);
+    return best;
 }
 
 /* The LSTM unrolled with public ops: gates i, f, g, o. */
@@ -77,6 +118,12 @@ int main(void) {
         }
         printf("oar %s %.3f ms\n", names[run], best);
     }
+    double gms = graph_step(m, x);
+    if (gms < 0) {
+        fprintf(stderr, "bench_rnn: graph: %s\n", oar_last_error());
+        return 1;
+    }
+    printf("oar lstm_fwd_bwd_graph %.3f ms\n", gms);
     /* the GRU module, forward + backward */
     oar_module *gm = oar_gru_new(I, H, NULL);
     oar_tensor *gw[5];

@@ -21,6 +21,8 @@ for r in range(6):
     if r > 0:
         best = min(best, ms)
 print(f"torch lstm_fwd_bwd_fused {best:.3f} ms")
+# oar's traced form against the same eager figure: torch has no graph form of it
+print(f"torch lstm_fwd_bwd_graph {best:.3f} ms")
 
 gru = torch.nn.GRU(I, H)
 wrt = list(gru.parameters()) + [x]

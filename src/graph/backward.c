@@ -169,6 +169,43 @@ int oari_graph_backward_nodes(const oar_graph *g, int n0, const bool *req, oar_t
     return st;
 }
 
+/* Turns each live lstm_layer among the first n0 nodes that reads a value
+ * depending on wrt into lstm_layer_train, whose extra output (the gates
+ * and cell states of every step) its gradient rule reads instead of
+ * recomputing them: two GEMMs over all steps fewer, the rest unchanged.
+ * The rule also takes a gradient into that output, so the backward still
+ * differentiates again. 0 or a status. */
+static int lstm_keep_gates(oar_graph *g, int n0, int n_wrt, const int *wrt) {
+    int nv0 = g->n_values, st = 0;
+    size_t dep_n = (size_t)(nv0 ? nv0 : 1) * sizeof(bool);
+    bool *dep = oari_calloc(1, dep_n); /* value v depends on wrt (v < nv0) */
+    if (!dep) return oari_fail_status();
+    for (int k = 0; k < n_wrt; k++) dep[g->inputs[wrt[k]]] = true;
+    for (int i = 0; i < n0 && !st; i++) {
+        oari_gnode *n = &g->nodes[i];
+        bool d = false;
+        for (int k = 0; k < n->n_in; k++) d = d || (n->in[k] >= 0 && dep[n->in[k]]);
+        for (int j = 0; j < n->n_out; j++)
+            if (n->out[j] < nv0) dep[n->out[j]] = d;
+        if (!d || n->dead || n->op != OARI_OP_lstm_layer) continue;
+        const oari_gvalue *y = &g->values[n->out[0]];
+        int64_t shape[3] = {y->shape[0], y->shape[1], 5 * y->shape[2]};
+        int r = oari_graph_add_value(g, OARI_V_NODE, y->dtype, 3, shape);
+        if (r < 0) {
+            st = oari_fail_status();
+            break;
+        }
+        n = &g->nodes[i]; /* (adding a value moves no node, but read it again) */
+        g->values[r].producer = i;
+        g->values[r].out_index = 3;
+        n->op = OARI_OP_lstm_layer_train;
+        n->out[3] = r;
+        n->n_out = 4;
+    }
+    oari_free(dep, dep_n);
+    return st;
+}
+
 int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wrt) {
     if (!g || (n_wrt && !wrt) || n_wrt < 0)
         return oari_error(OAR_ERR_INVALID, "graph_backward: graph or wrt is NULL");
@@ -179,7 +216,9 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
         if (wrt[k] < 0 || wrt[k] >= g->n_inputs)
             return oari_error(OAR_ERR_INVALID, "graph_backward: input %d out of range [0, %d)", wrt[k],
                               g->n_inputs);
-    int nv = g->n_values, n0 = g->n_nodes, first = g->n_outputs, st = 0;
+    int n0 = g->n_nodes, first = g->n_outputs, st = lstm_keep_gates(g, n0, n_wrt, wrt);
+    if (st) return st;
+    int nv = g->n_values;
     bool *req = oari_calloc((size_t)(nv ? nv : 1), sizeof *req);
     oar_tensor **t = oari_calloc((size_t)(nv ? nv : 1), sizeof *t);
     oar_tensor **gr = oari_calloc((size_t)(nv ? nv : 1), sizeof *gr);

@@ -3,7 +3,9 @@
  * rules, their gradient rules and the public function oar_rnn_layer; and
  * lstm_layer_train with lstm_layer_backward, the eager training path of an
  * LSTM (a reserve of gates and cell states, then BPTT in one kernel),
- * taken where nothing differentiates the gradient again.
+ * taken where nothing differentiates the gradient again. Elsewhere the
+ * rule of lstm_layer_train (also a graph backward's, which turns lstm_layer
+ * into it) runs the ops below over the reserve's gates and cell states.
  *
  * The gradient is backpropagation through time written with ops, so it
  * differentiates again. It recomputes what it needs from the saved inputs
@@ -272,8 +274,12 @@ static int grad_layer(oari_grad_ctx *g) {
     oar_tensor *w_ih = g->in[io->w_ih], *w_hh = g->in[io->w_hh], *b_ih = g->in[io->b_ih],
                *b_hh = g->in[io->b_hh], *len = g->in[io->len], *y = g->out[0];
     oar_tensor *gy = g->gout[0], *dh = g->gout[1], *dc = lstm ? g->gout[2] : NULL;
-    const int64_t T = g->in_meta[io->x].shape[0];
-    if (!gy && !dh && !dc) return 0;
+    /* lstm_layer_train: the gates and cell states come from the reserve,
+     * which may have a gradient of its own (a backward differentiated) */
+    oar_tensor *R = g->op == OARI_OP_lstm_layer_train ? g->out[3] : NULL;
+    oar_tensor *gR = R ? g->gout[3] : NULL;
+    const int64_t T = g->in_meta[io->x].shape[0], H = g->in_meta[io->h0].shape[1];
+    if (!gy && !dh && !dc && !gR) return 0;
     if (oari_trace_size_is_dynamic(T))
         return oari_error(OAR_ERR_UNSUPPORTED,
                           "%s: the gradient unrolls the seq_len steps, so graph backward needs a "
@@ -298,41 +304,65 @@ static int grad_layer(oari_grad_ctx *g) {
         f.hp = oar_concat(2, (oar_tensor *[]){oar_slice(y, 0, 1, T, 1), h0r}, 0);
         if (len) f.hp = oar_where(step_mask(len, T, 1, x), f.hp, h0r);
     }
-    if (g->op == OARI_OP_lstm_layer_train && g->out[3] && fused_lstm_backward_here(x))
-        return fused_lstm_grad(g, reverse, f.hp);
+    if (R && !gR && fused_lstm_backward_here(x)) return fused_lstm_grad(g, reverse, f.hp);
     oar_tensor *mask = len ? step_mask(len, T, 0, x) : NULL;
     if (len && !mask) return oari_fail_status();
-    oar_tensor *a_ih = linear(x, w_ih, b_ih), *a_hh = linear(f.hp, w_hh, b_hh);
+    oar_tensor *a_ih = R ? NULL : linear(x, w_ih, b_ih), *a_hh = R ? NULL : linear(f.hp, w_hh, b_hh);
     oar_tensor **steps = calloc((size_t)(4 * T), sizeof *steps);
     if (!steps) return oari_error(OAR_ERR_NOMEM, "rnn_layer backward: out of memory");
     oar_tensor **da_ih = steps, **da_hh = steps + T, **cbuf = steps + 2 * T; /* c, c_prev */
+    oar_tensor *dA_R = NULL, *dC_R = NULL; /* the reserve's gradient, as that of the gates'
+                                              pre-activations and of the cell states */
     if (cell == CELL_LSTM) {
-        oar_tensor *gate[4] = {NULL, NULL, NULL, NULL};
-        if (oar_chunk(oar_add(a_ih, a_hh), 4, 2, 4, gate) == 4) {
-            f.i = oar_sigmoid(gate[0]);
-            f.f = oar_sigmoid(gate[1]);
-            f.g = oar_tanh(gate[2]);
-            f.o = oar_sigmoid(gate[3]);
-        }
-        /* the cell states, forward: c_t = f c_{t-1} + i g (held past a length) */
-        f.c = cbuf;
-        oar_tensor *c = c0;
-        for (int64_t s = 0; s < T; s++) {
-            int64_t t = reverse ? T - 1 - s : s;
-            oar_tensor *cn = oar_add(oar_mul(step(f.f, t), c), oar_mul(step(f.i, t), step(f.g, t)));
-            c = f.c[t] = mask ? oar_where(step(mask, t), cn, c) : cn;
+        oar_tensor *C, *CP; /* the cell state after and before each step, [T, B, H] */
+        if (R) {
+            f.i = oar_slice(R, 2, 0, H, 1);
+            f.f = oar_slice(R, 2, H, 2 * H, 1);
+            f.g = oar_slice(R, 2, 2 * H, 3 * H, 1);
+            f.o = oar_slice(R, 2, 3 * H, 4 * H, 1);
+            C = oar_slice(R, 2, 4 * H, 5 * H, 1);
+            oar_tensor *c0r = oar_unsqueeze(c0, 0); /* (past a length the reserve holds c) */
+            CP = T == 1 ? c0r
+                 : !reverse ? oar_concat(2, (oar_tensor *[]){c0r, oar_slice(C, 0, 0, T - 1, 1)}, 0)
+                            : oar_concat(2, (oar_tensor *[]){oar_slice(C, 0, 1, T, 1), c0r}, 0);
+        } else {
+            oar_tensor *gate[4] = {NULL, NULL, NULL, NULL};
+            if (oar_chunk(oar_add(a_ih, a_hh), 4, 2, 4, gate) == 4) {
+                f.i = oar_sigmoid(gate[0]);
+                f.f = oar_sigmoid(gate[1]);
+                f.g = oar_tanh(gate[2]);
+                f.o = oar_sigmoid(gate[3]);
+            }
+            /* the cell states, forward: c_t = f c_{t-1} + i g (held past a length) */
+            f.c = cbuf;
+            oar_tensor *c = c0;
+            for (int64_t s = 0; s < T; s++) {
+                int64_t t = reverse ? T - 1 - s : s;
+                oar_tensor *cn = oar_add(oar_mul(step(f.f, t), c), oar_mul(step(f.i, t), step(f.g, t)));
+                c = f.c[t] = mask ? oar_where(step(mask, t), cn, c) : cn;
+            }
+            for (int64_t t = 0; t < T; t++) /* c_prev in time order */
+                cbuf[T + t] = reverse ? (t == T - 1 ? c0 : f.c[t + 1]) : (t == 0 ? c0 : f.c[t - 1]);
+            C = oar_stack((int)T, f.c, 0);
+            CP = oar_stack((int)T, cbuf + T, 0);
         }
         /* the per-step factors, for all steps at once: kc = o tanh'(c) and
          * k = [g sigmoid'(i), c_prev sigmoid'(f), i tanh'(g), tanh(c) sigmoid'(o)] */
-        for (int64_t t = 0; t < T; t++) /* c_prev in time order */
-            cbuf[T + t] = reverse ? (t == T - 1 ? c0 : f.c[t + 1]) : (t == 0 ? c0 : f.c[t - 1]);
-        oar_tensor *C = oar_stack((int)T, f.c, 0), *CP = oar_stack((int)T, cbuf + T, 0);
         oar_tensor *tc = oar_tanh(C);
         f.kc = oar_mul(f.o, dtanh(tc));
         f.k = oar_concat(4,
                          (oar_tensor *[]){oar_mul(f.g, dsigmoid(f.i)), oar_mul(CP, dsigmoid(f.f)),
                                           oar_mul(f.i, dtanh(f.g)), oar_mul(tc, dsigmoid(f.o))},
                          2);
+        if (gR) {
+            oar_tensor *gi = oar_slice(gR, 2, 0, H, 1), *gf = oar_slice(gR, 2, H, 2 * H, 1),
+                       *gg = oar_slice(gR, 2, 2 * H, 3 * H, 1), *go = oar_slice(gR, 2, 3 * H, 4 * H, 1);
+            dA_R = oar_concat(4,
+                              (oar_tensor *[]){oar_mul(gi, dsigmoid(f.i)), oar_mul(gf, dsigmoid(f.f)),
+                                               oar_mul(gg, dtanh(f.g)), oar_mul(go, dsigmoid(f.o))},
+                              2);
+            dC_R = oar_slice(gR, 2, 4 * H, 5 * H, 1);
+        }
     } else if (cell == CELL_GRU) {
         oar_tensor *gi[3] = {NULL, NULL, NULL}, *gh[3] = {NULL, NULL, NULL};
         if (oar_chunk(a_ih, 3, 2, 3, gi) == 3 && oar_chunk(a_hh, 3, 2, 3, gh) == 3) {
@@ -355,10 +385,12 @@ static int grad_layer(oari_grad_ctx *g) {
         oar_tensor *dai = NULL, *dah = NULL, *dh_new = NULL, *dc_new = NULL;
         if (cell == CELL_LSTM) {
             /* dc_t = dc + dh o tanh'(c); the gate gradients are (dc, dc, dc, dh) times
-             * the factors of f.k */
+             * the factors of f.k (plus what the reserve's gradient gives step t) */
+            if (dC_R) dc = oar_add(dc, step(dC_R, t));
             oar_tensor *dct = oar_add(dc, oar_mul(dht, step(f.kc, t)));
             dai = dah = oar_mul(oar_concat(4, (oar_tensor *[]){dct, dct, dct, dht}, 1),
                                 step(f.k, t));
+            if (dA_R) dai = dah = oar_add(dai, step(dA_R, t));
             dc_new = oar_mul(dct, step(f.f, t));
             dh_new = oar_matmul(dah, w_hh_t);
         } else if (cell == CELL_GRU) {

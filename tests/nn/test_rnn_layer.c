@@ -10,7 +10,8 @@
  * reserve and lstm_layer_backward) against the rule's ops, and the
  * backward op's refusals; a traced LSTM module run by the executor,
  * compiled (the op stays a library call) and loaded by the predictor from
- * a saved model, all equal to eager. */
+ * a saved model, all equal to eager; its graph backward (lstm_layer_train)
+ * to first and second order, equal to eager. */
 #include "gradcheck.h"
 #include "test.h"
 
@@ -422,6 +423,76 @@ static void test_traced(void) {
     oar_pool_pop(p);
 }
 
+/* A traced LSTM (2 layers, bidirectional, lengths 5 and 3, f64) trained
+ * through the graph: oar_graph_append_backward turns its lstm_layer nodes
+ * into lstm_layer_train, whose rule reads the reserve. The gradients of
+ * the loss equal eager's (the fused lstm_layer_backward), and a second
+ * append_backward, of sum(grad:x), equals eager's second order through
+ * create_graph (itself checked against central differences in
+ * gradcheck_cases.h): the reserve's own gradient is taken. */
+static int lstm_loss_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    oar_tensor *hn = NULL, *cn = NULL, *y = oar_rnn_forward(ctx, in[0], NULL, NULL, in[1], &hn, &cn);
+    out[0] = oar_add(oar_add(oar_sum(oar_mul(y, y), 0, NULL, false), oar_sum(oar_tanh(hn), 0, NULL, false)),
+                     oar_sum(oar_mul(cn, cn), 0, NULL, false));
+    return out[0] ? 0 : -1;
+}
+
+static void test_traced_backward(void) {
+    oar_pool *p = oar_pool_push();
+    oar_manual_seed(6);
+    oar_module *m = oar_lstm_new(3, 4, &(oar_rnn_options){.num_layers = 2, .bidirectional = true,
+                                                          .dtype = OAR_F64});
+    enum { MAXP = 16 };
+    oar_tensor *params[MAXP];
+    int np = oar_module_parameters(m, params, MAXP);
+    CHECK(np == 16);
+    static const int64_t lens[2] = {5, 3};
+    oar_tensor *x = oar_tensor_retain(oar_randn(OAR_F64, 3, (int64_t[]){5, 2, 3}));
+    oar_tensor *len = oar_tensor_from_data(lens, OAR_I64, 1, (int64_t[]){2});
+    /* eager: first order (lstm_layer_backward), then d sum(dL/dx) / d(x, params) */
+    oar_tensor *wrt[1 + MAXP] = {x}, *g1[1 + MAXP] = {0}, *g2[1 + MAXP] = {0}, *gx = NULL, *loss = NULL;
+    for (int k = 0; k < np; k++) wrt[1 + k] = params[k];
+    CHECK(oar_tensor_set_requires_grad(x, true) == 0);
+    CHECK(lstm_loss_fn(m, (oar_tensor *[]){x, len}, &loss) == 0);
+    CHECK(oar_grad(1, &loss, NULL, 1 + np, wrt, false, true, g1) == 0);
+    CHECK(lstm_loss_fn(m, (oar_tensor *[]){x, len}, &loss) == 0);
+    CHECK(oar_grad(1, &loss, NULL, 1, &x, true, true, &gx) == 0);
+    oar_tensor *sgx = oar_sum(gx, 0, NULL, false);
+    CHECK(oar_grad(1, &sgx, NULL, 1 + np, wrt, false, true, g2) == 0);
+    /* the graph */
+    oar_graph_input_spec s[2] = {{.name = "x", .dtype = OAR_F64, .ndim = 3, .shape = {5, 2, 3}},
+                                 {.name = "lengths", .dtype = OAR_I64, .ndim = 1, .shape = {2}}};
+    oar_graph *g = oar_trace(lstm_loss_fn, m, 2, s, 1, &(oar_trace_options){.module = m, .params_as_inputs = true});
+    CHECK(g != NULL);
+    int iw[1 + MAXP] = {0};
+    for (int k = 0; k < np; k++) iw[1 + k] = 2 + k;
+    int first = g ? oar_graph_append_backward(g, 0, 1 + np, iw) : -1;
+    CHECK(first == 1);
+    CHECK(oar_graph_count_op(g, "lstm_layer") == 0 && oar_graph_count_op(g, "lstm_layer_train") == 4);
+    int second = first == 1 ? oar_graph_append_backward(g, first, 1 + np, iw) : -1;
+    CHECK(second == 2 + np);
+    if (second == 2 + np) {
+        oar_executor *ex = oar_executor_new(g);
+        oar_tensor *in[2 + MAXP] = {x, len}, *out[3 + 2 * MAXP] = {0};
+        for (int k = 0; k < np; k++) in[2 + k] = params[k];
+        CHECK(ex && oar_executor_run(ex, in, out) == 0);
+        double d1 = 0, d2 = 0;
+        for (int k = 0; k < 1 + np; k++) {
+            d1 = fmax(d1, max_diff(g1[k], out[1 + k]));
+            d2 = fmax(d2, max_diff(g2[k], out[2 + np + k]));
+        }
+        if (!(d1 <= 1e-12 && d2 <= 1e-12)) fprintf(stderr, "graph - eager: first order %g, second %g\n", d1, d2);
+        CHECK(d1 <= 1e-12 && d2 <= 1e-12);
+        CHECK(max_diff(g2[0], oar_zeros_like(g2[0])) > 1e-3); /* (not vacuous) */
+        for (int j = 0; j < 2 + 2 * np; j++) oar_tensor_release(out[j]);
+        oar_executor_free(ex);
+    }
+    oar_graph_free(g);
+    oar_tensor_release(x);
+    oar_module_free(m);
+    oar_pool_pop(p);
+}
+
 int main(void) {
     RUN(test_against_reference);
     RUN(test_relu_gradcheck);
@@ -429,5 +500,6 @@ int main(void) {
     RUN(test_fused_backward);
     RUN(test_backward_op_errors);
     RUN(test_traced);
+    RUN(test_traced_backward);
     return test_summary();
 }

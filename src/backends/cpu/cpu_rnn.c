@@ -313,7 +313,10 @@ static int FN(layer)(const oar_kernel_call *call, const rnn_io *io, int cell, bo
                     T *yr = y + (t * B + b) * H, *rr = rs ? rs + (t * B + b) * 5 * H : NULL;
                     if (len && t >= len[b]) {
                         memset(yr, 0, (size_t)H * sizeof(T));
-                        if (rr) memcpy(rr + 4 * H, c + b * H, (size_t)H * sizeof(T)); /* held */
+                        if (rr) { /* no gates (zeros, which the gradient rule reads), c held */
+                            memset(rr, 0, (size_t)(4 * H) * sizeof(T));
+                            memcpy(rr + 4 * H, c + b * H, (size_t)H * sizeof(T));
+                        }
                         continue;
                     }
                     if (rr)
