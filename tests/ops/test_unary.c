@@ -120,6 +120,17 @@ static void test_reference_values(void) {
     oar_pool *p = oar_pool_push();
     CHECK_NEAR(oar_tensor_item(oar_exp(oar_scalar_of(1, OAR_F64))), M_E, 1e-15);
     CHECK_NEAR(oar_tensor_item(oar_relu6(oar_scalar_of(7, OAR_F64))), 6, 0);
+    CHECK_NEAR(oar_tensor_item(oar_hardswish(oar_scalar_of(1, OAR_F64))), 4.0 / 6, 1e-15); /* 1 relu6(4) / 6 */
+    CHECK_NEAR(oar_tensor_item(oar_hardswish(oar_scalar_of(-4, OAR_F64))), 0, 0);
+    const double special[4] = {INFINITY, -INFINITY, NAN, 1e308};
+    oar_tensor *inf = oar_isinf(oar_tensor_from_data(special, OAR_F64, 1, (int64_t[]){4}));
+    CHECK(inf && oar_tensor_dtype(inf) == OAR_BOOL);
+    if (inf) {
+        const bool *b = oar_tensor_data(oar_contiguous(inf));
+        CHECK(b && b[0] && b[1] && !b[2] && !b[3]);
+    }
+    CHECK_FAILS(oar_hardswish(NULL) != NULL, "NULL");
+    CHECK_FAILS(oar_isinf(NULL) != NULL, "NULL");
     oar_pool_pop(p);
 }
 

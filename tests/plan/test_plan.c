@@ -68,6 +68,8 @@ static void test_closed_forms(void) {
 
 static void test_memory_per_rank(void) {
     oar_plan_model *m = toy_model();
+    CHECK(m && !strcmp(oar_plan_model_name(m), "toy"));
+    CHECK_FAILS(oar_plan_model_name(NULL) != NULL, "model");
     oar_cluster c = toy_cluster(4);
     oar_plan_estimate e;
     /* dp 4, batch 8, one micro-batch: 2 samples per rank; f32: p 4, g 4, Adam 8 bytes a parameter */
