@@ -38,8 +38,20 @@ typedef struct oar_predictor_config {
                              * batch (first) dim is dynamic; 0 means 1. The f32
                              * convs' weights are packed once in the layout the
                              * CPU's kernels pick for it (other batches still
-                             * run, a little slower); < 0 is an error */
+                             * run, about a fifth slower for ResNet-18 between
+                             * batch 1 and 32); < 0 is an error */
+    const int64_t *batches; /* optional, instead of batch: n_batches distinct
+                             * sizes (each >= 1) to pack the convs for, one copy
+                             * of the packed weights each. A run takes the copy
+                             * made for its batch (the first dim of the first
+                             * input whose first dim is dynamic), and batches[0]'s
+                             * at any other size. Only where the graph has a
+                             * dynamic batch and packs a conv; else one copy */
+    int n_batches;          /* 0..OAR_PREDICTOR_MAX_BATCHES; with batch set too,
+                             * an error */
 } oar_predictor_config;
+
+#define OAR_PREDICTOR_MAX_BATCHES 8
 
 /* Loads and prepares a model. NULL with the loader's error (naming the
  * file and problem) on failure. */
@@ -52,7 +64,8 @@ OAR_API oar_predictor *oar_predictor_clone(oar_predictor *p);
 OAR_API void oar_predictor_free(oar_predictor *p);
 /* Whether runs use compiled kernels (see no_compile); false for NULL. */
 OAR_API bool oar_predictor_is_compiled(const oar_predictor *p);
-/* The model's graph (borrowed, read-only). */
+/* The model's graph (borrowed, read-only): with batches, the one packed
+ * for batches[0]. */
 OAR_API const oar_graph *oar_predictor_graph(const oar_predictor *p);
 
 OAR_API int oar_predictor_num_inputs(const oar_predictor *p);

@@ -2,36 +2,59 @@
  * idle executors so that concurrent runs each get their own arena. */
 #include "../graph/ir.h"
 #include "../exec/exec.h"
+#include "predictor.h"
 
 #include <oar/infer.h>
 #include <omp.h>
 #include <pthread.h>
 #include <string.h>
 
+/* The graph packed for one batch size (predictor_config.batches), with
+ * the compiled kernels every executor of it runs (NULL: unfused). */
+typedef struct variant {
+    int64_t batch;
+    oar_graph *g;
+    oari_fusion *fusion;
+} variant;
+
 typedef struct model {
     int refcount; /* atomic */
-    oar_graph *g;
-    oari_fusion *fusion; /* compiled kernels every executor runs; NULL: unfused */
+    int n_var;
+    variant var[OAR_PREDICTOR_MAX_BATCHES];
+    int batch_input; /* the input whose first dim picks the variant; -1: one variant */
 } model;
 
-/* A new executor of m's graph, with m's compiled kernels. */
-static oar_executor *new_executor(model *m) {
-    oar_executor *ex = oar_executor_new(m->g);
-    if (ex && m->fusion && oari_executor_use_fusion(ex, m->fusion)) {
+/* A new executor of variant v, with its compiled kernels. */
+static oar_executor *new_executor(const variant *v) {
+    oar_executor *ex = oar_executor_new(v->g);
+    if (ex && v->fusion && oari_executor_use_fusion(ex, v->fusion)) {
         oar_executor_free(ex);
         return NULL;
     }
     return ex;
 }
 
+static void model_free(model *m) {
+    for (int k = 0; k < m->n_var; k++) {
+        oari_fusion_free(m->var[k].fusion);
+        oar_graph_free(m->var[k].g);
+    }
+    oari_free(m, sizeof *m);
+}
+
+/* Idle executors of one variant. */
+typedef struct idle_set {
+    oar_executor **a;
+    int n, cap;
+} idle_set;
+
 struct oar_predictor {
     model *m;
     int num_threads;
     pthread_mutex_t lock;          /* guards idle[] */
-    oar_executor **idle;
-    int n_idle, cap_idle;
+    idle_set idle[OAR_PREDICTOR_MAX_BATCHES];
     pthread_mutex_t borrowed_lock; /* serialises run_borrowed */
-    oar_executor *borrowed;
+    oar_executor *borrowed[OAR_PREDICTOR_MAX_BATCHES];
 };
 
 static oar_predictor *wrap(model *m, int num_threads) {
@@ -74,34 +97,51 @@ static int run_pass_list(oar_graph *g, const char *list, bool print) {
 /* The predictor's own passes, under its thread count: quantized linear
  * layers into qlinear nodes, then prepack_conv, which packs each weight in
  * the layout oneDNN picks for the threads its kernel will run on (16
- * threads asked for other blocks than 2) and for cfg->batch, then pools
- * without their unused indices. */
-static int run_own_passes(oar_graph *g, const oar_predictor_config *cfg) {
+ * threads asked for other blocks than 2) and for `batch`, then pools
+ * without their unused indices. *packed gets the number of convs packed. */
+static int run_own_passes(oar_graph *g, const oar_predictor_config *cfg, int64_t batch, int *packed) {
     int saved = omp_get_max_threads();
     if (cfg->num_threads > 0) omp_set_num_threads(cfg->num_threads);
     int st = run_pass_list(g, "fuse_qlinear", cfg->print_passes);
-    int r = st ? st
-               : after_pass(g, "prepack_conv", oari_pass_prepack_conv_at(g, cfg->batch > 0 ? cfg->batch : 1),
-                            cfg->print_passes);
+    int r = st ? st : after_pass(g, "prepack_conv", oari_pass_prepack_conv_at(g, batch), cfg->print_passes);
+    *packed = r > 0 ? r : 0;
     st = r < 0 ? r : run_pass_list(g, "pool_values", cfg->print_passes);
     if (cfg->num_threads > 0) omp_set_num_threads(saved);
     return st;
 }
 
-static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config *cfg) {
-    if (!g) return NULL;
+/* The first input whose first dim is dynamic (the batch), or -1. */
+static int batch_input_of(const oar_graph *g) {
+    for (int i = 0; i < g->n_inputs; i++) {
+        const oari_gvalue *v = &g->values[g->inputs[i]];
+        if (v->ndim > 0 && v->sym[0] >= 0) return i;
+    }
+    return -1;
+}
+
+/* Compiles v's fusible ops once; every executor shares the kernels. */
+static int compile_variant(variant *v) {
+    oar_executor *ex = oar_executor_new(v->g);
+    int st = ex ? oar_executor_compile(ex) : oari_fail_status();
+    if (st == OAR_ERR_IO) { /* an unwritable kernel cache: serve unfused rather than not at all */
+        oari_log(OAR_LOG_WARN, "predictor", "%s; the model runs unfused", oar_last_error());
+        oar_clear_error();
+        st = 0;
+    }
+    if (!st) v->fusion = oari_fusion_retain(oari_executor_fusion(ex));
+    oar_executor_free(ex);
+    return st;
+}
+
+/* The model of g (owned), optimised as cfg asks: one variant per batch
+ * size of cfg (only the first where nothing depends on the batch). */
+static model *model_of(oar_graph *g, const oar_predictor_config *cfg) {
     if (cfg->passes && run_pass_list(g, cfg->passes, cfg->print_passes)) {
         oar_graph_free(g);
         return NULL;
     }
-    if (!cfg->passes && cfg->optimize && oar_graph_optimize(g, OAR_PASSES_INFERENCE, cfg->print_passes ? OAR_PASS_PRINT : 0)) {
-        oar_graph_free(g);
-        return NULL;
-    }
-    /* quantized linear layers into qlinear nodes: the predictor's alone, as
-     * no exporter maps qlinear (docs/quantization.md); convs on packed
-     * weights; pools without their unused indices (no gradient here) */
-    if (!cfg->passes && cfg->optimize && run_own_passes(g, cfg)) {
+    if (!cfg->passes && cfg->optimize &&
+        oar_graph_optimize(g, OAR_PASSES_INFERENCE, cfg->print_passes ? OAR_PASS_PRINT : 0)) {
         oar_graph_free(g);
         return NULL;
     }
@@ -110,38 +150,75 @@ static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config 
         oar_graph_free(g);
         return NULL;
     }
-    m->g = g;
-    if (!cfg->no_compile) { /* compile once; every executor shares the kernels */
-        oar_executor *ex = oar_executor_new(g);
-        int st = ex ? oar_executor_compile(ex) : oari_fail_status();
-        if (st == OAR_ERR_IO) { /* an unwritable kernel cache: serve unfused rather than not at all */
-            oari_log(OAR_LOG_WARN, "predictor", "%s; the model runs unfused", oar_last_error());
-            oar_clear_error();
-        } else if (st) {
-            oar_executor_free(ex);
-            oar_graph_free(g);
-            oari_free(m, sizeof *m);
-            return NULL;
+    const int64_t one = cfg->batch > 0 ? cfg->batch : 1;
+    const int64_t *sizes = cfg->n_batches ? cfg->batches : &one;
+    const int n = cfg->n_batches ? cfg->n_batches : 1;
+    m->batch_input = n > 1 ? batch_input_of(g) : -1;
+    /* quantized linear layers into qlinear nodes: the predictor's alone, as
+     * no exporter maps qlinear (docs/quantization.md); convs on packed
+     * weights; pools without their unused indices (no gradient here) */
+    bool own = !cfg->passes && cfg->optimize;
+    int st = 0;
+    for (int k = 0; k < n && !st; k++) {
+        /* the base graph g goes to the last variant; the others copy it */
+        bool last = k == n - 1 || m->batch_input < 0;
+        variant *v = &m->var[m->n_var];
+        v->batch = sizes[k];
+        v->g = last ? g : oar_graph_clone(g);
+        if (last) g = NULL;
+        if (!v->g) {
+            st = oari_fail_status();
+            break;
         }
-        m->fusion = oari_fusion_retain(oari_executor_fusion(ex));
-        oar_executor_free(ex);
+        m->n_var++;
+        int packed = 0;
+        st = own ? run_own_passes(v->g, cfg, v->batch, &packed) : 0;
+        if (!st && !cfg->no_compile) st = compile_variant(v);
+        if (!packed) m->batch_input = -1; /* nothing depends on the batch: this one serves all */
+        if (m->batch_input < 0) break;
     }
-    oar_predictor *p = wrap(m, cfg->num_threads);
-    if (!p) {
-        oari_fusion_free(m->fusion);
-        oar_graph_free(g);
-        oari_free(m, sizeof *m);
+    oar_graph_free(g); /* (NULL once a variant took it) */
+    if (st) {
+        model_free(m);
+        return NULL;
     }
+    return m;
+}
+
+static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config *cfg) {
+    if (!g) return NULL;
+    model *m = model_of(g, cfg);
+    oar_predictor *p = m ? wrap(m, cfg->num_threads) : NULL;
+    if (m && !p) model_free(m);
     return p;
+}
+
+/* cfg's numbers, checked for `fn`; 0 or a status. */
+static int check_config(const char *fn, const oar_predictor_config *cfg) {
+    if (cfg->num_threads < 0) return oari_error(OAR_ERR_INVALID, "%s: num_threads %d < 0", fn, cfg->num_threads);
+    if (cfg->batch < 0) return oari_error(OAR_ERR_INVALID, "%s: batch %lld < 0", fn, (long long)cfg->batch);
+    if (cfg->n_batches < 0 || cfg->n_batches > OAR_PREDICTOR_MAX_BATCHES || (cfg->n_batches && !cfg->batches))
+        return oari_error(OAR_ERR_INVALID, "%s: n_batches %d with batches %s (want 0..%d sizes)", fn, cfg->n_batches,
+                          cfg->batches ? "given" : "NULL", OAR_PREDICTOR_MAX_BATCHES);
+    if (cfg->n_batches && cfg->batch)
+        return oari_error(OAR_ERR_INVALID, "%s: both batch (%lld) and batches are set; give one", fn,
+                          (long long)cfg->batch);
+    for (int k = 0; k < cfg->n_batches; k++) {
+        if (cfg->batches[k] < 1)
+            return oari_error(OAR_ERR_INVALID, "%s: batches[%d] is %lld (want >= 1)", fn, k,
+                              (long long)cfg->batches[k]);
+        for (int j = 0; j < k; j++)
+            if (cfg->batches[j] == cfg->batches[k])
+                return oari_error(OAR_ERR_INVALID, "%s: batches[%d] and batches[%d] are both %lld", fn, j, k,
+                                  (long long)cfg->batches[k]);
+    }
+    return 0;
 }
 
 oar_predictor *oar_predictor_create(const oar_predictor_config *cfg) {
     if (!cfg || !cfg->model_dir)
         return oari_error(OAR_ERR_INVALID, "predictor_create: config or model_dir is NULL"), NULL;
-    if (cfg->num_threads < 0)
-        return oari_error(OAR_ERR_INVALID, "predictor_create: num_threads %d < 0", cfg->num_threads), NULL;
-    if (cfg->batch < 0)
-        return oari_error(OAR_ERR_INVALID, "predictor_create: batch %lld < 0", (long long)cfg->batch), NULL;
+    if (check_config("predictor_create", cfg)) return NULL;
     return from_owned_graph(oar_graph_load(cfg->model_dir), cfg);
 }
 
@@ -149,10 +226,7 @@ oar_predictor *oar_predictor_from_graph(const oar_graph *g, const oar_predictor_
     static const oar_predictor_config none;
     if (!g) return oari_error(OAR_ERR_INVALID, "predictor_from_graph: graph is NULL"), NULL;
     if (!cfg) cfg = &none;
-    if (cfg->num_threads < 0)
-        return oari_error(OAR_ERR_INVALID, "predictor_from_graph: num_threads %d < 0", cfg->num_threads), NULL;
-    if (cfg->batch < 0)
-        return oari_error(OAR_ERR_INVALID, "predictor_from_graph: batch %lld < 0", (long long)cfg->batch), NULL;
+    if (check_config("predictor_from_graph", cfg)) return NULL;
     return from_owned_graph(oar_graph_clone(g), cfg);
 }
 
@@ -163,42 +237,40 @@ oar_predictor *oar_predictor_clone(oar_predictor *p) {
 
 void oar_predictor_free(oar_predictor *p) {
     if (!p) return;
-    for (int i = 0; i < p->n_idle; i++) oar_executor_free(p->idle[i]);
-    oari_free(p->idle, (size_t)p->cap_idle * sizeof *p->idle);
-    oar_executor_free(p->borrowed);
+    for (int k = 0; k < OAR_PREDICTOR_MAX_BATCHES; k++) {
+        for (int i = 0; i < p->idle[k].n; i++) oar_executor_free(p->idle[k].a[i]);
+        oari_free(p->idle[k].a, (size_t)p->idle[k].cap * sizeof *p->idle[k].a);
+        oar_executor_free(p->borrowed[k]);
+    }
     pthread_mutex_destroy(&p->lock);
     pthread_mutex_destroy(&p->borrowed_lock);
-    if (__atomic_sub_fetch(&p->m->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
-        oari_fusion_free(p->m->fusion);
-        oar_graph_free(p->m->g);
-        oari_free(p->m, sizeof *p->m);
-    }
+    if (__atomic_sub_fetch(&p->m->refcount, 1, __ATOMIC_ACQ_REL) == 0) model_free(p->m);
     oari_free(p, sizeof *p);
 }
 
 const oar_graph *oar_predictor_graph(const oar_predictor *p) {
-    return p ? p->m->g : (oari_null_arg(__func__, "predictor"), NULL);
+    return p ? p->m->var[0].g : (oari_null_arg(__func__, "predictor"), NULL);
 }
 bool oar_predictor_is_compiled(const oar_predictor *p) {
-    return p ? (p->m->fusion && p->m->fusion->n_kernels) : (oari_null_arg(__func__, "predictor"), false);
+    return p ? (p->m->var[0].fusion && p->m->var[0].fusion->n_kernels) : (oari_null_arg(__func__, "predictor"), false);
 }
 int oar_predictor_num_inputs(const oar_predictor *p) {
-    return p ? oar_graph_num_inputs(p->m->g) : (oari_null_arg(__func__, "predictor"), -1);
+    return p ? oar_graph_num_inputs(p->m->var[0].g) : (oari_null_arg(__func__, "predictor"), -1);
 }
 int oar_predictor_num_outputs(const oar_predictor *p) {
-    return p ? oar_graph_num_outputs(p->m->g) : (oari_null_arg(__func__, "predictor"), -1);
+    return p ? oar_graph_num_outputs(p->m->var[0].g) : (oari_null_arg(__func__, "predictor"), -1);
 }
 const char *oar_predictor_input_name(const oar_predictor *p, int i) {
-    return p ? oar_graph_input_name(p->m->g, i) : (oari_null_arg(__func__, "predictor"), NULL);
+    return p ? oar_graph_input_name(p->m->var[0].g, i) : (oari_null_arg(__func__, "predictor"), NULL);
 }
 const char *oar_predictor_output_name(const oar_predictor *p, int i) {
-    return p ? oar_graph_output_name(p->m->g, i) : (oari_null_arg(__func__, "predictor"), NULL);
+    return p ? oar_graph_output_name(p->m->var[0].g, i) : (oari_null_arg(__func__, "predictor"), NULL);
 }
 int oar_predictor_input_shape(const oar_predictor *p, int i, oar_dtype *dtype, int64_t *shape) {
-    return p ? oar_graph_input_shape(p->m->g, i, dtype, shape) : (oari_null_arg(__func__, "predictor"), -1);
+    return p ? oar_graph_input_shape(p->m->var[0].g, i, dtype, shape) : (oari_null_arg(__func__, "predictor"), -1);
 }
 int oar_predictor_output_shape(const oar_predictor *p, int i, oar_dtype *dtype, int64_t *shape) {
-    return p ? oar_graph_output_shape(p->m->g, i, dtype, shape) : (oari_null_arg(__func__, "predictor"), -1);
+    return p ? oar_graph_output_shape(p->m->var[0].g, i, dtype, shape) : (oari_null_arg(__func__, "predictor"), -1);
 }
 
 int oar_predictor_input_index(const oar_predictor *p, const char *name) {
@@ -246,13 +318,27 @@ static int give_out(const oar_graph *g, oar_tensor **outputs, oar_tensor *const 
     return 0;
 }
 
+/* The variant of m that serves these inputs: the one packed for their
+ * batch, else the first. */
+static int pick(const model *m, oar_tensor *const *inputs) {
+    const int i = m->batch_input;
+    if (i < 0 || !inputs || !inputs[i] || inputs[i]->ndim < 1) return 0;
+    const oari_gvalue *v = &m->var[0].g->values[m->var[0].g->inputs[i]];
+    const int64_t b = inputs[i]->shape[0] / (v->smul[0] > 0 ? v->smul[0] : 1);
+    for (int k = 0; k < m->n_var; k++)
+        if (m->var[k].batch == b) return k;
+    return 0;
+}
+
 int oar_predictor_run(oar_predictor *p, oar_tensor *const *inputs, oar_tensor **outputs) {
     if (!p || !outputs) return oari_error(OAR_ERR_INVALID, "predictor_run: predictor or outputs is NULL");
-    const oar_graph *g = p->m->g;
+    const int k = pick(p->m, inputs);
+    const oar_graph *g = p->m->var[k].g;
+    idle_set *idle = &p->idle[k];
     pthread_mutex_lock(&p->lock);
-    oar_executor *ex = p->n_idle ? p->idle[--p->n_idle] : NULL;
+    oar_executor *ex = idle->n ? idle->a[--idle->n] : NULL;
     pthread_mutex_unlock(&p->lock);
-    if (!ex && !(ex = new_executor(p->m))) return oari_fail_status();
+    if (!ex && !(ex = new_executor(&p->m->var[k]))) return oari_fail_status();
     oar_tensor *res[64];
     bool fresh[64] = {0};
     int no = g->n_outputs < 64 ? g->n_outputs : 64;
@@ -267,15 +353,15 @@ int oar_predictor_run(oar_predictor *p, oar_tensor *const *inputs, oar_tensor **
                 outputs[j] = NULL;
             }
     pthread_mutex_lock(&p->lock);
-    if (p->n_idle == p->cap_idle) {
-        int nc = p->cap_idle ? p->cap_idle * 2 : 4;
-        oar_executor **a = oari_realloc(p->idle, (size_t)p->cap_idle * sizeof *a, (size_t)nc * sizeof *a);
+    if (idle->n == idle->cap) {
+        int nc = idle->cap ? idle->cap * 2 : 4;
+        oar_executor **a = oari_realloc(idle->a, (size_t)idle->cap * sizeof *a, (size_t)nc * sizeof *a);
         if (a) {
-            p->idle = a;
-            p->cap_idle = nc;
+            idle->a = a;
+            idle->cap = nc;
         }
     }
-    if (p->n_idle < p->cap_idle) p->idle[p->n_idle++] = ex;
+    if (idle->n < idle->cap) idle->a[idle->n++] = ex;
     else oar_executor_free(ex);
     pthread_mutex_unlock(&p->lock);
     return st;
@@ -283,10 +369,15 @@ int oar_predictor_run(oar_predictor *p, oar_tensor *const *inputs, oar_tensor **
 
 int oar_predictor_run_borrowed(oar_predictor *p, oar_tensor *const *inputs, oar_tensor **outputs) {
     if (!p || !outputs) return oari_error(OAR_ERR_INVALID, "predictor_run_borrowed: predictor or outputs is NULL");
+    const int k = pick(p->m, inputs);
     pthread_mutex_lock(&p->borrowed_lock);
     int st = 0;
-    if (!p->borrowed && !(p->borrowed = new_executor(p->m))) st = oari_fail_status();
-    if (!st) st = run_on(p, p->borrowed, inputs, outputs);
+    if (!p->borrowed[k] && !(p->borrowed[k] = new_executor(&p->m->var[k]))) st = oari_fail_status();
+    if (!st) st = run_on(p, p->borrowed[k], inputs, outputs);
     pthread_mutex_unlock(&p->borrowed_lock);
     return st;
+}
+
+const oar_graph *oari_predictor_graph_for(const oar_predictor *p, oar_tensor *const *inputs) {
+    return p->m->var[pick(p->m, inputs)].g;
 }

@@ -12,6 +12,7 @@
 #include "test.h"
 
 #include "graph/ir.h"
+#include "infer/predictor.h"
 #include "ops/op.h"
 
 #include <oar/infer.h>
@@ -167,15 +168,19 @@ static int layout_at(int64_t n, int64_t out[3]) {
     return 1;
 }
 
-/* The predictor's conv2d_prepacked node's layout; 0 if it has none. */
-static int served_layout(oar_predictor *p, int64_t out[3]) {
-    const oar_graph *g = p ? oar_predictor_graph(p) : NULL;
+/* The conv2d_prepacked node's layout in g; 0 if it has none. */
+static int graph_layout(const oar_graph *g, int64_t out[3]) {
     for (int i = 0; g && i < g->n_nodes; i++)
         if (!g->nodes[i].dead && g->nodes[i].op == OARI_OP_conv2d_prepacked) {
             memcpy(out, g->nodes[i].attrs.i + 10, 3 * sizeof *out);
             return 1;
         }
     return 0;
+}
+
+/* The predictor's conv2d_prepacked node's layout; 0 if it has none. */
+static int served_layout(oar_predictor *p, int64_t out[3]) {
+    return p ? graph_layout(oar_predictor_graph(p), out) : 0;
 }
 
 /* Where the graph's batch is dynamic, the convs are packed for
@@ -223,6 +228,72 @@ static void test_batch_setting(void) {
     CHECK(c && oari_pass_prepack_conv_at(c, 0) == OAR_ERR_INVALID);
     CHECK(strstr(oar_last_error(), "want >= 1") != NULL);
     oar_graph_free(c);
+    oar_graph_free(g);
+    oar_pool_pop(pool);
+}
+
+/* Several batch sizes (oar_predictor_config.batches): one packing each; a
+ * run takes its batch's graph (by run and by run_borrowed), batches[0]'s
+ * at another size, and every one gives the unpacked conv's values. A graph
+ * with nothing packed keeps one graph. Bad lists are refused. */
+static void test_batches(void) {
+    oar_pool *pool = oar_pool_push();
+    Wb = conv_w(64, 64, 3, 3);
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 64, 14, 14}};
+    oar_graph *g = oar_trace(wide_fn, NULL, 1, &spec, 1, NULL);
+    CHECK(g != NULL);
+    int64_t l1[3] = {0}, l32[3] = {0}, got[3] = {0};
+    const int packs = layout_at(1, l1);
+    CHECK(layout_at(32, l32) == packs);
+    const int64_t sizes[2] = {32, 1};
+    oar_predictor *p = oar_predictor_from_graph(g, &(oar_predictor_config){.optimize = true, .batches = sizes,
+                                                                            .n_batches = 2});
+    CHECK(p != NULL);
+    const int64_t runs[3] = {1, 32, 5};
+    for (int k = 0; p && k < 3; k++) {
+        oar_tensor *x = rand_t(OAR_F32, 4, (int64_t[]){runs[k], 64, 14, 14}, 1.0), *y = NULL, *yb = NULL;
+        const oar_graph *served = oari_predictor_graph_for(p, &x);
+        /* batch 1 its own graph; 32 and 5 the first's */
+        CHECK((served == oar_predictor_graph(p)) == (!packs || runs[k] != 1));
+        CHECK(graph_layout(served, got) == packs);
+        if (packs) CHECK(!memcmp(got, runs[k] == 1 ? l1 : l32, sizeof got));
+        oar_tensor *want = oar_cast(oar_relu(conv(oar_cast(x, OAR_F64), oar_cast(Wb, OAR_F64), NULL, 1, 1, 1, 1)),
+                                    OAR_F32);
+        CHECK(oar_predictor_run(p, &x, &y) == 0);
+        CHECK(oar_predictor_run_borrowed(p, &x, &yb) == 0);
+        double mag = max_abs(want), tol = (packs && got[0] == 2 ? 1e-5 : 2e-6) * mag;
+        double err = max_diff(y, want), errb = max_diff(yb, want);
+        if (!(mag > 0.1 && err <= tol && errb <= tol))
+            fprintf(stderr, "  batches {32, 1}, batch %lld: off by %g and %g (magnitude %g)\n", (long long)runs[k], err,
+                    errb, mag);
+        CHECK(mag > 0.1 && err <= tol && errb <= tol);
+        oar_tensor_release(y);
+    }
+    oar_predictor_free(p);
+    /* nothing packed (no optimize): one graph for every batch */
+    p = oar_predictor_from_graph(g, &(oar_predictor_config){.batches = sizes, .n_batches = 2});
+    CHECK(p != NULL);
+    if (p) {
+        oar_tensor *x1 = rand_t(OAR_F32, 4, (int64_t[]){1, 64, 14, 14}, 1.0);
+        CHECK(oari_predictor_graph_for(p, &x1) == oar_predictor_graph(p));
+        CHECK(graph_layout(oar_predictor_graph(p), got) == 0);
+        oar_predictor_free(p);
+    }
+    /* refusals */
+    const int64_t dup[2] = {4, 4}, zero[2] = {4, 0}, many[OAR_PREDICTOR_MAX_BATCHES + 1] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    CHECK_FAILS(oar_predictor_from_graph(g, &(oar_predictor_config){.batches = dup, .n_batches = 2}),
+                "batches[0] and batches[1] are both 4");
+    CHECK_FAILS(oar_predictor_from_graph(g, &(oar_predictor_config){.batches = zero, .n_batches = 2}),
+                "batches[1] is 0 (want >= 1)");
+    CHECK_FAILS(oar_predictor_from_graph(g, &(oar_predictor_config){.batches = many,
+                                                                     .n_batches = OAR_PREDICTOR_MAX_BATCHES + 1}),
+                "n_batches 9 with batches given (want 0..8 sizes)");
+    CHECK_FAILS(oar_predictor_from_graph(g, &(oar_predictor_config){.n_batches = 1}), "n_batches 1 with batches NULL");
+    CHECK_FAILS(oar_predictor_from_graph(g, &(oar_predictor_config){.batches = sizes, .n_batches = -1}),
+                "n_batches -1");
+    CHECK_FAILS(oar_predictor_create(&(oar_predictor_config){.model_dir = "/nonexistent", .batch = 2, .batches = sizes,
+                                                             .n_batches = 2}),
+                "both batch (2) and batches are set");
     oar_graph_free(g);
     oar_pool_pop(pool);
 }
@@ -542,6 +613,7 @@ static void test_bad_input(void) {
 int main(void) {
     RUN(test_cnn);
     RUN(test_batch_setting);
+    RUN(test_batches);
     RUN(test_left_alone);
     RUN(test_wino);
     RUN(test_wino_op);
