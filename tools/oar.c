@@ -158,13 +158,15 @@ static const char quantize_help[] =
     "\n" EXIT_TEXT;
 
 static const char bench_help[] =
-    "usage: oar bench MODEL [--batch N] [--iters K] [--warmup W] [--threads T] [--no-optimize]\n"
+    "usage: oar bench MODEL [--batch N[,N...]] [--iters K] [--warmup W] [--threads T] [--no-optimize]\n"
     "                 [--no-compile]\n"
     "\n"
     "Times MODEL (a saved-model folder or an .onnx file) on random inputs (dynamic dims set\n"
     "to the batch) and prints the latency (mean, p50, p90, p99, min, max) and throughput.\n"
     "\n"
-    "  --batch N      the size of dynamic dims (default 1); convolutions are packed for it\n"
+    "  --batch N      the size of dynamic dims (default 1); convolutions are packed for it.\n"
+    "                 A list (1,32; up to 8 sizes) times each size on one predictor that\n"
+    "                 packs for every one of them\n"
     "  --iters K      timed runs (default 100)\n"
     "  --warmup W     untimed runs first (default 10)\n"
     "  --threads T    threads (default 0: the library's choice)\n"
@@ -514,42 +516,36 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int cmd_bench(int argc, char **argv) {
-    if (wants_help(argc, argv, bench_help)) return CLI_OK;
-    const char *dir = NULL, *v;
-    long long batch = 1, iters = 100, warmup = 10, threads = 0;
-    bool optimize = true, compile = true, opts = true;
-    int m, rc;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (opts && !strcmp(a, "--")) opts = false;
-        else if (opts && !strcmp(a, "--no-optimize")) optimize = false;
-        else if (opts && !strcmp(a, "--no-compile")) compile = false;
-        else if (opts && (m = opt_value("bench", argc, argv, &i, "--batch", NULL, "an integer >= 1", &v))) {
-            if (m < 0 || parse_int("bench", "--batch", v, 1, LLONG_MAX, &batch)) return CLI_USAGE;
-        } else if (opts && (m = opt_value("bench", argc, argv, &i, "--iters", NULL, "an integer >= 1", &v))) {
-            if (m < 0 || parse_int("bench", "--iters", v, 1, INT_MAX / 2, &iters)) return CLI_USAGE;
-        } else if (opts && (m = opt_value("bench", argc, argv, &i, "--warmup", NULL, "an integer >= 0", &v))) {
-            if (m < 0 || parse_int("bench", "--warmup", v, 0, INT_MAX / 2, &warmup)) return CLI_USAGE;
-        } else if (opts && (m = opt_value("bench", argc, argv, &i, "--threads", NULL, "an integer >= 0", &v))) {
-            if (m < 0 || parse_int("bench", "--threads", v, 0, 4096, &threads)) return CLI_USAGE;
-        } else if (opts && is_option(a)) return unknown_option("bench", a);
-        else if (dir) return extra_argument("bench", a, "one MODEL");
-        else dir = a;
+/* --batch's "N" or "N,N,...": up to OAR_PREDICTOR_MAX_BATCHES distinct
+ * sizes >= 1 into b; the count, or -1 after printing the usage error. */
+static int parse_batches(const char *v, int64_t *b) {
+    char item[32];
+    int n = 0;
+    for (const char *p = v;; p++) {
+        size_t len = strcspn(p, ",");
+        long long x;
+        if (len >= sizeof item) return cli_usage_error("bench", "--batch", "expected integers >= 1, got '%s'", v), -1;
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (parse_int("bench", "--batch", item, 1, LLONG_MAX, &x)) return -1;
+        if (n == OAR_PREDICTOR_MAX_BATCHES)
+            return cli_usage_error("bench", "--batch", "at most %d sizes, got '%s'", OAR_PREDICTOR_MAX_BATCHES, v), -1;
+        for (int k = 0; k < n; k++)
+            if (b[k] == x) return cli_usage_error("bench", "--batch", "%lld twice in '%s'", x, v), -1;
+        b[n++] = x;
+        p += len;
+        if (!*p) return n;
     }
-    if ((rc = check_model("bench", dir))) return rc;
-    oar_predictor_config cfg = {.model_dir = dir, .optimize = optimize, .num_threads = (int)threads,
-                                .no_compile = !compile, .batch = batch}; /* convs packed for it */
-    oar_predictor *p = load_predictor(dir, &cfg);
-    if (!p) return fail("bench");
-    int ni = oar_predictor_num_inputs(p), no = oar_predictor_num_outputs(p);
+}
+
+/* Times p at one batch size: random inputs with their dynamic dims set to
+ * it, warmup untimed runs, then iters timed; prints the figures. */
+static int bench_batch(oar_predictor *p, const char *dir, long long batch, long long iters, long long warmup,
+                       long long threads, double *lat) {
+    int ni = oar_predictor_num_inputs(p), no = oar_predictor_num_outputs(p), rc = CLI_OK;
+    if (ni > MAX_IO || no > MAX_IO) return cli_fail("bench", "the model has more than 64 inputs or outputs");
     oar_tensor *x[MAX_IO] = {0}, *y[MAX_IO] = {0};
-    double *lat = calloc((size_t)iters, sizeof *lat);
-    if (ni > MAX_IO || no > MAX_IO || !lat) {
-        rc = cli_fail("bench", "%s", lat ? "the model has more than 64 inputs or outputs" : "out of memory");
-        goto done;
-    }
-    for (int i = 0; i < ni; i++) {
+    for (int i = 0; i < ni && !rc; i++) {
         int64_t shape[OAR_MAX_DIMS];
         oar_dtype dt;
         int nd = oar_predictor_input_shape(p, i, &dt, shape);
@@ -559,10 +555,7 @@ static int cmd_bench(int argc, char **argv) {
         x[i] = oar_tensor_retain(oar_dtype_is_float(dt) ? oar_cast(oar_randn(OAR_F32, nd, shape), dt)
                                                         : oar_zeros(dt, nd, shape));
         oar_pool_pop(pool);
-        if (!x[i]) {
-            rc = fail("bench");
-            goto done;
-        }
+        if (!x[i]) rc = fail("bench");
     }
     for (long long r = 0; r < warmup + iters && !rc; r++) {
         double t0 = now();
@@ -579,9 +572,48 @@ static int cmd_bench(int argc, char **argv) {
         printf("latency ms: mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  min %.3f  max %.3f\n",
                1e3 * total / (double)iters, PCT(0.50), PCT(0.90), PCT(0.99), 1e3 * lat[0], 1e3 * lat[iters - 1]);
         printf("throughput: %.1f samples/s\n", (double)batch * (double)iters / total);
+#undef PCT
     }
-done:
     for (int i = 0; i < MAX_IO; i++) oar_tensor_release(x[i]);
+    return rc;
+}
+
+static int cmd_bench(int argc, char **argv) {
+    if (wants_help(argc, argv, bench_help)) return CLI_OK;
+    const char *dir = NULL, *v;
+    long long iters = 100, warmup = 10, threads = 0;
+    int64_t batches[OAR_PREDICTOR_MAX_BATCHES] = {1};
+    int n_batches = 1;
+    bool optimize = true, compile = true, opts = true;
+    int m, rc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (opts && !strcmp(a, "--")) opts = false;
+        else if (opts && !strcmp(a, "--no-optimize")) optimize = false;
+        else if (opts && !strcmp(a, "--no-compile")) compile = false;
+        else if (opts && (m = opt_value("bench", argc, argv, &i, "--batch", NULL, "an integer >= 1", &v))) {
+            if (m < 0 || (n_batches = parse_batches(v, batches)) < 0) return CLI_USAGE;
+        } else if (opts && (m = opt_value("bench", argc, argv, &i, "--iters", NULL, "an integer >= 1", &v))) {
+            if (m < 0 || parse_int("bench", "--iters", v, 1, INT_MAX / 2, &iters)) return CLI_USAGE;
+        } else if (opts && (m = opt_value("bench", argc, argv, &i, "--warmup", NULL, "an integer >= 0", &v))) {
+            if (m < 0 || parse_int("bench", "--warmup", v, 0, INT_MAX / 2, &warmup)) return CLI_USAGE;
+        } else if (opts && (m = opt_value("bench", argc, argv, &i, "--threads", NULL, "an integer >= 0", &v))) {
+            if (m < 0 || parse_int("bench", "--threads", v, 0, 4096, &threads)) return CLI_USAGE;
+        } else if (opts && is_option(a)) return unknown_option("bench", a);
+        else if (dir) return extra_argument("bench", a, "one MODEL");
+        else dir = a;
+    }
+    if ((rc = check_model("bench", dir))) return rc;
+    /* the convs are packed for the size (or each size) timed */
+    oar_predictor_config cfg = {.model_dir = dir, .optimize = optimize, .num_threads = (int)threads,
+                                .no_compile = !compile};
+    if (n_batches == 1) cfg.batch = batches[0];
+    else cfg.batches = batches, cfg.n_batches = n_batches;
+    oar_predictor *p = load_predictor(dir, &cfg);
+    if (!p) return fail("bench");
+    double *lat = calloc((size_t)iters, sizeof *lat);
+    if (!lat) rc = cli_fail("bench", "out of memory");
+    for (int k = 0; k < n_batches && !rc; k++) rc = bench_batch(p, dir, batches[k], iters, warmup, threads, lat);
     free(lat);
     oar_predictor_free(p);
     return rc;

@@ -163,6 +163,12 @@ static void test_cli(void) {
     CHECK(rc == 0 && strstr(out, "latency ms: mean") && strstr(out, "p99") && strstr(out, "samples/s"));
     CHECK(strstr(out, "compiled") != NULL); /* the bias add and ReLU: one kernel */
     free(out);
+    /* a list: each size timed on one predictor packed for both */
+    snprintf(args, sizeof args, "bench %s --batch 2,4 --iters 3 --warmup 1 --threads 1", dir);
+    out = oar_cmd(args, &rc);
+    const char *b2 = out ? strstr(out, "batch 2 ") : NULL, *b4 = b2 ? strstr(b2, "batch 4 ") : NULL;
+    CHECK(rc == 0 && b2 && b4 && strstr(b2, "samples/s") < b4 && strstr(b4, "samples/s"));
+    free(out);
     snprintf(args, sizeof args, "bench %s --batch 4 --iters 5 --warmup 1 --no-compile", dir);
     out = oar_cmd(args, &rc);
     CHECK(rc == 0 && strstr(out, "unfused") && strstr(out, "samples/s"));
@@ -399,6 +405,12 @@ static void test_errors(void) {
     expect_usage(a, "bench", "--batch: expected an integer >= 1, got 'abc'", NULL);
     snprintf(a, sizeof a, "bench %s --batch=0", md);
     expect_usage(a, "bench", "--batch: expected an integer >= 1, got '0'", NULL);
+    snprintf(a, sizeof a, "bench %s --batch 2,2", md);
+    expect_usage(a, "bench", "--batch: 2 twice in '2,2'", NULL);
+    snprintf(a, sizeof a, "bench %s --batch 2,", md);
+    expect_usage(a, "bench", "--batch: expected an integer >= 1, got ''", NULL);
+    snprintf(a, sizeof a, "bench %s --batch 1,2,3,4,5,6,7,8,9", md);
+    expect_usage(a, "bench", "--batch: at most 8 sizes, got '1,2,3,4,5,6,7,8,9'", NULL);
     snprintf(a, sizeof a, "bench %s --iters 2x", md);
     expect_usage(a, "bench", "--iters: expected an integer >= 1, got '2x'", NULL);
     snprintf(a, sizeof a, "bench %s --warmup -1", md);
