@@ -16,7 +16,8 @@
  *                 its eager one (bench/peer/rnn.py: torch has no graph form
  *                 of this backward).
  * Then the forward alone (no grad) of each, and a GRU layer's forward +
- * backward through its module (oar_gru_new; torch.nn.GRU). Best of rounds. */
+ * backward through its module (oar_gru_new, which runs gru_layer_train and
+ * the rule's ops over its reserve; torch.nn.GRU). Best of rounds. */
 #include <oar/oar.h>
 
 #include <omp.h>

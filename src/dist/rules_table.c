@@ -112,6 +112,7 @@ static const oari_dist_rule table[OARI_OP_COUNT] = {
     ROW(custom, OARI_RULE_CUSTOM, 0, 0, false, NULL),
     /* recurrent layers, quantization */
     ROW(rnn_layer, OARI_RULE_REPLICATE, 0, 0, false, "not done: the batch is dim 1 of x and dim 0 of the states"),
+    ROW(gru_layer_train, OARI_RULE_REPLICATE, 0, 0, false, "as rnn_layer's (oar_rnn_layer takes rnn_layer for dtensors)"),
     ROW(lstm_layer, OARI_RULE_REPLICATE, 0, 0, false, "not done: the batch is dim 1 of x and dim 0 of the states"),
     ROW(lstm_layer_train, OARI_RULE_REPLICATE, 0, 0, false, "as lstm_layer's (oar_rnn_layer takes lstm_layer for dtensors)"),
     ROW(lstm_layer_backward, OARI_RULE_REPLICATE, 0, 0, false, "as lstm_layer's"),

@@ -169,13 +169,14 @@ int oari_graph_backward_nodes(const oar_graph *g, int n0, const bool *req, oar_t
     return st;
 }
 
-/* Turns each live lstm_layer among the first n0 nodes that reads a value
- * depending on wrt into lstm_layer_train, whose extra output (the gates
- * and cell states of every step) its gradient rule reads instead of
- * recomputing them: two GEMMs over all steps fewer, the rest unchanged.
- * The rule also takes a gradient into that output, so the backward still
- * differentiates again. 0 or a status. */
-static int lstm_keep_gates(oar_graph *g, int n0, int n_wrt, const int *wrt) {
+/* Turns each live lstm_layer (GRU rnn_layer) among the first n0 nodes
+ * that reads a value depending on wrt into lstm_layer_train
+ * (gru_layer_train), whose extra output (the gates, and LSTM cell states,
+ * of every step) its gradient rule reads instead of recomputing them: two
+ * GEMMs over all steps fewer, the rest unchanged. The rule also takes a
+ * gradient into that output, so the backward still differentiates again.
+ * The graph computes the same either way. 0 or a status. */
+static int rnn_keep_gates(oar_graph *g, int n0, int n_wrt, const int *wrt) {
     int nv0 = g->n_values, st = 0;
     size_t dep_n = (size_t)(nv0 ? nv0 : 1) * sizeof(bool);
     bool *dep = oari_calloc(1, dep_n); /* value v depends on wrt (v < nv0) */
@@ -187,9 +188,11 @@ static int lstm_keep_gates(oar_graph *g, int n0, int n_wrt, const int *wrt) {
         for (int k = 0; k < n->n_in; k++) d = d || (n->in[k] >= 0 && dep[n->in[k]]);
         for (int j = 0; j < n->n_out; j++)
             if (n->out[j] < nv0) dep[n->out[j]] = d;
-        if (!d || n->dead || n->op != OARI_OP_lstm_layer) continue;
+        const bool lstm = n->op == OARI_OP_lstm_layer,
+                   gru = n->op == OARI_OP_rnn_layer && n->attrs.ni > 0 && n->attrs.i[0] == 2; /* (cell 2: GRU) */
+        if (!d || n->dead || !(lstm || gru)) continue;
         const oari_gvalue *y = &g->values[n->out[0]];
-        int64_t shape[3] = {y->shape[0], y->shape[1], 5 * y->shape[2]};
+        int64_t shape[3] = {y->shape[0], y->shape[1], (lstm ? 5 : 4) * y->shape[2]};
         int r = oari_graph_add_value(g, OARI_V_NODE, y->dtype, 3, shape);
         if (r < 0) {
             st = oari_fail_status();
@@ -197,10 +200,9 @@ static int lstm_keep_gates(oar_graph *g, int n0, int n_wrt, const int *wrt) {
         }
         n = &g->nodes[i]; /* (adding a value moves no node, but read it again) */
         g->values[r].producer = i;
-        g->values[r].out_index = 3;
-        n->op = OARI_OP_lstm_layer_train;
-        n->out[3] = r;
-        n->n_out = 4;
+        g->values[r].out_index = n->n_out;
+        n->op = lstm ? OARI_OP_lstm_layer_train : OARI_OP_gru_layer_train;
+        n->out[n->n_out++] = r;
     }
     oari_free(dep, dep_n);
     return st;
@@ -216,7 +218,7 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
         if (wrt[k] < 0 || wrt[k] >= g->n_inputs)
             return oari_error(OAR_ERR_INVALID, "graph_backward: input %d out of range [0, %d)", wrt[k],
                               g->n_inputs);
-    int n0 = g->n_nodes, first = g->n_outputs, st = lstm_keep_gates(g, n0, n_wrt, wrt);
+    int n0 = g->n_nodes, first = g->n_outputs, st = rnn_keep_gates(g, n0, n_wrt, wrt);
     if (st) return st;
     int nv = g->n_values;
     bool *req = oari_calloc((size_t)(nv ? nv : 1), sizeof *req);

@@ -233,6 +233,7 @@ int oari_autocast_policy(oari_op op) {
     case OARI_OP_fft_c2r:
     case OARI_OP_rnn_layer: /* no half kernels (OARI_F_NO_HALF) */
     case OARI_OP_lstm_layer:
+    case OARI_OP_gru_layer_train:
     case OARI_OP_lstm_layer_train:
     case OARI_OP_lstm_layer_backward:
         return OAR_AUTOCAST_F32;

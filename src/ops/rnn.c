@@ -131,6 +131,16 @@ static int infer_layer(oari_infer *c, bool lstm) {
 static int infer_rnn_layer(oari_infer *c) { return infer_layer(c, false); }
 static int infer_lstm_layer(oari_infer *c) { return infer_layer(c, true); }
 
+static int infer_gru_layer_train(oari_infer *c) {
+    int st = infer_layer(c, false);
+    if (st) return st;
+    if (c->attrs->i[0] != CELL_GRU)
+        return oari_error(OAR_ERR_INVALID, "%s: cell %lld is not 2 (gru)", c->op, (long long)c->attrs->i[0]);
+    const int64_t *y = c->out[0].shape;
+    c->out[2] = (oari_meta){.dtype = c->out[0].dtype, .ndim = 3, .shape = {y[0], y[1], 4 * y[2]}};
+    return 0;
+}
+
 static int infer_lstm_layer_train(oari_infer *c) {
     int st = infer_layer(c, true);
     if (st) return st;
@@ -267,17 +277,19 @@ static int fused_lstm_grad(oari_grad_ctx *g, bool reverse, oar_tensor *hp) {
 }
 
 static int grad_layer(oari_grad_ctx *g) {
-    bool lstm = g->op != OARI_OP_rnn_layer, reverse;
+    bool lstm = g->op == OARI_OP_lstm_layer || g->op == OARI_OP_lstm_layer_train, reverse;
     const rnn_io *io = lstm ? &rnn_io_lstm : &rnn_io_rnn;
     int cell = call_cell(lstm, g->attrs, &reverse);
     oar_tensor *x = g->in[io->x], *h0 = g->in[io->h0], *c0 = lstm ? g->in[io->c0] : NULL;
     oar_tensor *w_ih = g->in[io->w_ih], *w_hh = g->in[io->w_hh], *b_ih = g->in[io->b_ih],
                *b_hh = g->in[io->b_hh], *len = g->in[io->len], *y = g->out[0];
     oar_tensor *gy = g->gout[0], *dh = g->gout[1], *dc = lstm ? g->gout[2] : NULL;
-    /* lstm_layer_train: the gates and cell states come from the reserve,
-     * which may have a gradient of its own (a backward differentiated) */
-    oar_tensor *R = g->op == OARI_OP_lstm_layer_train ? g->out[3] : NULL;
-    oar_tensor *gR = R ? g->gout[3] : NULL;
+    /* lstm_layer_train, gru_layer_train: the gates (and LSTM cell states)
+     * come from the reserve, which may have a gradient of its own (a
+     * backward differentiated) */
+    const int r_out = g->op == OARI_OP_lstm_layer_train ? 3 : g->op == OARI_OP_gru_layer_train ? 2 : -1;
+    oar_tensor *R = r_out >= 0 ? g->out[r_out] : NULL;
+    oar_tensor *gR = R ? g->gout[r_out] : NULL;
     const int64_t T = g->in_meta[io->x].shape[0], H = g->in_meta[io->h0].shape[1];
     if (!gy && !dh && !dc && !gR) return 0;
     if (oari_trace_size_is_dynamic(T))
@@ -304,15 +316,16 @@ static int grad_layer(oari_grad_ctx *g) {
         f.hp = oar_concat(2, (oar_tensor *[]){oar_slice(y, 0, 1, T, 1), h0r}, 0);
         if (len) f.hp = oar_where(step_mask(len, T, 1, x), f.hp, h0r);
     }
-    if (R && !gR && fused_lstm_backward_here(x)) return fused_lstm_grad(g, reverse, f.hp);
+    if (lstm && R && !gR && fused_lstm_backward_here(x)) return fused_lstm_grad(g, reverse, f.hp);
     oar_tensor *mask = len ? step_mask(len, T, 0, x) : NULL;
     if (len && !mask) return oari_fail_status();
     oar_tensor *a_ih = R ? NULL : linear(x, w_ih, b_ih), *a_hh = R ? NULL : linear(f.hp, w_hh, b_hh);
     oar_tensor **steps = calloc((size_t)(4 * T), sizeof *steps);
     if (!steps) return oari_error(OAR_ERR_NOMEM, "rnn_layer backward: out of memory");
     oar_tensor **da_ih = steps, **da_hh = steps + T, **cbuf = steps + 2 * T; /* c, c_prev */
-    oar_tensor *dA_R = NULL, *dC_R = NULL; /* the reserve's gradient, as that of the gates'
-                                              pre-activations and of the cell states */
+    /* the reserve's gradient, as that of the gate pre-activations (GRU: of
+     * x W_ih^T and of h W_hh^T apart) and of the LSTM cell states */
+    oar_tensor *dA_R = NULL, *dAh_R = NULL, *dC_R = NULL;
     if (cell == CELL_LSTM) {
         oar_tensor *C, *CP; /* the cell state after and before each step, [T, B, H] */
         if (R) {
@@ -365,11 +378,24 @@ static int grad_layer(oari_grad_ctx *g) {
         }
     } else if (cell == CELL_GRU) {
         oar_tensor *gi[3] = {NULL, NULL, NULL}, *gh[3] = {NULL, NULL, NULL};
-        if (oar_chunk(a_ih, 3, 2, 3, gi) == 3 && oar_chunk(a_hh, 3, 2, 3, gh) == 3) {
+        if (R) {
+            f.r = oar_slice(R, 2, 0, H, 1);
+            f.z = oar_slice(R, 2, H, 2 * H, 1);
+            f.n = oar_slice(R, 2, 2 * H, 3 * H, 1);
+            f.hn = oar_slice(R, 2, 3 * H, 4 * H, 1);
+        } else if (oar_chunk(a_ih, 3, 2, 3, gi) == 3 && oar_chunk(a_hh, 3, 2, 3, gh) == 3) {
             f.r = oar_sigmoid(oar_add(gi[0], gh[0]));
             f.z = oar_sigmoid(oar_add(gi[1], gh[1]));
             f.hn = gh[2];
             f.n = oar_tanh(oar_add(gi[2], oar_mul(f.r, gh[2])));
+        }
+        if (gR) { /* n = tanh(a_n + r hn): n's gradient reaches r and hn too */
+            oar_tensor *gpn = oar_mul(oar_slice(gR, 2, 2 * H, 3 * H, 1), dtanh(f.n));
+            oar_tensor *dar = oar_mul(oar_add(oar_slice(gR, 2, 0, H, 1), oar_mul(gpn, f.hn)), dsigmoid(f.r));
+            oar_tensor *daz = oar_mul(oar_slice(gR, 2, H, 2 * H, 1), dsigmoid(f.z));
+            oar_tensor *dhn = oar_add(oar_slice(gR, 2, 3 * H, 4 * H, 1), oar_mul(gpn, f.r));
+            dA_R = oar_concat(3, (oar_tensor *[]){dar, daz, gpn}, 2);
+            dAh_R = oar_concat(3, (oar_tensor *[]){dar, daz, dhn}, 2);
         }
     } else {
         f.pre = oar_add(a_ih, a_hh);
@@ -401,6 +427,10 @@ static int grad_layer(oari_grad_ctx *g) {
             oar_tensor *daz = oar_mul(oar_mul(dht, oar_sub(hp, n)), dsigmoid(z));
             dai = oar_concat(3, (oar_tensor *[]){dar, daz, dan}, 1);
             dah = oar_concat(3, (oar_tensor *[]){dar, daz, oar_mul(dan, r)}, 1);
+            if (dA_R) { /* (plus what the reserve's gradient gives step t) */
+                dai = oar_add(dai, step(dA_R, t));
+                dah = oar_add(dah, step(dAh_R, t));
+            }
             dh_new = oar_add(oar_mul(dht, z), oar_matmul(dah, w_hh_t));
         } else {
             oar_tensor *act = step(f.act, t);
@@ -476,6 +506,16 @@ const oari_op_def oari_def_rnn_layer = {
     .infer = infer_rnn_layer,
     .grad = grad_layer,
 };
+const oari_op_def oari_def_gru_layer_train = {
+    .name = "gru_layer_train",
+    .n_in = 7,
+    .n_out = 3,
+    .fusion = OARI_FUSE_OPAQUE,
+    .flags = OARI_F_OPTIONAL_IN | OARI_F_NO_HALF,
+    .saved = OARI_SAVE_ALL_IN | OARI_SAVE_OUT(0) | OARI_SAVE_OUT(2),
+    .infer = infer_gru_layer_train,
+    .grad = grad_layer,
+};
 const oari_op_def oari_def_lstm_layer_train = {
     .name = "lstm_layer_train",
     .n_in = 8,
@@ -507,13 +547,16 @@ const oari_op_def oari_def_lstm_layer = {
 
 /* ---- public function --------------------------------------------------------- */
 
-/* Whether an LSTM layer over these inputs runs as lstm_layer_train: its
- * gradient is recorded eagerly (grad mode on, a float input requiring
- * grad, no trace) on plain tensors of a device with both kernels. */
-static bool train_here(int n, oar_tensor *const *in) {
-    if (!oar_grad_enabled() || oari_trace_current || oari_dist_any(n, in) || !in[0]->storage ||
-        !oari_fused_op_here(OARI_OP_lstm_layer_train, in[0]) ||
-        !oari_fused_op_here(OARI_OP_lstm_layer_backward, in[0]))
+/* Whether an LSTM (GRU) layer over these inputs runs as lstm_layer_train
+ * (gru_layer_train): its gradient is recorded eagerly (grad mode on, a
+ * float input requiring grad, no trace) on plain tensors of a device with
+ * the kernels. */
+static bool train_here(int n, oar_tensor *const *in, bool lstm) {
+    if (!oar_grad_enabled() || oari_trace_current || oari_dist_any(n, in) || !in[0]->storage)
+        return false;
+    if (lstm ? !oari_fused_op_here(OARI_OP_lstm_layer_train, in[0]) ||
+                   !oari_fused_op_here(OARI_OP_lstm_layer_backward, in[0])
+             : !oari_fused_op_here(OARI_OP_gru_layer_train, in[0]))
         return false;
     for (int i = 0; i < n; i++)
         if (in[i] && in[i]->requires_grad) return true;
@@ -554,8 +597,9 @@ int oar_rnn_layer(oar_rnn_cell cell, bool reverse, oar_tensor *x, oar_tensor *h0
     in[n++] = lengths;
     oari_attrs at = lstm ? (oari_attrs){.ni = 1, .i = {reverse}}
                          : (oari_attrs){.ni = 2, .i = {cell, reverse}};
-    oari_op op = lstm ? (train_here(n, in) ? OARI_OP_lstm_layer_train : OARI_OP_lstm_layer)
-                      : OARI_OP_rnn_layer;
+    oari_op op = lstm ? (train_here(n, in, true) ? OARI_OP_lstm_layer_train : OARI_OP_lstm_layer)
+                      : cell == OAR_RNN_GRU && train_here(n, in, false) ? OARI_OP_gru_layer_train
+                                                                        : OARI_OP_rnn_layer;
     int st = oari_dispatch(op, n, in, &at, out);
     if (st) return st;
     int n_out = oari_op_defs[op]->n_out;
@@ -565,6 +609,6 @@ int oar_rnn_layer(oar_rnn_cell cell, bool reverse, oar_tensor *x, oar_tensor *h0
     if (!ok) return oari_fail_status();
     if (y) *y = r[0];
     if (h_n) *h_n = r[1];
-    if (c_n) *c_n = r[2];
+    if (c_n && lstm) *c_n = r[2]; /* (a GRU's r[2] is its reserve) */
     return 0;
 }

@@ -280,23 +280,42 @@ static int rl_lstm_op(bool reverse, oar_tensor *x, oar_tensor *h0, oar_tensor *c
     *cn = oari_pool_adopt(out[2]);
     return *y && *hn && *cn ? 0 : -1;
 }
-/* cell OAR_RNN_LSTM + 1: lstm_layer directly */
+/* rnn_layer itself with the GRU cell: oar_rnn_layer takes gru_layer_train
+ * where the gradient is recorded eagerly */
+static int rl_gru_op(bool reverse, oar_tensor *x, oar_tensor *h0, oar_tensor *w_ih, oar_tensor *w_hh,
+                     oar_tensor *b_ih, oar_tensor *b_hh, oar_tensor *len, oar_tensor **y, oar_tensor **hn) {
+    oar_tensor *in[7] = {x, h0, w_ih, w_hh, b_ih, b_hh, len}, *out[OARI_MAX_OUT] = {0};
+    oari_attrs a = oari_attrs_ints(2, (int64_t[]){OAR_RNN_GRU, reverse});
+    if (oari_dispatch(OARI_OP_rnn_layer, 7, in, &a, out)) return -1;
+    *y = oari_pool_adopt(out[0]);
+    *hn = oari_pool_adopt(out[1]);
+    return *y && *hn ? 0 : -1;
+}
+/* cell OAR_RNN_LSTM + 1: lstm_layer directly; OAR_RNN_LSTM + 2: rnn_layer
+ * (GRU) directly */
 static oar_tensor *rl_sum(int cell, bool reverse, oar_tensor *x, oar_tensor *h0,
                           oar_tensor *c0, oar_tensor *w_ih, oar_tensor *w_hh, oar_tensor *b_ih,
                           oar_tensor *b_hh, bool lengths) {
     oar_tensor *y = NULL, *hn = NULL, *cn = NULL;
     oar_tensor *len = lengths ? oar_tensor_from_data(rl_len, OAR_I64, 1, (int64_t[]){2}) : NULL;
-    if (cell > OAR_RNN_LSTM ? rl_lstm_op(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, len, &y, &hn, &cn)
-                            : oar_rnn_layer(cell, reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, len,
-                                            &y, &hn, &cn))
+    if (cell == OAR_RNN_LSTM + 2 ? rl_gru_op(reverse, x, h0, w_ih, w_hh, b_ih, b_hh, len, &y, &hn)
+        : cell > OAR_RNN_LSTM    ? rl_lstm_op(reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, len, &y, &hn, &cn)
+                                 : oar_rnn_layer(cell, reverse, x, h0, c0, w_ih, w_hh, b_ih, b_hh, len,
+                                                 &y, &hn, &cn))
         return NULL;
     oar_tensor *s = oar_add(oar_sum(oar_mul(y, y), 0, NULL, false), oar_sum(oar_tanh(hn), 0, NULL, false));
     return cn ? oar_add(s, oar_sum(oar_mul(cn, cn), 0, NULL, false)) : s;
 }
 FN(f_rl_tanh, rl_sum(OAR_RNN_TANH, false, x[0], x[1], NULL, x[2], x[3], rl_fixed(1, 2, 0),
                      rl_fixed(1, 2, 0), false))
-FN(f_rl_gru, rl_sum(OAR_RNN_GRU, true, x[0], x[1], NULL, rl_fixed(2, 6, 2), rl_fixed(2, 6, 2),
+FN(f_rl_gru, rl_sum(OAR_RNN_LSTM + 2, true, x[0], x[1], NULL, rl_fixed(2, 6, 2), rl_fixed(2, 6, 2),
                     x[2], x[3], true))
+/* the GRU through oar_rnn_layer: gru_layer_train, whose gates come from
+ * its reserve (the second order takes the reserve's gradient) */
+FN(f_rl_gru_train, rl_sum(OAR_RNN_GRU, false, x[0], x[1], NULL, x[2], x[3], rl_fixed(1, 6, 0),
+                          rl_fixed(1, 6, 0), false))
+FN(f_rl_gru_train_len, rl_sum(OAR_RNN_GRU, true, x[0], x[1], NULL, rl_fixed(2, 6, 2), rl_fixed(2, 6, 2),
+                              x[2], x[3], true))
 FN(f_rl_lstm, rl_sum(OAR_RNN_LSTM + 1, false, x[0], x[1], rl_fixed(2, 2, 2), x[2], x[3],
                      rl_fixed(1, 8, 0), NULL, false))
 FN(f_rl_lstm_len, rl_sum(OAR_RNN_LSTM + 1, true, x[0], rl_fixed(2, 2, 2), x[1], rl_fixed(2, 8, 2),
@@ -530,6 +549,10 @@ static const op_case op_cases[] = {
     {"rnn_layer", "tanh: x, h0, w_ih, w_hh (T 3, B 2, H 2)", f_rl_tanh, 4,
      {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH2(2, 2), .lo = -1, .hi = 1}, {SH2(2, 2), .lo = -1, .hi = 1}}, NOOPT},
     {"rnn_layer", "gru, reverse, lengths {3, 1}: x, h0, b_ih, b_hh", f_rl_gru, 4,
+     {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH1(6)}, {SH1(6)}}, NOOPT},
+    {"gru_layer_train", "x, h0, w_ih, w_hh (biases fixed)", f_rl_gru_train, 4,
+     {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH2(6, 2), .lo = -1, .hi = 1}, {SH2(6, 2), .lo = -1, .hi = 1}}, NOOPT},
+    {"gru_layer_train", "reverse, lengths {3, 1}: x, h0, b_ih, b_hh", f_rl_gru_train_len, 4,
      {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH1(6)}, {SH1(6)}}, NOOPT},
     {"lstm_layer", "x, h0, w_ih, w_hh (c0, b_ih fixed)", f_rl_lstm, 4,
      {{SH3(3, 2, 2)}, {SH2(2, 2)}, {SH2(8, 2), .lo = -1, .hi = 1}, {SH2(8, 2), .lo = -1, .hi = 1}}, NOOPT},

@@ -54,7 +54,7 @@ static void test_registry(void) {
         CHECK(strcmp(oari_rule_kind_name(r.kind), "?") != 0);
     }
     CHECK(missing == 0);
-    CHECK(replicated > 0 && replicated < 22);
+    CHECK(replicated > 0 && replicated < 23); /* (a ratchet: the recurrent layers are most of them) */
     /* the families the issue names have rules, not the fallback */
     const oari_op fam[] = {OARI_OP_conv2d, OARI_OP_index_select, OARI_OP_log_softmax, OARI_OP_layer_norm,
                            OARI_OP_gather, OARI_OP_scatter, OARI_OP_cumsum, OARI_OP_fft_c2c, OARI_OP_concat,

@@ -10,8 +10,9 @@
  * reserve and lstm_layer_backward) against the rule's ops, and the
  * backward op's refusals; a traced LSTM module run by the executor,
  * compiled (the op stays a library call) and loaded by the predictor from
- * a saved model, all equal to eager; its graph backward (lstm_layer_train)
- * to first and second order, equal to eager. */
+ * a saved model, all equal to eager; the graph backward of an LSTM and a
+ * GRU (lstm_layer_train, gru_layer_train) to first and second order, equal
+ * to eager; the GRU's eager gradient over its reserve against rnn_layer's. */
 #include "gradcheck.h"
 #include "test.h"
 
@@ -423,74 +424,130 @@ static void test_traced(void) {
     oar_pool_pop(p);
 }
 
-/* A traced LSTM (2 layers, bidirectional, lengths 5 and 3, f64) trained
- * through the graph: oar_graph_append_backward turns its lstm_layer nodes
- * into lstm_layer_train, whose rule reads the reserve. The gradients of
- * the loss equal eager's (the fused lstm_layer_backward), and a second
- * append_backward, of sum(grad:x), equals eager's second order through
- * create_graph (itself checked against central differences in
- * gradcheck_cases.h): the reserve's own gradient is taken. */
-static int lstm_loss_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+/* A traced LSTM and GRU (2 layers, bidirectional, lengths 5 and 3, f64)
+ * trained through the graph: oar_graph_append_backward turns their
+ * lstm_layer / GRU rnn_layer nodes into lstm_layer_train / gru_layer_train,
+ * whose rules read the reserve. The gradients of the loss equal eager's
+ * (the LSTM's fused lstm_layer_backward), and a second append_backward, of
+ * sum(grad:x), equals eager's second order through create_graph (itself
+ * checked against central differences in gradcheck_cases.h): the
+ * reserve's own gradient is taken. */
+static int rnn_loss_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     oar_tensor *hn = NULL, *cn = NULL, *y = oar_rnn_forward(ctx, in[0], NULL, NULL, in[1], &hn, &cn);
-    out[0] = oar_add(oar_add(oar_sum(oar_mul(y, y), 0, NULL, false), oar_sum(oar_tanh(hn), 0, NULL, false)),
-                     oar_sum(oar_mul(cn, cn), 0, NULL, false));
+    out[0] = oar_add(oar_sum(oar_mul(y, y), 0, NULL, false), oar_sum(oar_tanh(hn), 0, NULL, false));
+    if (cn) out[0] = oar_add(out[0], oar_sum(oar_mul(cn, cn), 0, NULL, false));
     return out[0] ? 0 : -1;
 }
 
 static void test_traced_backward(void) {
-    oar_pool *p = oar_pool_push();
-    oar_manual_seed(6);
-    oar_module *m = oar_lstm_new(3, 4, &(oar_rnn_options){.num_layers = 2, .bidirectional = true,
-                                                          .dtype = OAR_F64});
-    enum { MAXP = 16 };
-    oar_tensor *params[MAXP];
-    int np = oar_module_parameters(m, params, MAXP);
-    CHECK(np == 16);
-    static const int64_t lens[2] = {5, 3};
-    oar_tensor *x = oar_tensor_retain(oar_randn(OAR_F64, 3, (int64_t[]){5, 2, 3}));
-    oar_tensor *len = oar_tensor_from_data(lens, OAR_I64, 1, (int64_t[]){2});
-    /* eager: first order (lstm_layer_backward), then d sum(dL/dx) / d(x, params) */
-    oar_tensor *wrt[1 + MAXP] = {x}, *g1[1 + MAXP] = {0}, *g2[1 + MAXP] = {0}, *gx = NULL, *loss = NULL;
-    for (int k = 0; k < np; k++) wrt[1 + k] = params[k];
-    CHECK(oar_tensor_set_requires_grad(x, true) == 0);
-    CHECK(lstm_loss_fn(m, (oar_tensor *[]){x, len}, &loss) == 0);
-    CHECK(oar_grad(1, &loss, NULL, 1 + np, wrt, false, true, g1) == 0);
-    CHECK(lstm_loss_fn(m, (oar_tensor *[]){x, len}, &loss) == 0);
-    CHECK(oar_grad(1, &loss, NULL, 1, &x, true, true, &gx) == 0);
-    oar_tensor *sgx = oar_sum(gx, 0, NULL, false);
-    CHECK(oar_grad(1, &sgx, NULL, 1 + np, wrt, false, true, g2) == 0);
-    /* the graph */
-    oar_graph_input_spec s[2] = {{.name = "x", .dtype = OAR_F64, .ndim = 3, .shape = {5, 2, 3}},
-                                 {.name = "lengths", .dtype = OAR_I64, .ndim = 1, .shape = {2}}};
-    oar_graph *g = oar_trace(lstm_loss_fn, m, 2, s, 1, &(oar_trace_options){.module = m, .params_as_inputs = true});
-    CHECK(g != NULL);
-    int iw[1 + MAXP] = {0};
-    for (int k = 0; k < np; k++) iw[1 + k] = 2 + k;
-    int first = g ? oar_graph_append_backward(g, 0, 1 + np, iw) : -1;
-    CHECK(first == 1);
-    CHECK(oar_graph_count_op(g, "lstm_layer") == 0 && oar_graph_count_op(g, "lstm_layer_train") == 4);
-    int second = first == 1 ? oar_graph_append_backward(g, first, 1 + np, iw) : -1;
-    CHECK(second == 2 + np);
-    if (second == 2 + np) {
-        oar_executor *ex = oar_executor_new(g);
-        oar_tensor *in[2 + MAXP] = {x, len}, *out[3 + 2 * MAXP] = {0};
-        for (int k = 0; k < np; k++) in[2 + k] = params[k];
-        CHECK(ex && oar_executor_run(ex, in, out) == 0);
-        double d1 = 0, d2 = 0;
-        for (int k = 0; k < 1 + np; k++) {
-            d1 = fmax(d1, max_diff(g1[k], out[1 + k]));
-            d2 = fmax(d2, max_diff(g2[k], out[2 + np + k]));
+    for (int gru = 0; gru < 2; gru++) {
+        oar_pool *p = oar_pool_push();
+        oar_manual_seed(6);
+        const oar_rnn_options o = {.num_layers = 2, .bidirectional = true, .dtype = OAR_F64};
+        oar_module *m = gru ? oar_gru_new(3, 4, &o) : oar_lstm_new(3, 4, &o);
+        const char *train_op = gru ? "gru_layer_train" : "lstm_layer_train", *op = gru ? "rnn_layer" : "lstm_layer";
+        enum { MAXP = 16 };
+        oar_tensor *params[MAXP];
+        int np = oar_module_parameters(m, params, MAXP);
+        CHECK(np == 16);
+        static const int64_t lens[2] = {5, 3};
+        oar_tensor *x = oar_tensor_retain(oar_randn(OAR_F64, 3, (int64_t[]){5, 2, 3}));
+        oar_tensor *len = oar_tensor_from_data(lens, OAR_I64, 1, (int64_t[]){2});
+        /* eager: first order, then d sum(dL/dx) / d(x, params) */
+        oar_tensor *wrt[1 + MAXP] = {x}, *g1[1 + MAXP] = {0}, *g2[1 + MAXP] = {0}, *gx = NULL, *loss = NULL;
+        for (int k = 0; k < np; k++) wrt[1 + k] = params[k];
+        CHECK(oar_tensor_set_requires_grad(x, true) == 0);
+        CHECK(rnn_loss_fn(m, (oar_tensor *[]){x, len}, &loss) == 0);
+        CHECK(oar_grad(1, &loss, NULL, 1 + np, wrt, false, true, g1) == 0);
+        CHECK(rnn_loss_fn(m, (oar_tensor *[]){x, len}, &loss) == 0);
+        CHECK(oar_grad(1, &loss, NULL, 1, &x, true, true, &gx) == 0);
+        oar_tensor *sgx = oar_sum(gx, 0, NULL, false);
+        CHECK(oar_grad(1, &sgx, NULL, 1 + np, wrt, false, true, g2) == 0);
+        /* the graph */
+        oar_graph_input_spec s[2] = {{.name = "x", .dtype = OAR_F64, .ndim = 3, .shape = {5, 2, 3}},
+                                     {.name = "lengths", .dtype = OAR_I64, .ndim = 1, .shape = {2}}};
+        oar_graph *g = oar_trace(rnn_loss_fn, m, 2, s, 1, &(oar_trace_options){.module = m, .params_as_inputs = true});
+        CHECK(g != NULL);
+        int iw[1 + MAXP] = {0};
+        for (int k = 0; k < np; k++) iw[1 + k] = 2 + k;
+        int first = g ? oar_graph_append_backward(g, 0, 1 + np, iw) : -1;
+        CHECK(first == 1);
+        CHECK(oar_graph_count_op(g, op) == 0 && oar_graph_count_op(g, train_op) == 4);
+        int second = first == 1 ? oar_graph_append_backward(g, first, 1 + np, iw) : -1;
+        CHECK(second == 2 + np);
+        if (second == 2 + np) {
+            oar_executor *ex = oar_executor_new(g);
+            oar_tensor *in[2 + MAXP] = {x, len}, *out[3 + 2 * MAXP] = {0};
+            for (int k = 0; k < np; k++) in[2 + k] = params[k];
+            CHECK(ex && oar_executor_run(ex, in, out) == 0);
+            double d1 = 0, d2 = 0;
+            for (int k = 0; k < 1 + np; k++) {
+                d1 = fmax(d1, max_diff(g1[k], out[1 + k]));
+                d2 = fmax(d2, max_diff(g2[k], out[2 + np + k]));
+            }
+            if (!(d1 <= 1e-12 && d2 <= 1e-12))
+                fprintf(stderr, "%s graph - eager: first order %g, second %g\n", op, d1, d2);
+            CHECK(d1 <= 1e-12 && d2 <= 1e-12);
+            CHECK(max_diff(g2[0], oar_zeros_like(g2[0])) > 1e-3); /* (not vacuous) */
+            for (int j = 0; j < 2 + 2 * np; j++) oar_tensor_release(out[j]);
+            oar_executor_free(ex);
         }
-        if (!(d1 <= 1e-12 && d2 <= 1e-12)) fprintf(stderr, "graph - eager: first order %g, second %g\n", d1, d2);
-        CHECK(d1 <= 1e-12 && d2 <= 1e-12);
-        CHECK(max_diff(g2[0], oar_zeros_like(g2[0])) > 1e-3); /* (not vacuous) */
-        for (int j = 0; j < 2 + 2 * np; j++) oar_tensor_release(out[j]);
-        oar_executor_free(ex);
+        oar_graph_free(g);
+        oar_tensor_release(x);
+        oar_module_free(m);
+        oar_pool_pop(p);
     }
-    oar_graph_free(g);
-    oar_tensor_release(x);
-    oar_module_free(m);
-    oar_pool_pop(p);
+}
+
+/* A GRU's eager gradient goes through gru_layer_train, and its rule reads
+ * the gates from the reserve: the same gradients as rnn_layer's rule,
+ * which recomputes them (f32 and f64, both directions, lengths with a 0,
+ * with and without biases); and oar_rnn_layer gives no c_n for a GRU. */
+static void test_gru_train(void) {
+    oar_manual_seed(7);
+    const int64_t B = 3, In = 4, H = 5, T = 6, lens[3] = {6, 0, 2};
+    for (int variant = 0; variant < 16; variant++) {
+        oar_pool *p = oar_pool_push();
+        bool reverse = variant & 1, with_len = variant & 2, f32 = variant & 4, bias = !(variant & 8);
+        oar_dtype dt = f32 ? OAR_F32 : OAR_F64;
+        oar_tensor *v[6] = {rnd(dt, 3, (int64_t[]){T, B, In}), rnd(dt, 2, (int64_t[]){B, H}),
+                            oar_sub_scalar(rnd(dt, 2, (int64_t[]){3 * H, In}), 0.8),
+                            oar_sub_scalar(rnd(dt, 2, (int64_t[]){3 * H, H}), 0.8),
+                            bias ? oar_sub_scalar(rnd(dt, 1, (int64_t[]){3 * H}), 0.8) : NULL,
+                            bias ? oar_sub_scalar(rnd(dt, 1, (int64_t[]){3 * H}), 0.8) : NULL};
+        int nv = bias ? 6 : 4;
+        for (int k = 0; k < nv; k++) {
+            v[k] = oar_tensor_retain(v[k]);
+            CHECK(oar_tensor_set_requires_grad(v[k], true) == 0);
+        }
+        oar_tensor *len = with_len ? oar_tensor_from_data(lens, OAR_I64, 1, (int64_t[]){B}) : NULL;
+        oar_tensor *gw = rnd(dt, 3, (int64_t[]){T, B, H}), *hw = rnd(dt, 2, (int64_t[]){B, H});
+        oar_tensor *g[2][6] = {{0}};
+        for (int direct = 0; direct < 2; direct++) {
+            oar_tensor *y = NULL, *hn = NULL, *cn = oar_scalar(1); /* (must come back NULL) */
+            if (direct) {
+                oar_tensor *in[7] = {v[0], v[1], v[2], v[3], v[4], v[5], len}, *out[OARI_MAX_OUT] = {0};
+                oari_attrs a = oari_attrs_ints(2, (int64_t[]){OAR_RNN_GRU, reverse});
+                CHECK(oari_dispatch(OARI_OP_rnn_layer, 7, in, &a, out) == 0);
+                y = oari_pool_adopt(out[0]);
+                hn = oari_pool_adopt(out[1]);
+            } else {
+                CHECK(oar_rnn_layer(OAR_RNN_GRU, reverse, v[0], v[1], NULL, v[2], v[3], v[4], v[5], len, &y, &hn,
+                                    &cn) == 0);
+                CHECK(cn == NULL);
+            }
+            oar_tensor *loss = oar_add(oar_sum(oar_mul(y, gw), 0, NULL, false), oar_sum(oar_mul(hn, hw), 0, NULL, false));
+            CHECK(oar_grad(1, &loss, NULL, nv, v, false, true, g[direct]) == 0);
+        }
+        double tol = f32 ? 2e-5 : 1e-12;
+        for (int k = 0; k < nv; k++) {
+            double d = max_diff(g[0][k], g[1][k]);
+            if (!(d <= tol)) fprintf(stderr, "variant %d input %d: reserve - recomputed = %g\n", variant, k, d);
+            CHECK(d <= tol);
+        }
+        for (int k = 0; k < nv; k++) oar_tensor_release(v[k]);
+        oar_pool_pop(p);
+    }
 }
 
 int main(void) {
@@ -501,5 +558,6 @@ int main(void) {
     RUN(test_backward_op_errors);
     RUN(test_traced);
     RUN(test_traced_backward);
+    RUN(test_gru_train);
     return test_summary();
 }

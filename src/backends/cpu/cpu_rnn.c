@@ -129,6 +129,7 @@ static int k_lstm_layer_backward(void *ctx, const oar_kernel_call *c) {
 }
 
 const oari_cpu_kernels oari_cpu_k_rnn_layer = {[OAR_F32] = k_rnn_layer, [OAR_F64] = k_rnn_layer};
+const oari_cpu_kernels oari_cpu_k_gru_layer_train = {[OAR_F32] = k_rnn_layer, [OAR_F64] = k_rnn_layer};
 const oari_cpu_kernels oari_cpu_k_lstm_layer = {[OAR_F32] = k_lstm_layer,
                                                 [OAR_F64] = k_lstm_layer};
 const oari_cpu_kernels oari_cpu_k_lstm_layer_train = {[OAR_F32] = k_lstm_layer,
@@ -228,6 +229,25 @@ OARI_SIMD_CLONES static void FN(lstm_step_save)(int64_t H, const T *restrict xg,
     }
 }
 
+/* cell_step's GRU case for gru_layer_train: also writes r, z, n and hn =
+ * W_hn h + b_hn into the step's reserve row rs (4H). */
+OARI_SIMD_CLONES static void FN(gru_step_save)(int64_t H, const T *restrict xg, const T *restrict hg,
+                                               const T *restrict bn, T *restrict h, T *restrict y,
+                                               T *restrict rs) {
+    _Pragma("omp simd")
+    for (int64_t j = 0; j < H; j++) {
+        T r = FN(sigmoid)(xg[j] + hg[j]);
+        T z = FN(sigmoid)(xg[H + j] + hg[H + j]);
+        T hn = hg[2 * H + j] + bn[j];
+        T n = RNN_TANH(xg[2 * H + j] + r * hn);
+        rs[j] = r;
+        rs[H + j] = z;
+        rs[2 * H + j] = n;
+        rs[3 * H + j] = hn;
+        y[j] = h[j] = n + z * (h[j] - n);
+    }
+}
+
 /* The step backward for sequence b: rs the step's reserve row (gates i,
  * f, g, o, cell state c), cp the cell state before the step; da gets the
  * gradients of the gate pre-activations; gy the output's gradient (or
@@ -249,7 +269,8 @@ OARI_SIMD_CLONES static void FN(lstm_step_backward)(int64_t H, const T *restrict
     }
 }
 
-/* rnn_layer, lstm_layer and lstm_layer_train (its reserve: out[3]). */
+/* rnn_layer, gru_layer_train (its reserve: out[2]), lstm_layer and
+ * lstm_layer_train (its reserve: out[3]). */
 static int FN(layer)(const oar_kernel_call *call, const rnn_io *io, int cell, bool reverse) {
     const char *op = cell == CELL_LSTM ? "lstm_layer" : "rnn_layer";
     const oar_ktensor *X = &call->in[io->x], *L = &call->in[io->len];
@@ -257,7 +278,8 @@ static int FN(layer)(const oar_kernel_call *call, const rnn_io *io, int cell, bo
                   H = call->in[io->w_hh].shape[1], G = cell == CELL_LSTM ? 4 : cell == CELL_GRU ? 3 : 1,
                   GH = G * H;
     T *y = call->out[0].data, *h = call->out[1].data, *c = cell == CELL_LSTM ? call->out[2].data : NULL,
-      *rs = call->n_out > 3 ? call->out[3].data : NULL;
+      *rs = call->n_out > (cell == CELL_LSTM ? 3 : 2) ? call->out[call->n_out - 1].data : NULL;
+    const int64_t RW = cell == CELL_LSTM ? 5 * H : 4 * H; /* a reserve row */
     if (Ts * B > INT_MAX || GH > INT_MAX || In > INT_MAX)
         return oari_error(OAR_ERR_UNSUPPORTED, "%s: a dim exceeds the BLAS integer range", op);
     int64_t *len;
@@ -310,18 +332,20 @@ static int FN(layer)(const oar_kernel_call *call, const rnn_io *io, int cell, bo
             FN(gemm)(true, B, GH, H, h, d[NWH], 0, hw);
             OARI_PARALLEL_FOR_IF(par,
                 for (int64_t b = 0; b < B; b++) {
-                    T *yr = y + (t * B + b) * H, *rr = rs ? rs + (t * B + b) * 5 * H : NULL;
+                    T *yr = y + (t * B + b) * H, *rr = rs ? rs + (t * B + b) * RW : NULL;
                     if (len && t >= len[b]) {
                         memset(yr, 0, (size_t)H * sizeof(T));
-                        if (rr) { /* no gates (zeros, which the gradient rule reads), c held */
+                        if (rr) { /* no gates (zeros, which the gradient rule reads); LSTM: c held */
                             memset(rr, 0, (size_t)(4 * H) * sizeof(T));
-                            memcpy(rr + 4 * H, c + b * H, (size_t)H * sizeof(T));
+                            if (c) memcpy(rr + 4 * H, c + b * H, (size_t)H * sizeof(T));
                         }
                         continue;
                     }
-                    if (rr)
+                    if (rr && c)
                         FN(lstm_step_save)(H, xw + (t * B + b) * GH, hw + b * GH, h + b * H,
                                            c + b * H, yr, rr);
+                    else if (rr)
+                        FN(gru_step_save)(H, xw + (t * B + b) * GH, hw + b * GH, bn, h + b * H, yr, rr);
                     else
                         FN(cell_step)(cell, H, xw + (t * B + b) * GH, hw + b * GH, bn, h + b * H,
                                       c ? c + b * H : NULL, yr);
