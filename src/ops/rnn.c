@@ -3,9 +3,11 @@
  * rules, their gradient rules and the public function oar_rnn_layer; and
  * lstm_layer_train with lstm_layer_backward, the eager training path of an
  * LSTM (a reserve of gates and cell states, then BPTT in one kernel),
- * taken where nothing differentiates the gradient again. Elsewhere the
- * rule of lstm_layer_train (also a graph backward's, which turns lstm_layer
- * into it) runs the ops below over the reserve's gates and cell states.
+ * taken where nothing differentiates the gradient again; and
+ * gru_layer_train, a GRU rnn_layer that keeps its gates likewise. Elsewhere
+ * the rules of the two (also a graph backward's, which turns lstm_layer
+ * and GRU rnn_layer nodes into them) run the ops below over the reserve
+ * instead of recomputing the gates.
  *
  * The gradient is backpropagation through time written with ops, so it
  * differentiates again. It recomputes what it needs from the saved inputs
