@@ -99,8 +99,9 @@
 #define GELU_GRAD_f32(x) oari_vgelu_gradf(x)
 #define ROUND_f32(x) nearbyintf(x)
 #define ROUND_f64(x) nearbyint(x)
-#define ISINF_f32(x) isinf(x)
-#define ISINF_f64(x) isinf(x)
+/* (glibc's isinf is -1 for -inf: a bool element must be 0 or 1) */
+#define ISINF_f32(x) (isinf(x) != 0)
+#define ISINF_f64(x) (isinf(x) != 0)
 
 /* ---- complex (CPU only; the includer has <complex.h>) ---- */
 #define EW_TYPE_c64 float _Complex
