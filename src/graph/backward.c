@@ -169,14 +169,15 @@ int oari_graph_backward_nodes(const oar_graph *g, int n0, const bool *req, oar_t
     return st;
 }
 
-/* Turns each live lstm_layer (GRU rnn_layer) among the first n0 nodes
- * that reads a value depending on wrt into lstm_layer_train
- * (gru_layer_train), whose extra output (the gates, and LSTM cell states,
- * of every step) its gradient rule reads instead of recomputing them: two
- * GEMMs over all steps fewer, the rest unchanged. The rule also takes a
- * gradient into that output, so the backward still differentiates again.
- * The graph computes the same either way. 0 or a status. */
-static int rnn_keep_gates(oar_graph *g, int n0, int n_wrt, const int *wrt) {
+/* Turns each live node among the first n0 that reads a value depending on
+ * wrt, and whose op has a train form for its attributes
+ * (oari_op_def.train_form: lstm_layer and the GRU rnn_layer keep their
+ * gates), into that form: its extra output is what the gradient rule reads
+ * instead of recomputing (for those, two GEMMs over all steps fewer). The
+ * rule also takes a gradient into it, so the backward still
+ * differentiates again, and the graph computes the same either way. 0 or a
+ * status. */
+static int take_train_forms(oar_graph *g, int n0, int n_wrt, const int *wrt) {
     int nv0 = g->n_values, st = 0;
     size_t dep_n = (size_t)(nv0 ? nv0 : 1) * sizeof(bool);
     bool *dep = oari_calloc(1, dep_n); /* value v depends on wrt (v < nv0) */
@@ -188,12 +189,13 @@ static int rnn_keep_gates(oar_graph *g, int n0, int n_wrt, const int *wrt) {
         for (int k = 0; k < n->n_in; k++) d = d || (n->in[k] >= 0 && dep[n->in[k]]);
         for (int j = 0; j < n->n_out; j++)
             if (n->out[j] < nv0) dep[n->out[j]] = d;
-        const bool lstm = n->op == OARI_OP_lstm_layer,
-                   gru = n->op == OARI_OP_rnn_layer && n->attrs.ni > 0 && n->attrs.i[0] == 2; /* (cell 2: GRU) */
-        if (!d || n->dead || !(lstm || gru)) continue;
-        const oari_gvalue *y = &g->values[n->out[0]];
-        int64_t shape[3] = {y->shape[0], y->shape[1], (lstm ? 5 : 4) * y->shape[2]};
-        int r = oari_graph_add_value(g, OARI_V_NODE, y->dtype, 3, shape);
+        const oari_op_def *def = oari_gnode_def(n);
+        oari_meta y, extra;
+        if (!d || n->dead || !def->train_form) continue;
+        meta_of(&g->values[n->out[0]], &y);
+        int train = def->train_form(&n->attrs, &y, &extra);
+        if (train < 0) continue;
+        int r = oari_graph_add_value(g, OARI_V_NODE, extra.dtype, extra.ndim, extra.shape);
         if (r < 0) {
             st = oari_fail_status();
             break;
@@ -201,7 +203,7 @@ static int rnn_keep_gates(oar_graph *g, int n0, int n_wrt, const int *wrt) {
         n = &g->nodes[i]; /* (adding a value moves no node, but read it again) */
         g->values[r].producer = i;
         g->values[r].out_index = n->n_out;
-        n->op = lstm ? OARI_OP_lstm_layer_train : OARI_OP_gru_layer_train;
+        n->op = (oari_op)train;
         n->out[n->n_out++] = r;
     }
     oari_free(dep, dep_n);
@@ -218,7 +220,7 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
         if (wrt[k] < 0 || wrt[k] >= g->n_inputs)
             return oari_error(OAR_ERR_INVALID, "graph_backward: input %d out of range [0, %d)", wrt[k],
                               g->n_inputs);
-    int n0 = g->n_nodes, first = g->n_outputs, st = rnn_keep_gates(g, n0, n_wrt, wrt);
+    int n0 = g->n_nodes, first = g->n_outputs, st = take_train_forms(g, n0, n_wrt, wrt);
     if (st) return st;
     int nv = g->n_values;
     bool *req = oari_calloc((size_t)(nv ? nv : 1), sizeof *req);

@@ -101,6 +101,13 @@ typedef struct oari_op_def {
     oar_tensor *(*view)(oar_tensor *x, const oari_attrs *a);
     /* gradient rule, written with ops; NULL: not differentiable */
     int (*grad)(oari_grad_ctx *g);
+    /* the op to run instead where the gradient will be taken, or -1 for
+     * these attributes: the same inputs and attributes, and one output more
+     * (whose meta it writes to *extra from out[0]'s *y, when both are
+     * given), which its gradient rule reads instead of recomputing it
+     * (lstm_layer -> lstm_layer_train). NULL: none. Graph backward and the
+     * eager calls that record a gradient take it. */
+    int (*train_form)(const oari_attrs *a, const oari_meta *y, oari_meta *extra);
 } oari_op_def;
 
 /* The table of definitions, indexed by oari_op. An entry is NULL while an

@@ -133,22 +133,36 @@ static int infer_layer(oari_infer *c, bool lstm) {
 static int infer_rnn_layer(oari_infer *c) { return infer_layer(c, false); }
 static int infer_lstm_layer(oari_infer *c) { return infer_layer(c, true); }
 
+/* The train forms (oari_op_def.train_form): lstm_layer's is
+ * lstm_layer_train, the GRU rnn_layer's gru_layer_train; each keeps a
+ * reserve [T, B, rows * H] (y [T, B, H]) of 5 rows (gates i, f, g, o and
+ * c) or 4 (r, z, n and hn). */
+static void reserve_meta(const oari_meta *y, int rows, oari_meta *r) {
+    *r = (oari_meta){.dtype = y->dtype, .ndim = 3, .shape = {y->shape[0], y->shape[1], rows * y->shape[2]}};
+}
+static int lstm_train_form(const oari_attrs *a, const oari_meta *y, oari_meta *extra) {
+    (void)a;
+    if (y && extra) reserve_meta(y, 5, extra);
+    return OARI_OP_lstm_layer_train;
+}
+static int rnn_train_form(const oari_attrs *a, const oari_meta *y, oari_meta *extra) {
+    if (a->ni < 1 || a->i[0] != CELL_GRU) return -1;
+    if (y && extra) reserve_meta(y, 4, extra);
+    return OARI_OP_gru_layer_train;
+}
+
 static int infer_gru_layer_train(oari_infer *c) {
     int st = infer_layer(c, false);
     if (st) return st;
-    if (c->attrs->i[0] != CELL_GRU)
+    if (rnn_train_form(c->attrs, &c->out[0], &c->out[2]) < 0)
         return oari_error(OAR_ERR_INVALID, "%s: cell %lld is not 2 (gru)", c->op, (long long)c->attrs->i[0]);
-    const int64_t *y = c->out[0].shape;
-    c->out[2] = (oari_meta){.dtype = c->out[0].dtype, .ndim = 3, .shape = {y[0], y[1], 4 * y[2]}};
     return 0;
 }
 
 static int infer_lstm_layer_train(oari_infer *c) {
     int st = infer_layer(c, true);
-    if (st) return st;
-    const int64_t *y = c->out[0].shape;
-    c->out[3] = (oari_meta){.dtype = c->out[0].dtype, .ndim = 3, .shape = {y[0], y[1], 5 * y[2]}};
-    return 0;
+    if (!st) lstm_train_form(c->attrs, &c->out[0], &c->out[3]);
+    return st;
 }
 
 /* lstm_layer_backward's inputs */
@@ -507,6 +521,7 @@ const oari_op_def oari_def_rnn_layer = {
     .saved = OARI_SAVE_ALL_IN | OARI_SAVE_OUT(0),
     .infer = infer_rnn_layer,
     .grad = grad_layer,
+    .train_form = rnn_train_form,
 };
 const oari_op_def oari_def_gru_layer_train = {
     .name = "gru_layer_train",
@@ -545,20 +560,19 @@ const oari_op_def oari_def_lstm_layer = {
     .saved = OARI_SAVE_ALL_IN | OARI_SAVE_OUT(0),
     .infer = infer_lstm_layer,
     .grad = grad_layer,
+    .train_form = lstm_train_form,
 };
 
 /* ---- public function --------------------------------------------------------- */
 
-/* Whether an LSTM (GRU) layer over these inputs runs as lstm_layer_train
- * (gru_layer_train): its gradient is recorded eagerly (grad mode on, a
- * float input requiring grad, no trace) on plain tensors of a device with
- * the kernels. */
-static bool train_here(int n, oar_tensor *const *in, bool lstm) {
-    if (!oar_grad_enabled() || oari_trace_current || oari_dist_any(n, in) || !in[0]->storage)
-        return false;
-    if (lstm ? !oari_fused_op_here(OARI_OP_lstm_layer_train, in[0]) ||
-                   !oari_fused_op_here(OARI_OP_lstm_layer_backward, in[0])
-             : !oari_fused_op_here(OARI_OP_gru_layer_train, in[0]))
+/* Whether a layer over these inputs runs as its train form `train`
+ * (lstm_layer_train, gru_layer_train): its gradient is recorded eagerly
+ * (grad mode on, a float input requiring grad, no trace) on plain tensors
+ * of a device with the kernels (an LSTM's: lstm_layer_backward's too). */
+static bool train_here(int n, oar_tensor *const *in, oari_op train) {
+    if (!oar_grad_enabled() || oari_trace_current || oari_dist_any(n, in) || !in[0]->storage ||
+        !oari_fused_op_here(train, in[0]) ||
+        (train == OARI_OP_lstm_layer_train && !oari_fused_op_here(OARI_OP_lstm_layer_backward, in[0])))
         return false;
     for (int i = 0; i < n; i++)
         if (in[i] && in[i]->requires_grad) return true;
@@ -599,9 +613,9 @@ int oar_rnn_layer(oar_rnn_cell cell, bool reverse, oar_tensor *x, oar_tensor *h0
     in[n++] = lengths;
     oari_attrs at = lstm ? (oari_attrs){.ni = 1, .i = {reverse}}
                          : (oari_attrs){.ni = 2, .i = {cell, reverse}};
-    oari_op op = lstm ? (train_here(n, in, true) ? OARI_OP_lstm_layer_train : OARI_OP_lstm_layer)
-                      : cell == OAR_RNN_GRU && train_here(n, in, false) ? OARI_OP_gru_layer_train
-                                                                        : OARI_OP_rnn_layer;
+    oari_op op = lstm ? OARI_OP_lstm_layer : OARI_OP_rnn_layer;
+    const int train = oari_op_defs[op]->train_form(&at, NULL, NULL);
+    if (train >= 0 && train_here(n, in, (oari_op)train)) op = (oari_op)train;
     int st = oari_dispatch(op, n, in, &at, out);
     if (st) return st;
     int n_out = oari_op_defs[op]->n_out;

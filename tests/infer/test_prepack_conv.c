@@ -183,18 +183,26 @@ static int served_layout(oar_predictor *p, int64_t out[3]) {
     return p ? graph_layout(oar_predictor_graph(p), out) : 0;
 }
 
+/* wide_fn traced with a dynamic batch (a new Wb), and the layouts this
+ * CPU picks for its conv at batch 1 and 32 (*packs: 0 where it packs none). */
+static oar_graph *wide_graph(int64_t l1[3], int64_t l32[3], int *packs) {
+    Wb = conv_w(64, 64, 3, 3);
+    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 64, 14, 14}};
+    oar_graph *g = oar_trace(wide_fn, NULL, 1, &spec, 1, NULL);
+    CHECK(g != NULL);
+    *packs = layout_at(1, l1);
+    CHECK(layout_at(32, l32) == *packs);
+    return g;
+}
+
 /* Where the graph's batch is dynamic, the convs are packed for
  * oar_predictor_config.batch (0: 1), and the packed predictor gives the
  * unpacked conv's values at that batch and at others. */
 static void test_batch_setting(void) {
     oar_pool *pool = oar_pool_push();
-    Wb = conv_w(64, 64, 3, 3);
-    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 64, 14, 14}};
-    oar_graph *g = oar_trace(wide_fn, NULL, 1, &spec, 1, NULL);
-    CHECK(g != NULL);
     int64_t l1[3] = {0}, l32[3] = {0}, got[3] = {0};
-    const int packs = layout_at(1, l1);
-    CHECK(layout_at(32, l32) == packs);
+    int packs = 0;
+    oar_graph *g = wide_graph(l1, l32, &packs);
     if (packs) /* (what this CPU picks; where both are the same the check below is weaker) */
         fprintf(stderr, "  layouts (order, blocks): batch 1 %lld %lld %lld, batch 32 %lld %lld %lld\n", (long long)l1[0],
                 (long long)l1[1], (long long)l1[2], (long long)l32[0], (long long)l32[1], (long long)l32[2]);
@@ -238,13 +246,9 @@ static void test_batch_setting(void) {
  * with nothing packed keeps one graph. Bad lists are refused. */
 static void test_batches(void) {
     oar_pool *pool = oar_pool_push();
-    Wb = conv_w(64, 64, 3, 3);
-    oar_graph_input_spec spec = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 64, 14, 14}};
-    oar_graph *g = oar_trace(wide_fn, NULL, 1, &spec, 1, NULL);
-    CHECK(g != NULL);
     int64_t l1[3] = {0}, l32[3] = {0}, got[3] = {0};
-    const int packs = layout_at(1, l1);
-    CHECK(layout_at(32, l32) == packs);
+    int packs = 0;
+    oar_graph *g = wide_graph(l1, l32, &packs);
     const int64_t sizes[2] = {32, 1};
     oar_predictor *p = oar_predictor_from_graph(g, &(oar_predictor_config){.optimize = true, .batches = sizes,
                                                                             .n_batches = 2});
