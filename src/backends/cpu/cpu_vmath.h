@@ -43,8 +43,11 @@ OARI_VINLINE float oari_vexpf_core(float x, int32_t *k) {
  * once. Within 2 ulp over the whole range. */
 OARI_VINLINE float oari_vexpf(float x) {
     const float hi = 88.72283935546875f, lo = -103.97208404541015625f;
-    float xs = x < hi ? x : hi; /* NaN becomes hi here; x itself is returned below */
-    xs = xs > lo ? xs : lo;
+    /* Only the low side is clamped: a lane above hi (or NaN) computes
+     * garbage that the one select at the end replaces with x + inf (inf,
+     * or the NaN). The loop is latency-bound on Zen 1, so every step off
+     * the chain from x to the result counts. */
+    float xs = x > lo ? x : lo;
     int32_t k;
     float y = oari_vexpf_core(xs, &k);
     int32_t k1 = k >> 1, k2 = k - k1; /* floor: y 2^k1 is exact either way, the product rounds once */
@@ -53,8 +56,7 @@ OARI_VINLINE float oari_vexpf(float x) {
     memcpy(&s1, &b1, sizeof s1);
     memcpy(&s2, &b2, sizeof s2);
     float e = y * s1 * s2;
-    e = x > hi ? INFINITY : e;
-    return x == x ? e : x;
+    return x <= hi ? e : x + INFINITY;
 }
 
 /* tanh: |x| < 0.625: Cephes' odd polynomial x + x^3 P(x^2); else
