@@ -3,7 +3,8 @@
 # alternating in one command, and prints oar / peer ratios.
 #   bash bench/run.sh [name ...]      (names without the bench_ prefix)
 # Each bench/bench_<name> prints lines "oar <metric> <value> <unit>"; the peer
-# bench/peer/<name>.py prints "torch <metric> <value> <unit>". Lower is
+# bench/peer/<name>.py prints "torch <metric> <value> <unit>" (or "ort ..."
+# for ONNX Runtime; the ratio lines name the peer). Lower is
 # better for every unit we print (ns, ms, s); GFLOP/s lines carry their own
 # ratio. Peer figures need PyTorch (/usr/bin/python3 with python3-torch;
 # OAR_PEER_PYTHON names another interpreter, e.g. a venv with PyTorch 2 for
@@ -35,12 +36,13 @@ for name in "${names[@]}"; do
         if [ -f "$peer" ] && $py -c "import torch" 2>/dev/null; then
             peer_out=$($py "$peer")
             echo "$peer_out"
-            # ratio for each metric both printed
+            # ratio for each metric both printed, named by the peer's first
+            # word (torch, or ort for the ONNX Runtime peers)
             while read -r who metric value unit; do
                 [ "$who" = oar ] || continue
-                pv=$(echo "$peer_out" | awk -v m="$metric" '$2 == m {print $3}')
-                [ -n "$pv" ] && awk -v m="$metric" -v a="$value" -v b="$pv" \
-                    'BEGIN {printf "ratio %s oar/torch = %.3f (round '"$round"')\n", m, a / b}'
+                read -r pwho pv < <(echo "$peer_out" | awk -v m="$metric" '$2 == m {print $1, $3; exit}')
+                [ -n "${pv:-}" ] && awk -v m="$metric" -v a="$value" -v b="$pv" -v p="$pwho" \
+                    'BEGIN {printf "ratio %s oar/%s = %.3f (round '"$round"')\n", m, p, a / b}'
             done <<< "$oar_out"
         fi
     done
