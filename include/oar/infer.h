@@ -49,6 +49,13 @@ typedef struct oar_predictor_config {
                              * dynamic batch and packs a conv; else one copy */
     int n_batches;          /* 0..OAR_PREDICTOR_MAX_BATCHES; with batch set too,
                              * an error */
+    bool adapt_batches;     /* also pack for each new batch size that runs
+                             * bring, while fewer than OAR_PREDICTOR_MAX_BATCHES
+                             * packings exist (those of batch or batches
+                             * count): the first run at a size pays for the
+                             * packing and compile (shared by clones); later
+                             * sizes take the first packing. A failed packing
+                             * is a warning; the run goes on with the first */
 } oar_predictor_config;
 
 #define OAR_PREDICTOR_MAX_BATCHES 8

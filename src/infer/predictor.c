@@ -19,9 +19,16 @@ typedef struct variant {
 
 typedef struct model {
     int refcount; /* atomic */
-    int n_var;
+    int n_var;    /* atomic: var[0 .. n_var - 1] are complete (adapt_batches appends) */
     variant var[OAR_PREDICTOR_MAX_BATCHES];
     int batch_input; /* the input whose first dim picks the variant; -1: one variant */
+    /* adapt_batches: the optimised graph before the passes that depend on
+     * the batch, cloned for each new size; NULL when sizes are fixed (or
+     * once packing one failed) */
+    oar_graph *base;
+    oar_predictor_config cfg; /* what prepare_variant reads (no pointers kept) */
+    bool own;                 /* the predictor's own passes run (optimize, no pass list) */
+    pthread_mutex_t grow;     /* serialises appending a variant */
 } model;
 
 /* A new executor of variant v, with its compiled kernels. */
@@ -39,6 +46,8 @@ static void model_free(model *m) {
         oari_fusion_free(m->var[k].fusion);
         oar_graph_free(m->var[k].g);
     }
+    oar_graph_free(m->base);
+    pthread_mutex_destroy(&m->grow);
     oari_free(m, sizeof *m);
 }
 
@@ -133,6 +142,16 @@ static int compile_variant(variant *v) {
     return st;
 }
 
+/* Runs the predictor's own passes on v's graph at its batch (where m
+ * optimises with the default list) and compiles it (unless no_compile);
+ * *packed: the convs packed. */
+static int prepare_variant(variant *v, const model *m, int *packed) {
+    *packed = 0;
+    int st = m->own ? run_own_passes(v->g, &m->cfg, v->batch, packed) : 0;
+    if (!st && !m->cfg.no_compile) st = compile_variant(v);
+    return st;
+}
+
 /* The model of g (owned), optimised as cfg asks: one variant per batch
  * size of cfg (only the first where nothing depends on the batch). */
 static model *model_of(oar_graph *g, const oar_predictor_config *cfg) {
@@ -150,15 +169,20 @@ static model *model_of(oar_graph *g, const oar_predictor_config *cfg) {
         oar_graph_free(g);
         return NULL;
     }
-    const int64_t one = cfg->batch > 0 ? cfg->batch : 1;
-    const int64_t *sizes = cfg->n_batches ? cfg->batches : &one;
-    const int n = cfg->n_batches ? cfg->n_batches : 1;
-    m->batch_input = n > 1 ? batch_input_of(g) : -1;
+    pthread_mutex_init(&m->grow, NULL);
     /* quantized linear layers into qlinear nodes: the predictor's alone, as
      * no exporter maps qlinear (docs/quantization.md); convs on packed
      * weights; pools without their unused indices (no gradient here) */
-    bool own = !cfg->passes && cfg->optimize;
+    m->own = !cfg->passes && cfg->optimize;
+    m->cfg = *cfg;
+    m->cfg.model_dir = m->cfg.passes = NULL;
+    m->cfg.batches = NULL;
+    const int64_t one = cfg->batch > 0 ? cfg->batch : 1;
+    const int64_t *sizes = cfg->n_batches ? cfg->batches : &one;
+    const int n = cfg->n_batches ? cfg->n_batches : 1;
+    m->batch_input = n > 1 || cfg->adapt_batches ? batch_input_of(g) : -1;
     int st = 0;
+    if (m->batch_input >= 0 && cfg->adapt_batches && !(m->base = oar_graph_clone(g))) st = oari_fail_status();
     for (int k = 0; k < n && !st; k++) {
         /* the base graph g goes to the last variant; the others copy it */
         bool last = k == n - 1 || m->batch_input < 0;
@@ -172,17 +196,56 @@ static model *model_of(oar_graph *g, const oar_predictor_config *cfg) {
         }
         m->n_var++;
         int packed = 0;
-        st = own ? run_own_passes(v->g, cfg, v->batch, &packed) : 0;
-        if (!st && !cfg->no_compile) st = compile_variant(v);
+        st = prepare_variant(v, m, &packed);
         if (!packed) m->batch_input = -1; /* nothing depends on the batch: this one serves all */
         if (m->batch_input < 0) break;
     }
     oar_graph_free(g); /* (NULL once a variant took it) */
+    if (m->batch_input < 0) { /* (nothing to adapt) */
+        oar_graph_free(m->base);
+        m->base = NULL;
+    }
     if (st) {
         model_free(m);
         return NULL;
     }
     return m;
+}
+
+/* Appends m's variant for batch b (adapt_batches), unless another thread
+ * did first or the variants are all used; its index, or 0 (the first
+ * variant serves) where none is made. A variant that fails to pack or
+ * compile is a warning, not a failed run: the run takes the first
+ * variant, and the model stops adapting. */
+static int grow(model *m, int64_t b) {
+    pthread_mutex_lock(&m->grow);
+    const int n = __atomic_load_n(&m->n_var, __ATOMIC_ACQUIRE);
+    int k = -1;
+    for (int j = 0; j < n; j++)
+        if (m->var[j].batch == b) k = j;
+    if (k < 0 && m->base && n < OAR_PREDICTOR_MAX_BATCHES) {
+        variant *v = &m->var[n];
+        *v = (variant){.batch = b, .g = oar_graph_clone(m->base)};
+        int packed = 0;
+        int st = v->g ? prepare_variant(v, m, &packed) : oari_fail_status();
+        if (st) {
+            oari_log(OAR_LOG_WARN, "predictor", "packing for batch %lld failed (%s); runs at sizes without a "
+                     "packing take batch %lld's from now on", (long long)b, oar_last_error(),
+                     (long long)m->var[0].batch);
+            oar_clear_error();
+            oari_fusion_free(v->fusion);
+            oar_graph_free(v->g);
+            *v = (variant){0};
+            oar_graph *base = m->base;
+            __atomic_store_n(&m->base, NULL, __ATOMIC_RELEASE);
+            oar_graph_free(base);
+        } else {
+            __atomic_store_n(&m->n_var, n + 1, __ATOMIC_RELEASE);
+            k = n;
+        }
+    }
+    pthread_mutex_unlock(&m->grow);
+    return k < 0 ? 0 : k;
 }
 
 static oar_predictor *from_owned_graph(oar_graph *g, const oar_predictor_config *cfg) {
@@ -319,15 +382,17 @@ static int give_out(const oar_graph *g, oar_tensor **outputs, oar_tensor *const 
 }
 
 /* The variant of m that serves these inputs: the one packed for their
- * batch, else the first. */
-static int pick(const model *m, oar_tensor *const *inputs) {
+ * batch (with adapt_batches, packed now where there is none yet), else the
+ * first. */
+static int pick(model *m, oar_tensor *const *inputs) {
     const int i = m->batch_input;
     if (i < 0 || !inputs || !inputs[i] || inputs[i]->ndim < 1) return 0;
     const oari_gvalue *v = &m->var[0].g->values[m->var[0].g->inputs[i]];
     const int64_t b = inputs[i]->shape[0] / (v->smul[0] > 0 ? v->smul[0] : 1);
-    for (int k = 0; k < m->n_var; k++)
+    const int n = __atomic_load_n(&m->n_var, __ATOMIC_ACQUIRE);
+    for (int k = 0; k < n; k++)
         if (m->var[k].batch == b) return k;
-    return 0;
+    return b >= 1 && __atomic_load_n(&m->base, __ATOMIC_ACQUIRE) ? grow(m, b) : 0;
 }
 
 int oar_predictor_run(oar_predictor *p, oar_tensor *const *inputs, oar_tensor **outputs) {

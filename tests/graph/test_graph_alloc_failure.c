@@ -58,13 +58,13 @@ static int wide_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
     return out[0] ? 0 : -1;
 }
 static const int64_t wide_batches[2] = {4, 1};
+static bool adapt; /* the second form: packed for 4, batch 1's packing made by its run */
 static int step_batches(void) {
     oar_graph_input_spec s = {.name = "x", .dtype = OAR_F32, .ndim = 4, .shape = {-1, 16, 6, 6}};
     oar_graph *g = oar_trace(wide_fn, NULL, 1, &s, 1, NULL);
-    oar_predictor *p = g ? oar_predictor_from_graph(g, &(oar_predictor_config){.optimize = true, .no_compile = true,
-                                                                                .batches = wide_batches,
-                                                                                .n_batches = 2})
-                         : NULL;
+    oar_predictor_config cfg = {.optimize = true, .no_compile = true, .batches = wide_batches, .n_batches = 2};
+    if (adapt) cfg = (oar_predictor_config){.optimize = true, .no_compile = true, .batch = 4, .adapt_batches = true};
+    oar_predictor *p = g ? oar_predictor_from_graph(g, &cfg) : NULL;
     oar_tensor *y4 = NULL, *y1 = NULL;
     int st = p ? oar_predictor_run(p, &x4, &y4) : -1;
     if (!st) st = oar_predictor_run(p, &x1, &y1);
@@ -93,6 +93,15 @@ static void test_batches_fail_cleanly(void) {
     printf("failed each of %d allocations of a predictor for batches {4, 1} and its runs\n", n);
     CHECK(failures > 50);
     CHECK(n < 100000);
+    /* adapt_batches: where packing for batch 1 fails, the run goes on with
+     * batch 4's packing (a warning) or fails cleanly */
+    adapt = true;
+    CHECK(step_batches() == 0);
+    n = fail_each_allocation(step_batches, &failures);
+    printf("failed each of %d allocations of an adapting predictor packed for 4 and its runs at 4 and 1\n", n);
+    CHECK(failures > 50);
+    CHECK(n < 100000);
+    adapt = false;
     oar_tensor_release(x1);
     oar_tensor_release(x4);
     oar_tensor_release(wide_w);

@@ -16,6 +16,7 @@
 #include "ops/op.h"
 
 #include <oar/infer.h>
+#include <pthread.h>
 #include <unistd.h>
 
 static uint64_t rng = 777;
@@ -298,6 +299,143 @@ static void test_batches(void) {
     CHECK_FAILS(oar_predictor_create(&(oar_predictor_config){.model_dir = "/nonexistent", .batch = 2, .batches = sizes,
                                                              .n_batches = 2}),
                 "both batch (2) and batches are set");
+    oar_graph_free(g);
+    oar_pool_pop(pool);
+}
+
+/* Checks one run of p at batch n: run and run_borrowed give the unpacked
+ * conv's values (in float64); returns the graph that served it. */
+static const oar_graph *check_run(oar_predictor *p, int64_t n, int packs) {
+    oar_tensor *x = rand_t(OAR_F32, 4, (int64_t[]){n, 64, 14, 14}, 1.0), *y = NULL, *yb = NULL;
+    const oar_graph *served = p ? oari_predictor_graph_for(p, &x) : NULL;
+    int64_t got[3] = {0};
+    CHECK(served && graph_layout(served, got) == packs);
+    oar_tensor *want = oar_cast(oar_relu(conv(oar_cast(x, OAR_F64), oar_cast(Wb, OAR_F64), NULL, 1, 1, 1, 1)), OAR_F32);
+    CHECK(p && oar_predictor_run(p, &x, &y) == 0);
+    CHECK(p && oar_predictor_run_borrowed(p, &x, &yb) == 0);
+    /* Winograd's tolerance for its packed filter, and unpacked (the conv
+     * may take Winograd at some batch sizes) */
+    double mag = max_abs(want), tol = (!packs || got[0] == 2 ? 1e-5 : 2e-6) * mag;
+    double err = max_diff(y, want), errb = max_diff(yb, want);
+    if (!(mag > 0.1 && err <= tol && errb <= tol))
+        fprintf(stderr, "  batch %lld: off by %g and %g (magnitude %g)\n", (long long)n, err, errb, mag);
+    CHECK(mag > 0.1 && err <= tol && errb <= tol);
+    oar_tensor_release(y);
+    return served;
+}
+
+/* A thread of test_adapt_batches: runs x[k] (batch 2 + k) on a clone of p
+ * in its own order, through run and run_borrowed, and counts results off
+ * want[k] by more than tol[k] in bad (no CHECK here: its counters are the
+ * main thread's). served[k]: the graph each batch took. */
+static pthread_barrier_t adapt_start;
+typedef struct {
+    oar_predictor *p;
+    int first, bad;
+    oar_tensor *x[4], *want[4];
+    double tol[4];
+    const oar_graph *served[4];
+} adapt_job;
+static double max_diff_f32(oar_tensor *a, oar_tensor *b) {
+    const float *u = a ? oar_tensor_data(a) : NULL, *v = oar_tensor_data(b);
+    double d = u ? 0 : INFINITY;
+    for (int64_t i = 0; u && i < oar_tensor_numel(b); i++) d = fmax(d, fabs((double)u[i] - v[i]));
+    return d;
+}
+static void *adapt_worker(void *arg) {
+    adapt_job *j = arg;
+    oar_predictor *c = oar_predictor_clone(j->p); /* (run_borrowed's buffers are one thread's per predictor) */
+    j->bad += c == NULL;
+    pthread_barrier_wait(&adapt_start);
+    for (int r = 0; c && r < 4; r++) {
+        const int k = (j->first + r) % 4;
+        oar_tensor *y = NULL, *yb = NULL;
+        j->served[k] = oari_predictor_graph_for(c, &j->x[k]);
+        if (oar_predictor_run(c, &j->x[k], &y) || max_diff_f32(y, j->want[k]) > j->tol[k]) j->bad++;
+        if (oar_predictor_run_borrowed(c, &j->x[k], &yb) || max_diff_f32(yb, j->want[k]) > j->tol[k]) j->bad++;
+        oar_tensor_release(y);
+    }
+    oar_predictor_free(c);
+    return NULL;
+}
+
+/* adapt_batches: a run at a size with no packing packs one (its layout is
+ * the one this CPU picks for that size), later runs at that size and clones
+ * reuse it, and past OAR_PREDICTOR_MAX_BATCHES packings new sizes take the
+ * first; every run gives the unpacked conv's values. Threads that bring new
+ * sizes at once each get the right packing, made once. */
+static void test_adapt_batches(void) {
+    oar_pool *pool = oar_pool_push();
+    int64_t l1[3] = {0}, l32[3] = {0}, got[3] = {0};
+    int packs = 0;
+    oar_graph *g = wide_graph(l1, l32, &packs);
+    oar_predictor *p = oar_predictor_from_graph(g, &(oar_predictor_config){.optimize = true, .adapt_batches = true});
+    CHECK(p != NULL);
+    const oar_graph *g1 = check_run(p, 1, packs);
+    CHECK(g1 == oar_predictor_graph(p)); /* batch 0 means 1: the first packing */
+    const oar_graph *g32 = check_run(p, 32, packs);
+    CHECK((g32 != g1) == (packs != 0)); /* (nothing packed: one graph serves every size) */
+    CHECK(graph_layout(g32, got) == packs);
+    if (packs) CHECK(!memcmp(got, l32, sizeof got));
+    CHECK(check_run(p, 32, packs) == g32);
+    oar_predictor *c = oar_predictor_clone(p);
+    CHECK(c && check_run(c, 32, packs) == g32); /* the clone shares the model's packings */
+    oar_predictor_free(c);
+    /* up to the cap: 1, 32 and six more sizes; the ninth takes the first */
+    const oar_graph *seen[OAR_PREDICTOR_MAX_BATCHES] = {g1, g32};
+    for (int k = 2; k < OAR_PREDICTOR_MAX_BATCHES; k++) {
+        seen[k] = check_run(p, k + 1, packs);
+        for (int j = 0; packs && j < k; j++) CHECK(seen[k] != seen[j]);
+    }
+    CHECK(check_run(p, 50, packs) == g1);
+    oar_predictor_free(p);
+
+    /* with a list: batches {32} adapts to 1, and batch 1 gets batch 1's layout */
+    p = oar_predictor_from_graph(g, &(oar_predictor_config){.optimize = true, .batches = (int64_t[]){32},
+                                                             .n_batches = 1, .adapt_batches = true});
+    CHECK(p && graph_layout(oar_predictor_graph(p), got) == packs);
+    const oar_graph *a1 = check_run(p, 1, packs);
+    CHECK((a1 != oar_predictor_graph(p)) == (packs != 0));
+    if (packs) CHECK(graph_layout(a1, got) && !memcmp(got, l1, sizeof got));
+    oar_predictor_free(p);
+
+    /* four threads (each on a clone) bring sizes 2..5 at once, two by two
+     * in the same order; each size is packed once */
+    p = oar_predictor_from_graph(g, &(oar_predictor_config){.optimize = true, .adapt_batches = true});
+    CHECK(p != NULL);
+    pthread_t th[4];
+    adapt_job jobs[4];
+    oar_tensor *xs[4], *wants[4];
+    double tols[4];
+    for (int k = 0; k < 4; k++) {
+        xs[k] = rand_t(OAR_F32, 4, (int64_t[]){2 + k, 64, 14, 14}, 1.0);
+        wants[k] = oar_contiguous(
+            oar_cast(oar_relu(conv(oar_cast(xs[k], OAR_F64), oar_cast(Wb, OAR_F64), NULL, 1, 1, 1, 1)), OAR_F32));
+        tols[k] = 1e-5 * max_abs(wants[k]); /* (Winograd's, the loosest of the layouts) */
+    }
+    for (int t = 0; t < 4; t++) {
+        jobs[t] = (adapt_job){.p = p, .first = t / 2 * 2};
+        memcpy(jobs[t].x, xs, sizeof xs);
+        memcpy(jobs[t].want, wants, sizeof wants);
+        memcpy(jobs[t].tol, tols, sizeof tols);
+    }
+    CHECK(pthread_barrier_init(&adapt_start, NULL, 4) == 0);
+    for (int t = 0; t < 4; t++) CHECK(pthread_create(&th[t], NULL, adapt_worker, &jobs[t]) == 0);
+    for (int t = 0; t < 4; t++) {
+        pthread_join(th[t], NULL);
+        CHECK(jobs[t].bad == 0);
+    }
+    pthread_barrier_destroy(&adapt_start);
+    for (int k = 0; k < 4; k++) {
+        for (int t = 1; t < 4; t++) CHECK(jobs[t].served[k] == jobs[0].served[k]); /* one packing per size */
+        for (int j = 0; packs && j < k; j++) CHECK(jobs[0].served[k] != jobs[0].served[j]);
+    }
+    oar_predictor_free(p);
+
+    /* nothing packed (no optimize): adapting makes no second graph */
+    p = oar_predictor_from_graph(g, &(oar_predictor_config){.adapt_batches = true});
+    CHECK(p && check_run(p, 7, 0) == oar_predictor_graph(p));
+    oar_predictor_free(p);
     oar_graph_free(g);
     oar_pool_pop(pool);
 }
@@ -618,6 +756,7 @@ int main(void) {
     RUN(test_cnn);
     RUN(test_batch_setting);
     RUN(test_batches);
+    RUN(test_adapt_batches);
     RUN(test_left_alone);
     RUN(test_wino);
     RUN(test_wino_op);
