@@ -86,6 +86,72 @@ static int recompute_segment(oar_graph *g, int n0, int s, int *remap, oar_tensor
     return 0;
 }
 
+static int node_backward(const oar_graph *g, int i, const bool *req, oar_tensor **t, oar_tensor **rt,
+                         oar_tensor **gr);
+
+/* The gradient of node n (def without a rule, with a decomposition) into
+ * gin[]: its decomposition is traced onto the graph (nodes appended: they
+ * compute n's outputs again, from in[]) and differentiated as any nodes
+ * are, seeded with gout[]. */
+static int decomposed_backward(const oari_gnode *n, const oari_op_def *def, oar_tensor **in, const bool *needs,
+                               oar_tensor **gout, oar_tensor **gin) {
+    oar_graph *g = oari_trace_graph();
+    if (!g) return oari_error(OAR_ERR_STATE, "graph_backward: %s: no graph being traced", def->name);
+    const int a = g->n_nodes, nva = g->n_values;
+    int id[OARI_MAX_IN];
+    for (int k = 0; k < n->n_in; k++) id[k] = in[k] ? oari_trace_value_of(in[k]) : -1;
+    oar_tensor *out[OARI_GMAX_OUT] = {0};
+    int st = def->decompose(in, &n->attrs, out);
+    if (st) return st;
+    const int b = g->n_nodes, nvb = g->n_values;
+    bool *req = oari_calloc((size_t)nvb, sizeof *req);
+    oar_tensor **t = oari_calloc((size_t)nvb, sizeof *t), **gr = oari_calloc((size_t)nvb, sizeof *gr);
+    if (!req || !t || !gr) st = oari_fail_status();
+    /* stand-ins: the node's inputs, and new tensors for the values the
+     * decomposition made; what needs a gradient, forward from the inputs */
+    for (int k = 0; !st && k < n->n_in; k++) {
+        if (id[k] < 0) continue;
+        t[id[k]] = in[k];
+        req[id[k]] = req[id[k]] || needs[k];
+    }
+    for (int v = nva; !st && v < nvb; v++) {
+        if (g->values[v].kind == OARI_V_CONST) t[v] = oar_tensor_retain(g->values[v].constant);
+        else if ((t[v] = oari_graph_symbolic(&g->values[v]))) oari_trace_bind(t[v], v);
+        if (!t[v] || !oari_pool_adopt(t[v])) st = oari_fail_status();
+    }
+    for (int i = a; !st && i < b; i++) {
+        const oari_gnode *m = &g->nodes[i];
+        bool r = false;
+        for (int k = 0; k < m->n_in; k++) {
+            const int v = m->in[k];
+            if (v >= 0 && v < nva && !t[v])
+                st = oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: %s's decomposition reads value %d, "
+                                "not one of its inputs", def->name, v);
+            r = r || (v >= 0 && req[v]);
+        }
+        if (oari_gnode_def(m)->flags & OARI_F_NONDIFF) r = false;
+        for (int j = 0; j < m->n_out; j++)
+            req[m->out[j]] = r && (oar_dtype_is_float(g->values[m->out[j]].dtype) ||
+                                   oar_dtype_is_complex(g->values[m->out[j]].dtype));
+    }
+    for (int j = 0; !st && j < n->n_out; j++) {
+        const int v = out[j] ? oari_trace_value_of(out[j]) : -1;
+        if (v < 0 && gout[j]) st = oari_fail_status();
+        else if (v >= 0) gr[v] = gr[v] ? oar_add(gr[v], gout[j]) : gout[j];
+    }
+    for (int i = b - 1; !st && i >= a; i--) st = node_backward(g, i, req, t, NULL, gr);
+    /* an input read twice (two slots, one value) takes its gradient once */
+    for (int k = 0; !st && k < n->n_in; k++) {
+        bool first = true;
+        for (int q = 0; q < k; q++) first = first && id[q] != id[k];
+        if (needs[k] && id[k] >= 0 && first) gin[k] = gr[id[k]];
+    }
+    oari_free(req, (size_t)nvb * sizeof *req);
+    oari_free(t, (size_t)nvb * sizeof *t);
+    oari_free(gr, (size_t)nvb * sizeof *gr);
+    return st;
+}
+
 /* The gradient of node i into gr[], reading rt[v] (a recomputed value) in
  * place of t[v] where there is one (rt may be NULL). */
 static int node_backward(const oar_graph *g, int i, const bool *req, oar_tensor **t, oar_tensor **rt,
@@ -116,6 +182,9 @@ static int node_backward(const oar_graph *g, int i, const bool *req, oar_tensor 
     if (oari_is_ctrl(n->op)) { /* control.c: a cond of the branches' gradients; loops for a while */
         int st = n->op == OARI_OP_COND ? oari_cond_grad(n, in, gout, needs, gin)
                                        : oari_while_grad(n, in, gout, needs, gin);
+        if (st) return st;
+    } else if (!def->grad && def->decompose) {
+        int st = decomposed_backward(n, def, in, needs, gout, gin);
         if (st) return st;
     } else {
         if (!def->grad)

@@ -94,7 +94,7 @@ const oari_onnx_xrow oari_onnx_xrows[] = {
     ROW(adam_update, ONNX_NONE("an optimizer step (a training graph's update of its own weights)")),
     ROW(gru_layer_train, ONNX_NONE("training only: a GRU's rnn_layer that keeps its gates; export the forward graph")),
     ROW(lstm_layer_train, ONNX_NONE("training only: a graph backward's form of lstm_layer; export the forward graph")),
-    ROW(lstm_layer_backward, ONNX_NONE("a gradient (an eager backward's first-order step, never traced)")),
+    ROW(lstm_layer_backward, ONNX_NONE("a gradient (the first-order step of an LSTM's backward)")),
     ROW(uniform, ONNX_NONE("in place, " RANDOM)),
     ROW(normal, ONNX_NONE("in place, " RANDOM)),
     ROW(randint, ONNX_NONE("in place, " RANDOM)),

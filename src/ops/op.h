@@ -108,6 +108,12 @@ typedef struct oari_op_def {
      * (lstm_layer -> lstm_layer_train). NULL: none. Graph backward and the
      * eager calls that record a gradient take it. */
     int (*train_form)(const oari_attrs *a, const oari_meta *y, oari_meta *extra);
+    /* the op written with other ops (traced stand-ins in, out[0..n_out-1]
+     * out, pool-owned), for an op without a gradient rule: graph backward
+     * differentiates the decomposition where a gradient has to pass
+     * through such a node (lstm_layer_backward, differentiated again).
+     * NULL: none. */
+    int (*decompose)(oar_tensor *const *in, const oari_attrs *a, oar_tensor **out);
 } oari_op_def;
 
 /* The table of definitions, indexed by oari_op. An entry is NULL while an

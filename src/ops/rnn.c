@@ -1,9 +1,10 @@
 /* Recurrent layers over a whole sequence (src/ops/defs/rnn.def): the
  * primitives rnn_layer (tanh, relu, GRU cells) and lstm_layer, their shape
  * rules, their gradient rules and the public function oar_rnn_layer; and
- * lstm_layer_train with lstm_layer_backward, the eager training path of an
- * LSTM (a reserve of gates and cell states, then BPTT in one kernel),
- * taken where nothing differentiates the gradient again; and
+ * lstm_layer_train with lstm_layer_backward, the training path of an LSTM
+ * (a reserve of gates and cell states, then BPTT in one kernel), taken
+ * eagerly where nothing differentiates the gradient again and in graph
+ * backward (a later one differentiates the node as its decomposition); and
  * gru_layer_train, a GRU rnn_layer that keeps its gates likewise. Elsewhere
  * the rules of the two (also a graph backward's, which turns lstm_layer
  * and GRU rnn_layer nodes into them) run the ops below over the reserve
@@ -268,13 +269,131 @@ typedef struct fwd {
 static int input_grads(oari_grad_ctx *g, const rnn_io *io, oar_tensor *dA_ih, oar_tensor *dA_hh,
                        oar_tensor *dh, oar_tensor *dc, oar_tensor *hp);
 
+/* LSTM: the gates from the reserve R [T, B, 5H] into f, and the cell
+ * states after each step (*C) and before it (*CP: c0 first; reverse, the
+ * step after). */
+static void lstm_reserve_states(oar_tensor *R, oar_tensor *c0, int64_t T, int64_t H, bool reverse, fwd *f,
+                                oar_tensor **C, oar_tensor **CP) {
+    f->i = oar_slice(R, 2, 0, H, 1);
+    f->f = oar_slice(R, 2, H, 2 * H, 1);
+    f->g = oar_slice(R, 2, 2 * H, 3 * H, 1);
+    f->o = oar_slice(R, 2, 3 * H, 4 * H, 1);
+    *C = oar_slice(R, 2, 4 * H, 5 * H, 1);
+    oar_tensor *c0r = oar_unsqueeze(c0, 0); /* (past a length the reserve holds c) */
+    *CP = T == 1 ? c0r
+          : !reverse ? oar_concat(2, (oar_tensor *[]){c0r, oar_slice(*C, 0, 0, T - 1, 1)}, 0)
+                     : oar_concat(2, (oar_tensor *[]){oar_slice(*C, 0, 1, T, 1), c0r}, 0);
+}
+
+/* LSTM: the per-step factors for all steps at once, kc = o tanh'(c) and
+ * k = [g sigmoid'(i), c_prev sigmoid'(f), i tanh'(g), tanh(c) sigmoid'(o)]. */
+static void lstm_step_factors(fwd *f, oar_tensor *C, oar_tensor *CP) {
+    oar_tensor *tc = oar_tanh(C);
+    f->kc = oar_mul(f->o, dtanh(tc));
+    f->k = oar_concat(4,
+                      (oar_tensor *[]){oar_mul(f->g, dsigmoid(f->i)), oar_mul(CP, dsigmoid(f->f)),
+                                       oar_mul(f->i, dtanh(f->g)), oar_mul(tc, dsigmoid(f->o))},
+                      2);
+}
+
+/* Backward over the steps, carrying *dh (and the LSTM's *dc) from the last
+ * step to the first: the gate pre-activations' gradients of step t into
+ * da_ih[t] and da_hh[t] (the same tensor but for the GRU). mask: [T, B, 1]
+ * steps inside each sequence, or NULL. dA_R, dAh_R, dC_R: what a gradient
+ * of the reserve adds at each step, or NULL. */
+static void steps_backward(int cell, bool reverse, int64_t T, const fwd *f, oar_tensor *mask, oar_tensor *gy,
+                           oar_tensor *w_hh, oar_tensor *dA_R, oar_tensor *dAh_R, oar_tensor *dC_R, oar_tensor **dhp,
+                           oar_tensor **dcp, oar_tensor **da_ih, oar_tensor **da_hh) {
+    oar_tensor *zero = oar_scalar(0), *dh = *dhp, *dc = dcp ? *dcp : NULL;
+    for (int64_t s = T - 1; s >= 0; s--) {
+        int64_t t = reverse ? T - 1 - s : s;
+        oar_tensor *m = mask ? step(mask, t) : NULL;
+        oar_tensor *dht = gy ? oar_add(dh, step(gy, t)) : dh;
+        oar_tensor *dai = NULL, *dah = NULL, *dh_new = NULL, *dc_new = NULL;
+        if (cell == CELL_LSTM) {
+            /* dc_t = dc + dh o tanh'(c); the gate gradients are (dc, dc, dc, dh) times
+             * the factors of f.k (plus what the reserve's gradient gives step t) */
+            if (dC_R) dc = oar_add(dc, step(dC_R, t));
+            oar_tensor *dct = oar_add(dc, oar_mul(dht, step(f->kc, t)));
+            dai = dah = oar_mul(oar_concat(4, (oar_tensor *[]){dct, dct, dct, dht}, 1), step(f->k, t));
+            if (dA_R) dai = dah = oar_add(dai, step(dA_R, t));
+            dc_new = oar_mul(dct, step(f->f, t));
+            dh_new = oar_matmul(dah, w_hh);
+        } else if (cell == CELL_GRU) {
+            oar_tensor *r = step(f->r, t), *z = step(f->z, t), *n = step(f->n, t), *hp = step(f->hp, t),
+                       *hn = step(f->hn, t);
+            oar_tensor *dan = oar_mul(oar_mul(dht, one_minus(z)), dtanh(n));
+            oar_tensor *dar = oar_mul(oar_mul(dan, hn), dsigmoid(r));
+            oar_tensor *daz = oar_mul(oar_mul(dht, oar_sub(hp, n)), dsigmoid(z));
+            dai = oar_concat(3, (oar_tensor *[]){dar, daz, dan}, 1);
+            dah = oar_concat(3, (oar_tensor *[]){dar, daz, oar_mul(dan, r)}, 1);
+            if (dA_R) { /* (plus what the reserve's gradient gives step t) */
+                dai = oar_add(dai, step(dA_R, t));
+                dah = oar_add(dah, step(dAh_R, t));
+            }
+            dh_new = oar_add(oar_mul(dht, z), oar_matmul(dah, w_hh));
+        } else {
+            oar_tensor *act = step(f->act, t);
+            dai = dah = cell == CELL_RELU ? oar_where(oar_gt(step(f->pre, t), zero), dht, zero)
+                                          : oar_mul(dht, dtanh(act));
+            dh_new = oar_matmul(dah, w_hh);
+        }
+        if (m) { /* past a length: no gate gradient, the carry passes through */
+            bool shared = dah == dai;
+            dai = oar_where(m, dai, zero);
+            dah = shared ? dai : oar_where(m, dah, zero);
+            dh = oar_where(m, dh_new, dh);
+            if (cell == CELL_LSTM) dc = oar_where(m, dc_new, dc);
+        } else {
+            dh = dh_new;
+            dc = dc_new;
+        }
+        da_ih[t] = dai;
+        da_hh[t] = dah;
+    }
+    *dhp = dh;
+    if (dcp) *dcp = dc;
+}
+
 /* Whether the gradient of an LSTM layer may run as lstm_layer_backward,
- * which has no gradient rule: only where nothing differentiates the result
- * again (grad mode off: oar_grad/oar_backward without create_graph; no
- * trace, whose graph backward may be differentiated) and x's device has it. */
+ * which has no gradient rule of its own. Eagerly: where nothing
+ * differentiates the result again (grad mode off: oar_grad/oar_backward
+ * without create_graph) and x's device has the kernel. In a trace (graph
+ * backward) always: a graph backward that meets the node goes through its
+ * decomposition (lstm_backward_ops), and a traced value has no device to
+ * ask, so the node runs on the CPU's kernel (elsewhere: a fallback). */
 static bool fused_lstm_backward_here(const oar_tensor *x) {
-    return !oar_grad_enabled() && !oari_trace_current && x->storage &&
-           oari_fused_op_here(OARI_OP_lstm_layer_backward, x);
+    if (oari_trace_current) return true;
+    return !oar_grad_enabled() && x->storage && oari_fused_op_here(OARI_OP_lstm_layer_backward, x);
+}
+
+/* lstm_layer_backward as the rule's ops (its decomposition, which a graph
+ * backward differentiates where the node has to be differentiated
+ * again): the same outputs from the same inputs. */
+static int lstm_backward_ops(oar_tensor *const *in, const oari_attrs *a, oar_tensor **out) {
+    oar_tensor *c0 = in[BW_C0], *w_hh = in[BW_WHH], *R = in[BW_RES], *len = in[BW_LEN];
+    oar_tensor *dh = in[BW_DH] ? in[BW_DH] : oar_zeros_like(c0), *dc = in[BW_DC] ? in[BW_DC] : oar_zeros_like(c0);
+    const bool reverse = a->i[0];
+    const int64_t T = R->shape[0], B = R->shape[1], H = w_hh->shape[1];
+    if (T == 0) {
+        out[0] = oar_zeros(w_hh->dtype, 3, (int64_t[]){0, B, 4 * H});
+        out[1] = dh;
+        out[2] = dc;
+        return out[0] && dh && dc ? 0 : oari_fail_status();
+    }
+    fwd f = {0};
+    oar_tensor *C = NULL, *CP = NULL, *mask = len ? step_mask(len, T, 0, c0) : NULL;
+    if (len && !mask) return oari_fail_status();
+    lstm_reserve_states(R, c0, T, H, reverse, &f, &C, &CP);
+    lstm_step_factors(&f, C, CP);
+    oar_tensor **da = calloc((size_t)(2 * T), sizeof *da);
+    if (!da) return oari_error(OAR_ERR_NOMEM, "lstm_layer_backward: out of memory");
+    steps_backward(CELL_LSTM, reverse, T, &f, mask, in[BW_GY], w_hh, NULL, NULL, NULL, &dh, &dc, da, da + T);
+    out[0] = oar_stack((int)T, da, 0);
+    free(da);
+    out[1] = dh;
+    out[2] = dc;
+    return out[0] && dh && dc ? 0 : oari_fail_status();
 }
 
 /* lstm_layer_train's gradient through lstm_layer_backward over its reserve
@@ -345,15 +464,7 @@ static int grad_layer(oari_grad_ctx *g) {
     if (cell == CELL_LSTM) {
         oar_tensor *C, *CP; /* the cell state after and before each step, [T, B, H] */
         if (R) {
-            f.i = oar_slice(R, 2, 0, H, 1);
-            f.f = oar_slice(R, 2, H, 2 * H, 1);
-            f.g = oar_slice(R, 2, 2 * H, 3 * H, 1);
-            f.o = oar_slice(R, 2, 3 * H, 4 * H, 1);
-            C = oar_slice(R, 2, 4 * H, 5 * H, 1);
-            oar_tensor *c0r = oar_unsqueeze(c0, 0); /* (past a length the reserve holds c) */
-            CP = T == 1 ? c0r
-                 : !reverse ? oar_concat(2, (oar_tensor *[]){c0r, oar_slice(C, 0, 0, T - 1, 1)}, 0)
-                            : oar_concat(2, (oar_tensor *[]){oar_slice(C, 0, 1, T, 1), c0r}, 0);
+            lstm_reserve_states(R, c0, T, H, reverse, &f, &C, &CP);
         } else {
             oar_tensor *gate[4] = {NULL, NULL, NULL, NULL};
             if (oar_chunk(oar_add(a_ih, a_hh), 4, 2, 4, gate) == 4) {
@@ -375,14 +486,7 @@ static int grad_layer(oari_grad_ctx *g) {
             C = oar_stack((int)T, f.c, 0);
             CP = oar_stack((int)T, cbuf + T, 0);
         }
-        /* the per-step factors, for all steps at once: kc = o tanh'(c) and
-         * k = [g sigmoid'(i), c_prev sigmoid'(f), i tanh'(g), tanh(c) sigmoid'(o)] */
-        oar_tensor *tc = oar_tanh(C);
-        f.kc = oar_mul(f.o, dtanh(tc));
-        f.k = oar_concat(4,
-                         (oar_tensor *[]){oar_mul(f.g, dsigmoid(f.i)), oar_mul(CP, dsigmoid(f.f)),
-                                          oar_mul(f.i, dtanh(f.g)), oar_mul(tc, dsigmoid(f.o))},
-                         2);
+        lstm_step_factors(&f, C, CP);
         if (gR) {
             oar_tensor *gi = oar_slice(gR, 2, 0, H, 1), *gf = oar_slice(gR, 2, H, 2 * H, 1),
                        *gg = oar_slice(gR, 2, 2 * H, 3 * H, 1), *go = oar_slice(gR, 2, 3 * H, 4 * H, 1);
@@ -418,55 +522,7 @@ static int grad_layer(oari_grad_ctx *g) {
         f.act = cell == CELL_RELU ? oar_relu(f.pre) : oar_tanh(f.pre);
     }
 
-    /* backward over the steps, carrying dh (and dc) */
-    oar_tensor *zero = oar_scalar(0), *w_hh_t = w_hh;
-    for (int64_t s = T - 1; s >= 0; s--) {
-        int64_t t = reverse ? T - 1 - s : s;
-        oar_tensor *m = mask ? step(mask, t) : NULL;
-        oar_tensor *dht = gy ? oar_add(dh, step(gy, t)) : dh;
-        oar_tensor *dai = NULL, *dah = NULL, *dh_new = NULL, *dc_new = NULL;
-        if (cell == CELL_LSTM) {
-            /* dc_t = dc + dh o tanh'(c); the gate gradients are (dc, dc, dc, dh) times
-             * the factors of f.k (plus what the reserve's gradient gives step t) */
-            if (dC_R) dc = oar_add(dc, step(dC_R, t));
-            oar_tensor *dct = oar_add(dc, oar_mul(dht, step(f.kc, t)));
-            dai = dah = oar_mul(oar_concat(4, (oar_tensor *[]){dct, dct, dct, dht}, 1),
-                                step(f.k, t));
-            if (dA_R) dai = dah = oar_add(dai, step(dA_R, t));
-            dc_new = oar_mul(dct, step(f.f, t));
-            dh_new = oar_matmul(dah, w_hh_t);
-        } else if (cell == CELL_GRU) {
-            oar_tensor *r = step(f.r, t), *z = step(f.z, t), *n = step(f.n, t),
-                       *hp = step(f.hp, t), *hn = step(f.hn, t);
-            oar_tensor *dan = oar_mul(oar_mul(dht, one_minus(z)), dtanh(n));
-            oar_tensor *dar = oar_mul(oar_mul(dan, hn), dsigmoid(r));
-            oar_tensor *daz = oar_mul(oar_mul(dht, oar_sub(hp, n)), dsigmoid(z));
-            dai = oar_concat(3, (oar_tensor *[]){dar, daz, dan}, 1);
-            dah = oar_concat(3, (oar_tensor *[]){dar, daz, oar_mul(dan, r)}, 1);
-            if (dA_R) { /* (plus what the reserve's gradient gives step t) */
-                dai = oar_add(dai, step(dA_R, t));
-                dah = oar_add(dah, step(dAh_R, t));
-            }
-            dh_new = oar_add(oar_mul(dht, z), oar_matmul(dah, w_hh_t));
-        } else {
-            oar_tensor *act = step(f.act, t);
-            dai = dah = cell == CELL_RELU ? oar_where(oar_gt(step(f.pre, t), zero), dht, zero)
-                                          : oar_mul(dht, dtanh(act));
-            dh_new = oar_matmul(dah, w_hh_t);
-        }
-        if (m) { /* past a length: no gate gradient, the carry passes through */
-            bool shared = dah == dai;
-            dai = oar_where(m, dai, zero);
-            dah = shared ? dai : oar_where(m, dah, zero);
-            dh = oar_where(m, dh_new, dh);
-            if (lstm) dc = oar_where(m, dc_new, dc);
-        } else {
-            dh = dh_new;
-            dc = dc_new;
-        }
-        da_ih[t] = dai;
-        da_hh[t] = dah;
-    }
+    steps_backward(cell, reverse, T, &f, mask, gy, w_hh, dA_R, dAh_R, dC_R, &dh, lstm ? &dc : NULL, da_ih, da_hh);
     oar_tensor *dA_ih = oar_stack((int)T, da_ih, 0);
     oar_tensor *dA_hh = cell == CELL_GRU ? oar_stack((int)T, da_hh, 0) : dA_ih;
     free(steps);
@@ -548,8 +604,9 @@ const oari_op_def oari_def_lstm_layer_backward = {
     .n_in = BW_N,
     .n_out = 3,
     .fusion = OARI_FUSE_OPAQUE,
-    .flags = OARI_F_OPTIONAL_IN | OARI_F_NO_HALF | OARI_F_NONDIFF, /* (see rnn.def) */
+    .flags = OARI_F_OPTIONAL_IN | OARI_F_NO_HALF,
     .infer = infer_lstm_layer_backward,
+    .decompose = lstm_backward_ops, /* (no rule: see rnn.def) */
 };
 const oari_op_def oari_def_lstm_layer = {
     .name = "lstm_layer",

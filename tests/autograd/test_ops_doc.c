@@ -79,9 +79,12 @@ static char *generate(void) {
     put(&b, "- **CPU dtypes**: dtypes with a CPU kernel; \\* computed in f32 and stored back;\n"
             "  \\*\\* oneDNN's kernel where oar is built with it (`OAR_WITH_DNNL`) and oneDNN has\n"
             "  bf16 kernels on the CPU (AVX-512 for oneDNN 2.6), else as \\*.\n"
-            "- **gradient**: yes (a rule written with ops), no (not differentiable), or missing.\n"
+            "- **gradient**: yes (a rule written with ops), no (not differentiable), graphs\n"
+            "  (decomposed: no rule; a graph backward differentiates the op written as other ops,\n"
+            "  `oari_op_def.decompose`), or missing.\n"
             "- **checked**: the gradcheck table's cases for the op (first and second order,\n"
-            "  contiguous and strided inputs).\n\n");
+            "  contiguous and strided inputs); for a decomposed op, a graph's second order\n"
+            "  against eager's.\n\n");
     put(&b, "| op | CPU dtypes | gradient | second order checked |\n");
     put(&b, "| --- | --- | --- | --- |\n");
     for (int op = 0; op < OARI_OP_COUNT; op++) {
@@ -95,8 +98,10 @@ static char *generate(void) {
         dtypes(&b, (oari_op)op, d);
         bool second = false;
         int cases = op_case_count(name, &second);
-        const char *grad = d->grad ? "yes" : (d->flags & OARI_F_NONDIFF) ? "no" : "missing";
-        const char *chk = !d->grad ? "-" : !cases ? "no" : second ? "yes" : "first order only";
+        const char *grad = d->grad ? "yes" : d->decompose ? "graphs (decomposed)"
+                                           : (d->flags & OARI_F_NONDIFF) ? "no" : "missing";
+        const char *chk = d->decompose && !d->grad ? "graph against eager"
+                          : !d->grad ? "-" : !cases ? "no" : second ? "yes" : "first order only";
         put(&b, " | %s | %s |\n", grad, chk);
     }
     return b.s;

@@ -473,6 +473,9 @@ static void test_traced_backward(void) {
         int first = g ? oar_graph_append_backward(g, 0, 1 + np, iw) : -1;
         CHECK(first == 1);
         CHECK(oar_graph_count_op(g, op) == 0 && oar_graph_count_op(g, train_op) == 4);
+        /* the LSTM's first order in one kernel per layer and direction; the
+         * second goes through that op's decomposition */
+        CHECK(oar_graph_count_op(g, "lstm_layer_backward") == (gru ? 0 : 4));
         int second = first == 1 ? oar_graph_append_backward(g, first, 1 + np, iw) : -1;
         CHECK(second == 2 + np);
         if (second == 2 + np) {
@@ -494,6 +497,74 @@ static void test_traced_backward(void) {
         oar_graph_free(g);
         oar_tensor_release(x);
         oar_module_free(m);
+        oar_pool_pop(p);
+    }
+}
+
+/* One LSTM layer with its states as inputs (x, h0, c0, w_ih, w_hh,
+ * lengths; ctx: reverse): y . y / 2 + h_n . h_n + c_n . c_n. */
+static int lstm_states_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    oar_tensor *y = NULL, *hn = NULL, *cn = NULL;
+    if (oar_rnn_layer(OAR_RNN_LSTM, *(const bool *)ctx, in[0], in[1], in[2], in[3], in[4], NULL, NULL, in[5], &y,
+                      &hn, &cn))
+        return -1;
+    oar_tensor *sq[3] = {oar_mul_scalar(oar_sum(oar_mul(y, y), 0, NULL, false), 0.5),
+                         oar_sum(oar_mul(hn, hn), 0, NULL, false), oar_sum(oar_mul(cn, cn), 0, NULL, false)};
+    out[0] = oar_add(oar_add(sq[0], sq[1]), sq[2]);
+    return out[0] ? 0 : -1;
+}
+
+/* A traced LSTM layer's graph backward holds lstm_layer_backward; a second
+ * backward of the gradients of x, h0 and c0 each goes through that op's
+ * decomposition, dh0 and dc0 included, and matches eager (the ops' rule)
+ * to 1e-12, both directions, with lengths {5, 0, 2}. */
+static void test_traced_states(void) {
+    for (int reverse = 0; reverse < 2; reverse++) {
+        oar_pool *p = oar_pool_push();
+        oar_manual_seed(9);
+        const int64_t T = 5, B = 3, In = 2, H = 3, lens[3] = {5, 0, 2};
+        oar_tensor *v[6] = {rnd(OAR_F64, 3, (int64_t[]){T, B, In}), rnd(OAR_F64, 2, (int64_t[]){B, H}),
+                            rnd(OAR_F64, 2, (int64_t[]){B, H}),
+                            oar_sub_scalar(rnd(OAR_F64, 2, (int64_t[]){4 * H, In}), 0.8),
+                            oar_sub_scalar(rnd(OAR_F64, 2, (int64_t[]){4 * H, H}), 0.8),
+                            oar_tensor_from_data(lens, OAR_I64, 1, (int64_t[]){B})};
+        bool rev = reverse;
+        oar_graph_input_spec s[6];
+        for (int k = 0; k < 6; k++) {
+            s[k] = (oar_graph_input_spec){.name = (const char *[]){"x", "h0", "c0", "w_ih", "w_hh", "len"}[k],
+                                          .dtype = oar_tensor_dtype(v[k]), .ndim = oar_tensor_ndim(v[k])};
+            memcpy(s[k].shape, oar_tensor_shape(v[k]), (size_t)s[k].ndim * sizeof *s[k].shape);
+        }
+        oar_graph *g = oar_trace(lstm_states_fn, &rev, 6, s, 1, NULL);
+        const int wrt[5] = {0, 1, 2, 3, 4};
+        int first = g ? oar_graph_append_backward(g, 0, 5, wrt) : -1; /* grad:x .. grad:w_hh: outputs 1..5 */
+        CHECK(first == 1 && oar_graph_count_op(g, "lstm_layer_backward") == 1);
+        /* second order: of the gradient of x, of h0 and of c0 (each summed) */
+        int second[3] = {-1, -1, -1};
+        for (int q = 0; first == 1 && q < 3; q++) second[q] = oar_graph_append_backward(g, 1 + q, 5, wrt);
+        CHECK(second[0] == 6 && second[1] == 11 && second[2] == 16);
+        /* eager */
+        for (int k = 0; k < 5; k++) CHECK(oar_tensor_set_requires_grad(v[k], true) == 0);
+        oar_tensor *loss = NULL, *g1[5] = {0};
+        CHECK(lstm_states_fn(&rev, v, &loss) == 0);
+        CHECK(oar_grad(1, &loss, NULL, 5, v, true, true, g1) == 0);
+        oar_executor *ex = second[2] == 16 ? oar_executor_new(g) : NULL;
+        oar_tensor *out[21] = {0};
+        CHECK(ex && oar_executor_run(ex, v, out) == 0);
+        double d1 = 0, d2 = 0, mag = 0;
+        for (int k = 0; ex && k < 5; k++) d1 = fmax(d1, max_diff(g1[k], out[1 + k]));
+        for (int q = 0; ex && q < 3; q++) {
+            oar_tensor *sg = oar_sum(g1[q], 0, NULL, false), *g2[5] = {0};
+            CHECK(oar_grad(1, &sg, NULL, 5, v, true, true, g2) == 0);
+            for (int k = 0; k < 5; k++) {
+                d2 = fmax(d2, max_diff(g2[k], out[6 + 5 * q + k]));
+                mag = fmax(mag, max_diff(g2[k], oar_zeros_like(g2[k])));
+            }
+        }
+        if (!(d1 <= 1e-12 && d2 <= 1e-12)) fprintf(stderr, "reverse %d: first order %g, second %g\n", reverse, d1, d2);
+        CHECK(d1 <= 1e-12 && d2 <= 1e-12 && mag > 1e-3);
+        oar_executor_free(ex); /* (its outputs are borrowed) */
+        oar_graph_free(g);
         oar_pool_pop(p);
     }
 }
@@ -557,6 +628,7 @@ int main(void) {
     RUN(test_backward_op_errors);
     RUN(test_traced);
     RUN(test_traced_backward);
+    RUN(test_traced_states);
     RUN(test_gru_train);
     return test_summary();
 }
