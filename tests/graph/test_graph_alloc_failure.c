@@ -2,7 +2,7 @@
  * Nth host allocation fail, for every N, while tracing a model, optimising
  * the graph, running it, saving and loading it and running a predictor;
  * and while making a predictor with a packing per batch size and running
- * it at each. Each failure must be reported, leak nothing and leave oar usable. */
+ * it at each; and while differentiating a traced LSTM twice. Each failure must be reported, leak nothing and leave oar usable. */
 #include "graph_test_util.h"
 
 #include "infer/predictor.h"
@@ -107,11 +107,57 @@ static void test_batches_fail_cleanly(void) {
     oar_tensor_release(wide_w);
 }
 
+/* A traced LSTM layer, its graph backward twice (the second through
+ * lstm_layer_backward's decomposition) and a run. */
+static oar_tensor *lx, *lh, *lwi, *lwh;
+static int lstm_fn(void *ctx, oar_tensor *const *in, oar_tensor **out) {
+    (void)ctx;
+    oar_tensor *y = NULL, *hn = NULL, *cn = NULL;
+    if (oar_rnn_layer(OAR_RNN_LSTM, false, in[0], in[1], in[1], in[2], in[3], NULL, NULL, NULL, &y, &hn, &cn))
+        return -1;
+    out[0] = oar_sum(oar_mul(y, y), 0, NULL, false);
+    return out[0] ? 0 : -1;
+}
+static int step_lstm(void) {
+    oar_graph_input_spec s[4] = {{.name = "x", .dtype = OAR_F64, .ndim = 3, .shape = {2, 1, 2}},
+                                 {.name = "h", .dtype = OAR_F64, .ndim = 2, .shape = {1, 2}},
+                                 {.name = "wi", .dtype = OAR_F64, .ndim = 2, .shape = {8, 2}},
+                                 {.name = "wh", .dtype = OAR_F64, .ndim = 2, .shape = {8, 2}}};
+    oar_graph *g = oar_trace(lstm_fn, NULL, 4, s, 1, NULL);
+    const int wrt[4] = {0, 1, 2, 3};
+    int st = g ? oar_graph_append_backward(g, 0, 4, wrt) : -1;
+    if (st == 1) st = oar_graph_append_backward(g, 2, 4, wrt) == 5 ? 0 : -1; /* of grad:h */
+    else if (st >= 0) st = -1;
+    oar_executor *ex = st ? NULL : oar_executor_new(g);
+    oar_tensor *out[9] = {0};
+    if (!st) st = ex ? oar_executor_run(ex, (oar_tensor *[]){lx, lh, lwi, lwh}, out) : -1;
+    oar_executor_free(ex);
+    oar_graph_free(g);
+    return st;
+}
+
+static void test_lstm_second_order_fails_cleanly(void) {
+    lx = oar_randn(OAR_F64, 3, (int64_t[]){2, 1, 2});
+    lh = oar_randn(OAR_F64, 2, (int64_t[]){1, 2});
+    lwi = oar_randn(OAR_F64, 2, (int64_t[]){8, 2});
+    lwh = oar_randn(OAR_F64, 2, (int64_t[]){8, 2});
+    CHECK(step_lstm() == 0);
+    int failures, n = fail_each_allocation(step_lstm, &failures);
+    printf("failed each of %d allocations of a traced LSTM's backward, again, and a run\n", n);
+    CHECK(failures > 100);
+    CHECK(n < 100000);
+    oar_tensor_release(lx);
+    oar_tensor_release(lh);
+    oar_tensor_release(lwi);
+    oar_tensor_release(lwh);
+}
+
 int main(void) {
     if (!mkdtemp(dir)) return 1;
     oar_set_allocator(failing_alloc, NULL);
     RUN(test_every_allocation_fails_cleanly);
     RUN(test_batches_fail_cleanly);
+    RUN(test_lstm_second_order_fails_cleanly);
     oar_memory_empty_cache();
     oar_set_allocator(NULL, NULL);
     char cmd[300];
