@@ -137,7 +137,7 @@ static int decomposed_backward(const oari_gnode *n, const oari_op_def *def, oar_
     for (int j = 0; !st && j < n->n_out; j++) {
         const int v = out[j] ? oari_trace_value_of(out[j]) : -1;
         if (v < 0 && gout[j]) st = oari_fail_status();
-        else if (v >= 0) gr[v] = gr[v] ? oar_add(gr[v], gout[j]) : gout[j];
+        else if (v >= 0 && gout[j] && !(gr[v] = gr[v] ? oar_add(gr[v], gout[j]) : gout[j])) st = oari_fail_status();
     }
     for (int i = b - 1; !st && i >= a; i--) st = node_backward(g, i, req, t, NULL, gr);
     /* an input read twice (two slots, one value) takes its gradient once */
