@@ -51,7 +51,8 @@ OARI_VINLINE float oari_vexpf(float x) {
     int32_t k;
     float y = oari_vexpf_core(xs, &k);
     int32_t k1 = k >> 1, k2 = k - k1; /* floor: y 2^k1 is exact either way, the product rounds once */
-    int32_t b1 = (k1 + 127) << 23, b2 = (k2 + 127) << 23;
+    /* (unsigned shifts: a lane above hi has a k whose shift overflows an int) */
+    uint32_t b1 = (uint32_t)(k1 + 127) << 23, b2 = (uint32_t)(k2 + 127) << 23;
     float s1, s2;
     memcpy(&s1, &b1, sizeof s1);
     memcpy(&s2, &b2, sizeof s2);
