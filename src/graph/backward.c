@@ -34,10 +34,22 @@ static int add_output(oar_graph *g, int v, const char *prefix, const char *name)
     return 0;
 }
 
-/* The tensors standing for values [0, nv): constants as themselves
+/* Marks, for nodes [a, b) in order, the outputs that need a gradient:
+ * floating outputs of a live differentiable node reading a value that does. */
+static void mark_required(const oar_graph *g, int a, int b, bool *req) {
+    for (int i = a; i < b; i++) {
+        const oari_gnode *n = &g->nodes[i];
+        bool r = false;
+        for (int k = 0; k < n->n_in; k++) r = r || (n->in[k] >= 0 && req[n->in[k]]);
+        if (n->dead || (oari_gnode_def(n)->flags & OARI_F_NONDIFF)) r = false;
+        for (int j = 0; j < n->n_out; j++) req[n->out[j]] = r && differentiable(g->values[n->out[j]].dtype);
+    }
+}
+
+/* The tensors standing for values [v0, nv): constants as themselves
  * (retained), others symbolic and bound to their value. */
-static int bind_values(oar_graph *g, int nv, oar_tensor **t) {
-    for (int v = 0; v < nv; v++) {
+static int bind_values(oar_graph *g, int v0, int nv, oar_tensor **t) {
+    for (int v = v0; v < nv; v++) {
         const oari_gvalue *gv = &g->values[v];
         if (gv->kind == OARI_V_CONST) {
             t[v] = oar_tensor_retain(gv->constant);
@@ -114,26 +126,19 @@ static int decomposed_backward(const oari_gnode *n, const oari_op_def *def, oar_
         t[id[k]] = in[k];
         req[id[k]] = req[id[k]] || needs[k];
     }
-    for (int v = nva; !st && v < nvb; v++) {
-        if (g->values[v].kind == OARI_V_CONST) t[v] = oar_tensor_retain(g->values[v].constant);
-        else if ((t[v] = oari_graph_symbolic(&g->values[v]))) oari_trace_bind(t[v], v);
-        if (!t[v] || !oari_pool_adopt(t[v])) st = oari_fail_status();
+    if (!st) {
+        st = bind_values(g, nva, nvb, t);
+        for (int v = nva; v < nvb; v++) /* (the pool owns them, those bound before a failure too) */
+            if (t[v] && !oari_pool_adopt(t[v]) && !st) st = oari_fail_status();
     }
-    for (int i = a; !st && i < b; i++) {
-        const oari_gnode *m = &g->nodes[i];
-        bool r = false;
-        for (int k = 0; k < m->n_in; k++) {
-            const int v = m->in[k];
+    for (int i = a; !st && i < b; i++)
+        for (int k = 0; k < g->nodes[i].n_in && !st; k++) {
+            const int v = g->nodes[i].in[k];
             if (v >= 0 && v < nva && !t[v])
                 st = oari_error(OAR_ERR_UNSUPPORTED, "graph_backward: %s's decomposition reads value %d, "
                                 "not one of its inputs", def->name, v);
-            r = r || (v >= 0 && req[v]);
         }
-        if (oari_gnode_def(m)->flags & OARI_F_NONDIFF) r = false;
-        for (int j = 0; j < m->n_out; j++)
-            req[m->out[j]] = r && (oar_dtype_is_float(g->values[m->out[j]].dtype) ||
-                                   oar_dtype_is_complex(g->values[m->out[j]].dtype));
-    }
+    if (!st) mark_required(g, a, b, req);
     for (int j = 0; !st && j < n->n_out; j++) {
         const int v = out[j] ? oari_trace_value_of(out[j]) : -1;
         if (v < 0 && gout[j]) st = oari_fail_status();
@@ -302,13 +307,7 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
         goto done;
     }
     for (int k = 0; k < n_wrt; k++) req[g->inputs[wrt[k]]] = differentiable(g->values[g->inputs[wrt[k]]].dtype);
-    for (int i = 0; i < n0; i++) {
-        const oari_gnode *n = &g->nodes[i];
-        bool r = false;
-        for (int k = 0; k < n->n_in; k++) r = r || (n->in[k] >= 0 && req[n->in[k]]);
-        if (n->dead || (oari_gnode_def(n)->flags & OARI_F_NONDIFF)) r = false;
-        for (int j = 0; j < n->n_out; j++) req[n->out[j]] = r && differentiable(g->values[n->out[j]].dtype);
-    }
+    mark_required(g, 0, n0, req);
     int L = g->outputs[output];
     if (!req[L]) {
         st = oari_error(OAR_ERR_INVALID, "graph_backward: output %d (%s) does not depend on the inputs "
@@ -320,7 +319,7 @@ int oar_graph_append_backward(oar_graph *g, int output, int n_wrt, const int *wr
         goto done;
     }
     pool = oar_pool_push();
-    if ((st = bind_values(g, nv, t))) goto done;
+    if ((st = bind_values(g, 0, nv, t))) goto done;
     /* the seed: a constant 1 standing as a traced value, expanded to the output */
     oari_gvalue lval = g->values[L], *lv = &lval; /* a copy: adding values moves g->values */
     oar_tensor *one = oar_scalar_of(1, lv->dtype);
@@ -362,7 +361,7 @@ int oar_graph_append_sgd(oar_graph *g, double lr) {
     void *tracer = t ? oari_trace_attach(g) : NULL;
     oar_pool *pool = tracer ? oar_pool_push() : NULL;
     if (!t || !tracer) st = t ? OAR_ERR_STATE : oari_fail_status();
-    if (!st) st = bind_values(g, nv, t);
+    if (!st) st = bind_values(g, 0, nv, t);
     for (int i = 0; i < g->n_inputs && !st; i++) {
         int x = g->inputs[i];
         const char *name = g->values[x].name;
@@ -475,7 +474,7 @@ int oar_graph_append_adamw(oar_graph *g, double lr, double beta1, double beta2, 
     void *tracer = t ? oari_trace_attach(g) : NULL;
     oar_pool *pool = tracer ? oar_pool_push() : NULL;
     if (!t || !tracer) st = t ? OAR_ERR_STATE : oari_fail_status();
-    if (!st) st = bind_values(g, nv, t);
+    if (!st) st = bind_values(g, 0, nv, t);
     /* torch.optim.AdamW (oar_adamw_new's formulas): step t = step + 1,
      * bias corrections 1 - beta^t */
     oar_tensor *tn = NULL, *bc1 = NULL, *sbc2 = NULL;

@@ -241,6 +241,27 @@ static void test_batch_setting(void) {
     oar_pool_pop(pool);
 }
 
+/* Checks one run of p at batch n: run and run_borrowed give the unpacked
+ * conv's values (in float64); returns the graph that served it. */
+static const oar_graph *check_run(oar_predictor *p, int64_t n, int packs) {
+    oar_tensor *x = rand_t(OAR_F32, 4, (int64_t[]){n, 64, 14, 14}, 1.0), *y = NULL, *yb = NULL;
+    const oar_graph *served = p ? oari_predictor_graph_for(p, &x) : NULL;
+    int64_t got[3] = {0};
+    CHECK(served && graph_layout(served, got) == packs);
+    oar_tensor *want = oar_cast(oar_relu(conv(oar_cast(x, OAR_F64), oar_cast(Wb, OAR_F64), NULL, 1, 1, 1, 1)), OAR_F32);
+    CHECK(p && oar_predictor_run(p, &x, &y) == 0);
+    CHECK(p && oar_predictor_run_borrowed(p, &x, &yb) == 0);
+    /* Winograd's tolerance for its packed filter, and unpacked (the conv
+     * may take Winograd at some batch sizes) */
+    double mag = max_abs(want), tol = (!packs || got[0] == 2 ? 1e-5 : 2e-6) * mag;
+    double err = max_diff(y, want), errb = max_diff(yb, want);
+    if (!(mag > 0.1 && err <= tol && errb <= tol))
+        fprintf(stderr, "  batch %lld: off by %g and %g (magnitude %g)\n", (long long)n, err, errb, mag);
+    CHECK(mag > 0.1 && err <= tol && errb <= tol);
+    oar_tensor_release(y);
+    return served;
+}
+
 /* Several batch sizes (oar_predictor_config.batches): one packing each; a
  * run takes its batch's graph (by run and by run_borrowed), batches[0]'s
  * at another size, and every one gives the unpacked conv's values. A graph
@@ -256,23 +277,10 @@ static void test_batches(void) {
     CHECK(p != NULL);
     const int64_t runs[3] = {1, 32, 5};
     for (int k = 0; p && k < 3; k++) {
-        oar_tensor *x = rand_t(OAR_F32, 4, (int64_t[]){runs[k], 64, 14, 14}, 1.0), *y = NULL, *yb = NULL;
-        const oar_graph *served = oari_predictor_graph_for(p, &x);
+        const oar_graph *served = check_run(p, runs[k], packs);
         /* batch 1 its own graph; 32 and 5 the first's */
         CHECK((served == oar_predictor_graph(p)) == (!packs || runs[k] != 1));
-        CHECK(graph_layout(served, got) == packs);
-        if (packs) CHECK(!memcmp(got, runs[k] == 1 ? l1 : l32, sizeof got));
-        oar_tensor *want = oar_cast(oar_relu(conv(oar_cast(x, OAR_F64), oar_cast(Wb, OAR_F64), NULL, 1, 1, 1, 1)),
-                                    OAR_F32);
-        CHECK(oar_predictor_run(p, &x, &y) == 0);
-        CHECK(oar_predictor_run_borrowed(p, &x, &yb) == 0);
-        double mag = max_abs(want), tol = (packs && got[0] == 2 ? 1e-5 : 2e-6) * mag;
-        double err = max_diff(y, want), errb = max_diff(yb, want);
-        if (!(mag > 0.1 && err <= tol && errb <= tol))
-            fprintf(stderr, "  batches {32, 1}, batch %lld: off by %g and %g (magnitude %g)\n", (long long)runs[k], err,
-                    errb, mag);
-        CHECK(mag > 0.1 && err <= tol && errb <= tol);
-        oar_tensor_release(y);
+        if (packs) CHECK(graph_layout(served, got) && !memcmp(got, runs[k] == 1 ? l1 : l32, sizeof got));
     }
     oar_predictor_free(p);
     /* nothing packed (no optimize): one graph for every batch */
@@ -301,27 +309,6 @@ static void test_batches(void) {
                 "both batch (2) and batches are set");
     oar_graph_free(g);
     oar_pool_pop(pool);
-}
-
-/* Checks one run of p at batch n: run and run_borrowed give the unpacked
- * conv's values (in float64); returns the graph that served it. */
-static const oar_graph *check_run(oar_predictor *p, int64_t n, int packs) {
-    oar_tensor *x = rand_t(OAR_F32, 4, (int64_t[]){n, 64, 14, 14}, 1.0), *y = NULL, *yb = NULL;
-    const oar_graph *served = p ? oari_predictor_graph_for(p, &x) : NULL;
-    int64_t got[3] = {0};
-    CHECK(served && graph_layout(served, got) == packs);
-    oar_tensor *want = oar_cast(oar_relu(conv(oar_cast(x, OAR_F64), oar_cast(Wb, OAR_F64), NULL, 1, 1, 1, 1)), OAR_F32);
-    CHECK(p && oar_predictor_run(p, &x, &y) == 0);
-    CHECK(p && oar_predictor_run_borrowed(p, &x, &yb) == 0);
-    /* Winograd's tolerance for its packed filter, and unpacked (the conv
-     * may take Winograd at some batch sizes) */
-    double mag = max_abs(want), tol = (!packs || got[0] == 2 ? 1e-5 : 2e-6) * mag;
-    double err = max_diff(y, want), errb = max_diff(yb, want);
-    if (!(mag > 0.1 && err <= tol && errb <= tol))
-        fprintf(stderr, "  batch %lld: off by %g and %g (magnitude %g)\n", (long long)n, err, errb, mag);
-    CHECK(mag > 0.1 && err <= tol && errb <= tol);
-    oar_tensor_release(y);
-    return served;
 }
 
 /* A thread of test_adapt_batches: runs x[k] (batch 2 + k) on a clone of p
