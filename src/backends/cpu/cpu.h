@@ -149,6 +149,43 @@ static inline int64_t oari_kt_numel(const oar_ktensor *k) {
 static inline float oari_ld_f16(const void *p) { return oari_f16_to_f32(*(const uint16_t *)p); }
 static inline float oari_ld_bf16(const void *p) { return oari_bf16_to_f32(*(const uint16_t *)p); }
 
+/* ---- a library call's threads ---------------------------------------------
+ * OpenBLAS and oneDNN split a call's work for omp_get_max_threads() threads
+ * and count on a team that big: oneDNN leaves a missing thread's share of
+ * the output unwritten, and OpenBLAS's threaded GEMM spins for ever waiting
+ * on it. A team comes out smaller when OMP_THREAD_LIMIT is below the thread
+ * count, or when OMP_DYNAMIC lets libgomp shrink it on a loaded machine
+ * (and a region of one thread is not "in parallel" to the libraries, so
+ * they thread inside it). Every call into those libraries runs between
+ * oari_lib_enter and oari_lib_leave: the first sets this thread's ICVs to
+ * `want` threads (0: as many as now), no more than the thread limit, with
+ * dynamic teams off; the second puts them back. */
+typedef struct oari_lib_icv {
+    int threads, dynamic;
+} oari_lib_icv;
+static inline oari_lib_icv oari_lib_enter(int want) {
+    oari_lib_icv saved = {1, 0};
+#ifdef _OPENMP
+    saved.threads = omp_get_max_threads();
+    saved.dynamic = omp_get_dynamic();
+    int n = want > 0 ? want : saved.threads, limit = omp_get_thread_limit();
+    if (n > limit) n = limit;
+    if (n != saved.threads) omp_set_num_threads(n);
+    if (saved.dynamic) omp_set_dynamic(0);
+#else
+    (void)want;
+#endif
+    return saved;
+}
+static inline void oari_lib_leave(oari_lib_icv saved) {
+#ifdef _OPENMP
+    if (omp_get_max_threads() != saved.threads) omp_set_num_threads(saved.threads);
+    if (saved.dynamic) omp_set_dynamic(1);
+#else
+    (void)saved;
+#endif
+}
+
 /* ---- the f32 GEMM (cpu_gemm.c) --------------------------------------------
  * cblas_sgemm's contract, run by oneDNN's dnnl_sgemm where oar has it and
  * the product is not tiny, else by CBLAS; GEMV likewise (sgemv). Every f32
@@ -172,6 +209,11 @@ OARI_HIDDEN int oari_cpu_sgemm_use(int provider);
  * where the CPU has x86-64-v4), to sorted insertion (0), or back to the
  * CPU's choice (-1); returns whether the vector ran before. For tests. */
 OARI_HIDDEN int oari_cpu_topk_vector_use(int use);
+/* cblas_dgemm between oari_lib_enter and oari_lib_leave: every f64 product
+ * of the CPU backend calls this, never cblas_dgemm. */
+OARI_HIDDEN void oari_cpu_dgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
+                                blasint m, blasint n, blasint k, double alpha, const double *a, blasint lda,
+                                const double *b, blasint ldb, double beta, double *c, blasint ldc);
 /* Before an f64 or complex product of `macs` multiply-adds: the first of
  * 32^3 or more warns once if OpenBLAS runs kernels without AVX on a CPU
  * with AVX2 (an unknown model), naming OPENBLAS_CORETYPE. */

@@ -126,7 +126,7 @@ static int64_t adaptive_end(int64_t o, int64_t out, int64_t in) {
 
 #define CONV_T double
 #define CONV_SFX f64
-#define CONV_GEMM cblas_dgemm
+#define CONV_GEMM oari_cpu_dgemm
 #include "cpu_conv.c"
 #undef CONV_T
 #undef CONV_SFX

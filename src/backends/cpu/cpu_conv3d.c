@@ -97,7 +97,7 @@ static int64_t slab_planes(int64_t rows, const geom3 *g) {
 
 #define C3_T double
 #define C3_SFX f64
-#define C3_GEMM cblas_dgemm
+#define C3_GEMM oari_cpu_dgemm
 #include "cpu_conv3d.c"
 #undef C3_T
 #undef C3_SFX

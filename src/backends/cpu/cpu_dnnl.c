@@ -278,14 +278,12 @@ static bool one_thread_for(int64_t work, int64_t below) {
 }
 
 static int run(call_desc *c, int64_t work, int64_t below) {
-    int threads = omp_get_max_threads();
-    bool one_thread = one_thread_for(work, below);
-    if (one_thread) omp_set_num_threads(1);
+    oari_lib_icv icv = oari_lib_enter(one_thread_for(work, below) ? 1 : 0);
     c->key.threads = omp_get_max_threads();
     prim_slot *s = acquire(c);
     int st = s ? execute(c, s) : oari_fail_status();
     if (s) release(s);
-    if (one_thread) omp_set_num_threads(threads);
+    oari_lib_leave(icv);
     return st;
 }
 
@@ -541,9 +539,8 @@ int oari_dnnl_conv2d_layout(const oari_dnnl_conv2d_args *a, int *order, int64_t 
     pthread_mutex_unlock(&cache_lock);
     if (st) return dnnl_fail(&c, "engine", st);
     /* the threads run() gives a call of this size: oneDNN blocks for them */
-    int threads = omp_get_max_threads();
-    bool one_thread = one_thread_for(a->n * a->o * a->oh * a->ow * a->c * a->kh * a->kw, PACKED_ONE_THREAD_BELOW);
-    if (one_thread) omp_set_num_threads(1);
+    oari_lib_icv icv =
+        oari_lib_enter(one_thread_for(a->n * a->o * a->oh * a->ow * a->c * a->kh * a->kw, PACKED_ONE_THREAD_BELOW) ? 1 : 0);
     dnnl_dims_t wd = {a->o, a->c, a->kh, a->kw};
     dnnl_memory_desc_t any, want, m;
     dnnl_convolution_desc_t d;
@@ -560,7 +557,7 @@ int oari_dnnl_conv2d_layout(const oari_dnnl_conv2d_args *a, int *order, int64_t 
     if (post) dnnl_post_ops_destroy(post);
     if (attr) dnnl_primitive_attr_destroy(attr);
     if (pd) dnnl_primitive_desc_destroy(pd);
-    if (one_thread) omp_set_num_threads(threads);
+    oari_lib_leave(icv);
     if (st) return dnnl_fail(&c, "primitive description", st);
     for (size_t i = 0; i < sizeof packed_tags / sizeof *packed_tags; i++) {
         if (dnnl_memory_desc_init_by_tag(&m, 4, wd, dnnl_f32, packed_tags[i].tag) ||

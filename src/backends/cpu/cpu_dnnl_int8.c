@@ -171,13 +171,12 @@ static int execute(const oari_dnnl_qmatmul_args *q, const qslot *s) {
 
 /* Below 2^22 multiply-adds on one thread: more only adds the team's start. */
 int oari_dnnl_qmatmul(const oari_dnnl_qmatmul_args *q) {
-    int threads = omp_get_max_threads();
-    bool one = threads > 1 && q->m * q->k * q->n < ((int64_t)1 << 22) && !omp_in_parallel();
-    if (one) omp_set_num_threads(1);
+    bool one = omp_get_max_threads() > 1 && q->m * q->k * q->n < ((int64_t)1 << 22) && !omp_in_parallel();
+    oari_lib_icv icv = oari_lib_enter(one ? 1 : 0);
     qkey k = {q->a_dtype, q->m, q->k, q->n, omp_get_max_threads()};
     qslot *s = acquire(q, &k);
     int st = s ? execute(q, s) : oari_fail_status();
     if (s) release(s);
-    if (one) omp_set_num_threads(threads);
+    oari_lib_leave(icv);
     return st;
 }

@@ -157,18 +157,32 @@ bool oari_cpu_sgemv_onednn(int64_t rows, int64_t cols) {
 void oari_cpu_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
                     blasint m, blasint n, blasint k, float alpha, const float *a, blasint lda,
                     const float *b, blasint ldb, float beta, float *c, blasint ldc) {
+    oari_lib_icv icv = oari_lib_enter(0);
 #ifdef OAR_WITH_DNNL
-    /* dnnl_sgemm is row-major; a column-major call (none in oar today) stays with CBLAS */
+    /* dnnl_sgemm is row-major; a column-major call (none in oar today) stays with CBLAS.
+     * (It refuses only what CBLAS would too: a leading dimension too small.) */
     if (order == CblasRowMajor && oari_cpu_sgemm_onednn(m, n, k) &&
         dnnl_sgemm(ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T', m, n, k, alpha,
-                   a, lda, b, ldb, beta, c, ldc) == dnnl_success)
-        return; /* (it refuses only what CBLAS would too: a leading dimension too small) */
+                   a, lda, b, ldb, beta, c, ldc) == dnnl_success) {
+        oari_lib_leave(icv);
+        return;
+    }
 #endif
     cblas_sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    oari_lib_leave(icv);
+}
+
+void oari_cpu_dgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
+                    blasint m, blasint n, blasint k, double alpha, const double *a, blasint lda,
+                    const double *b, blasint ldb, double beta, double *c, blasint ldc) {
+    oari_lib_icv icv = oari_lib_enter(0);
+    cblas_dgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    oari_lib_leave(icv);
 }
 
 void oari_cpu_sgemv(bool trans, int64_t rows, int64_t cols, const float *mat, int64_t ld,
                     const float *x, int64_t incx, float *y) {
+    oari_lib_icv icv = oari_lib_enter(0);
 #ifdef OAR_WITH_DNNL
     /* as a GEMM with a one-column (or one-row) side; x read at stride incx as the
      * transpose of a [len, 1] matrix of leading dimension incx */
@@ -176,9 +190,13 @@ void oari_cpu_sgemv(bool trans, int64_t rows, int64_t cols, const float *mat, in
         dnnl_status_t st =
             trans ? dnnl_sgemm('T', 'N', 1, cols, rows, 1.0f, x, incx, mat, ld, 0.0f, y, cols)
                   : dnnl_sgemm('N', 'N', rows, 1, cols, 1.0f, mat, ld, x, incx, 0.0f, y, 1);
-        if (st == dnnl_success) return;
+        if (st == dnnl_success) {
+            oari_lib_leave(icv);
+            return;
+        }
     }
 #endif
     cblas_sgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, (blasint)rows, (blasint)cols,
                 1.0f, mat, (blasint)ld, x, (blasint)incx, 0.0f, y, 1);
+    oari_lib_leave(icv);
 }

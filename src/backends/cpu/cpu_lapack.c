@@ -529,7 +529,23 @@ static int k_svd(void *ctx, const oar_kernel_call *call) {
     return st;
 }
 
-#define LAPACK_TABLE(k) {[OAR_F32] = k, [OAR_F64] = k, [OAR_C64] = k, [OAR_C128] = k}
+/* Each kernel under oari_lib_enter (cpu.h): OpenBLAS's LAPACK threads its
+ * factorizations through the same GEMM threads. */
+#define LIB_THREADS(k)                                               \
+    static int k##_lib(void *ctx, const oar_kernel_call *call) {     \
+        oari_lib_icv icv = oari_lib_enter(0);                        \
+        int st = k(ctx, call);                                       \
+        oari_lib_leave(icv);                                         \
+        return st;                                                   \
+    }
+LIB_THREADS(k_solve)
+LIB_THREADS(k_slogdet)
+LIB_THREADS(k_cholesky)
+LIB_THREADS(k_eigh)
+LIB_THREADS(k_qr)
+LIB_THREADS(k_svd)
+
+#define LAPACK_TABLE(k) {[OAR_F32] = k##_lib, [OAR_F64] = k##_lib, [OAR_C64] = k##_lib, [OAR_C128] = k##_lib}
 const oari_cpu_kernels oari_cpu_k_linalg_solve = LAPACK_TABLE(k_solve);
 const oari_cpu_kernels oari_cpu_k_linalg_slogdet = LAPACK_TABLE(k_slogdet);
 const oari_cpu_kernels oari_cpu_k_linalg_cholesky = LAPACK_TABLE(k_cholesky);

@@ -101,16 +101,20 @@ static void blas_gemm(int dt, bool ta, bool tb, int64_t n, int64_t m, int64_t k,
         oari_cpu_sgemm(CblasRowMajor, tra, trb, N, M, K, 1.0f, a, LA, b, LB, 0.0f, c, LC);
         break;
     case OAR_F64:
-        cblas_dgemm(CblasRowMajor, tra, trb, N, M, K, 1.0, a, LA, b, LB, 0.0, c, LC);
+        oari_cpu_dgemm(CblasRowMajor, tra, trb, N, M, K, 1.0, a, LA, b, LB, 0.0, c, LC);
         break;
     case OAR_C64: {
         const float one[2] = {1, 0}, zero[2] = {0, 0};
+        oari_lib_icv icv = oari_lib_enter(0);
         cblas_cgemm(CblasRowMajor, tra, trb, N, M, K, one, a, LA, b, LB, zero, c, LC);
+        oari_lib_leave(icv);
         break;
     }
     case OAR_C128: {
         const double one[2] = {1, 0}, zero[2] = {0, 0};
+        oari_lib_icv icv = oari_lib_enter(0);
         cblas_zgemm(CblasRowMajor, tra, trb, N, M, K, one, a, LA, b, LB, zero, c, LC);
+        oari_lib_leave(icv);
         break;
     }
     }
@@ -135,9 +139,9 @@ static void gemm(int dt, bool ta, bool tb, int64_t n, int64_t m, int64_t k, cons
          * on two threads ran in 0.63 of one thread's time, 2048x128x512 in 0.50) */
         blas_gemm(dt, ta, tb, n, m, k, a, lda, b, ldb, c, ldc);
     } else if (n * m * k < small) {
-        omp_set_num_threads(1);
+        oari_lib_icv icv = oari_lib_enter(1);
         blas_gemm(dt, ta, tb, n, m, k, a, lda, b, ldb, c, ldc);
-        omp_set_num_threads(threads);
+        oari_lib_leave(icv);
     } else if (n < 64 * threads && m < 64 * threads) { /* blocks too thin: OpenBLAS's threads */
         blas_gemm(dt, ta, tb, n, m, k, a, lda, b, ldb, c, ldc);
     } else {
@@ -163,6 +167,7 @@ static void gemv(int dt, bool trans, int64_t rows, int64_t cols, const void *mat
     enum CBLAS_TRANSPOSE tr = trans ? CblasTrans : CblasNoTrans;
     blasint R = (blasint)rows, C = (blasint)cols, L = (blasint)ld, INC = (blasint)incx;
     if (dt != OAR_F32) oari_cpu_blas_note(rows * cols);
+    oari_lib_icv icv = oari_lib_enter(0);
     switch (dt) {
     case OAR_F32: oari_cpu_sgemv(trans, rows, cols, mat, ld, x, incx, y); break;
     case OAR_F64: cblas_dgemv(CblasRowMajor, tr, R, C, 1.0, mat, L, x, INC, 0.0, y, 1); break;
@@ -177,6 +182,7 @@ static void gemv(int dt, bool trans, int64_t rows, int64_t cols, const void *mat
         break;
     }
     }
+    oari_lib_leave(icv);
 }
 
 /* One product of the batch: gemv when a side is a vector (BLAS's gemm is

@@ -74,10 +74,9 @@ static int read_lengths(const oar_ktensor *L, int64_t B, int64_t Ts, const char 
 /* Products below 2^23 multiply-adds run on one thread: OpenBLAS's OpenMP
  * build threads every product, and a step's small one (B x G*H x H) costs
  * more on two threads than on one (see gemm in cpu_linalg.c). */
-static bool gemm_single(int64_t n, int64_t m, int64_t k, int *threads, bool f32) {
-    *threads = omp_get_max_threads();
+static bool gemm_single(int64_t n, int64_t m, int64_t k, bool f32) {
     if (f32 && oari_cpu_sgemm_onednn(n, m, k)) return false; /* oneDNN's threads pay at every size */
-    return *threads > 1 && !omp_in_parallel() && n * m * k < ((int64_t)1 << 23);
+    return omp_get_max_threads() > 1 && !omp_in_parallel() && n * m * k < ((int64_t)1 << 23);
 }
 
 #define RNN_T float
@@ -94,7 +93,7 @@ static bool gemm_single(int64_t n, int64_t m, int64_t k, int *threads, bool f32)
 
 #define RNN_T double
 #define RNN_SFX f64
-#define RNN_GEMM cblas_dgemm
+#define RNN_GEMM oari_cpu_dgemm
 #define RNN_EXP exp
 #define RNN_TANH tanh
 #include "cpu_rnn.c"
@@ -149,13 +148,11 @@ typedef RNN_T FN(real);
  * tb false, A B (B [k, m], ld m). */
 static void FN(gemm)(bool tb, int64_t n, int64_t m, int64_t k, const T *a, const T *b, T beta,
                      T *c) {
-    int threads;
-    bool single = gemm_single(n, m, k, &threads, sizeof(T) == sizeof(float));
-    if (single) omp_set_num_threads(1);
+    oari_lib_icv icv = oari_lib_enter(gemm_single(n, m, k, sizeof(T) == sizeof(float)) ? 1 : 0);
     RNN_GEMM(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)n, (blasint)m,
              (blasint)k, 1, a, (blasint)(k > 0 ? k : 1), b,
              (blasint)(tb ? (k > 0 ? k : 1) : (m > 0 ? m : 1)), beta, c, (blasint)(m > 0 ? m : 1));
-    if (single) omp_set_num_threads(threads);
+    oari_lib_leave(icv);
 }
 
 static inline T FN(sigmoid)(T v) { return 1 / (1 + RNN_EXP(-v)); }
