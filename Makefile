@@ -27,12 +27,13 @@ test-asan: deps
 		sh ../scripts/check-skips.sh $(CURDIR)/build-asan/junit.xml || rc=1; exit $$rc
 
 # ThreadSanitizer on the tests that run oar from several threads: the
-# predictor served by 8 threads, the data loader's prefetch thread, and
+# predictor served by 8 threads, clones packing new batch sizes at once
+# (test_prepack_conv), the data loader's prefetch thread, and
 # concurrent saves to one path (docs/internals/cpu.md). Only those tests are built. OMP_THREAD_LIMIT=1:
 # libgomp is not instrumented, so TSan cannot see its barriers and would
 # report the hand-offs between OpenMP threads as races (the ctest
 # environment sets OMP_NUM_THREADS, which the limit caps).
-TSAN_TESTS = test_predictor test_loader_more test_fit test_resume test_save_protocol
+TSAN_TESTS = test_predictor test_prepack_conv test_loader_more test_fit test_resume test_save_protocol
 empty :=
 space := $(empty) $(empty)
 test-tsan: deps
