@@ -161,16 +161,18 @@ static inline float oari_ld_bf16(const void *p) { return oari_bf16_to_f32(*(cons
  * `want` threads (0: as many as now), no more than the thread limit, with
  * dynamic teams off; the second puts them back. */
 typedef struct oari_lib_icv {
-    int threads, dynamic;
+    int threads; /* the caller's count, */
+    bool changed, dynamic; /* whether it was changed; the caller's dynamic setting */
 } oari_lib_icv;
 static inline oari_lib_icv oari_lib_enter(int want) {
-    oari_lib_icv saved = {1, 0};
+    oari_lib_icv saved = {1, false, false};
 #ifdef _OPENMP
     saved.threads = omp_get_max_threads();
     saved.dynamic = omp_get_dynamic();
     int n = want > 0 ? want : saved.threads, limit = omp_get_thread_limit();
     if (n > limit) n = limit;
-    if (n != saved.threads) omp_set_num_threads(n);
+    saved.changed = n != saved.threads;
+    if (saved.changed) omp_set_num_threads(n);
     if (saved.dynamic) omp_set_dynamic(0);
 #else
     (void)want;
@@ -179,7 +181,7 @@ static inline oari_lib_icv oari_lib_enter(int want) {
 }
 static inline void oari_lib_leave(oari_lib_icv saved) {
 #ifdef _OPENMP
-    if (omp_get_max_threads() != saved.threads) omp_set_num_threads(saved.threads);
+    if (saved.changed) omp_set_num_threads(saved.threads);
     if (saved.dynamic) omp_set_dynamic(1);
 #else
     (void)saved;
