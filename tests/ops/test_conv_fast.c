@@ -315,7 +315,8 @@ static void test_weight_grad_partials(void) {
  * (and conv2d's row tiles). */
 static void test_thread_count_invariance(void) {
 #ifdef _OPENMP
-    int saved = omp_get_max_threads();
+    int saved = omp_get_max_threads(), dynamic = omp_get_dynamic();
+    omp_set_dynamic(0); /* the teams asked for (OMP_DYNAMIC would shrink them, and change the blocking) */
     oar_pool *p = oar_pool_push();
     const int64_t one[2] = {1, 1}, zero[2] = {0, 0}, pad[2] = {1, 1};
     oar_tensor *x = randn4(OAR_F32, 200, 3, 7, 7), *w = randn4(OAR_F32, 4, 3, 3, 3);
@@ -337,6 +338,7 @@ static void test_thread_count_invariance(void) {
         r[t][4] = oar_conv2d(t == 1 ? oar_slice(xw, 0, 0, 1, 1) : xw, ww, NULL, one, pad, one, 1);
     }
     omp_set_num_threads(saved);
+    omp_set_dynamic(dynamic);
     for (int k = 0; k < 4; k++)
         CHECK(same_bits(r[0][k], r[1][k]) && same_bits(r[0][k], r[2][k]));
     CHECK(same_bits(r[0][4], r[2][4]) && same_bits(oar_slice(r[0][4], 0, 0, 1, 1), r[1][4]));

@@ -153,7 +153,8 @@ static void test_selected(void) {
         ref_conv(oar_tensor_data(xc), oar_tensor_data(wc), oar_tensor_data(bc), N, C, H, W, O, p, p,
                  ry, mag);
 #ifdef _OPENMP
-        const int nt0 = omp_get_max_threads();
+        const int nt0 = omp_get_max_threads(), dynamic = omp_get_dynamic();
+        omp_set_dynamic(0); /* the teams asked for (OMP_DYNAMIC would shrink them) */
         omp_set_num_threads(1);
 #endif
         float *y1 = run_conv(x, w, b, p);
@@ -163,6 +164,7 @@ static void test_selected(void) {
         float *y2 = run_conv(x, w, b, p);
 #ifdef _OPENMP
         omp_set_num_threads(nt0);
+        omp_set_dynamic(dynamic);
 #endif
         if (y1 && y2) {
             CHECK(count_bad("conv2d", y1, ry, mag, ny) == 0);
