@@ -152,11 +152,9 @@ static void test_inside_parallel_region(void) {
 #pragma omp parallel num_threads(2)
     {
         int t = omp_get_thread_num(), good = 1;
-        for (int c = 0; c < N_CASES; c++) {
-            oar_tensor *got = run_case(c);
-            good = good && matches(c, got);
-            oar_tensor_release(got);
-        }
+        oar_pool *pool = oar_pool_push(); /* (each thread's own) */
+        for (int c = 0; c < N_CASES; c++) good = good && matches(c, run_case(c));
+        oar_pool_pop(pool);
         ok[t] = good;
 #pragma omp single
         team = omp_get_num_threads();
@@ -198,16 +196,19 @@ static void test_thread_limit_child(void) {
 int main(void) {
     /* a library waiting for a thread that never comes fails here, not at the CTest timeout */
     alarm(240);
+    oar_pool *pool = oar_pool_push(); /* every tensor below, released at the end */
     make_inputs();
     make_references();
     for (int c = 0; c < N_CASES; c++) CHECK(want[c] != NULL);
     if (getenv(CHILD_ENV)) {
         RUN(test_thread_limit);
+        oar_pool_pop(pool);
         return test_summary();
     }
     RUN(test_inside_parallel_region);
     RUN(test_dynamic_on_one_cpu);
     alarm(0); /* (the run under the limit has its own) */
     RUN(test_thread_limit_child);
+    oar_pool_pop(pool);
     return test_summary();
 }
