@@ -364,12 +364,23 @@ static int openmp_team(void) {
 #endif
 }
 
+/* Whether the environment may give a region of `asked` threads fewer
+ * (OMP_DYNAMIC, a thread limit below it; no OpenMP at all). */
+static bool teams_may_shrink(int asked) {
+#ifdef _OPENMP
+    return omp_get_dynamic() || omp_get_thread_limit() < asked;
+#else
+    (void)asked;
+    return true;
+#endif
+}
+
 /* The same from an OpenMP team (the threads the kernels run on). */
 static void test_openmp_threads(void) {
     int64_t s[1] = {16};
     oar_tensor *in = oar_randn(OAR_F32, 1, s);
     CHECK(oar_profiler_start() == 0);
-    int failed = 0, team = 0; /* (3, but fewer under OMP_DYNAMIC or a thread limit) */
+    int failed = 0, team = 0;
 #pragma omp parallel num_threads(3) reduction(+ : failed)
     {
 #pragma omp single
@@ -385,7 +396,8 @@ static void test_openmp_threads(void) {
     oar_profiler_stat st[4];
     int n = oar_profiler_stats(st, 4);
     CHECK(n == 1 && st[0].kind == OAR_PROFILER_OP && !strcmp(st[0].name, "neg"));
-    CHECK(team >= 1 && team <= 3 && n >= 1 && st[0].calls == team * 500);
+    CHECK(team == 3 || (teams_may_shrink(3) && team >= 1 && team < 3));
+    CHECK(n >= 1 && st[0].calls == team * 500);
     oar_profiler_totals tot;
     CHECK(oar_profiler_totals_get(&tot) == 0 && tot.n_allocs == team * 500 && tot.n_frees == team * 500);
     oar_tensor_release(in);

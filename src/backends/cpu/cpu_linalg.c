@@ -166,10 +166,13 @@ static void gemv(int dt, bool trans, int64_t rows, int64_t cols, const void *mat
                  const void *x, int64_t incx, void *y) {
     enum CBLAS_TRANSPOSE tr = trans ? CblasTrans : CblasNoTrans;
     blasint R = (blasint)rows, C = (blasint)cols, L = (blasint)ld, INC = (blasint)incx;
-    if (dt != OAR_F32) oari_cpu_blas_note(rows * cols);
+    if (dt == OAR_F32) { /* (oari_cpu_sgemv pins the team itself) */
+        oari_cpu_sgemv(trans, rows, cols, mat, ld, x, incx, y);
+        return;
+    }
+    oari_cpu_blas_note(rows * cols);
     oari_lib_icv icv = oari_lib_enter(0);
     switch (dt) {
-    case OAR_F32: oari_cpu_sgemv(trans, rows, cols, mat, ld, x, incx, y); break;
     case OAR_F64: cblas_dgemv(CblasRowMajor, tr, R, C, 1.0, mat, L, x, INC, 0.0, y, 1); break;
     case OAR_C64: {
         const float one[2] = {1, 0}, zero[2] = {0, 0};
