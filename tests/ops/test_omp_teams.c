@@ -9,19 +9,45 @@
  *   - OMP_THREAD_LIMIT=1 under OMP_NUM_THREADS=2 (read at start: the test
  *     runs itself again with them set);
  *   - a call from inside the application's own parallel region (nested
- *     regions get one thread; the libraries see it and stay on one).
+ *     regions get one thread; the libraries see it and stay on one), and
+ *     from inside a region of one thread (`if (0)`), where a library's team
+ *     would be a nested one.
  * Each result is checked against the same call on one thread, and the
- * caller's thread count and dynamic setting are checked to come back. */
+ * caller's thread count and dynamic setting are checked to come back.
+ * And no call creates a thread once the pool exists: a library team
+ * nested in one of oar's regions of one thread (a batched product of
+ * large matrices, a small convolution) made libgomp create its threads
+ * again at every call (70 us, and 3 ms while the pool's idle worker spun
+ * on the other core). This test's pthread_create, which libgomp's calls
+ * bind to, counts the threads created. */
 #define _GNU_SOURCE
 #include "test.h"
 
+#include <dlfcn.h>
 #include <omp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define CHILD_ENV "OAR_TEST_OMP_TEAMS_CHILD"
+
+/* Threads created in this process (libgomp's included: the executable's
+ * definition comes first in the lookup), then the next definition's call
+ * (libc's, or a sanitizer's interceptor). */
+static int threads_created;
+typedef int create_fn(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*start)(void *), void *arg) {
+    static create_fn *next;
+    if (!next) {
+        void *sym = dlsym(RTLD_NEXT, "pthread_create");
+        memcpy(&next, &sym, sizeof next);
+    }
+    __atomic_add_fetch(&threads_created, 1, __ATOMIC_RELAXED);
+    return next(t, attr, start, arg);
+}
+static int created(void) { return __atomic_load_n(&threads_created, __ATOMIC_RELAXED); }
 
 static double uniform(void) {
     static uint64_t s = 0x9e3779b97f4a7c15u;
@@ -164,6 +190,71 @@ static void test_inside_parallel_region(void) {
     for (int t = 0; t < team; t++) CHECK(ok[t]);
 }
 
+/* Every case from inside a region of one thread (`if (0)`). A library
+ * called there runs on that one thread: its own team would be a nested
+ * one, with threads created for it at every call (before, eigh created
+ * 948 here, svdvals 1379). The cases that reach a library with no region
+ * of oar's around it must create none; oar's own regions (the f64 and
+ * c128 products split into blocks, the convs) still nest (docs/internals/
+ * cpu.md). */
+static void test_inside_region_of_one(void) {
+    static const bool library_only[N_CASES] = {[MM_F32] = true, [MM_F64_THIN] = true, [MV_F64] = true,
+                                               [SOLVE] = true,  [CHOLESKY] = true,    [EIGH] = true,
+                                               [SVD] = true};
+    omp_set_num_threads(2);
+    team_size();
+    int good = 1, made[N_CASES] = {0};
+#pragma omp parallel if (0)
+    for (int c = 0; c < N_CASES; c++) {
+        int before = created();
+        oar_tensor *got = run_case(c);
+        made[c] = created() - before;
+        good = good && matches(c, got);
+    }
+    CHECK(good);
+    CHECK(omp_get_max_threads() == 2);
+    for (int c = 0; c < N_CASES; c++) {
+        if (library_only[c] && made[c]) fprintf(stderr, "%s created %d threads\n", case_names[c], made[c]);
+        CHECK(!library_only[c] || made[c] == 0);
+    }
+}
+
+/* Calls that go through one of oar's regions of one thread, or used to:
+ * none may create a thread once the pool has its two. */
+static void test_no_thread_per_call(void) {
+    omp_set_num_threads(3); /* growing the pool creates a thread: the count works */
+    int before = created();
+    CHECK(team_size() == 3 || omp_get_dynamic() || omp_get_thread_limit() < 3);
+    CHECK(created() > before || omp_get_dynamic() || omp_get_thread_limit() < 3);
+    omp_set_num_threads(2);
+    team_size();
+    oar_tensor *ba = rand_t(OAR_F32, 3, (int64_t[]){2, 256, 256}), *bb = rand_t(OAR_F32, 3, (int64_t[]){2, 256, 256});
+    oar_tensor *x1 = rand_t(OAR_F32, 4, (int64_t[]){1, 1, 28, 28}), *w1 = rand_t(OAR_F32, 4, (int64_t[]){16, 1, 3, 3});
+    oar_tensor *x2 = rand_t(OAR_F32, 4, (int64_t[]){2, 16, 14, 14}), *w2 = rand_t(OAR_F32, 4, (int64_t[]){32, 16, 3, 3});
+    oar_tensor *w3 = rand_t(OAR_F32, 4, (int64_t[]){48, 16, 3, 3});
+    const int64_t one[2] = {1, 1};
+    before = created();
+    for (int i = 0; i < 3; i++) {
+        oar_pool *pool = oar_pool_push();
+        oar_tensor *big = oar_relu(oar_full(OAR_F32, 1, (int64_t[]){1 << 20}, 1.0)); /* a region of two first */
+        /* products of 2^24 multiply-adds: one after another, each threaded */
+        oar_tensor *p32 = oar_matmul(ba, bb), *p64 = oar_matmul(oar_cast(ba, OAR_F64), oar_cast(bb, OAR_F64));
+        /* small convs: one image by im2col + gemm; the demo CNN's second
+         * (few channels); Winograd F(2x2) with its tile products in a
+         * region of one (too little work for two) */
+        oar_tensor *c1 = oar_conv2d(x1, w1, NULL, one, one, one, 1), *c2 = oar_conv2d(x2, w2, NULL, one, one, one, 1);
+        oar_tensor *c3 = oar_conv2d(oar_slice(x2, 0, 0, 1, 1), w3, NULL, one, one, one, 1);
+        CHECK(big && p32 && p64 && c1 && c2 && c3);
+        if (i == 0 && p32 && p64) { /* (the values, once: against f64) */
+            CHECK(max_abs(oar_sub(oar_cast(p32, OAR_F64), p64)) < 1e-3);
+        }
+        oar_pool_pop(pool);
+    }
+    int n = created() - before;
+    if (n) fprintf(stderr, "%d threads created by calls after the pool existed\n", n);
+    CHECK(n == 0);
+}
+
 static void test_thread_limit(void) {
     CHECK(omp_get_thread_limit() == 1 && omp_get_max_threads() == 2);
     CHECK(team_size() == 1);
@@ -207,6 +298,8 @@ int main(void) {
         return test_summary();
     }
     RUN(test_inside_parallel_region);
+    RUN(test_inside_region_of_one);
+    RUN(test_no_thread_per_call);
     RUN(test_dynamic_on_one_cpu);
     alarm(0); /* (the run under the limit has its own) */
     RUN(test_thread_limit_child);

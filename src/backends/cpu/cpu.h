@@ -43,6 +43,18 @@
             __VA_ARGS__                                                          \
         }                                                                        \
     } while (0)
+/* The same with dynamic scheduling, for loops whose items call OpenBLAS
+ * or oneDNN (the convolutions' images and chunks): run serially, outside
+ * any region, a call there gets the libraries' own threads; inside a
+ * region of one thread it would get one (oari_lib_enter, below). */
+#define OARI_PARALLEL_FOR_DYNAMIC_IF(cond, ...)                                  \
+    do {                                                                         \
+        if ((cond) && OARI_MANY_THREADS()) {                                     \
+            _Pragma("omp parallel for schedule(dynamic)") __VA_ARGS__            \
+        } else {                                                                 \
+            __VA_ARGS__                                                          \
+        }                                                                        \
+    } while (0)
 
 /* Hot loops are compiled three times, for the baseline x86-64, x86-64-v3
  * (AVX2, FMA) and x86-64-v4 (AVX-512: half the instructions in the exp,
@@ -156,10 +168,14 @@ static inline float oari_ld_bf16(const void *p) { return oari_bf16_to_f32(*(cons
  * on it. A team comes out smaller when OMP_THREAD_LIMIT is below the thread
  * count, or when OMP_DYNAMIC lets libgomp shrink it on a loaded machine
  * (and a region of one thread is not "in parallel" to the libraries, so
- * they thread inside it). Every call into those libraries runs between
- * oari_lib_enter and oari_lib_leave: the first sets this thread's ICVs to
- * `want` threads (0: as many as now), no more than the thread limit, with
- * dynamic teams off; the second puts them back. */
+ * they thread inside it). And inside a region of one thread (a false `if`
+ * clause) a library's team is a nested one, whose threads libgomp creates
+ * for every call: 70 us a call here, and 3 ms when the idle workers of the
+ * last region still spin on the other core. Every call into those libraries
+ * runs between oari_lib_enter and oari_lib_leave: the first sets this
+ * thread's ICVs to `want` threads (0: as many as now; 1 inside any parallel
+ * region), no more than the thread limit, with dynamic teams off; the
+ * second puts them back. */
 typedef struct oari_lib_icv {
     int threads; /* the caller's count, */
     bool changed, dynamic; /* whether it was changed; the caller's dynamic setting */
@@ -170,6 +186,7 @@ static inline oari_lib_icv oari_lib_enter(int want) {
     saved.threads = omp_get_max_threads();
     saved.dynamic = omp_get_dynamic();
     int n = want > 0 ? want : saved.threads, limit = omp_get_thread_limit();
+    if (omp_get_level() > 0) n = 1; /* (an active region: the libraries run one thread anyway) */
     if (n > limit) n = limit;
     saved.changed = n != saved.threads;
     if (saved.changed) omp_set_num_threads(n);

@@ -781,27 +781,27 @@ static int FN(conv2d_tiled)(const T *x, const T *w, const oar_ktensor *bias, T *
     if (coln && !cols) return oari_fail_status();
     const bool has_bias = bias->dtype >= 0;
     if (!wide) {
-#pragma omp parallel for schedule(dynamic) if (par)
-        for (int64_t u = 0; u < units; u++) {
-            const int64_t n = u / (groups * ntile), gi = u / ntile % groups, t = u % ntile;
-            const int64_t oy0 = t * R, oy1 = oy0 + R < g->oh ? oy0 + R : g->oh;
-            const int64_t pc = (oy1 - oy0) * g->ow;
-            const T *xg = x + (n * xd.c + gi * cg) * X, *src = xg + oy0 * g->ow;
-            int64_t ld = P;
-            if (!direct) {
-                T *col = cols + (size_t)(par ? thread_id() : 0) * per;
-                FN(im2col)(xg, cg, g, oy0, oy1, col, pc);
-                src = col, ld = pc;
-            }
-            T *yt = y + (n * wd.n + gi * og) * P + oy0 * g->ow;
-            for (int64_t ob = 0; ob < nob; ob++) {
-                const int64_t o0 = ob * OB, no = og - o0 < OB ? og - o0 : OB;
-                CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)no, (int)pc, (int)K,
-                          1, w + (gi * og + o0) * K, (int)K, src, (int)ld, 0, yt + o0 * P,
-                          (int)P);
-                if (has_bias) FN(add_bias)(yt + o0 * P, bias, gi * og + o0, no, pc, P);
-            }
-        }
+        OARI_PARALLEL_FOR_DYNAMIC_IF(par,
+            for (int64_t u = 0; u < units; u++) {
+                const int64_t n = u / (groups * ntile), gi = u / ntile % groups, t = u % ntile;
+                const int64_t oy0 = t * R, oy1 = oy0 + R < g->oh ? oy0 + R : g->oh;
+                const int64_t pc = (oy1 - oy0) * g->ow;
+                const T *xg = x + (n * xd.c + gi * cg) * X, *src = xg + oy0 * g->ow;
+                int64_t ld = P;
+                if (!direct) {
+                    T *col = cols + (size_t)(par ? thread_id() : 0) * per;
+                    FN(im2col)(xg, cg, g, oy0, oy1, col, pc);
+                    src = col, ld = pc;
+                }
+                T *yt = y + (n * wd.n + gi * og) * P + oy0 * g->ow;
+                for (int64_t ob = 0; ob < nob; ob++) {
+                    const int64_t o0 = ob * OB, no = og - o0 < OB ? og - o0 : OB;
+                    CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)no, (int)pc, (int)K,
+                              1, w + (gi * og + o0) * K, (int)K, src, (int)ld, 0, yt + o0 * P,
+                              (int)P);
+                    if (has_bias) FN(add_bias)(yt + o0 * P, bias, gi * og + o0, no, pc, P);
+                }
+            });
     } else {
         for (int64_t ng = 0; ng < xd.n * groups; ng++) {
             const int64_t n = ng / groups, gi = ng % groups;
@@ -896,36 +896,36 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
     T *cols = coln ? scratch_alloc(coln * sizeof(T)) : NULL;
     int st = coln && !cols ? OAR_ERR_NOMEM : 0;
     if (!st) {
-#pragma omp parallel for schedule(dynamic) if (par)
-        for (int64_t ch = 0; ch < nch; ch++) {
-            T *col = cols ? cols + (size_t)(par ? thread_id() : 0) * per : NULL;
-            T *yb = col ? col + K * nb * P : NULL;
-            const int64_t n0 = ch * nb, m = xd.n - n0 < nb ? xd.n - n0 : nb, ld = m * P;
-            for (int64_t gi = 0; gi < groups; gi++) {
-                const T *src = x + (n0 * xd.c + gi * cg) * g.ih * g.iw;
-                if (!direct) {
-                    for (int64_t i = 0; i < m; i++)
-                        FN(im2col)(x + ((n0 + i) * xd.c + gi * cg) * g.ih * g.iw, cg, &g, 0,
-                                   g.oh, col + i * P, ld);
-                    src = col;
-                }
-                T *dst = m > 1 ? yb : y + (n0 * wd.n + gi * og) * P;
-                const int64_t ldd = m > 1 ? ld : P;
-                if (K == 0)
-                    for (int64_t o = 0; o < og; o++)
-                        memset(dst + o * ldd, 0, (size_t)ld * sizeof(T));
-                else
-                    CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)ld, (int)K,
-                              1, w + gi * og * K, (int)K, src, (int)ld, 0, dst, (int)ldd);
-                if (m > 1)
-                    for (int64_t i = 0; i < m; i++)
+        OARI_PARALLEL_FOR_DYNAMIC_IF(par,
+            for (int64_t ch = 0; ch < nch; ch++) {
+                T *col = cols ? cols + (size_t)(par ? thread_id() : 0) * per : NULL;
+                T *yb = col ? col + K * nb * P : NULL;
+                const int64_t n0 = ch * nb, m = xd.n - n0 < nb ? xd.n - n0 : nb, ld = m * P;
+                for (int64_t gi = 0; gi < groups; gi++) {
+                    const T *src = x + (n0 * xd.c + gi * cg) * g.ih * g.iw;
+                    if (!direct) {
+                        for (int64_t i = 0; i < m; i++)
+                            FN(im2col)(x + ((n0 + i) * xd.c + gi * cg) * g.ih * g.iw, cg, &g, 0,
+                                       g.oh, col + i * P, ld);
+                        src = col;
+                    }
+                    T *dst = m > 1 ? yb : y + (n0 * wd.n + gi * og) * P;
+                    const int64_t ldd = m > 1 ? ld : P;
+                    if (K == 0)
                         for (int64_t o = 0; o < og; o++)
-                            memcpy(y + ((n0 + i) * wd.n + gi * og + o) * P, yb + o * ld + i * P,
-                                   (size_t)P * sizeof(T));
-            }
-            for (int64_t i = 0; i < m; i++)
-                FN(add_bias)(y + (n0 + i) * wd.n * P, &c->in[2], 0, wd.n, P, P);
-        }
+                            memset(dst + o * ldd, 0, (size_t)ld * sizeof(T));
+                    else
+                        CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)ld, (int)K,
+                                  1, w + gi * og * K, (int)K, src, (int)ld, 0, dst, (int)ldd);
+                    if (m > 1)
+                        for (int64_t i = 0; i < m; i++)
+                            for (int64_t o = 0; o < og; o++)
+                                memcpy(y + ((n0 + i) * wd.n + gi * og + o) * P, yb + o * ld + i * P,
+                                       (size_t)P * sizeof(T));
+                }
+                for (int64_t i = 0; i < m; i++)
+                    FN(add_bias)(y + (n0 + i) * wd.n * P, &c->in[2], 0, wd.n, P, P);
+            });
     }
     scratch_free(cols, coln * sizeof(T));
     scratch_free(xo, xn);
@@ -964,31 +964,31 @@ static int FN(k_conv_transpose2d)(void *ctx, const oar_kernel_call *c) {
     T *cols = scratch_alloc((coln ? coln : 1) * sizeof(T));
     int st = cols ? 0 : oari_fail_status();
     if (!st) {
-#pragma omp parallel for schedule(dynamic) if (par)
-        for (int64_t ch = 0; ch < nch; ch++) {
-            T *col = cols + (size_t)(par ? thread_id() : 0) * per, *xt = col + K * nb * P;
-            const int64_t n0 = ch * nb, m = xd.n - n0 < nb ? xd.n - n0 : nb, ld = m * P;
-            T *yn = y + n0 * yd.c * Y;
-            memset(yn, 0, (size_t)(m * yd.c * Y) * sizeof(T));
-            for (int64_t gi = 0; gi < groups; gi++) {
-                if (cg == 0 || K == 0) continue;
-                const T *src = x + (n0 * xd.c + gi * cg) * P;
-                if (m > 1) {
-                    for (int64_t ci = 0; ci < cg; ci++)
-                        for (int64_t i = 0; i < m; i++)
-                            memcpy(xt + ci * ld + i * P, x + ((n0 + i) * xd.c + gi * cg + ci) * P,
-                                   (size_t)P * sizeof(T));
-                    src = xt;
+        OARI_PARALLEL_FOR_DYNAMIC_IF(par,
+            for (int64_t ch = 0; ch < nch; ch++) {
+                T *col = cols + (size_t)(par ? thread_id() : 0) * per, *xt = col + K * nb * P;
+                const int64_t n0 = ch * nb, m = xd.n - n0 < nb ? xd.n - n0 : nb, ld = m * P;
+                T *yn = y + n0 * yd.c * Y;
+                memset(yn, 0, (size_t)(m * yd.c * Y) * sizeof(T));
+                for (int64_t gi = 0; gi < groups; gi++) {
+                    if (cg == 0 || K == 0) continue;
+                    const T *src = x + (n0 * xd.c + gi * cg) * P;
+                    if (m > 1) {
+                        for (int64_t ci = 0; ci < cg; ci++)
+                            for (int64_t i = 0; i < m; i++)
+                                memcpy(xt + ci * ld + i * P, x + ((n0 + i) * xd.c + gi * cg + ci) * P,
+                                       (size_t)P * sizeof(T));
+                        src = xt;
+                    }
+                    /* col [og*kh*kw, m*P] = w_g^T [K, cg] x_g [cg, m*P] */
+                    CONV_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)ld, (int)cg, 1,
+                              w + gi * cg * K, (int)K, src, (int)ld, 0, col, (int)ld);
+                    for (int64_t i = 0; i < m; i++)
+                        FN(col2im)(col + i * P, og, &g, yn + (i * yd.c + gi * og) * Y, ld);
                 }
-                /* col [og*kh*kw, m*P] = w_g^T [K, cg] x_g [cg, m*P] */
-                CONV_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)ld, (int)cg, 1,
-                          w + gi * cg * K, (int)K, src, (int)ld, 0, col, (int)ld);
                 for (int64_t i = 0; i < m; i++)
-                    FN(col2im)(col + i * P, og, &g, yn + (i * yd.c + gi * og) * Y, ld);
-            }
-            for (int64_t i = 0; i < m; i++)
-                FN(add_bias)(yn + i * yd.c * Y, &c->in[2], 0, yd.c, Y, Y);
-        }
+                    FN(add_bias)(yn + i * yd.c * Y, &c->in[2], 0, yd.c, Y, Y);
+            });
     }
     scratch_free(cols, (coln ? coln : 1) * sizeof(T));
     scratch_free(xo, xn);
@@ -1040,24 +1040,24 @@ static int FN(k_conv2d_weight_grad)(void *ctx, const oar_kernel_call *c) {
     T *part = partn ? scratch_alloc(partn * sizeof(T)) : NULL;
     int st = (coln && !col) || (partn && !part) ? OAR_ERR_NOMEM : 0;
     if (!st) {
-#pragma omp parallel for schedule(dynamic) if (par)
-        for (int64_t r = 0; r < parts; r++) {
-            T *cb = col ? col + (size_t)(par ? thread_id() : 0) * (size_t)(K * P) : NULL;
-            T *acc = r == 0 ? gw : part + (size_t)((r - 1) * WN);
-            const int64_t n1 = (r + 1) * per < xd.n ? (r + 1) * per : xd.n;
-            for (int64_t n = r * per; n < n1; n++)
-                for (int64_t gi = 0; gi < groups; gi++) {
-                    const T *xg = x + (n * xd.c + gi * cg) * g.ih * g.iw, *src = xg;
-                    if (!direct) {
-                        FN(im2col)(xg, cg, &g, 0, g.oh, cb, P);
-                        src = cb;
+        OARI_PARALLEL_FOR_DYNAMIC_IF(par,
+            for (int64_t r = 0; r < parts; r++) {
+                T *cb = col ? col + (size_t)(par ? thread_id() : 0) * (size_t)(K * P) : NULL;
+                T *acc = r == 0 ? gw : part + (size_t)((r - 1) * WN);
+                const int64_t n1 = (r + 1) * per < xd.n ? (r + 1) * per : xd.n;
+                for (int64_t n = r * per; n < n1; n++)
+                    for (int64_t gi = 0; gi < groups; gi++) {
+                        const T *xg = x + (n * xd.c + gi * cg) * g.ih * g.iw, *src = xg;
+                        if (!direct) {
+                            FN(im2col)(xg, cg, &g, 0, g.oh, cb, P);
+                            src = cb;
+                        }
+                        /* gw_g [og, K] (+)= gy_n,g [og, P] x col^T [P, K] */
+                        CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)og, (int)K, (int)P, 1,
+                                  gy + (n * yd.c + gi * og) * P, (int)P, src, (int)P,
+                                  n == r * per ? 0 : 1, acc + gi * og * K, (int)K);
                     }
-                    /* gw_g [og, K] (+)= gy_n,g [og, P] x col^T [P, K] */
-                    CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)og, (int)K, (int)P, 1,
-                              gy + (n * yd.c + gi * og) * P, (int)P, src, (int)P,
-                              n == r * per ? 0 : 1, acc + gi * og * K, (int)K);
-                }
-        }
+            });
         for (int64_t r = 1; r < parts; r++) {
             const T *pr = part + (size_t)((r - 1) * WN);
 #pragma omp simd

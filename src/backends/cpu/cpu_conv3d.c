@@ -231,28 +231,28 @@ static int FN(k_conv3d)(void *ctx, const oar_kernel_call *c) {
     T *cols = scratch_alloc((coln ? coln : 1) * sizeof(T));
     int st = cols ? 0 : oari_fail_status();
     if (!st) {
-#pragma omp parallel for schedule(dynamic) if (par)
-        for (int64_t b = 0; b < n; b++) {
-            T *col = cols + (size_t)(par ? thread_id() : 0) * per;
-            for (int64_t gi = 0; gi < groups; gi++) {
-                const T *xg = x + (b * ch + gi * cg) * vol(g.in);
-                T *yg = y + (b * oc + gi * og) * P;
-                for (int64_t oz = 0; oz < g.out[0]; oz += dz) {
-                    const int64_t oz1 = oz + dz < g.out[0] ? oz + dz : g.out[0];
-                    const int64_t cols_n = (oz1 - oz) * plane;
-                    if (K == 0) {
-                        for (int64_t o = 0; o < og; o++)
-                            memset(yg + o * P + oz * plane, 0, (size_t)cols_n * sizeof(T));
-                        continue;
+        OARI_PARALLEL_FOR_DYNAMIC_IF(par,
+            for (int64_t b = 0; b < n; b++) {
+                T *col = cols + (size_t)(par ? thread_id() : 0) * per;
+                for (int64_t gi = 0; gi < groups; gi++) {
+                    const T *xg = x + (b * ch + gi * cg) * vol(g.in);
+                    T *yg = y + (b * oc + gi * og) * P;
+                    for (int64_t oz = 0; oz < g.out[0]; oz += dz) {
+                        const int64_t oz1 = oz + dz < g.out[0] ? oz + dz : g.out[0];
+                        const int64_t cols_n = (oz1 - oz) * plane;
+                        if (K == 0) {
+                            for (int64_t o = 0; o < og; o++)
+                                memset(yg + o * P + oz * plane, 0, (size_t)cols_n * sizeof(T));
+                            continue;
+                        }
+                        FN(vol2col)(xg, cg, &g, oz, oz1, col, cols_n);
+                        C3_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)cols_n, (int)K,
+                                1, w + gi * og * K, (int)K, col, (int)cols_n, 0, yg + oz * plane,
+                                (int)P);
                     }
-                    FN(vol2col)(xg, cg, &g, oz, oz1, col, cols_n);
-                    C3_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)cols_n, (int)K,
-                            1, w + gi * og * K, (int)K, col, (int)cols_n, 0, yg + oz * plane,
-                            (int)P);
                 }
-            }
-            FN(add_bias)(y + b * oc * P, &c->in[2], oc, P);
-        }
+                FN(add_bias)(y + b * oc * P, &c->in[2], oc, P);
+            });
     }
     scratch_free(cols, (coln ? coln : 1) * sizeof(T));
     scratch_free(xo, xn);
@@ -297,25 +297,25 @@ static int FN(k_conv_transpose3d)(void *ctx, const oar_kernel_call *c) {
     T *cols = scratch_alloc((coln ? coln : 1) * sizeof(T));
     int st = cols ? 0 : oari_fail_status();
     if (!st) {
-#pragma omp parallel for schedule(dynamic) if (par)
-        for (int64_t b = 0; b < n; b++) {
-            T *col = cols + (size_t)(par ? thread_id() : 0) * per;
-            T *yb = y + b * oc * Y;
-            memset(yb, 0, (size_t)(oc * Y) * sizeof(T));
-            for (int64_t gi = 0; gi < groups && cg > 0 && K > 0; gi++) {
-                const T *xg = x + (b * ch + gi * cg) * P;
-                for (int64_t oz = 0; oz < g.out[0]; oz += dz) {
-                    const int64_t oz1 = oz + dz < g.out[0] ? oz + dz : g.out[0];
-                    const int64_t cols_n = (oz1 - oz) * plane;
-                    /* col [K, cols_n] = w_g^T [K, cg] x_g [cg, cols_n] */
-                    C3_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)cols_n, (int)cg,
-                            1, w + gi * cg * K, (int)K, xg + oz * plane, (int)P, 0, col,
-                            (int)cols_n);
-                    FN(col2vol)(col, og, &g, oz, oz1, yb + gi * og * Y, cols_n);
+        OARI_PARALLEL_FOR_DYNAMIC_IF(par,
+            for (int64_t b = 0; b < n; b++) {
+                T *col = cols + (size_t)(par ? thread_id() : 0) * per;
+                T *yb = y + b * oc * Y;
+                memset(yb, 0, (size_t)(oc * Y) * sizeof(T));
+                for (int64_t gi = 0; gi < groups && cg > 0 && K > 0; gi++) {
+                    const T *xg = x + (b * ch + gi * cg) * P;
+                    for (int64_t oz = 0; oz < g.out[0]; oz += dz) {
+                        const int64_t oz1 = oz + dz < g.out[0] ? oz + dz : g.out[0];
+                        const int64_t cols_n = (oz1 - oz) * plane;
+                        /* col [K, cols_n] = w_g^T [K, cg] x_g [cg, cols_n] */
+                        C3_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)cols_n, (int)cg,
+                                1, w + gi * cg * K, (int)K, xg + oz * plane, (int)P, 0, col,
+                                (int)cols_n);
+                        FN(col2vol)(col, og, &g, oz, oz1, yb + gi * og * Y, cols_n);
+                    }
                 }
-            }
-            FN(add_bias)(yb, &c->in[2], oc, Y);
-        }
+                FN(add_bias)(yb, &c->in[2], oc, Y);
+            });
     }
     scratch_free(cols, (coln ? coln : 1) * sizeof(T));
     scratch_free(xo, xn);
@@ -366,26 +366,26 @@ static int FN(k_conv3d_weight_grad)(void *ctx, const oar_kernel_call *c) {
     T *part = partn ? scratch_alloc(partn * sizeof(T)) : NULL;
     int st = !cols || (partn && !part) ? oari_fail_status() : 0;
     if (!st) {
-#pragma omp parallel for schedule(dynamic) if (par)
-        for (int64_t r = 0; r < parts; r++) {
-            T *col = cols + (size_t)(par ? thread_id() : 0) * per;
-            T *acc = r == 0 ? gw : part + (size_t)((r - 1) * WN);
-            if (r > 0) memset(acc, 0, (size_t)WN * sizeof(T));
-            const int64_t b1 = (r + 1) * run < n ? (r + 1) * run : n;
-            for (int64_t b = r * run; b < b1; b++)
-                for (int64_t gi = 0; gi < groups; gi++) {
-                    const T *xg = x + (b * ch + gi * cg) * vol(g.in);
-                    const T *gyg = gy + (b * oc + gi * og) * P;
-                    for (int64_t oz = 0; oz < g.out[0]; oz += dz) {
-                        const int64_t oz1 = oz + dz < g.out[0] ? oz + dz : g.out[0];
-                        const int64_t cols_n = (oz1 - oz) * plane;
-                        FN(vol2col)(xg, cg, &g, oz, oz1, col, cols_n);
-                        C3_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)og, (int)K,
-                                (int)cols_n, 1, gyg + oz * plane, (int)P, col, (int)cols_n, 1,
-                                acc + gi * og * K, (int)K);
+        OARI_PARALLEL_FOR_DYNAMIC_IF(par,
+            for (int64_t r = 0; r < parts; r++) {
+                T *col = cols + (size_t)(par ? thread_id() : 0) * per;
+                T *acc = r == 0 ? gw : part + (size_t)((r - 1) * WN);
+                if (r > 0) memset(acc, 0, (size_t)WN * sizeof(T));
+                const int64_t b1 = (r + 1) * run < n ? (r + 1) * run : n;
+                for (int64_t b = r * run; b < b1; b++)
+                    for (int64_t gi = 0; gi < groups; gi++) {
+                        const T *xg = x + (b * ch + gi * cg) * vol(g.in);
+                        const T *gyg = gy + (b * oc + gi * og) * P;
+                        for (int64_t oz = 0; oz < g.out[0]; oz += dz) {
+                            const int64_t oz1 = oz + dz < g.out[0] ? oz + dz : g.out[0];
+                            const int64_t cols_n = (oz1 - oz) * plane;
+                            FN(vol2col)(xg, cg, &g, oz, oz1, col, cols_n);
+                            C3_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)og, (int)K,
+                                    (int)cols_n, 1, gyg + oz * plane, (int)P, col, (int)cols_n, 1,
+                                    acc + gi * og * K, (int)K);
+                        }
                     }
-                }
-        }
+            });
         for (int64_t r = 1; r < parts; r++) {
             const T *p = part + (size_t)((r - 1) * WN);
             for (int64_t i = 0; i < WN; i++)

@@ -326,17 +326,15 @@ static int k_matmul_blas(void *ctx, const oar_kernel_call *call) {
         /* many small products: one thread per product (BLAS then runs
          * single-threaded inside the parallel region) */
         bool par = s.nb > 1 && s.n * s.m * s.k < (int64_t)1 << 21;
-        if (s.nb == 1) { /* no OpenMP region around a single BLAS call */
-            product(dt, &s, la, lb, a.data, lda, b.data, ldb, out);
-        } else {
-#pragma omp parallel for if (par) schedule(static)
-            for (int64_t bi = 0; bi < s.nb; bi++) {
-                int64_t oa, ob;
-                batch_offsets(&s, &a, &b, bi, &oa, &ob);
-                product(dt, &s, la, lb, a.data + oa * (int64_t)es, lda,
-                        b.data + ob * (int64_t)es, ldb, out + bi * mat * (int64_t)es);
-            }
-        }
+        /* large products one after another, outside any region: each gets
+         * the library's threads (inside a region of one thread it would get
+         * one, oari_lib_enter) */
+        OARI_PARALLEL_FOR_IF(par, for (int64_t bi = 0; bi < s.nb; bi++) {
+            int64_t oa, ob;
+            batch_offsets(&s, &a, &b, bi, &oa, &ob);
+            product(dt, &s, la, lb, a.data + oa * (int64_t)es, lda, b.data + ob * (int64_t)es, ldb,
+                    out + bi * mat * (int64_t)es);
+        });
     }
     oari_free(bufs[0], sizes[0]);
     oari_free(bufs[1], sizes[1]);
