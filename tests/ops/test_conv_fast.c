@@ -12,6 +12,7 @@
 #include "test.h"
 
 #include "ops/op.h"
+#include "backends/cpu/cpu.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -148,6 +149,26 @@ static void test_conv2d_batched(void) {
         {7, 320, 7, 7, 40, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true},
     };
     check_conv_cases("conv2d", cases, sizeof cases / sizeof cases[0]);
+}
+
+/* The direct kernel's channel-vector shapes (K >= 64, a width not a
+ * multiple of 8) by both routes, whatever the CPU: the direct kernel (as
+ * with AVX-512), and oneDNN's convolution in f32 (im2col + gemm without
+ * oneDNN, and in f64), as without. */
+static void test_conv2d_channel_vector_routes(void) {
+    static const conv_case cases[] = {
+        {9, 8, 11, 15, 20, 3, 3, {1, 1, 1, 2, 1, 1, 1}, true}, /* the cases above */
+        {5, 16, 10, 9, 12, 3, 3, {1, 1, 0, 0, 1, 1, 2}, true},
+        {1, 16, 14, 14, 32, 3, 3, {1, 1, 1, 1, 1, 1, 1}, true}, /* the demo CNN's second conv */
+        {3, 6, 14, 14, 16, 5, 5, {1, 1, 0, 0, 1, 1, 1}, false}, /* LeNet-5's second, on 14 x 14 */
+    };
+    for (int pin = 0; pin < 2; pin++) {
+        int was = oari_cpu_conv_wide_vectors_use(pin);
+        check_conv_cases(pin ? "conv2d, direct kernel" : "conv2d, no direct kernel", cases,
+                         sizeof cases / sizeof cases[0]);
+        oari_cpu_conv_wide_vectors_use(was);
+    }
+    CHECK(oari_cpu_conv_wide_vectors_use(-1) == -1); /* (put back) */
 }
 
 /* conv2d on images too large to batch (row tiles, channel blocks; see
@@ -442,6 +463,7 @@ int main(void) {
     oar_manual_seed(7);
     RUN(test_conv2d_stem);
     RUN(test_conv2d_batched);
+    RUN(test_conv2d_channel_vector_routes);
     RUN(test_conv2d_tiled);
     RUN(test_conv_transpose2d_batched);
     RUN(test_weight_grad_partials);

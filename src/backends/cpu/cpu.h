@@ -238,6 +238,13 @@ OARI_HIDDEN void oari_cpu_dgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta,
  * with AVX2 (an unknown model), naming OPENBLAS_CORETYPE. */
 OARI_HIDDEN void oari_cpu_blas_note(int64_t macs);
 
+/* Whether conv2d's direct kernel takes its channel-vector form (widths not
+ * a multiple of 8; eight 64-byte accumulators): where 64-byte vectors are
+ * registers (AVX-512), else those shapes go to oneDNN's convolution or to
+ * im2col + gemm (cpu_conv.c). Pins the answer (1 or 0; -1: the CPU's) and
+ * returns the previous pin: for tests, which check both routes on any CPU. */
+OARI_HIDDEN int oari_cpu_conv_wide_vectors_use(int pin);
+
 /* conv2d by Winograd F(m x m, 3x3), float32 (cpu_conv_wino.c): the output
  * tile m (4 or 2) it takes for a conv of these sizes (3x3, stride 1, no
  * dilation, no groups, enough channels and tiles), 0 for none; and the

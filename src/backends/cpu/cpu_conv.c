@@ -114,6 +114,35 @@ static int64_t adaptive_end(int64_t o, int64_t out, int64_t in) {
     return ((o + 1) * in + out - 1) / out;
 }
 
+/* Whether 64-byte vectors are registers (AVX-512). The direct kernel's
+ * channel-vector form (direct_row, below) keeps eight of them as
+ * accumulators: with AVX2 each takes two of the 16 registers and they
+ * spill. The demo CNN's 16 -> 32 3x3 conv on 14 x 14 planes took 290 us
+ * an image there, against 148 by Winograd and 60 by oneDNN (Zen 1). */
+static int wide_vectors_pin = -1; /* oari_cpu_conv_wide_vectors_use */
+static bool zmm_registers(void) {
+    int pin = __atomic_load_n(&wide_vectors_pin, __ATOMIC_RELAXED);
+    if (pin >= 0) return pin;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+#else
+    return false;
+#endif
+}
+
+int oari_cpu_conv_wide_vectors_use(int pin) {
+    return __atomic_exchange_n(&wide_vectors_pin, pin < 0 ? -1 : pin > 0, __ATOMIC_RELAXED);
+}
+
+/* The shapes the channel-vector direct kernel is for: stride 1, no
+ * dilation, few output channels a group, a width not a multiple of 8 (the
+ * column-vector form takes those), K = cg kh kw from 64 to 1024. */
+static bool channel_vector_shape(const int64_t *a, int64_t og, int64_t K, int64_t ow) {
+    return a[0] == 1 && a[1] == 1 && a[4] == 1 && a[5] == 1 && og <= 32 && K >= 64 && K <= 1024 &&
+           ow >= 4 && ow % 8 != 0;
+}
+
 #define CONV_T float
 #define CONV_SFX f32
 #define CONV_GEMM oari_cpu_sgemm
@@ -237,14 +266,21 @@ static int k_conv2d_weight_grad_dnnl(void *ctx, const oar_kernel_call *c) {
 
 #ifdef OAR_WITH_DNNL
 /* f32 conv2d: oneDNN's f32 convolution (blocked layouts, its JIT kernels)
- * for the shapes where it measured faster than im2col + gemm: one image,
- * a kernel of 7x7 or more at stride 2 or more (ResNet's stem). A failed
- * oneDNN call falls back to the im2col path. */
+ * for the shapes where it measured faster than oar's own kernels: one
+ * image, a kernel of 7x7 or more at stride 2 or more (ResNet's stem); and,
+ * without AVX-512, the channel-vector direct kernel's shapes, where oneDNN
+ * took 0.2-0.6 of the time of Winograd or im2col + gemm (2 threads, Zen 1:
+ * 60 against 147 us for 16 -> 32 3x3 on 14 x 14 at batch 1, 1.7 against
+ * 6.4 ms at batch 64; 6 -> 16 5x5 on 14 x 14, 8 -> 16 and 32 -> 32 3x3
+ * likewise). A failed oneDNN call falls back to oar's kernels. */
 static int k_conv2d_f32_route(void *ctx, const oar_kernel_call *c) {
     const int64_t *a = c->iattr;
-    dims4 xd = dims_of(&c->in[0]), wd = dims_of(&c->in[1]);
-    if (xd.n == 1 && xd.c > 0 && wd.h * wd.w >= 49 && a[0] >= 2 && a[1] >= 2 && a[4] == 1 && a[5] == 1 &&
-        oari_kt_numel(&c->out[0]) > 0) {
+    dims4 xd = dims_of(&c->in[0]), wd = dims_of(&c->in[1]), yd = dims_of(&c->out[0]);
+    const int64_t groups = a[6] > 0 ? a[6] : 1;
+    const bool stem = xd.n == 1 && wd.h * wd.w >= 49 && a[0] >= 2 && a[1] >= 2 && a[4] == 1 && a[5] == 1;
+    const bool narrow =
+        !zmm_registers() && channel_vector_shape(a, wd.n / groups, xd.c / groups * wd.h * wd.w, yd.w);
+    if (xd.c > 0 && oari_kt_numel(&c->out[0]) > 0 && (stem || narrow)) {
         if (k_conv2d_dnnl(ctx, c) == 0) return 0;
         oar_clear_error();
     }
@@ -648,10 +684,14 @@ OARI_SIMD_CLONES static void FN(direct_cols8x2)(const T *xp, int64_t xw, int64_t
  * its first without padding (K 25, og 6, width 24) 185 against 255; with
  * padding (width 28: the channel-vector kernel, mostly empty vectors) 515
  * against 400-430, so short K stays with gemm unless the width is a
- * multiple of 8, and many channels (gemm at full speed) too. */
+ * multiple of 8, and many channels (gemm at full speed) too. (Measured with
+ * AVX-512; with AVX2 the channel-vector form spills: see zmm_registers.) */
 static bool FN(direct_ok)(const geom *g, int64_t og, int64_t K) {
-    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && og <= 32 &&
-           (K >= 64 || g->ow % 8 == 0) && K <= 1024 && g->ow >= 4;
+    if (g->ow % 8 != 0) { /* the channel-vector form: only where its vectors are registers */
+        const int64_t a[6] = {g->sh, g->sw, g->ph, g->pw, g->dh, g->dw};
+        return channel_vector_shape(a, og, K, g->ow) && zmm_registers();
+    }
+    return g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && og <= 32 && K <= 1024 && g->ow > 0;
 }
 
 static int FN(conv2d_direct)(const T *x, const T *w, const oar_ktensor *bias, T *y, dims4 xd,
