@@ -919,6 +919,14 @@ oar_tensor *oar_max_pool2d(oar_tensor *x, const int64_t kernel[2], const int64_t
     const int64_t *p = padding ? padding : zero, *d = dilation ? dilation : one;
     oari_attrs a = {.ni = 9,
                     .i = {kernel[0], kernel[1], s[0], s[1], p[0], p[1], d[0], d[1], ceil_mode}};
+    /* No indices asked for and no gradient to record (inference, no_grad):
+     * the values alone, without an index per output (the demo CNN's 2x2
+     * pool of 64 x 16 x 28 x 28 in 0.3 of the time). A CPU tensor only, and
+     * not while tracing or for a dtensor: graphs, their backward and the
+     * dist rules know max_pool2d. */
+    if (!indices && x && x->storage && x->storage->device == oari_device_cpu() && !x->ext[OARI_EXT_DIST] &&
+        !oari_trace_current && !(x->requires_grad && oari_grad_mode_enabled()))
+        return oari_call1(OARI_OP_max_pool2d_values, x, &a);
     oar_tensor *out[OARI_MAX_OUT];
     if (oari_dispatch(OARI_OP_max_pool2d, 1, &x, &a, out)) return NULL;
     if (indices)

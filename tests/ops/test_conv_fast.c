@@ -395,7 +395,10 @@ static void check_max_pool(const int64_t s[4], int64_t k, int64_t st, int64_t pa
         return;
     }
     const int64_t OH = oar_tensor_shape(y)[2], OW = oar_tensor_shape(y)[3];
-    double *yv = test_values(y), *iv = test_values(ind);
+    /* and with no indices asked for: the values-only kernel (max_pool2d_values) */
+    oar_tensor *yo = oar_max_pool2d(x, kk, ss, pp, one, ceil, NULL);
+    CHECK(yo && oar_tensor_numel(yo) == oar_tensor_numel(y));
+    double *yv = test_values(y), *iv = test_values(ind), *ov = yo ? test_values(yo) : NULL;
     int64_t bad = 0;
     for (int64_t pl = 0; pl < s[0] * s[1]; pl++)
         for (int64_t oy = 0; oy < OH; oy++)
@@ -415,7 +418,8 @@ static void check_max_pool(const int64_t s[4], int64_t k, int64_t st, int64_t pa
                         }
                     }
                 int64_t o = (pl * OH + oy) * OW + ox;
-                bool ok = (yv[o] == m || (isnan(yv[o]) && isnan(m))) && (int64_t)iv[o] == best;
+                bool ok = (yv[o] == m || (isnan(yv[o]) && isnan(m))) && (int64_t)iv[o] == best &&
+                          (!ov || ov[o] == m || (isnan(ov[o]) && isnan(m)));
                 if (!ok && bad++ < 3)
                     fprintf(stderr,
                             "  max_pool2d k%lld s%lld p%lld [%lld]: %g at %lld, want %g at %lld\n",
@@ -425,6 +429,7 @@ static void check_max_pool(const int64_t s[4], int64_t k, int64_t st, int64_t pa
     CHECK(bad == 0);
     free(yv);
     free(iv);
+    free(ov);
     free(v);
     oar_pool_pop(p);
 }
@@ -432,10 +437,12 @@ static void check_max_pool(const int64_t s[4], int64_t k, int64_t st, int64_t pa
 /* The 2x2 stride-2 path (no padding): rows of 8 windows and more take the
  * vector loop (16 windows, 14 = 8 + a scalar tail of 6, 16 from an odd
  * width of 33), shorter ones the scalar loop alone (7: the demo CNN's
- * second pool; 5, 4 and 1). */
+ * second pool; 5, 4 and 1). The values-only kernel: steps of 8 with an
+ * overlapping last one (14, 9), of 4 below 8 (7, 5, 4), scalar below 4 (3, 1). */
 static void test_max_pool_2x2(void) {
-    static const int64_t shapes[][4] = {{2, 3, 8, 8}, {3, 2, 9, 11}, {1, 1, 2, 2}, {4, 5, 7, 3},
-                                        {2, 3, 6, 28}, {1, 2, 5, 33}, {3, 1, 4, 32}, {2, 4, 14, 14}};
+    static const int64_t shapes[][4] = {{2, 3, 8, 8},   {3, 2, 9, 11},  {1, 1, 2, 2},   {4, 5, 7, 3},
+                                        {2, 3, 6, 28},  {1, 2, 5, 33},  {3, 1, 4, 32},  {2, 4, 14, 14},
+                                        {1, 2, 6, 6},   {2, 1, 4, 18}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (int d = 0; d < 2; d++)
             check_max_pool(shapes[k], 2, 2, 0, false, d);

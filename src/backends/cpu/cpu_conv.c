@@ -1172,6 +1172,63 @@ static inline __attribute__((always_inline)) void FN(max_row_2x2)(const T *r0, i
     }
 }
 
+/* The values alone (max_pool2d_values, and eager pools with no gradient):
+ * 8 outputs a step, the row's last step moved back to overlap the one
+ * before (it writes the same values again), 4 a step below 8 outputs; so
+ * the demo CNN's 14- and 7-wide rows run no scalar tail. Each lane scans
+ * its window as max_row_2x2 does (a later value wins if larger or NaN). */
+#define MAX2X2_STEP(N, o)                                                                          \
+    do {                                                                                           \
+        typedef T vt_ __attribute__((vector_size(N * sizeof(T))));                                 \
+        typedef __typeof__(_Generic((T)0, float: (int32_t)0, default: (int64_t)0)) li_;            \
+        typedef li_ vm_ __attribute__((vector_size(N * sizeof(T))));                               \
+        vt_ lo0, hi0, lo1, hi1, v[4];                                                              \
+        memcpy(&lo0, r0 + 2 * (o), sizeof lo0);                                                    \
+        memcpy(&hi0, r0 + 2 * (o) + N, sizeof hi0);                                                \
+        memcpy(&lo1, r1 + 2 * (o), sizeof lo1);                                                    \
+        memcpy(&hi1, r1 + 2 * (o) + N, sizeof hi1);                                                \
+        MAX2X2_SPLIT##N(v, lo0, hi0, lo1, hi1, vm_);                                               \
+        vt_ m = v[0];                                                                              \
+        for (int k = 1; k < 4; k++) {                                                              \
+            const vm_ t = (vm_)(v[k] > m) | (vm_)(v[k] != v[k]);                                   \
+            m = (vt_)(((vm_)v[k] & t) | ((vm_)m & ~t));                                            \
+        }                                                                                          \
+        memcpy(yo + (o), &m, sizeof m);                                                            \
+    } while (0)
+#define MAX2X2_SPLIT8(v, lo0, hi0, lo1, hi1, vm)                                                   \
+    (v[0] = OARI_SHUFFLE2(lo0, hi0, vm, 0, 2, 4, 6, 8, 10, 12, 14),                               \
+     v[1] = OARI_SHUFFLE2(lo0, hi0, vm, 1, 3, 5, 7, 9, 11, 13, 15),                               \
+     v[2] = OARI_SHUFFLE2(lo1, hi1, vm, 0, 2, 4, 6, 8, 10, 12, 14),                               \
+     v[3] = OARI_SHUFFLE2(lo1, hi1, vm, 1, 3, 5, 7, 9, 11, 13, 15))
+#define MAX2X2_SPLIT4(v, lo0, hi0, lo1, hi1, vm)                                                   \
+    (v[0] = OARI_SHUFFLE2(lo0, hi0, vm, 0, 2, 4, 6), v[1] = OARI_SHUFFLE2(lo0, hi0, vm, 1, 3, 5, 7), \
+     v[2] = OARI_SHUFFLE2(lo1, hi1, vm, 0, 2, 4, 6), v[3] = OARI_SHUFFLE2(lo1, hi1, vm, 1, 3, 5, 7))
+static inline __attribute__((always_inline)) void FN(max_row_2x2_values)(const T *r0, int64_t W, int64_t OW,
+                                                                         T *yo) {
+    const T *r1 = r0 + W;
+    if (OW >= 8) {
+        int64_t o = 0;
+        for (; o + 8 <= OW; o += 8) MAX2X2_STEP(8, o);
+        if (o < OW) MAX2X2_STEP(8, OW - 8);
+        return;
+    }
+    if (OW >= 4) {
+        MAX2X2_STEP(4, 0);
+        MAX2X2_STEP(4, OW - 4);
+        return;
+    }
+    for (int64_t ox = 0; ox < OW; ox++) {
+        T m = r0[2 * ox], v;
+        v = r0[2 * ox + 1], m = v > m || v != v ? v : m;
+        v = r1[2 * ox], m = v > m || v != v ? v : m;
+        v = r1[2 * ox + 1], m = v > m || v != v ? v : m;
+        yo[ox] = m;
+    }
+}
+#undef MAX2X2_STEP
+#undef MAX2X2_SPLIT8
+#undef MAX2X2_SPLIT4
+
 OARI_SIMD_CLONES static void FN(max_pool_2x2)(const T *x, T *y, int64_t *ind, int64_t np,
                                                int64_t H, int64_t W, int64_t OH, int64_t OW) {
 #pragma omp parallel for schedule(static) if (np * OH * OW * 4 > OARI_PARALLEL_GRAIN)
@@ -1180,7 +1237,7 @@ OARI_SIMD_CLONES static void FN(max_pool_2x2)(const T *x, T *y, int64_t *ind, in
             const T *r0 = x + p * H * W + 2 * oy * W;
             T *yo = y + (p * OH + oy) * OW;
             if (ind) FN(max_row_2x2)(r0, W, 2 * oy * W, OW, yo, ind + (p * OH + oy) * OW, true);
-            else FN(max_row_2x2)(r0, W, 2 * oy * W, OW, yo, NULL, false);
+            else FN(max_row_2x2_values)(r0, W, OW, yo);
         }
 }
 
