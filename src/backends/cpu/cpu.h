@@ -35,26 +35,21 @@
 #else
 #define OARI_MANY_THREADS() 0
 #endif
-#define OARI_PARALLEL_FOR_IF(cond, ...)                                          \
+#define OARI_PRAGMA(...) _Pragma(#__VA_ARGS__)
+#define OARI_PARALLEL_FOR_SCHED_IF(sched, cond, ...)                             \
     do {                                                                         \
         if ((cond) && OARI_MANY_THREADS()) {                                     \
-            _Pragma("omp parallel for schedule(static)") __VA_ARGS__             \
+            OARI_PRAGMA(omp parallel for schedule(sched)) __VA_ARGS__            \
         } else {                                                                 \
             __VA_ARGS__                                                          \
         }                                                                        \
     } while (0)
+#define OARI_PARALLEL_FOR_IF(cond, ...) OARI_PARALLEL_FOR_SCHED_IF(static, cond, __VA_ARGS__)
 /* The same with dynamic scheduling, for loops whose items call OpenBLAS
  * or oneDNN (the convolutions' images and chunks): run serially, outside
  * any region, a call there gets the libraries' own threads; inside a
  * region of one thread it would get one (oari_lib_enter, below). */
-#define OARI_PARALLEL_FOR_DYNAMIC_IF(cond, ...)                                  \
-    do {                                                                         \
-        if ((cond) && OARI_MANY_THREADS()) {                                     \
-            _Pragma("omp parallel for schedule(dynamic)") __VA_ARGS__            \
-        } else {                                                                 \
-            __VA_ARGS__                                                          \
-        }                                                                        \
-    } while (0)
+#define OARI_PARALLEL_FOR_DYNAMIC_IF(cond, ...) OARI_PARALLEL_FOR_SCHED_IF(dynamic, cond, __VA_ARGS__)
 
 /* Hot loops are compiled three times, for the baseline x86-64, x86-64-v3
  * (AVX2, FMA) and x86-64-v4 (AVX-512: half the instructions in the exp,
