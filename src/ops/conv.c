@@ -921,7 +921,7 @@ oar_tensor *oar_max_pool2d(oar_tensor *x, const int64_t kernel[2], const int64_t
                     .i = {kernel[0], kernel[1], s[0], s[1], p[0], p[1], d[0], d[1], ceil_mode}};
     /* No indices asked for and no gradient to record (inference, no_grad):
      * the values alone, without an index per output (the demo CNN's 2x2
-     * pool of 64 x 16 x 28 x 28 in 0.3 of the time). A CPU tensor only, and
+     * pool of 64 x 16 x 28 x 28 in 0.4 of the time). A CPU tensor only, and
      * not while tracing or for a dtensor: graphs, their backward and the
      * dist rules know max_pool2d. */
     if (!indices && x && x->storage && x->storage->device == oari_device_cpu() && !x->ext[OARI_EXT_DIST] &&

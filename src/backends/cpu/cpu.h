@@ -181,7 +181,7 @@ static inline oari_lib_icv oari_lib_enter(int want) {
     saved.threads = omp_get_max_threads();
     saved.dynamic = omp_get_dynamic();
     int n = want > 0 ? want : saved.threads, limit = omp_get_thread_limit();
-    if (omp_get_level() > 0) n = 1; /* (an active region: the libraries run one thread anyway) */
+    if (omp_get_level() > 0) n = 1; /* (in an active region they would run one anyway) */
     if (n > limit) n = limit;
     saved.changed = n != saved.threads;
     if (saved.changed) omp_set_num_threads(n);
