@@ -466,6 +466,18 @@ static void test_half_and_empty(void) {
                    MAKE(((double[]){1.5, -2}), OAR_F64, 2), (int64_t[]){1, 1}, (int64_t[]){0, 0},
                    (int64_t[]){1, 1}, 1);
     CHECK_VALUES(y, ((double[]){1.5, 1.5, 1.5, 1.5, -2, -2, -2, -2}), 8, 0);
+    /* and in f32 with padding, with and without a bias (found by fuzz_graph_json: the
+     * im2col path offset a null column buffer) */
+    const double fill[2][2] = {{0.5, -1}, {0, 0}};
+    for (int with_bias = 1; with_bias >= 0; with_bias--) {
+        y = oar_conv2d(oar_zeros(OAR_F32, 4, (int64_t[]){1, 0, 4, 4}), oar_ones(OAR_F32, 4, (int64_t[]){2, 0, 3, 3}),
+                       with_bias ? MAKE(((double[]){0.5, -1}), OAR_F32, 2) : NULL, (int64_t[]){1, 1},
+                       (int64_t[]){1, 1}, (int64_t[]){1, 1}, 1);
+        CHECK_SHAPE(y, 1, 2, 4, 4);
+        double want[32];
+        for (int i = 0; i < 32; i++) want[i] = fill[!with_bias][i / 16];
+        CHECK_VALUES(y, want, 32, 0);
+    }
     oar_pool_pop(p);
 }
 

@@ -893,7 +893,16 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
         scratch_free(xo, xn);
         return oari_fail_status();
     }
-    if (K > 0 && FN(direct_ok)(&g, og, K)) {
+    if (K == 0) { /* no input channels (or an empty kernel): y is the bias */
+        if (wd.n * P > 0) {
+            memset(y, 0, (size_t)(xd.n * wd.n * P) * sizeof(T));
+            for (int64_t n = 0; n < xd.n; n++) FN(add_bias)(y + n * wd.n * P, &c->in[2], 0, wd.n, P, P);
+        }
+        scratch_free(xo, xn);
+        scratch_free(wo, wn);
+        return 0;
+    }
+    if (FN(direct_ok)(&g, og, K)) {
         int st = FN(conv2d_direct)(x, w, &c->in[2], y, xd, wd, &g, groups);
         scratch_free(xo, xn);
         scratch_free(wo, wn);
@@ -921,7 +930,7 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
         const int64_t m = (CONV_TILE_MIN_COLS + P - 1) / P;
         nb = m < xd.n ? m : xd.n;
     }
-    if (nb == 1 && K > 0 && P > 0) {
+    if (nb == 1 && P > 0) {
         int st = FN(conv2d_tiled)(x, w, &c->in[2], y, xd, wd, &g, groups, direct);
         scratch_free(xo, xn);
         scratch_free(wo, wn);
@@ -951,12 +960,8 @@ static int FN(k_conv2d)(void *ctx, const oar_kernel_call *c) {
                     }
                     T *dst = m > 1 ? yb : y + (n0 * wd.n + gi * og) * P;
                     const int64_t ldd = m > 1 ? ld : P;
-                    if (K == 0)
-                        for (int64_t o = 0; o < og; o++)
-                            memset(dst + o * ldd, 0, (size_t)ld * sizeof(T));
-                    else
-                        CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)ld, (int)K,
-                                  1, w + gi * og * K, (int)K, src, (int)ld, 0, dst, (int)ldd);
+                    CONV_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)ld, (int)K, 1,
+                              w + gi * og * K, (int)K, src, (int)ld, 0, dst, (int)ldd);
                     if (m > 1)
                         for (int64_t i = 0; i < m; i++)
                             for (int64_t o = 0; o < og; o++)
