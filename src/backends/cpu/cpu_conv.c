@@ -1122,7 +1122,8 @@ static int FN(k_conv2d_weight_grad)(void *ctx, const oar_kernel_call *c) {
 /* The pools write their indices where ind is not NULL (max_pool2d) and
  * only the values where it is (max_pool2d_values, which the predictor
  * runs where no one reads the indices: a third of max_pool2d's bytes). The
- * simd loops take that as a constant (wi), so each form is its own loop. */
+ * 3x3 loops take that as a constant (wi), so each form is its own loop;
+ * the 2x2 has a row function for each. */
 
 /* The 2x2 stride-2 window without padding (every window inside the plane):
  * the generic loop's scan (row by row; a value replaces the best if larger
@@ -1130,8 +1131,18 @@ static int FN(k_conv2d_weight_grad)(void *ctx, const oar_kernel_call *c) {
  * Eight windows at a time in GNU vectors (each row's 16 values split into
  * even and odd columns): gcc 12 left the `omp simd` loop below scalar and
  * branchy (a NaN test per value), 13% of the demo CNN's training step. */
+/* A row pair's 2N values (lo, hi) split into each window's four: v[0], v[1]
+ * from the top row's even and odd columns, v[2], v[3] from the bottom's. */
+#define MAX2X2_SPLIT8(v, lo0, hi0, lo1, hi1, vm)                                                   \
+    (v[0] = OARI_SHUFFLE2(lo0, hi0, vm, 0, 2, 4, 6, 8, 10, 12, 14),                               \
+     v[1] = OARI_SHUFFLE2(lo0, hi0, vm, 1, 3, 5, 7, 9, 11, 13, 15),                               \
+     v[2] = OARI_SHUFFLE2(lo1, hi1, vm, 0, 2, 4, 6, 8, 10, 12, 14),                               \
+     v[3] = OARI_SHUFFLE2(lo1, hi1, vm, 1, 3, 5, 7, 9, 11, 13, 15))
+#define MAX2X2_SPLIT4(v, lo0, hi0, lo1, hi1, vm)                                                   \
+    (v[0] = OARI_SHUFFLE2(lo0, hi0, vm, 0, 2, 4, 6), v[1] = OARI_SHUFFLE2(lo0, hi0, vm, 1, 3, 5, 7), \
+     v[2] = OARI_SHUFFLE2(lo1, hi1, vm, 0, 2, 4, 6), v[3] = OARI_SHUFFLE2(lo1, hi1, vm, 1, 3, 5, 7))
 static inline __attribute__((always_inline)) void FN(max_row_2x2)(const T *r0, int64_t W, int64_t b0, int64_t OW,
-                                                                  T *yo, int64_t *io, bool wi) {
+                                                                  T *yo, int64_t *io) {
     const T *r1 = r0 + W;
     typedef T vt __attribute__((vector_size(8 * sizeof(T))));
     typedef __typeof__(_Generic((T)0, float: (int32_t)0, default: (int64_t)0)) lane_int;
@@ -1146,23 +1157,18 @@ static inline __attribute__((always_inline)) void FN(max_row_2x2)(const T *r0, i
         memcpy(&lo1, r1 + 2 * o8, sizeof lo1);
         memcpy(&hi1, r1 + 2 * o8 + 8, sizeof hi1);
         vt v[4];
-        v[0] = OARI_SHUFFLE2(lo0, hi0, vm, 0, 2, 4, 6, 8, 10, 12, 14);
-        v[1] = OARI_SHUFFLE2(lo0, hi0, vm, 1, 3, 5, 7, 9, 11, 13, 15);
-        v[2] = OARI_SHUFFLE2(lo1, hi1, vm, 0, 2, 4, 6, 8, 10, 12, 14);
-        v[3] = OARI_SHUFFLE2(lo1, hi1, vm, 1, 3, 5, 7, 9, 11, 13, 15);
+        MAX2X2_SPLIT8(v, lo0, hi0, lo1, hi1, vm);
         const int64_t off[4] = {0, 1, W, W + 1};
         vt m = v[0];
         vi bi = lane2 + (b0 + 2 * o8);
         for (int k = 1; k < 4; k++) {
             const vm t = (vm)(v[k] > m) | (vm)(v[k] != v[k]);
             m = (vt)(((vm)v[k] & t) | ((vm)m & ~t));
-            if (wi) {
-                const vi ti = __builtin_convertvector(t, vi);
-                bi = ((lane2 + (b0 + 2 * o8 + off[k])) & ti) | (bi & ~ti);
-            }
+            const vi ti = __builtin_convertvector(t, vi);
+            bi = ((lane2 + (b0 + 2 * o8 + off[k])) & ti) | (bi & ~ti);
         }
         memcpy(yo + o8, &m, sizeof m);
-        if (wi) memcpy(io + o8, &bi, sizeof bi);
+        memcpy(io + o8, &bi, sizeof bi);
     }
 #pragma omp simd
     for (int64_t ox = o8; ox < OW; ox++) {
@@ -1173,7 +1179,7 @@ static inline __attribute__((always_inline)) void FN(max_row_2x2)(const T *r0, i
         v = r1[2 * ox], t = v > m || v != v, m = t ? v : m, bi = t ? b0 + W + 2 * ox : bi;
         v = r1[2 * ox + 1], t = v > m || v != v, m = t ? v : m, bi = t ? b0 + W + 2 * ox + 1 : bi;
         yo[ox] = m;
-        if (wi) io[ox] = bi;
+        io[ox] = bi;
     }
 }
 
@@ -1200,14 +1206,6 @@ static inline __attribute__((always_inline)) void FN(max_row_2x2)(const T *r0, i
         }                                                                                          \
         memcpy(yo + (o), &m, sizeof m);                                                            \
     } while (0)
-#define MAX2X2_SPLIT8(v, lo0, hi0, lo1, hi1, vm)                                                   \
-    (v[0] = OARI_SHUFFLE2(lo0, hi0, vm, 0, 2, 4, 6, 8, 10, 12, 14),                               \
-     v[1] = OARI_SHUFFLE2(lo0, hi0, vm, 1, 3, 5, 7, 9, 11, 13, 15),                               \
-     v[2] = OARI_SHUFFLE2(lo1, hi1, vm, 0, 2, 4, 6, 8, 10, 12, 14),                               \
-     v[3] = OARI_SHUFFLE2(lo1, hi1, vm, 1, 3, 5, 7, 9, 11, 13, 15))
-#define MAX2X2_SPLIT4(v, lo0, hi0, lo1, hi1, vm)                                                   \
-    (v[0] = OARI_SHUFFLE2(lo0, hi0, vm, 0, 2, 4, 6), v[1] = OARI_SHUFFLE2(lo0, hi0, vm, 1, 3, 5, 7), \
-     v[2] = OARI_SHUFFLE2(lo1, hi1, vm, 0, 2, 4, 6), v[3] = OARI_SHUFFLE2(lo1, hi1, vm, 1, 3, 5, 7))
 static inline __attribute__((always_inline)) void FN(max_row_2x2_values)(const T *r0, int64_t W, int64_t OW,
                                                                          T *yo) {
     const T *r1 = r0 + W;
@@ -1241,7 +1239,7 @@ OARI_SIMD_CLONES static void FN(max_pool_2x2)(const T *x, T *y, int64_t *ind, in
         for (int64_t oy = 0; oy < OH; oy++) {
             const T *r0 = x + p * H * W + 2 * oy * W;
             T *yo = y + (p * OH + oy) * OW;
-            if (ind) FN(max_row_2x2)(r0, W, 2 * oy * W, OW, yo, ind + (p * OH + oy) * OW, true);
+            if (ind) FN(max_row_2x2)(r0, W, 2 * oy * W, OW, yo, ind + (p * OH + oy) * OW);
             else FN(max_row_2x2_values)(r0, W, OW, yo);
         }
 }
